@@ -1,0 +1,191 @@
+//! Whole packets: LRH [GRH] BTH [extension headers] payload pad ICRC VCRC
+//! (IBA 7.7-7.8, 9.2-9.3; WF-01..WF-09).
+//!
+//! [`TransportRepr`] is the part from the BTH to the ICRC (exclusive); it is shared
+//! by native packets ([`PacketRepr`]) and RoCEv2 frames ([`super::roce`]).
+
+use super::bth::{Bth, BthRepr};
+use super::crc::{icrc_native, vcrc, ICRC_LEN, VCRC_LEN};
+use super::ext::ExtHeaders;
+use super::grh::{Grh, GrhRepr};
+use super::lrh::{Lnh, Lrh, LrhRepr};
+use super::{Drop, EmitError, MAX_PAYLOAD};
+
+/// Pad bytes that bring a payload to a 4-byte boundary (9.2.5, WF-08).
+pub const fn pad_for(payload_len: usize) -> usize {
+    (4 - payload_len % 4) % 4
+}
+
+/// The transport part of a packet: BTH, extension headers and payload, with pad
+/// and ICRC left to the encapsulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TransportRepr<'a> {
+    pub bth: BthRepr,
+    pub ext: ExtHeaders,
+    pub payload: &'a [u8],
+}
+
+impl<'a> TransportRepr<'a> {
+    /// Parses `buf`, which runs from the BTH to the ICRC (exclusive) and whose
+    /// CRCs the caller has already checked. Checks TVer (C9-36), the opcode (C9-2),
+    /// the headers the opcode needs, and the pad count (WF-08).
+    pub fn parse(buf: &'a [u8]) -> Result<TransportRepr<'a>, Drop> {
+        let bth_view = Bth::new_checked(buf)?;
+        let bth = BthRepr::parse(&bth_view)?;
+        let info = bth.opcode.info();
+        let hdr_end = BthRepr::LEN + info.headers_len();
+        let ext_bytes = buf.get(BthRepr::LEN..hdr_end).ok_or(Drop::Truncated)?;
+        let ext = ExtHeaders::parse(info, ext_bytes)?;
+        let rest = &buf[hdr_end..];
+        let pad = bth_view.pad_count();
+        if rest.len() % 4 != 0 {
+            return Err(Drop::BadPadCount);
+        }
+        let payload = if info.payload {
+            let len = rest.len().checked_sub(pad).ok_or(Drop::BadPadCount)?;
+            if len > MAX_PAYLOAD {
+                return Err(Drop::LengthMismatch);
+            }
+            &rest[..len]
+        } else {
+            if !rest.is_empty() {
+                return Err(Drop::LengthMismatch);
+            }
+            if pad != 0 {
+                return Err(Drop::BadPadCount);
+            }
+            rest
+        };
+        Ok(TransportRepr { bth, ext, payload })
+    }
+
+    /// Bytes from the BTH to the ICRC (exclusive), pad included.
+    pub fn buffer_len(&self) -> usize {
+        BthRepr::LEN
+            + self.bth.opcode.info().headers_len()
+            + self.payload.len()
+            + pad_for(self.payload.len())
+    }
+
+    /// Writes BTH, extension headers, payload and zero pad into `buf`, which must
+    /// hold [`Self::buffer_len`] bytes; returns that length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
+        let info = self.bth.opcode.info();
+        if (!info.payload && !self.payload.is_empty()) || self.payload.len() > MAX_PAYLOAD {
+            return Err(EmitError::BadPayload);
+        }
+        let len = self.buffer_len();
+        if buf.len() < len {
+            return Err(EmitError::BufferTooSmall);
+        }
+        let pad = pad_for(self.payload.len());
+        self.bth
+            .emit(&mut Bth::new_unchecked(&mut buf[..BthRepr::LEN]), pad)?;
+        let at = BthRepr::LEN + self.ext.emit(info, &mut buf[BthRepr::LEN..])?;
+        let end = at + self.payload.len();
+        buf[at..end].copy_from_slice(self.payload);
+        buf[end..end + pad].fill(0);
+        Ok(len)
+    }
+}
+
+/// A whole native InfiniBand packet, LRH through VCRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketRepr<'a> {
+    pub lrh: LrhRepr,
+    pub grh: Option<GrhRepr>,
+    pub transport: TransportRepr<'a>,
+}
+
+impl<'a> PacketRepr<'a> {
+    /// Parses an untrusted packet, LRH through VCRC, in the order a link layer then
+    /// a transport layer check it (C9-34, C9-35): length, VCRC, LVer, LNH, GRH,
+    /// ICRC, then [`TransportRepr::parse`]. Never panics.
+    pub fn parse(buf: &'a [u8]) -> Result<PacketRepr<'a>, Drop> {
+        let lrh_view = Lrh::new_checked(buf)?;
+        let crc_end = usize::from(lrh_view.pkt_len()) * 4; // LRH through ICRC
+        if crc_end + VCRC_LEN != buf.len() {
+            return Err(Drop::LengthMismatch);
+        }
+        let (pkt, vcrc_bytes) = buf.split_at(crc_end);
+        if vcrc(pkt).to_le_bytes() != vcrc_bytes {
+            return Err(Drop::BadVcrc);
+        }
+        let lrh = LrhRepr::parse(&lrh_view)?;
+        let has_grh = match lrh_view.lnh() {
+            Lnh::IbaLocal => false,
+            Lnh::IbaGlobal => true,
+            Lnh::Raw | Lnh::Ipv6Raw => return Err(Drop::RawPacket),
+        };
+        let mut at = LrhRepr::LEN;
+        let grh = if has_grh {
+            let v = Grh::new_checked(&pkt[at..])?;
+            let grh = GrhRepr::parse(&v)?;
+            at += GrhRepr::LEN;
+            if usize::from(v.pay_len()) != crc_end - at {
+                return Err(Drop::LengthMismatch);
+            }
+            Some(grh)
+        } else {
+            None
+        };
+        let icrc_at = crc_end
+            .checked_sub(ICRC_LEN)
+            .filter(|&i| i >= at + BthRepr::LEN)
+            .ok_or(Drop::Truncated)?;
+        if icrc_native(&pkt[..icrc_at], has_grh).to_le_bytes() != pkt[icrc_at..] {
+            return Err(Drop::BadIcrc);
+        }
+        let transport = TransportRepr::parse(&pkt[at..icrc_at])?;
+        Ok(PacketRepr {
+            lrh,
+            grh,
+            transport,
+        })
+    }
+
+    /// Bytes of the whole packet, LRH through VCRC.
+    pub fn buffer_len(&self) -> usize {
+        LrhRepr::LEN
+            + self.grh.map_or(0, |_| GrhRepr::LEN)
+            + self.transport.buffer_len()
+            + ICRC_LEN
+            + VCRC_LEN
+    }
+
+    /// Writes the whole packet with both CRCs into `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
+        let len = self.buffer_len();
+        if buf.len() < len {
+            return Err(EmitError::BufferTooSmall);
+        }
+        let buf = &mut buf[..len];
+        let crc_end = len - VCRC_LEN;
+        let lnh = if self.grh.is_some() {
+            Lnh::IbaGlobal
+        } else {
+            Lnh::IbaLocal
+        };
+        let words = u16::try_from(crc_end / 4).map_err(|_| EmitError::FieldRange("LRH:PktLen"))?;
+        self.lrh.emit(
+            &mut Lrh::new_unchecked(&mut buf[..LrhRepr::LEN]),
+            lnh,
+            words,
+        )?;
+        let mut at = LrhRepr::LEN;
+        if let Some(grh) = &self.grh {
+            let pay_len = (crc_end - at - GrhRepr::LEN) as u16;
+            grh.emit(
+                &mut Grh::new_unchecked(&mut buf[at..at + GrhRepr::LEN]),
+                pay_len,
+            )?;
+            at += GrhRepr::LEN;
+        }
+        at += self.transport.emit(&mut buf[at..])?;
+        let icrc = icrc_native(&buf[..at], self.grh.is_some());
+        buf[at..at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
+        let v = vcrc(&buf[..crc_end]);
+        buf[crc_end..].copy_from_slice(&v.to_le_bytes());
+        Ok(len)
+    }
+}
