@@ -25,6 +25,7 @@ pub enum ExtKind {
 
 impl ExtKind {
     /// Length on the wire.
+    #[allow(clippy::len_without_is_empty)] // a header kind has a size, never "empty"
     pub const fn len(self) -> usize {
         match self {
             ExtKind::Rdeth | ExtKind::Xrceth | ExtKind::Aeth => 4,
@@ -306,8 +307,8 @@ impl NakCode {
     }
 }
 
-/// The decoded AETH syndrome (IBA Table 44): bits [6:5] say ACK, RNR NAK or NAK,
-/// bits [4:0] carry the credit count, the RNR timer or the NAK code.
+/// The decoded AETH syndrome (IBA Table 44): bits \[6:5\] say ACK, RNR NAK or NAK,
+/// bits \[4:0\] carry the credit count, the RNR timer or the NAK code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AethSyndrome {
     /// ACK with a 5-bit credit count code (31 = no credit count; RL-13).
@@ -534,11 +535,11 @@ header_view!(
 );
 
 impl<T: AsRef<[u8]>> Feth<T> {
-    /// Placement type, bits [3:0].
+    /// Placement type, bits \[3:0\].
     pub fn placement_type(&self) -> u8 {
         self.buffer.as_ref()[3] & 0xf
     }
-    /// Selectivity level, bits [5:4].
+    /// Selectivity level, bits \[5:4\].
     pub fn selectivity(&self) -> u8 {
         (self.buffer.as_ref()[3] >> 4) & 3
     }

@@ -10,6 +10,7 @@
 mod field;
 
 pub mod bth;
+pub mod corpus;
 pub mod crc;
 pub mod ext;
 pub mod grh;

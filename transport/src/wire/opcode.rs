@@ -1,6 +1,6 @@
 //! The BTH opcode table (IBA 9.2.1, Table 38; C9-2; WF-04), as data.
 //!
-//! Bits [7:5] of an opcode name the service, bits [4:0] the operation; one row per
+//! Bits \[7:5\] of an opcode name the service, bits \[4:0\] the operation; one row per
 //! defined opcode says which extension headers follow the BTH, in wire order, whether
 //! a payload follows them, and where the packet stands in its message. Everything
 //! that builds or parses a packet reads this table; nothing else decides which
@@ -9,7 +9,7 @@
 use super::ext::ExtKind as E;
 pub use super::ext::ExtKind;
 
-/// Transport service of an opcode (bits [7:5]).
+/// Transport service of an opcode (bits \[7:5\]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Service {
     /// Reliable Connection, 0b000.

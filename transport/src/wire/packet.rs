@@ -1,4 +1,4 @@
-//! Whole packets: LRH [GRH] BTH [extension headers] payload pad ICRC VCRC
+//! Whole packets: LRH \[GRH\] BTH \[extension headers\] payload pad ICRC VCRC
 //! (IBA 7.7-7.8, 9.2-9.3; WF-01..WF-09).
 //!
 //! [`TransportRepr`] is the part from the BTH to the ICRC (exclusive); it is shared
@@ -38,7 +38,7 @@ impl<'a> TransportRepr<'a> {
         let ext = ExtHeaders::parse(info, ext_bytes)?;
         let rest = &buf[hdr_end..];
         let pad = bth_view.pad_count();
-        if rest.len() % 4 != 0 {
+        if !rest.len().is_multiple_of(4) {
             return Err(Drop::BadPadCount);
         }
         let payload = if info.payload {

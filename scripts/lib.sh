@@ -1,0 +1,47 @@
+# Shared by scripts/*.sh: install what the scripts need on a fresh Debian machine.
+# Sourced, not run.
+
+# Oldest Rust the workspace builds with (crc-fast needs 1.89).
+VHCA_MIN_RUST_MINOR=89
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_install() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "vhca: installing ${missing[*]} (apt-get)" >&2
+    # Refresh the lists once per boot of this machine, not on every run.
+    if [ ! -e /tmp/.vhca-apt-updated ]; then
+        as_root apt-get update -qq && touch /tmp/.vhca-apt-updated
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+rust_ok() {
+    command -v cargo >/dev/null 2>&1 || return 1
+    local minor
+    minor=$(cargo --version | sed -E 's/^cargo 1\.([0-9]+).*/\1/')
+    [ "${minor:-0}" -ge "$VHCA_MIN_RUST_MINOR" ] 2>/dev/null || return 1
+    cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1
+}
+
+# A rustup toolchain if there is one; else Debian 12's rustc-web/cargo-web (1.96),
+# which bookworm carries for browser builds and which is new enough for us.
+ensure_rust() {
+    [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
+    rust_ok && return 0
+    apt_install gcc libc6-dev rustc-web cargo-web rustfmt-web rust-web-clippy
+    rust_ok || { echo "vhca: no Rust >= 1.$VHCA_MIN_RUST_MINOR with cargo fmt and clippy could be installed" >&2; exit 1; }
+}
+
+# tshark dissects our captures (WF-11). Answer "no" to the capture-group question.
+ensure_tshark() {
+    command -v tshark >/dev/null 2>&1 && return 0
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections
+    apt_install tshark
+}

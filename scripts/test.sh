@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test suite: formatting, lints, unit, property and simulation tests, and the
+# conformance tests against tshark. Installs what it needs (Rust, tshark).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ensure_rust
+ensure_tshark
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo test"
+# The tshark conformance test fails instead of skipping when tshark is missing.
+VHCA_REQUIRE_TSHARK=1 cargo test --workspace 2>&1
