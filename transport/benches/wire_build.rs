@@ -10,7 +10,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use transport::wire::crc::{icrc_native, vcrc, VCRC_LEN};
+use transport::wire::crc::{icrc_native, icrc_vcrc_native, vcrc, VCRC_LEN};
 use transport::wire::opcode::Opcode;
 use transport::wire::{BthRepr, ExtHeaders, GrhRepr, LrhRepr, PacketRepr, RethRepr, TransportRepr};
 
@@ -211,6 +211,13 @@ fn main() {
                 move || {
                     black_box(&mut dst[..]).copy_from_slice(black_box(&src[..]));
                 }
+            }),
+            samples: Vec::new(),
+        },
+        Kernel {
+            name: "crc::icrc_vcrc_native alone, WRITE ONLY",
+            f: Box::new(|| {
+                black_box(icrc_vcrc_native(black_box(&wo_pkt[..wo_len - 6]), false));
             }),
             samples: Vec::new(),
         },

@@ -606,6 +606,9 @@ impl ExtHeaders {
 
     /// Whether the headers present are exactly those `info` lists.
     pub fn matches(&self, info: &OpcodeInfo) -> bool {
+        // Runs on every emit (WF-09): compare one presence bitmask with the opcode
+        // row's (at most three kinds) instead of scanning the row per kind.
+        let want = info.headers.iter().fold(0u16, |m, k| m | 1 << (*k as u16));
         const KINDS: [ExtKind; 11] = [
             ExtKind::Rdeth,
             ExtKind::Deth,
@@ -619,7 +622,10 @@ impl ExtHeaders {
             ExtKind::Feth,
             ExtKind::CnpPad,
         ];
-        KINDS.iter().all(|k| self.present(*k) == info.has(*k))
+        let have = KINDS
+            .iter()
+            .fold(0u16, |m, k| m | u16::from(self.present(*k)) << (*k as u16));
+        have == want
     }
 
     /// Parses the headers `info` lists from the start of `buf`. The caller has
