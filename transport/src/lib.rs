@@ -7,4 +7,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod engine;
+pub mod memory;
+pub mod mr;
+pub mod psn;
+pub mod qp_state;
+pub mod verbs;
 pub mod wire;

@@ -5,7 +5,7 @@
 //! by native packets ([`PacketRepr`]) and RoCEv2 frames ([`super::roce`]).
 
 use super::bth::{Bth, BthRepr};
-use super::crc::{icrc_native, vcrc, SinglePassCrc, ICRC_LEN, VCRC_LEN};
+use super::crc::{icrc_native, icrc_vcrc_native, vcrc, SinglePassCrc, ICRC_LEN, VCRC_LEN};
 use super::ext::ExtHeaders;
 use super::grh::{Grh, GrhRepr};
 use super::lrh::{Lnh, Lrh, LrhRepr};
@@ -112,6 +112,22 @@ impl<'a> TransportRepr<'a> {
     }
 }
 
+/// Whether a packet's ICRC and VCRC are both right, by the single-pass CRC; false
+/// when either is wrong or the packet is too short or not IBA transport.
+fn fast_crc_check(lrh: &Lrh<&[u8]>, pkt: &[u8], vcrc_bytes: &[u8]) -> bool {
+    let has_grh = match lrh.lnh() {
+        Lnh::IbaLocal => false,
+        Lnh::IbaGlobal => true,
+        Lnh::Raw | Lnh::Ipv6Raw => return false,
+    };
+    let hdr = LrhRepr::LEN + if has_grh { GrhRepr::LEN } else { 0 } + BthRepr::LEN;
+    let Some(icrc_at) = pkt.len().checked_sub(ICRC_LEN).filter(|&i| i >= hdr) else {
+        return false;
+    };
+    let (icrc, v) = icrc_vcrc_native(&pkt[..icrc_at], has_grh);
+    icrc.to_le_bytes() == pkt[icrc_at..] && v.to_le_bytes() == vcrc_bytes
+}
+
 /// A whole native InfiniBand packet, LRH through VCRC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PacketRepr<'a> {
@@ -131,7 +147,11 @@ impl<'a> PacketRepr<'a> {
             return Err(Drop::LengthMismatch);
         }
         let (pkt, vcrc_bytes) = buf.split_at(crc_end);
-        if vcrc(pkt).to_le_bytes() != vcrc_bytes {
+        // Fast path: both CRCs in one pass (WF-09). It assumes the ICRC is right, so
+        // it proves both only when both match; any other packet takes the reference
+        // checks below, which keep the link layer's order (VCRC first, C9-35).
+        let crcs_ok = fast_crc_check(&lrh_view, pkt, vcrc_bytes);
+        if !crcs_ok && vcrc(pkt).to_le_bytes() != vcrc_bytes {
             return Err(Drop::BadVcrc);
         }
         let lrh = LrhRepr::parse(&lrh_view)?;
@@ -156,7 +176,7 @@ impl<'a> PacketRepr<'a> {
             .checked_sub(ICRC_LEN)
             .filter(|&i| i >= at + BthRepr::LEN)
             .ok_or(Drop::Truncated)?;
-        if icrc_native(&pkt[..icrc_at], has_grh).to_le_bytes() != pkt[icrc_at..] {
+        if !crcs_ok && icrc_native(&pkt[..icrc_at], has_grh).to_le_bytes() != pkt[icrc_at..] {
             return Err(Drop::BadIcrc);
         }
         let transport = TransportRepr::parse(&pkt[at..icrc_at])?;

@@ -1,0 +1,109 @@
+//! The engine's view of memory protection: the checks of [`crate::mr`] turned into
+//! completion statuses and NAK codes (MP-04, MP-05, RL-12).
+
+use crate::memory::Memory;
+use crate::mr::{AccessError, CopyError, MrTable, RemoteAccess};
+use crate::verbs::{Handle, WcStatus};
+use crate::wire::ext::NakCode;
+
+/// Why a remote request could not touch memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RemoteErr {
+    /// The R_Key check failed (key, PD, bounds, rights, alignment).
+    Access(AccessError),
+    /// The MR's pages are outside the caller's memory.
+    Memory,
+}
+
+impl RemoteErr {
+    /// The NAK for this failure: Remote Access Error, Invalid Request for a
+    /// misaligned atomic (OP-07), Remote Operational Error when memory itself failed.
+    pub fn nak(self) -> NakCode {
+        match self {
+            RemoteErr::Access(a) => a.remote_nak(),
+            RemoteErr::Memory => NakCode::RemoteOperationalError,
+        }
+    }
+}
+
+impl From<CopyError> for RemoteErr {
+    fn from(e: CopyError) -> RemoteErr {
+        match e {
+            CopyError::Access(a) => RemoteErr::Access(a),
+            CopyError::Length => RemoteErr::Access(AccessError::OutOfBounds),
+            CopyError::Mem(_) => RemoteErr::Memory,
+        }
+    }
+}
+
+/// The completion status of a local copy failure (MP-05): a key or rights problem
+/// is a Local Protection Error, a buffer too small a Local Length Error.
+pub(crate) fn local_status(e: CopyError) -> WcStatus {
+    match e {
+        CopyError::Access(a) => a.local_status(),
+        CopyError::Length => WcStatus::LocLenErr,
+        CopyError::Mem(_) => WcStatus::LocProtErr,
+    }
+}
+
+pub(crate) fn remote_check(
+    mrs: &MrTable,
+    pd: Handle,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: RemoteAccess,
+) -> Result<(), RemoteErr> {
+    mrs.check_remote(pd, rkey, va, len, need)
+        .map(|_| ())
+        .map_err(RemoteErr::Access)
+}
+
+pub(crate) fn remote_write(
+    mrs: &MrTable,
+    mem: &mut dyn Memory,
+    pd: Handle,
+    rkey: u32,
+    va: u64,
+    data: &[u8],
+) -> Result<(), RemoteErr> {
+    let r = mrs
+        .check_remote(pd, rkey, va, data.len() as u64, RemoteAccess::Write)
+        .map_err(RemoteErr::Access)?;
+    r.write(mem, data).map_err(RemoteErr::from)
+}
+
+pub(crate) fn remote_read(
+    mrs: &MrTable,
+    mem: &dyn Memory,
+    pd: Handle,
+    rkey: u32,
+    va: u64,
+    buf: &mut [u8],
+) -> Result<(), RemoteErr> {
+    let r = mrs
+        .check_remote(pd, rkey, va, buf.len() as u64, RemoteAccess::Read)
+        .map_err(RemoteErr::Access)?;
+    r.read(mem, buf).map_err(RemoteErr::from)
+}
+
+/// Executes an atomic once (OP-07, OP-13); returns the original value.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn remote_atomic(
+    mrs: &MrTable,
+    mem: &mut dyn Memory,
+    pd: Handle,
+    rkey: u32,
+    va: u64,
+    cmp_swap: bool,
+    compare: u64,
+    swap_add: u64,
+) -> Result<u64, RemoteErr> {
+    let t = mrs.check_atomic(pd, rkey, va).map_err(RemoteErr::Access)?;
+    let r = if cmp_swap {
+        t.compare_swap(mem, compare, swap_add)
+    } else {
+        t.fetch_add(mem, swap_add)
+    };
+    r.map_err(|_| RemoteErr::Memory)
+}

@@ -1,0 +1,97 @@
+//! Counters for every reason a packet is dropped or refused by the engine
+//! (design.md §3: "every drop reason has a counter"; PV-10).
+
+use crate::wire::DropCounters;
+
+macro_rules! reasons {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $v,)* }
+
+        impl $name {
+            /// Every reason, in counter order.
+            pub const ALL: &'static [$name] = &[$($name::$v,)*];
+        }
+    };
+}
+
+reasons! {
+    /// Why a packet that passed the wire checks was dropped by the transport.
+    RxDrop {
+        /// DestQP names no QP (C9-37).
+        UnknownQp,
+        /// DestQP is in Reset or Init, or in Error (C9-38, QS-04).
+        QpNotReceiving,
+        /// The opcode's service is not the QP's (C9-39).
+        ServiceMismatch,
+        /// BTH:P_Key does not match the QP's partition (C9-42, C9-43; PV-03).
+        BadPkey,
+        /// DETH:Q_Key does not match the QP's Q_Key (C9-48..C9-51; PV-05).
+        BadQkey,
+        /// DLID is not this port's LID (C9-53; PV-06).
+        BadDlid,
+        /// SLID is not the connected QP's remote LID, or is multicast (C9-54, C9-56).
+        BadSlid,
+        /// Multicast (DestQP 0xFFFFFF) is not supported yet (PV-07, tier 2).
+        Multicast,
+        /// Request PSN ahead of ePSN after a NAK was sent for the gap (RL-03).
+        OutOfSequence,
+        /// Duplicate READ or ATOMIC that matches no saved request (RL-05, RL-06).
+        UnmatchedDuplicate,
+        /// UC: packet of a message whose start was lost (RL-15).
+        UcResync,
+        /// UD/UC: no receive WQE posted (UD and UC drop, never RNR).
+        NoReceiveWqe,
+        /// UD: payload longer than the PMTU, or more than one packet (C9-12).
+        UdBadLength,
+        /// A response outside the unacknowledged region: duplicate or ghost (RL-09).
+        GhostResponse,
+        /// A response whose opcode does not fit the WQE it acknowledges.
+        UnexpectedResponse,
+        /// A request arriving at a QP that only sends, or a response at a QP with
+        /// nothing outstanding.
+        NotExpected,
+    }
+}
+
+/// Engine counters.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Counters {
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    /// Wire-level drops (bad CRC, length, ...).
+    pub wire_drops: DropCounters,
+    /// Transport-level drops, indexed by [`RxDrop::ALL`].
+    pub rx_drops: Vec<u64>,
+    pub naks_sent: u64,
+    pub rnr_naks_sent: u64,
+    pub acks_sent: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub rnr_naks_received: u64,
+    pub duplicates_received: u64,
+}
+
+impl Counters {
+    /// Counts one transport drop.
+    pub fn drop(&mut self, r: RxDrop) {
+        if self.rx_drops.len() < RxDrop::ALL.len() {
+            self.rx_drops.resize(RxDrop::ALL.len(), 0);
+        }
+        if let Some(i) = RxDrop::ALL.iter().position(|x| *x == r) {
+            self.rx_drops[i] += 1;
+        }
+    }
+
+    /// How many packets were dropped for `r`.
+    pub fn dropped(&self, r: RxDrop) -> u64 {
+        RxDrop::ALL
+            .iter()
+            .position(|x| *x == r)
+            .and_then(|i| self.rx_drops.get(i).copied())
+            .unwrap_or(0)
+    }
+}

@@ -1,0 +1,838 @@
+//! The transport engine (design.md §3): owns PDs, MRs, CQs, SRQs and QPs; takes verbs,
+//! received packets and timer firings as inputs; gives packets to transmit,
+//! completions, events and its next deadline as outputs. Sans-IO, after quinn-proto:
+//! no sockets, threads or clock inside; memory is the caller's [`Memory`].
+//!
+//! Per QP, the send side ([`requester`]) segments WQEs into packets, assigns PSNs,
+//! retires WQEs on ACKs and retransmits (go-back-N from the first unacknowledged
+//! PSN, at once on a NAK, after the local ACK timeout on silence). The receive side
+//! ([`responder`]) validates requests in the spec's order (rxe style), executes
+//! them and queues responses in PSN order.
+
+mod access;
+mod counters;
+mod cq;
+mod requester;
+mod responder;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+pub use counters::{Counters, RxDrop};
+use cq::{Cq, Pushed, Srq};
+use requester::Requester;
+use responder::Responder;
+
+use crate::memory::Memory;
+use crate::mr::MrTable;
+use crate::psn;
+use crate::qp_state;
+use crate::verbs::{
+    AttrMask, Completion, Event, Handle, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr, Time,
+    VerbError, WcFlags, WcOpcode, WcStatus,
+};
+use crate::wire::opcode::Service;
+use crate::wire::{PacketRepr, MAX_PAYLOAD};
+
+/// Well-known Q_Key of QP1 (C9-49; PV-05).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+/// Largest message (C9-10; OP-09).
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+/// The permissive LID (C9-55).
+pub const PERMISSIVE_LID: u16 = 0xffff;
+
+/// The port the engine serves (AD-01, AD-05).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    pub lid: u16,
+    /// LID mask control: the low `lmc` bits of a DLID are path bits (AD-01).
+    pub lmc: u8,
+    pub port_guid: u64,
+    /// GID prefix; GID 0 = prefix:port_guid.
+    pub gid_prefix: u64,
+    /// P_Key table; index 0 is normally 0xFFFF (AD-05).
+    pub pkeys: Vec<u16>,
+}
+
+impl PortConfig {
+    /// A port with LID `lid`, GUID `guid`, the default GID prefix and P_Key table.
+    pub fn new(lid: u16, guid: u64) -> PortConfig {
+        PortConfig {
+            lid,
+            lmc: 0,
+            port_guid: guid,
+            gid_prefix: 0xfe80_0000_0000_0000,
+            pkeys: vec![0xffff],
+        }
+    }
+
+    /// GID 0 (AD-01).
+    pub fn gid(&self) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g[..8].copy_from_slice(&self.gid_prefix.to_be_bytes());
+        g[8..].copy_from_slice(&self.port_guid.to_be_bytes());
+        g
+    }
+}
+
+/// Sizes the engine accepts (QS-09 "caps exceeded").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_qp: usize,
+    pub max_cq: usize,
+    pub max_srq: usize,
+    pub max_mr: usize,
+    pub max_pd: usize,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cqe: u32,
+    pub max_inline: u32,
+    pub max_rd_atomic: u8,
+    /// Unacknowledged packets a requester keeps in flight (a design choice well
+    /// under the spec's 2^23 bound, RL-17: loss recovery resends at most this many).
+    pub send_window: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_qp: 1 << 14,
+            max_cq: 1 << 14,
+            max_srq: 1 << 12,
+            max_mr: 1 << 16,
+            max_pd: 1 << 12,
+            max_qp_wr: 1 << 14,
+            max_sge: 32,
+            max_cqe: 1 << 20,
+            max_inline: 256,
+            max_rd_atomic: 16,
+            send_window: 256,
+        }
+    }
+}
+
+/// One queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub qpn: u32,
+    pub init: QpInit,
+    pub state: QpState,
+    pub attr: QpAttr,
+    pub rq: VecDeque<RecvWr>,
+    pub req: Requester,
+    pub resp: Responder,
+    /// In the transmit schedule.
+    pub scheduled: bool,
+}
+
+/// The engine.
+pub struct Engine {
+    pub(crate) port: PortConfig,
+    pub(crate) limits: Limits,
+    pub(crate) mrs: MrTable,
+    cqs: HashMap<Handle, Cq>,
+    srqs: HashMap<Handle, Srq>,
+    pub(crate) qps: BTreeMap<u32, Qp>,
+    next_handle: Handle,
+    next_qpn: u32,
+    events: VecDeque<Event>,
+    /// QPs that may have a packet to send, round robin.
+    schedule: VecDeque<u32>,
+    pub(crate) counters: Counters,
+    /// Payload staging for packets being built.
+    scratch: Vec<u8>,
+}
+
+/// Completions and events produced while handling one input; applied to CQs by
+/// [`Engine::finish`] so that QP code never borrows the CQ table.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub completions: Vec<(Handle, Completion)>,
+    pub events: Vec<Event>,
+}
+
+impl Engine {
+    /// An engine serving `port`.
+    pub fn new(port: PortConfig, limits: Limits) -> Engine {
+        Engine {
+            port,
+            limits,
+            mrs: MrTable::new(limits.max_pd as u32, limits.max_mr as u32),
+            cqs: HashMap::new(),
+            srqs: HashMap::new(),
+            qps: BTreeMap::new(),
+            next_handle: 1,
+            next_qpn: 2,
+            events: VecDeque::new(),
+            schedule: VecDeque::new(),
+            counters: Counters::default(),
+            scratch: vec![0; MAX_PAYLOAD],
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> &PortConfig {
+        &self.port
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// PDs and MRs.
+    pub fn mrs(&mut self) -> &mut MrTable {
+        &mut self.mrs
+    }
+
+    fn handle(&mut self) -> Handle {
+        let h = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        h
+    }
+
+    // ------------------------------------------------------------------ CQs
+
+    /// Creates a CQ of `depth` entries (CQ-01).
+    pub fn create_cq(&mut self, depth: u32) -> Result<Handle, VerbError> {
+        if depth == 0 || depth > self.limits.max_cqe {
+            return Err(VerbError::InvalidAttr);
+        }
+        if self.cqs.len() >= self.limits.max_cq {
+            return Err(VerbError::InsufficientResources);
+        }
+        let h = self.handle();
+        self.cqs.insert(h, Cq::new(depth as usize));
+        Ok(h)
+    }
+
+    /// Destroys a CQ no QP or SRQ uses.
+    pub fn destroy_cq(&mut self, cq: Handle) -> Result<(), VerbError> {
+        match self.cqs.get(&cq) {
+            None => Err(VerbError::InvalidCq),
+            Some(c) if c.users > 0 => Err(VerbError::Busy),
+            Some(_) => {
+                self.cqs.remove(&cq);
+                Ok(())
+            }
+        }
+    }
+
+    /// Arms a CQ for its next completion, or its next solicited one (CQ-02).
+    pub fn req_notify_cq(&mut self, cq: Handle, solicited_only: bool) -> Result<(), VerbError> {
+        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCq)?;
+        c.armed = Some(match c.armed {
+            // Arming for "next" after "solicited" widens it; never narrows.
+            Some(false) => false,
+            _ => solicited_only,
+        });
+        Ok(())
+    }
+
+    /// Takes the oldest completion of a CQ.
+    pub fn poll_cq(&mut self, cq: Handle) -> Option<Completion> {
+        self.cqs.get_mut(&cq)?.entries.pop_front()
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: Handle) -> usize {
+        self.cqs.get(&cq).map_or(0, |c| c.entries.len())
+    }
+
+    // ------------------------------------------------------------------ SRQs
+
+    /// Creates an SRQ (SR-01).
+    pub fn create_srq(
+        &mut self,
+        pd: Handle,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<Handle, VerbError> {
+        if !self.mrs.pd_exists(pd) {
+            return Err(VerbError::InvalidPd);
+        }
+        if max_wr == 0 || max_wr > self.limits.max_qp_wr {
+            return Err(VerbError::MaxWrExceeded);
+        }
+        if max_sge > self.limits.max_sge {
+            return Err(VerbError::MaxSgeExceeded);
+        }
+        if limit > max_wr {
+            return Err(VerbError::InvalidAttr);
+        }
+        if self.srqs.len() >= self.limits.max_srq {
+            return Err(VerbError::InsufficientResources);
+        }
+        let h = self.handle();
+        self.mrs.pd_ref(pd)?;
+        self.srqs.insert(
+            h,
+            Srq {
+                pd,
+                max_wr: max_wr as usize,
+                max_sge: max_sge as usize,
+                limit: limit as usize,
+                wqes: VecDeque::new(),
+                users: 0,
+            },
+        );
+        Ok(h)
+    }
+
+    /// Arms the SRQ limit event: fires once when fewer than `limit` WQEs remain.
+    pub fn modify_srq_limit(&mut self, srq: Handle, limit: u32) -> Result<(), VerbError> {
+        let s = self.srqs.get_mut(&srq).ok_or(VerbError::InvalidSrq)?;
+        if limit as usize > s.max_wr {
+            return Err(VerbError::InvalidAttr);
+        }
+        s.limit = limit as usize;
+        Ok(())
+    }
+
+    /// The SRQ's WQE count and current limit.
+    pub fn query_srq(&self, srq: Handle) -> Result<(usize, usize), VerbError> {
+        let s = self.srqs.get(&srq).ok_or(VerbError::InvalidSrq)?;
+        Ok((s.wqes.len(), s.limit))
+    }
+
+    /// Destroys an SRQ no QP uses.
+    pub fn destroy_srq(&mut self, srq: Handle) -> Result<(), VerbError> {
+        match self.srqs.get(&srq) {
+            None => Err(VerbError::InvalidSrq),
+            Some(s) if s.users > 0 => Err(VerbError::Busy),
+            Some(s) => {
+                let pd = s.pd;
+                self.srqs.remove(&srq);
+                let _ = self.mrs.pd_unref(pd);
+                Ok(())
+            }
+        }
+    }
+
+    /// Posts a receive WQE to an SRQ.
+    pub fn post_srq_recv(&mut self, srq: Handle, wr: RecvWr) -> Result<(), VerbError> {
+        let s = self.srqs.get_mut(&srq).ok_or(VerbError::InvalidSrq)?;
+        if wr.sges.len() > s.max_sge {
+            return Err(VerbError::MaxSgeExceeded);
+        }
+        if s.wqes.len() >= s.max_wr {
+            return Err(VerbError::QueueFull);
+        }
+        s.wqes.push_back(wr);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ QPs
+
+    /// Creates a QP in Reset (QS-09: every refusal leaves nothing behind).
+    pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbError> {
+        if !self.mrs.pd_exists(init.pd) {
+            return Err(VerbError::InvalidPd);
+        }
+        if !self.cqs.contains_key(&init.send_cq) || !self.cqs.contains_key(&init.recv_cq) {
+            return Err(VerbError::InvalidCq);
+        }
+        if let Some(s) = init.srq {
+            match self.srqs.get(&s) {
+                None => return Err(VerbError::InvalidSrq),
+                Some(srq) if srq.pd != init.pd => return Err(VerbError::InvalidSrq),
+                Some(_) => {}
+            }
+        }
+        let c = init.cap;
+        if c.max_send_wr > self.limits.max_qp_wr
+            || (init.srq.is_none() && c.max_recv_wr > self.limits.max_qp_wr)
+        {
+            return Err(VerbError::MaxWrExceeded);
+        }
+        if c.max_send_sge > self.limits.max_sge || c.max_recv_sge > self.limits.max_sge {
+            return Err(VerbError::MaxSgeExceeded);
+        }
+        if c.max_inline_data > self.limits.max_inline {
+            return Err(VerbError::InvalidAttr);
+        }
+        if self.qps.len() >= self.limits.max_qp {
+            return Err(VerbError::InsufficientResources);
+        }
+        let qpn = self.alloc_qpn().ok_or(VerbError::InsufficientResources)?;
+        self.mrs.pd_ref(init.pd)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(&cq) {
+                c.users += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(&s)) {
+            s.users += 1;
+        }
+        self.qps.insert(
+            qpn,
+            Qp {
+                qpn,
+                init,
+                state: QpState::Reset,
+                attr: QpAttr::default(),
+                rq: VecDeque::new(),
+                req: Requester::new(c.max_send_wr as usize),
+                resp: Responder::default(),
+                scheduled: false,
+            },
+        );
+        Ok(qpn)
+    }
+
+    fn alloc_qpn(&mut self) -> Option<u32> {
+        // QPN 0 and 1 are the special QPs; numbers are reused only after a lap.
+        for _ in 0..psn::PSN_SPACE {
+            let q = self.next_qpn;
+            self.next_qpn = if q >= psn::PSN_MASK - 1 { 2 } else { q + 1 };
+            if !self.qps.contains_key(&q) {
+                return Some(q);
+            }
+        }
+        None
+    }
+
+    /// Destroys a QP; its WQEs vanish without completions (as a real HCA's do).
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+        let qp = self.qps.remove(&qpn).ok_or(VerbError::InvalidHandle)?;
+        let _ = self.mrs.pd_unref(qp.init.pd);
+        for cq in [qp.init.send_cq, qp.init.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(&cq) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        if let Some(s) = qp.init.srq.and_then(|s| self.srqs.get_mut(&s)) {
+            s.users = s.users.saturating_sub(1);
+        }
+        self.schedule.retain(|q| *q != qpn);
+        Ok(())
+    }
+
+    /// The QP's state and attributes.
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpState, QpAttr, QpInit), VerbError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbError::InvalidHandle)?;
+        let mut attr = qp.attr;
+        attr.state = Some(qp.state);
+        attr.cur_state = Some(qp.state);
+        attr.sq_psn = qp.req.next_psn;
+        attr.rq_psn = qp.resp.epsn;
+        Ok((qp.state, attr, qp.init))
+    }
+
+    /// Modify QP (QS-01, QS-02): checked against the transition table first; a
+    /// refused modify changes nothing.
+    pub fn modify_qp(
+        &mut self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: AttrMask,
+        now: Time,
+    ) -> Result<(), VerbError> {
+        let limits = qp_state::Limits {
+            pkey_table_len: self.port.pkeys.len().min(usize::from(u16::MAX)) as u16,
+            max_rd_atomic: self.limits.max_rd_atomic,
+            max_dest_rd_atomic: self.limits.max_rd_atomic,
+            ..qp_state::Limits::DEVICE
+        };
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
+        let kind = qp_state::QpKind::from(qp.init.qp_type);
+        let next = qp_state::check_modify_kind(kind, qp.state, attr, mask, &limits)?;
+        apply_attrs(qp, attr, mask);
+        let mut fx = Effects::default();
+        let from = qp.state;
+        match next {
+            QpState::Reset => {
+                qp.rq.clear();
+                qp.req = Requester::new(qp.init.cap.max_send_wr as usize);
+                qp.resp = Responder::default();
+                qp.attr = QpAttr::default();
+            }
+            QpState::Error => {}
+            QpState::Rtr if from == QpState::Init => {
+                qp.resp.epsn = attr.rq_psn & psn::PSN_MASK;
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                qp.req.start(attr.sq_psn & psn::PSN_MASK, &qp.attr);
+            }
+            QpState::Rts => {
+                // Back from SQE or SQD: restart sending after the error or drain.
+                qp.req.resume(&qp.attr);
+            }
+            _ => {}
+        }
+        qp.state = next;
+        if next == QpState::Error {
+            flush_all(qp, &mut fx);
+        }
+        if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+            qp.attr.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        let sched = matches!(next, QpState::Rts | QpState::Sqd);
+        self.finish(fx);
+        if sched {
+            self.schedule_qp(qpn);
+        }
+        let _ = now;
+        Ok(())
+    }
+
+    /// Posts a send WR (QS-03: refused in Reset, Init, RTR; flushed in SQE, Error).
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbError> {
+        let max_inline = self.limits.max_inline;
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
+        let flush = match qp_state::send_post_outcome(qp.state) {
+            qp_state::PostOutcome::Rejected => return Err(VerbError::InvalidWr),
+            qp_state::PostOutcome::Queued => false,
+            qp_state::PostOutcome::Flushed => true,
+        };
+        requester::validate_wr(qp, &wr, max_inline)?;
+        if qp.req.wqes.len() >= qp.req.max_wr {
+            return Err(VerbError::QueueFull);
+        }
+        let mut fx = Effects::default();
+        qp.req.post(wr, qp.init.sq_sig_all);
+        if flush {
+            requester::flush_sq(qp, &mut fx);
+        }
+        self.finish(fx);
+        if !flush {
+            self.schedule_qp(qpn);
+        }
+        Ok(())
+    }
+
+    /// Posts a receive WR to a QP's own RQ (refused in Reset; flushed in Error).
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
+        if qp.init.srq.is_some() {
+            return Err(VerbError::InvalidWr);
+        }
+        if !qp_state::can_post_recv(qp.state) {
+            return Err(VerbError::InvalidWr);
+        }
+        if wr.sges.len() > qp.init.cap.max_recv_sge as usize {
+            return Err(VerbError::MaxSgeExceeded);
+        }
+        if qp.rq.len() >= qp.init.cap.max_recv_wr as usize {
+            return Err(VerbError::QueueFull);
+        }
+        qp.rq.push_back(wr);
+        if qp.state == QpState::Error {
+            let mut fx = Effects::default();
+            flush_rq(qp, &mut fx);
+            self.finish(fx);
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ I/O
+
+    /// Handles one received native packet (LRH through VCRC).
+    pub fn handle_packet(&mut self, buf: &[u8], mem: &mut dyn Memory, now: Time) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += buf.len() as u64;
+        let pkt = match PacketRepr::parse(buf) {
+            Ok(p) => p,
+            Err(d) => {
+                log::debug!("drop: {d}");
+                self.counters.wire_drops.count(d);
+                return;
+            }
+        };
+        let dest = pkt.transport.bth.dest_qp;
+        if let Err(r) = self.check_headers(&pkt) {
+            log::debug!("drop packet to QP {dest}: {r:?}");
+            self.counters.drop(r);
+            return;
+        }
+        let mut fx = Effects::default();
+        let mut srqs = std::mem::take(&mut self.srqs);
+        let info = pkt.transport.bth.opcode.info();
+        let mut ctx = Ctx {
+            mrs: &mut self.mrs,
+            mem,
+            srqs: &mut srqs,
+            counters: &mut self.counters,
+            fx: &mut fx,
+            port: &self.port,
+            now,
+        };
+        let Some(qp) = self.qps.get_mut(&dest) else {
+            self.srqs = srqs;
+            return;
+        };
+        use crate::wire::opcode::Direction;
+        let wants_tx = match info.direction() {
+            Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
+            Direction::Response => requester::handle_response(qp, &pkt, &mut ctx),
+            Direction::Notification => false,
+        };
+        self.srqs = srqs;
+        self.finish(fx);
+        if wants_tx {
+            self.schedule_qp(dest);
+        }
+    }
+
+    /// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;
+    /// PV-02, PV-03, PV-05, PV-06). Silent drops (PV-10).
+    fn check_headers(&self, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+        let bth = &pkt.transport.bth;
+        if bth.dest_qp == psn::PSN_MASK {
+            return Err(RxDrop::Multicast);
+        }
+        let qp = self.qps.get(&bth.dest_qp).ok_or(RxDrop::UnknownQp)?; // C9-37
+        if !qp_state::receives_packets(qp.state) {
+            return Err(RxDrop::QpNotReceiving); // C9-38, QS-04
+        }
+        let info = bth.opcode.info();
+        let svc_ok = matches!(
+            (info.service, qp.init.qp_type),
+            (Service::Rc, QpType::Rc) | (Service::Uc, QpType::Uc) | (Service::Ud, QpType::Ud)
+        );
+        if !svc_ok {
+            return Err(RxDrop::ServiceMismatch); // C9-39
+        }
+        // C9-43: the P_Key of the QP's partition; the membership rule of 10.9.3:
+        // the low 15 bits match and at least one side is a full member.
+        let own = self
+            .port
+            .pkeys
+            .get(usize::from(qp.attr.pkey_index))
+            .copied()
+            .unwrap_or(0);
+        let pk = bth.pkey;
+        if pk & 0x7fff != own & 0x7fff
+            || (pk & 0x8000 == 0 && own & 0x8000 == 0)
+            || pk & 0x7fff == 0
+        {
+            return Err(RxDrop::BadPkey);
+        }
+        let lrh = &pkt.lrh;
+        // C9-56: a multicast SLID is never valid.
+        if (0xc000..0xffff).contains(&lrh.slid) {
+            return Err(RxDrop::BadSlid);
+        }
+        if lrh.slid == PERMISSIVE_LID || lrh.dlid == PERMISSIVE_LID {
+            return Err(RxDrop::BadDlid); // C9-55: permissive LID only for QP0
+        }
+        let mask = !((1u16 << self.port.lmc.min(7)) - 1);
+        if qp.init.qp_type != QpType::Ud {
+            // C9-53, C9-54: connected services check both LIDs.
+            if lrh.dlid & mask != self.port.lid & mask {
+                return Err(RxDrop::BadDlid);
+            }
+            if lrh.slid != qp.attr.av.dlid {
+                return Err(RxDrop::BadSlid);
+            }
+        } else {
+            // C9-48..C9-51: the Q_Key; QP1 uses the well-known one.
+            let deth = pkt.transport.ext.deth.map(|d| d.qkey).unwrap_or(0);
+            if deth != qp.attr.qkey {
+                return Err(RxDrop::BadQkey);
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the next packet to send into `buf` (which must hold a whole packet:
+    /// 8 + 40 + 12 + 28 + 4096 + 6 bytes is always enough); returns its length, or
+    /// `None` when nothing is ready. Round robin over QPs, responses first.
+    pub fn poll_transmit(
+        &mut self,
+        mem: &mut dyn Memory,
+        now: Time,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let mut fx = Effects::default();
+        let mut out = None;
+        let mut srqs = std::mem::take(&mut self.srqs);
+        let n = self.schedule.len();
+        for _ in 0..n {
+            let Some(qpn) = self.schedule.pop_front() else {
+                break;
+            };
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = Ctx {
+                mrs: &mut self.mrs,
+                mem,
+                srqs: &mut srqs,
+                counters: &mut self.counters,
+                fx: &mut fx,
+                port: &self.port,
+                now,
+            };
+            let built =
+                responder::poll_transmit(qp, &mut ctx, &mut self.scratch, buf).or_else(|| {
+                    requester::poll_transmit(qp, &mut ctx, &mut self.scratch, buf, &self.limits)
+                });
+            match built {
+                Some(len) => {
+                    self.schedule.push_back(qpn);
+                    self.counters.tx_packets += 1;
+                    self.counters.tx_bytes += len as u64;
+                    out = Some(len);
+                    break;
+                }
+                None => qp.scheduled = false,
+            }
+        }
+        self.srqs = srqs;
+        self.finish(fx);
+        out
+    }
+
+    /// The earliest time [`Self::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.qps.values().filter_map(|q| q.req.deadline()).min()
+    }
+
+    /// Fires every timer due at `now`: ACK timeouts (RL-10) and RNR waits (RL-11).
+    pub fn handle_timeout(&mut self, now: Time) {
+        let mut fx = Effects::default();
+        let mut wake = Vec::new();
+        for qp in self.qps.values_mut() {
+            if qp.req.deadline().is_some_and(|d| d <= now)
+                && requester::on_timeout(qp, now, &mut fx, &mut self.counters)
+            {
+                wake.push(qp.qpn);
+            }
+        }
+        self.finish(fx);
+        for q in wake {
+            self.schedule_qp(q);
+        }
+    }
+
+    /// The next async or completion event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn schedule_qp(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.scheduled {
+                qp.scheduled = true;
+                self.schedule.push_back(qpn);
+            }
+        }
+    }
+
+    /// Applies completions and events gathered while handling an input.
+    fn finish(&mut self, fx: Effects) {
+        for (cq, c) in fx.completions {
+            let Some(q) = self.cqs.get_mut(&cq) else {
+                continue;
+            };
+            match q.push(c) {
+                Pushed::Queued { notify: true } => self.events.push_back(Event::Completion { cq }),
+                Pushed::Queued { notify: false } | Pushed::Dropped => {}
+                Pushed::Overflow => self.events.push_back(Event::CqError { cq }),
+            }
+        }
+        self.events.extend(fx.events);
+    }
+}
+
+/// What QP code may touch while handling an input.
+pub(crate) struct Ctx<'a> {
+    pub mrs: &'a mut MrTable,
+    pub mem: &'a mut dyn Memory,
+    pub srqs: &'a mut HashMap<Handle, Srq>,
+    pub counters: &'a mut Counters,
+    pub fx: &'a mut Effects,
+    pub port: &'a PortConfig,
+    pub now: Time,
+}
+
+fn apply_attrs(qp: &mut Qp, a: &QpAttr, m: AttrMask) {
+    let t = &mut qp.attr;
+    if m.contains(AttrMask::ACCESS_FLAGS) {
+        t.access = a.access;
+    }
+    if m.contains(AttrMask::PKEY_INDEX) {
+        t.pkey_index = a.pkey_index;
+    }
+    if m.contains(AttrMask::PORT) {
+        t.port_num = a.port_num;
+    }
+    if m.contains(AttrMask::QKEY) {
+        t.qkey = a.qkey;
+    }
+    if m.contains(AttrMask::AV) {
+        t.av = a.av;
+    }
+    if m.contains(AttrMask::PATH_MTU) {
+        t.path_mtu = a.path_mtu;
+    }
+    if m.contains(AttrMask::TIMEOUT) {
+        t.timeout = a.timeout;
+    }
+    if m.contains(AttrMask::RETRY_CNT) {
+        t.retry_cnt = a.retry_cnt;
+    }
+    if m.contains(AttrMask::RNR_RETRY) {
+        t.rnr_retry = a.rnr_retry;
+    }
+    if m.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+        t.max_rd_atomic = a.max_rd_atomic;
+    }
+    if m.contains(AttrMask::MIN_RNR_TIMER) {
+        t.min_rnr_timer = a.min_rnr_timer;
+    }
+    if m.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+        t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if m.contains(AttrMask::DEST_QPN) {
+        t.dest_qp_num = a.dest_qp_num;
+    }
+    if m.contains(AttrMask::RQ_PSN) {
+        t.rq_psn = a.rq_psn;
+    }
+    if m.contains(AttrMask::SQ_PSN) {
+        t.sq_psn = a.sq_psn;
+    }
+}
+
+/// Moves a QP to Error: everything outstanding completes with a flush error
+/// (QS-07).
+pub(crate) fn to_error(qp: &mut Qp, fx: &mut Effects) {
+    qp.state = QpState::Error;
+    flush_all(qp, fx);
+}
+
+fn flush_all(qp: &mut Qp, fx: &mut Effects) {
+    requester::flush_sq(qp, fx);
+    responder::abort_message(qp);
+    flush_rq(qp, fx);
+}
+
+fn flush_rq(qp: &mut Qp, fx: &mut Effects) {
+    while let Some(w) = qp.rq.pop_front() {
+        fx.completions.push((
+            qp.init.recv_cq,
+            Completion {
+                wr_id: w.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_data: 0,
+                qp_num: qp.qpn,
+                src_qp: 0,
+                flags: WcFlags::default(),
+                pkey_index: 0,
+                slid: 0,
+                sl: 0,
+                dlid_path_bits: 0,
+                solicited: false,
+            },
+        ));
+    }
+}

@@ -1,0 +1,901 @@
+//! The send side of a QP: segmentation, PSNs, ACK processing (the completer) and
+//! retransmission (IBA 9.4, 9.5, 9.7; OP-01..OP-10, OR-01, OR-04..OR-06,
+//! RL-01, RL-02, RL-08..RL-11, RL-17).
+
+use std::collections::VecDeque;
+
+use super::{to_error, Ctx, Effects, Qp, RxDrop};
+use crate::engine::counters::Counters;
+use crate::psn;
+use crate::verbs::{
+    Completion, QpAttr, QpState, QpType, SendData, SendFlags, SendWr, Time, VerbError, WcFlags,
+    WcOpcode, WcStatus, WrOpcode,
+};
+use crate::wire::ext::{AethSyndrome, AtomicEthRepr, DethRepr, ExtHeaders, NakCode, RethRepr};
+use crate::wire::opcode::{Opcode, Operation, Position};
+use crate::wire::{BthRepr, GrhRepr, LrhRepr, PacketRepr, TransportRepr};
+
+/// Set AckReq at least every this many packets of a long message, so that ACKs
+/// keep the send window open (RL-08).
+const ACK_REQ_EVERY: u32 = 32;
+
+/// One send WQE and its progress.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    pub len: u64,
+    pub signaled: bool,
+    /// PSN of its first packet, fixed once it was first sent.
+    pub first_psn: u32,
+    /// PSNs it takes (RL-02: a READ takes one per response packet).
+    pub npkts: u32,
+    /// Packets sent in the current pass.
+    pub sent: u32,
+    pub started: bool,
+    /// READ: response bytes placed so far.
+    pub resp_bytes: u64,
+    pub done: Option<WcStatus>,
+}
+
+impl SendWqe {
+    fn is_rd_atomic(&self) -> bool {
+        matches!(
+            self.wr.opcode,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+        )
+    }
+
+    fn last_psn(&self) -> u32 {
+        psn::add(self.first_psn, self.npkts.saturating_sub(1))
+    }
+
+    fn contains(&self, p: u32) -> bool {
+        self.started && psn::diff(p, self.first_psn) >= 0 && psn::diff(p, self.last_psn()) <= 0
+    }
+}
+
+/// Requester state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub wqes: VecDeque<SendWqe>,
+    pub max_wr: usize,
+    /// Index of the WQE being transmitted; all before it are fully sent.
+    pub cur: usize,
+    pub next_psn: u32,
+    /// Oldest unacknowledged PSN.
+    pub una: u32,
+    retry_left: u8,
+    rnr_left: u8,
+    ack_deadline: Option<Time>,
+    rnr_deadline: Option<Time>,
+    rnr_psn: u32,
+    /// PSN a go-back already restarted from: further evidence of the same gap
+    /// (out-of-order responses, duplicate NAKs) does not rewind again.
+    rewound_to: Option<u32>,
+}
+
+impl Requester {
+    pub fn new(max_wr: usize) -> Requester {
+        Requester {
+            max_wr,
+            ..Requester::default()
+        }
+    }
+
+    /// RTR→RTS: the first packet carries the SQ start PSN.
+    pub fn start(&mut self, sq_psn: u32, attr: &QpAttr) {
+        self.next_psn = sq_psn;
+        self.una = sq_psn;
+        self.resume(attr);
+    }
+
+    /// (Re)entering RTS: counters reloaded.
+    pub fn resume(&mut self, attr: &QpAttr) {
+        self.retry_left = attr.retry_cnt;
+        self.rnr_left = attr.rnr_retry;
+    }
+
+    pub fn post(&mut self, wr: SendWr, sig_all: bool) {
+        let len = match &wr.data {
+            SendData::Inline(d) => d.len() as u64,
+            SendData::Sges(s) => s.iter().map(|s| u64::from(s.length)).sum(),
+        };
+        let signaled = sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        self.wqes.push_back(SendWqe {
+            wr,
+            len,
+            signaled,
+            first_psn: 0,
+            npkts: 0,
+            sent: 0,
+            started: false,
+            resp_bytes: 0,
+            done: None,
+        });
+    }
+
+    /// The next time a timer of this requester fires.
+    pub fn deadline(&self) -> Option<Time> {
+        match (self.ack_deadline, self.rnr_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn outstanding(&self) -> u32 {
+        psn::diff(self.next_psn, self.una).max(0) as u32
+    }
+}
+
+/// Local ACK timeout: 4.096 us * 2^timeout (IBA 11.2.4.2); 0 means none.
+fn ack_timeout_ns(attr: &QpAttr) -> Option<u64> {
+    (attr.timeout != 0).then(|| 4096u64 << attr.timeout.min(31))
+}
+
+/// Largest payload of one packet of this QP: the path MTU of a connected QP, the
+/// port's MTU for UD (a UD message is one packet, C9-12).
+fn pmtu_of(qp: &Qp) -> usize {
+    if qp.init.qp_type == QpType::Ud {
+        crate::wire::MAX_PAYLOAD
+    } else {
+        qp.attr.path_mtu.bytes()
+    }
+}
+
+/// Checks a WR against the QP before it is queued (immediate errors).
+pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), VerbError> {
+    let t = qp.init.qp_type;
+    let ok = match wr.opcode {
+        WrOpcode::Send | WrOpcode::SendWithImm => true,
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => t != QpType::Ud,
+        WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => t == QpType::Rc,
+        // SEND with Invalidate is OP-03 (tier 2): not yet.
+        WrOpcode::SendWithInv => false,
+    };
+    if !ok {
+        return Err(VerbError::InvalidWr);
+    }
+    if t == QpType::Ud && wr.ud.is_none() {
+        return Err(VerbError::InvalidWr);
+    }
+    match &wr.data {
+        SendData::Inline(d) => {
+            if d.len() > max_inline as usize || d.len() > qp.init.cap.max_inline_data as usize {
+                return Err(VerbError::InvalidWr);
+            }
+        }
+        SendData::Sges(s) => {
+            if s.len() > qp.init.cap.max_send_sge as usize {
+                return Err(VerbError::MaxSgeExceeded);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn wc_opcode(op: WrOpcode) -> WcOpcode {
+    match op {
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+        WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+        WrOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
+        WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
+    }
+}
+
+fn completion(qp: &Qp, w: &SendWqe, status: WcStatus) -> Completion {
+    Completion {
+        wr_id: w.wr.wr_id,
+        status,
+        opcode: wc_opcode(w.wr.opcode),
+        byte_len: if w.wr.opcode == WrOpcode::RdmaRead {
+            w.len as u32
+        } else {
+            0
+        },
+        imm_data: 0,
+        qp_num: qp.qpn,
+        src_qp: 0,
+        flags: WcFlags::default(),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+        solicited: false,
+    }
+}
+
+/// Retires finished WQEs from the head, in post order (OR-04); unsignaled
+/// successful ones silently (OR-06).
+fn retire(qp: &mut Qp, fx: &mut Effects) {
+    while let Some(w) = qp.req.wqes.front() {
+        let Some(status) = w.done else { break };
+        if w.signaled || status != WcStatus::Success {
+            fx.completions
+                .push((qp.init.send_cq, completion(qp, w, status)));
+        }
+        qp.req.wqes.pop_front();
+        qp.req.cur = qp.req.cur.saturating_sub(1);
+    }
+    if qp.state == QpState::Sqd
+        && qp.req.wqes.iter().all(|w| !w.started)
+        && qp.attr.en_sqd_async_notify
+    {
+        // QS-05: drained.
+        fx.events
+            .push(crate::verbs::Event::SqDrained { qpn: qp.qpn });
+        qp.attr.en_sqd_async_notify = false;
+    }
+}
+
+/// Completes every WQE not done yet with a flush error (QS-06, QS-07).
+pub(crate) fn flush_sq(qp: &mut Qp, fx: &mut Effects) {
+    for w in qp.req.wqes.iter_mut() {
+        if w.done.is_none() {
+            w.done = Some(WcStatus::WrFlushErr);
+        }
+    }
+    // Flushed WQEs always complete, signaled or not.
+    for w in qp.req.wqes.iter_mut() {
+        w.signaled = true;
+    }
+    retire(qp, fx);
+    qp.req.cur = 0;
+    qp.req.ack_deadline = None;
+    qp.req.rnr_deadline = None;
+}
+
+/// A send-side error: the WQE at `idx` completes with `status`; RC goes to Error,
+/// UC and UD to SQE (QS-06), later WQEs flush.
+fn fail(qp: &mut Qp, idx: usize, status: WcStatus, fx: &mut Effects) {
+    // Everything before it that was still waiting is acknowledged by implication.
+    if let Some(w) = qp.req.wqes.get_mut(idx) {
+        w.done = Some(status);
+    }
+    for w in qp.req.wqes.iter_mut().take(idx) {
+        if w.done.is_none() {
+            w.done = Some(WcStatus::Success);
+        }
+    }
+    retire(qp, fx);
+    if qp.init.qp_type == QpType::Rc {
+        to_error(qp, fx);
+    } else {
+        qp.state = QpState::Sqe;
+        flush_sq(qp, fx);
+    }
+}
+
+/// Restarts transmission from PSN `p` (go-back-N, 9.7.4.1.3).
+fn rewind(qp: &mut Qp, p: u32) {
+    let r = &mut qp.req;
+    let Some(i) = r
+        .wqes
+        .iter()
+        .position(|w| w.contains(p) && w.done.is_none())
+    else {
+        return;
+    };
+    let w = &mut r.wqes[i];
+    // For a READ, `p` is the first response not yet received, so the retried
+    // request asks only for the rest (RL-14).
+    w.sent = psn::diff(p, w.first_psn) as u32;
+    for later in r.wqes.iter_mut().skip(i + 1) {
+        later.sent = 0;
+    }
+    r.cur = i;
+    r.next_psn = p;
+    r.rewound_to = Some(p);
+}
+
+/// Implicit acknowledgement of every request before PSN `p` (an ACK, or a NAK or
+/// response for `p`): completes SEND/WRITE WQEs whose last packet is before `p`.
+/// Returns the index of a READ/ATOMIC whose responses were skipped, if any.
+fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
+    let timeout = ack_timeout_ns(&qp.attr);
+    let r = &mut qp.req;
+    let mut progressed = false;
+    let mut skipped = None;
+    for (i, w) in r.wqes.iter_mut().enumerate() {
+        if i >= r.cur && !w.started {
+            break;
+        }
+        if w.done.is_some() {
+            continue;
+        }
+        if !w.started || psn::diff(last_acked, w.first_psn) < 0 {
+            break;
+        }
+        if w.is_rd_atomic() {
+            // An ACK past a READ/ATOMIC whose response never came: it was lost.
+            skipped = Some(i);
+            break;
+        }
+        if psn::diff(last_acked, w.last_psn()) >= 0 && w.sent == w.npkts {
+            w.done = Some(WcStatus::Success);
+            progressed = true;
+        } else {
+            break;
+        }
+    }
+    let new_una = psn::add(last_acked, 1);
+    if psn::diff(new_una, r.una) > 0 && psn::diff(new_una, r.next_psn) <= 0 {
+        r.una = new_una;
+        progressed = true;
+    }
+    if progressed {
+        r.retry_left = qp.attr.retry_cnt;
+        r.rnr_left = qp.attr.rnr_retry;
+        r.ack_deadline = if r.outstanding() > 0 {
+            timeout.map(|t| now.plus_ns(t))
+        } else {
+            None
+        };
+    }
+    skipped
+}
+
+/// Handles a response packet (ACK, NAK, READ response, atomic ACK) on an RC QP.
+/// Returns whether the QP has something to send now.
+pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    if qp.init.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        cx.counters.drop(RxDrop::NotExpected);
+        return false;
+    }
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    // RL-09: only PSNs in the unacknowledged region [una, next_psn) count; a
+    // duplicate (before una) or ghost (at/after next_psn) is dropped.
+    if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.next_psn) >= 0 {
+        cx.counters.drop(RxDrop::GhostResponse);
+        return false;
+    }
+    let op = t.bth.opcode.info().operation;
+    let wake = match op {
+        Operation::Acknowledge => {
+            let Some(aeth) = t.ext.aeth else { return false };
+            on_aeth(qp, p, aeth.syndrome, cx)
+        }
+        Operation::RdmaReadResponse => on_read_response(qp, pkt, cx),
+        Operation::AtomicAcknowledge => on_atomic_ack(qp, pkt, cx),
+        _ => false,
+    };
+    retire(qp, cx.fx);
+    wake
+}
+
+fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
+    match syn {
+        AethSyndrome::Ack { .. } => {
+            if let Some(i) = ack_through(qp, p, cx.now) {
+                let first = qp.req.wqes[i].first_psn;
+                let resume = read_resume_psn(qp, i).unwrap_or(first);
+                if qp.req.rewound_to != Some(resume) {
+                    cx.counters.retransmits += 1;
+                    rewind(qp, resume);
+                }
+                return true;
+            }
+            qp.req.rewound_to = None;
+            true
+        }
+        AethSyndrome::RnrNak { timer_code } => {
+            cx.counters.rnr_naks_received += 1;
+            ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+            if qp.attr.rnr_retry != 7 {
+                if qp.req.rnr_left == 0 {
+                    let idx = qp.req.wqes.iter().position(|w| w.contains(p)).unwrap_or(0);
+                    fail(qp, idx, WcStatus::RnrRetryExcErr, cx.fx);
+                    return false;
+                }
+                qp.req.rnr_left -= 1;
+            }
+            // RL-11: wait the responder's timer, then resend from the NAKed PSN.
+            let us = syn.rnr_timer_us().unwrap_or(10);
+            let _ = timer_code;
+            qp.req.rnr_deadline = Some(cx.now.plus_ns(u64::from(us) * 1000));
+            qp.req.rnr_psn = p;
+            qp.req.ack_deadline = None;
+            false
+        }
+        AethSyndrome::Nak(code) => {
+            ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+            let idx = qp
+                .req
+                .wqes
+                .iter()
+                .position(|w| w.contains(p) && w.done.is_none());
+            match code {
+                NakCode::PsnSequenceError => {
+                    // RL-03/RL-10: go back to the PSN the responder expects, at once.
+                    if qp.req.rewound_to == Some(p) {
+                        return false;
+                    }
+                    if qp.req.retry_left == 0 {
+                        fail(qp, idx.unwrap_or(0), WcStatus::RetryExcErr, cx.fx);
+                        return false;
+                    }
+                    qp.req.retry_left -= 1;
+                    cx.counters.retransmits += 1;
+                    let resume = idx.and_then(|i| read_resume_psn(qp, i)).unwrap_or(p);
+                    rewind(qp, resume);
+                    true
+                }
+                NakCode::InvalidRequest => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemInvReqErr, cx.fx);
+                    false
+                }
+                NakCode::RemoteAccessError => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemAccessErr, cx.fx);
+                    false
+                }
+                NakCode::RemoteOperationalError => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemOpErr, cx.fx);
+                    false
+                }
+                NakCode::InvalidRdRequest => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemInvRdReqErr, cx.fx);
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// For a READ WQE, the PSN of the first response packet not yet received.
+fn read_resume_psn(qp: &Qp, i: usize) -> Option<u32> {
+    let w = qp.req.wqes.get(i)?;
+    if w.wr.opcode != WrOpcode::RdmaRead {
+        return None;
+    }
+    let pmtu = qp.attr.path_mtu.bytes() as u64;
+    Some(psn::add(w.first_psn, (w.resp_bytes / pmtu) as u32))
+}
+
+fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let Some(i) = qp
+        .req
+        .wqes
+        .iter()
+        .position(|w| w.contains(p) && w.done.is_none())
+    else {
+        cx.counters.drop(RxDrop::GhostResponse);
+        return false;
+    };
+    if qp.req.wqes[i].wr.opcode != WrOpcode::RdmaRead {
+        cx.counters.drop(RxDrop::UnexpectedResponse);
+        return false;
+    }
+    // Responses before this READ acknowledge everything older (C9-27 ordering).
+    let first = qp.req.wqes[i].first_psn;
+    ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
+    let expect = read_resume_psn(qp, i).unwrap_or(first);
+    let d = psn::diff(p, expect);
+    if d < 0 {
+        cx.counters.duplicates_received += 1;
+        return false;
+    }
+    if d > 0 {
+        // A response was lost: ask again for the rest, once per gap.
+        if qp.req.rewound_to == Some(expect) {
+            return false;
+        }
+        cx.counters.retransmits += 1;
+        rewind(qp, expect);
+        return true;
+    }
+    let pmtu = qp.attr.path_mtu.bytes() as u64;
+    let w = &qp.req.wqes[i];
+    let remaining = w.len - w.resp_bytes;
+    let pos = t.bth.opcode.info().position;
+    let first_pkt = w.resp_bytes == 0;
+    let len = t.payload.len() as u64;
+    let ok = match pos {
+        Position::Only => first_pkt && len == remaining && len <= pmtu,
+        Position::First => first_pkt && len == pmtu && remaining > pmtu,
+        Position::Middle => !first_pkt && len == pmtu && remaining > pmtu,
+        Position::Last => !first_pkt && len == remaining && len <= pmtu && len > 0,
+    };
+    if !ok {
+        fail(qp, i, WcStatus::BadRespErr, cx.fx);
+        return false;
+    }
+    let SendData::Sges(sges) = &w.wr.data else {
+        fail(qp, i, WcStatus::LocProtErr, cx.fx);
+        return false;
+    };
+    if let Err(e) = cx
+        .mrs
+        .scatter(cx.mem, qp.init.pd, sges, w.resp_bytes, t.payload)
+    {
+        fail(qp, i, super::access::local_status(e), cx.fx);
+        return false;
+    }
+    let w = &mut qp.req.wqes[i];
+    w.resp_bytes += len;
+    qp.req.rewound_to = None;
+    if matches!(pos, Position::Last | Position::Only) {
+        w.done = Some(WcStatus::Success);
+        let last = w.last_psn();
+        ack_through(qp, last, cx.now);
+    } else {
+        let timeout = ack_timeout_ns(&qp.attr);
+        qp.req.ack_deadline = timeout.map(|t| cx.now.plus_ns(t));
+    }
+    true
+}
+
+fn on_atomic_ack(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let Some(i) = qp
+        .req
+        .wqes
+        .iter()
+        .position(|w| w.contains(p) && w.done.is_none())
+    else {
+        cx.counters.drop(RxDrop::GhostResponse);
+        return false;
+    };
+    let w = &qp.req.wqes[i];
+    if !matches!(
+        w.wr.opcode,
+        WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+    ) {
+        cx.counters.drop(RxDrop::UnexpectedResponse);
+        return false;
+    }
+    ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+    let orig = t
+        .ext
+        .atomic_ack_eth
+        .map(|a| a.orig_remote_data)
+        .unwrap_or(0);
+    let w = &qp.req.wqes[i];
+    if let SendData::Sges(sges) = &w.wr.data {
+        // The original value lands in the requester's buffer in host order.
+        if let Err(e) = cx
+            .mrs
+            .scatter(cx.mem, qp.init.pd, sges, 0, &orig.to_le_bytes())
+        {
+            fail(qp, i, super::access::local_status(e), cx.fx);
+            return false;
+        }
+    }
+    qp.req.wqes[i].done = Some(WcStatus::Success);
+    qp.req.rewound_to = None;
+    ack_through(qp, p, cx.now);
+    true
+}
+
+/// A timer fired: ACK timeout (RL-10) or the end of an RNR wait (RL-11).
+/// Returns whether the QP has something to send.
+pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Counters) -> bool {
+    let r = &mut qp.req;
+    if let Some(d) = r.rnr_deadline {
+        if d <= now {
+            r.rnr_deadline = None;
+            let p = r.rnr_psn;
+            r.rewound_to = None;
+            rewind(qp, p);
+            let t = ack_timeout_ns(&qp.attr);
+            qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
+            return true;
+        }
+    }
+    let Some(d) = qp.req.ack_deadline else {
+        return false;
+    };
+    if d > now {
+        return false;
+    }
+    if qp.req.outstanding() == 0 {
+        qp.req.ack_deadline = None;
+        return false;
+    }
+    c.timeouts += 1;
+    if qp.req.retry_left == 0 {
+        // RL-10: seven means seven; then RETRY_EXC_ERR and the QP goes to Error.
+        let una = qp.req.una;
+        let idx = qp
+            .req
+            .wqes
+            .iter()
+            .position(|w| w.contains(una) && w.done.is_none())
+            .unwrap_or(0);
+        fail(qp, idx, WcStatus::RetryExcErr, fx);
+        return false;
+    }
+    qp.req.retry_left -= 1;
+    c.retransmits += 1;
+    let una = qp.req.una;
+    let resume = qp
+        .req
+        .wqes
+        .iter()
+        .position(|w| w.contains(una) && w.done.is_none())
+        .and_then(|i| read_resume_psn(qp, i))
+        .unwrap_or(una);
+    qp.req.rewound_to = None;
+    rewind(qp, resume);
+    let t = ack_timeout_ns(&qp.attr);
+    qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
+    true
+}
+
+/// Builds the next request packet of this QP, if any.
+pub(crate) fn poll_transmit(
+    qp: &mut Qp,
+    cx: &mut Ctx<'_>,
+    scratch: &mut [u8],
+    buf: &mut [u8],
+    limits: &super::Limits,
+) -> Option<usize> {
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
+        return None;
+    }
+    let is_rc = qp.init.qp_type == QpType::Rc;
+    if is_rc && qp.req.outstanding() >= limits.send_window {
+        return None;
+    }
+    let i = qp.req.cur;
+    let w = qp.req.wqes.get(i)?;
+    let pmtu = pmtu_of(qp);
+    if w.sent == 0 && !w.started {
+        if qp.state == QpState::Sqd {
+            return None; // QS-05: no new message while draining
+        }
+        let earlier_rd = qp
+            .req
+            .wqes
+            .iter()
+            .take(i)
+            .filter(|x| x.is_rd_atomic() && x.done.is_none())
+            .count();
+        if w.wr.flags.contains(SendFlags::FENCE) && earlier_rd > 0 {
+            return None; // OR-05
+        }
+        if w.is_rd_atomic() && earlier_rd >= usize::from(qp.attr.max_rd_atomic.max(1)) {
+            return None; // RL-07
+        }
+        if w.len > super::MAX_MSG_SIZE
+            || (qp.init.qp_type == QpType::Ud && w.len > pmtu as u64)
+            || (w.is_rd_atomic() && w.wr.opcode != WrOpcode::RdmaRead && w.len < 8)
+        {
+            fail(qp, i, WcStatus::LocLenErr, cx.fx);
+            return None;
+        }
+    }
+    let w = &mut qp.req.wqes[i];
+    if w.sent == 0 {
+        if !w.started {
+            w.npkts = match w.wr.opcode {
+                WrOpcode::RdmaRead => psn::read_packets(w.len, pmtu),
+                WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => 1,
+                _ => (w.len.div_ceil(pmtu as u64)).max(1) as u32,
+            };
+            w.started = true;
+        }
+        // A WQE sent again from its start gets the same PSNs: sizes are fixed.
+        w.first_psn = qp.req.next_psn;
+    }
+    match build_request(qp, i, cx, scratch, buf) {
+        Ok(len) => Some(len),
+        Err(status) => {
+            fail(qp, i, status, cx.fx);
+            None
+        }
+    }
+}
+
+fn build_request(
+    qp: &mut Qp,
+    i: usize,
+    cx: &mut Ctx<'_>,
+    scratch: &mut [u8],
+    buf: &mut [u8],
+) -> Result<usize, WcStatus> {
+    let pmtu = pmtu_of(qp);
+    let qpn = qp.qpn;
+    let pd = qp.init.pd;
+    let qkey_own = qp.attr.qkey;
+    let w = &qp.req.wqes[i];
+    let k = w.sent;
+    let psn_k = psn::add(w.first_psn, k);
+    let (op, payload_len, ext, adv) = match w.wr.opcode {
+        WrOpcode::RdmaRead => {
+            // One request for the rest of the READ (RL-14 on a retry).
+            let done = u64::from(k) * pmtu as u64;
+            let reth = RethRepr {
+                va: w.wr.remote_addr.wrapping_add(done),
+                rkey: w.wr.rkey,
+                dma_len: (w.len - done.min(w.len)) as u32,
+            };
+            let ext = ExtHeaders {
+                reth: Some(reth),
+                ..Default::default()
+            };
+            (Opcode::RC_RDMA_READ_REQUEST, 0, ext, w.npkts - k)
+        }
+        WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => {
+            let ext = ExtHeaders {
+                atomic_eth: Some(AtomicEthRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    swap_add: w.wr.swap_add,
+                    compare: w.wr.compare,
+                }),
+                ..Default::default()
+            };
+            let op = if w.wr.opcode == WrOpcode::AtomicCmpSwap {
+                Opcode::RC_COMPARE_SWAP
+            } else {
+                Opcode::RC_FETCH_ADD
+            };
+            (op, 0, ext, 1)
+        }
+        _ => {
+            let offset = u64::from(k) * pmtu as u64;
+            let n = (w.len - offset.min(w.len)).min(pmtu as u64) as usize;
+            let first = k == 0;
+            let last = k + 1 == w.npkts;
+            let op = data_opcode(qp.init.qp_type, w.wr.opcode, first, last);
+            let mut ext = ExtHeaders::default();
+            let info = op.info();
+            if info.has(crate::wire::ExtKind::Reth) {
+                ext.reth = Some(RethRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: w.len as u32,
+                });
+            }
+            if info.has(crate::wire::ExtKind::ImmDt) {
+                ext.imm_dt = Some(w.wr.imm_or_inv);
+            }
+            if let Some(ud) = &w.wr.ud {
+                // PV-05: a Q_Key with its high bit set means "use the QP's own".
+                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                    qkey_own
+                } else {
+                    ud.remote_qkey
+                };
+                ext.deth = Some(DethRepr { qkey, src_qp: qpn });
+            }
+            match &w.wr.data {
+                SendData::Inline(d) => {
+                    scratch[..n].copy_from_slice(&d[offset as usize..offset as usize + n])
+                }
+                SendData::Sges(s) => cx
+                    .mrs
+                    .gather(cx.mem, pd, s, offset, &mut scratch[..n])
+                    .map_err(super::access::local_status)?,
+            }
+            (op, n, ext, 1)
+        }
+    };
+    let w = &qp.req.wqes[i];
+    let last_pkt = k + adv >= w.npkts;
+    let info = op.info();
+    let (av, dest_qp) = match &w.wr.ud {
+        Some(ud) => (ud.av, ud.remote_qpn),
+        None => (qp.attr.av, qp.attr.dest_qp_num),
+    };
+    let ack_req =
+        qp.init.qp_type == QpType::Rc && (last_pkt || psn::add(psn_k, 1).is_multiple_of(ACK_REQ_EVERY));
+    let solicited = w.wr.flags.contains(SendFlags::SOLICITED)
+        && info.ends_message()
+        && matches!(
+            info.operation,
+            Operation::Send | Operation::SendWithImmediate | Operation::RdmaWriteWithImmediate
+        );
+    let grh = av.grh.map(|g| GrhRepr {
+        traffic_class: g.traffic_class,
+        flow_label: g.flow_label,
+        hop_limit: g.hop_limit,
+        sgid: cx.port.gid(),
+        dgid: g.dgid,
+    });
+    let pkey = cx
+        .port
+        .pkeys
+        .get(usize::from(qp.attr.pkey_index))
+        .copied()
+        .unwrap_or(0xffff);
+    let pkt = PacketRepr {
+        lrh: LrhRepr {
+            vl: 0,
+            sl: av.sl & 0xf,
+            dlid: av.dlid,
+            slid: cx.port.lid | u16::from(av.src_path_bits),
+        },
+        grh,
+        transport: TransportRepr {
+            bth: BthRepr {
+                opcode: op,
+                solicited,
+                mig_req: false,
+                pkey,
+                fecn: false,
+                becn: false,
+                dest_qp,
+                ack_req,
+                psn: if qp.init.qp_type == QpType::Ud {
+                    qp.req.next_psn
+                } else {
+                    psn_k
+                },
+            },
+            ext,
+            payload: &scratch[..payload_len],
+        },
+    };
+    let len = pkt.emit(buf).map_err(|_| WcStatus::LocLenErr)?;
+    // Advance.
+    let timeout = ack_timeout_ns(&qp.attr);
+    let r = &mut qp.req;
+    let w = &mut r.wqes[i];
+    w.sent += adv;
+    r.next_psn = psn::add(psn_k, adv);
+    if w.sent >= w.npkts {
+        w.sent = w.npkts;
+        r.cur += 1;
+        if qp.init.qp_type != QpType::Rc {
+            // UC/UD complete once sent: nothing will acknowledge them.
+            w.done = Some(WcStatus::Success);
+            r.una = r.next_psn;
+        }
+    }
+    if qp.init.qp_type == QpType::Rc && r.ack_deadline.is_none() {
+        r.ack_deadline = timeout.map(|t| cx.now.plus_ns(t));
+    }
+    if qp.init.qp_type != QpType::Rc {
+        retire(qp, cx.fx);
+    }
+    Ok(len)
+}
+
+/// The opcode of a SEND or WRITE packet by position (Table 38).
+fn data_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
+    use WrOpcode::*;
+    let rc = t == QpType::Rc;
+    let pick = |rc_op: Opcode, uc_op: Opcode| if rc { rc_op } else { uc_op };
+    if t == QpType::Ud {
+        return if op == SendWithImm {
+            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+        } else {
+            Opcode::UD_SEND_ONLY
+        };
+    }
+    match (op, first, last) {
+        (Send | SendWithImm | SendWithInv, true, false) => {
+            pick(Opcode::RC_SEND_FIRST, Opcode::UC_SEND_FIRST)
+        }
+        (Send | SendWithImm | SendWithInv, false, false) => {
+            pick(Opcode::RC_SEND_MIDDLE, Opcode::UC_SEND_MIDDLE)
+        }
+        (Send | SendWithInv, false, true) => pick(Opcode::RC_SEND_LAST, Opcode::UC_SEND_LAST),
+        (Send | SendWithInv, true, true) => pick(Opcode::RC_SEND_ONLY, Opcode::UC_SEND_ONLY),
+        (SendWithImm, false, true) => pick(
+            Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+            Opcode::UC_SEND_LAST_WITH_IMMEDIATE,
+        ),
+        (SendWithImm, true, true) => pick(
+            Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+            Opcode::UC_SEND_ONLY_WITH_IMMEDIATE,
+        ),
+        (_, true, false) => pick(Opcode::RC_RDMA_WRITE_FIRST, Opcode::UC_RDMA_WRITE_FIRST),
+        (_, false, false) => pick(Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::UC_RDMA_WRITE_MIDDLE),
+        (RdmaWriteWithImm, false, true) => pick(
+            Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+            Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        ),
+        (RdmaWriteWithImm, true, true) => pick(
+            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        ),
+        (_, false, true) => pick(Opcode::RC_RDMA_WRITE_LAST, Opcode::UC_RDMA_WRITE_LAST),
+        (_, true, true) => pick(Opcode::RC_RDMA_WRITE_ONLY, Opcode::UC_RDMA_WRITE_ONLY),
+    }
+}

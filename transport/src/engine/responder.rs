@@ -1,0 +1,945 @@
+//! The receive side of a QP: request validation in the spec's order, execution,
+//! and responses in PSN order (IBA 9.4, 9.5, 9.7.5, 9.8; after Linux rxe's
+//! responder: check PSN, check op sequence, check access, check resources, check
+//! length, check R_Key, execute, acknowledge).
+//! Features OP-01..OP-10, OR-02, OR-03, OR-07, RL-03..RL-08, RL-11, RL-12, RL-15,
+//! RL-16, SR-01.
+
+use std::collections::VecDeque;
+
+use super::access::{self, local_status, RemoteErr};
+use super::{to_error, Ctx, Qp, RxDrop};
+use crate::mr::RemoteAccess;
+use crate::psn;
+use crate::verbs::{
+    Access, Completion, Event, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus,
+};
+use crate::wire::ext::{
+    AethRepr, AethSyndrome, AtomicAckEthRepr, ExtHeaders, NakCode, CREDIT_CODE_INVALID,
+};
+use crate::wire::opcode::{Opcode, Operation, Position};
+use crate::wire::{BthRepr, GrhRepr, LrhRepr, PacketRepr, TransportRepr, MAX_PAYLOAD};
+
+/// Bytes of GRH space at the start of every UD receive buffer (IBA 11.4.1.2).
+pub const UD_GRH_SPACE: usize = 40;
+
+/// A message being received.
+#[derive(Debug)]
+enum InMsg {
+    /// SEND: the receive WQE and bytes placed so far.
+    Send {
+        wqe: RecvWr,
+        from_srq: bool,
+        placed: u64,
+    },
+    /// RDMA WRITE: target and bytes written so far.
+    Write {
+        va: u64,
+        rkey: u32,
+        dma_len: u64,
+        placed: u64,
+    },
+    /// UC: the rest of a message whose start could not be taken (RL-15).
+    Discard,
+}
+
+/// A saved READ or ATOMIC (RL-07): what a duplicate must replay.
+#[derive(Debug, Clone, Copy)]
+struct Resource {
+    psn: u32,
+    npkts: u32,
+    kind: ResKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ResKind {
+    Read { va: u64, rkey: u32, len: u64 },
+    Atomic { orig: u64 },
+}
+
+/// A response waiting to be sent, in PSN order (C9-27, OR-02).
+#[derive(Debug, Clone, Copy)]
+enum RespItem {
+    Aeth {
+        psn: u32,
+        syndrome: AethSyndrome,
+    },
+    Read {
+        psn: u32,
+        va: u64,
+        rkey: u32,
+        len: u64,
+        sent: u64,
+    },
+    AtomicAck {
+        psn: u32,
+        orig: u64,
+    },
+}
+
+/// Responder state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// Expected PSN (RL-03).
+    pub epsn: u32,
+    /// Messages completed (AETH:MSN, RL-08).
+    pub msn: u32,
+    /// A NAK (sequence or RNR) went out for `epsn`; later packets are dropped
+    /// silently until it arrives (RL-03).
+    nak_sent: bool,
+    cur: Option<InMsg>,
+    resources: VecDeque<Resource>,
+    out: VecDeque<RespItem>,
+    established: bool,
+}
+
+/// Aborts a message in progress when the QP leaves service; its receive WQE goes
+/// back to its queue to be flushed.
+pub(crate) fn abort_message(qp: &mut Qp) {
+    if let Some(InMsg::Send {
+        wqe,
+        from_srq: false,
+        ..
+    }) = qp.resp.cur.take()
+    {
+        qp.rq.push_front(wqe);
+    }
+    qp.resp.out.clear();
+}
+
+fn take_recv(qp: &mut Qp, cx: &mut Ctx<'_>) -> Option<(RecvWr, bool)> {
+    match qp.init.srq {
+        Some(h) => {
+            let srq = cx.srqs.get_mut(&h)?;
+            let (w, fire) = srq.take()?;
+            if fire {
+                cx.fx.events.push(Event::SrqLimitReached { srq: h });
+            }
+            Some((w, true))
+        }
+        None => qp.rq.pop_front().map(|w| (w, false)),
+    }
+}
+
+fn put_back(qp: &mut Qp, cx: &mut Ctx<'_>, wqe: RecvWr, from_srq: bool) {
+    if from_srq {
+        if let Some(s) = qp.init.srq.and_then(|h| cx.srqs.get_mut(&h)) {
+            s.wqes.push_front(wqe);
+        }
+    } else {
+        qp.rq.push_front(wqe);
+    }
+}
+
+fn recv_completion(qp: &Qp, wqe: &RecvWr, status: WcStatus, byte_len: u64) -> Completion {
+    Completion {
+        wr_id: wqe.wr_id,
+        status,
+        opcode: WcOpcode::Recv,
+        byte_len: byte_len as u32,
+        imm_data: 0,
+        qp_num: qp.qpn,
+        src_qp: qp.attr.dest_qp_num,
+        flags: WcFlags::default(),
+        pkey_index: qp.attr.pkey_index,
+        slid: qp.attr.av.dlid,
+        sl: qp.attr.av.sl,
+        dlid_path_bits: 0,
+        solicited: false,
+    }
+}
+
+/// Queues an ACK or NAK; consecutive ACKs coalesce into the newest (RL-08).
+fn queue_aeth(qp: &mut Qp, psn: u32, syndrome: AethSyndrome) {
+    if let AethSyndrome::Ack { .. } = syndrome {
+        if let Some(RespItem::Aeth {
+            syndrome: AethSyndrome::Ack { .. },
+            psn: p,
+        }) = qp.resp.out.back_mut()
+        {
+            *p = psn;
+            return;
+        }
+    }
+    qp.resp.out.push_back(RespItem::Aeth { psn, syndrome });
+}
+
+fn ack(qp: &mut Qp, psn: u32) {
+    queue_aeth(
+        qp,
+        psn,
+        AethSyndrome::Ack {
+            credit_code: CREDIT_CODE_INVALID,
+        },
+    );
+}
+
+/// NAKs `psn` with `code`; for RC errors other than a sequence error the QP goes to
+/// Error after the NAK (class A/B/C errors of 9.9.2).
+fn nak(qp: &mut Qp, cx: &mut Ctx<'_>, psn: u32, code: NakCode) {
+    cx.counters.naks_sent += 1;
+    queue_aeth(qp, psn, AethSyndrome::Nak(code));
+    if code != NakCode::PsnSequenceError {
+        // The NAK itself must still go out: keep it, flush everything else.
+        let out = std::mem::take(&mut qp.resp.out);
+        to_error(qp, cx.fx);
+        qp.resp.out = out;
+    }
+}
+
+/// Handles a request packet. Returns whether the QP has a response to send.
+pub(crate) fn handle_request(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    if qp.state == QpState::Rtr && !qp.resp.established {
+        // QS-08: the first packet in RTR establishes communication.
+        qp.resp.established = true;
+        cx.fx.events.push(Event::CommEstablished { qpn: qp.qpn });
+    }
+    qp.resp.established = true;
+    match qp.init.qp_type {
+        QpType::Rc => handle_rc(qp, pkt, cx),
+        QpType::Uc => {
+            handle_uc(qp, pkt, cx);
+            false
+        }
+        QpType::Ud => {
+            handle_ud(qp, pkt, cx);
+            false
+        }
+    }
+}
+
+fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let info = t.bth.opcode.info();
+    // 1. Check PSN (9.7.5.1; RL-03, RL-04).
+    let d = psn::diff(p, qp.resp.epsn);
+    if d > 0 {
+        if qp.resp.nak_sent {
+            cx.counters.drop(RxDrop::OutOfSequence);
+            return false;
+        }
+        qp.resp.nak_sent = true;
+        let e = qp.resp.epsn;
+        nak(qp, cx, e, NakCode::PsnSequenceError);
+        return true;
+    }
+    if d < 0 {
+        cx.counters.duplicates_received += 1;
+        return duplicate(qp, pkt, cx);
+    }
+    // 2. Check op sequence (9.7.5.1.2): a message in progress continues, or a new one
+    //    starts.
+    let cont = matches!(info.position, Position::Middle | Position::Last);
+    let seq_ok = match (&qp.resp.cur, info.operation) {
+        (None, _) => !cont,
+        (Some(InMsg::Send { .. }), Operation::Send | Operation::SendWithImmediate) => cont,
+        (Some(InMsg::Write { .. }), Operation::RdmaWrite | Operation::RdmaWriteWithImmediate) => {
+            cont
+        }
+        _ => false,
+    };
+    if !seq_ok {
+        nak(qp, cx, p, NakCode::InvalidRequest);
+        return true;
+    }
+    // 3. Check the operation is enabled on this QP (o9-...; MP-04).
+    let need = match info.operation {
+        Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => Some(Access::REMOTE_WRITE),
+        Operation::RdmaReadRequest => Some(Access::REMOTE_READ),
+        Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
+        Operation::Send | Operation::SendWithImmediate => None,
+        _ => {
+            nak(qp, cx, p, NakCode::InvalidRequest);
+            return true;
+        }
+    };
+    if let Some(a) = need {
+        if !qp.attr.access.contains(a) {
+            nak(qp, cx, p, NakCode::InvalidRequest);
+            return true;
+        }
+    }
+    // 4. Check length against the PMTU (C9-11): first/middle full, last/only not over.
+    let pmtu = qp.attr.path_mtu.bytes();
+    let len = t.payload.len();
+    let len_ok = match info.position {
+        Position::First | Position::Middle => len == pmtu,
+        Position::Last => len > 0 && len <= pmtu,
+        Position::Only => len <= pmtu,
+    };
+    if info.payload && !len_ok {
+        nak(qp, cx, p, NakCode::InvalidRequest);
+        return true;
+    }
+    match info.operation {
+        Operation::Send | Operation::SendWithImmediate => rc_send(qp, pkt, cx),
+        Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => rc_write(qp, pkt, cx),
+        Operation::RdmaReadRequest => rc_read(qp, pkt, cx),
+        _ => rc_atomic(qp, pkt, cx),
+    }
+}
+
+/// Moves ePSN past a request that executed and queues an ACK when asked.
+fn advance(qp: &mut Qp, p: u32, n: u32, ack_req: bool, ends_message: bool) {
+    qp.resp.epsn = psn::add(p, n);
+    qp.resp.nak_sent = false;
+    if ends_message {
+        qp.resp.msn = psn::add(qp.resp.msn, 1);
+    }
+    if ack_req {
+        ack(qp, p);
+    }
+}
+
+fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let info = t.bth.opcode.info();
+    if qp.resp.cur.is_none() {
+        // 5. Check resources: a receive WQE, else RNR NAK (9.7.5.2.8; RL-11).
+        let Some((wqe, from_srq)) = take_recv(qp, cx) else {
+            qp.resp.nak_sent = true;
+            cx.counters.rnr_naks_sent += 1;
+            let timer_code = qp.attr.min_rnr_timer & 0x1f;
+            queue_aeth(qp, p, AethSyndrome::RnrNak { timer_code });
+            return true;
+        };
+        qp.resp.cur = Some(InMsg::Send {
+            wqe,
+            from_srq,
+            placed: 0,
+        });
+    }
+    let Some(InMsg::Send { wqe, placed, .. }) = &mut qp.resp.cur else {
+        return false;
+    };
+    // 6. Place the payload in the receive buffers (local length/protection checks of
+    //    the responder; a failure completes the receive WQE in error).
+    let res = cx
+        .mrs
+        .scatter(cx.mem, qp.init.pd, &wqe.sges, *placed, t.payload);
+    if let Err(e) = res {
+        let status = local_status(e);
+        let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() else {
+            return false;
+        };
+        cx.fx
+            .completions
+            .push((qp.init.recv_cq, recv_completion(qp, &wqe, status, placed)));
+        let code = if status == WcStatus::LocLenErr {
+            NakCode::InvalidRequest
+        } else {
+            NakCode::RemoteOperationalError
+        };
+        nak(qp, cx, p, code);
+        return true;
+    }
+    *placed += t.payload.len() as u64;
+    let ends = info.ends_message();
+    if ends {
+        if let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() {
+            let mut c = recv_completion(qp, &wqe, WcStatus::Success, placed);
+            if let Some(imm) = t.ext.imm_dt {
+                c.imm_data = imm;
+                c.flags = WcFlags::WITH_IMM;
+            }
+            c.solicited = t.bth.solicited; // OP-10
+            cx.fx.completions.push((qp.init.recv_cq, c));
+        }
+    }
+    advance(qp, p, 1, t.bth.ack_req || ends, ends);
+    true
+}
+
+fn remote_nak(e: RemoteErr) -> NakCode {
+    e.nak()
+}
+
+fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let info = t.bth.opcode.info();
+    let has_imm = info.operation == Operation::RdmaWriteWithImmediate && info.ends_message();
+    if qp.resp.cur.is_none() {
+        let Some(reth) = t.ext.reth else { return false };
+        if u64::from(reth.dma_len) > super::MAX_MSG_SIZE {
+            nak(qp, cx, p, NakCode::InvalidRequest);
+            return true;
+        }
+        qp.resp.cur = Some(InMsg::Write {
+            va: reth.va,
+            rkey: reth.rkey,
+            dma_len: u64::from(reth.dma_len),
+            placed: 0,
+        });
+    }
+    let Some(InMsg::Write {
+        va,
+        rkey,
+        dma_len,
+        placed,
+    }) = qp.resp.cur
+    else {
+        return false;
+    };
+    let len = t.payload.len() as u64;
+    let ends = info.ends_message();
+    // Length against DMALen: never past it, exactly it at the end.
+    if placed + len > dma_len || (ends && placed + len != dma_len) {
+        qp.resp.cur = None;
+        nak(qp, cx, p, NakCode::InvalidRequest);
+        return true;
+    }
+    // WRITE with immediate consumes a receive WQE: check before touching memory.
+    let recv = if has_imm {
+        match take_recv(qp, cx) {
+            Some(w) => Some(w),
+            None => {
+                qp.resp.nak_sent = true;
+                cx.counters.rnr_naks_sent += 1;
+                let timer_code = qp.attr.min_rnr_timer & 0x1f;
+                queue_aeth(qp, p, AethSyndrome::RnrNak { timer_code });
+                return true;
+            }
+        }
+    } else {
+        None
+    };
+    // 7. Check R_Key and bounds before any byte is written (C9-88: a zero-length
+    //    WRITE checks nothing).
+    if dma_len > 0 && len > 0 {
+        if let Err(e) = access::remote_write(
+            cx.mrs,
+            cx.mem,
+            qp.init.pd,
+            rkey,
+            va.wrapping_add(placed),
+            t.payload,
+        ) {
+            if let Some((w, s)) = recv {
+                put_back(qp, cx, w, s);
+            }
+            qp.resp.cur = None;
+            nak(qp, cx, p, remote_nak(e));
+            return true;
+        }
+    }
+    if let Some(InMsg::Write { placed, .. }) = &mut qp.resp.cur {
+        *placed += len;
+    }
+    if ends {
+        qp.resp.cur = None;
+        if let Some((wqe, _)) = recv {
+            let mut c = recv_completion(qp, &wqe, WcStatus::Success, dma_len);
+            c.opcode = WcOpcode::RecvRdmaWithImm;
+            c.imm_data = t.ext.imm_dt.unwrap_or(0);
+            c.flags = WcFlags::WITH_IMM;
+            c.solicited = t.bth.solicited;
+            cx.fx.completions.push((qp.init.recv_cq, c));
+        }
+    }
+    advance(qp, p, 1, t.bth.ack_req || ends, ends);
+    true
+}
+
+fn save_resource(qp: &mut Qp, r: Resource) -> bool {
+    let depth = usize::from(qp.attr.max_dest_rd_atomic);
+    if depth == 0 {
+        return false;
+    }
+    // RL-07: a FIFO as deep as the negotiated limit; the oldest entry makes room
+    // (the requester never has more than that many outstanding).
+    while qp.resp.resources.len() >= depth {
+        qp.resp.resources.pop_front();
+    }
+    qp.resp.resources.push_back(r);
+    true
+}
+
+fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let Some(reth) = t.ext.reth else { return false };
+    let len = u64::from(reth.dma_len);
+    if len > super::MAX_MSG_SIZE {
+        nak(qp, cx, p, NakCode::InvalidRequest);
+        return true;
+    }
+    if len > 0 {
+        if let Err(e) = access::remote_check(
+            cx.mrs,
+            qp.init.pd,
+            reth.rkey,
+            reth.va,
+            len,
+            RemoteAccess::Read,
+        ) {
+            nak(qp, cx, p, remote_nak(e));
+            return true;
+        }
+    }
+    let npkts = psn::read_packets(len, qp.attr.path_mtu.bytes());
+    let r = Resource {
+        psn: p,
+        npkts,
+        kind: ResKind::Read {
+            va: reth.va,
+            rkey: reth.rkey,
+            len,
+        },
+    };
+    if !save_resource(qp, r) {
+        nak(qp, cx, p, NakCode::InvalidRequest);
+        return true;
+    }
+    qp.resp.out.push_back(RespItem::Read {
+        psn: p,
+        va: reth.va,
+        rkey: reth.rkey,
+        len,
+        sent: 0,
+    });
+    advance(qp, p, npkts, false, true);
+    true
+}
+
+fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let Some(a) = t.ext.atomic_eth else {
+        return false;
+    };
+    // OP-07: 8-byte aligned, else Invalid Request; R_Key and bounds, else Remote
+    // Access Error; then execute exactly once and save the result (RL-06).
+    let cmp_swap = t.bth.opcode == Opcode::RC_COMPARE_SWAP;
+    let orig = match access::remote_atomic(
+        cx.mrs, cx.mem, qp.init.pd, a.rkey, a.va, cmp_swap, a.compare, a.swap_add,
+    ) {
+        Ok(v) => v,
+        Err(e) => {
+            nak(qp, cx, p, remote_nak(e));
+            return true;
+        }
+    };
+    if !save_resource(
+        qp,
+        Resource {
+            psn: p,
+            npkts: 1,
+            kind: ResKind::Atomic { orig },
+        },
+    ) {
+        nak(qp, cx, p, NakCode::InvalidRequest);
+        return true;
+    }
+    qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
+    advance(qp, p, 1, false, true);
+    true
+}
+
+/// A request in the duplicate region (9.7.5.1.1; RL-04..RL-06).
+fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    match t.bth.opcode.info().operation {
+        Operation::RdmaReadRequest => {
+            let Some(reth) = t.ext.reth else { return false };
+            let pmtu = qp.attr.path_mtu.bytes() as u64;
+            let found = qp.resp.resources.iter().find_map(|r| match r.kind {
+                ResKind::Read { va, rkey, len }
+                    if psn::diff(p, r.psn) >= 0 && psn::diff(p, psn::add(r.psn, r.npkts)) < 0 =>
+                {
+                    Some((r.psn, va, rkey, len))
+                }
+                _ => None,
+            });
+            let Some((first, va, rkey, len)) = found else {
+                cx.counters.drop(RxDrop::UnmatchedDuplicate);
+                return false;
+            };
+            // RL-05: the retried READ asks for a subset of the original, starting at
+            // the response PSN it names.
+            let skip = psn::diff(p, first) as u64 * pmtu;
+            let (dva, dlen) = (reth.va, u64::from(reth.dma_len));
+            if reth.rkey != rkey || dva != va.wrapping_add(skip) || skip + dlen > len {
+                cx.counters.drop(RxDrop::UnmatchedDuplicate);
+                return false;
+            }
+            // A newer duplicate preempts responses still queued for later PSNs.
+            qp.resp.out.retain(|it| match it {
+                RespItem::Read { psn: q, .. } | RespItem::AtomicAck { psn: q, .. } => {
+                    psn::diff(*q, p) < 0
+                }
+                RespItem::Aeth { psn: q, .. } => psn::diff(*q, p) < 0,
+            });
+            qp.resp.out.push_back(RespItem::Read {
+                psn: p,
+                va: dva,
+                rkey,
+                len: dlen,
+                sent: 0,
+            });
+            true
+        }
+        Operation::CompareSwap | Operation::FetchAdd => {
+            let saved = qp.resp.resources.iter().find_map(|r| match r.kind {
+                ResKind::Atomic { orig } if r.psn == p => Some(orig),
+                _ => None,
+            });
+            match saved {
+                Some(orig) => {
+                    qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
+                    true
+                }
+                None => {
+                    cx.counters.drop(RxDrop::UnmatchedDuplicate);
+                    false
+                }
+            }
+        }
+        _ => {
+            // SEND/WRITE: ACK the newest completed PSN again, execute nothing.
+            let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
+            ack(qp, last);
+            true
+        }
+    }
+}
+
+fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let info = t.bth.opcode.info();
+    let starts = info.starts_message();
+    if p != qp.resp.epsn || (starts && qp.resp.cur.is_some()) {
+        // RL-15: a gap (or a new start) ends the partial message; its receive WQE is
+        // reused for the next one.
+        if let Some(InMsg::Send { wqe, from_srq, .. }) = qp.resp.cur.take() {
+            put_back(qp, cx, wqe, from_srq);
+        }
+        qp.resp.cur = None;
+    }
+    qp.resp.epsn = psn::add(p, 1);
+    if !starts && qp.resp.cur.is_none() {
+        cx.counters.drop(RxDrop::UcResync);
+        return;
+    }
+    if matches!(qp.resp.cur, Some(InMsg::Discard)) {
+        if info.ends_message() {
+            qp.resp.cur = None;
+        }
+        cx.counters.drop(RxDrop::UcResync);
+        return;
+    }
+    let pmtu = qp.attr.path_mtu.bytes();
+    let len = t.payload.len();
+    let len_ok = match info.position {
+        Position::First | Position::Middle => len == pmtu,
+        Position::Last => len > 0 && len <= pmtu,
+        Position::Only => len <= pmtu,
+    };
+    let ends = info.ends_message();
+    let discard = |qp: &mut Qp, cx: &mut Ctx<'_>, r: RxDrop| {
+        cx.counters.drop(r);
+        qp.resp.cur = if ends { None } else { Some(InMsg::Discard) };
+    };
+    if !len_ok {
+        if let Some(InMsg::Send { wqe, from_srq, .. }) = qp.resp.cur.take() {
+            put_back(qp, cx, wqe, from_srq);
+        }
+        return discard(qp, cx, RxDrop::UdBadLength);
+    }
+    match info.operation {
+        Operation::Send | Operation::SendWithImmediate => {
+            if starts {
+                match take_recv(qp, cx) {
+                    Some((wqe, from_srq)) => {
+                        qp.resp.cur = Some(InMsg::Send {
+                            wqe,
+                            from_srq,
+                            placed: 0,
+                        })
+                    }
+                    None => return discard(qp, cx, RxDrop::NoReceiveWqe),
+                }
+            }
+            let Some(InMsg::Send { wqe, placed, .. }) = &mut qp.resp.cur else {
+                return;
+            };
+            if let Err(e) = cx
+                .mrs
+                .scatter(cx.mem, qp.init.pd, &wqe.sges, *placed, t.payload)
+            {
+                let status = local_status(e);
+                if let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() {
+                    cx.fx
+                        .completions
+                        .push((qp.init.recv_cq, recv_completion(qp, &wqe, status, placed)));
+                }
+                qp.resp.cur = if ends { None } else { Some(InMsg::Discard) };
+                return;
+            }
+            *placed += len as u64;
+            if ends {
+                if let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() {
+                    let mut c = recv_completion(qp, &wqe, WcStatus::Success, placed);
+                    if let Some(imm) = t.ext.imm_dt {
+                        c.imm_data = imm;
+                        c.flags = WcFlags::WITH_IMM;
+                    }
+                    c.solicited = t.bth.solicited;
+                    cx.fx.completions.push((qp.init.recv_cq, c));
+                }
+            }
+        }
+        Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
+            if !qp.attr.access.contains(Access::REMOTE_WRITE) {
+                return discard(qp, cx, RxDrop::NotExpected);
+            }
+            if starts {
+                let Some(reth) = t.ext.reth else { return };
+                qp.resp.cur = Some(InMsg::Write {
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    dma_len: u64::from(reth.dma_len),
+                    placed: 0,
+                });
+            }
+            let Some(InMsg::Write {
+                va,
+                rkey,
+                dma_len,
+                placed,
+            }) = qp.resp.cur
+            else {
+                return;
+            };
+            let l = len as u64;
+            if placed + l > dma_len || (ends && placed + l != dma_len) {
+                return discard(qp, cx, RxDrop::UdBadLength);
+            }
+            let has_imm = info.operation == Operation::RdmaWriteWithImmediate && ends;
+            let recv = if has_imm {
+                match take_recv(qp, cx) {
+                    Some(w) => Some(w),
+                    None => return discard(qp, cx, RxDrop::NoReceiveWqe),
+                }
+            } else {
+                None
+            };
+            if l > 0 {
+                if let Err(_e) = access::remote_write(
+                    cx.mrs,
+                    cx.mem,
+                    qp.init.pd,
+                    rkey,
+                    va.wrapping_add(placed),
+                    t.payload,
+                ) {
+                    if let Some((w, s)) = recv {
+                        put_back(qp, cx, w, s);
+                    }
+                    return discard(qp, cx, RxDrop::NotExpected);
+                }
+            }
+            if let Some(InMsg::Write { placed, .. }) = &mut qp.resp.cur {
+                *placed += l;
+            }
+            if ends {
+                qp.resp.cur = None;
+                if let Some((wqe, _)) = recv {
+                    let mut c = recv_completion(qp, &wqe, WcStatus::Success, dma_len);
+                    c.opcode = WcOpcode::RecvRdmaWithImm;
+                    c.imm_data = t.ext.imm_dt.unwrap_or(0);
+                    c.flags = WcFlags::WITH_IMM;
+                    c.solicited = t.bth.solicited;
+                    cx.fx.completions.push((qp.init.recv_cq, c));
+                }
+            }
+        }
+        _ => cx.counters.drop(RxDrop::ServiceMismatch),
+    }
+}
+
+fn handle_ud(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
+    let t = &pkt.transport;
+    // RL-16: single-packet messages, no PSN check (C9-12).
+    if t.payload.len() > MAX_PAYLOAD {
+        cx.counters.drop(RxDrop::UdBadLength);
+        return;
+    }
+    let Some((wqe, from_srq)) = take_recv(qp, cx) else {
+        cx.counters.drop(RxDrop::NoReceiveWqe);
+        return;
+    };
+    // The first 40 bytes of a UD receive buffer hold the GRH, if any.
+    let mut grh_bytes = [0u8; UD_GRH_SPACE];
+    if let Some(g) = &pkt.grh {
+        let mut v = crate::wire::Grh::new_unchecked(&mut grh_bytes[..]);
+        let pay = (t.buffer_len() + 4) as u16;
+        let _ = g.emit(&mut v, pay);
+    }
+    let r1 = cx.mrs.scatter(cx.mem, qp.init.pd, &wqe.sges, 0, &grh_bytes);
+    let r2 = r1.and_then(|_| {
+        cx.mrs.scatter(
+            cx.mem,
+            qp.init.pd,
+            &wqe.sges,
+            UD_GRH_SPACE as u64,
+            t.payload,
+        )
+    });
+    let total = (UD_GRH_SPACE + t.payload.len()) as u64;
+    let mut c = recv_completion(qp, &wqe, WcStatus::Success, total);
+    let _ = from_srq;
+    if let Err(e) = r2 {
+        c.status = local_status(e);
+        c.byte_len = 0;
+    }
+    c.src_qp = t.ext.deth.map(|d| d.src_qp).unwrap_or(0);
+    c.slid = pkt.lrh.slid;
+    c.sl = pkt.lrh.sl;
+    c.dlid_path_bits = (pkt.lrh.dlid & ((1u16 << cx.port.lmc.min(7)) - 1)) as u8;
+    if pkt.grh.is_some() {
+        c.flags = WcFlags(c.flags.0 | WcFlags::GRH.0);
+    }
+    if let Some(imm) = t.ext.imm_dt {
+        c.imm_data = imm;
+        c.flags = WcFlags(c.flags.0 | WcFlags::WITH_IMM.0);
+    }
+    c.solicited = t.bth.solicited;
+    cx.fx.completions.push((qp.init.recv_cq, c));
+}
+
+/// Builds the next response packet of this QP, if any.
+pub(crate) fn poll_transmit(
+    qp: &mut Qp,
+    cx: &mut Ctx<'_>,
+    scratch: &mut [u8],
+    buf: &mut [u8],
+) -> Option<usize> {
+    if qp.init.qp_type != QpType::Rc {
+        return None;
+    }
+    let item = qp.resp.out.pop_front()?;
+    let pmtu = qp.attr.path_mtu.bytes() as u64;
+    let msn = qp.resp.msn;
+    let (op, p, ext, payload_len) = match item {
+        RespItem::Aeth { psn, syndrome } => {
+            if let AethSyndrome::Ack { .. } = syndrome {
+                cx.counters.acks_sent += 1;
+            }
+            let ext = ExtHeaders {
+                aeth: Some(AethRepr { syndrome, msn }),
+                ..Default::default()
+            };
+            (Opcode::RC_ACKNOWLEDGE, psn, ext, 0)
+        }
+        RespItem::AtomicAck { psn, orig } => {
+            let ext = ExtHeaders {
+                aeth: Some(AethRepr {
+                    syndrome: AethSyndrome::Ack {
+                        credit_code: CREDIT_CODE_INVALID,
+                    },
+                    msn,
+                }),
+                atomic_ack_eth: Some(AtomicAckEthRepr {
+                    orig_remote_data: orig,
+                }),
+                ..Default::default()
+            };
+            (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, ext, 0)
+        }
+        RespItem::Read {
+            psn: first,
+            va,
+            rkey,
+            len,
+            sent,
+        } => {
+            let n = (len - sent).min(pmtu) as usize;
+            let k = (sent / pmtu) as u32;
+            let is_first = sent == 0;
+            let is_last = sent + n as u64 >= len;
+            let op = match (is_first, is_last) {
+                (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            };
+            if n > 0 {
+                if let Err(e) = access::remote_read(
+                    cx.mrs,
+                    cx.mem,
+                    qp.init.pd,
+                    rkey,
+                    va.wrapping_add(sent),
+                    &mut scratch[..n],
+                ) {
+                    // The MR went away under the READ: NAK what could not be read.
+                    let p = psn::add(first, k);
+                    nak(qp, cx, p, remote_nak(e));
+                    return poll_transmit(qp, cx, scratch, buf);
+                }
+            }
+            let mut ext = ExtHeaders::default();
+            if op.info().has(crate::wire::ExtKind::Aeth) {
+                // C9-24: AETH in first, last and only, not middle.
+                ext.aeth = Some(AethRepr {
+                    syndrome: AethSyndrome::Ack {
+                        credit_code: CREDIT_CODE_INVALID,
+                    },
+                    msn,
+                });
+            }
+            if !is_last {
+                qp.resp.out.push_front(RespItem::Read {
+                    psn: first,
+                    va,
+                    rkey,
+                    len,
+                    sent: sent + n as u64,
+                });
+            }
+            (op, psn::add(first, k), ext, n)
+        }
+    };
+    let grh = qp.attr.av.grh.map(|g| GrhRepr {
+        traffic_class: g.traffic_class,
+        flow_label: g.flow_label,
+        hop_limit: g.hop_limit,
+        sgid: cx.port.gid(),
+        dgid: g.dgid,
+    });
+    let pkt = PacketRepr {
+        lrh: LrhRepr {
+            vl: 0,
+            sl: qp.attr.av.sl & 0xf,
+            dlid: qp.attr.av.dlid,
+            slid: cx.port.lid | u16::from(qp.attr.av.src_path_bits),
+        },
+        grh,
+        transport: TransportRepr {
+            bth: BthRepr {
+                opcode: op,
+                solicited: false,
+                mig_req: false,
+                pkey: cx
+                    .port
+                    .pkeys
+                    .get(usize::from(qp.attr.pkey_index))
+                    .copied()
+                    .unwrap_or(0xffff),
+                fecn: false,
+                becn: false,
+                dest_qp: qp.attr.dest_qp_num,
+                ack_req: false,
+                psn: p,
+            },
+            ext,
+            payload: &scratch[..payload_len],
+        },
+    };
+    pkt.emit(buf).ok()
+}

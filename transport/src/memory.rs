@@ -1,0 +1,117 @@
+//! The memory the engine reads and writes: the caller's (guest physical memory in
+//! the device, a `Vec<u8>` in tests). The engine translates virtual addresses
+//! through MRs (`crate::mr`) first; what reaches this trait is a physical address
+//! that the caller must still check against what it has mapped (design.md §9).
+
+/// A physical access outside the caller's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[error("memory access at 0x{addr:x} (+{len}) is outside mapped memory")]
+pub struct MemError {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// Memory access for the engine. Atomics operate on 8-byte aligned little-endian
+/// words (the host's order) and must be atomic against every other access to the
+/// same word, including other QPs (OP-13).
+pub trait Memory {
+    /// Reads `buf.len()` bytes at `addr`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+    /// Writes `data` at `addr`.
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Compare-and-swap of the 8-byte word at `addr`; returns the old value.
+    fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError>;
+    /// Fetch-and-add on the 8-byte word at `addr`; returns the old value.
+    fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemError>;
+}
+
+/// Memory backed by a vector, starting at physical address `base`: for tests and
+/// simulation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VecMemory {
+    pub base: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl VecMemory {
+    /// `len` zero bytes at `base`.
+    pub fn new(base: u64, len: usize) -> VecMemory {
+        VecMemory {
+            base,
+            bytes: vec![0; len],
+        }
+    }
+
+    fn range(&self, addr: u64, len: usize) -> Result<core::ops::Range<usize>, MemError> {
+        let err = MemError {
+            addr,
+            len: len as u64,
+        };
+        let start = addr.checked_sub(self.base).ok_or(err)?;
+        let start = usize::try_from(start).map_err(|_| err)?;
+        let end = start.checked_add(len).ok_or(err)?;
+        if end > self.bytes.len() {
+            return Err(err);
+        }
+        Ok(start..end)
+    }
+
+    fn word(&mut self, addr: u64) -> Result<&mut [u8], MemError> {
+        if !addr.is_multiple_of(8) {
+            return Err(MemError { addr, len: 8 });
+        }
+        let r = self.range(addr, 8)?;
+        Ok(&mut self.bytes[r])
+    }
+}
+
+impl Memory for VecMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let r = self.range(addr, buf.len())?;
+        buf.copy_from_slice(&self.bytes[r]);
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let r = self.range(addr, data.len())?;
+        self.bytes[r].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        let w = self.word(addr)?;
+        let old = u64::from_le_bytes(w[..8].try_into().unwrap_or([0; 8]));
+        if old == compare {
+            w.copy_from_slice(&swap.to_le_bytes());
+        }
+        Ok(old)
+    }
+
+    fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemError> {
+        let w = self.word(addr)?;
+        let old = u64::from_le_bytes(w[..8].try_into().unwrap_or([0; 8]));
+        w.copy_from_slice(&old.wrapping_add(add).to_le_bytes());
+        Ok(old)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vec_memory_checks_bounds_and_alignment() {
+        let mut m = VecMemory::new(0x1000, 64);
+        m.write(0x1000, &[1, 2, 3]).unwrap();
+        let mut b = [0; 3];
+        m.read(0x1000, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        assert!(m.read(0xfff, &mut b).is_err());
+        assert!(m.write(0x103e, &[0; 3]).is_err());
+        assert!(m.read(u64::MAX, &mut b).is_err());
+        assert_eq!(m.fetch_add(0x1008, 5).unwrap(), 0);
+        assert_eq!(m.compare_swap(0x1008, 5, 9).unwrap(), 5);
+        assert_eq!(m.compare_swap(0x1008, 5, 1).unwrap(), 9);
+        assert!(m.fetch_add(0x1004, 1).is_err(), "misaligned atomic");
+    }
+}

@@ -1,0 +1,434 @@
+//! Verb-level types shared by the engine and its callers: work requests,
+//! completions, QP attributes, async events and verb errors.
+//!
+//! Completion statuses and opcodes carry libibverbs' numbers (`enum ibv_wc_status`,
+//! `enum ibv_wc_opcode`) so that the guest driver maps them one to one; access flags
+//! and QP attribute masks carry `ibv_access_flags` / `ibv_qp_attr_mask` bits.
+
+use crate::wire::grh::GrhRepr;
+
+/// Identifies an object the engine owns (PD, CQ, SRQ). QPs are named by their QPN.
+pub type Handle = u32;
+
+/// A point in time, in nanoseconds since an origin the caller picks. The engine never
+/// reads a clock (design.md §3): every input that may start or fire a timer takes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Time(pub u64);
+
+impl Time {
+    /// `self + ns`, saturating.
+    pub fn plus_ns(self, ns: u64) -> Time {
+        Time(self.0.saturating_add(ns))
+    }
+}
+
+/// Transport service of a QP (IBA 3.5.x; verbs `ibv_qp_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+/// QP states (IBA 10.3.1, seed 001; QS-01), numbered as `ibv_qp_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum QpState {
+    Reset = 0,
+    Init = 1,
+    Rtr = 2,
+    Rts = 3,
+    Sqd = 4,
+    Sqe = 5,
+    Error = 6,
+}
+
+/// Memory access rights (`ibv_access_flags` bits; MP-04).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    pub const LOCAL_WRITE: Access = Access(1);
+    pub const REMOTE_WRITE: Access = Access(1 << 1);
+    pub const REMOTE_READ: Access = Access(1 << 2);
+    pub const REMOTE_ATOMIC: Access = Access(1 << 3);
+    pub const MW_BIND: Access = Access(1 << 4);
+
+    /// Whether every bit of `other` is set here.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// One scatter/gather element: `length` bytes at virtual address `addr` of the MR
+/// named by `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// Address vector (IBA 10.2.1; AD-02): where a UD send goes, or a connected QP's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AddressVector {
+    pub dlid: u16,
+    pub sl: u8,
+    /// Low bits added to the port's LID to make the SLID (LMC path bits).
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    /// Send a GRH with these fields (SGID comes from the port's GID table).
+    pub grh: Option<GlobalRoute>,
+}
+
+/// The GRH part of an address vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct GlobalRoute {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// Send work request opcodes (`ibv_wr_opcode` numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WrOpcode {
+    RdmaWrite = 0,
+    RdmaWriteWithImm = 1,
+    Send = 2,
+    SendWithImm = 3,
+    RdmaRead = 4,
+    AtomicCmpSwap = 5,
+    AtomicFetchAdd = 6,
+    SendWithInv = 9,
+}
+
+/// Send work request flags (`ibv_send_flags` bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    pub const FENCE: SendFlags = SendFlags(1);
+    pub const SIGNALED: SendFlags = SendFlags(1 << 1);
+    pub const SOLICITED: SendFlags = SendFlags(1 << 2);
+    pub const INLINE: SendFlags = SendFlags(1 << 3);
+
+    /// Whether every bit of `other` is set here.
+    pub fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// Payload of a send WR: a gather list, or data carried inline in the WQE.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SendData {
+    Sges(Vec<Sge>),
+    Inline(Vec<u8>),
+}
+
+/// Where a UD send goes (per WR; AD-02).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    pub av: AddressVector,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// A send work request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub flags: SendFlags,
+    pub data: SendData,
+    /// Immediate data (WITH_IMM) or the R_Key to invalidate (SEND_WITH_INV).
+    pub imm_or_inv: u32,
+    /// RDMA and atomic target.
+    pub remote_addr: u64,
+    pub rkey: u32,
+    /// CmpSwap compare value.
+    pub compare: u64,
+    /// CmpSwap swap value, or FetchAdd add value.
+    pub swap_add: u64,
+    /// UD only.
+    pub ud: Option<UdDest>,
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+}
+
+/// Completion statuses, numbered as `ibv_wc_status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcStatus {
+    Success = 0,
+    LocLenErr = 1,
+    LocQpOpErr = 2,
+    LocEecOpErr = 3,
+    LocProtErr = 4,
+    WrFlushErr = 5,
+    MwBindErr = 6,
+    BadRespErr = 7,
+    LocAccessErr = 8,
+    RemInvReqErr = 9,
+    RemAccessErr = 10,
+    RemOpErr = 11,
+    RetryExcErr = 12,
+    RnrRetryExcErr = 13,
+    LocRddViolErr = 14,
+    RemInvRdReqErr = 15,
+    RemAbortErr = 16,
+    InvEecnErr = 17,
+    InvEecStateErr = 18,
+    FatalErr = 19,
+    RespTimeoutErr = 20,
+    GeneralErr = 21,
+}
+
+/// Completion opcodes, numbered as `ibv_wc_opcode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcOpcode {
+    Send = 0,
+    RdmaWrite = 1,
+    RdmaRead = 2,
+    CompSwap = 3,
+    FetchAdd = 4,
+    BindMw = 5,
+    LocalInv = 6,
+    Recv = 128,
+    RecvRdmaWithImm = 129,
+}
+
+/// Completion flags (`ibv_wc_flags` bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct WcFlags(pub u32);
+
+impl WcFlags {
+    pub const GRH: WcFlags = WcFlags(1);
+    pub const WITH_IMM: WcFlags = WcFlags(1 << 1);
+    pub const WITH_INV: WcFlags = WcFlags(1 << 3);
+
+    /// Whether every bit of `other` is set here.
+    pub fn contains(self, other: WcFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// A work completion (CQ-01), the fields of `struct ibv_wc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    /// Immediate data (host order) or the invalidated R_Key, per `flags`.
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub flags: WcFlags,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+    /// Whether the message asked for a solicited event (OP-10).
+    pub solicited: bool,
+}
+
+/// QP attribute mask bits (`ibv_qp_attr_mask`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AttrMask(pub u32);
+
+impl AttrMask {
+    pub const STATE: AttrMask = AttrMask(1);
+    pub const CUR_STATE: AttrMask = AttrMask(1 << 1);
+    pub const EN_SQD_ASYNC_NOTIFY: AttrMask = AttrMask(1 << 2);
+    pub const ACCESS_FLAGS: AttrMask = AttrMask(1 << 3);
+    pub const PKEY_INDEX: AttrMask = AttrMask(1 << 4);
+    pub const PORT: AttrMask = AttrMask(1 << 5);
+    pub const QKEY: AttrMask = AttrMask(1 << 6);
+    pub const AV: AttrMask = AttrMask(1 << 7);
+    pub const PATH_MTU: AttrMask = AttrMask(1 << 8);
+    pub const TIMEOUT: AttrMask = AttrMask(1 << 9);
+    pub const RETRY_CNT: AttrMask = AttrMask(1 << 10);
+    pub const RNR_RETRY: AttrMask = AttrMask(1 << 11);
+    pub const RQ_PSN: AttrMask = AttrMask(1 << 12);
+    pub const MAX_QP_RD_ATOMIC: AttrMask = AttrMask(1 << 13);
+    pub const ALT_PATH: AttrMask = AttrMask(1 << 14);
+    pub const MIN_RNR_TIMER: AttrMask = AttrMask(1 << 15);
+    pub const SQ_PSN: AttrMask = AttrMask(1 << 16);
+    pub const MAX_DEST_RD_ATOMIC: AttrMask = AttrMask(1 << 17);
+    pub const PATH_MIG_STATE: AttrMask = AttrMask(1 << 18);
+    pub const CAP: AttrMask = AttrMask(1 << 19);
+    pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
+
+    /// No bits.
+    pub const NONE: AttrMask = AttrMask(0);
+
+    /// Whether every bit of `other` is set here.
+    pub const fn contains(self, other: AttrMask) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The bits set in `self` and not in `other`.
+    pub const fn without(self, other: AttrMask) -> AttrMask {
+        AttrMask(self.0 & !other.0)
+    }
+}
+
+impl core::ops::BitOr for AttrMask {
+    type Output = AttrMask;
+    fn bitor(self, rhs: AttrMask) -> AttrMask {
+        AttrMask(self.0 | rhs.0)
+    }
+}
+
+/// Path MTU (IBA 7.7.8; AD-03), numbered as `ibv_mtu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(u8)]
+pub enum Mtu {
+    M256 = 1,
+    M512 = 2,
+    M1024 = 3,
+    #[default]
+    M2048 = 4,
+    M4096 = 5,
+}
+
+impl Mtu {
+    /// Bytes.
+    pub const fn bytes(self) -> usize {
+        128 << (self as u8)
+    }
+}
+
+/// QP attributes (`struct ibv_qp_attr`), valid where `AttrMask` says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct QpAttr {
+    pub state: Option<QpState>,
+    pub cur_state: Option<QpState>,
+    pub path_mtu: Mtu,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub access: Access,
+    pub pkey_index: u16,
+    pub port_num: u8,
+    pub av: AddressVector,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout exponent: 4.096 us * 2^timeout; 0 = infinite (RL-10).
+    pub timeout: u8,
+    /// Transport retries, 0..=7; 7 means seven (RL-10).
+    pub retry_cnt: u8,
+    /// RNR retries, 0..=7; 7 means infinite (RL-11).
+    pub rnr_retry: u8,
+    pub en_sqd_async_notify: bool,
+}
+
+/// QP sizes asked for at creation (`struct ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct QpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// Create-QP parameters (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpInit {
+    pub qp_type: QpType,
+    pub pd: Handle,
+    pub send_cq: Handle,
+    pub recv_cq: Handle,
+    pub srq: Option<Handle>,
+    pub cap: QpCap,
+    /// Every send WR completes, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+/// Why a verb was refused. Nothing changed when a verb returns one of these
+/// (QS-02, QS-09: "all or nothing").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum VerbError {
+    #[error("insufficient resources")]
+    InsufficientResources,
+    #[error("invalid handle or number")]
+    InvalidHandle,
+    #[error("invalid protection domain")]
+    InvalidPd,
+    #[error("invalid completion queue")]
+    InvalidCq,
+    #[error("invalid shared receive queue")]
+    InvalidSrq,
+    #[error("requested work requests exceed the device's capability")]
+    MaxWrExceeded,
+    #[error("requested scatter/gather elements exceed the device's capability")]
+    MaxSgeExceeded,
+    #[error("invalid attribute value")]
+    InvalidAttr,
+    #[error("invalid state transition or attribute mask")]
+    InvalidTransition,
+    #[error("queue is full")]
+    QueueFull,
+    #[error("work request not allowed in the QP's state or service")]
+    InvalidWr,
+    #[error("resource is in use")]
+    Busy,
+    #[error("operation not supported")]
+    NotSupported,
+}
+
+/// Asynchronous events (IBA 11.6.3; AE-01), affiliated with a QP, CQ or SRQ, or the
+/// port; plus completion events of armed CQs (CQ-02).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// An armed CQ got a completion that matches its arming.
+    Completion {
+        cq: Handle,
+    },
+    CqError {
+        cq: Handle,
+    },
+    QpFatal {
+        qpn: u32,
+    },
+    QpRequestError {
+        qpn: u32,
+    },
+    QpAccessError {
+        qpn: u32,
+    },
+    CommEstablished {
+        qpn: u32,
+    },
+    SqDrained {
+        qpn: u32,
+    },
+    SrqLimitReached {
+        srq: Handle,
+    },
+    PortActive,
+    PortError,
+}
+
+/// The GRH of a received UD message, as `ibv_grh` puts it in the receive buffer's
+/// first 40 bytes.
+pub type ReceivedGrh = GrhRepr;

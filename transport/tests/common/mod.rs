@@ -1,0 +1,416 @@
+//! A test bench for the engine: N engines (one per node), each with its own memory,
+//! on a simulated fabric that can drop, duplicate, reorder, corrupt and delay
+//! packets under a seeded RNG, driven by a virtual clock. Deterministic.
+
+#![allow(dead_code)]
+
+use std::collections::BinaryHeap;
+
+use transport::engine::{Engine, Limits, PortConfig};
+use transport::memory::VecMemory;
+use transport::verbs::{
+    Access, AddressVector, AttrMask, Completion, Handle, Mtu, QpAttr, QpCap, QpInit, QpState,
+    QpType, Time,
+};
+use transport::wire::Lrh;
+
+/// A small deterministic RNG (xorshift64*), so the bench needs no crate.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
+    }
+}
+
+/// Fault rates of the simulated fabric.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    pub drop: f64,
+    pub duplicate: f64,
+    pub reorder: f64,
+    pub corrupt: f64,
+    /// Extra delay up to this many ns (jitter).
+    pub jitter_ns: u64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct InFlight {
+    at: Time,
+    seq: u64,
+    to: usize,
+    bytes: Vec<u8>,
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Min-heap on (time, seq).
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// One node: an engine and its memory.
+pub struct Node {
+    pub engine: Engine,
+    pub mem: VecMemory,
+    pub pd: Handle,
+}
+
+/// Physical memory per node in the bench.
+pub const MEM_BASE: u64 = 0x10_0000;
+
+/// The bench.
+pub struct Net {
+    pub nodes: Vec<Node>,
+    pub now: Time,
+    pub faults: Faults,
+    pub rng: Rng,
+    /// One-way latency in ns.
+    pub latency_ns: u64,
+    wire: BinaryHeap<InFlight>,
+    seq: u64,
+    buf: Vec<u8>,
+    pub delivered: u64,
+    pub dropped: u64,
+}
+
+impl Net {
+    /// `n` nodes with LIDs 1..=n and `mem_len` bytes of memory each.
+    pub fn new(n: usize, mem_len: usize, seed: u64) -> Net {
+        let nodes = (0..n)
+            .map(|i| {
+                let mut engine = Engine::new(
+                    PortConfig::new(i as u16 + 1, 0x0002_c903_0000_0000 + i as u64),
+                    Limits::default(),
+                );
+                let pd = engine.mrs().alloc_pd().expect("pd");
+                Node {
+                    engine,
+                    mem: VecMemory::new(MEM_BASE, mem_len),
+                    pd,
+                }
+            })
+            .collect();
+        Net {
+            nodes,
+            now: Time(0),
+            faults: Faults::default(),
+            rng: Rng::new(seed),
+            latency_ns: 2_000,
+            wire: BinaryHeap::new(),
+            seq: 0,
+            buf: vec![0; 8192],
+            delivered: 0,
+            dropped: 0,
+        }
+    }
+
+    /// Registers all of a node's memory as one MR (VA = physical address) with
+    /// every right; returns its key.
+    pub fn reg_all(&mut self, node: usize, access: Access) -> u32 {
+        let n = &mut self.nodes[node];
+        let len = n.mem.bytes.len() as u64;
+        let pages = (0..len.div_ceil(4096))
+            .map(|i| MEM_BASE + i * 4096)
+            .collect();
+        n.engine
+            .mrs()
+            .reg_mr(n.pd, MEM_BASE, len, access, 4096, pages)
+            .expect("reg_mr")
+    }
+
+    /// Moves every packet every engine has to send onto the wire, delivers what is
+    /// due, fires timers; advances the clock to the next event. Returns false when
+    /// nothing at all is pending.
+    pub fn step(&mut self) -> bool {
+        let mut sent = false;
+        for i in 0..self.nodes.len() {
+            for _ in 0..64 {
+                let n = &mut self.nodes[i];
+                let Some(len) = n.engine.poll_transmit(&mut n.mem, self.now, &mut self.buf) else {
+                    break;
+                };
+                sent = true;
+                let pkt = self.buf[..len].to_vec();
+                self.launch(pkt);
+            }
+        }
+        // Deliver everything due now.
+        let mut got = false;
+        while self.wire.peek().is_some_and(|p| p.at <= self.now) {
+            let p = self.wire.pop().unwrap();
+            let n = &mut self.nodes[p.to];
+            n.engine.handle_packet(&p.bytes, &mut n.mem, self.now);
+            self.delivered += 1;
+            got = true;
+        }
+        for n in &mut self.nodes {
+            n.engine.handle_timeout(self.now);
+        }
+        if sent || got {
+            return true;
+        }
+        // Idle: jump to the next event.
+        let next_pkt = self.wire.peek().map(|p| p.at);
+        let next_timer = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.engine.poll_timeout())
+            .min();
+        match (next_pkt, next_timer) {
+            (None, None) => false,
+            (a, b) => {
+                let t = [a, b].into_iter().flatten().min().unwrap();
+                self.now = self.now.max(t);
+                true
+            }
+        }
+    }
+
+    fn launch(&mut self, mut pkt: Vec<u8>) {
+        let Ok(lrh) = Lrh::new_checked(&pkt[..]) else {
+            return;
+        };
+        let dlid = lrh.dlid();
+        let Some(to) = self.nodes.iter().position(|n| n.engine.port().lid == dlid) else {
+            self.dropped += 1;
+            return;
+        };
+        let f = self.faults;
+        if self.rng.chance(f.drop) {
+            self.dropped += 1;
+            return;
+        }
+        if self.rng.chance(f.corrupt) {
+            let i = self.rng.below(pkt.len() as u64) as usize;
+            pkt[i] ^= 1 << self.rng.below(8);
+        }
+        let copies = if self.rng.chance(f.duplicate) { 2 } else { 1 };
+        for _ in 0..copies {
+            let mut at = self.now.plus_ns(self.latency_ns);
+            if f.jitter_ns > 0 {
+                at = at.plus_ns(self.rng.below(f.jitter_ns));
+            }
+            if self.rng.chance(f.reorder) {
+                at = at.plus_ns(self.latency_ns * 4);
+            }
+            self.seq += 1;
+            self.wire.push(InFlight {
+                at,
+                seq: self.seq,
+                to,
+                bytes: pkt.clone(),
+            });
+        }
+        // Time passes as packets go out (1 byte/ns, about 8 Gb/s).
+        self.now = self.now.plus_ns(pkt.len() as u64);
+    }
+
+    /// Runs until `done` holds or nothing is pending or `max_steps` pass.
+    pub fn run_until(&mut self, max_steps: usize, mut done: impl FnMut(&mut Net) -> bool) -> bool {
+        for _ in 0..max_steps {
+            if done(self) {
+                return true;
+            }
+            if !self.step() {
+                return done(self);
+            }
+        }
+        done(self)
+    }
+
+    /// Polls one completion from a node's CQ.
+    pub fn poll(&mut self, node: usize, cq: Handle) -> Option<Completion> {
+        self.nodes[node].engine.poll_cq(cq)
+    }
+}
+
+/// A connected pair of QPs on two nodes, with their CQs.
+#[derive(Debug, Clone, Copy)]
+pub struct Pair {
+    pub a: usize,
+    pub b: usize,
+    pub qa: u32,
+    pub qb: u32,
+    pub cq_a: Handle,
+    pub cq_b: Handle,
+}
+
+/// Options for connecting a pair.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnOpts {
+    pub qp_type: QpType,
+    pub mtu: Mtu,
+    pub psn_a: u32,
+    pub psn_b: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub srq: [Option<Handle>; 2],
+    pub max_wr: u32,
+}
+
+impl Default for ConnOpts {
+    fn default() -> ConnOpts {
+        ConnOpts {
+            qp_type: QpType::Rc,
+            mtu: Mtu::M1024,
+            psn_a: 0xff_fff0,
+            psn_b: 0xff_ff00,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 4,
+            srq: [None, None],
+            max_wr: 1024,
+        }
+    }
+}
+
+pub const ALL_ACCESS: Access = Access(1 | 2 | 4 | 8);
+
+fn create(net: &mut Net, node: usize, o: &ConnOpts, srq: Option<Handle>) -> (u32, Handle) {
+    let n = &mut net.nodes[node];
+    let cq = n.engine.create_cq(65536).expect("cq");
+    let qp = n
+        .engine
+        .create_qp(QpInit {
+            qp_type: o.qp_type,
+            pd: n.pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq,
+            cap: QpCap {
+                max_send_wr: o.max_wr,
+                max_recv_wr: o.max_wr,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 64,
+            },
+            sq_sig_all: false,
+        })
+        .expect("qp");
+    (qp, cq)
+}
+
+/// Modifies a QP through Init, RTR, RTS with the masks the transition table needs.
+#[allow(clippy::too_many_arguments)]
+pub fn bring_up(
+    net: &mut Net,
+    node: usize,
+    qpn: u32,
+    o: &ConnOpts,
+    remote_lid: u16,
+    remote_qpn: u32,
+    sq_psn: u32,
+    rq_psn: u32,
+) {
+    let e = &mut net.nodes[node].engine;
+    let now = net.now;
+    let ud = o.qp_type == QpType::Ud;
+    let mut a = QpAttr {
+        state: Some(QpState::Init),
+        pkey_index: 0,
+        port_num: 1,
+        qkey: 0x1111_1111,
+        access: ALL_ACCESS,
+        ..QpAttr::default()
+    };
+    let m_init = if ud {
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY
+    } else {
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS
+    };
+    e.modify_qp(qpn, &a, m_init, now).expect("init");
+    a.state = Some(QpState::Rtr);
+    a.path_mtu = o.mtu;
+    a.dest_qp_num = remote_qpn;
+    a.rq_psn = rq_psn;
+    a.max_dest_rd_atomic = o.max_rd_atomic;
+    a.min_rnr_timer = o.min_rnr_timer;
+    a.av = AddressVector {
+        dlid: remote_lid,
+        sl: 0,
+        ..AddressVector::default()
+    };
+    let m_rtr = match o.qp_type {
+        QpType::Ud => AttrMask::STATE,
+        QpType::Uc => {
+            AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN
+        }
+        QpType::Rc => {
+            AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN
+                | AttrMask::MAX_DEST_RD_ATOMIC
+                | AttrMask::MIN_RNR_TIMER
+        }
+    };
+    e.modify_qp(qpn, &a, m_rtr, now).expect("rtr");
+    a.state = Some(QpState::Rts);
+    a.sq_psn = sq_psn;
+    a.timeout = o.timeout;
+    a.retry_cnt = o.retry_cnt;
+    a.rnr_retry = o.rnr_retry;
+    a.max_rd_atomic = o.max_rd_atomic;
+    let m_rts = if o.qp_type == QpType::Rc {
+        AttrMask::STATE
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::SQ_PSN
+            | AttrMask::MAX_QP_RD_ATOMIC
+    } else {
+        AttrMask::STATE | AttrMask::SQ_PSN
+    };
+    e.modify_qp(qpn, &a, m_rts, now).expect("rts");
+}
+
+/// Creates and connects a QP pair between nodes `a` and `b`.
+pub fn connect(net: &mut Net, a: usize, b: usize, o: &ConnOpts) -> Pair {
+    let (qa, cq_a) = create(net, a, o, o.srq[0]);
+    let (qb, cq_b) = create(net, b, o, o.srq[1]);
+    let la = net.nodes[a].engine.port().lid;
+    let lb = net.nodes[b].engine.port().lid;
+    bring_up(net, a, qa, o, lb, qb, o.psn_a, o.psn_b);
+    bring_up(net, b, qb, o, la, qa, o.psn_b, o.psn_a);
+    Pair {
+        a,
+        b,
+        qa,
+        qb,
+        cq_a,
+        cq_b,
+    }
+}
