@@ -31,7 +31,7 @@ use crate::verbs::{
     VerbError, WcFlags, WcOpcode, WcStatus,
 };
 use crate::wire::opcode::Service;
-use crate::wire::{PacketRepr, MAX_PAYLOAD};
+use crate::wire::PacketRepr;
 
 /// Well-known Q_Key of QP1 (C9-49; PV-05).
 pub const GSI_QKEY: u32 = 0x8001_0000;
@@ -138,8 +138,6 @@ pub struct Engine {
     /// QPs that may have a packet to send, round robin.
     schedule: VecDeque<u32>,
     pub(crate) counters: Counters,
-    /// Payload staging for packets being built.
-    scratch: Vec<u8>,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -165,7 +163,6 @@ impl Engine {
             events: VecDeque::new(),
             schedule: VecDeque::new(),
             counters: Counters::default(),
-            scratch: vec![0; MAX_PAYLOAD],
         }
     }
 
@@ -669,10 +666,8 @@ impl Engine {
                 port: &self.port,
                 now,
             };
-            let built =
-                responder::poll_transmit(qp, &mut ctx, &mut self.scratch, buf).or_else(|| {
-                    requester::poll_transmit(qp, &mut ctx, &mut self.scratch, buf, &self.limits)
-                });
+            let built = responder::poll_transmit(qp, &mut ctx, buf)
+                .or_else(|| requester::poll_transmit(qp, &mut ctx, buf, &self.limits));
             match built {
                 Some(len) => {
                     self.schedule.push_back(qpn);

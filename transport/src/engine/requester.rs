@@ -13,6 +13,7 @@ use crate::verbs::{
 };
 use crate::wire::ext::{AethSyndrome, AtomicEthRepr, DethRepr, ExtHeaders, NakCode, RethRepr};
 use crate::wire::opcode::{Opcode, Operation, Position};
+use crate::wire::packet::EmitWithError;
 use crate::wire::{BthRepr, GrhRepr, LrhRepr, PacketRepr, TransportRepr};
 
 /// Set AckReq at least every this many packets of a long message, so that ACKs
@@ -629,7 +630,6 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
 pub(crate) fn poll_transmit(
     qp: &mut Qp,
     cx: &mut Ctx<'_>,
-    scratch: &mut [u8],
     buf: &mut [u8],
     limits: &super::Limits,
 ) -> Option<usize> {
@@ -647,13 +647,18 @@ pub(crate) fn poll_transmit(
         if qp.state == QpState::Sqd {
             return None; // QS-05: no new message while draining
         }
-        let earlier_rd = qp
-            .req
-            .wqes
-            .iter()
-            .take(i)
-            .filter(|x| x.is_rd_atomic() && x.done.is_none())
-            .count();
+        // Only a fenced WQE or a new READ/ATOMIC needs the count: skip the scan for
+        // plain SEND/WRITE, which may stand behind hundreds of unacknowledged WQEs.
+        let earlier_rd = if w.wr.flags.contains(SendFlags::FENCE) || w.is_rd_atomic() {
+            qp.req
+                .wqes
+                .iter()
+                .take(i)
+                .filter(|x| x.is_rd_atomic() && x.done.is_none())
+                .count()
+        } else {
+            0
+        };
         if w.wr.flags.contains(SendFlags::FENCE) && earlier_rd > 0 {
             return None; // OR-05
         }
@@ -681,7 +686,7 @@ pub(crate) fn poll_transmit(
         // A WQE sent again from its start gets the same PSNs: sizes are fixed.
         w.first_psn = qp.req.next_psn;
     }
-    match build_request(qp, i, cx, scratch, buf) {
+    match build_request(qp, i, cx, buf) {
         Ok(len) => Some(len),
         Err(status) => {
             fail(qp, i, status, cx.fx);
@@ -694,7 +699,6 @@ fn build_request(
     qp: &mut Qp,
     i: usize,
     cx: &mut Ctx<'_>,
-    scratch: &mut [u8],
     buf: &mut [u8],
 ) -> Result<usize, WcStatus> {
     let pmtu = pmtu_of(qp);
@@ -763,15 +767,6 @@ fn build_request(
                 };
                 ext.deth = Some(DethRepr { qkey, src_qp: qpn });
             }
-            match &w.wr.data {
-                SendData::Inline(d) => {
-                    scratch[..n].copy_from_slice(&d[offset as usize..offset as usize + n])
-                }
-                SendData::Sges(s) => cx
-                    .mrs
-                    .gather(cx.mem, pd, s, offset, &mut scratch[..n])
-                    .map_err(super::access::local_status)?,
-            }
             (op, n, ext, 1)
         }
     };
@@ -782,8 +777,8 @@ fn build_request(
         Some(ud) => (ud.av, ud.remote_qpn),
         None => (qp.attr.av, qp.attr.dest_qp_num),
     };
-    let ack_req =
-        qp.init.qp_type == QpType::Rc && (last_pkt || psn::add(psn_k, 1).is_multiple_of(ACK_REQ_EVERY));
+    let ack_req = qp.init.qp_type == QpType::Rc
+        && (last_pkt || psn::add(psn_k, 1).is_multiple_of(ACK_REQ_EVERY));
     let solicited = w.wr.flags.contains(SendFlags::SOLICITED)
         && info.ends_message()
         && matches!(
@@ -828,10 +823,30 @@ fn build_request(
                 },
             },
             ext,
-            payload: &scratch[..payload_len],
+            payload: &[],
         },
     };
-    let len = pkt.emit(buf).map_err(|_| WcStatus::LocLenErr)?;
+    // The payload goes from memory straight into the packet (no staging copy).
+    let offset = u64::from(k) * pmtu as u64;
+    let data = &w.wr.data;
+    let mrs = &*cx.mrs;
+    let mem = &*cx.mem;
+    let len = pkt
+        .emit_with(buf, payload_len, |dst| match data {
+            SendData::Inline(d) => {
+                let at = offset as usize;
+                let src = d.get(at..at + dst.len()).ok_or(WcStatus::LocLenErr)?;
+                dst.copy_from_slice(src);
+                Ok(())
+            }
+            SendData::Sges(s) => mrs
+                .gather(mem, pd, s, offset, dst)
+                .map_err(super::access::local_status),
+        })
+        .map_err(|e| match e {
+            EmitWithError::Fill(st) => st,
+            EmitWithError::Emit(_) => WcStatus::LocLenErr,
+        })?;
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);
     let r = &mut qp.req;

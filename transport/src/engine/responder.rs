@@ -18,6 +18,7 @@ use crate::wire::ext::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, ExtHeaders, NakCode, CREDIT_CODE_INVALID,
 };
 use crate::wire::opcode::{Opcode, Operation, Position};
+use crate::wire::packet::EmitWithError;
 use crate::wire::{BthRepr, GrhRepr, LrhRepr, PacketRepr, TransportRepr, MAX_PAYLOAD};
 
 /// Bytes of GRH space at the start of every UD receive buffer (IBA 11.4.1.2).
@@ -813,16 +814,13 @@ fn handle_ud(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
 }
 
 /// Builds the next response packet of this QP, if any.
-pub(crate) fn poll_transmit(
-    qp: &mut Qp,
-    cx: &mut Ctx<'_>,
-    scratch: &mut [u8],
-    buf: &mut [u8],
-) -> Option<usize> {
+pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
     if qp.init.qp_type != QpType::Rc {
         return None;
     }
     let item = qp.resp.out.pop_front()?;
+    let mut read = None;
+    let mut cont = None;
     let pmtu = qp.attr.path_mtu.bytes() as u64;
     let msn = qp.resp.msn;
     let (op, p, ext, payload_len) = match item {
@@ -868,21 +866,8 @@ pub(crate) fn poll_transmit(
                 (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
                 (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
             };
-            if n > 0 {
-                if let Err(e) = access::remote_read(
-                    cx.mrs,
-                    cx.mem,
-                    qp.init.pd,
-                    rkey,
-                    va.wrapping_add(sent),
-                    &mut scratch[..n],
-                ) {
-                    // The MR went away under the READ: NAK what could not be read.
-                    let p = psn::add(first, k);
-                    nak(qp, cx, p, remote_nak(e));
-                    return poll_transmit(qp, cx, scratch, buf);
-                }
-            }
+            // Read from memory into the packet when it is built, below.
+            read = Some((rkey, va.wrapping_add(sent), psn::add(first, k)));
             let mut ext = ExtHeaders::default();
             if op.info().has(crate::wire::ExtKind::Aeth) {
                 // C9-24: AETH in first, last and only, not middle.
@@ -894,7 +879,7 @@ pub(crate) fn poll_transmit(
                 });
             }
             if !is_last {
-                qp.resp.out.push_front(RespItem::Read {
+                cont = Some(RespItem::Read {
                     psn: first,
                     va,
                     rkey,
@@ -938,8 +923,28 @@ pub(crate) fn poll_transmit(
                 psn: p,
             },
             ext,
-            payload: &scratch[..payload_len],
+            payload: &[],
         },
     };
-    pkt.emit(buf).ok()
+    let pd = qp.init.pd;
+    let (mrs, mem) = (&*cx.mrs, &*cx.mem);
+    let built = pkt.emit_with(buf, payload_len, |dst| match read {
+        Some((rkey, va, _)) if !dst.is_empty() => access::remote_read(mrs, mem, pd, rkey, va, dst),
+        _ => Ok(()),
+    });
+    match built {
+        Ok(len) => {
+            if let Some(c) = cont {
+                qp.resp.out.push_front(c);
+            }
+            Some(len)
+        }
+        Err(EmitWithError::Fill(e)) => {
+            // The MR went away under the READ: NAK what could not be read.
+            let p = read.map_or(p, |r| r.2);
+            nak(qp, cx, p, remote_nak(e));
+            poll_transmit(qp, cx, buf)
+        }
+        Err(EmitWithError::Emit(_)) => None,
+    }
 }

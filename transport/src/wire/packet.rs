@@ -11,6 +11,18 @@ use super::grh::{Grh, GrhRepr};
 use super::lrh::{Lnh, Lrh, LrhRepr};
 use super::{Drop, EmitError, MAX_PAYLOAD};
 
+/// Zero bytes standing in for a payload whose length alone matters.
+static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
+
+/// Why [`PacketRepr::emit_with`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmitWithError<E> {
+    /// The packet itself could not be written.
+    Emit(EmitError),
+    /// `fill` failed.
+    Fill(E),
+}
+
 /// Pad bytes that bring a payload to a 4-byte boundary (9.2.5, WF-08).
 pub const fn pad_for(payload_len: usize) -> usize {
     (4 - payload_len % 4) % 4
@@ -196,13 +208,52 @@ impl<'a> PacketRepr<'a> {
             + VCRC_LEN
     }
 
-    /// Writes the whole packet with both CRCs into `buf`; returns its length.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
-        let len = self.buffer_len();
+    /// Writes the whole packet like [`Self::emit`], except that the payload is not
+    /// copied from `self.transport.payload` (which must be empty) but written in
+    /// place by `fill`, given the `payload_len` bytes where it goes: the device and
+    /// the engine gather a payload from memory straight into the packet, with no
+    /// staging copy. An error from `fill` is returned as is.
+    pub fn emit_with<E>(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<usize, EmitWithError<E>> {
+        if !self.transport.payload.is_empty() || payload_len > MAX_PAYLOAD {
+            return Err(EmitWithError::Emit(EmitError::BadPayload));
+        }
+        // Headers are written from a repr whose payload has the right length; only
+        // its length is read.
+        let sized = PacketRepr {
+            transport: TransportRepr {
+                payload: &ZEROS[..payload_len],
+                ..self.transport
+            },
+            ..*self
+        };
+        let len = sized.buffer_len();
         if buf.len() < len {
-            return Err(EmitError::BufferTooSmall);
+            return Err(EmitWithError::Emit(EmitError::BufferTooSmall));
         }
         let buf = &mut buf[..len];
+        let (payload_at, hdr_end) = sized.emit_headers(buf).map_err(EmitWithError::Emit)?;
+        let pad = pad_for(payload_len);
+        let (head, rest) = buf.split_at_mut(payload_at);
+        fill(&mut rest[..payload_len]).map_err(EmitWithError::Fill)?;
+        rest[payload_len..payload_len + pad].fill(0);
+        let (icrc, v) =
+            SinglePassCrc::headers(head, self.grh.is_some()).finish(&rest[..payload_len], pad);
+        let at = hdr_end;
+        buf[at..at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
+        buf[at + ICRC_LEN..].copy_from_slice(&v.to_le_bytes());
+        Ok(len)
+    }
+
+    /// Writes LRH, GRH and the transport headers (not the payload) for a packet of
+    /// `self`'s payload length; returns where the payload starts and where the ICRC
+    /// goes.
+    fn emit_headers(&self, buf: &mut [u8]) -> Result<(usize, usize), EmitError> {
+        let len = self.buffer_len();
         let crc_end = len - VCRC_LEN;
         let lnh = if self.grh.is_some() {
             Lnh::IbaGlobal
@@ -225,19 +276,88 @@ impl<'a> PacketRepr<'a> {
             at += GrhRepr::LEN;
         }
         let (payload_at, t_len) = self.transport.emit_headers(&mut buf[at..])?;
-        let payload_at = at + payload_at;
-        // Both CRCs in one pass over LRH..pad (WF-09; `parse` checks them with the
-        // separate reference passes `icrc_native` and `vcrc`, IBA 7.8.1, 7.8.2).
-        // The CRC reads the payload from the caller's slice (the same bytes the copy
-        // then writes), so the copy does not wait for it and overlaps its final
-        // reduction and table lookups.
+        Ok((at + payload_at, at + t_len))
+    }
+
+    /// Writes the whole packet with both CRCs into `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
+        let len = self.buffer_len();
+        if buf.len() < len {
+            return Err(EmitError::BufferTooSmall);
+        }
+        let buf = &mut buf[..len];
+        let (payload_at, icrc_at) = self.emit_headers(buf)?;
+        // Both CRCs in one pass over LRH..pad (WF-09; IBA 7.8.1, 7.8.2). The CRC
+        // reads the payload from the caller's slice (the same bytes the copy then
+        // writes), so the copy does not wait for it.
         let crcs = SinglePassCrc::headers(&buf[..payload_at], self.grh.is_some());
-        at += t_len;
         let payload = self.transport.payload;
         let (icrc, v) = crcs.finish(payload, pad_for(payload.len()));
-        self.transport.emit_payload(&mut buf[payload_at..at]);
-        buf[at..at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
-        buf[crc_end..].copy_from_slice(&v.to_le_bytes());
+        self.transport.emit_payload(&mut buf[payload_at..icrc_at]);
+        buf[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
+        buf[icrc_at + ICRC_LEN..].copy_from_slice(&v.to_le_bytes());
         Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::opcode::Opcode;
+
+    #[test]
+    fn wf_09_emit_with_fills_in_place_like_emit() {
+        let payload: Vec<u8> = (0..1001u32).map(|i| (i * 7) as u8).collect();
+        for grh in [
+            None,
+            Some(GrhRepr {
+                traffic_class: 1,
+                flow_label: 2,
+                hop_limit: 3,
+                sgid: [4; 16],
+                dgid: [5; 16],
+            }),
+        ] {
+            let mut p = PacketRepr {
+                lrh: LrhRepr {
+                    vl: 0,
+                    sl: 1,
+                    dlid: 2,
+                    slid: 3,
+                },
+                grh,
+                transport: TransportRepr {
+                    bth: BthRepr {
+                        opcode: Opcode::RC_SEND_ONLY,
+                        solicited: false,
+                        mig_req: false,
+                        pkey: 0xffff,
+                        fecn: false,
+                        becn: false,
+                        dest_qp: 9,
+                        ack_req: true,
+                        psn: 5,
+                    },
+                    ext: Default::default(),
+                    payload: &payload,
+                },
+            };
+            let mut a = vec![0u8; 2000];
+            let n = p.emit(&mut a).unwrap();
+            p.transport.payload = &[];
+            let mut b = vec![0xeeu8; 2000];
+            let m = p
+                .emit_with(&mut b, payload.len(), |dst| {
+                    dst.copy_from_slice(&payload);
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            assert_eq!(a[..n], b[..m]);
+            assert!(PacketRepr::parse(&b[..m]).is_ok());
+            assert_eq!(
+                p.emit_with(&mut b, 10, |_| Err(7)),
+                Err(EmitWithError::Fill(7))
+            );
+        }
     }
 }
