@@ -181,6 +181,14 @@ fn nak(qp: &mut Qp, cx: &mut Ctx<'_>, psn: u32, code: NakCode) {
     cx.counters.naks_sent += 1;
     queue_aeth(qp, psn, AethSyndrome::Nak(code));
     if code != NakCode::PsnSequenceError {
+        // AE-01 (IBA 11.6.3.1): the responder's QP reports why it failed — an
+        // invalid request, an access violation, or a catastrophic local error.
+        let qpn = qp.qpn;
+        cx.fx.events.push(match code {
+            NakCode::RemoteAccessError => Event::QpAccessError { qpn },
+            NakCode::RemoteOperationalError => Event::QpFatal { qpn },
+            _ => Event::QpRequestError { qpn },
+        });
         // The NAK itself must still go out: keep it, flush everything else.
         let out = std::mem::take(&mut qp.resp.out);
         to_error(qp, cx.fx);

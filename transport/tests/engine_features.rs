@@ -1,0 +1,576 @@
+//! Two engines (and loopback on one) over the simulated fabric: operations,
+//! ordering, completions, SRQ, UD, UC and addressing, each test named after the
+//! feature it shows on the wire (features.md).
+
+mod common;
+
+use common::*;
+use transport::psn;
+use transport::verbs::{
+    AddressVector, Completion, Event, Mtu, QpCap, QpInit, QpType, RecvWr, SendData, SendFlags,
+    SendWr, Sge, UdDest, VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
+};
+
+fn sge(addr: u64, len: u32, lkey: u32) -> Vec<Sge> {
+    vec![Sge {
+        addr,
+        length: len,
+        lkey,
+    }]
+}
+
+fn wr(id: u64, op: WrOpcode, sges: Vec<Sge>) -> SendWr {
+    SendWr {
+        wr_id: id,
+        opcode: op,
+        flags: SendFlags::SIGNALED,
+        data: SendData::Sges(sges),
+        imm_or_inv: 0,
+        remote_addr: 0,
+        rkey: 0,
+        compare: 0,
+        swap_add: 0,
+        ud: None,
+    }
+}
+
+fn fill(net: &mut Net, node: usize, addr: u64, len: usize, seed: u8) {
+    let off = (addr - MEM_BASE) as usize;
+    for (i, b) in net.nodes[node].mem.bytes[off..off + len]
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8;
+    }
+}
+
+fn bytes(net: &Net, node: usize, addr: u64, len: usize) -> Vec<u8> {
+    let off = (addr - MEM_BASE) as usize;
+    net.nodes[node].mem.bytes[off..off + len].to_vec()
+}
+
+/// Runs until `n` completions arrived on the CQ; returns them in order.
+fn wait(net: &mut Net, node: usize, cq: u32, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    net.run_until(5_000_000, |net| {
+        while let Some(c) = net.poll(node, cq) {
+            got.push(c);
+        }
+        got.len() >= n
+    });
+    assert_eq!(got.len(), n, "completions on node {node}: {got:?}");
+    got
+}
+
+fn recv(net: &mut Net, node: usize, qp: u32, id: u64, addr: u64, len: u32, key: u32) {
+    net.nodes[node]
+        .engine
+        .post_recv(
+            qp,
+            RecvWr {
+                wr_id: id,
+                sges: sge(addr, len, key),
+            },
+        )
+        .unwrap();
+}
+
+fn setup(seed: u64, o: &ConnOpts) -> (Net, Pair, u32, u32) {
+    let mut net = Net::new(2, 1 << 22, seed);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let p = connect(&mut net, 0, 1, o);
+    (net, p, ka, kb)
+}
+
+#[test]
+fn op_02_op_05_immediate_data_reaches_the_receive_completion() {
+    let (mut net, p, ka, kb) = setup(11, &ConnOpts::default());
+    fill(&mut net, 0, MEM_BASE, 3000, 1);
+    recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x10000, 4096, kb);
+    recv(&mut net, 1, p.qb, 2, MEM_BASE + 0x20000, 16, kb);
+    let mut s = wr(10, WrOpcode::SendWithImm, sge(MEM_BASE, 3000, ka));
+    s.imm_or_inv = 0xdead_beef;
+    net.nodes[0].engine.post_send(p.qa, s).unwrap();
+    let mut w = wr(11, WrOpcode::RdmaWriteWithImm, sge(MEM_BASE, 2500, ka));
+    w.remote_addr = MEM_BASE + 0x30000;
+    w.rkey = kb;
+    w.imm_or_inv = 0x1234_5678;
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    let r = wait(&mut net, 1, p.cq_b, 2);
+    assert_eq!(
+        (r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm_data),
+        (1, WcOpcode::Recv, 3000, 0xdead_beef)
+    );
+    assert!(r[0].flags.contains(WcFlags::WITH_IMM));
+    // OP-05: WRITE with immediate consumes a receive WQE; its buffer stays untouched.
+    assert_eq!(
+        (r[1].wr_id, r[1].opcode, r[1].byte_len, r[1].imm_data),
+        (2, WcOpcode::RecvRdmaWithImm, 2500, 0x1234_5678)
+    );
+    assert_eq!(bytes(&net, 1, MEM_BASE + 0x20000, 16), vec![0; 16]);
+    assert_eq!(
+        bytes(&net, 0, MEM_BASE, 2500),
+        bytes(&net, 1, MEM_BASE + 0x30000, 2500)
+    );
+    assert_eq!(wait(&mut net, 0, p.cq_a, 2).len(), 2);
+}
+
+#[test]
+fn op_09_zero_length_send_write_read_and_a_4_mib_write() {
+    let (mut net, p, _ka, kb) = setup(12, &ConnOpts::default());
+    recv(&mut net, 1, p.qb, 1, MEM_BASE, 0, kb);
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, vec![]))
+        .unwrap();
+    let mut w = wr(2, WrOpcode::RdmaWrite, vec![]);
+    w.rkey = 0x7777; // a zero-length WRITE checks no R_Key (C9-88)
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    let mut r = wr(3, WrOpcode::RdmaRead, vec![]);
+    r.rkey = kb;
+    net.nodes[0].engine.post_send(p.qa, r).unwrap();
+    let big = 4 << 20;
+    let mut net2 = Net::new(2, (big as usize) * 2 + 4096, 13);
+    let k2a = net2.reg_all(0, ALL_ACCESS);
+    let k2b = net2.reg_all(1, ALL_ACCESS);
+    let p2 = connect(&mut net2, 0, 1, &ConnOpts::default());
+    fill(&mut net2, 0, MEM_BASE + 1, big as usize, 9);
+    let mut w = wr(4, WrOpcode::RdmaWrite, sge(MEM_BASE + 1, big, k2a));
+    w.remote_addr = MEM_BASE + u64::from(big) + 7;
+    w.rkey = k2b;
+    net2.nodes[0].engine.post_send(p2.qa, w).unwrap();
+    let a = wait(&mut net, 0, p.cq_a, 3);
+    assert!(a.iter().all(|c| c.status == WcStatus::Success), "{a:?}");
+    assert_eq!(wait(&mut net, 1, p.cq_b, 1)[0].byte_len, 0);
+    let c = wait(&mut net2, 0, p2.cq_a, 1);
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert!(
+        bytes(&net2, 0, MEM_BASE + 1, big as usize)
+            == bytes(&net2, 1, MEM_BASE + u64::from(big) + 7, big as usize)
+    );
+}
+
+#[test]
+fn or_01_or_04_or_06_op_08_completions_in_post_order_unsignaled_silent() {
+    let (mut net, p, ka, kb) = setup(14, &ConnOpts::default());
+    for i in 0..20u64 {
+        recv(
+            &mut net,
+            1,
+            p.qb,
+            i,
+            MEM_BASE + 0x10000 * (i + 1),
+            0x8000,
+            kb,
+        );
+    }
+    fill(&mut net, 0, MEM_BASE, 0x8000, 5);
+    // A mix of multi-packet SENDs, WRITEs and READs; odd ones unsignaled.
+    for i in 0..20u64 {
+        let len = 100 + (i as u32 * 1777) % 9000;
+        let mut w = match i % 3 {
+            0 => wr(i, WrOpcode::Send, sge(MEM_BASE, len, ka)),
+            1 => {
+                let mut w = wr(i, WrOpcode::RdmaWrite, sge(MEM_BASE, len, ka));
+                w.remote_addr = MEM_BASE + 0x20_0000 + i * 0x4000;
+                w.rkey = kb;
+                w
+            }
+            _ => {
+                let mut w = wr(
+                    i,
+                    WrOpcode::RdmaRead,
+                    sge(MEM_BASE + 0x30_0000 + i * 0x4000, len, ka),
+                );
+                w.remote_addr = MEM_BASE + 0x20_0000 + (i - 1) * 0x4000;
+                w.rkey = kb;
+                w
+            }
+        };
+        if i % 2 == 1 {
+            w.flags = SendFlags(0);
+        }
+        net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    }
+    let sends = (0..20u64).filter(|i| i % 3 == 0).count();
+    let recvs = wait(&mut net, 1, p.cq_b, sends);
+    // OR-07, OP-08: receives complete in order, each SEND whole in its own WQE.
+    for (n, c) in recvs.iter().enumerate() {
+        assert_eq!(c.wr_id, n as u64);
+        let i = (n * 3) as u64;
+        assert_eq!(c.byte_len, 100 + (i as u32 * 1777) % 9000);
+        assert_eq!(
+            bytes(
+                &net,
+                1,
+                MEM_BASE + 0x10000 * (n as u64 + 1),
+                c.byte_len as usize
+            ),
+            bytes(&net, 0, MEM_BASE, c.byte_len as usize)
+        );
+    }
+    let done = wait(&mut net, 0, p.cq_a, 10);
+    let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (0..20).filter(|i| i % 2 == 0).collect::<Vec<_>>());
+    assert!(
+        net.poll(0, p.cq_a).is_none(),
+        "unsignaled WRs complete silently"
+    );
+}
+
+#[test]
+fn or_05_fenced_send_waits_for_the_read_before_it() {
+    let (mut net, p, ka, kb) = setup(15, &ConnOpts::default());
+    fill(&mut net, 1, MEM_BASE + 0x1000, 64, 3);
+    recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x8000, 64, kb);
+    let mut r = wr(1, WrOpcode::RdmaRead, sge(MEM_BASE + 0x2000, 64, ka));
+    r.remote_addr = MEM_BASE + 0x1000;
+    r.rkey = kb;
+    net.nodes[0].engine.post_send(p.qa, r).unwrap();
+    // The fenced SEND carries what the READ brought: it must not leave before.
+    let mut s = wr(2, WrOpcode::Send, sge(MEM_BASE + 0x2000, 64, ka));
+    s.flags = SendFlags(SendFlags::SIGNALED.0 | SendFlags::FENCE.0);
+    net.nodes[0].engine.post_send(p.qa, s).unwrap();
+    wait(&mut net, 1, p.cq_b, 1);
+    assert_eq!(
+        bytes(&net, 1, MEM_BASE + 0x8000, 64),
+        bytes(&net, 1, MEM_BASE + 0x1000, 64)
+    );
+}
+
+#[test]
+fn op_10_cq_02_solicited_arming_raises_an_event_only_for_solicited() {
+    let (mut net, p, ka, kb) = setup(16, &ConnOpts::default());
+    for i in 0..3 {
+        recv(&mut net, 1, p.qb, i, MEM_BASE + 0x1000 * (i + 1), 64, kb);
+    }
+    net.nodes[1].engine.req_notify_cq(p.cq_b, true).unwrap();
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .unwrap();
+    wait(&mut net, 1, p.cq_b, 1);
+    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event())
+        .filter(|e| matches!(e, Event::Completion { .. }))
+        .collect();
+    assert!(ev.is_empty(), "an unsolicited SEND raises no event: {ev:?}");
+    let mut s = wr(2, WrOpcode::Send, sge(MEM_BASE, 8, ka));
+    s.flags = SendFlags(SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0);
+    net.nodes[0].engine.post_send(p.qa, s).unwrap();
+    let c = wait(&mut net, 1, p.cq_b, 1);
+    assert!(c[0].solicited);
+    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
+    assert!(ev.contains(&Event::Completion { cq: p.cq_b }), "{ev:?}");
+    // Disarmed after firing; "next completion" arming fires for anything.
+    net.nodes[1].engine.req_notify_cq(p.cq_b, false).unwrap();
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(3, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .unwrap();
+    wait(&mut net, 1, p.cq_b, 1);
+    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
+    assert!(ev.contains(&Event::Completion { cq: p.cq_b }), "{ev:?}");
+}
+
+#[test]
+fn sr_01_srq_shared_by_two_qps_consumed_in_order_with_limit_event() {
+    let mut net = Net::new(2, 1 << 20, 17);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let pd = net.nodes[1].pd;
+    let srq = net.nodes[1].engine.create_srq(pd, 16, 1, 0).unwrap();
+    for i in 0..8u64 {
+        net.nodes[1]
+            .engine
+            .post_srq_recv(
+                srq,
+                RecvWr {
+                    wr_id: 100 + i,
+                    sges: sge(MEM_BASE + 0x1000 * (i + 1), 256, kb),
+                },
+            )
+            .unwrap();
+    }
+    net.nodes[1].engine.modify_srq_limit(srq, 5).unwrap();
+    let o = ConnOpts {
+        srq: [None, Some(srq)],
+        ..ConnOpts::default()
+    };
+    let p1 = connect(&mut net, 0, 1, &o);
+    let p2 = connect(&mut net, 0, 1, &o);
+    for i in 0..4 {
+        let p = if i % 2 == 0 { p1 } else { p2 };
+        net.nodes[0]
+            .engine
+            .post_send(
+                p.qa,
+                wr(i, WrOpcode::Send, sge(MEM_BASE, 10 + i as u32, ka)),
+            )
+            .unwrap();
+        // One at a time, so the order of consumption is the order of arrival.
+        let c = wait(&mut net, 1, p.cq_b, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].qp_num, c[0].byte_len),
+            (100 + i, p.qb, 10 + i as u32)
+        );
+    }
+    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
+    assert_eq!(
+        ev.iter()
+            .filter(|e| **e == Event::SrqLimitReached { srq })
+            .count(),
+        1,
+        "the limit event fires once, then the limit is 0: {ev:?}"
+    );
+    assert_eq!(net.nodes[1].engine.query_srq(srq).unwrap(), (4, 0));
+    assert_eq!(net.nodes[1].engine.destroy_srq(srq), Err(VerbError::Busy));
+}
+
+fn ud_qp(net: &mut Net, node: usize) -> (u32, u32) {
+    let o = ConnOpts {
+        qp_type: QpType::Ud,
+        ..ConnOpts::default()
+    };
+    let n = &mut net.nodes[node];
+    let cq = n.engine.create_cq(1024).unwrap();
+    let qp = n
+        .engine
+        .create_qp(QpInit {
+            qp_type: QpType::Ud,
+            pd: n.pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                max_send_sge: 2,
+                max_recv_sge: 2,
+                max_inline_data: 64,
+            },
+            sq_sig_all: true,
+        })
+        .unwrap();
+    bring_up(net, node, qp, &o, 0, 0, 0x123, 0);
+    (qp, cq)
+}
+
+#[test]
+fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
+    let mut net = Net::new(2, 1 << 20, 18);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let (qa, cqa) = ud_qp(&mut net, 0);
+    let (qa2, cqa2) = ud_qp(&mut net, 0);
+    let (qb, cqb) = ud_qp(&mut net, 1);
+    fill(&mut net, 0, MEM_BASE, 4096, 4);
+    recv(&mut net, 1, qb, 1, MEM_BASE + 0x10000, 4096 + 40, kb);
+    recv(&mut net, 0, qa2, 2, MEM_BASE + 0x20000, 4096 + 40, ka);
+    for (id, dlid, dqp) in [(1u64, 2u16, qb), (2, 1, qa2)] {
+        let mut w = wr(id, WrOpcode::SendWithImm, sge(MEM_BASE, 4096, ka));
+        w.imm_or_inv = 77;
+        w.ud = Some(UdDest {
+            av: AddressVector {
+                dlid,
+                sl: 3,
+                ..AddressVector::default()
+            },
+            remote_qpn: dqp,
+            remote_qkey: 0x1111_1111,
+        });
+        net.nodes[0].engine.post_send(qa, w).unwrap();
+    }
+    let b = wait(&mut net, 1, cqb, 1);
+    // RL-16: one packet, the source in the completion, 40 bytes of GRH room first.
+    assert_eq!(
+        (
+            b[0].status,
+            b[0].byte_len,
+            b[0].src_qp,
+            b[0].slid,
+            b[0].sl,
+            b[0].imm_data
+        ),
+        (WcStatus::Success, 4096 + 40, qa, 1, 3, 77)
+    );
+    assert_eq!(
+        bytes(&net, 1, MEM_BASE + 0x10000 + 40, 4096),
+        bytes(&net, 0, MEM_BASE, 4096)
+    );
+    let l = wait(&mut net, 0, cqa2, 1);
+    assert_eq!(
+        (l[0].status, l[0].src_qp, l[0].slid),
+        (WcStatus::Success, qa, 1)
+    );
+    assert_eq!(wait(&mut net, 0, cqa, 2).len(), 2);
+    // C9-12: a UD message longer than one packet fails locally.
+    let mut w = wr(9, WrOpcode::Send, sge(MEM_BASE, 4097, ka));
+    w.ud = Some(UdDest {
+        av: AddressVector {
+            dlid: 2,
+            ..AddressVector::default()
+        },
+        remote_qpn: qb,
+        remote_qkey: 0x1111_1111,
+    });
+    net.nodes[0].engine.post_send(qa, w).unwrap();
+    assert_eq!(wait(&mut net, 0, cqa, 1)[0].status, WcStatus::LocLenErr);
+}
+
+#[test]
+fn rl_15_uc_loses_whole_messages_and_resyncs_on_the_next_first() {
+    let o = ConnOpts {
+        qp_type: QpType::Uc,
+        mtu: Mtu::M256,
+        ..ConnOpts::default()
+    };
+    let (mut net, p, ka, kb) = setup(19, &o);
+    fill(&mut net, 0, MEM_BASE, 2000, 8);
+    for i in 0..40u64 {
+        recv(&mut net, 1, p.qb, i, MEM_BASE + 0x1000 * (i + 1), 4096, kb);
+    }
+    net.faults.drop = 0.05;
+    for i in 0..40u64 {
+        let len = 200 + (i as u32 * 37) % 1700;
+        net.nodes[0]
+            .engine
+            .post_send(p.qa, wr(i, WrOpcode::Send, sge(MEM_BASE, len, ka)))
+            .unwrap();
+    }
+    let sent = wait(&mut net, 0, p.cq_a, 40);
+    assert!(sent.iter().all(|c| c.status == WcStatus::Success));
+    net.run_until(100_000, |_| false);
+    let mut got = Vec::new();
+    while let Some(c) = net.poll(1, p.cq_b) {
+        got.push(c);
+    }
+    assert!(
+        !got.is_empty() && got.len() < 40,
+        "some lost, some not: {}",
+        got.len()
+    );
+    // Every message that arrived is whole and exact; WQEs are reused, in order.
+    for (n, c) in got.iter().enumerate() {
+        assert_eq!(c.wr_id, n as u64);
+        assert_eq!(c.status, WcStatus::Success);
+        let len = c.byte_len as usize;
+        assert!(len >= 200);
+        assert_eq!(
+            bytes(&net, 1, MEM_BASE + 0x1000 * (n as u64 + 1), len),
+            bytes(&net, 0, MEM_BASE, len)
+        );
+    }
+}
+
+#[test]
+fn ad_03_every_pmtu_segments_and_reassembles() {
+    for (i, mtu) in [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096]
+        .into_iter()
+        .enumerate()
+    {
+        let o = ConnOpts {
+            mtu,
+            ..ConnOpts::default()
+        };
+        let (mut net, p, ka, kb) = setup(20 + i as u64, &o);
+        let len = mtu.bytes() * 3 + 1;
+        fill(&mut net, 0, MEM_BASE, len, i as u8);
+        recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x10000, len as u32, kb);
+        net.nodes[0]
+            .engine
+            .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, len as u32, ka)))
+            .unwrap();
+        let c = wait(&mut net, 1, p.cq_b, 1);
+        assert_eq!(c[0].byte_len as usize, len);
+        // Exactly four packets for 3 PMTUs + 1 byte, and one ACK (C9-11).
+        assert_eq!(net.nodes[0].engine.counters().tx_packets, 4, "{mtu:?}");
+        assert_eq!(
+            bytes(&net, 1, MEM_BASE + 0x10000, len),
+            bytes(&net, 0, MEM_BASE, len)
+        );
+    }
+}
+
+#[test]
+fn rl_01_psns_wrap_past_0xffffff() {
+    let o = ConnOpts {
+        mtu: Mtu::M256,
+        psn_a: psn::PSN_MASK - 3,
+        ..ConnOpts::default()
+    };
+    let (mut net, p, ka, kb) = setup(30, &o);
+    fill(&mut net, 0, MEM_BASE, 256 * 10, 2);
+    recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x10000, 4096, kb);
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 2560, ka)))
+        .unwrap();
+    wait(&mut net, 1, p.cq_b, 1);
+    let (_, a, _) = net.nodes[0].engine.query_qp(p.qa).unwrap();
+    assert_eq!(a.sq_psn, 6, "ten packets from 0xFFFFFC end at 5");
+    let (_, b, _) = net.nodes[1].engine.query_qp(p.qb).unwrap();
+    assert_eq!(b.rq_psn, 6);
+}
+
+#[test]
+fn qs_09_create_qp_result_codes() {
+    let mut net = Net::new(1, 1 << 16, 31);
+    let pd = net.nodes[0].pd;
+    let e = &mut net.nodes[0].engine;
+    let cq = e.create_cq(16).unwrap();
+    let init = QpInit {
+        qp_type: QpType::Rc,
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    assert_eq!(
+        e.create_qp(QpInit { pd: 999, ..init }),
+        Err(VerbError::InvalidPd)
+    );
+    assert_eq!(
+        e.create_qp(QpInit {
+            send_cq: 999,
+            ..init
+        }),
+        Err(VerbError::InvalidCq)
+    );
+    assert_eq!(
+        e.create_qp(QpInit {
+            srq: Some(999),
+            ..init
+        }),
+        Err(VerbError::InvalidSrq)
+    );
+    let mut big = init;
+    big.cap.max_send_wr = 1 << 30;
+    assert_eq!(e.create_qp(big), Err(VerbError::MaxWrExceeded));
+    let mut big = init;
+    big.cap.max_recv_sge = 1000;
+    assert_eq!(e.create_qp(big), Err(VerbError::MaxSgeExceeded));
+    let q = e.create_qp(init).unwrap();
+    assert!(q >= 2, "QPN 0 and 1 are reserved");
+    assert_eq!(e.destroy_cq(cq), Err(VerbError::Busy));
+    e.destroy_qp(q).unwrap();
+    e.destroy_cq(cq).unwrap();
+}
+
+#[test]
+fn ad_01_ad_05_port_gid_and_pkey_table() {
+    let net = Net::new(1, 4096, 32);
+    let port = net.nodes[0].engine.port();
+    let gid = port.gid();
+    assert_eq!(&gid[..8], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&gid[8..], &port.port_guid.to_be_bytes());
+    assert_eq!(port.pkeys[0], 0xffff);
+}
