@@ -182,7 +182,12 @@ fn main() {
         *x = (i * 31) as u8;
     }
     let msg = 1u32 << 20;
-    let msgs_per_rep = 16;
+    // VHCA_BENCH_SCALE=N runs N times as many messages (for profiling).
+    let scale: usize = std::env::var("VHCA_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let msgs_per_rep = 16 * scale;
     let mut engine_rates = Vec::new();
     let mut base_rates = Vec::new();
     let src: Vec<u8> = a.mem.bytes[..msg as usize].to_vec();

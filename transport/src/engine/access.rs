@@ -26,6 +26,25 @@ impl RemoteErr {
     }
 }
 
+impl From<RemoteErr> for super::counters::NakReason {
+    fn from(e: RemoteErr) -> Self {
+        use super::counters::NakReason as R;
+        match e {
+            RemoteErr::Memory => R::MemoryFault,
+            RemoteErr::Access(a) => match a {
+                AccessError::NoSuchKey => R::NoSuchKey,
+                AccessError::KeyMismatch => R::KeyMismatch,
+                AccessError::PdMismatch => R::PdMismatch,
+                AccessError::OutOfBounds => R::OutOfBounds,
+                AccessError::NoLocalWrite | AccessError::NoRemoteWrite => R::NoRemoteWrite,
+                AccessError::NoRemoteRead => R::NoRemoteRead,
+                AccessError::NoRemoteAtomic => R::NoRemoteAtomic,
+                AccessError::MisalignedAtomic => R::MisalignedAtomic,
+            },
+        }
+    }
+}
+
 impl From<CopyError> for RemoteErr {
     fn from(e: CopyError) -> RemoteErr {
         match e {

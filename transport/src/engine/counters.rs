@@ -55,6 +55,51 @@ reasons! {
     }
 }
 
+reasons! {
+    /// Why a responder NAKed a request (RL-12, MP-05): one counter each, so that the
+    /// NAKs a peer provokes can be told apart without a capture.
+    NakReason {
+        /// PSN ahead of ePSN (RL-03).
+        PsnSequence,
+        /// MIDDLE/LAST without FIRST, or FIRST inside a message (9.7.5.1.2).
+        OpSequence,
+        /// An opcode the QP does not serve.
+        BadOpcode,
+        /// RDMA WRITE/READ/ATOMIC not enabled on the QP (MP-04).
+        OpNotEnabled,
+        /// Payload not a full PMTU in FIRST/MIDDLE, or over it (C9-11).
+        PmtuLength,
+        /// WRITE payload past DMALen, or short of it at the end.
+        DmaLength,
+        /// DMALen above 2^31 (C9-9).
+        TooLong,
+        /// The receive WQE's buffers are too small for the SEND (MP-05).
+        ReceiveTooSmall,
+        /// The receive WQE's buffers failed their L_Key checks (MP-05).
+        ReceiveProtection,
+        /// No READ/ATOMIC resource left (RL-07).
+        NoResources,
+        /// R_Key index names no MR (MP-02).
+        NoSuchKey,
+        /// R_Key byte is stale (MP-02).
+        KeyMismatch,
+        /// MR of another PD (MP-01).
+        PdMismatch,
+        /// VA/length outside the MR (MP-04).
+        OutOfBounds,
+        /// MR without REMOTE_READ (MP-04).
+        NoRemoteRead,
+        /// MR without REMOTE_WRITE (MP-04).
+        NoRemoteWrite,
+        /// MR without REMOTE_ATOMIC (MP-04).
+        NoRemoteAtomic,
+        /// ATOMIC VA not 8-byte aligned (OP-07).
+        MisalignedAtomic,
+        /// The MR's pages are outside the caller's memory.
+        MemoryFault,
+    }
+}
+
 /// Engine counters.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Counters {
@@ -67,6 +112,8 @@ pub struct Counters {
     /// Transport-level drops, indexed by [`RxDrop::ALL`].
     pub rx_drops: Vec<u64>,
     pub naks_sent: u64,
+    /// NAKs sent, indexed by [`NakReason::ALL`].
+    pub nak_reasons: Vec<u64>,
     pub rnr_naks_sent: u64,
     pub acks_sent: u64,
     pub retransmits: u64,
@@ -84,6 +131,26 @@ impl Counters {
         if let Some(i) = RxDrop::ALL.iter().position(|x| *x == r) {
             self.rx_drops[i] += 1;
         }
+    }
+
+    /// Counts one NAK sent for `r`.
+    pub fn nak(&mut self, r: NakReason) {
+        self.naks_sent += 1;
+        if self.nak_reasons.len() < NakReason::ALL.len() {
+            self.nak_reasons.resize(NakReason::ALL.len(), 0);
+        }
+        if let Some(i) = NakReason::ALL.iter().position(|x| *x == r) {
+            self.nak_reasons[i] += 1;
+        }
+    }
+
+    /// How many NAKs were sent for `r`.
+    pub fn naked(&self, r: NakReason) -> u64 {
+        NakReason::ALL
+            .iter()
+            .position(|x| *x == r)
+            .and_then(|i| self.nak_reasons.get(i).copied())
+            .unwrap_or(0)
     }
 
     /// How many packets were dropped for `r`.

@@ -17,7 +17,7 @@ mod responder;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-pub use counters::{Counters, RxDrop};
+pub use counters::{Counters, NakReason, RxDrop};
 use cq::{Cq, Pushed, Srq};
 use requester::Requester;
 use responder::Responder;
@@ -611,16 +611,14 @@ impl Engine {
             return Err(RxDrop::BadPkey);
         }
         let lrh = &pkt.lrh;
-        // C9-56: a multicast SLID is never valid.
-        if (0xc000..0xffff).contains(&lrh.slid) {
-            return Err(RxDrop::BadSlid);
-        }
-        if lrh.slid == PERMISSIVE_LID || lrh.dlid == PERMISSIVE_LID {
-            return Err(RxDrop::BadDlid); // C9-55: permissive LID only for QP0
-        }
         let mask = !((1u16 << self.port.lmc.min(7)) - 1);
         if qp.init.qp_type != QpType::Ud {
-            // C9-53, C9-54: connected services check both LIDs.
+            // C9-53, C9-54: connected services check both LIDs (UD checks
+            // neither); C9-56: a multicast SLID is never valid; C9-55: the
+            // permissive LID only for QP0.
+            if (0xc000..0xffff).contains(&lrh.slid) || lrh.slid == PERMISSIVE_LID {
+                return Err(RxDrop::BadSlid);
+            }
             if lrh.dlid & mask != self.port.lid & mask {
                 return Err(RxDrop::BadDlid);
             }

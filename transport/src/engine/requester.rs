@@ -65,6 +65,10 @@ pub(crate) struct Requester {
     pub next_psn: u32,
     /// Oldest unacknowledged PSN.
     pub una: u32,
+    /// Point of maximum advance: the PSN after the highest one ever sent. A go-back
+    /// lowers `next_psn`, not this; the responder may answer a retried request
+    /// with any PSN up to here (seed 004 §4, 9.7.4.1.3).
+    pub hwm: u32,
     retry_left: u8,
     rnr_left: u8,
     ack_deadline: Option<Time>,
@@ -87,6 +91,7 @@ impl Requester {
     pub fn start(&mut self, sq_psn: u32, attr: &QpAttr) {
         self.next_psn = sq_psn;
         self.una = sq_psn;
+        self.hwm = sq_psn;
         self.resume(attr);
     }
 
@@ -125,6 +130,12 @@ impl Requester {
 
     fn outstanding(&self) -> u32 {
         psn::diff(self.next_psn, self.una).max(0) as u32
+    }
+
+    /// PSNs sent at least once and not acknowledged yet (what the ACK timer
+    /// covers, even while a go-back resends them).
+    fn unacked(&self) -> u32 {
+        psn::diff(self.hwm, self.una).max(0) as u32
     }
 }
 
@@ -312,28 +323,72 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
             skipped = Some(i);
             break;
         }
-        if psn::diff(last_acked, w.last_psn()) >= 0 && w.sent == w.npkts {
+        // Acknowledged through its last packet: done, even while a go-back is
+        // resending it (the responder has it all; seed 004 §4).
+        if psn::diff(last_acked, w.last_psn()) >= 0 {
             w.done = Some(WcStatus::Success);
             progressed = true;
         } else {
             break;
         }
     }
-    let new_una = psn::add(last_acked, 1);
-    if psn::diff(new_una, r.una) > 0 && psn::diff(new_una, r.next_psn) <= 0 {
+    let mut new_una = psn::add(last_acked, 1);
+    if let Some(i) = skipped {
+        // The READ/ATOMIC stays unacknowledged until its response comes (C9-27):
+        // the ACK covers only what precedes its first missing response.
+        let w = &r.wqes[i];
+        let pmtu = qp.attr.path_mtu.bytes() as u64;
+        let resume = if w.wr.opcode == WrOpcode::RdmaRead {
+            psn::add(w.first_psn, (w.resp_bytes / pmtu) as u32)
+        } else {
+            w.first_psn
+        };
+        if psn::diff(resume, new_una) < 0 {
+            new_una = resume;
+        }
+    }
+    // The valid region ends at the point of maximum advance, not at `next_psn`,
+    // which a go-back lowered (RL-09).
+    if psn::diff(new_una, r.una) > 0 && psn::diff(new_una, r.hwm) <= 0 {
         r.una = new_una;
         progressed = true;
+    }
+    if psn::diff(r.una, r.next_psn) > 0 {
+        skip_acked(r);
     }
     if progressed {
         r.retry_left = qp.attr.retry_cnt;
         r.rnr_left = qp.attr.rnr_retry;
-        r.ack_deadline = if r.outstanding() > 0 {
+        r.ack_deadline = if r.unacked() > 0 {
             timeout.map(|t| now.plus_ns(t))
         } else {
             None
         };
     }
     skipped
+}
+
+/// After a go-back, an ACK came for PSNs the go-back was about to resend (the
+/// responder answers a retried request with its furthest PSN, seed 004 §4):
+/// resume sending at `una` instead of resending what is acknowledged.
+fn skip_acked(r: &mut Requester) {
+    let una = r.una;
+    match r.wqes.iter().position(|w| w.done.is_none()) {
+        Some(i) => {
+            let w = &mut r.wqes[i];
+            w.sent = if w.contains(una) {
+                psn::diff(una, w.first_psn) as u32
+            } else {
+                0
+            };
+            for later in r.wqes.iter_mut().skip(i + 1) {
+                later.sent = 0;
+            }
+            r.cur = i;
+        }
+        None => r.cur = r.wqes.len(),
+    }
+    r.next_psn = una;
 }
 
 /// Handles a response packet (ACK, NAK, READ response, atomic ACK) on an RC QP.
@@ -345,9 +400,11 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
     }
     let t = &pkt.transport;
     let p = t.bth.psn;
-    // RL-09: only PSNs in the unacknowledged region [una, next_psn) count; a
-    // duplicate (before una) or ghost (at/after next_psn) is dropped.
-    if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.next_psn) >= 0 {
+    // RL-09: only PSNs in the unacknowledged region [una, hwm) count; a
+    // duplicate (before una) or ghost (at/after the point of maximum advance) is
+    // dropped. Not `next_psn`: after a go-back the responder still answers with
+    // its furthest PSN (seed 004 §4).
+    if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.hwm) >= 0 {
         cx.counters.drop(RxDrop::GhostResponse);
         return false;
     }
@@ -418,7 +475,13 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                     }
                     qp.req.retry_left -= 1;
                     cx.counters.retransmits += 1;
-                    let resume = idx.and_then(|i| read_resume_psn(qp, i)).unwrap_or(p);
+                    let resume = if psn::diff(qp.req.una, p) < 0 {
+                        // A READ/ATOMIC before `p` still misses its response: go
+                        // back to it as well (C9-27: responses come in PSN order).
+                        qp.req.una
+                    } else {
+                        idx.and_then(|i| read_resume_psn(qp, i)).unwrap_or(p)
+                    };
                     rewind(qp, resume);
                     true
                 }
@@ -493,9 +556,12 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     let pos = t.bth.opcode.info().position;
     let first_pkt = w.resp_bytes == 0;
     let len = t.payload.len() as u64;
+    // A retried READ asks for the rest only (RL-14) and its responses start again
+    // with First/Only at that PSN (9.7.5.1.1: a duplicate READ is answered as a
+    // new response sequence): First/Only are valid at any resume point.
     let ok = match pos {
-        Position::Only => first_pkt && len == remaining && len <= pmtu,
-        Position::First => first_pkt && len == pmtu && remaining > pmtu,
+        Position::Only => len == remaining && len <= pmtu,
+        Position::First => len == pmtu && remaining > pmtu,
         Position::Middle => !first_pkt && len == pmtu && remaining > pmtu,
         Position::Last => !first_pkt && len == remaining && len <= pmtu && len > 0,
     };
@@ -592,11 +658,12 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
     if d > now {
         return false;
     }
-    if qp.req.outstanding() == 0 {
+    if qp.req.unacked() == 0 {
         qp.req.ack_deadline = None;
         return false;
     }
     c.timeouts += 1;
+    eprintln!("DBG timeout qp {} now {:?} una {:#x} next {:#x} hwm {:#x} cur {} rnr {:?} wqes {:?}", qp.qpn, now, qp.req.una, qp.req.next_psn, qp.req.hwm, qp.req.cur, qp.req.rnr_deadline, qp.req.wqes.iter().take(3).map(|w| (w.wr.opcode, w.first_psn, w.npkts, w.sent, w.started, w.done)).collect::<Vec<_>>());
     if qp.req.retry_left == 0 {
         // RL-10: seven means seven; then RETRY_EXC_ERR and the QP goes to Error.
         let una = qp.req.una;
@@ -853,6 +920,9 @@ fn build_request(
     let w = &mut r.wqes[i];
     w.sent += adv;
     r.next_psn = psn::add(psn_k, adv);
+    if psn::diff(r.next_psn, r.hwm) > 0 {
+        r.hwm = r.next_psn;
+    }
     if w.sent >= w.npkts {
         w.sent = w.npkts;
         r.cur += 1;

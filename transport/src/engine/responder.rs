@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use super::access::{self, local_status, RemoteErr};
-use super::{to_error, Ctx, Qp, RxDrop};
+use super::{to_error, Ctx, NakReason, Qp, RxDrop};
 use crate::mr::RemoteAccess;
 use crate::psn;
 use crate::verbs::{
@@ -177,8 +177,8 @@ fn ack(qp: &mut Qp, psn: u32) {
 
 /// NAKs `psn` with `code`; for RC errors other than a sequence error the QP goes to
 /// Error after the NAK (class A/B/C errors of 9.9.2).
-fn nak(qp: &mut Qp, cx: &mut Ctx<'_>, psn: u32, code: NakCode) {
-    cx.counters.naks_sent += 1;
+fn nak(qp: &mut Qp, cx: &mut Ctx<'_>, psn: u32, code: NakCode, why: NakReason) {
+    cx.counters.nak(why);
     queue_aeth(qp, psn, AethSyndrome::Nak(code));
     if code != NakCode::PsnSequenceError {
         // AE-01 (IBA 11.6.3.1): the responder's QP reports why it failed — an
@@ -230,7 +230,7 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         }
         qp.resp.nak_sent = true;
         let e = qp.resp.epsn;
-        nak(qp, cx, e, NakCode::PsnSequenceError);
+        nak(qp, cx, e, NakCode::PsnSequenceError, NakReason::PsnSequence);
         return true;
     }
     if d < 0 {
@@ -249,7 +249,7 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         _ => false,
     };
     if !seq_ok {
-        nak(qp, cx, p, NakCode::InvalidRequest);
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::OpSequence);
         return true;
     }
     // 3. Check the operation is enabled on this QP (o9-...; MP-04).
@@ -259,13 +259,13 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
         Operation::Send | Operation::SendWithImmediate => None,
         _ => {
-            nak(qp, cx, p, NakCode::InvalidRequest);
+            nak(qp, cx, p, NakCode::InvalidRequest, NakReason::BadOpcode);
             return true;
         }
     };
     if let Some(a) = need {
         if !qp.attr.access.contains(a) {
-            nak(qp, cx, p, NakCode::InvalidRequest);
+            nak(qp, cx, p, NakCode::InvalidRequest, NakReason::OpNotEnabled);
             return true;
         }
     }
@@ -278,7 +278,7 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         Position::Only => len <= pmtu,
     };
     if info.payload && !len_ok {
-        nak(qp, cx, p, NakCode::InvalidRequest);
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::PmtuLength);
         return true;
     }
     match info.operation {
@@ -336,12 +336,15 @@ fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         cx.fx
             .completions
             .push((qp.init.recv_cq, recv_completion(qp, &wqe, status, placed)));
-        let code = if status == WcStatus::LocLenErr {
-            NakCode::InvalidRequest
+        let (code, why) = if status == WcStatus::LocLenErr {
+            (NakCode::InvalidRequest, NakReason::ReceiveTooSmall)
         } else {
-            NakCode::RemoteOperationalError
+            (
+                NakCode::RemoteOperationalError,
+                NakReason::ReceiveProtection,
+            )
         };
-        nak(qp, cx, p, code);
+        nak(qp, cx, p, code, why);
         return true;
     }
     *placed += t.payload.len() as u64;
@@ -373,7 +376,7 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     if qp.resp.cur.is_none() {
         let Some(reth) = t.ext.reth else { return false };
         if u64::from(reth.dma_len) > super::MAX_MSG_SIZE {
-            nak(qp, cx, p, NakCode::InvalidRequest);
+            nak(qp, cx, p, NakCode::InvalidRequest, NakReason::TooLong);
             return true;
         }
         qp.resp.cur = Some(InMsg::Write {
@@ -397,7 +400,7 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     // Length against DMALen: never past it, exactly it at the end.
     if placed + len > dma_len || (ends && placed + len != dma_len) {
         qp.resp.cur = None;
-        nak(qp, cx, p, NakCode::InvalidRequest);
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::DmaLength);
         return true;
     }
     // WRITE with immediate consumes a receive WQE: check before touching memory.
@@ -405,6 +408,12 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         match take_recv(qp, cx) {
             Some(w) => Some(w),
             None => {
+                // An RNR NAK leaves the request unexecuted (9.7.5.2.8): a WRITE-imm
+                // Only packet must not leave a message open behind it, or its
+                // retry fails the op sequence check.
+                if info.starts_message() {
+                    qp.resp.cur = None;
+                }
                 qp.resp.nak_sent = true;
                 cx.counters.rnr_naks_sent += 1;
                 let timer_code = qp.attr.min_rnr_timer & 0x1f;
@@ -418,19 +427,28 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     // 7. Check R_Key and bounds before any byte is written (C9-88: a zero-length
     //    WRITE checks nothing).
     if dma_len > 0 && len > 0 {
-        if let Err(e) = access::remote_write(
-            cx.mrs,
-            cx.mem,
-            qp.init.pd,
-            rkey,
-            va.wrapping_add(placed),
-            t.payload,
-        ) {
+        // The first packet checks the whole range its RETH names (VA, DMALen;
+        // 9.3.3.2, as rxe's check_rkey does): a WRITE that runs past its MR is
+        // refused before any of its bytes land (MP-04).
+        let whole = match placed {
+            0 => access::remote_check(cx.mrs, qp.init.pd, rkey, va, dma_len, RemoteAccess::Write),
+            _ => Ok(()),
+        };
+        if let Err(e) = whole.and_then(|()| {
+            access::remote_write(
+                cx.mrs,
+                cx.mem,
+                qp.init.pd,
+                rkey,
+                va.wrapping_add(placed),
+                t.payload,
+            )
+        }) {
             if let Some((w, s)) = recv {
                 put_back(qp, cx, w, s);
             }
             qp.resp.cur = None;
-            nak(qp, cx, p, remote_nak(e));
+            nak(qp, cx, p, remote_nak(e), NakReason::from(e));
             return true;
         }
     }
@@ -472,7 +490,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let Some(reth) = t.ext.reth else { return false };
     let len = u64::from(reth.dma_len);
     if len > super::MAX_MSG_SIZE {
-        nak(qp, cx, p, NakCode::InvalidRequest);
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::TooLong);
         return true;
     }
     if len > 0 {
@@ -484,7 +502,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             len,
             RemoteAccess::Read,
         ) {
-            nak(qp, cx, p, remote_nak(e));
+            nak(qp, cx, p, remote_nak(e), NakReason::from(e));
             return true;
         }
     }
@@ -499,7 +517,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         },
     };
     if !save_resource(qp, r) {
-        nak(qp, cx, p, NakCode::InvalidRequest);
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
     qp.resp.out.push_back(RespItem::Read {
@@ -527,7 +545,7 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     ) {
         Ok(v) => v,
         Err(e) => {
-            nak(qp, cx, p, remote_nak(e));
+            nak(qp, cx, p, remote_nak(e), NakReason::from(e));
             return true;
         }
     };
@@ -539,7 +557,7 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             kind: ResKind::Atomic { orig },
         },
     ) {
-        nak(qp, cx, p, NakCode::InvalidRequest);
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
     qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
@@ -575,13 +593,16 @@ fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
                 cx.counters.drop(RxDrop::UnmatchedDuplicate);
                 return false;
             }
-            // A newer duplicate preempts responses still queued for later PSNs.
+            // A newer duplicate preempts responses still queued for later PSNs
+            // (RL-05). An ACK among them is sent again after the READ's responses,
+            // never before them (C9-27), so the requester still gets it.
+            let before = qp.resp.out.len();
             qp.resp.out.retain(|it| match it {
-                RespItem::Read { psn: q, .. } | RespItem::AtomicAck { psn: q, .. } => {
-                    psn::diff(*q, p) < 0
-                }
-                RespItem::Aeth { psn: q, .. } => psn::diff(*q, p) < 0,
+                RespItem::Read { psn: q, .. }
+                | RespItem::AtomicAck { psn: q, .. }
+                | RespItem::Aeth { psn: q, .. } => psn::diff(*q, p) < 0,
             });
+            let preempted = qp.resp.out.len() != before;
             qp.resp.out.push_back(RespItem::Read {
                 psn: p,
                 va: dva,
@@ -589,6 +610,10 @@ fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
                 len: dlen,
                 sent: 0,
             });
+            if preempted {
+                let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
+                ack(qp, last);
+            }
             true
         }
         Operation::CompareSwap | Operation::FetchAdd => {
@@ -950,7 +975,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         Err(EmitWithError::Fill(e)) => {
             // The MR went away under the READ: NAK what could not be read.
             let p = read.map_or(p, |r| r.2);
-            nak(qp, cx, p, remote_nak(e));
+            nak(qp, cx, p, remote_nak(e), NakReason::from(e));
             poll_transmit(qp, cx, buf)
         }
         Err(EmitWithError::Emit(_)) => None,

@@ -166,10 +166,13 @@ impl Net {
             self.delivered += 1;
             got = true;
         }
+        // A timer due now may resend: then the net is not idle.
+        let mut fired = false;
         for n in &mut self.nodes {
+            fired |= n.engine.poll_timeout().is_some_and(|t| t <= self.now);
             n.engine.handle_timeout(self.now);
         }
-        if sent || got {
+        if sent || got || fired {
             return true;
         }
         // Idle: jump to the next event.
