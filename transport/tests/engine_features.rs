@@ -574,3 +574,309 @@ fn ad_01_ad_05_port_gid_and_pkey_table() {
     assert_eq!(&gid[8..], &port.port_guid.to_be_bytes());
     assert_eq!(port.pkeys[0], 0xffff);
 }
+
+/// Moves packets between nodes 0 and 1 directly, recording what node 1 sends.
+fn pump_trace(net: &mut Net, keep: &mut Vec<Vec<u8>>) {
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let mut moved = false;
+        for i in 0..2 {
+            let now = net.now;
+            loop {
+                let n = &mut net.nodes[i];
+                let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) else {
+                    break;
+                };
+                moved = true;
+                if i == 1 {
+                    keep.push(buf[..len].to_vec());
+                }
+                let m = &mut net.nodes[1 - i];
+                m.engine.handle_packet(&buf[..len], &mut m.mem, now);
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+}
+
+#[test]
+fn or_02_rl_02_responses_in_psn_order_and_a_read_takes_one_psn_per_response() {
+    let (mut net, p, ka, kb) = setup(40, &ConnOpts::default());
+    let start = ConnOpts::default().psn_a;
+    recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x9000, 64, kb);
+    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 2048, ka)); // 2 packets
+    w.remote_addr = MEM_BASE + 0x1000;
+    w.rkey = kb;
+    let mut r = wr(2, WrOpcode::RdmaRead, sge(MEM_BASE + 0x4000, 3000, ka)); // 3 responses
+    r.remote_addr = MEM_BASE + 0x1000;
+    r.rkey = kb;
+    let mut a = wr(3, WrOpcode::AtomicFetchAdd, sge(MEM_BASE + 0x8000, 8, ka));
+    a.remote_addr = MEM_BASE + 0x2000;
+    a.rkey = kb;
+    a.swap_add = 1;
+    let s = wr(4, WrOpcode::Send, sge(MEM_BASE, 16, ka));
+    for w in [w, r, a, s] {
+        net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    }
+    let mut keep = Vec::new();
+    pump_trace(&mut net, &mut keep);
+    let resp: Vec<(u32, String)> = keep
+        .iter()
+        .map(|b| {
+            let pk = transport::wire::PacketRepr::parse(b).unwrap();
+            let bth = pk.transport.bth;
+            (
+                psn::diff(bth.psn, start) as u32,
+                bth.opcode.info().name.to_string(),
+            )
+        })
+        .collect();
+    // WRITE takes PSNs 0-1, READ 2-4 (one per response packet, RL-02), ATOMIC 5,
+    // SEND 6; responses never overtake one another (C9-27).
+    let psns: Vec<u32> = resp.iter().map(|r| r.0).collect();
+    assert!(psns.windows(2).all(|w| w[0] <= w[1]), "{resp:?}");
+    let reads: Vec<u32> = resp
+        .iter()
+        .filter(|r| r.1.contains("READ_RESPONSE"))
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(reads, vec![2, 3, 4], "{resp:?}");
+    assert!(
+        resp.contains(&(5, "RC_ATOMIC_ACKNOWLEDGE".into())),
+        "{resp:?}"
+    );
+    assert_eq!(resp.last().unwrap(), &(6, "RC_ACKNOWLEDGE".into()));
+    let done = wait(&mut net, 0, p.cq_a, 4);
+    assert_eq!(
+        done.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+}
+
+#[test]
+fn rl_17_unacknowledged_packets_stay_within_the_window() {
+    let o = ConnOpts {
+        mtu: Mtu::M256,
+        ..ConnOpts::default()
+    };
+    let (mut net, p, ka, kb) = setup(41, &o);
+    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 1 << 20, ka)); // 4096 packets
+    w.remote_addr = MEM_BASE + (1 << 21);
+    w.rkey = kb;
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    // Nothing is delivered: the requester stops at its window, far below the
+    // spec's 2^23 bound (9.7.4.1.4).
+    let mut buf = vec![0u8; 8192];
+    let mut sent = 0;
+    let n = &mut net.nodes[0];
+    while n
+        .engine
+        .poll_transmit(&mut n.mem, net.now, &mut buf)
+        .is_some()
+    {
+        sent += 1;
+        assert!(sent <= 10_000);
+    }
+    let window = n.engine.limits().send_window;
+    assert_eq!(sent, window);
+    assert!(window < psn::MAX_OUTSTANDING);
+}
+
+#[test]
+fn qs_01_qs_02_error_reset_and_back_to_rts_then_traffic_flows() {
+    use transport::verbs::{AttrMask, QpAttr, QpState};
+    let (mut net, p, ka, kb) = setup(42, &ConnOpts::default());
+    // A wrong attribute set is refused and the QP is unchanged (QS-02).
+    let bad = QpAttr {
+        state: Some(QpState::Sqd),
+        qkey: 5,
+        ..QpAttr::default()
+    };
+    assert_eq!(
+        net.nodes[0]
+            .engine
+            .modify_qp(p.qa, &bad, AttrMask::STATE | AttrMask::QKEY, net.now),
+        Err(VerbError::InvalidTransition)
+    );
+    assert_eq!(net.nodes[0].engine.query_qp(p.qa).unwrap().0, QpState::Rts);
+    // Posted WRs flush when the QP is moved to Error (QS-01, QS-07).
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .unwrap();
+    let err = QpAttr {
+        state: Some(QpState::Error),
+        ..QpAttr::default()
+    };
+    net.nodes[0]
+        .engine
+        .modify_qp(p.qa, &err, AttrMask::STATE, net.now)
+        .unwrap();
+    let c = wait(&mut net, 0, p.cq_a, 1);
+    assert_eq!(c[0].status, WcStatus::WrFlushErr);
+    // Reset, then Init/RTR/RTS again with fresh PSNs on both sides.
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    for (node, qp) in [(0, p.qa), (1, p.qb)] {
+        net.nodes[node]
+            .engine
+            .modify_qp(qp, &reset, AttrMask::STATE, net.now)
+            .unwrap();
+    }
+    let o = ConnOpts::default();
+    bring_up(&mut net, 0, p.qa, &o, 2, p.qb, 0x100, 0x900);
+    bring_up(&mut net, 1, p.qb, &o, 1, p.qa, 0x900, 0x100);
+    recv(&mut net, 1, p.qb, 7, MEM_BASE + 0x1000, 64, kb);
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(2, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .unwrap();
+    assert_eq!(wait(&mut net, 1, p.cq_b, 1)[0].wr_id, 7);
+    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn mp_03_scattered_pages_translate_at_odd_offsets_on_the_wire() {
+    let (mut net, p, ka, _) = setup(43, &ConnOpts::default());
+    // Node 1 registers 5 pages at iova 0x7000_0123, backed by physical pages out
+    // of order.
+    let phys: Vec<u64> = [9u64, 2, 7, 4, 12]
+        .iter()
+        .map(|i| MEM_BASE + i * 4096)
+        .collect();
+    let pd = net.nodes[1].pd;
+    let iova = 0x7000_0123;
+    let len = 5 * 4096 - 0x123 - 100;
+    let k = net.nodes[1]
+        .engine
+        .mrs()
+        .reg_mr(pd, iova, len, ALL_ACCESS, 4096, phys.clone())
+        .unwrap();
+    fill(&mut net, 0, MEM_BASE, len as usize, 6);
+    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, len as u32, ka));
+    w.remote_addr = iova;
+    w.rkey = k;
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    let src = bytes(&net, 0, MEM_BASE, len as usize);
+    let mut at = 0usize;
+    for (i, page) in phys.iter().enumerate() {
+        let off = if i == 0 { 0x123 } else { 0 };
+        let n = (4096 - off).min(len as usize - at);
+        assert_eq!(
+            bytes(&net, 1, page + off as u64, n),
+            src[at..at + n],
+            "page {i}"
+        );
+        at += n;
+    }
+}
+
+#[test]
+fn cq_01_completions_carry_every_field() {
+    let (mut net, p, ka, kb) = setup(44, &ConnOpts::default());
+    recv(&mut net, 1, p.qb, 0xabc, MEM_BASE + 0x1000, 64, kb);
+    let mut s = wr(0x1234, WrOpcode::SendWithImm, sge(MEM_BASE, 33, ka));
+    s.imm_or_inv = 99;
+    net.nodes[0].engine.post_send(p.qa, s).unwrap();
+    let r = wait(&mut net, 1, p.cq_b, 1)[0];
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode, r.byte_len, r.imm_data, r.qp_num, r.src_qp, r.slid),
+        (
+            0xabc,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            33,
+            99,
+            p.qb,
+            p.qa,
+            1
+        )
+    );
+    assert!(r.flags.contains(WcFlags::WITH_IMM));
+    let c = wait(&mut net, 0, p.cq_a, 1)[0];
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode, c.qp_num),
+        (0x1234, WcStatus::Success, WcOpcode::Send, p.qa)
+    );
+}
+
+#[test]
+fn ae_01_responder_errors_and_first_packet_raise_async_events() {
+    use transport::verbs::{AttrMask, QpAttr, QpState};
+    let (mut net, p, ka, kb) = setup(45, &ConnOpts::default());
+    // An access violation at the responder: NAK, and the QP reports it (11.6.3).
+    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 8, ka));
+    w.remote_addr = MEM_BASE + 0x100;
+    w.rkey = kb ^ 0x33; // a stale key byte
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    let c = wait(&mut net, 0, p.cq_a, 1);
+    assert_eq!(c[0].status, WcStatus::RemAccessErr);
+    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
+    assert!(ev.contains(&Event::QpAccessError { qpn: p.qb }), "{ev:?}");
+    assert_eq!(
+        net.nodes[1].engine.query_qp(p.qb).unwrap().0,
+        QpState::Error
+    );
+    // A new pair whose B side stops in RTR: A's first packet establishes
+    // communication there (QS-08) and B still answers it.
+    let mut net = Net::new(2, 1 << 16, 46);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    let e = &mut net.nodes[1].engine;
+    let now = net.now;
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    e.modify_qp(p.qb, &reset, AttrMask::STATE, now).unwrap();
+    let mut a = QpAttr {
+        state: Some(QpState::Init),
+        port_num: 1,
+        access: ALL_ACCESS,
+        ..QpAttr::default()
+    };
+    e.modify_qp(
+        p.qb,
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+        now,
+    )
+    .unwrap();
+    a.state = Some(QpState::Rtr);
+    a.path_mtu = Mtu::M1024;
+    a.dest_qp_num = p.qa;
+    a.rq_psn = ConnOpts::default().psn_a;
+    a.max_dest_rd_atomic = 4;
+    a.av = AddressVector {
+        dlid: 1,
+        ..AddressVector::default()
+    };
+    e.modify_qp(
+        p.qb,
+        &a,
+        AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC,
+        now,
+    )
+    .unwrap();
+    recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x100, 64, kb);
+    while net.nodes[1].engine.poll_event().is_some() {}
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .unwrap();
+    wait(&mut net, 1, p.cq_b, 1);
+    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
+    assert_eq!(ev, vec![Event::CommEstablished { qpn: p.qb }]);
+}
