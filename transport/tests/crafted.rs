@@ -19,8 +19,8 @@ use transport::verbs::{
 use transport::wire::crc::{icrc_native, vcrc};
 use transport::wire::opcode::Opcode;
 use transport::wire::{
-    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Drop as WireDrop,
-    ExtHeaders, LrhRepr, NakCode, PacketRepr, RethRepr, TransportRepr,
+    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr,
+    DropReason as WireDrop, ExtHeaders, LrhRepr, NakCode, PacketRepr, RethRepr, TransportRepr,
 };
 
 const A: usize = 0;

@@ -10,7 +10,7 @@ use transport::wire::opcode::Opcode;
 use transport::wire::roce::{
     EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, RoceRepr, VlanTag, UDP_PORT,
 };
-use transport::wire::{BthRepr, Drop, EmitError, ExtHeaders, RethRepr, TransportRepr};
+use transport::wire::{BthRepr, DropReason, EmitError, ExtHeaders, RethRepr, TransportRepr};
 
 /// A real RoCEv2 frame (Linux soft-RoCE): Ethernet / IPv4 / UDP 4791 / UC SEND
 /// Only with 18 payload bytes, pad 2, ICRC.
@@ -194,7 +194,7 @@ fn wf_10_ipv6_frame_round_trips() {
         }
         assert_eq!(
             RoceRepr::parse(&f[..f.len() - 1]),
-            Err(Drop::LengthMismatch)
+            Err(DropReason::LengthMismatch)
         );
     }
 }
@@ -315,29 +315,38 @@ fn wf_10_bad_headers_get_their_drop_reason() {
         g
     };
     // Not IP, not UDP, not port 4791, IPv4 fragment: somebody else's traffic.
-    assert_eq!(RoceRepr::parse(&with(12, 0x86)), Err(Drop::NotRoce));
-    assert_eq!(RoceRepr::parse(&with(IP + 9, 6)), Err(Drop::NotRoce));
-    assert_eq!(RoceRepr::parse(&with(UDP + 3, 0xb8)), Err(Drop::NotRoce));
-    assert_eq!(RoceRepr::parse(&with(IP + 6, 0x60)), Err(Drop::NotRoce));
-    assert_eq!(RoceRepr::parse(&with(IP, 0x65)), Err(Drop::NotRoce));
+    assert_eq!(RoceRepr::parse(&with(12, 0x86)), Err(DropReason::NotRoce));
+    assert_eq!(RoceRepr::parse(&with(IP + 9, 6)), Err(DropReason::NotRoce));
+    assert_eq!(
+        RoceRepr::parse(&with(UDP + 3, 0xb8)),
+        Err(DropReason::NotRoce)
+    );
+    assert_eq!(
+        RoceRepr::parse(&with(IP + 6, 0x60)),
+        Err(DropReason::NotRoce)
+    );
+    assert_eq!(RoceRepr::parse(&with(IP, 0x65)), Err(DropReason::NotRoce));
     // IHL below 5.
-    assert_eq!(RoceRepr::parse(&with(IP, 0x44)), Err(Drop::LengthMismatch));
+    assert_eq!(
+        RoceRepr::parse(&with(IP, 0x44)),
+        Err(DropReason::LengthMismatch)
+    );
     // A changed identification breaks the IPv4 header checksum.
     assert_eq!(
         RoceRepr::parse(&with(IP + 5, 0x79)),
-        Err(Drop::BadIpChecksum)
+        Err(DropReason::BadIpChecksum)
     );
     // A UDP length that disagrees with the IP total length.
     assert_eq!(
         RoceRepr::parse(&with(UDP + 5, 0x28)),
-        Err(Drop::LengthMismatch)
+        Err(DropReason::LengthMismatch)
     );
     // A changed UDP checksum is ignored (the ICRC covers everything it covers).
     assert!(RoceRepr::parse(&with(UDP + 7, 0x00)).is_ok());
     // A frame cut inside the ICRC.
     assert_eq!(
         RoceRepr::parse(&f[..f.len() - 2]),
-        Err(Drop::LengthMismatch)
+        Err(DropReason::LengthMismatch)
     );
 }
 
@@ -361,7 +370,7 @@ fn wf_10_icrc_covers_every_invariant_bit() {
                 continue;
             }
             assert!(r.is_err(), "flip of byte {byte} bit {bit} accepted");
-            assert_eq!(r, Err(Drop::BadIcrc), "byte {byte} bit {bit}");
+            assert_eq!(r, Err(DropReason::BadIcrc), "byte {byte} bit {bit}");
         }
     }
     // The invariant IP and UDP fields are covered too (addresses, ports, ident).

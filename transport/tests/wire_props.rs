@@ -1,7 +1,7 @@
 //! Property and crafted-packet tests of the native packet codec (WF-01..WF-09):
 //! every opcode round-trips with and without a GRH, no input makes `parse` panic,
 //! the CRCs catch what they must catch (and mask what they must mask), and every
-//! native `Drop` reason is reachable with a packet crafted to hit exactly that check.
+//! native `DropReason` reason is reachable with a packet crafted to hit exactly that check.
 
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -13,9 +13,9 @@ use transport::wire::ext::{AethRepr, NakCode};
 use transport::wire::opcode::Opcode;
 use transport::wire::packet::pad_for;
 use transport::wire::{
-    AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Drop, ExtHeaders, ExtKind,
-    FethRepr, GrhRepr, LrhRepr, OpcodeInfo, PacketRepr, RdethRepr, RethRepr, TransportRepr,
-    XrcethRepr, MAX_PAYLOAD,
+    AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, DropReason, ExtHeaders,
+    ExtKind, FethRepr, GrhRepr, LrhRepr, OpcodeInfo, PacketRepr, RdethRepr, RethRepr,
+    TransportRepr, XrcethRepr, MAX_PAYLOAD,
 };
 
 const LRH: usize = LrhRepr::LEN;
@@ -463,7 +463,7 @@ proptest! {
         prop_assert!(PacketRepr::parse(&pkt).is_ok());
         for k in 0..pkt.len() {
             let r = PacketRepr::parse(&pkt[..k]);
-            let want = if k < LRH { Drop::Truncated } else { Drop::LengthMismatch };
+            let want = if k < LRH { DropReason::Truncated } else { DropReason::LengthMismatch };
             prop_assert_eq!(r, Err(want), "cut to {} bytes", k);
         }
         // Truncations with the length fields and CRCs made consistent again: the
@@ -475,9 +475,9 @@ proptest! {
             let t = seal(&body[..cut], s.grh.is_some());
             let r = PacketRepr::parse(&t);
             if cut < hdr {
-                prop_assert_eq!(r, Err(Drop::Truncated), "cut to {}", cut);
+                prop_assert_eq!(r, Err(DropReason::Truncated), "cut to {}", cut);
             } else if cut - hdr < pad {
-                prop_assert_eq!(r, Err(Drop::BadPadCount), "cut to {}", cut);
+                prop_assert_eq!(r, Err(DropReason::BadPadCount), "cut to {}", cut);
             } else {
                 let p = r.map_err(|e| TestCaseError::fail(format!("cut to {cut}: {e}")))?;
                 let mut want = s.clone();
@@ -518,9 +518,9 @@ fn check_flip_caught(s: &Spec, pkt: &[u8], at: usize, bit: u8) -> Result<(), Tes
     let mut p = pkt.to_vec();
     p[at] ^= 1 << bit;
     let want = if in_pkt_len(at, bit) {
-        Drop::LengthMismatch
+        DropReason::LengthMismatch
     } else {
-        Drop::BadVcrc
+        DropReason::BadVcrc
     };
     prop_assert_eq!(
         PacketRepr::parse(&p),
@@ -537,7 +537,7 @@ fn check_flip_caught(s: &Spec, pkt: &[u8], at: usize, bit: u8) -> Result<(), Tes
 /// the VCRC recomputed.
 enum Expect {
     /// A specific drop reason.
-    Fails(Drop),
+    Fails(DropReason),
     /// Some drop, reason depending on the other bytes (an LNH flip re-frames the
     /// packet: a GRH appears or disappears).
     FailsSomehow,
@@ -557,7 +557,7 @@ fn expect_after_flip(s: &Spec, at: usize, bit: u8) -> Expect {
         if g {
             Parses(Box::new(t))
         } else {
-            Fails(Drop::BadIcrc)
+            Fails(DropReason::BadIcrc)
         }
     };
     match at {
@@ -565,19 +565,19 @@ fn expect_after_flip(s: &Spec, at: usize, bit: u8) -> Expect {
             t.lrh.vl ^= m >> 4; // VL: variant in every packet
             Parses(Box::new(t))
         }
-        0 => Fails(Drop::BadLver),
+        0 => Fails(DropReason::BadLver),
         1 if bit >= 4 => {
             t.lrh.sl ^= m >> 4;
             lrh_variant(t)
         }
         1 if bit >= 2 => lrh_variant(t), // reserved, ignored on receive
-        1 if bit == 1 => Fails(Drop::RawPacket), // LNH 2->0 or 3->1
+        1 if bit == 1 => Fails(DropReason::RawPacket), // LNH 2->0 or 3->1
         1 => FailsSomehow,               // LNH 2<->3
         2 | 3 => {
             t.lrh.dlid ^= u16::from(m) << (8 * (3 - at));
             lrh_variant(t)
         }
-        4 | 5 if in_pkt_len(at, bit) => Fails(Drop::LengthMismatch),
+        4 | 5 if in_pkt_len(at, bit) => Fails(DropReason::LengthMismatch),
         4 => lrh_variant(t), // reserved bits before PktLen
         6 | 7 => {
             t.lrh.slid ^= u16::from(m) << (8 * (7 - at));
@@ -586,16 +586,16 @@ fn expect_after_flip(s: &Spec, at: usize, bit: u8) -> Expect {
         _ if g && at < LRH + GRH => {
             let grh = t.grh.as_mut().expect("has a GRH");
             match at - LRH {
-                0 if bit >= 4 => return Fails(Drop::BadIpVer),
+                0 if bit >= 4 => return Fails(DropReason::BadIpVer),
                 0 => grh.traffic_class ^= m << 4,
                 1 if bit >= 4 => grh.traffic_class ^= m >> 4,
                 1 => grh.flow_label ^= u32::from(m) << 16,
                 2 => grh.flow_label ^= u32::from(m) << 8,
                 3 => grh.flow_label ^= u32::from(m),
-                4 | 5 => return Fails(Drop::LengthMismatch), // PayLen
-                6 => return Fails(Drop::BadNextHeader),
+                4 | 5 => return Fails(DropReason::LengthMismatch), // PayLen
+                6 => return Fails(DropReason::BadNextHeader),
                 7 => grh.hop_limit ^= m,
-                _ => return Fails(Drop::BadIcrc), // SGID, DGID
+                _ => return Fails(DropReason::BadIcrc), // SGID, DGID
             }
             Parses(Box::new(t))
         }
@@ -609,7 +609,7 @@ fn expect_after_flip(s: &Spec, at: usize, bit: u8) -> Expect {
             Parses(Box::new(t))
         }
         // Rest of the BTH, extension headers, payload, pad, the ICRC itself.
-        _ => Fails(Drop::BadIcrc),
+        _ => Fails(DropReason::BadIcrc),
     }
 }
 
@@ -777,13 +777,13 @@ fn patched(s: &Spec, patch: impl FnOnce(&mut [u8])) -> Vec<u8> {
 struct Case {
     what: String,
     pkt: Vec<u8>,
-    want: Drop,
+    want: DropReason,
 }
 
 /// Packets crafted so that one specific check fires.
 fn crafted() -> Vec<Case> {
     let mut v = Vec::new();
-    let mut add = |what: String, pkt: Vec<u8>, want: Drop| v.push(Case { what, pkt, want });
+    let mut add = |what: String, pkt: Vec<u8>, want: DropReason| v.push(Case { what, pkt, want });
     let send = |g| craft(Opcode::RC_SEND_ONLY, g, 13);
 
     for g in [false, true] {
@@ -794,7 +794,7 @@ fn crafted() -> Vec<Case> {
             add(
                 format!("LVer {lver} grh={g}"),
                 patched(&s, |p| p[0] = (p[0] & 0xf0) | lver),
-                Drop::BadLver,
+                DropReason::BadLver,
             );
         }
         // WF-01: LNH raw (0b00) and IPv6 raw (0b01).
@@ -802,7 +802,7 @@ fn crafted() -> Vec<Case> {
             add(
                 format!("LNH {lnh} grh={g}"),
                 patched(&s, |p| p[1] = (p[1] & 0xfc) | lnh),
-                Drop::RawPacket,
+                DropReason::RawPacket,
             );
         }
         // WF-01: PktLen one word off (the buffer is as long as before).
@@ -812,18 +812,26 @@ fn crafted() -> Vec<Case> {
             let w = (i32::from(be16_at(&p, 4)) + delta) as u16;
             p[4..6].copy_from_slice(&w.to_be_bytes());
             fix_vcrc(&mut p);
-            add(format!("PktLen {delta:+} grh={g}"), p, Drop::LengthMismatch);
+            add(
+                format!("PktLen {delta:+} grh={g}"),
+                p,
+                DropReason::LengthMismatch,
+            );
         }
         // ... and a buffer one word longer than PktLen says.
         let mut p = pkt.clone();
         p.extend_from_slice(&[0; 4]);
-        add(format!("4 extra bytes grh={g}"), p, Drop::LengthMismatch);
+        add(
+            format!("4 extra bytes grh={g}"),
+            p,
+            DropReason::LengthMismatch,
+        );
         // WF-03: TVer (behind a good ICRC).
         for tver in [1u8, 15] {
             add(
                 format!("TVer {tver} grh={g}"),
                 patched(&s, |p| p[b + 1] = (p[b + 1] & 0xf0) | tver),
-                Drop::BadTver,
+                DropReason::BadTver,
             );
         }
         // WF-04: every opcode the table does not define.
@@ -832,7 +840,7 @@ fn crafted() -> Vec<Case> {
                 add(
                     format!("opcode 0x{op:02x} grh={g}"),
                     patched(&s, |p| p[b] = op),
-                    Drop::UnknownOpcode,
+                    DropReason::UnknownOpcode,
                 );
             }
         }
@@ -852,7 +860,7 @@ fn crafted() -> Vec<Case> {
             add(
                 format!("4 payload bytes on {op:?} grh={g}"),
                 seal(&body, g),
-                Drop::LengthMismatch,
+                DropReason::LengthMismatch,
             );
         }
         // A payload over the largest PMTU.
@@ -861,7 +869,7 @@ fn crafted() -> Vec<Case> {
         add(
             format!("4100-byte payload grh={g}"),
             seal(&body, g),
-            Drop::LengthMismatch,
+            DropReason::LengthMismatch,
         );
         // WF-08: a pad count larger than the bytes after the headers, or any pad on
         // an opcode without payload.
@@ -878,7 +886,7 @@ fn crafted() -> Vec<Case> {
             add(
                 format!("PadCnt {pad} on empty {op:?} grh={g}"),
                 patched(&e, |p| p[eb + 1] = (p[eb + 1] & 0xcf) | (pad << 4)),
-                Drop::BadPadCount,
+                DropReason::BadPadCount,
             );
         }
         // WF-05: reserved AETH syndromes, wherever the AETH sits.
@@ -901,7 +909,7 @@ fn crafted() -> Vec<Case> {
                     add(
                         format!("AETH syndrome 0x{syn:02x} on {op:?} grh={g}"),
                         patched(&a, |p| p[aeth_at] = syn),
-                        Drop::ReservedSyndrome,
+                        DropReason::ReservedSyndrome,
                     );
                 }
             }
@@ -913,38 +921,46 @@ fn crafted() -> Vec<Case> {
             let mut p = pkt.clone();
             p[at] ^= 0x10;
             fix_vcrc(&mut p);
-            add(format!("byte {at} flipped grh={g}"), p, Drop::BadIcrc);
+            add(format!("byte {at} flipped grh={g}"), p, DropReason::BadIcrc);
         }
         if !g {
             let mut p = pkt.clone();
             p[2] ^= 0x01; // DLID
             fix_vcrc(&mut p);
-            add("DLID flipped, no GRH".into(), p, Drop::BadIcrc);
+            add("DLID flipped, no GRH".into(), p, DropReason::BadIcrc);
         }
         // WF-09: VCRC.
         for at in [n - 2, n - 1, 0, 7, s.payload_at()] {
             let mut p = pkt.clone();
             p[at] ^= 0x80;
-            add(format!("byte {at} flipped raw grh={g}"), p, Drop::BadVcrc);
+            add(
+                format!("byte {at} flipped raw grh={g}"),
+                p,
+                DropReason::BadVcrc,
+            );
         }
         // Truncated: the buffer, the GRH, the BTH, the extension headers.
         for n in 0..LRH {
-            add(format!("{n} bytes"), pkt[..n].to_vec(), Drop::Truncated);
+            add(
+                format!("{n} bytes"),
+                pkt[..n].to_vec(),
+                DropReason::Truncated,
+            );
         }
         add(
             format!("LRH only grh={g}"),
             seal(&pkt[..LRH], g),
-            Drop::Truncated,
+            DropReason::Truncated,
         );
         add(
             format!("LRH + 8 grh={g}"),
             seal(&pkt[..LRH + 8], g),
-            Drop::Truncated,
+            DropReason::Truncated,
         );
         add(
             format!("BTH cut grh={g}"),
             seal(&pkt[..b + 8], g),
-            Drop::Truncated,
+            DropReason::Truncated,
         );
         for op in [
             Opcode::RC_RDMA_WRITE_ONLY,
@@ -959,7 +975,7 @@ fn crafted() -> Vec<Case> {
             add(
                 format!("extension headers of {op:?} cut grh={g}"),
                 seal(&ep[..cut], g),
-                Drop::Truncated,
+                DropReason::Truncated,
             );
         }
     }
@@ -970,14 +986,14 @@ fn crafted() -> Vec<Case> {
         add(
             format!("IPVer {ver}"),
             patched(&s, |p| p[LRH] = (ver << 4) | (p[LRH] & 0xf)),
-            Drop::BadIpVer,
+            DropReason::BadIpVer,
         );
     }
     for nh in [0x00u8, 0x11, 0x1a, 0x1c, 0x3b, 0xff] {
         add(
             format!("NxtHdr 0x{nh:02x}"),
             patched(&s, |p| p[LRH + 6] = nh),
-            Drop::BadNextHeader,
+            DropReason::BadNextHeader,
         );
     }
     for delta in [-4i32, -1, 1, 4, 0x100] {
@@ -987,7 +1003,7 @@ fn crafted() -> Vec<Case> {
                 let v = (i32::from(be16_at(p, LRH + 4)) + delta) as u16;
                 p[LRH + 4..LRH + 6].copy_from_slice(&v.to_be_bytes());
             }),
-            Drop::LengthMismatch,
+            DropReason::LengthMismatch,
         );
     }
     // The LRH says GRH, the packet has none (the BTH is read as a GRH).
@@ -995,12 +1011,12 @@ fn crafted() -> Vec<Case> {
     add(
         "LNH global without GRH".into(),
         patched(&local, |p| p[1] |= 3),
-        Drop::BadIpVer,
+        DropReason::BadIpVer,
     );
     v
 }
 
-fn check_reason(want: Drop) {
+fn check_reason(want: DropReason) {
     let cases: Vec<Case> = crafted().into_iter().filter(|c| c.want == want).collect();
     assert!(!cases.is_empty(), "no crafted packet for {want:?}");
     for c in cases {
@@ -1010,69 +1026,69 @@ fn check_reason(want: Drop) {
 
 #[test]
 fn wf_01_bad_lver_is_dropped() {
-    check_reason(Drop::BadLver);
+    check_reason(DropReason::BadLver);
 }
 
 #[test]
 fn wf_01_raw_lnh_is_dropped() {
-    check_reason(Drop::RawPacket);
+    check_reason(DropReason::RawPacket);
 }
 
 #[test]
 fn wf_02_bad_ip_version_is_dropped() {
-    check_reason(Drop::BadIpVer);
+    check_reason(DropReason::BadIpVer);
 }
 
 #[test]
 fn wf_02_bad_next_header_is_dropped() {
-    check_reason(Drop::BadNextHeader);
+    check_reason(DropReason::BadNextHeader);
 }
 
 #[test]
 fn wf_03_bad_tver_is_dropped() {
-    check_reason(Drop::BadTver);
+    check_reason(DropReason::BadTver);
 }
 
 #[test]
 fn wf_04_unknown_opcodes_are_dropped() {
-    check_reason(Drop::UnknownOpcode);
+    check_reason(DropReason::UnknownOpcode);
 }
 
 #[test]
 fn wf_01_wf_02_wf_04_length_mismatches_are_dropped() {
-    check_reason(Drop::LengthMismatch);
+    check_reason(DropReason::LengthMismatch);
 }
 
 #[test]
 fn wf_08_bad_pad_count_is_dropped() {
-    check_reason(Drop::BadPadCount);
+    check_reason(DropReason::BadPadCount);
 }
 
 #[test]
 fn wf_05_reserved_aeth_syndromes_are_dropped() {
-    check_reason(Drop::ReservedSyndrome);
+    check_reason(DropReason::ReservedSyndrome);
 }
 
 #[test]
 fn wf_09_bad_icrc_is_dropped() {
-    check_reason(Drop::BadIcrc);
+    check_reason(DropReason::BadIcrc);
 }
 
 #[test]
 fn wf_09_bad_vcrc_is_dropped() {
-    check_reason(Drop::BadVcrc);
+    check_reason(DropReason::BadVcrc);
 }
 
 #[test]
 fn wf_01_wf_02_wf_03_wf_05_truncated_headers_are_dropped() {
-    check_reason(Drop::Truncated);
+    check_reason(DropReason::Truncated);
 }
 
 #[test]
 fn wf_09_every_native_drop_reason_is_reached_by_a_crafted_packet() {
     let cases = crafted();
-    for d in Drop::ALL {
-        if matches!(d, Drop::NotRoce | Drop::BadIpChecksum) {
+    for d in DropReason::ALL {
+        if matches!(d, DropReason::NotRoce | DropReason::BadIpChecksum) {
             continue; // RoCEv2 only
         }
         assert!(cases.iter().any(|c| c.want == d), "{d:?} never reached");

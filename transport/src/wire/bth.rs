@@ -2,7 +2,7 @@
 
 use super::field::{be16, be24, header_view, set_be16, set_be24};
 use super::opcode::Opcode;
-use super::{Drop, EmitError};
+use super::{DropReason, EmitError};
 
 mod field {
     pub const OPCODE: usize = 0;
@@ -141,11 +141,11 @@ impl BthRepr {
     pub const LEN: usize = 12;
 
     /// Parses a checked view: TVer must be 0 (C9-36) and the opcode defined (C9-2).
-    pub fn parse<T: AsRef<[u8]>>(v: &Bth<T>) -> Result<BthRepr, Drop> {
+    pub fn parse<T: AsRef<[u8]>>(v: &Bth<T>) -> Result<BthRepr, DropReason> {
         if v.tver() != 0 {
-            return Err(Drop::BadTver);
+            return Err(DropReason::BadTver);
         }
-        let opcode = Opcode::from_u8(v.opcode()).ok_or(Drop::UnknownOpcode)?;
+        let opcode = Opcode::from_u8(v.opcode()).ok_or(DropReason::UnknownOpcode)?;
         Ok(BthRepr {
             opcode,
             solicited: v.solicited(),

@@ -5,7 +5,7 @@
 
 use super::field::{be16, be24, be32, be64, header_view, set_be16, set_be24, set_be32, set_be64};
 use super::opcode::OpcodeInfo;
-use super::{Drop, EmitError};
+use super::{DropReason, EmitError};
 
 /// The kinds of extension header the opcode table can list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -630,12 +630,12 @@ impl ExtHeaders {
 
     /// Parses the headers `info` lists from the start of `buf`. The caller has
     /// checked that `buf` holds `info.headers_len()` bytes; a short buffer is still
-    /// a [`Drop::Truncated`], never a panic.
-    pub fn parse(info: &OpcodeInfo, buf: &[u8]) -> Result<ExtHeaders, Drop> {
+    /// a [`DropReason::Truncated`], never a panic.
+    pub fn parse(info: &OpcodeInfo, buf: &[u8]) -> Result<ExtHeaders, DropReason> {
         let mut h = ExtHeaders::default();
         let mut at = 0;
         for kind in info.headers {
-            let b = buf.get(at..at + kind.len()).ok_or(Drop::Truncated)?;
+            let b = buf.get(at..at + kind.len()).ok_or(DropReason::Truncated)?;
             match kind {
                 ExtKind::Rdeth => {
                     let v = Rdeth::new_unchecked(b);
@@ -675,7 +675,7 @@ impl ExtHeaders {
                 ExtKind::Aeth => {
                     let v = Aeth::new_unchecked(b);
                     let syndrome =
-                        AethSyndrome::from_u8(v.syndrome()).ok_or(Drop::ReservedSyndrome)?;
+                        AethSyndrome::from_u8(v.syndrome()).ok_or(DropReason::ReservedSyndrome)?;
                     h.aeth = Some(AethRepr {
                         syndrome,
                         msn: v.msn(),
@@ -820,6 +820,9 @@ mod tests {
         r.emit(&mut Eoeth::new_unchecked(&mut b[..]));
         assert_eq!(&b[..2], &[0, 0], "Resv16 sent as 0");
         assert_eq!(EoethRepr::parse(&Eoeth::new_checked(&b[..]).unwrap()), r);
-        assert_eq!(Eoeth::new_checked(&b[..11]).unwrap_err(), Drop::Truncated);
+        assert_eq!(
+            Eoeth::new_checked(&b[..11]).unwrap_err(),
+            DropReason::Truncated
+        );
     }
 }

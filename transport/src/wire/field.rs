@@ -67,17 +67,17 @@ macro_rules! header_view {
             }
 
             /// Wraps a buffer, checking that it holds the whole header.
-            pub fn new_checked(buffer: T) -> Result<Self, $crate::wire::Drop> {
+            pub fn new_checked(buffer: T) -> Result<Self, $crate::wire::DropReason> {
                 let v = Self::new_unchecked(buffer);
                 v.check_len()?;
                 Ok(v)
             }
 
-            /// Fails with [`Drop::Truncated`]($crate::wire::Drop::Truncated) when the
+            /// Fails with [`DropReason::Truncated`]($crate::wire::DropReason::Truncated) when the
             /// buffer is shorter than the header.
-            pub fn check_len(&self) -> Result<(), $crate::wire::Drop> {
+            pub fn check_len(&self) -> Result<(), $crate::wire::DropReason> {
                 if self.buffer.as_ref().len() < Self::LEN {
-                    Err($crate::wire::Drop::Truncated)
+                    Err($crate::wire::DropReason::Truncated)
                 } else {
                     Ok(())
                 }

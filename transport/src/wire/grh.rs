@@ -1,7 +1,7 @@
 //! Global Route Header, 40 bytes (IBA 8.3; WF-02).
 
 use super::field::{be16, be32, header_view, set_be16, set_be32};
-use super::{Drop, EmitError};
+use super::{DropReason, EmitError};
 
 mod field {
     pub const VER_TC_FL: core::ops::Range<usize> = 0..4;
@@ -114,12 +114,12 @@ impl GrhRepr {
 
     /// Parses a checked view of a GRH followed by an IBA transport header.
     /// PayLen is checked by the caller, who knows the packet's length.
-    pub fn parse<T: AsRef<[u8]>>(v: &Grh<T>) -> Result<GrhRepr, Drop> {
+    pub fn parse<T: AsRef<[u8]>>(v: &Grh<T>) -> Result<GrhRepr, DropReason> {
         if v.ip_ver() != 6 {
-            return Err(Drop::BadIpVer);
+            return Err(DropReason::BadIpVer);
         }
         if v.next_header() != NEXT_HEADER_IBA {
-            return Err(Drop::BadNextHeader);
+            return Err(DropReason::BadNextHeader);
         }
         Ok(GrhRepr {
             traffic_class: v.traffic_class(),

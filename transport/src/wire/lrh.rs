@@ -1,7 +1,7 @@
 //! Local Route Header, 8 bytes (IBA 7.7; WF-01).
 
 use super::field::{be16, header_view, set_be16};
-use super::{Drop, EmitError};
+use super::{DropReason, EmitError};
 
 mod field {
     pub const VL_LVER: usize = 0;
@@ -133,9 +133,9 @@ impl LrhRepr {
     pub const LEN: usize = 8;
 
     /// Parses a checked view: LVer must be 0 (C9-35). Reserved bits are ignored.
-    pub fn parse<T: AsRef<[u8]>>(v: &Lrh<T>) -> Result<LrhRepr, Drop> {
+    pub fn parse<T: AsRef<[u8]>>(v: &Lrh<T>) -> Result<LrhRepr, DropReason> {
         if v.lver() != 0 {
-            return Err(Drop::BadLver);
+            return Err(DropReason::BadLver);
         }
         Ok(LrhRepr {
             vl: v.vl(),

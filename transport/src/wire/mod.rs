@@ -5,7 +5,7 @@
 //! validated value (`LrhRepr`, `BthRepr`, ...) with `parse` and `emit`. A whole
 //! packet is a [`PacketRepr`]: [`PacketRepr::parse`] checks everything a link and a
 //! transport layer check before any queue pair is looked at, and returns a typed
-//! [`Drop`] reason for a bad packet; it never panics on any input.
+//! [`DropReason`] reason for a bad packet; it never panics on any input.
 
 mod field;
 
@@ -37,7 +37,7 @@ pub const MAX_PAYLOAD: usize = 4096;
 /// Why a packet was dropped before it reached a queue pair. Every variant is a
 /// silent drop (C9-35, PV-10): the caller counts it and sends nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum Drop {
+pub enum DropReason {
     /// The buffer ends inside a header.
     #[error("packet truncated inside a header")]
     Truncated,
@@ -85,29 +85,29 @@ pub enum Drop {
     BadIpChecksum,
 }
 
-impl Drop {
+impl DropReason {
     /// Every drop reason, in a stable order: the index of a reason in this list is its
     /// counter's index.
-    pub const ALL: [Drop; 14] = [
-        Drop::Truncated,
-        Drop::LengthMismatch,
-        Drop::BadLver,
-        Drop::RawPacket,
-        Drop::BadIpVer,
-        Drop::BadNextHeader,
-        Drop::BadTver,
-        Drop::UnknownOpcode,
-        Drop::BadPadCount,
-        Drop::ReservedSyndrome,
-        Drop::BadIcrc,
-        Drop::BadVcrc,
-        Drop::NotRoce,
-        Drop::BadIpChecksum,
+    pub const ALL: [DropReason; 14] = [
+        DropReason::Truncated,
+        DropReason::LengthMismatch,
+        DropReason::BadLver,
+        DropReason::RawPacket,
+        DropReason::BadIpVer,
+        DropReason::BadNextHeader,
+        DropReason::BadTver,
+        DropReason::UnknownOpcode,
+        DropReason::BadPadCount,
+        DropReason::ReservedSyndrome,
+        DropReason::BadIcrc,
+        DropReason::BadVcrc,
+        DropReason::NotRoce,
+        DropReason::BadIpChecksum,
     ];
 
-    /// This reason's index in [`Drop::ALL`].
+    /// This reason's index in [`DropReason::ALL`].
     pub fn index(self) -> usize {
-        Drop::ALL.iter().position(|d| *d == self).unwrap_or(0)
+        DropReason::ALL.iter().position(|d| *d == self).unwrap_or(0)
     }
 }
 
@@ -130,22 +130,22 @@ pub enum EmitError {
 
 /// Counters for every drop reason (design.md §3: "every drop reason has a counter").
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct DropCounters([u64; Drop::ALL.len()]);
+pub struct DropCounters([u64; DropReason::ALL.len()]);
 
 impl DropCounters {
     /// Counts one drop.
-    pub fn count(&mut self, reason: Drop) {
+    pub fn count(&mut self, reason: DropReason) {
         self.0[reason.index()] += 1;
     }
 
     /// The count for one reason.
-    pub fn get(&self, reason: Drop) -> u64 {
+    pub fn get(&self, reason: DropReason) -> u64 {
         self.0[reason.index()]
     }
 
     /// All non-zero counters, by reason.
-    pub fn iter(&self) -> impl Iterator<Item = (Drop, u64)> + '_ {
-        Drop::ALL
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL
             .iter()
             .copied()
             .zip(self.0.iter().copied())

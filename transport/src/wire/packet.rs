@@ -9,7 +9,7 @@ use super::crc::{icrc_native, icrc_vcrc_native, vcrc, SinglePassCrc, ICRC_LEN, V
 use super::ext::ExtHeaders;
 use super::grh::{Grh, GrhRepr};
 use super::lrh::{Lnh, Lrh, LrhRepr};
-use super::{Drop, EmitError, MAX_PAYLOAD};
+use super::{DropReason, EmitError, MAX_PAYLOAD};
 
 /// Zero bytes standing in for a payload whose length alone matters.
 static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
@@ -44,30 +44,32 @@ impl<'a> TransportRepr<'a> {
     /// Parses `buf`, which runs from the BTH to the ICRC (exclusive) and whose
     /// CRCs the caller has already checked. Checks TVer (C9-36), the opcode (C9-2),
     /// the headers the opcode needs, and the pad count (WF-08).
-    pub fn parse(buf: &'a [u8]) -> Result<TransportRepr<'a>, Drop> {
+    pub fn parse(buf: &'a [u8]) -> Result<TransportRepr<'a>, DropReason> {
         let bth_view = Bth::new_checked(buf)?;
         let bth = BthRepr::parse(&bth_view)?;
         let info = bth.opcode.info();
         let hdr_end = BthRepr::LEN + info.headers_len();
-        let ext_bytes = buf.get(BthRepr::LEN..hdr_end).ok_or(Drop::Truncated)?;
+        let ext_bytes = buf
+            .get(BthRepr::LEN..hdr_end)
+            .ok_or(DropReason::Truncated)?;
         let ext = ExtHeaders::parse(info, ext_bytes)?;
         let rest = &buf[hdr_end..];
         let pad = bth_view.pad_count();
         if !rest.len().is_multiple_of(4) {
-            return Err(Drop::BadPadCount);
+            return Err(DropReason::BadPadCount);
         }
         let payload = if info.payload {
-            let len = rest.len().checked_sub(pad).ok_or(Drop::BadPadCount)?;
+            let len = rest.len().checked_sub(pad).ok_or(DropReason::BadPadCount)?;
             if len > MAX_PAYLOAD {
-                return Err(Drop::LengthMismatch);
+                return Err(DropReason::LengthMismatch);
             }
             &rest[..len]
         } else {
             if !rest.is_empty() {
-                return Err(Drop::LengthMismatch);
+                return Err(DropReason::LengthMismatch);
             }
             if pad != 0 {
-                return Err(Drop::BadPadCount);
+                return Err(DropReason::BadPadCount);
             }
             rest
         };
@@ -152,11 +154,11 @@ impl<'a> PacketRepr<'a> {
     /// Parses an untrusted packet, LRH through VCRC, in the order a link layer then
     /// a transport layer check it (C9-34, C9-35): length, VCRC, LVer, LNH, GRH,
     /// ICRC, then [`TransportRepr::parse`]. Never panics.
-    pub fn parse(buf: &'a [u8]) -> Result<PacketRepr<'a>, Drop> {
+    pub fn parse(buf: &'a [u8]) -> Result<PacketRepr<'a>, DropReason> {
         let lrh_view = Lrh::new_checked(buf)?;
         let crc_end = usize::from(lrh_view.pkt_len()) * 4; // LRH through ICRC
         if crc_end + VCRC_LEN != buf.len() {
-            return Err(Drop::LengthMismatch);
+            return Err(DropReason::LengthMismatch);
         }
         let (pkt, vcrc_bytes) = buf.split_at(crc_end);
         // Fast path: both CRCs in one pass (WF-09). It assumes the ICRC is right, so
@@ -164,13 +166,13 @@ impl<'a> PacketRepr<'a> {
         // checks below, which keep the link layer's order (VCRC first, C9-35).
         let crcs_ok = fast_crc_check(&lrh_view, pkt, vcrc_bytes);
         if !crcs_ok && vcrc(pkt).to_le_bytes() != vcrc_bytes {
-            return Err(Drop::BadVcrc);
+            return Err(DropReason::BadVcrc);
         }
         let lrh = LrhRepr::parse(&lrh_view)?;
         let has_grh = match lrh_view.lnh() {
             Lnh::IbaLocal => false,
             Lnh::IbaGlobal => true,
-            Lnh::Raw | Lnh::Ipv6Raw => return Err(Drop::RawPacket),
+            Lnh::Raw | Lnh::Ipv6Raw => return Err(DropReason::RawPacket),
         };
         let mut at = LrhRepr::LEN;
         let grh = if has_grh {
@@ -178,7 +180,7 @@ impl<'a> PacketRepr<'a> {
             let grh = GrhRepr::parse(&v)?;
             at += GrhRepr::LEN;
             if usize::from(v.pay_len()) != crc_end - at {
-                return Err(Drop::LengthMismatch);
+                return Err(DropReason::LengthMismatch);
             }
             Some(grh)
         } else {
@@ -187,9 +189,9 @@ impl<'a> PacketRepr<'a> {
         let icrc_at = crc_end
             .checked_sub(ICRC_LEN)
             .filter(|&i| i >= at + BthRepr::LEN)
-            .ok_or(Drop::Truncated)?;
+            .ok_or(DropReason::Truncated)?;
         if !crcs_ok && icrc_native(&pkt[..icrc_at], has_grh).to_le_bytes() != pkt[icrc_at..] {
-            return Err(Drop::BadIcrc);
+            return Err(DropReason::BadIcrc);
         }
         let transport = TransportRepr::parse(&pkt[at..icrc_at])?;
         Ok(PacketRepr {

@@ -8,7 +8,7 @@
 //! of the frames seen here (a TAP device strips it).
 //!
 //! [`RoceRepr::parse`] classifies first (EtherType, IP version, protocol, UDP
-//! port: anything else on the bridge is [`Drop::NotRoce`]), then validates
+//! port: anything else on the bridge is [`DropReason::NotRoce`]), then validates
 //! (IPv4 header checksum, length fields, ICRC, transport headers) and never panics
 //! on any input. [`RoceRepr::emit`] derives every length, the IPv4 header
 //! checksum, the ICRC and, if asked, the UDP checksum.
@@ -18,7 +18,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use super::crc::{icrc_roce, ICRC_LEN};
 use super::field::{be16, be32, set_be16, set_be32};
 use super::packet::TransportRepr;
-use super::{BthRepr, Drop, EmitError};
+use super::{BthRepr, DropReason, EmitError};
 
 /// The UDP destination port that marks RoCEv2 (IANA "roce", annex A17.4.3).
 pub const UDP_PORT: u16 = 4791;
@@ -56,7 +56,7 @@ pub type MacAddr = [u8; 6];
 pub struct VlanTag {
     /// Priority code point, 0..=7.
     pub pcp: u8,
-    /// Drop eligible indicator.
+    /// DropReason eligible indicator.
     pub dei: bool,
     /// VLAN identifier, 0..=4095.
     pub vid: u16,
@@ -97,8 +97,8 @@ impl EthernetRepr {
     }
 
     /// Parses the header; returns it, the inner EtherType and the header length.
-    fn parse(frame: &[u8]) -> Result<(EthernetRepr, u16, usize), Drop> {
-        let hdr = frame.get(..ETH_HEADER_LEN).ok_or(Drop::Truncated)?;
+    fn parse(frame: &[u8]) -> Result<(EthernetRepr, u16, usize), DropReason> {
+        let hdr = frame.get(..ETH_HEADER_LEN).ok_or(DropReason::Truncated)?;
         let mut dst = [0; 6];
         let mut src = [0; 6];
         dst.copy_from_slice(&hdr[0..6]);
@@ -115,7 +115,9 @@ impl EthernetRepr {
         // One tag only: stacked tags (QinQ) never reach a RoCE port on our bridge,
         // and an inner 0x8100 below is not an IP EtherType, so it ends as NotRoce.
         let len = ETH_HEADER_LEN + VLAN_TAG_LEN;
-        let tag = frame.get(ETH_HEADER_LEN..len).ok_or(Drop::Truncated)?;
+        let tag = frame
+            .get(ETH_HEADER_LEN..len)
+            .ok_or(DropReason::Truncated)?;
         let eth = EthernetRepr {
             dst,
             src,
@@ -244,53 +246,53 @@ struct Layout<'a> {
 }
 
 /// Classifies and length-checks a frame down to the UDP datagram.
-fn locate(frame: &[u8]) -> Result<Layout<'_>, Drop> {
+fn locate(frame: &[u8]) -> Result<Layout<'_>, DropReason> {
     let (eth, ethertype, at) = EthernetRepr::parse(frame)?;
     let l3 = &frame[at..];
     match ethertype {
         ETHERTYPE_IPV4 => locate_v4(eth, l3),
         ETHERTYPE_IPV6 => locate_v6(eth, l3),
-        _ => Err(Drop::NotRoce),
+        _ => Err(DropReason::NotRoce),
     }
 }
 
 /// The UDP destination port of a datagram starting at `udp`, for classification.
-fn check_port(udp: &[u8]) -> Result<(), Drop> {
-    let port = udp.get(2..4).ok_or(Drop::Truncated)?;
+fn check_port(udp: &[u8]) -> Result<(), DropReason> {
+    let port = udp.get(2..4).ok_or(DropReason::Truncated)?;
     if be16(port) != UDP_PORT {
-        return Err(Drop::NotRoce);
+        return Err(DropReason::NotRoce);
     }
     Ok(())
 }
 
-fn locate_v4(eth: EthernetRepr, l3: &[u8]) -> Result<Layout<'_>, Drop> {
-    let first = *l3.first().ok_or(Drop::Truncated)?;
+fn locate_v4(eth: EthernetRepr, l3: &[u8]) -> Result<Layout<'_>, DropReason> {
+    let first = *l3.first().ok_or(DropReason::Truncated)?;
     if first >> 4 != 4 {
-        return Err(Drop::NotRoce);
+        return Err(DropReason::NotRoce);
     }
     let hdr_len = usize::from(first & 0xf) * 4;
     if hdr_len < IPV4_HEADER_LEN {
-        return Err(Drop::LengthMismatch);
+        return Err(DropReason::LengthMismatch);
     }
-    let hdr = l3.get(..hdr_len).ok_or(Drop::Truncated)?;
+    let hdr = l3.get(..hdr_len).ok_or(DropReason::Truncated)?;
     if hdr[9] != IP_PROTO_UDP {
-        return Err(Drop::NotRoce);
+        return Err(DropReason::NotRoce);
     }
     // A fragment is not a whole RoCE packet and a non-first one has no UDP header;
     // RoCE senders set DF and never fragment (A17.4.1), so we do not reassemble.
     let flags_frag = be16(&hdr[6..8]);
     if flags_frag & (IPV4_MF | IPV4_FRAG_OFFSET) != 0 {
-        return Err(Drop::NotRoce);
+        return Err(DropReason::NotRoce);
     }
     check_port(&l3[hdr_len..])?;
     if internet_sum(0, hdr) != 0xffff {
-        return Err(Drop::BadIpChecksum);
+        return Err(DropReason::BadIpChecksum);
     }
     let total_len = usize::from(be16(&hdr[2..4]));
     // Bytes past the total length are Ethernet padding (frames under 60 bytes) and
     // are ignored; fewer bytes than it means the frame is cut short.
     if total_len < hdr_len || total_len > l3.len() {
-        return Err(Drop::LengthMismatch);
+        return Err(DropReason::LengthMismatch);
     }
     let ip = IpRepr::V4(Ipv4Repr {
         src: Ipv4Addr::from(be32(&hdr[12..16])),
@@ -308,21 +310,21 @@ fn locate_v4(eth: EthernetRepr, l3: &[u8]) -> Result<Layout<'_>, Drop> {
     })
 }
 
-fn locate_v6(eth: EthernetRepr, l3: &[u8]) -> Result<Layout<'_>, Drop> {
-    let first = *l3.first().ok_or(Drop::Truncated)?;
+fn locate_v6(eth: EthernetRepr, l3: &[u8]) -> Result<Layout<'_>, DropReason> {
+    let first = *l3.first().ok_or(DropReason::Truncated)?;
     if first >> 4 != 6 {
-        return Err(Drop::NotRoce);
+        return Err(DropReason::NotRoce);
     }
-    let hdr = l3.get(..IPV6_HEADER_LEN).ok_or(Drop::Truncated)?;
+    let hdr = l3.get(..IPV6_HEADER_LEN).ok_or(DropReason::Truncated)?;
     // Extension headers are not followed: RoCE senders do not emit them (A17.4.2).
     if hdr[6] != IP_PROTO_UDP {
-        return Err(Drop::NotRoce);
+        return Err(DropReason::NotRoce);
     }
     let rest = &l3[IPV6_HEADER_LEN..];
     check_port(rest)?;
     let payload_len = usize::from(be16(&hdr[4..6]));
     if payload_len > rest.len() {
-        return Err(Drop::LengthMismatch);
+        return Err(DropReason::LengthMismatch);
     }
     let word0 = be32(&hdr[0..4]);
     let mut src = [0u8; 16];
@@ -388,10 +390,10 @@ fn udp_checksum(ip: &IpRepr, udp: &[u8]) -> u16 {
 
 impl<'a> RoceRepr<'a> {
     /// Parses an untrusted Ethernet frame (without FCS). Order: Ethernet, IP and
-    /// UDP classification (else [`Drop::NotRoce`]), IPv4 header checksum, IP and
+    /// UDP classification (else [`DropReason::NotRoce`]), IPv4 header checksum, IP and
     /// UDP lengths, ICRC (WF-10, A17.3.3), then [`TransportRepr::parse`]. Trailing
     /// Ethernet padding is ignored. Never panics.
-    pub fn parse(frame: &'a [u8]) -> Result<RoceRepr<'a>, Drop> {
+    pub fn parse(frame: &'a [u8]) -> Result<RoceRepr<'a>, DropReason> {
         let Layout {
             eth,
             ip,
@@ -400,19 +402,19 @@ impl<'a> RoceRepr<'a> {
         } = locate(frame)?;
         let (udp_hdr, ib) = udp
             .split_at_checked(UDP_HEADER_LEN)
-            .ok_or(Drop::Truncated)?;
+            .ok_or(DropReason::Truncated)?;
         if usize::from(be16(&udp_hdr[4..6])) != udp.len() {
-            return Err(Drop::LengthMismatch);
+            return Err(DropReason::LengthMismatch);
         }
         let icrc_at = ib
             .len()
             .checked_sub(ICRC_LEN)
             .filter(|&i| i >= BthRepr::LEN)
-            .ok_or(Drop::Truncated)?;
+            .ok_or(DropReason::Truncated)?;
         let (pkt, icrc) = ib.split_at(icrc_at);
         let (bth, rest) = pkt.split_at(BthRepr::LEN);
         if icrc_roce(ip_hdr, udp_hdr, bth, rest).to_le_bytes() != icrc {
-            return Err(Drop::BadIcrc);
+            return Err(DropReason::BadIcrc);
         }
         let transport = TransportRepr::parse(pkt)?;
         Ok(RoceRepr {
