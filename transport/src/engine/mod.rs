@@ -122,6 +122,10 @@ pub(crate) struct Qp {
     pub resp: Responder,
     /// In the transmit schedule.
     pub scheduled: bool,
+    /// The requester goes first next time: responses and requests of one QP
+    /// take turns, so a long READ response stream does not starve the QP's own
+    /// send queue until its ACK timer runs out of retries (RL-10).
+    pub req_turn: bool,
 }
 
 /// The engine.
@@ -377,6 +381,7 @@ impl Engine {
                 req: Requester::new(c.max_send_wr as usize),
                 resp: Responder::default(),
                 scheduled: false,
+                req_turn: false,
             },
         );
         Ok(qpn)
@@ -664,8 +669,14 @@ impl Engine {
                 port: &self.port,
                 now,
             };
-            let built = responder::poll_transmit(qp, &mut ctx, buf)
-                .or_else(|| requester::poll_transmit(qp, &mut ctx, buf, &self.limits));
+            let built = if qp.req_turn {
+                requester::poll_transmit(qp, &mut ctx, buf, &self.limits)
+                    .or_else(|| responder::poll_transmit(qp, &mut ctx, buf))
+            } else {
+                responder::poll_transmit(qp, &mut ctx, buf)
+                    .or_else(|| requester::poll_transmit(qp, &mut ctx, buf, &self.limits))
+            };
+            qp.req_turn = !qp.req_turn;
             match built {
                 Some(len) => {
                     self.schedule.push_back(qpn);

@@ -260,13 +260,19 @@ pub(crate) fn flush_sq(qp: &mut Qp, fx: &mut Effects) {
 /// A send-side error: the WQE at `idx` completes with `status`; RC goes to Error,
 /// UC and UD to SQE (QS-06), later WQEs flush.
 fn fail(qp: &mut Qp, idx: usize, status: WcStatus, fx: &mut Effects) {
-    // Everything before it that was still waiting is acknowledged by implication.
+    // Everything before it that was still waiting is acknowledged by implication;
+    // not a READ/ATOMIC whose response never came (its data or result is not
+    // there: C9-27 orders responses, an ACK does not stand for them): flushed.
     if let Some(w) = qp.req.wqes.get_mut(idx) {
         w.done = Some(status);
     }
     for w in qp.req.wqes.iter_mut().take(idx) {
         if w.done.is_none() {
-            w.done = Some(WcStatus::Success);
+            w.done = Some(if w.is_rd_atomic() {
+                WcStatus::WrFlushErr
+            } else {
+                WcStatus::Success
+            });
         }
     }
     retire(qp, fx);
@@ -281,17 +287,26 @@ fn fail(qp: &mut Qp, idx: usize, status: WcStatus, fx: &mut Effects) {
 /// Restarts transmission from PSN `p` (go-back-N, 9.7.4.1.3).
 fn rewind(qp: &mut Qp, p: u32) {
     let r = &mut qp.req;
-    let Some(i) = r
-        .wqes
-        .iter()
-        .position(|w| w.contains(p) && w.done.is_none())
-    else {
+    // The unfinished WQE holding `p`, else the first unfinished one after it: a
+    // READ/ATOMIC completed out of order by its response needs no resend.
+    let Some(i) = r.wqes.iter().position(|w| {
+        w.done.is_none() && (w.contains(p) || !w.started || psn::diff(w.first_psn, p) > 0)
+    }) else {
         return;
     };
     let w = &mut r.wqes[i];
     // For a READ, `p` is the first response not yet received, so the retried
     // request asks only for the rest (RL-14).
-    w.sent = psn::diff(p, w.first_psn) as u32;
+    let p = match (w.contains(p), w.started) {
+        (true, _) => p,
+        (false, true) => w.first_psn,
+        (false, false) => r.hwm,
+    };
+    w.sent = if w.started {
+        psn::diff(p, w.first_psn) as u32
+    } else {
+        0
+    };
     for later in r.wqes.iter_mut().skip(i + 1) {
         later.sent = 0;
     }
@@ -353,6 +368,15 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
         r.una = new_una;
         progressed = true;
     }
+    // WQEs past `una` that their READ/ATOMIC response completed out of order
+    // need no acknowledgement: `una` moves past them (else a timeout would resend
+    // from a PSN no unfinished WQE holds).
+    for w in r.wqes.iter() {
+        if w.done.is_some() && w.contains(r.una) {
+            r.una = psn::add(w.last_psn(), 1);
+            progressed = true;
+        }
+    }
     if psn::diff(r.una, r.next_psn) > 0 {
         skip_acked(r);
     }
@@ -370,25 +394,28 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
 
 /// After a go-back, an ACK came for PSNs the go-back was about to resend (the
 /// responder answers a retried request with its furthest PSN, seed 004 §4):
-/// resume sending at `una` instead of resending what is acknowledged.
+/// skip what is acknowledged. Every WQE keeps the PSNs it was first sent with:
+/// sending resumes at `una` in the first unfinished WQE (at its first PSN when
+/// READ/ATOMIC responses completed the WQEs before it out of order), or at the
+/// point of maximum advance when every WQE sent so far is done.
 fn skip_acked(r: &mut Requester) {
     let una = r.una;
     match r.wqes.iter().position(|w| w.done.is_none()) {
-        Some(i) => {
+        Some(i) if r.wqes[i].started => {
             let w = &mut r.wqes[i];
-            w.sent = if w.contains(una) {
-                psn::diff(una, w.first_psn) as u32
-            } else {
-                0
-            };
+            let p = if w.contains(una) { una } else { w.first_psn };
+            w.sent = psn::diff(p, w.first_psn) as u32;
             for later in r.wqes.iter_mut().skip(i + 1) {
                 later.sent = 0;
             }
             r.cur = i;
+            r.next_psn = p;
         }
-        None => r.cur = r.wqes.len(),
+        first_unstarted => {
+            r.cur = first_unstarted.unwrap_or(r.wqes.len());
+            r.next_psn = r.hwm;
+        }
     }
-    r.next_psn = una;
 }
 
 /// Handles a response packet (ACK, NAK, READ response, atomic ACK) on an RC QP.
@@ -440,6 +467,11 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
         AethSyndrome::RnrNak { timer_code } => {
             cx.counters.rnr_naks_received += 1;
             ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+            // An RNR NAK is a response: the responder is alive, so the transport
+            // retry count (which counts silence and sequence errors, RL-10) starts
+            // again; only the RNR retry count limits an RNR wait (RL-11). Else
+            // a few lost packets during a long RNR wait fail the QP.
+            qp.req.retry_left = qp.attr.retry_cnt;
             if qp.attr.rnr_retry != 7 {
                 if qp.req.rnr_left == 0 {
                     let idx = qp.req.wqes.iter().position(|w| w.contains(p)).unwrap_or(0);
@@ -452,7 +484,13 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
             let us = syn.rnr_timer_us().unwrap_or(10);
             let _ = timer_code;
             qp.req.rnr_deadline = Some(cx.now.plus_ns(u64::from(us) * 1000));
-            qp.req.rnr_psn = p;
+            // A READ/ATOMIC before `p` whose response was lost is resent too
+            // (its responses preceded this NAK, C9-27).
+            qp.req.rnr_psn = if psn::diff(qp.req.una, p) < 0 {
+                qp.req.una
+            } else {
+                p
+            };
             qp.req.ack_deadline = None;
             false
         }
@@ -470,7 +508,9 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                         return false;
                     }
                     if qp.req.retry_left == 0 {
-                        fail(qp, idx.unwrap_or(0), WcStatus::RetryExcErr, cx.fx);
+                        // RL-10: the oldest unfinished WQE is the one that failed.
+                        let oldest = qp.req.wqes.iter().position(|w| w.done.is_none());
+                        fail(qp, oldest.unwrap_or(0), WcStatus::RetryExcErr, cx.fx);
                         return false;
                     }
                     qp.req.retry_left -= 1;
@@ -583,6 +623,10 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     let w = &mut qp.req.wqes[i];
     w.resp_bytes += len;
     qp.req.rewound_to = None;
+    // Each new response packet is progress: the retry count limits retries
+    // without progress (RL-10), or a long READ that loses a few responses to
+    // timeouts fails though it advances.
+    qp.req.retry_left = qp.attr.retry_cnt;
     if matches!(pos, Position::Last | Position::Only) {
         w.done = Some(WcStatus::Success);
         let last = w.last_psn();
@@ -590,6 +634,9 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     } else {
         let timeout = ack_timeout_ns(&qp.attr);
         qp.req.ack_deadline = timeout.map(|t| cx.now.plus_ns(t));
+        // The response acknowledges its own PSN (9.7.4.1.2): `una` follows a
+        // long READ, or a re-request for its rest stays outside the send window.
+        ack_through(qp, p, cx.now);
     }
     true
 }
@@ -663,7 +710,6 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
         return false;
     }
     c.timeouts += 1;
-    eprintln!("DBG timeout qp {} now {:?} una {:#x} next {:#x} hwm {:#x} cur {} rnr {:?} wqes {:?}", qp.qpn, now, qp.req.una, qp.req.next_psn, qp.req.hwm, qp.req.cur, qp.req.rnr_deadline, qp.req.wqes.iter().take(3).map(|w| (w.wr.opcode, w.first_psn, w.npkts, w.sent, w.started, w.done)).collect::<Vec<_>>());
     if qp.req.retry_left == 0 {
         // RL-10: seven means seven; then RETRY_EXC_ERR and the QP goes to Error.
         let una = qp.req.una;
@@ -717,12 +763,25 @@ pub(crate) fn poll_transmit(
         // Only a fenced WQE or a new READ/ATOMIC needs the count: skip the scan for
         // plain SEND/WRITE, which may stand behind hundreds of unacknowledged WQEs.
         let earlier_rd = if w.wr.flags.contains(SendFlags::FENCE) || w.is_rd_atomic() {
-            qp.req
-                .wqes
+            // RL-07: the responder keeps its last max_dest_rd_atomic READ/ATOMICs
+            // by arrival; a later one that already completed still occupies a slot
+            // while an older one waits for (re-requested) responses. Count every
+            // READ/ATOMIC from the oldest unfinished one on, or the new request
+            // evicts the older one's saved state and its retry is never answered.
+            let q = &qp.req.wqes;
+            match q
                 .iter()
                 .take(i)
-                .filter(|x| x.is_rd_atomic() && x.done.is_none())
-                .count()
+                .position(|x| x.is_rd_atomic() && x.done.is_none())
+            {
+                Some(o) => q
+                    .iter()
+                    .take(i)
+                    .skip(o)
+                    .filter(|x| x.is_rd_atomic())
+                    .count(),
+                None => 0,
+            }
         } else {
             0
         };

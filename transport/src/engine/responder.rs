@@ -596,11 +596,19 @@ fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             // A newer duplicate preempts responses still queued for later PSNs
             // (RL-05). An ACK among them is sent again after the READ's responses,
             // never before them (C9-27), so the requester still gets it.
+            // A READ stream is judged by its last PSN, not its first: one that
+            // started before `p` but reaches it would resend, after this one, what
+            // the requester asks again here; each retry would add a whole
+            // remainder (seed 004 §3.3.2.2: stop responding to the original).
             let before = qp.resp.out.len();
             qp.resp.out.retain(|it| match it {
-                RespItem::Read { psn: q, .. }
-                | RespItem::AtomicAck { psn: q, .. }
-                | RespItem::Aeth { psn: q, .. } => psn::diff(*q, p) < 0,
+                RespItem::Read { psn: q, len, .. } => {
+                    let n = psn::read_packets(*len, pmtu as usize);
+                    psn::diff(psn::add(*q, n - 1), p) < 0
+                }
+                RespItem::AtomicAck { psn: q, .. } | RespItem::Aeth { psn: q, .. } => {
+                    psn::diff(*q, p) < 0
+                }
             });
             let preempted = qp.resp.out.len() != before;
             qp.resp.out.push_back(RespItem::Read {
