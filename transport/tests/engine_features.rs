@@ -880,3 +880,15 @@ fn ae_01_responder_errors_and_first_packet_raise_async_events() {
     let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
     assert_eq!(ev, vec![Event::CommEstablished { qpn: p.qb }]);
 }
+
+#[test]
+fn op_03_send_with_invalidate_is_refused_as_not_supported() {
+    let (mut net, p, ka, _) = setup(47, &ConnOpts::default());
+    let mut w = wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
+    w.imm_or_inv = 0x1234;
+    assert_eq!(
+        net.nodes[0].engine.post_send(p.qa, w),
+        Err(VerbError::NotSupported)
+    );
+    assert!(net.poll(0, p.cq_a).is_none(), "nothing was queued");
+}

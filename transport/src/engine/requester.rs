@@ -161,8 +161,9 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         WrOpcode::Send | WrOpcode::SendWithImm => true,
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => t != QpType::Ud,
         WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => t == QpType::Rc,
-        // SEND with Invalidate is OP-03 (tier 2): not yet.
-        WrOpcode::SendWithInv => false,
+        // SEND with Invalidate is OP-03 (tier 2, needs memory windows and
+        // invalidation, MP-07/MP-08): refused with a clear status until then.
+        WrOpcode::SendWithInv => return Err(VerbError::NotSupported),
     };
     if !ok {
         return Err(VerbError::InvalidWr);
