@@ -22,6 +22,9 @@ use transport::verbs::{
 };
 
 const BASE: u64 = 0x10_0000;
+/// Packets start this far past a 16-byte boundary of their (heap, 16-aligned)
+/// buffers, as `wire::packet::BUFFER_ALIGN_OFFSET` recommends.
+const OFF: usize = transport::wire::packet::BUFFER_ALIGN_OFFSET;
 const MEM: usize = 4 << 20;
 
 struct Side {
@@ -143,13 +146,13 @@ fn pump(a: &mut Side, b: &mut Side, buf: &mut [u8]) -> u64 {
     let mut n = 0;
     loop {
         let mut moved = false;
-        while let Some(len) = a.e.poll_transmit(&mut a.mem, Time(0), buf) {
-            b.e.handle_packet(&buf[..len], &mut b.mem, Time(0));
+        while let Some(len) = a.e.poll_transmit(&mut a.mem, Time(0), &mut buf[OFF..]) {
+            b.e.handle_packet(&buf[OFF..OFF + len], &mut b.mem, Time(0));
             moved = true;
             n += 1;
         }
-        while let Some(len) = b.e.poll_transmit(&mut b.mem, Time(0), buf) {
-            a.e.handle_packet(&buf[..len], &mut a.mem, Time(0));
+        while let Some(len) = b.e.poll_transmit(&mut b.mem, Time(0), &mut buf[OFF..]) {
+            a.e.handle_packet(&buf[OFF..OFF + len], &mut a.mem, Time(0));
             moved = true;
             n += 1;
         }
@@ -192,34 +195,37 @@ fn threaded_write(msg: u32, count: usize) -> f64 {
     // (buffer, length) pairs; an empty batch tells the responder to stop.
     let (to_b, from_a) = mpsc::channel::<Vec<(Vec<u8>, usize)>>();
     let (to_a, from_b) = mpsc::channel::<(Vec<(Vec<u8>, usize)>, Vec<Vec<u8>>)>();
-    let responder = thread::spawn(move || {
-        let mut spare: Vec<Vec<u8>> = (0..64).map(|_| vec![0u8; 8192]).collect();
-        while let Ok(batch) = from_a.recv() {
-            if batch.is_empty() {
-                break;
-            }
-            let mut out = Vec::new();
-            let mut back = Vec::with_capacity(batch.len());
-            for (p, len) in batch {
-                b.e.handle_packet(&p[..len], &mut b.mem, Time(0));
-                back.push(p);
-            }
-            loop {
-                let mut buf = spare.pop().unwrap_or_else(|| vec![0u8; 8192]);
-                match b.e.poll_transmit(&mut b.mem, Time(0), &mut buf) {
-                    Some(len) => out.push((buf, len)),
-                    None => {
-                        spare.push(buf);
-                        break;
+    let responder = thread::Builder::new()
+        .name("responder".into())
+        .spawn(move || {
+            let mut spare: Vec<Vec<u8>> = (0..64).map(|_| vec![0u8; 8192]).collect();
+            while let Ok(batch) = from_a.recv() {
+                if batch.is_empty() {
+                    break;
+                }
+                let mut out = Vec::new();
+                let mut back = Vec::with_capacity(batch.len());
+                for (p, len) in batch {
+                    b.e.handle_packet(&p[OFF..OFF + len], &mut b.mem, Time(0));
+                    back.push(p);
+                }
+                loop {
+                    let mut buf = spare.pop().unwrap_or_else(|| vec![0u8; 8192]);
+                    match b.e.poll_transmit(&mut b.mem, Time(0), &mut buf[OFF..]) {
+                        Some(len) => out.push((buf, len)),
+                        None => {
+                            spare.push(buf);
+                            break;
+                        }
                     }
                 }
+                if to_a.send((out, back)).is_err() {
+                    break;
+                }
             }
-            if to_a.send((out, back)).is_err() {
-                break;
-            }
-        }
-        b
-    });
+            b
+        })
+        .unwrap();
     let mut free: Vec<Vec<u8>> = (0..512).map(|_| vec![0u8; 8192]).collect();
     let t = Instant::now();
     let mut posted = 0;
@@ -233,7 +239,7 @@ fn threaded_write(msg: u32, count: usize) -> f64 {
         let mut batch = Vec::with_capacity(32);
         while batch.len() < 32 {
             let mut buf = free.pop().unwrap_or_else(|| vec![0u8; 8192]);
-            match a.e.poll_transmit(&mut a.mem, Time(0), &mut buf) {
+            match a.e.poll_transmit(&mut a.mem, Time(0), &mut buf[OFF..]) {
                 Some(len) => batch.push((buf, len)),
                 None => {
                     free.push(buf);
@@ -260,7 +266,7 @@ fn threaded_write(msg: u32, count: usize) -> f64 {
             in_flight -= 1;
             free.extend(back);
             for (p, len) in acks {
-                a.e.handle_packet(&p[..len], &mut a.mem, Time(0));
+                a.e.handle_packet(&p[OFF..OFF + len], &mut a.mem, Time(0));
                 free.push(p);
             }
         }

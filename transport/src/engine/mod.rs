@@ -640,7 +640,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Builds the next packet to send into `buf` (which must hold a whole packet:
+    /// Builds the next packet to send into `buf` (for speed, starting
+    /// [`crate::wire::packet::BUFFER_ALIGN_OFFSET`] bytes past a 16-byte boundary;
+    /// it must hold a whole packet:
     /// 8 + 40 + 12 + 28 + 4096 + 6 bytes is always enough); returns its length, or
     /// `None` when nothing is ready. Round robin over QPs, responses first.
     pub fn poll_transmit(

@@ -11,6 +11,13 @@ use super::grh::{Grh, GrhRepr};
 use super::lrh::{Lnh, Lrh, LrhRepr};
 use super::{DropReason, EmitError, MAX_PAYLOAD};
 
+/// Where a packet buffer should start relative to a 16-byte boundary: 12 bytes past
+/// one. Then a payload after the 20-byte LRH+BTH, or the 36 bytes with a RETH, starts
+/// 16-byte aligned, and the single-pass CRC folds it from its first byte instead of
+/// taking an unaligned head and a tail through tables (WF-09; about 1.3x on the
+/// engine benchmark). Not needed for correctness.
+pub const BUFFER_ALIGN_OFFSET: usize = 12;
+
 /// Zero bytes standing in for a payload whose length alone matters.
 static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
 
