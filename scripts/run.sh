@@ -14,7 +14,7 @@ mkdir -p "$(dirname "$out")"
 cargo run --quiet --release -p transport --example corpus -- "$out"
 # The corpus' payloads are opaque bytes: keep tshark's upper-layer guessers
 # (RPC-over-RDMA, EoIB, ...) away from them, as the conformance test does.
-off=$(tshark -G heuristic-decodes | awk -F'\t' '$1=="infiniband.payload"{printf " --disable-heuristic %s", $2}')
+off=$(tshark -G heuristic-decodes | awk -F'\t' '$1=="infiniband.payload"{printf " --disable-protocol %s", $2}')
 echo "== $out: packets per opcode, as tshark dissects them"
 # shellcheck disable=SC2086
 tshark -r "$out" $off -T fields -e infiniband.bth.opcode | sort -n | uniq -c |
