@@ -547,26 +547,33 @@ impl Engine {
             }
         };
         let dest = pkt.transport.bth.dest_qp;
-        if let Err(r) = self.check_headers(&pkt) {
-            log::debug!("drop packet to QP {dest}: {r:?}");
-            self.counters.drop(r);
-            return;
-        }
+        // One QP lookup serves the header checks and the handling.
+        let checked = if dest == psn::PSN_MASK {
+            Err(RxDrop::Multicast)
+        } else {
+            match self.qps.get_mut(&dest) {
+                None => Err(RxDrop::UnknownQp), // C9-37
+                Some(qp) => check_headers(&self.port, qp, &pkt).map(|()| qp),
+            }
+        };
+        let qp = match checked {
+            Ok(qp) => qp,
+            Err(r) => {
+                log::debug!("drop packet to QP {dest}: {r:?}");
+                self.counters.drop(r);
+                return;
+            }
+        };
         let mut fx = Effects::default();
-        let mut srqs = std::mem::take(&mut self.srqs);
         let info = pkt.transport.bth.opcode.info();
         let mut ctx = Ctx {
             mrs: &mut self.mrs,
             mem,
-            srqs: &mut srqs,
+            srqs: &mut self.srqs,
             counters: &mut self.counters,
             fx: &mut fx,
             port: &self.port,
             now,
-        };
-        let Some(qp) = self.qps.get_mut(&dest) else {
-            self.srqs = srqs;
-            return;
         };
         use crate::wire::opcode::Direction;
         let wants_tx = match info.direction() {
@@ -574,70 +581,10 @@ impl Engine {
             Direction::Response => requester::handle_response(qp, &pkt, &mut ctx),
             Direction::Notification => false,
         };
-        self.srqs = srqs;
         self.finish(fx);
         if wants_tx {
             self.schedule_qp(dest);
         }
-    }
-
-    /// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;
-    /// PV-02, PV-03, PV-05, PV-06). Silent drops (PV-10).
-    fn check_headers(&self, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
-        let bth = &pkt.transport.bth;
-        if bth.dest_qp == psn::PSN_MASK {
-            return Err(RxDrop::Multicast);
-        }
-        let qp = self.qps.get(&bth.dest_qp).ok_or(RxDrop::UnknownQp)?; // C9-37
-        if !qp_state::receives_packets(qp.state) {
-            return Err(RxDrop::QpNotReceiving); // C9-38, QS-04
-        }
-        let info = bth.opcode.info();
-        let svc_ok = matches!(
-            (info.service, qp.init.qp_type),
-            (Service::Rc, QpType::Rc) | (Service::Uc, QpType::Uc) | (Service::Ud, QpType::Ud)
-        );
-        if !svc_ok {
-            return Err(RxDrop::ServiceMismatch); // C9-39
-        }
-        // C9-43: the P_Key of the QP's partition; the membership rule of 10.9.3:
-        // the low 15 bits match and at least one side is a full member.
-        let own = self
-            .port
-            .pkeys
-            .get(usize::from(qp.attr.pkey_index))
-            .copied()
-            .unwrap_or(0);
-        let pk = bth.pkey;
-        if pk & 0x7fff != own & 0x7fff
-            || (pk & 0x8000 == 0 && own & 0x8000 == 0)
-            || pk & 0x7fff == 0
-        {
-            return Err(RxDrop::BadPkey);
-        }
-        let lrh = &pkt.lrh;
-        let mask = !((1u16 << self.port.lmc.min(7)) - 1);
-        if qp.init.qp_type != QpType::Ud {
-            // C9-53, C9-54: connected services check both LIDs (UD checks
-            // neither); C9-56: a multicast SLID is never valid; C9-55: the
-            // permissive LID only for QP0.
-            if (0xc000..0xffff).contains(&lrh.slid) || lrh.slid == PERMISSIVE_LID {
-                return Err(RxDrop::BadSlid);
-            }
-            if lrh.dlid & mask != self.port.lid & mask {
-                return Err(RxDrop::BadDlid);
-            }
-            if lrh.slid != qp.attr.av.dlid {
-                return Err(RxDrop::BadSlid);
-            }
-        } else {
-            // C9-48..C9-51: the Q_Key; QP1 uses the well-known one.
-            let deth = pkt.transport.ext.deth.map(|d| d.qkey).unwrap_or(0);
-            if deth != qp.attr.qkey {
-                return Err(RxDrop::BadQkey);
-            }
-        }
-        Ok(())
     }
 
     /// Builds the next packet to send into `buf` (for speed, starting
@@ -653,7 +600,6 @@ impl Engine {
     ) -> Option<usize> {
         let mut fx = Effects::default();
         let mut out = None;
-        let mut srqs = std::mem::take(&mut self.srqs);
         let n = self.schedule.len();
         for _ in 0..n {
             let Some(qpn) = self.schedule.pop_front() else {
@@ -665,7 +611,7 @@ impl Engine {
             let mut ctx = Ctx {
                 mrs: &mut self.mrs,
                 mem,
-                srqs: &mut srqs,
+                srqs: &mut self.srqs,
                 counters: &mut self.counters,
                 fx: &mut fx,
                 port: &self.port,
@@ -690,7 +636,6 @@ impl Engine {
                 None => qp.scheduled = false,
             }
         }
-        self.srqs = srqs;
         self.finish(fx);
         out
     }
@@ -733,6 +678,9 @@ impl Engine {
 
     /// Applies completions and events gathered while handling an input.
     fn finish(&mut self, fx: Effects) {
+        if fx.completions.is_empty() && fx.events.is_empty() {
+            return; // the usual case on the data path
+        }
         for (cq, c) in fx.completions {
             let Some(q) = self.cqs.get_mut(&cq) else {
                 continue;
@@ -745,6 +693,58 @@ impl Engine {
         }
         self.events.extend(fx.events);
     }
+}
+
+/// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;
+/// PV-02, PV-03, PV-05, PV-06). Silent drops (PV-10). The caller has found the
+/// QP (C9-37) and refused the multicast QPN first.
+fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+    let bth = &pkt.transport.bth;
+    if !qp_state::receives_packets(qp.state) {
+        return Err(RxDrop::QpNotReceiving); // C9-38, QS-04
+    }
+    let info = bth.opcode.info();
+    let svc_ok = matches!(
+        (info.service, qp.init.qp_type),
+        (Service::Rc, QpType::Rc) | (Service::Uc, QpType::Uc) | (Service::Ud, QpType::Ud)
+    );
+    if !svc_ok {
+        return Err(RxDrop::ServiceMismatch); // C9-39
+    }
+    // C9-43: the P_Key of the QP's partition; the membership rule of 10.9.3:
+    // the low 15 bits match and at least one side is a full member.
+    let own = port
+        .pkeys
+        .get(usize::from(qp.attr.pkey_index))
+        .copied()
+        .unwrap_or(0);
+    let pk = bth.pkey;
+    if pk & 0x7fff != own & 0x7fff || (pk & 0x8000 == 0 && own & 0x8000 == 0) || pk & 0x7fff == 0 {
+        return Err(RxDrop::BadPkey);
+    }
+    let lrh = &pkt.lrh;
+    let mask = !((1u16 << port.lmc.min(7)) - 1);
+    if qp.init.qp_type != QpType::Ud {
+        // C9-53, C9-54: connected services check both LIDs (UD checks
+        // neither); C9-56: a multicast SLID is never valid; C9-55: the
+        // permissive LID only for QP0.
+        if (0xc000..0xffff).contains(&lrh.slid) || lrh.slid == PERMISSIVE_LID {
+            return Err(RxDrop::BadSlid);
+        }
+        if lrh.dlid & mask != port.lid & mask {
+            return Err(RxDrop::BadDlid);
+        }
+        if lrh.slid != qp.attr.av.dlid {
+            return Err(RxDrop::BadSlid);
+        }
+    } else {
+        // C9-48..C9-51: the Q_Key; QP1 uses the well-known one.
+        let deth = pkt.transport.ext.deth.map(|d| d.qkey).unwrap_or(0);
+        if deth != qp.attr.qkey {
+            return Err(RxDrop::BadQkey);
+        }
+    }
+    Ok(())
 }
 
 /// What QP code may touch while handling an input.
