@@ -1,0 +1,129 @@
+//! The capture stage (design.md §6, WF-11): every packet sent and received through
+//! the wrapped link goes to a pcap file of LINKTYPE_ERF records (ERF type 21,
+//! INFINIBAND), which Wireshark and tshark dissect without plugins. The writer is
+//! `transport::wire::pcap::PcapWriter`; timestamps are the caller's `now`.
+//!
+//! Where it sits decides what it sees: outside a [`FaultLink`](super::FaultLink) it
+//! records what the engine sent; inside, what went onto the wire after the faults.
+//!
+//! A capture failure (disk full) must not take the port down: it is logged and
+//! counted, and the packet still goes through.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::time::Duration;
+
+use transport::wire::pcap::{PcapError, PcapWriter};
+
+use super::{Link, LinkError};
+
+/// What a [`CaptureLink`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureCounters {
+    /// Records of sent packets.
+    pub tx_records: u64,
+    /// Records of received packets.
+    pub rx_records: u64,
+    /// Packets that could not be written (the link carried them anyway).
+    pub errors: u64,
+}
+
+/// A [`Link`] that records its traffic to a pcap file.
+#[derive(Debug)]
+pub struct CaptureLink<L, W: Write> {
+    inner: L,
+    pcap: PcapWriter<W>,
+    counters: CaptureCounters,
+}
+
+impl<L: Link> CaptureLink<L, BufWriter<File>> {
+    /// Captures into a new file at `path` (truncating an existing one).
+    pub fn create(inner: L, path: impl AsRef<Path>) -> Result<Self, PcapError> {
+        let file = File::create(path.as_ref())?;
+        log::info!("fabric: capturing to {}", path.as_ref().display());
+        CaptureLink::new(inner, BufWriter::new(file))
+    }
+}
+
+impl<L: Link, W: Write> CaptureLink<L, W> {
+    /// Captures into `sink`; writes the pcap file header at once.
+    pub fn new(inner: L, sink: W) -> Result<Self, PcapError> {
+        Ok(CaptureLink {
+            inner,
+            pcap: PcapWriter::infiniband(sink)?,
+            counters: CaptureCounters::default(),
+        })
+    }
+
+    /// What was written so far.
+    pub fn counters(&self) -> &CaptureCounters {
+        &self.counters
+    }
+
+    /// The wrapped link.
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    /// The wrapped link, mutably.
+    pub fn inner_mut(&mut self) -> &mut L {
+        &mut self.inner
+    }
+
+    /// Pushes buffered records to the sink (a reader sees them after this).
+    pub fn flush(&mut self) -> Result<(), PcapError> {
+        self.pcap.flush()
+    }
+
+    /// Flushes and gives back the wrapped link and the sink.
+    pub fn into_parts(mut self) -> Result<(L, W), PcapError> {
+        self.pcap.flush()?;
+        Ok((self.inner, self.pcap.into_inner()))
+    }
+
+    fn record(&mut self, now: Duration, packet: &[u8]) -> bool {
+        match self.pcap.write_packet(now, packet) {
+            Ok(()) => true,
+            Err(e) => {
+                if self.counters.errors == 0 {
+                    log::warn!("fabric: capture failed, packets go on uncaptured: {e}");
+                }
+                self.counters.errors += 1;
+                false
+            }
+        }
+    }
+}
+
+impl<L: Link, W: Write> Link for CaptureLink<L, W> {
+    fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        if self.record(now, packet) {
+            self.counters.tx_records += 1;
+        }
+        self.inner.send(now, packet)
+    }
+
+    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
+        let got = self.inner.recv(now, buf)?;
+        if let Some(n) = got {
+            if self.record(now, &buf[..n]) {
+                self.counters.rx_records += 1;
+            }
+        }
+        Ok(got)
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        self.inner.raw_fd()
+    }
+
+    fn poll_timeout(&self) -> Option<Duration> {
+        self.inner.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError> {
+        self.inner.handle_timeout(now)
+    }
+}

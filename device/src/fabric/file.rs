@@ -1,0 +1,494 @@
+//! The fabric file: which nodes exist, with their LID, port GUID and UDP address
+//! (design.md §6, `ib-udp` mode). It plays the role of a subnet manager's
+//! assignment: every `vhca` process of a fabric reads the same file, learns its own
+//! LID and GUID from its entry, and routes a packet by its LRH:DLID to the UDP
+//! address of the node holding that LID.
+//!
+//! ```toml
+//! [[node]]
+//! name = "a"
+//! lid = 1
+//! guid = "0x0002c90300000001"   # or an integer, or "0002:c903:0000:0001"
+//! address = "127.0.0.1:18515"
+//! ```
+//!
+//! The file is written by people, so every error is one line naming the file, the
+//! node and the problem; the receive path later trusts this table to decide which
+//! datagrams come from the fabric at all (design.md §9), so duplicates and
+//! unroutable LIDs are refused here rather than discovered as misrouted packets.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Keys a `[[node]]` table may hold.
+const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
+
+/// Largest unicast LID; 0xC000..=0xFFFE are multicast and 0xFFFF is the permissive
+/// LID (IBA 4.1.3, 7.11.1). LID 0 is reserved.
+pub const MAX_UNICAST_LID: u16 = 0xbfff;
+
+/// The file name used in errors for a fabric built with [`FabricFile::from_nodes`].
+pub const PROGRAMMATIC: &str = "<programmatic>";
+
+/// One node of the fabric: one port of one `vhca` device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Node {
+    /// A name unique in the fabric (`vhca --node NAME` picks the process's own).
+    pub name: String,
+    /// Unicast LID, 1..=0xBFFF.
+    pub lid: u16,
+    /// Port GUID (EUI-64), nonzero; GID 0 is fe80:: + this GUID (design.md §7).
+    pub guid: u64,
+    /// UDP address the node's `ib-udp` link is bound to.
+    pub address: SocketAddr,
+}
+
+/// A validated fabric file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FabricFile {
+    file: String,
+    nodes: Vec<Node>,
+    by_name: HashMap<String, usize>,
+    by_lid: HashMap<u16, usize>,
+    by_address: HashMap<SocketAddr, usize>,
+}
+
+/// Why a fabric file was refused. Every message is one line: file, node, problem.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricFileError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
+    /// The text is not TOML.
+    #[error("{file}:{line}: not valid TOML: {message}")]
+    Syntax {
+        file: String,
+        line: usize,
+        message: String,
+    },
+    /// No `[[node]]` at all.
+    #[error("{file}: no nodes: a fabric file lists at least one [[node]]")]
+    Empty { file: String },
+    /// A top-level key other than `node`.
+    #[error("{file}: unknown top-level key `{key}` (only [[node]] tables belong here)")]
+    UnknownTopKey { file: String, key: String },
+    /// `node` is not an array of tables.
+    #[error("{file}: `node` must be an array of tables, written [[node]]")]
+    NotNodeArray { file: String },
+    /// A key a node table does not have.
+    #[error("{file}: node {node}: unknown key `{key}` (known: name, lid, guid, address)")]
+    UnknownKey {
+        file: String,
+        node: String,
+        key: String,
+    },
+    /// A required key is absent.
+    #[error("{file}: node {node}: missing key `{key}`")]
+    MissingKey {
+        file: String,
+        node: String,
+        key: &'static str,
+    },
+    /// A value of the wrong TOML type.
+    #[error("{file}: node {node}: {message}")]
+    BadValue {
+        file: String,
+        node: String,
+        message: String,
+    },
+    /// `name = ""`.
+    #[error("{file}: node {node}: empty name")]
+    EmptyName { file: String, node: String },
+    /// A LID outside 1..=0xBFFF.
+    #[error("{file}: node {node}: LID {lid} is {why}; a node needs a unicast LID, 1..=0xBFFF")]
+    BadLid {
+        file: String,
+        node: String,
+        lid: i64,
+        why: &'static str,
+    },
+    /// A GUID that does not parse or is 0.
+    #[error("{file}: node {node}: bad port GUID `{value}`: {why}")]
+    BadGuid {
+        file: String,
+        node: String,
+        value: String,
+        why: &'static str,
+    },
+    /// An address that is not `ip:port` or cannot be sent to.
+    #[error("{file}: node {node}: bad UDP address `{value}`: {why}")]
+    BadAddress {
+        file: String,
+        node: String,
+        value: String,
+        why: &'static str,
+    },
+    /// Two nodes with one name.
+    #[error("{file}: node {node}: duplicate name (node #{first} has it too)")]
+    DuplicateName {
+        file: String,
+        node: String,
+        first: usize,
+    },
+    /// Two nodes with one LID.
+    #[error("{file}: node {node}: LID {lid:#x} is already node {other}'s")]
+    DuplicateLid {
+        file: String,
+        node: String,
+        other: String,
+        lid: u16,
+    },
+    /// Two nodes with one port GUID.
+    #[error("{file}: node {node}: port GUID {guid:#018x} is already node {other}'s")]
+    DuplicateGuid {
+        file: String,
+        node: String,
+        other: String,
+        guid: u64,
+    },
+    /// Two nodes with one UDP address.
+    #[error("{file}: node {node}: UDP address {address} is already node {other}'s")]
+    DuplicateAddress {
+        file: String,
+        node: String,
+        other: String,
+        address: SocketAddr,
+    },
+}
+
+/// A node's fields as TOML gives them, before the range checks.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: String,
+    lid: i64,
+    guid: RawGuid,
+    address: String,
+}
+
+/// TOML integers are i64, so a GUID with bit 63 set must be written as a string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawGuid {
+    Int(i64),
+    Str(String),
+}
+
+/// How a node is named in errors: `"a"`, or `#3` (1-based) before its name is known.
+struct Label<'a>(Option<&'a str>, usize);
+
+impl fmt::Display for Label<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(name) => write!(f, "{name:?}"),
+            None => write!(f, "#{}", self.1 + 1),
+        }
+    }
+}
+
+fn label(name: &str, index: usize) -> String {
+    Label(Some(name).filter(|n| !n.is_empty()), index).to_string()
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Folds a possibly multi-line message into one line.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn parse_guid(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let t = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    // ibstat and the kernel print GUIDs as 0002:c903:0000:0001; accept that too.
+    let digits: String = t.chars().filter(|&c| c != ':').collect();
+    if digits.is_empty() || digits.len() > 16 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(&digits, 16).ok()
+}
+
+impl FabricFile {
+    /// Reads and validates the fabric file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<FabricFile, FabricFileError> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| FabricFileError::Io {
+            file: file.clone(),
+            source,
+        })?;
+        FabricFile::parse(&file, &text)
+    }
+
+    /// Validates `text`; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<FabricFile, FabricFileError> {
+        let f = || file.to_string();
+        let table: toml::Table = toml::from_str(text).map_err(|e| FabricFileError::Syntax {
+            file: f(),
+            line: e.span().map_or(1, |s| line_of(text, s.start)),
+            message: one_line(e.message()),
+        })?;
+        if let Some(key) = table.keys().find(|k| k.as_str() != "node") {
+            return Err(FabricFileError::UnknownTopKey {
+                file: f(),
+                key: key.clone(),
+            });
+        }
+        let raw = match table.get("node") {
+            None => return Err(FabricFileError::Empty { file: f() }),
+            Some(toml::Value::Array(a)) => a,
+            Some(_) => return Err(FabricFileError::NotNodeArray { file: f() }),
+        };
+        let mut nodes = Vec::with_capacity(raw.len());
+        for (i, v) in raw.iter().enumerate() {
+            nodes.push(Self::node_from_toml(file, i, v)?);
+        }
+        FabricFile::validated(file, nodes)
+    }
+
+    /// A fabric from nodes built in code (tests, a CLI that takes `--peer`), checked
+    /// like a file; errors name the file [`PROGRAMMATIC`].
+    pub fn from_nodes(nodes: Vec<Node>) -> Result<FabricFile, FabricFileError> {
+        FabricFile::validated(PROGRAMMATIC, nodes)
+    }
+
+    fn node_from_toml(file: &str, i: usize, v: &toml::Value) -> Result<Node, FabricFileError> {
+        let t = v.as_table().ok_or_else(|| FabricFileError::NotNodeArray {
+            file: file.to_string(),
+        })?;
+        let name = t.get("name").and_then(|n| n.as_str());
+        let node = Label(name.filter(|n| !n.is_empty()), i).to_string();
+        // Keys are checked by hand before serde so that the error can name the node
+        // (serde's deny_unknown_fields, kept as a backstop, cannot).
+        if let Some(key) = t.keys().find(|k| !NODE_KEYS.contains(&k.as_str())) {
+            return Err(FabricFileError::UnknownKey {
+                file: file.to_string(),
+                node,
+                key: key.clone(),
+            });
+        }
+        if let Some(key) = NODE_KEYS.into_iter().find(|k| !t.contains_key(*k)) {
+            return Err(FabricFileError::MissingKey {
+                file: file.to_string(),
+                node,
+                key,
+            });
+        }
+        let raw: RawNode =
+            v.clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| FabricFileError::BadValue {
+                    file: file.to_string(),
+                    node: node.clone(),
+                    message: one_line(e.message()),
+                })?;
+        let lid = u16::try_from(raw.lid).map_err(|_| FabricFileError::BadLid {
+            file: file.to_string(),
+            node: node.clone(),
+            lid: raw.lid,
+            why: if raw.lid < 0 {
+                "negative"
+            } else {
+                "wider than 16 bits"
+            },
+        })?;
+        let guid = match raw.guid {
+            RawGuid::Int(g) => u64::try_from(g).map_err(|_| FabricFileError::BadGuid {
+                file: file.to_string(),
+                node: node.clone(),
+                value: g.to_string(),
+                why: "negative (write a GUID with bit 63 set as a hex string)",
+            })?,
+            RawGuid::Str(s) => parse_guid(&s).ok_or_else(|| FabricFileError::BadGuid {
+                file: file.to_string(),
+                node: node.clone(),
+                value: s.clone(),
+                why: "not 1 to 16 hex digits (optionally 0x-prefixed, colons allowed)",
+            })?,
+        };
+        let address: SocketAddr =
+            raw.address
+                .trim()
+                .parse()
+                .map_err(|_| FabricFileError::BadAddress {
+                    file: file.to_string(),
+                    node: node.clone(),
+                    value: raw.address.clone(),
+                    why: "not ip:port (IPv6 as [ip]:port; host names are not resolved)",
+                })?;
+        Ok(Node {
+            name: raw.name,
+            lid,
+            guid,
+            address,
+        })
+    }
+
+    /// Range checks on each node, then the uniqueness checks, then the indexes.
+    fn validated(file: &str, nodes: Vec<Node>) -> Result<FabricFile, FabricFileError> {
+        let f = || file.to_string();
+        if nodes.is_empty() {
+            return Err(FabricFileError::Empty { file: f() });
+        }
+        let mut by_name: HashMap<String, usize> = HashMap::with_capacity(nodes.len());
+        let mut by_lid: HashMap<u16, usize> = HashMap::with_capacity(nodes.len());
+        let mut by_guid: HashMap<u64, usize> = HashMap::with_capacity(nodes.len());
+        let mut by_address: HashMap<SocketAddr, usize> = HashMap::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            let node = label(&n.name, i);
+            if n.name.is_empty() {
+                return Err(FabricFileError::EmptyName { file: f(), node });
+            }
+            let bad_lid = |why| FabricFileError::BadLid {
+                file: f(),
+                node: node.clone(),
+                lid: i64::from(n.lid),
+                why,
+            };
+            match n.lid {
+                0 => return Err(bad_lid("reserved (LID 0)")),
+                0xffff => return Err(bad_lid("the permissive LID (0xFFFF)")),
+                l if l > MAX_UNICAST_LID => {
+                    return Err(bad_lid("multicast (0xC000..=0xFFFE)"));
+                }
+                _ => {}
+            }
+            if n.guid == 0 {
+                return Err(FabricFileError::BadGuid {
+                    file: f(),
+                    node,
+                    value: "0".into(),
+                    why: "0 is not a valid EUI-64",
+                });
+            }
+            let bad_addr = |why| FabricFileError::BadAddress {
+                file: f(),
+                node: node.clone(),
+                value: n.address.to_string(),
+                why,
+            };
+            if n.address.port() == 0 {
+                return Err(bad_addr("port 0 cannot be sent to"));
+            }
+            if n.address.ip().is_unspecified() {
+                return Err(bad_addr("an unspecified IP cannot be sent to"));
+            }
+            if n.address.ip().is_multicast() {
+                return Err(bad_addr("a multicast IP is not a node"));
+            }
+            if let Some(&first) = by_name.get(&n.name) {
+                return Err(FabricFileError::DuplicateName {
+                    file: f(),
+                    node,
+                    first: first + 1,
+                });
+            }
+            if let Some(&j) = by_lid.get(&n.lid) {
+                return Err(FabricFileError::DuplicateLid {
+                    file: f(),
+                    node,
+                    other: label(&nodes[j].name, j),
+                    lid: n.lid,
+                });
+            }
+            if let Some(&j) = by_guid.get(&n.guid) {
+                return Err(FabricFileError::DuplicateGuid {
+                    file: f(),
+                    node,
+                    other: label(&nodes[j].name, j),
+                    guid: n.guid,
+                });
+            }
+            if let Some(&j) = by_address.get(&n.address) {
+                return Err(FabricFileError::DuplicateAddress {
+                    file: f(),
+                    node,
+                    other: label(&nodes[j].name, j),
+                    address: n.address,
+                });
+            }
+            by_name.insert(n.name.clone(), i);
+            by_lid.insert(n.lid, i);
+            by_guid.insert(n.guid, i);
+            by_address.insert(n.address, i);
+        }
+        Ok(FabricFile {
+            file: f(),
+            nodes,
+            by_name,
+            by_lid,
+            by_address,
+        })
+    }
+
+    /// The file name the fabric was read from ([`PROGRAMMATIC`] if built in code).
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// All nodes, in file order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The node called `name`.
+    pub fn by_name(&self, name: &str) -> Option<&Node> {
+        self.by_name.get(name).map(|&i| &self.nodes[i])
+    }
+
+    /// The node holding unicast LID `lid`.
+    pub fn by_lid(&self, lid: u16) -> Option<&Node> {
+        self.by_lid.get(&lid).map(|&i| &self.nodes[i])
+    }
+
+    /// The node bound to UDP address `addr` (the receive path's source check).
+    pub fn by_address(&self, addr: &SocketAddr) -> Option<&Node> {
+        self.by_address.get(addr).map(|&i| &self.nodes[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_forms() {
+        assert_eq!(
+            parse_guid("0x0002c90300000001"),
+            Some(0x0002_c903_0000_0001)
+        );
+        assert_eq!(
+            parse_guid("0002:c903:0000:0001"),
+            Some(0x0002_c903_0000_0001)
+        );
+        assert_eq!(parse_guid("FFFFFFFFFFFFFFFF"), Some(u64::MAX));
+        assert_eq!(parse_guid("0x"), None);
+        assert_eq!(parse_guid("0x1_0000_0000_0000_0000"), None);
+        assert_eq!(parse_guid("00010000000000000000"), None);
+        assert_eq!(parse_guid("xyz"), None);
+    }
+
+    #[test]
+    fn lines() {
+        assert_eq!(line_of("a\nb\nc", 0), 1);
+        assert_eq!(line_of("a\nb\nc", 2), 2);
+        assert_eq!(line_of("a\nb\nc", 99), 3);
+    }
+}

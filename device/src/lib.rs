@@ -1,0 +1,7 @@
+//! The vhca device (design.md §1): today its fabric layer only, [`fabric`]
+//! (design.md §6). The register map, command queue, context tables and the `vhca`
+//! binary arrive with the device issue.
+
+#![forbid(unsafe_code)]
+
+pub mod fabric;

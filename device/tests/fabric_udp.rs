@@ -1,0 +1,211 @@
+//! design.md §6 `ib-udp` link mode: two UdpLinks on 127.0.0.1 exchange real
+//! packets built with `PacketRepr`; a packet to the own LID loops back without a
+//! socket (AD-04); undeliverable and untrusted datagrams are dropped and counted
+//! (design.md §9).
+
+mod common;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use common::{drain, loopback_sockets, recv_within, ud_packet};
+use device::fabric::{
+    FabricFile, Link, LinkError, Node, UdpCounters, UdpLink, MAX_PACKET_LEN, MIN_PACKET_LEN,
+};
+use transport::wire::PacketRepr;
+
+const T0: Duration = Duration::from_secs(1_700_000_000);
+
+#[test]
+fn udp_link_section6_exchange_both_directions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b, _fabric) = common::udp_pair(dir.path());
+    assert!(a.raw_fd() >= 0 && b.raw_fd() >= 0 && a.raw_fd() != b.raw_fd());
+    assert_eq!(a.node().lid, 1);
+    assert_eq!(b.node().lid, 2);
+
+    for i in 0..10u32 {
+        let payload = vec![i as u8; (i * 37) as usize];
+        let ab = ud_packet(1, 2, i, &payload);
+        let ba = ud_packet(2, 1, 1000 + i, &payload);
+        a.send(T0, &ab).unwrap();
+        b.send(T0, &ba).unwrap();
+        let got = recv_within(&mut b, T0).expect("b receives a's packet");
+        assert_eq!(got, ab);
+        let p = PacketRepr::parse(&got).expect("valid packet");
+        assert_eq!((p.lrh.slid, p.lrh.dlid, p.transport.bth.psn), (1, 2, i));
+        assert_eq!(p.transport.payload, &payload[..]);
+        let got = recv_within(&mut a, T0).expect("a receives b's packet");
+        assert_eq!(got, ba);
+        assert_eq!(PacketRepr::parse(&got).unwrap().transport.bth.psn, 1000 + i);
+    }
+    for link in [&a, &b] {
+        let c = link.counters();
+        assert_eq!((c.tx_packets, c.rx_packets), (10, 10), "{c:?}");
+        assert_eq!(c.tx_bytes, c.rx_bytes);
+        assert_eq!(c.dropped(), 0, "{c:?}");
+    }
+    // Nothing else is waiting.
+    let mut buf = vec![0; MAX_PACKET_LEN];
+    assert_eq!(a.recv(T0, &mut buf).unwrap(), None);
+    assert_eq!(a.poll_timeout(), None);
+}
+
+#[test]
+fn udp_link_ad04_loopback_to_own_lid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b, _fabric) = common::udp_pair(dir.path());
+    let pkts: Vec<Vec<u8>> = (0..3).map(|i| ud_packet(1, 1, i, b"self")).collect();
+    for p in &pkts {
+        a.send(T0, p).unwrap();
+    }
+    // The socket is not readable for these, so the link asks to be polled now.
+    assert_eq!(a.poll_timeout(), Some(Duration::ZERO));
+    let mut buf = vec![0; MAX_PACKET_LEN];
+    for p in &pkts {
+        let n = a.recv(T0, &mut buf).unwrap().expect("looped back");
+        assert_eq!(&buf[..n], &p[..]);
+        assert!(PacketRepr::parse(&buf[..n]).is_ok());
+    }
+    assert_eq!(a.recv(T0, &mut buf).unwrap(), None);
+    assert_eq!(a.poll_timeout(), None);
+    let c = a.counters();
+    assert_eq!(
+        (c.loopback_packets, c.tx_packets, c.rx_packets),
+        (3, 0, 3),
+        "{c:?}"
+    );
+    assert!(
+        drain(&mut b, T0).is_empty(),
+        "loopback never reaches the socket"
+    );
+}
+
+#[test]
+fn udp_link_section6_unknown_dlid_is_a_counted_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b, _fabric) = common::udp_pair(dir.path());
+    a.send(T0, &ud_packet(1, 7, 0, b"nobody")).unwrap();
+    a.send(T0, &ud_packet(1, 0xc001, 0, b"multicast")).unwrap();
+    assert_eq!(a.counters().drop_tx_unknown_dlid, 2);
+    assert_eq!(a.counters().tx_packets, 0);
+    // Packets too short or too long to be native packets are not sent either.
+    a.send(T0, &[0u8; MIN_PACKET_LEN - 1]).unwrap();
+    a.send(T0, &vec![0u8; MAX_PACKET_LEN + 1]).unwrap();
+    assert_eq!(a.counters().drop_tx_short, 1);
+    assert_eq!(a.counters().drop_tx_oversized, 1);
+    assert!(drain(&mut b, T0).is_empty());
+}
+
+#[test]
+fn udp_link_section9_datagram_from_a_stranger_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b, _fabric) = common::udp_pair(dir.path());
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A well-formed packet claiming to be from a's LID, sent from an address the
+    // fabric file does not list.
+    stranger
+        .send_to(&ud_packet(1, 2, 0, b"spoof"), b.local_addr())
+        .unwrap();
+    let good = ud_packet(1, 2, 1, b"real");
+    a.send(T0, &good).unwrap();
+    let got = recv_within(&mut b, T0).expect("the real packet");
+    assert_eq!(got, good);
+    assert_eq!(b.counters().drop_rx_unknown_source, 1);
+    assert_eq!(b.counters().rx_packets, 1);
+}
+
+/// A fabric of links "a" (LID 1) and "b" (LID 2) and a node "x" (LID 3) whose
+/// socket the test drives by hand, to send what a broken or hostile peer would.
+fn with_raw_peer() -> (UdpLink, UdpLink, UdpSocket) {
+    let mut s = loopback_sockets(3);
+    let node = |name: &str, lid: u16, address: SocketAddr| Node {
+        name: name.into(),
+        lid,
+        guid: 0x1000 + u64::from(lid),
+        address,
+    };
+    let fabric = FabricFile::from_nodes(vec![
+        node("a", 1, s[0].1),
+        node("b", 2, s[1].1),
+        node("x", 3, s[2].1),
+    ])
+    .unwrap();
+    let (x, _) = s.pop().unwrap();
+    let (sb, _) = s.pop().unwrap();
+    let (sa, _) = s.pop().unwrap();
+    let a = UdpLink::from_socket(&fabric, "a", sa).unwrap();
+    let b = UdpLink::from_socket(&fabric, "b", sb).unwrap();
+    (a, b, x)
+}
+
+#[test]
+fn udp_link_section9_short_oversized_spoofed_and_misaddressed_datagrams() {
+    let (_a, mut b, x) = with_raw_peer();
+    let to = b.local_addr();
+    x.send_to(&[0u8; MIN_PACKET_LEN - 1], to).unwrap();
+    x.send_to(&vec![0u8; MAX_PACKET_LEN + 1], to).unwrap();
+    x.send_to(&ud_packet(1, 2, 0, b"claims LID 1"), to).unwrap();
+    x.send_to(&ud_packet(3, 1, 0, b"for LID 1"), to).unwrap();
+    let good = ud_packet(3, 2, 9, b"fine");
+    x.send_to(&good, to).unwrap();
+    let permissive = ud_packet(3, 0xffff, 10, b"permissive");
+    x.send_to(&permissive, to).unwrap();
+    assert_eq!(recv_within(&mut b, T0).as_deref(), Some(&good[..]));
+    assert_eq!(recv_within(&mut b, T0).as_deref(), Some(&permissive[..]));
+    let c = *b.counters();
+    assert_eq!(
+        c,
+        UdpCounters {
+            rx_packets: 2,
+            rx_bytes: (good.len() + permissive.len()) as u64,
+            drop_rx_short: 1,
+            drop_rx_oversized: 1,
+            drop_rx_slid_mismatch: 1,
+            drop_rx_wrong_dlid: 1,
+            ..UdpCounters::default()
+        }
+    );
+    assert_eq!(c.dropped(), 4);
+}
+
+#[test]
+fn udp_link_section6_setup_errors() {
+    let (a, _b, _x) = with_raw_peer();
+    let fabric = a.fabric().clone();
+    assert!(matches!(
+        UdpLink::bind(&fabric, "zz"),
+        Err(LinkError::UnknownNode(n)) if n == "zz"
+    ));
+    // A socket bound elsewhere than the node's address.
+    let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let e = UdpLink::from_socket(&fabric, "x", other).expect_err("wrong address");
+    assert!(matches!(e, LinkError::AddressMismatch { .. }), "{e}");
+    // "a" holds its address already.
+    let e = UdpLink::bind(&fabric, "a").expect_err("address in use");
+    assert!(matches!(e, LinkError::Bind { .. }), "{e}");
+    let mut a = a;
+    let mut small = [0u8; 64];
+    assert!(matches!(
+        a.recv(T0, &mut small),
+        Err(LinkError::BufferTooSmall { have: 64 })
+    ));
+}
+
+#[test]
+fn udp_link_section6_bind_from_fabric_file() {
+    // Learn a free port, release it, and let the link bind it from the file.
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text =
+        format!("[[node]]\nname = \"solo\"\nlid = 5\nguid = 5\naddress = \"127.0.0.1:{port}\"\n");
+    let fabric = FabricFile::parse("solo.toml", &text).unwrap();
+    let mut link = UdpLink::bind(&fabric, "solo").expect("bind");
+    assert_eq!(link.local_addr().port(), port);
+    let p = ud_packet(5, 5, 0, b"me");
+    link.send(T0, &p).unwrap();
+    assert_eq!(recv_within(&mut link, T0), Some(p));
+}
