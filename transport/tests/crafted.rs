@@ -13,8 +13,7 @@ use transport::engine::RxDrop;
 use transport::psn;
 use transport::verbs::{
     Access, AddressVector, AttrMask, Completion, Event, Handle, QpAttr, QpCap, QpInit, QpState,
-    QpType, RecvWr, SendData, SendFlags, SendWr, Sge, Time, UdDest, VerbError, WcOpcode, WcStatus,
-    WrOpcode,
+    QpType, RecvWr, SendFlags, Sge, Time, UdDest, VerbError, WcOpcode, WcStatus, WrOpcode,
 };
 use transport::wire::crc::{icrc_native, vcrc};
 use transport::wire::opcode::Opcode;
@@ -324,21 +323,6 @@ fn reg(net: &mut Net, node: usize, pd: Handle, iova: u64, len: u64, access: Acce
 
 fn off(addr: u64) -> usize {
     (addr - MEM_BASE) as usize
-}
-
-fn send_wr(id: u64, op: WrOpcode, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id: id,
-        opcode: op,
-        flags: SendFlags::SIGNALED,
-        data: SendData::Sges(sges),
-        imm_or_inv: 0,
-        remote_addr: 0,
-        rkey: 0,
-        compare: 0,
-        swap_add: 0,
-        ud: None,
-    }
 }
 
 fn run_for_cqe(net: &mut Net, node: usize, cq: Handle) -> (Completion, Time) {

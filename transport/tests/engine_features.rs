@@ -7,8 +7,8 @@ mod common;
 use common::*;
 use transport::psn;
 use transport::verbs::{
-    AddressVector, Completion, Event, Mtu, QpCap, QpInit, QpType, RecvWr, SendData, SendFlags,
-    SendWr, Sge, UdDest, VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    AddressVector, Completion, Event, Mtu, QpCap, QpInit, QpType, RecvWr, SendFlags, Sge, UdDest,
+    VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 fn sge(addr: u64, len: u32, lkey: u32) -> Vec<Sge> {
@@ -17,36 +17,6 @@ fn sge(addr: u64, len: u32, lkey: u32) -> Vec<Sge> {
         length: len,
         lkey,
     }]
-}
-
-fn wr(id: u64, op: WrOpcode, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id: id,
-        opcode: op,
-        flags: SendFlags::SIGNALED,
-        data: SendData::Sges(sges),
-        imm_or_inv: 0,
-        remote_addr: 0,
-        rkey: 0,
-        compare: 0,
-        swap_add: 0,
-        ud: None,
-    }
-}
-
-fn fill(net: &mut Net, node: usize, addr: u64, len: usize, seed: u8) {
-    let off = (addr - MEM_BASE) as usize;
-    for (i, b) in net.nodes[node].mem.bytes[off..off + len]
-        .iter_mut()
-        .enumerate()
-    {
-        *b = (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8;
-    }
-}
-
-fn bytes(net: &Net, node: usize, addr: u64, len: usize) -> Vec<u8> {
-    let off = (addr - MEM_BASE) as usize;
-    net.nodes[node].mem.bytes[off..off + len].to_vec()
 }
 
 /// Runs until `n` completions arrived on the CQ; returns them in order.
@@ -89,10 +59,10 @@ fn op_02_op_05_immediate_data_reaches_the_receive_completion() {
     fill(&mut net, 0, MEM_BASE, 3000, 1);
     recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x10000, 4096, kb);
     recv(&mut net, 1, p.qb, 2, MEM_BASE + 0x20000, 16, kb);
-    let mut s = wr(10, WrOpcode::SendWithImm, sge(MEM_BASE, 3000, ka));
+    let mut s = send_wr(10, WrOpcode::SendWithImm, sge(MEM_BASE, 3000, ka));
     s.imm_or_inv = 0xdead_beef;
     net.nodes[0].engine.post_send(p.qa, s).unwrap();
-    let mut w = wr(11, WrOpcode::RdmaWriteWithImm, sge(MEM_BASE, 2500, ka));
+    let mut w = send_wr(11, WrOpcode::RdmaWriteWithImm, sge(MEM_BASE, 2500, ka));
     w.remote_addr = MEM_BASE + 0x30000;
     w.rkey = kb;
     w.imm_or_inv = 0x1234_5678;
@@ -122,12 +92,12 @@ fn op_09_zero_length_send_write_read_and_a_4_mib_write() {
     recv(&mut net, 1, p.qb, 1, MEM_BASE, 0, kb);
     net.nodes[0]
         .engine
-        .post_send(p.qa, wr(1, WrOpcode::Send, vec![]))
+        .post_send(p.qa, send_wr(1, WrOpcode::Send, vec![]))
         .unwrap();
-    let mut w = wr(2, WrOpcode::RdmaWrite, vec![]);
+    let mut w = send_wr(2, WrOpcode::RdmaWrite, vec![]);
     w.rkey = 0x7777; // a zero-length WRITE checks no R_Key (C9-88)
     net.nodes[0].engine.post_send(p.qa, w).unwrap();
-    let mut r = wr(3, WrOpcode::RdmaRead, vec![]);
+    let mut r = send_wr(3, WrOpcode::RdmaRead, vec![]);
     r.rkey = kb;
     net.nodes[0].engine.post_send(p.qa, r).unwrap();
     let big = 4 << 20;
@@ -136,7 +106,7 @@ fn op_09_zero_length_send_write_read_and_a_4_mib_write() {
     let k2b = net2.reg_all(1, ALL_ACCESS);
     let p2 = connect(&mut net2, 0, 1, &ConnOpts::default());
     fill(&mut net2, 0, MEM_BASE + 1, big as usize, 9);
-    let mut w = wr(4, WrOpcode::RdmaWrite, sge(MEM_BASE + 1, big, k2a));
+    let mut w = send_wr(4, WrOpcode::RdmaWrite, sge(MEM_BASE + 1, big, k2a));
     w.remote_addr = MEM_BASE + u64::from(big) + 7;
     w.rkey = k2b;
     net2.nodes[0].engine.post_send(p2.qa, w).unwrap();
@@ -170,15 +140,15 @@ fn or_01_or_04_or_06_op_08_completions_in_post_order_unsignaled_silent() {
     for i in 0..20u64 {
         let len = 100 + (i as u32 * 1777) % 9000;
         let mut w = match i % 3 {
-            0 => wr(i, WrOpcode::Send, sge(MEM_BASE, len, ka)),
+            0 => send_wr(i, WrOpcode::Send, sge(MEM_BASE, len, ka)),
             1 => {
-                let mut w = wr(i, WrOpcode::RdmaWrite, sge(MEM_BASE, len, ka));
+                let mut w = send_wr(i, WrOpcode::RdmaWrite, sge(MEM_BASE, len, ka));
                 w.remote_addr = MEM_BASE + 0x20_0000 + i * 0x4000;
                 w.rkey = kb;
                 w
             }
             _ => {
-                let mut w = wr(
+                let mut w = send_wr(
                     i,
                     WrOpcode::RdmaRead,
                     sge(MEM_BASE + 0x30_0000 + i * 0x4000, len, ka),
@@ -224,12 +194,12 @@ fn or_05_fenced_send_waits_for_the_read_before_it() {
     let (mut net, p, ka, kb) = setup(15, &ConnOpts::default());
     fill(&mut net, 1, MEM_BASE + 0x1000, 64, 3);
     recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x8000, 64, kb);
-    let mut r = wr(1, WrOpcode::RdmaRead, sge(MEM_BASE + 0x2000, 64, ka));
+    let mut r = send_wr(1, WrOpcode::RdmaRead, sge(MEM_BASE + 0x2000, 64, ka));
     r.remote_addr = MEM_BASE + 0x1000;
     r.rkey = kb;
     net.nodes[0].engine.post_send(p.qa, r).unwrap();
     // The fenced SEND carries what the READ brought: it must not leave before.
-    let mut s = wr(2, WrOpcode::Send, sge(MEM_BASE + 0x2000, 64, ka));
+    let mut s = send_wr(2, WrOpcode::Send, sge(MEM_BASE + 0x2000, 64, ka));
     s.flags = SendFlags(SendFlags::SIGNALED.0 | SendFlags::FENCE.0);
     net.nodes[0].engine.post_send(p.qa, s).unwrap();
     wait(&mut net, 1, p.cq_b, 1);
@@ -248,14 +218,14 @@ fn op_10_cq_02_solicited_arming_raises_an_event_only_for_solicited() {
     net.nodes[1].engine.req_notify_cq(p.cq_b, true).unwrap();
     net.nodes[0]
         .engine
-        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .post_send(p.qa, send_wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
         .unwrap();
     wait(&mut net, 1, p.cq_b, 1);
     let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event())
         .filter(|e| matches!(e, Event::Completion { .. }))
         .collect();
     assert!(ev.is_empty(), "an unsolicited SEND raises no event: {ev:?}");
-    let mut s = wr(2, WrOpcode::Send, sge(MEM_BASE, 8, ka));
+    let mut s = send_wr(2, WrOpcode::Send, sge(MEM_BASE, 8, ka));
     s.flags = SendFlags(SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0);
     net.nodes[0].engine.post_send(p.qa, s).unwrap();
     let c = wait(&mut net, 1, p.cq_b, 1);
@@ -266,7 +236,7 @@ fn op_10_cq_02_solicited_arming_raises_an_event_only_for_solicited() {
     net.nodes[1].engine.req_notify_cq(p.cq_b, false).unwrap();
     net.nodes[0]
         .engine
-        .post_send(p.qa, wr(3, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .post_send(p.qa, send_wr(3, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
         .unwrap();
     wait(&mut net, 1, p.cq_b, 1);
     let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
@@ -305,7 +275,7 @@ fn sr_01_srq_shared_by_two_qps_consumed_in_order_with_limit_event() {
             .engine
             .post_send(
                 p.qa,
-                wr(i, WrOpcode::Send, sge(MEM_BASE, 10 + i as u32, ka)),
+                send_wr(i, WrOpcode::Send, sge(MEM_BASE, 10 + i as u32, ka)),
             )
             .unwrap();
         // One at a time, so the order of consumption is the order of arrival.
@@ -368,7 +338,7 @@ fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
     recv(&mut net, 1, qb, 1, MEM_BASE + 0x10000, 4096 + 40, kb);
     recv(&mut net, 0, qa2, 2, MEM_BASE + 0x20000, 4096 + 40, ka);
     for (id, dlid, dqp) in [(1u64, 2u16, qb), (2, 1, qa2)] {
-        let mut w = wr(id, WrOpcode::SendWithImm, sge(MEM_BASE, 4096, ka));
+        let mut w = send_wr(id, WrOpcode::SendWithImm, sge(MEM_BASE, 4096, ka));
         w.imm_or_inv = 77;
         w.ud = Some(UdDest {
             av: AddressVector {
@@ -405,7 +375,7 @@ fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
     );
     assert_eq!(wait(&mut net, 0, cqa, 2).len(), 2);
     // C9-12: a UD message longer than one packet fails locally.
-    let mut w = wr(9, WrOpcode::Send, sge(MEM_BASE, 4097, ka));
+    let mut w = send_wr(9, WrOpcode::Send, sge(MEM_BASE, 4097, ka));
     w.ud = Some(UdDest {
         av: AddressVector {
             dlid: 2,
@@ -435,7 +405,7 @@ fn rl_15_uc_loses_whole_messages_and_resyncs_on_the_next_first() {
         let len = 200 + (i as u32 * 37) % 1700;
         net.nodes[0]
             .engine
-            .post_send(p.qa, wr(i, WrOpcode::Send, sge(MEM_BASE, len, ka)))
+            .post_send(p.qa, send_wr(i, WrOpcode::Send, sge(MEM_BASE, len, ka)))
             .unwrap();
     }
     let sent = wait(&mut net, 0, p.cq_a, 40);
@@ -479,7 +449,10 @@ fn ad_03_every_pmtu_segments_and_reassembles() {
         recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x10000, len as u32, kb);
         net.nodes[0]
             .engine
-            .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, len as u32, ka)))
+            .post_send(
+                p.qa,
+                send_wr(1, WrOpcode::Send, sge(MEM_BASE, len as u32, ka)),
+            )
             .unwrap();
         let c = wait(&mut net, 1, p.cq_b, 1);
         assert_eq!(c[0].byte_len as usize, len);
@@ -504,7 +477,7 @@ fn rl_01_psns_wrap_past_0xffffff() {
     recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x10000, 4096, kb);
     net.nodes[0]
         .engine
-        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 2560, ka)))
+        .post_send(p.qa, send_wr(1, WrOpcode::Send, sge(MEM_BASE, 2560, ka)))
         .unwrap();
     wait(&mut net, 1, p.cq_b, 1);
     let (_, a, _) = net.nodes[0].engine.query_qp(p.qa).unwrap();
@@ -606,17 +579,17 @@ fn or_02_rl_02_responses_in_psn_order_and_a_read_takes_one_psn_per_response() {
     let (mut net, p, ka, kb) = setup(40, &ConnOpts::default());
     let start = ConnOpts::default().psn_a;
     recv(&mut net, 1, p.qb, 1, MEM_BASE + 0x9000, 64, kb);
-    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 2048, ka)); // 2 packets
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 2048, ka)); // 2 packets
     w.remote_addr = MEM_BASE + 0x1000;
     w.rkey = kb;
-    let mut r = wr(2, WrOpcode::RdmaRead, sge(MEM_BASE + 0x4000, 3000, ka)); // 3 responses
+    let mut r = send_wr(2, WrOpcode::RdmaRead, sge(MEM_BASE + 0x4000, 3000, ka)); // 3 responses
     r.remote_addr = MEM_BASE + 0x1000;
     r.rkey = kb;
-    let mut a = wr(3, WrOpcode::AtomicFetchAdd, sge(MEM_BASE + 0x8000, 8, ka));
+    let mut a = send_wr(3, WrOpcode::AtomicFetchAdd, sge(MEM_BASE + 0x8000, 8, ka));
     a.remote_addr = MEM_BASE + 0x2000;
     a.rkey = kb;
     a.swap_add = 1;
-    let s = wr(4, WrOpcode::Send, sge(MEM_BASE, 16, ka));
+    let s = send_wr(4, WrOpcode::Send, sge(MEM_BASE, 16, ka));
     for w in [w, r, a, s] {
         net.nodes[0].engine.post_send(p.qa, w).unwrap();
     }
@@ -662,7 +635,7 @@ fn rl_17_unacknowledged_packets_stay_within_the_window() {
         ..ConnOpts::default()
     };
     let (mut net, p, ka, kb) = setup(41, &o);
-    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 1 << 20, ka)); // 4096 packets
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 1 << 20, ka)); // 4096 packets
     w.remote_addr = MEM_BASE + (1 << 21);
     w.rkey = kb;
     net.nodes[0].engine.post_send(p.qa, w).unwrap();
@@ -704,7 +677,7 @@ fn qs_01_qs_02_error_reset_and_back_to_rts_then_traffic_flows() {
     // Posted WRs flush when the QP is moved to Error (QS-01, QS-07).
     net.nodes[0]
         .engine
-        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .post_send(p.qa, send_wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
         .unwrap();
     let err = QpAttr {
         state: Some(QpState::Error),
@@ -733,7 +706,7 @@ fn qs_01_qs_02_error_reset_and_back_to_rts_then_traffic_flows() {
     recv(&mut net, 1, p.qb, 7, MEM_BASE + 0x1000, 64, kb);
     net.nodes[0]
         .engine
-        .post_send(p.qa, wr(2, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .post_send(p.qa, send_wr(2, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
         .unwrap();
     assert_eq!(wait(&mut net, 1, p.cq_b, 1)[0].wr_id, 7);
     assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
@@ -757,7 +730,7 @@ fn mp_03_scattered_pages_translate_at_odd_offsets_on_the_wire() {
         .reg_mr(pd, iova, len, ALL_ACCESS, 4096, phys.clone())
         .unwrap();
     fill(&mut net, 0, MEM_BASE, len as usize, 6);
-    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, len as u32, ka));
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, len as u32, ka));
     w.remote_addr = iova;
     w.rkey = k;
     net.nodes[0].engine.post_send(p.qa, w).unwrap();
@@ -780,7 +753,7 @@ fn mp_03_scattered_pages_translate_at_odd_offsets_on_the_wire() {
 fn cq_01_completions_carry_every_field() {
     let (mut net, p, ka, kb) = setup(44, &ConnOpts::default());
     recv(&mut net, 1, p.qb, 0xabc, MEM_BASE + 0x1000, 64, kb);
-    let mut s = wr(0x1234, WrOpcode::SendWithImm, sge(MEM_BASE, 33, ka));
+    let mut s = send_wr(0x1234, WrOpcode::SendWithImm, sge(MEM_BASE, 33, ka));
     s.imm_or_inv = 99;
     net.nodes[0].engine.post_send(p.qa, s).unwrap();
     let r = wait(&mut net, 1, p.cq_b, 1)[0];
@@ -810,7 +783,7 @@ fn ae_01_responder_errors_and_first_packet_raise_async_events() {
     use transport::verbs::{AttrMask, QpAttr, QpState};
     let (mut net, p, ka, kb) = setup(45, &ConnOpts::default());
     // An access violation at the responder: NAK, and the QP reports it (11.6.3).
-    let mut w = wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 8, ka));
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 8, ka));
     w.remote_addr = MEM_BASE + 0x100;
     w.rkey = kb ^ 0x33; // a stale key byte
     net.nodes[0].engine.post_send(p.qa, w).unwrap();
@@ -873,7 +846,7 @@ fn ae_01_responder_errors_and_first_packet_raise_async_events() {
     while net.nodes[1].engine.poll_event().is_some() {}
     net.nodes[0]
         .engine
-        .post_send(p.qa, wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+        .post_send(p.qa, send_wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
         .unwrap();
     wait(&mut net, 1, p.cq_b, 1);
     assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
@@ -884,7 +857,7 @@ fn ae_01_responder_errors_and_first_packet_raise_async_events() {
 #[test]
 fn op_03_send_with_invalidate_is_refused_as_not_supported() {
     let (mut net, p, ka, _) = setup(47, &ConnOpts::default());
-    let mut w = wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
+    let mut w = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
     w.imm_or_inv = 0x1234;
     assert_eq!(
         net.nodes[0].engine.post_send(p.qa, w),

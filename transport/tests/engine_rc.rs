@@ -3,35 +3,7 @@
 mod common;
 
 use common::*;
-use transport::verbs::{RecvWr, SendData, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
-
-fn wr(id: u64, op: WrOpcode, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id: id,
-        opcode: op,
-        flags: SendFlags::SIGNALED,
-        data: SendData::Sges(sges),
-        imm_or_inv: 0,
-        remote_addr: 0,
-        rkey: 0,
-        compare: 0,
-        swap_add: 0,
-        ud: None,
-    }
-}
-
-fn fill(net: &mut Net, node: usize, addr: u64, len: usize, seed: u8) {
-    let m = &mut net.nodes[node].mem;
-    let off = (addr - MEM_BASE) as usize;
-    for (i, b) in m.bytes[off..off + len].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
-    }
-}
-
-fn bytes(net: &Net, node: usize, addr: u64, len: usize) -> Vec<u8> {
-    let off = (addr - MEM_BASE) as usize;
-    net.nodes[node].mem.bytes[off..off + len].to_vec()
-}
+use transport::verbs::{RecvWr, Sge, WcOpcode, WcStatus, WrOpcode};
 
 fn wait_cqe(net: &mut Net, node: usize, cq: u32) -> transport::verbs::Completion {
     let mut got = None;
@@ -68,7 +40,7 @@ fn op_01_rc_send_multi_packet_arrives_byte_exact() {
         .engine
         .post_send(
             p.qa,
-            wr(
+            send_wr(
                 1,
                 WrOpcode::Send,
                 vec![Sge {
@@ -103,7 +75,7 @@ fn op_04_op_06_rc_write_then_read_back() {
     let p = connect(&mut net, 0, 1, &ConnOpts::default());
     let len = 10_000;
     fill(&mut net, 0, MEM_BASE, len, 3);
-    let mut w = wr(
+    let mut w = send_wr(
         1,
         WrOpcode::RdmaWrite,
         vec![Sge {
@@ -124,7 +96,7 @@ fn op_04_op_06_rc_write_then_read_back() {
         bytes(&net, 0, MEM_BASE, len),
         bytes(&net, 1, MEM_BASE + 0x1_0003, len)
     );
-    let mut r = wr(
+    let mut r = send_wr(
         2,
         WrOpcode::RdmaRead,
         vec![Sge {
@@ -154,7 +126,7 @@ fn op_07_rc_atomics_execute_once() {
     let kb = net.reg_all(1, ALL_ACCESS);
     let p = connect(&mut net, 0, 1, &ConnOpts::default());
     let target = MEM_BASE + 0x100;
-    let mut f = wr(
+    let mut f = send_wr(
         1,
         WrOpcode::AtomicFetchAdd,
         vec![Sge {
@@ -172,7 +144,7 @@ fn op_07_rc_atomics_execute_once() {
         (c.status, c.opcode),
         (WcStatus::Success, WcOpcode::FetchAdd)
     );
-    let mut cs = wr(
+    let mut cs = send_wr(
         2,
         WrOpcode::AtomicCmpSwap,
         vec![Sge {

@@ -10,7 +10,7 @@ use transport::engine::{Engine, Limits, PortConfig};
 use transport::memory::VecMemory;
 use transport::verbs::{
     Access, AddressVector, AttrMask, Completion, Handle, Mtu, QpAttr, QpCap, QpInit, QpState,
-    QpType, Time,
+    QpType, SendData, SendFlags, SendWr, Sge, Time, WrOpcode,
 };
 use transport::wire::Lrh;
 
@@ -416,4 +416,38 @@ pub fn connect(net: &mut Net, a: usize, b: usize, o: &ConnOpts) -> Pair {
         cq_a,
         cq_b,
     }
+}
+
+/// A signaled send WR of `op` over `sges`; callers set the remote fields they need.
+pub fn send_wr(id: u64, op: WrOpcode, sges: Vec<Sge>) -> SendWr {
+    SendWr {
+        wr_id: id,
+        opcode: op,
+        flags: SendFlags::SIGNALED,
+        data: SendData::Sges(sges),
+        imm_or_inv: 0,
+        remote_addr: 0,
+        rkey: 0,
+        compare: 0,
+        swap_add: 0,
+        ud: None,
+    }
+}
+
+/// Fills `len` bytes of a node's memory at `addr` with a pattern that depends on
+/// `seed` and the offset (so misplaced or shifted bytes show).
+pub fn fill(net: &mut Net, node: usize, addr: u64, len: usize, seed: u8) {
+    let off = (addr - MEM_BASE) as usize;
+    for (i, b) in net.nodes[node].mem.bytes[off..off + len]
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8;
+    }
+}
+
+/// A copy of `len` bytes of a node's memory at `addr`.
+pub fn bytes(net: &Net, node: usize, addr: u64, len: usize) -> Vec<u8> {
+    let off = (addr - MEM_BASE) as usize;
+    net.nodes[node].mem.bytes[off..off + len].to_vec()
 }
