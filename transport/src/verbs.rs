@@ -248,6 +248,28 @@ pub struct Completion {
     pub solicited: bool,
 }
 
+impl Completion {
+    /// A completion with the fields every completion has; the rest zero, for the
+    /// caller to fill where its opcode has them.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num,
+            src_qp: 0,
+            flags: WcFlags(0),
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+            solicited: false,
+        }
+    }
+}
+
 /// QP attribute mask bits (`ibv_qp_attr_mask`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AttrMask(pub u32);

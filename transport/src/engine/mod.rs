@@ -28,7 +28,7 @@ use crate::psn;
 use crate::qp_state;
 use crate::verbs::{
     AttrMask, Completion, Event, Handle, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr, Time,
-    VerbError, WcFlags, WcOpcode, WcStatus,
+    VerbError, WcOpcode, WcStatus,
 };
 use crate::wire::opcode::Service;
 use crate::wire::PacketRepr;
@@ -824,21 +824,7 @@ fn flush_rq(qp: &mut Qp, fx: &mut Effects) {
     while let Some(w) = qp.rq.pop_front() {
         fx.completions.push((
             qp.init.recv_cq,
-            Completion {
-                wr_id: w.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm_data: 0,
-                qp_num: qp.qpn,
-                src_qp: 0,
-                flags: WcFlags::default(),
-                pkey_index: 0,
-                slid: 0,
-                sl: 0,
-                dlid_path_bits: 0,
-                solicited: false,
-            },
+            Completion::new(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.qpn),
         ));
     }
 }

@@ -8,8 +8,8 @@ use super::{to_error, Ctx, Effects, Qp, RxDrop};
 use crate::engine::counters::Counters;
 use crate::psn;
 use crate::verbs::{
-    Completion, QpAttr, QpState, QpType, SendData, SendFlags, SendWr, Time, VerbError, WcFlags,
-    WcOpcode, WcStatus, WrOpcode,
+    Completion, QpAttr, QpState, QpType, SendData, SendFlags, SendWr, Time, VerbError, WcOpcode,
+    WcStatus, WrOpcode,
 };
 use crate::wire::ext::{AethSyndrome, AtomicEthRepr, DethRepr, ExtHeaders, NakCode, RethRepr};
 use crate::wire::opcode::{Opcode, Operation, Position};
@@ -128,6 +128,13 @@ impl Requester {
         }
     }
 
+    /// Index of the unfinished WQE whose PSN range holds `p`.
+    fn open_wqe(&self, p: u32) -> Option<usize> {
+        self.wqes
+            .iter()
+            .position(|w| w.contains(p) && w.done.is_none())
+    }
+
     fn outstanding(&self) -> u32 {
         psn::diff(self.next_psn, self.una).max(0) as u32
     }
@@ -197,25 +204,11 @@ fn wc_opcode(op: WrOpcode) -> WcOpcode {
 }
 
 fn completion(qp: &Qp, w: &SendWqe, status: WcStatus) -> Completion {
-    Completion {
-        wr_id: w.wr.wr_id,
-        status,
-        opcode: wc_opcode(w.wr.opcode),
-        byte_len: if w.wr.opcode == WrOpcode::RdmaRead {
-            w.len as u32
-        } else {
-            0
-        },
-        imm_data: 0,
-        qp_num: qp.qpn,
-        src_qp: 0,
-        flags: WcFlags::default(),
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
-        solicited: false,
+    let mut c = Completion::new(w.wr.wr_id, status, wc_opcode(w.wr.opcode), qp.qpn);
+    if w.wr.opcode == WrOpcode::RdmaRead {
+        c.byte_len = w.len as u32;
     }
+    c
 }
 
 /// Retires finished WQEs from the head, in post order (OR-04); unsignaled
@@ -497,11 +490,7 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
         }
         AethSyndrome::Nak(code) => {
             ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
-            let idx = qp
-                .req
-                .wqes
-                .iter()
-                .position(|w| w.contains(p) && w.done.is_none());
+            let idx = qp.req.open_wqe(p);
             match code {
                 NakCode::PsnSequenceError => {
                     // RL-03/RL-10: go back to the PSN the responder expects, at once.
@@ -560,12 +549,7 @@ fn read_resume_psn(qp: &Qp, i: usize) -> Option<u32> {
 fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
-    let Some(i) = qp
-        .req
-        .wqes
-        .iter()
-        .position(|w| w.contains(p) && w.done.is_none())
-    else {
+    let Some(i) = qp.req.open_wqe(p) else {
         cx.counters.drop(RxDrop::GhostResponse);
         return false;
     };
@@ -645,12 +629,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
 fn on_atomic_ack(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
-    let Some(i) = qp
-        .req
-        .wqes
-        .iter()
-        .position(|w| w.contains(p) && w.done.is_none())
-    else {
+    let Some(i) = qp.req.open_wqe(p) else {
         cx.counters.drop(RxDrop::GhostResponse);
         return false;
     };
@@ -714,12 +693,7 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
     if qp.req.retry_left == 0 {
         // RL-10: seven means seven; then RETRY_EXC_ERR and the QP goes to Error.
         let una = qp.req.una;
-        let idx = qp
-            .req
-            .wqes
-            .iter()
-            .position(|w| w.contains(una) && w.done.is_none())
-            .unwrap_or(0);
+        let idx = qp.req.open_wqe(una).unwrap_or(0);
         fail(qp, idx, WcStatus::RetryExcErr, fx);
         return false;
     }
@@ -728,9 +702,7 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
     let una = qp.req.una;
     let resume = qp
         .req
-        .wqes
-        .iter()
-        .position(|w| w.contains(una) && w.done.is_none())
+        .open_wqe(una)
         .and_then(|i| read_resume_psn(qp, i))
         .unwrap_or(una);
     qp.req.rewound_to = None;

@@ -15,7 +15,7 @@ use crate::verbs::{
     Access, Completion, Event, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus,
 };
 use crate::wire::ext::{
-    AethRepr, AethSyndrome, AtomicAckEthRepr, ExtHeaders, NakCode, CREDIT_CODE_INVALID,
+    AethRepr, AethSyndrome, AtomicAckEthRepr, ExtHeaders, NakCode, RethRepr, CREDIT_CODE_INVALID,
 };
 use crate::wire::opcode::{Opcode, Operation, Position};
 use crate::wire::packet::EmitWithError;
@@ -134,19 +134,22 @@ fn put_back(qp: &mut Qp, cx: &mut Ctx<'_>, wqe: RecvWr, from_srq: bool) {
 
 fn recv_completion(qp: &Qp, wqe: &RecvWr, status: WcStatus, byte_len: u64) -> Completion {
     Completion {
-        wr_id: wqe.wr_id,
-        status,
-        opcode: WcOpcode::Recv,
         byte_len: byte_len as u32,
-        imm_data: 0,
-        qp_num: qp.qpn,
         src_qp: qp.attr.dest_qp_num,
-        flags: WcFlags::default(),
         pkey_index: qp.attr.pkey_index,
         slid: qp.attr.av.dlid,
         sl: qp.attr.av.sl,
-        dlid_path_bits: 0,
-        solicited: false,
+        ..Completion::new(wqe.wr_id, status, WcOpcode::Recv, qp.qpn)
+    }
+}
+
+/// The write context a first/only RDMA WRITE packet opens from its RETH.
+fn start_write(reth: &RethRepr) -> InMsg {
+    InMsg::Write {
+        va: reth.va,
+        rkey: reth.rkey,
+        dma_len: u64::from(reth.dma_len),
+        placed: 0,
     }
 }
 
@@ -379,12 +382,7 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             nak(qp, cx, p, NakCode::InvalidRequest, NakReason::TooLong);
             return true;
         }
-        qp.resp.cur = Some(InMsg::Write {
-            va: reth.va,
-            rkey: reth.rkey,
-            dma_len: u64::from(reth.dma_len),
-            placed: 0,
-        });
+        qp.resp.cur = Some(start_write(&reth));
     }
     let Some(InMsg::Write {
         va,
@@ -741,12 +739,7 @@ fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
             }
             if starts {
                 let Some(reth) = t.ext.reth else { return };
-                qp.resp.cur = Some(InMsg::Write {
-                    va: reth.va,
-                    rkey: reth.rkey,
-                    dma_len: u64::from(reth.dma_len),
-                    placed: 0,
-                });
+                qp.resp.cur = Some(start_write(&reth));
             }
             let Some(InMsg::Write {
                 va,
