@@ -4,4 +4,6 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod fabric;
+pub mod port;

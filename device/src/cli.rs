@@ -1,0 +1,157 @@
+//! The `vhca` command line (issue: the device): what the process serves, where its
+//! port sits on the fabric, and the test and demo stages (capture, faults).
+//!
+//! Every argument is checked before anything is opened for the guest, and every
+//! problem is one line naming the argument and what is wrong with it, so that a
+//! script starting two devices fails at once and readably.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::fabric::{FabricFile, FaultSpec, Node};
+
+/// A virtual InfiniBand HCA: serves one PCI function to QEMU over vfio-user and
+/// moves its port's packets over a UDP fabric.
+///
+/// Example:
+///   vhca --socket /run/vhca/a.sock --fabric fabric.toml --node a
+///
+/// QEMU (>= 10.1) then attaches it with
+///   -device '{"driver":"vfio-user-pci","socket":{"path":"/run/vhca/a.sock","type":"unix"}}'
+/// and guest RAM shared through a memfd backend.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "vhca", version, verbatim_doc_comment)]
+pub struct Cli {
+    /// Path of the vfio-user UNIX socket to listen on. A stale socket file left by
+    /// an earlier run is replaced; its folder must exist.
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+
+    /// Fabric file (TOML): one [[node]] table per device with name, lid, guid and
+    /// UDP address. It plays the subnet manager: this device takes its LID and
+    /// port GUID from its own entry and reaches the others at theirs.
+    #[arg(long, value_name = "FILE")]
+    pub fabric: PathBuf,
+
+    /// This device's node name in the fabric file.
+    #[arg(long, value_name = "NAME")]
+    pub node: String,
+
+    /// Write every packet sent and received to FILE (pcap, ERF InfiniBand
+    /// records; Wireshark and tshark dissect it without plugins).
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<PathBuf>,
+
+    /// Inject faults on this device's link, for tests and demos:
+    /// comma-separated key=value from drop, dup, reorder, corrupt (rates 0..1),
+    /// delay (e.g. 100us, 2ms), delay_rate (0..1), seed (integer).
+    /// Example: --fault drop=0.05,dup=0.02,reorder=0.02,seed=7
+    #[arg(long, value_name = "SPEC", verbatim_doc_comment)]
+    pub fault: Option<String>,
+
+    /// Log level: error, warn, info, debug or trace. RUST_LOG, when set,
+    /// overrides it (and may name modules, e.g. RUST_LOG=device::cmdq=debug).
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    pub log: String,
+
+    /// Print the device's counters (per port and per drop reason) to stderr every
+    /// SECS seconds; they are also printed when the process exits.
+    #[arg(long, value_name = "SECS")]
+    pub counters_every: Option<u64>,
+}
+
+/// The checked configuration a device starts from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub fabric: FabricFile,
+    pub node: Node,
+    pub capture: Option<PathBuf>,
+    pub fault: Option<FaultSpec>,
+    pub log: log::LevelFilter,
+    pub counters_every: Option<Duration>,
+}
+
+/// A problem with the command line, as one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CliError(pub String);
+
+fn parent_exists(arg: &str, p: &Path) -> Result<(), CliError> {
+    let parent = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if parent.is_dir() {
+        Ok(())
+    } else {
+        Err(CliError(format!(
+            "{arg} {}: folder {} does not exist",
+            p.display(),
+            parent.display()
+        )))
+    }
+}
+
+impl Cli {
+    /// Checks every argument; opens nothing but the fabric file.
+    pub fn check(&self) -> Result<Config, CliError> {
+        if self.socket.as_os_str().is_empty() {
+            return Err(CliError("--socket: empty path".into()));
+        }
+        parent_exists("--socket", &self.socket)?;
+        if self.socket.is_dir() {
+            return Err(CliError(format!(
+                "--socket {}: is a folder; give the path of the socket file to create",
+                self.socket.display()
+            )));
+        }
+        let fabric =
+            FabricFile::load(&self.fabric).map_err(|e| CliError(format!("--fabric {e}")))?;
+        let node = fabric.by_name(&self.node).cloned().ok_or_else(|| {
+            let names: Vec<&str> = fabric.nodes().iter().map(|n| n.name.as_str()).collect();
+            CliError(format!(
+                "--node {}: not in {} (its nodes: {})",
+                self.node,
+                fabric.file(),
+                names.join(", ")
+            ))
+        })?;
+        if let Some(c) = &self.capture {
+            parent_exists("--capture", c)?;
+        }
+        let fault = match &self.fault {
+            Some(s) => Some(
+                s.parse::<FaultSpec>()
+                    .map_err(|e| CliError(format!("--fault {s}: {e}")))?,
+            ),
+            None => None,
+        };
+        let log = self.log.parse::<log::LevelFilter>().map_err(|_| {
+            CliError(format!(
+                "--log {}: not a level (error, warn, info, debug, trace, off)",
+                self.log
+            ))
+        })?;
+        let counters_every = match self.counters_every {
+            Some(0) => {
+                return Err(CliError(
+                    "--counters-every 0: give a period of at least 1 second".into(),
+                ))
+            }
+            Some(s) => Some(Duration::from_secs(s)),
+            None => None,
+        };
+        Ok(Config {
+            socket: self.socket.clone(),
+            fabric,
+            node,
+            capture: self.capture.clone(),
+            fault,
+            log,
+            counters_every,
+        })
+    }
+}
