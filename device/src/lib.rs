@@ -7,3 +7,4 @@
 pub mod cli;
 pub mod fabric;
 pub mod port;
+pub mod ring;
