@@ -865,3 +865,46 @@ fn op_03_send_with_invalidate_is_refused_as_not_supported() {
     );
     assert!(net.poll(0, p.cq_a).is_none(), "nothing was queued");
 }
+
+/// A WQE the device could not accept (QS-06): it completes in post order with
+/// LocQpOpErr after the WRITEs before it have been acknowledged (not sooner:
+/// nothing has acknowledged them), the QP goes to Error and the WQE after it
+/// flushes. Data of the earlier WRITEs arrived.
+#[test]
+fn qs_06_rejected_wqe_completes_in_order_and_fails_the_qp() {
+    let (mut net, p, ka, kb) = setup(31, &ConnOpts::default());
+    fill(&mut net, 0, MEM_BASE, 0x8000, 9);
+    for i in 0..2u64 {
+        let mut w = send_wr(i, WrOpcode::RdmaWrite, sge(MEM_BASE, 0x8000, ka));
+        w.remote_addr = MEM_BASE + 0x20_0000 + i * 0x8000;
+        w.rkey = kb;
+        net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    }
+    net.nodes[0]
+        .engine
+        .post_send_rejected(p.qa, 2, WcStatus::LocQpOpErr)
+        .unwrap();
+    let mut w = send_wr(3, WrOpcode::RdmaWrite, sge(MEM_BASE, 8, ka));
+    w.remote_addr = MEM_BASE + 0x30_0000;
+    w.rkey = kb;
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    let done = wait(&mut net, 0, p.cq_a, 4);
+    let got: Vec<(u64, WcStatus)> = done.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, WcStatus::Success),
+            (1, WcStatus::Success),
+            (2, WcStatus::LocQpOpErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    for i in 0..2u64 {
+        assert_eq!(
+            bytes(&net, 1, MEM_BASE + 0x20_0000 + i * 0x8000, 0x8000),
+            bytes(&net, 0, MEM_BASE, 0x8000)
+        );
+    }
+    let (state, _, _) = net.nodes[0].engine.query_qp(p.qa).unwrap();
+    assert_eq!(state, transport::verbs::QpState::Error);
+}

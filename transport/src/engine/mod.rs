@@ -508,6 +508,51 @@ impl Engine {
         Ok(())
     }
 
+    /// Queues a send WQE that the caller read but could not accept (a device
+    /// finds a malformed WQE in a guest's ring after the doorbell, when no verb
+    /// can return an error any more): it completes in post order with `status`
+    /// (normally `LocQpOpErr`) and the QP then fails like on any local send error
+    /// (RC to Error, UC/UD to SQE; QS-06), so later WQEs flush. Refused like
+    /// [`Engine::post_send`] when the QP cannot take WQEs at all.
+    pub fn post_send_rejected(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        status: WcStatus,
+    ) -> Result<(), VerbError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
+        let flush = match qp_state::send_post_outcome(qp.state) {
+            qp_state::PostOutcome::Rejected => return Err(VerbError::InvalidWr),
+            qp_state::PostOutcome::Queued => false,
+            qp_state::PostOutcome::Flushed => true,
+        };
+        if qp.req.wqes.len() >= qp.req.max_wr {
+            return Err(VerbError::QueueFull);
+        }
+        let wr = SendWr {
+            wr_id,
+            opcode: crate::verbs::WrOpcode::Send,
+            flags: crate::verbs::SendFlags::SIGNALED,
+            data: crate::verbs::SendData::Sges(Vec::new()),
+            imm_or_inv: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare: 0,
+            swap_add: 0,
+            ud: None,
+        };
+        let mut fx = Effects::default();
+        qp.req.post_with(wr, true, Some(status));
+        if flush {
+            requester::flush_sq(qp, &mut fx);
+        }
+        self.finish(fx);
+        if !flush {
+            self.schedule_qp(qpn);
+        }
+        Ok(())
+    }
+
     /// Posts a receive WR to a QP's own RQ (refused in Reset; flushed in Error).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;

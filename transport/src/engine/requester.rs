@@ -36,6 +36,9 @@ pub(crate) struct SendWqe {
     /// READ: response bytes placed so far.
     pub resp_bytes: u64,
     pub done: Option<WcStatus>,
+    /// A WQE the caller could not accept: it fails with this status when the
+    /// requester reaches it (see `Engine::post_send_rejected`).
+    pub rejected: Option<WcStatus>,
 }
 
 impl SendWqe {
@@ -102,6 +105,11 @@ impl Requester {
     }
 
     pub fn post(&mut self, wr: SendWr, sig_all: bool) {
+        self.post_with(wr, sig_all, None);
+    }
+
+    /// Queues `wr`; with `rejected`, as a WQE that fails with that status in turn.
+    pub fn post_with(&mut self, wr: SendWr, sig_all: bool, rejected: Option<WcStatus>) {
         let len = match &wr.data {
             SendData::Inline(d) => d.len() as u64,
             SendData::Sges(s) => s.iter().map(|s| u64::from(s.length)).sum(),
@@ -117,6 +125,7 @@ impl Requester {
             started: false,
             resp_bytes: 0,
             done: None,
+            rejected,
         });
     }
 
@@ -732,6 +741,14 @@ pub(crate) fn poll_transmit(
     if w.sent == 0 && !w.started {
         if qp.state == QpState::Sqd {
             return None; // QS-05: no new message while draining
+        }
+        if let Some(status) = w.rejected {
+            // Fail only once everything before it has completed: `fail` takes the
+            // earlier WQEs as acknowledged, which only a response may say.
+            if i == 0 {
+                fail(qp, i, status, cx.fx);
+            }
+            return None;
         }
         // Only a fenced WQE or a new READ/ATOMIC needs the count: skip the scan for
         // plain SEND/WRITE, which may stand behind hundreds of unacknowledged WQEs.
