@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod abi;
 pub mod cli;
 pub mod fabric;
 pub mod port;

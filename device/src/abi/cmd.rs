@@ -1,0 +1,877 @@
+//! The command queue (design.md §4): a ring of 64-byte commands in guest memory,
+//! each with inline parameters and an optional mailbox, completed in place with a
+//! status the driver maps to an errno.
+
+use transport::verbs::VerbError;
+
+use super::layout::{entry, AbiStruct, Entry, Section, StructEntry, StructLayout};
+
+abi_text! {
+    /// How the command queue works.
+    pub const COMMAND_PROTOCOL = "Command queue. The ring is 2^CMDQ_LOG2_SIZE slots of struct \
+vhca_cmd, physically contiguous and 4 KiB aligned (BAR0 CMDQ_*). To post, the driver fills \
+the slot at its producer index mod ring size with owner = 0, sets owner = \
+VHCA_CMD_OWNER_DEVICE last (after a write barrier), and writes the new free-running \
+producer index to CMDQ_PI. The device executes commands strictly in order, one at a time; \
+for each it writes the outputs (inline into `data`, or into the output mailbox), \
+`syndrome` and `status`, then clears owner (release ordering: everything written before \
+owner reads as written once owner reads 0), advances CMDQ_CI, and, if the command has \
+VHCA_CMD_F_EVENT, writes an EQE of type VHCA_EQE_COMMAND_DONE (object = token, data = \
+status) to EQ 0 and signals vector 0. A slot the device should execute but does not own \
+stops the queue (DEV_STATUS.FATAL, VHCA_FATAL_CMDQ_NOT_OWNED).\n\n\
+Parameters: each opcode has an input and an output struct (or none). A struct of at most \
+VHCA_CMD_INLINE_SIZE bytes travels inline in `data` (input there, zero-padded; output \
+written over it); a larger one in a mailbox: a guest-physical buffer of at most \
+VHCA_CMD_MAILBOX_MAX bytes that does not cross a 4 KiB page, named by in_mailbox/in_len or \
+out_mailbox/out_len; a length must be at least the struct's size, and the device reads \
+or writes exactly the struct's size.\n\n\
+All or nothing: a command either succeeds completely or fails with nothing changed \
+(QS-02, QS-09): no object is created, modified or destroyed in part, and on failure no \
+output is written. Ring and page-list addresses are checked against the guest's memory \
+map before anything changes (VHCA_STATUS_BAD_ADDRESS). The device also checks that every \
+object number belongs to the kind expected (a CQN where a CQ is needed).";
+}
+
+abi_consts! {
+    /// Command queue constants.
+    pub mod cmd_const: u32 = "VHCA_CMD" {
+        /// Bytes per command slot: one cache line, as erdma's command SQE.
+        SLOT_SIZE = 64,
+        /// Bytes of inline parameters in a slot (`data`).
+        INLINE_SIZE = 32,
+        /// Largest mailbox: one 4 KiB page, so it is always one DMA page.
+        MAILBOX_MAX = 4096,
+    }
+}
+
+abi_consts! {
+    /// Command `flags` bits.
+    pub mod cmd_flags: u8 = "VHCA_CMD_F" {
+        /// Post an EQE of type COMMAND_DONE on EQ 0 when the command completes,
+        /// so the driver can sleep instead of polling `owner`.
+        EVENT = 1 << 0,
+    }
+}
+
+abi_consts! {
+    /// Command `owner` bits.
+    pub mod cmd_owner: u8 = "VHCA_CMD_OWNER" {
+        /// Set by the driver last when posting; cleared by the device last when
+        /// the command is complete.
+        DEVICE = 1 << 0,
+    }
+}
+
+abi_struct! {
+    /// One command slot.
+    pub struct Cmd (64) {
+        /// `enum vhca_opcode`.
+        pub opcode: u16,
+        /// Driver's cookie, echoed in the COMMAND_DONE event.
+        pub token: u16,
+        /// `VHCA_CMD_F_*`.
+        pub flags: u8,
+        /// Device-written: `enum vhca_status`.
+        pub status: u8,
+        /// `VHCA_CMD_OWNER_*`.
+        pub owner: u8,
+        /// Zero.
+        pub rsvd0: u8,
+        /// Device-written: which check failed, for the driver's log (0 on success;
+        /// device-specific, not ABI).
+        pub syndrome: u32,
+        /// Bytes of the input mailbox (0 if none).
+        pub in_len: u16,
+        /// Bytes of the output mailbox (0 if none).
+        pub out_len: u16,
+        /// Guest-physical address of the input mailbox.
+        pub in_mailbox: u64,
+        /// Guest-physical address of the output mailbox.
+        pub out_mailbox: u64,
+        /// Inline input, then inline output.
+        pub data: [u8; 32],
+    }
+}
+
+abi_enum! {
+    /// Command completion status. Each maps to one errno (`vhca_status_errno`).
+    pub enum Status: u8 = "VHCA_STATUS" {
+        /// Done.
+        Ok = 0,
+        /// Unknown opcode.
+        BadOpcode = 1,
+        /// A parameter is out of range or inconsistent (reserved bits, a ring
+        /// smaller than its WQE count, a bad page list).
+        BadParam = 2,
+        /// Not allowed in the object's current state (QP transition or attribute
+        /// mask, QS-02).
+        BadState = 3,
+        /// No room for another object of this kind.
+        NoResources = 4,
+        /// No live object has this number.
+        NotFound = 5,
+        /// The PD does not exist (QS-09).
+        BadPd = 6,
+        /// A CQ does not exist (QS-09).
+        BadCq = 7,
+        /// The SRQ does not exist.
+        BadSrq = 8,
+        /// More WRs or SGEs than the device supports (QS-09 "caps exceeded").
+        LimitExceeded = 9,
+        /// The object is in use (a PD with MRs, a CQ with QPs; a doorbell slot
+        /// already taken).
+        Busy = 10,
+        /// A valid request the device does not implement.
+        NotSupported = 11,
+        /// Not allowed (e.g. the reserved doorbell slot of EQ 0).
+        Permission = 12,
+        /// A mailbox, ring or page-list address is outside the guest's memory.
+        BadAddress = 13,
+        /// Transient: try again (the device is resetting).
+        Again = 14,
+    }
+}
+
+/// Linux errno values (asm-generic numbers, as on x86-64) of the statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Errno {
+    Eperm = 1,
+    Enoent = 2,
+    Eio = 5,
+    Eagain = 11,
+    Enomem = 12,
+    Efault = 14,
+    Ebusy = 16,
+    Einval = 22,
+    Eopnotsupp = 95,
+}
+
+impl Errno {
+    /// The C name, e.g. `EINVAL`.
+    pub fn name(self) -> String {
+        format!("{self:?}").to_ascii_uppercase()
+    }
+}
+
+impl Status {
+    /// The errno the driver returns for this status (0 for `Ok`). Chosen as
+    /// ibverbs callers expect: bad attributes, handles and caps are EINVAL, lack
+    /// of resources ENOMEM.
+    pub const fn errno(self) -> Option<Errno> {
+        Some(match self {
+            Status::Ok => return None,
+            Status::BadOpcode => Errno::Eopnotsupp,
+            Status::BadParam => Errno::Einval,
+            Status::BadState => Errno::Einval,
+            Status::NoResources => Errno::Enomem,
+            Status::NotFound => Errno::Enoent,
+            Status::BadPd => Errno::Einval,
+            Status::BadCq => Errno::Einval,
+            Status::BadSrq => Errno::Einval,
+            Status::LimitExceeded => Errno::Einval,
+            Status::Busy => Errno::Ebusy,
+            Status::NotSupported => Errno::Eopnotsupp,
+            Status::Permission => Errno::Eperm,
+            Status::BadAddress => Errno::Efault,
+            Status::Again => Errno::Eagain,
+        })
+    }
+}
+
+/// Errno the driver uses for a status it does not know (a newer device).
+pub const UNKNOWN_STATUS_ERRNO: Errno = Errno::Eio;
+
+impl From<VerbError> for Status {
+    /// The status of a command the engine refused (its refusals change nothing, as
+    /// the ABI promises).
+    fn from(e: VerbError) -> Status {
+        match e {
+            VerbError::InsufficientResources => Status::NoResources,
+            VerbError::InvalidHandle => Status::NotFound,
+            VerbError::InvalidPd => Status::BadPd,
+            VerbError::InvalidCq => Status::BadCq,
+            VerbError::InvalidSrq => Status::BadSrq,
+            VerbError::MaxWrExceeded | VerbError::MaxSgeExceeded => Status::LimitExceeded,
+            VerbError::InvalidAttr => Status::BadParam,
+            VerbError::InvalidTransition | VerbError::InvalidWr => Status::BadState,
+            VerbError::QueueFull => Status::NoResources,
+            VerbError::Busy => Status::Busy,
+            VerbError::NotSupported => Status::NotSupported,
+        }
+    }
+}
+
+abi_enum! {
+    /// Command opcodes. Numbers are grouped by object kind; 0 is invalid, so a
+    /// zeroed slot is never a command.
+    pub enum Opcode: u16 = "VHCA_CMD" {
+        /// Does nothing; tests the queue at probe.
+        Nop = 0x0001,
+        /// Device attributes.
+        QueryDevice = 0x0002,
+        /// Port attributes, P_Key table and GID 0.
+        QueryPort = 0x0003,
+        /// One set of counters of a port.
+        QueryCounters = 0x0004,
+        /// Allocate a protection domain (MP-01).
+        AllocPd = 0x0010,
+        /// Deallocate a PD; BUSY while an MR, QP or SRQ uses it.
+        DeallocPd = 0x0011,
+        /// Create a completion event queue.
+        CreateEq = 0x0020,
+        /// Destroy an EQ; BUSY while a CQ uses it.
+        DestroyEq = 0x0021,
+        /// Create a CQ (CQ-01).
+        CreateCq = 0x0028,
+        /// Destroy a CQ; BUSY while a QP uses it.
+        DestroyCq = 0x0029,
+        /// Create an SRQ (SR-01).
+        CreateSrq = 0x0030,
+        /// Set and arm the SRQ limit.
+        ModifySrq = 0x0031,
+        /// SRQ attributes.
+        QuerySrq = 0x0032,
+        /// Destroy an SRQ; BUSY while a QP uses it.
+        DestroySrq = 0x0033,
+        /// Create a QP, in Reset (QS-09).
+        CreateQp = 0x0040,
+        /// Modify a QP (QS-01, QS-02).
+        ModifyQp = 0x0041,
+        /// QP attributes.
+        QueryQp = 0x0042,
+        /// Destroy a QP.
+        DestroyQp = 0x0043,
+        /// Register a memory region (MP-02, MP-03).
+        RegMr = 0x0050,
+        /// Reregister a memory region; the keys stay the same.
+        ReregMr = 0x0051,
+        /// Deregister a memory region.
+        DeregMr = 0x0052,
+    }
+}
+
+abi_consts! {
+    /// Page-list (`struct vhca_pbl`) constants.
+    pub mod pbl_const: u32 = "VHCA_PBL" {
+        /// `levels`: `addr` is the first of `npages` physically contiguous pages
+        /// (kernel rings from dma_alloc_coherent).
+        CONTIGUOUS = 0,
+        /// `levels`: `addr` is a physically contiguous array of `npages` u64 page
+        /// addresses, 8-byte aligned. Best kept within one 4 KiB page (512 pages);
+        /// larger lists should use TWO_LEVEL, which needs no large contiguous
+        /// allocation in the guest.
+        ONE_LEVEL = 1,
+        /// `levels`: `addr` is a physically contiguous array of ceil(npages / 512)
+        /// u64 addresses of 4 KiB-aligned tables, each of 512 page addresses (the
+        /// last one partly used): one 4 KiB directory covers 262144 pages, as
+        /// pvrdma's page directory.
+        TWO_LEVEL = 2,
+        /// Bytes per second-level table, whatever the data page size.
+        TABLE_SIZE = 4096,
+        /// Page addresses per second-level table.
+        TABLE_ENTRIES = 512,
+        /// Most pages in one list: 1 GiB of 4 KiB pages; bounds what one command
+        /// makes the device read and keep.
+        MAX_PAGES = 1 << 18,
+        /// Smallest data page: 4 KiB (the engine's MIN_PAGE_SIZE).
+        MIN_PAGE_SHIFT = 12,
+        /// Largest data page: 1 GiB (the engine's MAX_PAGE_SIZE).
+        MAX_PAGE_SHIFT = 30,
+    }
+}
+
+abi_struct! {
+    /// A page list: where a ring or an MR lives in guest-physical memory, page by
+    /// page (user buffers are not physically contiguous; design.md §4). Data pages
+    /// are 2^page_shift bytes and aligned to that. A ring starts at the first byte
+    /// of its first page, and its entries never straddle a page (strides are at
+    /// most 4 KiB).
+    pub struct Pbl (16) {
+        /// Guest-physical address: the first page, or the list (`levels`).
+        pub addr: u64,
+        /// Data pages.
+        pub npages: u32,
+        /// log2 of the data page size (VHCA_PBL_MIN_PAGE_SHIFT..=MAX).
+        pub page_shift: u8,
+        /// `VHCA_PBL_CONTIGUOUS`, `ONE_LEVEL` or `TWO_LEVEL`.
+        pub levels: u8,
+        /// Zero.
+        pub rsvd: u16,
+    }
+}
+
+abi_struct! {
+    /// Address vector (IBA 10.2.1, AD-02; `struct ibv_ah_attr`): a connected QP's
+    /// path (MODIFY_QP) or a UD destination (send WQE).
+    pub struct Av (32) {
+        /// Destination GID, network order, if `is_global`.
+        pub dgid: [u8; 16],
+        /// GRH flow label (20 bits), if `is_global`.
+        pub flow_label: u32,
+        /// Destination LID.
+        pub dlid: u16,
+        /// Service level.
+        pub sl: u8,
+        /// Low bits added to the port's LID to make the SLID (LMC, AD-01).
+        pub src_path_bits: u8,
+        /// `enum ibv_rate`; 0 = port rate.
+        pub static_rate: u8,
+        /// 1: send a GRH with the fields below.
+        pub is_global: u8,
+        /// GID table index of the SGID.
+        pub sgid_index: u8,
+        /// GRH hop limit.
+        pub hop_limit: u8,
+        /// GRH traffic class.
+        pub traffic_class: u8,
+        /// Port (1); 0 means the QP's port.
+        pub port_num: u8,
+        /// Zero.
+        pub rsvd: u16,
+    }
+}
+
+abi_struct! {
+    /// QP sizes (`struct ibv_qp_cap`): asked for at CREATE_QP, granted in its output.
+    pub struct QpCap (20) {
+        pub max_send_wr: u32,
+        pub max_recv_wr: u32,
+        pub max_send_sge: u32,
+        pub max_recv_sge: u32,
+        pub max_inline_data: u32,
+    }
+}
+
+abi_struct! {
+    /// QP attributes (`struct ibv_qp_attr`), valid where the attribute mask says.
+    pub struct QpAttr (88) {
+        /// `enum vhca_qp_state`.
+        pub qp_state: u8,
+        /// `enum vhca_qp_state`: the state the driver believes the QP is in.
+        pub cur_qp_state: u8,
+        /// `enum vhca_mtu`.
+        pub path_mtu: u8,
+        /// Path migration (AD-10): unsupported, zero.
+        pub path_mig_state: u8,
+        pub qkey: u32,
+        /// Expected PSN of the responder (24 bits).
+        pub rq_psn: u32,
+        /// Next PSN of the requester (24 bits).
+        pub sq_psn: u32,
+        pub dest_qp_num: u32,
+        /// `VHCA_ACCESS_*` remote rights of the QP.
+        pub qp_access_flags: u32,
+        pub pkey_index: u16,
+        pub port_num: u8,
+        pub en_sqd_async_notify: u8,
+        pub max_rd_atomic: u8,
+        pub max_dest_rd_atomic: u8,
+        pub min_rnr_timer: u8,
+        /// Local ACK timeout: 4.096 us * 2^timeout, 0 = infinite (RL-10).
+        pub timeout: u8,
+        /// Transport retries, 0..=7; 7 is seven (RL-10).
+        pub retry_cnt: u8,
+        /// RNR retries, 0..=7; 7 is infinite (RL-11).
+        pub rnr_retry: u8,
+        /// Query only: the SQ is draining (SQD).
+        pub sq_draining: u8,
+        pub rsvd: u8,
+        /// The path.
+        pub ah_attr: Av,
+        /// Query only: the sizes granted.
+        pub cap: QpCap,
+    }
+}
+
+abi_struct! {
+    /// QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
+    pub struct DeviceAttr (136) {
+        pub fw_ver: u64,
+        pub node_guid: u64,
+        pub sys_image_guid: u64,
+        pub max_mr_size: u64,
+        /// Supported MR page sizes, one bit per power of two.
+        pub page_size_cap: u64,
+        pub vendor_id: u32,
+        pub vendor_part_id: u32,
+        pub hw_ver: u32,
+        /// `VHCA_DEV_CAP_*`.
+        pub cap_flags: u32,
+        pub max_qp: u32,
+        pub max_qp_wr: u32,
+        pub max_sge: u32,
+        pub max_cq: u32,
+        pub max_cqe: u32,
+        pub max_mr: u32,
+        pub max_pd: u32,
+        pub max_srq: u32,
+        pub max_srq_wr: u32,
+        pub max_srq_sge: u32,
+        pub max_eq: u32,
+        pub max_eqe: u32,
+        pub max_inline_data: u32,
+        pub max_qp_rd_atom: u32,
+        pub max_qp_init_rd_atom: u32,
+        pub max_res_rd_atom: u32,
+        /// Largest message: 2^31 (C9-10, OP-09).
+        pub max_msg_sz: u32,
+        pub num_uars: u32,
+        pub msix_vectors: u16,
+        pub max_pkeys: u16,
+        pub local_ca_ack_delay: u8,
+        pub phys_port_cnt: u8,
+        /// `enum vhca_atomic_cap`.
+        pub atomic_cap: u8,
+        pub rsvd: u8,
+    }
+}
+
+abi_struct! {
+    /// QUERY_PORT input.
+    pub struct QueryPortIn (4) {
+        /// Port number (1).
+        pub port: u8,
+        pub rsvd: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// QUERY_PORT output (`struct ibv_port_attr` plus the tables the driver
+    /// serves: P_Key table, GID 0 = subnet prefix : port GUID, AD-01, AD-05).
+    pub struct PortAttr (184) {
+        pub port_guid: u64,
+        pub gid_prefix: u64,
+        /// GID 0, network order.
+        pub gid0: [u8; 16],
+        pub max_msg_sz: u32,
+        pub lid: u16,
+        pub sm_lid: u16,
+        /// Valid entries of `pkeys`.
+        pub pkey_tbl_len: u16,
+        pub gid_tbl_len: u16,
+        /// `enum vhca_port_state`.
+        pub state: u8,
+        /// IBA physical port state: 5 = LinkUp, 3 = Disabled.
+        pub phys_state: u8,
+        /// `enum vhca_mtu`.
+        pub max_mtu: u8,
+        /// `enum vhca_mtu`.
+        pub active_mtu: u8,
+        pub lmc: u8,
+        pub sm_sl: u8,
+        /// `IBV_LINK_LAYER_*`: 1 = InfiniBand.
+        pub link_layer: u8,
+        /// `IB_WIDTH_*`.
+        pub active_width: u8,
+        /// `IB_SPEED_*`.
+        pub active_speed: u8,
+        pub rsvd: [u8; 3],
+        /// P_Key table; index 0 is normally 0xFFFF (AD-05).
+        pub pkeys: [u16; 64],
+    }
+}
+
+abi_struct! {
+    /// QUERY_COUNTERS input.
+    pub struct QueryCountersIn (4) {
+        pub port: u8,
+        /// `enum vhca_counter_set`.
+        pub set: u8,
+        pub rsvd: u16,
+    }
+}
+
+abi_struct! {
+    /// QUERY_COUNTERS output (mailbox): `count` u64 counters, in the order of the
+    /// set's `VHCA_COUNTERS_*_NAMES`. A newer device may return more than the
+    /// driver has names for; the driver shows the ones it knows.
+    pub struct QueryCountersOut (4096) {
+        pub count: u32,
+        pub rsvd: u32,
+        pub values: [u64; 511],
+    }
+}
+
+abi_struct! {
+    /// ALLOC_PD output.
+    pub struct AllocPdOut (4) {
+        pub pdn: u32,
+    }
+}
+
+abi_struct! {
+    /// DEALLOC_PD input.
+    pub struct DeallocPdIn (4) {
+        pub pdn: u32,
+    }
+}
+
+abi_struct! {
+    /// CREATE_EQ input. EQ rings are zeroed by the driver (owner convention).
+    pub struct CreateEqIn (32) {
+        /// The ring: 2^log2_entries EQEs of 16 bytes.
+        pub ring: Pbl,
+        /// UAR page of the doorbell slot (`struct vhca_eq_doorbell`); 0.
+        pub uar: u32,
+        pub db_slot: u16,
+        /// MSI-X vector, VHCA_MSIX_VECTOR_FIRST_COMP..CAP_MSIX_VECTORS.
+        pub vector: u16,
+        pub log2_entries: u8,
+        pub rsvd: [u8; 7],
+    }
+}
+
+abi_struct! {
+    /// CREATE_EQ output.
+    pub struct CreateEqOut (4) {
+        pub eqn: u32,
+    }
+}
+
+abi_struct! {
+    /// DESTROY_EQ input.
+    pub struct DestroyEqIn (4) {
+        pub eqn: u32,
+    }
+}
+
+abi_struct! {
+    /// CREATE_CQ input. CQ rings are zeroed by the driver (owner convention).
+    pub struct CreateCqIn (32) {
+        /// The ring: 2^log2_entries CQEs of 64 bytes.
+        pub ring: Pbl,
+        /// EQ for completion events (0 = the async EQ, vector 0).
+        pub eqn: u32,
+        /// UAR page of the doorbell slot (`struct vhca_cq_doorbell`).
+        pub uar: u32,
+        pub db_slot: u16,
+        pub log2_entries: u8,
+        pub rsvd: [u8; 5],
+    }
+}
+
+abi_struct! {
+    /// CREATE_CQ output.
+    pub struct CreateCqOut (8) {
+        pub cqn: u32,
+        /// Usable entries: the whole ring (the device reads the consumer index,
+        /// so no slot is kept empty).
+        pub entries: u32,
+    }
+}
+
+abi_struct! {
+    /// DESTROY_CQ input.
+    pub struct DestroyCqIn (4) {
+        pub cqn: u32,
+    }
+}
+
+abi_struct! {
+    /// CREATE_SRQ input (mailbox).
+    pub struct CreateSrqIn (40) {
+        pub pdn: u32,
+        pub max_wr: u32,
+        pub max_sge: u32,
+        /// Armed limit at creation (0 = not armed).
+        pub srq_limit: u32,
+        /// UAR page of the doorbell slot (`struct vhca_srq_doorbell`).
+        pub uar: u32,
+        pub db_slot: u16,
+        /// Ring entries: 2^log2_entries >= max_wr.
+        pub log2_entries: u8,
+        /// log2 of the receive WQE stride (VHCA_RQ_MIN_WQE_SHIFT..=MAX).
+        pub wqe_shift: u8,
+        /// The ring.
+        pub ring: Pbl,
+    }
+}
+
+abi_struct! {
+    /// CREATE_SRQ output.
+    pub struct CreateSrqOut (12) {
+        pub srqn: u32,
+        pub max_wr: u32,
+        pub max_sge: u32,
+    }
+}
+
+abi_struct! {
+    /// MODIFY_SRQ input.
+    pub struct ModifySrqIn (16) {
+        pub srqn: u32,
+        /// `VHCA_SRQ_ATTR_*`.
+        pub attr_mask: u32,
+        pub max_wr: u32,
+        pub srq_limit: u32,
+    }
+}
+
+abi_struct! {
+    /// QUERY_SRQ input.
+    pub struct QuerySrqIn (4) {
+        pub srqn: u32,
+    }
+}
+
+abi_struct! {
+    /// QUERY_SRQ output.
+    pub struct QuerySrqOut (16) {
+        pub max_wr: u32,
+        pub max_sge: u32,
+        /// Armed limit, 0 if not armed.
+        pub srq_limit: u32,
+        /// WQEs posted and not yet consumed.
+        pub wqe_count: u32,
+    }
+}
+
+abi_struct! {
+    /// DESTROY_SRQ input.
+    pub struct DestroySrqIn (4) {
+        pub srqn: u32,
+    }
+}
+
+abi_struct! {
+    /// CREATE_QP input (mailbox). The QP starts in Reset.
+    pub struct CreateQpIn (88) {
+        /// `enum vhca_qp_type`.
+        pub qp_type: u8,
+        /// 1: every send WQE completes, signaled or not.
+        pub sq_sig_all: u8,
+        /// log2 of the send WQE stride (VHCA_SQ_MIN_WQE_SHIFT..=MAX).
+        pub sq_wqe_shift: u8,
+        /// log2 of the receive WQE stride (VHCA_RQ_MIN_WQE_SHIFT..=MAX).
+        pub rq_wqe_shift: u8,
+        /// SQ ring entries: 2^log2_sq_size >= cap.max_send_wr.
+        pub log2_sq_size: u8,
+        /// RQ ring entries: 2^log2_rq_size >= cap.max_recv_wr (0 with an SRQ).
+        pub log2_rq_size: u8,
+        pub port: u8,
+        pub rsvd0: u8,
+        pub pdn: u32,
+        pub send_cqn: u32,
+        pub recv_cqn: u32,
+        /// `VHCA_NONE` for none.
+        pub srqn: u32,
+        /// Sizes asked for.
+        pub cap: QpCap,
+        /// UAR page of the doorbell slot (`struct vhca_qp_doorbell`).
+        pub uar: u32,
+        pub db_slot: u16,
+        pub rsvd1: [u8; 6],
+        /// SQ ring.
+        pub sq: Pbl,
+        /// RQ ring (npages 0 with an SRQ).
+        pub rq: Pbl,
+    }
+}
+
+abi_struct! {
+    /// CREATE_QP output.
+    pub struct CreateQpOut (24) {
+        pub qpn: u32,
+        /// Sizes granted (at least those asked for).
+        pub cap: QpCap,
+    }
+}
+
+abi_struct! {
+    /// MODIFY_QP input (mailbox).
+    pub struct ModifyQpIn (96) {
+        pub qpn: u32,
+        /// `VHCA_QP_ATTR_*` (`ibv_qp_attr_mask` bits).
+        pub attr_mask: u32,
+        pub attr: QpAttr,
+    }
+}
+
+abi_struct! {
+    /// QUERY_QP input.
+    pub struct QueryQpIn (4) {
+        pub qpn: u32,
+    }
+}
+
+abi_struct! {
+    /// QUERY_QP output (mailbox): every attribute, and the creation parameters.
+    pub struct QueryQpOut (112) {
+        pub attr: QpAttr,
+        /// `enum vhca_qp_type`.
+        pub qp_type: u8,
+        pub sq_sig_all: u8,
+        pub rsvd0: u16,
+        pub pdn: u32,
+        pub send_cqn: u32,
+        pub recv_cqn: u32,
+        pub srqn: u32,
+        pub rsvd1: u32,
+    }
+}
+
+abi_struct! {
+    /// DESTROY_QP input.
+    pub struct DestroyQpIn (4) {
+        pub qpn: u32,
+    }
+}
+
+abi_consts! {
+    /// REG_MR `flags`.
+    pub mod reg_mr_flags: u32 = "VHCA_REG_MR_F" {
+        /// An identity MR over all guest memory for kernel verbs (get_dma_mr):
+        /// iova 0, length 2^64 - 1 (`u64::MAX`), `pbl` ignored; the device builds
+        /// the translation from its guest memory map.
+        DMA = 1 << 0,
+    }
+}
+
+abi_struct! {
+    /// REG_MR input (mailbox).
+    pub struct RegMrIn (48) {
+        pub pdn: u32,
+        /// `VHCA_ACCESS_*`; remote write or atomic need local write (MP-04).
+        pub access: u32,
+        /// First virtual address; any byte alignment (MP-03).
+        pub iova: u64,
+        pub length: u64,
+        /// `VHCA_REG_MR_F_*`.
+        pub flags: u32,
+        pub rsvd: u32,
+        /// The pages spanned by [iova, iova + length), in order; the first holds
+        /// iova at offset iova mod page size (MP-03).
+        pub pbl: Pbl,
+    }
+}
+
+abi_struct! {
+    /// REG_MR and REREG_MR output. L_Key = R_Key = (index << 8) | key byte (MP-02).
+    pub struct RegMrOut (8) {
+        pub lkey: u32,
+        pub rkey: u32,
+    }
+}
+
+abi_consts! {
+    /// REREG_MR `change` bits (`enum ibv_rereg_mr_flags`).
+    pub mod rereg: u32 = "VHCA_REREG" {
+        CHANGE_TRANSLATION = 1 << 0,
+        CHANGE_PD = 1 << 1,
+        CHANGE_ACCESS = 1 << 2,
+    }
+}
+
+abi_struct! {
+    /// REREG_MR input (mailbox): the fields `change` names replace the MR's.
+    pub struct ReregMrIn (48) {
+        pub lkey: u32,
+        /// `VHCA_REREG_*`.
+        pub change: u32,
+        pub pdn: u32,
+        pub access: u32,
+        pub iova: u64,
+        pub length: u64,
+        pub pbl: Pbl,
+    }
+}
+
+abi_struct! {
+    /// DEREG_MR input.
+    pub struct DeregMrIn (4) {
+        pub lkey: u32,
+    }
+}
+
+/// One command: its opcode and parameter structs.
+#[derive(Clone, Copy)]
+pub struct CommandSpec {
+    pub opcode: Opcode,
+    pub input: Option<StructEntry>,
+    pub output: Option<StructEntry>,
+}
+
+/// Where a parameter struct travels (the rule of [`COMMAND_PROTOCOL`]).
+pub fn travels_inline(layout: &StructLayout) -> bool {
+    layout.size <= cmd_const::INLINE_SIZE as usize
+}
+
+fn spec(opcode: Opcode, input: Option<StructEntry>, output: Option<StructEntry>) -> CommandSpec {
+    CommandSpec {
+        opcode,
+        input,
+        output,
+    }
+}
+
+fn e<T: AbiStruct>() -> Option<StructEntry> {
+    Some(entry::<T>())
+}
+
+/// Every command's parameters, one per opcode, in opcode order.
+pub fn commands() -> Vec<CommandSpec> {
+    Opcode::ALL
+        .iter()
+        .map(|&op| match op {
+            Opcode::Nop => spec(op, None, None),
+            Opcode::QueryDevice => spec(op, None, e::<DeviceAttr>()),
+            Opcode::QueryPort => spec(op, e::<QueryPortIn>(), e::<PortAttr>()),
+            Opcode::QueryCounters => spec(op, e::<QueryCountersIn>(), e::<QueryCountersOut>()),
+            Opcode::AllocPd => spec(op, None, e::<AllocPdOut>()),
+            Opcode::DeallocPd => spec(op, e::<DeallocPdIn>(), None),
+            Opcode::CreateEq => spec(op, e::<CreateEqIn>(), e::<CreateEqOut>()),
+            Opcode::DestroyEq => spec(op, e::<DestroyEqIn>(), None),
+            Opcode::CreateCq => spec(op, e::<CreateCqIn>(), e::<CreateCqOut>()),
+            Opcode::DestroyCq => spec(op, e::<DestroyCqIn>(), None),
+            Opcode::CreateSrq => spec(op, e::<CreateSrqIn>(), e::<CreateSrqOut>()),
+            Opcode::ModifySrq => spec(op, e::<ModifySrqIn>(), None),
+            Opcode::QuerySrq => spec(op, e::<QuerySrqIn>(), e::<QuerySrqOut>()),
+            Opcode::DestroySrq => spec(op, e::<DestroySrqIn>(), None),
+            Opcode::CreateQp => spec(op, e::<CreateQpIn>(), e::<CreateQpOut>()),
+            Opcode::ModifyQp => spec(op, e::<ModifyQpIn>(), None),
+            Opcode::QueryQp => spec(op, e::<QueryQpIn>(), e::<QueryQpOut>()),
+            Opcode::DestroyQp => spec(op, e::<DestroyQpIn>(), None),
+            Opcode::RegMr => spec(op, e::<RegMrIn>(), e::<RegMrOut>()),
+            Opcode::ReregMr => spec(op, e::<ReregMrIn>(), e::<RegMrOut>()),
+            Opcode::DeregMr => spec(op, e::<DeregMrIn>(), None),
+        })
+        .collect()
+}
+
+/// The command queue.
+pub fn section() -> Section {
+    let mut entries = vec![
+        Entry::Text(COMMAND_PROTOCOL),
+        Entry::Consts(cmd_const::layout()),
+        Entry::Consts(cmd_flags::layout()),
+        Entry::Consts(cmd_owner::layout()),
+        Entry::Struct(entry::<Cmd>()),
+        Entry::Enum(Status::layout()),
+        Entry::Enum(Opcode::layout()),
+        Entry::Consts(pbl_const::layout()),
+        Entry::Struct(entry::<Pbl>()),
+        Entry::Struct(entry::<Av>()),
+        Entry::Struct(entry::<QpCap>()),
+        Entry::Struct(entry::<QpAttr>()),
+        Entry::Consts(reg_mr_flags::layout()),
+        Entry::Consts(rereg::layout()),
+    ];
+    // Parameter structs in opcode order, each once (REG_MR and REREG_MR share
+    // their output).
+    let mut seen = Vec::new();
+    for c in commands() {
+        for s in [c.input, c.output].into_iter().flatten() {
+            let name = (s.layout)().name;
+            if !seen.contains(&name) {
+                seen.push(name);
+                entries.push(Entry::Struct(s));
+            }
+        }
+    }
+    entries.push(Entry::Commands);
+    entries.push(Entry::StatusErrno);
+    Section {
+        title: "Command queue",
+        entries,
+    }
+}

@@ -1,0 +1,128 @@
+//! Counter sets of QUERY_COUNTERS (design.md §3: "every drop reason has a counter").
+//!
+//! The per-reason sets are the engine's own reason lists in their stable order
+//! (`DropReason::ALL`, `RxDrop::ALL`, `NakReason::ALL`); their names, in snake
+//! case, go into the header as string lists, so the driver's hw_stats names come
+//! from the same source as the device's counting. Adding a reason changes the
+//! generated header, which the header test then asks to regenerate.
+
+use transport::engine::{Counters, NakReason, RxDrop};
+use transport::wire::DropReason;
+
+use super::layout::{screaming_snake, Entry, Section};
+
+abi_enum! {
+    /// QUERY_COUNTERS sets (names in `VHCA_COUNTERS_<SET>_NAMES`).
+    pub enum CounterSet: u8 = "VHCA_COUNTERS" {
+        /// Packets, bytes, ACKs, NAKs, retransmissions, timeouts of the port.
+        Port = 0,
+        /// Packets dropped by the wire checks, per reason (WF-09, PV-10).
+        WireDrop = 1,
+        /// Packets dropped by the transport, per reason (PV-10).
+        RxDrop = 2,
+        /// NAKs sent, per reason (RL-12).
+        NakSent = 3,
+    }
+}
+
+/// The port set's counters, in ABI order.
+const PORT_COUNTERS: [&str; 11] = [
+    "rx_packets",
+    "tx_packets",
+    "rx_bytes",
+    "tx_bytes",
+    "acks_sent",
+    "naks_sent",
+    "rnr_naks_sent",
+    "retransmits",
+    "timeouts",
+    "rnr_naks_received",
+    "duplicates_received",
+];
+
+/// The port set's values, in the order of its names.
+fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
+    // Destructured without `..`: a counter added to the engine must be placed here.
+    let Counters {
+        rx_packets,
+        tx_packets,
+        rx_bytes,
+        tx_bytes,
+        wire_drops: _,
+        rx_drops: _,
+        naks_sent,
+        nak_reasons: _,
+        rnr_naks_sent,
+        acks_sent,
+        retransmits,
+        timeouts,
+        rnr_naks_received,
+        duplicates_received,
+    } = c;
+    [
+        *rx_packets,
+        *tx_packets,
+        *rx_bytes,
+        *tx_bytes,
+        *acks_sent,
+        *naks_sent,
+        *rnr_naks_sent,
+        *retransmits,
+        *timeouts,
+        *rnr_naks_received,
+        *duplicates_received,
+    ]
+}
+
+fn snake<T: core::fmt::Debug>(v: &T) -> String {
+    screaming_snake(&format!("{v:?}")).to_ascii_lowercase()
+}
+
+impl CounterSet {
+    /// Counter names of the set, in value order.
+    pub fn names(self) -> Vec<String> {
+        match self {
+            CounterSet::Port => PORT_COUNTERS.iter().map(|s| s.to_string()).collect(),
+            CounterSet::WireDrop => DropReason::ALL.iter().map(snake).collect(),
+            CounterSet::RxDrop => RxDrop::ALL.iter().map(snake).collect(),
+            CounterSet::NakSent => NakReason::ALL.iter().map(snake).collect(),
+        }
+    }
+
+    /// The set's values from the engine's counters, in the order of
+    /// [`names`](Self::names).
+    pub fn values(self, c: &Counters) -> Vec<u64> {
+        match self {
+            CounterSet::Port => port_values(c).to_vec(),
+            CounterSet::WireDrop => DropReason::ALL
+                .iter()
+                .map(|r| c.wire_drops.get(*r))
+                .collect(),
+            CounterSet::RxDrop => RxDrop::ALL.iter().map(|r| c.dropped(*r)).collect(),
+            CounterSet::NakSent => NakReason::ALL.iter().map(|r| c.naked(*r)).collect(),
+        }
+    }
+
+    /// The C macro holding the names: `VHCA_COUNTERS_RX_DROP_NAMES`.
+    pub fn names_macro(self) -> String {
+        format!(
+            "{}_{}_NAMES",
+            CounterSet::layout().prefix,
+            screaming_snake(&format!("{self:?}"))
+        )
+    }
+}
+
+/// The counter sets.
+pub fn section() -> Section {
+    Section {
+        title: "Counters",
+        entries: std::iter::once(Entry::Enum(CounterSet::layout()))
+            .chain(CounterSet::ALL.iter().map(|&set| Entry::Names {
+                doc: "Counter names of a set, in QUERY_COUNTERS order.",
+                r#macro: set.names_macro(),
+                names: set.names(),
+            }))
+            .collect(),
+    }
+}

@@ -1,0 +1,75 @@
+//! Who the device is on the PCI bus, which ABI it speaks, and where its BARs and
+//! MSI-X structures are (design.md §4, §5).
+
+use super::layout::{Entry, Section};
+
+abi_consts! {
+    /// Identity of the PCI function and of the ABI.
+    pub mod ident: u32 = "VHCA" {
+        /// Experimental vendor ID, as QEMU's `edu` device uses: never a real HCA
+        /// vendor's, so that mlx4/mlx5 never bind (design.md §4). In-tree Linux
+        /// claims only 0x1234:0x1111 (bochs-drm); QEMU's edu (0x11e8) has no driver.
+        PCI_VENDOR_ID = 0x1234,
+        /// Device ID: "1b" for InfiniBand, "ca" for channel adapter. No in-tree
+        /// driver matches 0x1234:0x1bca (checked against Linux's PCI ID tables and
+        /// QEMU's docs/specs/pci-ids.rst; the guest image should also check its own
+        /// modules.alias).
+        PCI_DEVICE_ID = 0x1bca,
+        /// Subsystem vendor: QEMU's (Red Hat / Qumranet) for emulated devices.
+        PCI_SUBSYSTEM_VENDOR_ID = 0x1af4,
+        /// Subsystem ID QEMU uses for emulated hardware devices (pci-ids.rst).
+        PCI_SUBSYSTEM_ID = 0x1100,
+        /// Class code (base, sub, prog-if): serial bus controller, InfiniBand.
+        PCI_CLASS = 0x0c0600,
+        /// PCI revision; the ABI version below is what matters.
+        PCI_REVISION = 0x01,
+        /// ABI version: major << 16 | minor. A driver binds only to a device with
+        /// the same major and a minor at least its own; minors only append fields
+        /// to mailbox structs and add opcodes.
+        ABI_VERSION = 0x0001_0000,
+        /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
+        /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
+        /// is told apart at once.
+        MAGIC = 0x4143_4856,
+    }
+}
+
+abi_consts! {
+    /// BARs and MSI-X placement.
+    pub mod bar: u32 = "VHCA" {
+        /// BAR0: registers, the context window and the MSI-X table and PBA.
+        /// Trapped: every access is a vfio-user round trip (design.md §4, §5), so
+        /// only the control path touches it.
+        BAR0_INDEX = 0,
+        /// 64 KiB: registers below 0x1000, the context window at 0x1000, MSI-X at
+        /// 0x8000 and 0x9000.
+        BAR0_SIZE = 0x1_0000,
+        /// BAR2: doorbell pages (UARs), memfd-backed and mapped into the guest
+        /// with a sparse mmap, so a doorbell store never exits the VM (design.md
+        /// §4). 64-bit, prefetchable: it is plain memory the device polls.
+        BAR2_INDEX = 2,
+        /// MSI-X table offset in BAR0 (16 bytes per vector; QEMU emulates it).
+        MSIX_TABLE_OFFSET = 0x8000,
+        /// MSI-X pending-bit array offset in BAR0: 4 KiB after the table, which
+        /// holds the largest table (64 vectors, 1 KiB) with room to spare.
+        MSIX_PBA_OFFSET = 0x9000,
+        /// Fewest MSI-X vectors the device offers: vector 0 and at least seven
+        /// completion vectors.
+        MSIX_MIN_VECTORS = 8,
+        /// Most MSI-X vectors the device offers.
+        MSIX_MAX_VECTORS = 64,
+        /// Vector of command completions and asynchronous events (EQ 0; design.md §4).
+        MSIX_VECTOR_ASYNC = 0,
+        /// First vector for completion event queues; the rest up to
+        /// CAP_MSIX_VECTORS - 1 are theirs too.
+        MSIX_VECTOR_FIRST_COMP = 1,
+    }
+}
+
+/// Identity and BAR placement.
+pub fn section() -> Section {
+    Section {
+        title: "PCI identity, ABI version, BARs and MSI-X",
+        entries: vec![Entry::Consts(ident::layout()), Entry::Consts(bar::layout())],
+    }
+}

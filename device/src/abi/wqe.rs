@@ -1,0 +1,140 @@
+//! Work queue entries: what the driver writes into SQ, RQ and SRQ rings in guest
+//! memory and the device fetches after a doorbell (design.md §2 step 2, §4).
+
+use super::layout::{entry, Entry, Section};
+
+use super::cmd::Av;
+
+abi_text! {
+    /// How a WQE is laid out.
+    pub const WQE_LAYOUT = "Work queue entries. A ring holds 2^log2_size WQEs of 2^wqe_shift \
+bytes each (the stride, fixed per queue at create time); WQE i (free-running producer \
+index) is at byte (i mod size) * stride of the ring's page list. Send strides are 64-byte \
+basic blocks (VHCA_SQ_MIN_WQE_SHIFT); receive strides start at 32 bytes. A WQE is valid \
+because the producer index in the doorbell slot covers it; it has no owner bit.\n\n\
+Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP, struct \
+vhca_ud_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ a struct \
+vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a struct vhca_raddr_seg \
+followed by a struct vhca_atomic_seg; then the data: ctrl.len SGEs (struct vhca_sge), or, \
+with VHCA_SEND_INLINE, ctrl.len bytes of inline data. Everything must fit in the stride: a \
+WQE that does not, an unknown opcode, or an opcode the QP's service does not allow \
+completes with an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device \
+(design.md §2, §9).\n\n\
+Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD, the first 40 \
+bytes of the buffers receive the GRH (undefined when the CQE has no GRH flag), as ibverbs \
+expects.";
+}
+
+abi_consts! {
+    /// WQE strides.
+    pub mod wqe_const: u32 = "VHCA" {
+        /// Smallest send stride: one 64-byte basic block (control + UD segment, or
+        /// control + remote address + two SGEs).
+        SQ_MIN_WQE_SHIFT = 6,
+        /// Smallest receive stride: 32 bytes (control + one SGE).
+        RQ_MIN_WQE_SHIFT = 5,
+        /// Largest stride for both: 4 KiB (room for 32 SGEs or 256 bytes inline
+        /// with every header).
+        MAX_WQE_SHIFT = 12,
+        /// Bytes before the data of a UD send WQE.
+        UD_HEADERS_SIZE = 64,
+        /// Bytes of the GRH at the start of a UD receive buffer (`struct ibv_grh`).
+        UD_GRH_SIZE = 40,
+    }
+}
+
+abi_struct! {
+    /// Send WQE control segment (every send WQE starts with it).
+    pub struct SendCtrl (16) {
+        /// Returned in the CQE.
+        pub wr_id: u64,
+        /// `enum vhca_wr_opcode` (`ibv_wr_opcode`).
+        pub opcode: u8,
+        /// `VHCA_SEND_*` (`ibv_send_flags` bits).
+        pub flags: u8,
+        /// SGE count, or bytes of inline data with VHCA_SEND_INLINE.
+        pub len: u16,
+        /// Immediate data (WITH_IMM opcodes) as a number: the provider stores
+        /// be32toh(wr.imm_data) and the device sends it big-endian in ImmDt, so
+        /// the bytes arrive as posted. SEND_WITH_INV: wr.invalidate_rkey as is.
+        pub imm_or_inv: u32,
+    }
+}
+
+abi_struct! {
+    /// UD destination segment (AD-02; UD and GSI QPs).
+    pub struct UdSeg (48) {
+        /// Destination QP (24 bits).
+        pub remote_qpn: u32,
+        /// Q_Key; one with the high bit set means "use the QP's" (PV-05).
+        pub remote_qkey: u32,
+        /// Where to.
+        pub av: Av,
+        pub rsvd: [u8; 8],
+    }
+}
+
+abi_struct! {
+    /// Remote address segment (RDMA and ATOMIC).
+    pub struct RaddrSeg (16) {
+        pub remote_addr: u64,
+        pub rkey: u32,
+        pub rsvd: u32,
+    }
+}
+
+abi_struct! {
+    /// Atomic segment (ibverbs' `wr.atomic`, OP-07).
+    pub struct AtomicSeg (16) {
+        /// CmpSwap: the compare value; FetchAdd: the value to add.
+        pub compare_add: u64,
+        /// CmpSwap: the swap value; FetchAdd: ignored.
+        pub swap: u64,
+    }
+}
+
+abi_struct! {
+    /// Scatter/gather element: `length` bytes at `addr` of the MR of `lkey`.
+    pub struct Sge (16) {
+        pub addr: u64,
+        pub length: u32,
+        pub lkey: u32,
+    }
+}
+
+abi_struct! {
+    /// Receive WQE control segment (RQ and SRQ).
+    pub struct RecvCtrl (16) {
+        /// Returned in the CQE.
+        pub wr_id: u64,
+        /// SGEs that follow.
+        pub num_sge: u32,
+        pub rsvd: u32,
+    }
+}
+
+// Strides never exceed the smallest page, so an entry never straddles two pages;
+// the smallest send stride holds a UD send's headers.
+const _: () = {
+    use super::cmd::pbl_const;
+    assert!(wqe_const::MAX_WQE_SHIFT <= pbl_const::MIN_PAGE_SHIFT);
+    assert!(SendCtrl::SIZE + UdSeg::SIZE == 1 << wqe_const::SQ_MIN_WQE_SHIFT);
+    assert!(RecvCtrl::SIZE + Sge::SIZE == 1 << wqe_const::RQ_MIN_WQE_SHIFT);
+};
+
+/// Work queue entries.
+pub fn section() -> Section {
+    Section {
+        title: "Work queue entries (SQ, RQ, SRQ rings)",
+        entries: vec![
+            Entry::Text(WQE_LAYOUT),
+            Entry::Consts(wqe_const::layout()),
+            Entry::Struct(entry::<SendCtrl>()),
+            Entry::Struct(entry::<UdSeg>()),
+            Entry::Struct(entry::<RaddrSeg>()),
+            Entry::Struct(entry::<AtomicSeg>()),
+            Entry::Struct(entry::<Sge>()),
+            Entry::Struct(entry::<RecvCtrl>()),
+        ],
+    }
+}

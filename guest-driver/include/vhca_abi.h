@@ -1,0 +1,2321 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * vhca_abi.h: the vhca device ABI, version 1.0.
+ *
+ * GENERATED from device/src/abi/ (the only source) by
+ *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
+ * Do not edit: change the Rust source and regenerate; device/tests/abi_header.rs
+ * fails while this file is stale.
+ *
+ * All multi-byte fields are little-endian; structs have no implicit padding and
+ * every field is naturally aligned.
+ */
+
+#ifndef VHCA_ABI_H
+#define VHCA_ABI_H
+
+#if defined(__KERNEL__)
+#include <linux/types.h>
+#include <linux/stddef.h>
+#include <linux/errno.h>
+#elif defined(__linux__)
+#include <linux/types.h>
+#include <stddef.h>
+#include <errno.h>
+#else
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+typedef uint8_t __u8;
+typedef uint16_t __u16;
+typedef uint32_t __u32;
+typedef uint64_t __u64;
+#endif
+
+/* ============== PCI identity, ABI version, BARs and MSI-X =============== */
+
+/* Identity of the PCI function and of the ABI. */
+/*
+ * Experimental vendor ID, as QEMU's `edu` device uses: never a real HCA
+ * vendor's, so that mlx4/mlx5 never bind (design.md §4). In-tree Linux
+ * claims only 0x1234:0x1111 (bochs-drm); QEMU's edu (0x11e8) has no driver.
+ */
+#define VHCA_PCI_VENDOR_ID           0x1234U
+/*
+ * Device ID: "1b" for InfiniBand, "ca" for channel adapter. No in-tree driver
+ * matches 0x1234:0x1bca (checked against Linux's PCI ID tables and QEMU's
+ * docs/specs/pci-ids.rst; the guest image should also check its own
+ * modules.alias).
+ */
+#define VHCA_PCI_DEVICE_ID           0x1bcaU
+/* Subsystem vendor: QEMU's (Red Hat / Qumranet) for emulated devices. */
+#define VHCA_PCI_SUBSYSTEM_VENDOR_ID 0x1af4U
+/* Subsystem ID QEMU uses for emulated hardware devices (pci-ids.rst). */
+#define VHCA_PCI_SUBSYSTEM_ID        0x1100U
+/* Class code (base, sub, prog-if): serial bus controller, InfiniBand. */
+#define VHCA_PCI_CLASS               0x0c0600U
+/* PCI revision; the ABI version below is what matters. */
+#define VHCA_PCI_REVISION            0x01U
+/*
+ * ABI version: major << 16 | minor. A driver binds only to a device with the
+ * same major and a minor at least its own; minors only append fields to
+ * mailbox structs and add opcodes.
+ */
+#define VHCA_ABI_VERSION             0x00010000U
+/*
+ * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
+ * so a BAR that is not ours (or all-ones after a surprise removal) is told
+ * apart at once.
+ */
+#define VHCA_MAGIC                   0x41434856U
+
+/* BARs and MSI-X placement. */
+/*
+ * BAR0: registers, the context window and the MSI-X table and PBA. Trapped:
+ * every access is a vfio-user round trip (design.md §4, §5), so only the
+ * control path touches it.
+ */
+#define VHCA_BAR0_INDEX             0U
+/*
+ * 64 KiB: registers below 0x1000, the context window at 0x1000, MSI-X at
+ * 0x8000 and 0x9000.
+ */
+#define VHCA_BAR0_SIZE              0x10000U
+/*
+ * BAR2: doorbell pages (UARs), memfd-backed and mapped into the guest with a
+ * sparse mmap, so a doorbell store never exits the VM (design.md §4).
+ * 64-bit, prefetchable: it is plain memory the device polls.
+ */
+#define VHCA_BAR2_INDEX             2U
+/* MSI-X table offset in BAR0 (16 bytes per vector; QEMU emulates it). */
+#define VHCA_MSIX_TABLE_OFFSET      0x8000U
+/*
+ * MSI-X pending-bit array offset in BAR0: 4 KiB after the table, which holds
+ * the largest table (64 vectors, 1 KiB) with room to spare.
+ */
+#define VHCA_MSIX_PBA_OFFSET        0x9000U
+/*
+ * Fewest MSI-X vectors the device offers: vector 0 and at least seven
+ * completion vectors.
+ */
+#define VHCA_MSIX_MIN_VECTORS       8U
+/* Most MSI-X vectors the device offers. */
+#define VHCA_MSIX_MAX_VECTORS       64U
+/*
+ * Vector of command completions and asynchronous events (EQ 0; design.md
+ * §4).
+ */
+#define VHCA_MSIX_VECTOR_ASYNC      0U
+/*
+ * First vector for completion event queues; the rest up to CAP_MSIX_VECTORS -
+ * 1 are theirs too.
+ */
+#define VHCA_MSIX_VECTOR_FIRST_COMP 1U
+
+/* ============================ BAR0 registers ============================ */
+
+/*
+ * BAR0 rules. Registers are 32 bits wide at 4-byte aligned offsets; a 64-bit
+ * guest-physical address is a LO/HI pair, which may also be accessed as one
+ * aligned 8-byte access. Reads of unassigned offsets return 0. Writes to
+ * read-only registers, to unassigned offsets, to the context window, and to
+ * configuration registers (CMDQ_*, EQ0_*) while DEV_STATUS.ENABLED is set are
+ * ignored and counted in IGNORED_WRITES. Every access is a vfio-user round
+ * trip (~100 us as the guest sees it; design.md §5): nothing on the data
+ * path reads or writes BAR0 except WAKE, and WAKE only when a doorbell page
+ * says the device is asleep.
+ *
+ * Bring-up: write DEV_CTRL.RESET and poll DEV_STATUS until READY is set and
+ * ENABLED clear; check MAGIC and ABI_VERSION; read the CAP_* registers; write
+ * DRIVER_ABI, CMDQ_BASE_*, CMDQ_LOG2_SIZE, EQ0_BASE_*, EQ0_LOG2_SIZE (both
+ * rings zeroed, physically contiguous, 4 KiB aligned); arm EQ 0 through its
+ * doorbell slot (UAR 0, slot VHCA_UAR_EQ0_SLOT); write DEV_CTRL.ENABLE; poll
+ * DEV_STATUS until ENABLED or FATAL. A FATAL device does nothing until RESET;
+ * FATAL_SYNDROME says why (enum vhca_fatal).
+ */
+
+/* BAR0 register offsets. */
+/* R: `VHCA_MAGIC`. */
+#define VHCA_REG_MAGIC             0x0000U
+/* R: `VHCA_ABI_VERSION` of the device. */
+#define VHCA_REG_ABI_VERSION       0x0004U
+/*
+ * RW: the driver writes its `VHCA_ABI_VERSION` before ENABLE; a different
+ * major, or a higher minor than the device's, makes ENABLE fail with FATAL /
+ * `VHCA_FATAL_ABI_MISMATCH`.
+ */
+#define VHCA_REG_DRIVER_ABI        0x0008U
+/* RW: `VHCA_DEV_CTRL_*` bits. */
+#define VHCA_REG_DEV_CTRL          0x000cU
+/* R: `VHCA_DEV_STATUS_*` bits. */
+#define VHCA_REG_DEV_STATUS        0x0010U
+/*
+ * W: any value wakes the polling device. The driver writes it only after a
+ * doorbell store when its UAR page's `asleep` word is set (see the doorbell
+ * protocol), so an awake device costs no exit.
+ */
+#define VHCA_REG_WAKE              0x0014U
+/* R: why DEV_STATUS.FATAL is set (`enum vhca_fatal`). */
+#define VHCA_REG_FATAL_SYNDROME    0x0018U
+/*
+ * R: writes ignored since reset (read-only registers, the context window,
+ * configuration while enabled).
+ */
+#define VHCA_REG_IGNORED_WRITES    0x001cU
+/* R: QPs the device can hold, including QP 1 (GSI). */
+#define VHCA_REG_CAP_MAX_QP        0x0100U
+/* R: CQs. */
+#define VHCA_REG_CAP_MAX_CQ        0x0104U
+/* R: SRQs. */
+#define VHCA_REG_CAP_MAX_SRQ       0x0108U
+/* R: MRs (key index space; IBA 3.5.3: 24-bit index, MP-02). */
+#define VHCA_REG_CAP_MAX_MR        0x010cU
+/* R: PDs. */
+#define VHCA_REG_CAP_MAX_PD        0x0110U
+/* R: EQs, including EQ 0. */
+#define VHCA_REG_CAP_MAX_EQ        0x0114U
+/* R: work requests per SQ or RQ. */
+#define VHCA_REG_CAP_MAX_QP_WR     0x0118U
+/* R: SGEs per WQE. */
+#define VHCA_REG_CAP_MAX_SGE       0x011cU
+/* R: entries per CQ. */
+#define VHCA_REG_CAP_MAX_CQE       0x0120U
+/* R: bytes of inline data per send WQE. */
+#define VHCA_REG_CAP_MAX_INLINE    0x0124U
+/* R: UAR pages in BAR2 (BAR2 is this many 4 KiB pages). */
+#define VHCA_REG_CAP_NUM_UARS      0x0128U
+/* R: MSI-X vectors (`VHCA_MSIX_MIN_VECTORS`..=`VHCA_MSIX_MAX_VECTORS`). */
+#define VHCA_REG_CAP_MSIX_VECTORS  0x012cU
+/* R: largest CMDQ_LOG2_SIZE. */
+#define VHCA_REG_CAP_MAX_CMDQ_LOG2 0x0130U
+/* R: largest log2 of EQ entries (EQ 0 and CREATE_EQ). */
+#define VHCA_REG_CAP_MAX_EQ_LOG2   0x0134U
+/* R: work requests per SRQ. */
+#define VHCA_REG_CAP_MAX_SRQ_WR    0x0138U
+/* R: physical ports (1). */
+#define VHCA_REG_CAP_NUM_PORTS     0x013cU
+/* R: `VHCA_DEV_CAP_*` bits. */
+#define VHCA_REG_CAP_FLAGS         0x0140U
+/* RW: command ring guest-physical base, low half (4 KiB aligned). */
+#define VHCA_REG_CMDQ_BASE_LO      0x0200U
+/* RW: command ring guest-physical base, high half. */
+#define VHCA_REG_CMDQ_BASE_HI      0x0204U
+/* RW: log2 of command slots (1..=CAP_MAX_CMDQ_LOG2). */
+#define VHCA_REG_CMDQ_LOG2_SIZE    0x0208U
+/*
+ * W: producer doorbell. The driver writes its free-running producer index
+ * (commands posted) after setting OWNER in every new slot.
+ */
+#define VHCA_REG_CMDQ_PI           0x020cU
+/* R: the device's free-running consumer index (commands completed). */
+#define VHCA_REG_CMDQ_CI           0x0210U
+/*
+ * RW: EQ 0 ring guest-physical base, low half (4 KiB aligned). EQ 0 takes
+ * command-done events and every asynchronous event, on vector 0.
+ */
+#define VHCA_REG_EQ0_BASE_LO       0x0220U
+/* RW: EQ 0 ring guest-physical base, high half. */
+#define VHCA_REG_EQ0_BASE_HI       0x0224U
+/* RW: log2 of EQ 0 entries (1..=CAP_MAX_EQ_LOG2). */
+#define VHCA_REG_EQ0_LOG2_SIZE     0x0228U
+/* RW: context table to show in the window (`enum vhca_ctx_table`). */
+#define VHCA_REG_CTX_TABLE         0x0300U
+/*
+ * RW: object number in that table (QPN, CQN, SRQN, MR key index, EQN).
+ * Writing it copies the live entry into the window (a snapshot: the entry is
+ * consistent even while the device runs).
+ */
+#define VHCA_REG_CTX_INDEX         0x0304U
+/* R: `enum vhca_ctx_status` of the last snapshot. */
+#define VHCA_REG_CTX_STATUS        0x0308U
+/*
+ * R: the window: the snapshot record (`struct vhca_*_context`), zero past its
+ * size. Read-only: writes are ignored and counted (design.md §4).
+ */
+#define VHCA_REG_CTX_WINDOW        0x1000U
+/* Bytes in the window. */
+#define VHCA_REG_CTX_WINDOW_SIZE   0x100U
+
+/* DEV_CTRL bits. */
+/*
+ * Self-clearing: drop every object and every configuration register, clear
+ * ENABLED and FATAL, then set READY. Also what a PCI reset does.
+ */
+#define VHCA_DEV_CTRL_RESET  (1U << 0)
+/*
+ * 1: start serving the command queue and EQ 0 as configured. 0: stop (the
+ * device finishes the command it is executing, then serves nothing).
+ */
+#define VHCA_DEV_CTRL_ENABLE (1U << 1)
+
+/* DEV_STATUS bits. */
+/* Reset finished; registers may be configured. */
+#define VHCA_DEV_STATUS_READY   (1U << 0)
+/* The command queue and EQ 0 are live. */
+#define VHCA_DEV_STATUS_ENABLED (1U << 1)
+/*
+ * The device stopped on a driver error; see FATAL_SYNDROME. Only RESET clears
+ * it.
+ */
+#define VHCA_DEV_STATUS_FATAL   (1U << 2)
+
+/*
+ * DEV_CAP bits (CAP_FLAGS and QUERY_DEVICE's `cap_flags`): what the device
+ * supports, for the driver to turn into IB device capability flags.
+ */
+/* Reliable Connection QPs. */
+#define VHCA_DEV_CAP_RC            (1U << 0)
+/* Unreliable Connection QPs. */
+#define VHCA_DEV_CAP_UC            (1U << 1)
+/* Unreliable Datagram QPs. */
+#define VHCA_DEV_CAP_UD            (1U << 2)
+/* QP 1 (GSI) through CREATE_QP with type GSI (design.md §7). */
+#define VHCA_DEV_CAP_GSI           (1U << 3)
+/* Shared receive queues (SR-01). */
+#define VHCA_DEV_CAP_SRQ           (1U << 4)
+/* ATOMIC CmpSwap and FetchAdd (OP-07). */
+#define VHCA_DEV_CAP_ATOMIC        (1U << 5)
+/* SEND with Invalidate (OP-03). */
+#define VHCA_DEV_CAP_SEND_WITH_INV (1U << 6)
+/* REG_MR with `VHCA_REG_MR_F_DMA` (an identity MR for kernel verbs). */
+#define VHCA_DEV_CAP_DMA_MR        (1U << 7)
+
+/* FATAL_SYNDROME values. */
+enum vhca_fatal {
+	/* Not fatal. */
+	VHCA_FATAL_NONE = 0,
+	/* DRIVER_ABI is not compatible with ABI_VERSION. */
+	VHCA_FATAL_ABI_MISMATCH = 1,
+	/*
+	 * CMDQ_BASE or CMDQ_LOG2_SIZE is invalid (unaligned, too big, unmapped).
+	 */
+	VHCA_FATAL_CMDQ_BAD_CONFIG = 2,
+	/*
+	 * A slot between CMDQ_CI and CMDQ_PI was not owned by the device: the queue
+	 * stops, since the device cannot tell where commands are.
+	 */
+	VHCA_FATAL_CMDQ_NOT_OWNED = 3,
+	/* EQ0_BASE or EQ0_LOG2_SIZE is invalid. */
+	VHCA_FATAL_EQ0_BAD_CONFIG = 4,
+	/*
+	 * EQ 0 overflowed: the driver did not advance its consumer index. An event
+	 * (a command completion, a QP error) would be lost, and no other queue could
+	 * report that, so the device stops (as a CQ overflow is an error, CQ-03).
+	 */
+	VHCA_FATAL_EQ0_OVERFLOW = 5,
+	/* UAR 0 (EQ 0's doorbell slot) is not readable. */
+	VHCA_FATAL_UAR0_UNAVAILABLE = 6,
+};
+
+/*
+ * CTX_TABLE values: which device-resident context table the window shows.
+ */
+enum vhca_ctx_table {
+	/* Nothing selected. */
+	VHCA_CTX_NONE = 0,
+	/* QP contexts, by QPN (`struct vhca_qp_context`). */
+	VHCA_CTX_QPC = 1,
+	/* CQ contexts, by CQN (`struct vhca_cq_context`). */
+	VHCA_CTX_CQC = 2,
+	/* SRQ contexts, by SRQN (`struct vhca_srq_context`). */
+	VHCA_CTX_SRQC = 3,
+	/*
+	 * Memory protection table, by MR key index = key >> 8 (`struct
+	 * vhca_mr_context`).
+	 */
+	VHCA_CTX_MPT = 4,
+	/* EQ contexts, by EQN (`struct vhca_eq_context`). */
+	VHCA_CTX_EQC = 5,
+};
+
+/* CTX_STATUS values. */
+enum vhca_ctx_status {
+	/* The window holds the entry. */
+	VHCA_CTX_STATUS_OK = 0,
+	/* No live object has that number; the window reads as zeros. */
+	VHCA_CTX_STATUS_NO_OBJECT = 1,
+	/* CTX_TABLE is not a table; the window reads as zeros. */
+	VHCA_CTX_STATUS_BAD_TABLE = 2,
+};
+
+/* ====================== BAR2 doorbell pages (UARs) ====================== */
+
+/*
+ * Doorbell pages (BAR2). Page u is bytes [u * 4096, (u + 1) * 4096) of BAR2.
+ * UAR 0 belongs to the kernel driver (its QPs and CQs, and every EQ); the
+ * driver hands pages 1.. to user contexts, one each, to mmap. A page holds a
+ * 64-byte header (struct vhca_uar_header) written by the device, then 8-byte
+ * doorbell slots: slot s is at byte s * 8, for s in
+ * VHCA_UAR_FIRST_SLOT..VHCA_UAR_SLOTS. The header keeps the line the device
+ * writes apart from the lines the driver writes. The driver picks a free
+ * (page, slot) for each QP, SRQ, CQ and EQ and passes it to the create
+ * command; the device refuses a slot already in use (VHCA_STATUS_BUSY) or out
+ * of range, and slot VHCA_UAR_EQ0_SLOT of UAR 0, which is EQ 0's. The slot is
+ * the object's until it is destroyed.
+ *
+ * Slots hold free-running 32-bit indices: a producer index counts WQEs ever
+ * posted, a consumer index entries ever consumed; ring entry = index mod ring
+ * size. The driver stores each 32-bit word with one aligned store.
+ *
+ * Producer slots (QP: sq_pi, rq_pi; SRQ: pi) tell the device about new work,
+ * so they need the wake protocol.
+ *
+ * Driver: write the WQE; store the new producer index; full fence (smp_mb /
+ * atomic_thread_fence(seq_cst): the store must be visible before the load
+ * below); load the page's asleep word; if it is nonzero, write BAR0 WAKE.
+ *
+ * Device: store asleep = 1 in every UAR page in use; full fence; scan every
+ * producer slot again; if one moved, store asleep = 0 and go on polling, else
+ * sleep until WAKE (or a packet or timer). On waking it stores asleep = 0
+ * before scanning.
+ *
+ * Either the driver's load sees asleep = 1 and it rings WAKE, or the device's
+ * rescan sees the new index (Dekker: each side stores, fences, then loads the
+ * other's word), so work is never left unseen; an awake device costs the
+ * driver no exit. A spurious WAKE is harmless.
+ *
+ * Consumer and arm slots (CQ: ci, arm; EQ: ci, arm) need no WAKE: the device
+ * reads them only when it is about to write a CQE or EQE, and it is awake
+ * then.
+ *
+ * Arming: a CQ's arm word is (sequence number, 31 bits) |
+ * VHCA_CQ_ARM_SOLICITED. The driver arms by storing a word different from the
+ * last (increment the sequence number); the device takes a changed word as
+ * one request for an event on the next completion (or next solicited one), as
+ * ibv_req_notify_cq. An EQ's arm word is a sequence number: a changed word
+ * lets the device raise the EQ's vector once more after writing EQEs; after
+ * an interrupt the driver consumes the EQEs, stores ci, then stores a new arm
+ * word.
+ */
+
+/* Doorbell page geometry. */
+/* Bytes per UAR page: one x86 page, so each can be mmapped on its own. */
+#define VHCA_UAR_PAGE_SIZE   4096U
+/*
+ * Bytes of the device-written header at the start of every page (one cache
+ * line).
+ */
+#define VHCA_UAR_HEADER_SIZE 64U
+/* Bytes per doorbell slot (two 32-bit words). */
+#define VHCA_UAR_SLOT_SIZE   8U
+/* First slot number (slots below it are the header). */
+#define VHCA_UAR_FIRST_SLOT  8U
+/*
+ * Slots per page, header included: valid slot numbers are FIRST_SLOT..SLOTS.
+ */
+#define VHCA_UAR_SLOTS       512U
+/* The kernel driver's page. */
+#define VHCA_UAR_KERNEL_UAR  0U
+/* EQ 0's doorbell slot (struct vhca_eq_doorbell) in UAR 0; reserved. */
+#define VHCA_UAR_EQ0_SLOT    8U
+/* Value of `asleep` while the device polls. */
+#define VHCA_UAR_AWAKE       0U
+/*
+ * Value of `asleep` while the device sleeps: ring WAKE after a doorbell.
+ */
+#define VHCA_UAR_ASLEEP      1U
+
+/* CQ arm word bits (struct vhca_cq_doorbell `arm`). */
+/*
+ * Event only for a solicited completion (or an error); clear: for the next
+ * completion (CQ-02). Arming for "next" after "solicited" widens the request,
+ * never narrows it.
+ */
+#define VHCA_CQ_ARM_SOLICITED (1U << 31)
+/* Sequence number bits: change them to make a new request. */
+#define VHCA_CQ_ARM_SN_MASK   0x7fffffffU
+
+/*
+ * The first 64 bytes of every doorbell page: written by the device only.
+ */
+struct vhca_uar_header {
+	/* `VHCA_UAR_ASLEEP` while the device sleeps, else `VHCA_UAR_AWAKE`. */
+	__u32 asleep;
+	/* Zero. */
+	__u32 rsvd[15];
+};
+_Static_assert(sizeof(struct vhca_uar_header) == 64, "vhca_uar_header: size");
+_Static_assert(offsetof(struct vhca_uar_header, asleep) == 0, "vhca_uar_header.asleep");
+_Static_assert(offsetof(struct vhca_uar_header, rsvd) == 4, "vhca_uar_header.rsvd");
+
+/* A QP's doorbell slot, written by the driver. */
+struct vhca_qp_doorbell {
+	/* Send WQEs ever posted (free-running). */
+	__u32 sq_pi;
+	/* Receive WQEs ever posted (free-running); unused with an SRQ. */
+	__u32 rq_pi;
+};
+_Static_assert(sizeof(struct vhca_qp_doorbell) == 8, "vhca_qp_doorbell: size");
+_Static_assert(offsetof(struct vhca_qp_doorbell, sq_pi) == 0, "vhca_qp_doorbell.sq_pi");
+_Static_assert(offsetof(struct vhca_qp_doorbell, rq_pi) == 4, "vhca_qp_doorbell.rq_pi");
+
+/* An SRQ's doorbell slot, written by the driver. */
+struct vhca_srq_doorbell {
+	/* Receive WQEs ever posted (free-running). */
+	__u32 pi;
+	/* Zero. */
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_srq_doorbell) == 8, "vhca_srq_doorbell: size");
+_Static_assert(offsetof(struct vhca_srq_doorbell, pi) == 0, "vhca_srq_doorbell.pi");
+_Static_assert(offsetof(struct vhca_srq_doorbell, rsvd) == 4, "vhca_srq_doorbell.rsvd");
+
+/* A CQ's doorbell slot, written by the driver. */
+struct vhca_cq_doorbell {
+	/*
+	 * CQEs ever consumed (free-running): the device never writes more than the
+	 * ring size past it; a CQE that does not fit is a CQ overflow (CQ-03).
+	 */
+	__u32 ci;
+	/* Arm word: `VHCA_CQ_ARM_*`. */
+	__u32 arm;
+};
+_Static_assert(sizeof(struct vhca_cq_doorbell) == 8, "vhca_cq_doorbell: size");
+_Static_assert(offsetof(struct vhca_cq_doorbell, ci) == 0, "vhca_cq_doorbell.ci");
+_Static_assert(offsetof(struct vhca_cq_doorbell, arm) == 4, "vhca_cq_doorbell.arm");
+
+/* An EQ's doorbell slot (always in UAR 0), written by the driver. */
+struct vhca_eq_doorbell {
+	/* EQEs ever consumed (free-running). */
+	__u32 ci;
+	/* Arm sequence number: a new value allows one more interrupt. */
+	__u32 arm;
+};
+_Static_assert(sizeof(struct vhca_eq_doorbell) == 8, "vhca_eq_doorbell: size");
+_Static_assert(offsetof(struct vhca_eq_doorbell, ci) == 0, "vhca_eq_doorbell.ci");
+_Static_assert(offsetof(struct vhca_eq_doorbell, arm) == 4, "vhca_eq_doorbell.arm");
+
+/* ===================== Numbers shared with ibverbs ====================== */
+
+/*
+ * QP service (the kernel's `enum ib_qp_type`, which has GSI; ibverbs' RC, UC
+ * and UD have the same numbers).
+ */
+enum vhca_qp_type {
+	/*
+	 * QP 0, subnet management (AD-09): not supported, CREATE_QP answers
+	 * `VHCA_STATUS_NOT_SUPPORTED`.
+	 */
+	VHCA_QPT_SMI = 0,
+	/*
+	 * QP 1, general services: a UD QP with the well-known Q_Key 0x80010000
+	 * (PV-05); the device gives it QPN 1 (design.md §7).
+	 */
+	VHCA_QPT_GSI = 1,
+	/* Reliable Connection. */
+	VHCA_QPT_RC = 2,
+	/* Unreliable Connection. */
+	VHCA_QPT_UC = 3,
+	/* Unreliable Datagram. */
+	VHCA_QPT_UD = 4,
+};
+
+/* QP states (`enum ibv_qp_state`; IBA 10.3.1, QS-01). */
+enum vhca_qp_state {
+	VHCA_QPS_RESET = 0,
+	VHCA_QPS_INIT = 1,
+	VHCA_QPS_RTR = 2,
+	VHCA_QPS_RTS = 3,
+	VHCA_QPS_SQD = 4,
+	VHCA_QPS_SQE = 5,
+	VHCA_QPS_ERROR = 6,
+};
+
+/* Path MTU (`enum ibv_mtu`; IBA 7.7.8, AD-03). */
+enum vhca_mtu {
+	VHCA_MTU_M256 = 1,
+	VHCA_MTU_M512 = 2,
+	VHCA_MTU_M1024 = 3,
+	VHCA_MTU_M2048 = 4,
+	VHCA_MTU_M4096 = 5,
+};
+
+/*
+ * Send work request opcodes (`enum ibv_wr_opcode`), the ones the engine runs.
+ */
+enum vhca_wr_opcode {
+	VHCA_WR_RDMA_WRITE = 0,
+	VHCA_WR_RDMA_WRITE_WITH_IMM = 1,
+	VHCA_WR_SEND = 2,
+	VHCA_WR_SEND_WITH_IMM = 3,
+	VHCA_WR_RDMA_READ = 4,
+	VHCA_WR_ATOMIC_CMP_SWAP = 5,
+	VHCA_WR_ATOMIC_FETCH_ADD = 6,
+	VHCA_WR_SEND_WITH_INV = 9,
+};
+
+/* Completion status (`enum ibv_wc_status`). */
+enum vhca_wc_status {
+	VHCA_WC_SUCCESS = 0,
+	VHCA_WC_LOC_LEN_ERR = 1,
+	VHCA_WC_LOC_QP_OP_ERR = 2,
+	VHCA_WC_LOC_EEC_OP_ERR = 3,
+	VHCA_WC_LOC_PROT_ERR = 4,
+	VHCA_WC_WR_FLUSH_ERR = 5,
+	VHCA_WC_MW_BIND_ERR = 6,
+	VHCA_WC_BAD_RESP_ERR = 7,
+	VHCA_WC_LOC_ACCESS_ERR = 8,
+	VHCA_WC_REM_INV_REQ_ERR = 9,
+	VHCA_WC_REM_ACCESS_ERR = 10,
+	VHCA_WC_REM_OP_ERR = 11,
+	VHCA_WC_RETRY_EXC_ERR = 12,
+	VHCA_WC_RNR_RETRY_EXC_ERR = 13,
+	VHCA_WC_LOC_RDD_VIOL_ERR = 14,
+	VHCA_WC_REM_INV_RD_REQ_ERR = 15,
+	VHCA_WC_REM_ABORT_ERR = 16,
+	VHCA_WC_INV_EECN_ERR = 17,
+	VHCA_WC_INV_EEC_STATE_ERR = 18,
+	VHCA_WC_FATAL_ERR = 19,
+	VHCA_WC_RESP_TIMEOUT_ERR = 20,
+	VHCA_WC_GENERAL_ERR = 21,
+};
+
+/* Completion opcode (`enum ibv_wc_opcode`). */
+enum vhca_wc_opcode {
+	VHCA_WC_OP_SEND = 0,
+	VHCA_WC_OP_RDMA_WRITE = 1,
+	VHCA_WC_OP_RDMA_READ = 2,
+	VHCA_WC_OP_COMP_SWAP = 3,
+	VHCA_WC_OP_FETCH_ADD = 4,
+	VHCA_WC_OP_BIND_MW = 5,
+	VHCA_WC_OP_LOCAL_INV = 6,
+	VHCA_WC_OP_RECV = 128,
+	VHCA_WC_OP_RECV_RDMA_WITH_IMM = 129,
+};
+
+/* Port state (`enum ibv_port_state`). */
+enum vhca_port_state {
+	VHCA_PORT_NOP = 0,
+	VHCA_PORT_DOWN = 1,
+	VHCA_PORT_INIT = 2,
+	VHCA_PORT_ARMED = 3,
+	VHCA_PORT_ACTIVE = 4,
+	VHCA_PORT_ACTIVE_DEFER = 5,
+};
+
+/*
+ * Atomic capability (`enum ibv_atomic_cap`; OP-13: GLOB only if atomics are
+ * atomic against the guest's CPUs too).
+ */
+enum vhca_atomic_cap {
+	VHCA_ATOMIC_NONE = 0,
+	VHCA_ATOMIC_HCA = 1,
+	VHCA_ATOMIC_GLOB = 2,
+};
+
+/* Memory access flags (`enum ibv_access_flags` bits; MP-04). */
+#define VHCA_ACCESS_LOCAL_WRITE   (1U << 0)
+#define VHCA_ACCESS_REMOTE_WRITE  (1U << 1)
+#define VHCA_ACCESS_REMOTE_READ   (1U << 2)
+#define VHCA_ACCESS_REMOTE_ATOMIC (1U << 3)
+#define VHCA_ACCESS_MW_BIND       (1U << 4)
+
+/* Send WQE flags (`enum ibv_send_flags` bits). */
+/* Wait for prior READ/ATOMIC to complete first (C9-31, OR-05). */
+#define VHCA_SEND_FENCE     (1 << 0)
+/* Write a CQE on success (OR-06). */
+#define VHCA_SEND_SIGNALED  (1 << 1)
+/* Set the solicited-event bit (OP-10). */
+#define VHCA_SEND_SOLICITED (1 << 2)
+/* The data follows the headers in the WQE (`len` bytes), not SGEs. */
+#define VHCA_SEND_INLINE    (1 << 3)
+
+/* Completion flags (`enum ibv_wc_flags` bits). */
+/* UD: the receive buffer starts with the 40-byte GRH. */
+#define VHCA_WC_FLAG_GRH      (1U << 0)
+/* `imm_or_inv` holds immediate data. */
+#define VHCA_WC_FLAG_WITH_IMM (1U << 1)
+/* `imm_or_inv` holds the R_Key the SEND invalidated. */
+#define VHCA_WC_FLAG_WITH_INV (1U << 3)
+
+/*
+ * QP attribute mask (`enum ibv_qp_attr_mask` bits) of MODIFY_QP; the device
+ * checks it against the transition table (QS-02) and refuses ALT_PATH,
+ * PATH_MIG_STATE and CAP with `VHCA_STATUS_NOT_SUPPORTED`.
+ */
+#define VHCA_QP_ATTR_STATE               (1U << 0)
+#define VHCA_QP_ATTR_CUR_STATE           (1U << 1)
+#define VHCA_QP_ATTR_EN_SQD_ASYNC_NOTIFY (1U << 2)
+#define VHCA_QP_ATTR_ACCESS_FLAGS        (1U << 3)
+#define VHCA_QP_ATTR_PKEY_INDEX          (1U << 4)
+#define VHCA_QP_ATTR_PORT                (1U << 5)
+#define VHCA_QP_ATTR_QKEY                (1U << 6)
+#define VHCA_QP_ATTR_AV                  (1U << 7)
+#define VHCA_QP_ATTR_PATH_MTU            (1U << 8)
+#define VHCA_QP_ATTR_TIMEOUT             (1U << 9)
+#define VHCA_QP_ATTR_RETRY_CNT           (1U << 10)
+#define VHCA_QP_ATTR_RNR_RETRY           (1U << 11)
+#define VHCA_QP_ATTR_RQ_PSN              (1U << 12)
+#define VHCA_QP_ATTR_MAX_QP_RD_ATOMIC    (1U << 13)
+#define VHCA_QP_ATTR_ALT_PATH            (1U << 14)
+#define VHCA_QP_ATTR_MIN_RNR_TIMER       (1U << 15)
+#define VHCA_QP_ATTR_SQ_PSN              (1U << 16)
+#define VHCA_QP_ATTR_MAX_DEST_RD_ATOMIC  (1U << 17)
+#define VHCA_QP_ATTR_PATH_MIG_STATE      (1U << 18)
+#define VHCA_QP_ATTR_CAP                 (1U << 19)
+#define VHCA_QP_ATTR_DEST_QPN            (1U << 20)
+
+/* SRQ attribute mask (`enum ibv_srq_attr_mask` bits) of MODIFY_SRQ. */
+/* Resize: not supported (`VHCA_STATUS_NOT_SUPPORTED`). */
+#define VHCA_SRQ_ATTR_MAX_WR (1U << 0)
+/*
+ * Set and arm the limit: one SRQ_LIMIT_REACHED event when fewer WQEs remain,
+ * then the limit is 0 again (SR-01).
+ */
+#define VHCA_SRQ_ATTR_LIMIT  (1U << 1)
+
+/* Special object numbers. */
+/*
+ * "No SRQ" in CREATE_QP, and no object: PDNs, CQNs, SRQNs, QPNs of created
+ * QPs (except GSI, 1) and EQNs of created EQs are never 0.
+ */
+#define VHCA_NONE      0U
+/* The asynchronous EQ (configured through BAR0, not CREATE_EQ). */
+#define VHCA_ASYNC_EQN 0U
+/* QPN of the GSI QP. */
+#define VHCA_GSI_QPN   1U
+/* The only port. */
+#define VHCA_PORT      1U
+
+/* ============================ Command queue ============================= */
+
+/*
+ * Command queue. The ring is 2^CMDQ_LOG2_SIZE slots of struct vhca_cmd,
+ * physically contiguous and 4 KiB aligned (BAR0 CMDQ_*). To post, the driver
+ * fills the slot at its producer index mod ring size with owner = 0, sets
+ * owner = VHCA_CMD_OWNER_DEVICE last (after a write barrier), and writes the
+ * new free-running producer index to CMDQ_PI. The device executes commands
+ * strictly in order, one at a time; for each it writes the outputs (inline
+ * into `data`, or into the output mailbox), `syndrome` and `status`, then
+ * clears owner (release ordering: everything written before owner reads as
+ * written once owner reads 0), advances CMDQ_CI, and, if the command has
+ * VHCA_CMD_F_EVENT, writes an EQE of type VHCA_EQE_COMMAND_DONE (object =
+ * token, data = status) to EQ 0 and signals vector 0. A slot the device
+ * should execute but does not own stops the queue (DEV_STATUS.FATAL,
+ * VHCA_FATAL_CMDQ_NOT_OWNED).
+ *
+ * Parameters: each opcode has an input and an output struct (or none). A
+ * struct of at most VHCA_CMD_INLINE_SIZE bytes travels inline in `data`
+ * (input there, zero-padded; output written over it); a larger one in a
+ * mailbox: a guest-physical buffer of at most VHCA_CMD_MAILBOX_MAX bytes that
+ * does not cross a 4 KiB page, named by in_mailbox/in_len or
+ * out_mailbox/out_len; a length must be at least the struct's size, and the
+ * device reads or writes exactly the struct's size.
+ *
+ * All or nothing: a command either succeeds completely or fails with nothing
+ * changed (QS-02, QS-09): no object is created, modified or destroyed in
+ * part, and on failure no output is written. Ring and page-list addresses are
+ * checked against the guest's memory map before anything changes
+ * (VHCA_STATUS_BAD_ADDRESS). The device also checks that every object number
+ * belongs to the kind expected (a CQN where a CQ is needed).
+ */
+
+/* Command queue constants. */
+/* Bytes per command slot: one cache line, as erdma's command SQE. */
+#define VHCA_CMD_SLOT_SIZE   64U
+/* Bytes of inline parameters in a slot (`data`). */
+#define VHCA_CMD_INLINE_SIZE 32U
+/* Largest mailbox: one 4 KiB page, so it is always one DMA page. */
+#define VHCA_CMD_MAILBOX_MAX 4096U
+
+/* Command `flags` bits. */
+/*
+ * Post an EQE of type COMMAND_DONE on EQ 0 when the command completes, so the
+ * driver can sleep instead of polling `owner`.
+ */
+#define VHCA_CMD_F_EVENT (1 << 0)
+
+/* Command `owner` bits. */
+/*
+ * Set by the driver last when posting; cleared by the device last when the
+ * command is complete.
+ */
+#define VHCA_CMD_OWNER_DEVICE (1 << 0)
+
+/* One command slot. */
+struct vhca_cmd {
+	/* `enum vhca_opcode`. */
+	__u16 opcode;
+	/* Driver's cookie, echoed in the COMMAND_DONE event. */
+	__u16 token;
+	/* `VHCA_CMD_F_*`. */
+	__u8 flags;
+	/* Device-written: `enum vhca_status`. */
+	__u8 status;
+	/* `VHCA_CMD_OWNER_*`. */
+	__u8 owner;
+	/* Zero. */
+	__u8 rsvd0;
+	/*
+	 * Device-written: which check failed, for the driver's log (0 on success;
+	 * device-specific, not ABI).
+	 */
+	__u32 syndrome;
+	/* Bytes of the input mailbox (0 if none). */
+	__u16 in_len;
+	/* Bytes of the output mailbox (0 if none). */
+	__u16 out_len;
+	/* Guest-physical address of the input mailbox. */
+	__u64 in_mailbox;
+	/* Guest-physical address of the output mailbox. */
+	__u64 out_mailbox;
+	/* Inline input, then inline output. */
+	__u8 data[32];
+};
+_Static_assert(sizeof(struct vhca_cmd) == 64, "vhca_cmd: size");
+_Static_assert(offsetof(struct vhca_cmd, opcode) == 0, "vhca_cmd.opcode");
+_Static_assert(offsetof(struct vhca_cmd, token) == 2, "vhca_cmd.token");
+_Static_assert(offsetof(struct vhca_cmd, flags) == 4, "vhca_cmd.flags");
+_Static_assert(offsetof(struct vhca_cmd, status) == 5, "vhca_cmd.status");
+_Static_assert(offsetof(struct vhca_cmd, owner) == 6, "vhca_cmd.owner");
+_Static_assert(offsetof(struct vhca_cmd, rsvd0) == 7, "vhca_cmd.rsvd0");
+_Static_assert(offsetof(struct vhca_cmd, syndrome) == 8, "vhca_cmd.syndrome");
+_Static_assert(offsetof(struct vhca_cmd, in_len) == 12, "vhca_cmd.in_len");
+_Static_assert(offsetof(struct vhca_cmd, out_len) == 14, "vhca_cmd.out_len");
+_Static_assert(offsetof(struct vhca_cmd, in_mailbox) == 16, "vhca_cmd.in_mailbox");
+_Static_assert(offsetof(struct vhca_cmd, out_mailbox) == 24, "vhca_cmd.out_mailbox");
+_Static_assert(offsetof(struct vhca_cmd, data) == 32, "vhca_cmd.data");
+
+/*
+ * Command completion status. Each maps to one errno (`vhca_status_errno`).
+ */
+enum vhca_status {
+	/* Done. */
+	VHCA_STATUS_OK = 0,
+	/* Unknown opcode. */
+	VHCA_STATUS_BAD_OPCODE = 1,
+	/*
+	 * A parameter is out of range or inconsistent (reserved bits, a ring smaller
+	 * than its WQE count, a bad page list).
+	 */
+	VHCA_STATUS_BAD_PARAM = 2,
+	/*
+	 * Not allowed in the object's current state (QP transition or attribute
+	 * mask, QS-02).
+	 */
+	VHCA_STATUS_BAD_STATE = 3,
+	/* No room for another object of this kind. */
+	VHCA_STATUS_NO_RESOURCES = 4,
+	/* No live object has this number. */
+	VHCA_STATUS_NOT_FOUND = 5,
+	/* The PD does not exist (QS-09). */
+	VHCA_STATUS_BAD_PD = 6,
+	/* A CQ does not exist (QS-09). */
+	VHCA_STATUS_BAD_CQ = 7,
+	/* The SRQ does not exist. */
+	VHCA_STATUS_BAD_SRQ = 8,
+	/* More WRs or SGEs than the device supports (QS-09 "caps exceeded"). */
+	VHCA_STATUS_LIMIT_EXCEEDED = 9,
+	/*
+	 * The object is in use (a PD with MRs, a CQ with QPs; a doorbell slot
+	 * already taken).
+	 */
+	VHCA_STATUS_BUSY = 10,
+	/* A valid request the device does not implement. */
+	VHCA_STATUS_NOT_SUPPORTED = 11,
+	/* Not allowed (e.g. the reserved doorbell slot of EQ 0). */
+	VHCA_STATUS_PERMISSION = 12,
+	/* A mailbox, ring or page-list address is outside the guest's memory. */
+	VHCA_STATUS_BAD_ADDRESS = 13,
+	/* Transient: try again (the device is resetting). */
+	VHCA_STATUS_AGAIN = 14,
+};
+
+/*
+ * Command opcodes. Numbers are grouped by object kind; 0 is invalid, so a
+ * zeroed slot is never a command.
+ */
+enum vhca_opcode {
+	/* Does nothing; tests the queue at probe. */
+	VHCA_CMD_NOP = 0x0001,
+	/* Device attributes. */
+	VHCA_CMD_QUERY_DEVICE = 0x0002,
+	/* Port attributes, P_Key table and GID 0. */
+	VHCA_CMD_QUERY_PORT = 0x0003,
+	/* One set of counters of a port. */
+	VHCA_CMD_QUERY_COUNTERS = 0x0004,
+	/* Allocate a protection domain (MP-01). */
+	VHCA_CMD_ALLOC_PD = 0x0010,
+	/* Deallocate a PD; BUSY while an MR, QP or SRQ uses it. */
+	VHCA_CMD_DEALLOC_PD = 0x0011,
+	/* Create a completion event queue. */
+	VHCA_CMD_CREATE_EQ = 0x0020,
+	/* Destroy an EQ; BUSY while a CQ uses it. */
+	VHCA_CMD_DESTROY_EQ = 0x0021,
+	/* Create a CQ (CQ-01). */
+	VHCA_CMD_CREATE_CQ = 0x0028,
+	/* Destroy a CQ; BUSY while a QP uses it. */
+	VHCA_CMD_DESTROY_CQ = 0x0029,
+	/* Create an SRQ (SR-01). */
+	VHCA_CMD_CREATE_SRQ = 0x0030,
+	/* Set and arm the SRQ limit. */
+	VHCA_CMD_MODIFY_SRQ = 0x0031,
+	/* SRQ attributes. */
+	VHCA_CMD_QUERY_SRQ = 0x0032,
+	/* Destroy an SRQ; BUSY while a QP uses it. */
+	VHCA_CMD_DESTROY_SRQ = 0x0033,
+	/* Create a QP, in Reset (QS-09). */
+	VHCA_CMD_CREATE_QP = 0x0040,
+	/* Modify a QP (QS-01, QS-02). */
+	VHCA_CMD_MODIFY_QP = 0x0041,
+	/* QP attributes. */
+	VHCA_CMD_QUERY_QP = 0x0042,
+	/* Destroy a QP. */
+	VHCA_CMD_DESTROY_QP = 0x0043,
+	/* Register a memory region (MP-02, MP-03). */
+	VHCA_CMD_REG_MR = 0x0050,
+	/* Reregister a memory region; the keys stay the same. */
+	VHCA_CMD_REREG_MR = 0x0051,
+	/* Deregister a memory region. */
+	VHCA_CMD_DEREG_MR = 0x0052,
+};
+
+/* Page-list (`struct vhca_pbl`) constants. */
+/*
+ * `levels`: `addr` is the first of `npages` physically contiguous pages
+ * (kernel rings from dma_alloc_coherent).
+ */
+#define VHCA_PBL_CONTIGUOUS     0U
+/*
+ * `levels`: `addr` is a physically contiguous array of `npages` u64 page
+ * addresses, 8-byte aligned. Best kept within one 4 KiB page (512 pages);
+ * larger lists should use TWO_LEVEL, which needs no large contiguous
+ * allocation in the guest.
+ */
+#define VHCA_PBL_ONE_LEVEL      1U
+/*
+ * `levels`: `addr` is a physically contiguous array of ceil(npages / 512) u64
+ * addresses of 4 KiB-aligned tables, each of 512 page addresses (the last one
+ * partly used): one 4 KiB directory covers 262144 pages, as pvrdma's page
+ * directory.
+ */
+#define VHCA_PBL_TWO_LEVEL      2U
+/* Bytes per second-level table, whatever the data page size. */
+#define VHCA_PBL_TABLE_SIZE     4096U
+/* Page addresses per second-level table. */
+#define VHCA_PBL_TABLE_ENTRIES  512U
+/*
+ * Most pages in one list: 1 GiB of 4 KiB pages; bounds what one command makes
+ * the device read and keep.
+ */
+#define VHCA_PBL_MAX_PAGES      (1U << 18)
+/* Smallest data page: 4 KiB (the engine's MIN_PAGE_SIZE). */
+#define VHCA_PBL_MIN_PAGE_SHIFT 12U
+/* Largest data page: 1 GiB (the engine's MAX_PAGE_SIZE). */
+#define VHCA_PBL_MAX_PAGE_SHIFT 30U
+
+/*
+ * A page list: where a ring or an MR lives in guest-physical memory, page by
+ * page (user buffers are not physically contiguous; design.md §4). Data
+ * pages are 2^page_shift bytes and aligned to that. A ring starts at the
+ * first byte of its first page, and its entries never straddle a page
+ * (strides are at most 4 KiB).
+ */
+struct vhca_pbl {
+	/* Guest-physical address: the first page, or the list (`levels`). */
+	__u64 addr;
+	/* Data pages. */
+	__u32 npages;
+	/* log2 of the data page size (VHCA_PBL_MIN_PAGE_SHIFT..=MAX). */
+	__u8 page_shift;
+	/* `VHCA_PBL_CONTIGUOUS`, `ONE_LEVEL` or `TWO_LEVEL`. */
+	__u8 levels;
+	/* Zero. */
+	__u16 rsvd;
+};
+_Static_assert(sizeof(struct vhca_pbl) == 16, "vhca_pbl: size");
+_Static_assert(offsetof(struct vhca_pbl, addr) == 0, "vhca_pbl.addr");
+_Static_assert(offsetof(struct vhca_pbl, npages) == 8, "vhca_pbl.npages");
+_Static_assert(offsetof(struct vhca_pbl, page_shift) == 12, "vhca_pbl.page_shift");
+_Static_assert(offsetof(struct vhca_pbl, levels) == 13, "vhca_pbl.levels");
+_Static_assert(offsetof(struct vhca_pbl, rsvd) == 14, "vhca_pbl.rsvd");
+
+/*
+ * Address vector (IBA 10.2.1, AD-02; `struct ibv_ah_attr`): a connected QP's
+ * path (MODIFY_QP) or a UD destination (send WQE).
+ */
+struct vhca_av {
+	/* Destination GID, network order, if `is_global`. */
+	__u8 dgid[16];
+	/* GRH flow label (20 bits), if `is_global`. */
+	__u32 flow_label;
+	/* Destination LID. */
+	__u16 dlid;
+	/* Service level. */
+	__u8 sl;
+	/* Low bits added to the port's LID to make the SLID (LMC, AD-01). */
+	__u8 src_path_bits;
+	/* `enum ibv_rate`; 0 = port rate. */
+	__u8 static_rate;
+	/* 1: send a GRH with the fields below. */
+	__u8 is_global;
+	/* GID table index of the SGID. */
+	__u8 sgid_index;
+	/* GRH hop limit. */
+	__u8 hop_limit;
+	/* GRH traffic class. */
+	__u8 traffic_class;
+	/* Port (1); 0 means the QP's port. */
+	__u8 port_num;
+	/* Zero. */
+	__u16 rsvd;
+};
+_Static_assert(sizeof(struct vhca_av) == 32, "vhca_av: size");
+_Static_assert(offsetof(struct vhca_av, dgid) == 0, "vhca_av.dgid");
+_Static_assert(offsetof(struct vhca_av, flow_label) == 16, "vhca_av.flow_label");
+_Static_assert(offsetof(struct vhca_av, dlid) == 20, "vhca_av.dlid");
+_Static_assert(offsetof(struct vhca_av, sl) == 22, "vhca_av.sl");
+_Static_assert(offsetof(struct vhca_av, src_path_bits) == 23, "vhca_av.src_path_bits");
+_Static_assert(offsetof(struct vhca_av, static_rate) == 24, "vhca_av.static_rate");
+_Static_assert(offsetof(struct vhca_av, is_global) == 25, "vhca_av.is_global");
+_Static_assert(offsetof(struct vhca_av, sgid_index) == 26, "vhca_av.sgid_index");
+_Static_assert(offsetof(struct vhca_av, hop_limit) == 27, "vhca_av.hop_limit");
+_Static_assert(offsetof(struct vhca_av, traffic_class) == 28, "vhca_av.traffic_class");
+_Static_assert(offsetof(struct vhca_av, port_num) == 29, "vhca_av.port_num");
+_Static_assert(offsetof(struct vhca_av, rsvd) == 30, "vhca_av.rsvd");
+
+/*
+ * QP sizes (`struct ibv_qp_cap`): asked for at CREATE_QP, granted in its
+ * output.
+ */
+struct vhca_qp_cap {
+	__u32 max_send_wr;
+	__u32 max_recv_wr;
+	__u32 max_send_sge;
+	__u32 max_recv_sge;
+	__u32 max_inline_data;
+};
+_Static_assert(sizeof(struct vhca_qp_cap) == 20, "vhca_qp_cap: size");
+_Static_assert(offsetof(struct vhca_qp_cap, max_send_wr) == 0, "vhca_qp_cap.max_send_wr");
+_Static_assert(offsetof(struct vhca_qp_cap, max_recv_wr) == 4, "vhca_qp_cap.max_recv_wr");
+_Static_assert(offsetof(struct vhca_qp_cap, max_send_sge) == 8, "vhca_qp_cap.max_send_sge");
+_Static_assert(offsetof(struct vhca_qp_cap, max_recv_sge) == 12, "vhca_qp_cap.max_recv_sge");
+_Static_assert(offsetof(struct vhca_qp_cap, max_inline_data) == 16, "vhca_qp_cap.max_inline_data");
+
+/*
+ * QP attributes (`struct ibv_qp_attr`), valid where the attribute mask says.
+ */
+struct vhca_qp_attr {
+	/* `enum vhca_qp_state`. */
+	__u8 qp_state;
+	/* `enum vhca_qp_state`: the state the driver believes the QP is in. */
+	__u8 cur_qp_state;
+	/* `enum vhca_mtu`. */
+	__u8 path_mtu;
+	/* Path migration (AD-10): unsupported, zero. */
+	__u8 path_mig_state;
+	__u32 qkey;
+	/* Expected PSN of the responder (24 bits). */
+	__u32 rq_psn;
+	/* Next PSN of the requester (24 bits). */
+	__u32 sq_psn;
+	__u32 dest_qp_num;
+	/* `VHCA_ACCESS_*` remote rights of the QP. */
+	__u32 qp_access_flags;
+	__u16 pkey_index;
+	__u8 port_num;
+	__u8 en_sqd_async_notify;
+	__u8 max_rd_atomic;
+	__u8 max_dest_rd_atomic;
+	__u8 min_rnr_timer;
+	/* Local ACK timeout: 4.096 us * 2^timeout, 0 = infinite (RL-10). */
+	__u8 timeout;
+	/* Transport retries, 0..=7; 7 is seven (RL-10). */
+	__u8 retry_cnt;
+	/* RNR retries, 0..=7; 7 is infinite (RL-11). */
+	__u8 rnr_retry;
+	/* Query only: the SQ is draining (SQD). */
+	__u8 sq_draining;
+	__u8 rsvd;
+	/* The path. */
+	struct vhca_av ah_attr;
+	/* Query only: the sizes granted. */
+	struct vhca_qp_cap cap;
+};
+_Static_assert(sizeof(struct vhca_qp_attr) == 88, "vhca_qp_attr: size");
+_Static_assert(offsetof(struct vhca_qp_attr, qp_state) == 0, "vhca_qp_attr.qp_state");
+_Static_assert(offsetof(struct vhca_qp_attr, cur_qp_state) == 1, "vhca_qp_attr.cur_qp_state");
+_Static_assert(offsetof(struct vhca_qp_attr, path_mtu) == 2, "vhca_qp_attr.path_mtu");
+_Static_assert(offsetof(struct vhca_qp_attr, path_mig_state) == 3, "vhca_qp_attr.path_mig_state");
+_Static_assert(offsetof(struct vhca_qp_attr, qkey) == 4, "vhca_qp_attr.qkey");
+_Static_assert(offsetof(struct vhca_qp_attr, rq_psn) == 8, "vhca_qp_attr.rq_psn");
+_Static_assert(offsetof(struct vhca_qp_attr, sq_psn) == 12, "vhca_qp_attr.sq_psn");
+_Static_assert(offsetof(struct vhca_qp_attr, dest_qp_num) == 16, "vhca_qp_attr.dest_qp_num");
+_Static_assert(offsetof(struct vhca_qp_attr, qp_access_flags) == 20, "vhca_qp_attr.qp_access_flags");
+_Static_assert(offsetof(struct vhca_qp_attr, pkey_index) == 24, "vhca_qp_attr.pkey_index");
+_Static_assert(offsetof(struct vhca_qp_attr, port_num) == 26, "vhca_qp_attr.port_num");
+_Static_assert(offsetof(struct vhca_qp_attr, en_sqd_async_notify) == 27, "vhca_qp_attr.en_sqd_async_notify");
+_Static_assert(offsetof(struct vhca_qp_attr, max_rd_atomic) == 28, "vhca_qp_attr.max_rd_atomic");
+_Static_assert(offsetof(struct vhca_qp_attr, max_dest_rd_atomic) == 29, "vhca_qp_attr.max_dest_rd_atomic");
+_Static_assert(offsetof(struct vhca_qp_attr, min_rnr_timer) == 30, "vhca_qp_attr.min_rnr_timer");
+_Static_assert(offsetof(struct vhca_qp_attr, timeout) == 31, "vhca_qp_attr.timeout");
+_Static_assert(offsetof(struct vhca_qp_attr, retry_cnt) == 32, "vhca_qp_attr.retry_cnt");
+_Static_assert(offsetof(struct vhca_qp_attr, rnr_retry) == 33, "vhca_qp_attr.rnr_retry");
+_Static_assert(offsetof(struct vhca_qp_attr, sq_draining) == 34, "vhca_qp_attr.sq_draining");
+_Static_assert(offsetof(struct vhca_qp_attr, rsvd) == 35, "vhca_qp_attr.rsvd");
+_Static_assert(offsetof(struct vhca_qp_attr, ah_attr) == 36, "vhca_qp_attr.ah_attr");
+_Static_assert(offsetof(struct vhca_qp_attr, cap) == 68, "vhca_qp_attr.cap");
+
+/* REG_MR `flags`. */
+/*
+ * An identity MR over all guest memory for kernel verbs (get_dma_mr): iova 0,
+ * length 2^64 - 1 (`u64::MAX`), `pbl` ignored; the device builds the
+ * translation from its guest memory map.
+ */
+#define VHCA_REG_MR_F_DMA (1U << 0)
+
+/* REREG_MR `change` bits (`enum ibv_rereg_mr_flags`). */
+#define VHCA_REREG_CHANGE_TRANSLATION (1U << 0)
+#define VHCA_REREG_CHANGE_PD          (1U << 1)
+#define VHCA_REREG_CHANGE_ACCESS      (1U << 2)
+
+/*
+ * QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
+ */
+struct vhca_device_attr {
+	__u64 fw_ver;
+	__u64 node_guid;
+	__u64 sys_image_guid;
+	__u64 max_mr_size;
+	/* Supported MR page sizes, one bit per power of two. */
+	__u64 page_size_cap;
+	__u32 vendor_id;
+	__u32 vendor_part_id;
+	__u32 hw_ver;
+	/* `VHCA_DEV_CAP_*`. */
+	__u32 cap_flags;
+	__u32 max_qp;
+	__u32 max_qp_wr;
+	__u32 max_sge;
+	__u32 max_cq;
+	__u32 max_cqe;
+	__u32 max_mr;
+	__u32 max_pd;
+	__u32 max_srq;
+	__u32 max_srq_wr;
+	__u32 max_srq_sge;
+	__u32 max_eq;
+	__u32 max_eqe;
+	__u32 max_inline_data;
+	__u32 max_qp_rd_atom;
+	__u32 max_qp_init_rd_atom;
+	__u32 max_res_rd_atom;
+	/* Largest message: 2^31 (C9-10, OP-09). */
+	__u32 max_msg_sz;
+	__u32 num_uars;
+	__u16 msix_vectors;
+	__u16 max_pkeys;
+	__u8 local_ca_ack_delay;
+	__u8 phys_port_cnt;
+	/* `enum vhca_atomic_cap`. */
+	__u8 atomic_cap;
+	__u8 rsvd;
+};
+_Static_assert(sizeof(struct vhca_device_attr) == 136, "vhca_device_attr: size");
+_Static_assert(offsetof(struct vhca_device_attr, fw_ver) == 0, "vhca_device_attr.fw_ver");
+_Static_assert(offsetof(struct vhca_device_attr, node_guid) == 8, "vhca_device_attr.node_guid");
+_Static_assert(offsetof(struct vhca_device_attr, sys_image_guid) == 16, "vhca_device_attr.sys_image_guid");
+_Static_assert(offsetof(struct vhca_device_attr, max_mr_size) == 24, "vhca_device_attr.max_mr_size");
+_Static_assert(offsetof(struct vhca_device_attr, page_size_cap) == 32, "vhca_device_attr.page_size_cap");
+_Static_assert(offsetof(struct vhca_device_attr, vendor_id) == 40, "vhca_device_attr.vendor_id");
+_Static_assert(offsetof(struct vhca_device_attr, vendor_part_id) == 44, "vhca_device_attr.vendor_part_id");
+_Static_assert(offsetof(struct vhca_device_attr, hw_ver) == 48, "vhca_device_attr.hw_ver");
+_Static_assert(offsetof(struct vhca_device_attr, cap_flags) == 52, "vhca_device_attr.cap_flags");
+_Static_assert(offsetof(struct vhca_device_attr, max_qp) == 56, "vhca_device_attr.max_qp");
+_Static_assert(offsetof(struct vhca_device_attr, max_qp_wr) == 60, "vhca_device_attr.max_qp_wr");
+_Static_assert(offsetof(struct vhca_device_attr, max_sge) == 64, "vhca_device_attr.max_sge");
+_Static_assert(offsetof(struct vhca_device_attr, max_cq) == 68, "vhca_device_attr.max_cq");
+_Static_assert(offsetof(struct vhca_device_attr, max_cqe) == 72, "vhca_device_attr.max_cqe");
+_Static_assert(offsetof(struct vhca_device_attr, max_mr) == 76, "vhca_device_attr.max_mr");
+_Static_assert(offsetof(struct vhca_device_attr, max_pd) == 80, "vhca_device_attr.max_pd");
+_Static_assert(offsetof(struct vhca_device_attr, max_srq) == 84, "vhca_device_attr.max_srq");
+_Static_assert(offsetof(struct vhca_device_attr, max_srq_wr) == 88, "vhca_device_attr.max_srq_wr");
+_Static_assert(offsetof(struct vhca_device_attr, max_srq_sge) == 92, "vhca_device_attr.max_srq_sge");
+_Static_assert(offsetof(struct vhca_device_attr, max_eq) == 96, "vhca_device_attr.max_eq");
+_Static_assert(offsetof(struct vhca_device_attr, max_eqe) == 100, "vhca_device_attr.max_eqe");
+_Static_assert(offsetof(struct vhca_device_attr, max_inline_data) == 104, "vhca_device_attr.max_inline_data");
+_Static_assert(offsetof(struct vhca_device_attr, max_qp_rd_atom) == 108, "vhca_device_attr.max_qp_rd_atom");
+_Static_assert(offsetof(struct vhca_device_attr, max_qp_init_rd_atom) == 112, "vhca_device_attr.max_qp_init_rd_atom");
+_Static_assert(offsetof(struct vhca_device_attr, max_res_rd_atom) == 116, "vhca_device_attr.max_res_rd_atom");
+_Static_assert(offsetof(struct vhca_device_attr, max_msg_sz) == 120, "vhca_device_attr.max_msg_sz");
+_Static_assert(offsetof(struct vhca_device_attr, num_uars) == 124, "vhca_device_attr.num_uars");
+_Static_assert(offsetof(struct vhca_device_attr, msix_vectors) == 128, "vhca_device_attr.msix_vectors");
+_Static_assert(offsetof(struct vhca_device_attr, max_pkeys) == 130, "vhca_device_attr.max_pkeys");
+_Static_assert(offsetof(struct vhca_device_attr, local_ca_ack_delay) == 132, "vhca_device_attr.local_ca_ack_delay");
+_Static_assert(offsetof(struct vhca_device_attr, phys_port_cnt) == 133, "vhca_device_attr.phys_port_cnt");
+_Static_assert(offsetof(struct vhca_device_attr, atomic_cap) == 134, "vhca_device_attr.atomic_cap");
+_Static_assert(offsetof(struct vhca_device_attr, rsvd) == 135, "vhca_device_attr.rsvd");
+
+/* QUERY_PORT input. */
+struct vhca_query_port_in {
+	/* Port number (1). */
+	__u8 port;
+	__u8 rsvd[3];
+};
+_Static_assert(sizeof(struct vhca_query_port_in) == 4, "vhca_query_port_in: size");
+_Static_assert(offsetof(struct vhca_query_port_in, port) == 0, "vhca_query_port_in.port");
+_Static_assert(offsetof(struct vhca_query_port_in, rsvd) == 1, "vhca_query_port_in.rsvd");
+
+/*
+ * QUERY_PORT output (`struct ibv_port_attr` plus the tables the driver
+ * serves: P_Key table, GID 0 = subnet prefix : port GUID, AD-01, AD-05).
+ */
+struct vhca_port_attr {
+	__u64 port_guid;
+	__u64 gid_prefix;
+	/* GID 0, network order. */
+	__u8 gid0[16];
+	__u32 max_msg_sz;
+	__u16 lid;
+	__u16 sm_lid;
+	/* Valid entries of `pkeys`. */
+	__u16 pkey_tbl_len;
+	__u16 gid_tbl_len;
+	/* `enum vhca_port_state`. */
+	__u8 state;
+	/* IBA physical port state: 5 = LinkUp, 3 = Disabled. */
+	__u8 phys_state;
+	/* `enum vhca_mtu`. */
+	__u8 max_mtu;
+	/* `enum vhca_mtu`. */
+	__u8 active_mtu;
+	__u8 lmc;
+	__u8 sm_sl;
+	/* `IBV_LINK_LAYER_*`: 1 = InfiniBand. */
+	__u8 link_layer;
+	/* `IB_WIDTH_*`. */
+	__u8 active_width;
+	/* `IB_SPEED_*`. */
+	__u8 active_speed;
+	__u8 rsvd[3];
+	/* P_Key table; index 0 is normally 0xFFFF (AD-05). */
+	__u16 pkeys[64];
+};
+_Static_assert(sizeof(struct vhca_port_attr) == 184, "vhca_port_attr: size");
+_Static_assert(offsetof(struct vhca_port_attr, port_guid) == 0, "vhca_port_attr.port_guid");
+_Static_assert(offsetof(struct vhca_port_attr, gid_prefix) == 8, "vhca_port_attr.gid_prefix");
+_Static_assert(offsetof(struct vhca_port_attr, gid0) == 16, "vhca_port_attr.gid0");
+_Static_assert(offsetof(struct vhca_port_attr, max_msg_sz) == 32, "vhca_port_attr.max_msg_sz");
+_Static_assert(offsetof(struct vhca_port_attr, lid) == 36, "vhca_port_attr.lid");
+_Static_assert(offsetof(struct vhca_port_attr, sm_lid) == 38, "vhca_port_attr.sm_lid");
+_Static_assert(offsetof(struct vhca_port_attr, pkey_tbl_len) == 40, "vhca_port_attr.pkey_tbl_len");
+_Static_assert(offsetof(struct vhca_port_attr, gid_tbl_len) == 42, "vhca_port_attr.gid_tbl_len");
+_Static_assert(offsetof(struct vhca_port_attr, state) == 44, "vhca_port_attr.state");
+_Static_assert(offsetof(struct vhca_port_attr, phys_state) == 45, "vhca_port_attr.phys_state");
+_Static_assert(offsetof(struct vhca_port_attr, max_mtu) == 46, "vhca_port_attr.max_mtu");
+_Static_assert(offsetof(struct vhca_port_attr, active_mtu) == 47, "vhca_port_attr.active_mtu");
+_Static_assert(offsetof(struct vhca_port_attr, lmc) == 48, "vhca_port_attr.lmc");
+_Static_assert(offsetof(struct vhca_port_attr, sm_sl) == 49, "vhca_port_attr.sm_sl");
+_Static_assert(offsetof(struct vhca_port_attr, link_layer) == 50, "vhca_port_attr.link_layer");
+_Static_assert(offsetof(struct vhca_port_attr, active_width) == 51, "vhca_port_attr.active_width");
+_Static_assert(offsetof(struct vhca_port_attr, active_speed) == 52, "vhca_port_attr.active_speed");
+_Static_assert(offsetof(struct vhca_port_attr, rsvd) == 53, "vhca_port_attr.rsvd");
+_Static_assert(offsetof(struct vhca_port_attr, pkeys) == 56, "vhca_port_attr.pkeys");
+
+/* QUERY_COUNTERS input. */
+struct vhca_query_counters_in {
+	__u8 port;
+	/* `enum vhca_counter_set`. */
+	__u8 set;
+	__u16 rsvd;
+};
+_Static_assert(sizeof(struct vhca_query_counters_in) == 4, "vhca_query_counters_in: size");
+_Static_assert(offsetof(struct vhca_query_counters_in, port) == 0, "vhca_query_counters_in.port");
+_Static_assert(offsetof(struct vhca_query_counters_in, set) == 1, "vhca_query_counters_in.set");
+_Static_assert(offsetof(struct vhca_query_counters_in, rsvd) == 2, "vhca_query_counters_in.rsvd");
+
+/*
+ * QUERY_COUNTERS output (mailbox): `count` u64 counters, in the order of the
+ * set's `VHCA_COUNTERS_*_NAMES`. A newer device may return more than the
+ * driver has names for; the driver shows the ones it knows.
+ */
+struct vhca_query_counters_out {
+	__u32 count;
+	__u32 rsvd;
+	__u64 values[511];
+};
+_Static_assert(sizeof(struct vhca_query_counters_out) == 4096, "vhca_query_counters_out: size");
+_Static_assert(offsetof(struct vhca_query_counters_out, count) == 0, "vhca_query_counters_out.count");
+_Static_assert(offsetof(struct vhca_query_counters_out, rsvd) == 4, "vhca_query_counters_out.rsvd");
+_Static_assert(offsetof(struct vhca_query_counters_out, values) == 8, "vhca_query_counters_out.values");
+
+/* ALLOC_PD output. */
+struct vhca_alloc_pd_out {
+	__u32 pdn;
+};
+_Static_assert(sizeof(struct vhca_alloc_pd_out) == 4, "vhca_alloc_pd_out: size");
+_Static_assert(offsetof(struct vhca_alloc_pd_out, pdn) == 0, "vhca_alloc_pd_out.pdn");
+
+/* DEALLOC_PD input. */
+struct vhca_dealloc_pd_in {
+	__u32 pdn;
+};
+_Static_assert(sizeof(struct vhca_dealloc_pd_in) == 4, "vhca_dealloc_pd_in: size");
+_Static_assert(offsetof(struct vhca_dealloc_pd_in, pdn) == 0, "vhca_dealloc_pd_in.pdn");
+
+/*
+ * CREATE_EQ input. EQ rings are zeroed by the driver (owner convention).
+ */
+struct vhca_create_eq_in {
+	/* The ring: 2^log2_entries EQEs of 16 bytes. */
+	struct vhca_pbl ring;
+	/* UAR page of the doorbell slot (`struct vhca_eq_doorbell`); 0. */
+	__u32 uar;
+	__u16 db_slot;
+	/* MSI-X vector, VHCA_MSIX_VECTOR_FIRST_COMP..CAP_MSIX_VECTORS. */
+	__u16 vector;
+	__u8 log2_entries;
+	__u8 rsvd[7];
+};
+_Static_assert(sizeof(struct vhca_create_eq_in) == 32, "vhca_create_eq_in: size");
+_Static_assert(offsetof(struct vhca_create_eq_in, ring) == 0, "vhca_create_eq_in.ring");
+_Static_assert(offsetof(struct vhca_create_eq_in, uar) == 16, "vhca_create_eq_in.uar");
+_Static_assert(offsetof(struct vhca_create_eq_in, db_slot) == 20, "vhca_create_eq_in.db_slot");
+_Static_assert(offsetof(struct vhca_create_eq_in, vector) == 22, "vhca_create_eq_in.vector");
+_Static_assert(offsetof(struct vhca_create_eq_in, log2_entries) == 24, "vhca_create_eq_in.log2_entries");
+_Static_assert(offsetof(struct vhca_create_eq_in, rsvd) == 25, "vhca_create_eq_in.rsvd");
+
+/* CREATE_EQ output. */
+struct vhca_create_eq_out {
+	__u32 eqn;
+};
+_Static_assert(sizeof(struct vhca_create_eq_out) == 4, "vhca_create_eq_out: size");
+_Static_assert(offsetof(struct vhca_create_eq_out, eqn) == 0, "vhca_create_eq_out.eqn");
+
+/* DESTROY_EQ input. */
+struct vhca_destroy_eq_in {
+	__u32 eqn;
+};
+_Static_assert(sizeof(struct vhca_destroy_eq_in) == 4, "vhca_destroy_eq_in: size");
+_Static_assert(offsetof(struct vhca_destroy_eq_in, eqn) == 0, "vhca_destroy_eq_in.eqn");
+
+/*
+ * CREATE_CQ input. CQ rings are zeroed by the driver (owner convention).
+ */
+struct vhca_create_cq_in {
+	/* The ring: 2^log2_entries CQEs of 64 bytes. */
+	struct vhca_pbl ring;
+	/* EQ for completion events (0 = the async EQ, vector 0). */
+	__u32 eqn;
+	/* UAR page of the doorbell slot (`struct vhca_cq_doorbell`). */
+	__u32 uar;
+	__u16 db_slot;
+	__u8 log2_entries;
+	__u8 rsvd[5];
+};
+_Static_assert(sizeof(struct vhca_create_cq_in) == 32, "vhca_create_cq_in: size");
+_Static_assert(offsetof(struct vhca_create_cq_in, ring) == 0, "vhca_create_cq_in.ring");
+_Static_assert(offsetof(struct vhca_create_cq_in, eqn) == 16, "vhca_create_cq_in.eqn");
+_Static_assert(offsetof(struct vhca_create_cq_in, uar) == 20, "vhca_create_cq_in.uar");
+_Static_assert(offsetof(struct vhca_create_cq_in, db_slot) == 24, "vhca_create_cq_in.db_slot");
+_Static_assert(offsetof(struct vhca_create_cq_in, log2_entries) == 26, "vhca_create_cq_in.log2_entries");
+_Static_assert(offsetof(struct vhca_create_cq_in, rsvd) == 27, "vhca_create_cq_in.rsvd");
+
+/* CREATE_CQ output. */
+struct vhca_create_cq_out {
+	__u32 cqn;
+	/*
+	 * Usable entries: the whole ring (the device reads the consumer index, so no
+	 * slot is kept empty).
+	 */
+	__u32 entries;
+};
+_Static_assert(sizeof(struct vhca_create_cq_out) == 8, "vhca_create_cq_out: size");
+_Static_assert(offsetof(struct vhca_create_cq_out, cqn) == 0, "vhca_create_cq_out.cqn");
+_Static_assert(offsetof(struct vhca_create_cq_out, entries) == 4, "vhca_create_cq_out.entries");
+
+/* DESTROY_CQ input. */
+struct vhca_destroy_cq_in {
+	__u32 cqn;
+};
+_Static_assert(sizeof(struct vhca_destroy_cq_in) == 4, "vhca_destroy_cq_in: size");
+_Static_assert(offsetof(struct vhca_destroy_cq_in, cqn) == 0, "vhca_destroy_cq_in.cqn");
+
+/* CREATE_SRQ input (mailbox). */
+struct vhca_create_srq_in {
+	__u32 pdn;
+	__u32 max_wr;
+	__u32 max_sge;
+	/* Armed limit at creation (0 = not armed). */
+	__u32 srq_limit;
+	/* UAR page of the doorbell slot (`struct vhca_srq_doorbell`). */
+	__u32 uar;
+	__u16 db_slot;
+	/* Ring entries: 2^log2_entries >= max_wr. */
+	__u8 log2_entries;
+	/* log2 of the receive WQE stride (VHCA_RQ_MIN_WQE_SHIFT..=MAX). */
+	__u8 wqe_shift;
+	/* The ring. */
+	struct vhca_pbl ring;
+};
+_Static_assert(sizeof(struct vhca_create_srq_in) == 40, "vhca_create_srq_in: size");
+_Static_assert(offsetof(struct vhca_create_srq_in, pdn) == 0, "vhca_create_srq_in.pdn");
+_Static_assert(offsetof(struct vhca_create_srq_in, max_wr) == 4, "vhca_create_srq_in.max_wr");
+_Static_assert(offsetof(struct vhca_create_srq_in, max_sge) == 8, "vhca_create_srq_in.max_sge");
+_Static_assert(offsetof(struct vhca_create_srq_in, srq_limit) == 12, "vhca_create_srq_in.srq_limit");
+_Static_assert(offsetof(struct vhca_create_srq_in, uar) == 16, "vhca_create_srq_in.uar");
+_Static_assert(offsetof(struct vhca_create_srq_in, db_slot) == 20, "vhca_create_srq_in.db_slot");
+_Static_assert(offsetof(struct vhca_create_srq_in, log2_entries) == 22, "vhca_create_srq_in.log2_entries");
+_Static_assert(offsetof(struct vhca_create_srq_in, wqe_shift) == 23, "vhca_create_srq_in.wqe_shift");
+_Static_assert(offsetof(struct vhca_create_srq_in, ring) == 24, "vhca_create_srq_in.ring");
+
+/* CREATE_SRQ output. */
+struct vhca_create_srq_out {
+	__u32 srqn;
+	__u32 max_wr;
+	__u32 max_sge;
+};
+_Static_assert(sizeof(struct vhca_create_srq_out) == 12, "vhca_create_srq_out: size");
+_Static_assert(offsetof(struct vhca_create_srq_out, srqn) == 0, "vhca_create_srq_out.srqn");
+_Static_assert(offsetof(struct vhca_create_srq_out, max_wr) == 4, "vhca_create_srq_out.max_wr");
+_Static_assert(offsetof(struct vhca_create_srq_out, max_sge) == 8, "vhca_create_srq_out.max_sge");
+
+/* MODIFY_SRQ input. */
+struct vhca_modify_srq_in {
+	__u32 srqn;
+	/* `VHCA_SRQ_ATTR_*`. */
+	__u32 attr_mask;
+	__u32 max_wr;
+	__u32 srq_limit;
+};
+_Static_assert(sizeof(struct vhca_modify_srq_in) == 16, "vhca_modify_srq_in: size");
+_Static_assert(offsetof(struct vhca_modify_srq_in, srqn) == 0, "vhca_modify_srq_in.srqn");
+_Static_assert(offsetof(struct vhca_modify_srq_in, attr_mask) == 4, "vhca_modify_srq_in.attr_mask");
+_Static_assert(offsetof(struct vhca_modify_srq_in, max_wr) == 8, "vhca_modify_srq_in.max_wr");
+_Static_assert(offsetof(struct vhca_modify_srq_in, srq_limit) == 12, "vhca_modify_srq_in.srq_limit");
+
+/* QUERY_SRQ input. */
+struct vhca_query_srq_in {
+	__u32 srqn;
+};
+_Static_assert(sizeof(struct vhca_query_srq_in) == 4, "vhca_query_srq_in: size");
+_Static_assert(offsetof(struct vhca_query_srq_in, srqn) == 0, "vhca_query_srq_in.srqn");
+
+/* QUERY_SRQ output. */
+struct vhca_query_srq_out {
+	__u32 max_wr;
+	__u32 max_sge;
+	/* Armed limit, 0 if not armed. */
+	__u32 srq_limit;
+	/* WQEs posted and not yet consumed. */
+	__u32 wqe_count;
+};
+_Static_assert(sizeof(struct vhca_query_srq_out) == 16, "vhca_query_srq_out: size");
+_Static_assert(offsetof(struct vhca_query_srq_out, max_wr) == 0, "vhca_query_srq_out.max_wr");
+_Static_assert(offsetof(struct vhca_query_srq_out, max_sge) == 4, "vhca_query_srq_out.max_sge");
+_Static_assert(offsetof(struct vhca_query_srq_out, srq_limit) == 8, "vhca_query_srq_out.srq_limit");
+_Static_assert(offsetof(struct vhca_query_srq_out, wqe_count) == 12, "vhca_query_srq_out.wqe_count");
+
+/* DESTROY_SRQ input. */
+struct vhca_destroy_srq_in {
+	__u32 srqn;
+};
+_Static_assert(sizeof(struct vhca_destroy_srq_in) == 4, "vhca_destroy_srq_in: size");
+_Static_assert(offsetof(struct vhca_destroy_srq_in, srqn) == 0, "vhca_destroy_srq_in.srqn");
+
+/* CREATE_QP input (mailbox). The QP starts in Reset. */
+struct vhca_create_qp_in {
+	/* `enum vhca_qp_type`. */
+	__u8 qp_type;
+	/* 1: every send WQE completes, signaled or not. */
+	__u8 sq_sig_all;
+	/* log2 of the send WQE stride (VHCA_SQ_MIN_WQE_SHIFT..=MAX). */
+	__u8 sq_wqe_shift;
+	/* log2 of the receive WQE stride (VHCA_RQ_MIN_WQE_SHIFT..=MAX). */
+	__u8 rq_wqe_shift;
+	/* SQ ring entries: 2^log2_sq_size >= cap.max_send_wr. */
+	__u8 log2_sq_size;
+	/* RQ ring entries: 2^log2_rq_size >= cap.max_recv_wr (0 with an SRQ). */
+	__u8 log2_rq_size;
+	__u8 port;
+	__u8 rsvd0;
+	__u32 pdn;
+	__u32 send_cqn;
+	__u32 recv_cqn;
+	/* `VHCA_NONE` for none. */
+	__u32 srqn;
+	/* Sizes asked for. */
+	struct vhca_qp_cap cap;
+	/* UAR page of the doorbell slot (`struct vhca_qp_doorbell`). */
+	__u32 uar;
+	__u16 db_slot;
+	__u8 rsvd1[6];
+	/* SQ ring. */
+	struct vhca_pbl sq;
+	/* RQ ring (npages 0 with an SRQ). */
+	struct vhca_pbl rq;
+};
+_Static_assert(sizeof(struct vhca_create_qp_in) == 88, "vhca_create_qp_in: size");
+_Static_assert(offsetof(struct vhca_create_qp_in, qp_type) == 0, "vhca_create_qp_in.qp_type");
+_Static_assert(offsetof(struct vhca_create_qp_in, sq_sig_all) == 1, "vhca_create_qp_in.sq_sig_all");
+_Static_assert(offsetof(struct vhca_create_qp_in, sq_wqe_shift) == 2, "vhca_create_qp_in.sq_wqe_shift");
+_Static_assert(offsetof(struct vhca_create_qp_in, rq_wqe_shift) == 3, "vhca_create_qp_in.rq_wqe_shift");
+_Static_assert(offsetof(struct vhca_create_qp_in, log2_sq_size) == 4, "vhca_create_qp_in.log2_sq_size");
+_Static_assert(offsetof(struct vhca_create_qp_in, log2_rq_size) == 5, "vhca_create_qp_in.log2_rq_size");
+_Static_assert(offsetof(struct vhca_create_qp_in, port) == 6, "vhca_create_qp_in.port");
+_Static_assert(offsetof(struct vhca_create_qp_in, rsvd0) == 7, "vhca_create_qp_in.rsvd0");
+_Static_assert(offsetof(struct vhca_create_qp_in, pdn) == 8, "vhca_create_qp_in.pdn");
+_Static_assert(offsetof(struct vhca_create_qp_in, send_cqn) == 12, "vhca_create_qp_in.send_cqn");
+_Static_assert(offsetof(struct vhca_create_qp_in, recv_cqn) == 16, "vhca_create_qp_in.recv_cqn");
+_Static_assert(offsetof(struct vhca_create_qp_in, srqn) == 20, "vhca_create_qp_in.srqn");
+_Static_assert(offsetof(struct vhca_create_qp_in, cap) == 24, "vhca_create_qp_in.cap");
+_Static_assert(offsetof(struct vhca_create_qp_in, uar) == 44, "vhca_create_qp_in.uar");
+_Static_assert(offsetof(struct vhca_create_qp_in, db_slot) == 48, "vhca_create_qp_in.db_slot");
+_Static_assert(offsetof(struct vhca_create_qp_in, rsvd1) == 50, "vhca_create_qp_in.rsvd1");
+_Static_assert(offsetof(struct vhca_create_qp_in, sq) == 56, "vhca_create_qp_in.sq");
+_Static_assert(offsetof(struct vhca_create_qp_in, rq) == 72, "vhca_create_qp_in.rq");
+
+/* CREATE_QP output. */
+struct vhca_create_qp_out {
+	__u32 qpn;
+	/* Sizes granted (at least those asked for). */
+	struct vhca_qp_cap cap;
+};
+_Static_assert(sizeof(struct vhca_create_qp_out) == 24, "vhca_create_qp_out: size");
+_Static_assert(offsetof(struct vhca_create_qp_out, qpn) == 0, "vhca_create_qp_out.qpn");
+_Static_assert(offsetof(struct vhca_create_qp_out, cap) == 4, "vhca_create_qp_out.cap");
+
+/* MODIFY_QP input (mailbox). */
+struct vhca_modify_qp_in {
+	__u32 qpn;
+	/* `VHCA_QP_ATTR_*` (`ibv_qp_attr_mask` bits). */
+	__u32 attr_mask;
+	struct vhca_qp_attr attr;
+};
+_Static_assert(sizeof(struct vhca_modify_qp_in) == 96, "vhca_modify_qp_in: size");
+_Static_assert(offsetof(struct vhca_modify_qp_in, qpn) == 0, "vhca_modify_qp_in.qpn");
+_Static_assert(offsetof(struct vhca_modify_qp_in, attr_mask) == 4, "vhca_modify_qp_in.attr_mask");
+_Static_assert(offsetof(struct vhca_modify_qp_in, attr) == 8, "vhca_modify_qp_in.attr");
+
+/* QUERY_QP input. */
+struct vhca_query_qp_in {
+	__u32 qpn;
+};
+_Static_assert(sizeof(struct vhca_query_qp_in) == 4, "vhca_query_qp_in: size");
+_Static_assert(offsetof(struct vhca_query_qp_in, qpn) == 0, "vhca_query_qp_in.qpn");
+
+/*
+ * QUERY_QP output (mailbox): every attribute, and the creation parameters.
+ */
+struct vhca_query_qp_out {
+	struct vhca_qp_attr attr;
+	/* `enum vhca_qp_type`. */
+	__u8 qp_type;
+	__u8 sq_sig_all;
+	__u16 rsvd0;
+	__u32 pdn;
+	__u32 send_cqn;
+	__u32 recv_cqn;
+	__u32 srqn;
+	__u32 rsvd1;
+};
+_Static_assert(sizeof(struct vhca_query_qp_out) == 112, "vhca_query_qp_out: size");
+_Static_assert(offsetof(struct vhca_query_qp_out, attr) == 0, "vhca_query_qp_out.attr");
+_Static_assert(offsetof(struct vhca_query_qp_out, qp_type) == 88, "vhca_query_qp_out.qp_type");
+_Static_assert(offsetof(struct vhca_query_qp_out, sq_sig_all) == 89, "vhca_query_qp_out.sq_sig_all");
+_Static_assert(offsetof(struct vhca_query_qp_out, rsvd0) == 90, "vhca_query_qp_out.rsvd0");
+_Static_assert(offsetof(struct vhca_query_qp_out, pdn) == 92, "vhca_query_qp_out.pdn");
+_Static_assert(offsetof(struct vhca_query_qp_out, send_cqn) == 96, "vhca_query_qp_out.send_cqn");
+_Static_assert(offsetof(struct vhca_query_qp_out, recv_cqn) == 100, "vhca_query_qp_out.recv_cqn");
+_Static_assert(offsetof(struct vhca_query_qp_out, srqn) == 104, "vhca_query_qp_out.srqn");
+_Static_assert(offsetof(struct vhca_query_qp_out, rsvd1) == 108, "vhca_query_qp_out.rsvd1");
+
+/* DESTROY_QP input. */
+struct vhca_destroy_qp_in {
+	__u32 qpn;
+};
+_Static_assert(sizeof(struct vhca_destroy_qp_in) == 4, "vhca_destroy_qp_in: size");
+_Static_assert(offsetof(struct vhca_destroy_qp_in, qpn) == 0, "vhca_destroy_qp_in.qpn");
+
+/* REG_MR input (mailbox). */
+struct vhca_reg_mr_in {
+	__u32 pdn;
+	/* `VHCA_ACCESS_*`; remote write or atomic need local write (MP-04). */
+	__u32 access;
+	/* First virtual address; any byte alignment (MP-03). */
+	__u64 iova;
+	__u64 length;
+	/* `VHCA_REG_MR_F_*`. */
+	__u32 flags;
+	__u32 rsvd;
+	/*
+	 * The pages spanned by [iova, iova + length), in order; the first holds iova
+	 * at offset iova mod page size (MP-03).
+	 */
+	struct vhca_pbl pbl;
+};
+_Static_assert(sizeof(struct vhca_reg_mr_in) == 48, "vhca_reg_mr_in: size");
+_Static_assert(offsetof(struct vhca_reg_mr_in, pdn) == 0, "vhca_reg_mr_in.pdn");
+_Static_assert(offsetof(struct vhca_reg_mr_in, access) == 4, "vhca_reg_mr_in.access");
+_Static_assert(offsetof(struct vhca_reg_mr_in, iova) == 8, "vhca_reg_mr_in.iova");
+_Static_assert(offsetof(struct vhca_reg_mr_in, length) == 16, "vhca_reg_mr_in.length");
+_Static_assert(offsetof(struct vhca_reg_mr_in, flags) == 24, "vhca_reg_mr_in.flags");
+_Static_assert(offsetof(struct vhca_reg_mr_in, rsvd) == 28, "vhca_reg_mr_in.rsvd");
+_Static_assert(offsetof(struct vhca_reg_mr_in, pbl) == 32, "vhca_reg_mr_in.pbl");
+
+/*
+ * REG_MR and REREG_MR output. L_Key = R_Key = (index << 8) | key byte
+ * (MP-02).
+ */
+struct vhca_reg_mr_out {
+	__u32 lkey;
+	__u32 rkey;
+};
+_Static_assert(sizeof(struct vhca_reg_mr_out) == 8, "vhca_reg_mr_out: size");
+_Static_assert(offsetof(struct vhca_reg_mr_out, lkey) == 0, "vhca_reg_mr_out.lkey");
+_Static_assert(offsetof(struct vhca_reg_mr_out, rkey) == 4, "vhca_reg_mr_out.rkey");
+
+/* REREG_MR input (mailbox): the fields `change` names replace the MR's. */
+struct vhca_rereg_mr_in {
+	__u32 lkey;
+	/* `VHCA_REREG_*`. */
+	__u32 change;
+	__u32 pdn;
+	__u32 access;
+	__u64 iova;
+	__u64 length;
+	struct vhca_pbl pbl;
+};
+_Static_assert(sizeof(struct vhca_rereg_mr_in) == 48, "vhca_rereg_mr_in: size");
+_Static_assert(offsetof(struct vhca_rereg_mr_in, lkey) == 0, "vhca_rereg_mr_in.lkey");
+_Static_assert(offsetof(struct vhca_rereg_mr_in, change) == 4, "vhca_rereg_mr_in.change");
+_Static_assert(offsetof(struct vhca_rereg_mr_in, pdn) == 8, "vhca_rereg_mr_in.pdn");
+_Static_assert(offsetof(struct vhca_rereg_mr_in, access) == 12, "vhca_rereg_mr_in.access");
+_Static_assert(offsetof(struct vhca_rereg_mr_in, iova) == 16, "vhca_rereg_mr_in.iova");
+_Static_assert(offsetof(struct vhca_rereg_mr_in, length) == 24, "vhca_rereg_mr_in.length");
+_Static_assert(offsetof(struct vhca_rereg_mr_in, pbl) == 32, "vhca_rereg_mr_in.pbl");
+
+/* DEREG_MR input. */
+struct vhca_dereg_mr_in {
+	__u32 lkey;
+};
+_Static_assert(sizeof(struct vhca_dereg_mr_in) == 4, "vhca_dereg_mr_in: size");
+_Static_assert(offsetof(struct vhca_dereg_mr_in, lkey) == 0, "vhca_dereg_mr_in.lkey");
+
+/*
+ * Commands: opcode, input, output.
+ * VHCA_CMD_NOP: in -; out -.
+ * VHCA_CMD_QUERY_DEVICE: in -; out struct vhca_device_attr (mailbox).
+ * VHCA_CMD_QUERY_PORT: in struct vhca_query_port_in (inline); out struct
+ *     vhca_port_attr (mailbox).
+ * VHCA_CMD_QUERY_COUNTERS: in struct vhca_query_counters_in (inline); out
+ *     struct vhca_query_counters_out (mailbox).
+ * VHCA_CMD_ALLOC_PD: in -; out struct vhca_alloc_pd_out (inline).
+ * VHCA_CMD_DEALLOC_PD: in struct vhca_dealloc_pd_in (inline); out -.
+ * VHCA_CMD_CREATE_EQ: in struct vhca_create_eq_in (inline); out struct
+ *     vhca_create_eq_out (inline).
+ * VHCA_CMD_DESTROY_EQ: in struct vhca_destroy_eq_in (inline); out -.
+ * VHCA_CMD_CREATE_CQ: in struct vhca_create_cq_in (inline); out struct
+ *     vhca_create_cq_out (inline).
+ * VHCA_CMD_DESTROY_CQ: in struct vhca_destroy_cq_in (inline); out -.
+ * VHCA_CMD_CREATE_SRQ: in struct vhca_create_srq_in (mailbox); out struct
+ *     vhca_create_srq_out (inline).
+ * VHCA_CMD_MODIFY_SRQ: in struct vhca_modify_srq_in (inline); out -.
+ * VHCA_CMD_QUERY_SRQ: in struct vhca_query_srq_in (inline); out struct
+ *     vhca_query_srq_out (inline).
+ * VHCA_CMD_DESTROY_SRQ: in struct vhca_destroy_srq_in (inline); out -.
+ * VHCA_CMD_CREATE_QP: in struct vhca_create_qp_in (mailbox); out struct
+ *     vhca_create_qp_out (inline).
+ * VHCA_CMD_MODIFY_QP: in struct vhca_modify_qp_in (mailbox); out -.
+ * VHCA_CMD_QUERY_QP: in struct vhca_query_qp_in (inline); out struct
+ *     vhca_query_qp_out (mailbox).
+ * VHCA_CMD_DESTROY_QP: in struct vhca_destroy_qp_in (inline); out -.
+ * VHCA_CMD_REG_MR: in struct vhca_reg_mr_in (mailbox); out struct
+ *     vhca_reg_mr_out (inline).
+ * VHCA_CMD_REREG_MR: in struct vhca_rereg_mr_in (mailbox); out struct
+ *     vhca_reg_mr_out (inline).
+ * VHCA_CMD_DEREG_MR: in struct vhca_dereg_mr_in (inline); out -.
+ */
+#define VHCA_CMD_IN_MAILBOX(type) (sizeof(type) > VHCA_CMD_INLINE_SIZE)
+
+/* The errno (negative) of a command status; 0 for VHCA_STATUS_OK. */
+static inline int vhca_status_errno(unsigned int status)
+{
+	switch (status) {
+	case VHCA_STATUS_OK:
+		return 0;
+	case VHCA_STATUS_BAD_OPCODE:
+		return -EOPNOTSUPP;
+	case VHCA_STATUS_BAD_PARAM:
+		return -EINVAL;
+	case VHCA_STATUS_BAD_STATE:
+		return -EINVAL;
+	case VHCA_STATUS_NO_RESOURCES:
+		return -ENOMEM;
+	case VHCA_STATUS_NOT_FOUND:
+		return -ENOENT;
+	case VHCA_STATUS_BAD_PD:
+		return -EINVAL;
+	case VHCA_STATUS_BAD_CQ:
+		return -EINVAL;
+	case VHCA_STATUS_BAD_SRQ:
+		return -EINVAL;
+	case VHCA_STATUS_LIMIT_EXCEEDED:
+		return -EINVAL;
+	case VHCA_STATUS_BUSY:
+		return -EBUSY;
+	case VHCA_STATUS_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	case VHCA_STATUS_PERMISSION:
+		return -EPERM;
+	case VHCA_STATUS_BAD_ADDRESS:
+		return -EFAULT;
+	case VHCA_STATUS_AGAIN:
+		return -EAGAIN;
+	default:
+		return -EIO;
+	}
+}
+
+/* ================ Work queue entries (SQ, RQ, SRQ rings) ================ */
+
+/*
+ * Work queue entries. A ring holds 2^log2_size WQEs of 2^wqe_shift bytes each
+ * (the stride, fixed per queue at create time); WQE i (free-running producer
+ * index) is at byte (i mod size) * stride of the ring's page list. Send
+ * strides are 64-byte basic blocks (VHCA_SQ_MIN_WQE_SHIFT); receive strides
+ * start at 32 bytes. A WQE is valid because the producer index in the
+ * doorbell slot covers it; it has no owner bit.
+ *
+ * Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP,
+ * struct vhca_ud_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ
+ * a struct vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a
+ * struct vhca_raddr_seg followed by a struct vhca_atomic_seg; then the data:
+ * ctrl.len SGEs (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes
+ * of inline data. Everything must fit in the stride: a WQE that does not, an
+ * unknown opcode, or an opcode the QP's service does not allow completes with
+ * an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device
+ * (design.md §2, §9).
+ *
+ * Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD,
+ * the first 40 bytes of the buffers receive the GRH (undefined when the CQE
+ * has no GRH flag), as ibverbs expects.
+ */
+
+/* WQE strides. */
+/*
+ * Smallest send stride: one 64-byte basic block (control + UD segment, or
+ * control + remote address + two SGEs).
+ */
+#define VHCA_SQ_MIN_WQE_SHIFT 6U
+/* Smallest receive stride: 32 bytes (control + one SGE). */
+#define VHCA_RQ_MIN_WQE_SHIFT 5U
+/*
+ * Largest stride for both: 4 KiB (room for 32 SGEs or 256 bytes inline with
+ * every header).
+ */
+#define VHCA_MAX_WQE_SHIFT    12U
+/* Bytes before the data of a UD send WQE. */
+#define VHCA_UD_HEADERS_SIZE  64U
+/*
+ * Bytes of the GRH at the start of a UD receive buffer (`struct ibv_grh`).
+ */
+#define VHCA_UD_GRH_SIZE      40U
+
+/* Send WQE control segment (every send WQE starts with it). */
+struct vhca_send_ctrl {
+	/* Returned in the CQE. */
+	__u64 wr_id;
+	/* `enum vhca_wr_opcode` (`ibv_wr_opcode`). */
+	__u8 opcode;
+	/* `VHCA_SEND_*` (`ibv_send_flags` bits). */
+	__u8 flags;
+	/* SGE count, or bytes of inline data with VHCA_SEND_INLINE. */
+	__u16 len;
+	/*
+	 * Immediate data (WITH_IMM opcodes) as a number: the provider stores
+	 * be32toh(wr.imm_data) and the device sends it big-endian in ImmDt, so the
+	 * bytes arrive as posted. SEND_WITH_INV: wr.invalidate_rkey as is.
+	 */
+	__u32 imm_or_inv;
+};
+_Static_assert(sizeof(struct vhca_send_ctrl) == 16, "vhca_send_ctrl: size");
+_Static_assert(offsetof(struct vhca_send_ctrl, wr_id) == 0, "vhca_send_ctrl.wr_id");
+_Static_assert(offsetof(struct vhca_send_ctrl, opcode) == 8, "vhca_send_ctrl.opcode");
+_Static_assert(offsetof(struct vhca_send_ctrl, flags) == 9, "vhca_send_ctrl.flags");
+_Static_assert(offsetof(struct vhca_send_ctrl, len) == 10, "vhca_send_ctrl.len");
+_Static_assert(offsetof(struct vhca_send_ctrl, imm_or_inv) == 12, "vhca_send_ctrl.imm_or_inv");
+
+/* UD destination segment (AD-02; UD and GSI QPs). */
+struct vhca_ud_seg {
+	/* Destination QP (24 bits). */
+	__u32 remote_qpn;
+	/* Q_Key; one with the high bit set means "use the QP's" (PV-05). */
+	__u32 remote_qkey;
+	/* Where to. */
+	struct vhca_av av;
+	__u8 rsvd[8];
+};
+_Static_assert(sizeof(struct vhca_ud_seg) == 48, "vhca_ud_seg: size");
+_Static_assert(offsetof(struct vhca_ud_seg, remote_qpn) == 0, "vhca_ud_seg.remote_qpn");
+_Static_assert(offsetof(struct vhca_ud_seg, remote_qkey) == 4, "vhca_ud_seg.remote_qkey");
+_Static_assert(offsetof(struct vhca_ud_seg, av) == 8, "vhca_ud_seg.av");
+_Static_assert(offsetof(struct vhca_ud_seg, rsvd) == 40, "vhca_ud_seg.rsvd");
+
+/* Remote address segment (RDMA and ATOMIC). */
+struct vhca_raddr_seg {
+	__u64 remote_addr;
+	__u32 rkey;
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_raddr_seg) == 16, "vhca_raddr_seg: size");
+_Static_assert(offsetof(struct vhca_raddr_seg, remote_addr) == 0, "vhca_raddr_seg.remote_addr");
+_Static_assert(offsetof(struct vhca_raddr_seg, rkey) == 8, "vhca_raddr_seg.rkey");
+_Static_assert(offsetof(struct vhca_raddr_seg, rsvd) == 12, "vhca_raddr_seg.rsvd");
+
+/* Atomic segment (ibverbs' `wr.atomic`, OP-07). */
+struct vhca_atomic_seg {
+	/* CmpSwap: the compare value; FetchAdd: the value to add. */
+	__u64 compare_add;
+	/* CmpSwap: the swap value; FetchAdd: ignored. */
+	__u64 swap;
+};
+_Static_assert(sizeof(struct vhca_atomic_seg) == 16, "vhca_atomic_seg: size");
+_Static_assert(offsetof(struct vhca_atomic_seg, compare_add) == 0, "vhca_atomic_seg.compare_add");
+_Static_assert(offsetof(struct vhca_atomic_seg, swap) == 8, "vhca_atomic_seg.swap");
+
+/* Scatter/gather element: `length` bytes at `addr` of the MR of `lkey`. */
+struct vhca_sge {
+	__u64 addr;
+	__u32 length;
+	__u32 lkey;
+};
+_Static_assert(sizeof(struct vhca_sge) == 16, "vhca_sge: size");
+_Static_assert(offsetof(struct vhca_sge, addr) == 0, "vhca_sge.addr");
+_Static_assert(offsetof(struct vhca_sge, length) == 8, "vhca_sge.length");
+_Static_assert(offsetof(struct vhca_sge, lkey) == 12, "vhca_sge.lkey");
+
+/* Receive WQE control segment (RQ and SRQ). */
+struct vhca_recv_ctrl {
+	/* Returned in the CQE. */
+	__u64 wr_id;
+	/* SGEs that follow. */
+	__u32 num_sge;
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_recv_ctrl) == 16, "vhca_recv_ctrl: size");
+_Static_assert(offsetof(struct vhca_recv_ctrl, wr_id) == 0, "vhca_recv_ctrl.wr_id");
+_Static_assert(offsetof(struct vhca_recv_ctrl, num_sge) == 8, "vhca_recv_ctrl.num_sge");
+_Static_assert(offsetof(struct vhca_recv_ctrl, rsvd) == 12, "vhca_recv_ctrl.rsvd");
+
+/* ================== Completion and event queue entries ================== */
+
+/*
+ * Owner bit (CQs and EQs). A ring has N = 2^log2 entries and is zeroed by the
+ * driver before CREATE_CQ / CREATE_EQ (or before ENABLE for EQ 0). The device
+ * writes its k-th entry (k = 0, 1, 2, ... free-running) into slot k mod N
+ * with owner bit (VHCA_OWNER_BIT) = 1 - ((k / N) mod 2): 1 on the first pass
+ * over the ring, 0 on the second, 1 on the third, and so on. The consumer, at
+ * free-running consumer index ci, owns the entry in slot ci mod N iff its
+ * owner bit equals 1 - ((ci / N) mod 2); otherwise the ring is empty there (a
+ * zeroed slot on the first pass, or last pass's entry). The device writes all
+ * other bytes of the entry first and the owner byte last, with release
+ * ordering; the consumer reads the owner byte, then a read barrier (dma_rmb /
+ * udma_from_device_barrier), then the rest. The device never overwrites an
+ * entry the consumer has not released: it reads the consumer index from the
+ * queue's doorbell slot; a CQ that would overflow gets a CQ_ERR event
+ * (CQ-03), EQ 0 a fatal stop.
+ */
+
+/* Completion and event entry constants. */
+/*
+ * Bytes per CQE: a cache line, room for every `ibv_wc` field without bit
+ * packing.
+ */
+#define VHCA_CQE_SIZE  64U
+/* Bytes per EQE. */
+#define VHCA_EQE_SIZE  16U
+/* The owner bit in the `owner` byte of a CQE or EQE. */
+#define VHCA_OWNER_BIT (1U << 0)
+
+/* Completion queue entry (`struct ibv_wc`; CQ-01). */
+struct vhca_cqe {
+	/* The WQE's wr_id. */
+	__u64 wr_id;
+	/*
+	 * Bytes received (receive completions; UD includes the 40-byte GRH space) or
+	 * transferred (RDMA READ, atomics).
+	 */
+	__u32 byte_len;
+	/*
+	 * Immediate data (VHCA_WC_FLAG_WITH_IMM), as a number (the provider gives
+	 * htobe32 of it to ibverbs), or the invalidated R_Key (WITH_INV).
+	 */
+	__u32 imm_or_inv;
+	/* The QP the WQE belongs to. */
+	__u32 qp_num;
+	/* UD/GSI receives: the sender's QPN. */
+	__u32 src_qp;
+	/* Device detail of an error status (0 on success; not ABI). */
+	__u32 vendor_err;
+	/* `VHCA_WC_FLAG_*` (`ibv_wc_flags` bits). */
+	__u32 wc_flags;
+	/* UD/GSI receives: the sender's LID. */
+	__u16 slid;
+	/* GSI receives: P_Key index the packet matched. */
+	__u16 pkey_index;
+	/* `enum vhca_wc_status` (`ibv_wc_status`). */
+	__u8 status;
+	/* `enum vhca_wc_opcode` (`ibv_wc_opcode`); valid for errors too. */
+	__u8 opcode;
+	/* UD/GSI receives: the packet's SL. */
+	__u8 sl;
+	/* UD/GSI receives: the DLID's path bits (AD-01). */
+	__u8 dlid_path_bits;
+	__u8 rsvd[23];
+	/* Owner bit (VHCA_OWNER_BIT), written last. */
+	__u8 owner;
+};
+_Static_assert(sizeof(struct vhca_cqe) == 64, "vhca_cqe: size");
+_Static_assert(offsetof(struct vhca_cqe, wr_id) == 0, "vhca_cqe.wr_id");
+_Static_assert(offsetof(struct vhca_cqe, byte_len) == 8, "vhca_cqe.byte_len");
+_Static_assert(offsetof(struct vhca_cqe, imm_or_inv) == 12, "vhca_cqe.imm_or_inv");
+_Static_assert(offsetof(struct vhca_cqe, qp_num) == 16, "vhca_cqe.qp_num");
+_Static_assert(offsetof(struct vhca_cqe, src_qp) == 20, "vhca_cqe.src_qp");
+_Static_assert(offsetof(struct vhca_cqe, vendor_err) == 24, "vhca_cqe.vendor_err");
+_Static_assert(offsetof(struct vhca_cqe, wc_flags) == 28, "vhca_cqe.wc_flags");
+_Static_assert(offsetof(struct vhca_cqe, slid) == 32, "vhca_cqe.slid");
+_Static_assert(offsetof(struct vhca_cqe, pkey_index) == 34, "vhca_cqe.pkey_index");
+_Static_assert(offsetof(struct vhca_cqe, status) == 36, "vhca_cqe.status");
+_Static_assert(offsetof(struct vhca_cqe, opcode) == 37, "vhca_cqe.opcode");
+_Static_assert(offsetof(struct vhca_cqe, sl) == 38, "vhca_cqe.sl");
+_Static_assert(offsetof(struct vhca_cqe, dlid_path_bits) == 39, "vhca_cqe.dlid_path_bits");
+_Static_assert(offsetof(struct vhca_cqe, rsvd) == 40, "vhca_cqe.rsvd");
+_Static_assert(offsetof(struct vhca_cqe, owner) == 63, "vhca_cqe.owner");
+
+/*
+ * EQE types: asynchronous events numbered as `enum ibv_event_type` (and the
+ * kernel's `enum ib_event_type`, the same numbers), then the two kinds of
+ * notification.
+ */
+enum vhca_eqe_type {
+	/* object = CQN (CQ-03 overflow). */
+	VHCA_EQE_CQ_ERR = 0,
+	/* object = QPN. */
+	VHCA_EQE_QP_FATAL = 1,
+	/* object = QPN. */
+	VHCA_EQE_QP_REQ_ERR = 2,
+	/* object = QPN. */
+	VHCA_EQE_QP_ACCESS_ERR = 3,
+	/* object = QPN (QS-08). */
+	VHCA_EQE_COMM_EST = 4,
+	/* object = QPN (QS-05). */
+	VHCA_EQE_SQ_DRAINED = 5,
+	/* object = QPN; not sent (AD-10). */
+	VHCA_EQE_PATH_MIG = 6,
+	/* object = QPN; not sent (AD-10). */
+	VHCA_EQE_PATH_MIG_ERR = 7,
+	/* object = 0. */
+	VHCA_EQE_DEVICE_FATAL = 8,
+	/* object = port. */
+	VHCA_EQE_PORT_ACTIVE = 9,
+	/* object = port. */
+	VHCA_EQE_PORT_ERR = 10,
+	/* object = port. */
+	VHCA_EQE_LID_CHANGE = 11,
+	/* object = port. */
+	VHCA_EQE_PKEY_CHANGE = 12,
+	/* object = port. */
+	VHCA_EQE_SM_CHANGE = 13,
+	/* object = SRQN. */
+	VHCA_EQE_SRQ_ERR = 14,
+	/* object = SRQN (SR-01). */
+	VHCA_EQE_SRQ_LIMIT_REACHED = 15,
+	/* object = QPN. */
+	VHCA_EQE_QP_LAST_WQE_REACHED = 16,
+	/* object = port. */
+	VHCA_EQE_CLIENT_REREGISTER = 17,
+	/* object = port. */
+	VHCA_EQE_GID_CHANGE = 18,
+	/* object = QPN (WQ); not sent. */
+	VHCA_EQE_WQ_FATAL = 19,
+	/* An armed CQ has a completion for it (CQ-02): object = CQN. */
+	VHCA_EQE_COMPLETION = 0x80,
+	/*
+	 * A command with VHCA_CMD_F_EVENT completed (EQ 0 only): object = its token,
+	 * data = its status.
+	 */
+	VHCA_EQE_COMMAND_DONE = 0x81,
+};
+
+/* Event queue entry. */
+struct vhca_eqe {
+	/* `enum vhca_eqe_type`. */
+	__u8 kind;
+	__u8 rsvd0;
+	__u16 rsvd1;
+	/* CQN, QPN, SRQN, port or command token, per `kind`. */
+	__u32 object;
+	/* COMMAND_DONE: the status; otherwise 0. */
+	__u32 data;
+	__u8 rsvd2[3];
+	/* Owner bit (VHCA_OWNER_BIT), written last. */
+	__u8 owner;
+};
+_Static_assert(sizeof(struct vhca_eqe) == 16, "vhca_eqe: size");
+_Static_assert(offsetof(struct vhca_eqe, kind) == 0, "vhca_eqe.kind");
+_Static_assert(offsetof(struct vhca_eqe, rsvd0) == 1, "vhca_eqe.rsvd0");
+_Static_assert(offsetof(struct vhca_eqe, rsvd1) == 2, "vhca_eqe.rsvd1");
+_Static_assert(offsetof(struct vhca_eqe, object) == 4, "vhca_eqe.object");
+_Static_assert(offsetof(struct vhca_eqe, data) == 8, "vhca_eqe.data");
+_Static_assert(offsetof(struct vhca_eqe, rsvd2) == 12, "vhca_eqe.rsvd2");
+_Static_assert(offsetof(struct vhca_eqe, owner) == 15, "vhca_eqe.owner");
+
+/* ================= Context-table records (BAR0 window) ================== */
+
+/*
+ * Context record flag bits (`flags` of the CQ, SRQ, MR and EQ contexts).
+ */
+/* CQ, EQ: armed; SRQ: limit armed. */
+#define VHCA_CTX_F_ARMED     (1 << 0)
+/* CQ: armed for solicited completions only. */
+#define VHCA_CTX_F_SOLICITED (1 << 1)
+/* CQ: overflowed (CQ-03); SRQ: in error. */
+#define VHCA_CTX_F_ERROR     (1 << 2)
+/* MR: the identity DMA MR (VHCA_REG_MR_F_DMA). */
+#define VHCA_CTX_F_DMA       (1 << 3)
+
+/* QP context (CTX_TABLE = VHCA_CTX_QPC). */
+struct vhca_qp_context {
+	__u32 qpn;
+	__u32 pdn;
+	__u32 send_cqn;
+	__u32 recv_cqn;
+	__u32 srqn;
+	__u32 dest_qpn;
+	__u32 qkey;
+	/* `VHCA_ACCESS_*`. */
+	__u32 access;
+	/* Next PSN the requester sends. */
+	__u32 sq_psn;
+	/* Oldest PSN not yet acknowledged. */
+	__u32 sq_una_psn;
+	/* Expected PSN of the responder (ePSN). */
+	__u32 rq_psn;
+	/* SQ producer index last read from the doorbell slot. */
+	__u32 sq_pi;
+	/* Send WQEs fetched. */
+	__u32 sq_ci;
+	/* Send WQEs retired (completed or silently retired, OR-06). */
+	__u32 sq_done;
+	/* RQ producer index last read from the doorbell slot. */
+	__u32 rq_pi;
+	/* Receive WQEs consumed. */
+	__u32 rq_ci;
+	__u32 uar;
+	__u16 db_slot;
+	__u16 pkey_index;
+	/* `enum vhca_qp_type`. */
+	__u8 qp_type;
+	/* `enum vhca_qp_state`. */
+	__u8 state;
+	/* `enum vhca_mtu`. */
+	__u8 path_mtu;
+	__u8 port;
+	__u8 log2_sq_size;
+	__u8 log2_rq_size;
+	__u8 sq_wqe_shift;
+	__u8 rq_wqe_shift;
+	__u8 timeout;
+	__u8 retry_cnt;
+	__u8 rnr_retry;
+	__u8 min_rnr_timer;
+	__u8 max_rd_atomic;
+	__u8 max_dest_rd_atomic;
+	__u8 sq_sig_all;
+	__u8 rsvd;
+	/* The path (RC, UC). */
+	struct vhca_av av;
+	__u64 tx_packets;
+	__u64 rx_packets;
+	/* Packets sent again (timeouts and NAKs, RL-10, RL-03). */
+	__u64 retransmits;
+	/* RNR NAKs received (RL-11). */
+	__u64 rnr_naks;
+	struct vhca_pbl sq;
+	struct vhca_pbl rq;
+};
+_Static_assert(sizeof(struct vhca_qp_context) == 184, "vhca_qp_context: size");
+_Static_assert(offsetof(struct vhca_qp_context, qpn) == 0, "vhca_qp_context.qpn");
+_Static_assert(offsetof(struct vhca_qp_context, pdn) == 4, "vhca_qp_context.pdn");
+_Static_assert(offsetof(struct vhca_qp_context, send_cqn) == 8, "vhca_qp_context.send_cqn");
+_Static_assert(offsetof(struct vhca_qp_context, recv_cqn) == 12, "vhca_qp_context.recv_cqn");
+_Static_assert(offsetof(struct vhca_qp_context, srqn) == 16, "vhca_qp_context.srqn");
+_Static_assert(offsetof(struct vhca_qp_context, dest_qpn) == 20, "vhca_qp_context.dest_qpn");
+_Static_assert(offsetof(struct vhca_qp_context, qkey) == 24, "vhca_qp_context.qkey");
+_Static_assert(offsetof(struct vhca_qp_context, access) == 28, "vhca_qp_context.access");
+_Static_assert(offsetof(struct vhca_qp_context, sq_psn) == 32, "vhca_qp_context.sq_psn");
+_Static_assert(offsetof(struct vhca_qp_context, sq_una_psn) == 36, "vhca_qp_context.sq_una_psn");
+_Static_assert(offsetof(struct vhca_qp_context, rq_psn) == 40, "vhca_qp_context.rq_psn");
+_Static_assert(offsetof(struct vhca_qp_context, sq_pi) == 44, "vhca_qp_context.sq_pi");
+_Static_assert(offsetof(struct vhca_qp_context, sq_ci) == 48, "vhca_qp_context.sq_ci");
+_Static_assert(offsetof(struct vhca_qp_context, sq_done) == 52, "vhca_qp_context.sq_done");
+_Static_assert(offsetof(struct vhca_qp_context, rq_pi) == 56, "vhca_qp_context.rq_pi");
+_Static_assert(offsetof(struct vhca_qp_context, rq_ci) == 60, "vhca_qp_context.rq_ci");
+_Static_assert(offsetof(struct vhca_qp_context, uar) == 64, "vhca_qp_context.uar");
+_Static_assert(offsetof(struct vhca_qp_context, db_slot) == 68, "vhca_qp_context.db_slot");
+_Static_assert(offsetof(struct vhca_qp_context, pkey_index) == 70, "vhca_qp_context.pkey_index");
+_Static_assert(offsetof(struct vhca_qp_context, qp_type) == 72, "vhca_qp_context.qp_type");
+_Static_assert(offsetof(struct vhca_qp_context, state) == 73, "vhca_qp_context.state");
+_Static_assert(offsetof(struct vhca_qp_context, path_mtu) == 74, "vhca_qp_context.path_mtu");
+_Static_assert(offsetof(struct vhca_qp_context, port) == 75, "vhca_qp_context.port");
+_Static_assert(offsetof(struct vhca_qp_context, log2_sq_size) == 76, "vhca_qp_context.log2_sq_size");
+_Static_assert(offsetof(struct vhca_qp_context, log2_rq_size) == 77, "vhca_qp_context.log2_rq_size");
+_Static_assert(offsetof(struct vhca_qp_context, sq_wqe_shift) == 78, "vhca_qp_context.sq_wqe_shift");
+_Static_assert(offsetof(struct vhca_qp_context, rq_wqe_shift) == 79, "vhca_qp_context.rq_wqe_shift");
+_Static_assert(offsetof(struct vhca_qp_context, timeout) == 80, "vhca_qp_context.timeout");
+_Static_assert(offsetof(struct vhca_qp_context, retry_cnt) == 81, "vhca_qp_context.retry_cnt");
+_Static_assert(offsetof(struct vhca_qp_context, rnr_retry) == 82, "vhca_qp_context.rnr_retry");
+_Static_assert(offsetof(struct vhca_qp_context, min_rnr_timer) == 83, "vhca_qp_context.min_rnr_timer");
+_Static_assert(offsetof(struct vhca_qp_context, max_rd_atomic) == 84, "vhca_qp_context.max_rd_atomic");
+_Static_assert(offsetof(struct vhca_qp_context, max_dest_rd_atomic) == 85, "vhca_qp_context.max_dest_rd_atomic");
+_Static_assert(offsetof(struct vhca_qp_context, sq_sig_all) == 86, "vhca_qp_context.sq_sig_all");
+_Static_assert(offsetof(struct vhca_qp_context, rsvd) == 87, "vhca_qp_context.rsvd");
+_Static_assert(offsetof(struct vhca_qp_context, av) == 88, "vhca_qp_context.av");
+_Static_assert(offsetof(struct vhca_qp_context, tx_packets) == 120, "vhca_qp_context.tx_packets");
+_Static_assert(offsetof(struct vhca_qp_context, rx_packets) == 128, "vhca_qp_context.rx_packets");
+_Static_assert(offsetof(struct vhca_qp_context, retransmits) == 136, "vhca_qp_context.retransmits");
+_Static_assert(offsetof(struct vhca_qp_context, rnr_naks) == 144, "vhca_qp_context.rnr_naks");
+_Static_assert(offsetof(struct vhca_qp_context, sq) == 152, "vhca_qp_context.sq");
+_Static_assert(offsetof(struct vhca_qp_context, rq) == 168, "vhca_qp_context.rq");
+
+/* CQ context (CTX_TABLE = VHCA_CTX_CQC). */
+struct vhca_cq_context {
+	__u32 cqn;
+	__u32 eqn;
+	__u32 uar;
+	__u16 db_slot;
+	__u8 log2_entries;
+	/* `VHCA_CTX_F_ARMED`, `SOLICITED`, `ERROR`. */
+	__u8 flags;
+	/* CQEs written (free-running producer index). */
+	__u32 pi;
+	/* Consumer index last read from the doorbell slot. */
+	__u32 ci;
+	/* Arm word last taken. */
+	__u32 arm;
+	/* QPs and SRQs using the CQ. */
+	__u32 users;
+	/* Completion events raised. */
+	__u64 events;
+	__u64 rsvd;
+	struct vhca_pbl ring;
+};
+_Static_assert(sizeof(struct vhca_cq_context) == 64, "vhca_cq_context: size");
+_Static_assert(offsetof(struct vhca_cq_context, cqn) == 0, "vhca_cq_context.cqn");
+_Static_assert(offsetof(struct vhca_cq_context, eqn) == 4, "vhca_cq_context.eqn");
+_Static_assert(offsetof(struct vhca_cq_context, uar) == 8, "vhca_cq_context.uar");
+_Static_assert(offsetof(struct vhca_cq_context, db_slot) == 12, "vhca_cq_context.db_slot");
+_Static_assert(offsetof(struct vhca_cq_context, log2_entries) == 14, "vhca_cq_context.log2_entries");
+_Static_assert(offsetof(struct vhca_cq_context, flags) == 15, "vhca_cq_context.flags");
+_Static_assert(offsetof(struct vhca_cq_context, pi) == 16, "vhca_cq_context.pi");
+_Static_assert(offsetof(struct vhca_cq_context, ci) == 20, "vhca_cq_context.ci");
+_Static_assert(offsetof(struct vhca_cq_context, arm) == 24, "vhca_cq_context.arm");
+_Static_assert(offsetof(struct vhca_cq_context, users) == 28, "vhca_cq_context.users");
+_Static_assert(offsetof(struct vhca_cq_context, events) == 32, "vhca_cq_context.events");
+_Static_assert(offsetof(struct vhca_cq_context, rsvd) == 40, "vhca_cq_context.rsvd");
+_Static_assert(offsetof(struct vhca_cq_context, ring) == 48, "vhca_cq_context.ring");
+
+/* SRQ context (CTX_TABLE = VHCA_CTX_SRQC). */
+struct vhca_srq_context {
+	__u32 srqn;
+	__u32 pdn;
+	__u32 max_wr;
+	__u32 max_sge;
+	/* Armed limit (0 if not armed). */
+	__u32 srq_limit;
+	/* Producer index last read from the doorbell slot. */
+	__u32 pi;
+	/* WQEs consumed. */
+	__u32 ci;
+	__u32 uar;
+	__u16 db_slot;
+	__u8 log2_entries;
+	__u8 wqe_shift;
+	/* QPs using the SRQ. */
+	__u32 users;
+	/* `VHCA_CTX_F_ARMED`, `ERROR`. */
+	__u8 flags;
+	__u8 rsvd[7];
+	struct vhca_pbl ring;
+};
+_Static_assert(sizeof(struct vhca_srq_context) == 64, "vhca_srq_context: size");
+_Static_assert(offsetof(struct vhca_srq_context, srqn) == 0, "vhca_srq_context.srqn");
+_Static_assert(offsetof(struct vhca_srq_context, pdn) == 4, "vhca_srq_context.pdn");
+_Static_assert(offsetof(struct vhca_srq_context, max_wr) == 8, "vhca_srq_context.max_wr");
+_Static_assert(offsetof(struct vhca_srq_context, max_sge) == 12, "vhca_srq_context.max_sge");
+_Static_assert(offsetof(struct vhca_srq_context, srq_limit) == 16, "vhca_srq_context.srq_limit");
+_Static_assert(offsetof(struct vhca_srq_context, pi) == 20, "vhca_srq_context.pi");
+_Static_assert(offsetof(struct vhca_srq_context, ci) == 24, "vhca_srq_context.ci");
+_Static_assert(offsetof(struct vhca_srq_context, uar) == 28, "vhca_srq_context.uar");
+_Static_assert(offsetof(struct vhca_srq_context, db_slot) == 32, "vhca_srq_context.db_slot");
+_Static_assert(offsetof(struct vhca_srq_context, log2_entries) == 34, "vhca_srq_context.log2_entries");
+_Static_assert(offsetof(struct vhca_srq_context, wqe_shift) == 35, "vhca_srq_context.wqe_shift");
+_Static_assert(offsetof(struct vhca_srq_context, users) == 36, "vhca_srq_context.users");
+_Static_assert(offsetof(struct vhca_srq_context, flags) == 40, "vhca_srq_context.flags");
+_Static_assert(offsetof(struct vhca_srq_context, rsvd) == 41, "vhca_srq_context.rsvd");
+_Static_assert(offsetof(struct vhca_srq_context, ring) == 48, "vhca_srq_context.ring");
+
+/*
+ * Memory protection table entry (CTX_TABLE = VHCA_CTX_MPT), by key index.
+ */
+struct vhca_mr_context {
+	/* Current key: (index << 8) | key byte (MP-02). */
+	__u32 key;
+	__u32 pdn;
+	/* `VHCA_ACCESS_*`. */
+	__u32 access;
+	/* Pages in the translation (the MTT, device-resident). */
+	__u32 npages;
+	__u64 iova;
+	__u64 length;
+	/* Guest-physical address of the first page. */
+	__u64 first_page;
+	__u8 page_shift;
+	/* `VHCA_CTX_F_DMA`. */
+	__u8 flags;
+	__u8 rsvd[6];
+};
+_Static_assert(sizeof(struct vhca_mr_context) == 48, "vhca_mr_context: size");
+_Static_assert(offsetof(struct vhca_mr_context, key) == 0, "vhca_mr_context.key");
+_Static_assert(offsetof(struct vhca_mr_context, pdn) == 4, "vhca_mr_context.pdn");
+_Static_assert(offsetof(struct vhca_mr_context, access) == 8, "vhca_mr_context.access");
+_Static_assert(offsetof(struct vhca_mr_context, npages) == 12, "vhca_mr_context.npages");
+_Static_assert(offsetof(struct vhca_mr_context, iova) == 16, "vhca_mr_context.iova");
+_Static_assert(offsetof(struct vhca_mr_context, length) == 24, "vhca_mr_context.length");
+_Static_assert(offsetof(struct vhca_mr_context, first_page) == 32, "vhca_mr_context.first_page");
+_Static_assert(offsetof(struct vhca_mr_context, page_shift) == 40, "vhca_mr_context.page_shift");
+_Static_assert(offsetof(struct vhca_mr_context, flags) == 41, "vhca_mr_context.flags");
+_Static_assert(offsetof(struct vhca_mr_context, rsvd) == 42, "vhca_mr_context.rsvd");
+
+/* EQ context (CTX_TABLE = VHCA_CTX_EQC); EQ 0 is the async EQ. */
+struct vhca_eq_context {
+	__u32 eqn;
+	__u32 uar;
+	__u16 db_slot;
+	/* MSI-X vector. */
+	__u16 vector;
+	__u8 log2_entries;
+	/* `VHCA_CTX_F_ARMED`. */
+	__u8 flags;
+	__u16 rsvd0;
+	/* EQEs written (free-running producer index). */
+	__u32 pi;
+	/* Consumer index last read from the doorbell slot. */
+	__u32 ci;
+	/* Arm word last taken. */
+	__u32 arm;
+	__u32 rsvd1;
+	/* Interrupts signalled. */
+	__u64 interrupts;
+	__u64 rsvd2;
+	/* The ring (EQ 0: contiguous). */
+	struct vhca_pbl ring;
+};
+_Static_assert(sizeof(struct vhca_eq_context) == 64, "vhca_eq_context: size");
+_Static_assert(offsetof(struct vhca_eq_context, eqn) == 0, "vhca_eq_context.eqn");
+_Static_assert(offsetof(struct vhca_eq_context, uar) == 4, "vhca_eq_context.uar");
+_Static_assert(offsetof(struct vhca_eq_context, db_slot) == 8, "vhca_eq_context.db_slot");
+_Static_assert(offsetof(struct vhca_eq_context, vector) == 10, "vhca_eq_context.vector");
+_Static_assert(offsetof(struct vhca_eq_context, log2_entries) == 12, "vhca_eq_context.log2_entries");
+_Static_assert(offsetof(struct vhca_eq_context, flags) == 13, "vhca_eq_context.flags");
+_Static_assert(offsetof(struct vhca_eq_context, rsvd0) == 14, "vhca_eq_context.rsvd0");
+_Static_assert(offsetof(struct vhca_eq_context, pi) == 16, "vhca_eq_context.pi");
+_Static_assert(offsetof(struct vhca_eq_context, ci) == 20, "vhca_eq_context.ci");
+_Static_assert(offsetof(struct vhca_eq_context, arm) == 24, "vhca_eq_context.arm");
+_Static_assert(offsetof(struct vhca_eq_context, rsvd1) == 28, "vhca_eq_context.rsvd1");
+_Static_assert(offsetof(struct vhca_eq_context, interrupts) == 32, "vhca_eq_context.interrupts");
+_Static_assert(offsetof(struct vhca_eq_context, rsvd2) == 40, "vhca_eq_context.rsvd2");
+_Static_assert(offsetof(struct vhca_eq_context, ring) == 48, "vhca_eq_context.ring");
+
+/* =============================== Counters =============================== */
+
+/* QUERY_COUNTERS sets (names in `VHCA_COUNTERS_<SET>_NAMES`). */
+enum vhca_counter_set {
+	/* Packets, bytes, ACKs, NAKs, retransmissions, timeouts of the port. */
+	VHCA_COUNTERS_PORT = 0,
+	/* Packets dropped by the wire checks, per reason (WF-09, PV-10). */
+	VHCA_COUNTERS_WIRE_DROP = 1,
+	/* Packets dropped by the transport, per reason (PV-10). */
+	VHCA_COUNTERS_RX_DROP = 2,
+	/* NAKs sent, per reason (RL-12). */
+	VHCA_COUNTERS_NAK_SENT = 3,
+};
+
+/* Counter names of a set, in QUERY_COUNTERS order. */
+#define VHCA_COUNTERS_PORT_NAMES \
+	"rx_packets", \
+	"tx_packets", \
+	"rx_bytes", \
+	"tx_bytes", \
+	"acks_sent", \
+	"naks_sent", \
+	"rnr_naks_sent", \
+	"retransmits", \
+	"timeouts", \
+	"rnr_naks_received", \
+	"duplicates_received"
+#define VHCA_COUNTERS_PORT_COUNT 11
+
+/* Counter names of a set, in QUERY_COUNTERS order. */
+#define VHCA_COUNTERS_WIRE_DROP_NAMES \
+	"truncated", \
+	"length_mismatch", \
+	"bad_lver", \
+	"raw_packet", \
+	"bad_ip_ver", \
+	"bad_next_header", \
+	"bad_tver", \
+	"unknown_opcode", \
+	"bad_pad_count", \
+	"reserved_syndrome", \
+	"bad_icrc", \
+	"bad_vcrc", \
+	"not_roce", \
+	"bad_ip_checksum"
+#define VHCA_COUNTERS_WIRE_DROP_COUNT 14
+
+/* Counter names of a set, in QUERY_COUNTERS order. */
+#define VHCA_COUNTERS_RX_DROP_NAMES \
+	"unknown_qp", \
+	"qp_not_receiving", \
+	"service_mismatch", \
+	"bad_pkey", \
+	"bad_qkey", \
+	"bad_dlid", \
+	"bad_slid", \
+	"multicast", \
+	"out_of_sequence", \
+	"unmatched_duplicate", \
+	"uc_resync", \
+	"no_receive_wqe", \
+	"ud_bad_length", \
+	"ghost_response", \
+	"unexpected_response", \
+	"not_expected"
+#define VHCA_COUNTERS_RX_DROP_COUNT 16
+
+/* Counter names of a set, in QUERY_COUNTERS order. */
+#define VHCA_COUNTERS_NAK_SENT_NAMES \
+	"psn_sequence", \
+	"op_sequence", \
+	"bad_opcode", \
+	"op_not_enabled", \
+	"pmtu_length", \
+	"dma_length", \
+	"too_long", \
+	"receive_too_small", \
+	"receive_protection", \
+	"no_resources", \
+	"no_such_key", \
+	"key_mismatch", \
+	"pd_mismatch", \
+	"out_of_bounds", \
+	"no_remote_read", \
+	"no_remote_write", \
+	"no_remote_atomic", \
+	"misaligned_atomic", \
+	"memory_fault"
+#define VHCA_COUNTERS_NAK_SENT_COUNT 19
+
+#endif /* VHCA_ABI_H */
