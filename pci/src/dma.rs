@@ -1,0 +1,376 @@
+//! Guest memory as the device reaches it: the DMA maps QEMU sends (fd,
+//! offset, iova, size), mapped into this process with vm-memory and
+//! published as a whole new map on every change (design.md §5), so a reader
+//! on another thread always sees either the old map or the new one.
+//!
+//! Every access is checked against the map: an address the guest never
+//! mapped is an error for the caller to turn into a completion error, never
+//! a fault (design.md §9).
+
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use vm_memory::{
+    Bytes, FileOffset, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend,
+    GuestMemoryLoadGuard, GuestMemoryRegion, MmapRegion, VolatileMemory,
+};
+
+use crate::sync::lock;
+
+/// The guest memory map type: vm-memory regions over mmaps of QEMU's fds.
+pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
+type Region = vm_memory::GuestRegionMmap<()>;
+
+/// A guest-physical access outside mapped memory, or a misaligned atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DmaError {
+    #[error("guest range 0x{addr:x} (+{len}) is not mapped")]
+    Unmapped { addr: u64, len: u64 },
+    #[error("guest atomic at 0x{addr:x} is not 8-byte aligned")]
+    Misaligned { addr: u64 },
+}
+
+/// Why a DMA map was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MapError {
+    #[error("empty or overflowing range")]
+    Range,
+    #[error("offset 0x{offset:x} + size 0x{size:x} is past the end of the file ({len} bytes)")]
+    PastEof { offset: u64, size: u64, len: u64 },
+    #[error("cannot inspect the fd: {0}")]
+    Stat(#[source] std::io::Error),
+    #[error("mmap failed: {0}")]
+    Mmap(#[source] vm_memory::mmap::MmapRegionError),
+    #[error("map is inconsistent: {0}")]
+    Collection(#[source] vm_memory::GuestRegionCollectionError),
+}
+
+/// The device's view of guest memory. Cheap to clone (an `Arc`); share it
+/// with every thread that touches guest memory.
+#[derive(Debug, Clone)]
+pub struct DmaMemory {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    atomic: GuestMemoryAtomic<GuestMemoryMmap>,
+    /// The regions of the published map, in address order; held while a
+    /// new map is built so that updates are serialised.
+    regions: Mutex<Vec<Arc<Region>>>,
+    generation: AtomicU64,
+}
+
+impl Default for DmaMemory {
+    fn default() -> Self {
+        DmaMemory::new()
+    }
+}
+
+impl DmaMemory {
+    /// An empty map: every access fails until QEMU maps memory.
+    pub fn new() -> DmaMemory {
+        DmaMemory {
+            shared: Arc::new(Shared {
+                atomic: GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+                regions: Mutex::new(Vec::new()),
+                generation: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The vm-memory handle, for code that wants the `Bytes` /
+    /// `GuestMemoryBackend` API directly.
+    pub fn atomic(&self) -> &GuestMemoryAtomic<GuestMemoryMmap> {
+        &self.shared.atomic
+    }
+
+    /// A snapshot of the current map. Holding it keeps its mappings alive
+    /// (an unmap in the meantime takes effect for later snapshots), so take
+    /// one per batch of work, not per lifetime.
+    pub fn snapshot(&self) -> GuestMemoryLoadGuard<GuestMemoryMmap> {
+        self.shared.atomic.memory()
+    }
+
+    /// Counts map changes; a caller that caches translations compares it.
+    pub fn generation(&self) -> u64 {
+        self.shared.generation.load(Ordering::Acquire)
+    }
+
+    /// The mapped ranges as (guest address, size), in address order.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        self.snapshot()
+            .iter()
+            .map(|r| (r.start_addr().0, r.len()))
+            .collect()
+    }
+
+    /// Whether all of `addr..addr + len` is mapped.
+    pub fn is_mapped(&self, addr: u64, len: usize) -> bool {
+        self.snapshot().check_range(GuestAddress(addr), len)
+    }
+
+    /// Reads `buf.len()` bytes at guest address `addr`; the range may span
+    /// adjacent maps but not a hole.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let mem = self.snapshot();
+        if !mem.check_range(GuestAddress(addr), buf.len()) {
+            return Err(unmapped(addr, buf.len()));
+        }
+        mem.read_slice(buf, GuestAddress(addr))
+            .map_err(|_| unmapped(addr, buf.len()))
+    }
+
+    /// Writes `data` at guest address `addr`.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        // Checked first so that a write running into a hole changes nothing.
+        let mem = self.snapshot();
+        if !mem.check_range(GuestAddress(addr), data.len()) {
+            return Err(unmapped(addr, data.len()));
+        }
+        mem.write_slice(data, GuestAddress(addr))
+            .map_err(|_| unmapped(addr, data.len()))
+    }
+
+    /// Runs `f` on the 64-bit word at the 8-aligned guest address `addr`,
+    /// atomically against every other CPU and thread touching it.
+    fn with_word<T>(&self, addr: u64, f: impl FnOnce(&AtomicU64) -> T) -> Result<T, DmaError> {
+        if !addr.is_multiple_of(8) {
+            return Err(DmaError::Misaligned { addr });
+        }
+        let mem = self.snapshot();
+        let slice = mem
+            .get_slice(GuestAddress(addr), 8)
+            .map_err(|_| unmapped(addr, 8))?;
+        let word = slice
+            .get_atomic_ref::<AtomicU64>(0)
+            .map_err(|_| DmaError::Misaligned { addr })?;
+        Ok(f(word))
+    }
+
+    /// Compare-and-swap of the little-endian 64-bit word at `addr`; returns
+    /// the value found there.
+    pub fn compare_swap(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, DmaError> {
+        self.with_word(addr, |w| {
+            match w.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(old) | Err(old) => old,
+            }
+        })
+    }
+
+    /// Fetch-and-add on the 64-bit word at `addr`; returns the old value.
+    pub fn fetch_add(&self, addr: u64, add: u64) -> Result<u64, DmaError> {
+        self.with_word(addr, |w| w.fetch_add(add, Ordering::SeqCst))
+    }
+
+    /// Maps `size` bytes of `file` at `offset` to guest address `iova`,
+    /// replacing whatever was mapped there. A map QEMU marks read-only is
+    /// mapped private: device writes to it are lost instead of faulting.
+    pub(crate) fn map(
+        &self,
+        iova: u64,
+        size: u64,
+        file: File,
+        offset: u64,
+        writable: bool,
+    ) -> Result<(), MapError> {
+        let end = iova
+            .checked_add(size)
+            .filter(|_| size > 0)
+            .ok_or(MapError::Range)?;
+        let len = usize::try_from(size).map_err(|_| MapError::Range)?;
+        // mmap past the end of a file succeeds but the first access beyond
+        // it raises SIGBUS: refuse such a map now.
+        let meta = file.metadata().map_err(MapError::Stat)?;
+        let file_end = offset.checked_add(size).ok_or(MapError::Range)?;
+        if meta.is_file() && file_end > meta.len() {
+            return Err(MapError::PastEof {
+                offset,
+                size,
+                len: meta.len(),
+            });
+        }
+        let share = if writable {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_PRIVATE
+        };
+        let region = MmapRegion::build(
+            Some(FileOffset::new(file, offset)),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_NORESERVE | share,
+        )
+        .map_err(MapError::Mmap)?;
+        let region = Region::new(region, GuestAddress(iova)).ok_or(MapError::Range)?;
+
+        let mut regions = lock(&self.shared.regions);
+        let mut next = carve(&regions, iova, end);
+        next.push(Arc::new(region));
+        next.sort_by_key(|r| r.start_addr());
+        self.publish(&mut regions, next)
+    }
+
+    /// Removes `iova..iova + size` from the map; parts of it that are not
+    /// mapped are ignored, and a map that straddles an end is trimmed.
+    pub(crate) fn unmap(&self, iova: u64, size: u64) -> Result<(), MapError> {
+        let mut regions = lock(&self.shared.regions);
+        let next = carve(&regions, iova, iova.saturating_add(size));
+        self.publish(&mut regions, next)
+    }
+
+    /// Drops every map (client gone).
+    pub(crate) fn clear(&self) {
+        let mut regions = lock(&self.shared.regions);
+        // An empty list always publishes.
+        let _ = self.publish(&mut regions, Vec::new());
+    }
+
+    fn publish(
+        &self,
+        regions: &mut Vec<Arc<Region>>,
+        next: Vec<Arc<Region>>,
+    ) -> Result<(), MapError> {
+        let map = if next.is_empty() {
+            GuestMemoryMmap::new()
+        } else {
+            GuestMemoryMmap::from_arc_regions(next.clone()).map_err(MapError::Collection)?
+        };
+        let guard = self
+            .shared
+            .atomic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard.replace(map);
+        *regions = next;
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+fn unmapped(addr: u64, len: usize) -> DmaError {
+    DmaError::Unmapped {
+        addr,
+        len: len as u64,
+    }
+}
+
+/// The regions minus `start..end`: untouched ones are kept as they are
+/// (same mapping), partly covered ones are re-mapped from their file for the
+/// part that remains.
+fn carve(regions: &[Arc<Region>], start: u64, end: u64) -> Vec<Arc<Region>> {
+    let mut out = Vec::with_capacity(regions.len() + 1);
+    for r in regions {
+        let r_start = r.start_addr().0;
+        let r_end = r_start + r.len();
+        if r_end <= start || end <= r_start {
+            out.push(Arc::clone(r));
+            continue;
+        }
+        for (a, b) in [(r_start, start), (end, r_end)] {
+            if a < b {
+                match remap(r, a - r_start, b - a) {
+                    Some(piece) => out.push(Arc::new(piece)),
+                    None => log::warn!("dma: lost 0x{a:x}..0x{b:x} while unmapping a part of it"),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A new mapping of `len` bytes at `skip` into region `r`, same file and
+/// protection. `None` if `r` has no file or the piece cannot be mapped
+/// (an offset that is not page aligned).
+fn remap(r: &Region, skip: u64, len: u64) -> Option<Region> {
+    let f = r.file_offset()?;
+    let offset = FileOffset::from_arc(Arc::clone(f.arc()), f.start().checked_add(skip)?);
+    let mapping = MmapRegion::build(
+        Some(offset),
+        usize::try_from(len).ok()?,
+        r.prot(),
+        r.flags(),
+    )
+    .ok()?;
+    Region::new(mapping, GuestAddress(r.start_addr().0 + skip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(len: u64) -> File {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(len).unwrap();
+        f
+    }
+
+    #[test]
+    fn partial_unmap_keeps_both_sides() {
+        let m = DmaMemory::new();
+        m.map(0x10000, 0x4000, file(0x4000), 0, true).unwrap();
+        m.write(0x13000, &[7]).unwrap();
+        m.unmap(0x11000, 0x1000).unwrap();
+        assert_eq!(m.ranges(), vec![(0x10000, 0x1000), (0x12000, 0x2000)]);
+        let mut b = [0u8];
+        m.read(0x13000, &mut b).unwrap();
+        assert_eq!(b, [7]);
+        assert!(m.read(0x11000, &mut b).is_err());
+    }
+
+    #[test]
+    fn map_over_a_map_replaces_it() {
+        let m = DmaMemory::new();
+        m.map(0, 0x2000, file(0x2000), 0, true).unwrap();
+        m.map(0x1000, 0x2000, file(0x2000), 0, true).unwrap();
+        assert_eq!(m.ranges(), vec![(0, 0x1000), (0x1000, 0x2000)]);
+    }
+
+    #[test]
+    fn map_past_end_of_file_is_refused() {
+        let m = DmaMemory::new();
+        assert!(matches!(
+            m.map(0, 0x2000, file(0x1000), 0, true),
+            Err(MapError::PastEof { .. })
+        ));
+        assert!(matches!(
+            m.map(u64::MAX - 0xfff, 0x2000, file(0x2000), 0, true),
+            Err(MapError::Range)
+        ));
+        assert!(m.ranges().is_empty());
+    }
+
+    #[test]
+    fn read_only_map_takes_device_writes_without_faulting() {
+        let f = file(0x1000);
+        let m = DmaMemory::new();
+        m.map(0, 0x1000, f.try_clone().unwrap(), 0, false).unwrap();
+        m.write(0, &[1, 2, 3]).unwrap();
+        let mut on_disk = [0u8; 3];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut on_disk, 0).unwrap();
+        assert_eq!(on_disk, [0, 0, 0]);
+    }
+
+    #[test]
+    fn access_spanning_adjacent_maps_works_and_across_a_hole_fails() {
+        let m = DmaMemory::new();
+        m.map(0, 0x1000, file(0x1000), 0, true).unwrap();
+        m.map(0x1000, 0x1000, file(0x1000), 0, true).unwrap();
+        m.map(0x3000, 0x1000, file(0x1000), 0, true).unwrap();
+        m.write(0xffc, &[1; 8]).unwrap();
+        assert_eq!(
+            m.write(0x1ffc, &[1; 8]),
+            Err(DmaError::Unmapped {
+                addr: 0x1ffc,
+                len: 8
+            })
+        );
+    }
+}
