@@ -6,6 +6,9 @@
 
 pub mod abi;
 pub mod cli;
+pub mod datapath;
 pub mod fabric;
+pub mod glue;
+pub mod hca;
 pub mod port;
 pub mod ring;

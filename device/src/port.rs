@@ -60,6 +60,12 @@ impl Port {
         }
     }
 
+    /// Replaces the engine (device reset, a new client): every QP, CQ and MR of
+    /// the old one is gone; the link stays.
+    pub fn set_engine(&mut self, engine: Engine) {
+        self.engine = engine;
+    }
+
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

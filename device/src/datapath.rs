@@ -1,0 +1,645 @@
+//! The data path (design.md §2 steps 2 and 5): doorbells → WQE fetch and checks →
+//! the engine; the engine's completions and events → CQEs, EQEs and MSI-X.
+//!
+//! Everything a guest wrote is validated here before the engine sees it
+//! (design.md §9): a WQE that does not decode completes with
+//! `IBV_WC_LOC_QP_OP_ERR` in order and fails its QP; a producer index more than
+//! a ring ahead is an overrun that fails the QP; a ring page the guest unmapped
+//! is a memory fault, counted, never a crash.
+
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
+
+use transport::memory::Memory;
+use transport::verbs::{
+    AddressVector, Completion, Event, GlobalRoute, RecvWr, SendData, SendFlags, SendWr, Sge,
+    UdDest, VerbError, WcStatus, WrOpcode,
+};
+
+use crate::abi;
+use crate::abi::layout::Field;
+use crate::hca::{Doorbells, Hca, Interrupts};
+use crate::ring::Ring;
+
+/// WQEs fetched per queue per round, so one busy queue cannot starve others.
+pub const FETCH_BUDGET: u32 = 64;
+
+/// The largest WQE stride (abi MAX_WQE_SHIFT).
+const MAX_WQE: usize = 1 << 12;
+
+/// An address vector of the ABI as the engine's.
+pub fn av_from_abi(av: &abi::cmd::Av) -> AddressVector {
+    AddressVector {
+        dlid: av.dlid,
+        sl: av.sl & 0xf,
+        src_path_bits: av.src_path_bits & 0x7f,
+        static_rate: av.static_rate,
+        grh: (av.is_global != 0).then_some(GlobalRoute {
+            dgid: av.dgid,
+            flow_label: av.flow_label & 0xf_ffff,
+            sgid_index: av.sgid_index,
+            hop_limit: av.hop_limit,
+            traffic_class: av.traffic_class,
+        }),
+    }
+}
+
+/// Why a send WQE was refused (the vendor_err of its error CQE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadWqe {
+    Opcode = 1,
+    ServiceOpcode = 2,
+    TooManySges = 3,
+    InlineTooLong = 4,
+    Overflow = 5,
+    Flags = 6,
+}
+
+fn seg<T: Field>(wqe: &[u8], at: &mut usize) -> Result<T, BadWqe> {
+    let end = at.checked_add(T::SIZE).ok_or(BadWqe::Overflow)?;
+    let bytes = wqe.get(*at..end).ok_or(BadWqe::Overflow)?;
+    *at = end;
+    Ok(T::get(bytes))
+}
+
+/// Decodes a send WQE (abi::wqe WQE_LAYOUT) of a QP of type `t`.
+pub fn decode_send(
+    wqe: &[u8],
+    t: abi::verbs::QpType,
+    max_sge: u32,
+    max_inline: u32,
+) -> Result<SendWr, (u64, BadWqe)> {
+    use abi::verbs::QpType as T;
+    let mut at = 0;
+    let ctrl: abi::wqe::SendCtrl = seg(wqe, &mut at).map_err(|e| (0, e))?;
+    let id = ctrl.wr_id;
+    let bad = |e| (id, e);
+    let opcode = match ctrl.opcode {
+        0 => WrOpcode::RdmaWrite,
+        1 => WrOpcode::RdmaWriteWithImm,
+        2 => WrOpcode::Send,
+        3 => WrOpcode::SendWithImm,
+        4 => WrOpcode::RdmaRead,
+        5 => WrOpcode::AtomicCmpSwap,
+        6 => WrOpcode::AtomicFetchAdd,
+        9 => WrOpcode::SendWithInv,
+        _ => return Err(bad(BadWqe::Opcode)),
+    };
+    let known = abi::verbs::send_flags::FENCE
+        | abi::verbs::send_flags::SIGNALED
+        | abi::verbs::send_flags::SOLICITED
+        | abi::verbs::send_flags::INLINE;
+    if ctrl.flags & !known != 0 {
+        return Err(bad(BadWqe::Flags));
+    }
+    let ud_like = matches!(t, T::Ud | T::Gsi | T::Smi);
+    let allowed = match opcode {
+        WrOpcode::Send | WrOpcode::SendWithImm => true,
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => matches!(t, T::Rc | T::Uc),
+        WrOpcode::RdmaRead
+        | WrOpcode::AtomicCmpSwap
+        | WrOpcode::AtomicFetchAdd
+        | WrOpcode::SendWithInv => t == T::Rc,
+    };
+    if !allowed {
+        return Err(bad(BadWqe::ServiceOpcode));
+    }
+    let ud = if ud_like {
+        let u: abi::wqe::UdSeg = seg(wqe, &mut at).map_err(bad)?;
+        Some(UdDest {
+            av: av_from_abi(&u.av),
+            remote_qpn: u.remote_qpn & 0xff_ffff,
+            remote_qkey: u.remote_qkey,
+        })
+    } else {
+        None
+    };
+    let (mut remote_addr, mut rkey, mut compare, mut swap_add) = (0, 0, 0, 0);
+    if matches!(
+        opcode,
+        WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
+            | WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpSwap
+            | WrOpcode::AtomicFetchAdd
+    ) {
+        let r: abi::wqe::RaddrSeg = seg(wqe, &mut at).map_err(bad)?;
+        remote_addr = r.remote_addr;
+        rkey = r.rkey;
+    }
+    if matches!(opcode, WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd) {
+        let a: abi::wqe::AtomicSeg = seg(wqe, &mut at).map_err(bad)?;
+        // ibverbs: compare_add is the compare value (CmpSwap) or the addend
+        // (FetchAdd); the engine's `swap_add` is the swap value or the addend.
+        if opcode == WrOpcode::AtomicCmpSwap {
+            compare = a.compare_add;
+            swap_add = a.swap;
+        } else {
+            swap_add = a.compare_add;
+        }
+    }
+    let n = usize::from(ctrl.len);
+    let inline = ctrl.flags & abi::verbs::send_flags::INLINE != 0;
+    let data = if inline {
+        if ctrl.len as u32 > max_inline {
+            return Err(bad(BadWqe::InlineTooLong));
+        }
+        let bytes = wqe.get(at..at + n).ok_or(bad(BadWqe::Overflow))?;
+        SendData::Inline(bytes.to_vec())
+    } else {
+        if ctrl.len as u32 > max_sge {
+            return Err(bad(BadWqe::TooManySges));
+        }
+        let mut sges = Vec::with_capacity(n);
+        for _ in 0..n {
+            let s: abi::wqe::Sge = seg(wqe, &mut at).map_err(bad)?;
+            sges.push(Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            });
+        }
+        SendData::Sges(sges)
+    };
+    // The ABI's flag bits are ibverbs' (FENCE 1, SIGNALED 2, SOLICITED 4,
+    // INLINE 8), as the engine's.
+    Ok(SendWr {
+        wr_id: id,
+        opcode,
+        flags: SendFlags(u32::from(ctrl.flags)),
+        data,
+        imm_or_inv: ctrl.imm_or_inv,
+        remote_addr,
+        rkey,
+        compare,
+        swap_add,
+        ud,
+    })
+}
+
+/// Decodes a receive WQE; `Err` carries its wr_id when it could be read.
+pub fn decode_recv(wqe: &[u8], max_sge: u32) -> Result<RecvWr, (u64, BadWqe)> {
+    let mut at = 0;
+    let ctrl: abi::wqe::RecvCtrl = seg(wqe, &mut at).map_err(|e| (0, e))?;
+    if ctrl.num_sge > max_sge {
+        return Err((ctrl.wr_id, BadWqe::TooManySges));
+    }
+    let mut sges = Vec::with_capacity(ctrl.num_sge as usize);
+    for _ in 0..ctrl.num_sge {
+        let s: abi::wqe::Sge = seg(wqe, &mut at).map_err(|e| (ctrl.wr_id, e))?;
+        sges.push(Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        });
+    }
+    Ok(RecvWr {
+        wr_id: ctrl.wr_id,
+        sges,
+    })
+}
+
+/// A CQE of an engine completion (CQ-01).
+pub fn cqe_of(c: &Completion, owner: u8) -> abi::cqe::Cqe {
+    let mut e = abi::cqe::Cqe::ZERO;
+    e.wr_id = c.wr_id;
+    e.byte_len = c.byte_len;
+    e.imm_or_inv = c.imm_data;
+    e.qp_num = c.qp_num;
+    e.src_qp = c.src_qp;
+    e.wc_flags = c.flags.0;
+    e.slid = c.slid;
+    e.pkey_index = c.pkey_index;
+    e.status = c.status as u8;
+    e.opcode = c.opcode as u8;
+    e.sl = c.sl;
+    e.dlid_path_bits = c.dlid_path_bits;
+    e.owner = owner;
+    e
+}
+
+/// Writes `entry` (whose last byte is the owner byte) at index `pi` of `ring`:
+/// everything but the owner first, then the owner (abi::cqe OWNER_CONVENTION).
+fn write_entry(ring: &Ring, mem: &mut dyn Memory, pi: u32, entry: &[u8]) -> bool {
+    let addr = ring.entry_addr(pi);
+    let n = entry.len();
+    if mem.write(addr, &entry[..n - 1]).is_err() {
+        return false;
+    }
+    fence(Ordering::Release);
+    mem.write(addr + n as u64 - 1, &entry[n - 1..]).is_ok()
+}
+
+/// What one round did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    pub wqes: u32,
+    pub packets: u32,
+    pub cqes: u32,
+    pub eqes: u32,
+}
+
+impl Work {
+    pub fn any(&self) -> bool {
+        self.wqes + self.packets + self.cqes + self.eqes > 0
+    }
+}
+
+impl Hca {
+    /// One round of the data path as of `now`.
+    pub fn run_once(
+        &mut self,
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+        irq: &dyn Interrupts,
+        now: Duration,
+    ) -> Work {
+        let mut w = Work {
+            wqes: self.fetch_wqes(mem, db),
+            ..Work::default()
+        };
+        w.packets = self.port.run_once(mem, now) as u32;
+        w.cqes = self.write_cqes(mem, db);
+        w.eqes = self.write_events(mem, db, irq);
+        w
+    }
+
+    /// Whether any producer slot moved since the device last fetched: the rescan
+    /// of the sleep protocol (abi::uar DOORBELL_PROTOCOL).
+    pub fn doorbells_pending(&self, db: &dyn Doorbells) -> bool {
+        self.qps.values().any(|q| {
+            let (sq, rq) = q.db.load(db);
+            sq != q.sq_fetched || (q.rq.is_some() && rq != q.rq_fetched)
+        }) || self.srqs.values().any(|s| s.db.load(db).0 != s.fetched)
+    }
+
+    fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
+        let mut n = 0;
+        let mut buf = [0u8; MAX_WQE];
+        let qpns: Vec<u32> = self.qps.keys().copied().collect();
+        for qpn in qpns {
+            n += self.fetch_sq(qpn, mem, db, &mut buf);
+            n += self.fetch_rq(qpn, mem, db, &mut buf);
+        }
+        let srqns: Vec<u32> = self.srqs.keys().copied().collect();
+        for srqn in srqns {
+            n += self.fetch_srq(srqn, mem, db, &mut buf);
+        }
+        n
+    }
+
+    /// Fails a QP whose guest broke the ring protocol (overrun, unreadable ring):
+    /// to Error, so every WQE flushes and the guest sees it (QS-06).
+    fn fail_qp(&mut self, qpn: u32, now: Duration) {
+        let attr = transport::verbs::QpAttr {
+            state: Some(transport::verbs::QpState::Error),
+            ..Default::default()
+        };
+        let t = transport::verbs::Time(now.as_nanos() as u64);
+        if let Err(e) =
+            self.port
+                .engine_mut()
+                .modify_qp(qpn, &attr, transport::verbs::AttrMask::STATE, t)
+        {
+            log::warn!("qp {qpn}: cannot move to Error: {e:?}");
+        }
+    }
+
+    fn fetch_sq(
+        &mut self,
+        qpn: u32,
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+        buf: &mut [u8],
+    ) -> u32 {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return 0;
+        };
+        let (pi, _) = qp.db.load(db);
+        let avail = pi.wrapping_sub(qp.sq_fetched);
+        if avail == 0 {
+            return 0;
+        }
+        if avail > qp.sq.len() {
+            self.counters.doorbell_overruns += 1;
+            log::debug!(
+                "qp {qpn}: sq_pi {pi} is {avail} past the device, ring holds {}",
+                qp.sq.len()
+            );
+            let qp = self.qps.get_mut(&qpn).expect("present");
+            qp.sq_fetched = pi;
+            self.fail_qp(qpn, Duration::ZERO);
+            return 0;
+        }
+        let (t, max_sge, max_inline) = (qp.qp_type, qp.cap.max_send_sge, qp.cap.max_inline_data);
+        let mut n = 0;
+        while n < avail.min(FETCH_BUDGET) {
+            let qp = &self.qps[&qpn];
+            let idx = qp.sq_fetched;
+            let stride = qp.sq.entry_size();
+            if qp.sq.read(mem, idx, &mut buf[..stride]).is_err() {
+                self.counters.memory_faults += 1;
+                let qp = self.qps.get_mut(&qpn).expect("present");
+                qp.sq_fetched = pi;
+                self.fail_qp(qpn, Duration::ZERO);
+                break;
+            }
+            let e = self.port.engine_mut();
+            let r = match decode_send(&buf[..stride], t, max_sge, max_inline) {
+                Ok(wr) => e.post_send(qpn, wr),
+                Err((id, why)) => {
+                    self.counters.bad_wqes += 1;
+                    log::debug!("qp {qpn}: send WQE {idx} refused: {why:?}");
+                    e.post_send_rejected(qpn, id, WcStatus::LocQpOpErr)
+                }
+            };
+            match r {
+                Ok(()) => {}
+                // The engine holds max_send_wr WQEs: the rest wait in the ring.
+                Err(VerbError::QueueFull) => break,
+                // Reset/Init: not yet postable; fetched once the QP can send.
+                Err(VerbError::InvalidWr) if !self.postable_sq(qpn) => break,
+                Err(e) => {
+                    // A WR the engine refuses (bad SGE count, not supported):
+                    // an error completion, like a WQE that does not decode.
+                    self.counters.bad_wqes += 1;
+                    log::debug!("qp {qpn}: send WQE {idx} refused by the engine: {e:?}");
+                    let id = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+                    let _ =
+                        self.port
+                            .engine_mut()
+                            .post_send_rejected(qpn, id, WcStatus::LocQpOpErr);
+                }
+            }
+            self.counters.send_wqes += 1;
+            self.qps.get_mut(&qpn).expect("present").sq_fetched = idx.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
+    fn postable_sq(&self, qpn: u32) -> bool {
+        use transport::verbs::QpState as S;
+        matches!(
+            self.port.engine().query_qp(qpn).map(|q| q.0),
+            Ok(S::Rts | S::Sqd | S::Sqe | S::Error)
+        )
+    }
+
+    fn fetch_rq(
+        &mut self,
+        qpn: u32,
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+        buf: &mut [u8],
+    ) -> u32 {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return 0;
+        };
+        let Some(rq) = &qp.rq else { return 0 };
+        let (_, pi) = qp.db.load(db);
+        let avail = pi.wrapping_sub(qp.rq_fetched);
+        if avail == 0 {
+            return 0;
+        }
+        if avail > rq.len() {
+            self.counters.doorbell_overruns += 1;
+            self.qps.get_mut(&qpn).expect("present").rq_fetched = pi;
+            self.fail_qp(qpn, Duration::ZERO);
+            return 0;
+        }
+        let max_sge = qp.cap.max_recv_sge;
+        let mut n = 0;
+        while n < avail.min(FETCH_BUDGET) {
+            let qp = &self.qps[&qpn];
+            let rq = qp.rq.as_ref().expect("checked");
+            let idx = qp.rq_fetched;
+            let stride = rq.entry_size();
+            if rq.read(mem, idx, &mut buf[..stride]).is_err() {
+                self.counters.memory_faults += 1;
+                self.qps.get_mut(&qpn).expect("present").rq_fetched = pi;
+                self.fail_qp(qpn, Duration::ZERO);
+                break;
+            }
+            let r = match decode_recv(&buf[..stride], max_sge) {
+                Ok(wr) => self.port.engine_mut().post_recv(qpn, wr),
+                Err(_) => Err(VerbError::InvalidWr),
+            };
+            match r {
+                Ok(()) => {}
+                Err(VerbError::QueueFull) => break,
+                Err(VerbError::InvalidWr) if self.recv_not_postable(qpn) => break,
+                Err(e) => {
+                    // A receive WQE that cannot be used: the QP fails (its
+                    // receives flush), as a local QP operation error would.
+                    self.counters.bad_wqes += 1;
+                    log::debug!("qp {qpn}: receive WQE {idx} refused: {e:?}");
+                    self.qps.get_mut(&qpn).expect("present").rq_fetched = pi;
+                    self.fail_qp(qpn, Duration::ZERO);
+                    break;
+                }
+            }
+            self.counters.recv_wqes += 1;
+            self.qps.get_mut(&qpn).expect("present").rq_fetched = idx.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
+    fn recv_not_postable(&self, qpn: u32) -> bool {
+        matches!(
+            self.port.engine().query_qp(qpn).map(|q| q.0),
+            Ok(transport::verbs::QpState::Reset)
+        )
+    }
+
+    fn fetch_srq(
+        &mut self,
+        srqn: u32,
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+        buf: &mut [u8],
+    ) -> u32 {
+        let Some(s) = self.srqs.get(&srqn) else {
+            return 0;
+        };
+        let (pi, _) = s.db.load(db);
+        let avail = pi.wrapping_sub(s.fetched);
+        if avail == 0 {
+            return 0;
+        }
+        if avail > s.ring.len() {
+            self.counters.doorbell_overruns += 1;
+            self.srqs.get_mut(&srqn).expect("present").fetched = pi;
+            return 0;
+        }
+        let max_sge = s.max_sge;
+        let mut n = 0;
+        while n < avail.min(FETCH_BUDGET) {
+            let s = &self.srqs[&srqn];
+            let idx = s.fetched;
+            let stride = s.ring.entry_size();
+            if s.ring.read(mem, idx, &mut buf[..stride]).is_err() {
+                self.counters.memory_faults += 1;
+                self.srqs.get_mut(&srqn).expect("present").fetched = pi;
+                break;
+            }
+            match decode_recv(&buf[..stride], max_sge) {
+                Ok(wr) => match self.port.engine_mut().post_srq_recv(srqn, wr) {
+                    Ok(()) => {}
+                    Err(VerbError::QueueFull) => break,
+                    Err(e) => {
+                        self.counters.bad_wqes += 1;
+                        log::debug!("srq {srqn}: WQE {idx} refused: {e:?}");
+                    }
+                },
+                Err(e) => {
+                    // No QP to fail: the WQE is skipped and counted.
+                    self.counters.bad_wqes += 1;
+                    log::debug!("srq {srqn}: WQE {idx} does not decode: {e:?}");
+                }
+            }
+            self.counters.recv_wqes += 1;
+            self.srqs.get_mut(&srqn).expect("present").fetched = idx.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
+    /// Copies the engine's completions into the CQ rings, while there is room
+    /// (the consumer index in the CQ's doorbell slot), and passes new arm
+    /// requests to the engine (CQ-02).
+    fn write_cqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
+        let mut n = 0;
+        let Hca {
+            port,
+            cqs,
+            counters,
+            ..
+        } = self;
+        for (&cqn, cq) in cqs.iter_mut() {
+            let (ci, arm) = cq.db.load(db);
+            if arm != cq.last_arm {
+                cq.last_arm = arm;
+                let solicited = arm & abi::uar::cq_arm::SOLICITED != 0;
+                let _ = port.engine_mut().req_notify_cq(cqn, solicited);
+            }
+            if cq.overflowed {
+                continue;
+            }
+            while port.engine().cq_len(cqn) > 0 {
+                if cq.pi.wrapping_sub(ci) >= cq.ring.len() {
+                    if cq.pi.wrapping_sub(ci) > cq.ring.len() {
+                        // A consumer index ahead of what was written: garbage.
+                        log::debug!("cq {cqn}: ci {ci} ahead of pi {}", cq.pi);
+                    }
+                    // CQ-03: the ring is full (a guest that does not poll, or a
+                    // consumer index it made up). The completion stays with the
+                    // engine, whose CQ reports its own overflow when that fills.
+                    break;
+                }
+                let c = port.engine_mut().poll_cq(cqn).expect("cq_len > 0");
+                let owner = abi::cqe::owner_bit(cq.pi, cq.ring.log_entries());
+                let e = cqe_of(&c, owner);
+                if !write_entry(&cq.ring, mem, cq.pi, &e.to_bytes()) {
+                    counters.memory_faults += 1;
+                    cq.overflowed = true;
+                    log::warn!("cq {cqn}: ring not writable; CQ stopped");
+                    break;
+                }
+                cq.pi = cq.pi.wrapping_add(1);
+                counters.cqes += 1;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Turns the engine's events into EQEs: completion events to the CQ's EQ,
+    /// the rest to EQ 0; then raises each EQ's vector that has new EQEs and a new
+    /// arm word.
+    fn write_events(
+        &mut self,
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+        irq: &dyn Interrupts,
+    ) -> u32 {
+        let mut n = 0;
+        while let Some(ev) = self.port.engine_mut().poll_event() {
+            let kind = abi::cqe::EqeType::of_event(&ev);
+            let (eqn, object) = match ev {
+                Event::Completion { cq } => {
+                    let eqn = self.cqs.get(&cq).map_or(0, |c| c.eqn);
+                    if let Some(c) = self.cqs.get_mut(&cq) {
+                        c.events += 1;
+                    }
+                    (eqn, cq)
+                }
+                Event::CqError { cq } => (0, cq),
+                Event::QpFatal { qpn }
+                | Event::QpRequestError { qpn }
+                | Event::QpAccessError { qpn }
+                | Event::CommEstablished { qpn }
+                | Event::SqDrained { qpn } => (0, qpn),
+                Event::SrqLimitReached { srq } => (0, srq),
+                Event::PortActive | Event::PortError => (0, 1),
+            };
+            if self.push_eqe(eqn, kind.raw(), object, 0, mem, db) {
+                n += 1;
+            }
+        }
+        self.raise_interrupts(db, irq);
+        n
+    }
+
+    /// Writes one EQE to EQ `eqn` if it has room; false when it had none (the
+    /// event is lost and counted: the driver did not consume its EQ).
+    pub fn push_eqe(
+        &mut self,
+        eqn: u32,
+        kind: u8,
+        object: u32,
+        data: u32,
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+    ) -> bool {
+        let Some(eq) = self.eqs.get_mut(&eqn) else {
+            return false;
+        };
+        let (ci, _) = eq.db.load(db);
+        if eq.pi.wrapping_sub(ci) >= eq.ring.len() {
+            eq.overflows += 1;
+            self.counters.eq_overflows += 1;
+            log::warn!(
+                "eq {eqn}: full (pi {}, ci {ci}): event {kind:#x} lost",
+                eq.pi
+            );
+            return false;
+        }
+        let mut e = abi::cqe::Eqe::ZERO;
+        e.kind = kind;
+        e.object = object;
+        e.data = data;
+        e.owner = abi::cqe::owner_bit(eq.pi, eq.ring.log_entries());
+        if !write_entry(&eq.ring, mem, eq.pi, &e.to_bytes()) {
+            self.counters.memory_faults += 1;
+            return false;
+        }
+        eq.pi = eq.pi.wrapping_add(1);
+        self.counters.eqes += 1;
+        true
+    }
+
+    /// Raises the vector of every EQ holding unconsumed EQEs whose arm word
+    /// changed since its last interrupt (abi::uar DOORBELL_PROTOCOL).
+    pub fn raise_interrupts(&mut self, db: &dyn Doorbells, irq: &dyn Interrupts) {
+        for eq in self.eqs.values_mut() {
+            let (ci, arm) = eq.db.load(db);
+            if eq.pi != ci && arm != eq.last_arm {
+                eq.last_arm = arm;
+                irq.trigger(eq.vector);
+                self.counters.interrupts += 1;
+            }
+        }
+    }
+}

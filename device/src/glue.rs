@@ -1,0 +1,95 @@
+//! Adapters from the PCI layer to what the HCA core needs: guest memory as
+//! `transport::memory::Memory`, the mapped BAR2 as [`Doorbells`], MSI-X as
+//! [`Interrupts`]. Every failure of the PCI layer becomes the core's error value
+//! (an unmapped address is a `MemError`, never a panic; design.md §5, §9).
+
+use transport::memory::{MemError, Memory};
+
+use crate::hca::{Doorbells, Interrupts};
+
+/// Guest memory as the engine and the rings see it.
+pub struct GuestMem<'a>(pub &'a pci::DmaMemory);
+
+fn err(addr: u64, len: usize) -> MemError {
+    MemError {
+        addr,
+        len: len as u64,
+    }
+}
+
+impl Memory for GuestMem<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.0.read(addr, buf).map_err(|_| err(addr, buf.len()))
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.0.write(addr, data).map_err(|_| err(addr, data.len()))
+    }
+
+    fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        self.0
+            .compare_swap(addr, compare, swap)
+            .map_err(|_| err(addr, 8))
+    }
+
+    fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemError> {
+        self.0.fetch_add(addr, add).map_err(|_| err(addr, 8))
+    }
+}
+
+/// The doorbell pages: BAR2's shared memory.
+pub struct BarDoorbells<'a>(pub &'a pci::BarMemory);
+
+impl Doorbells for BarDoorbells<'_> {
+    fn load(&self, offset: u64) -> u32 {
+        self.0.load_u32(offset).unwrap_or(0)
+    }
+
+    fn store(&self, offset: u64, value: u32) {
+        let _ = self.0.store_u32(offset, value);
+    }
+
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+}
+
+/// MSI-X through the function's handle.
+pub struct Msix<'a>(pub &'a pci::Handle);
+
+impl Interrupts for Msix<'_> {
+    fn trigger(&self, vector: u16) {
+        let outcome = self.0.trigger(vector);
+        log::trace!("msi-x vector {vector}: {outcome:?}");
+    }
+}
+
+/// Doorbell pages in a vector, for tests and for a device without PCI.
+#[derive(Debug, Default)]
+pub struct VecDoorbells(pub Vec<std::sync::atomic::AtomicU32>);
+
+impl VecDoorbells {
+    /// `pages` zeroed doorbell pages.
+    pub fn new(pages: usize) -> VecDoorbells {
+        let words = pages * crate::abi::uar::uar::PAGE_SIZE as usize / 4;
+        VecDoorbells((0..words).map(|_| Default::default()).collect())
+    }
+}
+
+impl Doorbells for VecDoorbells {
+    fn load(&self, offset: u64) -> u32 {
+        self.0
+            .get((offset / 4) as usize)
+            .map_or(0, |w| w.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    fn store(&self, offset: u64, value: u32) {
+        if let Some(w) = self.0.get((offset / 4) as usize) {
+            w.store(value, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.0.len() as u64 * 4
+    }
+}

@@ -1,0 +1,210 @@
+//! The HCA's device-resident state (design.md §4): the port (engine + link) and
+//! the tables of EQs, CQs, QPs and SRQs with their guest rings and doorbell slots.
+//!
+//! The command queue ([`crate::cmdq`]) creates and destroys these objects; the
+//! data path ([`crate::datapath`]) polls their doorbells, fetches WQEs into the
+//! engine and writes CQEs and EQEs. Both see guest memory only through
+//! `transport::memory::Memory`, doorbell pages through [`Doorbells`] and MSI-X
+//! through [`Interrupts`], so the whole device runs in tests on a `VecMemory`.
+//!
+//! Numbers: QPNs, CQNs and SRQNs are the engine's own handles (no mapping table
+//! to get wrong); EQNs and PDNs are the device's (PDs through the engine's MR
+//! table).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::abi;
+use crate::port::Port;
+use crate::ring::Ring;
+
+/// The doorbell pages (BAR2) as the device sees them: 32-bit words at byte
+/// offsets, loaded and stored atomically (the guest writes them concurrently).
+pub trait Doorbells {
+    /// The word at `offset` (4-aligned), or 0 past the end.
+    fn load(&self, offset: u64) -> u32;
+    /// Stores `value` at `offset` (4-aligned); ignored past the end.
+    fn store(&self, offset: u64, value: u32);
+    /// Bytes of doorbell space.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// MSI-X vectors.
+pub trait Interrupts {
+    /// Raises `vector` (a no-op, counted by the PCI layer, when it is masked or
+    /// not wired).
+    fn trigger(&self, vector: u16);
+}
+
+/// A doorbell slot: page `uar` of BAR2, slot `slot` (8 bytes each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DbSlot {
+    pub uar: u32,
+    pub slot: u16,
+}
+
+impl DbSlot {
+    /// Byte offset of the slot's first word in BAR2.
+    pub fn offset(self) -> u64 {
+        u64::from(self.uar) * u64::from(abi::uar::uar::PAGE_SIZE)
+            + u64::from(self.slot) * u64::from(abi::uar::uar::SLOT_SIZE)
+    }
+
+    /// The slot's two words.
+    pub fn load(self, db: &dyn Doorbells) -> (u32, u32) {
+        let o = self.offset();
+        (db.load(o), db.load(o + 4))
+    }
+}
+
+/// An event queue (EQ 0: asynchronous events and command completions, vector 0;
+/// others: completion events of the CQs bound to them).
+#[derive(Debug, Clone)]
+pub struct Eq {
+    pub ring: Ring,
+    pub vector: u16,
+    pub db: DbSlot,
+    /// EQEs written (free-running).
+    pub pi: u32,
+    /// The arm word last acted on: a different word in the slot allows one more
+    /// interrupt (abi::uar DOORBELL_PROTOCOL).
+    pub last_arm: u32,
+    /// CQs bound to this EQ (DESTROY_EQ is BUSY while any is).
+    pub users: u32,
+    /// EQEs dropped because the ring was full.
+    pub overflows: u64,
+}
+
+/// A completion queue's guest side (its completions live in the engine's CQ of
+/// the same number until the data path copies them into the ring).
+#[derive(Debug, Clone)]
+pub struct Cq {
+    pub ring: Ring,
+    pub eqn: u32,
+    pub db: DbSlot,
+    /// CQEs written (free-running).
+    pub pi: u32,
+    /// The arm word last acted on.
+    pub last_arm: u32,
+    /// QPs using this CQ (DESTROY_CQ is BUSY while any does).
+    pub users: u32,
+    /// Set once the ring overflowed (CQ-03): the CQ is in error, nothing more is
+    /// written.
+    pub overflowed: bool,
+    /// Completion events raised.
+    pub events: u64,
+}
+
+/// A QP's guest side: its rings, doorbell slot and how far the device fetched.
+#[derive(Debug, Clone)]
+pub struct Qp {
+    pub qp_type: abi::verbs::QpType,
+    pub pdn: u32,
+    pub send_cqn: u32,
+    pub recv_cqn: u32,
+    pub srqn: Option<u32>,
+    pub sq: Ring,
+    /// None with an SRQ.
+    pub rq: Option<Ring>,
+    pub db: DbSlot,
+    /// Send WQEs fetched into the engine (free-running, compared with sq_pi).
+    pub sq_fetched: u32,
+    /// Receive WQEs fetched into the engine.
+    pub rq_fetched: u32,
+    /// Sizes granted at creation.
+    pub cap: transport::verbs::QpCap,
+    pub sq_sig_all: bool,
+}
+
+impl Qp {
+    /// Takes the producer indices in the doorbell slot as the point from which
+    /// WQEs are new: at creation and on every transition to Reset, so that the
+    /// driver's free-running counters need not restart at zero.
+    pub fn sync_indices(&mut self, db: &dyn Doorbells) {
+        let (sq_pi, rq_pi) = self.db.load(db);
+        self.sq_fetched = sq_pi;
+        self.rq_fetched = rq_pi;
+    }
+}
+
+/// A shared receive queue's guest side.
+#[derive(Debug, Clone)]
+pub struct Srq {
+    pub pdn: u32,
+    pub ring: Ring,
+    pub db: DbSlot,
+    /// Receive WQEs fetched into the engine.
+    pub fetched: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    /// QPs using this SRQ.
+    pub users: u32,
+}
+
+/// Device-wide counters of the data path (the engine and link count the rest).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HcaCounters {
+    pub send_wqes: u64,
+    pub recv_wqes: u64,
+    /// WQEs that failed validation (error completion, QP to Error).
+    pub bad_wqes: u64,
+    /// A producer index more than a ring ahead of the device (guest bug or
+    /// attack): the QP or SRQ goes to Error.
+    pub doorbell_overruns: u64,
+    /// Guest-memory accesses that failed (unmapped rings, DMA_UNMAP under a
+    /// transfer).
+    pub memory_faults: u64,
+    pub cqes: u64,
+    pub cq_overflows: u64,
+    pub eqes: u64,
+    pub eq_overflows: u64,
+    pub interrupts: u64,
+}
+
+/// The HCA.
+pub struct Hca {
+    pub port: Port,
+    pub eqs: BTreeMap<u32, Eq>,
+    pub cqs: BTreeMap<u32, Cq>,
+    pub qps: BTreeMap<u32, Qp>,
+    pub srqs: BTreeMap<u32, Srq>,
+    /// Which object holds each doorbell slot (a slot is one object's).
+    pub slots: HashMap<DbSlot, SlotOwner>,
+    pub counters: HcaCounters,
+}
+
+/// The object a doorbell slot belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SlotOwner {
+    Eq(u32),
+    Cq(u32),
+    Qp(u32),
+    Srq(u32),
+}
+
+impl Hca {
+    pub fn new(port: Port) -> Hca {
+        Hca {
+            port,
+            eqs: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            srqs: BTreeMap::new(),
+            slots: HashMap::new(),
+            counters: HcaCounters::default(),
+        }
+    }
+
+    /// Drops every object: a reset or a new client (nothing of the previous one
+    /// survives, issue: the device, "reconnect").
+    pub fn reset(&mut self, engine: transport::engine::Engine) {
+        self.port.set_engine(engine);
+        self.eqs.clear();
+        self.cqs.clear();
+        self.qps.clear();
+        self.srqs.clear();
+        self.slots.clear();
+    }
+}
