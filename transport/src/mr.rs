@@ -183,6 +183,9 @@ pub struct Mr {
     length: u64,
     page_shift: u32,
     pages: Vec<u64>,
+    /// A DMA MR (`get_dma_mr`): virtual = physical over the whole address space,
+    /// no page list; the caller's memory checks every access.
+    identity: bool,
 }
 
 impl Mr {
@@ -215,6 +218,11 @@ impl Mr {
         &self.pages
     }
 
+    /// Whether this is a DMA MR (virtual address = physical address).
+    pub fn is_identity(&self) -> bool {
+        self.identity
+    }
+
     /// Whether `[va, va + len)` lies inside the MR, without overflow (MP-04;
     /// IBA 9.3.3.2: the responder checks that the data does not cross the MR's start
     /// and end). A zero-length range may sit at either end.
@@ -235,7 +243,18 @@ impl Mr {
         let rel = va
             .checked_sub(self.iova)
             .and_then(|off| off.checked_add(self.iova & mask));
+        if self.identity {
+            // `contains` was checked: [va, va + len) does not wrap.
+            return Segments {
+                pages: &[],
+                page_shift: 0,
+                rel: va,
+                left: len,
+                identity: true,
+            };
+        }
         Segments {
+            identity: false,
             pages: &self.pages,
             page_shift: self.page_shift,
             rel: rel.unwrap_or(0),
@@ -253,6 +272,8 @@ pub struct Segments<'a> {
     /// Offset of the next byte from the start of the MR's first page.
     rel: u64,
     left: u64,
+    /// A DMA MR: one segment, at the virtual address itself.
+    identity: bool,
 }
 
 impl Iterator for Segments<'_> {
@@ -261,6 +282,10 @@ impl Iterator for Segments<'_> {
     fn next(&mut self) -> Option<(u64, u64)> {
         if self.left == 0 {
             return None;
+        }
+        if self.identity {
+            let n = std::mem::take(&mut self.left);
+            return Some((self.rel, n));
         }
         let page_size = 1u64 << self.page_shift;
         let off = self.rel & (page_size - 1);
@@ -558,6 +583,40 @@ impl MrTable {
             length: t.length,
             page_shift,
             pages: t.pages,
+            identity: false,
+        });
+        self.live_mrs += 1;
+        if let Some(p) = self.pds.get_mut(&pd) {
+            p.mrs += 1;
+        }
+        Ok(key)
+    }
+
+    /// Register a DMA MR (`ib_get_dma_mr`, a kernel consumer's L_Key for its own
+    /// buffers): virtual address = physical address over the whole address space
+    /// (IOVA 0, length 2^64 - 1), no page list; the caller's [`Memory`] refuses
+    /// whatever it does not map (design.md §9). Checks as [`reg_mr`](Self::reg_mr)
+    /// for the PD and access rights.
+    pub fn reg_dma_mr(&mut self, pd: Handle, access: Access) -> Result<u32, VerbError> {
+        check_pd_access(self, pd, access)?;
+        if self.live_mrs >= self.max_mr {
+            return Err(VerbError::InsufficientResources);
+        }
+        let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
+        let slot = self
+            .slot_mut(index)
+            .ok_or(VerbError::InsufficientResources)?;
+        slot.key_byte = slot.key_byte.wrapping_add(1);
+        let key = (index << 8) | u32::from(slot.key_byte);
+        slot.mr = Some(Mr {
+            key,
+            pd,
+            access,
+            iova: 0,
+            length: u64::MAX,
+            page_shift: MIN_PAGE_SIZE.trailing_zeros(),
+            pages: Vec::new(),
+            identity: true,
         });
         self.live_mrs += 1;
         if let Some(p) = self.pds.get_mut(&pd) {
@@ -597,6 +656,7 @@ impl MrTable {
         mr.pd = pd;
         mr.access = access;
         if let Some(t) = change.translation {
+            mr.identity = false;
             mr.iova = t.iova;
             mr.length = t.length;
             mr.page_shift = page_shift;
@@ -1869,5 +1929,56 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod dma_mr_tests {
+    use super::*;
+    use crate::memory::VecMemory;
+
+    /// A DMA MR (get_dma_mr): virtual = physical over the whole address space;
+    /// the memory, not the MR, refuses what is not mapped. Deregistration and a
+    /// translation change end the identity mapping.
+    #[test]
+    fn mp_02_dma_mr_is_an_identity_mapping_checked_by_memory() {
+        let mut t = MrTable::new(4, 8);
+        let pd = t.alloc_pd().unwrap();
+        let key = t.reg_dma_mr(pd, Access::LOCAL_WRITE).unwrap();
+        let mr = t.mr(key).unwrap();
+        assert!(mr.is_identity());
+        assert_eq!((mr.iova(), mr.length()), (0, u64::MAX));
+        let mut mem = VecMemory::new(0x10_0000, 0x4000);
+        mem.write(0x10_1ffe, b"abcd").unwrap();
+        let sge = Sge {
+            addr: 0x10_1ffe,
+            length: 4,
+            lkey: key,
+        };
+        let mut buf = [0u8; 4];
+        t.gather(&mem, pd, &[sge], 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"abcd");
+        // Outside the memory: an error, not a read elsewhere.
+        let far = Sge {
+            addr: 0x90_0000,
+            ..sge
+        };
+        assert!(t.gather(&mem, pd, &[far], 0, &mut buf).is_err());
+        // Past 2^64: refused by the bounds check.
+        let wrap = Sge {
+            addr: u64::MAX - 1,
+            ..sge
+        };
+        assert!(t.gather(&mem, pd, &[wrap], 0, &mut buf).is_err());
+        // Other PD: refused.
+        let pd2 = t.alloc_pd().unwrap();
+        assert!(t.gather(&mem, pd2, &[sge], 0, &mut buf).is_err());
+        // Remote write without local write: refused as for any MR (MP-04).
+        assert_eq!(
+            t.reg_dma_mr(pd, Access::REMOTE_WRITE),
+            Err(VerbError::InvalidAttr)
+        );
+        t.dereg_mr(key).unwrap();
+        assert!(t.gather(&mem, pd, &[sge], 0, &mut buf).is_err());
     }
 }
