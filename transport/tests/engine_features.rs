@@ -908,3 +908,85 @@ fn qs_06_rejected_wqe_completes_in_order_and_fails_the_qp() {
     let (state, _, _) = net.nodes[0].engine.query_qp(p.qa).unwrap();
     assert_eq!(state, transport::verbs::QpState::Error);
 }
+
+/// QP 1 (GSI, design.md §7): created with its fixed number, brought up with the
+/// GSI rows of the transition table, reached by a UD send to QPN 1 with the
+/// well-known Q_Key 0x80010000 (PV-05); a send with another Q_Key is dropped
+/// and counted; a second QP 1 is refused.
+#[test]
+fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
+    use transport::engine::RxDrop;
+    use transport::verbs::{AttrMask, QpAttr, QpState};
+    let mut net = Net::new(2, 1 << 20, 23);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let mut gsi = [(0, 0); 2];
+    for node in 0..2 {
+        let n = &mut net.nodes[node];
+        let cq = n.engine.create_cq(64).unwrap();
+        let init = QpInit {
+            qp_type: QpType::Ud,
+            pd: n.pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+        };
+        assert_eq!(n.engine.create_gsi_qp(init), Ok(1));
+        assert_eq!(n.engine.create_gsi_qp(init), Err(VerbError::Busy));
+        let t = transport::verbs::Time(0);
+        let mut a = QpAttr {
+            state: Some(QpState::Init),
+            qkey: 0x8001_0000,
+            ..QpAttr::default()
+        };
+        n.engine
+            .modify_qp(
+                1,
+                &a,
+                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::QKEY,
+                t,
+            )
+            .unwrap();
+        a.state = Some(QpState::Rtr);
+        n.engine.modify_qp(1, &a, AttrMask::STATE, t).unwrap();
+        a.state = Some(QpState::Rts);
+        n.engine
+            .modify_qp(1, &a, AttrMask::STATE | AttrMask::SQ_PSN, t)
+            .unwrap();
+        gsi[node] = (1, cq);
+    }
+    fill(&mut net, 0, MEM_BASE, 256, 6);
+    recv(&mut net, 1, 1, 40, MEM_BASE + 0x10000, 256 + 40, kb);
+    recv(&mut net, 1, 1, 41, MEM_BASE + 0x20000, 256 + 40, kb);
+    for (id, qkey) in [(1u64, 0x1111_1111u32), (2, 0x8001_0000)] {
+        let mut w = send_wr(id, WrOpcode::Send, sge(MEM_BASE, 256, ka));
+        w.ud = Some(UdDest {
+            av: AddressVector {
+                dlid: 2,
+                ..AddressVector::default()
+            },
+            remote_qpn: 1,
+            remote_qkey: qkey,
+        });
+        net.nodes[0].engine.post_send(1, w).unwrap();
+    }
+    assert_eq!(wait(&mut net, 0, gsi[0].1, 2).len(), 2);
+    let got = wait(&mut net, 1, gsi[1].1, 1);
+    assert_eq!(
+        (got[0].wr_id, got[0].status, got[0].src_qp, got[0].byte_len),
+        (40, WcStatus::Success, 1, 256 + 40)
+    );
+    assert_eq!(
+        bytes(&net, 1, MEM_BASE + 0x10000 + 40, 256),
+        bytes(&net, 0, MEM_BASE, 256)
+    );
+    assert_eq!(net.nodes[1].engine.counters().dropped(RxDrop::BadQkey), 1);
+}

@@ -332,6 +332,26 @@ impl Engine {
 
     /// Creates a QP in Reset (QS-09: every refusal leaves nothing behind).
     pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbError> {
+        self.create_qp_numbered(init, None)
+    }
+
+    /// Creates QP 1, the General Services Interface QP (IBA 3.9.2, design.md
+    /// §7): a UD QP with the fixed number 1 that ib_core's MAD layer (ib_cm,
+    /// umad, SA queries) opens on every port. Its attributes follow the GSI rows
+    /// of seed 001 (P_Key index and Q_Key at Reset→Init; PV-05: peers address it
+    /// with Q_Key 0x80010000). `Busy` if it exists; `InvalidAttr` unless `init`
+    /// asks for UD.
+    pub fn create_gsi_qp(&mut self, init: QpInit) -> Result<u32, VerbError> {
+        if init.qp_type != QpType::Ud {
+            return Err(VerbError::InvalidAttr);
+        }
+        if self.qps.contains_key(&1) {
+            return Err(VerbError::Busy);
+        }
+        self.create_qp_numbered(init, Some(1))
+    }
+
+    fn create_qp_numbered(&mut self, init: QpInit, fixed: Option<u32>) -> Result<u32, VerbError> {
         if !self.mrs.pd_exists(init.pd) {
             return Err(VerbError::InvalidPd);
         }
@@ -360,7 +380,10 @@ impl Engine {
         if self.qps.len() >= self.limits.max_qp {
             return Err(VerbError::InsufficientResources);
         }
-        let qpn = self.alloc_qpn().ok_or(VerbError::InsufficientResources)?;
+        let qpn = match fixed {
+            Some(q) => q,
+            None => self.alloc_qpn().ok_or(VerbError::InsufficientResources)?,
+        };
         self.mrs.pd_ref(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.cqs.get_mut(&cq) {
@@ -442,7 +465,11 @@ impl Engine {
             ..qp_state::Limits::DEVICE
         };
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
-        let kind = qp_state::QpKind::from(qp.init.qp_type);
+        let kind = if qpn == 1 {
+            qp_state::QpKind::Gsi
+        } else {
+            qp_state::QpKind::from(qp.init.qp_type)
+        };
         let next = qp_state::check_modify_kind(kind, qp.state, attr, mask, &limits)?;
         apply_attrs(qp, attr, mask);
         let mut fx = Effects::default();
