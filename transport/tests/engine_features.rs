@@ -920,7 +920,7 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
     let mut net = Net::new(2, 1 << 20, 23);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let mut gsi = [(0, 0); 2];
+    let mut gsi_cq = Vec::new();
     for node in 0..2 {
         let n = &mut net.nodes[node];
         let cq = n.engine.create_cq(64).unwrap();
@@ -961,7 +961,7 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
         n.engine
             .modify_qp(1, &a, AttrMask::STATE | AttrMask::SQ_PSN, t)
             .unwrap();
-        gsi[node] = (1, cq);
+        gsi_cq.push(cq);
     }
     fill(&mut net, 0, MEM_BASE, 256, 6);
     recv(&mut net, 1, 1, 40, MEM_BASE + 0x10000, 256 + 40, kb);
@@ -978,8 +978,8 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
         });
         net.nodes[0].engine.post_send(1, w).unwrap();
     }
-    assert_eq!(wait(&mut net, 0, gsi[0].1, 2).len(), 2);
-    let got = wait(&mut net, 1, gsi[1].1, 1);
+    assert_eq!(wait(&mut net, 0, gsi_cq[0], 2).len(), 2);
+    let got = wait(&mut net, 1, gsi_cq[1], 1);
     assert_eq!(
         (got[0].wr_id, got[0].status, got[0].src_qp, got[0].byte_len),
         (40, WcStatus::Success, 1, 256 + 40)
