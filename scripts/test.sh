@@ -15,3 +15,5 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 # The tshark conformance test fails instead of skipping when tshark is missing.
 VHCA_REQUIRE_TSHARK=1 cargo test --workspace 2>&1
+echo "== VM: the device under a real QEMU (host root and guest are cached in /var/cache/vhca)"
+images/device-smoke.sh

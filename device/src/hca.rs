@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::abi;
+use crate::cmdq::Caps;
 use crate::port::Port;
 use crate::ring::Ring;
 
@@ -75,6 +76,8 @@ pub struct Eq {
     pub users: u32,
     /// EQEs dropped because the ring was full.
     pub overflows: u64,
+    /// Where the ring lives, as the driver gave it (for the context window).
+    pub pbl: abi::cmd::Pbl,
 }
 
 /// A completion queue's guest side (its completions live in the engine's CQ of
@@ -95,6 +98,8 @@ pub struct Cq {
     pub overflowed: bool,
     /// Completion events raised.
     pub events: u64,
+    /// Where the ring lives, as the driver gave it (for the context window).
+    pub pbl: abi::cmd::Pbl,
 }
 
 /// A QP's guest side: its rings, doorbell slot and how far the device fetched.
@@ -116,6 +121,10 @@ pub struct Qp {
     /// Sizes granted at creation.
     pub cap: transport::verbs::QpCap,
     pub sq_sig_all: bool,
+    /// Where the rings live, as the driver gave them (for the context window;
+    /// `rq_pbl` is zero with an SRQ).
+    pub sq_pbl: abi::cmd::Pbl,
+    pub rq_pbl: abi::cmd::Pbl,
 }
 
 impl Qp {
@@ -141,6 +150,8 @@ pub struct Srq {
     pub max_sge: u32,
     /// QPs using this SRQ.
     pub users: u32,
+    /// Where the ring lives, as the driver gave it (for the context window).
+    pub pbl: abi::cmd::Pbl,
 }
 
 /// Device-wide counters of the data path (the engine and link count the rest).
@@ -173,6 +184,8 @@ pub struct Hca {
     /// Which object holds each doorbell slot (a slot is one object's).
     pub slots: HashMap<DbSlot, SlotOwner>,
     pub counters: HcaCounters,
+    /// The device limits the command queue enforces (and BAR0 shows).
+    pub caps: Caps,
 }
 
 /// The object a doorbell slot belongs to.
@@ -187,13 +200,14 @@ pub enum SlotOwner {
 impl Hca {
     pub fn new(port: Port) -> Hca {
         Hca {
-            port,
             eqs: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
             srqs: BTreeMap::new(),
             slots: HashMap::new(),
             counters: HcaCounters::default(),
+            caps: Caps::from_limits(port.engine().limits()),
+            port,
         }
     }
 

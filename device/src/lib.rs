@@ -6,9 +6,12 @@
 
 pub mod abi;
 pub mod cli;
+pub mod cmdq;
+pub mod context;
 pub mod datapath;
 pub mod fabric;
 pub mod glue;
 pub mod hca;
 pub mod port;
 pub mod ring;
+pub mod run;

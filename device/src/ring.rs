@@ -9,6 +9,8 @@
 
 use transport::memory::{MemError, Memory};
 
+use crate::abi::cmd::{pbl_const, Pbl};
+
 /// Why a ring or a page list was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
@@ -22,6 +24,12 @@ pub enum RingError {
     PageCount { have: usize, need: usize },
     #[error("page {index} at {addr:#x} is not aligned to the page size")]
     Unaligned { index: usize, addr: u64 },
+    #[error("page list form {0} unknown (0 contiguous, 1 one level, 2 two levels)")]
+    Levels(u8),
+    #[error("page list or table at {0:#x} is not aligned")]
+    ListUnaligned(u64),
+    #[error("reserved field of the page list is not zero")]
+    Reserved,
     #[error("page list or page outside guest memory: {0}")]
     Memory(#[from] MemError),
 }
@@ -38,40 +46,113 @@ pub const MAX_LOG_ENTRIES: u32 = 20;
 /// what a single command can make the device read and keep.
 pub const MAX_PBL_PAGES: usize = 1 << 18;
 
-/// Reads a one-level page list: `count` little-endian u64 page addresses at
-/// guest-physical `addr`, each aligned to `2^page_shift`.
-pub fn read_pbl(
-    mem: &dyn Memory,
-    addr: u64,
-    count: usize,
-    page_shift: u32,
-) -> Result<Vec<u64>, RingError> {
+// The limits are the ABI's (abi::cmd pbl_const).
+const _: () = {
+    assert!(MIN_PAGE_SHIFT == pbl_const::MIN_PAGE_SHIFT);
+    assert!(MAX_PAGE_SHIFT == pbl_const::MAX_PAGE_SHIFT);
+    assert!(MAX_PBL_PAGES == pbl_const::MAX_PAGES as usize);
+};
+
+/// Reads a page list (`abi::cmd::Pbl`) in any of its three forms (abi::cmd
+/// `pbl_const`): the guest-physical address of each of its `npages` data pages,
+/// each aligned to `2^page_shift`. Nothing is trusted: the forms, the page size,
+/// the count, the reserved field, the alignment of lists, tables and pages and
+/// every address read are checked.
+pub fn read_pbl(mem: &dyn Memory, pbl: &Pbl) -> Result<Vec<u64>, RingError> {
+    let page_shift = u32::from(pbl.page_shift);
     if !(MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&page_shift) {
         return Err(RingError::PageSize(page_shift));
     }
+    if pbl.rsvd != 0 {
+        return Err(RingError::Reserved);
+    }
+    let count = usize::try_from(pbl.npages).unwrap_or(usize::MAX);
     if count > MAX_PBL_PAGES {
         return Err(RingError::PageCount {
             have: count,
             need: MAX_PBL_PAGES,
         });
     }
+    match u32::from(pbl.levels) {
+        pbl_const::CONTIGUOUS => {
+            let mask = (1u64 << page_shift) - 1;
+            if pbl.addr & mask != 0 {
+                return Err(RingError::Unaligned {
+                    index: 0,
+                    addr: pbl.addr,
+                });
+            }
+            // At most 2^18 pages of 2^30 bytes: the span fits a u64; its end
+            // must too.
+            let span = (count as u64) << page_shift;
+            if count > 0 && pbl.addr.checked_add(span - 1).is_none() {
+                return Err(RingError::Memory(MemError {
+                    addr: pbl.addr,
+                    len: span,
+                }));
+            }
+            Ok((0..count as u64)
+                .map(|i| pbl.addr + (i << page_shift))
+                .collect())
+        }
+        pbl_const::ONE_LEVEL => {
+            if !pbl.addr.is_multiple_of(8) {
+                return Err(RingError::ListUnaligned(pbl.addr));
+            }
+            read_list(mem, pbl.addr, count, page_shift, 0)
+        }
+        pbl_const::TWO_LEVEL => {
+            if !pbl.addr.is_multiple_of(8) {
+                return Err(RingError::ListUnaligned(pbl.addr));
+            }
+            let per_table = pbl_const::TABLE_ENTRIES as usize;
+            let tables = read_u64s(mem, pbl.addr, count.div_ceil(per_table))?;
+            let mut pages = Vec::with_capacity(count);
+            for (t, &table) in tables.iter().enumerate() {
+                if !table.is_multiple_of(u64::from(pbl_const::TABLE_SIZE)) {
+                    return Err(RingError::ListUnaligned(table));
+                }
+                let first = t * per_table;
+                let n = (count - first).min(per_table);
+                pages.extend(read_list(mem, table, n, page_shift, first)?);
+            }
+            Ok(pages)
+        }
+        _ => Err(RingError::Levels(pbl.levels)),
+    }
+}
+
+/// `count` little-endian u64s at guest-physical `addr`.
+fn read_u64s(mem: &dyn Memory, addr: u64, count: usize) -> Result<Vec<u64>, RingError> {
     let mut raw = vec![0u8; count * 8];
     // Read in pieces so a huge list does not need one huge mapping check.
     for (i, chunk) in raw.chunks_mut(4096).enumerate() {
         mem.read(addr.wrapping_add(i as u64 * 4096), chunk)?;
     }
+    Ok(raw
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8-byte chunk")))
+        .collect())
+}
+
+/// A list of `count` page addresses at `addr`, each aligned to `2^page_shift`;
+/// `first` is the index of its first page in the whole page list (for errors).
+fn read_list(
+    mem: &dyn Memory,
+    addr: u64,
+    count: usize,
+    page_shift: u32,
+    first: usize,
+) -> Result<Vec<u64>, RingError> {
     let mask = (1u64 << page_shift) - 1;
-    raw.chunks_exact(8)
-        .enumerate()
-        .map(|(index, b)| {
-            let a = u64::from_le_bytes(b.try_into().expect("8-byte chunk"));
-            if a & mask != 0 {
-                Err(RingError::Unaligned { index, addr: a })
-            } else {
-                Ok(a)
-            }
-        })
-        .collect()
+    let pages = read_u64s(mem, addr, count)?;
+    match pages.iter().position(|a| a & mask != 0) {
+        Some(i) => Err(RingError::Unaligned {
+            index: first + i,
+            addr: pages[i],
+        }),
+        None => Ok(pages),
+    }
 }
 
 /// A ring of `2^log_entries` entries of `2^entry_shift` bytes over guest pages.
@@ -230,8 +311,19 @@ mod tests {
         );
     }
 
+    fn pbl(addr: u64, npages: u32, page_shift: u8, levels: u32) -> Pbl {
+        Pbl {
+            addr,
+            npages,
+            page_shift,
+            levels: levels as u8,
+            rsvd: 0,
+        }
+    }
+
     #[test]
     fn pbl_is_read_and_checked() {
+        let one = pbl_const::ONE_LEVEL;
         let mut mem = VecMemory::new(0x10_0000, 64 << 10);
         let list: Vec<u8> = [0x20_0000u64, 0x30_1000, 0x40_0008]
             .iter()
@@ -239,27 +331,112 @@ mod tests {
             .collect();
         mem.write(0x10_0100, &list).unwrap();
         assert_eq!(
-            read_pbl(&mem, 0x10_0100, 2, 12).unwrap(),
+            read_pbl(&mem, &pbl(0x10_0100, 2, 12, one)).unwrap(),
             vec![0x20_0000, 0x30_1000]
         );
         assert_eq!(
-            read_pbl(&mem, 0x10_0100, 3, 12),
+            read_pbl(&mem, &pbl(0x10_0100, 3, 12, one)),
             Err(RingError::Unaligned {
                 index: 2,
                 addr: 0x40_0008
             })
         );
         assert!(matches!(
-            read_pbl(&mem, 0x10_0100, 2, 21),
+            read_pbl(&mem, &pbl(0x10_0100, 2, 21, one)),
             Err(RingError::Unaligned { index: 1, .. })
         ));
         assert!(matches!(
-            read_pbl(&mem, 0x11_0000 - 8, 2, 12),
+            read_pbl(&mem, &pbl(0x11_0000 - 8, 2, 12, one)),
             Err(RingError::Memory(_))
         ));
         assert!(matches!(
-            read_pbl(&mem, 0x10_0000, MAX_PBL_PAGES + 1, 12),
+            read_pbl(&mem, &pbl(0x10_0000, MAX_PBL_PAGES as u32 + 1, 12, one)),
             Err(RingError::PageCount { .. })
+        ));
+        assert_eq!(
+            read_pbl(&mem, &pbl(0x10_0104, 1, 12, one)),
+            Err(RingError::ListUnaligned(0x10_0104))
+        );
+        assert_eq!(
+            read_pbl(&mem, &pbl(0x10_0100, 1, 11, one)),
+            Err(RingError::PageSize(11))
+        );
+        assert_eq!(
+            read_pbl(&mem, &pbl(0x10_0100, 1, 12, 3)),
+            Err(RingError::Levels(3))
+        );
+        let mut p = pbl(0x10_0100, 1, 12, one);
+        p.rsvd = 1;
+        assert_eq!(read_pbl(&mem, &p), Err(RingError::Reserved));
+    }
+
+    #[test]
+    fn contiguous_pbl_is_a_run_of_pages() {
+        let mem = VecMemory::new(0x10_0000, 4096);
+        let c = pbl_const::CONTIGUOUS;
+        assert_eq!(
+            read_pbl(&mem, &pbl(0x20_0000, 3, 13, c)).unwrap(),
+            vec![0x20_0000, 0x20_2000, 0x20_4000]
+        );
+        assert!(read_pbl(&mem, &pbl(0x20_0000, 0, 12, c))
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            read_pbl(&mem, &pbl(0x20_1000, 1, 13, c)),
+            Err(RingError::Unaligned {
+                index: 0,
+                addr: 0x20_1000
+            })
+        );
+        assert!(matches!(
+            read_pbl(&mem, &pbl(u64::MAX - 0xfff, 2, 12, c)),
+            Err(RingError::Memory(_))
+        ));
+    }
+
+    #[test]
+    fn two_level_pbl_follows_its_tables() {
+        let two = pbl_const::TWO_LEVEL;
+        let mut mem = VecMemory::new(0x10_0000, 64 << 10);
+        // Directory at 0x10_0000 naming tables at 0x10_3000 and 0x10_1000: 600
+        // pages, 512 in the first table, 88 in the second.
+        let dir: Vec<u8> = [0x10_3000u64, 0x10_1000]
+            .iter()
+            .flat_map(|a| a.to_le_bytes())
+            .collect();
+        mem.write(0x10_0000, &dir).unwrap();
+        let page = |i: u64| 0x1000_0000 + i * 4096;
+        for i in 0..512 {
+            mem.write(0x10_3000 + i * 8, &page(i).to_le_bytes())
+                .unwrap();
+        }
+        for i in 0..88 {
+            mem.write(0x10_1000 + i * 8, &page(512 + i).to_le_bytes())
+                .unwrap();
+        }
+        let pages = read_pbl(&mem, &pbl(0x10_0000, 600, 12, two)).unwrap();
+        assert_eq!(pages, (0..600).map(page).collect::<Vec<_>>());
+        // A page of the second table out of line: its index in the whole list.
+        mem.write(0x10_1000 + 5 * 8, &0x1234_5008u64.to_le_bytes())
+            .unwrap();
+        assert_eq!(
+            read_pbl(&mem, &pbl(0x10_0000, 600, 12, two)),
+            Err(RingError::Unaligned {
+                index: 517,
+                addr: 0x1234_5008
+            })
+        );
+        // Tables must be 4 KiB aligned.
+        mem.write(0x10_0008, &0x10_1008u64.to_le_bytes()).unwrap();
+        assert_eq!(
+            read_pbl(&mem, &pbl(0x10_0000, 600, 12, two)),
+            Err(RingError::ListUnaligned(0x10_1008))
+        );
+        // A table outside memory.
+        mem.write(0x10_0008, &0x90_0000u64.to_le_bytes()).unwrap();
+        assert!(matches!(
+            read_pbl(&mem, &pbl(0x10_0000, 600, 12, two)),
+            Err(RingError::Memory(_))
         ));
     }
 }

@@ -20,6 +20,7 @@ use device::abi::uar::{uar, CqDoorbell, EqDoorbell, QpDoorbell, SrqDoorbell, Uar
 use device::abi::verbs::{self, access, qp_attr_mask, send_flags, wc_flags};
 use device::abi::wqe::{wqe_const, AtomicSeg, RaddrSeg, RecvCtrl, SendCtrl, Sge, UdSeg};
 use device::abi::{c_header, structs};
+use device::hca::HcaCounters;
 use transport::engine::Counters;
 use transport::verbs as tv;
 
@@ -308,7 +309,11 @@ fn counter_sets_fit_one_mailbox() {
     let c = Counters::default();
     for &set in CounterSet::ALL {
         let names = set.names();
-        assert_eq!(set.values(&c).len(), names.len(), "{set:?}");
+        assert_eq!(
+            set.values(&c, &HcaCounters::default()).len(),
+            names.len(),
+            "{set:?}"
+        );
         assert!(
             names.len() <= QueryCountersOut::default().values.len(),
             "{set:?}"

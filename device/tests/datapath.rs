@@ -100,6 +100,7 @@ fn add_eq(d: &mut Dev, eqn: u32, vector: u16, slot: u16) {
             last_arm: 0,
             users: 0,
             overflows: 0,
+            pbl: Default::default(),
         },
     );
 }
@@ -119,6 +120,7 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
             users: 0,
             overflowed: false,
             events: 0,
+            pbl: Default::default(),
         },
     );
     cqn
@@ -159,6 +161,8 @@ fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
         rq_fetched: 0,
         cap,
         sq_sig_all: false,
+        sq_pbl: Default::default(),
+        rq_pbl: Default::default(),
     };
     qp.sync_indices(&d.db);
     d.hca.qps.insert(qpn, qp);

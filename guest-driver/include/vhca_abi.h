@@ -1475,7 +1475,13 @@ _Static_assert(sizeof(struct vhca_create_qp_out) == 24, "vhca_create_qp_out: siz
 _Static_assert(offsetof(struct vhca_create_qp_out, qpn) == 0, "vhca_create_qp_out.qpn");
 _Static_assert(offsetof(struct vhca_create_qp_out, cap) == 4, "vhca_create_qp_out.cap");
 
-/* MODIFY_QP input (mailbox). */
+/*
+ * MODIFY_QP input (mailbox). Only the attributes `attr_mask` names are read.
+ * A transition to Reset also takes the producer indices now in the QP's
+ * doorbell slot as the point from which WQEs are new, as CREATE_QP does: WQEs
+ * posted and not yet fetched are dropped, and the driver's free-running
+ * indices need not restart at zero.
+ */
 struct vhca_modify_qp_in {
 	__u32 qpn;
 	/* `VHCA_QP_ATTR_*` (`ibv_qp_attr_mask` bits). */
@@ -2240,6 +2246,11 @@ enum vhca_counter_set {
 	VHCA_COUNTERS_RX_DROP = 2,
 	/* NAKs sent, per reason (RL-12). */
 	VHCA_COUNTERS_NAK_SENT = 3,
+	/*
+	 * The device's data path: WQEs fetched and refused, doorbell overruns,
+	 * guest-memory faults, CQEs, EQEs, overflows and interrupts.
+	 */
+	VHCA_COUNTERS_DEVICE = 4,
 };
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
@@ -2317,5 +2328,19 @@ enum vhca_counter_set {
 	"misaligned_atomic", \
 	"memory_fault"
 #define VHCA_COUNTERS_NAK_SENT_COUNT 19
+
+/* Counter names of a set, in QUERY_COUNTERS order. */
+#define VHCA_COUNTERS_DEVICE_NAMES \
+	"send_wqes", \
+	"recv_wqes", \
+	"bad_wqes", \
+	"doorbell_overruns", \
+	"memory_faults", \
+	"cqes", \
+	"cq_overflows", \
+	"eqes", \
+	"eq_overflows", \
+	"interrupts"
+#define VHCA_COUNTERS_DEVICE_COUNT 10
 
 #endif /* VHCA_ABI_H */

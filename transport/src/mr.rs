@@ -693,6 +693,13 @@ impl MrTable {
         self.lookup(key).ok()
     }
 
+    /// The MR registered at key index `index` (`key >> 8`), whatever its key
+    /// byte: for a device's context-table view by index, not for access checks.
+    pub fn mr_at(&self, index: u32) -> Option<&Mr> {
+        let i = index.checked_sub(1)?;
+        self.slots.get(usize::try_from(i).ok()?)?.mr.as_ref()
+    }
+
     /// Number of MRs registered.
     pub fn mr_count(&self) -> u32 {
         self.live_mrs
@@ -1091,6 +1098,18 @@ mod tests {
         t.dealloc_pd(pd).unwrap();
         assert_eq!(t.pd_ref(pd), Err(VerbError::InvalidPd));
         assert_eq!(t.pd_unref(pd), Err(VerbError::InvalidPd));
+    }
+
+    #[test]
+    fn mr_at_finds_the_mr_of_a_key_index_whatever_its_key_byte() {
+        let (mut t, pd) = table();
+        let k = reg(&mut t, pd, 0x1000, 16, Access::default(), 0);
+        assert_eq!(t.mr_at(key_index(k)).map(Mr::key), Some(k));
+        assert!(t.mr_at(0).is_none());
+        assert!(t.mr_at(key_index(k) + 1).is_none());
+        assert!(t.mr_at(u32::MAX).is_none());
+        t.dereg_mr(k).unwrap();
+        assert!(t.mr_at(key_index(k)).is_none());
     }
 
     #[test]

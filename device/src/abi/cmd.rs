@@ -678,7 +678,11 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// MODIFY_QP input (mailbox).
+    /// MODIFY_QP input (mailbox). Only the attributes `attr_mask` names are
+    /// read. A transition to Reset also takes the producer indices now in the
+    /// QP's doorbell slot as the point from which WQEs are new, as CREATE_QP
+    /// does: WQEs posted and not yet fetched are dropped, and the driver's
+    /// free-running indices need not restart at zero.
     pub struct ModifyQpIn (96) {
         pub qpn: u32,
         /// `VHCA_QP_ATTR_*` (`ibv_qp_attr_mask` bits).

@@ -1,13 +1,16 @@
 //! Counter sets of QUERY_COUNTERS (design.md §3: "every drop reason has a counter").
 //!
 //! The per-reason sets are the engine's own reason lists in their stable order
-//! (`DropReason::ALL`, `RxDrop::ALL`, `NakReason::ALL`); their names, in snake
-//! case, go into the header as string lists, so the driver's hw_stats names come
-//! from the same source as the device's counting. Adding a reason changes the
-//! generated header, which the header test then asks to regenerate.
+//! (`DropReason::ALL`, `RxDrop::ALL`, `NakReason::ALL`), the device set the data
+//! path's `HcaCounters`; their names, in snake case, go into the header as string
+//! lists, so the driver's hw_stats names come from the same source as the
+//! device's counting. Adding a reason changes the generated header, which the
+//! header test then asks to regenerate.
 
 use transport::engine::{Counters, NakReason, RxDrop};
 use transport::wire::DropReason;
+
+use crate::hca::HcaCounters;
 
 use super::layout::{screaming_snake, Entry, Section};
 
@@ -22,6 +25,9 @@ abi_enum! {
         RxDrop = 2,
         /// NAKs sent, per reason (RL-12).
         NakSent = 3,
+        /// The device's data path: WQEs fetched and refused, doorbell overruns,
+        /// guest-memory faults, CQEs, EQEs, overflows and interrupts.
+        Device = 4,
     }
 }
 
@@ -74,6 +80,49 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
     ]
 }
 
+/// The device set's counters, in ABI order.
+const DEVICE_COUNTERS: [&str; 10] = [
+    "send_wqes",
+    "recv_wqes",
+    "bad_wqes",
+    "doorbell_overruns",
+    "memory_faults",
+    "cqes",
+    "cq_overflows",
+    "eqes",
+    "eq_overflows",
+    "interrupts",
+];
+
+/// The device set's values, in the order of its names.
+fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
+    // Destructured without `..`: a counter added to the device must be placed here.
+    let HcaCounters {
+        send_wqes,
+        recv_wqes,
+        bad_wqes,
+        doorbell_overruns,
+        memory_faults,
+        cqes,
+        cq_overflows,
+        eqes,
+        eq_overflows,
+        interrupts,
+    } = *h;
+    [
+        send_wqes,
+        recv_wqes,
+        bad_wqes,
+        doorbell_overruns,
+        memory_faults,
+        cqes,
+        cq_overflows,
+        eqes,
+        eq_overflows,
+        interrupts,
+    ]
+}
+
 fn snake<T: core::fmt::Debug>(v: &T) -> String {
     screaming_snake(&format!("{v:?}")).to_ascii_lowercase()
 }
@@ -86,12 +135,13 @@ impl CounterSet {
             CounterSet::WireDrop => DropReason::ALL.iter().map(snake).collect(),
             CounterSet::RxDrop => RxDrop::ALL.iter().map(snake).collect(),
             CounterSet::NakSent => NakReason::ALL.iter().map(snake).collect(),
+            CounterSet::Device => DEVICE_COUNTERS.iter().map(|s| s.to_string()).collect(),
         }
     }
 
-    /// The set's values from the engine's counters, in the order of
-    /// [`names`](Self::names).
-    pub fn values(self, c: &Counters) -> Vec<u64> {
+    /// The set's values from the engine's counters `c` and the device's `h`, in
+    /// the order of [`names`](Self::names).
+    pub fn values(self, c: &Counters, h: &HcaCounters) -> Vec<u64> {
         match self {
             CounterSet::Port => port_values(c).to_vec(),
             CounterSet::WireDrop => DropReason::ALL
@@ -100,6 +150,7 @@ impl CounterSet {
                 .collect(),
             CounterSet::RxDrop => RxDrop::ALL.iter().map(|r| c.dropped(*r)).collect(),
             CounterSet::NakSent => NakReason::ALL.iter().map(|r| c.naked(*r)).collect(),
+            CounterSet::Device => device_values(h).to_vec(),
         }
     }
 

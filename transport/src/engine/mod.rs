@@ -190,6 +190,11 @@ impl Engine {
         &mut self.mrs
     }
 
+    /// PDs and MRs, to look at (a device's context-table view).
+    pub fn mr_table(&self) -> &MrTable {
+        &self.mrs
+    }
+
     fn handle(&mut self) -> Handle {
         let h = self.next_handle;
         self.next_handle = self.next_handle.wrapping_add(1).max(1);

@@ -1,0 +1,654 @@
+//! The running device: the BAR0 register file on the vfio-user thread, the data
+//! path on its own thread, and the hand-over between them (design.md §2, §4, §5).
+//!
+//! Threads:
+//! - the vfio-user thread serves QEMU's messages; BAR0 accesses land in
+//!   [`Front`]. Control-path work (bring-up, commands, context snapshots) runs
+//!   there, under the core lock, and is quick (QEMU waits at most 5 s for any
+//!   reply, and a trapped access costs the guest ~100 us anyway);
+//! - the data-path thread polls doorbells, the fabric link and timers, busy while
+//!   there is work and for [`BUSY_POLL`] after it, then asleep on epoll (link
+//!   socket, WAKE eventfd, next deadline) with the `asleep` word set in every
+//!   doorbell page so the driver knows to ring WAKE (abi::uar
+//!   DOORBELL_PROTOCOL). An idle device uses no CPU.
+
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use transport::engine::{Engine, Limits, PortConfig};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::abi;
+use crate::abi::bar0::{dev_ctrl, dev_status, reg, CtxStatus, CtxTable, Fatal};
+use crate::cmdq::{self, Caps, CmdQueue};
+use crate::glue::{BarDoorbells, GuestMem, Msix};
+use crate::hca::{DbSlot, Doorbells, Eq, Hca};
+use crate::port::Port;
+use crate::ring::Ring;
+
+/// How long the data path keeps polling after the last work before it sleeps.
+pub const BUSY_POLL: Duration = Duration::from_micros(500);
+
+/// Longest sleep without a deadline: bounds how late a stop request or a
+/// periodic counter print is noticed.
+const MAX_SLEEP: Duration = Duration::from_millis(200);
+
+/// The caller's time: since the Unix epoch, as the link and capture want it.
+pub fn now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// The BAR0 registers the driver configures (abi::bar0).
+#[derive(Debug, Default, Clone)]
+struct Regs {
+    driver_abi: u32,
+    dev_ctrl: u32,
+    dev_status: u32,
+    fatal: u32,
+    ignored_writes: u32,
+    cmdq_base: u64,
+    cmdq_log2: u32,
+    eq0_base: u64,
+    eq0_log2: u32,
+    ctx_table: u32,
+    ctx_index: u32,
+    ctx_status: u32,
+    ctx_window: Vec<u8>,
+}
+
+/// Everything both threads touch, under one lock.
+pub struct Core {
+    pub hca: Hca,
+    regs: Regs,
+    cmdq: Option<CmdQueue>,
+    port_config: PortConfig,
+    limits: Limits,
+}
+
+impl Core {
+    fn enabled(&self) -> bool {
+        self.regs.dev_status & dev_status::ENABLED != 0
+    }
+
+    /// Drops every object and configuration: DEV_CTRL.RESET, PCI reset, a new
+    /// client. The link (and its UDP socket) stays: the fabric address is the
+    /// node's, not the VM's.
+    fn reset(&mut self) {
+        let engine = Engine::new(self.port_config.clone(), self.limits);
+        self.hca.reset(engine);
+        self.regs = Regs {
+            dev_status: dev_status::READY,
+            ctx_window: vec![0; reg::CTX_WINDOW_SIZE as usize],
+            ..Regs::default()
+        };
+        self.cmdq = None;
+    }
+}
+
+/// What the threads share.
+pub struct Shared {
+    core: Mutex<Core>,
+    /// Written by WAKE (and by stop) to end the data path's sleep.
+    wake: EventFd,
+    stop: AtomicBool,
+    handle: pci::Handle,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock is a bug; the device keeps serving with
+        // whatever state the lock holds rather than dying.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the data path to end.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.wake.write(1);
+    }
+}
+
+/// The BAR0 side of the device, served on the vfio-user thread.
+pub struct Front {
+    shared: Arc<Shared>,
+}
+
+fn le32(data: &[u8]) -> u32 {
+    let mut b = [0u8; 4];
+    let n = data.len().min(4);
+    b[..n].copy_from_slice(&data[..n]);
+    u32::from_le_bytes(b)
+}
+
+impl Front {
+    fn bar2(&self) -> Option<&pci::BarMemory> {
+        self.shared
+            .handle
+            .bar_memory(abi::ident::bar::BAR2_INDEX as usize)
+    }
+
+    /// Debug aid for WAKE: the nonzero doorbell words of UAR 0 as the device sees
+    /// them in the shared BAR2 memory (the stores that rang came without any
+    /// vfio-user message).
+    fn log_pending_doorbells(&self) {
+        let Some(bar) = self.bar2() else { return };
+        let db = BarDoorbells(bar);
+        let words: Vec<String> = (abi::uar::uar::HEADER_SIZE..abi::uar::uar::PAGE_SIZE)
+            .step_by(4)
+            .filter_map(|o| {
+                let v = db.load(u64::from(o));
+                (v != 0).then(|| format!("{o:#x}={v:#x}"))
+            })
+            .take(16)
+            .collect();
+        log::debug!("device: WAKE; UAR 0 doorbell words: [{}]", words.join(", "));
+    }
+
+    fn read_reg(&self, core: &Core, off: u64) -> u32 {
+        let r = &core.regs;
+        let c = &core.hca.caps;
+        let lo = |v: u64| v as u32;
+        let hi = |v: u64| (v >> 32) as u32;
+        match off as u32 {
+            reg::MAGIC => abi::ident::ident::MAGIC,
+            reg::ABI_VERSION => abi::ident::ident::ABI_VERSION,
+            reg::DRIVER_ABI => r.driver_abi,
+            reg::DEV_CTRL => r.dev_ctrl & dev_ctrl::ENABLE,
+            reg::DEV_STATUS => r.dev_status,
+            reg::FATAL_SYNDROME => r.fatal,
+            reg::IGNORED_WRITES => r.ignored_writes,
+            reg::CAP_MAX_QP => c.max_qp,
+            reg::CAP_MAX_CQ => c.max_cq,
+            reg::CAP_MAX_SRQ => c.max_srq,
+            reg::CAP_MAX_MR => c.max_mr,
+            reg::CAP_MAX_PD => c.max_pd,
+            reg::CAP_MAX_EQ => c.max_eq,
+            reg::CAP_MAX_QP_WR => c.max_qp_wr,
+            reg::CAP_MAX_SGE => c.max_sge,
+            reg::CAP_MAX_CQE => c.max_cqe,
+            reg::CAP_MAX_INLINE => c.max_inline,
+            reg::CAP_NUM_UARS => c.num_uars,
+            reg::CAP_MSIX_VECTORS => c.msix_vectors,
+            reg::CAP_MAX_CMDQ_LOG2 => c.max_cmdq_log2,
+            reg::CAP_MAX_EQ_LOG2 => c.max_eq_log2,
+            reg::CAP_MAX_SRQ_WR => c.max_srq_wr,
+            reg::CAP_NUM_PORTS => 1,
+            reg::CAP_FLAGS => c.flags,
+            reg::CMDQ_BASE_LO => lo(r.cmdq_base),
+            reg::CMDQ_BASE_HI => hi(r.cmdq_base),
+            reg::CMDQ_LOG2_SIZE => r.cmdq_log2,
+            reg::CMDQ_CI => core.cmdq.as_ref().map_or(0, CmdQueue::ci),
+            reg::EQ0_BASE_LO => lo(r.eq0_base),
+            reg::EQ0_BASE_HI => hi(r.eq0_base),
+            reg::EQ0_LOG2_SIZE => r.eq0_log2,
+            reg::CTX_TABLE => r.ctx_table,
+            reg::CTX_INDEX => r.ctx_index,
+            reg::CTX_STATUS => r.ctx_status,
+            o if (reg::CTX_WINDOW..reg::CTX_WINDOW + reg::CTX_WINDOW_SIZE).contains(&o) => {
+                let at = (o - reg::CTX_WINDOW) as usize;
+                r.ctx_window
+                    .get(at..at + 4)
+                    .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            }
+            _ => 0,
+        }
+    }
+
+    fn write_reg(&self, core: &mut Core, off: u64, v: u32) {
+        let enabled = core.enabled();
+        let r = &mut core.regs;
+        let set_lo = |x: &mut u64, v: u32| *x = (*x & !0xffff_ffff) | u64::from(v);
+        let set_hi = |x: &mut u64, v: u32| *x = (*x & 0xffff_ffff) | (u64::from(v) << 32);
+        match off as u32 {
+            reg::DRIVER_ABI if !enabled => r.driver_abi = v,
+            reg::CMDQ_BASE_LO if !enabled => set_lo(&mut r.cmdq_base, v),
+            reg::CMDQ_BASE_HI if !enabled => set_hi(&mut r.cmdq_base, v),
+            reg::CMDQ_LOG2_SIZE if !enabled => r.cmdq_log2 = v,
+            reg::EQ0_BASE_LO if !enabled => set_lo(&mut r.eq0_base, v),
+            reg::EQ0_BASE_HI if !enabled => set_hi(&mut r.eq0_base, v),
+            reg::EQ0_LOG2_SIZE if !enabled => r.eq0_log2 = v,
+            reg::DEV_CTRL => self.dev_ctrl(core, v),
+            reg::CMDQ_PI if enabled => self.commands(core, v),
+            reg::WAKE => {
+                let _ = self.shared.wake.write(1);
+                if log::log_enabled!(log::Level::Debug) {
+                    self.log_pending_doorbells();
+                }
+            }
+            reg::CTX_TABLE => r.ctx_table = v,
+            reg::CTX_INDEX => {
+                r.ctx_index = v;
+                let table = CtxTable::from_raw(r.ctx_table);
+                let (status, bytes) = match (table, self.bar2()) {
+                    (Some(t), Some(bar)) => {
+                        crate::context::snapshot_with_doorbells(&core.hca, &BarDoorbells(bar), t, v)
+                    }
+                    (Some(t), None) => crate::context::snapshot(&core.hca, t, v),
+                    (None, _) => (CtxStatus::BadTable, Vec::new()),
+                };
+                let r = &mut core.regs;
+                r.ctx_status = status.raw();
+                r.ctx_window.fill(0);
+                let n = bytes.len().min(r.ctx_window.len());
+                r.ctx_window[..n].copy_from_slice(&bytes[..n]);
+            }
+            _ => {
+                // Read-only registers, the context window, configuration while
+                // enabled, unassigned offsets (design.md §4).
+                r.ignored_writes = r.ignored_writes.wrapping_add(1);
+            }
+        }
+    }
+
+    fn dev_ctrl(&self, core: &mut Core, v: u32) {
+        if v & dev_ctrl::RESET != 0 {
+            log::info!("device: reset by the driver");
+            core.reset();
+            // The driver starts over: doorbell words of the old objects must not
+            // read as indices of the new ones.
+            if let Some(bar) = self
+                .shared
+                .handle
+                .bar_memory(abi::ident::bar::BAR2_INDEX as usize)
+            {
+                let zero = vec![0u8; bar.len() as usize];
+                let _ = bar.write(0, &zero);
+            }
+            return;
+        }
+        let want = v & dev_ctrl::ENABLE != 0;
+        core.regs.dev_ctrl = v & dev_ctrl::ENABLE;
+        if want == core.enabled() || core.regs.dev_status & dev_status::FATAL != 0 {
+            return;
+        }
+        if !want {
+            core.regs.dev_status &= !dev_status::ENABLED;
+            core.hca.eqs.remove(&0);
+            log::info!("device: disabled by the driver");
+            return;
+        }
+        match self.enable(core) {
+            Ok(()) => {
+                core.regs.dev_status |= dev_status::ENABLED;
+                log::info!("device: enabled");
+            }
+            Err(f) => {
+                log::warn!("device: enable failed: {f:?}");
+                core.regs.fatal = f.raw();
+                core.regs.dev_status |= dev_status::FATAL;
+            }
+        }
+    }
+
+    /// Checks the configuration the driver wrote and brings up the command queue
+    /// and EQ 0 (abi::bar0 BAR0_RULES).
+    fn enable(&self, core: &mut Core) -> Result<(), Fatal> {
+        let r = core.regs.clone();
+        let ours = abi::ident::ident::ABI_VERSION;
+        if r.driver_abi >> 16 != ours >> 16 || (r.driver_abi & 0xffff) > (ours & 0xffff) {
+            return Err(Fatal::AbiMismatch);
+        }
+        let dma = self.shared.handle.memory();
+        let mem = GuestMem(dma);
+        let bar2 = self
+            .shared
+            .handle
+            .bar_memory(abi::ident::bar::BAR2_INDEX as usize)
+            .ok_or(Fatal::Uar0Unavailable)?;
+        let db = BarDoorbells(bar2);
+        let cmdq = CmdQueue::new(&mem, r.cmdq_base, r.cmdq_log2, core.hca.caps.max_cmdq_log2)
+            .map_err(|_| Fatal::CmdqBadConfig)?;
+        let eq0 = contiguous_ring(
+            &mem,
+            r.eq0_base,
+            abi::cqe::entry_const::EQE_SIZE,
+            r.eq0_log2,
+            core.hca.caps.max_eq_log2,
+        )
+        .ok_or(Fatal::Eq0BadConfig)?;
+        let slot = DbSlot {
+            uar: abi::uar::uar::KERNEL_UAR,
+            slot: abi::uar::uar::EQ0_SLOT as u16,
+        };
+        if db.len() < slot.offset() + 8 {
+            return Err(Fatal::Uar0Unavailable);
+        }
+        core.hca.eqs.insert(
+            0,
+            Eq {
+                ring: eq0,
+                vector: abi::ident::bar::MSIX_VECTOR_ASYNC as u16,
+                db: slot,
+                pi: 0,
+                // Power-on value of the slot: the driver's arm before ENABLE is
+                // a change, so the first event interrupts.
+                last_arm: 0,
+                users: 0,
+                overflows: 0,
+                pbl: abi::cmd::Pbl {
+                    addr: r.eq0_base,
+                    npages: ((u64::from(abi::cqe::entry_const::EQE_SIZE) << r.eq0_log2)
+                        .div_ceil(4096)) as u32,
+                    page_shift: 12,
+                    levels: abi::cmd::pbl_const::CONTIGUOUS as u8,
+                    rsvd: 0,
+                },
+            },
+        );
+        core.hca.slots.insert(slot, crate::hca::SlotOwner::Eq(0));
+        core.cmdq = Some(cmdq);
+        Ok(())
+    }
+
+    /// CMDQ_PI: runs the posted commands now, in order.
+    fn commands(&self, core: &mut Core, pi: u32) {
+        let dma = self.shared.handle.memory();
+        let mut mem = GuestMem(dma);
+        let Some(bar2) = self
+            .shared
+            .handle
+            .bar_memory(abi::ident::bar::BAR2_INDEX as usize)
+        else {
+            return;
+        };
+        let db = BarDoorbells(bar2);
+        let irq = Msix(&self.shared.handle);
+        let Some(mut q) = core.cmdq.take() else {
+            return;
+        };
+        // Bounded batches: a driver that posts a whole ring is served in several
+        // rounds, each far below QEMU's reply timeout.
+        loop {
+            let before = q.ci();
+            match cmdq::execute_pending(&mut core.hca, &mut q, pi, &mut mem, &db, now()) {
+                Ok(done) => {
+                    for d in done {
+                        core.hca.push_eqe(
+                            0,
+                            abi::cqe::EqeType::CommandDone.raw(),
+                            u32::from(d.token),
+                            u32::from(d.status.raw()),
+                            &mut mem,
+                            &db,
+                        );
+                    }
+                }
+                Err(f) => {
+                    log::warn!("device: command queue stopped: {f:?}");
+                    core.regs.fatal = f.raw();
+                    core.regs.dev_status |= dev_status::FATAL;
+                    core.regs.dev_status &= !dev_status::ENABLED;
+                    break;
+                }
+            }
+            if q.ci() == pi || q.ci() == before {
+                break;
+            }
+        }
+        core.hca.raise_interrupts(&db, &irq);
+        core.cmdq = Some(q);
+        // New objects may have doorbells already: let the data path look.
+        let _ = self.shared.wake.write(1);
+    }
+}
+
+/// A ring in physically contiguous guest memory at `base` (EQ 0, the command
+/// queue): the page list is the run of 4 KiB pages from `base`.
+pub fn contiguous_ring(
+    mem: &dyn transport::memory::Memory,
+    base: u64,
+    entry_size: u32,
+    log2: u32,
+    max_log2: u32,
+) -> Option<Ring> {
+    if log2 == 0 || log2 > max_log2 || !base.is_multiple_of(4096) {
+        return None;
+    }
+    let bytes = (u64::from(entry_size)) << log2;
+    let pages = bytes.div_ceil(4096);
+    let list = (0..pages).map(|i| base + i * 4096).collect();
+    Ring::new(mem, list, 12, entry_size.trailing_zeros(), log2, max_log2).ok()
+}
+
+impl pci::Device for Front {
+    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        if bar != abi::ident::bar::BAR0_INDEX as usize {
+            return;
+        }
+        let core = self.shared.lock();
+        // Registers are 32-bit; an 8-byte access reads a LO/HI pair.
+        for (i, chunk) in data.chunks_mut(4).enumerate() {
+            let v = self.read_reg(&core, (offset & !3) + 4 * i as u64);
+            let n = chunk.len();
+            chunk.copy_from_slice(&v.to_le_bytes()[..n]);
+        }
+    }
+
+    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        if bar != abi::ident::bar::BAR0_INDEX as usize || !offset.is_multiple_of(4) {
+            let mut core = self.shared.lock();
+            core.regs.ignored_writes = core.regs.ignored_writes.wrapping_add(1);
+            return;
+        }
+        let mut core = self.shared.lock();
+        for (i, chunk) in data.chunks(4).enumerate() {
+            self.write_reg(&mut core, offset + 4 * i as u64, le32(chunk));
+        }
+    }
+
+    fn reset(&mut self) {
+        log::info!("device: PCI reset");
+        self.shared.lock().reset();
+    }
+
+    fn disconnected(&mut self) {
+        log::info!("device: client gone; every object and mapping dropped");
+        self.shared.lock().reset();
+    }
+}
+
+/// The data path thread: runs the HCA while enabled, sleeps when idle.
+pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>) {
+    let handle = shared.handle.clone();
+    let Some(bar2) = handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) else {
+        log::error!("device: BAR2 is not mapped; data path not started");
+        return;
+    };
+    let db = BarDoorbells(bar2);
+    let irq = Msix(&handle);
+    let epoll = match Epoll::new() {
+        Ok(e) => e,
+        Err(e) => {
+            log::error!("device: epoll: {e}");
+            return;
+        }
+    };
+    let link_fd = shared.lock().hca.port.raw_fd();
+    for (fd, token) in [(link_fd, 1u64), (shared.wake.as_raw_fd(), 2u64)] {
+        if let Err(e) = epoll.ctl(
+            ControlOperation::Add,
+            fd,
+            EpollEvent::new(EventSet::IN, token),
+        ) {
+            log::error!("device: epoll add: {e}");
+            return;
+        }
+    }
+    let num_uars = (db.len() / u64::from(abi::uar::uar::PAGE_SIZE)) as u32;
+    let mut last_work = Instant::now();
+    let mut last_print = Instant::now();
+    let mut events = vec![EpollEvent::default(); 4];
+    while !shared.stop.load(Ordering::Acquire) {
+        let t = now();
+        let (work, deadline) = {
+            let mut core = shared.lock();
+            if !core.enabled() {
+                (false, None)
+            } else {
+                let dma = handle.memory();
+                let mut mem = GuestMem(dma);
+                let w = core.hca.run_once(&mut mem, &db, &irq, t);
+                (w.any(), core.hca.port.next_deadline())
+            }
+        };
+        if let Some(every) = counters_every {
+            if last_print.elapsed() >= every {
+                last_print = Instant::now();
+                eprintln!("{}", shared.lock().counters_report());
+            }
+        }
+        if work {
+            last_work = Instant::now();
+            continue;
+        }
+        if last_work.elapsed() < BUSY_POLL {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Sleep protocol: asleep in every page, fence, rescan.
+        for u in 0..num_uars {
+            db.store(
+                u64::from(u) * u64::from(abi::uar::uar::PAGE_SIZE),
+                abi::uar::uar::ASLEEP,
+            );
+        }
+        fence(Ordering::SeqCst);
+        let pending = {
+            let core = shared.lock();
+            core.enabled() && core.hca.doorbells_pending(&db)
+        };
+        if !pending {
+            let timeout = deadline
+                .map(|d| d.saturating_sub(now()))
+                .unwrap_or(MAX_SLEEP)
+                .min(MAX_SLEEP);
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+            match epoll.wait(ms, &mut events) {
+                Ok(n) => {
+                    for e in &events[..n] {
+                        if e.data() == 2 {
+                            let _ = shared.wake.read();
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => log::warn!("device: epoll wait: {e}"),
+            }
+        }
+        for u in 0..num_uars {
+            db.store(
+                u64::from(u) * u64::from(abi::uar::uar::PAGE_SIZE),
+                abi::uar::uar::AWAKE,
+            );
+        }
+        last_work = Instant::now();
+    }
+}
+
+use std::os::fd::AsRawFd;
+
+impl Core {
+    /// Every counter of the device, one `name value` per line (for
+    /// `--counters-every` and the exit report).
+    pub fn counters_report(&self) -> String {
+        let mut s = String::new();
+        let p = self.hca.port.counters();
+        let e = self.hca.port.engine().counters();
+        let h = &self.hca.counters;
+        s += &format!(
+            "port: rx {} tx {} link_errors {}\n",
+            p.rx_packets, p.tx_packets, p.link_errors
+        );
+        s += &format!("engine: {e:?}\n");
+        s += &format!("hca: {h:?}");
+        s
+    }
+}
+
+/// Builds the PCI function of the HCA (abi::ident).
+pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
+    use abi::ident::{bar, ident};
+    let bar2_size = u64::from(caps.num_uars) * u64::from(abi::uar::uar::PAGE_SIZE);
+    pci::FunctionBuilder::new(ident::PCI_VENDOR_ID as u16, ident::PCI_DEVICE_ID as u16)
+        .subsystem(
+            ident::PCI_SUBSYSTEM_VENDOR_ID as u16,
+            ident::PCI_SUBSYSTEM_ID as u16,
+        )
+        .class_code(ident::PCI_CLASS)
+        .revision(ident::PCI_REVISION as u8)
+        .bar(
+            bar::BAR0_INDEX as usize,
+            pci::BarSpec::trapped(u64::from(bar::BAR0_SIZE)),
+        )
+        .bar(bar::BAR2_INDEX as usize, pci::BarSpec::mapped(bar2_size))
+        .msix(
+            caps.msix_vectors as u16,
+            bar::BAR0_INDEX as usize,
+            u64::from(bar::MSIX_TABLE_OFFSET),
+            u64::from(bar::MSIX_PBA_OFFSET),
+        )
+        .pcie(true)
+        .power_management(true)
+        .build()
+}
+
+/// Serves the device described by `config` until the process is stopped.
+pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::fabric::{CaptureLink, FaultLink, Link, UdpLink};
+    let udp = UdpLink::bind(&config.fabric, &config.node.name)?;
+    let mut link: Box<dyn Link + Send> = Box::new(udp);
+    if let Some(spec) = &config.fault {
+        log::info!("fabric: faults {spec}");
+        link = Box::new(FaultLink::new(link, *spec));
+    }
+    if let Some(path) = &config.capture {
+        link = Box::new(CaptureLink::create(link, path)?);
+    }
+    let limits = Limits::default();
+    let caps = Caps::from_limits(&limits);
+    let port_config = PortConfig::new(config.node.lid, config.node.guid);
+    let engine = Engine::new(port_config.clone(), limits);
+    let port = Port::new(engine, link);
+    let function = function(&caps)?;
+    let mut server = pci::Server::bind(&config.socket, function)?;
+    let handle = server.handle();
+    let mut core = Core {
+        hca: Hca::new(port),
+        regs: Regs::default(),
+        cmdq: None,
+        port_config,
+        limits,
+    };
+    core.reset();
+    let shared = Arc::new(Shared {
+        core: Mutex::new(core),
+        wake: EventFd::new(EFD_NONBLOCK)?,
+        stop: AtomicBool::new(false),
+        handle,
+    });
+    let dp = {
+        let shared = Arc::clone(&shared);
+        let every = config.counters_every;
+        std::thread::Builder::new()
+            .name("vhca-data".into())
+            .spawn(move || data_path(shared, every))?
+    };
+    log::info!(
+        "vhca: node {} (LID {:#x}) serving on {}",
+        config.node.name,
+        config.node.lid,
+        config.socket.display()
+    );
+    let mut front = Front {
+        shared: Arc::clone(&shared),
+    };
+    let r = server.serve(&mut front);
+    shared.stop();
+    let _ = dp.join();
+    eprintln!("{}", shared.lock().counters_report());
+    r.map_err(Into::into)
+}

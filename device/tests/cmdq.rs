@@ -1,0 +1,2083 @@
+//! The command queue (design.md §4; abi::cmd COMMAND_PROTOCOL), driven as the
+//! guest driver drives it: commands in a ring in guest memory (a `VecMemory`),
+//! parameters inline or in mailboxes, rings named by page lists, doorbell pages
+//! in a vector. Every command completes with a status and changes all or
+//! nothing; no input, however random, panics the device (design.md §9).
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use device::abi::bar0::{dev_cap, CtxStatus, CtxTable, Fatal};
+use device::abi::cmd::{
+    cmd_flags, cmd_owner, pbl_const, reg_mr_flags, rereg, AllocPdOut, Cmd, CreateCqIn, CreateCqOut,
+    CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut, CreateSrqIn, CreateSrqOut, DeallocPdIn,
+    DeregMrIn, DestroyCqIn, DestroyEqIn, DestroyQpIn, DestroySrqIn, DeviceAttr, ModifyQpIn,
+    ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn, QueryCountersOut,
+    QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn,
+    Status,
+};
+use device::abi::context::{ctx_flags, CqContext, EqContext, MrContext, QpContext, SrqContext};
+use device::abi::counters::CounterSet;
+use device::abi::layout::{AbiStruct, Field};
+use device::abi::uar::uar;
+use device::abi::verbs::{access, num, qp_attr_mask as m, srq_attr_mask, Mtu, QpState, QpType};
+use device::cmdq::{execute_pending, snapshot, CmdDone, CmdQueue, Syndrome, MAX_COMMANDS_PER_CALL};
+use device::context::snapshot_with_doorbells;
+use device::fabric::{FabricFile, Node, UdpLink};
+use device::glue::VecDoorbells;
+use device::hca::{DbSlot, Doorbells, Eq, Hca, SlotOwner};
+use device::port::Port;
+use device::ring::Ring;
+use transport::engine::{Engine, Limits, PortConfig};
+use transport::memory::{Memory, VecMemory};
+use transport::verbs as tv;
+
+const BASE: u64 = 0x10_0000;
+const MEM: usize = 16 << 20;
+/// 128 command slots: two pages.
+const CMDQ: u64 = BASE;
+const CMDQ_LOG2: u32 = 7;
+const IN_MB: u64 = BASE + 0x2000;
+const OUT_MB: u64 = BASE + 0x3000;
+const EQ0_RING: u64 = BASE + 0x4000;
+const HEAP: u64 = BASE + 0x10_0000;
+const LID: u16 = 7;
+const GUID: u64 = 0x0002_c903_0000_0007;
+
+fn now() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
+}
+
+/// A port on a one-node fabric: packets to its own LID loop back (AD-04).
+fn port() -> Port {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let node = Node {
+        name: "a".into(),
+        lid: LID,
+        guid: GUID,
+        address: sock.local_addr().unwrap(),
+    };
+    let fabric = FabricFile::from_nodes(vec![node]).unwrap();
+    let link = UdpLink::from_socket(&fabric, "a", sock).unwrap();
+    Port::new(
+        Engine::new(PortConfig::new(LID, GUID), Limits::default()),
+        Box::new(link),
+    )
+}
+
+fn bytes<T: Field>(v: &T) -> Vec<u8> {
+    let mut b = vec![0u8; T::SIZE];
+    v.put(&mut b);
+    b
+}
+
+/// A completed command as the driver reads its slot.
+#[derive(Debug)]
+struct Done {
+    status: Status,
+    syndrome: u32,
+    out: Vec<u8>,
+}
+
+/// The device and the guest side of a driver: memory, doorbell pages, the
+/// command ring and a bump allocator for rings and page lists.
+struct Dev {
+    hca: Hca,
+    q: CmdQueue,
+    mem: VecMemory,
+    db: VecDoorbells,
+    pi: u32,
+    heap: u64,
+    next_slot: u32,
+}
+
+impl Dev {
+    fn new() -> Dev {
+        Dev::with_uars(4)
+    }
+
+    fn with_uars(uars: usize) -> Dev {
+        let mem = VecMemory::new(BASE, MEM);
+        let q = CmdQueue::new(&mem, CMDQ, CMDQ_LOG2, 10).unwrap();
+        let mut hca = Hca::new(port());
+        // EQ 0, as BAR0's ENABLE installs it.
+        let pbl = Pbl {
+            addr: EQ0_RING,
+            npages: 1,
+            page_shift: 12,
+            levels: pbl_const::CONTIGUOUS as u8,
+            rsvd: 0,
+        };
+        let ring = Ring::new(&mem, vec![EQ0_RING], 12, 4, 6, 16).unwrap();
+        let slot = DbSlot {
+            uar: 0,
+            slot: uar::EQ0_SLOT as u16,
+        };
+        hca.eqs.insert(
+            0,
+            Eq {
+                ring,
+                vector: 0,
+                db: slot,
+                pi: 0,
+                last_arm: 0,
+                users: 0,
+                overflows: 0,
+                pbl,
+            },
+        );
+        hca.slots.insert(slot, SlotOwner::Eq(0));
+        Dev {
+            hca,
+            q,
+            mem,
+            db: VecDoorbells::new(uars),
+            pi: 0,
+            heap: HEAP,
+            next_slot: 0,
+        }
+    }
+
+    fn alloc(&mut self, pages: u64) -> u64 {
+        let a = self.heap;
+        self.heap += pages * 4096;
+        assert!(self.heap <= BASE + MEM as u64, "test heap exhausted");
+        a
+    }
+
+    /// Physically contiguous pages for `bytes`.
+    fn contiguous(&mut self, bytes: u64) -> Pbl {
+        let n = bytes.div_ceil(4096).max(1);
+        Pbl {
+            addr: self.alloc(n),
+            npages: n as u32,
+            page_shift: 12,
+            levels: pbl_const::CONTIGUOUS as u8,
+            rsvd: 0,
+        }
+    }
+
+    /// A one-level list of `pages` fresh pages, the pages in reverse order.
+    fn one_level(&mut self, pages: u64) -> (Pbl, Vec<u64>) {
+        let list = self.alloc(1);
+        let data: Vec<u64> = (0..pages).map(|_| self.alloc(1)).rev().collect();
+        for (i, p) in data.iter().enumerate() {
+            self.mem
+                .write(list + i as u64 * 8, &p.to_le_bytes())
+                .unwrap();
+        }
+        let pbl = Pbl {
+            addr: list,
+            npages: pages as u32,
+            page_shift: 12,
+            levels: pbl_const::ONE_LEVEL as u8,
+            rsvd: 0,
+        };
+        (pbl, data)
+    }
+
+    /// A fresh doorbell slot in UAR 1.
+    fn slot(&mut self) -> u16 {
+        self.next_slot += 1;
+        (uar::FIRST_SLOT + self.next_slot) as u16
+    }
+
+    /// Writes `cmd` into the next slot, owner set last, and bumps the PI.
+    fn post(&mut self, mut cmd: Cmd) {
+        let at = self.slot_addr(self.pi);
+        cmd.owner = 0;
+        self.mem.write(at, &cmd.to_bytes()).unwrap();
+        self.mem.write(at + 6, &[cmd_owner::DEVICE]).unwrap();
+        self.pi = self.pi.wrapping_add(1);
+    }
+
+    fn slot_addr(&self, i: u32) -> u64 {
+        CMDQ + u64::from(i % (1 << CMDQ_LOG2)) * Cmd::SIZE as u64
+    }
+
+    fn read_slot(&self, i: u32) -> Cmd {
+        let mut b = [0u8; Cmd::SIZE];
+        self.mem.read(self.slot_addr(i), &mut b).unwrap();
+        Cmd::from_bytes(&b)
+    }
+
+    fn run(&mut self) -> Result<Vec<CmdDone>, Fatal> {
+        execute_pending(
+            &mut self.hca,
+            &mut self.q,
+            self.pi,
+            &mut self.mem,
+            &self.db,
+            now(),
+        )
+    }
+
+    /// A command slot for `op` with `input` inline or in the input mailbox and
+    /// room for `out` bytes of output.
+    fn cmd(op: u16, input: &[u8], out: usize) -> Cmd {
+        let mut c = Cmd {
+            opcode: op,
+            ..Cmd::default()
+        };
+        if input.len() <= c.data.len() {
+            c.data[..input.len()].copy_from_slice(input);
+        } else {
+            c.in_mailbox = IN_MB;
+            c.in_len = input.len() as u16;
+        }
+        if out > c.data.len() {
+            c.out_mailbox = OUT_MB;
+            c.out_len = out as u16;
+        }
+        c
+    }
+
+    /// Runs one command and reads its completion.
+    fn submit(&mut self, cmd: Cmd, input: &[u8], out: usize) -> Done {
+        if cmd.in_len > 0 && cmd.in_mailbox == IN_MB {
+            self.mem.write(IN_MB, input).unwrap();
+        }
+        let i = self.pi;
+        self.post(cmd);
+        self.run().unwrap();
+        assert_eq!(self.q.ci(), self.pi);
+        let s = self.read_slot(i);
+        assert_eq!(s.owner, 0, "owner cleared");
+        let out = if out <= s.data.len() {
+            s.data[..out].to_vec()
+        } else {
+            let mut b = vec![0u8; out];
+            self.mem.read(OUT_MB, &mut b).unwrap();
+            b
+        };
+        Done {
+            status: Status::from_raw(s.status).expect("a known status"),
+            syndrome: s.syndrome,
+            out,
+        }
+    }
+
+    fn exec(&mut self, op: Opcode, input: &[u8], out: usize) -> Done {
+        self.submit(Dev::cmd(op.raw(), input, out), input, out)
+    }
+
+    fn call<I: AbiStruct, O: AbiStruct>(&mut self, op: Opcode, i: &I) -> Result<O, Status> {
+        let d = self.exec(op, &bytes(i), O::SIZE);
+        match d.status {
+            Status::Ok => Ok(O::get(&d.out)),
+            s => Err(s),
+        }
+    }
+
+    fn call_in<I: AbiStruct>(&mut self, op: Opcode, i: &I) -> Result<(), Status> {
+        match self.exec(op, &bytes(i), 0).status {
+            Status::Ok => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    /// Status and syndrome of a command expected to fail.
+    fn refuse<I: AbiStruct>(&mut self, op: Opcode, i: &I) -> (Status, u32) {
+        let d = self.exec(op, &bytes(i), 4096);
+        (d.status, d.syndrome)
+    }
+
+    fn pd(&mut self) -> u32 {
+        let d = self.exec(Opcode::AllocPd, &[], AllocPdOut::SIZE);
+        assert_eq!(d.status, Status::Ok);
+        AllocPdOut::get(&d.out).pdn
+    }
+
+    fn eq_in(&mut self) -> CreateEqIn {
+        self.next_slot += 1;
+        CreateEqIn {
+            ring: self.contiguous(16 << 4),
+            uar: 0,
+            db_slot: (uar::EQ0_SLOT + self.next_slot) as u16,
+            vector: 1,
+            log2_entries: 4,
+            rsvd: [0; 7],
+        }
+    }
+
+    fn eq(&mut self) -> u32 {
+        let i = self.eq_in();
+        self.call::<_, CreateEqOut>(Opcode::CreateEq, &i)
+            .unwrap()
+            .eqn
+    }
+
+    fn cq_in(&mut self, eqn: u32) -> CreateCqIn {
+        CreateCqIn {
+            ring: self.contiguous(64 << 4),
+            eqn,
+            uar: 1,
+            db_slot: self.slot(),
+            log2_entries: 4,
+            rsvd: [0; 5],
+        }
+    }
+
+    fn cq(&mut self, eqn: u32) -> u32 {
+        let i = self.cq_in(eqn);
+        self.call::<_, CreateCqOut>(Opcode::CreateCq, &i)
+            .unwrap()
+            .cqn
+    }
+
+    fn srq_in(&mut self, pdn: u32) -> CreateSrqIn {
+        CreateSrqIn {
+            pdn,
+            max_wr: 16,
+            max_sge: 1,
+            srq_limit: 0,
+            uar: 1,
+            db_slot: self.slot(),
+            log2_entries: 4,
+            wqe_shift: 5,
+            ring: self.contiguous(32 << 4),
+        }
+    }
+
+    fn srq(&mut self, pdn: u32) -> u32 {
+        let i = self.srq_in(pdn);
+        self.call::<_, CreateSrqOut>(Opcode::CreateSrq, &i)
+            .unwrap()
+            .srqn
+    }
+
+    fn qp_in(&mut self, t: QpType, pdn: u32, cqn: u32, srqn: Option<u32>) -> CreateQpIn {
+        CreateQpIn {
+            qp_type: t.raw(),
+            sq_sig_all: 0,
+            // UD headers fill 64 bytes: 128 for an SGE.
+            sq_wqe_shift: if matches!(t, QpType::Rc | QpType::Uc) {
+                6
+            } else {
+                7
+            },
+            rq_wqe_shift: 5,
+            log2_sq_size: 4,
+            log2_rq_size: if srqn.is_some() { 0 } else { 4 },
+            port: 1,
+            rsvd0: 0,
+            pdn,
+            send_cqn: cqn,
+            recv_cqn: cqn,
+            srqn: srqn.unwrap_or(num::NONE),
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: if srqn.is_some() { 0 } else { 16 },
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            uar: 1,
+            db_slot: self.slot(),
+            rsvd1: [0; 6],
+            sq: self.contiguous(128 << 4),
+            rq: if srqn.is_some() {
+                Pbl::default()
+            } else {
+                self.contiguous(32 << 4)
+            },
+        }
+    }
+
+    fn qp(&mut self, t: QpType, pdn: u32, cqn: u32, srqn: Option<u32>) -> u32 {
+        let i = self.qp_in(t, pdn, cqn, srqn);
+        self.call::<_, CreateQpOut>(Opcode::CreateQp, &i)
+            .unwrap()
+            .qpn
+    }
+
+    fn modify(&mut self, qpn: u32, attr_mask: u32, attr: QpAttr) -> Result<(), Status> {
+        self.call_in(
+            Opcode::ModifyQp,
+            &ModifyQpIn {
+                qpn,
+                attr_mask,
+                attr,
+            },
+        )
+    }
+
+    fn query_qp(&mut self, qpn: u32) -> Result<QueryQpOut, Status> {
+        self.call(Opcode::QueryQp, &QueryQpIn { qpn })
+    }
+
+    fn state(&mut self, qpn: u32) -> QpState {
+        QpState::from_raw(self.query_qp(qpn).unwrap().attr.qp_state).unwrap()
+    }
+
+    /// Reset -> Init -> RTR -> RTS, an RC QP to `dest` on this port's LID.
+    fn connect_rc(&mut self, qpn: u32, dest: u32) -> Result<(), Status> {
+        self.modify(
+            qpn,
+            m::STATE | m::PKEY_INDEX | m::PORT | m::ACCESS_FLAGS,
+            init_attr(),
+        )?;
+        self.modify(qpn, RTR_MASK, rtr_attr(dest))?;
+        self.modify(qpn, RTS_MASK, rts_attr())
+    }
+
+    fn reg_mr_in(&mut self, pdn: u32, pages: u64) -> (RegMrIn, Vec<u64>) {
+        let (pbl, data) = self.one_level(pages);
+        let i = RegMrIn {
+            pdn,
+            access: access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ,
+            iova: 0x7000_0000,
+            length: pages * 4096,
+            flags: 0,
+            rsvd: 0,
+            pbl,
+        };
+        (i, data)
+    }
+
+    fn mr(&mut self, pdn: u32, pages: u64) -> u32 {
+        let (i, _) = self.reg_mr_in(pdn, pages);
+        self.call::<_, RegMrOut>(Opcode::RegMr, &i).unwrap().lkey
+    }
+
+    fn ctx<T: AbiStruct>(&self, table: CtxTable, index: u32) -> T {
+        let (status, b) = snapshot_with_doorbells(&self.hca, &self.db, table, index);
+        assert_eq!(status, CtxStatus::Ok, "{table:?} {index}");
+        assert_eq!(b.len(), T::SIZE);
+        T::get(&b)
+    }
+}
+
+fn init_attr() -> QpAttr {
+    QpAttr {
+        qp_state: QpState::Init.raw(),
+        port_num: 1,
+        pkey_index: 0,
+        qp_access_flags: access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ,
+        ..QpAttr::default()
+    }
+}
+
+const RTR_MASK: u32 = m::STATE
+    | m::AV
+    | m::PATH_MTU
+    | m::DEST_QPN
+    | m::RQ_PSN
+    | m::MAX_DEST_RD_ATOMIC
+    | m::MIN_RNR_TIMER;
+
+fn rtr_attr(dest: u32) -> QpAttr {
+    let mut a = QpAttr {
+        qp_state: QpState::Rtr.raw(),
+        path_mtu: Mtu::M4096.raw(),
+        dest_qp_num: dest,
+        rq_psn: 100,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    a.ah_attr.dlid = LID;
+    a
+}
+
+const RTS_MASK: u32 =
+    m::STATE | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::SQ_PSN | m::MAX_QP_RD_ATOMIC;
+
+fn rts_attr() -> QpAttr {
+    QpAttr {
+        qp_state: QpState::Rts.raw(),
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: 100,
+        max_rd_atomic: 4,
+        ..QpAttr::default()
+    }
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+#[test]
+fn objects_live_from_pd_to_connected_qps_over_loopback_and_are_destroyed() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let eqn = d.eq();
+    assert_ne!(eqn, 0);
+    let cqn = d.cq(eqn);
+    let (mr_in, pages) = d.reg_mr_in(pdn, 2);
+    let key = d.call::<_, RegMrOut>(Opcode::RegMr, &mr_in).unwrap().lkey;
+    let srqn = d.srq(pdn);
+
+    // Two RC QPs of this HCA, connected to each other through the port's own
+    // LID, and a UD QP on the SRQ.
+    let a = d.qp(QpType::Rc, pdn, cqn, None);
+    let b = d.qp(QpType::Rc, pdn, cqn, None);
+    let ud = d.qp(QpType::Ud, pdn, cqn, Some(srqn));
+    assert_eq!(
+        d.hca.cqs[&cqn].users, 6,
+        "send and receive roles of three QPs"
+    );
+    assert_eq!(d.hca.srqs[&srqn].users, 1);
+    assert_eq!(d.hca.eqs[&eqn].users, 1);
+    d.connect_rc(a, b).unwrap();
+    d.connect_rc(b, a).unwrap();
+    assert_eq!(d.state(a), QpState::Rts);
+    let q = d.query_qp(b).unwrap();
+    assert_eq!(
+        (q.attr.dest_qp_num, q.attr.ah_attr.dlid, q.attr.path_mtu),
+        (a, LID, Mtu::M4096.raw())
+    );
+    assert_eq!((q.attr.sq_psn, q.attr.rq_psn), (100, 100));
+    assert_eq!(q.attr.cap.max_send_wr, 16);
+    assert_eq!((q.pdn, q.send_cqn, q.srqn), (pdn, cqn, num::NONE));
+    assert_eq!(q.qp_type, QpType::Rc.raw());
+
+    // The QPs work: a SEND from a to b through the engine and the loopback.
+    let e = d.hca.port.engine_mut();
+    e.post_recv(
+        b,
+        tv::RecvWr {
+            wr_id: 2,
+            sges: vec![tv::Sge {
+                addr: 0x7000_1000,
+                length: 4096,
+                lkey: key,
+            }],
+        },
+    )
+    .unwrap();
+    d.mem.write(pages[0], b"hello over loopback").unwrap();
+    let send = tv::SendWr {
+        wr_id: 1,
+        opcode: tv::WrOpcode::Send,
+        flags: tv::SendFlags::SIGNALED,
+        data: tv::SendData::Sges(vec![tv::Sge {
+            addr: 0x7000_0000,
+            length: 19,
+            lkey: key,
+        }]),
+        imm_or_inv: 0,
+        remote_addr: 0,
+        rkey: 0,
+        compare: 0,
+        swap_add: 0,
+        ud: None,
+    };
+    d.hca.port.engine_mut().post_send(a, send).unwrap();
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    while got.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
+        d.hca.port.run_once(&mut d.mem, now());
+        while let Some(c) = d.hca.port.engine_mut().poll_cq(cqn) {
+            got.push(c);
+        }
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got.iter().all(|c| c.status == tv::WcStatus::Success),
+        "{got:?}"
+    );
+    let mut b19 = [0u8; 19];
+    d.mem.read(pages[1], &mut b19).unwrap();
+    assert_eq!(&b19, b"hello over loopback");
+
+    // Destroy in an order that meets every BUSY rule.
+    assert_eq!(
+        d.call_in(Opcode::DeallocPd, &DeallocPdIn { pdn }),
+        Err(Status::Busy)
+    );
+    for qpn in [a, b, ud] {
+        d.call_in(Opcode::DestroyQp, &DestroyQpIn { qpn }).unwrap();
+    }
+    assert_eq!(d.hca.cqs[&cqn].users, 0);
+    d.call_in(Opcode::DestroySrq, &DestroySrqIn { srqn })
+        .unwrap();
+    d.call_in(Opcode::DeregMr, &DeregMrIn { lkey: key })
+        .unwrap();
+    d.call_in(Opcode::DestroyCq, &DestroyCqIn { cqn }).unwrap();
+    d.call_in(Opcode::DestroyEq, &DestroyEqIn { eqn }).unwrap();
+    d.call_in(Opcode::DeallocPd, &DeallocPdIn { pdn }).unwrap();
+    assert!(d.hca.qps.is_empty() && d.hca.cqs.is_empty() && d.hca.srqs.is_empty());
+    assert_eq!(d.hca.eqs.len(), 1, "EQ 0 stays");
+    assert_eq!(d.hca.slots.len(), 1, "only EQ 0's slot is held");
+}
+
+#[test]
+fn query_device_port_and_counters_report_the_caps_and_the_port() {
+    let mut d = Dev::new();
+    let caps = d.hca.caps;
+    let r = d.exec(Opcode::QueryDevice, &[], DeviceAttr::SIZE);
+    assert_eq!(r.status, Status::Ok);
+    let dev = DeviceAttr::get(&r.out);
+    assert_eq!(dev.max_qp, caps.max_qp);
+    assert_eq!(dev.max_qp_wr, Limits::default().max_qp_wr);
+    assert_eq!(dev.max_sge, Limits::default().max_sge);
+    assert_eq!(dev.max_cqe, Limits::default().max_cqe);
+    assert_eq!(dev.max_mr, caps.max_mr);
+    assert_eq!(dev.node_guid, GUID);
+    assert_eq!(dev.max_msg_sz, 1 << 31);
+    assert_eq!(dev.phys_port_cnt, 1);
+    assert_ne!(dev.cap_flags & dev_cap::GSI, 0);
+    assert_ne!(dev.page_size_cap & 4096, 0);
+    assert_eq!(dev.page_size_cap & 2048, 0);
+
+    let p: PortAttr = d
+        .call(
+            Opcode::QueryPort,
+            &QueryPortIn {
+                port: 1,
+                rsvd: [0; 3],
+            },
+        )
+        .unwrap();
+    assert_eq!((p.lid, p.port_guid), (LID, GUID));
+    assert_eq!(p.state, 4, "ACTIVE");
+    assert_eq!(p.active_mtu, Mtu::M4096.raw());
+    assert_eq!((p.pkey_tbl_len, p.pkeys[0]), (1, 0xffff));
+    assert_eq!(&p.gid0[..8], &0xfe80_0000_0000_0000u64.to_be_bytes());
+    assert_eq!(&p.gid0[8..], &GUID.to_be_bytes());
+    assert_eq!(
+        d.refuse(
+            Opcode::QueryPort,
+            &QueryPortIn {
+                port: 2,
+                rsvd: [0; 3]
+            }
+        ),
+        (Status::BadParam, Syndrome::Port as u32)
+    );
+
+    d.hca.counters.cqes = 42;
+    for &set in CounterSet::ALL {
+        let c: QueryCountersOut = d
+            .call(
+                Opcode::QueryCounters,
+                &QueryCountersIn {
+                    port: 1,
+                    set: set.raw(),
+                    rsvd: 0,
+                },
+            )
+            .unwrap();
+        assert_eq!(c.count as usize, set.names().len(), "{set:?}");
+    }
+    let c: QueryCountersOut = d
+        .call(
+            Opcode::QueryCounters,
+            &QueryCountersIn {
+                port: 1,
+                set: CounterSet::Device.raw(),
+                rsvd: 0,
+            },
+        )
+        .unwrap();
+    let at = CounterSet::Device
+        .names()
+        .iter()
+        .position(|n| n == "cqes")
+        .unwrap();
+    assert_eq!(c.values[at], 42);
+    assert_eq!(
+        d.refuse(
+            Opcode::QueryCounters,
+            &QueryCountersIn {
+                port: 1,
+                set: 99,
+                rsvd: 0
+            }
+        ),
+        (Status::BadParam, Syndrome::CounterSet as u32)
+    );
+}
+
+// ---------------------------------------------------------------- protocol
+
+#[test]
+fn commands_complete_in_order_with_owner_cleared_last_and_events_asked_for() {
+    let mut d = Dev::new();
+    let mut nop = Dev::cmd(Opcode::Nop.raw(), &[], 0);
+    nop.flags = cmd_flags::EVENT;
+    nop.token = 0x1111;
+    d.post(nop);
+    // ALLOC_PD over garbage in `data`: the output is written over it, padded.
+    let mut alloc = Dev::cmd(Opcode::AllocPd.raw(), &[0xee; 32], 0);
+    alloc.token = 0x2222;
+    d.post(alloc);
+    let mut bad = Dev::cmd(0xbeef, &[], 0);
+    bad.flags = cmd_flags::EVENT;
+    bad.token = 0x3333;
+    d.post(bad);
+    let done = d.run().unwrap();
+    assert_eq!(d.q.ci(), 3);
+    assert_eq!(
+        done,
+        vec![
+            CmdDone {
+                token: 0x1111,
+                status: Status::Ok
+            },
+            CmdDone {
+                token: 0x3333,
+                status: Status::BadOpcode
+            }
+        ]
+    );
+    assert_eq!(u32::from(Status::BadOpcode), 1);
+    let s = d.read_slot(1);
+    assert_eq!((s.status, s.owner, s.syndrome), (0, 0, 0));
+    assert_ne!(u32::from_le_bytes(s.data[..4].try_into().unwrap()), 0);
+    assert_eq!(s.data[4..], [0u8; 28]);
+    let s = d.read_slot(2);
+    assert_eq!(s.status, Status::BadOpcode.raw());
+    assert_eq!(s.syndrome, Syndrome::Opcode as u32);
+    assert_eq!(
+        d.exec(Opcode::Nop, &[], 0).status,
+        Status::Ok,
+        "the queue goes on"
+    );
+    assert_eq!(d.exec_raw_status(0), Status::BadOpcode);
+}
+
+impl Dev {
+    fn exec_raw_status(&mut self, op: u16) -> Status {
+        self.submit(Dev::cmd(op, &[], 0), &[], 0).status
+    }
+}
+
+#[test]
+fn a_slot_the_device_does_not_own_stops_the_queue() {
+    let mut d = Dev::new();
+    d.post(Dev::cmd(Opcode::Nop.raw(), &[], 0));
+    // The driver bumps PI past a slot it never handed over.
+    let at = d.slot_addr(d.pi);
+    d.mem
+        .write(at, &Dev::cmd(Opcode::Nop.raw(), &[], 0).to_bytes())
+        .unwrap();
+    d.pi += 1;
+    assert_eq!(d.run(), Err(Fatal::CmdqNotOwned));
+    assert_eq!(d.q.ci(), 1, "CI stops at the slot");
+    assert_eq!(d.read_slot(0).owner, 0);
+
+    // A PI more than a ring ahead.
+    let mut d = Dev::new();
+    let pi = d.q.ci() + d.q.slots() + 1;
+    assert_eq!(
+        execute_pending(&mut d.hca, &mut d.q, pi, &mut d.mem, &d.db, now()),
+        Err(Fatal::CmdqNotOwned)
+    );
+    assert_eq!(d.q.ci(), 0);
+}
+
+#[test]
+fn one_call_executes_a_bounded_batch() {
+    let mut d = Dev::new();
+    for _ in 0..100 {
+        d.post(Dev::cmd(Opcode::Nop.raw(), &[], 0));
+    }
+    d.run().unwrap();
+    assert_eq!(d.q.ci(), MAX_COMMANDS_PER_CALL);
+    d.run().unwrap();
+    assert_eq!(d.q.ci(), 100);
+    // Free-running indices wrap.
+    let mut d = Dev::new();
+    d.q = CmdQueue::new(&d.mem, CMDQ, CMDQ_LOG2, 10).unwrap();
+    assert_eq!(d.q.base(), CMDQ);
+    assert_eq!(d.q.log2_size(), CMDQ_LOG2);
+    for _ in 0..300 {
+        d.post(Dev::cmd(Opcode::Nop.raw(), &[], 0));
+        if d.pi - d.q.ci() == d.q.slots() {
+            d.run().unwrap();
+        }
+    }
+    while d.q.ci() != d.pi {
+        d.run().unwrap();
+    }
+    assert_eq!(d.q.ci(), 300);
+}
+
+#[test]
+fn command_queue_configuration_is_checked() {
+    let mem = VecMemory::new(BASE, 64 << 10);
+    assert!(CmdQueue::new(&mem, BASE, 6, 10).is_ok());
+    for (base, log2, max) in [
+        (BASE + 64, 6, 10),         // unaligned
+        (BASE, 0, 10),              // empty
+        (BASE, 11, 10),             // above CAP_MAX_CMDQ_LOG2
+        (BASE, 40, 60),             // absurd
+        (BASE + (60 << 10), 8, 10), // runs past memory
+        (0x9000_0000, 6, 10),       // outside memory
+        (!0xfffu64, 6, 10),         // wraps
+    ] {
+        assert_eq!(
+            CmdQueue::new(&mem, base, log2, max).map(|_| ()),
+            Err(Fatal::CmdqBadConfig),
+            "{base:#x} {log2} {max}"
+        );
+    }
+}
+
+#[test]
+fn mailboxes_are_checked_before_anything_runs() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let cqn = d.cq(0);
+    let qi = d.qp_in(QpType::Rc, pdn, cqn, None);
+    let input = bytes(&qi);
+    let n = CreateQpIn::SIZE as u16;
+    let cases: [(u64, u16, Status, Syndrome); 6] = [
+        (IN_MB, n - 1, Status::BadParam, Syndrome::InMailboxLength),
+        (IN_MB, 4097, Status::BadParam, Syndrome::InMailboxLength),
+        (IN_MB, 0, Status::BadParam, Syndrome::InMailboxLength),
+        (
+            IN_MB + 4096 - 40,
+            n,
+            Status::BadParam,
+            Syndrome::InMailboxPage,
+        ),
+        (
+            0x9000_0000,
+            n,
+            Status::BadAddress,
+            Syndrome::InMailboxAddress,
+        ),
+        (
+            u64::MAX - 8,
+            n,
+            Status::BadAddress,
+            Syndrome::InMailboxAddress,
+        ),
+    ];
+    for (addr, len, status, syndrome) in cases {
+        d.mem.write(IN_MB, &input).unwrap();
+        let mut c = Dev::cmd(Opcode::CreateQp.raw(), &input, 0);
+        c.in_mailbox = addr;
+        c.in_len = len;
+        let r = d.submit(c, &[], 0);
+        assert_eq!(
+            (r.status, r.syndrome),
+            (status, syndrome as u32),
+            "{addr:#x} {len}"
+        );
+    }
+    assert!(d.hca.qps.is_empty());
+    // A longer mailbox is fine: the device reads the struct's size.
+    let mut c = Dev::cmd(Opcode::CreateQp.raw(), &input, 0);
+    c.in_len = 4096;
+    assert_eq!(d.submit(c, &input, 0).status, Status::Ok);
+
+    let n = DeviceAttr::SIZE as u16;
+    let cases: [(u64, u16, Status, Syndrome); 4] = [
+        (OUT_MB, n - 1, Status::BadParam, Syndrome::OutMailboxLength),
+        (OUT_MB, 8192, Status::BadParam, Syndrome::OutMailboxLength),
+        (OUT_MB + 4000, n, Status::BadParam, Syndrome::OutMailboxPage),
+        (
+            0x9000_0000,
+            n,
+            Status::BadAddress,
+            Syndrome::OutMailboxAddress,
+        ),
+    ];
+    for (addr, len, status, syndrome) in cases {
+        let mut c = Dev::cmd(Opcode::QueryDevice.raw(), &[], 0);
+        c.out_mailbox = addr;
+        c.out_len = len;
+        let r = d.submit(c, &[], 0);
+        assert_eq!(
+            (r.status, r.syndrome),
+            (status, syndrome as u32),
+            "{addr:#x} {len}"
+        );
+    }
+    // A mailbox ending exactly at a page end is within it.
+    let mut c = Dev::cmd(Opcode::QueryDevice.raw(), &[], 0);
+    c.out_mailbox = OUT_MB + 4096 - u64::from(n);
+    c.out_len = n;
+    assert_eq!(d.submit(c, &[], 0).status, Status::Ok);
+}
+
+// ---------------------------------------------------------------- page lists
+
+#[test]
+fn rings_take_page_lists_in_every_form() {
+    let mut d = Dev::new();
+    // 64 CQEs of 64 bytes: one page, in each form.
+    let (one, pages) = d.one_level(1);
+    let mut i = d.cq_in(0);
+    i.ring = one;
+    let cqn = d
+        .call::<_, CreateCqOut>(
+            Opcode::CreateCq,
+            &CreateCqIn {
+                log2_entries: 6,
+                ..i
+            },
+        )
+        .unwrap()
+        .cqn;
+    assert_eq!(d.hca.cqs[&cqn].ring.entry_addr(1), pages[0] + 64);
+
+    // Two levels: 1024 CQEs over 16 pages through one table.
+    let dir = d.alloc(1);
+    let table = d.alloc(1);
+    let data: Vec<u64> = (0..16).map(|_| d.alloc(1)).collect();
+    d.mem.write(dir, &table.to_le_bytes()).unwrap();
+    for (k, p) in data.iter().enumerate() {
+        d.mem.write(table + 8 * k as u64, &p.to_le_bytes()).unwrap();
+    }
+    let mut i = d.cq_in(0);
+    i.log2_entries = 10;
+    i.ring = Pbl {
+        addr: dir,
+        npages: 16,
+        page_shift: 12,
+        levels: pbl_const::TWO_LEVEL as u8,
+        rsvd: 0,
+    };
+    let out: CreateCqOut = d.call(Opcode::CreateCq, &i).unwrap();
+    assert_eq!(out.entries, 1024);
+    assert_eq!(d.hca.cqs[&out.cqn].ring.entry_addr(64 * 15), data[15]);
+    assert_eq!(d.hca.cqs[&out.cqn].pbl, i.ring);
+}
+
+#[test]
+fn bad_page_lists_create_nothing() {
+    let mut d = Dev::new();
+    let good = d.cq_in(0);
+    let (list, _) = d.one_level(1);
+    let cqs = d.hca.cqs.len();
+    let bad = |f: &dyn Fn(&mut Pbl)| {
+        let mut p = good.ring;
+        f(&mut p);
+        p
+    };
+    let unaligned_list = {
+        let l = d.alloc(1);
+        d.mem.write(l, &(d.heap + 8).to_le_bytes()).unwrap();
+        Pbl {
+            addr: l,
+            npages: 1,
+            page_shift: 12,
+            levels: pbl_const::ONE_LEVEL as u8,
+            rsvd: 0,
+        }
+    };
+    let unaligned_table = {
+        let dir = d.alloc(1);
+        d.mem.write(dir, &(d.heap + 8).to_le_bytes()).unwrap();
+        Pbl {
+            addr: dir,
+            npages: 1,
+            page_shift: 12,
+            levels: pbl_const::TWO_LEVEL as u8,
+            rsvd: 0,
+        }
+    };
+    let page_outside = {
+        let l = d.alloc(1);
+        d.mem.write(l, &0x9000_0000u64.to_le_bytes()).unwrap();
+        Pbl {
+            addr: l,
+            npages: 1,
+            page_shift: 12,
+            levels: pbl_const::ONE_LEVEL as u8,
+            rsvd: 0,
+        }
+    };
+    let cases: Vec<(Pbl, Status, Syndrome)> = vec![
+        (bad(&|p| p.levels = 3), Status::BadParam, Syndrome::PageList),
+        (
+            bad(&|p| p.page_shift = 11),
+            Status::BadParam,
+            Syndrome::PageList,
+        ),
+        (
+            bad(&|p| p.page_shift = 31),
+            Status::BadParam,
+            Syndrome::PageList,
+        ),
+        (
+            bad(&|p| p.page_shift = 255),
+            Status::BadParam,
+            Syndrome::PageList,
+        ),
+        (bad(&|p| p.rsvd = 1), Status::BadParam, Syndrome::PageList),
+        (
+            bad(&|p| p.npages = pbl_const::MAX_PAGES + 1),
+            Status::BadParam,
+            Syndrome::PageList,
+        ),
+        (bad(&|p| p.npages = 0), Status::BadParam, Syndrome::PageList),
+        (
+            bad(&|p| p.addr += 64),
+            Status::BadParam,
+            Syndrome::PageUnaligned,
+        ),
+        (
+            bad(&|p| p.addr = 0x9000_0000),
+            Status::BadAddress,
+            Syndrome::PageListAddress,
+        ),
+        (
+            bad(&|p| p.addr = !0xfffu64),
+            Status::BadAddress,
+            Syndrome::PageListAddress,
+        ),
+        (unaligned_list, Status::BadParam, Syndrome::PageUnaligned),
+        (unaligned_table, Status::BadParam, Syndrome::PageUnaligned),
+        (
+            Pbl {
+                addr: list.addr + 4,
+                ..list
+            },
+            Status::BadParam,
+            Syndrome::PageUnaligned,
+        ),
+        (
+            Pbl {
+                addr: 0x9000_0000,
+                ..list
+            },
+            Status::BadAddress,
+            Syndrome::PageListAddress,
+        ),
+        (page_outside, Status::BadAddress, Syndrome::PageListAddress),
+    ];
+    for (ring, status, syndrome) in cases {
+        let i = CreateCqIn { ring, ..good };
+        assert_eq!(
+            d.refuse(Opcode::CreateCq, &i),
+            (status, syndrome as u32),
+            "{ring:?}"
+        );
+    }
+    // A ring larger than its pages.
+    let i = CreateCqIn {
+        log2_entries: 7,
+        ..good
+    };
+    assert_eq!(
+        d.refuse(Opcode::CreateCq, &i),
+        (Status::BadParam, Syndrome::PageList as u32)
+    );
+    assert_eq!(d.hca.cqs.len(), cqs);
+    assert_eq!(d.hca.eqs[&0].users, 0);
+    // The same slot and ring work once the list is right.
+    assert!(d.call::<_, CreateCqOut>(Opcode::CreateCq, &good).is_ok());
+}
+
+// ---------------------------------------------------------------- slots
+
+#[test]
+fn doorbell_slots_must_be_free_in_range_and_not_eq0s() {
+    let mut d = Dev::new();
+    let i = d.cq_in(0);
+    d.call::<_, CreateCqOut>(Opcode::CreateCq, &i).unwrap();
+    let again = CreateCqIn {
+        ring: d.contiguous(1024),
+        ..i
+    };
+    let cases = [
+        (i.uar, i.db_slot, Status::Busy, Syndrome::SlotBusy),
+        (4, 100, Status::BadParam, Syndrome::SlotRange),
+        (u32::MAX, 100, Status::BadParam, Syndrome::SlotRange),
+        (1, 7, Status::BadParam, Syndrome::SlotRange),
+        (1, 512, Status::BadParam, Syndrome::SlotRange),
+        (
+            0,
+            uar::EQ0_SLOT as u16,
+            Status::Permission,
+            Syndrome::SlotReserved,
+        ),
+    ];
+    for (u, s, status, syndrome) in cases {
+        let c = CreateCqIn {
+            uar: u,
+            db_slot: s,
+            ..again
+        };
+        assert_eq!(
+            d.refuse(Opcode::CreateCq, &c),
+            (status, syndrome as u32),
+            "uar {u} slot {s}"
+        );
+    }
+    assert_eq!(d.hca.cqs.len(), 1);
+    // The last slot of the last page is fine.
+    let c = CreateCqIn {
+        uar: 3,
+        db_slot: 511,
+        ..again
+    };
+    assert!(d.call::<_, CreateCqOut>(Opcode::CreateCq, &c).is_ok());
+
+    // EQs: UAR 0 only, never EQ 0's slot.
+    let e = d.eq_in();
+    for (u, s, status) in [
+        (1, 100, Status::BadParam),
+        (0, uar::EQ0_SLOT as u16, Status::Permission),
+        (0, i.db_slot, Status::Ok), // UAR 0 slot of that number is free
+    ] {
+        let c = CreateEqIn {
+            uar: u,
+            db_slot: s,
+            ..e
+        };
+        assert_eq!(d.exec(Opcode::CreateEq, &bytes(&c), 4).status, status);
+    }
+}
+
+// ---------------------------------------------------------------- numbers
+
+#[test]
+fn unknown_numbers_are_refused_for_their_kind() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let cqn = d.cq(0);
+    let srqn = d.srq(pdn);
+    let other_pd = d.pd();
+
+    let i = d.cq_in(77);
+    assert_eq!(
+        d.refuse(Opcode::CreateCq, &i),
+        (Status::NotFound, Syndrome::NoEq as u32)
+    );
+    let i = d.qp_in(QpType::Rc, 999, cqn, None);
+    assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::BadPd);
+    let mut i = d.qp_in(QpType::Rc, pdn, cqn, None);
+    i.recv_cqn = 999;
+    assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::BadCq);
+    let i = d.qp_in(QpType::Rc, pdn, cqn, Some(999));
+    assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::BadSrq);
+    // An SRQ of another PD (QS-09).
+    let i = d.qp_in(QpType::Rc, other_pd, cqn, Some(srqn));
+    assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::BadSrq);
+    // A CQN where an SRQN is needed and the other way round.
+    let i = d.qp_in(QpType::Rc, pdn, srqn, None);
+    assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::BadCq);
+    let i = d.srq_in(999);
+    assert_eq!(d.refuse(Opcode::CreateSrq, &i).0, Status::BadPd);
+    let (mut i, _) = d.reg_mr_in(999, 1);
+    assert_eq!(d.refuse(Opcode::RegMr, &i).0, Status::BadPd);
+    i.pdn = pdn;
+
+    for (op, input) in [
+        (Opcode::DestroyQp, bytes(&DestroyQpIn { qpn: 999 })),
+        (Opcode::QueryQp, bytes(&QueryQpIn { qpn: 999 })),
+        (Opcode::DestroyCq, bytes(&DestroyCqIn { cqn: srqn })),
+        (Opcode::DestroySrq, bytes(&DestroySrqIn { srqn: cqn })),
+        (Opcode::QuerySrq, bytes(&QuerySrqIn { srqn: 999 })),
+        (Opcode::DestroyEq, bytes(&DestroyEqIn { eqn: 9 })),
+        (Opcode::DeregMr, bytes(&DeregMrIn { lkey: 0x100 })),
+    ] {
+        assert_eq!(d.exec(op, &input, 4096).status, Status::NotFound, "{op:?}");
+    }
+    let m = ModifyQpIn {
+        qpn: 999,
+        attr_mask: m::STATE,
+        attr: init_attr(),
+    };
+    assert_eq!(d.refuse(Opcode::ModifyQp, &m).0, Status::NotFound);
+    let s = ModifySrqIn {
+        srqn: 999,
+        attr_mask: srq_attr_mask::LIMIT,
+        max_wr: 0,
+        srq_limit: 1,
+    };
+    assert_eq!(d.refuse(Opcode::ModifySrq, &s).0, Status::NotFound);
+    assert_eq!(
+        d.refuse(Opcode::DeallocPd, &DeallocPdIn { pdn: 999 }).0,
+        Status::BadPd
+    );
+    assert_eq!(
+        d.refuse(Opcode::DestroyEq, &DestroyEqIn { eqn: 0 }),
+        (Status::Permission, Syndrome::Eq0 as u32)
+    );
+    // A stale key after deregistration.
+    let key = d.call::<_, RegMrOut>(Opcode::RegMr, &i).unwrap().lkey;
+    d.call_in(Opcode::DeregMr, &DeregMrIn { lkey: key })
+        .unwrap();
+    assert_eq!(
+        d.refuse(Opcode::DeregMr, &DeregMrIn { lkey: key }).0,
+        Status::NotFound
+    );
+}
+
+#[test]
+fn objects_in_use_are_busy() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let eqn = d.eq();
+    let cqn = d.cq(eqn);
+    let srqn = d.srq(pdn);
+    let key = d.mr(pdn, 1);
+    let qpn = d.qp(QpType::Ud, pdn, cqn, Some(srqn));
+    let busy = |d: &mut Dev| {
+        [
+            (Opcode::DeallocPd, bytes(&DeallocPdIn { pdn })),
+            (Opcode::DestroyEq, bytes(&DestroyEqIn { eqn })),
+            (Opcode::DestroyCq, bytes(&DestroyCqIn { cqn })),
+            (Opcode::DestroySrq, bytes(&DestroySrqIn { srqn })),
+        ]
+        .into_iter()
+        .map(|(op, i)| d.exec(op, &i, 0).status)
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(busy(&mut d), [Status::Busy; 4]);
+    d.call_in(Opcode::DestroyQp, &DestroyQpIn { qpn }).unwrap();
+    // The QP's users are gone; the MR still holds the PD, the CQ the EQ.
+    assert_eq!(
+        busy(&mut d),
+        [Status::Busy, Status::Busy, Status::Ok, Status::Ok]
+    );
+    assert_eq!(
+        busy(&mut d),
+        [Status::Busy, Status::Ok, Status::NotFound, Status::NotFound]
+    );
+    d.call_in(Opcode::DeregMr, &DeregMrIn { lkey: key })
+        .unwrap();
+    assert_eq!(busy(&mut d)[0], Status::Ok);
+}
+
+// ---------------------------------------------------------------- QPs
+
+#[test]
+fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let cqn = d.cq(0);
+    let base = d.qp_in(QpType::Rc, pdn, cqn, None);
+    let caps = d.hca.caps;
+    type Edit = fn(&mut CreateQpIn);
+    let cases: [(Edit, Status); 16] = [
+        (|i| i.qp_type = 9, Status::BadParam),
+        (|i| i.qp_type = QpType::Smi.raw(), Status::NotSupported),
+        (|i| i.port = 2, Status::BadParam),
+        (|i| i.rsvd1[0] = 1, Status::BadParam),
+        (|i| i.cap.max_send_wr = 1 << 20, Status::LimitExceeded),
+        (|i| i.cap.max_recv_sge = 33, Status::LimitExceeded),
+        (|i| i.cap.max_inline_data = 4096, Status::LimitExceeded),
+        (|i| i.cap.max_send_wr = 17, Status::BadParam), // ring of 16
+        (|i| i.cap.max_recv_wr = 17, Status::BadParam),
+        (|i| i.log2_sq_size = 15, Status::LimitExceeded), // above max_qp_wr
+        (|i| i.sq_wqe_shift = 5, Status::BadParam),
+        (|i| i.rq_wqe_shift = 13, Status::BadParam),
+        (|i| i.cap.max_send_sge = 3, Status::BadParam), // 64-byte stride: 2
+        (|i| i.cap.max_recv_sge = 2, Status::BadParam), // 32-byte stride: 1
+        (|i| i.cap.max_inline_data = 33, Status::BadParam),
+        // A bad RQ after a good SQ: nothing of the SQ stays.
+        (|i| i.rq.addr = 0x9000_0000, Status::BadAddress),
+    ];
+    for (k, (edit, status)) in cases.into_iter().enumerate() {
+        let mut i = base;
+        edit(&mut i);
+        assert_eq!(d.refuse(Opcode::CreateQp, &i).0, status, "case {k}");
+    }
+    assert!(d.hca.qps.is_empty());
+    assert_eq!(d.hca.cqs[&cqn].users, 0);
+    assert_eq!(d.hca.slots.len(), 2, "EQ 0 and the CQ");
+    assert_eq!(caps.max_sge, 32);
+    // An SRQ QP names no RQ.
+    let srqn = d.srq(pdn);
+    let mut i = d.qp_in(QpType::Rc, pdn, cqn, Some(srqn));
+    i.rq = d.contiguous(4096);
+    assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::BadParam);
+    assert_eq!(d.hca.srqs[&srqn].users, 0);
+
+    // Granted sizes: the rings' WQE counts, what the strides hold.
+    let mut i = base;
+    i.sq_wqe_shift = 8;
+    i.cap.max_send_wr = 10;
+    let out: CreateQpOut = d.call(Opcode::CreateQp, &i).unwrap();
+    assert_eq!(out.cap.max_send_wr, 16);
+    assert_eq!(out.cap.max_recv_wr, 16);
+    assert_eq!(out.cap.max_send_sge, (256 - 32) / 16);
+    assert_eq!(out.cap.max_recv_sge, 1);
+    assert_eq!(out.cap.max_inline_data, 256 - 32);
+    assert_eq!(d.hca.qps[&out.qpn].cap.max_send_sge, 14);
+    // The slot is now the QP's.
+    assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::Busy);
+
+    // GSI: QP 1, once (design.md §7).
+    let g = d.qp_in(QpType::Gsi, pdn, cqn, None);
+    let out: CreateQpOut = d.call(Opcode::CreateQp, &g).unwrap();
+    assert_eq!(out.qpn, num::GSI_QPN);
+    assert_eq!(out.cap.max_send_sge, 4, "128-byte stride: 64 of UD headers");
+    let mut g = d.qp_in(QpType::Ud, pdn, cqn, None);
+    g.sq_wqe_shift = 6;
+    assert_eq!(
+        d.refuse(Opcode::CreateQp, &g),
+        (Status::BadParam, Syndrome::Stride as u32),
+        "64-byte UD stride: no room for an SGE"
+    );
+    let g = d.qp_in(QpType::Gsi, pdn, cqn, None);
+    assert_eq!(d.refuse(Opcode::CreateQp, &g).0, Status::Busy);
+    assert_eq!(d.hca.qps.len(), 2);
+}
+
+#[test]
+fn a_refused_modify_leaves_the_qp_as_it_was() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let cqn = d.cq(0);
+    let qpn = d.qp(QpType::Rc, pdn, cqn, None);
+    // Reset -> RTR is no transition (QS-02).
+    assert_eq!(d.modify(qpn, RTR_MASK, rtr_attr(5)), Err(Status::BadState));
+    assert_eq!(d.state(qpn), QpState::Reset);
+    // Reset -> Init without the port.
+    assert_eq!(
+        d.modify(qpn, m::STATE | m::PKEY_INDEX | m::ACCESS_FLAGS, init_attr()),
+        Err(Status::BadState)
+    );
+    assert_eq!(d.state(qpn), QpState::Reset);
+    d.modify(
+        qpn,
+        m::STATE | m::PKEY_INDEX | m::PORT | m::ACCESS_FLAGS,
+        init_attr(),
+    )
+    .unwrap();
+    let before = d.query_qp(qpn).unwrap();
+    let mut sl = rtr_attr(5);
+    sl.ah_attr.sl = 16;
+    let mut global = rtr_attr(5);
+    global.ah_attr.is_global = 1;
+    global.ah_attr.flow_label = 1 << 20;
+    let mut mtu = rtr_attr(5);
+    mtu.path_mtu = 6;
+    let mut psn = rtr_attr(5);
+    psn.rq_psn = 1 << 24;
+    let mut state = rtr_attr(5);
+    state.qp_state = 7;
+    let mut acc = rtr_attr(5);
+    acc.qp_access_flags = 1 << 7;
+    let cases = [
+        (RTR_MASK, sl, Status::BadParam),
+        (RTR_MASK, global, Status::BadParam),
+        (RTR_MASK, mtu, Status::BadParam),
+        (RTR_MASK, psn, Status::BadParam),
+        (RTR_MASK, state, Status::BadParam),
+        (RTR_MASK | m::ACCESS_FLAGS, acc, Status::BadParam),
+        (RTR_MASK | 1 << 25, rtr_attr(5), Status::BadParam),
+        (RTR_MASK | m::ALT_PATH, rtr_attr(5), Status::NotSupported),
+        (RTR_MASK | m::CAP, rtr_attr(5), Status::NotSupported),
+        (RTR_MASK | m::SQ_PSN, rtr_attr(5), Status::BadState),
+        (RTR_MASK & !m::DEST_QPN, rtr_attr(5), Status::BadState),
+    ];
+    for (k, (mask, attr, status)) in cases.into_iter().enumerate() {
+        assert_eq!(d.modify(qpn, mask, attr), Err(status), "case {k}");
+        assert_eq!(d.query_qp(qpn).unwrap(), before, "case {k}");
+    }
+    // The right one goes through.
+    d.modify(qpn, RTR_MASK, rtr_attr(5)).unwrap();
+    assert_eq!(d.state(qpn), QpState::Rtr);
+}
+
+#[test]
+fn a_transition_to_reset_takes_the_doorbell_indices_as_the_new_start() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let cqn = d.cq(0);
+    let i = d.qp_in(QpType::Ud, pdn, cqn, None);
+    let slot = DbSlot {
+        uar: i.uar,
+        slot: i.db_slot,
+    };
+    // Indices the driver left in a reused slot count from there.
+    d.db.store(slot.offset(), 7);
+    d.db.store(slot.offset() + 4, 9);
+    let qpn = d.call::<_, CreateQpOut>(Opcode::CreateQp, &i).unwrap().qpn;
+    assert_eq!(
+        (d.hca.qps[&qpn].sq_fetched, d.hca.qps[&qpn].rq_fetched),
+        (7, 9)
+    );
+    let mut a = init_attr();
+    a.qkey = 0x1111;
+    d.modify(qpn, m::STATE | m::PKEY_INDEX | m::PORT | m::QKEY, a)
+        .unwrap();
+    d.db.store(slot.offset(), 20);
+    d.db.store(slot.offset() + 4, 30);
+    // Error keeps what the device fetched; Reset starts again from the slot.
+    let err = QpAttr {
+        qp_state: QpState::Error.raw(),
+        ..QpAttr::default()
+    };
+    d.modify(qpn, m::STATE, err).unwrap();
+    assert_eq!(d.hca.qps[&qpn].sq_fetched, 7);
+    let reset = QpAttr {
+        qp_state: QpState::Reset.raw(),
+        ..QpAttr::default()
+    };
+    d.modify(qpn, m::STATE, reset).unwrap();
+    assert_eq!(
+        (d.hca.qps[&qpn].sq_fetched, d.hca.qps[&qpn].rq_fetched),
+        (20, 30)
+    );
+    assert_eq!(d.state(qpn), QpState::Reset);
+}
+
+// ---------------------------------------------------------------- SRQs, MRs
+
+#[test]
+fn srqs_are_sized_limited_modified_and_queried() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let base = d.srq_in(pdn);
+    type Edit = fn(&mut CreateSrqIn);
+    let cases: [(Edit, Status); 7] = [
+        (|i| i.max_wr = 0, Status::LimitExceeded),
+        (|i| i.max_wr = 1 << 20, Status::LimitExceeded),
+        (|i| i.max_sge = 33, Status::LimitExceeded),
+        (|i| i.srq_limit = 17, Status::BadParam),
+        (|i| i.max_wr = 17, Status::BadParam), // ring of 16
+        (|i| i.wqe_shift = 4, Status::BadParam),
+        (|i| i.max_sge = 2, Status::BadParam), // 32-byte stride: 1 SGE
+    ];
+    for (k, (edit, status)) in cases.into_iter().enumerate() {
+        let mut i = base;
+        edit(&mut i);
+        assert_eq!(d.refuse(Opcode::CreateSrq, &i).0, status, "case {k}");
+    }
+    assert!(d.hca.srqs.is_empty());
+    let out: CreateSrqOut = d
+        .call(
+            Opcode::CreateSrq,
+            &CreateSrqIn {
+                max_wr: 10,
+                srq_limit: 3,
+                ..base
+            },
+        )
+        .unwrap();
+    assert_eq!((out.max_wr, out.max_sge), (16, 1));
+    let q: QuerySrqOut = d
+        .call(Opcode::QuerySrq, &QuerySrqIn { srqn: out.srqn })
+        .unwrap();
+    assert_eq!((q.max_wr, q.srq_limit, q.wqe_count), (16, 3, 0));
+    let modify = |mask, limit| ModifySrqIn {
+        srqn: out.srqn,
+        attr_mask: mask,
+        max_wr: 32,
+        srq_limit: limit,
+    };
+    d.call_in(Opcode::ModifySrq, &modify(srq_attr_mask::LIMIT, 5))
+        .unwrap();
+    assert_eq!(
+        d.call_in(Opcode::ModifySrq, &modify(srq_attr_mask::LIMIT, 17)),
+        Err(Status::BadParam)
+    );
+    assert_eq!(
+        d.call_in(Opcode::ModifySrq, &modify(srq_attr_mask::MAX_WR, 0)),
+        Err(Status::NotSupported)
+    );
+    assert_eq!(
+        d.call_in(Opcode::ModifySrq, &modify(1 << 5, 0)),
+        Err(Status::BadParam)
+    );
+    let q: QuerySrqOut = d
+        .call(Opcode::QuerySrq, &QuerySrqIn { srqn: out.srqn })
+        .unwrap();
+    assert_eq!(q.srq_limit, 5);
+}
+
+#[test]
+fn memory_regions_are_registered_reregistered_and_deregistered() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let pd2 = d.pd();
+    let (i, pages) = d.reg_mr_in(pdn, 3);
+    let key = d.call::<_, RegMrOut>(Opcode::RegMr, &i).unwrap().lkey;
+    let mr = d.hca.port.engine_mut().mrs().mr(key).unwrap().clone();
+    assert_eq!(mr.pages(), &pages[..]);
+    assert_eq!((mr.iova(), mr.length()), (0x7000_0000, 3 * 4096));
+
+    let (base, _) = d.reg_mr_in(pdn, 1);
+    type Edit = fn(&mut RegMrIn);
+    let cases: [(Edit, Status); 8] = [
+        (|i| i.flags = 1 << 4, Status::BadParam),
+        (|i| i.access = 1 << 9, Status::BadParam),
+        (|i| i.access = access::REMOTE_WRITE, Status::BadParam), // MP-04
+        (|i| i.rsvd = 1, Status::BadParam),
+        (|i| i.length = 2 * 4096, Status::BadParam), // one page for two
+        (|i| i.pbl.addr += 4, Status::BadParam),
+        (|i| i.pbl.levels = 7, Status::BadParam),
+        (|i| i.pbl.addr = 0x9000_0000, Status::BadAddress),
+    ];
+    let count = d.hca.port.engine_mut().mrs().mr_count();
+    for (k, (edit, status)) in cases.into_iter().enumerate() {
+        let mut i = base;
+        edit(&mut i);
+        assert_eq!(d.refuse(Opcode::RegMr, &i).0, status, "case {k}");
+    }
+    // A page outside guest memory.
+    let mut i = base;
+    d.mem
+        .write(i.pbl.addr, &0x9000_0000u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(
+        d.refuse(Opcode::RegMr, &i),
+        (Status::BadAddress, Syndrome::PageListAddress as u32)
+    );
+    // Pages in the guest's memory but not aligned.
+    d.mem
+        .write(i.pbl.addr, &(BASE + 0x800).to_le_bytes())
+        .unwrap();
+    assert_eq!(d.refuse(Opcode::RegMr, &i).0, Status::BadParam);
+    assert_eq!(d.hca.port.engine_mut().mrs().mr_count(), count);
+
+    // The identity MR of kernel verbs.
+    i.flags = reg_mr_flags::DMA;
+    let dma = d.call::<_, RegMrOut>(Opcode::RegMr, &i).unwrap();
+    assert_eq!(dma.lkey, dma.rkey);
+    assert!(d
+        .hca
+        .port
+        .engine_mut()
+        .mrs()
+        .mr(dma.lkey)
+        .unwrap()
+        .is_identity());
+
+    // Rereg: access, then PD, then translation; the key stays (MP-02).
+    let (t, tpages) = d.one_level(1);
+    let rr = |change, pdn, access, pbl| ReregMrIn {
+        lkey: key,
+        change,
+        pdn,
+        access,
+        iova: 0x5000,
+        length: 100,
+        pbl,
+    };
+    let out: RegMrOut = d
+        .call(
+            Opcode::ReregMr,
+            &rr(rereg::CHANGE_ACCESS, 0, access::LOCAL_WRITE, t),
+        )
+        .unwrap();
+    assert_eq!(out.lkey, key);
+    assert_eq!(
+        d.call::<_, RegMrOut>(Opcode::ReregMr, &rr(rereg::CHANGE_PD, 999, 0, t)),
+        Err(Status::BadPd)
+    );
+    d.call::<_, RegMrOut>(Opcode::ReregMr, &rr(rereg::CHANGE_PD, pd2, 0, t))
+        .unwrap();
+    d.call::<_, RegMrOut>(Opcode::ReregMr, &rr(rereg::CHANGE_TRANSLATION, 0, 0, t))
+        .unwrap();
+    let mr = d.hca.port.engine_mut().mrs().mr(key).unwrap().clone();
+    assert_eq!(
+        (mr.pd(), mr.access().0, mr.iova(), mr.pages()),
+        (pd2, access::LOCAL_WRITE, 0x5000, &tpages[..])
+    );
+    for change in [0, 1 << 3] {
+        assert_eq!(
+            d.call::<_, RegMrOut>(Opcode::ReregMr, &rr(change, 0, 0, t)),
+            Err(Status::BadParam)
+        );
+    }
+    let stale = ReregMrIn {
+        lkey: key ^ 1,
+        ..rr(rereg::CHANGE_ACCESS, 0, 0, t)
+    };
+    assert_eq!(
+        d.call::<_, RegMrOut>(Opcode::ReregMr, &stale),
+        Err(Status::NotFound)
+    );
+    // The MR moved to pd2: pd2 is busy, pdn is not (its DMA MR aside).
+    assert_eq!(
+        d.call_in(Opcode::DeallocPd, &DeallocPdIn { pdn: pd2 }),
+        Err(Status::Busy)
+    );
+    d.call_in(Opcode::DeregMr, &DeregMrIn { lkey: dma.lkey })
+        .unwrap();
+    d.call_in(Opcode::DeallocPd, &DeallocPdIn { pdn }).unwrap();
+}
+
+// ---------------------------------------------------------------- context window
+
+#[test]
+fn the_context_window_shows_live_objects() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let eqn = d.eq();
+    let cqn = d.cq(eqn);
+    let srqn = d.srq(pdn);
+    let key = d.mr(pdn, 2);
+    let a = d.qp(QpType::Rc, pdn, cqn, None);
+    let b = d.qp(QpType::Rc, pdn, cqn, Some(srqn));
+    d.connect_rc(a, b).unwrap();
+
+    let q: QpContext = d.ctx(CtxTable::Qpc, a);
+    assert_eq!((q.qpn, q.pdn, q.send_cqn, q.srqn), (a, pdn, cqn, num::NONE));
+    assert_eq!((q.state, q.qp_type), (QpState::Rts.raw(), QpType::Rc.raw()));
+    assert_eq!(
+        (q.dest_qpn, q.av.dlid, q.sq_psn, q.rq_psn),
+        (b, LID, 100, 100)
+    );
+    assert_eq!((q.log2_sq_size, q.sq_wqe_shift, q.rq_wqe_shift), (4, 6, 5));
+    assert_eq!(q.sq, d.hca.qps[&a].sq_pbl);
+    let qpn_slot = d.hca.qps[&a].db;
+    d.db.store(qpn_slot.offset(), 3);
+    let q: QpContext = d.ctx(CtxTable::Qpc, a);
+    assert_eq!((q.sq_pi, q.sq_ci), (3, 0));
+    let q: QpContext = d.ctx(CtxTable::Qpc, b);
+    assert_eq!((q.srqn, q.log2_rq_size, q.rq), (srqn, 0, Pbl::default()));
+
+    let c: CqContext = d.ctx(CtxTable::Cqc, cqn);
+    assert_eq!((c.cqn, c.eqn, c.users, c.log2_entries), (cqn, eqn, 4, 4));
+    assert_eq!(c.flags, 0);
+    let slot = d.hca.cqs[&cqn].db;
+    d.db.store(slot.offset() + 4, 1 | device::abi::uar::cq_arm::SOLICITED);
+    let c: CqContext = d.ctx(CtxTable::Cqc, cqn);
+    assert_eq!(c.flags, ctx_flags::ARMED | ctx_flags::SOLICITED);
+
+    let s: SrqContext = d.ctx(CtxTable::Srqc, srqn);
+    assert_eq!(
+        (s.srqn, s.pdn, s.max_wr, s.users, s.wqe_shift),
+        (srqn, pdn, 16, 1, 5)
+    );
+
+    let mr: MrContext = d.ctx(CtxTable::Mpt, key >> 8);
+    assert_eq!((mr.key, mr.pdn, mr.npages, mr.length), (key, pdn, 2, 8192));
+
+    let e: EqContext = d.ctx(CtxTable::Eqc, eqn);
+    assert_eq!((e.eqn, e.vector, e.log2_entries, e.uar), (eqn, 1, 4, 0));
+    let e: EqContext = d.ctx(CtxTable::Eqc, 0);
+    assert_eq!((e.db_slot, e.ring.addr), (uar::EQ0_SLOT as u16, EQ0_RING));
+
+    // Without the doorbell pages: the same record, no doorbell words.
+    let (st, raw) = snapshot(&d.hca, CtxTable::Cqc, cqn);
+    assert_eq!(st, CtxStatus::Ok);
+    let c = CqContext::from_prefix(&raw).unwrap();
+    assert_eq!((c.cqn, c.flags), (cqn, 0));
+
+    for (table, index) in [
+        (CtxTable::Qpc, 999),
+        (CtxTable::Cqc, srqn),
+        (CtxTable::Srqc, cqn),
+        (CtxTable::Mpt, 0),
+        (CtxTable::Mpt, 999),
+        (CtxTable::Eqc, 9),
+    ] {
+        assert_eq!(
+            snapshot(&d.hca, table, index),
+            (CtxStatus::NoObject, Vec::new()),
+            "{table:?} {index}"
+        );
+    }
+    assert_eq!(snapshot(&d.hca, CtxTable::None, 1).0, CtxStatus::BadTable);
+}
+
+// ---------------------------------------------------------------- fuzz
+
+/// xorshift64*: a seeded generator for the fuzz test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Rings and page lists of the fuzz, shared by every object (nothing runs the
+/// data path): 16 contiguous pages, a one-level list of them, and a two-level
+/// directory naming that list as its table.
+const FUZZ_RING: u64 = BASE + 0x1_0000;
+const FUZZ_LIST: u64 = BASE + 0x5000;
+const FUZZ_DIR: u64 = BASE + 0x7000;
+/// 256 bytes of input mailbox per slot of a batch (128 slots: 8 pages).
+const FUZZ_MB: u64 = BASE + 0x8000;
+
+fn fuzz_pbl(r: &mut Rng) -> Pbl {
+    let levels = r.below(3) as u8;
+    let addr = [FUZZ_RING, FUZZ_LIST, FUZZ_DIR][usize::from(levels)];
+    Pbl {
+        addr,
+        npages: 1 + r.below(16) as u32,
+        page_shift: 12,
+        levels,
+        rsvd: 0,
+    }
+}
+
+/// Numbers of live objects, so that commands name them often.
+#[derive(Default)]
+struct Live {
+    pds: Vec<u32>,
+    eqs: Vec<u32>,
+    cqs: Vec<u32>,
+    srqs: Vec<u32>,
+    qps: Vec<u32>,
+    keys: Vec<u32>,
+}
+
+impl Live {
+    /// A live number of `list` most of the time, else a small one.
+    fn pick(r: &mut Rng, list: &[u32]) -> u32 {
+        if !list.is_empty() && r.chance(85) {
+            list[r.below(list.len() as u64) as usize]
+        } else {
+            r.below(40) as u32
+        }
+    }
+
+    /// Records the object a successful command created.
+    fn created(&mut self, op: Opcode, out: &[u8]) {
+        let n = u32::from_le_bytes(out[..4].try_into().unwrap());
+        match op {
+            Opcode::AllocPd => self.pds.push(n),
+            Opcode::CreateEq => self.eqs.push(n),
+            Opcode::CreateCq => self.cqs.push(n),
+            Opcode::CreateSrq => self.srqs.push(n),
+            Opcode::CreateQp => self.qps.push(n),
+            Opcode::RegMr => self.keys.push(n),
+            _ => {}
+        }
+    }
+
+    /// Forgets what was destroyed.
+    fn prune(&mut self, hca: &mut Hca) {
+        let mrs = hca.port.engine_mut().mrs();
+        self.pds.retain(|p| mrs.pd_exists(*p));
+        self.keys.retain(|k| mrs.mr(*k).is_some());
+        self.eqs.retain(|n| hca.eqs.contains_key(n));
+        self.cqs.retain(|n| hca.cqs.contains_key(n));
+        self.srqs.retain(|n| hca.srqs.contains_key(n));
+        self.qps.retain(|n| hca.qps.contains_key(n));
+    }
+}
+
+/// An MR's iova and length spanning exactly `npages` 4 KiB pages.
+fn mr_span(r: &mut Rng, npages: u32) -> (u64, u64) {
+    let offset = r.below(4096);
+    let iova = (r.next() & 0xffff_f000) + offset;
+    let length = u64::from(npages) * 4096 - offset - r.below(4096 - offset);
+    (iova, length)
+}
+
+/// A plausible input for `op`: right sizes, mostly valid values, numbers of
+/// live objects; the caller then mutates some bytes.
+fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
+    let slot = |r: &mut Rng| 8 + r.below(520) as u16;
+    let uar = |r: &mut Rng| r.below(18) as u32;
+    let acc = |r: &mut Rng| {
+        [
+            access::LOCAL_WRITE,
+            access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ,
+            access::LOCAL_WRITE | access::REMOTE_ATOMIC,
+            0,
+            r.below(64) as u32,
+        ][r.below(5) as usize]
+    };
+    let pick = Live::pick;
+    match op {
+        Opcode::Nop | Opcode::QueryDevice | Opcode::AllocPd => Vec::new(),
+        Opcode::QueryPort => bytes(&QueryPortIn {
+            port: 1,
+            rsvd: [0; 3],
+        }),
+        Opcode::QueryCounters => bytes(&QueryCountersIn {
+            port: 1,
+            set: r.below(6) as u8,
+            rsvd: 0,
+        }),
+        Opcode::DeallocPd => bytes(&DeallocPdIn {
+            pdn: pick(r, &live.pds),
+        }),
+        Opcode::CreateEq => bytes(&CreateEqIn {
+            ring: fuzz_pbl(r),
+            uar: 0,
+            db_slot: slot(r),
+            vector: r.below(20) as u16,
+            log2_entries: r.below(9) as u8,
+            rsvd: [0; 7],
+        }),
+        Opcode::DestroyEq => bytes(&DestroyEqIn {
+            eqn: pick(r, &live.eqs),
+        }),
+        Opcode::CreateCq => bytes(&CreateCqIn {
+            ring: fuzz_pbl(r),
+            eqn: if r.chance(50) { 0 } else { pick(r, &live.eqs) },
+            uar: uar(r),
+            db_slot: slot(r),
+            log2_entries: r.below(11) as u8,
+            rsvd: [0; 5],
+        }),
+        Opcode::DestroyCq => bytes(&DestroyCqIn {
+            cqn: pick(r, &live.cqs),
+        }),
+        Opcode::CreateSrq => {
+            let log2 = 1 + r.below(6) as u8;
+            bytes(&CreateSrqIn {
+                pdn: pick(r, &live.pds),
+                max_wr: 1 + r.below(1 << log2) as u32,
+                max_sge: r.below(3) as u32,
+                srq_limit: r.below(3) as u32,
+                uar: uar(r),
+                db_slot: slot(r),
+                log2_entries: log2,
+                wqe_shift: 5 + r.below(3) as u8,
+                ring: fuzz_pbl(r),
+            })
+        }
+        Opcode::ModifySrq => bytes(&ModifySrqIn {
+            srqn: pick(r, &live.srqs),
+            attr_mask: r.below(4) as u32,
+            max_wr: r.below(40) as u32,
+            srq_limit: r.below(20) as u32,
+        }),
+        Opcode::QuerySrq => bytes(&QuerySrqIn {
+            srqn: pick(r, &live.srqs),
+        }),
+        Opcode::DestroySrq => bytes(&DestroySrqIn {
+            srqn: pick(r, &live.srqs),
+        }),
+        Opcode::CreateQp => {
+            let srq = r.chance(30);
+            let qp_type = if r.chance(80) {
+                [QpType::Rc, QpType::Uc, QpType::Ud][r.below(3) as usize].raw()
+            } else {
+                r.below(6) as u8
+            };
+            let (sq_log2, rq_log2) = (r.below(7) as u8, r.below(7) as u8);
+            bytes(&CreateQpIn {
+                qp_type,
+                sq_sig_all: r.below(2) as u8,
+                sq_wqe_shift: 6 + r.below(3) as u8,
+                rq_wqe_shift: 5 + r.below(2) as u8,
+                log2_sq_size: sq_log2,
+                log2_rq_size: if srq { 0 } else { rq_log2 },
+                port: 1,
+                rsvd0: 0,
+                pdn: pick(r, &live.pds),
+                send_cqn: pick(r, &live.cqs),
+                recv_cqn: pick(r, &live.cqs),
+                srqn: if srq { pick(r, &live.srqs) } else { 0 },
+                cap: QpCap {
+                    max_send_wr: r.below((1 << sq_log2) + 1) as u32,
+                    max_recv_wr: if srq {
+                        0
+                    } else {
+                        r.below((1 << rq_log2) + 1) as u32
+                    },
+                    max_send_sge: r.below(2) as u32,
+                    max_recv_sge: r.below(2) as u32,
+                    max_inline_data: r.below(32) as u32,
+                },
+                uar: uar(r),
+                db_slot: slot(r),
+                rsvd1: [0; 6],
+                sq: fuzz_pbl(r),
+                rq: if srq { Pbl::default() } else { fuzz_pbl(r) },
+            })
+        }
+        Opcode::ModifyQp => {
+            let mut ud_init = init_attr();
+            ud_init.qkey = r.next() as u32;
+            let (mask, attr) = match r.below(9) {
+                0 => (
+                    m::STATE | m::PKEY_INDEX | m::PORT | m::ACCESS_FLAGS,
+                    init_attr(),
+                ),
+                1 => (m::STATE | m::PKEY_INDEX | m::PORT | m::QKEY, ud_init),
+                2 => (RTR_MASK, rtr_attr(Live::pick(r, &live.qps))),
+                3 => (RTR_MASK & !(m::MAX_DEST_RD_ATOMIC | m::MIN_RNR_TIMER), {
+                    rtr_attr(Live::pick(r, &live.qps))
+                }),
+                4 => (
+                    m::STATE,
+                    QpAttr {
+                        qp_state: QpState::Rtr.raw(),
+                        ..QpAttr::default()
+                    },
+                ),
+                5 => (RTS_MASK, rts_attr()),
+                6 => (m::STATE | m::SQ_PSN, rts_attr()),
+                7 => (
+                    m::STATE,
+                    QpAttr {
+                        qp_state: r.below(8) as u8,
+                        ..QpAttr::default()
+                    },
+                ),
+                _ => (r.next() as u32, QpAttr::from_prefix(&r.bytes(88)).unwrap()),
+            };
+            bytes(&ModifyQpIn {
+                qpn: pick(r, &live.qps),
+                attr_mask: mask,
+                attr,
+            })
+        }
+        Opcode::QueryQp => bytes(&QueryQpIn {
+            qpn: pick(r, &live.qps),
+        }),
+        Opcode::DestroyQp => bytes(&DestroyQpIn {
+            qpn: pick(r, &live.qps),
+        }),
+        Opcode::RegMr => {
+            let pbl = fuzz_pbl(r);
+            let (iova, length) = mr_span(r, pbl.npages);
+            bytes(&RegMrIn {
+                pdn: pick(r, &live.pds),
+                access: acc(r),
+                iova,
+                length,
+                flags: u32::from(r.chance(10)),
+                rsvd: 0,
+                pbl,
+            })
+        }
+        Opcode::ReregMr => {
+            let pbl = fuzz_pbl(r);
+            let (iova, length) = mr_span(r, pbl.npages);
+            bytes(&ReregMrIn {
+                lkey: pick(r, &live.keys),
+                change: r.below(8) as u32,
+                pdn: pick(r, &live.pds),
+                access: acc(r),
+                iova,
+                length,
+                pbl,
+            })
+        }
+        Opcode::DeregMr => bytes(&DeregMrIn {
+            lkey: pick(r, &live.keys),
+        }),
+    }
+}
+
+/// A mailbox address: mostly the mailbox page, sometimes anywhere.
+fn fuzz_addr(r: &mut Rng, page: u64) -> u64 {
+    match r.below(16) {
+        0 => r.next(),
+        1 => 0,
+        2 => BASE + MEM as u64 - r.below(256),
+        3 => page + r.below(4096),
+        _ => page,
+    }
+}
+
+fn fuzz_len(r: &mut Rng, exact: usize) -> u16 {
+    match r.below(10) {
+        0 => r.next() as u16,
+        1 => r.below(200) as u16,
+        2 => 4096,
+        _ => exact as u16,
+    }
+}
+
+#[test]
+fn random_commands_never_panic_and_leave_the_device_usable() {
+    let mut d = Dev::with_uars(18);
+    for k in 0..16u64 {
+        d.mem
+            .write(FUZZ_LIST + 8 * k, &(FUZZ_RING + 4096 * k).to_le_bytes())
+            .unwrap();
+    }
+    d.mem.write(FUZZ_DIR, &FUZZ_LIST.to_le_bytes()).unwrap();
+    let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut live = Live::default();
+
+    let total = 100_000u32;
+    let mut posted = 0u32;
+    let mut statuses = [0u32; 16];
+    let mut ok_by_op = std::collections::BTreeMap::<u16, u32>::new();
+    while posted < total {
+        let batch = (1 + r.below(u64::from(d.q.slots()))).min(u64::from(total - posted)) as u32;
+        let first = d.pi;
+        let mut events = 0;
+        for k in 0..batch {
+            let op = if r.chance(90) {
+                Opcode::ALL[r.below(Opcode::ALL.len() as u64) as usize].raw()
+            } else {
+                r.next() as u16
+            };
+            let mut input = match Opcode::from_raw(op) {
+                Some(o) if r.chance(85) => template(o, &mut r, &live),
+                _ => {
+                    let n = r.below(160) as usize;
+                    r.bytes(n)
+                }
+            };
+            if r.chance(50) {
+                for _ in 0..=r.below(3) {
+                    if !input.is_empty() {
+                        let at = r.below(input.len() as u64) as usize;
+                        input[at] = r.next() as u8;
+                    }
+                }
+            }
+            // The input goes inline and into a mailbox of its own.
+            let mbox = FUZZ_MB + u64::from(k) * 256;
+            let mut c = Dev::cmd(op, &input, 0);
+            c.data = r.bytes(32).try_into().unwrap();
+            let n = input.len().min(32);
+            c.data[..n].copy_from_slice(&input[..n]);
+            d.mem.write(mbox, &input).unwrap();
+            c.in_mailbox = fuzz_addr(&mut r, mbox);
+            c.in_len = fuzz_len(&mut r, input.len());
+            c.out_mailbox = fuzz_addr(&mut r, OUT_MB);
+            c.out_len = fuzz_len(&mut r, 4096);
+            c.flags = r.next() as u8;
+            c.token = r.next() as u16;
+            c.status = r.next() as u8;
+            c.syndrome = r.next() as u32;
+            events += u32::from(c.flags & cmd_flags::EVENT != 0);
+            d.post(c);
+        }
+        let mut done = Vec::new();
+        while d.q.ci() != d.pi {
+            done.extend(d.run().expect("no fatal error from any command"));
+        }
+        assert_eq!(done.len() as u32, events);
+        for i in first..d.pi {
+            let s = d.read_slot(i);
+            assert_eq!(s.owner, 0);
+            let status = Status::from_raw(s.status).expect("a status");
+            statuses[status.raw() as usize] += 1;
+            if status == Status::Ok {
+                *ok_by_op.entry(s.opcode).or_default() += 1;
+                if let Some(op) = Opcode::from_raw(s.opcode) {
+                    live.created(op, &s.data);
+                }
+            }
+        }
+        posted += batch;
+        live.prune(&mut d.hca);
+    }
+    eprintln!("statuses: {statuses:?}");
+    eprintln!("successes by opcode: {ok_by_op:x?}");
+    // Every opcode succeeded sometimes, and most statuses occurred.
+    for op in Opcode::ALL {
+        assert!(ok_by_op.get(&op.raw()).is_some_and(|&n| n > 10), "{op:?}");
+    }
+    assert!(statuses.iter().filter(|&&n| n > 0).count() >= 12);
+
+    // Still usable: a fresh PD, CQ and QP on free slots, to RTS.
+    let used: Vec<DbSlot> = d.hca.slots.keys().copied().collect();
+    let mut free = (1..18u32)
+        .flat_map(|u| (uar::FIRST_SLOT..uar::SLOTS).map(move |s| (u, s as u16)))
+        .filter(|&(u, s)| !used.contains(&DbSlot { uar: u, slot: s }));
+    let pdn = d.pd();
+    let mut ci = d.cq_in(0);
+    (ci.uar, ci.db_slot) = free.next().unwrap();
+    let cqn = d.call::<_, CreateCqOut>(Opcode::CreateCq, &ci).unwrap().cqn;
+    let mut qi = d.qp_in(QpType::Rc, pdn, cqn, None);
+    (qi.uar, qi.db_slot) = free.next().unwrap();
+    let qpn = d.call::<_, CreateQpOut>(Opcode::CreateQp, &qi).unwrap().qpn;
+    d.connect_rc(qpn, qpn).unwrap();
+    assert_eq!(d.state(qpn), QpState::Rts);
+}
