@@ -2,7 +2,8 @@
 # images/device-smoke.sh — the device seen by a real QEMU (issue: the device,
 # "Real QEMU"): boots the guest under TCG with `vhca` attached through
 # vfio-user-pci and checks, from inside the guest and from vhca's log, that
-#   - the function is 1234:1bca, class 0c06, BAR0 64 KiB, BAR2 256 KiB, with
+#   - the function is 1234:1bca, class 0c06, BAR0 64 KiB, BAR2 256 KiB, BAR4
+#     (the WAKE page) 4 KiB, with
 #     PCI Express, MSI-X and power-management capabilities and a 4 KiB config
 #     space;
 #   - a BAR0 register read returns the device's MAGIC (a trapped access);
@@ -61,7 +62,8 @@ echo "config $(stat -c %s $D/config)"
 r0=$(sed -n 1p $D/resource); r2=$(sed -n 3p $D/resource)
 b0=$(echo $r0 | cut -d" " -f1); e0=$(echo $r0 | cut -d" " -f2)
 b2=$(echo $r2 | cut -d" " -f1); e2=$(echo $r2 | cut -d" " -f2)
-echo "bar0 $(( e0 - b0 + 1 )) bar2 $(( e2 - b2 + 1 ))"
+r4=$(sed -n 5p $D/resource); b4=$(echo $r4 | cut -d" " -f1); e4=$(echo $r4 | cut -d" " -f2)
+echo "bar0 $(( e0 - b0 + 1 )) bar2 $(( e2 - b2 + 1 )) bar4 $(( e4 - b4 + 1 ))"
 lspci -vv -s ${D##*/} | grep -o "Express\|MSI-X: Enable. Count=[0-9]*\|Power Management" | sort -u | sed "s/^/cap /"
 echo "magic $(devmem $(( b0 )) 32)"
 devmem $(( b2 + 0x48 )) 32 0xabcd1234
@@ -78,7 +80,7 @@ vhca_pid=
 want() { grep -qx "$1" <<<"$out" || fail "guest did not print '$1' (console: $log)"; }
 want "ids 0x1234 0x1bca 0x0c0600"
 want "config 4096"
-want "bar0 65536 bar2 262144"
+want "bar0 65536 bar2 262144 bar4 4096"
 want "cap Express"
 want "cap Power Management"
 grep -q "^cap MSI-X: Enable. Count=16$" <<<"$out" || fail "no MSI-X capability with 16 vectors"
@@ -90,6 +92,6 @@ grep -q "region 2 write" "$work/vhca.log" &&
     fail "a BAR2 store arrived as a vfio-user message (log: $work/vhca.log)"
 grep -q "WAKE; UAR 0 doorbell words: \[0x48=0xabcd1234\]" "$work/vhca.log" ||
     fail "vhca did not see the doorbell store in BAR2 (log: $work/vhca.log)"
-echo "device-smoke: OK: 1234:1bca class 0c06, BAR0 64 KiB, BAR2 256 KiB, PCIe+MSI-X(16)+PM, 4 KiB config;"
+echo "device-smoke: OK: 1234:1bca class 0c06, BAR0 64 KiB, BAR2 256 KiB, BAR4 4 KiB, PCIe+MSI-X(16)+PM, 4 KiB config;"
 echo "device-smoke: OK: doorbell store seen in shared memory without a message; WAKE arrived as a region write"
 rm -rf "$work"

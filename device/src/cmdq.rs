@@ -878,6 +878,7 @@ fn create_cq(x: &mut Exec<'_>, i: CreateCqIn) -> Result<CreateCqOut, Fail> {
             users: 0,
             overflowed: false,
             events: 0,
+            armed: None,
             pbl: i.ring,
         },
     );

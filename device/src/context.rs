@@ -119,7 +119,12 @@ fn cq(hca: &Hca, db: Option<&dyn Doorbells>, cqn: u32) -> Option<CqContext> {
     let c = hca.cqs.get(&cqn)?;
     let (ci, arm) = words(c.db, db);
     let mut flags = 0;
-    if db.is_some() && arm != c.last_arm {
+    if let Some(solicited) = c.armed {
+        flags |= ctx_flags::ARMED;
+        if solicited {
+            flags |= ctx_flags::SOLICITED;
+        }
+    } else if db.is_some() && arm != c.last_arm {
         flags |= ctx_flags::ARMED;
         if arm & cq_arm::SOLICITED != 0 {
             flags |= ctx_flags::SOLICITED;

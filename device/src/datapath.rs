@@ -507,10 +507,18 @@ impl Hca {
     }
 
     /// Copies the engine's completions into the CQ rings, while there is room
-    /// (the consumer index in the CQ's doorbell slot), and passes new arm
-    /// requests to the engine (CQ-02).
+    /// (the consumer index in the CQ's doorbell slot), and raises completion
+    /// events for armed CQs (CQ-02).
+    ///
+    /// Arming belongs to the ring, not to the engine's staging CQ: an arm word
+    /// the device sees applies to CQEs it writes from then on, and, as with
+    /// mlx5's arm doorbell carrying the consumer index, an arm that finds
+    /// unconsumed CQEs in the ring fires at once. Otherwise a CQE written
+    /// between the driver's arm store and the device reading it would wake
+    /// nobody: the driver's arm-then-poll ran before the CQE was there.
     fn write_cqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
         let mut n = 0;
+        let mut fire: Vec<(u32, u32)> = Vec::new();
         let Hca {
             port,
             cqs,
@@ -521,8 +529,13 @@ impl Hca {
             let (ci, arm) = cq.db.load(db);
             if arm != cq.last_arm {
                 cq.last_arm = arm;
-                let solicited = arm & abi::uar::cq_arm::SOLICITED != 0;
-                let _ = port.engine_mut().req_notify_cq(cqn, solicited);
+                cq.armed = Some(arm & abi::uar::cq_arm::SOLICITED != 0);
+                if cq.pi != ci {
+                    // Unconsumed CQEs: the driver may have polled before they
+                    // landed. A spurious event only costs it a poll.
+                    cq.armed = None;
+                    fire.push((cq.eqn, cqn));
+                }
             }
             if cq.overflowed {
                 continue;
@@ -550,7 +563,20 @@ impl Hca {
                 cq.pi = cq.pi.wrapping_add(1);
                 counters.cqes += 1;
                 n += 1;
+                // CQ-02: next, or solicited (OP-10) or an error.
+                if let Some(solicited_only) = cq.armed {
+                    if !solicited_only || c.solicited || c.status != WcStatus::Success {
+                        cq.armed = None;
+                        fire.push((cq.eqn, cqn));
+                    }
+                }
             }
+        }
+        for (eqn, cqn) in fire {
+            if let Some(c) = self.cqs.get_mut(&cqn) {
+                c.events += 1;
+            }
+            self.push_eqe(eqn, abi::cqe::EqeType::Completion.raw(), cqn, 0, mem, db);
         }
         n
     }
@@ -568,13 +594,9 @@ impl Hca {
         while let Some(ev) = self.port.engine_mut().poll_event() {
             let kind = abi::cqe::EqeType::of_event(&ev);
             let (eqn, object) = match ev {
-                Event::Completion { cq } => {
-                    let eqn = self.cqs.get(&cq).map_or(0, |c| c.eqn);
-                    if let Some(c) = self.cqs.get_mut(&cq) {
-                        c.events += 1;
-                    }
-                    (eqn, cq)
-                }
+                // The device never arms the engine's CQs (see write_cqes), so
+                // this comes only from a caller that did.
+                Event::Completion { cq } => (self.cqs.get(&cq).map_or(0, |c| c.eqn), cq),
                 Event::CqError { cq } => (0, cq),
                 Event::QpFatal { qpn }
                 | Event::QpRequestError { qpn }

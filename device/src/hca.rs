@@ -98,6 +98,10 @@ pub struct Cq {
     pub overflowed: bool,
     /// Completion events raised.
     pub events: u64,
+    /// Armed for the next completion written to the ring (`Some(false)`) or the
+    /// next solicited or error one (`Some(true)`); cleared when the event goes
+    /// out (CQ-02).
+    pub armed: Option<bool>,
     /// Where the ring lives, as the driver gave it (for the context window).
     pub pbl: abi::cmd::Pbl,
 }

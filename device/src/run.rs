@@ -429,6 +429,12 @@ impl pci::Device for Front {
     }
 
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        if bar == abi::ident::bar::WAKE_BAR_INDEX as usize {
+            // The user contexts' WAKE (abi::ident WAKE_BAR_INDEX): no lock, no
+            // state, just the wake-up.
+            let _ = self.shared.wake.write(1);
+            return;
+        }
         if bar != abi::ident::bar::BAR0_INDEX as usize || !offset.is_multiple_of(4) {
             let mut core = self.shared.lock();
             core.regs.ignored_writes = core.regs.ignored_writes.wrapping_add(1);
@@ -585,6 +591,10 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
             pci::BarSpec::trapped(u64::from(bar::BAR0_SIZE)),
         )
         .bar(bar::BAR2_INDEX as usize, pci::BarSpec::mapped(bar2_size))
+        .bar(
+            bar::WAKE_BAR_INDEX as usize,
+            pci::BarSpec::trapped(u64::from(bar::WAKE_BAR_SIZE)),
+        )
         .msix(
             caps.msix_vectors as u16,
             bar::BAR0_INDEX as usize,

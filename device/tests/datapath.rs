@@ -120,6 +120,7 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
             users: 0,
             overflowed: false,
             events: 0,
+            armed: None,
             pbl: Default::default(),
         },
     );
@@ -505,4 +506,39 @@ fn datapath_cq_03_full_ring_is_never_overwritten() {
         ids.push(wait_cqe(&mut d, cq).wr_id);
     }
     assert_eq!(ids, (0..300).collect::<Vec<_>>());
+}
+
+/// CQ-02, the arm-then-poll race: a CQE that reached the ring before the
+/// device saw the arm word, and that the driver has not consumed, fires the
+/// event at once (the driver's poll may have run before the CQE landed).
+#[test]
+fn datapath_cq_02_arm_with_unconsumed_cqes_fires_at_once() {
+    let (mut d, cq, a, _b) = setup();
+    let mut w = Vec::new();
+    put(&mut w, ctrl(1, 0, abi::verbs::send_flags::SIGNALED, 0));
+    put(
+        &mut w,
+        abi::wqe::RaddrSeg {
+            remote_addr: DATA,
+            rkey: d.key,
+            rsvd: 0,
+        },
+    );
+    post_send(&mut d, a, &w);
+    for _ in 0..1000 {
+        run(&mut d, 1);
+        if d.hca.cqs[&cq].pi == 1 {
+            break;
+        }
+    }
+    assert_eq!(d.hca.cqs[&cq].pi, 1, "the CQE reached the ring");
+    let eq_slot = d.hca.eqs[&1].db;
+    d.db.store(eq_slot.offset() + 4, 1);
+    let cq_slot = d.hca.cqs[&cq].db;
+    d.db.store(cq_slot.offset() + 4, 1);
+    run(&mut d, 1);
+    assert_eq!(*d.irq.0.borrow(), vec![3]);
+    let eqe = poll_eq(&mut d, 1).expect("completion EQE");
+    assert_eq!(eqe.object, cq);
+    assert_eq!(poll_cq(&mut d, cq).map(|e| e.wr_id), Some(1));
 }

@@ -87,6 +87,16 @@ typedef uint64_t __u64;
  * 64-bit, prefetchable: it is plain memory the device polls.
  */
 #define VHCA_BAR2_INDEX             2U
+/*
+ * BAR4: the WAKE page, 4 KiB, trapped. A 32-bit store of any value at any
+ * 4-aligned offset wakes the device, like BAR0 WAKE; it holds nothing else,
+ * so the kernel can map it into user contexts (BAR0 holds RESET and the
+ * command queue and must stay the kernel's) and a user provider can ring WAKE
+ * without a system call.
+ */
+#define VHCA_WAKE_BAR_INDEX         4U
+/* Bytes of BAR4. */
+#define VHCA_WAKE_BAR_SIZE          0x1000U
 /* MSI-X table offset in BAR0 (16 bytes per vector; QEMU emulates it). */
 #define VHCA_MSIX_TABLE_OFFSET      0x8000U
 /*
@@ -362,7 +372,9 @@ enum vhca_ctx_status {
  *
  * Driver: write the WQE; store the new producer index; full fence (smp_mb /
  * atomic_thread_fence(seq_cst): the store must be visible before the load
- * below); load the page's asleep word; if it is nonzero, write BAR0 WAKE.
+ * below); load the page's asleep word; if it is nonzero, write BAR0 WAKE
+ * (kernel) or the WAKE page, BAR4 (user contexts, which the kernel maps it
+ * into).
  *
  * Device: store asleep = 1 in every UAR page in use; full fence; scan every
  * producer slot again; if one moved, store asleep = 0 and go on polling, else

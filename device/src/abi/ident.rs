@@ -48,6 +48,14 @@ abi_consts! {
         /// with a sparse mmap, so a doorbell store never exits the VM (design.md
         /// §4). 64-bit, prefetchable: it is plain memory the device polls.
         BAR2_INDEX = 2,
+        /// BAR4: the WAKE page, 4 KiB, trapped. A 32-bit store of any value at
+        /// any 4-aligned offset wakes the device, like BAR0 WAKE; it holds
+        /// nothing else, so the kernel can map it into user contexts (BAR0 holds
+        /// RESET and the command queue and must stay the kernel's) and a user
+        /// provider can ring WAKE without a system call.
+        WAKE_BAR_INDEX = 4,
+        /// Bytes of BAR4.
+        WAKE_BAR_SIZE = 0x1000,
         /// MSI-X table offset in BAR0 (16 bytes per vector; QEMU emulates it).
         MSIX_TABLE_OFFSET = 0x8000,
         /// MSI-X pending-bit array offset in BAR0: 4 KiB after the table, which

@@ -25,7 +25,8 @@ Producer slots (QP: sq_pi, rq_pi; SRQ: pi) tell the device about new work, so th
 the wake protocol.\n\n\
 Driver: write the WQE; store the new producer index; full fence (smp_mb / \
 atomic_thread_fence(seq_cst): the store must be visible before the load below); load the \
-page's asleep word; if it is nonzero, write BAR0 WAKE.\n\n\
+page's asleep word; if it is nonzero, write BAR0 WAKE (kernel) or the WAKE page, BAR4 \
+(user contexts, which the kernel maps it into).\n\n\
 Device: store asleep = 1 in every UAR page in use; full fence; scan every producer slot \
 again; if one moved, store asleep = 0 and go on polling, else sleep until WAKE (or a \
 packet or timer). On waking it stores asleep = 0 before scanning.\n\n\
