@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Memory regions (MP-01..04): the identity DMA MR for kernel verbs and user
+ * MRs pinned through ib_umem. The device keeps the translation (MTT) itself,
+ * so an MR's page list is freed as soon as REG_MR has read it.
+ */
+
+#include <linux/sizes.h>
+
+#include "vhca.h"
+
+static struct ib_mr *vhca_reg_mr(struct vhca_dev *dev, struct vhca_mr *mr,
+				 struct vhca_reg_mr_in *in)
+{
+	struct vhca_reg_mr_out out;
+	u8 status;
+	int ret;
+
+	ret = vhca_cmd(dev, VHCA_CMD_REG_MR, in, sizeof(*in), &out,
+		       sizeof(out), &status);
+	if (ret) {
+		if ((in->flags & VHCA_REG_MR_F_DMA) &&
+		    status == VHCA_STATUS_NOT_SUPPORTED)
+			dev_info_once(&dev->pdev->dev,
+				      "the device has no DMA MR: kernel verbs (MAD, ULPs) cannot allocate PDs\n");
+		return ERR_PTR(ret);
+	}
+	mr->ibmr.lkey = out.lkey;
+	mr->ibmr.rkey = out.rkey;
+	return &mr->ibmr;
+}
+
+/*
+ * get_dma_mr: REG_MR with VHCA_REG_MR_F_DMA (iova 0, all of memory). Kernel
+ * DMA addresses are guest-physical (no IOMMU in the guest), which is what the
+ * identity MR translates.
+ */
+struct ib_mr *vhca_get_dma_mr(struct ib_pd *pd, int access)
+{
+	struct vhca_dev *dev = to_vdev(pd->device);
+	struct vhca_reg_mr_in in = {
+		.pdn = to_vpd(pd)->pdn,
+		.access = vhca_access_to_dev(access),
+		.iova = 0,
+		.length = U64_MAX,
+		.flags = VHCA_REG_MR_F_DMA,
+	};
+	struct vhca_mr *mr;
+	struct ib_mr *ret;
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	ret = vhca_reg_mr(dev, mr, &in);
+	if (IS_ERR(ret))
+		kfree(mr);
+	return ret;
+}
+
+struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
+			       u64 virt, int access, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(pd->device);
+	struct vhca_reg_mr_in in = {
+		.pdn = to_vpd(pd)->pdn,
+		.access = vhca_access_to_dev(access),
+		.iova = virt,
+		.length = length,
+	};
+	unsigned long pgsz_bitmap, pgsz;
+	struct vhca_pbl_buf pbl;
+	struct vhca_mr *mr;
+	struct ib_mr *ret;
+	int err;
+
+	if (access & IB_ACCESS_ON_DEMAND)
+		return ERR_PTR(-EOPNOTSUPP);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->umem = ib_umem_get(pd->device, start, length, access);
+	if (IS_ERR(mr->umem)) {
+		ret = ERR_CAST(mr->umem);
+		goto err_free;
+	}
+	/* The largest page the device takes that fits the mapping (MP-03). */
+	pgsz_bitmap = dev->attr.page_size_cap &
+		      GENMASK_ULL(VHCA_PBL_MAX_PAGE_SHIFT,
+				  VHCA_PBL_MIN_PAGE_SHIFT);
+	if (!pgsz_bitmap)
+		pgsz_bitmap = SZ_4K;
+	pgsz = ib_umem_find_best_pgsz(mr->umem, pgsz_bitmap, virt);
+	if (!pgsz) {
+		ret = ERR_PTR(-EINVAL);
+		goto err_umem;
+	}
+	err = vhca_pbl_from_umem(dev, mr->umem, pgsz, &pbl);
+	if (err) {
+		ret = ERR_PTR(err);
+		goto err_umem;
+	}
+	in.pbl = pbl.desc;
+	ret = vhca_reg_mr(dev, mr, &in);
+	vhca_pbl_free(dev, &pbl);
+	if (IS_ERR(ret))
+		goto err_umem;
+	return ret;
+
+err_umem:
+	ib_umem_release(mr->umem);
+err_free:
+	kfree(mr);
+	return ret;
+}
+
+int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibmr->device);
+	struct vhca_mr *mr = to_vmr(ibmr);
+	struct vhca_dereg_mr_in in = { .lkey = ibmr->lkey };
+	int ret;
+
+	ret = vhca_cmd(dev, VHCA_CMD_DEREG_MR, &in, sizeof(in), NULL, 0,
+		       NULL);
+	if (ret)
+		dev_warn(&dev->pdev->dev, "DEREG_MR %#x: %d\n", ibmr->lkey,
+			 ret);
+	if (mr->umem)
+		ib_umem_release(mr->umem);
+	kfree(mr);
+	return 0;
+}

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Doorbell pages (BAR2, vhca_abi.h "Doorbell pages"): a slot allocator per
+ * UAR page, and the producer-index store with the asleep/WAKE protocol.
+ *
+ * UAR 0 is the kernel's (its QPs, CQs, SRQs and every EQ); each user context
+ * gets one page of its own (verbs.c). Slots below VHCA_UAR_FIRST_SLOT are the
+ * device-written header; slot VHCA_UAR_EQ0_SLOT of UAR 0 is EQ 0's.
+ */
+
+#include "vhca.h"
+
+void vhca_uar_init(struct vhca_uar *uar, u32 index)
+{
+	uar->index = index;
+	spin_lock_init(&uar->lock);
+	bitmap_zero(uar->used, VHCA_UAR_SLOTS);
+	bitmap_set(uar->used, 0, VHCA_UAR_FIRST_SLOT);
+	if (index == VHCA_UAR_KERNEL_UAR)
+		set_bit(VHCA_UAR_EQ0_SLOT, uar->used);
+}
+
+/* A free slot of the page, or -ENOSPC (at most 504 objects per page). */
+int vhca_slot_alloc(struct vhca_uar *uar)
+{
+	unsigned long slot;
+
+	spin_lock(&uar->lock);
+	slot = find_first_zero_bit(uar->used, VHCA_UAR_SLOTS);
+	if (slot < VHCA_UAR_SLOTS)
+		set_bit(slot, uar->used);
+	spin_unlock(&uar->lock);
+	return slot < VHCA_UAR_SLOTS ? (int)slot : -ENOSPC;
+}
+
+void vhca_slot_free(struct vhca_uar *uar, u16 slot)
+{
+	if (WARN_ON(slot < VHCA_UAR_FIRST_SLOT || slot >= VHCA_UAR_SLOTS))
+		return;
+	spin_lock(&uar->lock);
+	clear_bit(slot, uar->used);
+	spin_unlock(&uar->lock);
+}
+
+/* The kernel's mapping of a slot's first word (any UAR page). */
+void __iomem *vhca_slot_addr(struct vhca_dev *dev, u32 uar, u16 slot)
+{
+	return dev->bar2 + (size_t)uar * VHCA_UAR_PAGE_SIZE +
+	       (size_t)slot * VHCA_UAR_SLOT_SIZE;
+}
+
+/*
+ * Stores a new producer index into `word` (a QP's sq_pi or rq_pi, an SRQ's
+ * pi) of UAR page `uar`, then wakes the device if it sleeps. Dekker (see
+ * vhca_abi.h): store the index, full fence, load the page's asleep word; the
+ * device stores asleep, fences, rescans. One of the two sees the other.
+ */
+void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word, u32 pi)
+{
+	void __iomem *page = dev->bar2 + (size_t)uar * VHCA_UAR_PAGE_SIZE;
+
+	/* writel: the WQEs (coherent memory) are visible before the index. */
+	writel(pi, word);
+	mb();
+	if (readl(page + offsetof(struct vhca_uar_header, asleep)) !=
+	    VHCA_UAR_AWAKE)
+		vhca_wr(dev, VHCA_REG_WAKE, 1);
+}

@@ -1,0 +1,472 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Device-wide verbs: device and port attributes, P_Key and GID tables,
+ * user contexts and their doorbell page, protection domains, address
+ * handles.
+ *
+ * Port: link layer InfiniBand, LID and GUID from the device (QUERY_PORT),
+ * GID 0 = subnet prefix : port GUID, P_Key table as the device reports it
+ * (design.md §7). QUERY_PORT is re-run by query_port and after every port
+ * event; the P_Key and GID callbacks read that cache, since ib_core calls
+ * them for every table entry.
+ */
+
+#include <linux/mm.h>
+#include <rdma/ib_mad.h>
+#include <rdma/uverbs_ioctl.h>
+
+#include "vhca.h"
+
+int vhca_query_device_cmd(struct vhca_dev *dev)
+{
+	return vhca_cmd(dev, VHCA_CMD_QUERY_DEVICE, NULL, 0, &dev->attr,
+			sizeof(dev->attr), NULL);
+}
+
+int vhca_refresh_port(struct vhca_dev *dev)
+{
+	struct vhca_query_port_in in = { .port = VHCA_PORT };
+	struct vhca_port_attr *pa;
+	unsigned long flags;
+	int ret;
+
+	pa = kzalloc(sizeof(*pa), GFP_KERNEL);
+	if (!pa)
+		return -ENOMEM;
+	ret = vhca_cmd(dev, VHCA_CMD_QUERY_PORT, &in, sizeof(in), pa,
+		       sizeof(*pa), NULL);
+	if (!ret) {
+		spin_lock_irqsave(&dev->port.lock, flags);
+		dev->port.attr = *pa;
+		spin_unlock_irqrestore(&dev->port.lock, flags);
+	}
+	kfree(pa);
+	return ret;
+}
+
+static void vhca_port_snapshot(struct vhca_dev *dev, struct vhca_port_attr *pa)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&dev->port.lock, flags);
+	*pa = dev->port.attr;
+	spin_unlock_irqrestore(&dev->port.lock, flags);
+}
+
+static enum ib_event_type vhca_port_event_type(unsigned int kind)
+{
+	switch (kind) {
+	case VHCA_EQE_PORT_ACTIVE:		return IB_EVENT_PORT_ACTIVE;
+	case VHCA_EQE_PORT_ERR:			return IB_EVENT_PORT_ERR;
+	case VHCA_EQE_LID_CHANGE:		return IB_EVENT_LID_CHANGE;
+	case VHCA_EQE_PKEY_CHANGE:		return IB_EVENT_PKEY_CHANGE;
+	case VHCA_EQE_SM_CHANGE:		return IB_EVENT_SM_CHANGE;
+	case VHCA_EQE_CLIENT_REREGISTER:	return IB_EVENT_CLIENT_REREGISTER;
+	case VHCA_EQE_GID_CHANGE:		return IB_EVENT_GID_CHANGE;
+	default:				return IB_EVENT_DEVICE_FATAL;
+	}
+}
+
+/* Port and device events from EQ 0: refresh the port cache, then tell ib_core. */
+void vhca_port_work(struct work_struct *work)
+{
+	struct vhca_dev *dev = container_of(work, struct vhca_dev, port_work);
+	unsigned long pending = xchg(&dev->port_events, 0);
+	unsigned int kind;
+
+	if (!(pending & BIT(VHCA_EQE_DEVICE_FATAL)))
+		vhca_refresh_port(dev);
+	if (!READ_ONCE(dev->registered))
+		return;
+	for_each_set_bit(kind, &pending, BITS_PER_LONG) {
+		struct ib_event ev = {
+			.device = &dev->ibdev,
+			.event = vhca_port_event_type(kind),
+			.element.port_num = VHCA_PORT,
+		};
+
+		ib_dispatch_event(&ev);
+	}
+}
+
+/* QUERY_DEVICE, as ib_core wants it; capabilities only where CAP_FLAGS says. */
+int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
+		      struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	const struct vhca_device_attr *d = &dev->attr;
+	u32 caps = d->cap_flags;
+
+	if (udata && (udata->inlen || udata->outlen))
+		return -EINVAL;
+
+	memset(a, 0, sizeof(*a));
+	a->fw_ver = d->fw_ver;
+	a->sys_image_guid = cpu_to_be64(d->sys_image_guid);
+	a->max_mr_size = d->max_mr_size;
+	a->page_size_cap = d->page_size_cap;
+	a->vendor_id = d->vendor_id;
+	a->vendor_part_id = d->vendor_part_id;
+	a->hw_ver = d->hw_ver;
+	a->max_qp = d->max_qp;
+	a->max_qp_wr = d->max_qp_wr;
+	a->device_cap_flags = IB_DEVICE_SYS_IMAGE_GUID |
+			      IB_DEVICE_PORT_ACTIVE_EVENT |
+			      IB_DEVICE_CURR_QP_STATE_MOD;
+	if (caps & VHCA_DEV_CAP_RC)
+		a->device_cap_flags |= IB_DEVICE_RC_RNR_NAK_GEN;
+	a->max_send_sge = d->max_sge;
+	a->max_recv_sge = d->max_sge;
+	a->max_sge_rd = d->max_sge;
+	a->max_cq = d->max_cq;
+	a->max_cqe = d->max_cqe;
+	a->max_mr = d->max_mr;
+	a->max_pd = d->max_pd;
+	a->max_qp_rd_atom = d->max_qp_rd_atom;
+	a->max_qp_init_rd_atom = d->max_qp_init_rd_atom;
+	a->max_res_rd_atom = d->max_res_rd_atom;
+	if (caps & VHCA_DEV_CAP_ATOMIC)
+		a->atomic_cap = d->atomic_cap == VHCA_ATOMIC_GLOB ?
+					IB_ATOMIC_GLOB : IB_ATOMIC_HCA;
+	else
+		a->atomic_cap = IB_ATOMIC_NONE;
+	a->masked_atomic_cap = IB_ATOMIC_NONE;
+	/* Address handles live in the driver: bounded by memory only. */
+	a->max_ah = (caps & VHCA_DEV_CAP_UD) ? INT_MAX : 0;
+	if (caps & VHCA_DEV_CAP_SRQ) {
+		a->max_srq = d->max_srq;
+		a->max_srq_wr = d->max_srq_wr;
+		a->max_srq_sge = d->max_srq_sge;
+	}
+	a->max_pkeys = d->max_pkeys;
+	a->local_ca_ack_delay = d->local_ca_ack_delay;
+	return 0;
+}
+
+static enum ib_mtu vhca_mtu_to_ib(u8 mtu)
+{
+	return (mtu >= VHCA_MTU_M256 && mtu <= VHCA_MTU_M4096) ?
+		       (enum ib_mtu)mtu : IB_MTU_256;
+}
+
+int vhca_query_port(struct ib_device *ibdev, u32 port,
+		    struct ib_port_attr *a)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	struct vhca_port_attr *pa;
+	int ret;
+
+	if (port != VHCA_PORT)
+		return -EINVAL;
+	/* Fresh state (QUERY_PORT); fall back to the cache if the device is gone. */
+	ret = vhca_refresh_port(dev);
+	if (ret)
+		dev_dbg(&dev->pdev->dev, "QUERY_PORT: %d, using the cache\n",
+			ret);
+	pa = kmalloc(sizeof(*pa), GFP_KERNEL);
+	if (!pa)
+		return -ENOMEM;
+	vhca_port_snapshot(dev, pa);
+
+	memset(a, 0, sizeof(*a));
+	a->subnet_prefix = pa->gid_prefix;
+	a->state = (enum ib_port_state)pa->state;
+	a->max_mtu = vhca_mtu_to_ib(pa->max_mtu);
+	a->active_mtu = vhca_mtu_to_ib(pa->active_mtu);
+	a->phys_mtu = ib_mtu_enum_to_int(a->max_mtu);
+	/* ib_core reads every entry of both tables: only what we can serve. */
+	a->gid_tbl_len = clamp_t(u16, pa->gid_tbl_len, 1, VHCA_GID_TBL_MAX);
+	a->pkey_tbl_len = clamp_t(u16, pa->pkey_tbl_len, 1,
+				  ARRAY_SIZE(pa->pkeys));
+	/* The GSI QP is what ib_cm needs (design.md §7). */
+	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI)
+		a->port_cap_flags = IB_PORT_CM_SUP;
+	a->max_msg_sz = pa->max_msg_sz;
+	a->lid = pa->lid;
+	a->sm_lid = pa->sm_lid;
+	a->lmc = pa->lmc;
+	a->sm_sl = pa->sm_sl;
+	a->max_vl_num = 1;	/* VL0 only */
+	a->active_width = pa->active_width;
+	a->active_speed = pa->active_speed;
+	a->phys_state = pa->phys_state;
+	kfree(pa);
+	return 0;
+}
+
+/*
+ * Claim in core_cap_flags only what the device does (design.md §7). QP0 (SMI)
+ * is not supported (AD-09), and ib_mad gives up the whole port, QP1 included,
+ * when it cannot create QP0 for a port that claims SMI: so SMI is never
+ * claimed; MAD, CM and SA only with the GSI QP.
+ */
+int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
+			    struct ib_port_immutable *imm)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	struct ib_port_attr attr;
+	int ret;
+
+	ret = vhca_query_port(ibdev, port, &attr);
+	if (ret)
+		return ret;
+	imm->pkey_tbl_len = attr.pkey_tbl_len;
+	imm->gid_tbl_len = attr.gid_tbl_len;
+	imm->core_cap_flags = RDMA_CORE_CAP_PROT_IB | RDMA_CORE_CAP_AF_IB;
+	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI)
+		imm->core_cap_flags |= RDMA_CORE_PORT_IBA_IB &
+				       ~RDMA_CORE_CAP_IB_SMI;
+	imm->max_mad_size = IB_MGMT_MAD_SIZE;
+	return 0;
+}
+
+enum rdma_link_layer vhca_get_link_layer(struct ib_device *ibdev, u32 port)
+{
+	return IB_LINK_LAYER_INFINIBAND;
+}
+
+int vhca_query_pkey(struct ib_device *ibdev, u32 port, u16 index, u16 *pkey)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	unsigned long flags;
+	int ret = 0;
+
+	spin_lock_irqsave(&dev->port.lock, flags);
+	if (index < ARRAY_SIZE(dev->port.attr.pkeys))
+		*pkey = index < dev->port.attr.pkey_tbl_len ?
+				dev->port.attr.pkeys[index] : 0;
+	else
+		ret = -EINVAL;
+	spin_unlock_irqrestore(&dev->port.lock, flags);
+	return ret;
+}
+
+/* GID 0 is the port's (subnet prefix : port GUID); the others are empty. */
+int vhca_query_gid(struct ib_device *ibdev, u32 port, int index,
+		   union ib_gid *gid)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	unsigned long flags;
+	int ret = 0;
+
+	spin_lock_irqsave(&dev->port.lock, flags);
+	if (index < 0 || index >= VHCA_GID_TBL_MAX)
+		ret = -EINVAL;
+	else if (index == 0)
+		memcpy(gid->raw, dev->port.attr.gid0, sizeof(gid->raw));
+	else
+		memset(gid->raw, 0, sizeof(gid->raw));
+	spin_unlock_irqrestore(&dev->port.lock, flags);
+	return ret;
+}
+
+/* fw_ver: shown as three 16-bit fields (the ABI leaves its format open). */
+void vhca_get_dev_fw_str(struct ib_device *ibdev, char *str)
+{
+	u64 v = to_vdev(ibdev)->attr.fw_ver;
+
+	snprintf(str, IB_FW_VERSION_NAME_MAX, "%u.%u.%u",
+		 (u32)(v >> 32) & 0xffff, (u32)(v >> 16) & 0xffff,
+		 (u32)v & 0xffff);
+}
+
+/* The doorbell page of a verb's caller: its context's, or UAR 0. */
+struct vhca_uar *vhca_uar_of(struct vhca_dev *dev, struct ib_udata *udata)
+{
+	struct vhca_ucontext *uctx =
+		rdma_udata_to_drv_context(udata, struct vhca_ucontext, ibuctx);
+
+	return uctx ? &uctx->uar : &dev->kuar;
+}
+
+int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibuctx->device);
+	struct vhca_ucontext *uctx = to_vuctx(ibuctx);
+	struct vhca_ib_alloc_ucontext_resp resp = {};
+	int index, ret;
+
+	if (dev->caps.num_uars < 2)
+		return -ENOMEM;
+	index = ida_alloc_range(&dev->uar_ida, 1, dev->caps.num_uars - 1,
+				GFP_KERNEL);
+	if (index < 0)
+		return index == -ENOSPC ? -ENOMEM : index;
+	vhca_uar_init(&uctx->uar, index);
+
+	resp.uar_index = index;
+	resp.cap_flags = dev->attr.cap_flags;
+	resp.uar_mmap_offset = (u64)VHCA_IB_MMAP_UAR << PAGE_SHIFT;
+	resp.uar_page_size = VHCA_UAR_PAGE_SIZE;
+	resp.uar_slots = VHCA_UAR_SLOTS;
+	resp.max_qp_wr = dev->attr.max_qp_wr;
+	resp.max_sge = dev->attr.max_sge;
+	resp.max_cqe = dev->attr.max_cqe;
+	resp.max_inline = dev->attr.max_inline_data;
+	resp.max_srq_wr = dev->attr.max_srq_wr;
+	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
+	if (ret) {
+		ida_free(&dev->uar_ida, index);
+		return ret;
+	}
+	return 0;
+}
+
+void vhca_dealloc_ucontext(struct ib_ucontext *ibuctx)
+{
+	struct vhca_dev *dev = to_vdev(ibuctx->device);
+
+	ida_free(&dev->uar_ida, to_vuctx(ibuctx)->uar.index);
+}
+
+/*
+ * Present so that ib_unregister_device can take user contexts away (it zaps
+ * the UAR mappings made with rdma_user_mmap_io and destroys the objects)
+ * instead of waiting for every process to close its device file.
+ */
+void vhca_disassociate_ucontext(struct ib_ucontext *ibuctx)
+{
+}
+
+/* The context's UAR page, uncached (BAR2 is device memory the device polls). */
+int vhca_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma)
+{
+	struct vhca_dev *dev = to_vdev(ibuctx->device);
+	struct vhca_ucontext *uctx = to_vuctx(ibuctx);
+	unsigned long pfn;
+
+	if (vma->vm_pgoff != VHCA_IB_MMAP_UAR ||
+	    vma->vm_end - vma->vm_start != PAGE_SIZE)
+		return -EINVAL;
+	BUILD_BUG_ON(VHCA_UAR_PAGE_SIZE != PAGE_SIZE);
+	pfn = (dev->bar2_start + (resource_size_t)uctx->uar.index *
+				 VHCA_UAR_PAGE_SIZE) >> PAGE_SHIFT;
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+	return rdma_user_mmap_io(ibuctx, vma, pfn, PAGE_SIZE,
+				 pgprot_noncached(vma->vm_page_prot), NULL);
+}
+
+int vhca_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibpd->device);
+	struct vhca_pd *pd = to_vpd(ibpd);
+	struct vhca_alloc_pd_out out;
+	int ret;
+
+	ret = vhca_cmd(dev, VHCA_CMD_ALLOC_PD, NULL, 0, &out, sizeof(out),
+		       NULL);
+	if (ret)
+		return ret;
+	pd->pdn = out.pdn;
+	if (udata && udata->outlen) {
+		struct vhca_ib_alloc_pd_resp resp = { .pdn = pd->pdn };
+
+		ret = ib_copy_to_udata(udata, &resp,
+				       min(udata->outlen, sizeof(resp)));
+		if (ret) {
+			struct vhca_dealloc_pd_in in = { .pdn = pd->pdn };
+
+			vhca_cmd(dev, VHCA_CMD_DEALLOC_PD, &in, sizeof(in),
+				 NULL, 0, NULL);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+int vhca_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibpd->device);
+	struct vhca_dealloc_pd_in in = { .pdn = to_vpd(ibpd)->pdn };
+	int ret;
+
+	ret = vhca_cmd(dev, VHCA_CMD_DEALLOC_PD, &in, sizeof(in), NULL, 0,
+		       NULL);
+	/* BUSY is the caller's bug, worth telling; a dead device is not. */
+	return ret == -EBUSY ? ret : 0;
+}
+
+void vhca_ah_to_av(const struct rdma_ah_attr *ah, struct vhca_av *av)
+{
+	memset(av, 0, sizeof(*av));
+	av->dlid = rdma_ah_get_dlid(ah);
+	av->sl = rdma_ah_get_sl(ah);
+	av->src_path_bits = rdma_ah_get_path_bits(ah);
+	av->static_rate = rdma_ah_get_static_rate(ah);
+	av->port_num = rdma_ah_get_port_num(ah);
+	if (rdma_ah_get_ah_flags(ah) & IB_AH_GRH) {
+		const struct ib_global_route *grh = rdma_ah_read_grh(ah);
+
+		av->is_global = 1;
+		memcpy(av->dgid, grh->dgid.raw, sizeof(av->dgid));
+		av->flow_label = grh->flow_label;
+		av->sgid_index = grh->sgid_index;
+		av->hop_limit = grh->hop_limit;
+		av->traffic_class = grh->traffic_class;
+	}
+}
+
+void vhca_av_to_ah(struct vhca_dev *dev, const struct vhca_av *av,
+		   struct rdma_ah_attr *ah)
+{
+	memset(ah, 0, sizeof(*ah));
+	ah->type = RDMA_AH_ATTR_TYPE_IB;
+	rdma_ah_set_dlid(ah, av->dlid);
+	rdma_ah_set_sl(ah, av->sl);
+	rdma_ah_set_path_bits(ah, av->src_path_bits);
+	rdma_ah_set_static_rate(ah, av->static_rate);
+	rdma_ah_set_port_num(ah, av->port_num ? av->port_num : VHCA_PORT);
+	if (av->is_global) {
+		union ib_gid dgid;
+
+		memcpy(dgid.raw, av->dgid, sizeof(dgid.raw));
+		rdma_ah_set_grh(ah, &dgid, av->flow_label, av->sgid_index,
+				av->hop_limit, av->traffic_class);
+	}
+}
+
+/* UD address handles stay in the driver: post_send copies the AV. */
+int vhca_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
+		   struct ib_udata *udata)
+{
+	struct rdma_ah_attr *attr = init->ah_attr;
+
+	if (attr->type != RDMA_AH_ATTR_TYPE_IB)
+		return -EINVAL;
+	vhca_ah_to_av(attr, &to_vah(ibah)->av);
+	return 0;
+}
+
+/*
+ * ib_mad matches a response to its request by the request's AH
+ * (rcv_has_same_gid): without query_ah every GSI response would be dropped.
+ */
+int vhca_query_ah(struct ib_ah *ibah, struct rdma_ah_attr *attr)
+{
+	vhca_av_to_ah(to_vdev(ibah->device), &to_vah(ibah)->av, attr);
+	return 0;
+}
+
+int vhca_destroy_ah(struct ib_ah *ibah, u32 flags)
+{
+	return 0;
+}
+
+/* enum ib_access_flags <-> VHCA_ACCESS_* (MP-04). */
+u32 vhca_access_to_dev(int ib)
+{
+	return ((ib & IB_ACCESS_LOCAL_WRITE) ? VHCA_ACCESS_LOCAL_WRITE : 0) |
+	       ((ib & IB_ACCESS_REMOTE_WRITE) ? VHCA_ACCESS_REMOTE_WRITE : 0) |
+	       ((ib & IB_ACCESS_REMOTE_READ) ? VHCA_ACCESS_REMOTE_READ : 0) |
+	       ((ib & IB_ACCESS_REMOTE_ATOMIC) ? VHCA_ACCESS_REMOTE_ATOMIC : 0) |
+	       ((ib & IB_ACCESS_MW_BIND) ? VHCA_ACCESS_MW_BIND : 0);
+}
+
+int vhca_access_to_ib(u32 a)
+{
+	return ((a & VHCA_ACCESS_LOCAL_WRITE) ? IB_ACCESS_LOCAL_WRITE : 0) |
+	       ((a & VHCA_ACCESS_REMOTE_WRITE) ? IB_ACCESS_REMOTE_WRITE : 0) |
+	       ((a & VHCA_ACCESS_REMOTE_READ) ? IB_ACCESS_REMOTE_READ : 0) |
+	       ((a & VHCA_ACCESS_REMOTE_ATOMIC) ? IB_ACCESS_REMOTE_ATOMIC : 0) |
+	       ((a & VHCA_ACCESS_MW_BIND) ? IB_ACCESS_MW_BIND : 0);
+}

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR MIT) */
+/*
+ * vhca-abi-user.h: the private uverbs ABI between vhca.ko and the rdma-core
+ * provider libvhca (the udata of the verbs below). The provider keeps a copy
+ * under rdma-core's kernel-headers/rdma/ and includes it as
+ * <rdma/vhca-abi-user.h>.
+ *
+ * Everything the device defines (WQE, CQE and doorbell layouts, the wake
+ * protocol) is in vhca_abi.h; this file only says how the kernel hands the
+ * provider its resources:
+ *
+ * - alloc_ucontext: the context gets its own UAR page (BAR2 page index >= 1).
+ *   The provider maps it with mmap(NULL, uar_page_size, PROT_READ |
+ *   PROT_WRITE, MAP_SHARED, cmd_fd, uar_mmap_offset); it is uncached device
+ *   memory. The page's header (asleep word) is at byte 0, slot s at s * 8.
+ * - create_cq / create_qp / create_srq: the provider allocates the rings
+ *   itself (page-aligned, zeroed, 2^log2 entries of the stride it chose) and
+ *   passes their user addresses; the kernel pins them (ib_umem), builds the
+ *   page lists, picks a free doorbell slot in the context's UAR page and
+ *   returns it. No mmap is needed for queue buffers.
+ * - Kernel checks: every ring must start on a page boundary, be at least
+ *   (entries << stride_shift) bytes, and use a stride the device allows
+ *   (vhca_abi.h VHCA_*_WQE_SHIFT).
+ *
+ * uverbs ABI version (ib_device.ops.uverbs_abi_ver): VHCA_IB_UVERBS_ABI_VERSION.
+ * The provider's match range must include it. A change to any struct here
+ * that is not a pure append bumps it.
+ */
+
+#ifndef VHCA_ABI_USER_H
+#define VHCA_ABI_USER_H
+
+#include <linux/types.h>
+
+#define VHCA_IB_UVERBS_ABI_VERSION 1
+
+/* mmap() offsets, in pages (vm_pgoff): the context's UAR page. */
+#define VHCA_IB_MMAP_UAR 0
+
+/* alloc_ucontext: no input. */
+struct vhca_ib_alloc_ucontext_resp {
+	/* The context's UAR page (BAR2 page index), >= 1. */
+	__u32 uar_index;
+	/* VHCA_DEV_CAP_* (what the device supports). */
+	__u32 cap_flags;
+	/* Offset to pass to mmap() for the UAR page. */
+	__aligned_u64 uar_mmap_offset;
+	/* Bytes of the UAR page to map (VHCA_UAR_PAGE_SIZE). */
+	__u32 uar_page_size;
+	/* Doorbell slots per page (VHCA_UAR_SLOTS), header included. */
+	__u32 uar_slots;
+	/* Device limits, as in QUERY_DEVICE. */
+	__u32 max_qp_wr;
+	__u32 max_sge;
+	__u32 max_cqe;
+	__u32 max_inline;
+	__u32 max_srq_wr;
+	__u32 reserved;
+};
+
+/* alloc_pd: no input. */
+struct vhca_ib_alloc_pd_resp {
+	__u32 pdn;
+	__u32 reserved;
+};
+
+/* create_cq input. */
+struct vhca_ib_create_cq {
+	/* The ring: 2^log2_entries CQEs of VHCA_CQE_SIZE bytes, zeroed. */
+	__aligned_u64 buf_addr;
+	/* Bytes at buf_addr (at least VHCA_CQE_SIZE << log2_entries). */
+	__u32 buf_size;
+	__u8 log2_entries;
+	__u8 reserved[3];
+};
+
+struct vhca_ib_create_cq_resp {
+	__u32 cqn;
+	/* Usable entries (the whole ring). */
+	__u32 entries;
+	/* UAR page and slot of the CQ's doorbell (struct vhca_cq_doorbell). */
+	__u32 uar_index;
+	__u16 db_slot;
+	__u16 reserved;
+};
+
+/* create_qp input. */
+struct vhca_ib_create_qp {
+	/* SQ ring: 2^log2_sq_size WQEs of 2^sq_wqe_shift bytes. */
+	__aligned_u64 sq_buf_addr;
+	/* RQ ring: 2^log2_rq_size WQEs of 2^rq_wqe_shift bytes; 0 with an SRQ. */
+	__aligned_u64 rq_buf_addr;
+	__u32 sq_buf_size;
+	__u32 rq_buf_size;
+	__u8 log2_sq_size;
+	__u8 log2_rq_size;
+	__u8 sq_wqe_shift;
+	__u8 rq_wqe_shift;
+	__u32 reserved;
+};
+
+struct vhca_ib_create_qp_resp {
+	__u32 qpn;
+	/* UAR page and slot of the QP's doorbell (struct vhca_qp_doorbell). */
+	__u32 uar_index;
+	__u16 db_slot;
+	__u16 reserved0;
+	__u32 reserved1;
+};
+
+/* create_srq input. */
+struct vhca_ib_create_srq {
+	/* The ring: 2^log2_entries WQEs of 2^wqe_shift bytes. */
+	__aligned_u64 buf_addr;
+	__u32 buf_size;
+	__u8 log2_entries;
+	__u8 wqe_shift;
+	__u16 reserved;
+};
+
+struct vhca_ib_create_srq_resp {
+	__u32 srqn;
+	/* UAR page and slot of the SRQ's doorbell (struct vhca_srq_doorbell). */
+	__u32 uar_index;
+	__u16 db_slot;
+	__u16 reserved0;
+	__u32 reserved1;
+};
+
+#endif /* VHCA_ABI_USER_H */

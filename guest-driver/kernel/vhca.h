@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * vhca: a virtual PCIe InfiniBand HCA (design.md §4, §7). The device interface
+ * is vhca_abi.h (generated from device/src/abi); this header holds the
+ * driver's own objects. One file per topic: main (PCI, bring-up, ib_device),
+ * cmdq, eq, uar (doorbells), pbl (page lists), verbs (device, port, PD, AH,
+ * ucontext), cq, qp, srq, mr, debugfs.
+ */
+
+#ifndef VHCA_H
+#define VHCA_H
+
+#include <linux/bitmap.h>
+#include <linux/completion.h>
+#include <linux/idr.h>
+#include <linux/interrupt.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/refcount.h>
+#include <linux/spinlock.h>
+#include <linux/workqueue.h>
+#include <linux/xarray.h>
+#include <rdma/ib_umem.h>
+#include <rdma/ib_verbs.h>
+
+#include "vhca_abi.h"
+#include "vhca-abi-user.h"
+
+/*
+ * Every multi-byte ABI field is little-endian and declared as a plain __uN in
+ * vhca_abi.h; the driver stores them natively.
+ */
+#ifdef CONFIG_CPU_BIG_ENDIAN
+#error "vhca: the device ABI is little-endian; this driver stores its fields natively"
+#endif
+
+#define VHCA_DRV_NAME "vhca"
+
+/* Ring sizes the driver asks for (capped by CAP_MAX_*_LOG2). */
+#define VHCA_CMDQ_LOG2      4	/* commands run one at a time (cmdq.c) */
+#define VHCA_EQ0_LOG2       12	/* EQ 0 overflow is fatal: keep it roomy */
+#define VHCA_CEQ_LOG2       10
+#define VHCA_KCQ_MIN_LOG2   6	/* a kernel CQ ring fills at least a page */
+#define VHCA_GID_TBL_MAX    128	/* GIDs served (only GID 0 is non-zero) */
+
+/* BAR0 capability registers, read once at probe. */
+struct vhca_caps {
+	u32 max_qp;
+	u32 max_cq;
+	u32 max_srq;
+	u32 max_mr;
+	u32 max_pd;
+	u32 max_eq;
+	u32 max_qp_wr;
+	u32 max_sge;
+	u32 max_cqe;
+	u32 max_inline;
+	u32 num_uars;
+	u32 msix_vectors;
+	u32 max_cmdq_log2;
+	u32 max_eq_log2;
+	u32 max_srq_wr;
+	u32 num_ports;
+	u32 flags;		/* VHCA_DEV_CAP_* */
+};
+
+/* A doorbell page: UAR 0 for the kernel, one per user context. */
+struct vhca_uar {
+	u32 index;
+	spinlock_t lock;
+	DECLARE_BITMAP(used, VHCA_UAR_SLOTS);
+};
+
+/* The command queue (cmdq.c). */
+struct vhca_cmdq {
+	struct mutex lock;	/* one command at a time */
+	struct vhca_cmd *ring;
+	dma_addr_t ring_dma;
+	u32 log2;
+	u32 pi;
+	void *in_mb;		/* mailboxes: one page each */
+	void *out_mb;
+	dma_addr_t in_mb_dma;
+	dma_addr_t out_mb_dma;
+	struct completion done;
+	u16 token;
+	u16 wait_token;
+	bool events;		/* sleep on COMMAND_DONE instead of polling */
+	bool dead;		/* a command timed out or the device is FATAL */
+	/* statistics, for debugfs */
+	u64 posted;
+	u64 failed;
+	u16 last_fail_opcode;
+	u8 last_fail_status;
+	u32 last_fail_syndrome;
+};
+
+/* An event queue: EQ 0 (async + command done) or a completion EQ (eq.c). */
+struct vhca_eq {
+	struct vhca_dev *dev;
+	struct vhca_eqe *ring;
+	dma_addr_t ring_dma;
+	size_t ring_bytes;
+	u32 log2;
+	u32 ci;
+	u32 arm_sn;
+	u32 eqn;
+	u16 vector;
+	u16 slot;		/* doorbell slot in UAR 0 */
+	void __iomem *db;
+	int irq;
+	bool irq_requested;
+	bool created;
+	u64 eqes;
+	u64 interrupts;
+	char name[32];
+};
+
+/* A page list over user memory, or a contiguous kernel ring (pbl.c). */
+struct vhca_pbl_buf {
+	struct vhca_pbl desc;
+	/* ONE_LEVEL: the list; TWO_LEVEL: the directory. */
+	__le64 *dir;
+	dma_addr_t dir_dma;
+	size_t dir_bytes;
+	/* TWO_LEVEL: the second-level tables. */
+	u32 ntables;
+	__le64 **tables;
+	dma_addr_t *tables_dma;
+};
+
+/* A ring in coherent memory (kernel CQ, SQ, RQ, SRQ). */
+struct vhca_kring {
+	void *buf;
+	dma_addr_t dma;
+	size_t bytes;
+};
+
+/* The port as QUERY_PORT last answered (verbs.c). */
+struct vhca_port_cache {
+	spinlock_t lock;
+	struct vhca_port_attr attr;
+};
+
+struct vhca_dev {
+	struct ib_device ibdev;	/* first: ib_alloc_device */
+	struct pci_dev *pdev;
+	void __iomem *bar0;
+	void __iomem *bar2;	/* every UAR page, kernel mapping */
+	resource_size_t bar2_start;
+	resource_size_t bar2_len;
+	struct vhca_caps caps;
+	struct vhca_device_attr attr;	/* QUERY_DEVICE */
+	struct vhca_cmdq cmdq;
+	struct vhca_eq eq0;
+	struct vhca_eq *ceqs;		/* completion EQs, vectors 1.. */
+	u32 nceqs;
+	int nvec;
+	struct vhca_uar kuar;		/* UAR 0 */
+	struct ida uar_ida;		/* user UAR pages 1.. */
+	struct xarray qp_xa;		/* QPN -> vhca_qp (events, poll_cq) */
+	struct xarray cq_xa;		/* CQN -> vhca_cq */
+	struct xarray srq_xa;		/* SRQN -> vhca_srq */
+	struct vhca_port_cache port;
+	struct work_struct port_work;
+	unsigned long port_events;	/* pending enum vhca_eqe_type bits */
+	bool registered;
+	struct mutex ctx_lock;		/* the BAR0 context window */
+	struct dentry *debugfs;
+	struct vhca_dbg_ctx {
+		struct vhca_dev *dev;
+		u32 table;	/* enum vhca_ctx_table */
+		u32 index;	/* last number written to the file */
+	} dbg_ctx[VHCA_CTX_EQC + 1];
+};
+
+struct vhca_ucontext {
+	struct ib_ucontext ibuctx;
+	struct vhca_uar uar;
+};
+
+struct vhca_pd {
+	struct ib_pd ibpd;
+	u32 pdn;
+};
+
+struct vhca_ah {
+	struct ib_ah ibah;
+	struct vhca_av av;
+};
+
+struct vhca_cq {
+	struct ib_cq ibcq;
+	u32 cqn;
+	u32 log2;
+	u32 ci;
+	u32 arm_sn;
+	spinlock_t lock;		/* poll_cq, req_notify_cq, destroy_qp */
+	struct vhca_kring ring;		/* kernel CQ */
+	struct ib_umem *umem;		/* user CQ */
+	struct vhca_pbl_buf pbl;
+	struct vhca_uar *uar;
+	u16 slot;
+	void __iomem *db;
+	refcount_t ref;			/* event dispatch vs destroy */
+	struct completion freed;
+};
+
+/* A kernel work queue (SQ, RQ or SRQ ring). */
+struct vhca_wq {
+	struct vhca_kring ring;
+	spinlock_t lock;
+	u32 log2;
+	u32 shift;		/* log2 of the WQE stride */
+	u32 pi;			/* WQEs posted (free-running) */
+	u32 ci;			/* WQEs completed (SQ, RQ) */
+	atomic_t done;		/* SRQ: receive completions seen */
+	u32 max_sge;
+	u32 max_inline;
+	u64 *wrid;		/* SQ, RQ: caller's wr_id by ring slot */
+};
+
+struct vhca_qp {
+	struct ib_qp ibqp;
+	u32 qpn;
+	u8 type;			/* enum vhca_qp_type */
+	u8 state;			/* enum ib_qp_state last set */
+	u8 port;
+	bool user;
+	struct vhca_wq sq;		/* kernel QP */
+	struct vhca_wq rq;
+	struct ib_umem *sq_umem;	/* user QP */
+	struct ib_umem *rq_umem;
+	struct vhca_pbl_buf sq_pbl;
+	struct vhca_pbl_buf rq_pbl;
+	struct vhca_uar *uar;
+	u16 slot;
+	void __iomem *db;
+	refcount_t ref;
+	struct completion freed;
+};
+
+struct vhca_srq {
+	struct ib_srq ibsrq;
+	u32 srqn;
+	u32 limit;
+	bool user;
+	struct vhca_wq wq;		/* kernel SRQ */
+	struct ib_umem *umem;		/* user SRQ */
+	struct vhca_pbl_buf pbl;
+	struct vhca_uar *uar;
+	u16 slot;
+	void __iomem *db;
+	refcount_t ref;
+	struct completion freed;
+};
+
+struct vhca_mr {
+	struct ib_mr ibmr;
+	struct ib_umem *umem;
+};
+
+static inline struct vhca_dev *to_vdev(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct vhca_dev, ibdev);
+}
+
+static inline struct vhca_ucontext *to_vuctx(struct ib_ucontext *c)
+{
+	return container_of(c, struct vhca_ucontext, ibuctx);
+}
+
+static inline struct vhca_pd *to_vpd(struct ib_pd *pd)
+{
+	return container_of(pd, struct vhca_pd, ibpd);
+}
+
+static inline struct vhca_ah *to_vah(struct ib_ah *ah)
+{
+	return container_of(ah, struct vhca_ah, ibah);
+}
+
+static inline struct vhca_cq *to_vcq(struct ib_cq *cq)
+{
+	return container_of(cq, struct vhca_cq, ibcq);
+}
+
+static inline struct vhca_qp *to_vqp(struct ib_qp *qp)
+{
+	return container_of(qp, struct vhca_qp, ibqp);
+}
+
+static inline struct vhca_srq *to_vsrq(struct ib_srq *srq)
+{
+	return container_of(srq, struct vhca_srq, ibsrq);
+}
+
+static inline struct vhca_mr *to_vmr(struct ib_mr *mr)
+{
+	return container_of(mr, struct vhca_mr, ibmr);
+}
+
+static inline u32 vhca_rd(struct vhca_dev *dev, u32 reg)
+{
+	return readl(dev->bar0 + reg);
+}
+
+static inline void vhca_wr(struct vhca_dev *dev, u32 reg, u32 val)
+{
+	writel(val, dev->bar0 + reg);
+}
+
+/* cmdq.c */
+int vhca_cmdq_init(struct vhca_dev *dev);
+void vhca_cmdq_free(struct vhca_dev *dev);
+int vhca_cmd(struct vhca_dev *dev, u16 opcode, const void *in, size_t in_len,
+	     void *out, size_t out_len, u8 *status);
+void vhca_cmdq_event(struct vhca_dev *dev, u16 token);
+void vhca_cmdq_kill(struct vhca_dev *dev, const char *why);
+
+/* eq.c */
+int vhca_eq0_alloc(struct vhca_dev *dev);
+int vhca_eq0_start(struct vhca_dev *dev);
+void vhca_eq0_stop(struct vhca_dev *dev);
+void vhca_eq0_free(struct vhca_dev *dev);
+int vhca_ceqs_create(struct vhca_dev *dev);
+void vhca_ceqs_destroy(struct vhca_dev *dev);
+u32 vhca_comp_eqn(struct vhca_dev *dev, int comp_vector);
+
+/* uar.c */
+void vhca_uar_init(struct vhca_uar *uar, u32 index);
+int vhca_slot_alloc(struct vhca_uar *uar);
+void vhca_slot_free(struct vhca_uar *uar, u16 slot);
+void __iomem *vhca_slot_addr(struct vhca_dev *dev, u32 uar, u16 slot);
+void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word,
+		     u32 pi);
+
+/* pbl.c */
+int vhca_kring_alloc(struct vhca_dev *dev, struct vhca_kring *r, size_t bytes,
+		     struct vhca_pbl *desc);
+void vhca_kring_free(struct vhca_dev *dev, struct vhca_kring *r);
+int vhca_pbl_from_umem(struct vhca_dev *dev, struct ib_umem *umem,
+		       unsigned long pgsz, struct vhca_pbl_buf *pbl);
+void vhca_pbl_free(struct vhca_dev *dev, struct vhca_pbl_buf *pbl);
+struct ib_umem *vhca_umem_ring(struct vhca_dev *dev, u64 addr, u32 buf_size,
+			       size_t need, struct vhca_pbl_buf *pbl);
+
+/* verbs.c */
+int vhca_query_device_cmd(struct vhca_dev *dev);
+int vhca_refresh_port(struct vhca_dev *dev);
+void vhca_port_work(struct work_struct *work);
+int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
+		      struct ib_udata *udata);
+int vhca_query_port(struct ib_device *ibdev, u32 port,
+		    struct ib_port_attr *attr);
+int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
+			    struct ib_port_immutable *imm);
+enum rdma_link_layer vhca_get_link_layer(struct ib_device *ibdev, u32 port);
+int vhca_query_pkey(struct ib_device *ibdev, u32 port, u16 index, u16 *pkey);
+int vhca_query_gid(struct ib_device *ibdev, u32 port, int index,
+		   union ib_gid *gid);
+void vhca_get_dev_fw_str(struct ib_device *ibdev, char *str);
+int vhca_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata);
+void vhca_dealloc_ucontext(struct ib_ucontext *uctx);
+void vhca_disassociate_ucontext(struct ib_ucontext *uctx);
+int vhca_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
+int vhca_alloc_pd(struct ib_pd *pd, struct ib_udata *udata);
+int vhca_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata);
+int vhca_create_ah(struct ib_ah *ah, struct rdma_ah_init_attr *init,
+		   struct ib_udata *udata);
+int vhca_query_ah(struct ib_ah *ah, struct rdma_ah_attr *attr);
+int vhca_destroy_ah(struct ib_ah *ah, u32 flags);
+void vhca_ah_to_av(const struct rdma_ah_attr *ah, struct vhca_av *av);
+void vhca_av_to_ah(struct vhca_dev *dev, const struct vhca_av *av,
+		   struct rdma_ah_attr *ah);
+u32 vhca_access_to_dev(int ib_access);
+int vhca_access_to_ib(u32 access);
+struct vhca_uar *vhca_uar_of(struct vhca_dev *dev, struct ib_udata *udata);
+
+/* cq.c */
+int vhca_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		   struct uverbs_attr_bundle *attrs);
+int vhca_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int vhca_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
+int vhca_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
+void vhca_cq_clean(struct vhca_cq *cq, u32 qpn, struct vhca_srq *srq);
+void vhca_cq_event(struct vhca_dev *dev, u32 cqn, u8 kind);
+
+/* qp.c */
+int vhca_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
+		   struct ib_udata *udata);
+int vhca_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		   struct ib_udata *udata);
+int vhca_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		  struct ib_qp_init_attr *init);
+int vhca_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+int vhca_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+		   const struct ib_send_wr **bad_wr);
+int vhca_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		   const struct ib_recv_wr **bad_wr);
+void vhca_qp_event(struct vhca_dev *dev, u32 qpn, u8 kind);
+int vhca_wq_post_recv(struct vhca_dev *dev, struct vhca_wq *wq,
+		      const struct ib_recv_wr *wr, bool use_index);
+int vhca_wq_alloc(struct vhca_dev *dev, struct vhca_wq *wq, u32 entries,
+		  u32 shift, struct vhca_pbl *desc);
+void vhca_wq_free(struct vhca_dev *dev, struct vhca_wq *wq);
+
+/* srq.c */
+int vhca_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+		    struct ib_udata *udata);
+int vhca_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+		    enum ib_srq_attr_mask mask, struct ib_udata *udata);
+int vhca_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr);
+int vhca_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
+int vhca_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+		       const struct ib_recv_wr **bad_wr);
+void vhca_srq_event(struct vhca_dev *dev, u32 srqn, u8 kind);
+
+/* mr.c */
+struct ib_mr *vhca_get_dma_mr(struct ib_pd *pd, int access);
+struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
+			       u64 virt, int access, struct ib_udata *udata);
+int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+
+/* debugfs.c */
+void vhca_debugfs_init(void);
+void vhca_debugfs_exit(void);
+void vhca_debugfs_add(struct vhca_dev *dev);
+void vhca_debugfs_remove(struct vhca_dev *dev);
+
+#endif /* VHCA_H */
