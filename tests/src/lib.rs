@@ -1,0 +1,44 @@
+//! The userspace test driver of vhca (design.md §8, "device" tier): plays the
+//! guest against real `vhca` processes over their vfio-user sockets.
+//!
+//! - [`process`]: [`Vhca::spawn`] starts N processes on a fabric file on UDP
+//!   loopback (sockets, logs, captures in a temporary folder; killed on drop;
+//!   a watchdog kills them if a test hangs).
+//! - [`guest`]: [`Guest`] is QEMU's side of the socket: a memfd as guest RAM,
+//!   DMA-mapped; config space; BAR0 by messages, BAR2 mapped; MSI-X vectors as
+//!   eventfds; a page allocator (contiguous and deliberately scattered pages).
+//! - [`hca`]: [`Hca`] is the driver: bring-up by abi::bar0's rules, the command
+//!   queue, a typed wrapper per command, QP state helpers.
+//! - [`verbs`]: WQEs into rings, doorbells with the asleep/WAKE protocol, CQEs and
+//!   EQEs by the owner bit, arming, MSI-X waits; raw ring and doorbell access for
+//!   fuzzing.
+//! - [`fixture`]: shortcuts the integration tests share.
+//!
+//! Everything is written against `device::abi`, the one source of the ABI.
+//!
+//! Environment: `VHCA_BIN` (a prebuilt binary), `VHCA_TEST_LOG` (the device's
+//! `--log`), `VHCA_TEST_SEED` (replay a random test), `VHCA_TEST_TIMEOUT`
+//! (watchdog seconds), `VHCA_KEEP` (keep the run folder), `VHCA_TEST_STDERR`
+//! (print the devices' stderr at the end), `VHCA_REQUIRE_TSHARK`.
+
+pub mod fixture;
+pub mod guest;
+pub mod hca;
+pub mod process;
+pub mod sys;
+pub mod util;
+pub mod verbs;
+
+pub use device::abi;
+pub use guest::{Buf, Guest, GuestOptions, Layout};
+pub use hca::{
+    CmdError, ConnOpts, CqH, EqH, Hca, HcaConfig, Mr, Nothing, PblKind, Pd, QpH, QpInit, Remote,
+    SrqH,
+};
+pub use process::{Build, Options, Vhca};
+pub use verbs::{RecvWr, SendWr};
+
+/// Logs of the test driver to stderr, by `RUST_LOG` (once per process).
+pub fn init_logging() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}

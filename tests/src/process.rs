@@ -1,0 +1,602 @@
+//! Real `vhca` processes: the binary, a fabric file for N nodes on UDP loopback,
+//! sockets, stderr logs and captures in a temporary folder, kill on drop.
+//!
+//! The binary is `$VHCA_BIN` when set; otherwise this builds it once per test
+//! process with the cargo that runs the tests (`$CARGO`), into the same target
+//! folder (`$CARGO_TARGET_DIR`, else the workspace's `target/`):
+//!
+//! - [`Build::Debug`]: `cargo build -p device --bin vhca` → `target/debug/vhca`;
+//! - [`Build::Optimized`]: the same with a `vhca-test` profile defined on the
+//!   command line (release without LTO, with debug assertions and overflow
+//!   checks, so a device bug still panics) → `target/vhca-test/vhca`; for the
+//!   heavy tests (fuzzing, 256 MiB under faults).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::net::UdpSocket;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Which build of the binary to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Build {
+    /// The dev profile (`target/debug/vhca`).
+    Debug,
+    /// Optimised, with debug assertions and overflow checks (`target/vhca-test/vhca`).
+    Optimized,
+}
+
+/// The workspace root (this crate's parent folder).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if !d.is_empty() => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() {
+                d
+            } else {
+                workspace_root().join(d)
+            }
+        }
+        _ => workspace_root().join("target"),
+    }
+}
+
+/// The `vhca` binary for `build`: `$VHCA_BIN`, or built once per process.
+/// Panics with cargo's output if the build fails.
+pub fn vhca_binary(build: Build) -> PathBuf {
+    if let Some(p) = std::env::var_os("VHCA_BIN") {
+        if !p.is_empty() {
+            return PathBuf::from(p);
+        }
+    }
+    static BUILT: OnceLock<Mutex<HashMap<Build, Result<PathBuf, String>>>> = OnceLock::new();
+    let cache = BUILT.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let r = cache.entry(build).or_insert_with(|| cargo_build(build));
+    match r {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn cargo_build(build: Build) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = workspace_root();
+    let target = target_dir();
+    let mut cmd = Command::new(&cargo);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .args(["-p", "device", "--bin", "vhca"])
+        .env("CARGO_TARGET_DIR", &target);
+    let out = match build {
+        Build::Debug => target.join("debug").join("vhca"),
+        Build::Optimized => {
+            for c in [
+                "profile.vhca-test.inherits=\"release\"",
+                "profile.vhca-test.lto=false",
+                "profile.vhca-test.codegen-units=16",
+                "profile.vhca-test.debug-assertions=true",
+                "profile.vhca-test.overflow-checks=true",
+            ] {
+                cmd.args(["--config", c]);
+            }
+            cmd.args(["--profile", "vhca-test"]);
+            target.join("vhca-test").join("vhca")
+        }
+    };
+    let started = Instant::now();
+    eprintln!("vhca-tests: building vhca ({build:?}): {cmd:?}");
+    let o = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(&cargo).display()))?;
+    if !o.status.success() {
+        return Err(format!(
+            "building vhca ({build:?}) failed ({}):\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    if !out.exists() {
+        return Err(format!("cargo built, but {} is missing", out.display()));
+    }
+    eprintln!(
+        "vhca-tests: vhca ({build:?}) ready in {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(out)
+}
+
+/// How to start a fabric of `vhca` processes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Nodes (processes), named `n0`, `n1`, ...
+    pub nodes: usize,
+    pub build: Build,
+    /// `--fault SPEC` for every node (`faults` overrides per node).
+    pub fault: Option<String>,
+    /// Per-node `--fault`, by index (wins over `fault`).
+    pub faults: HashMap<usize, String>,
+    /// `--capture` into the run folder for every node.
+    pub capture: bool,
+    /// `--log LEVEL`.
+    pub log: String,
+    /// More arguments for every node.
+    pub extra_args: Vec<String>,
+    /// How long a process may take to create its socket.
+    pub startup_timeout: Duration,
+    /// Watchdog: after this long the processes are killed, so that a test
+    /// blocked on a device that stopped answering fails instead of hanging
+    /// (`$VHCA_TEST_TIMEOUT` seconds, default 300).
+    pub watchdog: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            nodes: 1,
+            build: Build::Debug,
+            fault: None,
+            faults: HashMap::new(),
+            capture: false,
+            log: std::env::var("VHCA_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            extra_args: Vec::new(),
+            startup_timeout: Duration::from_secs(20),
+            watchdog: Duration::from_secs(
+                std::env::var("VHCA_TEST_TIMEOUT")
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(300),
+            ),
+        }
+    }
+}
+
+impl Options {
+    pub fn nodes(n: usize) -> Options {
+        Options {
+            nodes: n,
+            ..Options::default()
+        }
+    }
+
+    pub fn build(mut self, b: Build) -> Options {
+        self.build = b;
+        self
+    }
+
+    pub fn fault(mut self, spec: &str) -> Options {
+        self.fault = Some(spec.to_string());
+        self
+    }
+
+    pub fn capture(mut self) -> Options {
+        self.capture = true;
+        self
+    }
+}
+
+/// One node of the fabric file and where its process keeps its files.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub name: String,
+    pub lid: u16,
+    pub guid: u64,
+    pub udp_port: u16,
+    pub socket: PathBuf,
+    /// stderr of the current process (each start appends).
+    pub stderr: PathBuf,
+    pub capture: Option<PathBuf>,
+}
+
+/// A fabric of running `vhca` processes; every one is killed on drop.
+pub struct Vhca {
+    dir: tempfile::TempDir,
+    fabric: PathBuf,
+    bin: PathBuf,
+    opts: Options,
+    nodes: Vec<NodeInfo>,
+    procs: Vec<Option<Child>>,
+    watch: Arc<Watch>,
+}
+
+/// What the watchdog thread shares with [`Vhca`]: the pids it may kill (only
+/// children not yet reaped, so never a reused pid) and the stop flag.
+#[derive(Debug, Default)]
+struct Watch {
+    pids: Mutex<Vec<Option<u32>>>,
+    done: AtomicBool,
+    fired: AtomicBool,
+}
+
+impl Watch {
+    fn set(&self, i: usize, pid: Option<u32>) {
+        let mut p = self.pids.lock().unwrap_or_else(|e| e.into_inner());
+        if p.len() <= i {
+            p.resize(i + 1, None);
+        }
+        p[i] = pid;
+    }
+
+    fn start(self: &Arc<Self>, after: Duration) {
+        let w = Arc::clone(self);
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + after;
+            while !w.done.load(Ordering::Acquire) {
+                if Instant::now() > deadline {
+                    w.fired.store(true, Ordering::Release);
+                    let p = w.pids.lock().unwrap_or_else(|e| e.into_inner());
+                    for pid in p.iter().flatten() {
+                        eprintln!("vhca-tests: watchdog: {after:?} passed, killing pid {pid}");
+                        let _ = crate::sys::kill(*pid, libc::SIGKILL);
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for Vhca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vhca")
+            .field("dir", &self.dir.path())
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// First LID given to node 0; node i has LID BASE_LID + i.
+pub const BASE_LID: u16 = 0x11;
+
+/// Port GUID of node `i`.
+pub fn node_guid(i: usize) -> u64 {
+    0x0002_c903_00ab_0000 + i as u64 + 1
+}
+
+/// `n` distinct UDP ports on 127.0.0.1 the OS had free (all held at once while
+/// choosing, so they differ; a small race with other programs remains).
+pub fn free_udp_ports(n: usize) -> io::Result<Vec<u16>> {
+    let socks: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0"))
+        .collect::<io::Result<_>>()?;
+    socks
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()))
+        .collect()
+}
+
+/// The fabric file text for `nodes`.
+pub fn fabric_toml(nodes: &[NodeInfo]) -> String {
+    let mut s = String::from("# written by vhca-tests\n");
+    for n in nodes {
+        let _ = write!(
+            s,
+            "\n[[node]]\nname = \"{}\"\nlid = {}\nguid = \"{:#018x}\"\naddress = \"127.0.0.1:{}\"\n",
+            n.name, n.lid, n.guid, n.udp_port
+        );
+    }
+    s
+}
+
+impl Vhca {
+    /// Writes the fabric file and starts every node; returns once every socket
+    /// exists. Panics (with the process's stderr) if one does not start.
+    pub fn spawn(opts: Options) -> Vhca {
+        crate::init_logging();
+        assert!(opts.nodes >= 1, "a fabric has at least one node");
+        let bin = vhca_binary(opts.build);
+        let dir = tempfile::Builder::new()
+            .prefix("vhca-tests-")
+            .tempdir()
+            .expect("create a temporary folder");
+        let ports = free_udp_ports(opts.nodes).expect("pick free UDP ports");
+        let nodes: Vec<NodeInfo> = (0..opts.nodes)
+            .map(|i| {
+                let name = format!("n{i}");
+                NodeInfo {
+                    lid: BASE_LID + i as u16,
+                    guid: node_guid(i),
+                    udp_port: ports[i],
+                    socket: dir.path().join(format!("{name}.sock")),
+                    stderr: dir.path().join(format!("{name}.stderr")),
+                    capture: opts
+                        .capture
+                        .then(|| dir.path().join(format!("{name}.pcap"))),
+                    name,
+                }
+            })
+            .collect();
+        let fabric = dir.path().join("fabric.toml");
+        std::fs::write(&fabric, fabric_toml(&nodes)).expect("write the fabric file");
+        let watch = Arc::new(Watch::default());
+        watch.start(opts.watchdog);
+        let mut v = Vhca {
+            dir,
+            fabric,
+            bin,
+            procs: (0..nodes.len()).map(|_| None).collect(),
+            nodes,
+            opts,
+            watch,
+        };
+        for i in 0..v.nodes.len() {
+            v.start(i);
+        }
+        for i in 0..v.nodes.len() {
+            v.wait_socket(i);
+        }
+        v
+    }
+
+    /// Starts node `i`'s process (it must not be running).
+    fn start(&mut self, i: usize) {
+        assert!(self.procs[i].is_none(), "node {i} is running");
+        let n = &self.nodes[i];
+        // A restarted node must not be mistaken as ready by its old socket.
+        let _ = std::fs::remove_file(&n.socket);
+        let stderr = File::options()
+            .create(true)
+            .append(true)
+            .open(&n.stderr)
+            .expect("open the stderr log");
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--socket")
+            .arg(&n.socket)
+            .arg("--fabric")
+            .arg(&self.fabric)
+            .arg("--node")
+            .arg(&n.name)
+            .arg("--log")
+            .arg(&self.opts.log);
+        if let Some(c) = &n.capture {
+            cmd.arg("--capture").arg(c);
+        }
+        if let Some(f) = self.opts.faults.get(&i).or(self.opts.fault.as_ref()) {
+            cmd.arg("--fault").arg(f);
+        }
+        cmd.args(&self.opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+        log::info!("started {} as pid {}", n.name, child.id());
+        self.watch.set(i, Some(child.id()));
+        self.procs[i] = Some(child);
+    }
+
+    fn wait_socket(&mut self, i: usize) {
+        let deadline = Instant::now() + self.opts.startup_timeout;
+        loop {
+            let is_socket = std::fs::symlink_metadata(&self.nodes[i].socket)
+                .map(|m| m.file_type().is_socket())
+                .unwrap_or(false);
+            if is_socket {
+                return;
+            }
+            if let Some(status) = self.procs[i]
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "vhca {} exited ({status}) before creating its socket; stderr:\n{}",
+                    self.nodes[i].name,
+                    self.stderr_tail(i, 8192)
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "vhca {} did not create {} within {:?}; stderr:\n{}",
+                    self.nodes[i].name,
+                    self.nodes[i].socket.display(),
+                    self.opts.startup_timeout,
+                    self.stderr_tail(i, 8192)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn node(&self, i: usize) -> &NodeInfo {
+        &self.nodes[i]
+    }
+
+    pub fn socket(&self, i: usize) -> &Path {
+        &self.nodes[i].socket
+    }
+
+    pub fn lid(&self, i: usize) -> u16 {
+        self.nodes[i].lid
+    }
+
+    pub fn guid(&self, i: usize) -> u64 {
+        self.nodes[i].guid
+    }
+
+    pub fn fabric_file(&self) -> &Path {
+        &self.fabric
+    }
+
+    /// The run folder (sockets, fabric file, logs, captures).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Process id of node `i` (panics if it is not running).
+    pub fn pid(&self, i: usize) -> u32 {
+        self.procs[i].as_ref().expect("node is running").id()
+    }
+
+    /// Whether the watchdog fired (the test took too long).
+    pub fn watchdog_fired(&self) -> bool {
+        self.watch.fired.load(Ordering::Acquire)
+    }
+
+    /// Whether node `i`'s process is still running.
+    pub fn alive(&mut self, i: usize) -> bool {
+        match self.procs[i].as_mut() {
+            None => false,
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+        }
+    }
+
+    /// Panics with its stderr unless node `i` is running.
+    pub fn assert_alive(&mut self, i: usize) {
+        if !self.alive(i) {
+            let status = self.procs[i]
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            panic!(
+                "vhca {} is not running ({status:?}); stderr:\n{}",
+                self.nodes[i].name,
+                self.stderr_tail(i, 16384)
+            );
+        }
+    }
+
+    /// Kills node `i` at once (SIGKILL) and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].take() {
+            self.watch.set(i, None);
+            let _ = c.kill();
+            let _ = c.wait();
+            log::info!("killed {}", self.nodes[i].name);
+        }
+    }
+
+    /// Stops node `i` politely (SIGTERM, so it can flush its capture and print
+    /// its counters), then SIGKILL after `grace`. Returns its exit status.
+    pub fn stop(&mut self, i: usize, grace: Duration) -> Option<std::process::ExitStatus> {
+        let mut c = self.procs[i].take()?;
+        self.watch.set(i, None);
+        let _ = crate::sys::kill(c.id(), libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                return c.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts node `i` again (same name, LID, GUID and UDP port) after
+    /// [`kill`](Self::kill) or [`stop`](Self::stop), and waits for its socket.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.start(i);
+        self.wait_socket(i);
+    }
+
+    /// Open file descriptors of node `i` (entries of /proc/PID/fd).
+    pub fn fd_count(&self, i: usize) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid(i)))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Resident set size of node `i` in KiB (VmRSS of /proc/PID/status).
+    pub fn rss_kib(&self, i: usize) -> u64 {
+        let s =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid(i))).unwrap_or_default();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Threads of node `i` (entries of /proc/PID/task).
+    pub fn thread_count(&self, i: usize) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid(i)))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Everything node `i` wrote to stderr (all its starts).
+    pub fn stderr(&self, i: usize) -> String {
+        std::fs::read(&self.nodes[i].stderr)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The last `max` bytes of node `i`'s stderr.
+    pub fn stderr_tail(&self, i: usize, max: u64) -> String {
+        let Ok(mut f) = File::open(&self.nodes[i].stderr) else {
+            return String::new();
+        };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
+        let mut b = Vec::new();
+        let _ = f.read_to_end(&mut b);
+        String::from_utf8_lossy(&b).into_owned()
+    }
+}
+
+impl Drop for Vhca {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        self.watch.done.store(true, Ordering::Release);
+        if self.watch.fired.load(Ordering::Acquire) {
+            eprintln!("vhca-tests: the watchdog killed the processes of this test");
+        }
+        for i in 0..self.procs.len() {
+            self.watch.set(i, None);
+            if let Some(mut c) = self.procs[i].take() {
+                let exited = c.try_wait().ok().flatten();
+                let _ = c.kill();
+                let _ = c.wait();
+                if let Some(s) = exited {
+                    eprintln!(
+                        "vhca-tests: {} had exited on its own: {s}",
+                        self.nodes[i].name
+                    );
+                }
+            }
+            if panicking || std::env::var_os("VHCA_TEST_STDERR").is_some() {
+                eprintln!(
+                    "---- vhca {} stderr (tail) ----\n{}",
+                    self.nodes[i].name,
+                    self.stderr_tail(i, 6000)
+                );
+            }
+        }
+        if std::env::var_os("VHCA_KEEP").is_some() {
+            let p = std::mem::replace(
+                &mut self.dir,
+                tempfile::tempdir().expect("a temporary folder"),
+            )
+            .keep();
+            eprintln!("vhca-tests: kept the run folder {}", p.display());
+        }
+    }
+}
