@@ -139,6 +139,13 @@ impl Port {
         moved
     }
 
+    /// Flushes the link's buffered output (the capture file) before exit.
+    pub fn flush_link(&mut self) {
+        if let Err(e) = self.link.flush() {
+            self.link_error("flush", &e);
+        }
+    }
+
     fn link_error(&mut self, what: &str, e: &LinkError) {
         self.counters.link_errors += 1;
         log::warn!("port: link {what} failed: {e}");

@@ -95,6 +95,8 @@ pub struct Shared {
     /// Written by WAKE (and by stop) to end the data path's sleep.
     wake: EventFd,
     stop: AtomicBool,
+    /// Set by the data path once it stopped and flushed the link.
+    stopped: AtomicBool,
     handle: pci::Handle,
 }
 
@@ -553,6 +555,8 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>) {
         }
         last_work = Instant::now();
     }
+    shared.lock().hca.port.flush_link();
+    shared.stopped.store(true, Ordering::Release);
 }
 
 use std::os::fd::AsRawFd;
@@ -638,8 +642,38 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         core: Mutex::new(core),
         wake: EventFd::new(EFD_NONBLOCK)?,
         stop: AtomicBool::new(false),
+        stopped: AtomicBool::new(false),
         handle,
     });
+    // SIGTERM / SIGINT: stop the data path, let it flush the capture, print the
+    // counters and exit 0. The vfio-user thread may be inside a client's
+    // connection, which the crate gives no way to cut, so the process exits
+    // from here rather than waiting for `serve` to return.
+    {
+        let shared = Arc::clone(&shared);
+        let socket = config.socket.clone();
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+        ])?;
+        std::thread::Builder::new()
+            .name("vhca-signals".into())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    log::info!("vhca: signal {sig}: stopping");
+                    shared.stop();
+                    let t = Instant::now();
+                    while !shared.stopped.load(Ordering::Acquire)
+                        && t.elapsed() < Duration::from_secs(2)
+                    {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    eprintln!("{}", shared.lock().counters_report());
+                    let _ = std::fs::remove_file(&socket);
+                    std::process::exit(0);
+                }
+            })?;
+    }
     let dp = {
         let shared = Arc::clone(&shared);
         let every = config.counters_every;

@@ -990,3 +990,51 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
     );
     assert_eq!(net.nodes[1].engine.counters().dropped(RxDrop::BadQkey), 1);
 }
+
+/// A local error behind an unacknowledged WQE waits for it (QS-06): the SEND
+/// before it must not be reported successful without an ACK. Here the peer
+/// has no receive and RNR retry is 0, so the SEND fails with the RNR status
+/// and the WQE with the bad L_Key then flushes.
+#[test]
+fn qs_06_local_error_does_not_complete_earlier_wqes_without_an_ack() {
+    let o = ConnOpts {
+        rnr_retry: 0,
+        ..ConnOpts::default()
+    };
+    let (mut net, p, ka, _kb) = setup(41, &o);
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, send_wr(1, WrOpcode::Send, sge(MEM_BASE, 64, ka)))
+        .unwrap();
+    net.nodes[0]
+        .engine
+        .post_send(
+            p.qa,
+            send_wr(2, WrOpcode::Send, sge(MEM_BASE, 64, ka ^ 0x55)),
+        )
+        .unwrap();
+    let got: Vec<(u64, WcStatus)> = wait(&mut net, 0, p.cq_a, 2)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
+/// OP-07: an atomic's completion reports the 8 bytes of the original value.
+#[test]
+fn op_07_atomic_completion_reports_eight_bytes() {
+    let (mut net, p, ka, kb) = setup(42, &ConnOpts::default());
+    let mut w = send_wr(1, WrOpcode::AtomicFetchAdd, sge(MEM_BASE, 8, ka));
+    w.remote_addr = MEM_BASE + 0x1000;
+    w.rkey = kb;
+    w.swap_add = 5;
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    let c = wait(&mut net, 0, p.cq_a, 1);
+    assert_eq!(
+        (c[0].status, c[0].opcode, c[0].byte_len),
+        (WcStatus::Success, WcOpcode::FetchAdd, 8)
+    );
+}

@@ -98,6 +98,13 @@ impl<L: Link, W: Write> CaptureLink<L, W> {
 }
 
 impl<L: Link, W: Write> Link for CaptureLink<L, W> {
+    fn flush(&mut self) -> Result<(), LinkError> {
+        self.pcap
+            .flush()
+            .map_err(|e| LinkError::Io(std::io::Error::other(e.to_string())))?;
+        self.inner.flush()
+    }
+
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         if self.record(now, packet) {
             self.counters.tx_records += 1;

@@ -350,6 +350,10 @@ impl<L: Link> FaultLink<L> {
 }
 
 impl<L: Link> Link for FaultLink<L> {
+    fn flush(&mut self) -> Result<(), LinkError> {
+        self.inner.flush()
+    }
+
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         // Packets due earlier leave before this one.
         let released = self.release(now);

@@ -97,6 +97,12 @@ pub trait Link {
 
     /// Does whatever [`Link::poll_timeout`] asked for, as of `now`.
     fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError>;
+
+    /// Writes out whatever a stage buffers (a capture file) before the process
+    /// ends. Nothing by default.
+    fn flush(&mut self) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -114,6 +120,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError> {
         (**self).handle_timeout(now)
+    }
+    fn flush(&mut self) -> Result<(), LinkError> {
+        (**self).flush()
     }
 }
 

@@ -87,6 +87,9 @@ impl UdpCounters {
     }
 }
 
+/// Socket buffer size asked for (bytes): 1024 full-PMTU packets.
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
 /// The `ib-udp` link of one node.
 #[derive(Debug)]
 pub struct UdpLink {
@@ -130,6 +133,17 @@ impl UdpLink {
             });
         }
         socket.set_nonblocking(true)?;
+        // Bursts of full-PMTU packets overflow the default receive buffer (208
+        // KiB) before the data path drains it: ask for more (Linux caps it at
+        // twice net.core.rmem_max) and say what was granted.
+        let sref = socket2::SockRef::from(&socket);
+        let _ = sref.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sref.set_send_buffer_size(SOCKET_BUFFER);
+        log::debug!(
+            "fabric: socket buffers rx {:?} tx {:?}",
+            sref.recv_buffer_size().ok(),
+            sref.send_buffer_size().ok()
+        );
         log::info!(
             "fabric: node {} (LID {:#x}, GUID {:#018x}) on udp {} ({} nodes in {})",
             me.name,

@@ -214,8 +214,12 @@ fn wc_opcode(op: WrOpcode) -> WcOpcode {
 
 fn completion(qp: &Qp, w: &SendWqe, status: WcStatus) -> Completion {
     let mut c = Completion::new(w.wr.wr_id, status, wc_opcode(w.wr.opcode), qp.qpn);
-    if w.wr.opcode == WrOpcode::RdmaRead {
-        c.byte_len = w.len as u32;
+    match w.wr.opcode {
+        WrOpcode::RdmaRead => c.byte_len = w.len as u32,
+        // The 8-byte original value landed in the local buffer (mlx5 and rxe
+        // report 8 too; the ABI's CQE says "transferred").
+        WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => c.byte_len = 8,
+        _ => {}
     }
     c
 }
@@ -738,17 +742,19 @@ pub(crate) fn poll_transmit(
     let i = qp.req.cur;
     let w = qp.req.wqes.get(i)?;
     let pmtu = pmtu_of(qp);
+    if let Some(status) = w.rejected {
+        // A local error (or a WQE the caller could not accept) fails only once
+        // everything before it has completed: `fail` takes the earlier WQEs as
+        // acknowledged, which only a response may say. Until then nothing more
+        // is sent.
+        if i == 0 {
+            fail(qp, i, status, cx.fx);
+        }
+        return None;
+    }
     if w.sent == 0 && !w.started {
         if qp.state == QpState::Sqd {
             return None; // QS-05: no new message while draining
-        }
-        if let Some(status) = w.rejected {
-            // Fail only once everything before it has completed: `fail` takes the
-            // earlier WQEs as acknowledged, which only a response may say.
-            if i == 0 {
-                fail(qp, i, status, cx.fx);
-            }
-            return None;
         }
         // Only a fenced WQE or a new READ/ATOMIC needs the count: skip the scan for
         // plain SEND/WRITE, which may stand behind hundreds of unacknowledged WQEs.
@@ -785,7 +791,7 @@ pub(crate) fn poll_transmit(
             || (qp.init.qp_type == QpType::Ud && w.len > pmtu as u64)
             || (w.is_rd_atomic() && w.wr.opcode != WrOpcode::RdmaRead && w.len < 8)
         {
-            fail(qp, i, WcStatus::LocLenErr, cx.fx);
+            local_error(qp, i, WcStatus::LocLenErr, cx.fx);
             return None;
         }
     }
@@ -805,9 +811,19 @@ pub(crate) fn poll_transmit(
     match build_request(qp, i, cx, buf) {
         Ok(len) => Some(len),
         Err(status) => {
-            fail(qp, i, status, cx.fx);
+            local_error(qp, i, status, cx.fx);
             None
         }
+    }
+}
+
+/// A local error on WQE `i` (a bad L_Key, a length past the limits): it fails
+/// now if it is the oldest, else once the WQEs before it have completed.
+fn local_error(qp: &mut Qp, i: usize, status: WcStatus, fx: &mut Effects) {
+    if i == 0 {
+        fail(qp, i, status, fx);
+    } else if let Some(w) = qp.req.wqes.get_mut(i) {
+        w.rejected = Some(status);
     }
 }
 
