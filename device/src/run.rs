@@ -514,7 +514,10 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>) {
             continue;
         }
         if last_work.elapsed() < BUSY_POLL {
-            std::hint::spin_loop();
+            // Poll, but give the CPU to anything else runnable: on a small host
+            // the guest's vCPU (or the test driver) may be waiting for this very
+            // core, and a pure spin would make it wait a whole time slice.
+            std::thread::yield_now();
             continue;
         }
         // Sleep protocol: asleep in every page, fence, rescan.

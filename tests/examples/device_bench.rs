@@ -1,0 +1,304 @@
+//! Device benchmarks (issue: the device), each a ratio to a baseline measured
+//! in the same run. Two real `vhca` processes on UDP loopback, driven by the
+//! userspace test driver; run by `scripts/bench-device.sh`, which builds an
+//! optimised `vhca` and passes it in `VHCA_BIN`.
+//!
+//! 1. RC WRITE, 64 KiB messages, A -> B, vs `iperf3 -u -b 0 -l 4160` on
+//!    loopback (receiver-side rate).
+//! 2. 8-byte SEND ping-pong, round-trip p50, vs a UDP ping-pong of 8 bytes.
+//! 3. 64-byte RDMA WRITE messages per second vs 64-byte UDP datagrams per
+//!    second (receiver side).
+//! 4. CPU of an idle `vhca` (client connected, nothing posted) over 10 s.
+//!
+//! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check).
+
+use std::net::UdpSocket;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use vhca_tests::abi::verbs::QpType;
+use vhca_tests::fixture::{assert_success, connect_pair_with, Node, Region};
+use vhca_tests::{ConnOpts, Layout, Options, QpInit, RecvWr, SendWr, Vhca};
+
+fn quick() -> bool {
+    std::env::var_os("VHCA_BENCH_QUICK").is_some()
+}
+
+fn sge(r: &Region, off: usize, len: usize) -> Vec<vhca_tests::abi::wqe::Sge> {
+    vec![r.mr.sge(&r.buf, off, len)]
+}
+
+/// iperf3 UDP on loopback: receiver-side bytes per second.
+fn iperf3_udp(secs: u32) -> Option<f64> {
+    let port = "5299";
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-p", port])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", port, "-u", "-b", "0", "-l", "4160"])
+        .args(["-t", &secs.to_string(), "-J"])
+        .output()
+        .ok()?;
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "sum" of the end section: the receiver-side figure is the "bits_per_second"
+    // of "sum_received" in newer iperf3, or "sum" with lost datagrams counted.
+    let end = text.find("\"end\"")?;
+    let tail = &text[end..];
+    let key = if tail.contains("\"sum_received\"") {
+        "\"sum_received\""
+    } else {
+        "\"sum\""
+    };
+    let at = tail.find(key)?;
+    let bps_at = tail[at..].find("\"bits_per_second\":")? + at + 18;
+    let num: String = tail[bps_at..]
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == 'e' || *c == '+')
+        .collect();
+    let bps: f64 = num.parse().ok()?;
+    // With -u the "sum" of the client's end is what was sent; scale by the
+    // loss the same section reports.
+    let lost = if key == "\"sum\"" {
+        let lp = tail[at..].find("\"lost_percent\":").map(|p| p + at + 15);
+        lp.and_then(|p| {
+            tail[p..]
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == 'e' || *c == '-')
+                .collect::<String>()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(0.0)
+    } else {
+        0.0
+    };
+    Some(bps / 8.0 * (1.0 - lost / 100.0))
+}
+
+/// UDP ping-pong of 8 bytes between two sockets in this thread: p50 round trip.
+fn udp_pingpong(n: usize) -> Duration {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    b.connect(a.local_addr().unwrap()).unwrap();
+    let mut buf = [0u8; 64];
+    let mut rtt = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        a.send(&[1u8; 8]).unwrap();
+        b.recv(&mut buf).unwrap();
+        b.send(&[2u8; 8]).unwrap();
+        a.recv(&mut buf).unwrap();
+        rtt.push(t.elapsed());
+    }
+    rtt.sort();
+    rtt[n / 2]
+}
+
+/// 64-byte UDP datagrams per second, sender and receiver on two threads.
+fn udp_rate(secs: f64) -> f64 {
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let to = rx.local_addr().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let sender = std::thread::spawn(move || {
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(to).unwrap();
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = tx.send(&[0u8; 64]);
+        }
+    });
+    let mut buf = [0u8; 128];
+    let t = Instant::now();
+    let mut n = 0u64;
+    while t.elapsed().as_secs_f64() < secs {
+        if rx.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+    }
+    let dt = t.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sender.join().unwrap();
+    n as f64 / dt
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
+    get(11) + get(12)
+}
+
+fn main() {
+    let secs = if quick() { 1 } else { 3 };
+    // The iperf3 baseline is taken before and after the WRITE run and the
+    // higher figure kept: the host's load moves both, and this errs against us.
+    let iperf_before = iperf3_udp(secs);
+    let v = Vhca::spawn(Options::nodes(2));
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(512, 512);
+    let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(512, 512);
+    let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
+
+    // ---- 1. RC WRITE 64 KiB.
+    let msg = 64 << 10;
+    let slots = 32;
+    let src = a.region(msg * slots, Layout::Contiguous, 0);
+    let dst = b.region(msg * slots, Layout::Contiguous, 0);
+    let window = 16;
+    let total = if quick() { 2_000 } else { 12_000 };
+    let mut posted = 0usize;
+    let mut done = 0usize;
+    let t = Instant::now();
+    while done < total {
+        while posted < total && posted - done < window {
+            let off = (posted % slots) * msg;
+            let wr = SendWr::write(posted as u64, dst.buf.va(off), dst.mr.rkey)
+                .sges(sge(&src, off, msg));
+            a.hca.post_send(qa, &wr).unwrap();
+            posted += 1;
+        }
+        let got = a.hca.wait_cqes(a.cq, 1, Duration::from_secs(10));
+        assert!(!got.is_empty(), "RC WRITE stalled at {done} of {total}");
+        assert_success(&got);
+        done += got.len();
+        let more = a.hca.poll_cq(a.cq, window);
+        assert_success(&more);
+        done += more.len();
+    }
+    let write_rate = (total * msg) as f64 / t.elapsed().as_secs_f64();
+    let iperf = match (iperf_before, iperf3_udp(secs)) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+
+    // ---- 2. 8-byte SEND ping-pong.
+    let n = if quick() { 500 } else { 3_000 };
+    let sbuf = a.region(4096, Layout::Contiguous, 0);
+    let rbuf_a = a.region(4096, Layout::Contiguous, 0);
+    let rbuf_b = b.region(4096, Layout::Contiguous, 0);
+    let mut rtt = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        b.hca
+            .post_recv(qb, &RecvWr::new(i, sge(&rbuf_b, 0, 64)))
+            .unwrap();
+        a.hca
+            .post_recv(qa, &RecvWr::new(i, sge(&rbuf_a, 0, 64)))
+            .unwrap();
+        let t = Instant::now();
+        a.hca
+            .post_send(qa, &SendWr::send(i).sges(sge(&sbuf, 0, 8)))
+            .unwrap();
+        let mut got_b = Vec::new();
+        while got_b.is_empty() {
+            got_b = b.hca.poll_cq(b.cq, 4);
+            std::thread::yield_now();
+        }
+        b.hca
+            .post_send(qb, &SendWr::send(i).sges(sge(&rbuf_b, 0, 8)))
+            .unwrap();
+        // A sees its SEND's completion and the reply's receive.
+        let mut seen = 0;
+        while seen < 2 {
+            seen += a.hca.poll_cq(a.cq, 4).len();
+            std::thread::yield_now();
+        }
+        rtt.push(t.elapsed());
+        // B's SEND completion.
+        let mut sb = 0;
+        while sb < 1 {
+            sb += b.hca.poll_cq(b.cq, 4).len();
+            std::thread::yield_now();
+        }
+    }
+    rtt.sort();
+    let p50 = rtt[n / 2];
+    let udp_p50 = udp_pingpong(n).min(udp_pingpong(n));
+
+    // ---- 3. 64-byte RDMA WRITE messages per second.
+    let udp64_before = udp_rate(secs as f64);
+    let small = a.region(64, Layout::Contiguous, 0);
+    let per = 64usize;
+    let t = Instant::now();
+    let mut msgs = 0u64;
+    let mut outstanding = 0usize;
+    let budget = secs as f64;
+    while t.elapsed().as_secs_f64() < budget || outstanding > 0 {
+        if t.elapsed().as_secs_f64() < budget && outstanding < 4 {
+            let wrs: Vec<SendWr> = (0..per)
+                .map(|j| {
+                    let w = SendWr::write(j as u64, dst.buf.va(0), dst.mr.rkey)
+                        .sges(sge(&small, 0, 64));
+                    if j + 1 == per {
+                        w
+                    } else {
+                        w.unsignaled()
+                    }
+                })
+                .collect();
+            a.hca.post_send_batch(qa, &wrs).unwrap();
+            outstanding += 1;
+        }
+        let got = a.hca.poll_cq(a.cq, 8);
+        if got.is_empty() {
+            std::thread::yield_now();
+        }
+        assert_success(&got);
+        outstanding -= got.len();
+        msgs += (got.len() * per) as u64;
+    }
+    let write64_rate = msgs as f64 / t.elapsed().as_secs_f64();
+    // As for iperf3: the UDP rate before and after, the higher kept.
+    let udp64_rate = udp_rate(secs as f64).max(udp64_before);
+
+    // ---- 4. Idle CPU.
+    let idle_secs = if quick() { 2 } else { 10 };
+    let pid = v.pid(0);
+    let c0 = cpu_ticks(pid);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(idle_secs));
+    let ticks = cpu_ticks(pid) - c0;
+    let hz = 100.0; // USER_HZ on Linux
+    let idle_pct = ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0;
+
+    println!("device benchmarks (two vhca processes, UDP loopback)");
+    match iperf {
+        Some(base) => println!(
+            "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 -u -b 0 -l 4160 received {:.3} GB/s; ratio {:.2} (target >= 0.7, goal >= 1.0)",
+            write_rate / 1e9,
+            base / 1e9,
+            write_rate / base
+        ),
+        None => println!(
+            "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 not available, no ratio",
+            write_rate / 1e9
+        ),
+    }
+    println!(
+        "2. 8-byte SEND ping-pong p50 round trip: {:.1} us; UDP ping-pong {:.1} us; ratio {:.2} (target <= 2.0)",
+        p50.as_secs_f64() * 1e6,
+        udp_p50.as_secs_f64() * 1e6,
+        p50.as_secs_f64() / udp_p50.as_secs_f64()
+    );
+    println!(
+        "3. 64-byte RDMA WRITE: {:.0} msg/s; 64-byte UDP datagrams {:.0}/s received; ratio {:.2}",
+        write64_rate,
+        udp64_rate,
+        write64_rate / udp64_rate
+    );
+    println!(
+        "4. idle vhca over {idle_secs} s: {ticks} CPU ticks = {idle_pct:.2}% of a core (target < 1%)"
+    );
+    let _ = (qb, &b);
+}
