@@ -104,7 +104,8 @@ fn udp_pingpong(n: usize) -> Duration {
 /// 64-byte UDP datagrams per second, sender and receiver on two threads.
 fn udp_rate(secs: f64) -> f64 {
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    rx.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let to = rx.local_addr().unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
