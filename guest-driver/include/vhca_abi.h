@@ -393,11 +393,19 @@ enum vhca_ctx_status {
  * Arming: a CQ's arm word is (sequence number, 31 bits) |
  * VHCA_CQ_ARM_SOLICITED. The driver arms by storing a word different from the
  * last (increment the sequence number); the device takes a changed word as
- * one request for an event on the next completion (or next solicited one), as
- * ibv_req_notify_cq. An EQ's arm word is a sequence number: a changed word
- * lets the device raise the EQ's vector once more after writing EQEs; after
- * an interrupt the driver consumes the EQEs, stores ci, then stores a new arm
- * word.
+ * one request for an event on the next completion (or next solicited one, or
+ * an error), as ibv_req_notify_cq. If the CQ holds CQEs the driver has not
+ * consumed (pi != the slot's ci) when the device sees the changed word, the
+ * event is raised at once, so arm-then-poll never misses a CQE that landed in
+ * between (a spurious event costs the driver one empty poll). The arm word
+ * found in the slot at CREATE_CQ is the baseline, not a request. An EQ's arm
+ * word is a sequence number: a changed word lets the device raise the EQ's
+ * vector once more, at once if EQEs are waiting (pi != ci), else after the
+ * next EQE; the word found at CREATE_EQ is the baseline (EQ 0: zero, so an
+ * arm stored before ENABLE counts). After an interrupt the driver consumes
+ * the EQEs, stores ci, then stores a new arm word. The device never
+ * interprets a WQE's wr_id: it returns it in the CQE as is, so a driver may
+ * keep its own ring index there.
  */
 
 /* Doorbell page geometry. */
