@@ -326,6 +326,26 @@ static int vhca_map_uars(struct vhca_dev *dev)
 	return dev->bar2 ? 0 : -ENOMEM;
 }
 
+/*
+ * BAR4, the WAKE page (vhca_abi.h VHCA_WAKE_BAR_INDEX): the kernel rings WAKE
+ * there too, since the device serves it without the lock a BAR0 access takes,
+ * and user contexts map it (verbs.c). A device without it still works: the
+ * kernel rings BAR0 WAKE and user doorbells wait for the device's rescan.
+ */
+static void vhca_map_wake(struct vhca_dev *dev)
+{
+	struct pci_dev *pdev = dev->pdev;
+
+	if (!(pci_resource_flags(pdev, VHCA_WAKE_BAR_INDEX) & IORESOURCE_MEM) ||
+	    pci_resource_len(pdev, VHCA_WAKE_BAR_INDEX) < VHCA_WAKE_BAR_SIZE) {
+		dev_info(&pdev->dev,
+			 "no WAKE page (BAR4): user doorbells rely on the device's rescan\n");
+		return;
+	}
+	dev->wake_start = pci_resource_start(pdev, VHCA_WAKE_BAR_INDEX);
+	dev->wake = pci_iomap(pdev, VHCA_WAKE_BAR_INDEX, VHCA_WAKE_BAR_SIZE);
+}
+
 static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct vhca_dev *dev;
@@ -373,6 +393,7 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = vhca_map_uars(dev);
 	if (ret)
 		goto err_bar0;
+	vhca_map_wake(dev);
 
 	nvec = min_t(u32, dev->caps.msix_vectors, num_online_cpus() + 1);
 	nvec = pci_alloc_irq_vectors(pdev, 1, max(nvec, 1), PCI_IRQ_MSIX);
@@ -405,6 +426,8 @@ err_hw:
 err_vectors:
 	pci_free_irq_vectors(pdev);
 err_bar2:
+	if (dev->wake)
+		pci_iounmap(pdev, dev->wake);
 	pci_iounmap(pdev, dev->bar2);
 err_bar0:
 	pci_iounmap(pdev, dev->bar0);
@@ -427,6 +450,8 @@ static void vhca_remove(struct pci_dev *pdev)
 	ib_unregister_device(&dev->ibdev);
 	vhca_hw_down(dev);
 	pci_free_irq_vectors(pdev);
+	if (dev->wake)
+		pci_iounmap(pdev, dev->wake);
 	pci_iounmap(pdev, dev->bar2);
 	pci_iounmap(pdev, dev->bar0);
 	pci_release_regions(pdev);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Doorbell pages (BAR2, vhca_abi.h "Doorbell pages"): a slot allocator per
- * UAR page, and the producer-index store with the asleep/WAKE protocol.
+ * UAR page, and the producer-index store with the asleep/WAKE protocol
+ * (WAKE through the BAR4 page, or BAR0 on a device without one).
  *
  * UAR 0 is the kernel's (its QPs, CQs, SRQs and every EQ); each user context
  * gets one page of its own (verbs.c). Slots below VHCA_UAR_FIRST_SLOT are the
@@ -64,5 +65,17 @@ void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word, u32 pi)
 	mb();
 	if (readl(page + offsetof(struct vhca_uar_header, asleep)) !=
 	    VHCA_UAR_AWAKE)
+		vhca_wake(dev);
+}
+
+/*
+ * WAKE: the BAR4 page when the device has one (served without the device's
+ * register lock, which its data path holds while it works), else BAR0.
+ */
+void vhca_wake(struct vhca_dev *dev)
+{
+	if (dev->wake)
+		writel(1, dev->wake);
+	else
 		vhca_wr(dev, VHCA_REG_WAKE, 1);
 }

@@ -304,6 +304,10 @@ int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 	resp.max_cqe = dev->attr.max_cqe;
 	resp.max_inline = dev->attr.max_inline_data;
 	resp.max_srq_wr = dev->attr.max_srq_wr;
+	if (dev->wake) {
+		resp.wake_mmap_offset = (u64)VHCA_IB_MMAP_WAKE << PAGE_SHIFT;
+		resp.wake_page_size = VHCA_WAKE_BAR_SIZE;
+	}
 	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 	if (ret) {
 		ida_free(&dev->uar_ida, index);
@@ -328,19 +332,34 @@ void vhca_disassociate_ucontext(struct ib_ucontext *ibuctx)
 {
 }
 
-/* The context's UAR page, uncached (BAR2 is device memory the device polls). */
+/*
+ * mmap offsets (vhca-abi-user.h): the context's UAR page, and the WAKE page
+ * (BAR4), both uncached device memory. The WAKE page holds nothing to read;
+ * the device ignores what is stored, only that a store happened.
+ */
 int vhca_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma)
 {
 	struct vhca_dev *dev = to_vdev(ibuctx->device);
 	struct vhca_ucontext *uctx = to_vuctx(ibuctx);
 	unsigned long pfn;
 
-	if (vma->vm_pgoff != VHCA_IB_MMAP_UAR ||
-	    vma->vm_end - vma->vm_start != PAGE_SIZE)
-		return -EINVAL;
 	BUILD_BUG_ON(VHCA_UAR_PAGE_SIZE != PAGE_SIZE);
-	pfn = (dev->bar2_start + (resource_size_t)uctx->uar.index *
-				 VHCA_UAR_PAGE_SIZE) >> PAGE_SHIFT;
+	BUILD_BUG_ON(VHCA_WAKE_BAR_SIZE != PAGE_SIZE);
+	if (vma->vm_end - vma->vm_start != PAGE_SIZE)
+		return -EINVAL;
+	switch (vma->vm_pgoff) {
+	case VHCA_IB_MMAP_UAR:
+		pfn = (dev->bar2_start + (resource_size_t)uctx->uar.index *
+					 VHCA_UAR_PAGE_SIZE) >> PAGE_SHIFT;
+		break;
+	case VHCA_IB_MMAP_WAKE:
+		if (!dev->wake)
+			return -EINVAL;
+		pfn = dev->wake_start >> PAGE_SHIFT;
+		break;
+	default:
+		return -EINVAL;
+	}
 	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
 	return rdma_user_mmap_io(ibuctx, vma, pfn, PAGE_SIZE,
 				 pgprot_noncached(vma->vm_page_prot), NULL);

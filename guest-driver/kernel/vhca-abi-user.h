@@ -13,6 +13,13 @@
  *   The provider maps it with mmap(NULL, uar_page_size, PROT_READ |
  *   PROT_WRITE, MAP_SHARED, cmd_fd, uar_mmap_offset); it is uncached device
  *   memory. The page's header (asleep word) is at byte 0, slot s at s * 8.
+ * - The WAKE page (BAR4, vhca_abi.h VHCA_WAKE_BAR_INDEX), shared by every
+ *   context: mmap(NULL, wake_page_size, PROT_WRITE, MAP_SHARED, cmd_fd,
+ *   wake_mmap_offset). After storing a producer index the provider fences and
+ *   loads its page's asleep word; if set, a 32-bit store of any value to the
+ *   WAKE page wakes the device (the doorbell protocol of vhca_abi.h), with no
+ *   system call. wake_page_size is 0 when the device has no WAKE page: the
+ *   device then finds the doorbell at its next periodic rescan.
  * - create_cq / create_qp / create_srq: the provider allocates the rings
  *   itself (page-aligned, zeroed, 2^log2 entries of the stride it chose) and
  *   passes their user addresses; the kernel pins them (ib_umem), builds the
@@ -34,8 +41,11 @@
 
 #define VHCA_IB_UVERBS_ABI_VERSION 1
 
-/* mmap() offsets, in pages (vm_pgoff): the context's UAR page. */
-#define VHCA_IB_MMAP_UAR 0
+/* mmap() offsets, in pages (vm_pgoff). */
+/* The context's UAR page (BAR2). */
+#define VHCA_IB_MMAP_UAR  0
+/* The device's WAKE page (BAR4), write-only. */
+#define VHCA_IB_MMAP_WAKE 1
 
 /* alloc_ucontext: no input. */
 struct vhca_ib_alloc_ucontext_resp {
@@ -56,6 +66,11 @@ struct vhca_ib_alloc_ucontext_resp {
 	__u32 max_inline;
 	__u32 max_srq_wr;
 	__u32 reserved;
+	/* Offset to pass to mmap() for the WAKE page (appended). */
+	__aligned_u64 wake_mmap_offset;
+	/* Bytes of the WAKE page to map; 0: the device has none. */
+	__u32 wake_page_size;
+	__u32 reserved2;
 };
 
 /* alloc_pd: no input. */

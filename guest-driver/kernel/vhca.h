@@ -149,6 +149,8 @@ struct vhca_dev {
 	void __iomem *bar2;	/* every UAR page, kernel mapping */
 	resource_size_t bar2_start;
 	resource_size_t bar2_len;
+	void __iomem *wake;	/* BAR4, the WAKE page; NULL: ring BAR0 WAKE */
+	resource_size_t wake_start;
 	struct vhca_caps caps;
 	struct vhca_device_attr attr;	/* QUERY_DEVICE */
 	struct vhca_cmdq cmdq;
@@ -334,6 +336,7 @@ void vhca_slot_free(struct vhca_uar *uar, u16 slot);
 void __iomem *vhca_slot_addr(struct vhca_dev *dev, u32 uar, u16 slot);
 void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word,
 		     u32 pi);
+void vhca_wake(struct vhca_dev *dev);
 
 /* pbl.c */
 int vhca_kring_alloc(struct vhca_dev *dev, struct vhca_kring *r, size_t bytes,

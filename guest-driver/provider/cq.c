@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Completion queues (CQ-01..03). The ring is 2^log2 CQEs of 64 bytes in this
+ * process's memory; the device writes entry k with owner bit 1 - (k / N) % 2,
+ * owner byte last (vhca_abi.h "Owner bit"). poll_cq reads the owner byte,
+ * then the rest after a read barrier, and gives entries back by storing the
+ * consumer index into the CQ's doorbell slot. req_notify_cq stores a new arm
+ * word (sequence number | SOLICITED) into the same slot: neither makes a
+ * system call; the event itself arrives through the completion channel.
+ *
+ * A CQE carries no WQE counter: send and RQ WQEs carry their ring index as
+ * wr_id (qp.c), so a CQE retires its queue up to that WQE, unsignaled ones
+ * included, and the caller's wr_id comes from the queue's shadow array. SRQ
+ * WQEs carry the caller's wr_id; the SRQ counts receive completions instead.
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vhca.h"
+
+struct ibv_cq *vhca_create_cq(struct ibv_context *context, int cqe,
+			      struct ibv_comp_channel *channel,
+			      int comp_vector)
+{
+	struct vhca_context *ctx = to_vctx(context);
+	struct vhca_cmd_create_cq_resp resp = {};
+	struct vhca_cmd_create_cq cmd = {};
+	struct vhca_cq *cq;
+	uint32_t log2;
+	int ret;
+
+	if (cqe < 1 || (uint32_t)cqe > ctx->max_cqe) {
+		errno = EINVAL;
+		return NULL;
+	}
+	log2 = vhca_log2_up(cqe);
+	if ((1U << log2) > ctx->max_cqe) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* The ring takes a page anyway: fill it. */
+	while ((VHCA_CQE_SIZE << log2) < VHCA_UAR_PAGE_SIZE &&
+	       (2U << log2) <= ctx->max_cqe)
+		log2++;
+
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+	cq->log2 = log2;
+	ret = vhca_alloc_buf(&cq->buf, (size_t)VHCA_CQE_SIZE << log2);
+	if (ret)
+		goto err_free;
+	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+
+	cmd.buf_addr = (uintptr_t)cq->buf.buf;
+	cmd.buf_size = cq->buf.length;
+	cmd.log2_entries = log2;
+	ret = ibv_cmd_create_cq(context, cqe, channel, comp_vector, &cq->ibv_cq,
+				&cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
+				sizeof(resp));
+	if (ret)
+		goto err_buf;
+	if (resp.uar_index != ctx->uar_index ||
+	    resp.db_slot < VHCA_UAR_FIRST_SLOT ||
+	    resp.db_slot >= VHCA_UAR_SLOTS) {
+		ibv_cmd_destroy_cq(&cq->ibv_cq);
+		ret = EPROTO;
+		goto err_buf;
+	}
+	cq->cqn = resp.cqn;
+	cq->db = vhca_slot(ctx, resp.db_slot);
+	return &cq->ibv_cq;
+
+err_buf:
+	pthread_spin_destroy(&cq->lock);
+	vhca_free_buf(&cq->buf);
+err_free:
+	free(cq);
+	errno = ret;
+	return NULL;
+}
+
+int vhca_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct vhca_cq *cq = to_vcq(ibcq);
+	int ret;
+
+	ret = ibv_cmd_destroy_cq(ibcq);
+	if (ret)
+		return ret;
+	pthread_spin_destroy(&cq->lock);
+	vhca_free_buf(&cq->buf);
+	free(cq);
+	return 0;
+}
+
+/* The CQE at free-running index i if the device has written it, else NULL. */
+static struct vhca_cqe *vhca_cqe_peek(struct vhca_cq *cq, uint32_t i)
+{
+	struct vhca_cqe *cqe = (struct vhca_cqe *)cq->buf.buf +
+			       (i & ((1U << cq->log2) - 1));
+	uint8_t want = ((i >> cq->log2) & 1) ? 0 : VHCA_OWNER_BIT;
+
+	if ((__atomic_load_n(&cqe->owner, __ATOMIC_RELAXED) & VHCA_OWNER_BIT) !=
+	    want)
+		return NULL;
+	/* The owner byte before the rest of the entry. */
+	udma_from_device_barrier();
+	return cqe;
+}
+
+/* Retires an SQ or RQ up to the WQE whose ring index the CQE carries. */
+static uint64_t vhca_wq_retire(struct vhca_wq *wq, uint64_t cqe_wr_id)
+{
+	uint32_t idx = (uint32_t)cqe_wr_id;
+	uint32_t ci = __atomic_load_n(&wq->ci, __ATOMIC_RELAXED);
+	uint32_t pi = __atomic_load_n(&wq->pi, __ATOMIC_ACQUIRE);
+
+	/* Not an outstanding WQE: a device bug; hand the value on as is. */
+	if ((uint32_t)(idx - ci) >= (uint32_t)(pi - ci))
+		return cqe_wr_id;
+	__atomic_store_n(&wq->ci, idx + 1, __ATOMIC_RELEASE);
+	return wq->wrid[idx & ((1U << wq->log2) - 1)];
+}
+
+/* One CQE into one ibv_wc; false if its QP is gone (the CQE is dropped). */
+static bool vhca_cqe_to_wc(struct vhca_context *ctx,
+			   const struct vhca_cqe *cqe, struct ibv_wc *wc)
+{
+	bool recv = cqe->opcode & VHCA_WC_OP_RECV;
+	struct vhca_qp *qp;
+
+	qp = cqe->qp_num != VHCA_NONE ? vhca_qp_lookup(ctx, cqe->qp_num) :
+					NULL;
+	if (!qp)
+		return false;
+
+	if (recv && qp->srq) {
+		wc->wr_id = cqe->wr_id;
+		atomic_fetch_add_explicit(&qp->srq->done, 1,
+					  memory_order_release);
+	} else {
+		wc->wr_id = vhca_wq_retire(recv ? &qp->rq : &qp->sq,
+					   cqe->wr_id);
+	}
+	/* Status and opcode numbers are ibverbs' (vhca_abi.h). */
+	wc->status = cqe->status <= IBV_WC_GENERAL_ERR ?
+			     (enum ibv_wc_status)cqe->status :
+			     IBV_WC_GENERAL_ERR;
+	wc->opcode = (enum ibv_wc_opcode)cqe->opcode;
+	wc->vendor_err = cqe->vendor_err;
+	wc->byte_len = cqe->byte_len;
+	wc->qp_num = cqe->qp_num;
+	wc->src_qp = cqe->src_qp;
+	wc->wc_flags = cqe->wc_flags & (VHCA_WC_FLAG_GRH |
+					VHCA_WC_FLAG_WITH_IMM |
+					VHCA_WC_FLAG_WITH_INV);
+	if (cqe->wc_flags & VHCA_WC_FLAG_WITH_IMM)
+		wc->imm_data = htobe32(cqe->imm_or_inv);
+	else if (cqe->wc_flags & VHCA_WC_FLAG_WITH_INV)
+		wc->invalidated_rkey = cqe->imm_or_inv;
+	else
+		wc->imm_data = 0;
+	wc->pkey_index = cqe->pkey_index;
+	wc->slid = cqe->slid;
+	wc->sl = cqe->sl;
+	wc->dlid_path_bits = cqe->dlid_path_bits;
+	return true;
+}
+
+int vhca_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct vhca_context *ctx = to_vctx(ibcq->context);
+	struct vhca_cq *cq = to_vcq(ibcq);
+	struct vhca_cqe *cqe;
+	uint32_t start;
+	int n = 0;
+
+	pthread_spin_lock(&cq->lock);
+	start = cq->ci;
+	while (n < num && (cqe = vhca_cqe_peek(cq, cq->ci))) {
+		cq->ci++;
+		if (vhca_cqe_to_wc(ctx, cqe, &wc[n]))
+			n++;
+	}
+	/* Give the entries back: the device never writes past ci + size. */
+	if (cq->ci != start)
+		mmio_write32_le((uint8_t *)cq->db +
+					offsetof(struct vhca_cq_doorbell, ci),
+				htole32(cq->ci));
+	pthread_spin_unlock(&cq->lock);
+	return n;
+}
+
+/*
+ * A new arm word is one request for an event (CQ-02): the next completion, or
+ * the next solicited one. The device reads the slot when it writes a CQE, and
+ * it is awake then: no WAKE (vhca_abi.h "Arming").
+ */
+int vhca_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct vhca_cq *cq = to_vcq(ibcq);
+	uint32_t word;
+
+	pthread_spin_lock(&cq->lock);
+	cq->arm_sn = (cq->arm_sn + 1) & VHCA_CQ_ARM_SN_MASK;
+	word = cq->arm_sn | (solicited_only ? VHCA_CQ_ARM_SOLICITED : 0);
+	mmio_write32_le((uint8_t *)cq->db +
+				offsetof(struct vhca_cq_doorbell, arm),
+			htole32(word));
+	pthread_spin_unlock(&cq->lock);
+	return 0;
+}
+
+/*
+ * A QP going away (destroy, or back to RESET): its CQEs not yet polled lose
+ * their QP number, so that they are skipped, and a new QP given the same
+ * number never sees them. A receive that took an SRQ WQE still frees room in
+ * the SRQ. The caller holds the CQ's lock.
+ */
+void vhca_cq_clean(struct vhca_cq *cq, uint32_t qpn, struct vhca_srq *srq)
+{
+	struct vhca_cqe *cqe;
+	uint32_t i;
+
+	for (i = cq->ci; i - cq->ci < (1U << cq->log2) &&
+			 (cqe = vhca_cqe_peek(cq, i)); i++) {
+		if (cqe->qp_num != qpn)
+			continue;
+		if (srq && (cqe->opcode & VHCA_WC_OP_RECV))
+			atomic_fetch_add_explicit(&srq->done, 1,
+						  memory_order_release);
+		cqe->qp_num = VHCA_NONE;
+	}
+}

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * libvhca: device matching, the context (its UAR page and the WAKE page,
+ * both mapped from the uverbs file), ring buffers and the QPN table.
+ *
+ * Matching: by PCI ID through /sys/class/infiniband/<dev>/device/modalias
+ * (vhca.ko parents its ib_device to the PCI function); the kernel's uverbs
+ * ABI version must be VHCA_IB_UVERBS_ABI_VERSION (vhca-abi-user.h).
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "vhca.h"
+
+static void vhca_free_context(struct ibv_context *ibctx);
+
+static const struct verbs_context_ops vhca_ctx_ops = {
+	.free_context = vhca_free_context,
+	.query_device_ex = vhca_query_device,
+	.query_port = vhca_query_port,
+	.alloc_pd = vhca_alloc_pd,
+	.dealloc_pd = vhca_dealloc_pd,
+	.reg_mr = vhca_reg_mr,
+	.dereg_mr = vhca_dereg_mr,
+	.create_ah = vhca_create_ah,
+	.destroy_ah = vhca_destroy_ah,
+
+	.create_cq = vhca_create_cq,
+	.destroy_cq = vhca_destroy_cq,
+	.poll_cq = vhca_poll_cq,
+	.req_notify_cq = vhca_req_notify_cq,
+
+	.create_qp = vhca_create_qp,
+	.query_qp = vhca_query_qp,
+	.modify_qp = vhca_modify_qp,
+	.destroy_qp = vhca_destroy_qp,
+	.post_send = vhca_post_send,
+	.post_recv = vhca_post_recv,
+
+	.create_srq = vhca_create_srq,
+	.modify_srq = vhca_modify_srq,
+	.query_srq = vhca_query_srq,
+	.destroy_srq = vhca_destroy_srq,
+	.post_srq_recv = vhca_post_srq_recv,
+};
+
+int vhca_alloc_buf(struct vhca_buf *b, size_t bytes)
+{
+	size_t page = sysconf(_SC_PAGESIZE);
+
+	b->length = (bytes + page - 1) & ~(page - 1);
+	b->buf = mmap(NULL, b->length, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->buf == MAP_FAILED) {
+		b->buf = NULL;
+		return errno;
+	}
+	/* The device keeps reading the pinned pages: a fork must not split them. */
+	if (ibv_dontfork_range(b->buf, b->length)) {
+		munmap(b->buf, b->length);
+		b->buf = NULL;
+		return ENOMEM;
+	}
+	return 0;
+}
+
+void vhca_free_buf(struct vhca_buf *b)
+{
+	if (!b->buf)
+		return;
+	ibv_dofork_range(b->buf, b->length);
+	munmap(b->buf, b->length);
+	b->buf = NULL;
+}
+
+int vhca_qp_table_insert(struct vhca_context *ctx, struct vhca_qp *qp)
+{
+	uint32_t qpn = qp->ibv_qp.qp_num;
+	uint32_t i = (qpn >> VHCA_QPT_SHIFT) & VHCA_QPT_MASK;
+	struct vhca_qp **l2;
+
+	pthread_mutex_lock(&ctx->qp_table_lock);
+	l2 = ctx->qp_table[i];
+	if (!l2) {
+		l2 = calloc(VHCA_QPT_SIZE, sizeof(*l2));
+		if (!l2) {
+			pthread_mutex_unlock(&ctx->qp_table_lock);
+			return ENOMEM;
+		}
+		__atomic_store_n(&ctx->qp_table[i], l2, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&l2[qpn & VHCA_QPT_MASK], qp, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctx->qp_table_lock);
+	return 0;
+}
+
+void vhca_qp_table_remove(struct vhca_context *ctx, uint32_t qpn)
+{
+	struct vhca_qp **l2;
+
+	pthread_mutex_lock(&ctx->qp_table_lock);
+	l2 = ctx->qp_table[(qpn >> VHCA_QPT_SHIFT) & VHCA_QPT_MASK];
+	if (l2)
+		__atomic_store_n(&l2[qpn & VHCA_QPT_MASK], NULL,
+				 __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctx->qp_table_lock);
+}
+
+static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
+						int cmd_fd, void *private_data)
+{
+	struct vhca_cmd_get_context_resp resp = {};
+	struct ibv_get_context cmd = {};
+	struct vhca_context *ctx;
+
+	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					   RDMA_DRIVER_UNKNOWN);
+	if (!ctx)
+		return NULL;
+	pthread_mutex_init(&ctx->qp_table_lock, NULL);
+
+	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
+				&resp.ibv_resp, sizeof(resp)))
+		goto err;
+	if (resp.uar_page_size != VHCA_UAR_PAGE_SIZE) {
+		verbs_err(&ctx->ibv_ctx, "vhca: UAR page of %u bytes\n",
+			  resp.uar_page_size);
+		errno = EINVAL;
+		goto err;
+	}
+	ctx->uar_index = resp.uar_index;
+	ctx->cap_flags = resp.cap_flags;
+	ctx->max_qp_wr = resp.max_qp_wr;
+	ctx->max_sge = resp.max_sge;
+	ctx->max_cqe = resp.max_cqe;
+	ctx->max_inline = resp.max_inline;
+	ctx->max_srq_wr = resp.max_srq_wr;
+
+	ctx->uar = mmap(NULL, resp.uar_page_size, PROT_READ | PROT_WRITE,
+			MAP_SHARED, cmd_fd, resp.uar_mmap_offset);
+	if (ctx->uar == MAP_FAILED) {
+		ctx->uar = NULL;
+		goto err;
+	}
+	/*
+	 * Without a WAKE page (an older kernel or device) a doorbell stored
+	 * while the device sleeps waits for the device's periodic rescan.
+	 */
+	if (resp.wake_page_size == VHCA_WAKE_BAR_SIZE) {
+		ctx->wake = mmap(NULL, resp.wake_page_size, PROT_WRITE,
+				 MAP_SHARED, cmd_fd, resp.wake_mmap_offset);
+		if (ctx->wake == MAP_FAILED) {
+			ctx->wake = NULL;
+			goto err;
+		}
+	} else {
+		verbs_warn(&ctx->ibv_ctx,
+			   "vhca: no WAKE page; doorbells may wait for the device's rescan\n");
+	}
+
+	verbs_set_ops(&ctx->ibv_ctx, &vhca_ctx_ops);
+	return &ctx->ibv_ctx;
+
+err:
+	if (ctx->uar)
+		munmap(ctx->uar, VHCA_UAR_PAGE_SIZE);
+	pthread_mutex_destroy(&ctx->qp_table_lock);
+	verbs_uninit_context(&ctx->ibv_ctx);
+	free(ctx);
+	return NULL;
+}
+
+static void vhca_free_context(struct ibv_context *ibctx)
+{
+	struct vhca_context *ctx = to_vctx(ibctx);
+	uint32_t i;
+
+	if (ctx->wake)
+		munmap(ctx->wake, VHCA_WAKE_BAR_SIZE);
+	munmap(ctx->uar, VHCA_UAR_PAGE_SIZE);
+	for (i = 0; i < VHCA_QPT_SIZE; i++)
+		free(ctx->qp_table[i]);
+	pthread_mutex_destroy(&ctx->qp_table_lock);
+	verbs_uninit_context(&ctx->ibv_ctx);
+	free(ctx);
+}
+
+static struct verbs_device *vhca_device_alloc(struct verbs_sysfs_dev *sysfs)
+{
+	struct vhca_device *dev = calloc(1, sizeof(*dev));
+
+	return dev ? &dev->ibv_dev : NULL;
+}
+
+static void vhca_uninit_device(struct verbs_device *vdev)
+{
+	free(container_of(vdev, struct vhca_device, ibv_dev));
+}
+
+static const struct verbs_match_ent vhca_match_table[] = {
+	VERBS_PCI_MATCH(VHCA_PCI_VENDOR_ID, VHCA_PCI_DEVICE_ID, NULL),
+	{}
+};
+
+static const struct verbs_device_ops vhca_dev_ops = {
+	.name = "vhca",
+	.match_min_abi_version = VHCA_IB_UVERBS_ABI_VERSION,
+	.match_max_abi_version = VHCA_IB_UVERBS_ABI_VERSION,
+	.match_table = vhca_match_table,
+	.alloc_device = vhca_device_alloc,
+	.uninit_device = vhca_uninit_device,
+	.alloc_context = vhca_alloc_context,
+};
+PROVIDER_DRIVER(vhca, vhca_dev_ops);

@@ -1,0 +1,547 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Queue pairs (RC, UC, UD): rings in this process's memory, WQEs written
+ * exactly as vhca_abi.h "Work queue entries" lays them out, producer indices
+ * stored into the QP's doorbell slot with the asleep/WAKE protocol (vhca.h
+ * vhca_db_produce).
+ *
+ * Send and RQ WQEs carry their free-running ring index as wr_id; the caller's
+ * wr_id waits in a shadow array until a CQE names the index (cq.c). A ring
+ * slot is free again once a CQE at or past it has been polled, so the SQ has
+ * room while pi - ci < size, as with any HCA whose unsignaled WQEs complete
+ * silently.
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vhca.h"
+
+/* Bytes before the data of a send WQE (vhca_abi.h "Send WQE"), at most. */
+static uint32_t vhca_sq_headers(uint8_t type)
+{
+	switch (type) {
+	case VHCA_QPT_UD:
+		return VHCA_UD_HEADERS_SIZE;
+	case VHCA_QPT_UC:
+		return sizeof(struct vhca_send_ctrl) +
+		       sizeof(struct vhca_raddr_seg);
+	default:
+		return sizeof(struct vhca_send_ctrl) +
+		       sizeof(struct vhca_raddr_seg) +
+		       sizeof(struct vhca_atomic_seg);
+	}
+}
+
+static int vhca_qp_type(struct vhca_context *ctx, enum ibv_qp_type t,
+			uint8_t *out)
+{
+	switch (t) {
+	case IBV_QPT_RC:
+		*out = VHCA_QPT_RC;
+		return (ctx->cap_flags & VHCA_DEV_CAP_RC) ? 0 : EOPNOTSUPP;
+	case IBV_QPT_UC:
+		*out = VHCA_QPT_UC;
+		return (ctx->cap_flags & VHCA_DEV_CAP_UC) ? 0 : EOPNOTSUPP;
+	case IBV_QPT_UD:
+		*out = VHCA_QPT_UD;
+		return (ctx->cap_flags & VHCA_DEV_CAP_UD) ? 0 : EOPNOTSUPP;
+	default:
+		return EOPNOTSUPP;
+	}
+}
+
+static int vhca_wq_alloc(struct vhca_wq *wq, uint32_t log2, uint32_t shift,
+			 bool shadow)
+{
+	int ret;
+
+	wq->log2 = log2;
+	wq->shift = shift;
+	ret = vhca_alloc_buf(&wq->buf, (size_t)1 << (log2 + shift));
+	if (ret)
+		return ret;
+	if (shadow) {
+		wq->wrid = calloc(1U << log2, sizeof(*wq->wrid));
+		if (!wq->wrid) {
+			vhca_free_buf(&wq->buf);
+			return ENOMEM;
+		}
+	}
+	pthread_spin_init(&wq->lock, PTHREAD_PROCESS_PRIVATE);
+	return 0;
+}
+
+static void vhca_wq_free(struct vhca_wq *wq)
+{
+	if (!wq->buf.buf)
+		return;
+	pthread_spin_destroy(&wq->lock);
+	vhca_free_buf(&wq->buf);
+	free(wq->wrid);
+	wq->wrid = NULL;
+}
+
+/* Receive WQE stride for `sge` SGEs: control segment + SGEs, power of two. */
+static uint32_t vhca_recv_shift(uint32_t sge)
+{
+	uint32_t bytes = sizeof(struct vhca_recv_ctrl) +
+			 (sge ? sge : 1) * sizeof(struct vhca_sge);
+	uint32_t shift = vhca_log2_up(bytes);
+
+	return shift < VHCA_RQ_MIN_WQE_SHIFT ? VHCA_RQ_MIN_WQE_SHIFT : shift;
+}
+
+struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
+			      struct ibv_qp_init_attr *attr)
+{
+	struct vhca_context *ctx = to_vctx(pd->context);
+	struct vhca_cmd_create_qp_resp resp = {};
+	struct vhca_cmd_create_qp cmd = {};
+	struct ibv_qp_cap *cap = &attr->cap;
+	uint32_t hdr, bytes, sq_shift, rq_shift = 0, room;
+	struct vhca_qp *qp;
+	uint8_t type;
+	int ret;
+
+	ret = vhca_qp_type(ctx, attr->qp_type, &type);
+	if (ret)
+		goto err;
+	if (cap->max_send_wr > ctx->max_qp_wr ||
+	    cap->max_send_sge > ctx->max_sge ||
+	    cap->max_inline_data > ctx->max_inline ||
+	    (!attr->srq && (cap->max_recv_wr > ctx->max_qp_wr ||
+			    cap->max_recv_sge > ctx->max_sge))) {
+		ret = EINVAL;
+		goto err;
+	}
+	hdr = vhca_sq_headers(type);
+	bytes = hdr + (cap->max_send_sge * sizeof(struct vhca_sge) >
+				       cap->max_inline_data ?
+			       cap->max_send_sge * sizeof(struct vhca_sge) :
+			       cap->max_inline_data);
+	sq_shift = vhca_log2_up(bytes);
+	if (sq_shift < VHCA_SQ_MIN_WQE_SHIFT)
+		sq_shift = VHCA_SQ_MIN_WQE_SHIFT;
+	if (!attr->srq)
+		rq_shift = vhca_recv_shift(cap->max_recv_sge);
+	if (sq_shift > VHCA_MAX_WQE_SHIFT || rq_shift > VHCA_MAX_WQE_SHIFT) {
+		ret = EINVAL;
+		goto err;
+	}
+
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		ret = ENOMEM;
+		goto err;
+	}
+	qp->type = type;
+	qp->srq = attr->srq ? to_vsrq(attr->srq) : NULL;
+	ret = vhca_wq_alloc(&qp->sq, vhca_log2_up(cap->max_send_wr ?: 1),
+			    sq_shift, true);
+	if (ret)
+		goto err_qp;
+	if (!attr->srq) {
+		ret = vhca_wq_alloc(&qp->rq,
+				    vhca_log2_up(cap->max_recv_wr ?: 1),
+				    rq_shift, true);
+		if (ret)
+			goto err_sq;
+	}
+
+	cmd.sq_buf_addr = (uintptr_t)qp->sq.buf.buf;
+	cmd.sq_buf_size = qp->sq.buf.length;
+	cmd.log2_sq_size = qp->sq.log2;
+	cmd.sq_wqe_shift = qp->sq.shift;
+	if (!attr->srq) {
+		cmd.rq_buf_addr = (uintptr_t)qp->rq.buf.buf;
+		cmd.rq_buf_size = qp->rq.buf.length;
+		cmd.log2_rq_size = qp->rq.log2;
+		cmd.rq_wqe_shift = qp->rq.shift;
+	}
+	ret = ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd.ibv_cmd,
+				sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (ret)
+		goto err_rq;
+	if (resp.uar_index != ctx->uar_index ||
+	    resp.db_slot < VHCA_UAR_FIRST_SLOT ||
+	    resp.db_slot >= VHCA_UAR_SLOTS) {
+		ret = EPROTO;
+		goto err_destroy;
+	}
+	qp->db = vhca_slot(ctx, resp.db_slot);
+	qp->sq.db = (uint8_t *)qp->db + offsetof(struct vhca_qp_doorbell, sq_pi);
+	qp->rq.db = (uint8_t *)qp->db + offsetof(struct vhca_qp_doorbell, rq_pi);
+
+	/*
+	 * What the device granted (the kernel passed it back in attr->cap),
+	 * within what the rings hold.
+	 */
+	room = (1U << sq_shift) - hdr;
+	qp->sq.max_sge = room / sizeof(struct vhca_sge);
+	if (qp->sq.max_sge > cap->max_send_sge && cap->max_send_sge)
+		qp->sq.max_sge = cap->max_send_sge;
+	qp->sq.max_inline = room;
+	if (qp->sq.max_inline > cap->max_inline_data)
+		qp->sq.max_inline = cap->max_inline_data;
+	cap->max_send_sge = qp->sq.max_sge;
+	cap->max_inline_data = qp->sq.max_inline;
+	if (cap->max_send_wr > (1U << qp->sq.log2))
+		cap->max_send_wr = 1U << qp->sq.log2;
+	if (attr->srq) {
+		cap->max_recv_wr = 0;
+		cap->max_recv_sge = 0;
+	} else {
+		qp->rq.max_sge = ((1U << rq_shift) -
+				  sizeof(struct vhca_recv_ctrl)) /
+				 sizeof(struct vhca_sge);
+		if (qp->rq.max_sge > cap->max_recv_sge && cap->max_recv_sge)
+			qp->rq.max_sge = cap->max_recv_sge;
+		cap->max_recv_sge = qp->rq.max_sge;
+		if (cap->max_recv_wr > (1U << qp->rq.log2))
+			cap->max_recv_wr = 1U << qp->rq.log2;
+	}
+
+	ret = vhca_qp_table_insert(ctx, qp);
+	if (ret)
+		goto err_destroy;
+	return &qp->ibv_qp;
+
+err_destroy:
+	ibv_cmd_destroy_qp(&qp->ibv_qp);
+err_rq:
+	vhca_wq_free(&qp->rq);
+err_sq:
+	vhca_wq_free(&qp->sq);
+err_qp:
+	free(qp);
+err:
+	errno = ret;
+	return NULL;
+}
+
+int vhca_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
+		  struct ibv_qp_init_attr *init_attr)
+{
+	struct vhca_qp *qp = to_vqp(ibqp);
+	struct ibv_query_qp cmd = {};
+	int ret;
+
+	ret = ibv_cmd_query_qp(ibqp, attr, attr_mask, init_attr, &cmd,
+			       sizeof(cmd));
+	if (ret)
+		return ret;
+	/* The sizes this provider's rings hold. */
+	init_attr->cap.max_send_wr = 1U << qp->sq.log2;
+	init_attr->cap.max_send_sge = qp->sq.max_sge;
+	init_attr->cap.max_inline_data = qp->sq.max_inline;
+	if (!qp->srq) {
+		init_attr->cap.max_recv_wr = 1U << qp->rq.log2;
+		init_attr->cap.max_recv_sge = qp->rq.max_sge;
+	}
+	attr->cap = init_attr->cap;
+	return 0;
+}
+
+static void vhca_lock_cqs(struct ibv_qp *qp)
+{
+	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = to_vcq(qp->recv_cq);
+
+	if (scq == rcq) {
+		pthread_spin_lock(&scq->lock);
+	} else if (scq->cqn < rcq->cqn) {
+		pthread_spin_lock(&scq->lock);
+		pthread_spin_lock(&rcq->lock);
+	} else {
+		pthread_spin_lock(&rcq->lock);
+		pthread_spin_lock(&scq->lock);
+	}
+}
+
+static void vhca_unlock_cqs(struct ibv_qp *qp)
+{
+	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = to_vcq(qp->recv_cq);
+
+	pthread_spin_unlock(&scq->lock);
+	if (rcq != scq)
+		pthread_spin_unlock(&rcq->lock);
+}
+
+/* The QP's CQEs still queued are dropped (cq.c); the caller holds both locks. */
+static void vhca_qp_clean_cqs(struct vhca_qp *qp)
+{
+	struct vhca_cq *scq = to_vcq(qp->ibv_qp.send_cq);
+	struct vhca_cq *rcq = to_vcq(qp->ibv_qp.recv_cq);
+
+	vhca_cq_clean(rcq, qp->ibv_qp.qp_num, qp->srq);
+	if (scq != rcq)
+		vhca_cq_clean(scq, qp->ibv_qp.qp_num, NULL);
+}
+
+int vhca_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
+		   int attr_mask)
+{
+	struct vhca_qp *qp = to_vqp(ibqp);
+	struct ibv_modify_qp cmd = {};
+	int ret;
+
+	ret = ibv_cmd_modify_qp(ibqp, attr, attr_mask, &cmd, sizeof(cmd));
+	if (ret)
+		return ret;
+	/*
+	 * Back to RESET: the device takes the producer indices now in the
+	 * doorbell slot as the point from which WQEs are new (vhca_abi.h
+	 * MODIFY_QP), so the indices keep running and only what was outstanding
+	 * is forgotten, with its CQEs.
+	 */
+	if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
+		vhca_lock_cqs(ibqp);
+		vhca_qp_clean_cqs(qp);
+		pthread_spin_lock(&qp->sq.lock);
+		__atomic_store_n(&qp->sq.ci, qp->sq.pi, __ATOMIC_RELEASE);
+		pthread_spin_unlock(&qp->sq.lock);
+		if (!qp->srq) {
+			pthread_spin_lock(&qp->rq.lock);
+			__atomic_store_n(&qp->rq.ci, qp->rq.pi,
+					 __ATOMIC_RELEASE);
+			pthread_spin_unlock(&qp->rq.lock);
+		}
+		vhca_unlock_cqs(ibqp);
+	}
+	return 0;
+}
+
+int vhca_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct vhca_context *ctx = to_vctx(ibqp->context);
+	struct vhca_qp *qp = to_vqp(ibqp);
+	int ret;
+
+	ret = ibv_cmd_destroy_qp(ibqp);
+	if (ret)
+		return ret;
+	/* With both CQ locks held no poll_cq is between lookup and use. */
+	vhca_lock_cqs(ibqp);
+	vhca_qp_clean_cqs(qp);
+	vhca_qp_table_remove(ctx, ibqp->qp_num);
+	vhca_unlock_cqs(ibqp);
+	vhca_wq_free(&qp->sq);
+	vhca_wq_free(&qp->rq);
+	free(qp);
+	return 0;
+}
+
+/* Which opcodes a service allows (o9-3: UD sends only; UC no READ/ATOMIC). */
+static bool vhca_opcode_ok(struct vhca_context *ctx, uint8_t type,
+			   enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		return true;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return type != VHCA_QPT_UD;
+	case IBV_WR_RDMA_READ:
+		return type == VHCA_QPT_RC;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return type == VHCA_QPT_RC &&
+		       (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC);
+	case IBV_WR_SEND_WITH_INV:
+		return type == VHCA_QPT_RC &&
+		       (ctx->cap_flags & VHCA_DEV_CAP_SEND_WITH_INV);
+	default:
+		return false;
+	}
+}
+
+/* One send WQE for `wr` at ring index `index` (vhca_abi.h "Send WQE"). */
+static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
+			   struct ibv_send_wr *wr, uint32_t index)
+{
+	uint8_t *w = vhca_wqe(&qp->sq, index);
+	struct vhca_send_ctrl *ctrl = (struct vhca_send_ctrl *)w;
+	uint32_t off = sizeof(*ctrl);
+	int i;
+
+	if (!vhca_opcode_ok(ctx, qp->type, wr->opcode))
+		return EINVAL;
+	/* ibv_wr_opcode and ibv_send_flags numbers are the device's. */
+	ctrl->wr_id = index;
+	ctrl->opcode = wr->opcode;
+	ctrl->flags = wr->send_flags & (VHCA_SEND_FENCE | VHCA_SEND_SIGNALED |
+					VHCA_SEND_SOLICITED | VHCA_SEND_INLINE);
+	ctrl->imm_or_inv = 0;
+	if (wr->opcode == IBV_WR_SEND_WITH_IMM ||
+	    wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		ctrl->imm_or_inv = be32toh(wr->imm_data);
+	else if (wr->opcode == IBV_WR_SEND_WITH_INV)
+		ctrl->imm_or_inv = wr->invalidate_rkey;
+
+	if (qp->type == VHCA_QPT_UD) {
+		struct vhca_ud_seg *ud = (struct vhca_ud_seg *)(w + off);
+
+		if (!wr->wr.ud.ah)
+			return EINVAL;
+		ud->remote_qpn = wr->wr.ud.remote_qpn;
+		ud->remote_qkey = wr->wr.ud.remote_qkey;
+		ud->av = to_vah(wr->wr.ud.ah)->av;
+		memset(ud->rsvd, 0, sizeof(ud->rsvd));
+		off += sizeof(*ud);
+	}
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ: {
+		struct vhca_raddr_seg *r = (struct vhca_raddr_seg *)(w + off);
+
+		r->remote_addr = wr->wr.rdma.remote_addr;
+		r->rkey = wr->wr.rdma.rkey;
+		r->rsvd = 0;
+		off += sizeof(*r);
+		break;
+	}
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+		struct vhca_raddr_seg *r = (struct vhca_raddr_seg *)(w + off);
+		struct vhca_atomic_seg *a =
+			(struct vhca_atomic_seg *)(w + off + sizeof(*r));
+
+		r->remote_addr = wr->wr.atomic.remote_addr;
+		r->rkey = wr->wr.atomic.rkey;
+		r->rsvd = 0;
+		a->compare_add = wr->wr.atomic.compare_add;
+		a->swap = wr->wr.atomic.swap;
+		off += sizeof(*r) + sizeof(*a);
+		break;
+	}
+	default:
+		break;
+	}
+
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		uint32_t len = 0;
+
+		if (wr->opcode == IBV_WR_RDMA_READ ||
+		    wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+		    wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			return EINVAL;
+		for (i = 0; i < wr->num_sge; i++)
+			len += wr->sg_list[i].length;
+		if (len > qp->sq.max_inline ||
+		    off + len > (1U << qp->sq.shift))
+			return EINVAL;
+		for (i = 0; i < wr->num_sge; i++) {
+			memcpy(w + off,
+			       (void *)(uintptr_t)wr->sg_list[i].addr,
+			       wr->sg_list[i].length);
+			off += wr->sg_list[i].length;
+		}
+		ctrl->len = len;
+	} else {
+		struct vhca_sge *sge = (struct vhca_sge *)(w + off);
+
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->sq.max_sge ||
+		    off + wr->num_sge * sizeof(*sge) > (1U << qp->sq.shift))
+			return EINVAL;
+		for (i = 0; i < wr->num_sge; i++) {
+			sge[i].addr = wr->sg_list[i].addr;
+			sge[i].length = wr->sg_list[i].length;
+			sge[i].lkey = wr->sg_list[i].lkey;
+		}
+		ctrl->len = wr->num_sge;
+	}
+	return 0;
+}
+
+int vhca_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+		   struct ibv_send_wr **bad_wr)
+{
+	struct vhca_context *ctx = to_vctx(ibqp->context);
+	struct vhca_qp *qp = to_vqp(ibqp);
+	struct vhca_wq *sq = &qp->sq;
+	uint32_t pi, start;
+	int ret = 0;
+
+	pthread_spin_lock(&sq->lock);
+	start = pi = sq->pi;
+	for (; wr; wr = wr->next) {
+		if (pi - __atomic_load_n(&sq->ci, __ATOMIC_ACQUIRE) >=
+		    (1U << sq->log2)) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = vhca_write_send(ctx, qp, wr, pi);
+		if (ret)
+			break;
+		sq->wrid[pi & ((1U << sq->log2) - 1)] = wr->wr_id;
+		pi++;
+	}
+	if (pi != start) {
+		__atomic_store_n(&sq->pi, pi, __ATOMIC_RELEASE);
+		vhca_db_produce(ctx, sq->db, pi);
+	}
+	pthread_spin_unlock(&sq->lock);
+	if (ret)
+		*bad_wr = wr;
+	return ret;
+}
+
+/* One receive WQE at `wq`'s producer index (caller: lock held, room checked). */
+int vhca_write_recv(struct vhca_wq *wq, struct ibv_recv_wr *wr, uint64_t wr_id)
+{
+	uint8_t *w = vhca_wqe(wq, wq->pi);
+	struct vhca_recv_ctrl *ctrl = (struct vhca_recv_ctrl *)w;
+	struct vhca_sge *sge = (struct vhca_sge *)(ctrl + 1);
+	int i;
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > wq->max_sge)
+		return EINVAL;
+	ctrl->wr_id = wr_id;
+	ctrl->num_sge = wr->num_sge;
+	ctrl->rsvd = 0;
+	for (i = 0; i < wr->num_sge; i++) {
+		sge[i].addr = wr->sg_list[i].addr;
+		sge[i].length = wr->sg_list[i].length;
+		sge[i].lkey = wr->sg_list[i].lkey;
+	}
+	return 0;
+}
+
+int vhca_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
+		   struct ibv_recv_wr **bad_wr)
+{
+	struct vhca_context *ctx = to_vctx(ibqp->context);
+	struct vhca_qp *qp = to_vqp(ibqp);
+	struct vhca_wq *rq = &qp->rq;
+	uint32_t start;
+	int ret = 0;
+
+	if (qp->srq) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
+	pthread_spin_lock(&rq->lock);
+	start = rq->pi;
+	for (; wr; wr = wr->next) {
+		if (rq->pi - __atomic_load_n(&rq->ci, __ATOMIC_ACQUIRE) >=
+		    (1U << rq->log2)) {
+			ret = ENOMEM;
+			break;
+		}
+		/* The ring index as wr_id; the caller's in the shadow. */
+		ret = vhca_write_recv(rq, wr, rq->pi);
+		if (ret)
+			break;
+		rq->wrid[rq->pi & ((1U << rq->log2) - 1)] = wr->wr_id;
+		__atomic_store_n(&rq->pi, rq->pi + 1, __ATOMIC_RELEASE);
+	}
+	if (rq->pi != start)
+		vhca_db_produce(ctx, rq->db, rq->pi);
+	pthread_spin_unlock(&rq->lock);
+	if (ret)
+		*bad_wr = wr;
+	return ret;
+}

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Device-wide verbs: device and port attributes (from the kernel, which asks
+ * the device), protection domains, memory regions (pinned and registered by
+ * the kernel), and address handles.
+ *
+ * Address handles never reach the kernel: a UD send WQE carries the whole
+ * address vector (vhca_abi.h struct vhca_ud_seg), so an AH is the vector,
+ * built here once and copied into each WQE.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vhca.h"
+
+int vhca_query_device(struct ibv_context *context,
+		      const struct ibv_query_device_ex_input *input,
+		      struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ib_uverbs_ex_query_device_resp resp;
+	size_t resp_size = sizeof(resp);
+	uint64_t v;
+	int ret;
+
+	ret = ibv_cmd_query_device_any(context, input, attr, attr_size, &resp,
+				       &resp_size);
+	if (ret)
+		return ret;
+	/* As vhca.ko shows it: three 16-bit fields. */
+	v = resp.base.fw_ver;
+	snprintf(attr->orig_attr.fw_ver, sizeof(attr->orig_attr.fw_ver),
+		 "%u.%u.%u", (unsigned int)(v >> 32) & 0xffff,
+		 (unsigned int)(v >> 16) & 0xffff, (unsigned int)v & 0xffff);
+	return 0;
+}
+
+int vhca_query_port(struct ibv_context *context, uint8_t port,
+		    struct ibv_port_attr *attr)
+{
+	struct ibv_query_port cmd = {};
+
+	return ibv_cmd_query_port(context, port, attr, &cmd, sizeof(cmd));
+}
+
+struct ibv_pd *vhca_alloc_pd(struct ibv_context *context)
+{
+	struct vhca_cmd_alloc_pd_resp resp = {};
+	struct ibv_alloc_pd cmd = {};
+	struct ibv_pd *pd;
+
+	pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return NULL;
+	if (ibv_cmd_alloc_pd(context, pd, &cmd, sizeof(cmd), &resp.ibv_resp,
+			     sizeof(resp))) {
+		free(pd);
+		return NULL;
+	}
+	return pd;
+}
+
+int vhca_dealloc_pd(struct ibv_pd *pd)
+{
+	int ret = ibv_cmd_dealloc_pd(pd);
+
+	if (ret)
+		return ret;
+	free(pd);
+	return 0;
+}
+
+struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
+			   uint64_t hca_va, int access)
+{
+	struct ib_uverbs_reg_mr_resp resp;
+	struct ibv_reg_mr cmd;
+	struct verbs_mr *vmr;
+
+	vmr = calloc(1, sizeof(*vmr));
+	if (!vmr)
+		return NULL;
+	if (ibv_cmd_reg_mr(pd, addr, length, hca_va, access, vmr, &cmd,
+			   sizeof(cmd), &resp, sizeof(resp))) {
+		free(vmr);
+		return NULL;
+	}
+	return &vmr->ibv_mr;
+}
+
+int vhca_dereg_mr(struct verbs_mr *vmr)
+{
+	int ret = ibv_cmd_dereg_mr(vmr);
+
+	if (ret)
+		return ret;
+	free(vmr);
+	return 0;
+}
+
+/* struct ibv_ah_attr -> struct vhca_av (AD-02), as vhca.ko's vhca_ah_to_av. */
+struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct vhca_context *ctx = to_vctx(pd->context);
+	struct vhca_ah *ah;
+	struct vhca_av *av;
+
+	if (!(ctx->cap_flags & VHCA_DEV_CAP_UD)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (attr->port_num > VHCA_PORT) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah)
+		return NULL;
+	av = &ah->av;
+	av->dlid = attr->dlid;
+	av->sl = attr->sl;
+	av->src_path_bits = attr->src_path_bits;
+	av->static_rate = attr->static_rate;
+	av->port_num = attr->port_num;
+	if (attr->is_global) {
+		av->is_global = 1;
+		memcpy(av->dgid, attr->grh.dgid.raw, sizeof(av->dgid));
+		av->flow_label = attr->grh.flow_label;
+		av->sgid_index = attr->grh.sgid_index;
+		av->hop_limit = attr->grh.hop_limit;
+		av->traffic_class = attr->grh.traffic_class;
+	}
+	return &ah->ibv_ah;
+}
+
+int vhca_destroy_ah(struct ibv_ah *ah)
+{
+	free(to_vah(ah));
+	return 0;
+}

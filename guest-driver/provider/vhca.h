@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * libvhca: the rdma-core provider of the vhca virtual HCA (design.md §7).
+ *
+ * The device interface is vhca_abi.h (generated from device/src/abi); how the
+ * kernel hands out resources is vhca-abi-user.h. Rings (SQ, RQ, SRQ, CQ) live
+ * in this process's memory, pinned by vhca.ko; each queue has a doorbell slot
+ * in the context's UAR page (BAR2), mapped here. Posting and polling touch
+ * only those: no system call. Files: main (device match, context, UAR and
+ * WAKE mappings), verbs (device, port, PD, MR, AH), cq, qp, srq.
+ */
+
+#ifndef VHCA_PROVIDER_H
+#define VHCA_PROVIDER_H
+
+#include <endian.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/driver.h>
+#include <util/mmio.h>
+#include <util/udma_barrier.h>
+
+#include "vhca_abi.h"
+#include "vhca-abi.h"
+
+struct vhca_device {
+	struct verbs_device ibv_dev;
+};
+
+/* QPN -> QP for poll_cq: two levels of 4096 entries cover 24-bit QPNs. */
+#define VHCA_QPT_SHIFT 12
+#define VHCA_QPT_SIZE  (1U << VHCA_QPT_SHIFT)
+#define VHCA_QPT_MASK  (VHCA_QPT_SIZE - 1)
+
+struct vhca_context {
+	struct verbs_context ibv_ctx;
+	void *uar;		/* this context's doorbell page (BAR2) */
+	void *wake;		/* the WAKE page (BAR4), or NULL */
+	uint32_t uar_index;
+	uint32_t cap_flags;	/* VHCA_DEV_CAP_* */
+	uint32_t max_qp_wr;
+	uint32_t max_sge;
+	uint32_t max_cqe;
+	uint32_t max_inline;
+	uint32_t max_srq_wr;
+	pthread_mutex_t qp_table_lock;	/* writers; poll_cq reads without it */
+	struct vhca_qp **qp_table[VHCA_QPT_SIZE];
+};
+
+/* A ring in anonymous memory: page-aligned, zeroed, not inherited by fork. */
+struct vhca_buf {
+	void *buf;
+	size_t length;
+};
+
+/* A work queue: SQ, RQ or SRQ ring of fixed-stride WQEs. */
+struct vhca_wq {
+	struct vhca_buf buf;
+	pthread_spinlock_t lock;	/* posters */
+	uint32_t log2;		/* 2^log2 WQEs */
+	uint32_t shift;		/* log2 of the stride */
+	uint32_t pi;		/* WQEs posted (free-running) */
+	uint32_t ci;		/* SQ, RQ: WQEs retired, written by poll_cq */
+	uint32_t max_sge;
+	uint32_t max_inline;	/* SQ */
+	uint64_t *wrid;		/* SQ, RQ: the caller's wr_id per ring slot */
+	void *db;		/* the producer-index word in the UAR page */
+};
+
+struct vhca_cq {
+	struct ibv_cq ibv_cq;
+	struct vhca_buf buf;
+	pthread_spinlock_t lock;
+	uint32_t cqn;
+	uint32_t log2;
+	uint32_t ci;		/* CQEs consumed (free-running) */
+	uint32_t arm_sn;	/* last arm sequence number */
+	void *db;		/* struct vhca_cq_doorbell */
+};
+
+struct vhca_srq {
+	struct ibv_srq ibv_srq;
+	struct vhca_wq wq;
+	/* Receive completions seen on any CQ: room is pi - done. */
+	atomic_uint done;
+	uint32_t srqn;
+};
+
+struct vhca_qp {
+	struct ibv_qp ibv_qp;
+	struct vhca_wq sq;
+	struct vhca_wq rq;	/* unused with an SRQ */
+	struct vhca_srq *srq;
+	uint8_t type;		/* enum vhca_qp_type */
+	void *db;		/* struct vhca_qp_doorbell */
+};
+
+struct vhca_ah {
+	struct ibv_ah ibv_ah;
+	struct vhca_av av;
+};
+
+static inline struct vhca_context *to_vctx(struct ibv_context *c)
+{
+	return container_of(c, struct vhca_context, ibv_ctx.context);
+}
+
+static inline struct vhca_cq *to_vcq(struct ibv_cq *c)
+{
+	return container_of(c, struct vhca_cq, ibv_cq);
+}
+
+static inline struct vhca_qp *to_vqp(struct ibv_qp *q)
+{
+	return container_of(q, struct vhca_qp, ibv_qp);
+}
+
+static inline struct vhca_srq *to_vsrq(struct ibv_srq *s)
+{
+	return container_of(s, struct vhca_srq, ibv_srq);
+}
+
+static inline struct vhca_ah *to_vah(struct ibv_ah *a)
+{
+	return container_of(a, struct vhca_ah, ibv_ah);
+}
+
+/* log2 of the smallest power of two >= v (0 for v <= 1). */
+static inline uint32_t vhca_log2_up(uint32_t v)
+{
+	return v <= 1 ? 0 : 32 - __builtin_clz(v - 1);
+}
+
+static inline void *vhca_wqe(struct vhca_wq *wq, uint32_t index)
+{
+	return (uint8_t *)wq->buf.buf +
+	       ((size_t)(index & ((1U << wq->log2) - 1)) << wq->shift);
+}
+
+static inline void *vhca_slot(struct vhca_context *ctx, uint16_t slot)
+{
+	return (uint8_t *)ctx->uar + (size_t)slot * VHCA_UAR_SLOT_SIZE;
+}
+
+/*
+ * The doorbell protocol of vhca_abi.h for a producer index (QP sq_pi / rq_pi,
+ * SRQ pi): store the index, full fence, load the page's asleep word, and if
+ * the device sleeps, store to the WAKE page (a trapped MMIO store, still no
+ * system call). The device stores asleep, fences and rescans, so one of the
+ * two sides always sees the other (Dekker).
+ */
+static inline void vhca_db_produce(struct vhca_context *ctx, void *word,
+				   uint32_t pi)
+{
+	/* The WQEs (ordinary memory) before the index (device memory). */
+	udma_to_device_barrier();
+	mmio_write32_le(word, htole32(pi));
+	atomic_thread_fence(memory_order_seq_cst);
+	if (le32toh(mmio_read32_le((uint8_t *)ctx->uar +
+				   offsetof(struct vhca_uar_header, asleep))) !=
+		    VHCA_UAR_AWAKE &&
+	    ctx->wake)
+		mmio_write32_le(ctx->wake, htole32(1));
+}
+
+/* main.c */
+int vhca_alloc_buf(struct vhca_buf *b, size_t bytes);
+void vhca_free_buf(struct vhca_buf *b);
+int vhca_qp_table_insert(struct vhca_context *ctx, struct vhca_qp *qp);
+void vhca_qp_table_remove(struct vhca_context *ctx, uint32_t qpn);
+
+static inline struct vhca_qp *vhca_qp_lookup(struct vhca_context *ctx,
+					     uint32_t qpn)
+{
+	struct vhca_qp **l2 = __atomic_load_n(
+		&ctx->qp_table[(qpn >> VHCA_QPT_SHIFT) & VHCA_QPT_MASK],
+		__ATOMIC_ACQUIRE);
+
+	return l2 ? __atomic_load_n(&l2[qpn & VHCA_QPT_MASK], __ATOMIC_ACQUIRE) :
+		    NULL;
+}
+
+/* verbs.c */
+int vhca_query_device(struct ibv_context *context,
+		      const struct ibv_query_device_ex_input *input,
+		      struct ibv_device_attr_ex *attr, size_t attr_size);
+int vhca_query_port(struct ibv_context *context, uint8_t port,
+		    struct ibv_port_attr *attr);
+struct ibv_pd *vhca_alloc_pd(struct ibv_context *context);
+int vhca_dealloc_pd(struct ibv_pd *pd);
+struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
+			   uint64_t hca_va, int access);
+int vhca_dereg_mr(struct verbs_mr *vmr);
+struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int vhca_destroy_ah(struct ibv_ah *ah);
+
+/* cq.c */
+struct ibv_cq *vhca_create_cq(struct ibv_context *context, int cqe,
+			      struct ibv_comp_channel *channel,
+			      int comp_vector);
+int vhca_destroy_cq(struct ibv_cq *cq);
+int vhca_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
+int vhca_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+void vhca_cq_clean(struct vhca_cq *cq, uint32_t qpn, struct vhca_srq *srq);
+
+/* qp.c */
+struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
+			      struct ibv_qp_init_attr *attr);
+int vhca_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+		  struct ibv_qp_init_attr *init_attr);
+int vhca_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
+		   int attr_mask);
+int vhca_destroy_qp(struct ibv_qp *qp);
+int vhca_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+		   struct ibv_send_wr **bad_wr);
+int vhca_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+		   struct ibv_recv_wr **bad_wr);
+int vhca_write_recv(struct vhca_wq *wq, struct ibv_recv_wr *wr,
+		    uint64_t wr_id);
+
+/* srq.c */
+struct ibv_srq *vhca_create_srq(struct ibv_pd *pd,
+				struct ibv_srq_init_attr *attr);
+int vhca_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+		    int attr_mask);
+int vhca_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int vhca_destroy_srq(struct ibv_srq *srq);
+int vhca_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad_wr);
+
+#endif /* VHCA_PROVIDER_H */

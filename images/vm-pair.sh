@@ -1,0 +1,226 @@
+#!/bin/bash
+# images/vm-pair.sh — two guests, each with its own vhca device, on one fabric:
+# run a server command in guest A and a client command in guest B.
+#
+# Usage: images/vm-pair.sh [OPTIONS] [--] SERVER_CMD CLIENT_CMD
+#
+# What it does:
+#   - builds (or reuses, all cached by content) the vhca binary (cargo, in
+#     $CARGO_TARGET_DIR, default /work/target-prov), vhca.ko for the guest
+#     kernel ($VHCA_CACHE/kmod-<key>/) and libvhca
+#     (guest-driver/provider/build.sh);
+#   - writes a fabric file with two nodes on UDP loopback (a: LID 1, b: LID 2)
+#     and starts two vhca processes, each on its own vfio-user socket under
+#     $VHCA_CACHE/run;
+#   - boots guest A (10.99.0.1) and, once A's server is ready (its console
+#     matches --ready), guest B (10.99.0.2), each with its device, an overlay holding vhca.ko,
+#     libvhca-rdmav34.so, /etc/libibverbs.d/vhca.driver and an init hook that
+#     loads ib_core, ib_uverbs and vhca and waits for the port to be ACTIVE,
+#     and a virtio NIC pair on -netdev dgram for the tools' out-of-band
+#     exchange. In the guests, $SERVER_IP, $CLIENT_IP and $PEER_IP are set;
+#   - runs SERVER_CMD in A and CLIENT_CMD in B, waits for both, and prints
+#     each command's output (the console between /init's "ready" and
+#     "command done" lines);
+#   - tears everything down on any exit (QEMUs, vhca processes, sockets).
+#
+# Options:
+#   --out DIR         keep console logs, vhca logs and the fabric file in DIR
+#                     (default: a new $VHCA_CACHE/run/pair.XXXXXX, kept)
+#   --timeout S       per-guest timeout (default 300)
+#   --vhca BIN        use this vhca binary instead of building one
+#   --vhca-log LEVEL  vhca --log level (default info)
+#   --vhca-arg ARG    extra vhca argument, both devices (repeatable)
+#   --verbose         full guest kernel log on the consoles
+#   --overlay DIR     one more overlay for both guests (repeatable; run-vm.sh)
+#   --ready REGEX     start guest B once guest A's console matches REGEX
+#                     (grep -E; default: what ibv_*_pingpong and perftest
+#                     servers print just before they listen: 'local address:|
+#                     Waiting for client'); '' = once A's /init is ready
+#
+# Exit status: 0 if both commands exit 0; else the server's status if it
+# failed, else the client's; 124 on a guest timeout (as run-vm.sh).
+#
+# Example:
+#   images/vm-pair.sh 'ibv_rc_pingpong -d vhca0 -g 0 -n 10' \
+#                     'ibv_rc_pingpong -d vhca0 -g 0 -n 10 $SERVER_IP'
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+out='' timeout=300 bin='' vhca_log=info verbose=0
+ready='local address:|Waiting for client'
+vhca_args=() extra_ov=()
+need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) need "$@"; out=$2; shift 2;;
+        --timeout) need "$@"; timeout=$2; shift 2;;
+        --vhca) need "$@"; bin=$2; shift 2;;
+        --vhca-log) need "$@"; vhca_log=$2; shift 2;;
+        --vhca-arg) need "$@"; vhca_args+=("$2"); shift 2;;
+        --verbose) verbose=1; shift;;
+        --ready) need "$@"; ready=$2; shift 2;;
+        --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
+        --) shift; break;;
+        -*) vhca_die "unknown option $1 (try --help)";;
+        *) break;;
+    esac
+done
+[ $# -eq 2 ] || vhca_die "need SERVER_CMD and CLIENT_CMD (try --help)"
+server_cmd=$1 client_cmd=$2
+vhca_need_root
+
+# --- builds ------------------------------------------------------------------
+"$VHCA_IMAGES/host-root.sh" >/dev/null
+GUEST=$("$VHCA_IMAGES/guest.sh")
+K=$(cat "$GUEST/kver")
+
+if [ -z "$bin" ]; then
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-prov}
+    (cd "$VHCA_REPO" && cargo build -q -p device --bin vhca) || vhca_die "cargo build failed"
+    bin="$CARGO_TARGET_DIR/debug/vhca"
+fi
+[ -x "$bin" ] || vhca_die "no vhca binary at $bin"
+
+# vhca.ko, built in a copy keyed by its sources and the kernel release, so
+# the checkout stays clean and an unchanged driver is not rebuilt.
+build_module() {
+    local kdir="$VHCA_REPO/guest-driver/kernel" key dir tmp
+    key=$( (cat "$kdir"/*.[ch] "$kdir/Kbuild" "$VHCA_REPO/guest-driver/include/vhca_abi.h"; echo "$K") |
+        sha256sum | cut -c1-16)
+    dir="$VHCA_CACHE/kmod-$key"
+    if [ ! -e "$dir/vhca.ko" ]; then
+        tmp="$dir.tmp.$$"
+        rm -rf "$tmp"
+        mkdir -p "$tmp/src/kernel" "$tmp/src/include"
+        cp "$kdir"/*.[ch] "$kdir/Kbuild" "$tmp/src/kernel/"
+        cp "$VHCA_REPO/guest-driver/include/vhca_abi.h" "$tmp/src/include/"
+        "$VHCA_IMAGES/in-root.sh" make -s -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 \
+            >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed"; }
+        if grep -q 'warning:' "$tmp/build.log"; then
+            cat "$tmp/build.log" >&2
+            vhca_die "warnings building vhca.ko"
+        fi
+        mv "$tmp/src/kernel/vhca.ko" "$tmp/vhca.ko"
+        rm -rf "$tmp/src" "$dir"
+        mv "$tmp" "$dir"
+    fi
+    echo "$dir/vhca.ko"
+}
+KO=$(build_module)
+PROV=$("$VHCA_REPO/guest-driver/provider/build.sh")
+SO=$(ls "$PROV"/libvhca-rdmav*.so)
+
+# --- run folder, fabric, overlay ---------------------------------------------
+mkdir -p "$VHCA_RUN"
+if [ -z "$out" ]; then
+    out=$(mktemp -d "$VHCA_RUN/pair.XXXXXX")
+else
+    mkdir -p "$out"
+    out=$(realpath "$out")
+fi
+sock_a="$VHCA_RUN/pair-$$-a.sock" sock_b="$VHCA_RUN/pair-$$-b.sock"
+base=$((20000 + RANDOM % 20000))
+fab_a=$base fab_b=$((base + 1)) net_a=$((base + 2)) net_b=$((base + 3))
+cat >"$out/fabric.toml" <<EOF
+[[node]]
+name = "a"
+lid = 1
+guid = "0x0200000000000a01"
+address = "127.0.0.1:$fab_a"
+
+[[node]]
+name = "b"
+lid = 2
+guid = "0x0200000000000a02"
+address = "127.0.0.1:$fab_b"
+EOF
+
+ov="$out/overlay"
+rm -rf "$ov"
+mkdir -p "$ov/lib/modules/$K/extra" "$ov/usr/lib/x86_64-linux-gnu/libibverbs" \
+    "$ov/etc/libibverbs.d" "$ov/etc/vhca-init.d"
+cp "$KO" "$ov/lib/modules/$K/extra/vhca.ko"
+cp "$SO" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
+cp "$PROV/vhca.driver" "$ov/etc/libibverbs.d/vhca.driver"
+cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
+# vm-pair.sh: load the RDMA core, user verbs and vhca; wait for the port.
+modprobe -a ib_core ib_uverbs vhca || echo "vhca-hook: modprobe failed"
+i=0 st=
+while [ $i -lt 200 ]; do
+    st=$(cat /sys/class/infiniband/vhca0/ports/1/state 2>/dev/null) || st=
+    case "$st" in *ACTIVE*) break;; esac
+    sleep 0.1
+    i=$((i + 1))
+done
+echo "vhca-hook: vhca0 port 1: ${st:-absent}, lid $(cat /sys/class/infiniband/vhca0/ports/1/lid 2>/dev/null)"
+export SERVER_IP=10.99.0.1 CLIENT_IP=10.99.0.2
+case "$(hostname)" in *-a) PEER_IP=$CLIENT_IP;; *) PEER_IP=$SERVER_IP;; esac
+export PEER_IP
+EOF
+
+# --- teardown ----------------------------------------------------------------
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -f "$sock_a" "$sock_b"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# --- devices -----------------------------------------------------------------
+start_vhca() { # NODE SOCKET
+    "$bin" --socket "$2" --fabric "$out/fabric.toml" --node "$1" --log "$vhca_log" \
+        "${vhca_args[@]}" >"$out/vhca-$1.log" 2>&1 &
+    pids+=($!)
+}
+start_vhca a "$sock_a"
+start_vhca b "$sock_b"
+for _ in $(seq 100); do [ -S "$sock_a" ] && [ -S "$sock_b" ] && break; sleep 0.1; done
+[ -S "$sock_a" ] && [ -S "$sock_b" ] || vhca_die "vhca did not create its sockets (logs: $out/vhca-*.log)"
+
+# --- guests ------------------------------------------------------------------
+vm_opts=(--quiet --timeout "$timeout" --overlay "$ov" "${extra_ov[@]}")
+[ "$verbose" = 1 ] && vm_opts+=(--verbose)
+"$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-a --log "$out/console-a.log" \
+    --vfio-user "$sock_a" --net "$net_a:$net_b" --ip 10.99.0.1/24 -- "$server_cmd" \
+    2>"$out/run-vm-a.err" &
+vm_a=$!
+pids+=("$vm_a")
+# B boots once A's server listens (the tools' clients do not retry).
+for _ in $(seq $((timeout * 10))); do
+    if [ -n "$ready" ]; then
+        tr -d '\r' <"$out/console-a.log" 2>/dev/null |
+            sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
+    else
+        grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
+    fi
+    kill -0 "$vm_a" 2>/dev/null || break
+    sleep 0.1
+done
+"$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-b --log "$out/console-b.log" \
+    --vfio-user "$sock_b" --net "$net_b:$net_a" --ip 10.99.0.2/24 -- "$client_cmd" \
+    2>"$out/run-vm-b.err" &
+vm_b=$!
+pids+=("$vm_b")
+
+rc_a=0 rc_b=0
+wait "$vm_a" || rc_a=$?
+wait "$vm_b" || rc_b=$?
+pids=("${pids[@]:0:2}")   # the VMs are gone; stop the devices
+cleanup
+pids=()
+
+show() { # NAME LOG
+    echo "=== $1 ==="
+    tr -d '\r' <"$2" | sed -n '/vhca-init: ready at/,/vhca-init: command done/p' |
+        sed '1d;$d'
+    tr -d '\r' <"$2" | grep -E 'vhca-hook:|Oops|BUG:|WARNING:|Call Trace' || true
+}
+show "A (server, exit $rc_a)" "$out/console-a.log"
+show "B (client, exit $rc_b)" "$out/console-b.log"
+vhca_log "logs in $out (console-a.log console-b.log vhca-a.log vhca-b.log)"
+if [ "$rc_a" != 0 ]; then exit "$rc_a"; fi
+exit "$rc_b"
