@@ -6,7 +6,7 @@
 #
 # What it does:
 #   - builds (or reuses, all cached by content) the vhca binary (cargo, in
-#     $CARGO_TARGET_DIR, default /work/target-prov), vhca.ko for the guest
+#     $CARGO_TARGET_DIR, default target/ of the repo), vhca.ko for the guest
 #     kernel ($VHCA_CACHE/kmod-<key>/) and libvhca
 #     (guest-driver/provider/build.sh);
 #   - writes a fabric file with two nodes on UDP loopback (a: LID 1, b: LID 2)
@@ -76,9 +76,9 @@ GUEST=$("$VHCA_IMAGES/guest.sh")
 K=$(cat "$GUEST/kver")
 
 if [ -z "$bin" ]; then
-    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-prov}
-    (cd "$VHCA_REPO" && cargo build -q -p device --bin vhca) || vhca_die "cargo build failed"
-    bin="$CARGO_TARGET_DIR/debug/vhca"
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
+    (cd "$VHCA_REPO" && cargo build -q --release -p device --bin vhca) || vhca_die "cargo build failed"
+    bin="$CARGO_TARGET_DIR/release/vhca"
 fi
 [ -x "$bin" ] || vhca_die "no vhca binary at $bin"
 

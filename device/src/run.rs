@@ -455,7 +455,10 @@ impl pci::Device for Front {
 
     fn disconnected(&mut self) {
         log::info!("device: client gone; every object and mapping dropped");
-        self.shared.lock().reset();
+        let mut core = self.shared.lock();
+        // The engine goes with the client: report its counters first.
+        log::info!("device: counters of that client:\n{}", core.counters_report());
+        core.reset();
     }
 }
 
