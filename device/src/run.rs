@@ -457,7 +457,10 @@ impl pci::Device for Front {
         log::info!("device: client gone; every object and mapping dropped");
         let mut core = self.shared.lock();
         // The engine goes with the client: report its counters first.
-        log::info!("device: counters of that client:\n{}", core.counters_report());
+        log::info!(
+            "device: counters of that client:\n{}",
+            core.counters_report()
+        );
         core.reset();
     }
 }
