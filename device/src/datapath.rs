@@ -519,6 +519,7 @@ impl Hca {
     fn write_cqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
         let mut n = 0;
         let mut fire: Vec<(u32, u32)> = Vec::new();
+        let mut overflow: Vec<u32> = Vec::new();
         let Hca {
             port,
             cqs,
@@ -546,9 +547,14 @@ impl Hca {
                         // A consumer index ahead of what was written: garbage.
                         log::debug!("cq {cqn}: ci {ci} ahead of pi {}", cq.pi);
                     }
-                    // CQ-03: the ring is full (a guest that does not poll, or a
-                    // consumer index it made up). The completion stays with the
-                    // engine, whose CQ reports its own overflow when that fills.
+                    // CQ-03: a completion and no room for it (a guest that does
+                    // not poll, or a consumer index it made up): the CQ
+                    // overflowed. Nothing is written past the ring; the CQ stops
+                    // and the driver gets a CQ error event on EQ 0.
+                    cq.overflowed = true;
+                    counters.cq_overflows += 1;
+                    overflow.push(cqn);
+                    log::warn!("cq {cqn}: overflow (pi {}, ci {ci})", cq.pi);
                     break;
                 }
                 let c = port.engine_mut().poll_cq(cqn).expect("cq_len > 0");
@@ -571,6 +577,9 @@ impl Hca {
                     }
                 }
             }
+        }
+        for cqn in overflow {
+            self.push_eqe(0, abi::cqe::EqeType::CqErr.raw(), cqn, 0, mem, db);
         }
         for (eqn, cqn) in fire {
             if let Some(c) = self.cqs.get_mut(&cqn) {

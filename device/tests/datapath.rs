@@ -475,11 +475,13 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
     assert!(poll_eq(&mut d, 1).is_none());
 }
 
-/// CQ-03: a CQ ring the guest does not consume never gets an entry written
-/// over an unconsumed one.
+/// CQ-03: a CQ ring the guest does not consume is never written past: the
+/// completion that finds no room overflows the CQ (counted, CQ error event on
+/// EQ 0), the entries already written stay intact and in order.
 #[test]
-fn datapath_cq_03_full_ring_is_never_overwritten() {
-    let (mut d, cq, a, b) = setup();
+fn datapath_cq_03_overflow_stops_the_cq_and_raises_cq_error() {
+    let (mut d, cq, a, _b) = setup();
+    add_eq(&mut d, 0, 0, 10);
     // Ring of 256; 300 signaled zero-length WRITEs.
     for i in 0..300u64 {
         let mut w = Vec::new();
@@ -498,14 +500,20 @@ fn datapath_cq_03_full_ring_is_never_overwritten() {
         }
     }
     run(&mut d, 200);
-    let _ = b;
     assert_eq!(d.hca.cqs[&cq].pi, 256, "wrote past the consumer");
-    // Consuming frees room; the rest arrive in order.
-    let mut ids = Vec::new();
-    for _ in 0..300 {
-        ids.push(wait_cqe(&mut d, cq).wr_id);
-    }
-    assert_eq!(ids, (0..300).collect::<Vec<_>>());
+    assert!(d.hca.cqs[&cq].overflowed);
+    assert_eq!(d.hca.counters.cq_overflows, 1);
+    let eqe = poll_eq(&mut d, 0).expect("CQ error EQE on EQ 0");
+    assert_eq!((eqe.kind, eqe.object), (abi::cqe::EqeType::CqErr.raw(), cq));
+    let ids: Vec<u64> = (0..256)
+        .map(|_| poll_cq(&mut d, cq).unwrap().wr_id)
+        .collect();
+    assert_eq!(ids, (0..256).collect::<Vec<_>>());
+    run(&mut d, 10);
+    assert!(
+        poll_cq(&mut d, cq).is_none(),
+        "an overflowed CQ stays stopped"
+    );
 }
 
 /// CQ-02, the arm-then-poll race: a CQE that reached the ring before the
