@@ -1,0 +1,139 @@
+#!/bin/bash
+# images/vm-tests.sh — the VM tier of the test suite: rdma-core's and perftest's
+# tools between two TCG guests, each with its own vhca device (images/vm-pair.sh).
+#
+# Usage: images/vm-tests.sh [--keep-going] [--out DIR] [-- VM_PAIR_OPTION...]
+#
+# One vm-pair.sh boot runs every tool pair in sequence: guest A runs the
+# servers (each on its own TCP port, under `timeout`), guest B the clients
+# (each retried while the server is not listening yet). Before the servers,
+# guest A checks `ibv_devinfo -v` (vhca0, PORT_ACTIVE, port_lid 1, link_layer
+# InfiniBand) and `rdma link`. A tool passes when both of its sides exit 0.
+#
+# Tools: ibv_{rc,uc,ud,srq}_pingpong -c, each with and without -e; over RC
+# ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat
+# ib_read_lat; ib_send_bw -c UD; ib_write_bw -c UC.
+#
+# Prints one "PASS name" / "FAIL name" line per tool; exit 0 iff all pass.
+# The guests' consoles and the vhca logs stay in --out (default: a new
+# $VHCA_CACHE/run/pair.XXXXXX, printed at the end).
+#
+# Environment: VHCA_VM_TESTS_N (pingpong iterations, default 50),
+# VHCA_VM_TESTS_PERF_N (perftest iterations, default 100).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. images/lib.sh
+
+out='' pair_opts=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) out=$2; shift 2;;
+        -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
+        --) shift; pair_opts+=("$@"); break;;
+        *) vhca_die "unknown argument $1 (try --help)";;
+    esac
+done
+vhca_need_root
+
+N=${VHCA_VM_TESTS_N:-50}
+PN=${VHCA_VM_TESTS_PERF_N:-100}
+D='-d vhca0'
+P="-d vhca0 -F -n $PN"
+# name|server and client arguments (the client adds $SERVER_IP; both get -p PORT)
+tests="rc_pingpong|ibv_rc_pingpong $D -g 0 -c -n $N
+rc_pingpong_e|ibv_rc_pingpong $D -g 0 -c -e -n $N
+uc_pingpong|ibv_uc_pingpong $D -g 0 -c -n $N
+uc_pingpong_e|ibv_uc_pingpong $D -g 0 -c -e -n $N
+ud_pingpong|ibv_ud_pingpong $D -g 0 -c -s 1024 -n $N
+ud_pingpong_e|ibv_ud_pingpong $D -g 0 -c -e -s 1024 -n $N
+srq_pingpong|ibv_srq_pingpong $D -g 0 -c -n $N
+srq_pingpong_e|ibv_srq_pingpong $D -g 0 -c -e -n $N
+ib_send_bw|ib_send_bw $P
+ib_write_bw|ib_write_bw $P
+ib_read_bw|ib_read_bw $P
+ib_atomic_bw|ib_atomic_bw $P
+ib_send_lat|ib_send_lat $P
+ib_write_lat|ib_write_lat $P
+ib_read_lat|ib_read_lat $P
+ib_send_bw_UD|ib_send_bw $P -c UD -s 1024
+ib_write_bw_UC|ib_write_bw $P -c UC"
+
+ov=$(mktemp -d /tmp/vm-tests-ov.XXXXXX)
+trap 'rm -rf "$ov"' EXIT
+mkdir -p "$ov/usr/share/vhca-tests"
+printf '%s\n' "$tests" >"$ov/usr/share/vhca-tests/list"
+
+cat >"$ov/usr/share/vhca-tests/server.sh" <<'EOF'
+#!/bin/sh
+# guest A: devinfo checks, then every server in turn.
+dv=$(ibv_devinfo -v -d vhca0 2>&1); echo "$dv"
+ok=1
+for re in 'hca_id:[[:space:]]*vhca0' 'state:[[:space:]]*PORT_ACTIVE' \
+          'port_lid:[[:space:]]*1$' 'link_layer:[[:space:]]*InfiniBand'; do
+    echo "$dv" | grep -Eq "$re" || { echo "devinfo: missing /$re/"; ok=0; }
+done
+[ $ok = 1 ] && echo "VT-S devinfo 0" || echo "VT-S devinfo 1"
+rl=$(rdma link 2>&1); echo "$rl"
+echo "$rl" | grep -Eq 'link vhca0/1 .*state ACTIVE' && echo "VT-S rdma_link 0" || echo "VT-S rdma_link 1"
+i=0
+while IFS='|' read -r name cmd; do
+    port=$((18600 + i)); i=$((i + 1))
+    echo "--- server $name: $cmd -p $port"
+    timeout 90 $cmd -p $port </dev/null 2>&1
+    echo "VT-S $name $?"
+done </usr/share/vhca-tests/list
+EOF
+
+cat >"$ov/usr/share/vhca-tests/client.sh" <<'EOF'
+#!/bin/sh
+# guest B: every client in turn, retried while its server is not listening.
+i=0
+while IFS='|' read -r name cmd; do
+    port=$((18600 + i)); i=$((i + 1))
+    try=0
+    while :; do
+        try=$((try + 1))
+        echo "--- client $name (try $try): $cmd -p $port $SERVER_IP"
+        o=$(timeout 90 $cmd -p $port $SERVER_IP </dev/null 2>&1); rc=$?
+        echo "$o"
+        [ $rc = 0 ] && break
+        echo "$o" | grep -qiE "couldn't connect|unable to connect|failed to connect|connection refused" || break
+        [ $try -ge 30 ] && break
+        sleep 1
+    done
+    echo "VT-C $name $rc"
+done </usr/share/vhca-tests/list
+EOF
+chmod +x "$ov/usr/share/vhca-tests/"*.sh
+
+if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
+else mkdir -p "$VHCA_RUN"; out=$(mktemp -d "$VHCA_RUN/pair.XXXXXX"); fi
+log="$out/vm-tests.out"
+start=$(date +%s)
+images/vm-pair.sh --out "$out" --timeout 900 --ready '' --overlay "$ov" "${pair_opts[@]}" \
+    'sh /usr/share/vhca-tests/server.sh' 'sh /usr/share/vhca-tests/client.sh' >"$log" 2>&1
+prc=$?
+echo "vm-pair.sh exit $prc after $(( $(date +%s) - start )) s; output in $log"
+[ -s "$log" ] || { echo "FAIL vm-pair.sh produced no output"; exit 1; }
+
+fail=0
+status() { # S|C NAME -> exit status or empty
+    sed -n "s/^VT-$1 $2 \([0-9]*\)\$/\1/p" "$log" | tail -1
+}
+for name in devinfo rdma_link; do
+    s=$(status S "$name")
+    if [ "$s" = 0 ]; then echo "PASS $name"; else echo "FAIL $name (guest A: ${s:-no result})"; fail=1; fi
+done
+while IFS='|' read -r name _; do
+    s=$(status S "$name") c=$(status C "$name")
+    if [ "$s" = 0 ] && [ "$c" = 0 ]; then
+        echo "PASS $name"
+    else
+        echo "FAIL $name (server ${s:-no result}, client ${c:-no result})"
+        fail=1
+    fi
+done <<<"$tests"
+grep -E 'Oops|BUG:|WARNING: CPU|cut here|Call Trace' "$log" && fail=1
+if [ "$fail" = 0 ] && [ "$prc" != 0 ]; then echo "FAIL vm-pair.sh exit $prc"; fail=1; fi
+[ "$fail" = 0 ] && echo "vm-tests: all passed" || echo "vm-tests: FAILED (logs: $out)"
+exit "$fail"
