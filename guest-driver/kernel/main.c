@@ -207,6 +207,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.query_qp = vhca_query_qp,
 	.query_srq = vhca_query_srq,
 	.reg_user_mr = vhca_reg_user_mr,
+	.rereg_user_mr = vhca_rereg_user_mr,
 	.req_notify_cq = vhca_req_notify_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, vhca_ah, ibah),

@@ -100,6 +100,7 @@ struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 		goto err_umem;
 	}
 	in.pbl = pbl.desc;
+	mr->access = access;
 	ret = vhca_reg_mr(dev, mr, &in);
 	vhca_pbl_free(dev, &pbl);
 	if (IS_ERR(ret))
@@ -111,6 +112,88 @@ err_umem:
 err_free:
 	kfree(mr);
 	return ret;
+}
+
+/*
+ * rereg_user_mr, in place (REREG_MR: the keys stay the same, as ibverbs
+ * users expect): a new translation pins the new range first and releases the
+ * old pages only once the device has taken the new list. Returns NULL (the
+ * same MR); ib_uverbs updates pd, iova and length.
+ */
+struct ib_mr *vhca_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				 u64 length, u64 virt, int access,
+				 struct ib_pd *pd, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibmr->device);
+	struct vhca_mr *mr = to_vmr(ibmr);
+	struct vhca_rereg_mr_in in = { .lkey = ibmr->lkey };
+	struct ib_umem *umem = NULL;
+	struct vhca_pbl_buf pbl = {};
+	unsigned long pgsz_bitmap, pgsz;
+	bool trans = flags & IB_MR_REREG_TRANS;
+	int err;
+
+	if (flags & ~(IB_MR_REREG_TRANS | IB_MR_REREG_PD | IB_MR_REREG_ACCESS))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!mr->umem)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!(flags & IB_MR_REREG_ACCESS))
+		access = mr->access;
+	if (access & IB_ACCESS_ON_DEMAND)
+		return ERR_PTR(-EOPNOTSUPP);
+	/* Pages pinned read-only cannot become writable: pin them again. */
+	if (!trans && !mr->umem->writable && ib_access_writable(access)) {
+		trans = true;
+		start = mr->umem->address;
+		length = mr->umem->length;
+		virt = ibmr->iova;
+	}
+	if (trans) {
+		umem = ib_umem_get(ibmr->device, start, length, access);
+		if (IS_ERR(umem))
+			return ERR_CAST(umem);
+		pgsz_bitmap = dev->attr.page_size_cap &
+			      GENMASK_ULL(VHCA_PBL_MAX_PAGE_SHIFT,
+					  VHCA_PBL_MIN_PAGE_SHIFT);
+		if (!pgsz_bitmap)
+			pgsz_bitmap = SZ_4K;
+		pgsz = ib_umem_find_best_pgsz(umem, pgsz_bitmap, virt);
+		if (!pgsz) {
+			err = -EINVAL;
+			goto err_umem;
+		}
+		err = vhca_pbl_from_umem(dev, umem, pgsz, &pbl);
+		if (err)
+			goto err_umem;
+		in.change |= VHCA_REREG_CHANGE_TRANSLATION;
+		in.iova = virt;
+		in.length = length;
+		in.pbl = pbl.desc;
+	}
+	if (flags & IB_MR_REREG_PD) {
+		in.change |= VHCA_REREG_CHANGE_PD;
+		in.pdn = to_vpd(pd)->pdn;
+	}
+	if (flags & IB_MR_REREG_ACCESS) {
+		in.change |= VHCA_REREG_CHANGE_ACCESS;
+		in.access = vhca_access_to_dev(access);
+	}
+	err = vhca_cmd(dev, VHCA_CMD_REREG_MR, &in, sizeof(in), NULL, 0, NULL);
+	if (trans)
+		vhca_pbl_free(dev, &pbl);
+	if (err)
+		goto err_umem;
+	mr->access = access;
+	if (trans) {
+		ib_umem_release(mr->umem);
+		mr->umem = umem;
+	}
+	return NULL;
+
+err_umem:
+	if (umem)
+		ib_umem_release(umem);
+	return ERR_PTR(err);
 }
 
 int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

@@ -260,6 +260,7 @@ struct vhca_srq {
 struct vhca_mr {
 	struct ib_mr ibmr;
 	struct ib_umem *umem;
+	int access;		/* IB_ACCESS_* it was registered with (rereg) */
 };
 
 static inline struct vhca_dev *to_vdev(struct ib_device *ibdev)
@@ -424,6 +425,9 @@ struct ib_mr *vhca_get_dma_mr(struct ib_pd *pd, int access);
 struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 			       u64 virt, int access, struct ib_udata *udata);
 int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+struct ib_mr *vhca_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				 u64 length, u64 virt, int access,
+				 struct ib_pd *pd, struct ib_udata *udata);
 
 /* debugfs.c */
 void vhca_debugfs_init(void);

@@ -195,6 +195,175 @@ int vhca_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 }
 
 /*
+ * Extended CQs (ibv_create_cq_ex): start_poll takes the CQ lock and one
+ * completion into cq->ex_wc, next_poll the next one, end_poll gives the
+ * entries back and unlocks; the read_* callbacks read ex_wc.
+ */
+static inline struct vhca_cq *cqx_to_vcq(struct ibv_cq_ex *cqx)
+{
+	return container_of(cqx, struct vhca_cq, vcq.cq_ex);
+}
+
+static int vhca_cqx_next(struct vhca_cq *cq)
+{
+	struct vhca_context *ctx = to_vctx(cq->ibv_cq.context);
+	struct vhca_cqe *cqe;
+
+	while ((cqe = vhca_cqe_peek(cq, cq->ci))) {
+		cq->ci++;
+		if (vhca_cqe_to_wc(ctx, cqe, &cq->ex_wc)) {
+			cq->vcq.cq_ex.wr_id = cq->ex_wc.wr_id;
+			cq->vcq.cq_ex.status = cq->ex_wc.status;
+			return 0;
+		}
+	}
+	return ENOENT;
+}
+
+static void vhca_cqx_give_back(struct vhca_cq *cq)
+{
+	mmio_write32_le((uint8_t *)cq->db +
+				offsetof(struct vhca_cq_doorbell, ci),
+			htole32(cq->ci));
+}
+
+static int vhca_cqx_start_poll(struct ibv_cq_ex *cqx,
+			       struct ibv_poll_cq_attr *attr)
+{
+	struct vhca_cq *cq = cqx_to_vcq(cqx);
+	uint32_t start;
+	int ret;
+
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_spin_lock(&cq->lock);
+	start = cq->ci;
+	ret = vhca_cqx_next(cq);
+	if (ret) {
+		/* No end_poll follows ENOENT. */
+		if (cq->ci != start)
+			vhca_cqx_give_back(cq);
+		pthread_spin_unlock(&cq->lock);
+	}
+	return ret;
+}
+
+static int vhca_cqx_next_poll(struct ibv_cq_ex *cqx)
+{
+	return vhca_cqx_next(cqx_to_vcq(cqx));
+}
+
+static void vhca_cqx_end_poll(struct ibv_cq_ex *cqx)
+{
+	struct vhca_cq *cq = cqx_to_vcq(cqx);
+
+	vhca_cqx_give_back(cq);
+	pthread_spin_unlock(&cq->lock);
+}
+
+static enum ibv_wc_opcode vhca_cqx_read_opcode(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.opcode;
+}
+
+static uint32_t vhca_cqx_read_vendor_err(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.vendor_err;
+}
+
+static uint32_t vhca_cqx_read_byte_len(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.byte_len;
+}
+
+static __be32 vhca_cqx_read_imm_data(struct ibv_cq_ex *cqx)
+{
+	/* imm_data and invalidated_rkey share the field, as in ibv_wc. */
+	return cqx_to_vcq(cqx)->ex_wc.imm_data;
+}
+
+static uint32_t vhca_cqx_read_qp_num(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.qp_num;
+}
+
+static uint32_t vhca_cqx_read_src_qp(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.src_qp;
+}
+
+static unsigned int vhca_cqx_read_wc_flags(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.wc_flags;
+}
+
+static uint32_t vhca_cqx_read_slid(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.slid;
+}
+
+static uint8_t vhca_cqx_read_sl(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.sl;
+}
+
+static uint8_t vhca_cqx_read_dlid_path_bits(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_vcq(cqx)->ex_wc.dlid_path_bits;
+}
+
+#define VHCA_CQ_EX_WC_FLAGS                                                  \
+	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM |                      \
+	 IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |                     \
+	 IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |                           \
+	 IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+struct ibv_cq_ex *vhca_create_cq_ex(struct ibv_context *context,
+				    struct ibv_cq_init_attr_ex *attr)
+{
+	struct ibv_cq_ex *cqx;
+	struct ibv_cq *ibcq;
+
+	/* No timestamps, CVLAN, flow tags, TM info; no CQ flags. */
+	if ((attr->wc_flags & ~(uint64_t)VHCA_CQ_EX_WC_FLAGS) ||
+	    (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS |
+					   IBV_CQ_INIT_ATTR_MASK_PD)) ||
+	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && attr->flags)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	/*
+	 * A parent domain for the CQ must be one of this context's; the CQ ring
+	 * is our own memory (its allocators serve QP and SRQ rings).
+	 */
+	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+	    (!attr->parent_domain || attr->parent_domain->context != context ||
+	     !to_vpd(attr->parent_domain)->protection_domain)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ibcq = vhca_create_cq(context, attr->cqe, attr->channel,
+			      attr->comp_vector);
+	if (!ibcq)
+		return NULL;
+	cqx = &to_vcq(ibcq)->vcq.cq_ex;
+	cqx->start_poll = vhca_cqx_start_poll;
+	cqx->next_poll = vhca_cqx_next_poll;
+	cqx->end_poll = vhca_cqx_end_poll;
+	cqx->read_opcode = vhca_cqx_read_opcode;
+	cqx->read_vendor_err = vhca_cqx_read_vendor_err;
+	cqx->read_wc_flags = vhca_cqx_read_wc_flags;
+	cqx->read_byte_len = vhca_cqx_read_byte_len;
+	cqx->read_imm_data = vhca_cqx_read_imm_data;
+	cqx->read_qp_num = vhca_cqx_read_qp_num;
+	cqx->read_src_qp = vhca_cqx_read_src_qp;
+	cqx->read_slid = vhca_cqx_read_slid;
+	cqx->read_sl = vhca_cqx_read_sl;
+	cqx->read_dlid_path_bits = vhca_cqx_read_dlid_path_bits;
+	return cqx;
+}
+
+/*
  * A new arm word is one request for an event (CQ-02): the next completion, or
  * the next solicited one. The device reads the slot when it writes a CQE, and
  * it is awake then: no WAKE (vhca_abi.h "Arming").

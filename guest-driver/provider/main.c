@@ -24,17 +24,21 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.query_port = vhca_query_port,
 	.alloc_pd = vhca_alloc_pd,
 	.dealloc_pd = vhca_dealloc_pd,
+	.alloc_parent_domain = vhca_alloc_parent_domain,
 	.reg_mr = vhca_reg_mr,
 	.dereg_mr = vhca_dereg_mr,
+	.rereg_mr = vhca_rereg_mr,
 	.create_ah = vhca_create_ah,
 	.destroy_ah = vhca_destroy_ah,
 
 	.create_cq = vhca_create_cq,
+	.create_cq_ex = vhca_create_cq_ex,
 	.destroy_cq = vhca_destroy_cq,
 	.poll_cq = vhca_poll_cq,
 	.req_notify_cq = vhca_req_notify_cq,
 
 	.create_qp = vhca_create_qp,
+	.create_qp_ex = vhca_create_qp_ex,
 	.query_qp = vhca_query_qp,
 	.modify_qp = vhca_modify_qp,
 	.destroy_qp = vhca_destroy_qp,
@@ -68,10 +72,42 @@ int vhca_alloc_buf(struct vhca_buf *b, size_t bytes)
 	return 0;
 }
 
+/* A ring for a QP or SRQ on `pd`: from its parent domain's allocator if any. */
+int vhca_alloc_buf_pd(struct vhca_buf *b, size_t bytes, struct ibv_pd *pd,
+		      uint64_t type)
+{
+	struct vhca_pd *parent = to_vpd(pd);
+	size_t page = sysconf(_SC_PAGESIZE);
+	void *p;
+
+	b->pd = NULL;
+	if (!parent->protection_domain || !parent->alloc)
+		return vhca_alloc_buf(b, bytes);
+	b->length = (bytes + page - 1) & ~(page - 1);
+	p = parent->alloc(pd, parent->pd_context, b->length, page, type);
+	if (p == IBV_ALLOCATOR_USE_DEFAULT)
+		return vhca_alloc_buf(b, bytes);
+	if (!p)
+		return ENOMEM;
+	memset(p, 0, b->length);
+	b->buf = p;
+	b->pd = parent;
+	b->type = type;
+	atomic_fetch_add(&parent->refcount, 1);
+	return 0;
+}
+
 void vhca_free_buf(struct vhca_buf *b)
 {
 	if (!b->buf)
 		return;
+	if (b->pd) {
+		b->pd->free(&b->pd->ibv_pd, b->pd->pd_context, b->buf, b->type);
+		atomic_fetch_sub(&b->pd->refcount, 1);
+		b->pd = NULL;
+		b->buf = NULL;
+		return;
+	}
 	ibv_dofork_range(b->buf, b->length);
 	munmap(b->buf, b->length);
 	b->buf = NULL;

@@ -18,6 +18,8 @@
 
 #include "vhca.h"
 
+static void vhca_qp_ex_free(struct vhca_qp *qp);
+
 /* Bytes before the data of a send WQE (vhca_abi.h "Send WQE"), at most. */
 static uint32_t vhca_sq_headers(uint8_t type)
 {
@@ -53,13 +55,14 @@ static int vhca_qp_type(struct vhca_context *ctx, enum ibv_qp_type t,
 }
 
 static int vhca_wq_alloc(struct vhca_wq *wq, uint32_t log2, uint32_t shift,
-			 bool shadow)
+			 bool shadow, struct ibv_pd *pd)
 {
 	int ret;
 
 	wq->log2 = log2;
 	wq->shift = shift;
-	ret = vhca_alloc_buf(&wq->buf, (size_t)1 << (log2 + shift));
+	ret = vhca_alloc_buf_pd(&wq->buf, (size_t)1 << (log2 + shift), pd,
+				VHCA_RES_TYPE_QP);
 	if (ret)
 		return ret;
 	if (shadow) {
@@ -139,13 +142,13 @@ struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
 	qp->type = type;
 	qp->srq = attr->srq ? to_vsrq(attr->srq) : NULL;
 	ret = vhca_wq_alloc(&qp->sq, vhca_log2_up(cap->max_send_wr ?: 1),
-			    sq_shift, true);
+			    sq_shift, true, pd);
 	if (ret)
 		goto err_qp;
 	if (!attr->srq) {
 		ret = vhca_wq_alloc(&qp->rq,
 				    vhca_log2_up(cap->max_recv_wr ?: 1),
-				    rq_shift, true);
+				    rq_shift, true, pd);
 		if (ret)
 			goto err_sq;
 	}
@@ -289,6 +292,8 @@ int vhca_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 	ret = ibv_cmd_modify_qp(ibqp, attr, attr_mask, &cmd, sizeof(cmd));
 	if (ret)
 		return ret;
+	if (attr_mask & IBV_QP_STATE)
+		qp->state = attr->qp_state;
 	/*
 	 * Back to RESET: the device takes the producer indices now in the
 	 * doorbell slot as the point from which WQEs are new (vhca_abi.h
@@ -328,6 +333,7 @@ int vhca_destroy_qp(struct ibv_qp *ibqp)
 	vhca_unlock_cqs(ibqp);
 	vhca_wq_free(&qp->sq);
 	vhca_wq_free(&qp->rq);
+	vhca_qp_ex_free(qp);
 	free(qp);
 	return 0;
 }
@@ -465,6 +471,12 @@ int vhca_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	uint32_t pi, start;
 	int ret = 0;
 
+	/* o10-4.2.1: no posting to the SQ before RTS. */
+	if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT ||
+	    qp->state == IBV_QPS_RTR) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
 	pthread_spin_lock(&sq->lock);
 	start = pi = sq->pi;
 	for (; wr; wr = wr->next) {
@@ -519,7 +531,7 @@ int vhca_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	uint32_t start;
 	int ret = 0;
 
-	if (qp->srq) {
+	if (qp->srq || qp->state == IBV_QPS_RESET) {
 		*bad_wr = wr;
 		return EINVAL;
 	}
@@ -544,4 +556,340 @@ int vhca_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	if (ret)
 		*bad_wr = wr;
 	return ret;
+}
+
+/*
+ * Extended QPs (ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS): the
+ * ibv_wr_*() builders stage one ibv_send_wr at a time, written into the ring
+ * by vhca_write_send at the next builder or at wr_complete; the producer index
+ * is published (and the doorbell rung) only by wr_complete, so wr_abort and a
+ * failed WR drop the whole batch. The SQ lock is held from wr_start to
+ * wr_complete/wr_abort.
+ */
+static inline struct vhca_qp *qpx_to_vqp(struct ibv_qp_ex *qpx)
+{
+	return container_of(&qpx->qp_base, struct vhca_qp, ibv_qp);
+}
+
+static void vhca_qp_ex_free(struct vhca_qp *qp)
+{
+	if (!qp->ex)
+		return;
+	free(qp->ex->sge);
+	free(qp->ex->inl);
+	free(qp->ex);
+	qp->ex = NULL;
+}
+
+/* Writes the staged WR (if any) into the ring at ex->pi. */
+static void vhca_qpx_flush(struct vhca_qp *qp)
+{
+	struct vhca_qp_ex_state *ex = qp->ex;
+	struct vhca_wq *sq = &qp->sq;
+	int ret;
+
+	if (!ex->pending)
+		return;
+	ex->pending = false;
+	if (ex->err)
+		return;
+	if (ex->pi - __atomic_load_n(&sq->ci, __ATOMIC_ACQUIRE) >=
+	    (1U << sq->log2)) {
+		ex->err = ENOMEM;
+		return;
+	}
+	ret = vhca_write_send(to_vctx(qp->ibv_qp.context), qp, &ex->wr, ex->pi);
+	if (ret) {
+		ex->err = ret;
+		return;
+	}
+	sq->wrid[ex->pi & ((1U << sq->log2) - 1)] = ex->wr.wr_id;
+	ex->pi++;
+}
+
+static struct ibv_send_wr *vhca_qpx_new(struct ibv_qp_ex *qpx,
+					enum ibv_wr_opcode op)
+{
+	struct vhca_qp *qp = qpx_to_vqp(qpx);
+	struct vhca_qp_ex_state *ex = qp->ex;
+
+	vhca_qpx_flush(qp);
+	memset(&ex->wr, 0, sizeof(ex->wr));
+	ex->wr.wr_id = qpx->wr_id;
+	ex->wr.send_flags = qpx->wr_flags;
+	ex->wr.opcode = op;
+	ex->wr.sg_list = ex->sge;
+	ex->pending = true;
+	return &ex->wr;
+}
+
+static void vhca_wr_start(struct ibv_qp_ex *qpx)
+{
+	struct vhca_qp *qp = qpx_to_vqp(qpx);
+
+	pthread_spin_lock(&qp->sq.lock);
+	qp->ex->pi = qp->sq.pi;
+	qp->ex->pending = false;
+	qp->ex->err = (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT ||
+		       qp->state == IBV_QPS_RTR) ? EINVAL : 0;
+}
+
+static int vhca_wr_complete(struct ibv_qp_ex *qpx)
+{
+	struct vhca_qp *qp = qpx_to_vqp(qpx);
+	struct vhca_wq *sq = &qp->sq;
+	int err;
+
+	vhca_qpx_flush(qp);
+	err = qp->ex->err;
+	if (!err && qp->ex->pi != sq->pi) {
+		__atomic_store_n(&sq->pi, qp->ex->pi, __ATOMIC_RELEASE);
+		vhca_db_produce(to_vctx(qp->ibv_qp.context), sq->db, sq->pi);
+	}
+	pthread_spin_unlock(&sq->lock);
+	return err;
+}
+
+static void vhca_wr_abort(struct ibv_qp_ex *qpx)
+{
+	struct vhca_qp *qp = qpx_to_vqp(qpx);
+
+	qp->ex->pending = false;
+	pthread_spin_unlock(&qp->sq.lock);
+}
+
+static void vhca_wr_send(struct ibv_qp_ex *qpx)
+{
+	vhca_qpx_new(qpx, IBV_WR_SEND);
+}
+
+static void vhca_wr_send_imm(struct ibv_qp_ex *qpx, __be32 imm)
+{
+	vhca_qpx_new(qpx, IBV_WR_SEND_WITH_IMM)->imm_data = imm;
+}
+
+static void vhca_wr_send_inv(struct ibv_qp_ex *qpx, uint32_t rkey)
+{
+	vhca_qpx_new(qpx, IBV_WR_SEND_WITH_INV)->invalidate_rkey = rkey;
+}
+
+static void vhca_wr_rdma(struct ibv_qp_ex *qpx, enum ibv_wr_opcode op,
+			 uint32_t rkey, uint64_t addr)
+{
+	struct ibv_send_wr *wr = vhca_qpx_new(qpx, op);
+
+	wr->wr.rdma.rkey = rkey;
+	wr->wr.rdma.remote_addr = addr;
+}
+
+static void vhca_wr_rdma_write(struct ibv_qp_ex *qpx, uint32_t rkey,
+			       uint64_t addr)
+{
+	vhca_wr_rdma(qpx, IBV_WR_RDMA_WRITE, rkey, addr);
+}
+
+static void vhca_wr_rdma_write_imm(struct ibv_qp_ex *qpx, uint32_t rkey,
+				   uint64_t addr, __be32 imm)
+{
+	vhca_wr_rdma(qpx, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, addr);
+	qpx_to_vqp(qpx)->ex->wr.imm_data = imm;
+}
+
+static void vhca_wr_rdma_read(struct ibv_qp_ex *qpx, uint32_t rkey,
+			      uint64_t addr)
+{
+	vhca_wr_rdma(qpx, IBV_WR_RDMA_READ, rkey, addr);
+}
+
+static void vhca_wr_atomic(struct ibv_qp_ex *qpx, enum ibv_wr_opcode op,
+			   uint32_t rkey, uint64_t addr, uint64_t cmp_add,
+			   uint64_t swap)
+{
+	struct ibv_send_wr *wr = vhca_qpx_new(qpx, op);
+
+	wr->wr.atomic.rkey = rkey;
+	wr->wr.atomic.remote_addr = addr;
+	wr->wr.atomic.compare_add = cmp_add;
+	wr->wr.atomic.swap = swap;
+}
+
+static void vhca_wr_atomic_cmp_swp(struct ibv_qp_ex *qpx, uint32_t rkey,
+				   uint64_t addr, uint64_t compare,
+				   uint64_t swap)
+{
+	vhca_wr_atomic(qpx, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, addr, compare,
+		       swap);
+}
+
+static void vhca_wr_atomic_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey,
+				     uint64_t addr, uint64_t add)
+{
+	vhca_wr_atomic(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr, add, 0);
+}
+
+static void vhca_wr_set_ud_addr(struct ibv_qp_ex *qpx, struct ibv_ah *ah,
+				uint32_t remote_qpn, uint32_t remote_qkey)
+{
+	struct vhca_qp_ex_state *ex = qpx_to_vqp(qpx)->ex;
+
+	ex->wr.wr.ud.ah = ah;
+	ex->wr.wr.ud.remote_qpn = remote_qpn;
+	ex->wr.wr.ud.remote_qkey = remote_qkey;
+}
+
+static void vhca_wr_set_sge_list(struct ibv_qp_ex *qpx, size_t num,
+				 const struct ibv_sge *sg)
+{
+	struct vhca_qp *qp = qpx_to_vqp(qpx);
+	struct vhca_qp_ex_state *ex = qp->ex;
+
+	if (!ex->pending)
+		return;
+	if (num > (qp->sq.max_sge ?: 1)) {
+		ex->err = EINVAL;
+		return;
+	}
+	memcpy(ex->sge, sg, num * sizeof(*sg));
+	ex->wr.sg_list = ex->sge;
+	ex->wr.num_sge = num;
+}
+
+static void vhca_wr_set_sge(struct ibv_qp_ex *qpx, uint32_t lkey,
+			    uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sge = { .addr = addr, .length = length, .lkey = lkey };
+
+	vhca_wr_set_sge_list(qpx, 1, &sge);
+}
+
+static void vhca_wr_set_inline_data_list(struct ibv_qp_ex *qpx, size_t num,
+					 const struct ibv_data_buf *buf)
+{
+	struct vhca_qp *qp = qpx_to_vqp(qpx);
+	struct vhca_qp_ex_state *ex = qp->ex;
+	size_t i, len = 0;
+
+	if (!ex->pending)
+		return;
+	for (i = 0; i < num; i++) {
+		if (len + buf[i].length > qp->sq.max_inline) {
+			ex->err = EINVAL;
+			return;
+		}
+		memcpy(ex->inl + len, buf[i].addr, buf[i].length);
+		len += buf[i].length;
+	}
+	ex->sge[0].addr = (uintptr_t)ex->inl;
+	ex->sge[0].length = len;
+	ex->sge[0].lkey = 0;
+	ex->wr.sg_list = ex->sge;
+	ex->wr.num_sge = 1;
+	ex->wr.send_flags |= IBV_SEND_INLINE;
+}
+
+static void vhca_wr_set_inline_data(struct ibv_qp_ex *qpx, void *addr,
+				    size_t length)
+{
+	struct ibv_data_buf buf = { .addr = addr, .length = length };
+
+	vhca_wr_set_inline_data_list(qpx, 1, &buf);
+}
+
+struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
+				 struct ibv_qp_init_attr_ex *attr)
+{
+	struct vhca_context *ctx = to_vctx(context);
+	uint64_t ops = 0, ok;
+	struct ibv_qp_init_attr init = {};
+	struct ibv_qp_ex *qpx;
+	struct vhca_qp *qp;
+	struct ibv_qp *ibqp;
+	uint8_t type;
+	int ret;
+
+	/* No create flags, no TSO: accepted when asked for nothing. */
+	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) ||
+	    (attr->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD |
+					   IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+					   IBV_QP_INIT_ATTR_CREATE_FLAGS |
+					   IBV_QP_INIT_ATTR_MAX_TSO_HEADER)) ||
+	    ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+	     attr->create_flags) ||
+	    ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) &&
+	     attr->max_tso_header)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	ret = vhca_qp_type(ctx, attr->qp_type, &type);
+	if (ret) {
+		errno = ret;
+		return NULL;
+	}
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		ops = attr->send_ops_flags;
+		ok = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+		if (type != VHCA_QPT_UD)
+			ok |= IBV_QP_EX_WITH_RDMA_WRITE |
+			      IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+		if (type == VHCA_QPT_RC) {
+			ok |= IBV_QP_EX_WITH_RDMA_READ;
+			if (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC)
+				ok |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+				      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+			if (ctx->cap_flags & VHCA_DEV_CAP_SEND_WITH_INV)
+				ok |= IBV_QP_EX_WITH_SEND_WITH_INV;
+		}
+		if (ops & ~ok) {
+			errno = EOPNOTSUPP;
+			return NULL;
+		}
+	}
+
+	init.qp_context = attr->qp_context;
+	init.send_cq = attr->send_cq;
+	init.recv_cq = attr->recv_cq;
+	init.srq = attr->srq;
+	init.cap = attr->cap;
+	init.qp_type = attr->qp_type;
+	init.sq_sig_all = attr->sq_sig_all;
+	ibqp = vhca_create_qp(attr->pd, &init);
+	if (!ibqp)
+		return NULL;
+	attr->cap = init.cap;
+	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+		return ibqp;
+
+	qp = to_vqp(ibqp);
+	qp->ex = calloc(1, sizeof(*qp->ex));
+	if (!qp->ex)
+		goto err;
+	qp->ex->sge = calloc(qp->sq.max_sge ?: 1, sizeof(struct ibv_sge));
+	qp->ex->inl = malloc(qp->sq.max_inline ?: 1);
+	if (!qp->ex->sge || !qp->ex->inl)
+		goto err;
+
+	qpx = &qp->vqp.qp_ex;
+	qpx->wr_start = vhca_wr_start;
+	qpx->wr_complete = vhca_wr_complete;
+	qpx->wr_abort = vhca_wr_abort;
+	qpx->wr_send = vhca_wr_send;
+	qpx->wr_send_imm = vhca_wr_send_imm;
+	qpx->wr_send_inv = vhca_wr_send_inv;
+	qpx->wr_rdma_write = vhca_wr_rdma_write;
+	qpx->wr_rdma_write_imm = vhca_wr_rdma_write_imm;
+	qpx->wr_rdma_read = vhca_wr_rdma_read;
+	qpx->wr_atomic_cmp_swp = vhca_wr_atomic_cmp_swp;
+	qpx->wr_atomic_fetch_add = vhca_wr_atomic_fetch_add;
+	qpx->wr_set_ud_addr = vhca_wr_set_ud_addr;
+	qpx->wr_set_sge = vhca_wr_set_sge;
+	qpx->wr_set_sge_list = vhca_wr_set_sge_list;
+	qpx->wr_set_inline_data = vhca_wr_set_inline_data;
+	qpx->wr_set_inline_data_list = vhca_wr_set_inline_data_list;
+	qp->vqp.comp_mask |= VERBS_QP_EX;
+	return ibqp;
+
+err:
+	vhca_destroy_qp(ibqp);
+	errno = ENOMEM;
+	return NULL;
 }

@@ -52,7 +52,8 @@ struct ibv_srq *vhca_create_srq(struct ibv_pd *pd,
 	}
 	srq->wq.log2 = log2;
 	srq->wq.shift = shift;
-	ret = vhca_alloc_buf(&srq->wq.buf, (size_t)1 << (log2 + shift));
+	ret = vhca_alloc_buf_pd(&srq->wq.buf, (size_t)1 << (log2 + shift), pd,
+				VHCA_RES_TYPE_SRQ);
 	if (ret)
 		goto err_srq;
 	pthread_spin_init(&srq->wq.lock, PTHREAD_PROCESS_PRIVATE);

@@ -49,23 +49,81 @@ struct ibv_pd *vhca_alloc_pd(struct ibv_context *context)
 {
 	struct vhca_cmd_alloc_pd_resp resp = {};
 	struct ibv_alloc_pd cmd = {};
-	struct ibv_pd *pd;
+	struct vhca_pd *pd;
 
 	pd = calloc(1, sizeof(*pd));
 	if (!pd)
 		return NULL;
-	if (ibv_cmd_alloc_pd(context, pd, &cmd, sizeof(cmd), &resp.ibv_resp,
-			     sizeof(resp))) {
+	if (ibv_cmd_alloc_pd(context, &pd->ibv_pd, &cmd, sizeof(cmd),
+			     &resp.ibv_resp, sizeof(resp))) {
 		free(pd);
 		return NULL;
 	}
-	return pd;
+	atomic_init(&pd->refcount, 1);
+	return &pd->ibv_pd;
 }
 
-int vhca_dealloc_pd(struct ibv_pd *pd)
+/*
+ * A parent domain: the kernel never sees it (its handle is its protection
+ * domain's, ibv_initialize_parent_domain); no thread domains.
+ */
+struct ibv_pd *vhca_alloc_parent_domain(struct ibv_context *context,
+					struct ibv_parent_domain_init_attr *attr)
 {
-	int ret = ibv_cmd_dealloc_pd(pd);
+	struct vhca_pd *parent, *pd;
 
+	if (ibv_check_alloc_parent_domain(attr))
+		return NULL;
+	if (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (attr->td) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	pd = to_vpd(attr->pd);
+	if (pd->protection_domain || attr->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) &&
+	    (!attr->alloc || !attr->free)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	parent = calloc(1, sizeof(*parent));
+	if (!parent) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	parent->protection_domain = pd;
+	atomic_init(&parent->refcount, 1);
+	atomic_fetch_add(&pd->refcount, 1);
+	ibv_initialize_parent_domain(&parent->ibv_pd, &pd->ibv_pd);
+	if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) {
+		parent->alloc = attr->alloc;
+		parent->free = attr->free;
+	}
+	if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+		parent->pd_context = attr->pd_context;
+	return &parent->ibv_pd;
+}
+
+int vhca_dealloc_pd(struct ibv_pd *ibpd)
+{
+	struct vhca_pd *pd = to_vpd(ibpd);
+	int ret;
+
+	if (atomic_load(&pd->refcount) > 1)
+		return EBUSY;
+	if (pd->protection_domain) {
+		atomic_fetch_sub(&pd->protection_domain->refcount, 1);
+		free(pd);
+		return 0;
+	}
+	ret = ibv_cmd_dealloc_pd(ibpd);
 	if (ret)
 		return ret;
 	free(pd);
@@ -88,6 +146,18 @@ struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 		return NULL;
 	}
 	return &vmr->ibv_mr;
+}
+
+/* vhca.ko registers a new MR (new keys) and drops the old one. */
+int vhca_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
+		  void *addr, size_t length, int access)
+{
+	struct ib_uverbs_rereg_mr_resp resp;
+	struct ibv_rereg_mr cmd;
+
+	return ibv_cmd_rereg_mr(vmr, flags, addr, length, (uintptr_t)addr,
+				access, pd, &cmd, sizeof(cmd), &resp,
+				sizeof(resp));
 }
 
 int vhca_dereg_mr(struct verbs_mr *vmr)

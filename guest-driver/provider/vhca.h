@@ -16,6 +16,7 @@
 #include <endian.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,10 +51,40 @@ struct vhca_context {
 	struct vhca_qp **qp_table[VHCA_QPT_SIZE];
 };
 
-/* A ring in anonymous memory: page-aligned, zeroed, not inherited by fork. */
+/*
+ * A PD, or a parent domain (ibv_alloc_parent_domain): same kernel handle as
+ * its protection domain, plus the caller's ring allocators. QPs and SRQs
+ * created on a parent domain take their rings from alloc() (resource types
+ * VHCA_RES_TYPE_*) unless it answers IBV_ALLOCATOR_USE_DEFAULT.
+ */
+struct vhca_pd {
+	struct ibv_pd ibv_pd;
+	struct vhca_pd *protection_domain;	/* NULL: a plain PD */
+	atomic_int refcount;	/* 1 + parent domains (PD) or rings (parent) */
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size,
+		       size_t alignment, uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr,
+		     uint64_t resource_type);
+	void *pd_context;
+};
+
+#define VHCA_RES_TYPE_QP  1ULL	/* SQ and RQ rings */
+#define VHCA_RES_TYPE_SRQ 2ULL
+
+static inline struct vhca_pd *to_vpd(struct ibv_pd *p)
+{
+	return container_of(p, struct vhca_pd, ibv_pd);
+}
+
+/*
+ * A ring: page-aligned, zeroed; in anonymous memory not inherited by fork,
+ * or from a parent domain's allocator (`pd` set).
+ */
 struct vhca_buf {
 	void *buf;
 	size_t length;
+	struct vhca_pd *pd;	/* parent domain whose alloc() gave buf */
+	uint64_t type;
 };
 
 /* A work queue: SQ, RQ or SRQ ring of fixed-stride WQEs. */
@@ -71,7 +102,11 @@ struct vhca_wq {
 };
 
 struct vhca_cq {
-	struct ibv_cq ibv_cq;
+	union {
+		struct ibv_cq ibv_cq;
+		struct verbs_cq vcq;	/* ibv_cq_ex (ibv_create_cq_ex) */
+	};
+	struct ibv_wc ex_wc;	/* ibv_cq_ex: the completion start/next_poll took */
 	struct vhca_buf buf;
 	pthread_spinlock_t lock;
 	uint32_t cqn;
@@ -89,8 +124,23 @@ struct vhca_srq {
 	uint32_t srqn;
 };
 
+/* Staging of one ibv_wr_*() work request until the next builder or wr_complete. */
+struct vhca_qp_ex_state {
+	struct ibv_send_wr wr;
+	struct ibv_sge *sge;	/* sq.max_sge (at least 1) entries */
+	uint8_t *inl;		/* sq.max_inline bytes: inline data copied at set time */
+	uint32_t pi;		/* next ring index while between wr_start and wr_complete */
+	int err;
+	bool pending;
+};
+
 struct vhca_qp {
-	struct ibv_qp ibv_qp;
+	union {
+		struct ibv_qp ibv_qp;
+		struct verbs_qp vqp;	/* ibv_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS */
+	};
+	struct vhca_qp_ex_state *ex;	/* NULL unless created as an extended QP */
+	enum ibv_qp_state state;	/* last state set by modify_qp */
 	struct vhca_wq sq;
 	struct vhca_wq rq;	/* unused with an SRQ */
 	struct vhca_srq *srq;
@@ -168,6 +218,8 @@ static inline void vhca_db_produce(struct vhca_context *ctx, void *word,
 
 /* main.c */
 int vhca_alloc_buf(struct vhca_buf *b, size_t bytes);
+int vhca_alloc_buf_pd(struct vhca_buf *b, size_t bytes, struct ibv_pd *pd,
+		      uint64_t type);
 void vhca_free_buf(struct vhca_buf *b);
 int vhca_qp_table_insert(struct vhca_context *ctx, struct vhca_qp *qp);
 void vhca_qp_table_remove(struct vhca_context *ctx, uint32_t qpn);
@@ -194,6 +246,10 @@ int vhca_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			   uint64_t hca_va, int access);
 int vhca_dereg_mr(struct verbs_mr *vmr);
+struct ibv_pd *vhca_alloc_parent_domain(struct ibv_context *context,
+					struct ibv_parent_domain_init_attr *attr);
+int vhca_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
+		  void *addr, size_t length, int access);
 struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int vhca_destroy_ah(struct ibv_ah *ah);
 
@@ -201,6 +257,8 @@ int vhca_destroy_ah(struct ibv_ah *ah);
 struct ibv_cq *vhca_create_cq(struct ibv_context *context, int cqe,
 			      struct ibv_comp_channel *channel,
 			      int comp_vector);
+struct ibv_cq_ex *vhca_create_cq_ex(struct ibv_context *context,
+				    struct ibv_cq_init_attr_ex *attr);
 int vhca_destroy_cq(struct ibv_cq *cq);
 int vhca_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 int vhca_req_notify_cq(struct ibv_cq *cq, int solicited_only);
@@ -214,6 +272,8 @@ int vhca_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 int vhca_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
 		   int attr_mask);
 int vhca_destroy_qp(struct ibv_qp *qp);
+struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
+				 struct ibv_qp_init_attr_ex *attr);
 int vhca_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		   struct ibv_send_wr **bad_wr);
 int vhca_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,

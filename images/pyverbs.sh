@@ -1,0 +1,310 @@
+#!/bin/bash
+# images/pyverbs.sh — run rdma-core's pyverbs test suite in a guest against vhca0.
+#
+# Usage: images/pyverbs.sh [OPTIONS] [MODULE...]
+#   MODULE: test module names (test_qp, test_cq, ...; default: every
+#   tests/test_*.py shipped by python3-pyverbs).
+#
+# What it does:
+#   - builds (or reuses, all cached by content) the vhca binary, vhca.ko and
+#     libvhca exactly as vm-pair.sh does (same cache keys), and an overlay
+#     with vhca.ko, libvhca, /etc/libibverbs.d/vhca.driver and the same init
+#     hook (modprobe ib_core ib_uverbs vhca, wait for port 1 ACTIVE);
+#   - builds (or reuses) a second overlay, $VHCA_CACHE/pyverbs-<key>/ (key =
+#     this script + the host root's key): python3 (binary, the whole stdlib
+#     with its __pycache__, minus test/idlelib/tkinter/...), pyverbs from
+#     /usr/lib/python3/dist-packages, the ldd closure of python3, of every
+#     extension module in lib-dynload and of pyverbs; and the test suite,
+#     rdma-core's tests/ from the python3-pyverbs .deb (the root unpacks no
+#     /usr/share/doc; the .deb comes from $VHCA_CACHE/debs or `apt-get
+#     download` in the root), *.py.gz decompressed, at /opt/rdma-core/tests;
+#   - writes a one-node fabric, starts one vhca process, boots one guest with
+#     the device and runs every module in its own python3 process:
+#       timeout $PER_MODULE python3 tests/run_tests.py --dev vhca0 -v tests.MODULE
+#     (one process per module: rdma-core 56.1 crashes Python in cleanup after
+#     test_flow when the whole suite runs at once);
+#   - prints per-module and total run/pass/fail/error/skip counts (from
+#     unittest's "Ran N tests" and "OK/FAILED (...)" lines; pass = run - fail -
+#     error - skip - expected failures), the FAIL/ERROR tests with the last
+#     line of their traceback, and modules that crashed or timed out.
+#
+# Options:
+#   --out DIR          keep console, vhca log, per-module logs in DIR
+#                      (default: a new $VHCA_CACHE/run/pyverbs.XXXXXX, kept)
+#   --module-timeout S per-module timeout in the guest (default 600)
+#   --timeout S        guest timeout (default 5400)
+#   --vhca BIN         use this vhca binary instead of building one
+#   --vhca-log LEVEL   vhca --log level (default warn)
+#   --vhca-arg ARG     extra vhca argument (repeatable)
+#   --mem SIZE         guest RAM (default 2G)
+#   --hugepages N      2 MiB huge pages reserved in the guest (default 32)
+#   --verbose          full guest kernel log on the console
+#   --rebuild          rebuild the python/pyverbs overlay
+#
+# Exit status: 0 if no test failed or errored and no module crashed.
+#
+# Example:
+#   images/pyverbs.sh                      # whole suite
+#   images/pyverbs.sh test_qp test_cq      # two modules
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+out='' mtimeout=600 timeout=5400 hugepages=32 bin='' vhca_log=warn mem=2G verbose=0 rebuild=0
+vhca_args=()
+need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) need "$@"; out=$2; shift 2;;
+        --module-timeout) need "$@"; mtimeout=$2; shift 2;;
+        --timeout) need "$@"; timeout=$2; shift 2;;
+        --vhca) need "$@"; bin=$2; shift 2;;
+        --vhca-log) need "$@"; vhca_log=$2; shift 2;;
+        --vhca-arg) need "$@"; vhca_args+=("$2"); shift 2;;
+        --mem) need "$@"; mem=$2; shift 2;;
+        --hugepages) need "$@"; hugepages=$2; shift 2;;
+        --verbose) verbose=1; shift;;
+        --rebuild) rebuild=1; shift;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
+        --) shift; break;;
+        -*) vhca_die "unknown option $1 (try --help)";;
+        *) break;;
+    esac
+done
+modules=("$@")
+vhca_need_root
+
+# --- builds (as vm-pair.sh) --------------------------------------------------
+ROOT=$(vhca_ensure_root)
+GUEST=$("$VHCA_IMAGES/guest.sh")
+K=$(cat "$GUEST/kver")
+
+if [ -z "$bin" ]; then
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
+    (cd "$VHCA_REPO" && cargo build -q --release -p device --bin vhca) || vhca_die "cargo build failed"
+    bin="$CARGO_TARGET_DIR/release/vhca"
+fi
+[ -x "$bin" ] || vhca_die "no vhca binary at $bin"
+
+# Same key and layout as vm-pair.sh's build_module (shared cache).
+build_module() {
+    local kdir="$VHCA_REPO/guest-driver/kernel" key dir tmp
+    key=$( (cat "$kdir"/*.[ch] "$kdir/Kbuild" "$VHCA_REPO/guest-driver/include/vhca_abi.h"; echo "$K") |
+        sha256sum | cut -c1-16)
+    dir="$VHCA_CACHE/kmod-$key"
+    if [ ! -e "$dir/vhca.ko" ]; then
+        tmp="$dir.tmp.$$"
+        rm -rf "$tmp"
+        mkdir -p "$tmp/src/kernel" "$tmp/src/include"
+        cp "$kdir"/*.[ch] "$kdir/Kbuild" "$tmp/src/kernel/"
+        cp "$VHCA_REPO/guest-driver/include/vhca_abi.h" "$tmp/src/include/"
+        "$VHCA_IMAGES/in-root.sh" make -s -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 \
+            >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed"; }
+        if grep -q 'warning:' "$tmp/build.log"; then
+            cat "$tmp/build.log" >&2
+            vhca_die "warnings building vhca.ko"
+        fi
+        mv "$tmp/src/kernel/vhca.ko" "$tmp/vhca.ko"
+        rm -rf "$tmp/src" "$dir"
+        mv "$tmp" "$dir"
+    fi
+    echo "$dir/vhca.ko"
+}
+KO=$(build_module)
+PROV=$("$VHCA_REPO/guest-driver/provider/build.sh")
+SO=$(ls "$PROV"/libvhca-rdmav*.so)
+
+# --- the python + pyverbs + tests overlay (cached) ---------------------------
+PYKEY=$( (cat "$0"; vhca_root_key) | sha256sum | cut -c1-16)
+PYOV="$VHCA_CACHE/pyverbs-$PYKEY"
+if [ "$rebuild" = 1 ] || [ ! -e "$PYOV/.complete" ]; then
+    vhca_log "building the python/pyverbs overlay in $PYOV"
+    tmp="$PYOV.tmp.$$"
+    rm -rf "$tmp" "$PYOV"
+    mkdir -p "$tmp/ov"
+    deb=$(ls "$VHCA_CACHE"/debs/python3-pyverbs_*.deb 2>/dev/null | tail -1 || true)
+    vhca_chroot "$ROOT" /bin/bash -euo pipefail -c '
+        O=$1/ov deb=$2
+        ver=$(dpkg-query -W -f "\${Version}" python3-pyverbs)
+        if [ -z "$deb" ] || ! dpkg-deb -f "$deb" Version | grep -qxF "$ver"; then
+            (cd "$1" && apt-get download -q "python3-pyverbs=$ver" >/dev/null)
+            deb=$(ls "$1"/python3-pyverbs_*.deb)
+        fi
+        mkdir -p "$1/deb"
+        dpkg-deb -x "$deb" "$1/deb"
+        mkdir -p "$O/opt/rdma-core"
+        cp -a "$1/deb/usr/share/doc/rdma-core/tests" "$O/opt/rdma-core/tests"
+        find "$O/opt/rdma-core/tests" -name "*.gz" -exec gunzip -f {} +
+        add() { # PATH: copy it (symlinks kept, and their targets) under $O
+            local f=$1
+            while :; do
+                [ -e "$O$f" ] || [ -L "$O$f" ] || { mkdir -p "$O$(dirname "$f")"; cp -a "$f" "$O$f"; }
+                [ -L "$f" ] || break
+                local t; t=$(readlink "$f")
+                case "$t" in /*) f=$t;; *) f=$(dirname "$f")/$t;; esac
+            done
+        }
+        add_elf() {
+            local l
+            for l in $(ldd "$1" 2>/dev/null | awk "\$2 == \"=>\" && \$3 ~ /^\\// {print \$3} \$1 ~ /^\\// {print \$1}"); do
+                case "$l" in /lib/*|/lib64/*) l=/usr$l;; esac
+                add "$l"
+            done
+        }
+        PY=$(readlink -f /usr/bin/python3)
+        PV=$(basename "$PY")
+        add /usr/bin/python3; add "$PY"; add_elf "$PY"
+        mkdir -p "$O/usr/lib"
+        (cd /usr/lib && tar -cf - --exclude="$PV/test" --exclude="$PV/idlelib" \
+            --exclude="$PV/tkinter" --exclude="$PV/turtledemo" --exclude="$PV/ensurepip" \
+            --exclude="$PV/lib2to3" --exclude="$PV/config-*" "$PV") | tar -xf - -C "$O/usr/lib"
+        mkdir -p "$O/usr/lib/python3/dist-packages"
+        cp -a /usr/lib/python3/dist-packages/pyverbs "$O/usr/lib/python3/dist-packages/"
+        for f in $(find "/usr/lib/$PV/lib-dynload" /usr/lib/python3/dist-packages/pyverbs -name "*.so"); do
+            add_elf "$f"
+        done
+        # pre-compile the tests and pyverbs .py files (TCG is slow at it)
+        python3 -m compileall -q -s "$O" -p / "$O/opt/rdma-core/tests" "$O/usr/lib/python3/dist-packages/pyverbs" >/dev/null || true
+        echo "$ver" >"$1/pyverbs.version"
+    ' sh "$tmp" "$deb" || vhca_die "building the pyverbs overlay failed"
+    touch "$tmp/.complete"
+    mv "$tmp" "$PYOV"
+fi
+
+# --- run folder, fabric, vhca overlay ----------------------------------------
+mkdir -p "$VHCA_RUN"
+if [ -z "$out" ]; then
+    out=$(mktemp -d "$VHCA_RUN/pyverbs.XXXXXX")
+else
+    mkdir -p "$out"
+    out=$(realpath "$out")
+fi
+sock="$VHCA_RUN/pyverbs-$$.sock"
+fab=$((20000 + RANDOM % 20000))
+cat >"$out/fabric.toml" <<EOF
+[[node]]
+name = "a"
+lid = 1
+guid = "0x0200000000000a01"
+address = "127.0.0.1:$fab"
+EOF
+
+ov="$out/overlay"
+rm -rf "$ov"
+mkdir -p "$ov/lib/modules/$K/extra" "$ov/usr/lib/x86_64-linux-gnu/libibverbs" \
+    "$ov/etc/libibverbs.d" "$ov/etc/vhca-init.d"
+cp "$KO" "$ov/lib/modules/$K/extra/vhca.ko"
+cp "$SO" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
+cp "$PROV/vhca.driver" "$ov/etc/libibverbs.d/vhca.driver"
+cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
+# pyverbs.sh: load the RDMA core, user verbs and vhca; wait for the port.
+modprobe -a ib_core ib_uverbs vhca || echo "vhca-hook: modprobe failed"
+i=0 st=
+while [ $i -lt 200 ]; do
+    st=$(cat /sys/class/infiniband/vhca0/ports/1/state 2>/dev/null) || st=
+    case "$st" in *ACTIVE*) break;; esac
+    sleep 0.1
+    i=$((i + 1))
+done
+echo "vhca-hook: vhca0 port 1: ${st:-absent}, lid $(cat /sys/class/infiniband/vhca0/ports/1/lid 2>/dev/null)"
+EOF
+
+# --- the guest's script --------------------------------------------------------
+if [ ${#modules[@]} -eq 0 ]; then
+    mapfile -t modules < <(cd "$PYOV/ov/opt/rdma-core/tests" && ls test_*.py | sed 's/\.py$//')
+fi
+{
+    echo "cd /opt/rdma-core/tests"
+    echo "export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONFAULTHANDLER=1"
+    # 2M huge pages for the tests that want them (u.requires_huge_pages)
+    echo "echo $hugepages >/proc/sys/vm/nr_hugepages 2>/dev/null || true"
+    echo "python3 -c 'import pyverbs.device as d; print(\"pyverbs devices:\", [x.name.decode() for x in d.get_device_list()])'"
+    for m in "${modules[@]}"; do
+        cat <<EOF
+echo "=== PYVERBS-MODULE-BEGIN $m"
+timeout -s KILL $mtimeout python3 run_tests.py --dev vhca0 -v tests.$m 2>&1
+echo "=== PYVERBS-MODULE-END $m rc=\$?"
+EOF
+    done
+} >"$out/guest.sh"
+
+# --- teardown ------------------------------------------------------------------
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -f "$sock"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+"$bin" --socket "$sock" --fabric "$out/fabric.toml" --node a --log "$vhca_log" \
+    "${vhca_args[@]}" >"$out/vhca.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || vhca_die "vhca did not create its socket (log: $out/vhca.log)"
+
+vm_opts=(--quiet --timeout "$timeout" --mem "$mem" --overlay "$ov" --overlay "$PYOV/ov")
+[ "$verbose" = 1 ] && vm_opts+=(--verbose)
+vhca_log "running ${#modules[@]} module(s); console: $out/console.log"
+rc=0
+"$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-pyverbs --log "$out/console.log" \
+    --vfio-user "$sock" --script "$out/guest.sh" 2>"$out/run-vm.err" || rc=$?
+cleanup
+pids=()
+
+# --- report --------------------------------------------------------------------
+tr -d '\r' <"$out/console.log" >"$out/console.txt"
+grep -E 'vhca-hook:|pyverbs devices:|Oops|BUG:|WARNING:|Call Trace' "$out/console.txt" || true
+mkdir -p "$out/modules"
+awk -v dir="$out/modules" '
+    /^=== PYVERBS-MODULE-BEGIN / { f = dir "/" $3 ".log"; printf "" > f; next }
+    /^=== PYVERBS-MODULE-END / { print >> f; close(f); f = ""; next }
+    f != "" { print >> f }' "$out/console.txt"
+status=0
+printf '%-26s %5s %5s %5s %5s %5s  %s\n' module run pass fail error skip note
+T_run=0 T_pass=0 T_fail=0 T_err=0 T_skip=0
+for m in "${modules[@]}"; do
+    f="$out/modules/$m.log"
+    note=''
+    if [ ! -e "$f" ]; then
+        printf '%-26s %5s %5s %5s %5s %5s  %s\n' "$m" - - - - - "not run (guest rc $rc)"
+        status=1; continue
+    fi
+    mrc=$(sed -n 's/^=== PYVERBS-MODULE-END .* rc=//p' "$f")
+    ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in .*/\1/p' "$f" | tail -1)
+    res=$(grep -E '^(OK|FAILED)( \(|$)' "$f" | tail -1 || true)
+    get() { echo "$res" | grep -oE "$1=[0-9]+" | cut -d= -f2 || true; }
+    fa=$(get failures) er=$(get errors) sk=$(get skipped) xf=$(get 'expected failures') us=$(get 'unexpected successes')
+    fa=${fa:-0} er=${er:-0} sk=${sk:-0} xf=${xf:-0} us=${us:-0}
+    if [ -z "$ran" ] || [ -z "$res" ]; then
+        ran=${ran:-0}
+        note="no summary (rc=${mrc:-?}: crash/timeout)"; status=1
+        # count the tests the verbose log reported before the crash
+        fa=$(grep -cE ' \.\.\. FAIL$' "$f" || true) er=$(grep -cE ' \.\.\. ERROR$' "$f" || true)
+        sk=$(grep -cE ' \.\.\. skipped' "$f" || true)
+        ran=$(grep -cE ' \.\.\. (ok|FAIL|ERROR|skipped.*)$' "$f" || true)
+        er=$((er + 1))
+    elif [ "${mrc:-0}" != 0 ] && [ "$fa" = 0 ] && [ "$er" = 0 ]; then
+        note="rc=$mrc after the summary (crash in cleanup)"
+    fi
+    pass=$((ran - fa - er - sk - xf))
+    [ "$pass" -lt 0 ] && pass=0
+    [ $((fa + er)) -gt 0 ] && status=1
+    printf '%-26s %5s %5s %5s %5s %5s  %s\n' "$m" "$ran" "$pass" "$fa" "$er" "$sk" "$note"
+    T_run=$((T_run + ran)) T_pass=$((T_pass + pass)) T_fail=$((T_fail + fa))
+    T_err=$((T_err + er)) T_skip=$((T_skip + sk))
+done
+printf '%-26s %5s %5s %5s %5s %5s\n' TOTAL "$T_run" "$T_pass" "$T_fail" "$T_err" "$T_skip"
+# The failing tests, each with the last line of its traceback.
+for m in "${modules[@]}"; do
+    f="$out/modules/$m.log"
+    [ -e "$f" ] || continue
+    awk -v m="$m" '
+        /^(FAIL|ERROR): / { if (name != "") print "  " m ": " name " -- " last; name = $0; last = ""; next }
+        /^----------+$/ || /^==========+$/ { if (name != "" && last != "") { print "  " m ": " name " -- " last; name = "" } next }
+        name != "" && NF { last = $0 }
+        END { if (name != "") print "  " m ": " name " -- " last }' "$f"
+done
+vhca_log "logs in $out (console.txt, modules/*.log, vhca.log); guest exit $rc"
+exit "$status"
