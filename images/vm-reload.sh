@@ -37,7 +37,7 @@ samples=$(mktemp)
     done
 ) >"$samples" &
 sampler=$!
-trap 'kill $sampler 2>/dev/null; rm -f "$samples"' EXIT
+trap 'kill $sampler 2>/dev/null || true; rm -f "$samples"' EXIT
 
 out=$("$VHCA_IMAGES/vm-pair.sh" --ready '' --timeout 400 "$@" "$guest" 'true' 2>&1) || {
     echo "$out" | tail -30
