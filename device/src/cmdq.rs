@@ -155,14 +155,7 @@ impl CmdQueue {
         }
         let slot_shift = cmd_const::SLOT_SIZE.trailing_zeros();
         let page_shift = pbl_const::MIN_PAGE_SHIFT;
-        let bytes = 1u64 << (slot_shift + log2_size);
-        let pbl = Pbl {
-            addr: base,
-            npages: bytes.div_ceil(1 << page_shift) as u32,
-            page_shift: page_shift as u8,
-            levels: pbl_const::CONTIGUOUS as u8,
-            rsvd: 0,
-        };
+        let pbl = ring::contiguous_pbl(base, slot_shift, log2_size);
         let pages = read_pbl(mem, &pbl).map_err(|_| Fatal::CmdqBadConfig)?;
         let ring = Ring::new(mem, pages, page_shift, slot_shift, log2_size, max_log2)
             .map_err(|_| Fatal::CmdqBadConfig)?;

@@ -7,6 +7,7 @@
 //! a ring ahead is an overrun that fails the QP; a ring page the guest unmapped
 //! is a memory fault, counted, never a crash.
 
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
@@ -276,14 +277,26 @@ impl Hca {
     fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
         let mut n = 0;
         let mut buf = [0u8; MAX_WQE];
-        let qpns: Vec<u32> = self.qps.keys().copied().collect();
-        for qpn in qpns {
+        // Walk the tables by key (no per-round copy of the key lists: this runs
+        // on every poll); the fetches need `&mut self`, so no iterator is held.
+        let mut next = self.qps.keys().next().copied();
+        while let Some(qpn) = next {
             n += self.fetch_sq(qpn, mem, db, &mut buf);
             n += self.fetch_rq(qpn, mem, db, &mut buf);
+            next = self
+                .qps
+                .range((Excluded(qpn), Unbounded))
+                .next()
+                .map(|(&k, _)| k);
         }
-        let srqns: Vec<u32> = self.srqs.keys().copied().collect();
-        for srqn in srqns {
+        let mut next = self.srqs.keys().next().copied();
+        while let Some(srqn) = next {
             n += self.fetch_srq(srqn, mem, db, &mut buf);
+            next = self
+                .srqs
+                .range((Excluded(srqn), Unbounded))
+                .next()
+                .map(|(&k, _)| k);
         }
         n
     }

@@ -58,6 +58,21 @@ const _: () = {
 /// each aligned to `2^page_shift`. Nothing is trusted: the forms, the page size,
 /// the count, the reserved field, the alignment of lists, tables and pages and
 /// every address read are checked.
+/// The page list of a ring of `2^log2` entries of `2^entry_shift` bytes in
+/// physically contiguous guest memory at `base` (the command queue and EQ 0,
+/// which BAR0 describes by base and size only).
+pub fn contiguous_pbl(base: u64, entry_shift: u32, log2: u32) -> Pbl {
+    let page_shift = pbl_const::MIN_PAGE_SHIFT;
+    let bytes = 1u64 << (entry_shift + log2).min(63);
+    Pbl {
+        addr: base,
+        npages: u32::try_from(bytes.div_ceil(1 << page_shift)).unwrap_or(u32::MAX),
+        page_shift: page_shift as u8,
+        levels: pbl_const::CONTIGUOUS as u8,
+        rsvd: 0,
+    }
+}
+
 pub fn read_pbl(mem: &dyn Memory, pbl: &Pbl) -> Result<Vec<u64>, RingError> {
     let page_shift = u32::from(pbl.page_shift);
     if !(MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&page_shift) {

@@ -304,14 +304,15 @@ impl Front {
         let db = BarDoorbells(bar2);
         let cmdq = CmdQueue::new(&mem, r.cmdq_base, r.cmdq_log2, core.hca.caps.max_cmdq_log2)
             .map_err(|_| Fatal::CmdqBadConfig)?;
-        let eq0 = contiguous_ring(
-            &mem,
-            r.eq0_base,
-            abi::cqe::entry_const::EQE_SIZE,
-            r.eq0_log2,
-            core.hca.caps.max_eq_log2,
-        )
-        .ok_or(Fatal::Eq0BadConfig)?;
+        let eqe_shift = abi::cqe::entry_const::EQE_SIZE.trailing_zeros();
+        let max_log2 = core.hca.caps.max_eq_log2;
+        if r.eq0_log2 == 0 || r.eq0_log2 > max_log2 {
+            return Err(Fatal::Eq0BadConfig);
+        }
+        let eq0_pbl = crate::ring::contiguous_pbl(r.eq0_base, eqe_shift, r.eq0_log2);
+        let eq0 = crate::ring::read_pbl(&mem, &eq0_pbl)
+            .and_then(|pages| Ring::new(&mem, pages, 12, eqe_shift, r.eq0_log2, max_log2))
+            .map_err(|_| Fatal::Eq0BadConfig)?;
         let slot = DbSlot {
             uar: abi::uar::uar::KERNEL_UAR,
             slot: abi::uar::uar::EQ0_SLOT as u16,
@@ -331,14 +332,7 @@ impl Front {
                 last_arm: 0,
                 users: 0,
                 overflows: 0,
-                pbl: abi::cmd::Pbl {
-                    addr: r.eq0_base,
-                    npages: ((u64::from(abi::cqe::entry_const::EQE_SIZE) << r.eq0_log2)
-                        .div_ceil(4096)) as u32,
-                    page_shift: 12,
-                    levels: abi::cmd::pbl_const::CONTIGUOUS as u8,
-                    rsvd: 0,
-                },
+                pbl: eq0_pbl,
             },
         );
         core.hca.slots.insert(slot, crate::hca::SlotOwner::Eq(0));
@@ -398,24 +392,6 @@ impl Front {
     }
 }
 
-/// A ring in physically contiguous guest memory at `base` (EQ 0, the command
-/// queue): the page list is the run of 4 KiB pages from `base`.
-pub fn contiguous_ring(
-    mem: &dyn transport::memory::Memory,
-    base: u64,
-    entry_size: u32,
-    log2: u32,
-    max_log2: u32,
-) -> Option<Ring> {
-    if log2 == 0 || log2 > max_log2 || !base.is_multiple_of(4096) {
-        return None;
-    }
-    let bytes = (u64::from(entry_size)) << log2;
-    let pages = bytes.div_ceil(4096);
-    let list = (0..pages).map(|i| base + i * 4096).collect();
-    Ring::new(mem, list, 12, entry_size.trailing_zeros(), log2, max_log2).ok()
-}
-
 impl pci::Device for Front {
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
         if bar != abi::ident::bar::BAR0_INDEX as usize {
@@ -462,6 +438,13 @@ impl pci::Device for Front {
             core.counters_report()
         );
         core.reset();
+    }
+}
+
+/// Stores `value` in the `asleep` word of every doorbell page (abi::uar).
+fn set_asleep(db: &BarDoorbells<'_>, num_uars: u32, value: u32) {
+    for u in 0..num_uars {
+        db.store(u64::from(u) * u64::from(abi::uar::uar::PAGE_SIZE), value);
     }
 }
 
@@ -527,12 +510,7 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>) {
             continue;
         }
         // Sleep protocol: asleep in every page, fence, rescan.
-        for u in 0..num_uars {
-            db.store(
-                u64::from(u) * u64::from(abi::uar::uar::PAGE_SIZE),
-                abi::uar::uar::ASLEEP,
-            );
-        }
+        set_asleep(&db, num_uars, abi::uar::uar::ASLEEP);
         fence(Ordering::SeqCst);
         let pending = {
             let core = shared.lock();
@@ -556,12 +534,7 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>) {
                 Err(e) => log::warn!("device: epoll wait: {e}"),
             }
         }
-        for u in 0..num_uars {
-            db.store(
-                u64::from(u) * u64::from(abi::uar::uar::PAGE_SIZE),
-                abi::uar::uar::AWAKE,
-            );
-        }
+        set_asleep(&db, num_uars, abi::uar::uar::AWAKE);
         last_work = Instant::now();
     }
     shared.lock().hca.port.flush_link();
