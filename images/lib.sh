@@ -81,3 +81,39 @@ vhca_chroot_cmd() {
             /bin/sh -c "cd \"\$1\" 2>/dev/null || cd /; shift; exec \"\$@\"" sh "$inside" "$@"
     ' vhca-chroot "$root" "$binds" "$cwd" "$@")
 }
+
+# The vhca binary, optimised, in $CARGO_TARGET_DIR (default: the repo's
+# target/); prints its path.
+vhca_build_vhca() {
+    local target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
+    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target cargo build -q --release -p device --bin vhca) ||
+        vhca_die "cargo build failed"
+    echo "$target/release/vhca"
+}
+
+# vhca.ko for guest kernel release $1, built in a copy keyed by its sources and
+# the release (the checkout stays clean, an unchanged driver is not rebuilt);
+# prints its path. W=1, and a warning fails the build.
+vhca_build_module() {
+    local K=$1 kdir="$VHCA_REPO/guest-driver/kernel" key dir tmp
+    key=$( (cat "$kdir"/*.[ch] "$kdir/Kbuild" "$VHCA_REPO/guest-driver/include/vhca_abi.h"; echo "$K") |
+        sha256sum | cut -c1-16)
+    dir="$VHCA_CACHE/kmod-$key"
+    if [ ! -e "$dir/vhca.ko" ]; then
+        tmp="$dir.tmp.$$"
+        rm -rf "$tmp"
+        mkdir -p "$tmp/src/kernel" "$tmp/src/include"
+        cp "$kdir"/*.[ch] "$kdir/Kbuild" "$tmp/src/kernel/"
+        cp "$VHCA_REPO/guest-driver/include/vhca_abi.h" "$tmp/src/include/"
+        "$VHCA_IMAGES/in-root.sh" make -s -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 \
+            >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed"; }
+        if grep -q 'warning:' "$tmp/build.log"; then
+            cat "$tmp/build.log" >&2
+            vhca_die "warnings building vhca.ko"
+        fi
+        mv "$tmp/src/kernel/vhca.ko" "$tmp/vhca.ko"
+        rm -rf "$tmp/src" "$dir"
+        mv "$tmp" "$dir"
+    fi
+    echo "$dir/vhca.ko"
+}

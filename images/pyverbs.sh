@@ -78,38 +78,10 @@ ROOT=$(vhca_ensure_root)
 GUEST=$("$VHCA_IMAGES/guest.sh")
 K=$(cat "$GUEST/kver")
 
-if [ -z "$bin" ]; then
-    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
-    (cd "$VHCA_REPO" && cargo build -q --release -p device --bin vhca) || vhca_die "cargo build failed"
-    bin="$CARGO_TARGET_DIR/release/vhca"
-fi
+[ -n "$bin" ] || bin=$(vhca_build_vhca)
 [ -x "$bin" ] || vhca_die "no vhca binary at $bin"
 
-# Same key and layout as vm-pair.sh's build_module (shared cache).
-build_module() {
-    local kdir="$VHCA_REPO/guest-driver/kernel" key dir tmp
-    key=$( (cat "$kdir"/*.[ch] "$kdir/Kbuild" "$VHCA_REPO/guest-driver/include/vhca_abi.h"; echo "$K") |
-        sha256sum | cut -c1-16)
-    dir="$VHCA_CACHE/kmod-$key"
-    if [ ! -e "$dir/vhca.ko" ]; then
-        tmp="$dir.tmp.$$"
-        rm -rf "$tmp"
-        mkdir -p "$tmp/src/kernel" "$tmp/src/include"
-        cp "$kdir"/*.[ch] "$kdir/Kbuild" "$tmp/src/kernel/"
-        cp "$VHCA_REPO/guest-driver/include/vhca_abi.h" "$tmp/src/include/"
-        "$VHCA_IMAGES/in-root.sh" make -s -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 \
-            >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed"; }
-        if grep -q 'warning:' "$tmp/build.log"; then
-            cat "$tmp/build.log" >&2
-            vhca_die "warnings building vhca.ko"
-        fi
-        mv "$tmp/src/kernel/vhca.ko" "$tmp/vhca.ko"
-        rm -rf "$tmp/src" "$dir"
-        mv "$tmp" "$dir"
-    fi
-    echo "$dir/vhca.ko"
-}
-KO=$(build_module)
+KO=$(vhca_build_module "$K")
 PROV=$("$VHCA_REPO/guest-driver/provider/build.sh")
 SO=$(ls "$PROV"/libvhca-rdmav*.so)
 
