@@ -30,6 +30,9 @@
 #   --qmp SOCKET        QMP monitor on unix SOCKET (server, nowait)
 #   --verbose           full kernel log on the console (default: quiet)
 #   --shell             interactive shell even with vfio-user etc. (stdin attached)
+#   --reboot            let a guest reboot restart the VM (default: QEMU exits on
+#                       reboot, -no-reboot); the guest then boots again and runs
+#                       COMMAND again, until the timeout or a kill
 #   --keep              keep the run dir ($VHCA_CACHE/run/vm.*) afterwards
 #
 # Exit status: the guest command's status (from the marker line
@@ -47,7 +50,7 @@ set -euo pipefail
 
 sockets=() overlays=() qemu_extra=() script='' cmd=''
 net='' ip='' mac='' name=vhca-guest timeout=300 log='' quiet=0 mem=1G smp=1
-append='' qmp='' verbose=0 shell=0 keep=0 root_port=0
+append='' qmp='' verbose=0 shell=0 keep=0 root_port=0 reboot=0
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -70,6 +73,7 @@ while [ $# -gt 0 ]; do
         --verbose) verbose=1; shift;;
         --shell) shell=1; shift;;
         --keep) keep=1; shift;;
+        --reboot) reboot=1; shift;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
         -*) vhca_die "unknown option $1 (try --help)";;
@@ -145,11 +149,12 @@ kcmd="console=ttyS0 panic=-1 oops=panic vhca.hostname=$name"
 q=(qemu-system-x86_64 -accel tcg -cpu max -smp "$smp" -m "$mem"
    -object "memory-backend-memfd,id=mem,size=$mem,share=on"
    -machine q35,memory-backend=mem
-   -nodefaults -nographic -no-reboot
+   -nodefaults -nographic
    -chardev "stdio,id=con,mux=on,signal=off,logfile=$log"
    -serial chardev:con
    -fw_cfg name=etc/sercon-port,string=0
    -kernel "$GUEST/vmlinuz" -initrd "$RUN/initrd.cpio" -append "$kcmd")
+[ "$reboot" = 1 ] || q+=(-no-reboot)
 n=0
 for s in "${sockets[@]}"; do
     s=$(realpath -m "$s")

@@ -32,6 +32,9 @@
 #   --vhca-arg ARG    extra vhca argument, both devices (repeatable)
 #   --verbose         full guest kernel log on the consoles
 #   --overlay DIR     one more overlay for both guests (repeatable; run-vm.sh)
+#   --client-reboot   guest B may reboot (run-vm.sh --reboot): each boot runs
+#                     CLIENT_CMD again; B is stopped once A's command ends,
+#                     and the pair's status is A's alone
 #   --ready REGEX     start guest B once guest A's console matches REGEX
 #                     (grep -E; default: what ibv_*_pingpong and perftest
 #                     servers print just before they listen: 'local address:|
@@ -46,7 +49,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-out='' timeout=300 bin='' vhca_log=info verbose=0
+out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0
 ready='local address:|Waiting for client'
 vhca_args=() extra_ov=()
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
@@ -58,6 +61,7 @@ while [ $# -gt 0 ]; do
         --vhca-log) need "$@"; vhca_log=$2; shift 2;;
         --vhca-arg) need "$@"; vhca_args+=("$2"); shift 2;;
         --verbose) verbose=1; shift;;
+        --client-reboot) client_reboot=1; shift;;
         --ready) need "$@"; ready=$2; shift 2;;
         --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
@@ -155,6 +159,8 @@ for _ in $(seq 100); do [ -S "$sock_a" ] && [ -S "$sock_b" ] && break; sleep 0.1
 # --- guests ------------------------------------------------------------------
 vm_opts=(--quiet --timeout "$timeout" --overlay "$ov" "${extra_ov[@]}")
 [ "$verbose" = 1 ] && vm_opts+=(--verbose)
+b_opts=()
+[ "$client_reboot" = 1 ] && b_opts+=(--reboot)
 "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-a --log "$out/console-a.log" \
     --vfio-user "$sock_a" --net "$net_a:$net_b" --ip 10.99.0.1/24 -- "$server_cmd" \
     2>"$out/run-vm-a.err" &
@@ -163,7 +169,7 @@ pids+=("$vm_a")
 # B boots once A's server listens (the tools' clients do not retry).
 for _ in $(seq $((timeout * 10))); do
     if [ -n "$ready" ]; then
-        tr -d '\r' <"$out/console-a.log" 2>/dev/null |
+        tr -d '\r' 2>/dev/null <"$out/console-a.log" |
             sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
     else
         grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
@@ -172,14 +178,20 @@ for _ in $(seq $((timeout * 10))); do
     sleep 0.1
 done
 "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-b --log "$out/console-b.log" \
-    --vfio-user "$sock_b" --net "$net_b:$net_a" --ip 10.99.0.2/24 -- "$client_cmd" \
+    --vfio-user "$sock_b" --net "$net_b:$net_a" --ip 10.99.0.2/24 "${b_opts[@]}" -- "$client_cmd" \
     2>"$out/run-vm-b.err" &
 vm_b=$!
 pids+=("$vm_b")
 
 rc_a=0 rc_b=0
 wait "$vm_a" || rc_a=$?
-wait "$vm_b" || rc_b=$?
+if [ "$client_reboot" = 1 ]; then
+    # B boots again after every run of its command: stop it now A is done.
+    kill -TERM "$vm_b" 2>/dev/null || true
+    wait "$vm_b" 2>/dev/null || true
+else
+    wait "$vm_b" || rc_b=$?
+fi
 pids=("${pids[@]:0:2}")   # the VMs are gone; stop the devices
 cleanup
 pids=()

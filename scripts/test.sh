@@ -19,4 +19,5 @@ echo "== VM: the device under a real QEMU (host root and guest are cached in /va
 images/device-smoke.sh
 images/vm-tests.sh
 images/vm-reload.sh
+images/vm-reboot.sh
 images/pyverbs.sh
