@@ -36,11 +36,14 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
         "drop=0.05,seed=3",
         "--log",
         "debug",
+        "--busy-poll-us",
+        "50",
     ])
     .unwrap();
     assert_eq!((c.node.lid, c.node.guid), (2, 0x0002_c903_0000_0002));
     assert_eq!(c.fault.unwrap().drop, 0.05);
     assert_eq!(c.log, log::LevelFilter::Debug);
+    assert_eq!(c.busy_poll, std::time::Duration::from_micros(50));
 }
 
 #[test]
@@ -157,6 +160,19 @@ fn cli_bad_arguments_are_one_line_errors_naming_the_argument() {
             ],
             "--counters-every",
         ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--busy-poll-us",
+                "2000000",
+            ],
+            "--busy-poll-us",
+        ),
         (vec!["--fabric", fs, "--node", "a"], "--socket"),
         (
             vec!["--socket", s, "--fabric", fs, "--node", "a", "--frobnicate"],
@@ -189,6 +205,7 @@ fn cli_help_explains_every_argument() {
         "--fault",
         "--log",
         "--counters-every",
+        "--busy-poll-us",
     ] {
         assert!(help.contains(arg), "--help lacks {arg}");
     }

@@ -5,12 +5,17 @@
 //!
 //! 1. RC WRITE, 64 KiB messages, A -> B, vs `iperf3 -u -b 0 -l 4160` on
 //!    loopback (receiver-side rate).
-//! 2. 8-byte SEND ping-pong, round-trip p50, vs a UDP ping-pong of 8 bytes.
+//! 2. 8-byte SEND ping-pong, round-trip p50, vs a UDP ping-pong of 8 bytes
+//!    between two sockets in one thread (the figure for the target), and, for
+//!    context, two threads polling and two threads blocked in `recv`.
 //! 3. 64-byte RDMA WRITE messages per second vs 64-byte UDP datagrams per
 //!    second (receiver side).
 //! 4. CPU of an idle `vhca` (client connected, nothing posted) over 10 s.
 //!
-//! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check).
+//! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check);
+//! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_PINGPONGS=N`
+//! sets the ping-pong count; `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments
+//! (e.g. `--busy-poll-us 50`).
 
 use std::net::UdpSocket;
 use std::process::Command;
@@ -101,6 +106,47 @@ fn udp_pingpong(n: usize) -> Duration {
     rtt[n / 2]
 }
 
+/// UDP ping-pong of 8 bytes between two threads: each waits for the other's
+/// datagram, blocked in `recv` (netperf's UDP_RR on loopback) or, with `spin`,
+/// polling a non-blocking socket: p50 round trip.
+fn udp_pingpong_threads(n: usize, spin: bool) -> Duration {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    b.connect(a.local_addr().unwrap()).unwrap();
+    a.set_nonblocking(spin).unwrap();
+    b.set_nonblocking(spin).unwrap();
+    // Spinning: a non-blocking recv, yielding between tries (as the device
+    // ping-pong's driver polls its CQs).
+    fn recv(s: &UdpSocket, buf: &mut [u8]) -> usize {
+        loop {
+            match s.recv(buf) {
+                Ok(n) => return n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("udp recv: {e}"),
+            }
+        }
+    }
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        for _ in 0..n {
+            let len = recv(&b, &mut buf);
+            b.send(&buf[..len]).unwrap();
+        }
+    });
+    let mut buf = [0u8; 64];
+    let mut rtt = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        a.send(&[1u8; 8]).unwrap();
+        recv(&a, &mut buf);
+        rtt.push(t.elapsed());
+    }
+    echo.join().unwrap();
+    rtt.sort();
+    rtt[n / 2]
+}
+
 /// 64-byte UDP datagrams per second, sender and receiver on two threads.
 fn udp_rate(secs: f64) -> f64 {
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -140,166 +186,233 @@ fn cpu_ticks(pid: u32) -> u64 {
     get(11) + get(12)
 }
 
+/// `VHCA_BENCH_ONLY=2,4` runs only those figures (default: all four).
+fn wanted(figure: u32) -> bool {
+    match std::env::var("VHCA_BENCH_ONLY") {
+        Ok(s) if !s.trim().is_empty() => s.split(',').any(|x| x.trim() == figure.to_string()),
+        _ => true,
+    }
+}
+
 fn main() {
     let secs = if quick() { 1 } else { 3 };
     // The iperf3 baseline is taken before and after the WRITE run and the
     // higher figure kept: the host's load moves both, and this errs against us.
-    let iperf_before = iperf3_udp(secs);
-    let v = Vhca::spawn(Options::nodes(2));
+    let iperf_before = if wanted(1) { iperf3_udp(secs) } else { None };
+    // `VHCA_BENCH_VHCA_ARGS="--busy-poll-us 50"`: extra vhca arguments.
+    let mut opts = Options::nodes(2);
+    if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
+        opts.extra_args = extra.split_whitespace().map(String::from).collect();
+    }
+    let v = Vhca::spawn(opts);
     let mut a = Node::connect(&v, 0);
     let mut b = Node::connect(&v, 1);
     let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(512, 512);
     let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(512, 512);
     let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
 
-    // ---- 1. RC WRITE 64 KiB.
     let msg = 64 << 10;
     let slots = 32;
     let src = a.region(msg * slots, Layout::Contiguous, 0);
     let dst = b.region(msg * slots, Layout::Contiguous, 0);
-    let window = 16;
-    let total = if quick() { 2_000 } else { 12_000 };
-    let mut posted = 0usize;
-    let mut done = 0usize;
-    let t = Instant::now();
-    while done < total {
-        while posted < total && posted - done < window {
-            let off = (posted % slots) * msg;
-            let wr = SendWr::write(posted as u64, dst.buf.va(off), dst.mr.rkey)
-                .sges(sge(&src, off, msg));
-            a.hca.post_send(qa, &wr).unwrap();
-            posted += 1;
+
+    // ---- 1. RC WRITE 64 KiB.
+    let r1 = if wanted(1) {
+        let window = 16;
+        let total = if quick() { 2_000 } else { 12_000 };
+        let mut posted = 0usize;
+        let mut done = 0usize;
+        let t = Instant::now();
+        while done < total {
+            while posted < total && posted - done < window {
+                let off = (posted % slots) * msg;
+                let wr = SendWr::write(posted as u64, dst.buf.va(off), dst.mr.rkey)
+                    .sges(sge(&src, off, msg));
+                a.hca.post_send(qa, &wr).unwrap();
+                posted += 1;
+            }
+            let got = a.hca.wait_cqes(a.cq, 1, Duration::from_secs(10));
+            assert!(!got.is_empty(), "RC WRITE stalled at {done} of {total}");
+            assert_success(&got);
+            done += got.len();
+            let more = a.hca.poll_cq(a.cq, window);
+            assert_success(&more);
+            done += more.len();
         }
-        let got = a.hca.wait_cqes(a.cq, 1, Duration::from_secs(10));
-        assert!(!got.is_empty(), "RC WRITE stalled at {done} of {total}");
-        assert_success(&got);
-        done += got.len();
-        let more = a.hca.poll_cq(a.cq, window);
-        assert_success(&more);
-        done += more.len();
-    }
-    let write_rate = (total * msg) as f64 / t.elapsed().as_secs_f64();
-    let iperf = match (iperf_before, iperf3_udp(secs)) {
-        (Some(x), Some(y)) => Some(x.max(y)),
-        (x, y) => x.or(y),
+        let write_rate = (total * msg) as f64 / t.elapsed().as_secs_f64();
+        let iperf = match (iperf_before, iperf3_udp(secs)) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            (x, y) => x.or(y),
+        };
+        Some((write_rate, iperf))
+    } else {
+        None
     };
 
     // ---- 2. 8-byte SEND ping-pong.
-    let n = if quick() { 500 } else { 3_000 };
-    let sbuf = a.region(4096, Layout::Contiguous, 0);
-    let rbuf_a = a.region(4096, Layout::Contiguous, 0);
-    let rbuf_b = b.region(4096, Layout::Contiguous, 0);
-    let mut rtt = Vec::with_capacity(n);
-    for i in 0..n as u64 {
-        b.hca
-            .post_recv(qb, &RecvWr::new(i, sge(&rbuf_b, 0, 64)))
-            .unwrap();
-        a.hca
-            .post_recv(qa, &RecvWr::new(i, sge(&rbuf_a, 0, 64)))
-            .unwrap();
-        let t = Instant::now();
-        a.hca
-            .post_send(qa, &SendWr::send(i).sges(sge(&sbuf, 0, 8)))
-            .unwrap();
-        let mut got_b = Vec::new();
-        while got_b.is_empty() {
-            got_b = b.hca.poll_cq(b.cq, 4);
-            std::thread::yield_now();
+    let r2 = if wanted(2) {
+        let n = std::env::var("VHCA_BENCH_PINGPONGS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(if quick() { 500 } else { 3_000 });
+        let sbuf = a.region(4096, Layout::Contiguous, 0);
+        let rbuf_a = a.region(4096, Layout::Contiguous, 0);
+        let rbuf_b = b.region(4096, Layout::Contiguous, 0);
+        let mut rtt = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            b.hca
+                .post_recv(qb, &RecvWr::new(i, sge(&rbuf_b, 0, 64)))
+                .unwrap();
+            a.hca
+                .post_recv(qa, &RecvWr::new(i, sge(&rbuf_a, 0, 64)))
+                .unwrap();
+            let t = Instant::now();
+            a.hca
+                .post_send(qa, &SendWr::send(i).sges(sge(&sbuf, 0, 8)))
+                .unwrap();
+            let mut got_b = Vec::new();
+            while got_b.is_empty() {
+                got_b = b.hca.poll_cq(b.cq, 4);
+                std::thread::yield_now();
+            }
+            let t1 = t.elapsed();
+            b.hca
+                .post_send(qb, &SendWr::send(i).sges(sge(&rbuf_b, 0, 8)))
+                .unwrap();
+            // A sees its SEND's completion and the reply's receive.
+            let mut seen = 0;
+            let mut t2 = Duration::ZERO;
+            let mut kinds = Vec::new();
+            while seen < 2 {
+                let g = a.hca.poll_cq(a.cq, 4);
+                if seen == 0 && !g.is_empty() {
+                    t2 = t.elapsed();
+                }
+                seen += g.len();
+                kinds.extend(g.iter().map(|c| format!("{:?}", c.opcode)));
+                std::thread::yield_now();
+            }
+            let t3 = t.elapsed();
+            // `VHCA_BENCH_DEBUG=1`: where a round trip's time goes, every 200th.
+            if std::env::var("VHCA_BENCH_DEBUG").is_ok() && i % 200 == 0 {
+                eprintln!("b-recv {t1:?} a-first {t2:?} a-both {t3:?} {kinds:?}");
+            }
+            rtt.push(t.elapsed());
+            // B's SEND completion.
+            let mut sb = 0;
+            while sb < 1 {
+                sb += b.hca.poll_cq(b.cq, 4).len();
+                std::thread::yield_now();
+            }
         }
-        b.hca
-            .post_send(qb, &SendWr::send(i).sges(sge(&rbuf_b, 0, 8)))
-            .unwrap();
-        // A sees its SEND's completion and the reply's receive.
-        let mut seen = 0;
-        while seen < 2 {
-            seen += a.hca.poll_cq(a.cq, 4).len();
-            std::thread::yield_now();
-        }
-        rtt.push(t.elapsed());
-        // B's SEND completion.
-        let mut sb = 0;
-        while sb < 1 {
-            sb += b.hca.poll_cq(b.cq, 4).len();
-            std::thread::yield_now();
-        }
-    }
-    rtt.sort();
-    let p50 = rtt[n / 2];
-    let udp_p50 = udp_pingpong(n).min(udp_pingpong(n));
+        rtt.sort();
+        let p50 = rtt[n / 2];
+        let udp_p50 = udp_pingpong(n).min(udp_pingpong(n));
+        let poll_p50 = udp_pingpong_threads(n, true).min(udp_pingpong_threads(n, true));
+        let block_p50 = udp_pingpong_threads(n, false).min(udp_pingpong_threads(n, false));
+        Some((p50, udp_p50, poll_p50, block_p50))
+    } else {
+        None
+    };
 
     // ---- 3. 64-byte RDMA WRITE messages per second.
-    let udp64_before = udp_rate(secs as f64);
-    let small = a.region(64, Layout::Contiguous, 0);
-    let per = 64usize;
-    let t = Instant::now();
-    let mut msgs = 0u64;
-    let mut outstanding = 0usize;
-    let budget = secs as f64;
-    while t.elapsed().as_secs_f64() < budget || outstanding > 0 {
-        if t.elapsed().as_secs_f64() < budget && outstanding < 4 {
-            let wrs: Vec<SendWr> = (0..per)
-                .map(|j| {
-                    let w = SendWr::write(j as u64, dst.buf.va(0), dst.mr.rkey)
-                        .sges(sge(&small, 0, 64));
-                    if j + 1 == per {
-                        w
-                    } else {
-                        w.unsignaled()
-                    }
-                })
-                .collect();
-            a.hca.post_send_batch(qa, &wrs).unwrap();
-            outstanding += 1;
+    let r3 = if wanted(3) {
+        let udp64_before = udp_rate(secs as f64);
+        let small = a.region(64, Layout::Contiguous, 0);
+        let per = 64usize;
+        let t = Instant::now();
+        let mut msgs = 0u64;
+        let mut outstanding = 0usize;
+        let budget = secs as f64;
+        while t.elapsed().as_secs_f64() < budget || outstanding > 0 {
+            if t.elapsed().as_secs_f64() < budget && outstanding < 4 {
+                let wrs: Vec<SendWr> = (0..per)
+                    .map(|j| {
+                        let w = SendWr::write(j as u64, dst.buf.va(0), dst.mr.rkey)
+                            .sges(sge(&small, 0, 64));
+                        if j + 1 == per {
+                            w
+                        } else {
+                            w.unsignaled()
+                        }
+                    })
+                    .collect();
+                a.hca.post_send_batch(qa, &wrs).unwrap();
+                outstanding += 1;
+            }
+            let got = a.hca.poll_cq(a.cq, 8);
+            if got.is_empty() {
+                std::thread::yield_now();
+            }
+            assert_success(&got);
+            outstanding -= got.len();
+            msgs += (got.len() * per) as u64;
         }
-        let got = a.hca.poll_cq(a.cq, 8);
-        if got.is_empty() {
-            std::thread::yield_now();
-        }
-        assert_success(&got);
-        outstanding -= got.len();
-        msgs += (got.len() * per) as u64;
-    }
-    let write64_rate = msgs as f64 / t.elapsed().as_secs_f64();
-    // As for iperf3: the UDP rate before and after, the higher kept.
-    let udp64_rate = udp_rate(secs as f64).max(udp64_before);
+        let write64_rate = msgs as f64 / t.elapsed().as_secs_f64();
+        // As for iperf3: the UDP rate before and after, the higher kept.
+        let udp64_rate = udp_rate(secs as f64).max(udp64_before);
+        Some((write64_rate, udp64_rate))
+    } else {
+        None
+    };
 
     // ---- 4. Idle CPU.
     let idle_secs = if quick() { 2 } else { 10 };
-    let pid = v.pid(0);
-    let c0 = cpu_ticks(pid);
-    let t = Instant::now();
-    std::thread::sleep(Duration::from_secs(idle_secs));
-    let ticks = cpu_ticks(pid) - c0;
-    let hz = 100.0; // USER_HZ on Linux
-    let idle_pct = ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0;
+    let r4 = if wanted(4) {
+        let pid = v.pid(0);
+        let c0 = cpu_ticks(pid);
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_secs(idle_secs));
+        let ticks = cpu_ticks(pid) - c0;
+        let hz = 100.0; // USER_HZ on Linux
+        let idle_pct = ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0;
+        Some((ticks, idle_pct))
+    } else {
+        None
+    };
 
     println!("device benchmarks (two vhca processes, UDP loopback)");
-    match iperf {
-        Some(base) => println!(
+    match r1 {
+        Some((write_rate, Some(base))) => println!(
             "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 -u -b 0 -l 4160 received {:.3} GB/s; ratio {:.2} (target >= 0.7, goal >= 1.0)",
             write_rate / 1e9,
             base / 1e9,
             write_rate / base
         ),
-        None => println!(
+        Some((write_rate, None)) => println!(
             "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 not available, no ratio",
             write_rate / 1e9
         ),
+        None => {}
     }
-    println!(
-        "2. 8-byte SEND ping-pong p50 round trip: {:.1} us; UDP ping-pong {:.1} us; ratio {:.2} (target <= 2.0)",
-        p50.as_secs_f64() * 1e6,
-        udp_p50.as_secs_f64() * 1e6,
-        p50.as_secs_f64() / udp_p50.as_secs_f64()
-    );
-    println!(
-        "3. 64-byte RDMA WRITE: {:.0} msg/s; 64-byte UDP datagrams {:.0}/s received; ratio {:.2}",
-        write64_rate,
-        udp64_rate,
-        write64_rate / udp64_rate
-    );
-    println!(
-        "4. idle vhca over {idle_secs} s: {ticks} CPU ticks = {idle_pct:.2}% of a core (target < 1%)"
-    );
+    if let Some((p50, udp_p50, poll_p50, block_p50)) = r2 {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        println!(
+            "2. 8-byte SEND ping-pong p50 round trip: {:.1} us; UDP ping-pong {:.1} us; ratio {:.2} (target <= 2.0)",
+            us(p50),
+            us(udp_p50),
+            us(p50) / us(udp_p50)
+        );
+        println!(
+            "   other UDP ping-pongs: two threads polling (non-blocking recv + yield) {:.1} us, ratio {:.2}; two threads blocked in recv (netperf UDP_RR style) {:.1} us, ratio {:.2}",
+            us(poll_p50),
+            us(p50) / us(poll_p50),
+            us(block_p50),
+            us(p50) / us(block_p50)
+        );
+    }
+    if let Some((write64_rate, udp64_rate)) = r3 {
+        println!(
+            "3. 64-byte RDMA WRITE: {:.0} msg/s; 64-byte UDP datagrams {:.0}/s received; ratio {:.2}",
+            write64_rate,
+            udp64_rate,
+            write64_rate / udp64_rate
+        );
+    }
+    if let Some((ticks, idle_pct)) = r4 {
+        println!(
+            "4. idle vhca over {idle_secs} s: {ticks} CPU ticks = {idle_pct:.2}% of a core (target < 1%)"
+        );
+    }
     let _ = (qb, &b);
 }
