@@ -666,6 +666,8 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::RegMr => run(x, reg_mr),
         Opcode::ReregMr => run(x, rereg_mr),
         Opcode::DeregMr => run_in(x, dereg_mr),
+        // Memory windows: the ABI is defined; the engine work is under way.
+        Opcode::AllocMw | Opcode::DeallocMw => Err(fail(Status::NotSupported, Syndrome::Opcode)),
     }
 }
 

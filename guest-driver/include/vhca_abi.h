@@ -289,6 +289,12 @@ typedef uint64_t __u64;
 #define VHCA_DEV_CAP_SEND_WITH_INV (1U << 6)
 /* REG_MR with `VHCA_REG_MR_F_DMA` (an identity MR for kernel verbs). */
 #define VHCA_DEV_CAP_DMA_MR        (1U << 7)
+/* Memory windows of type 1 (MP-06): ALLOC_MW, BIND_MW WQEs. */
+#define VHCA_DEV_CAP_MW_TYPE1      (1U << 8)
+/*
+ * Memory windows of type 2B (MP-07): BIND_MW, LOCAL_INV and SEND_WITH_INV.
+ */
+#define VHCA_DEV_CAP_MW_TYPE2      (1U << 9)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -561,6 +567,10 @@ enum vhca_wr_opcode {
 	VHCA_WR_RDMA_READ = 4,
 	VHCA_WR_ATOMIC_CMP_SWAP = 5,
 	VHCA_WR_ATOMIC_FETCH_ADD = 6,
+	/* Invalidate a type 2 memory window's R_Key (MP-07): ctrl.imm_or_inv. */
+	VHCA_WR_LOCAL_INV = 7,
+	/* Bind a memory window (MP-06, MP-07): ctrl + `struct vhca_bind_seg`. */
+	VHCA_WR_BIND_MW = 8,
 	VHCA_WR_SEND_WITH_INV = 9,
 };
 
@@ -886,8 +896,14 @@ enum vhca_opcode {
 	VHCA_CMD_REG_MR = 0x0050,
 	/* Reregister a memory region; the keys stay the same. */
 	VHCA_CMD_REREG_MR = 0x0051,
-	/* Deregister a memory region. */
+	/*
+	 * Deregister a memory region; BUSY while a memory window is bound to it.
+	 */
 	VHCA_CMD_DEREG_MR = 0x0052,
+	/* Allocate a memory window (MP-06, MP-07), unbound. */
+	VHCA_CMD_ALLOC_MW = 0x0058,
+	/* Deallocate a memory window (bound or not). */
+	VHCA_CMD_DEALLOC_MW = 0x0059,
 };
 
 /* Page-list (`struct vhca_pbl`) constants. */
@@ -1088,6 +1104,16 @@ _Static_assert(offsetof(struct vhca_qp_attr, cap) == 68, "vhca_qp_attr.cap");
 #define VHCA_REREG_CHANGE_TRANSLATION (1U << 0)
 #define VHCA_REREG_CHANGE_PD          (1U << 1)
 #define VHCA_REREG_CHANGE_ACCESS      (1U << 2)
+
+/* Memory window types (`enum ibv_mw_type`). */
+enum vhca_mw_type {
+	/* Bound to a PD, bound and unbound by BIND_MW only (MP-06). */
+	VHCA_MW_TYPE1 = 1,
+	/*
+	 * Type 2B: bound to a QP, invalidated by LOCAL_INV or SEND_WITH_INV (MP-07).
+	 */
+	VHCA_MW_TYPE2 = 2,
+};
 
 /*
  * QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
@@ -1618,6 +1644,33 @@ struct vhca_dereg_mr_in {
 _Static_assert(sizeof(struct vhca_dereg_mr_in) == 4, "vhca_dereg_mr_in: size");
 _Static_assert(offsetof(struct vhca_dereg_mr_in, lkey) == 0, "vhca_dereg_mr_in.lkey");
 
+/* ALLOC_MW input. */
+struct vhca_alloc_mw_in {
+	__u32 pdn;
+	/* `enum vhca_mw_type`. */
+	__u32 mw_type;
+};
+_Static_assert(sizeof(struct vhca_alloc_mw_in) == 8, "vhca_alloc_mw_in: size");
+_Static_assert(offsetof(struct vhca_alloc_mw_in, pdn) == 0, "vhca_alloc_mw_in.pdn");
+_Static_assert(offsetof(struct vhca_alloc_mw_in, mw_type) == 4, "vhca_alloc_mw_in.mw_type");
+
+/*
+ * ALLOC_MW output: the window's first R_Key, (index << 8) | key byte, in the
+ * key space MRs use (MP-02). BIND_MW gives it a new key byte each time.
+ */
+struct vhca_alloc_mw_out {
+	__u32 rkey;
+};
+_Static_assert(sizeof(struct vhca_alloc_mw_out) == 4, "vhca_alloc_mw_out: size");
+_Static_assert(offsetof(struct vhca_alloc_mw_out, rkey) == 0, "vhca_alloc_mw_out.rkey");
+
+/* DEALLOC_MW input: the window's current R_Key. */
+struct vhca_dealloc_mw_in {
+	__u32 rkey;
+};
+_Static_assert(sizeof(struct vhca_dealloc_mw_in) == 4, "vhca_dealloc_mw_in: size");
+_Static_assert(offsetof(struct vhca_dealloc_mw_in, rkey) == 0, "vhca_dealloc_mw_in.rkey");
+
 /*
  * Commands: opcode, input, output.
  * VHCA_CMD_NOP: in -; out -.
@@ -1651,6 +1704,9 @@ _Static_assert(offsetof(struct vhca_dereg_mr_in, lkey) == 0, "vhca_dereg_mr_in.l
  * VHCA_CMD_REREG_MR: in struct vhca_rereg_mr_in (mailbox); out struct
  *     vhca_reg_mr_out (inline).
  * VHCA_CMD_DEREG_MR: in struct vhca_dereg_mr_in (inline); out -.
+ * VHCA_CMD_ALLOC_MW: in struct vhca_alloc_mw_in (inline); out struct
+ *     vhca_alloc_mw_out (inline).
+ * VHCA_CMD_DEALLOC_MW: in struct vhca_dealloc_mw_in (inline); out -.
  */
 #define VHCA_CMD_IN_MAILBOX(type) (sizeof(type) > VHCA_CMD_INLINE_SIZE)
 
@@ -1706,12 +1762,15 @@ static inline int vhca_status_errno(unsigned int status)
  * Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP,
  * struct vhca_ud_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ
  * a struct vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a
- * struct vhca_raddr_seg followed by a struct vhca_atomic_seg; then the data:
- * ctrl.len SGEs (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes
- * of inline data. Everything must fit in the stride: a WQE that does not, an
- * unknown opcode, or an opcode the QP's service does not allow completes with
- * an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device
- * (design.md §2, §9).
+ * struct vhca_raddr_seg followed by a struct vhca_atomic_seg; for BIND_MW a
+ * struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the window's current
+ * R_Key); LOCAL_INV has the control segment only (ctrl.len = 0,
+ * ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs
+ * (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes of inline
+ * data. Everything must fit in the stride: a WQE that does not, an unknown
+ * opcode, or an opcode the QP's service does not allow completes with an
+ * error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device (design.md
+ * §2, §9).
  *
  * Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD,
  * the first 40 bytes of the buffers receive the GRH (undefined when the CQE
@@ -1799,6 +1858,36 @@ struct vhca_atomic_seg {
 _Static_assert(sizeof(struct vhca_atomic_seg) == 16, "vhca_atomic_seg: size");
 _Static_assert(offsetof(struct vhca_atomic_seg, compare_add) == 0, "vhca_atomic_seg.compare_add");
 _Static_assert(offsetof(struct vhca_atomic_seg, swap) == 8, "vhca_atomic_seg.swap");
+
+/*
+ * Memory window bind segment (BIND_MW; MP-06, MP-07; `struct
+ * ibv_mw_bind_info` plus the new R_Key). The window is named by
+ * ctrl.imm_or_inv. A type 1 bind of length 0 unbinds the window. The bind
+ * completes with opcode BIND_MW, or with VHCA_WC_MW_BIND_ERR when a rule of
+ * IBA 10.6.7 is broken.
+ */
+struct vhca_bind_seg {
+	/* First virtual address of the window, inside the MR. */
+	__u64 addr;
+	__u64 length;
+	/* The MR the window is bound to; it needs VHCA_ACCESS_MW_BIND. */
+	__u32 mr_lkey;
+	/*
+	 * The window's R_Key after the bind: same index, new key byte (the
+	 * provider's choice, as ibv_inc_rkey).
+	 */
+	__u32 new_rkey;
+	/* `VHCA_ACCESS_REMOTE_*` rights the window grants. */
+	__u32 access;
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_bind_seg) == 32, "vhca_bind_seg: size");
+_Static_assert(offsetof(struct vhca_bind_seg, addr) == 0, "vhca_bind_seg.addr");
+_Static_assert(offsetof(struct vhca_bind_seg, length) == 8, "vhca_bind_seg.length");
+_Static_assert(offsetof(struct vhca_bind_seg, mr_lkey) == 16, "vhca_bind_seg.mr_lkey");
+_Static_assert(offsetof(struct vhca_bind_seg, new_rkey) == 20, "vhca_bind_seg.new_rkey");
+_Static_assert(offsetof(struct vhca_bind_seg, access) == 24, "vhca_bind_seg.access");
+_Static_assert(offsetof(struct vhca_bind_seg, rsvd) == 28, "vhca_bind_seg.rsvd");
 
 /* Scatter/gather element: `length` bytes at `addr` of the MR of `lkey`. */
 struct vhca_sge {

@@ -163,6 +163,10 @@ abi_consts! {
         SEND_WITH_INV = 1 << 6,
         /// REG_MR with `VHCA_REG_MR_F_DMA` (an identity MR for kernel verbs).
         DMA_MR = 1 << 7,
+        /// Memory windows of type 1 (MP-06): ALLOC_MW, BIND_MW WQEs.
+        MW_TYPE1 = 1 << 8,
+        /// Memory windows of type 2B (MP-07): BIND_MW, LOCAL_INV and SEND_WITH_INV.
+        MW_TYPE2 = 1 << 9,
     }
 }
 

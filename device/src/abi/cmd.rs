@@ -245,8 +245,12 @@ abi_enum! {
         RegMr = 0x0050,
         /// Reregister a memory region; the keys stay the same.
         ReregMr = 0x0051,
-        /// Deregister a memory region.
+        /// Deregister a memory region; BUSY while a memory window is bound to it.
         DeregMr = 0x0052,
+        /// Allocate a memory window (MP-06, MP-07), unbound.
+        AllocMw = 0x0058,
+        /// Deallocate a memory window (bound or not).
+        DeallocMw = 0x0059,
     }
 }
 
@@ -787,6 +791,40 @@ abi_struct! {
     }
 }
 
+abi_enum! {
+    /// Memory window types (`enum ibv_mw_type`).
+    pub enum MwType: u32 = "VHCA_MW" {
+        /// Bound to a PD, bound and unbound by BIND_MW only (MP-06).
+        Type1 = 1,
+        /// Type 2B: bound to a QP, invalidated by LOCAL_INV or SEND_WITH_INV (MP-07).
+        Type2 = 2,
+    }
+}
+
+abi_struct! {
+    /// ALLOC_MW input.
+    pub struct AllocMwIn (8) {
+        pub pdn: u32,
+        /// `enum vhca_mw_type`.
+        pub mw_type: u32,
+    }
+}
+
+abi_struct! {
+    /// ALLOC_MW output: the window's first R_Key, (index << 8) | key byte, in the
+    /// key space MRs use (MP-02). BIND_MW gives it a new key byte each time.
+    pub struct AllocMwOut (4) {
+        pub rkey: u32,
+    }
+}
+
+abi_struct! {
+    /// DEALLOC_MW input: the window's current R_Key.
+    pub struct DeallocMwIn (4) {
+        pub rkey: u32,
+    }
+}
+
 /// One command: its opcode and parameter structs.
 #[derive(Clone, Copy)]
 pub struct CommandSpec {
@@ -838,6 +876,8 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::RegMr => spec(op, e::<RegMrIn>(), e::<RegMrOut>()),
             Opcode::ReregMr => spec(op, e::<ReregMrIn>(), e::<RegMrOut>()),
             Opcode::DeregMr => spec(op, e::<DeregMrIn>(), None),
+            Opcode::AllocMw => spec(op, e::<AllocMwIn>(), e::<AllocMwOut>()),
+            Opcode::DeallocMw => spec(op, e::<DeallocMwIn>(), None),
         })
         .collect()
 }
@@ -859,6 +899,7 @@ pub fn section() -> Section {
         Entry::Struct(entry::<QpAttr>()),
         Entry::Consts(reg_mr_flags::layout()),
         Entry::Consts(rereg::layout()),
+        Entry::Enum(MwType::layout()),
     ];
     // Parameter structs in opcode order, each once (REG_MR and REREG_MR share
     // their output).

@@ -57,6 +57,10 @@ abi_enum! {
         RdmaRead = 4,
         AtomicCmpSwap = 5,
         AtomicFetchAdd = 6,
+        /// Invalidate a type 2 memory window's R_Key (MP-07): ctrl.imm_or_inv.
+        LocalInv = 7,
+        /// Bind a memory window (MP-06, MP-07): ctrl + `struct vhca_bind_seg`.
+        BindMw = 8,
         SendWithInv = 9,
     }
 }

@@ -15,7 +15,9 @@ because the producer index in the doorbell slot covers it; it has no owner bit.\
 Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP, struct \
 vhca_ud_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ a struct \
 vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a struct vhca_raddr_seg \
-followed by a struct vhca_atomic_seg; then the data: ctrl.len SGEs (struct vhca_sge), or, \
+followed by a struct vhca_atomic_seg; for BIND_MW a struct vhca_bind_seg (ctrl.len = 0, \
+ctrl.imm_or_inv = the window's current R_Key); LOCAL_INV has the control segment only \
+(ctrl.len = 0, ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs (struct vhca_sge), or, \
 with VHCA_SEND_INLINE, ctrl.len bytes of inline data. Everything must fit in the stride: a \
 WQE that does not, an unknown opcode, or an opcode the QP's service does not allow \
 completes with an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device \
@@ -94,6 +96,26 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// Memory window bind segment (BIND_MW; MP-06, MP-07; `struct ibv_mw_bind_info`
+    /// plus the new R_Key). The window is named by ctrl.imm_or_inv. A type 1 bind
+    /// of length 0 unbinds the window. The bind completes with opcode BIND_MW, or
+    /// with VHCA_WC_MW_BIND_ERR when a rule of IBA 10.6.7 is broken.
+    pub struct BindSeg (32) {
+        /// First virtual address of the window, inside the MR.
+        pub addr: u64,
+        pub length: u64,
+        /// The MR the window is bound to; it needs VHCA_ACCESS_MW_BIND.
+        pub mr_lkey: u32,
+        /// The window's R_Key after the bind: same index, new key byte (the
+        /// provider's choice, as ibv_inc_rkey).
+        pub new_rkey: u32,
+        /// `VHCA_ACCESS_REMOTE_*` rights the window grants.
+        pub access: u32,
+        pub rsvd: u32,
+    }
+}
+
+abi_struct! {
     /// Scatter/gather element: `length` bytes at `addr` of the MR of `lkey`.
     pub struct Sge (16) {
         pub addr: u64,
@@ -133,6 +155,7 @@ pub fn section() -> Section {
             Entry::Struct(entry::<UdSeg>()),
             Entry::Struct(entry::<RaddrSeg>()),
             Entry::Struct(entry::<AtomicSeg>()),
+            Entry::Struct(entry::<BindSeg>()),
             Entry::Struct(entry::<Sge>()),
             Entry::Struct(entry::<RecvCtrl>()),
         ],
