@@ -101,6 +101,8 @@ pub fn decode_send(
         | WrOpcode::AtomicCmpSwap
         | WrOpcode::AtomicFetchAdd
         | WrOpcode::SendWithInv => t == T::Rc,
+        // Memory windows: decoded once the engine has them (MP-06, MP-07).
+        WrOpcode::LocalInv | WrOpcode::BindMw => false,
     };
     if !allowed {
         return Err(bad(BadWqe::ServiceOpcode));

@@ -359,6 +359,8 @@ fn verbs_numbers_are_the_engines() {
         WrOpcode::RdmaRead,
         WrOpcode::AtomicCmpSwap,
         WrOpcode::AtomicFetchAdd,
+        WrOpcode::LocalInv,
+        WrOpcode::BindMw,
         WrOpcode::SendWithInv,
     ];
     same(&wrs, |w| *w as u8, verbs::WrOpcode::ALL, |a| a.raw());

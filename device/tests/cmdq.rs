@@ -9,12 +9,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use device::abi::bar0::{dev_cap, CtxStatus, CtxTable, Fatal};
 use device::abi::cmd::{
-    cmd_flags, cmd_owner, pbl_const, reg_mr_flags, rereg, AllocPdOut, Cmd, CreateCqIn, CreateCqOut,
-    CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut, CreateSrqIn, CreateSrqOut, DeallocPdIn,
-    DeregMrIn, DestroyCqIn, DestroyEqIn, DestroyQpIn, DestroySrqIn, DeviceAttr, ModifyQpIn,
-    ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn, QueryCountersOut,
-    QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn,
-    Status,
+    cmd_flags, cmd_owner, pbl_const, reg_mr_flags, rereg, AllocMwIn, AllocPdOut, Cmd, CreateCqIn,
+    CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut, CreateSrqIn, CreateSrqOut,
+    DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn, DestroyQpIn, DestroySrqIn,
+    DeviceAttr, ModifyQpIn, ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn,
+    QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn,
+    RegMrOut, ReregMrIn, Status,
 };
 use device::abi::context::{ctx_flags, CqContext, EqContext, MrContext, QpContext, SrqContext};
 use device::abi::counters::CounterSet;
@@ -1956,6 +1956,13 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
         Opcode::DeregMr => bytes(&DeregMrIn {
             lkey: pick(r, &live.keys),
         }),
+        Opcode::AllocMw => bytes(&AllocMwIn {
+            pdn: pick(r, &live.pds),
+            mw_type: r.below(4) as u32,
+        }),
+        Opcode::DeallocMw => bytes(&DeallocMwIn {
+            rkey: pick(r, &live.keys),
+        }),
     }
 }
 
@@ -2062,6 +2069,10 @@ fn random_commands_never_panic_and_leave_the_device_usable() {
     eprintln!("successes by opcode: {ok_by_op:x?}");
     // Every opcode succeeded sometimes, and most statuses occurred.
     for op in Opcode::ALL {
+        // TODO(MW): memory windows answer NOT_SUPPORTED until the engine has them.
+        if matches!(op, Opcode::AllocMw | Opcode::DeallocMw) {
+            continue;
+        }
         assert!(ok_by_op.get(&op.raw()).is_some_and(|&n| n > 10), "{op:?}");
     }
     assert!(statuses.iter().filter(|&&n| n > 0).count() >= 12);

@@ -109,7 +109,36 @@ pub enum WrOpcode {
     RdmaRead = 4,
     AtomicCmpSwap = 5,
     AtomicFetchAdd = 6,
+    /// Invalidate the type 2 memory window whose R_Key is `imm_or_inv` (MP-07).
+    LocalInv = 7,
+    /// Bind a memory window: `data` is [`SendData::Bind`] (MP-06, MP-07).
+    BindMw = 8,
     SendWithInv = 9,
+}
+
+/// Memory window types (`enum ibv_mw_type` numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MwType {
+    /// Bound to a PD; bound, rebound and unbound (length 0) by bind only (MP-06).
+    Type1 = 1,
+    /// Type 2B: bound to one QP; invalidated locally or remotely (MP-07).
+    Type2 = 2,
+}
+
+/// What a BIND_MW work request asks (`struct ibv_mw_bind_info` plus the keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The window's current R_Key.
+    pub mw_rkey: u32,
+    /// Its R_Key after the bind: same index, the consumer's new key byte.
+    pub new_rkey: u32,
+    /// The MR the window lands in (it needs [`Access::MW_BIND`]).
+    pub mr_lkey: u32,
+    pub addr: u64,
+    pub length: u64,
+    /// Remote rights the window grants.
+    pub access: Access,
 }
 
 /// Send work request flags (`ibv_send_flags` bits).
@@ -133,6 +162,8 @@ impl SendFlags {
 pub enum SendData {
     Sges(Vec<Sge>),
     Inline(Vec<u8>),
+    /// BIND_MW: no data, the bind (MP-06, MP-07).
+    Bind(MwBind),
 }
 
 /// Where a UD send goes (per WR; AD-02).

@@ -27,8 +27,8 @@ use crate::mr::MrTable;
 use crate::psn;
 use crate::qp_state;
 use crate::verbs::{
-    AttrMask, Completion, Event, Handle, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr, Time,
-    VerbError, WcOpcode, WcStatus,
+    AttrMask, Completion, Event, Handle, MwType, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr,
+    Time, VerbError, WcOpcode, WcStatus,
 };
 use crate::wire::opcode::Service;
 use crate::wire::PacketRepr;
@@ -334,6 +334,21 @@ impl Engine {
     }
 
     // ------------------------------------------------------------------ QPs
+
+    // ---- memory windows (MP-06, MP-07) ----
+
+    /// Allocate Memory Window of type `ty` in `pd`: returns its R_Key, unbound.
+    /// Not supported yet.
+    pub fn alloc_mw(&mut self, pd: Handle, ty: MwType) -> Result<u32, VerbError> {
+        let _ = (pd, ty);
+        Err(VerbError::NotSupported)
+    }
+
+    /// Deallocate Memory Window (bound or not). Not supported yet.
+    pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), VerbError> {
+        let _ = rkey;
+        Err(VerbError::NotSupported)
+    }
 
     /// Creates a QP in Reset (QS-09: every refusal leaves nothing behind).
     pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbError> {

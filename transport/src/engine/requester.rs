@@ -113,6 +113,7 @@ impl Requester {
         let len = match &wr.data {
             SendData::Inline(d) => d.len() as u64,
             SendData::Sges(s) => s.iter().map(|s| u64::from(s.length)).sum(),
+            SendData::Bind(_) => 0,
         };
         let signaled = sig_all || wr.flags.contains(SendFlags::SIGNALED);
         self.wqes.push_back(SendWqe {
@@ -180,6 +181,8 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         // SEND with Invalidate is OP-03 (tier 2, needs memory windows and
         // invalidation, MP-07/MP-08): refused with a clear status until then.
         WrOpcode::SendWithInv => return Err(VerbError::NotSupported),
+        // Memory windows (MP-06, MP-07): not yet.
+        WrOpcode::LocalInv | WrOpcode::BindMw => return Err(VerbError::NotSupported),
     };
     if !ok {
         return Err(VerbError::InvalidWr);
@@ -198,6 +201,7 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
                 return Err(VerbError::MaxSgeExceeded);
             }
         }
+        SendData::Bind(_) => return Err(VerbError::InvalidWr),
     }
     Ok(())
 }
@@ -209,6 +213,8 @@ fn wc_opcode(op: WrOpcode) -> WcOpcode {
         WrOpcode::RdmaRead => WcOpcode::RdmaRead,
         WrOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
         WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
+        WrOpcode::LocalInv => WcOpcode::LocalInv,
+        WrOpcode::BindMw => WcOpcode::BindMw,
     }
 }
 
@@ -974,6 +980,8 @@ fn build_request(
             SendData::Sges(s) => mrs
                 .gather(mem, pd, s, offset, dst)
                 .map_err(super::access::local_status),
+            // A bind sends no packet; it never gets here.
+            SendData::Bind(_) => Err(WcStatus::LocQpOpErr),
         })
         .map_err(|e| match e {
             EmitWithError::Fill(st) => st,
