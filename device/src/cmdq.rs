@@ -22,12 +22,12 @@ use transport::verbs::{self as tv, VerbError};
 
 use crate::abi::bar0::{dev_cap, Fatal};
 use crate::abi::cmd::{
-    cmd_const, cmd_flags, cmd_owner, pbl_const, reg_mr_flags, rereg, AllocPdOut, Av, Cmd,
-    CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut, CreateSrqIn,
-    CreateSrqOut, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn, DestroyQpIn, DestroySrqIn,
-    DeviceAttr, ModifyQpIn, ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn,
-    QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn,
-    RegMrOut, ReregMrIn, Status,
+    cmd_const, cmd_flags, cmd_owner, pbl_const, reg_mr_flags, rereg, AllocMwIn, AllocMwOut,
+    AllocPdOut, Av, Cmd, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut,
+    CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn,
+    DestroyQpIn, DestroySrqIn, DeviceAttr, ModifyQpIn, ModifySrqIn, MwType, Opcode, Pbl, PortAttr,
+    QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut,
+    QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, Status,
 };
 use crate::abi::counters::CounterSet;
 use crate::abi::cqe::entry_const;
@@ -117,6 +117,8 @@ impl Caps {
                 | dev_cap::SRQ
                 | dev_cap::ATOMIC
                 | dev_cap::SEND_WITH_INV
+                | dev_cap::MW_TYPE1
+                | dev_cap::MW_TYPE2
                 | dev_cap::DMA_MR,
         }
     }
@@ -666,8 +668,8 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::RegMr => run(x, reg_mr),
         Opcode::ReregMr => run(x, rereg_mr),
         Opcode::DeregMr => run_in(x, dereg_mr),
-        // Memory windows: the ABI is defined; the engine work is under way.
-        Opcode::AllocMw | Opcode::DeallocMw => Err(fail(Status::NotSupported, Syndrome::Opcode)),
+        Opcode::AllocMw => run(x, alloc_mw),
+        Opcode::DeallocMw => run_in(x, dealloc_mw),
     }
 }
 
@@ -1449,5 +1451,27 @@ fn rereg_mr(x: &mut Exec<'_>, i: ReregMrIn) -> Result<RegMrOut, Fail> {
 }
 
 fn dereg_mr(x: &mut Exec<'_>, i: DeregMrIn) -> Result<(), Fail> {
+    // BUSY while memory windows are bound to it (MP-06, MP-07).
     Ok(x.engine().mrs().dereg_mr(i.lkey)?)
+}
+
+// ---------------------------------------------------------------- MWs
+
+/// ALLOC_MW (MP-06 type 1, MP-07 type 2B): an unbound window in the PD; the
+/// PD is BUSY while it exists.
+fn alloc_mw(x: &mut Exec<'_>, i: AllocMwIn) -> Result<AllocMwOut, Fail> {
+    let ty = match MwType::from_raw(i.mw_type) {
+        Some(MwType::Type1) => tv::MwType::Type1,
+        Some(MwType::Type2) => tv::MwType::Type2,
+        None => return Err(fail(Status::BadParam, Syndrome::AttrValue)),
+    };
+    pd_exists(x, i.pdn)?;
+    Ok(AllocMwOut {
+        rkey: x.engine().alloc_mw(i.pdn, ty)?,
+    })
+}
+
+/// DEALLOC_MW: by the window's current R_Key; a bound window is unbound.
+fn dealloc_mw(x: &mut Exec<'_>, i: DeallocMwIn) -> Result<(), Fail> {
+    Ok(x.engine().dealloc_mw(i.rkey)?)
 }

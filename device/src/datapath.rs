@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use transport::memory::Memory;
 use transport::verbs::{
-    AddressVector, Completion, Event, GlobalRoute, RecvWr, SendData, SendFlags, SendWr, Sge,
-    UdDest, VerbError, WcStatus, WrOpcode,
+    Access, AddressVector, Completion, Event, GlobalRoute, MwBind, RecvWr, SendData, SendFlags,
+    SendWr, Sge, UdDest, VerbError, WcStatus, WrOpcode,
 };
 
 use crate::abi;
@@ -54,6 +54,9 @@ pub enum BadWqe {
     InlineTooLong = 4,
     Overflow = 5,
     Flags = 6,
+    /// A LOCAL_INV or BIND_MW WQE with data segments, inline data or a nonzero
+    /// reserved field of its BindSeg (MP-06, MP-07).
+    LocalOp = 7,
 }
 
 fn seg<T: Field>(wqe: &[u8], at: &mut usize) -> Result<T, BadWqe> {
@@ -83,6 +86,8 @@ pub fn decode_send(
         4 => WrOpcode::RdmaRead,
         5 => WrOpcode::AtomicCmpSwap,
         6 => WrOpcode::AtomicFetchAdd,
+        7 => WrOpcode::LocalInv,
+        8 => WrOpcode::BindMw,
         9 => WrOpcode::SendWithInv,
         _ => return Err(bad(BadWqe::Opcode)),
     };
@@ -101,11 +106,47 @@ pub fn decode_send(
         | WrOpcode::AtomicCmpSwap
         | WrOpcode::AtomicFetchAdd
         | WrOpcode::SendWithInv => t == T::Rc,
-        // Memory windows: decoded once the engine has them (MP-06, MP-07).
-        WrOpcode::LocalInv | WrOpcode::BindMw => false,
+        // MP-07: LOCAL_INV on any service; MP-06/MP-07: BIND_MW on RC and UC.
+        WrOpcode::LocalInv => true,
+        WrOpcode::BindMw => matches!(t, T::Rc | T::Uc),
     };
     if !allowed {
         return Err(bad(BadWqe::ServiceOpcode));
+    }
+    if matches!(opcode, WrOpcode::LocalInv | WrOpcode::BindMw) {
+        // SendCtrl (imm_or_inv: the R_Key to invalidate, or the window's
+        // current R_Key), then for BIND_MW one BindSeg; no data, no inline.
+        if ctrl.len != 0 || ctrl.flags & abi::verbs::send_flags::INLINE != 0 {
+            return Err(bad(BadWqe::LocalOp));
+        }
+        let data = if opcode == WrOpcode::BindMw {
+            let b: abi::wqe::BindSeg = seg(wqe, &mut at).map_err(bad)?;
+            if b.rsvd != 0 {
+                return Err(bad(BadWqe::LocalOp));
+            }
+            SendData::Bind(MwBind {
+                mw_rkey: ctrl.imm_or_inv,
+                new_rkey: b.new_rkey,
+                mr_lkey: b.mr_lkey,
+                addr: b.addr,
+                length: b.length,
+                access: Access(b.access),
+            })
+        } else {
+            SendData::Sges(Vec::new())
+        };
+        return Ok(SendWr {
+            wr_id: id,
+            opcode,
+            flags: SendFlags(u32::from(ctrl.flags)),
+            data,
+            imm_or_inv: ctrl.imm_or_inv,
+            remote_addr: 0,
+            rkey: 0,
+            compare: 0,
+            swap_add: 0,
+            ud: None,
+        });
     }
     let ud = if ud_like {
         let u: abi::wqe::UdSeg = seg(wqe, &mut at).map_err(bad)?;

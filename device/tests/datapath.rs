@@ -16,7 +16,7 @@ use device::ring::Ring;
 use transport::engine::{Engine, Limits, PortConfig};
 use transport::memory::{Memory, VecMemory};
 use transport::verbs::{
-    Access, AddressVector, AttrMask, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, Time,
+    Access, AddressVector, AttrMask, Mtu, MwType, QpAttr, QpCap, QpInit, QpState, QpType, Time,
 };
 
 const BASE: u64 = 0x10_0000;
@@ -549,4 +549,116 @@ fn datapath_cq_02_arm_with_unconsumed_cqes_fires_at_once() {
     let eqe = poll_eq(&mut d, 1).expect("completion EQE");
     assert_eq!(eqe.object, cq);
     assert_eq!(poll_cq(&mut d, cq).map(|e| e.wr_id), Some(1));
+}
+
+fn bind_wqe(wr_id: u64, mw: u32, new: u32, mr: u32, addr: u64, len: u64, rsvd: u32) -> Vec<u8> {
+    let mut w = Vec::new();
+    let mut c = ctrl(wr_id, 8, abi::verbs::send_flags::SIGNALED, 0);
+    c.imm_or_inv = mw;
+    put(&mut w, c);
+    put(
+        &mut w,
+        abi::wqe::BindSeg {
+            addr,
+            length: len,
+            mr_lkey: mr,
+            new_rkey: new,
+            access: abi::verbs::access::REMOTE_WRITE,
+            rsvd,
+        },
+    );
+    w
+}
+
+fn write_wqe(wr_id: u64, lkey: u32, rkey: u32, raddr: u64) -> Vec<u8> {
+    let mut w = Vec::new();
+    put(&mut w, ctrl(wr_id, 0, abi::verbs::send_flags::SIGNALED, 1));
+    put(
+        &mut w,
+        abi::wqe::RaddrSeg {
+            remote_addr: raddr,
+            rkey,
+            rsvd: 0,
+        },
+    );
+    put(
+        &mut w,
+        abi::wqe::Sge {
+            addr: DATA,
+            length: 16,
+            lkey,
+        },
+    );
+    w
+}
+
+/// MP-07, OP-03 through the rings: a BIND_MW WQE (SendCtrl + BindSeg) binds a
+/// type 2 window, an RDMA WRITE through it lands, LOCAL_INV (opcode 7) frees
+/// it and the next WRITE fails; a SEND with Invalidate of a rebound window
+/// gives a receive CQE with WITH_INV and the key; a BindSeg with a nonzero
+/// reserved field completes with LOC_QP_OP_ERR.
+#[test]
+fn datapath_mp_07_op_03_bind_local_inv_and_send_with_inv_wqes() {
+    use abi::verbs::{WcOpcode as O, WcStatus as S};
+    let (mut d, cq, a, b) = setup();
+    let win = DATA + 0x30000;
+    let (mw, key) = {
+        let e = d.hca.port.engine_mut();
+        let pages = (0..16u64).map(|i| win + i * 4096).collect();
+        let all = Access(15 | Access::MW_BIND.0);
+        let key = e
+            .mrs()
+            .reg_mr(d.pd, win, 16 * 4096, all, 4096, pages)
+            .unwrap();
+        (e.alloc_mw(d.pd, MwType::Type2).unwrap(), key)
+    };
+    let k1 = (mw & !0xff) | ((mw + 1) & 0xff);
+    post_send(&mut d, b, &bind_wqe(1, mw, k1, key, win, 4096, 0));
+    let e = wait_cqe(&mut d, cq);
+    assert_eq!((e.wr_id, e.status, e.opcode), (1, 0, O::BindMw.raw()));
+    let w = write_wqe(2, d.key, k1, win + 64);
+    post_send(&mut d, a, &w);
+    let e = wait_cqe(&mut d, cq);
+    assert_eq!((e.wr_id, e.status), (2, 0));
+    let mut inv = Vec::new();
+    let mut c = ctrl(3, 7, abi::verbs::send_flags::SIGNALED, 0);
+    c.imm_or_inv = k1;
+    put(&mut inv, c);
+    post_send(&mut d, b, &inv);
+    let e = wait_cqe(&mut d, cq);
+    assert_eq!((e.wr_id, e.status, e.opcode), (3, 0, O::LocalInv.raw()));
+    // Rebind with a new key, then SEND with Invalidate from A.
+    let k2 = (mw & !0xff) | ((mw + 2) & 0xff);
+    post_send(&mut d, b, &bind_wqe(4, k1, k2, key, win, 4096, 0));
+    assert_eq!(wait_cqe(&mut d, cq).status, 0);
+    post_recv(&mut d, b, 5, DATA + 0x10000, 4096);
+    let mut s = Vec::new();
+    let mut c = ctrl(6, 9, abi::verbs::send_flags::SIGNALED, 1);
+    c.imm_or_inv = k2;
+    put(&mut s, c);
+    put(
+        &mut s,
+        abi::wqe::Sge {
+            addr: DATA,
+            length: 100,
+            lkey: d.key,
+        },
+    );
+    post_send(&mut d, a, &s);
+    let mut got = [wait_cqe(&mut d, cq), wait_cqe(&mut d, cq)];
+    got.sort_by_key(|e| e.wr_id);
+    assert_eq!((got[0].wr_id, got[0].status), (5, 0));
+    assert_ne!(got[0].wc_flags & abi::verbs::wc_flags::WITH_INV, 0);
+    assert_eq!(got[0].imm_or_inv, k2);
+    assert_eq!((got[1].wr_id, got[1].status), (6, 0));
+    // The key is gone: the WRITE fails (and A's QP with it).
+    let w = write_wqe(7, d.key, k2, win);
+    post_send(&mut d, a, &w);
+    let e = wait_cqe(&mut d, cq);
+    assert_eq!((e.wr_id, e.status), (7, S::RemAccessErr.raw()));
+    // A malformed BindSeg (on a fresh device): an error CQE, never a panic.
+    let (mut d, cq, _a, b) = setup();
+    post_send(&mut d, b, &bind_wqe(8, k2, k2 + 1, key, win, 64, 5));
+    let e = wait_cqe(&mut d, cq);
+    assert_eq!((e.wr_id, e.status), (8, S::LocQpOpErr.raw()));
 }

@@ -2435,8 +2435,11 @@ enum vhca_counter_set {
 	"no_remote_write", \
 	"no_remote_atomic", \
 	"misaligned_atomic", \
-	"memory_fault"
-#define VHCA_COUNTERS_NAK_SENT_COUNT 19
+	"memory_fault", \
+	"window_not_bound", \
+	"window_wrong_qp", \
+	"invalid_invalidate"
+#define VHCA_COUNTERS_NAK_SENT_COUNT 22
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_DEVICE_NAMES \

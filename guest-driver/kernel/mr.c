@@ -213,3 +213,62 @@ int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	kfree(mr);
 	return 0;
 }
+
+/*
+ * Memory windows (MP-06 type 1, MP-07 type 2B), for user verbs: ALLOC_MW
+ * gives the first R_Key; binds, LOCAL_INV and SEND_WITH_INV are WQEs the
+ * provider posts. Only the types the device reports (DEV_CAP_MW_TYPE*).
+ */
+int vhca_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibmw->device);
+	struct vhca_alloc_mw_in in = { .pdn = to_vpd(ibmw->pd)->pdn };
+	struct vhca_alloc_mw_out out = {};
+	u32 caps = dev->attr.cap_flags;
+	int ret;
+
+	switch (ibmw->type) {
+	case IB_MW_TYPE_1:
+		if (!(caps & VHCA_DEV_CAP_MW_TYPE1))
+			return -EOPNOTSUPP;
+		in.mw_type = VHCA_MW_TYPE1;
+		break;
+	case IB_MW_TYPE_2:
+		if (!(caps & VHCA_DEV_CAP_MW_TYPE2))
+			return -EOPNOTSUPP;
+		in.mw_type = VHCA_MW_TYPE2;
+		break;
+	default:
+		return -EINVAL;
+	}
+	ret = vhca_cmd(dev, VHCA_CMD_ALLOC_MW, &in, sizeof(in), &out,
+		       sizeof(out), NULL);
+	if (ret)
+		return ret;
+	ibmw->rkey = out.rkey;
+	return 0;
+}
+
+/*
+ * ib_core frees the object whatever this returns. DEALLOC_MW names the window
+ * by its current R_Key, but binds happen in user space (BIND_MW WQEs): ALLOC_MW's
+ * key is only where to start. The key index stays the window's until DEALLOC_MW
+ * succeeds, so trying the key bytes in bind order (ibv_inc_rkey) while the
+ * device answers NOT_FOUND reaches only this window; any other answer ends it.
+ */
+int vhca_dealloc_mw(struct ib_mw *ibmw)
+{
+	struct vhca_dev *dev = to_vdev(ibmw->device);
+	struct vhca_dealloc_mw_in in = { .rkey = ibmw->rkey };
+	u8 status = VHCA_STATUS_OK;
+	int ret;
+
+	/* The device names the window by its index: binds in user space change
+	 * the key byte, which the kernel never sees. */
+	ret = vhca_cmd(dev, VHCA_CMD_DEALLOC_MW, &in, sizeof(in), NULL, 0,
+		       &status);
+	if (ret)
+		dev_warn(&dev->pdev->dev, "DEALLOC_MW %#x: %d\n", ibmw->rkey,
+			 ret);
+	return 0;
+}

@@ -623,6 +623,7 @@ static int vhca_wr_opcode(enum ib_wr_opcode op, u8 *out)
 	case IB_WR_ATOMIC_CMP_AND_SWP:	*out = VHCA_WR_ATOMIC_CMP_SWAP; break;
 	case IB_WR_ATOMIC_FETCH_AND_ADD: *out = VHCA_WR_ATOMIC_FETCH_ADD; break;
 	case IB_WR_SEND_WITH_INV:	*out = VHCA_WR_SEND_WITH_INV; break;
+	case IB_WR_LOCAL_INV:		*out = VHCA_WR_LOCAL_INV; break;
 	default:			return -EINVAL;
 	}
 	return 0;
@@ -650,8 +651,11 @@ static int vhca_build_send(struct vhca_qp *qp, const struct ib_send_wr *wr)
 		      ((wr->send_flags & IB_SEND_INLINE) ? VHCA_SEND_INLINE : 0);
 	if (op == VHCA_WR_SEND_WITH_IMM || op == VHCA_WR_RDMA_WRITE_WITH_IMM)
 		ctrl->imm_or_inv = be32_to_cpu(wr->ex.imm_data);
-	else if (op == VHCA_WR_SEND_WITH_INV)
+	else if (op == VHCA_WR_SEND_WITH_INV || op == VHCA_WR_LOCAL_INV)
 		ctrl->imm_or_inv = wr->ex.invalidate_rkey;
+	/* LOCAL_INV: the control segment only (ctrl.len = 0). */
+	if (op == VHCA_WR_LOCAL_INV)
+		return 0;
 
 	if (qp->type == VHCA_QPT_UD || qp->type == VHCA_QPT_GSI) {
 		const struct ib_ud_wr *ud = ud_wr(wr);

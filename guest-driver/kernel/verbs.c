@@ -115,6 +115,17 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 			      IB_DEVICE_CURR_QP_STATE_MOD;
 	if (caps & VHCA_DEV_CAP_RC)
 		a->device_cap_flags |= IB_DEVICE_RC_RNR_NAK_GEN;
+	/*
+	 * Memory windows (MP-06, MP-07): ibverbs reads MEM_WINDOW as "type 1"
+	 * and TYPE_2B for type 2; a window is counted against the MR keys.
+	 */
+	if (caps & (VHCA_DEV_CAP_MW_TYPE1 | VHCA_DEV_CAP_MW_TYPE2)) {
+		if (caps & VHCA_DEV_CAP_MW_TYPE1)
+			a->device_cap_flags |= IB_DEVICE_MEM_WINDOW;
+		if (caps & VHCA_DEV_CAP_MW_TYPE2)
+			a->device_cap_flags |= IB_DEVICE_MEM_WINDOW_TYPE_2B;
+		a->max_mw = d->max_mr;
+	}
 	a->max_send_sge = d->max_sge;
 	a->max_recv_sge = d->max_sge;
 	a->max_sge_rd = d->max_sge;

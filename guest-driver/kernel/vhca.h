@@ -263,6 +263,14 @@ struct vhca_mr {
 	int access;		/* IB_ACCESS_* it was registered with (rereg) */
 };
 
+/*
+ * A memory window (MP-06, MP-07). Binds are WQEs the provider posts; the
+ * kernel only allocates and frees (ibmw.rkey: the R_Key ALLOC_MW gave).
+ */
+struct vhca_mw {
+	struct ib_mw ibmw;
+};
+
 static inline struct vhca_dev *to_vdev(struct ib_device *ibdev)
 {
 	return container_of(ibdev, struct vhca_dev, ibdev);
@@ -428,6 +436,8 @@ int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 struct ib_mr *vhca_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 				 u64 length, u64 virt, int access,
 				 struct ib_pd *pd, struct ib_udata *udata);
+int vhca_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
+int vhca_dealloc_mw(struct ib_mw *ibmw);
 
 /* debugfs.c */
 void vhca_debugfs_init(void);

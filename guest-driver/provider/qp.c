@@ -358,9 +358,82 @@ static bool vhca_opcode_ok(struct vhca_context *ctx, uint8_t type,
 	case IBV_WR_SEND_WITH_INV:
 		return type == VHCA_QPT_RC &&
 		       (ctx->cap_flags & VHCA_DEV_CAP_SEND_WITH_INV);
+	/* Memory windows: BIND_MW on RC and UC (MP-06), LOCAL_INV on any (MP-07). */
+	case IBV_WR_BIND_MW:
+		return type != VHCA_QPT_UD &&
+		       (ctx->cap_flags &
+			(VHCA_DEV_CAP_MW_TYPE1 | VHCA_DEV_CAP_MW_TYPE2));
+	case IBV_WR_LOCAL_INV:
+		return ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE2;
 	default:
 		return false;
 	}
+}
+
+/*
+ * The bind segment of a BIND_MW WQE (vhca_abi.h struct vhca_bind_seg). The
+ * window is named by its current R_Key (ctrl.imm_or_inv); the new one keeps
+ * its index (ibv_inc_rkey). A window grants remote rights only: LOCAL_WRITE
+ * and MW_BIND are ignored, anything else (ZERO_BASED, ...) is refused.
+ */
+static int vhca_write_bind(struct vhca_context *ctx,
+			   struct vhca_send_ctrl *ctrl,
+			   struct vhca_bind_seg *b, struct ibv_send_wr *wr)
+{
+	const struct ibv_mw_bind_info *info = &wr->bind_mw.bind_info;
+	struct ibv_mw *mw = wr->bind_mw.mw;
+	const unsigned int remote = IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_READ |
+				    IBV_ACCESS_REMOTE_ATOMIC;
+	const unsigned int ignored = IBV_ACCESS_LOCAL_WRITE |
+				     IBV_ACCESS_MW_BIND;
+
+	if (!mw || mw->context != &ctx->ibv_ctx.context)
+		return EINVAL;
+	switch (mw->type) {
+	case IBV_MW_TYPE_1:
+		if (!(ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE1))
+			return EINVAL;
+		break;
+	case IBV_MW_TYPE_2:
+		if (!(ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE2))
+			return EINVAL;
+		/* A type 2 window is bound to a region, never unbound by bind. */
+		if (!info->mr || !info->length)
+			return EINVAL;
+		break;
+	default:
+		return EINVAL;
+	}
+	if (info->mw_access_flags & ~(remote | ignored))
+		return EINVAL;
+	if ((wr->bind_mw.rkey >> 8) != (mw->rkey >> 8))
+		return EINVAL;
+	if (!info->mr && (info->addr || info->length))
+		return EINVAL;
+	if (info->mr && info->mr->context != mw->context)
+		return EINVAL;
+	ctrl->imm_or_inv = mw->rkey;
+	ctrl->len = 0;
+	b->addr = info->addr;
+	b->length = info->length;
+	b->mr_lkey = info->mr ? info->mr->lkey : 0;
+	b->new_rkey = wr->bind_mw.rkey;
+	b->access = info->mw_access_flags & remote;
+	b->rsvd = 0;
+	return 0;
+}
+
+/*
+ * A window's rkey follows its posted binds, whatever verb posted them (type
+ * 2 through ibv_post_send or ibv_wr_bind_mw too): the device names a window
+ * by its current R_Key. The caller undoes it on an error completion, as for
+ * ibv_bind_mw.
+ */
+static void vhca_posted(struct ibv_send_wr *wr)
+{
+	if (wr->opcode == IBV_WR_BIND_MW)
+		wr->bind_mw.mw->rkey = wr->bind_mw.rkey;
 }
 
 /* One send WQE for `wr` at ring index `index` (vhca_abi.h "Send WQE"). */
@@ -385,6 +458,18 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 		ctrl->imm_or_inv = be32toh(wr->imm_data);
 	else if (wr->opcode == IBV_WR_SEND_WITH_INV)
 		ctrl->imm_or_inv = wr->invalidate_rkey;
+
+	/* BIND_MW and LOCAL_INV carry no data (ctrl.len = 0). */
+	if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
+		ctrl->flags &= ~VHCA_SEND_INLINE;
+		ctrl->len = 0;
+		if (wr->opcode == IBV_WR_LOCAL_INV) {
+			ctrl->imm_or_inv = wr->invalidate_rkey;
+			return 0;
+		}
+		return vhca_write_bind(ctx, ctrl,
+				       (struct vhca_bind_seg *)(w + off), wr);
+	}
 
 	if (qp->type == VHCA_QPT_UD) {
 		struct vhca_ud_seg *ud = (struct vhca_ud_seg *)(w + off);
@@ -488,6 +573,7 @@ int vhca_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		ret = vhca_write_send(ctx, qp, wr, pi);
 		if (ret)
 			break;
+		vhca_posted(wr);
 		sq->wrid[pi & ((1U << sq->log2) - 1)] = wr->wr_id;
 		pi++;
 	}
@@ -499,6 +585,36 @@ int vhca_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	if (ret)
 		*bad_wr = wr;
 	return ret;
+}
+
+/*
+ * ibv_bind_mw (type 1): a BIND_MW WQE with the next key byte; once it is
+ * posted the window's rkey is the new one (the caller undoes it on an error
+ * completion), as every provider does.
+ */
+int vhca_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw,
+		 struct ibv_mw_bind *mw_bind)
+{
+	struct ibv_send_wr wr = {}, *bad_wr = NULL;
+	int ret;
+
+	if (!mw || mw->type != IBV_MW_TYPE_1 || ibqp->context != mw->context) {
+		errno = EINVAL;
+		return EINVAL;
+	}
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.wr_id = mw_bind->wr_id;
+	wr.send_flags = mw_bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = mw_bind->bind_info;
+	ret = vhca_post_send(ibqp, &wr, &bad_wr);
+	if (ret) {
+		errno = ret;
+		return ret;
+	}
+	mw->rkey = wr.bind_mw.rkey;
+	return 0;
 }
 
 /* One receive WQE at `wq`'s producer index (caller: lock held, room checked). */
@@ -603,6 +719,7 @@ static void vhca_qpx_flush(struct vhca_qp *qp)
 		ex->err = ret;
 		return;
 	}
+	vhca_posted(&ex->wr);
 	sq->wrid[ex->pi & ((1U << sq->log2) - 1)] = ex->wr.wr_id;
 	ex->pi++;
 }
@@ -671,6 +788,25 @@ static void vhca_wr_send_imm(struct ibv_qp_ex *qpx, __be32 imm)
 static void vhca_wr_send_inv(struct ibv_qp_ex *qpx, uint32_t rkey)
 {
 	vhca_qpx_new(qpx, IBV_WR_SEND_WITH_INV)->invalidate_rkey = rkey;
+}
+
+static void vhca_wr_bind_mw(struct ibv_qp_ex *qpx, struct ibv_mw *mw,
+			    uint32_t rkey,
+			    const struct ibv_mw_bind_info *bind_info)
+{
+	struct ibv_send_wr *wr = vhca_qpx_new(qpx, IBV_WR_BIND_MW);
+
+	wr->bind_mw.mw = mw;
+	wr->bind_mw.rkey = rkey;
+	if (bind_info)
+		wr->bind_mw.bind_info = *bind_info;
+	else
+		qpx_to_vqp(qpx)->ex->err = EINVAL;
+}
+
+static void vhca_wr_local_inv(struct ibv_qp_ex *qpx, uint32_t rkey)
+{
+	vhca_qpx_new(qpx, IBV_WR_LOCAL_INV)->invalidate_rkey = rkey;
 }
 
 static void vhca_wr_rdma(struct ibv_qp_ex *qpx, enum ibv_wr_opcode op,
@@ -839,6 +975,12 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 			if (ctx->cap_flags & VHCA_DEV_CAP_SEND_WITH_INV)
 				ok |= IBV_QP_EX_WITH_SEND_WITH_INV;
 		}
+		if (type != VHCA_QPT_UD &&
+		    (ctx->cap_flags & (VHCA_DEV_CAP_MW_TYPE1 |
+				       VHCA_DEV_CAP_MW_TYPE2)))
+			ok |= IBV_QP_EX_WITH_BIND_MW;
+		if (ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE2)
+			ok |= IBV_QP_EX_WITH_LOCAL_INV;
 		if (ops & ~ok) {
 			errno = EOPNOTSUPP;
 			return NULL;
@@ -875,6 +1017,8 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 	qpx->wr_send = vhca_wr_send;
 	qpx->wr_send_imm = vhca_wr_send_imm;
 	qpx->wr_send_inv = vhca_wr_send_inv;
+	qpx->wr_bind_mw = vhca_wr_bind_mw;
+	qpx->wr_local_inv = vhca_wr_local_inv;
 	qpx->wr_rdma_write = vhca_wr_rdma_write;
 	qpx->wr_rdma_write_imm = vhca_wr_rdma_write_imm;
 	qpx->wr_rdma_read = vhca_wr_rdma_read;

@@ -170,6 +170,59 @@ int vhca_dereg_mr(struct verbs_mr *vmr)
 	return 0;
 }
 
+/*
+ * Memory windows (MP-06 type 1, MP-07 type 2B): vhca.ko allocates them
+ * (ALLOC_MW); binds and invalidations are send WQEs (qp.c). Only the types
+ * the device reports; an unknown type is EINVAL.
+ */
+struct ibv_mw *vhca_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct vhca_context *ctx = to_vctx(pd->context);
+	struct ib_uverbs_alloc_mw_resp resp = {};
+	struct ibv_alloc_mw cmd = {};
+	struct ibv_mw *mw;
+	int ret;
+
+	switch (type) {
+	case IBV_MW_TYPE_1:
+		ret = (ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE1) ? 0 : EOPNOTSUPP;
+		break;
+	case IBV_MW_TYPE_2:
+		ret = (ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE2) ? 0 : EOPNOTSUPP;
+		break;
+	default:
+		ret = EINVAL;
+		break;
+	}
+	if (ret) {
+		errno = ret;
+		return NULL;
+	}
+	mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_alloc_mw(pd, type, mw, &cmd, sizeof(cmd), &resp,
+			       sizeof(resp));
+	if (ret) {
+		free(mw);
+		errno = ret;
+		return NULL;
+	}
+	return mw;
+}
+
+int vhca_dealloc_mw(struct ibv_mw *mw)
+{
+	int ret = ibv_cmd_dealloc_mw(mw);
+
+	if (ret)
+		return ret;
+	free(mw);
+	return 0;
+}
+
 /* struct ibv_ah_attr -> struct vhca_av (AD-02), as vhca.ko's vhca_ah_to_av. */
 struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {

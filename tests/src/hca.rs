@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use device::abi::bar0::{dev_ctrl, dev_status, reg, CtxStatus, CtxTable, Fatal};
 use device::abi::cmd::{
-    cmd_const, cmd_flags, cmd_owner, commands, pbl_const, reg_mr_flags, AllocPdOut, Av, Cmd,
-    CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut, CreateSrqIn,
-    CreateSrqOut, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn, DestroyQpIn, DestroySrqIn,
-    DeviceAttr, ModifyQpIn, ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn,
-    QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn,
-    RegMrOut, ReregMrIn, Status,
+    cmd_const, cmd_flags, cmd_owner, commands, pbl_const, reg_mr_flags, AllocMwIn, AllocMwOut,
+    AllocPdOut, Av, Cmd, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut,
+    CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn,
+    DestroyQpIn, DestroySrqIn, DeviceAttr, ModifyQpIn, ModifySrqIn, MwType, Opcode, Pbl, PortAttr,
+    QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut,
+    QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, Status,
 };
 use device::abi::counters::CounterSet;
 use device::abi::cqe::{entry_const, Eqe};
@@ -1664,6 +1664,24 @@ impl Hca {
         if let Some(meta) = self.mrs.remove(&mr.lkey) {
             self.g.free_pages(&meta);
         }
+        Ok(())
+    }
+
+    /// ALLOC_MW (MP-06 type 1, MP-07 type 2B): the window's first R_Key.
+    pub fn alloc_mw(&mut self, pd: Pd, ty: MwType) -> Result<u32, CmdError> {
+        let o: AllocMwOut = self.cmd(
+            Opcode::AllocMw,
+            &AllocMwIn {
+                pdn: pd.0,
+                mw_type: ty.raw(),
+            },
+        )?;
+        Ok(o.rkey)
+    }
+
+    /// DEALLOC_MW by the window's current R_Key.
+    pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), CmdError> {
+        self.cmd::<_, Nothing>(Opcode::DeallocMw, &DeallocMwIn { rkey })?;
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use device::abi::bar0::reg;
 use device::abi::cqe::{entry_const, owner_bit, Cqe, Eqe, EqeType};
 use device::abi::uar::{cq_arm, uar};
 use device::abi::verbs::{send_flags, QpType, WcOpcode, WcStatus, WrOpcode};
-use device::abi::wqe::{AtomicSeg, RaddrSeg, RecvCtrl, SendCtrl, Sge, UdSeg};
+use device::abi::wqe::{AtomicSeg, BindSeg, RaddrSeg, RecvCtrl, SendCtrl, Sge, UdSeg};
 
 use crate::guest;
 use crate::hca::{CqH, EqH, Hca, QpH, SrqH};
@@ -34,6 +34,8 @@ pub struct SendWr {
     pub atomic: Option<(u64, u64)>,
     /// Destination (UD, GSI).
     pub ud: Option<UdSeg>,
+    /// BIND_MW: the bind segment (the window's current R_Key is `imm`).
+    pub bind: Option<BindSeg>,
 }
 
 impl SendWr {
@@ -48,7 +50,42 @@ impl SendWr {
             remote: None,
             atomic: None,
             ud: None,
+            bind: None,
         }
+    }
+
+    /// BIND_MW (MP-06, MP-07): binds the window whose current R_Key is `mw`
+    /// to `[addr, addr + length)` of the MR `mr_lkey` with `access`
+    /// (`VHCA_ACCESS_REMOTE_*`); afterwards its R_Key is `new_rkey`.
+    pub fn bind_mw(
+        wr_id: u64,
+        mw: u32,
+        new_rkey: u32,
+        mr_lkey: u32,
+        addr: u64,
+        length: u64,
+        access: u32,
+    ) -> SendWr {
+        let mut w = SendWr::new(WrOpcode::BindMw, wr_id).imm(mw);
+        w.bind = Some(BindSeg {
+            addr,
+            length,
+            mr_lkey,
+            new_rkey,
+            access,
+            rsvd: 0,
+        });
+        w
+    }
+
+    /// LOCAL_INV of `rkey` (MP-07).
+    pub fn local_inv(wr_id: u64, rkey: u32) -> SendWr {
+        SendWr::new(WrOpcode::LocalInv, wr_id).imm(rkey)
+    }
+
+    /// SEND with Invalidate of the peer's `rkey` (OP-03).
+    pub fn send_inv(wr_id: u64, rkey: u32) -> SendWr {
+        SendWr::new(WrOpcode::SendWithInv, wr_id).imm(rkey)
     }
 
     pub fn send(wr_id: u64) -> SendWr {
@@ -249,6 +286,9 @@ pub fn encode_send(wr: &SendWr, t: QpType) -> Result<Vec<u8>, PostError> {
     if is_atomic(wr.opcode) {
         let (compare_add, swap) = wr.atomic.unwrap_or((0, 0));
         v.extend_from_slice(&AtomicSeg { compare_add, swap }.to_bytes());
+    }
+    if wr.opcode == WrOpcode::BindMw {
+        v.extend_from_slice(&wr.bind.unwrap_or_default().to_bytes());
     }
     match &wr.inline {
         Some(d) => v.extend_from_slice(d),

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::memory::{MemError, Memory};
-use crate::verbs::{Access, Handle, Sge, VerbError, WcStatus};
+use crate::verbs::{Access, Handle, MwBind, MwType, Sge, VerbError, WcStatus};
 use crate::wire::NakCode;
 
 /// Largest number of MRs: the key index has 24 bits and index 0 is reserved.
@@ -92,6 +92,14 @@ pub enum AccessError {
     /// ATOMIC at a VA whose low 3 bits are not zero (IBA 9.4.5, OP-07).
     #[error("atomic operation at a virtual address that is not 8-byte aligned")]
     MisalignedAtomic,
+    /// The key names a memory window that is not bound (free, or a type 1
+    /// window unbound by a zero-length bind; MP-06, MP-07).
+    #[error("memory window is not bound")]
+    WindowNotBound,
+    /// The key names a type 2 window bound to another QP than the one the
+    /// request arrived at (IBA 10.6.7.2.4, type 2B: QP and PD; MP-07).
+    #[error("memory window is bound to another queue pair")]
+    WindowWrongQp,
 }
 
 impl AccessError {
@@ -186,9 +194,18 @@ pub struct Mr {
     /// A DMA MR (`get_dma_mr`): virtual = physical over the whole address space,
     /// no page list; the caller's memory checks every access.
     identity: bool,
+    /// Memory windows bound to it (MP-06, MP-07): while any is, the MR cannot
+    /// be deregistered or reregistered (IBA 10.6.7; seed 003 "如果一个 MR 还有被
+    /// 绑定的 MW,那么这个 MR 不能被取消注册").
+    windows: u32,
 }
 
 impl Mr {
+    /// Memory windows bound to this MR.
+    pub fn windows(&self) -> u32 {
+        self.windows
+    }
+
     /// Its L_Key, which is also its R_Key.
     pub fn key(&self) -> u32 {
         self.key
@@ -447,9 +464,117 @@ struct Pd {
 
 #[derive(Debug, Clone, Default)]
 struct Slot {
-    /// Key byte of the last registration at this index (MP-02).
+    /// Key byte of the last registration at this index (MP-02), or the current
+    /// key byte of the window here.
     key_byte: u8,
     mr: Option<Mr>,
+    /// A memory window shares the key space with MRs (MP-06, MP-07): an index
+    /// holds an MR or a window, never both.
+    mw: Option<Mw>,
+}
+
+/// A memory window (IBA 10.6.7, seed 003 "Memory Window"; MP-06 type 1,
+/// MP-07 type 2B): an R_Key onto a range of an MR, with its own remote rights.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mw {
+    key: u32,
+    pd: Handle,
+    ty: MwType,
+    bound: Option<MwBinding>,
+}
+
+/// What a bound window grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBinding {
+    /// The MR's key (the bind's L_Key).
+    pub mr_key: u32,
+    pub va: u64,
+    pub length: u64,
+    /// Remote rights (REMOTE_READ / REMOTE_WRITE / REMOTE_ATOMIC).
+    pub access: Access,
+    /// Type 2: the QP the window is bound to (IBA 10.6.7.2.4); type 1: none.
+    pub qpn: Option<u32>,
+}
+
+impl Mw {
+    /// Its current R_Key.
+    pub fn key(&self) -> u32 {
+        self.key
+    }
+
+    pub fn pd(&self) -> Handle {
+        self.pd
+    }
+
+    pub fn mw_type(&self) -> MwType {
+        self.ty
+    }
+
+    /// The binding, or `None` while the window is free (type 2) or unbound.
+    pub fn binding(&self) -> Option<&MwBinding> {
+        self.bound.as_ref()
+    }
+}
+
+/// Why a BIND_MW or LOCAL_INV work request failed (MP-06, MP-07). A failed bind
+/// completes with Memory Window Bind Error (IBA 10.8.3, Table 81 / `IBV_WC_MW_BIND_ERR`);
+/// a failed local invalidate with Local Protection Error (see [`MwError::status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum MwError {
+    /// The key names no window, or not its current key.
+    #[error("no memory window with this key")]
+    NoSuchWindow,
+    /// The window (or MR) belongs to another PD than the QP (C10-72).
+    #[error("memory window or region of another protection domain")]
+    PdMismatch,
+    /// Type 2 bind of a window that is not free, or of another QP's window.
+    #[error("type 2 memory window is not in the free state")]
+    NotFree,
+    /// The new R_Key changes the window's index (only the key byte may change).
+    #[error("new R_Key names another index")]
+    BadNewKey,
+    /// The MR named by the bind's L_Key does not exist.
+    #[error("no memory region with this key")]
+    NoSuchMr,
+    /// The MR was not registered with MW_BIND.
+    #[error("memory region does not allow binding")]
+    NoBindRight,
+    /// `[addr, addr + length)` is not inside the MR.
+    #[error("window is outside the memory region")]
+    OutOfBounds,
+    /// REMOTE_WRITE or REMOTE_ATOMIC on a window of an MR without LOCAL_WRITE
+    /// (IBA 10.6.7.2; seed 003 "MR/MW 的权限配置").
+    #[error("remote write or atomic window on a memory region without local write")]
+    NoLocalWrite,
+    /// An access bit a window cannot grant (local or bind rights, zero based).
+    #[error("unsupported window access rights")]
+    BadAccess,
+    /// Type 2 windows do not support zero-length binds (seed 003 table).
+    #[error("zero-length bind of a type 2 window")]
+    ZeroLength,
+    /// Invalidate of a type 1 window (seed 003: type 1 keys cannot be
+    /// invalidated), of an MR key, or of a window that is not bound.
+    #[error("key cannot be invalidated")]
+    NotInvalidatable,
+    /// Invalidate of a type 2 window bound to another QP.
+    #[error("memory window is bound to another queue pair")]
+    WrongQp,
+    /// More bind references on an MR than the counter holds.
+    #[error("too many windows")]
+    TooMany,
+}
+
+impl MwError {
+    /// The completion status of the work request that failed: a bind fails with
+    /// MW_BIND_ERR, a local invalidate with LOC_PROT_ERR (rxe reports
+    /// invalidation errors as protection errors too).
+    pub const fn status(self, bind: bool) -> WcStatus {
+        if bind {
+            WcStatus::MwBindErr
+        } else {
+            WcStatus::LocProtErr
+        }
+    }
 }
 
 /// The PD and MR tables of one device (MP-01..MP-05).
@@ -465,6 +590,8 @@ pub struct MrTable {
     /// Free indices, oldest first: an index is reused as late as possible.
     free: VecDeque<u32>,
     live_mrs: u32,
+    /// Memory windows allocated (they take key indices too).
+    live_mws: u32,
 }
 
 impl MrTable {
@@ -479,6 +606,7 @@ impl MrTable {
             slots: Vec::new(),
             free: VecDeque::new(),
             live_mrs: 0,
+            live_mws: 0,
         }
     }
 
@@ -565,7 +693,7 @@ impl MrTable {
             pages,
         };
         let page_shift = check_pd_access_translation(self, pd, access, &t)?;
-        if self.live_mrs >= self.max_mr {
+        if self.live_mrs + self.live_mws >= self.max_mr {
             return Err(VerbError::InsufficientResources);
         }
         let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
@@ -584,6 +712,7 @@ impl MrTable {
             page_shift,
             pages: t.pages,
             identity: false,
+            windows: 0,
         });
         self.live_mrs += 1;
         if let Some(p) = self.pds.get_mut(&pd) {
@@ -599,7 +728,7 @@ impl MrTable {
     /// for the PD and access rights.
     pub fn reg_dma_mr(&mut self, pd: Handle, access: Access) -> Result<u32, VerbError> {
         check_pd_access(self, pd, access)?;
-        if self.live_mrs >= self.max_mr {
+        if self.live_mrs + self.live_mws >= self.max_mr {
             return Err(VerbError::InsufficientResources);
         }
         let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
@@ -617,6 +746,7 @@ impl MrTable {
             page_shift: MIN_PAGE_SIZE.trailing_zeros(),
             pages: Vec::new(),
             identity: true,
+            windows: 0,
         });
         self.live_mrs += 1;
         if let Some(p) = self.pds.get_mut(&pd) {
@@ -638,6 +768,10 @@ impl MrTable {
     /// the key byte (MP-02). Returns the key.
     pub fn rereg_mr(&mut self, key: u32, change: Rereg) -> Result<u32, VerbError> {
         let mr = self.lookup(key).map_err(|_| VerbError::InvalidHandle)?;
+        if mr.windows != 0 {
+            // Windows bound to it keep its translation and rights (MP-06).
+            return Err(VerbError::Busy);
+        }
         let old_pd = mr.pd;
         let pd = change.pd.unwrap_or(old_pd);
         let access = change.access.unwrap_or(mr.access);
@@ -676,7 +810,12 @@ impl MrTable {
     /// Deregister Memory Region: `InvalidHandle` unless `key` is the current key
     /// of a registered MR. The index is reused later with another key byte.
     pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbError> {
-        self.lookup(key).map_err(|_| VerbError::InvalidHandle)?;
+        let mr = self.lookup(key).map_err(|_| VerbError::InvalidHandle)?;
+        if mr.windows != 0 {
+            // Seed 003: an MR with windows bound cannot be deregistered (rxe
+            // answers EINVAL; Busy here, nothing changes).
+            return Err(VerbError::Busy);
+        }
         let index = key_index(key);
         let slot = self.slot_mut(index).ok_or(VerbError::InvalidHandle)?;
         let mr = slot.mr.take().ok_or(VerbError::InvalidHandle)?;
@@ -703,6 +842,276 @@ impl MrTable {
     /// Number of MRs registered.
     pub fn mr_count(&self) -> u32 {
         self.live_mrs
+    }
+
+    // ---- memory windows (MP-06 type 1, MP-07 type 2B; IBA 10.6.7, seed 003) ----
+
+    /// Allocate Memory Window: a window of type `ty` in `pd`, unbound (type 2:
+    /// free state), not usable remotely (seed 003 "此时 MW 没有绑定到 MR 上").
+    /// It takes a key index of the MR key space and counts as a user of the PD
+    /// (Deallocate PD is `Busy` while it exists). Returns its R_Key.
+    pub fn alloc_mw(&mut self, pd: Handle, ty: MwType) -> Result<u32, VerbError> {
+        if !self.pd_exists(pd) {
+            return Err(VerbError::InvalidPd);
+        }
+        if self.live_mrs + self.live_mws >= self.max_mr {
+            return Err(VerbError::InsufficientResources);
+        }
+        self.pd_ref(pd)?;
+        let Some(index) = self.take_index() else {
+            let _ = self.pd_unref(pd);
+            return Err(VerbError::InsufficientResources);
+        };
+        let Some(slot) = self.slot_mut(index) else {
+            let _ = self.pd_unref(pd);
+            return Err(VerbError::InsufficientResources);
+        };
+        slot.key_byte = slot.key_byte.wrapping_add(1);
+        let key = (index << 8) | u32::from(slot.key_byte);
+        slot.mw = Some(Mw {
+            key,
+            pd,
+            ty,
+            bound: None,
+        });
+        self.live_mws += 1;
+        Ok(key)
+    }
+
+    /// Deallocate Memory Window named by the index of `rkey` (any key byte: the
+    /// window's owner, the guest kernel, knows only the key ALLOC_MW gave, and
+    /// binds in user space change the key byte; mlx5 and rxe name windows by
+    /// index too). A bound window is unbound first (its MR may then be
+    /// deregistered). `InvalidHandle` unless a window lives at that index.
+    pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), VerbError> {
+        let index = key_index(rkey);
+        let slot = self.slot_mut(index).ok_or(VerbError::InvalidHandle)?;
+        match &slot.mw {
+            Some(_) => {}
+            None => return Err(VerbError::InvalidHandle),
+        }
+        let Some(mw) = slot.mw.take() else {
+            return Err(VerbError::InvalidHandle);
+        };
+        if let Some(b) = mw.bound {
+            self.drop_window_ref(b.mr_key);
+        }
+        let _ = self.pd_unref(mw.pd);
+        self.live_mws -= 1;
+        self.free.push_back(index);
+        Ok(())
+    }
+
+    /// The window whose current R_Key is `rkey`.
+    pub fn mw(&self, rkey: u32) -> Option<&Mw> {
+        self.mw_at(key_index(rkey)).filter(|m| m.key == rkey)
+    }
+
+    /// The window at key index `index`, whatever its key byte.
+    pub fn mw_at(&self, index: u32) -> Option<&Mw> {
+        let i = index.checked_sub(1)?;
+        self.slots.get(usize::try_from(i).ok()?)?.mw.as_ref()
+    }
+
+    /// Number of windows allocated.
+    pub fn mw_count(&self) -> u32 {
+        self.live_mws
+    }
+
+    /// Executes a BIND_MW work request of QP `qpn` in `pd` (IBA 10.6.7.2; seed
+    /// 003 "Bind"). Checks, all before anything changes:
+    /// - the window exists under `mw_rkey` and is in the QP's PD (C10-72);
+    /// - `new_rkey` keeps the window's index (only the 8-bit key changes);
+    /// - type 2: the window is free (a new R_Key needs an invalidate first) and
+    ///   the length is not zero (seed 003: type 2 has no zero-length bind); it
+    ///   becomes associated with this QP and PD (type 2B);
+    /// - type 1 with length 0: unbind, the window keeps no access (seed 003);
+    /// - the rights are remote ones only (no zero-based windows);
+    /// - the MR exists under `mr_lkey`, in the same PD, with MW_BIND, holds
+    ///   `[addr, addr + length)`, and has LOCAL_WRITE if the window grants
+    ///   REMOTE_WRITE or REMOTE_ATOMIC (seed 003 "MR 与 MW 的权限关系").
+    pub fn bind_mw(&mut self, pd: Handle, qpn: u32, b: &MwBind) -> Result<(), MwError> {
+        let index = key_index(b.mw_rkey);
+        let mw = self.mw(b.mw_rkey).ok_or(MwError::NoSuchWindow)?;
+        if mw.pd != pd {
+            return Err(MwError::PdMismatch);
+        }
+        if key_index(b.new_rkey) != index {
+            return Err(MwError::BadNewKey);
+        }
+        let ty = mw.ty;
+        let old = mw.bound.map(|x| x.mr_key);
+        if ty == MwType::Type2 {
+            if mw.bound.is_some() {
+                return Err(MwError::NotFree);
+            }
+            if b.length == 0 {
+                return Err(MwError::ZeroLength);
+            }
+        }
+        let remote = Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0;
+        // LOCAL_WRITE in a bind's rights means nothing for a window: ignored
+        // (as ibverbs consumers pass the MR's flags); anything else is refused.
+        if b.access.0 & !(remote | Access::LOCAL_WRITE.0) != 0 {
+            return Err(MwError::BadAccess);
+        }
+        let access = Access(b.access.0 & remote);
+        if ty == MwType::Type1 && b.length == 0 {
+            // Type 1 unbind: a new R_Key, no binding.
+            if let Some(k) = old {
+                self.drop_window_ref(k);
+            }
+            self.set_window(index, b.new_rkey, None);
+            return Ok(());
+        }
+        let mr = self.lookup(b.mr_lkey).map_err(|_| MwError::NoSuchMr)?;
+        if mr.pd != pd {
+            return Err(MwError::PdMismatch);
+        }
+        if !mr.access.contains(Access::MW_BIND) {
+            return Err(MwError::NoBindRight);
+        }
+        if !mr.contains(b.addr, b.length) {
+            return Err(MwError::OutOfBounds);
+        }
+        let writes =
+            access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC);
+        if writes && !mr.access.contains(Access::LOCAL_WRITE) {
+            return Err(MwError::NoLocalWrite);
+        }
+        if mr.key != old.unwrap_or(0) && mr.windows == u32::MAX {
+            return Err(MwError::TooMany);
+        }
+        // Commit: a type 1 rebind moves the window off its old MR.
+        if let Some(k) = old {
+            self.drop_window_ref(k);
+        }
+        if let Some(m) = self
+            .slot_mut(key_index(b.mr_lkey))
+            .and_then(|s| s.mr.as_mut())
+        {
+            m.windows += 1;
+        }
+        let binding = MwBinding {
+            mr_key: b.mr_lkey,
+            va: b.addr,
+            length: b.length,
+            access,
+            qpn: (ty == MwType::Type2).then_some(qpn),
+        };
+        self.set_window(index, b.new_rkey, Some(binding));
+        Ok(())
+    }
+
+    /// Invalidates R_Key `rkey` for QP `qpn` in `pd`: a LOCAL_INV work request
+    /// (seed 003 "Local Invalidate") or a received SEND with Invalidate (IBA
+    /// 9.4.1.1.3, o9-5.2.2; OP-03). Valid only for a type 2 window under its
+    /// current key, in the QP's PD, bound to this QP (type 2B: PD and QP), which
+    /// goes to the free state: the key no longer grants access, the window keeps
+    /// its index and key until the next bind. A free type 2 window of the same
+    /// PD is left as it is (o9-5.2.2 note: invalidating a free key changes
+    /// nothing). An MR key (o9-5.2.2 3), a type 1 window (6), a stale key (1)
+    /// or another PD's or QP's window (5, 8, 9) is refused.
+    pub fn invalidate(&mut self, pd: Handle, qpn: u32, rkey: u32) -> Result<(), MwError> {
+        let index = key_index(rkey);
+        if self.lookup(rkey).is_ok() {
+            return Err(MwError::NotInvalidatable);
+        }
+        let mw = self.mw(rkey).ok_or(MwError::NoSuchWindow)?;
+        if mw.ty == MwType::Type1 {
+            return Err(MwError::NotInvalidatable);
+        }
+        if mw.pd != pd {
+            return Err(MwError::PdMismatch);
+        }
+        let Some(b) = mw.bound else {
+            return Ok(());
+        };
+        if b.qpn != Some(qpn) {
+            return Err(MwError::WrongQp);
+        }
+        self.drop_window_ref(b.mr_key);
+        self.set_window(index, rkey, None);
+        Ok(())
+    }
+
+    /// Invalidates every type 2 window bound to QP `qpn` (the QP is destroyed:
+    /// type 2B windows do not keep it alive, seed 003, and must not reach a
+    /// later QP with the same number). Returns how many.
+    pub fn unbind_qp_windows(&mut self, qpn: u32) -> u32 {
+        let keys: Vec<(u32, u32)> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.mw.as_ref())
+            .filter_map(|m| match m.bound {
+                Some(b) if b.qpn == Some(qpn) => Some((m.key, b.mr_key)),
+                _ => None,
+            })
+            .collect();
+        for &(key, mr_key) in &keys {
+            self.drop_window_ref(mr_key);
+            self.set_window(key_index(key), key, None);
+        }
+        keys.len() as u32
+    }
+
+    fn drop_window_ref(&mut self, mr_key: u32) {
+        if let Some(m) = self
+            .slot_mut(key_index(mr_key))
+            .and_then(|s| s.mr.as_mut())
+            .filter(|m| m.key == mr_key)
+        {
+            m.windows = m.windows.saturating_sub(1);
+        }
+    }
+
+    fn set_window(&mut self, index: u32, key: u32, bound: Option<MwBinding>) {
+        if let Some(slot) = self.slot_mut(index) {
+            slot.key_byte = key_byte(key);
+            if let Some(mw) = slot.mw.as_mut() {
+                mw.key = key;
+                mw.bound = bound;
+            }
+        }
+    }
+
+    /// R_Key resolution of a remote access arriving at QP `qpn` (when known)
+    /// in `pd`: an MR, or a bound window (MP-06, MP-07) whose PD is the QP's,
+    /// whose QP is this one (type 2B), and whose range holds `[va, va + len)`;
+    /// then the access goes through the window's MR. Returns the MR and the
+    /// rights the key grants.
+    fn lookup_remote(
+        &self,
+        pd: Handle,
+        qpn: Option<u32>,
+        key: u32,
+        va: u64,
+        len: u64,
+    ) -> Result<(&Mr, Access), AccessError> {
+        if let Some(mw) = self.mw_at(key_index(key)) {
+            if mw.key != key {
+                return Err(AccessError::KeyMismatch);
+            }
+            if mw.pd != pd {
+                return Err(AccessError::PdMismatch);
+            }
+            let b = mw.bound.as_ref().ok_or(AccessError::WindowNotBound)?;
+            if b.qpn.is_some() && b.qpn != qpn {
+                return Err(AccessError::WindowWrongQp);
+            }
+            let inside = match va.checked_sub(b.va) {
+                Some(off) => off <= b.length && len <= b.length - off,
+                None => false,
+            };
+            if !inside {
+                return Err(AccessError::OutOfBounds);
+            }
+            // The bind checked the MR's PD and bounds; it cannot go while bound.
+            let mr = self.lookup_in_pd(pd, b.mr_key, va, len)?;
+            return Ok((mr, b.access));
+        }
+        let mr = self.lookup_in_pd(pd, key, va, len)?;
+        Ok((mr, mr.access))
     }
 
     // ---- data-path checks (MP-01, MP-02, MP-04, MP-05) ----
@@ -740,12 +1149,28 @@ impl MrTable {
         len: u64,
         need: RemoteAccess,
     ) -> Result<MrRange<'_>, AccessError> {
-        let mr = self.lookup_in_pd(pd, rkey, va, len)?;
+        self.check_remote_at(pd, None, rkey, va, len, need)
+    }
+
+    /// [`check_remote`](Self::check_remote) for a request arriving at QP `qpn`:
+    /// the R_Key may also name a bound memory window (MP-06, MP-07), checked
+    /// for its PD, its QP (type 2B), its range and its own rights, then
+    /// translated through its MR.
+    pub fn check_remote_at(
+        &self,
+        pd: Handle,
+        qpn: Option<u32>,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: RemoteAccess,
+    ) -> Result<MrRange<'_>, AccessError> {
+        let (mr, rights) = self.lookup_remote(pd, qpn, rkey, va, len)?;
         let (right, err) = match need {
             RemoteAccess::Read => (Access::REMOTE_READ, AccessError::NoRemoteRead),
             RemoteAccess::Write => (Access::REMOTE_WRITE, AccessError::NoRemoteWrite),
         };
-        if !mr.access.contains(right) {
+        if !rights.contains(right) {
             return Err(err);
         }
         Ok(MrRange { mr, va, len })
@@ -763,11 +1188,23 @@ impl MrTable {
         rkey: u32,
         va: u64,
     ) -> Result<AtomicTarget, AccessError> {
+        self.check_atomic_at(pd, None, rkey, va)
+    }
+
+    /// [`check_atomic`](Self::check_atomic) for a request arriving at QP `qpn`,
+    /// through an MR or a bound window (MP-06, MP-07).
+    pub fn check_atomic_at(
+        &self,
+        pd: Handle,
+        qpn: Option<u32>,
+        rkey: u32,
+        va: u64,
+    ) -> Result<AtomicTarget, AccessError> {
         if !va.is_multiple_of(8) {
             return Err(AccessError::MisalignedAtomic);
         }
-        let mr = self.lookup_in_pd(pd, rkey, va, 8)?;
-        if !mr.access.contains(Access::REMOTE_ATOMIC) {
+        let (mr, rights) = self.lookup_remote(pd, qpn, rkey, va, 8)?;
+        if !rights.contains(Access::REMOTE_ATOMIC) {
             return Err(AccessError::NoRemoteAtomic);
         }
         // One segment: the word is aligned and pages are >= 4 KiB.
@@ -1061,6 +1498,250 @@ mod tests {
         };
         let pages = (0..n).map(|i| pa + i * PS).collect();
         t.reg_mr(pd, iova, len, access, PS, pages).unwrap()
+    }
+
+    // ---- MP-06, MP-07: memory windows ----
+
+    const BIND: Access = Access(ALL.0 | Access::MW_BIND.0);
+
+    fn bind(mw: u32, new: u32, mr: u32, addr: u64, length: u64, access: Access) -> MwBind {
+        MwBind {
+            mw_rkey: mw,
+            new_rkey: new,
+            mr_lkey: mr,
+            addr,
+            length,
+            access,
+        }
+    }
+
+    fn bumped(k: u32) -> u32 {
+        (k & !0xff) | (k.wrapping_add(1) & 0xff)
+    }
+
+    #[test]
+    fn mp_06_alloc_mw_takes_a_key_index_and_a_pd_reference() {
+        let mut t = MrTable::new(4, 3);
+        let pd = t.alloc_pd().unwrap();
+        assert_eq!(t.alloc_mw(99, MwType::Type1), Err(VerbError::InvalidPd));
+        let w = t.alloc_mw(pd, MwType::Type1).unwrap();
+        let k = reg(&mut t, pd, 0x1000, 0x1000, BIND, 0x10_0000);
+        assert_ne!(key_index(w), key_index(k));
+        let w2 = t.alloc_mw(pd, MwType::Type2).unwrap();
+        // Windows and MRs share max_mr.
+        assert_eq!(
+            t.alloc_mw(pd, MwType::Type2),
+            Err(VerbError::InsufficientResources)
+        );
+        assert_eq!(t.dealloc_pd(pd), Err(VerbError::Busy));
+        // A window key is no L_Key, an MR key no window.
+        assert_eq!(
+            t.check_local(pd, w, 0x1000, 1, LocalAccess::Read).err(),
+            Some(AccessError::NoSuchKey)
+        );
+        assert_eq!(t.dealloc_mw(k), Err(VerbError::InvalidHandle));
+        // Named by index: another key byte of the same window frees it.
+        t.dealloc_mw(bumped(w)).unwrap();
+        assert_eq!(t.dealloc_mw(w), Err(VerbError::InvalidHandle));
+        t.dealloc_mw(w2).unwrap();
+        t.dereg_mr(k).unwrap();
+        t.dealloc_pd(pd).unwrap();
+    }
+
+    #[test]
+    fn mp_06_mp_07_bind_rules() {
+        let (mut t, pd) = table();
+        let pd2 = t.alloc_pd().unwrap();
+        let k = reg(&mut t, pd, 0x1000, 0x2000, BIND, 0x10_0000);
+        let nobind = reg(&mut t, pd, 0x1000, 0x2000, ALL, 0x20_0000);
+        let ro = reg(
+            &mut t,
+            pd,
+            0x1000,
+            0x2000,
+            Access(Access::MW_BIND.0),
+            0x30_0000,
+        );
+        let other = reg(&mut t, pd2, 0x1000, 0x2000, BIND, 0x40_0000);
+        let w = t.alloc_mw(pd, MwType::Type2).unwrap();
+        let n = bumped(w);
+        let wr = Access::REMOTE_WRITE;
+        let cases = [
+            (bind(w + 0x100, n, k, 0x1000, 16, wr), MwError::NoSuchWindow),
+            (bind(w, n + 0x100, k, 0x1000, 16, wr), MwError::BadNewKey),
+            (bind(w, n, 0x7700, 0x1000, 16, wr), MwError::NoSuchMr),
+            (bind(w, n, nobind, 0x1000, 16, wr), MwError::NoBindRight),
+            (bind(w, n, other, 0x1000, 16, wr), MwError::PdMismatch),
+            (bind(w, n, k, 0x2ff8, 16, wr), MwError::OutOfBounds),
+            (bind(w, n, k, u64::MAX, 2, wr), MwError::OutOfBounds),
+            (bind(w, n, ro, 0x1000, 16, wr), MwError::NoLocalWrite),
+            (
+                bind(w, n, ro, 0x1000, 16, Access::REMOTE_ATOMIC),
+                MwError::NoLocalWrite,
+            ),
+            (
+                bind(w, n, k, 0x1000, 16, Access(1 << 5)),
+                MwError::BadAccess,
+            ),
+            (bind(w, n, k, 0x1000, 0, wr), MwError::ZeroLength),
+        ];
+        for (b, e) in cases {
+            assert_eq!(t.bind_mw(pd, 5, &b), Err(e), "{b:?}");
+        }
+        assert_eq!(
+            t.bind_mw(pd2, 5, &bind(w, n, k, 0x1000, 16, wr)),
+            Err(MwError::PdMismatch)
+        );
+        // Nothing changed.
+        assert_eq!(t.mw(w).unwrap().binding(), None);
+        assert_eq!(t.mr(k).unwrap().windows(), 0);
+        // A read-only window on an MR without LOCAL_WRITE is fine.
+        t.bind_mw(pd, 5, &bind(w, n, ro, 0x1000, 16, Access::REMOTE_READ))
+            .unwrap();
+        assert!(t.mw(w).is_none());
+        assert_eq!(t.mw(n).unwrap().binding().unwrap().qpn, Some(5));
+        // Type 2: not free any more, a second bind fails (invalidate first).
+        assert_eq!(
+            t.bind_mw(pd, 5, &bind(n, bumped(n), k, 0x1000, 16, wr)),
+            Err(MwError::NotFree)
+        );
+        assert_eq!(t.dereg_mr(ro), Err(VerbError::Busy));
+        assert_eq!(t.rereg_mr(ro, Rereg::default()), Err(VerbError::Busy));
+        // DEALLOC_MW of a bound window unbinds it.
+        t.dealloc_mw(n).unwrap();
+        t.dereg_mr(ro).unwrap();
+    }
+
+    #[test]
+    fn mp_06_mp_07_remote_access_through_windows() {
+        let (mut t, pd) = table();
+        let pd2 = t.alloc_pd().unwrap();
+        let mut mem = VecMemory::new(0x10_0000, 0x4000);
+        let k = reg(&mut t, pd, 0x1000, 0x2000, BIND, 0x10_0000);
+        let w2 = t.alloc_mw(pd, MwType::Type2).unwrap();
+        let w1 = t.alloc_mw(pd, MwType::Type1).unwrap();
+        let (n2, n1) = (bumped(w2), bumped(w1));
+        // Free window: no access.
+        assert_eq!(
+            t.check_remote_at(pd, Some(5), w2, 0x1800, 8, RemoteAccess::Read)
+                .err(),
+            Some(AccessError::WindowNotBound)
+        );
+        t.bind_mw(pd, 5, &bind(w2, n2, k, 0x1800, 0x100, Access::REMOTE_WRITE))
+            .unwrap();
+        t.bind_mw(
+            pd,
+            6,
+            &bind(w1, n1, k, 0x2000, 0x100, Access::REMOTE_ATOMIC),
+        )
+        .unwrap();
+        assert_eq!(t.mr(k).unwrap().windows(), 2);
+        // Type 2B: its QP and PD only.
+        let r = t
+            .check_remote_at(pd, Some(5), n2, 0x1810, 4, RemoteAccess::Write)
+            .unwrap();
+        r.write(&mut mem, b"abcd").unwrap();
+        assert_eq!(&mem.bytes[0x810..0x814], b"abcd");
+        fn at(
+            t: &MrTable,
+            pd: Handle,
+            q: Option<u32>,
+            key: u32,
+            va: u64,
+            len: u64,
+            need: RemoteAccess,
+        ) -> Option<AccessError> {
+            t.check_remote_at(pd, q, key, va, len, need).err()
+        }
+        assert_eq!(
+            at(&t, pd, Some(6), n2, 0x1810, 4, RemoteAccess::Write),
+            Some(AccessError::WindowWrongQp)
+        );
+        assert_eq!(
+            at(&t, pd2, Some(5), n2, 0x1810, 4, RemoteAccess::Write),
+            Some(AccessError::PdMismatch)
+        );
+        assert_eq!(
+            at(&t, pd, Some(5), w2, 0x1810, 4, RemoteAccess::Write),
+            Some(AccessError::KeyMismatch)
+        );
+        assert_eq!(
+            at(&t, pd, Some(5), n2, 0x1810, 4, RemoteAccess::Read),
+            Some(AccessError::NoRemoteRead)
+        );
+        assert_eq!(
+            at(&t, pd, Some(5), n2, 0x18fe, 4, RemoteAccess::Write),
+            Some(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            at(&t, pd, Some(5), n2, 0x17fe, 4, RemoteAccess::Write),
+            Some(AccessError::OutOfBounds)
+        );
+        // Type 1: any QP of the PD; its own rights (atomic only here).
+        assert!(t.check_atomic_at(pd, Some(9), n1, 0x2008).is_ok());
+        assert_eq!(
+            t.check_atomic_at(pd, Some(9), n1, 0x2100).err(),
+            Some(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            at(&t, pd, Some(9), n1, 0x2000, 8, RemoteAccess::Write),
+            Some(AccessError::NoRemoteWrite)
+        );
+        // Type 1 rebind moves the window; zero length unbinds it.
+        let m1 = bumped(n1);
+        t.bind_mw(pd, 9, &bind(n1, m1, k, 0x1000, 0x10, Access::REMOTE_READ))
+            .unwrap();
+        assert_eq!(
+            at(&t, pd, Some(9), n1, 0x2000, 8, RemoteAccess::Read),
+            Some(AccessError::KeyMismatch)
+        );
+        assert!(t
+            .check_remote_at(pd, None, m1, 0x1000, 8, RemoteAccess::Read)
+            .is_ok());
+        let u1 = bumped(m1);
+        t.bind_mw(pd, 9, &bind(m1, u1, 0, 0, 0, Access(0))).unwrap();
+        assert_eq!(t.mr(k).unwrap().windows(), 1);
+        assert_eq!(
+            at(&t, pd, None, u1, 0x1000, 0, RemoteAccess::Read),
+            Some(AccessError::WindowNotBound)
+        );
+    }
+
+    #[test]
+    fn mp_07_o9_5_2_2_invalidate_rules() {
+        let (mut t, pd) = table();
+        let pd2 = t.alloc_pd().unwrap();
+        let k = reg(&mut t, pd, 0x1000, 0x2000, BIND, 0x10_0000);
+        let w2 = t.alloc_mw(pd, MwType::Type2).unwrap();
+        let w1 = t.alloc_mw(pd, MwType::Type1).unwrap();
+        let (n2, n1) = (bumped(w2), bumped(w1));
+        t.bind_mw(pd, 5, &bind(w2, n2, k, 0x1000, 0x100, Access::REMOTE_READ))
+            .unwrap();
+        t.bind_mw(pd, 5, &bind(w1, n1, k, 0x1000, 0x100, Access::REMOTE_READ))
+            .unwrap();
+        // 3) an MR key, 6) a type 1 window, 1) a stale key, 5/8) another PD or
+        // QP: refused, nothing changes.
+        assert_eq!(t.invalidate(pd, 5, k), Err(MwError::NotInvalidatable));
+        assert_eq!(t.invalidate(pd, 5, n1), Err(MwError::NotInvalidatable));
+        assert_eq!(t.invalidate(pd, 5, w2), Err(MwError::NoSuchWindow));
+        assert_eq!(t.invalidate(pd2, 5, n2), Err(MwError::PdMismatch));
+        assert_eq!(t.invalidate(pd, 6, n2), Err(MwError::WrongQp));
+        assert!(t.mw(n2).unwrap().binding().is_some());
+        assert_eq!(MwError::WrongQp.status(false), WcStatus::LocProtErr);
+        assert_eq!(MwError::NotFree.status(true), WcStatus::MwBindErr);
+        t.invalidate(pd, 5, n2).unwrap();
+        assert!(t.mw(n2).unwrap().binding().is_none());
+        assert_eq!(t.mr(k).unwrap().windows(), 1);
+        // Free, same PD: nothing to do (o9-5.2.2 note); another PD: 9).
+        t.invalidate(pd, 7, n2).unwrap();
+        assert_eq!(t.invalidate(pd2, 7, n2), Err(MwError::PdMismatch));
+        // A free type 2 window is bound again with a new key.
+        let m2 = bumped(n2);
+        t.bind_mw(pd, 7, &bind(n2, m2, k, 0x1000, 0x10, Access::REMOTE_READ))
+            .unwrap();
+        assert_eq!(t.unbind_qp_windows(7), 1);
+        assert_eq!(t.unbind_qp_windows(5), 0);
+        assert_eq!(t.mr(k).unwrap().windows(), 1);
     }
 
     // ---- MP-01: protection domains ----

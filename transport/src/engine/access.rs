@@ -40,6 +40,8 @@ impl From<RemoteErr> for super::counters::NakReason {
                 AccessError::NoRemoteRead => R::NoRemoteRead,
                 AccessError::NoRemoteAtomic => R::NoRemoteAtomic,
                 AccessError::MisalignedAtomic => R::MisalignedAtomic,
+                AccessError::WindowNotBound => R::WindowNotBound,
+                AccessError::WindowWrongQp => R::WindowWrongQp,
             },
         }
     }
@@ -68,12 +70,13 @@ pub(crate) fn local_status(e: CopyError) -> WcStatus {
 pub(crate) fn remote_check(
     mrs: &MrTable,
     pd: Handle,
+    qpn: u32,
     rkey: u32,
     va: u64,
     len: u64,
     need: RemoteAccess,
 ) -> Result<(), RemoteErr> {
-    mrs.check_remote(pd, rkey, va, len, need)
+    mrs.check_remote_at(pd, Some(qpn), rkey, va, len, need)
         .map(|_| ())
         .map_err(RemoteErr::Access)
 }
@@ -82,12 +85,20 @@ pub(crate) fn remote_write(
     mrs: &MrTable,
     mem: &mut dyn Memory,
     pd: Handle,
+    qpn: u32,
     rkey: u32,
     va: u64,
     data: &[u8],
 ) -> Result<(), RemoteErr> {
     let r = mrs
-        .check_remote(pd, rkey, va, data.len() as u64, RemoteAccess::Write)
+        .check_remote_at(
+            pd,
+            Some(qpn),
+            rkey,
+            va,
+            data.len() as u64,
+            RemoteAccess::Write,
+        )
         .map_err(RemoteErr::Access)?;
     r.write(mem, data).map_err(RemoteErr::from)
 }
@@ -96,12 +107,20 @@ pub(crate) fn remote_read(
     mrs: &MrTable,
     mem: &dyn Memory,
     pd: Handle,
+    qpn: u32,
     rkey: u32,
     va: u64,
     buf: &mut [u8],
 ) -> Result<(), RemoteErr> {
     let r = mrs
-        .check_remote(pd, rkey, va, buf.len() as u64, RemoteAccess::Read)
+        .check_remote_at(
+            pd,
+            Some(qpn),
+            rkey,
+            va,
+            buf.len() as u64,
+            RemoteAccess::Read,
+        )
         .map_err(RemoteErr::Access)?;
     r.read(mem, buf).map_err(RemoteErr::from)
 }
@@ -112,13 +131,16 @@ pub(crate) fn remote_atomic(
     mrs: &MrTable,
     mem: &mut dyn Memory,
     pd: Handle,
+    qpn: u32,
     rkey: u32,
     va: u64,
     cmp_swap: bool,
     compare: u64,
     swap_add: u64,
 ) -> Result<u64, RemoteErr> {
-    let t = mrs.check_atomic(pd, rkey, va).map_err(RemoteErr::Access)?;
+    let t = mrs
+        .check_atomic_at(pd, Some(qpn), rkey, va)
+        .map_err(RemoteErr::Access)?;
     let r = if cmp_swap {
         t.compare_swap(mem, compare, swap_add)
     } else {

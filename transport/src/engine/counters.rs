@@ -97,6 +97,13 @@ reasons! {
         MisalignedAtomic,
         /// The MR's pages are outside the caller's memory.
         MemoryFault,
+        /// R_Key of a memory window that is not bound (MP-06, MP-07).
+        WindowNotBound,
+        /// R_Key of a type 2 window bound to another QP (MP-07).
+        WindowWrongQp,
+        /// SEND with Invalidate whose IETH R_Key failed the o9-5.2.2 checks
+        /// (OP-03): the receive WQE completes with REM_INV_REQ_ERR.
+        InvalidInvalidate,
     }
 }
 

@@ -337,17 +337,19 @@ impl Engine {
 
     // ---- memory windows (MP-06, MP-07) ----
 
-    /// Allocate Memory Window of type `ty` in `pd`: returns its R_Key, unbound.
-    /// Not supported yet.
+    /// Allocate Memory Window of type `ty` in `pd` (MP-06 type 1, MP-07 type
+    /// 2B): returns its R_Key, unbound; the PD cannot be deallocated while it
+    /// exists (`InvalidPd`, `InsufficientResources`). Binding is a BIND_MW
+    /// work request ([`crate::verbs::WrOpcode::BindMw`]).
     pub fn alloc_mw(&mut self, pd: Handle, ty: MwType) -> Result<u32, VerbError> {
-        let _ = (pd, ty);
-        Err(VerbError::NotSupported)
+        self.mrs.alloc_mw(pd, ty)
     }
 
-    /// Deallocate Memory Window (bound or not). Not supported yet.
+    /// Deallocate Memory Window, bound or not (a bound one is unbound: its MR
+    /// may then be deregistered), named by the index of `rkey` (any key byte).
+    /// `InvalidHandle` unless a window lives at that index.
     pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), VerbError> {
-        let _ = rkey;
-        Err(VerbError::NotSupported)
+        self.mrs.dealloc_mw(rkey)
     }
 
     /// Creates a QP in Reset (QS-09: every refusal leaves nothing behind).
@@ -445,6 +447,9 @@ impl Engine {
     /// Destroys a QP; its WQEs vanish without completions (as a real HCA's do).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
         let qp = self.qps.remove(&qpn).ok_or(VerbError::InvalidHandle)?;
+        // MP-07: type 2B windows let their QP go (seed 003) and become free,
+        // so that they never reach a later QP with this number.
+        self.mrs.unbind_qp_windows(qpn);
         let _ = self.mrs.pd_unref(qp.init.pd);
         for cq in [qp.init.send_cq, qp.init.recv_cq] {
             if let Some(c) = self.cqs.get_mut(&cq) {

@@ -178,14 +178,23 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         WrOpcode::Send | WrOpcode::SendWithImm => true,
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => t != QpType::Ud,
         WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => t == QpType::Rc,
-        // SEND with Invalidate is OP-03 (tier 2, needs memory windows and
-        // invalidation, MP-07/MP-08): refused with a clear status until then.
-        WrOpcode::SendWithInv => return Err(VerbError::NotSupported),
-        // Memory windows (MP-06, MP-07): not yet.
-        WrOpcode::LocalInv | WrOpcode::BindMw => return Err(VerbError::NotSupported),
+        // OP-03: SEND with Invalidate exists for RC (and XRC) only (Table 38).
+        WrOpcode::SendWithInv => t == QpType::Rc,
+        // MP-07: LOCAL_INV sends nothing; any service may carry it.
+        WrOpcode::LocalInv => true,
+        // MP-06, MP-07: windows are bound through connected QPs (a type 2
+        // window is associated with its QP; UD has no R_Key use).
+        WrOpcode::BindMw => t != QpType::Ud,
     };
     if !ok {
         return Err(VerbError::InvalidWr);
+    }
+    if (wr.opcode == WrOpcode::BindMw) != matches!(wr.data, SendData::Bind(_)) {
+        // A bind carries exactly its bind, and only a bind carries one.
+        return Err(VerbError::InvalidWr);
+    }
+    if wr.opcode == WrOpcode::LocalInv || wr.opcode == WrOpcode::BindMw {
+        return Ok(());
     }
     if t == QpType::Ud && wr.ud.is_none() {
         return Err(VerbError::InvalidWr);
@@ -741,6 +750,9 @@ pub(crate) fn poll_transmit(
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
     }
+    if !run_local_ops(qp, cx) {
+        return None;
+    }
     let is_rc = qp.init.qp_type == QpType::Rc;
     if is_rc && qp.req.outstanding() >= limits.send_window {
         return None;
@@ -823,6 +835,61 @@ pub(crate) fn poll_transmit(
     }
 }
 
+fn is_local_op(op: WrOpcode) -> bool {
+    matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv)
+}
+
+/// Executes BIND_MW and LOCAL_INV work requests (MP-06, MP-07) that reached the
+/// head of the send queue: a local operation sends no packet (seed 003: "硬件并
+/// 不会发送任何数据包") and takes effect only once every earlier WQE has
+/// completed, so that it is ordered after them (IBA 10.6.7.2; as rxe, which
+/// runs them when the requester reaches them) and WQEs after it see its
+/// effect. Returns whether the requester may go on to the WQE at `cur`: false
+/// while a local operation waits for earlier WQEs (or the SQ drains, QS-05) or
+/// after one failed (MW_BIND_ERR / LOC_PROT_ERR, then the QP fails as on any
+/// local send error: RC to Error, UC/UD to SQE; QS-06).
+fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
+    loop {
+        let i = qp.req.cur;
+        let Some(w) = qp.req.wqes.get(i) else {
+            return true;
+        };
+        if !is_local_op(w.wr.opcode) || w.rejected.is_some() {
+            return true;
+        }
+        if i != 0 || qp.state == QpState::Sqd {
+            return false;
+        }
+        let (pd, qpn) = (qp.init.pd, qp.qpn);
+        let res = match (&w.wr.opcode, &w.wr.data) {
+            (WrOpcode::BindMw, SendData::Bind(b)) => {
+                cx.mrs.bind_mw(pd, qpn, b).map_err(|e| e.status(true))
+            }
+            (WrOpcode::LocalInv, _) => cx
+                .mrs
+                .invalidate(pd, qpn, w.wr.imm_or_inv)
+                .map_err(|e| e.status(false)),
+            _ => Err(WcStatus::LocQpOpErr),
+        };
+        match res {
+            Ok(()) => {
+                let w = &mut qp.req.wqes[0];
+                w.started = true;
+                w.done = Some(WcStatus::Success);
+                retire(qp, cx.fx);
+            }
+            Err(status) => {
+                log::debug!(
+                    "QP {qpn}: {:?} failed: {status:?}",
+                    qp.req.wqes[0].wr.opcode
+                );
+                fail(qp, 0, status, cx.fx);
+                return false;
+            }
+        }
+    }
+}
+
 /// A local error on WQE `i` (a bad L_Key, a length past the limits): it fails
 /// now if it is the oldest, else once the WQEs before it have completed.
 fn local_error(qp: &mut Qp, i: usize, status: WcStatus, fx: &mut Effects) {
@@ -896,6 +963,10 @@ fn build_request(
             if info.has(crate::wire::ExtKind::ImmDt) {
                 ext.imm_dt = Some(w.wr.imm_or_inv);
             }
+            if info.has(crate::wire::ExtKind::Ieth) {
+                // OP-03: the R_Key to invalidate, in the last/only packet.
+                ext.ieth = Some(w.wr.imm_or_inv);
+            }
             if let Some(ud) = &w.wr.ud {
                 // PV-05: a Q_Key with its high bit set means "use the QP's own".
                 let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
@@ -921,7 +992,10 @@ fn build_request(
         && info.ends_message()
         && matches!(
             info.operation,
-            Operation::Send | Operation::SendWithImmediate | Operation::RdmaWriteWithImmediate
+            Operation::Send
+                | Operation::SendWithImmediate
+                | Operation::SendWithInvalidate
+                | Operation::RdmaWriteWithImmediate
         );
     let grh = av.grh.map(|g| GrhRepr {
         traffic_class: g.traffic_class,
@@ -1033,8 +1107,11 @@ fn data_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
         (Send | SendWithImm | SendWithInv, false, false) => {
             pick(Opcode::RC_SEND_MIDDLE, Opcode::UC_SEND_MIDDLE)
         }
-        (Send | SendWithInv, false, true) => pick(Opcode::RC_SEND_LAST, Opcode::UC_SEND_LAST),
-        (Send | SendWithInv, true, true) => pick(Opcode::RC_SEND_ONLY, Opcode::UC_SEND_ONLY),
+        // OP-03: RC only (validate_wr); IETH in the last or only packet.
+        (SendWithInv, false, true) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (SendWithInv, true, true) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (Send, false, true) => pick(Opcode::RC_SEND_LAST, Opcode::UC_SEND_LAST),
+        (Send, true, true) => pick(Opcode::RC_SEND_ONLY, Opcode::UC_SEND_ONLY),
         (SendWithImm, false, true) => pick(
             Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
             Opcode::UC_SEND_LAST_WITH_IMMEDIATE,

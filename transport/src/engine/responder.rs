@@ -245,7 +245,10 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let cont = matches!(info.position, Position::Middle | Position::Last);
     let seq_ok = match (&qp.resp.cur, info.operation) {
         (None, _) => !cont,
-        (Some(InMsg::Send { .. }), Operation::Send | Operation::SendWithImmediate) => cont,
+        (
+            Some(InMsg::Send { .. }),
+            Operation::Send | Operation::SendWithImmediate | Operation::SendWithInvalidate,
+        ) => cont,
         (Some(InMsg::Write { .. }), Operation::RdmaWrite | Operation::RdmaWriteWithImmediate) => {
             cont
         }
@@ -260,7 +263,8 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => Some(Access::REMOTE_WRITE),
         Operation::RdmaReadRequest => Some(Access::REMOTE_READ),
         Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
-        Operation::Send | Operation::SendWithImmediate => None,
+        // OP-03: SEND with Invalidate is a SEND whose last packet carries IETH.
+        Operation::Send | Operation::SendWithImmediate | Operation::SendWithInvalidate => None,
         _ => {
             nak(qp, cx, p, NakCode::InvalidRequest, NakReason::BadOpcode);
             return true;
@@ -285,7 +289,9 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         return true;
     }
     match info.operation {
-        Operation::Send | Operation::SendWithImmediate => rc_send(qp, pkt, cx),
+        Operation::Send | Operation::SendWithImmediate | Operation::SendWithInvalidate => {
+            rc_send(qp, pkt, cx)
+        }
         Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => rc_write(qp, pkt, cx),
         Operation::RdmaReadRequest => rc_read(qp, pkt, cx),
         _ => rc_atomic(qp, pkt, cx),
@@ -360,6 +366,29 @@ fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
                 c.flags = WcFlags::WITH_IMM;
             }
             c.solicited = t.bth.solicited; // OP-10
+            if let Some(rkey) = t.ext.ieth {
+                // OP-03, o9-5.2.1: the invalidate runs once the packet passed
+                // every transport check and the message is placed; o9-5.2.2:
+                // the R_Key is validated first (MrTable::invalidate).
+                c.imm_data = rkey;
+                if let Err(e) = cx.mrs.invalidate(qp.init.pd, qp.qpn, rkey) {
+                    // Table 63 "Remote Invalidate Error" (rxe: class J): the
+                    // receive WQE completes with REM_INV_REQ_ERR, the requester
+                    // is NAKed Invalid Request and the QP goes to Error.
+                    log::debug!("QP {}: SEND with Invalidate of {rkey:#x}: {e}", qp.qpn);
+                    c.status = WcStatus::RemInvReqErr;
+                    cx.fx.completions.push((qp.init.recv_cq, c));
+                    nak(
+                        qp,
+                        cx,
+                        p,
+                        NakCode::InvalidRequest,
+                        NakReason::InvalidInvalidate,
+                    );
+                    return true;
+                }
+                c.flags = WcFlags::WITH_INV;
+            }
             cx.fx.completions.push((qp.init.recv_cq, c));
         }
     }
@@ -429,7 +458,15 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         // 9.3.3.2, as rxe's check_rkey does): a WRITE that runs past its MR is
         // refused before any of its bytes land (MP-04).
         let whole = match placed {
-            0 => access::remote_check(cx.mrs, qp.init.pd, rkey, va, dma_len, RemoteAccess::Write),
+            0 => access::remote_check(
+                cx.mrs,
+                qp.init.pd,
+                qp.qpn,
+                rkey,
+                va,
+                dma_len,
+                RemoteAccess::Write,
+            ),
             _ => Ok(()),
         };
         if let Err(e) = whole.and_then(|()| {
@@ -437,6 +474,7 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
                 cx.mrs,
                 cx.mem,
                 qp.init.pd,
+                qp.qpn,
                 rkey,
                 va.wrapping_add(placed),
                 t.payload,
@@ -495,6 +533,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         if let Err(e) = access::remote_check(
             cx.mrs,
             qp.init.pd,
+            qp.qpn,
             reth.rkey,
             reth.va,
             len,
@@ -539,7 +578,7 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     // Access Error; then execute exactly once and save the result (RL-06).
     let cmp_swap = t.bth.opcode == Opcode::RC_COMPARE_SWAP;
     let orig = match access::remote_atomic(
-        cx.mrs, cx.mem, qp.init.pd, a.rkey, a.va, cmp_swap, a.compare, a.swap_add,
+        cx.mrs, cx.mem, qp.init.pd, qp.qpn, a.rkey, a.va, cmp_swap, a.compare, a.swap_add,
     ) {
         Ok(v) => v,
         Err(e) => {
@@ -768,6 +807,7 @@ fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
                     cx.mrs,
                     cx.mem,
                     qp.init.pd,
+                    qp.qpn,
                     rkey,
                     va.wrapping_add(placed),
                     t.payload,
@@ -961,9 +1001,12 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         },
     };
     let pd = qp.init.pd;
+    let qpn = qp.qpn;
     let (mrs, mem) = (&*cx.mrs, &*cx.mem);
     let built = pkt.emit_with(buf, payload_len, |dst| match read {
-        Some((rkey, va, _)) if !dst.is_empty() => access::remote_read(mrs, mem, pd, rkey, va, dst),
+        Some((rkey, va, _)) if !dst.is_empty() => {
+            access::remote_read(mrs, mem, pd, qpn, rkey, va, dst)
+        }
         _ => Ok(()),
     });
     match built {
