@@ -27,7 +27,8 @@ use crate::abi::cmd::{
     CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn,
     DestroyQpIn, DestroySrqIn, DeviceAttr, ModifyQpIn, ModifySrqIn, MwType, Opcode, Pbl, PortAttr,
     QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut,
-    QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, Status,
+    QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut, ResizeSrqIn,
+    ResizeSrqOut, Status,
 };
 use crate::abi::counters::CounterSet;
 use crate::abi::cqe::entry_const;
@@ -119,7 +120,9 @@ impl Caps {
                 | dev_cap::SEND_WITH_INV
                 | dev_cap::MW_TYPE1
                 | dev_cap::MW_TYPE2
-                | dev_cap::DMA_MR,
+                | dev_cap::DMA_MR
+                | dev_cap::RESIZE_CQ
+                | dev_cap::RESIZE_SRQ,
         }
     }
 }
@@ -271,6 +274,14 @@ pub enum Syndrome {
     /// A valid request the device does not implement.
     Unsupported = 35,
     CounterSet = 36,
+    /// RESIZE_CQ of a CQ that overflowed (CQ-03).
+    CqOverflowed = 37,
+    /// A consumer index in a doorbell slot the device never wrote up to.
+    ConsumerIndex = 38,
+    /// A producer index in a doorbell slot more than a ring ahead.
+    ProducerIndex = 39,
+    /// An existing ring became unreadable or a new one unwritable.
+    RingAddress = 40,
     /// The engine refused; the status says why.
     Engine = 0x100,
 }
@@ -657,10 +668,12 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::DestroyEq => run_in(x, destroy_eq),
         Opcode::CreateCq => run(x, create_cq),
         Opcode::DestroyCq => run_in(x, destroy_cq),
+        Opcode::ResizeCq => run(x, resize_cq),
         Opcode::CreateSrq => run(x, create_srq),
         Opcode::ModifySrq => run_in(x, modify_srq),
         Opcode::QuerySrq => run(x, query_srq),
         Opcode::DestroySrq => run_in(x, destroy_srq),
+        Opcode::ResizeSrq => run(x, resize_srq),
         Opcode::CreateQp => run(x, create_qp),
         Opcode::ModifyQp => run_in(x, modify_qp),
         Opcode::QueryQp => run(x, query_qp),
@@ -905,6 +918,66 @@ fn destroy_cq(x: &mut Exec<'_>, i: DestroyCqIn) -> Result<(), Fail> {
     Ok(())
 }
 
+/// RESIZE_CQ (CQ-04; abi::cmd RESIZE_PROTOCOL): the device copies the CQEs
+/// not consumed, [ci, pi), into the new ring at the same free-running indices
+/// with the new ring's owner bits, and stamps every other slot "not yet
+/// written" for the index that lands there next. All checks and all writes
+/// into the new ring come before any state changes.
+fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, Fail> {
+    reserved(i.rsvd == [0; 3])?;
+    let max_log2 = log2_floor(x.hca.caps.max_cqe);
+    let log2 = u32::from(i.log2_entries);
+    if log2 > max_log2 {
+        return Err(fail(Status::LimitExceeded, Syndrome::Caps));
+    }
+    let cq = x
+        .hca
+        .cqs
+        .get(&i.cqn)
+        .ok_or(fail(Status::NotFound, Syndrome::NoCq))?;
+    if cq.overflowed {
+        return Err(fail(Status::BadState, Syndrome::CqOverflowed));
+    }
+    let (old, pi) = (cq.ring.clone(), cq.pi);
+    let (ci, _) = cq.db.load(x.db);
+    let ring = x.ring(&i.ring, CQE_SHIFT, log2, max_log2)?;
+    let pending = pi.wrapping_sub(ci);
+    if pending > old.len() {
+        // A consumer index the device never wrote up to: garbage.
+        return Err(fail(Status::BadParam, Syndrome::ConsumerIndex));
+    }
+    let staged = x.hca.port.engine().cq_len(i.cqn) as u64;
+    if u64::from(pending) + staged > u64::from(ring.len()) {
+        return Err(fail(Status::BadParam, Syndrome::RingSize));
+    }
+    const CQE: usize = entry_const::CQE_SIZE as usize;
+    let owner_at = CQE - 1;
+    let owner_mask = entry_const::OWNER_BIT as u8;
+    let mut e = [0u8; CQE];
+    // Slot by slot, the index in [ci, ci + N) that lives there: a copy below
+    // pi, else the next index the device writes there.
+    for n in 0..ring.len() {
+        let k = ci.wrapping_add(n);
+        let owner = crate::abi::cqe::owner_bit(k, log2);
+        if n < pending {
+            old.read(&*x.mem, k, &mut e)
+                .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
+            e[owner_at] = (e[owner_at] & !owner_mask) | owner;
+        } else {
+            e = [0u8; CQE];
+            e[owner_at] = owner ^ owner_mask;
+        }
+        ring.write(&mut *x.mem, k, &e)
+            .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
+    }
+    let entries = ring.len();
+    x.engine().resize_cq(i.cqn, entries)?;
+    let cq = x.hca.cqs.get_mut(&i.cqn).expect("checked above");
+    cq.ring = ring;
+    cq.pbl = i.ring;
+    Ok(ResizeCqOut { entries })
+}
+
 // ---------------------------------------------------------------- SRQs
 
 /// Receive WQE stride checks (RQ and SRQ): the stride in range, room for
@@ -990,6 +1063,56 @@ fn modify_srq(x: &mut Exec<'_>, i: ModifySrqIn) -> Result<(), Fail> {
         x.engine().modify_srq_limit(i.srqn, i.srq_limit)?;
     }
     Ok(())
+}
+
+/// RESIZE_SRQ (abi::cmd RESIZE_PROTOCOL): the WQEs posted and not fetched,
+/// [fetched, pi), are copied into the new ring at the same indices; fetched
+/// ones are in the engine already. Checks and copies come before any state
+/// changes.
+fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOut, Fail> {
+    reserved(i.rsvd == [0; 7])?;
+    let caps = x.hca.caps;
+    let s = x
+        .hca
+        .srqs
+        .get(&i.srqn)
+        .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
+    let (old, fetched, db) = (s.ring.clone(), s.fetched, s.db);
+    if i.max_wr == 0 || i.max_wr > caps.max_srq_wr {
+        return Err(fail(Status::LimitExceeded, Syndrome::Caps));
+    }
+    let max_wr = wq_size(i.log2_entries, i.max_wr, caps.max_srq_wr)?;
+    let stride_shift = old.entry_size().trailing_zeros();
+    let ring = x.ring(
+        &i.ring,
+        stride_shift,
+        u32::from(i.log2_entries),
+        log2_floor(caps.max_srq_wr),
+    )?;
+    let (pi, _) = db.load(x.db);
+    let unfetched = pi.wrapping_sub(fetched);
+    if unfetched > old.len() {
+        // A producer index more than a ring ahead: garbage.
+        return Err(fail(Status::BadParam, Syndrome::ProducerIndex));
+    }
+    let (queued, limit) = x.hca.port.engine().query_srq(i.srqn)?;
+    if u64::from(unfetched) + queued as u64 > u64::from(max_wr) || limit > max_wr as usize {
+        return Err(fail(Status::BadParam, Syndrome::RingSize));
+    }
+    let mut buf = vec![0u8; old.entry_size()];
+    for n in 0..unfetched {
+        let k = fetched.wrapping_add(n);
+        old.read(&*x.mem, k, &mut buf)
+            .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
+        ring.write(&mut *x.mem, k, &buf)
+            .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
+    }
+    x.engine().resize_srq(i.srqn, max_wr)?;
+    let s = x.hca.srqs.get_mut(&i.srqn).expect("checked above");
+    s.ring = ring;
+    s.max_wr = max_wr;
+    s.pbl = i.ring;
+    Ok(ResizeSrqOut { max_wr })
 }
 
 fn query_srq(x: &mut Exec<'_>, i: QuerySrqIn) -> Result<QuerySrqOut, Fail> {

@@ -14,7 +14,7 @@ use device::abi::cmd::{
     CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn, DestroyQpIn,
     DestroySrqIn, DeviceAttr, ModifyQpIn, ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap,
     QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut,
-    RegMrIn, RegMrOut, ReregMrIn, Status,
+    RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut, ResizeSrqIn, ResizeSrqOut, Status,
 };
 use device::abi::context::{ctx_flags, CqContext, EqContext, MrContext, QpContext, SrqContext};
 use device::abi::counters::CounterSet;
@@ -1532,6 +1532,155 @@ fn mp_06_mp_07_memory_windows_are_allocated_and_deallocated() {
     d.call_in(Opcode::DeallocPd, &DeallocPdIn { pdn }).unwrap();
 }
 
+struct NoIrq;
+impl device::hca::Interrupts for NoIrq {
+    fn trigger(&self, _vector: u16) {}
+}
+
+/// RESIZE_CQ input over a fresh contiguous ring, filled with garbage whose
+/// owner bits are set (the device must initialise every slot).
+fn resize_cq_in(d: &mut Dev, cqn: u32, log2: u8) -> ResizeCqIn {
+    let ring = d.contiguous(64 << log2);
+    d.mem
+        .write(ring.addr, &vec![0xa5; 64usize << log2])
+        .unwrap();
+    ResizeCqIn {
+        cqn,
+        log2_entries: log2,
+        rsvd: [0; 3],
+        ring,
+    }
+}
+
+#[test]
+fn resize_cq_copies_unconsumed_cqes_with_new_owner_bits_and_stamps_the_rest() {
+    use device::abi::cqe::{owner_bit, Cqe};
+    let mut d = Dev::new();
+    let cqn = d.cq(0);
+    let (ring, db) = {
+        let c = &d.hca.cqs[&cqn];
+        (c.ring.clone(), c.db)
+    };
+    // As if the device had written CQEs 0..21 into the 16-entry ring (the
+    // second lap up to 21) and the driver consumed up to 14.
+    for k in 5u32..21 {
+        let e = Cqe {
+            wr_id: u64::from(k),
+            owner: owner_bit(k, 4),
+            ..Cqe::default()
+        };
+        ring.write(&mut d.mem, k, &e.to_bytes()).unwrap();
+    }
+    d.hca.cqs.get_mut(&cqn).unwrap().pi = 21;
+    d.db.store(db.offset(), 14);
+
+    // 7 pending: not into 4, nor with a consumer index past pi.
+    let small = resize_cq_in(&mut d, cqn, 2);
+    assert_eq!(d.refuse(Opcode::ResizeCq, &small).0, Status::BadParam);
+    d.db.store(db.offset(), 22);
+    let i = resize_cq_in(&mut d, cqn, 3);
+    assert_eq!(d.refuse(Opcode::ResizeCq, &i).0, Status::BadParam);
+    assert_eq!(d.hca.cqs[&cqn].ring, ring, "nothing changed");
+    d.db.store(db.offset(), 14);
+
+    let out: ResizeCqOut = d.call(Opcode::ResizeCq, &i).unwrap();
+    assert_eq!(out.entries, 8);
+    let c = &d.hca.cqs[&cqn];
+    assert_eq!((c.ring.len(), c.pi, c.pbl), (8, 21, i.ring));
+    // Slot by slot of the new ring, from the consumer's point of view.
+    for k in 14u32..22 {
+        let mut b = [0u8; 64];
+        c.ring.read(&d.mem, k, &mut b).unwrap();
+        let e = Cqe::from_bytes(&b);
+        if k < 21 {
+            assert_eq!(e.wr_id, u64::from(k), "CQE {k} copied");
+            assert_eq!(e.owner, owner_bit(k, 3), "CQE {k}: owned at its index");
+        } else {
+            assert_ne!(e.owner & 1, owner_bit(k, 3), "index {k} not yet written");
+        }
+    }
+    // The next CQE the device writes lands at 21 with the new ring's phase.
+    assert_eq!(d.hca.cqs[&cqn].ring.entry_addr(21), i.ring.addr + 5 * 64);
+
+    // An overflowed CQ cannot be resized.
+    d.hca.cqs.get_mut(&cqn).unwrap().overflowed = true;
+    let i = resize_cq_in(&mut d, cqn, 4);
+    assert_eq!(d.refuse(Opcode::ResizeCq, &i).0, Status::BadState);
+}
+
+#[test]
+fn resize_srq_copies_the_wqes_not_fetched_and_the_device_reads_the_new_ring() {
+    use device::abi::wqe::{RecvCtrl, Sge};
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let srqn = d.srq(pdn);
+    let (ring, db) = {
+        let s = &d.hca.srqs[&srqn];
+        (s.ring.clone(), s.db)
+    };
+    let mr = d.mr(pdn, 1);
+    let wqe = |k: u32| {
+        let mut b = RecvCtrl {
+            wr_id: 1000 + u64::from(k),
+            num_sge: 1,
+            rsvd: 0,
+        }
+        .to_bytes()
+        .to_vec();
+        b.extend(
+            Sge {
+                addr: 0,
+                length: 64,
+                lkey: mr,
+            }
+            .to_bytes(),
+        );
+        b
+    };
+    // 12 posted from index 10 (wrapping the 16-entry ring), none fetched.
+    d.hca.srqs.get_mut(&srqn).unwrap().fetched = 10;
+    for k in 10u32..22 {
+        ring.write(&mut d.mem, k, &wqe(k)).unwrap();
+    }
+    d.db.store(db.offset(), 22);
+
+    let resize = |d: &mut Dev, max_wr: u32, log2: u8| ResizeSrqIn {
+        srqn,
+        max_wr,
+        log2_entries: log2,
+        rsvd: [0; 7],
+        ring: d.contiguous(32 << log2),
+    };
+    let i = resize(&mut d, 8, 3);
+    assert_eq!(d.refuse(Opcode::ResizeSrq, &i).0, Status::BadParam);
+    let i = resize(&mut d, 17, 4);
+    assert_eq!(d.refuse(Opcode::ResizeSrq, &i).0, Status::BadParam);
+    let i = resize(&mut d, 0, 4);
+    assert_eq!(d.refuse(Opcode::ResizeSrq, &i).0, Status::LimitExceeded);
+    let i = ResizeSrqIn {
+        log2_entries: 20,
+        ..resize(&mut d, 8, 3)
+    };
+    assert_eq!(d.refuse(Opcode::ResizeSrq, &i).0, Status::LimitExceeded);
+    assert_eq!(d.hca.srqs[&srqn].ring, ring, "nothing changed");
+
+    let i = resize(&mut d, 20, 5);
+    let out: ResizeSrqOut = d.call(Opcode::ResizeSrq, &i).unwrap();
+    assert_eq!(out.max_wr, 32);
+    let q: QuerySrqOut = d.call(Opcode::QuerySrq, &QuerySrqIn { srqn }).unwrap();
+    assert_eq!((q.max_wr, q.wqe_count), (32, 0));
+    // The data path fetches all 12 from the new ring.
+    d.hca.run_once(&mut d.mem, &d.db, &NoIrq, now());
+    let q: QuerySrqOut = d.call(Opcode::QuerySrq, &QuerySrqIn { srqn }).unwrap();
+    assert_eq!(q.wqe_count, 12);
+    assert_eq!(d.hca.counters.bad_wqes, 0);
+    // Holding 12: not below that.
+    let i = resize(&mut d, 8, 3);
+    assert_eq!(d.refuse(Opcode::ResizeSrq, &i).0, Status::BadParam);
+    let i = resize(&mut d, 12, 4);
+    d.call::<_, ResizeSrqOut>(Opcode::ResizeSrq, &i).unwrap();
+}
+
 #[test]
 fn memory_regions_are_registered_reregistered_and_deregistered() {
     let mut d = Dev::new();
@@ -1877,6 +2026,22 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
         Opcode::DestroyCq => bytes(&DestroyCqIn {
             cqn: pick(r, &live.cqs),
         }),
+        Opcode::ResizeCq => bytes(&ResizeCqIn {
+            cqn: pick(r, &live.cqs),
+            log2_entries: r.below(11) as u8,
+            rsvd: [0; 3],
+            ring: fuzz_pbl(r),
+        }),
+        Opcode::ResizeSrq => {
+            let log2 = 1 + r.below(6) as u8;
+            bytes(&ResizeSrqIn {
+                srqn: pick(r, &live.srqs),
+                max_wr: 1 + r.below(1 << log2) as u32,
+                log2_entries: log2,
+                rsvd: [0; 7],
+                ring: fuzz_pbl(r),
+            })
+        }
         Opcode::CreateSrq => {
             let log2 = 1 + r.below(6) as u8;
             bytes(&CreateSrqIn {

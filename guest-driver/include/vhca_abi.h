@@ -295,6 +295,10 @@ typedef uint64_t __u64;
  * Memory windows of type 2B (MP-07): BIND_MW, LOCAL_INV and SEND_WITH_INV.
  */
 #define VHCA_DEV_CAP_MW_TYPE2      (1U << 9)
+/* RESIZE_CQ (CQ-04). */
+#define VHCA_DEV_CAP_RESIZE_CQ     (1U << 10)
+/* RESIZE_SRQ (`ibv_modify_srq` with IBV_SRQ_MAX_WR). */
+#define VHCA_DEV_CAP_RESIZE_SRQ    (1U << 11)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -686,7 +690,10 @@ enum vhca_atomic_cap {
 #define VHCA_QP_ATTR_DEST_QPN            (1U << 20)
 
 /* SRQ attribute mask (`enum ibv_srq_attr_mask` bits) of MODIFY_SRQ. */
-/* Resize: not supported (`VHCA_STATUS_NOT_SUPPORTED`). */
+/*
+ * Resize: not through MODIFY_SRQ (`VHCA_STATUS_NOT_SUPPORTED`); the driver
+ * uses RESIZE_SRQ, which takes the new ring.
+ */
 #define VHCA_SRQ_ATTR_MAX_WR (1U << 0)
 /*
  * Set and arm the limit: one SRQ_LIMIT_REACHED event when fewer WQEs remain,
@@ -738,6 +745,42 @@ enum vhca_atomic_cap {
  * checked against the guest's memory map before anything changes
  * (VHCA_STATUS_BAD_ADDRESS). The device also checks that every object number
  * belongs to the kind expected (a CQN where a CQ is needed).
+ */
+
+/*
+ * Resizing a CQ or an SRQ (RESIZE_CQ, RESIZE_SRQ). The device does the copy,
+ * at the moment it executes the command (commands and the data path never run
+ * at the same time, so that is a single point in the stream of CQEs and
+ * WQEs): before it, every CQE goes to the old ring and every WQE is read from
+ * the old ring; after it, only the new ring is used. Free-running indices
+ * carry on unchanged (the CQ's pi and the ci in its doorbell slot; the SRQ's
+ * pi and the device's fetch index), only the ring size changes, so entry k
+ * lives in slot k mod the new size from then on.
+ *
+ * RESIZE_CQ: the device reads ci from the CQ's doorbell slot; the driver
+ * stores its consumer index there before the command and consumes nothing
+ * from the command until it has switched to the new ring (it may hold its CQ
+ * lock across the command; a consumer that does poll the old ring meanwhile
+ * is harmless: it only sees entries the device copied, at the same indices).
+ * The CQEs written and not consumed, [ci, pi), plus those the device holds
+ * and has not written yet, must fit the new ring, else BAD_PARAM (EINVAL) and
+ * nothing changes. The device copies [ci, pi) into the new ring at the same
+ * indices, each with the owner bit of its index in the new ring, and writes
+ * into every other slot an owner byte that does not match the next index to
+ * land there (the rest of such a slot is undefined). So the driver need not
+ * zero the new ring, and after the command it only swaps its ring pointer and
+ * size, keeping ci; the old ring is free. An overflowed CQ (CQ-03) cannot be
+ * resized (BAD_STATE). Arming is unchanged.
+ *
+ * RESIZE_SRQ: the driver posts nothing from the command until it has
+ * switched. The WQEs posted and not yet fetched by the device, [fetched, pi)
+ * with pi read from the SRQ's doorbell slot, are copied into the new ring at
+ * the same indices; WQEs already fetched live in the device. The stride
+ * stays. The new size must hold max_wr, and every WQE posted and not consumed
+ * (fetched or not), else BAD_PARAM; growing is always possible up to the
+ * device's max_srq_wr (beyond: LIMIT_EXCEEDED). The armed limit is unchanged.
+ * The driver must still not post more than the new size past the oldest WQE
+ * whose receive completion it has not seen.
  */
 
 /* Command queue constants. */
@@ -876,6 +919,11 @@ enum vhca_opcode {
 	VHCA_CMD_CREATE_CQ = 0x0028,
 	/* Destroy a CQ; BUSY while a QP uses it. */
 	VHCA_CMD_DESTROY_CQ = 0x0029,
+	/*
+	 * Move a CQ to a new ring of another size (CQ-04), keeping the CQEs not yet
+	 * consumed (RESIZE_PROTOCOL).
+	 */
+	VHCA_CMD_RESIZE_CQ = 0x002A,
 	/* Create an SRQ (SR-01). */
 	VHCA_CMD_CREATE_SRQ = 0x0030,
 	/* Set and arm the SRQ limit. */
@@ -884,6 +932,11 @@ enum vhca_opcode {
 	VHCA_CMD_QUERY_SRQ = 0x0032,
 	/* Destroy an SRQ; BUSY while a QP uses it. */
 	VHCA_CMD_DESTROY_SRQ = 0x0033,
+	/*
+	 * Move an SRQ to a new ring of another size (`ibv_modify_srq` with
+	 * IBV_SRQ_MAX_WR), keeping the WQEs posted (RESIZE_PROTOCOL).
+	 */
+	VHCA_CMD_RESIZE_SRQ = 0x0034,
 	/* Create a QP, in Reset (QS-09). */
 	VHCA_CMD_CREATE_QP = 0x0040,
 	/* Modify a QP (QS-01, QS-02). */
@@ -1377,6 +1430,31 @@ struct vhca_destroy_cq_in {
 _Static_assert(sizeof(struct vhca_destroy_cq_in) == 4, "vhca_destroy_cq_in: size");
 _Static_assert(offsetof(struct vhca_destroy_cq_in, cqn) == 0, "vhca_destroy_cq_in.cqn");
 
+/*
+ * RESIZE_CQ input: the CQ's new ring, which the device fills itself (no need
+ * to zero it; RESIZE_PROTOCOL).
+ */
+struct vhca_resize_cq_in {
+	__u32 cqn;
+	/* The new ring: 2^log2_entries CQEs of 64 bytes. */
+	__u8 log2_entries;
+	__u8 rsvd[3];
+	struct vhca_pbl ring;
+};
+_Static_assert(sizeof(struct vhca_resize_cq_in) == 24, "vhca_resize_cq_in: size");
+_Static_assert(offsetof(struct vhca_resize_cq_in, cqn) == 0, "vhca_resize_cq_in.cqn");
+_Static_assert(offsetof(struct vhca_resize_cq_in, log2_entries) == 4, "vhca_resize_cq_in.log2_entries");
+_Static_assert(offsetof(struct vhca_resize_cq_in, rsvd) == 5, "vhca_resize_cq_in.rsvd");
+_Static_assert(offsetof(struct vhca_resize_cq_in, ring) == 8, "vhca_resize_cq_in.ring");
+
+/* RESIZE_CQ output. */
+struct vhca_resize_cq_out {
+	/* Usable entries of the new ring (the whole ring). */
+	__u32 entries;
+};
+_Static_assert(sizeof(struct vhca_resize_cq_out) == 4, "vhca_resize_cq_out: size");
+_Static_assert(offsetof(struct vhca_resize_cq_out, entries) == 0, "vhca_resize_cq_out.entries");
+
 /* CREATE_SRQ input (mailbox). */
 struct vhca_create_srq_in {
 	__u32 pdn;
@@ -1458,6 +1536,35 @@ struct vhca_destroy_srq_in {
 };
 _Static_assert(sizeof(struct vhca_destroy_srq_in) == 4, "vhca_destroy_srq_in: size");
 _Static_assert(offsetof(struct vhca_destroy_srq_in, srqn) == 0, "vhca_destroy_srq_in.srqn");
+
+/*
+ * RESIZE_SRQ input: the SRQ's new ring, of the same WQE stride
+ * (RESIZE_PROTOCOL).
+ */
+struct vhca_resize_srq_in {
+	__u32 srqn;
+	/* WQEs the SRQ must hold; 0 < max_wr <= 2^log2_entries. */
+	__u32 max_wr;
+	/* New ring entries: 2^log2_entries. */
+	__u8 log2_entries;
+	__u8 rsvd[7];
+	/* The new ring. */
+	struct vhca_pbl ring;
+};
+_Static_assert(sizeof(struct vhca_resize_srq_in) == 32, "vhca_resize_srq_in: size");
+_Static_assert(offsetof(struct vhca_resize_srq_in, srqn) == 0, "vhca_resize_srq_in.srqn");
+_Static_assert(offsetof(struct vhca_resize_srq_in, max_wr) == 4, "vhca_resize_srq_in.max_wr");
+_Static_assert(offsetof(struct vhca_resize_srq_in, log2_entries) == 8, "vhca_resize_srq_in.log2_entries");
+_Static_assert(offsetof(struct vhca_resize_srq_in, rsvd) == 9, "vhca_resize_srq_in.rsvd");
+_Static_assert(offsetof(struct vhca_resize_srq_in, ring) == 16, "vhca_resize_srq_in.ring");
+
+/* RESIZE_SRQ output. */
+struct vhca_resize_srq_out {
+	/* WQEs the SRQ holds now (the whole ring). */
+	__u32 max_wr;
+};
+_Static_assert(sizeof(struct vhca_resize_srq_out) == 4, "vhca_resize_srq_out: size");
+_Static_assert(offsetof(struct vhca_resize_srq_out, max_wr) == 0, "vhca_resize_srq_out.max_wr");
 
 /* CREATE_QP input (mailbox). The QP starts in Reset. */
 struct vhca_create_qp_in {
@@ -1687,12 +1794,16 @@ _Static_assert(offsetof(struct vhca_dealloc_mw_in, rkey) == 0, "vhca_dealloc_mw_
  * VHCA_CMD_CREATE_CQ: in struct vhca_create_cq_in (inline); out struct
  *     vhca_create_cq_out (inline).
  * VHCA_CMD_DESTROY_CQ: in struct vhca_destroy_cq_in (inline); out -.
+ * VHCA_CMD_RESIZE_CQ: in struct vhca_resize_cq_in (inline); out struct
+ *     vhca_resize_cq_out (inline).
  * VHCA_CMD_CREATE_SRQ: in struct vhca_create_srq_in (mailbox); out struct
  *     vhca_create_srq_out (inline).
  * VHCA_CMD_MODIFY_SRQ: in struct vhca_modify_srq_in (inline); out -.
  * VHCA_CMD_QUERY_SRQ: in struct vhca_query_srq_in (inline); out struct
  *     vhca_query_srq_out (inline).
  * VHCA_CMD_DESTROY_SRQ: in struct vhca_destroy_srq_in (inline); out -.
+ * VHCA_CMD_RESIZE_SRQ: in struct vhca_resize_srq_in (inline); out struct
+ *     vhca_resize_srq_out (inline).
  * VHCA_CMD_CREATE_QP: in struct vhca_create_qp_in (mailbox); out struct
  *     vhca_create_qp_out (inline).
  * VHCA_CMD_MODIFY_QP: in struct vhca_modify_qp_in (mailbox); out -.

@@ -9,6 +9,13 @@
  * entries back through ci. Kernel send and receive WQEs carry their ring index
  * as wr_id (qp.c), so a CQE also says how far its queue has been retired,
  * unsignaled WQEs included; the caller's wr_id comes from the QP's shadow.
+ *
+ * resize_cq (CQ-04): the device copies the CQEs not consumed into the new ring
+ * at the same free-running indices and stamps the rest (vhca_abi.h
+ * "Resizing"), so the driver only swaps rings and keeps ci. A kernel poller
+ * running during RESIZE_CQ is harmless: it reads the old ring, which holds
+ * the same entries at the same indices, and the device writes nothing more
+ * there; it then continues in the new ring from its ci.
  */
 
 #include <rdma/uverbs_ioctl.h>
@@ -78,6 +85,7 @@ int vhca_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	    attr->comp_vector >= dev->ibdev.num_comp_vectors)
 		return -EINVAL;
 	spin_lock_init(&cq->lock);
+	mutex_init(&cq->resize_lock);
 	refcount_set(&cq->ref, 1);
 	init_completion(&cq->freed);
 	cq->uar = vhca_uar_of(dev, udata);
@@ -200,6 +208,89 @@ int vhca_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	if (cq->umem)
 		ib_umem_release(cq->umem);
 	return 0;
+}
+
+int vhca_resize_cq(struct ib_cq *ibcq, int entries, struct ib_udata *udata)
+{
+	struct vhca_dev *dev = to_vdev(ibcq->device);
+	struct vhca_cq *cq = to_vcq(ibcq);
+	struct vhca_resize_cq_in in = { .cqn = cq->cqn };
+	struct vhca_resize_cq_out out;
+	struct vhca_kring ring = {}, old_ring;
+	struct vhca_pbl_buf pbl = {}, old_pbl;
+	struct ib_umem *umem = NULL, *old_umem;
+	unsigned long flags;
+	u32 log2;
+	int ret;
+
+	if (!(dev->attr.cap_flags & VHCA_DEV_CAP_RESIZE_CQ))
+		return -EOPNOTSUPP;
+	if (entries < 1 || entries > dev->attr.max_cqe)
+		return -EINVAL;
+	mutex_lock(&cq->resize_lock);
+	if (cq->umem) {
+		struct vhca_ib_resize_cq ucmd;
+
+		ret = -EOPNOTSUPP;	/* a provider without resize */
+		if (!udata || udata->inlen < sizeof(ucmd))
+			goto out;
+		ret = ib_copy_from_udata(&ucmd, udata, sizeof(ucmd));
+		if (ret)
+			goto out;
+		log2 = ucmd.log2_entries;
+		ret = -EINVAL;
+		if (log2 > 24 || (1U << log2) < entries ||
+		    (1U << log2) > dev->attr.max_cqe)
+			goto out;
+		umem = vhca_umem_ring(dev, ucmd.buf_addr, ucmd.buf_size,
+				      (size_t)VHCA_CQE_SIZE << log2, &pbl);
+		if (IS_ERR(umem)) {
+			ret = PTR_ERR(umem);
+			goto out;
+		}
+		in.ring = pbl.desc;
+	} else {
+		log2 = order_base_2(entries);
+		if ((1U << VHCA_KCQ_MIN_LOG2) <= dev->attr.max_cqe)
+			log2 = max_t(u32, log2, VHCA_KCQ_MIN_LOG2);
+		ret = vhca_kring_alloc(dev, &ring, (size_t)VHCA_CQE_SIZE << log2,
+				       &in.ring);
+		if (ret)
+			goto out;
+	}
+	in.log2_entries = log2;
+	/*
+	 * The device reads ci from the slot: every poll stored it, and one
+	 * running now only moves it forward over entries the device copied.
+	 */
+	ret = vhca_cmd(dev, VHCA_CMD_RESIZE_CQ, &in, sizeof(in), &out,
+		       sizeof(out), NULL);
+	if (ret) {
+		vhca_kring_free(dev, &ring);
+		vhca_pbl_free(dev, &pbl);
+		if (umem)
+			ib_umem_release(umem);
+		goto out;
+	}
+
+	spin_lock_irqsave(&cq->lock, flags);
+	old_ring = cq->ring;
+	old_pbl = cq->pbl;
+	old_umem = cq->umem;
+	cq->ring = ring;
+	cq->pbl = pbl;
+	cq->umem = umem;
+	cq->log2 = log2;
+	ibcq->cqe = out.entries;
+	spin_unlock_irqrestore(&cq->lock, flags);
+
+	vhca_kring_free(dev, &old_ring);
+	vhca_pbl_free(dev, &old_pbl);
+	if (old_umem)
+		ib_umem_release(old_umem);
+out:
+	mutex_unlock(&cq->resize_lock);
+	return ret;
 }
 
 static enum ib_wc_opcode vhca_wc_opcode(u8 op)

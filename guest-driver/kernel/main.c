@@ -211,6 +211,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.reg_user_mr = vhca_reg_user_mr,
 	.rereg_user_mr = vhca_rereg_user_mr,
 	.req_notify_cq = vhca_req_notify_cq,
+	.resize_cq = vhca_resize_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, vhca_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, vhca_cq, ibcq),

@@ -5,6 +5,12 @@
  * so no index trick): room is counted as WQEs posted minus receive
  * completions seen by poll_cq for QPs on the SRQ (cq.c). A user SRQ's ring is
  * the provider's.
+ *
+ * Resize (modify_srq with IB_SRQ_MAX_WR) is for user SRQs: the provider
+ * passes a new ring and posts nothing during the call; RESIZE_SRQ copies the
+ * WQEs the device has not fetched into it at the same indices (vhca_abi.h
+ * "Resizing"). A kernel SRQ is posted to under a spinlock from any context,
+ * with nothing to hold posters off while the command sleeps: not resizable.
  */
 
 #include <rdma/uverbs_ioctl.h>
@@ -72,6 +78,7 @@ int vhca_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	refcount_set(&srq->ref, 1);
 	init_completion(&srq->freed);
 	spin_lock_init(&srq->wq.lock);
+	mutex_init(&srq->resize_lock);
 	srq->user = !!udata;
 	srq->uar = vhca_uar_of(dev, udata);
 
@@ -100,6 +107,9 @@ int vhca_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		in.ring = srq->pbl.desc;
 		in.log2_entries = ucmd.log2_entries;
 		in.wqe_shift = ucmd.wqe_shift;
+		/* For resize: the ring's geometry (no kernel ring). */
+		srq->wq.log2 = ucmd.log2_entries;
+		srq->wq.shift = ucmd.wqe_shift;
 	} else {
 		u32 bytes = sizeof(struct vhca_recv_ctrl) +
 			    max(attr->max_sge, 1U) * sizeof(struct vhca_sge);
@@ -178,26 +188,83 @@ err_ring:
 	return ret;
 }
 
+/* RESIZE_SRQ of a user SRQ onto the ring the provider passed. */
+static int vhca_srq_resize(struct vhca_dev *dev, struct vhca_srq *srq,
+			   u32 max_wr, struct ib_udata *udata)
+{
+	struct vhca_resize_srq_in in = { .srqn = srq->srqn, .max_wr = max_wr };
+	struct vhca_resize_srq_out out;
+	struct vhca_ib_modify_srq ucmd;
+	struct vhca_pbl_buf pbl = {}, old_pbl;
+	struct ib_umem *umem, *old_umem;
+	int ret;
+
+	if (!(dev->attr.cap_flags & VHCA_DEV_CAP_RESIZE_SRQ) || !srq->user)
+		return -EOPNOTSUPP;
+	/* A provider without resize passes no ring. */
+	if (!udata || udata->inlen < sizeof(ucmd))
+		return -EOPNOTSUPP;
+	ret = ib_copy_from_udata(&ucmd, udata, sizeof(ucmd));
+	if (ret)
+		return ret;
+	if (!max_wr || max_wr > dev->attr.max_srq_wr ||
+	    ucmd.log2_entries > 24 || (1U << ucmd.log2_entries) < max_wr)
+		return -EINVAL;
+	umem = vhca_umem_ring(dev, ucmd.buf_addr, ucmd.buf_size,
+			      (size_t)1 << (ucmd.log2_entries + srq->wq.shift),
+			      &pbl);
+	if (IS_ERR(umem))
+		return PTR_ERR(umem);
+	in.log2_entries = ucmd.log2_entries;
+	in.ring = pbl.desc;
+	ret = vhca_cmd(dev, VHCA_CMD_RESIZE_SRQ, &in, sizeof(in), &out,
+		       sizeof(out), NULL);
+	if (ret) {
+		vhca_pbl_free(dev, &pbl);
+		ib_umem_release(umem);
+		return ret;
+	}
+	old_pbl = srq->pbl;
+	old_umem = srq->umem;
+	srq->pbl = pbl;
+	srq->umem = umem;
+	srq->wq.log2 = ucmd.log2_entries;
+	vhca_pbl_free(dev, &old_pbl);
+	ib_umem_release(old_umem);
+	return 0;
+}
+
 int vhca_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
 		    enum ib_srq_attr_mask mask, struct ib_udata *udata)
 {
 	struct vhca_dev *dev = to_vdev(ibsrq->device);
 	struct vhca_srq *srq = to_vsrq(ibsrq);
 	struct vhca_modify_srq_in in = { .srqn = srq->srqn };
-	int ret;
+	int ret = 0;
 
 	if (mask & ~(IB_SRQ_MAX_WR | IB_SRQ_LIMIT))
 		return -EINVAL;
-	if (mask & IB_SRQ_MAX_WR)
-		return -EOPNOTSUPP;	/* no resize (vhca_abi.h) */
-	if (!(mask & IB_SRQ_LIMIT))
-		return 0;
-	in.attr_mask = VHCA_SRQ_ATTR_LIMIT;
-	in.srq_limit = attr->srq_limit;
-	ret = vhca_cmd(dev, VHCA_CMD_MODIFY_SRQ, &in, sizeof(in), NULL, 0,
-		       NULL);
-	if (!ret)
-		srq->limit = attr->srq_limit;
+	mutex_lock(&srq->resize_lock);
+	if (mask & IB_SRQ_MAX_WR) {
+		/* The limit must fit the new size; checked before anything. */
+		if ((mask & IB_SRQ_LIMIT) && attr->srq_limit > attr->max_wr) {
+			ret = -EINVAL;
+			goto out;
+		}
+		ret = vhca_srq_resize(dev, srq, attr->max_wr, udata);
+		if (ret)
+			goto out;
+	}
+	if (mask & IB_SRQ_LIMIT) {
+		in.attr_mask = VHCA_SRQ_ATTR_LIMIT;
+		in.srq_limit = attr->srq_limit;
+		ret = vhca_cmd(dev, VHCA_CMD_MODIFY_SRQ, &in, sizeof(in), NULL,
+			       0, NULL);
+		if (!ret)
+			srq->limit = attr->srq_limit;
+	}
+out:
+	mutex_unlock(&srq->resize_lock);
 	return ret;
 }
 

@@ -148,6 +148,8 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 		a->max_srq = d->max_srq;
 		a->max_srq_wr = d->max_srq_wr;
 		a->max_srq_sge = d->max_srq_sge;
+		if (caps & VHCA_DEV_CAP_RESIZE_SRQ)
+			a->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	}
 	a->max_pkeys = d->max_pkeys;
 	a->local_ca_ack_delay = d->local_ca_ack_delay;

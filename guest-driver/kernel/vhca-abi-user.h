@@ -25,6 +25,8 @@
  *   passes their user addresses; the kernel pins them (ib_umem), builds the
  *   page lists, picks a free doorbell slot in the context's UAR page and
  *   returns it. No mmap is needed for queue buffers.
+ * - resize_cq / modify_srq (IB_SRQ_MAX_WR): the same for the new ring; on
+ *   success the kernel unpins the old one.
  * - Kernel checks: every ring must start on a page boundary, be at least
  *   (entries << stride_shift) bytes, and use a stride the device allows
  *   (vhca_abi.h VHCA_*_WQE_SHIFT).
@@ -99,6 +101,21 @@ struct vhca_ib_create_cq_resp {
 	__u16 reserved;
 };
 
+/*
+ * resize_cq input (appended in ABI 1; no driver response: the new size comes
+ * back in the core response's cqe). The new ring need not be zeroed: the
+ * device fills it (vhca_abi.h "Resizing"). The provider holds its CQ lock
+ * across the call, after storing its consumer index in the doorbell slot,
+ * and on success switches to the new ring keeping that index.
+ */
+struct vhca_ib_resize_cq {
+	/* The new ring: 2^log2_entries CQEs of VHCA_CQE_SIZE bytes. */
+	__aligned_u64 buf_addr;
+	__u32 buf_size;
+	__u8 log2_entries;
+	__u8 reserved[3];
+};
+
 /* create_qp input. */
 struct vhca_ib_create_qp {
 	/* SQ ring: 2^log2_sq_size WQEs of 2^sq_wqe_shift bytes. */
@@ -131,6 +148,20 @@ struct vhca_ib_create_srq {
 	__u8 log2_entries;
 	__u8 wqe_shift;
 	__u16 reserved;
+};
+
+/*
+ * modify_srq input (appended in ABI 1), read only with IB_SRQ_MAX_WR: the new
+ * ring, of the stride given at create_srq, 2^log2_entries >= max_wr WQEs. The
+ * provider posts nothing during the call (it holds its SRQ lock) and on
+ * success switches to the new ring keeping its producer index (vhca_abi.h
+ * "Resizing").
+ */
+struct vhca_ib_modify_srq {
+	__aligned_u64 buf_addr;
+	__u32 buf_size;
+	__u8 log2_entries;
+	__u8 reserved[3];
 };
 
 struct vhca_ib_create_srq_resp {

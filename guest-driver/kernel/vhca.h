@@ -198,6 +198,7 @@ struct vhca_cq {
 	u32 ci;
 	u32 arm_sn;
 	spinlock_t lock;		/* poll_cq, req_notify_cq, destroy_qp */
+	struct mutex resize_lock;	/* one resize_cq at a time */
 	struct vhca_kring ring;		/* kernel CQ */
 	struct ib_umem *umem;		/* user CQ */
 	struct vhca_pbl_buf pbl;
@@ -247,7 +248,8 @@ struct vhca_srq {
 	u32 srqn;
 	u32 limit;
 	bool user;
-	struct vhca_wq wq;		/* kernel SRQ */
+	struct mutex resize_lock;	/* one modify_srq at a time */
+	struct vhca_wq wq;		/* kernel SRQ; user SRQ: log2, shift only */
 	struct ib_umem *umem;		/* user SRQ */
 	struct vhca_pbl_buf pbl;
 	struct vhca_uar *uar;
@@ -395,6 +397,7 @@ int vhca_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 int vhca_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int vhca_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int vhca_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
+int vhca_resize_cq(struct ib_cq *ibcq, int entries, struct ib_udata *udata);
 void vhca_cq_clean(struct vhca_cq *cq, u32 qpn, struct vhca_srq *srq);
 void vhca_cq_event(struct vhca_dev *dev, u32 cqn, u8 kind);
 

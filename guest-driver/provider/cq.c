@@ -12,6 +12,11 @@
  * wr_id (qp.c), so a CQE retires its queue up to that WQE, unsignaled ones
  * included, and the caller's wr_id comes from the queue's shadow array. SRQ
  * WQEs carry the caller's wr_id; the SRQ counts receive completions instead.
+ *
+ * resize_cq (CQ-04): under the CQ lock (no poll meanwhile), store ci, let the
+ * kernel's RESIZE_CQ move the CQ to a new buffer (the device copies the CQEs
+ * not yet polled to the same free-running indices and stamps the other
+ * slots, vhca_abi.h "Resizing"), then swap buffers and keep ci.
  */
 
 #include <errno.h>
@@ -19,6 +24,24 @@
 #include <string.h>
 
 #include "vhca.h"
+
+/* log2 of the ring for `cqe` entries; EINVAL if the device has no room. */
+static int vhca_cq_log2(struct vhca_context *ctx, int cqe, uint32_t *out)
+{
+	uint32_t log2;
+
+	if (cqe < 1 || (uint32_t)cqe > ctx->max_cqe)
+		return EINVAL;
+	log2 = vhca_log2_up(cqe);
+	if ((1U << log2) > ctx->max_cqe)
+		return EINVAL;
+	/* The ring takes a page anyway: fill it. */
+	while ((VHCA_CQE_SIZE << log2) < VHCA_UAR_PAGE_SIZE &&
+	       (2U << log2) <= ctx->max_cqe)
+		log2++;
+	*out = log2;
+	return 0;
+}
 
 struct ibv_cq *vhca_create_cq(struct ibv_context *context, int cqe,
 			      struct ibv_comp_channel *channel,
@@ -31,19 +54,11 @@ struct ibv_cq *vhca_create_cq(struct ibv_context *context, int cqe,
 	uint32_t log2;
 	int ret;
 
-	if (cqe < 1 || (uint32_t)cqe > ctx->max_cqe) {
-		errno = EINVAL;
+	ret = vhca_cq_log2(ctx, cqe, &log2);
+	if (ret) {
+		errno = ret;
 		return NULL;
 	}
-	log2 = vhca_log2_up(cqe);
-	if ((1U << log2) > ctx->max_cqe) {
-		errno = EINVAL;
-		return NULL;
-	}
-	/* The ring takes a page anyway: fill it. */
-	while ((VHCA_CQE_SIZE << log2) < VHCA_UAR_PAGE_SIZE &&
-	       (2U << log2) <= ctx->max_cqe)
-		log2++;
 
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
@@ -80,6 +95,47 @@ err_free:
 	free(cq);
 	errno = ret;
 	return NULL;
+}
+
+int vhca_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct vhca_context *ctx = to_vctx(ibcq->context);
+	struct vhca_cq *cq = to_vcq(ibcq);
+	struct ib_uverbs_resize_cq_resp resp = {};
+	struct vhca_cmd_resize_cq cmd = {};
+	struct vhca_buf buf = {}, old;
+	uint32_t log2;
+	int ret;
+
+	if (!(ctx->cap_flags & VHCA_DEV_CAP_RESIZE_CQ))
+		return EOPNOTSUPP;
+	ret = vhca_cq_log2(ctx, cqe, &log2);
+	if (ret)
+		return ret;
+	/* Need not be zeroed: the device fills the new ring. */
+	ret = vhca_alloc_buf(&buf, (size_t)VHCA_CQE_SIZE << log2);
+	if (ret)
+		return ret;
+	cmd.buf_addr = (uintptr_t)buf.buf;
+	cmd.buf_size = buf.length;
+	cmd.log2_entries = log2;
+
+	pthread_spin_lock(&cq->lock);
+	/* The device takes [ci, pi) as the CQEs to keep. */
+	mmio_write32_le((uint8_t *)cq->db +
+				offsetof(struct vhca_cq_doorbell, ci),
+			htole32(cq->ci));
+	ret = ibv_cmd_resize_cq(ibcq, cqe, &cmd.ibv_cmd, sizeof(cmd), &resp,
+				sizeof(resp));
+	if (!ret) {
+		old = cq->buf;
+		cq->buf = buf;
+		cq->log2 = log2;
+		buf = old;
+	}
+	pthread_spin_unlock(&cq->lock);
+	vhca_free_buf(&buf);	/* the old ring, or the unused new one */
+	return ret;
 }
 
 int vhca_destroy_cq(struct ibv_cq *ibcq)

@@ -39,6 +39,7 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.destroy_cq = vhca_destroy_cq,
 	.poll_cq = vhca_poll_cq,
 	.req_notify_cq = vhca_req_notify_cq,
+	.resize_cq = vhca_resize_cq,
 
 	.create_qp = vhca_create_qp,
 	.create_qp_ex = vhca_create_qp_ex,

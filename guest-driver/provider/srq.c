@@ -6,6 +6,12 @@
  * after it was fetched, so a slot is free again once as many receive
  * completions have been polled (on any CQ) as WQEs were posted before it:
  * room = size - (pi - done).
+ *
+ * Resize (ibv_modify_srq with IBV_SRQ_MAX_WR): under the SRQ lock (no post
+ * meanwhile) the kernel's RESIZE_SRQ moves the SRQ to a new ring, the device
+ * copying the WQEs it has not fetched to the same free-running indices
+ * (vhca_abi.h "Resizing"); then the rings are swapped, pi kept. A size
+ * below the WQEs posted and not completed (pi - done) is EINVAL.
  */
 
 #include <errno.h>
@@ -97,12 +103,53 @@ err:
 	return NULL;
 }
 
-int vhca_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+int vhca_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 		    int attr_mask)
 {
-	struct ibv_modify_srq cmd = {};
+	struct vhca_context *ctx = to_vctx(ibsrq->context);
+	struct vhca_srq *srq = to_vsrq(ibsrq);
+	struct vhca_cmd_modify_srq cmd = {};
+	struct vhca_buf buf = {}, old;
+	uint32_t log2 = 0;
+	int ret;
 
-	return ibv_cmd_modify_srq(srq, attr, attr_mask, &cmd, sizeof(cmd));
+	if (!(attr_mask & IBV_SRQ_MAX_WR))
+		return ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd.ibv_cmd,
+					  sizeof(cmd));
+	if (!(ctx->cap_flags & VHCA_DEV_CAP_RESIZE_SRQ))
+		return EOPNOTSUPP;
+	if (!attr->max_wr || attr->max_wr > ctx->max_srq_wr ||
+	    ((attr_mask & IBV_SRQ_LIMIT) && attr->srq_limit > attr->max_wr))
+		return EINVAL;
+	log2 = vhca_log2_up(attr->max_wr);
+	ret = vhca_alloc_buf_pd(&buf, (size_t)1 << (log2 + srq->wq.shift),
+				ibsrq->pd, VHCA_RES_TYPE_SRQ);
+	if (ret)
+		return ret;
+	cmd.buf_addr = (uintptr_t)buf.buf;
+	cmd.buf_size = buf.length;
+	cmd.log2_entries = log2;
+
+	pthread_spin_lock(&srq->wq.lock);
+	if (srq->wq.pi - atomic_load_explicit(&srq->done,
+					      memory_order_acquire) >
+	    (1U << log2)) {
+		ret = EINVAL;	/* fewer slots than WQEs outstanding */
+	} else {
+		ret = ibv_cmd_modify_srq(ibsrq, attr, attr_mask,
+					 &cmd.ibv_cmd, sizeof(cmd));
+	}
+	if (!ret) {
+		old = srq->wq.buf;
+		srq->wq.buf = buf;
+		srq->wq.log2 = log2;
+		buf = old;
+	}
+	pthread_spin_unlock(&srq->wq.lock);
+	vhca_free_buf(&buf);	/* the old ring, or the unused new one */
+	if (!ret && attr->max_wr < (1U << log2))
+		attr->max_wr = 1U << log2;
+	return ret;
 }
 
 int vhca_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)

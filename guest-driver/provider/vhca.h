@@ -264,6 +264,7 @@ struct ibv_cq_ex *vhca_create_cq_ex(struct ibv_context *context,
 int vhca_destroy_cq(struct ibv_cq *cq);
 int vhca_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 int vhca_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int vhca_resize_cq(struct ibv_cq *cq, int cqe);
 void vhca_cq_clean(struct vhca_cq *cq, uint32_t qpn, struct vhca_srq *srq);
 
 /* qp.c */

@@ -14,7 +14,8 @@ use device::abi::cmd::{
     CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn,
     DestroyQpIn, DestroySrqIn, DeviceAttr, ModifyQpIn, ModifySrqIn, MwType, Opcode, Pbl, PortAttr,
     QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut,
-    QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, Status,
+    QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut, ResizeSrqIn,
+    ResizeSrqOut, Status,
 };
 use device::abi::counters::CounterSet;
 use device::abi::cqe::{entry_const, Eqe};
@@ -1261,6 +1262,76 @@ impl Hca {
         Ok(())
     }
 
+    /// RESIZE_CQ onto a new scattered ring of 2^log2 CQEs, as a driver does
+    /// (abi::cmd RESIZE_PROTOCOL): store ci, run the command, then switch
+    /// rings keeping ci. The new ring is filled with garbage first (owner bits
+    /// set), since the device must initialise it. Returns the new entries.
+    pub fn resize_cq(&mut self, cq: CqH, log2: u32) -> Result<u32, CmdError> {
+        let ring = self.alloc_ring(log2, 6, Layout::Scattered);
+        for &p in &ring.pages {
+            self.g.fill(p, PAGE as usize, 0xa5);
+        }
+        let input = ResizeCqIn {
+            cqn: cq.cqn,
+            log2_entries: log2 as u8,
+            rsvd: [0; 3],
+            ring: ring.pbl,
+        };
+        self.resize_cq_raw(cq, &input, ring)
+    }
+
+    /// RESIZE_CQ with the given input over `ring` (freed on failure).
+    pub fn resize_cq_raw(
+        &mut self,
+        cq: CqH,
+        input: &ResizeCqIn,
+        ring: Ring,
+    ) -> Result<u32, CmdError> {
+        if let Some(c) = self.cqs.get(&cq.cqn) {
+            let (off, ci) = (c.slot.offset(), c.ci);
+            self.g.bar2_store32(off, ci)?;
+        }
+        match self.cmd::<_, ResizeCqOut>(Opcode::ResizeCq, input) {
+            Ok(o) => {
+                let old = match self.cqs.get_mut(&cq.cqn) {
+                    Some(c) => {
+                        c.entries = o.entries;
+                        Some(std::mem::replace(&mut c.ring, ring))
+                    }
+                    None => Some(ring),
+                };
+                if let Some(old) = old {
+                    self.free_ring(&old);
+                }
+                Ok(o.entries)
+            }
+            Err(e) => {
+                self.free_ring(&ring);
+                Err(e)
+            }
+        }
+    }
+
+    /// CQEs the device has written and the driver not polled (a peek).
+    pub fn cq_ready(&self, cq: CqH) -> u32 {
+        let Some(c) = self.cqs.get(&cq.cqn) else {
+            return 0;
+        };
+        let mut n = 0u32;
+        while n < c.ring.entries() {
+            let i = c.ci.wrapping_add(n);
+            let owner = self
+                .g
+                .ram_u8(c.ring.addr(i) + entry_const::CQE_SIZE as u64 - 1)
+                .load(Ordering::Acquire);
+            if owner & entry_const::OWNER_BIT as u8 != device::abi::cqe::owner_bit(i, c.ring.log2) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
     /// The entries CREATE_CQ granted.
     pub fn cq_entries(&self, cq: CqH) -> u32 {
         self.cqs.get(&cq.cqn).map_or(0, |c| c.entries)
@@ -1336,6 +1407,38 @@ impl Hca {
 
     pub fn query_srq(&mut self, srq: SrqH) -> Result<QuerySrqOut, CmdError> {
         self.cmd(Opcode::QuerySrq, &QuerySrqIn { srqn: srq.srqn })
+    }
+
+    /// RESIZE_SRQ onto a new ring of 2^log2 WQEs of the SRQ's stride, as a
+    /// driver does: no post meanwhile, then switch rings keeping pi. Returns
+    /// the new max_wr.
+    pub fn resize_srq(&mut self, srq: SrqH, max_wr: u32, log2: u32) -> Result<u32, CmdError> {
+        let shift = self.srqs.get(&srq.srqn).map_or(5, |s| s.ring.shift);
+        let ring = self.alloc_ring(log2, shift, Layout::Scattered);
+        let input = ResizeSrqIn {
+            srqn: srq.srqn,
+            max_wr,
+            log2_entries: log2 as u8,
+            rsvd: [0; 7],
+            ring: ring.pbl,
+        };
+        match self.cmd::<_, ResizeSrqOut>(Opcode::ResizeSrq, &input) {
+            Ok(o) => {
+                let old = match self.srqs.get_mut(&srq.srqn) {
+                    Some(s) => {
+                        s.max_wr = o.max_wr;
+                        std::mem::replace(&mut s.ring, ring)
+                    }
+                    None => ring,
+                };
+                self.free_ring(&old);
+                Ok(o.max_wr)
+            }
+            Err(e) => {
+                self.free_ring(&ring);
+                Err(e)
+            }
+        }
     }
 
     pub fn destroy_srq(&mut self, srq: SrqH) -> Result<(), CmdError> {

@@ -297,6 +297,60 @@ fn sr_01_srq_shared_by_two_qps_consumed_in_order_with_limit_event() {
     assert_eq!(net.nodes[1].engine.destroy_srq(srq), Err(VerbError::Busy));
 }
 
+#[test]
+fn cq_04_resize_cq_and_srq_keep_their_entries_and_refuse_too_small() {
+    let mut net = Net::new(2, 1 << 20, 23);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let pd = net.nodes[1].pd;
+    let srq = net.nodes[1].engine.create_srq(pd, 4, 1, 2).unwrap();
+    let post = |net: &mut Net, i: u64| {
+        net.nodes[1].engine.post_srq_recv(
+            srq,
+            RecvWr {
+                wr_id: 100 + i,
+                sges: sge(MEM_BASE + 0x1000 * (i + 1), 256, kb),
+            },
+        )
+    };
+    for i in 0..4 {
+        post(&mut net, i).unwrap();
+    }
+    assert_eq!(post(&mut net, 4), Err(VerbError::QueueFull));
+    let e = &mut net.nodes[1].engine;
+    assert_eq!(e.resize_srq(srq, 3), Err(VerbError::InvalidAttr));
+    assert_eq!(e.resize_srq(srq, 0), Err(VerbError::MaxWrExceeded));
+    assert_eq!(e.resize_srq(srq, 1 << 30), Err(VerbError::MaxWrExceeded));
+    assert_eq!(e.resize_srq(srq + 1000, 8), Err(VerbError::InvalidSrq));
+    e.resize_srq(srq, 8).unwrap();
+    for i in 4..8 {
+        post(&mut net, i).unwrap();
+    }
+    assert_eq!(net.nodes[1].engine.query_srq(srq).unwrap(), (8, 2));
+
+    let o = ConnOpts {
+        srq: [None, Some(srq)],
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    for i in 0..6 {
+        net.nodes[0]
+            .engine
+            .post_send(p.qa, send_wr(i, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
+            .unwrap();
+    }
+    net.run_until(100_000, |n| n.nodes[1].engine.cq_len(p.cq_b) == 6);
+    let e = &mut net.nodes[1].engine;
+    assert_eq!(e.resize_cq(p.cq_b, 5), Err(VerbError::InvalidAttr));
+    assert_eq!(e.resize_cq(p.cq_b, 0), Err(VerbError::InvalidAttr));
+    e.resize_cq(p.cq_b, 6).unwrap();
+    let ids: Vec<u64> = std::iter::from_fn(|| e.poll_cq(p.cq_b))
+        .map(|c| c.wr_id)
+        .collect();
+    assert_eq!(ids, (100..106).collect::<Vec<_>>());
+    assert_eq!(e.query_srq(srq).unwrap().0, 2);
+}
+
 fn ud_qp(net: &mut Net, node: usize) -> (u32, u32) {
     let o = ConnOpts {
         qp_type: QpType::Ud,

@@ -167,6 +167,10 @@ abi_consts! {
         MW_TYPE1 = 1 << 8,
         /// Memory windows of type 2B (MP-07): BIND_MW, LOCAL_INV and SEND_WITH_INV.
         MW_TYPE2 = 1 << 9,
+        /// RESIZE_CQ (CQ-04).
+        RESIZE_CQ = 1 << 10,
+        /// RESIZE_SRQ (`ibv_modify_srq` with IBV_SRQ_MAX_WR).
+        RESIZE_SRQ = 1 << 11,
     }
 }
 

@@ -32,6 +32,37 @@ map before anything changes (VHCA_STATUS_BAD_ADDRESS). The device also checks th
 object number belongs to the kind expected (a CQN where a CQ is needed).";
 }
 
+abi_text! {
+    /// How RESIZE_CQ and RESIZE_SRQ move a queue to a new ring.
+    pub const RESIZE_PROTOCOL = "Resizing a CQ or an SRQ (RESIZE_CQ, RESIZE_SRQ). The device \
+does the copy, at the moment it executes the command (commands and the data path never \
+run at the same time, so that is a single point in the stream of CQEs and WQEs): before \
+it, every CQE goes to the old ring and every WQE is read from the old ring; after it, only \
+the new ring is used. Free-running indices carry on unchanged (the CQ's pi and the ci in \
+its doorbell slot; the SRQ's pi and the device's fetch index), only the ring size changes, \
+so entry k lives in slot k mod the new size from then on.\n\n\
+RESIZE_CQ: the device reads ci from the CQ's doorbell slot; the driver stores its \
+consumer index there before the command and consumes nothing from the command until it \
+has switched to the new ring (it may hold its CQ lock across the command; a consumer \
+that does poll the old ring meanwhile is harmless: it only sees entries the device \
+copied, at the same indices). The CQEs written and not consumed, [ci, pi), plus those \
+the device holds and has not written yet, must fit the new ring, else BAD_PARAM (EINVAL) \
+and nothing changes. The device copies [ci, pi) into the new ring at the same indices, \
+each with the owner bit of its index in the new ring, and writes into every other slot \
+an owner byte that does not match the next index to land there (the rest of such a slot \
+is undefined). So the driver need not zero the new ring, and after the command it only \
+swaps its ring pointer and size, keeping ci; the old ring is free. An overflowed CQ \
+(CQ-03) cannot be resized (BAD_STATE). Arming is unchanged.\n\n\
+RESIZE_SRQ: the driver posts nothing from the command until it has switched. The WQEs \
+posted and not yet fetched by the device, [fetched, pi) with pi read from the SRQ's \
+doorbell slot, are copied into the new ring at the same indices; WQEs already fetched \
+live in the device. The stride stays. The new size must hold max_wr, and every WQE \
+posted and not consumed (fetched or not), else BAD_PARAM; growing is always possible up \
+to the device's max_srq_wr (beyond: LIMIT_EXCEEDED). The armed limit is unchanged. The \
+driver must still not post more than the new size past the oldest WQE whose receive \
+completion it has not seen.";
+}
+
 abi_consts! {
     /// Command queue constants.
     pub mod cmd_const: u32 = "VHCA_CMD" {
@@ -225,6 +256,9 @@ abi_enum! {
         CreateCq = 0x0028,
         /// Destroy a CQ; BUSY while a QP uses it.
         DestroyCq = 0x0029,
+        /// Move a CQ to a new ring of another size (CQ-04), keeping the CQEs
+        /// not yet consumed (RESIZE_PROTOCOL).
+        ResizeCq = 0x002A,
         /// Create an SRQ (SR-01).
         CreateSrq = 0x0030,
         /// Set and arm the SRQ limit.
@@ -233,6 +267,9 @@ abi_enum! {
         QuerySrq = 0x0032,
         /// Destroy an SRQ; BUSY while a QP uses it.
         DestroySrq = 0x0033,
+        /// Move an SRQ to a new ring of another size (`ibv_modify_srq` with
+        /// IBV_SRQ_MAX_WR), keeping the WQEs posted (RESIZE_PROTOCOL).
+        ResizeSrq = 0x0034,
         /// Create a QP, in Reset (QS-09).
         CreateQp = 0x0040,
         /// Modify a QP (QS-01, QS-02).
@@ -572,6 +609,26 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// RESIZE_CQ input: the CQ's new ring, which the device fills itself (no
+    /// need to zero it; RESIZE_PROTOCOL).
+    pub struct ResizeCqIn (24) {
+        pub cqn: u32,
+        /// The new ring: 2^log2_entries CQEs of 64 bytes.
+        pub log2_entries: u8,
+        pub rsvd: [u8; 3],
+        pub ring: Pbl,
+    }
+}
+
+abi_struct! {
+    /// RESIZE_CQ output.
+    pub struct ResizeCqOut (4) {
+        /// Usable entries of the new ring (the whole ring).
+        pub entries: u32,
+    }
+}
+
+abi_struct! {
     /// CREATE_SRQ input (mailbox).
     pub struct CreateSrqIn (40) {
         pub pdn: u32,
@@ -608,6 +665,29 @@ abi_struct! {
         pub attr_mask: u32,
         pub max_wr: u32,
         pub srq_limit: u32,
+    }
+}
+
+abi_struct! {
+    /// RESIZE_SRQ input: the SRQ's new ring, of the same WQE stride
+    /// (RESIZE_PROTOCOL).
+    pub struct ResizeSrqIn (32) {
+        pub srqn: u32,
+        /// WQEs the SRQ must hold; 0 < max_wr <= 2^log2_entries.
+        pub max_wr: u32,
+        /// New ring entries: 2^log2_entries.
+        pub log2_entries: u8,
+        pub rsvd: [u8; 7],
+        /// The new ring.
+        pub ring: Pbl,
+    }
+}
+
+abi_struct! {
+    /// RESIZE_SRQ output.
+    pub struct ResizeSrqOut (4) {
+        /// WQEs the SRQ holds now (the whole ring).
+        pub max_wr: u32,
     }
 }
 
@@ -865,10 +945,12 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::DestroyEq => spec(op, e::<DestroyEqIn>(), None),
             Opcode::CreateCq => spec(op, e::<CreateCqIn>(), e::<CreateCqOut>()),
             Opcode::DestroyCq => spec(op, e::<DestroyCqIn>(), None),
+            Opcode::ResizeCq => spec(op, e::<ResizeCqIn>(), e::<ResizeCqOut>()),
             Opcode::CreateSrq => spec(op, e::<CreateSrqIn>(), e::<CreateSrqOut>()),
             Opcode::ModifySrq => spec(op, e::<ModifySrqIn>(), None),
             Opcode::QuerySrq => spec(op, e::<QuerySrqIn>(), e::<QuerySrqOut>()),
             Opcode::DestroySrq => spec(op, e::<DestroySrqIn>(), None),
+            Opcode::ResizeSrq => spec(op, e::<ResizeSrqIn>(), e::<ResizeSrqOut>()),
             Opcode::CreateQp => spec(op, e::<CreateQpIn>(), e::<CreateQpOut>()),
             Opcode::ModifyQp => spec(op, e::<ModifyQpIn>(), None),
             Opcode::QueryQp => spec(op, e::<QueryQpIn>(), e::<QueryQpOut>()),
@@ -886,6 +968,7 @@ pub fn commands() -> Vec<CommandSpec> {
 pub fn section() -> Section {
     let mut entries = vec![
         Entry::Text(COMMAND_PROTOCOL),
+        Entry::Text(RESIZE_PROTOCOL),
         Entry::Consts(cmd_const::layout()),
         Entry::Consts(cmd_flags::layout()),
         Entry::Consts(cmd_owner::layout()),

@@ -199,7 +199,8 @@ abi_consts! {
 abi_consts! {
     /// SRQ attribute mask (`enum ibv_srq_attr_mask` bits) of MODIFY_SRQ.
     pub mod srq_attr_mask: u32 = "VHCA_SRQ_ATTR" {
-        /// Resize: not supported (`VHCA_STATUS_NOT_SUPPORTED`).
+        /// Resize: not through MODIFY_SRQ (`VHCA_STATUS_NOT_SUPPORTED`); the
+        /// driver uses RESIZE_SRQ, which takes the new ring.
         MAX_WR = 1 << 0,
         /// Set and arm the limit: one SRQ_LIMIT_REACHED event when fewer WQEs
         /// remain, then the limit is 0 again (SR-01).

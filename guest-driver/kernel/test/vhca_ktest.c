@@ -5,7 +5,7 @@
  * SRQ, two RC QPs connected through the port's own LID (the device loops the
  * packets back), inline and SGE SENDs, unsignaled WQEs wrapping the SQ ring
  * (retired by later signaled CQEs), RDMA WRITE through the PD's global rkey,
- * query_qp / query_srq / modify_srq, flush in the error state, back through
+ * resize_cq with CQEs not polled, query_qp / query_srq / modify_srq, flush in the error state, back through
  * RESET and working again, then teardown. Results go to the kernel
  * log ("vhca_ktest: PASS" or "vhca_ktest: FAIL ...").
  *
@@ -251,6 +251,31 @@ static void kt_run(struct ib_device *dev)
 		      "RDMA WRITE wc: n %d status %d\n", n, wc[0].status);
 		CHECK(!memcmp(t.buf + 6144, "rdma-write-16byt", 16),
 		      "RDMA WRITE data\n");
+
+		/*
+		 * resize_cq (CQ-04) with CQEs not polled, up and back down:
+		 * they come out once each, in order, after the move.
+		 */
+		for (i = 0; i < 4; i++) {
+			wr.wr.wr_id = 500 + i;
+			ret = ib_post_send(t.qp1, &wr.wr, &bad);
+			CHECK(!ret, "post RDMA WRITE %d: %d\n", i, ret);
+		}
+		msleep(100);
+		ret = ib_resize_cq(t.cq, 1000);
+		CHECK(!ret && t.cq->cqe >= 1000, "resize_cq up %d cqe %d\n",
+		      ret, t.cq->cqe);
+		ret = ib_resize_cq(t.cq, 64);
+		CHECK(!ret && t.cq->cqe >= 64, "resize_cq down %d cqe %d\n",
+		      ret, t.cq->cqe);
+		n = kt_poll(&t, 4, wc);
+		CHECK(n == 4, "after resize_cq: %d CQEs\n", n);
+		for (i = 0; i < 4; i++)
+			CHECK(wc[i].status == IB_WC_SUCCESS &&
+			      wc[i].wr_id == 500 + i,
+			      "after resize_cq: wc %d wr_id %llu status %d\n",
+			      i, wc[i].wr_id, wc[i].status);
+		CHECK(ib_poll_cq(t.cq, 1, wc) == 0, "a CQE twice\n");
 	}
 
 	ret = ib_query_qp(t.qp1, &qa, IB_QP_STATE, &qia);

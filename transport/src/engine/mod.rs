@@ -228,6 +228,25 @@ impl Engine {
         }
     }
 
+    /// Gives a CQ a new depth (CQ-04), keeping its completions and arming:
+    /// `InvalidAttr` if they would not fit or `depth` is out of range,
+    /// `InvalidWr` if the CQ overflowed (it is in error). Nothing changes on
+    /// failure.
+    pub fn resize_cq(&mut self, cq: Handle, depth: u32) -> Result<(), VerbError> {
+        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCq)?;
+        if depth == 0 || depth > self.limits.max_cqe {
+            return Err(VerbError::InvalidAttr);
+        }
+        if c.overflowed {
+            return Err(VerbError::InvalidWr);
+        }
+        if c.entries.len() > depth as usize {
+            return Err(VerbError::InvalidAttr);
+        }
+        c.depth = depth as usize;
+        Ok(())
+    }
+
     /// Arms a CQ for its next completion, or its next solicited one (CQ-02).
     pub fn req_notify_cq(&mut self, cq: Handle, solicited_only: bool) -> Result<(), VerbError> {
         let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCq)?;
@@ -297,6 +316,22 @@ impl Engine {
             return Err(VerbError::InvalidAttr);
         }
         s.limit = limit as usize;
+        Ok(())
+    }
+
+    /// Gives an SRQ a new capacity, keeping its WQEs and limit:
+    /// `MaxWrExceeded` beyond the device, `InvalidAttr` below the WQEs it holds
+    /// or its armed limit. Nothing changes on failure.
+    pub fn resize_srq(&mut self, srq: Handle, max_wr: u32) -> Result<(), VerbError> {
+        let s = self.srqs.get_mut(&srq).ok_or(VerbError::InvalidSrq)?;
+        if max_wr == 0 || max_wr > self.limits.max_qp_wr {
+            return Err(VerbError::MaxWrExceeded);
+        }
+        let m = max_wr as usize;
+        if s.wqes.len() > m || s.limit > m {
+            return Err(VerbError::InvalidAttr);
+        }
+        s.max_wr = m;
         Ok(())
     }
 
