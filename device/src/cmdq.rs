@@ -1121,8 +1121,15 @@ fn query_srq(x: &mut Exec<'_>, i: QuerySrqIn) -> Result<QuerySrqOut, Fail> {
         .srqs
         .get(&i.srqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
-    let (max_wr, max_sge) = (s.max_wr, s.max_sge);
-    let (count, limit) = x.hca.port.engine().query_srq(i.srqn)?;
+    let (max_wr, max_sge, fetched, db, len) = (s.max_wr, s.max_sge, s.fetched, s.db, s.ring.len());
+    let (queued, limit) = x.hca.port.engine().query_srq(i.srqn)?;
+    // Posted WQEs: those in the engine and those the data path has not fetched
+    // yet (a doorbell it has not seen; bounded by the ring, a garbage producer
+    // index counts nothing).
+    let (pi, _) = db.load(x.db);
+    let unfetched = pi.wrapping_sub(fetched);
+    let unfetched = if unfetched > len { 0 } else { unfetched };
+    let count = queued as u64 + u64::from(unfetched);
     Ok(QuerySrqOut {
         max_wr,
         max_sge,
