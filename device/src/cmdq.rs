@@ -122,7 +122,9 @@ impl Caps {
                 | dev_cap::MW_TYPE2
                 | dev_cap::DMA_MR
                 | dev_cap::RESIZE_CQ
-                | dev_cap::RESIZE_SRQ,
+                | dev_cap::RESIZE_SRQ
+                | dev_cap::FLUSH_GLOBAL
+                | dev_cap::ATOMIC_WRITE,
         }
     }
 }
@@ -339,10 +341,20 @@ const ACCESS_BITS: u32 = access::LOCAL_WRITE
     | access::REMOTE_WRITE
     | access::REMOTE_READ
     | access::REMOTE_ATOMIC
-    | access::MW_BIND;
+    | access::MW_BIND
+    | access::FLUSH_GLOBAL;
+
+/// QP access may also enable FLUSH of placement type persistence (as Linux
+/// rxe, the responder checks the QP's flush rights and then the MR's); no MR
+/// can hold that right, so such a FLUSH still fails (IBA 1.5 MPE).
+const QP_ACCESS_BITS: u32 = ACCESS_BITS | access::FLUSH_PERSISTENT;
 
 fn check_access(a: u32) -> Result<tv::Access, Fail> {
-    if a & !ACCESS_BITS != 0 {
+    check_access_in(a, ACCESS_BITS)
+}
+
+fn check_access_in(a: u32, allowed: u32) -> Result<tv::Access, Fail> {
+    if a & !allowed != 0 {
         return Err(fail(Status::BadParam, Syndrome::Access));
     }
     Ok(tv::Access(a))
@@ -1357,7 +1369,7 @@ fn qp_attr_from_abi(a: &QpAttr, mask: u32) -> Result<(tv::QpAttr, tv::AttrMask),
         t.en_sqd_async_notify = a.en_sqd_async_notify != 0;
     }
     if has(m::ACCESS_FLAGS) {
-        t.access = check_access(a.qp_access_flags)?;
+        t.access = check_access_in(a.qp_access_flags, QP_ACCESS_BITS)?;
     }
     if has(m::PKEY_INDEX) {
         t.pkey_index = a.pkey_index;

@@ -89,6 +89,8 @@ pub fn decode_send(
         7 => WrOpcode::LocalInv,
         8 => WrOpcode::BindMw,
         9 => WrOpcode::SendWithInv,
+        14 => WrOpcode::Flush,
+        15 => WrOpcode::AtomicWrite,
         _ => return Err(bad(BadWqe::Opcode)),
     };
     let known = abi::verbs::send_flags::FENCE
@@ -105,7 +107,9 @@ pub fn decode_send(
         WrOpcode::RdmaRead
         | WrOpcode::AtomicCmpSwap
         | WrOpcode::AtomicFetchAdd
-        | WrOpcode::SendWithInv => t == T::Rc,
+        | WrOpcode::SendWithInv
+        | WrOpcode::Flush
+        | WrOpcode::AtomicWrite => t == T::Rc,
         // MP-07: LOCAL_INV on any service; MP-06/MP-07: BIND_MW on RC and UC.
         WrOpcode::LocalInv => true,
         WrOpcode::BindMw => matches!(t, T::Rc | T::Uc),
@@ -166,6 +170,8 @@ pub fn decode_send(
             | WrOpcode::RdmaRead
             | WrOpcode::AtomicCmpSwap
             | WrOpcode::AtomicFetchAdd
+            | WrOpcode::Flush
+            | WrOpcode::AtomicWrite
     ) {
         let r: abi::wqe::RaddrSeg = seg(wqe, &mut at).map_err(bad)?;
         remote_addr = r.remote_addr;
@@ -178,6 +184,19 @@ pub fn decode_send(
         if opcode == WrOpcode::AtomicCmpSwap {
             compare = a.compare_add;
             swap_add = a.swap;
+        } else {
+            swap_add = a.compare_add;
+        }
+    }
+    if matches!(opcode, WrOpcode::Flush | WrOpcode::AtomicWrite) {
+        // IBA 1.5 MPE: no data; AtomicSeg.compare_add is the FLUSH length or
+        // the ATOMIC WRITE's 8 bytes (the engine's `compare` / `swap_add`).
+        if ctrl.len != 0 || ctrl.flags & abi::verbs::send_flags::INLINE != 0 {
+            return Err(bad(BadWqe::LocalOp));
+        }
+        let a: abi::wqe::AtomicSeg = seg(wqe, &mut at).map_err(bad)?;
+        if opcode == WrOpcode::Flush {
+            compare = a.compare_add;
         } else {
             swap_add = a.compare_add;
         }

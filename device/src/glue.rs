@@ -35,6 +35,10 @@ impl Memory for GuestMem<'_> {
     fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemError> {
         self.0.fetch_add(addr, add).map_err(|_| err(addr, 8))
     }
+
+    fn atomic_write(&mut self, addr: u64, value: u64) -> Result<(), MemError> {
+        self.0.atomic_store(addr, value).map_err(|_| err(addr, 8))
+    }
 }
 
 /// The doorbell pages: BAR2's shared memory.

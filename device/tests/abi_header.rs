@@ -17,7 +17,7 @@ use device::abi::cqe::{entry_const, owner_bit, Cqe, Eqe, EqeType};
 use device::abi::header::{HEADER_PATH, REGENERATE};
 use device::abi::layout::{AbiStruct, StructLayout, Ty};
 use device::abi::uar::{uar, CqDoorbell, EqDoorbell, QpDoorbell, SrqDoorbell, UarHeader};
-use device::abi::verbs::{self, access, qp_attr_mask, send_flags, wc_flags};
+use device::abi::verbs::{self, access, flush, qp_attr_mask, send_flags, wc_flags};
 use device::abi::wqe::{wqe_const, AtomicSeg, RaddrSeg, RecvCtrl, SendCtrl, Sge, UdSeg};
 use device::abi::{c_header, structs};
 use device::hca::HcaCounters;
@@ -362,6 +362,8 @@ fn verbs_numbers_are_the_engines() {
         WrOpcode::LocalInv,
         WrOpcode::BindMw,
         WrOpcode::SendWithInv,
+        WrOpcode::Flush,
+        WrOpcode::AtomicWrite,
     ];
     same(&wrs, |w| *w as u8, verbs::WrOpcode::ALL, |a| a.raw());
     let wcs: Vec<WcStatus> = (0..=255u8).filter_map(wc_status).collect();
@@ -374,6 +376,8 @@ fn verbs_numbers_are_the_engines() {
         WcOpcode::FetchAdd,
         WcOpcode::BindMw,
         WcOpcode::LocalInv,
+        WcOpcode::Flush,
+        WcOpcode::AtomicWrite,
         WcOpcode::Recv,
         WcOpcode::RecvRdmaWithImm,
     ];
@@ -442,6 +446,12 @@ fn flag_bits_are_the_engines() {
     assert_eq!(access::REMOTE_READ, tv::Access::REMOTE_READ.0);
     assert_eq!(access::REMOTE_ATOMIC, tv::Access::REMOTE_ATOMIC.0);
     assert_eq!(access::MW_BIND, tv::Access::MW_BIND.0);
+    assert_eq!(access::FLUSH_GLOBAL, tv::Access::FLUSH_GLOBAL.0);
+    assert_eq!(access::FLUSH_PERSISTENT, tv::Access::FLUSH_PERSISTENT.0);
+    assert_eq!(flush::GLOBAL, u32::from(tv::FlushSpec::TYPE_GLOBAL));
+    assert_eq!(flush::PERSISTENT, u32::from(tv::FlushSpec::TYPE_PERSISTENT));
+    assert_eq!(flush::LEVEL_RANGE, u32::from(tv::FlushSpec::LEVEL_RANGE));
+    assert_eq!(flush::LEVEL_MR, u32::from(tv::FlushSpec::LEVEL_MR));
     assert_eq!(u32::from(send_flags::FENCE), tv::SendFlags::FENCE.0);
     assert_eq!(u32::from(send_flags::SIGNALED), tv::SendFlags::SIGNALED.0);
     assert_eq!(u32::from(send_flags::SOLICITED), tv::SendFlags::SOLICITED.0);

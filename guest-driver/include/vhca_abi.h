@@ -299,6 +299,10 @@ typedef uint64_t __u64;
 #define VHCA_DEV_CAP_RESIZE_CQ     (1U << 10)
 /* RESIZE_SRQ (`ibv_modify_srq` with IBV_SRQ_MAX_WR). */
 #define VHCA_DEV_CAP_RESIZE_SRQ    (1U << 11)
+/* RDMA FLUSH of placement type global visibility on RC (IBA 1.5 MPE). */
+#define VHCA_DEV_CAP_FLUSH_GLOBAL  (1U << 12)
+/* RDMA ATOMIC WRITE on RC (IBA 1.5 MPE). */
+#define VHCA_DEV_CAP_ATOMIC_WRITE  (1U << 13)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -576,6 +580,19 @@ enum vhca_wr_opcode {
 	/* Bind a memory window (MP-06, MP-07): ctrl + `struct vhca_bind_seg`. */
 	VHCA_WR_BIND_MW = 8,
 	VHCA_WR_SEND_WITH_INV = 9,
+	/*
+	 * RDMA FLUSH (IBA 1.5 MPE; RC): ctrl.imm_or_inv = placement type
+	 * (`VHCA_FLUSH_GLOBAL`) | selectivity level << 4 (`VHCA_FLUSH_LEVEL_*`),
+	 * then `struct vhca_raddr_seg` and `struct vhca_atomic_seg` whose
+	 * compare_add is the length; ctrl.len = 0.
+	 */
+	VHCA_WR_FLUSH = 14,
+	/*
+	 * RDMA ATOMIC WRITE (IBA 1.5 MPE; RC): `struct vhca_raddr_seg`, then `struct
+	 * vhca_atomic_seg` whose compare_add holds the 8 bytes to write (copied as
+	 * they are); ctrl.len = 0.
+	 */
+	VHCA_WR_ATOMIC_WRITE = 15,
 };
 
 /* Completion status (`enum ibv_wc_status`). */
@@ -613,6 +630,8 @@ enum vhca_wc_opcode {
 	VHCA_WC_OP_FETCH_ADD = 4,
 	VHCA_WC_OP_BIND_MW = 5,
 	VHCA_WC_OP_LOCAL_INV = 6,
+	VHCA_WC_OP_FLUSH = 8,
+	VHCA_WC_OP_ATOMIC_WRITE = 9,
 	VHCA_WC_OP_RECV = 128,
 	VHCA_WC_OP_RECV_RDMA_WITH_IMM = 129,
 };
@@ -638,11 +657,34 @@ enum vhca_atomic_cap {
 };
 
 /* Memory access flags (`enum ibv_access_flags` bits; MP-04). */
-#define VHCA_ACCESS_LOCAL_WRITE   (1U << 0)
-#define VHCA_ACCESS_REMOTE_WRITE  (1U << 1)
-#define VHCA_ACCESS_REMOTE_READ   (1U << 2)
-#define VHCA_ACCESS_REMOTE_ATOMIC (1U << 3)
-#define VHCA_ACCESS_MW_BIND       (1U << 4)
+#define VHCA_ACCESS_LOCAL_WRITE      (1U << 0)
+#define VHCA_ACCESS_REMOTE_WRITE     (1U << 1)
+#define VHCA_ACCESS_REMOTE_READ      (1U << 2)
+#define VHCA_ACCESS_REMOTE_ATOMIC    (1U << 3)
+#define VHCA_ACCESS_MW_BIND          (1U << 4)
+/*
+ * The MR may be the target of a FLUSH of placement type global visibility
+ * (IBA 1.5 MPE).
+ */
+#define VHCA_ACCESS_FLUSH_GLOBAL     (1U << 8)
+/*
+ * Placement type persistence: never granted; guest memory is not
+ * non-volatile, so REG_MR refuses it (VHCA_STATUS_BAD_PARAM).
+ */
+#define VHCA_ACCESS_FLUSH_PERSISTENT (1U << 9)
+
+/*
+ * FLUSH placement types and selectivity levels (`enum ib_placement_type`,
+ * `enum ib_selectivity_level`), as FETH carries them.
+ */
+/* Placement type: global visibility. */
+#define VHCA_FLUSH_GLOBAL      (1U << 0)
+/* Placement type: persistence (never succeeds on this device). */
+#define VHCA_FLUSH_PERSISTENT  (1U << 1)
+/* Selectivity: the range [remote_addr, remote_addr + length). */
+#define VHCA_FLUSH_LEVEL_RANGE 0U
+/* Selectivity: the whole memory region of the R_Key. */
+#define VHCA_FLUSH_LEVEL_MR    1U
 
 /* Send WQE flags (`enum ibv_send_flags` bits). */
 /* Wait for prior READ/ATOMIC to complete first (C9-31, OR-05). */
@@ -1873,10 +1915,14 @@ static inline int vhca_status_errno(unsigned int status)
  * Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP,
  * struct vhca_ud_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ
  * a struct vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a
- * struct vhca_raddr_seg followed by a struct vhca_atomic_seg; for BIND_MW a
- * struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the window's current
- * R_Key); LOCAL_INV has the control segment only (ctrl.len = 0,
- * ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs
+ * struct vhca_raddr_seg followed by a struct vhca_atomic_seg; for FLUSH and
+ * ATOMIC_WRITE (IBA 1.5 Memory Placement Extensions, RC only, ctrl.len = 0,
+ * no data) a struct vhca_raddr_seg followed by a struct vhca_atomic_seg whose
+ * compare_add is the FLUSH's length or the 8 bytes the ATOMIC WRITE stores
+ * (FLUSH: ctrl.imm_or_inv = placement type | selectivity level << 4); for
+ * BIND_MW a struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the
+ * window's current R_Key); LOCAL_INV has the control segment only (ctrl.len =
+ * 0, ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs
  * (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes of inline
  * data. Everything must fit in the stride: a WQE that does not, an unknown
  * opcode, or an opcode the QP's service does not allow completes with an
@@ -2549,8 +2595,9 @@ enum vhca_counter_set {
 	"memory_fault", \
 	"window_not_bound", \
 	"window_wrong_qp", \
-	"invalid_invalidate"
-#define VHCA_COUNTERS_NAK_SENT_COUNT 22
+	"invalid_invalidate", \
+	"no_flush"
+#define VHCA_COUNTERS_NAK_SENT_COUNT 23
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_DEVICE_NAMES \

@@ -126,6 +126,16 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 			a->device_cap_flags |= IB_DEVICE_MEM_WINDOW_TYPE_2B;
 		a->max_mw = d->max_mr;
 	}
+	/*
+	 * IBA 1.5 Memory Placement Extensions on RC. FLUSH to global
+	 * visibility only: guest memory is ordinary RAM, so the device cannot
+	 * claim persistence and never advertises IB_DEVICE_FLUSH_PERSISTENT
+	 * (ib_check_mr_access then refuses IB_ACCESS_FLUSH_PERSISTENT).
+	 */
+	if (caps & VHCA_DEV_CAP_FLUSH_GLOBAL)
+		a->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL;
+	if (caps & VHCA_DEV_CAP_ATOMIC_WRITE)
+		a->device_cap_flags |= IB_DEVICE_ATOMIC_WRITE;
 	a->max_send_sge = d->max_sge;
 	a->max_recv_sge = d->max_sge;
 	a->max_sge_rd = d->max_sge;
@@ -491,7 +501,10 @@ u32 vhca_access_to_dev(int ib)
 	       ((ib & IB_ACCESS_REMOTE_WRITE) ? VHCA_ACCESS_REMOTE_WRITE : 0) |
 	       ((ib & IB_ACCESS_REMOTE_READ) ? VHCA_ACCESS_REMOTE_READ : 0) |
 	       ((ib & IB_ACCESS_REMOTE_ATOMIC) ? VHCA_ACCESS_REMOTE_ATOMIC : 0) |
-	       ((ib & IB_ACCESS_MW_BIND) ? VHCA_ACCESS_MW_BIND : 0);
+	       ((ib & IB_ACCESS_MW_BIND) ? VHCA_ACCESS_MW_BIND : 0) |
+	       ((ib & IB_ACCESS_FLUSH_GLOBAL) ? VHCA_ACCESS_FLUSH_GLOBAL : 0) |
+	       ((ib & IB_ACCESS_FLUSH_PERSISTENT) ?
+			VHCA_ACCESS_FLUSH_PERSISTENT : 0);
 }
 
 int vhca_access_to_ib(u32 a)
@@ -500,5 +513,8 @@ int vhca_access_to_ib(u32 a)
 	       ((a & VHCA_ACCESS_REMOTE_WRITE) ? IB_ACCESS_REMOTE_WRITE : 0) |
 	       ((a & VHCA_ACCESS_REMOTE_READ) ? IB_ACCESS_REMOTE_READ : 0) |
 	       ((a & VHCA_ACCESS_REMOTE_ATOMIC) ? IB_ACCESS_REMOTE_ATOMIC : 0) |
-	       ((a & VHCA_ACCESS_MW_BIND) ? IB_ACCESS_MW_BIND : 0);
+	       ((a & VHCA_ACCESS_MW_BIND) ? IB_ACCESS_MW_BIND : 0) |
+	       ((a & VHCA_ACCESS_FLUSH_GLOBAL) ? IB_ACCESS_FLUSH_GLOBAL : 0) |
+	       ((a & VHCA_ACCESS_FLUSH_PERSISTENT) ?
+			IB_ACCESS_FLUSH_PERSISTENT : 0);
 }

@@ -365,6 +365,13 @@ static bool vhca_opcode_ok(struct vhca_context *ctx, uint8_t type,
 			(VHCA_DEV_CAP_MW_TYPE1 | VHCA_DEV_CAP_MW_TYPE2));
 	case IBV_WR_LOCAL_INV:
 		return ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE2;
+	/* IBA 1.5 Memory Placement Extensions: RC only (extended QP API). */
+	case IBV_WR_FLUSH:
+		return type == VHCA_QPT_RC &&
+		       (ctx->cap_flags & VHCA_DEV_CAP_FLUSH_GLOBAL);
+	case IBV_WR_ATOMIC_WRITE:
+		return type == VHCA_QPT_RC &&
+		       (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC_WRITE);
 	default:
 		return false;
 	}
@@ -493,6 +500,28 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 		r->rsvd = 0;
 		off += sizeof(*r);
 		break;
+	}
+	case IBV_WR_FLUSH:
+	case IBV_WR_ATOMIC_WRITE: {
+		/*
+		 * No data: raddr, then the atomic segment with the FLUSH length
+		 * or the ATOMIC WRITE's 8 bytes (staged by wr_flush and
+		 * wr_atomic_write in wr.atomic; vhca_abi.h WQE layout).
+		 */
+		struct vhca_raddr_seg *r = (struct vhca_raddr_seg *)(w + off);
+		struct vhca_atomic_seg *a =
+			(struct vhca_atomic_seg *)(w + off + sizeof(*r));
+
+		r->remote_addr = wr->wr.atomic.remote_addr;
+		r->rkey = wr->wr.atomic.rkey;
+		r->rsvd = 0;
+		a->compare_add = wr->wr.atomic.compare_add;
+		a->swap = 0;
+		if (wr->opcode == IBV_WR_FLUSH)
+			ctrl->imm_or_inv = (uint32_t)wr->wr.atomic.swap;
+		ctrl->flags &= ~VHCA_SEND_INLINE;
+		ctrl->len = 0;
+		return 0;
 	}
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
@@ -863,6 +892,33 @@ static void vhca_wr_atomic_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey,
 	vhca_wr_atomic(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr, add, 0);
 }
 
+/* RDMA FLUSH: len in compare_add, type | level << 4 (FETH) in swap. */
+static void vhca_wr_flush(struct ibv_qp_ex *qpx, uint32_t rkey,
+			  uint64_t addr, size_t len, uint8_t type,
+			  uint8_t level)
+{
+	struct ibv_send_wr *wr = vhca_qpx_new(qpx, IBV_WR_FLUSH);
+
+	wr->wr.atomic.rkey = rkey;
+	wr->wr.atomic.remote_addr = addr;
+	wr->wr.atomic.compare_add = len;
+	wr->wr.atomic.swap = (uint64_t)(type & 0xf) | ((uint64_t)(level & 3) << 4);
+	if (type == 0 || (type & ~(IBV_FLUSH_GLOBAL | IBV_FLUSH_PERSISTENT)) ||
+	    level > IBV_FLUSH_MR || len > UINT32_MAX)
+		qpx_to_vqp(qpx)->ex->err = EINVAL;
+}
+
+/* RDMA ATOMIC WRITE: the 8 bytes at atomic_wr, copied as they are. */
+static void vhca_wr_atomic_write(struct ibv_qp_ex *qpx, uint32_t rkey,
+				 uint64_t addr, const void *atomic_wr)
+{
+	struct ibv_send_wr *wr = vhca_qpx_new(qpx, IBV_WR_ATOMIC_WRITE);
+
+	wr->wr.atomic.rkey = rkey;
+	wr->wr.atomic.remote_addr = addr;
+	memcpy(&wr->wr.atomic.compare_add, atomic_wr, 8);
+}
+
 static void vhca_wr_set_ud_addr(struct ibv_qp_ex *qpx, struct ibv_ah *ah,
 				uint32_t remote_qpn, uint32_t remote_qkey)
 {
@@ -974,6 +1030,10 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 				      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 			if (ctx->cap_flags & VHCA_DEV_CAP_SEND_WITH_INV)
 				ok |= IBV_QP_EX_WITH_SEND_WITH_INV;
+			if (ctx->cap_flags & VHCA_DEV_CAP_FLUSH_GLOBAL)
+				ok |= IBV_QP_EX_WITH_FLUSH;
+			if (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC_WRITE)
+				ok |= IBV_QP_EX_WITH_ATOMIC_WRITE;
 		}
 		if (type != VHCA_QPT_UD &&
 		    (ctx->cap_flags & (VHCA_DEV_CAP_MW_TYPE1 |
@@ -1024,6 +1084,8 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 	qpx->wr_rdma_read = vhca_wr_rdma_read;
 	qpx->wr_atomic_cmp_swp = vhca_wr_atomic_cmp_swp;
 	qpx->wr_atomic_fetch_add = vhca_wr_atomic_fetch_add;
+	qpx->wr_flush = vhca_wr_flush;
+	qpx->wr_atomic_write = vhca_wr_atomic_write;
 	qpx->wr_set_ud_addr = vhca_wr_set_ud_addr;
 	qpx->wr_set_sge = vhca_wr_set_sge;
 	qpx->wr_set_sge_list = vhca_wr_set_sge_list;

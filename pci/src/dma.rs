@@ -170,6 +170,11 @@ impl DmaMemory {
         self.with_word(addr, |w| w.fetch_add(add, Ordering::SeqCst))
     }
 
+    /// Atomic store of the 64-bit word at `addr` (RDMA ATOMIC WRITE).
+    pub fn atomic_store(&self, addr: u64, value: u64) -> Result<(), DmaError> {
+        self.with_word(addr, |w| w.store(value, Ordering::SeqCst))
+    }
+
     /// Maps `size` bytes of `file` at `offset` to guest address `iova`,
     /// replacing whatever was mapped there. A map QEMU marks read-only is
     /// mapped private: device writes to it are lost instead of faulting.

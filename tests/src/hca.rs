@@ -525,7 +525,9 @@ impl Default for ConnOpts {
             access: access::LOCAL_WRITE
                 | access::REMOTE_WRITE
                 | access::REMOTE_READ
-                | access::REMOTE_ATOMIC,
+                | access::REMOTE_ATOMIC
+                | access::FLUSH_GLOBAL
+                | access::FLUSH_PERSISTENT,
             qkey: 0x1111_1111,
             sl: 0,
         }

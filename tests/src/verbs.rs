@@ -122,6 +122,23 @@ impl SendWr {
         w
     }
 
+    /// RDMA FLUSH (IBA 1.5 MPE) of `len` bytes at `raddr` with placement type
+    /// `ptype` and selectivity level `level` (`VHCA_FLUSH_*`).
+    pub fn flush(wr_id: u64, raddr: u64, rkey: u32, len: u64, ptype: u32, level: u32) -> SendWr {
+        let mut w = SendWr::new(WrOpcode::Flush, wr_id)
+            .remote(raddr, rkey)
+            .imm(ptype | (level << 4));
+        w.atomic = Some((len, 0));
+        w
+    }
+
+    /// RDMA ATOMIC WRITE (IBA 1.5 MPE) of the 8 bytes `word` at `raddr`.
+    pub fn atomic_write(wr_id: u64, raddr: u64, rkey: u32, word: [u8; 8]) -> SendWr {
+        let mut w = SendWr::new(WrOpcode::AtomicWrite, wr_id).remote(raddr, rkey);
+        w.atomic = Some((u64::from_le_bytes(word), 0));
+        w
+    }
+
     pub fn sge(mut self, s: Sge) -> SendWr {
         self.sges.push(s);
         self
@@ -240,11 +257,20 @@ fn has_raddr(op: WrOpcode) -> bool {
             | WrOpcode::RdmaRead
             | WrOpcode::AtomicCmpSwap
             | WrOpcode::AtomicFetchAdd
+            | WrOpcode::Flush
+            | WrOpcode::AtomicWrite
     )
 }
 
+/// Opcodes whose WQE carries a `vhca_atomic_seg` after the remote address.
 fn is_atomic(op: WrOpcode) -> bool {
-    matches!(op, WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd)
+    matches!(
+        op,
+        WrOpcode::AtomicCmpSwap
+            | WrOpcode::AtomicFetchAdd
+            | WrOpcode::Flush
+            | WrOpcode::AtomicWrite
+    )
 }
 
 /// Encodes a send WQE for a QP of type `t` (abi::wqe WQE_LAYOUT).

@@ -23,6 +23,9 @@ pub trait Memory {
     fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError>;
     /// Fetch-and-add on the 8-byte word at `addr`; returns the old value.
     fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemError>;
+    /// Single-copy-atomic store of the 8-byte word at `addr` (RDMA ATOMIC
+    /// WRITE): no reader ever sees part of it.
+    fn atomic_write(&mut self, addr: u64, value: u64) -> Result<(), MemError>;
 }
 
 /// Memory backed by a vector, starting at physical address `base`: for tests and
@@ -92,6 +95,11 @@ impl Memory for VecMemory {
         let old = u64::from_le_bytes(w[..8].try_into().unwrap_or([0; 8]));
         w.copy_from_slice(&old.wrapping_add(add).to_le_bytes());
         Ok(old)
+    }
+
+    fn atomic_write(&mut self, addr: u64, value: u64) -> Result<(), MemError> {
+        self.word(addr)?.copy_from_slice(&value.to_le_bytes());
+        Ok(())
     }
 }
 

@@ -37,11 +37,14 @@ pub const MIN_PAGE_SIZE: u64 = 4 << 10;
 pub const MAX_PAGE_SIZE: u64 = 1 << 30;
 
 /// Access bits this engine implements; any other bit in a registration is refused.
+/// FLUSH_PERSISTENT is not among them: the memory the engine is given is not
+/// known to be non-volatile, so a FLUSH cannot promise persistence (IBA 1.5 MPE).
 const SUPPORTED_ACCESS: u32 = Access::LOCAL_WRITE.0
     | Access::REMOTE_WRITE.0
     | Access::REMOTE_READ.0
     | Access::REMOTE_ATOMIC.0
-    | Access::MW_BIND.0;
+    | Access::MW_BIND.0
+    | Access::FLUSH_GLOBAL.0;
 
 /// The index part of a memory key (MP-02).
 pub const fn key_index(key: u32) -> u32 {
@@ -100,6 +103,10 @@ pub enum AccessError {
     /// request arrived at (IBA 10.6.7.2.4, type 2B: QP and PD; MP-07).
     #[error("memory window is bound to another queue pair")]
     WindowWrongQp,
+    /// A FLUSH whose placement type the MR's access does not allow
+    /// (`FLUSH_GLOBAL` / `FLUSH_PERSISTENT`; IBA 1.5 MPE).
+    #[error("region lacks the flush access the placement type needs")]
+    NoFlush,
 }
 
 impl AccessError {
@@ -445,6 +452,11 @@ impl AtomicTarget {
     /// FetchAdd (IBA 9.4.5): returns the original value.
     pub fn fetch_add(&self, mem: &mut dyn Memory, add: u64) -> Result<u64, MemError> {
         mem.fetch_add(self.pa, add)
+    }
+
+    /// ATOMIC WRITE (IBA 1.5 MPE): one single-copy-atomic 8-byte store.
+    pub fn store(&self, mem: &mut dyn Memory, value: u64) -> Result<(), MemError> {
+        mem.atomic_write(self.pa, value)
     }
 }
 
@@ -1212,6 +1224,60 @@ impl MrTable {
             Some((pa, 8)) => Ok(AtomicTarget { pa }),
             _ => Err(AccessError::OutOfBounds),
         }
+    }
+
+    /// May an ATOMIC WRITE (IBA 1.5 MPE) arriving at QP `qpn` store the 8-byte
+    /// word at `va` through `rkey`? Aligned as an atomic (else Invalid Request),
+    /// then key, PD, bounds and REMOTE_WRITE (as Linux rxe: it is a WRITE that
+    /// must not tear), else Remote Access Error.
+    pub fn check_atomic_write_at(
+        &self,
+        pd: Handle,
+        qpn: Option<u32>,
+        rkey: u32,
+        va: u64,
+    ) -> Result<AtomicTarget, AccessError> {
+        if !va.is_multiple_of(8) {
+            return Err(AccessError::MisalignedAtomic);
+        }
+        let (mr, rights) = self.lookup_remote(pd, qpn, rkey, va, 8)?;
+        if !rights.contains(Access::REMOTE_WRITE) {
+            return Err(AccessError::NoRemoteWrite);
+        }
+        match mr.segments(va, 8).next() {
+            Some((pa, 8)) => Ok(AtomicTarget { pa }),
+            _ => Err(AccessError::OutOfBounds),
+        }
+    }
+
+    /// May a FLUSH (IBA 1.5 MPE) arriving at QP `qpn` name `rkey` with these
+    /// placement type bits? Key, PD, the rights `need` (FLUSH_GLOBAL and/or
+    /// FLUSH_PERSISTENT) and, for a range flush (`whole_region` false), the
+    /// bounds of `[va, va + len)`; a flush of the whole region ignores the
+    /// request's VA and length.
+    pub fn check_flush_at(
+        &self,
+        pd: Handle,
+        qpn: Option<u32>,
+        rkey: u32,
+        range: Option<(u64, u64)>,
+        need: Access,
+    ) -> Result<(), AccessError> {
+        let (va, len) = match range {
+            Some(r) => r,
+            None => {
+                let start = match self.mw_at(key_index(rkey)) {
+                    Some(mw) => mw.bound.as_ref().map(|b| b.va),
+                    None => self.lookup(rkey).ok().map(|m| m.iova),
+                };
+                (start.unwrap_or(0), 0)
+            }
+        };
+        let (_, rights) = self.lookup_remote(pd, qpn, rkey, va, len)?;
+        if !rights.contains(need) {
+            return Err(AccessError::NoFlush);
+        }
+        Ok(())
     }
 
     // ---- gather / scatter over SGE lists (MP-03, MP-04, MP-05) ----

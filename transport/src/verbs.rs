@@ -53,6 +53,12 @@ impl Access {
     pub const REMOTE_READ: Access = Access(1 << 2);
     pub const REMOTE_ATOMIC: Access = Access(1 << 3);
     pub const MW_BIND: Access = Access(1 << 4);
+    /// A remote FLUSH of placement type global visibility may target this MR
+    /// (IBA 1.5 Memory Placement Extensions; `IBV_ACCESS_FLUSH_GLOBAL`).
+    pub const FLUSH_GLOBAL: Access = Access(1 << 8);
+    /// A remote FLUSH of placement type persistence may target this MR
+    /// (`IBV_ACCESS_FLUSH_PERSISTENT`).
+    pub const FLUSH_PERSISTENT: Access = Access(1 << 9);
 
     /// Whether every bit of `other` is set here.
     pub fn contains(self, other: Access) -> bool {
@@ -114,6 +120,41 @@ pub enum WrOpcode {
     /// Bind a memory window: `data` is [`SendData::Bind`] (MP-06, MP-07).
     BindMw = 8,
     SendWithInv = 9,
+    /// RDMA FLUSH (IBA 1.5 MPE, RC only): `remote_addr`/`rkey` and the length
+    /// in `compare`; placement type and selectivity level in `imm_or_inv`, as
+    /// the FETH carries them ([`FlushSpec`]). No data.
+    Flush = 14,
+    /// RDMA ATOMIC WRITE (IBA 1.5 MPE, RC only): the 8 bytes of `swap_add`
+    /// (little-endian, i.e. the bytes as the consumer gave them) land at the
+    /// 8-byte aligned `remote_addr` in one single-copy-atomic store.
+    AtomicWrite = 15,
+}
+
+/// What a FLUSH asks, as `SendWr::imm_or_inv` carries it: bits \[3:0\] the
+/// placement type (`IBV_FLUSH_GLOBAL` 1, `IBV_FLUSH_PERSISTENT` 2), bits \[5:4\]
+/// the selectivity level (`IBV_FLUSH_RANGE` 0, `IBV_FLUSH_MR` 1): FETH's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlushSpec {
+    pub placement_type: u8,
+    pub selectivity: u8,
+}
+
+impl FlushSpec {
+    pub const TYPE_GLOBAL: u8 = 1;
+    pub const TYPE_PERSISTENT: u8 = 2;
+    pub const LEVEL_RANGE: u8 = 0;
+    pub const LEVEL_MR: u8 = 1;
+
+    pub fn from_bits(v: u32) -> FlushSpec {
+        FlushSpec {
+            placement_type: (v & 0xf) as u8,
+            selectivity: ((v >> 4) & 3) as u8,
+        }
+    }
+
+    pub fn bits(self) -> u32 {
+        u32::from(self.placement_type & 0xf) | (u32::from(self.selectivity & 3) << 4)
+    }
 }
 
 /// Memory window types (`enum ibv_mw_type` numbers).
@@ -240,6 +281,8 @@ pub enum WcOpcode {
     FetchAdd = 4,
     BindMw = 5,
     LocalInv = 6,
+    Flush = 8,
+    AtomicWrite = 9,
     Recv = 128,
     RecvRdmaWithImm = 129,
 }

@@ -171,6 +171,10 @@ abi_consts! {
         RESIZE_CQ = 1 << 10,
         /// RESIZE_SRQ (`ibv_modify_srq` with IBV_SRQ_MAX_WR).
         RESIZE_SRQ = 1 << 11,
+        /// RDMA FLUSH of placement type global visibility on RC (IBA 1.5 MPE).
+        FLUSH_GLOBAL = 1 << 12,
+        /// RDMA ATOMIC WRITE on RC (IBA 1.5 MPE).
+        ATOMIC_WRITE = 1 << 13,
     }
 }
 

@@ -62,6 +62,15 @@ abi_enum! {
         /// Bind a memory window (MP-06, MP-07): ctrl + `struct vhca_bind_seg`.
         BindMw = 8,
         SendWithInv = 9,
+        /// RDMA FLUSH (IBA 1.5 MPE; RC): ctrl.imm_or_inv = placement type
+        /// (`VHCA_FLUSH_GLOBAL`) | selectivity level << 4 (`VHCA_FLUSH_LEVEL_*`),
+        /// then `struct vhca_raddr_seg` and `struct vhca_atomic_seg` whose
+        /// compare_add is the length; ctrl.len = 0.
+        Flush = 14,
+        /// RDMA ATOMIC WRITE (IBA 1.5 MPE; RC): `struct vhca_raddr_seg`, then
+        /// `struct vhca_atomic_seg` whose compare_add holds the 8 bytes to
+        /// write (copied as they are); ctrl.len = 0.
+        AtomicWrite = 15,
     }
 }
 
@@ -103,6 +112,8 @@ abi_enum! {
         FetchAdd = 4,
         BindMw = 5,
         LocalInv = 6,
+        Flush = 8,
+        AtomicWrite = 9,
         Recv = 128,
         RecvRdmaWithImm = 129,
     }
@@ -138,6 +149,27 @@ abi_consts! {
         REMOTE_READ = 1 << 2,
         REMOTE_ATOMIC = 1 << 3,
         MW_BIND = 1 << 4,
+        /// The MR may be the target of a FLUSH of placement type global
+        /// visibility (IBA 1.5 MPE).
+        FLUSH_GLOBAL = 1 << 8,
+        /// Placement type persistence: never granted; guest memory is not
+        /// non-volatile, so REG_MR refuses it (VHCA_STATUS_BAD_PARAM).
+        FLUSH_PERSISTENT = 1 << 9,
+    }
+}
+
+abi_consts! {
+    /// FLUSH placement types and selectivity levels (`enum ib_placement_type`,
+    /// `enum ib_selectivity_level`), as FETH carries them.
+    pub mod flush: u32 = "VHCA_FLUSH" {
+        /// Placement type: global visibility.
+        GLOBAL = 1 << 0,
+        /// Placement type: persistence (never succeeds on this device).
+        PERSISTENT = 1 << 1,
+        /// Selectivity: the range [remote_addr, remote_addr + length).
+        LEVEL_RANGE = 0,
+        /// Selectivity: the whole memory region of the R_Key.
+        LEVEL_MR = 1,
     }
 }
 
@@ -237,6 +269,7 @@ pub fn section() -> Section {
             Entry::Enum(PortState::layout()),
             Entry::Enum(AtomicCap::layout()),
             Entry::Consts(access::layout()),
+            Entry::Consts(flush::layout()),
             Entry::Consts(send_flags::layout()),
             Entry::Consts(wc_flags::layout()),
             Entry::Consts(qp_attr_mask::layout()),

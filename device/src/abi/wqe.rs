@@ -15,7 +15,11 @@ because the producer index in the doorbell slot covers it; it has no owner bit.\
 Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP, struct \
 vhca_ud_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ a struct \
 vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a struct vhca_raddr_seg \
-followed by a struct vhca_atomic_seg; for BIND_MW a struct vhca_bind_seg (ctrl.len = 0, \
+followed by a struct vhca_atomic_seg; for FLUSH and ATOMIC_WRITE (IBA 1.5 Memory \
+Placement Extensions, RC only, ctrl.len = 0, no data) a struct vhca_raddr_seg followed by \
+a struct vhca_atomic_seg whose compare_add is the FLUSH's length or the 8 bytes the \
+ATOMIC WRITE stores (FLUSH: ctrl.imm_or_inv = placement type | selectivity level << 4); \
+for BIND_MW a struct vhca_bind_seg (ctrl.len = 0, \
 ctrl.imm_or_inv = the window's current R_Key); LOCAL_INV has the control segment only \
 (ctrl.len = 0, ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs (struct vhca_sge), or, \
 with VHCA_SEND_INLINE, ctrl.len bytes of inline data. Everything must fit in the stride: a \

@@ -42,6 +42,7 @@ impl From<RemoteErr> for super::counters::NakReason {
                 AccessError::MisalignedAtomic => R::MisalignedAtomic,
                 AccessError::WindowNotBound => R::WindowNotBound,
                 AccessError::WindowWrongQp => R::WindowWrongQp,
+                AccessError::NoFlush => R::NoFlush,
             },
         }
     }
@@ -147,4 +148,20 @@ pub(crate) fn remote_atomic(
         t.fetch_add(mem, swap_add)
     };
     r.map_err(|_| RemoteErr::Memory)
+}
+
+/// Executes an ATOMIC WRITE once (IBA 1.5 MPE): one aligned 8-byte store.
+pub(crate) fn remote_atomic_write(
+    mrs: &MrTable,
+    mem: &mut dyn Memory,
+    pd: Handle,
+    qpn: u32,
+    rkey: u32,
+    va: u64,
+    value: u64,
+) -> Result<(), RemoteErr> {
+    let t = mrs
+        .check_atomic_write_at(pd, Some(qpn), rkey, va)
+        .map_err(RemoteErr::Access)?;
+    t.store(mem, value).map_err(|_| RemoteErr::Memory)
 }

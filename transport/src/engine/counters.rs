@@ -104,6 +104,9 @@ reasons! {
         /// SEND with Invalidate whose IETH R_Key failed the o9-5.2.2 checks
         /// (OP-03): the receive WQE completes with REM_INV_REQ_ERR.
         InvalidInvalidate,
+        /// FLUSH whose placement type the MR's access does not allow (IBA 1.5
+        /// MPE).
+        NoFlush,
     }
 }
 

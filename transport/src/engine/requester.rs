@@ -8,10 +8,12 @@ use super::{to_error, Ctx, Effects, Qp, RxDrop};
 use crate::engine::counters::Counters;
 use crate::psn;
 use crate::verbs::{
-    Completion, QpAttr, QpState, QpType, SendData, SendFlags, SendWr, Time, VerbError, WcOpcode,
-    WcStatus, WrOpcode,
+    Completion, FlushSpec, QpAttr, QpState, QpType, SendData, SendFlags, SendWr, Time, VerbError,
+    WcOpcode, WcStatus, WrOpcode,
 };
-use crate::wire::ext::{AethSyndrome, AtomicEthRepr, DethRepr, ExtHeaders, NakCode, RethRepr};
+use crate::wire::ext::{
+    AethSyndrome, AtomicEthRepr, DethRepr, ExtHeaders, FethRepr, NakCode, RethRepr,
+};
 use crate::wire::opcode::{Opcode, Operation, Position};
 use crate::wire::packet::EmitWithError;
 use crate::wire::{BthRepr, GrhRepr, LrhRepr, PacketRepr, TransportRepr};
@@ -45,8 +47,17 @@ impl SendWqe {
     fn is_rd_atomic(&self) -> bool {
         matches!(
             self.wr.opcode,
-            WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+            WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpSwap
+                | WrOpcode::AtomicFetchAdd
+                | WrOpcode::Flush
+                | WrOpcode::AtomicWrite
         )
+    }
+
+    /// FLUSH or ATOMIC WRITE: answered by an empty RDMA READ Response Only.
+    fn is_placement(&self) -> bool {
+        matches!(self.wr.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite)
     }
 
     fn last_psn(&self) -> u32 {
@@ -110,10 +121,13 @@ impl Requester {
 
     /// Queues `wr`; with `rejected`, as a WQE that fails with that status in turn.
     pub fn post_with(&mut self, wr: SendWr, sig_all: bool, rejected: Option<WcStatus>) {
-        let len = match &wr.data {
-            SendData::Inline(d) => d.len() as u64,
-            SendData::Sges(s) => s.iter().map(|s| u64::from(s.length)).sum(),
-            SendData::Bind(_) => 0,
+        let len = match (&wr.data, wr.opcode) {
+            // FLUSH: the length of the range (`compare`); ATOMIC WRITE: its word.
+            (_, WrOpcode::Flush) => wr.compare,
+            (_, WrOpcode::AtomicWrite) => 8,
+            (SendData::Inline(d), _) => d.len() as u64,
+            (SendData::Sges(s), _) => s.iter().map(|s| u64::from(s.length)).sum(),
+            (SendData::Bind(_), _) => 0,
         };
         let signaled = sig_all || wr.flags.contains(SendFlags::SIGNALED);
         self.wqes.push_back(SendWqe {
@@ -178,6 +192,8 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         WrOpcode::Send | WrOpcode::SendWithImm => true,
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => t != QpType::Ud,
         WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => t == QpType::Rc,
+        // IBA 1.5 MPE: FLUSH and ATOMIC WRITE are RC operations (opcodes 0x1c, 0x1d).
+        WrOpcode::Flush | WrOpcode::AtomicWrite => t == QpType::Rc,
         // OP-03: SEND with Invalidate exists for RC (and XRC) only (Table 38).
         WrOpcode::SendWithInv => t == QpType::Rc,
         // MP-07: LOCAL_INV sends nothing; any service may carry it.
@@ -224,6 +240,8 @@ fn wc_opcode(op: WrOpcode) -> WcOpcode {
         WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
         WrOpcode::LocalInv => WcOpcode::LocalInv,
         WrOpcode::BindMw => WcOpcode::BindMw,
+        WrOpcode::Flush => WcOpcode::Flush,
+        WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
     }
 }
 
@@ -233,7 +251,9 @@ fn completion(qp: &Qp, w: &SendWqe, status: WcStatus) -> Completion {
         WrOpcode::RdmaRead => c.byte_len = w.len as u32,
         // The 8-byte original value landed in the local buffer (mlx5 and rxe
         // report 8 too; the ABI's CQE says "transferred").
-        WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => c.byte_len = 8,
+        WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd | WrOpcode::AtomicWrite => {
+            c.byte_len = 8
+        }
         _ => {}
     }
     c
@@ -581,6 +601,9 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         cx.counters.drop(RxDrop::GhostResponse);
         return false;
     };
+    if qp.req.wqes[i].is_placement() {
+        return on_placement_response(qp, i, pkt, cx);
+    }
     if qp.req.wqes[i].wr.opcode != WrOpcode::RdmaRead {
         cx.counters.drop(RxDrop::UnexpectedResponse);
         return false;
@@ -651,6 +674,22 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         // long READ, or a re-request for its rest stays outside the send window.
         ack_through(qp, p, cx.now);
     }
+    true
+}
+
+/// The response of a FLUSH or ATOMIC WRITE (IBA 1.5 MPE): an RDMA READ
+/// Response Only without payload at the request's PSN.
+fn on_placement_response(qp: &mut Qp, i: usize, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let first = qp.req.wqes[i].first_psn;
+    ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
+    if t.bth.opcode.info().position != Position::Only || !t.payload.is_empty() {
+        fail(qp, i, WcStatus::BadRespErr, cx.fx);
+        return false;
+    }
+    qp.req.wqes[i].done = Some(WcStatus::Success);
+    qp.req.rewound_to = None;
+    ack_through(qp, t.bth.psn, cx.now);
     true
 }
 
@@ -807,7 +846,10 @@ pub(crate) fn poll_transmit(
         }
         if w.len > super::MAX_MSG_SIZE
             || (qp.init.qp_type == QpType::Ud && w.len > pmtu as u64)
-            || (w.is_rd_atomic() && w.wr.opcode != WrOpcode::RdmaRead && w.len < 8)
+            || (matches!(
+                w.wr.opcode,
+                WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+            ) && w.len < 8)
         {
             local_error(qp, i, WcStatus::LocLenErr, cx.fx);
             return None;
@@ -818,7 +860,10 @@ pub(crate) fn poll_transmit(
         if !w.started {
             w.npkts = match w.wr.opcode {
                 WrOpcode::RdmaRead => psn::read_packets(w.len, pmtu),
-                WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => 1,
+                WrOpcode::AtomicCmpSwap
+                | WrOpcode::AtomicFetchAdd
+                | WrOpcode::Flush
+                | WrOpcode::AtomicWrite => 1,
                 _ => (w.len.div_ceil(pmtu as u64)).max(1) as u32,
             };
             w.started = true;
@@ -945,6 +990,33 @@ fn build_request(
             };
             (op, 0, ext, 1)
         }
+        WrOpcode::Flush => {
+            let spec = FlushSpec::from_bits(w.wr.imm_or_inv);
+            let ext = ExtHeaders {
+                feth: Some(FethRepr {
+                    selectivity: spec.selectivity,
+                    placement_type: spec.placement_type,
+                }),
+                reth: Some(RethRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: w.len as u32,
+                }),
+                ..Default::default()
+            };
+            (Opcode::RC_FLUSH, 0, ext, 1)
+        }
+        WrOpcode::AtomicWrite => {
+            let ext = ExtHeaders {
+                reth: Some(RethRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: 8,
+                }),
+                ..Default::default()
+            };
+            (Opcode::RC_ATOMIC_WRITE, 8, ext, 1)
+        }
         _ => {
             let offset = u64::from(k) * pmtu as u64;
             let n = (w.len - offset.min(w.len)).min(pmtu as u64) as usize;
@@ -1041,10 +1113,17 @@ fn build_request(
     // The payload goes from memory straight into the packet (no staging copy).
     let offset = u64::from(k) * pmtu as u64;
     let data = &w.wr.data;
+    let word = (w.wr.opcode == WrOpcode::AtomicWrite).then(|| w.wr.swap_add.to_le_bytes());
     let mrs = &*cx.mrs;
     let mem = &*cx.mem;
     let len = pkt
         .emit_with(buf, payload_len, |dst| match data {
+            // ATOMIC WRITE: its 8 bytes come from the WQE, not from memory.
+            _ if word.is_some() => {
+                let src = word.as_ref().ok_or(WcStatus::LocLenErr)?;
+                dst.copy_from_slice(src.get(..dst.len()).ok_or(WcStatus::LocLenErr)?);
+                Ok(())
+            }
             SendData::Inline(d) => {
                 let at = offset as usize;
                 let src = d.get(at..at + dst.len()).ok_or(WcStatus::LocLenErr)?;

@@ -12,7 +12,7 @@ use super::{to_error, Ctx, NakReason, Qp, RxDrop};
 use crate::mr::RemoteAccess;
 use crate::psn;
 use crate::verbs::{
-    Access, Completion, Event, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus,
+    Access, Completion, Event, FlushSpec, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus,
 };
 use crate::wire::ext::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, ExtHeaders, NakCode, RethRepr, CREDIT_CODE_INVALID,
@@ -54,8 +54,17 @@ struct Resource {
 
 #[derive(Debug, Clone, Copy)]
 enum ResKind {
-    Read { va: u64, rkey: u32, len: u64 },
-    Atomic { orig: u64 },
+    Read {
+        va: u64,
+        rkey: u32,
+        len: u64,
+    },
+    Atomic {
+        orig: u64,
+    },
+    /// FLUSH or ATOMIC WRITE (IBA 1.5 MPE): executed once; a duplicate gets
+    /// the zero-length RDMA READ Response Only again.
+    Placement,
 }
 
 /// A response waiting to be sent, in PSN order (C9-27, OR-02).
@@ -263,6 +272,10 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => Some(Access::REMOTE_WRITE),
         Operation::RdmaReadRequest => Some(Access::REMOTE_READ),
         Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
+        // IBA 1.5 MPE: ATOMIC WRITE is a write that must not tear; a FLUSH
+        // needs the flush rights of the MR it names only.
+        Operation::AtomicWrite => Some(Access::REMOTE_WRITE),
+        Operation::Flush => None,
         // OP-03: SEND with Invalidate is a SEND whose last packet carries IETH.
         Operation::Send | Operation::SendWithImmediate | Operation::SendWithInvalidate => None,
         _ => {
@@ -294,6 +307,8 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         }
         Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => rc_write(qp, pkt, cx),
         Operation::RdmaReadRequest => rc_read(qp, pkt, cx),
+        Operation::Flush => rc_flush(qp, pkt, cx),
+        Operation::AtomicWrite => rc_atomic_write(qp, pkt, cx),
         _ => rc_atomic(qp, pkt, cx),
     }
 }
@@ -602,6 +617,106 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     true
 }
 
+/// Saves the responder resource of a FLUSH or ATOMIC WRITE that executed and
+/// queues its response: RDMA READ Response Only without payload (IBA 1.5 MPE;
+/// as Linux rxe's `send_read_response_ack`).
+fn placement_done(qp: &mut Qp, cx: &mut Ctx<'_>, p: u32) -> bool {
+    if !save_resource(
+        qp,
+        Resource {
+            psn: p,
+            npkts: 1,
+            kind: ResKind::Placement,
+        },
+    ) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
+    qp.resp.out.push_back(zero_read_response(p));
+    advance(qp, p, 1, false, true);
+    true
+}
+
+fn zero_read_response(p: u32) -> RespItem {
+    RespItem::Read {
+        psn: p,
+        va: 0,
+        rkey: 0,
+        len: 0,
+        sent: 0,
+    }
+}
+
+/// RDMA FLUSH (IBA 1.5 MPE). Requests execute in PSN order and every earlier
+/// WRITE or ATOMIC was stored in the caller's memory before this one was
+/// taken, so its data is globally visible once the FLUSH is validated: there
+/// is nothing more to do for placement type global. Persistence is a right no
+/// MR of this device can hold (the device refuses FLUSH_PERSISTENT at
+/// registration), so such a FLUSH fails the rights check.
+fn rc_flush(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let (Some(feth), Some(reth)) = (t.ext.feth, t.ext.reth) else {
+        return false;
+    };
+    let ptype = feth.placement_type;
+    let known = FlushSpec::TYPE_GLOBAL | FlushSpec::TYPE_PERSISTENT;
+    if ptype == 0 || ptype & !known != 0 || feth.selectivity > FlushSpec::LEVEL_MR {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::BadOpcode);
+        return true;
+    }
+    let mut need = Access(0);
+    if ptype & FlushSpec::TYPE_GLOBAL != 0 {
+        need = need | Access::FLUSH_GLOBAL;
+    }
+    if ptype & FlushSpec::TYPE_PERSISTENT != 0 {
+        need = need | Access::FLUSH_PERSISTENT;
+    }
+    // The QP must enable the placement type (its access flags, as Linux rxe),
+    // then the R_Key's region must grant it.
+    if !qp.attr.access.contains(need) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::OpNotEnabled);
+        return true;
+    }
+    let range =
+        (feth.selectivity == FlushSpec::LEVEL_RANGE).then_some((reth.va, u64::from(reth.dma_len)));
+    if let Err(e) = cx
+        .mrs
+        .check_flush_at(qp.init.pd, Some(qp.qpn), reth.rkey, range, need)
+    {
+        let e = RemoteErr::Access(e);
+        nak(qp, cx, p, remote_nak(e), NakReason::from(e));
+        return true;
+    }
+    placement_done(qp, cx, p)
+}
+
+/// RDMA ATOMIC WRITE (IBA 1.5 MPE): 8 bytes of payload, RETH DMA length 8,
+/// stored at the aligned VA in one single-copy-atomic store, exactly once.
+fn rc_atomic_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let Some(reth) = t.ext.reth else {
+        return false;
+    };
+    let Ok(bytes) = <[u8; 8]>::try_from(t.payload) else {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::PmtuLength);
+        return true;
+    };
+    if reth.dma_len != 8 {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::DmaLength);
+        return true;
+    }
+    let value = u64::from_le_bytes(bytes);
+    if let Err(e) = access::remote_atomic_write(
+        cx.mrs, cx.mem, qp.init.pd, qp.qpn, reth.rkey, reth.va, value,
+    ) {
+        nak(qp, cx, p, remote_nak(e), NakReason::from(e));
+        return true;
+    }
+    placement_done(qp, cx, p)
+}
+
 /// A request in the duplicate region (9.7.5.1.1; RL-04..RL-06).
 fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
@@ -675,6 +790,21 @@ fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
                     cx.counters.drop(RxDrop::UnmatchedDuplicate);
                     false
                 }
+            }
+        }
+        Operation::Flush | Operation::AtomicWrite => {
+            // Executed once already: answer again, never store again.
+            let saved = qp
+                .resp
+                .resources
+                .iter()
+                .any(|r| matches!(r.kind, ResKind::Placement) && r.psn == p);
+            if saved {
+                qp.resp.out.push_back(zero_read_response(p));
+                true
+            } else {
+                cx.counters.drop(RxDrop::UnmatchedDuplicate);
+                false
             }
         }
         _ => {

@@ -341,7 +341,7 @@ pub fn bring_up(
         pkey_index: 0,
         port_num: 1,
         qkey: 0x1111_1111,
-        access: ALL_ACCESS,
+        access: ALL_ACCESS | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT,
         ..QpAttr::default()
     };
     let m_init = if ud {
