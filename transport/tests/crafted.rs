@@ -2187,3 +2187,59 @@ fn mp_05_protection_and_length_errors_complete_with_their_statuses() {
     );
     assert_eq!(b.mem(A), before);
 }
+
+/// IBA 1.5 MPE: an ATOMIC WRITE whose RETH length or payload is not 8 bytes
+/// is an Invalid Request; a misaligned one too; memory unchanged.
+#[test]
+fn mpe_malformed_atomic_write_naks_invalid_request() {
+    let cases: [(u64, u32, &[u8]); 3] = [
+        (TARGET, 4, &[1; 8]),
+        (TARGET, 8, &[1; 4]),
+        (TARGET + 4, 8, &[1; 8]),
+    ];
+    for (va, dma_len, payload) in cases {
+        let mut b = bench();
+        let e = b.epsn_b();
+        let before = b.mem(B);
+        let pkt = b
+            .request(Opcode::RC_ATOMIC_WRITE, e)
+            .reth(va, b.kb, dma_len)
+            .payload(payload)
+            .bytes();
+        b.inject(B, &pkt);
+        assert_one_nak(&b.drain(B), e, NakCode::InvalidRequest);
+        assert_eq!(b.mem(B), before, "va {va:#x} len {dma_len}");
+    }
+}
+
+/// IBA 1.5 MPE, RL-06: a duplicate ATOMIC WRITE is answered again (an empty
+/// RDMA READ Response Only) and never stored again.
+#[test]
+fn mpe_duplicate_atomic_write_is_answered_not_reexecuted() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    let pkt = b
+        .request(Opcode::RC_ATOMIC_WRITE, e)
+        .reth(TARGET, b.kb, 8)
+        .payload(&7u64.to_le_bytes())
+        .bytes();
+    b.inject(B, &pkt);
+    let got = b.drain(B);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].opcode, got[0].psn, got[0].payload.len()),
+        (Opcode::RC_RDMA_READ_RESPONSE_ONLY, e, 0)
+    );
+    let at = (TARGET - MEM_BASE) as usize;
+    assert_eq!(b.mem(B)[at..at + 8], 7u64.to_le_bytes());
+    // Something else stores there; the duplicate must not undo it.
+    b.net.nodes[B].mem.bytes[at..at + 8].copy_from_slice(&9u64.to_le_bytes());
+    b.inject(B, &pkt);
+    let got = b.drain(B);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].opcode, got[0].psn),
+        (Opcode::RC_RDMA_READ_RESPONSE_ONLY, e)
+    );
+    assert_eq!(b.mem(B)[at..at + 8], 9u64.to_le_bytes());
+}
