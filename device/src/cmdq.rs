@@ -1089,7 +1089,7 @@ fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOut, Fail> {
         .srqs
         .get(&i.srqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
-    let (old, fetched, db) = (s.ring.clone(), s.fetched, s.db);
+    let (old, fetched) = (s.ring.clone(), s.fetched);
     if i.max_wr == 0 || i.max_wr > caps.max_srq_wr {
         return Err(fail(Status::LimitExceeded, Syndrome::Caps));
     }
@@ -1101,12 +1101,8 @@ fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOut, Fail> {
         u32::from(i.log2_entries),
         log2_floor(caps.max_srq_wr),
     )?;
-    let (pi, _) = db.load(x.db);
-    let unfetched = pi.wrapping_sub(fetched);
-    if unfetched > old.len() {
-        // A producer index more than a ring ahead: garbage.
-        return Err(fail(Status::BadParam, Syndrome::ProducerIndex));
-    }
+    let unfetched =
+        srq_unfetched(s, x.db).ok_or(fail(Status::BadParam, Syndrome::ProducerIndex))?;
     let (queued, limit) = x.hca.port.engine().query_srq(i.srqn)?;
     if u64::from(unfetched) + queued as u64 > u64::from(max_wr) || limit > max_wr as usize {
         return Err(fail(Status::BadParam, Syndrome::RingSize));
@@ -1127,20 +1123,25 @@ fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOut, Fail> {
     Ok(ResizeSrqOut { max_wr })
 }
 
+/// WQEs posted to `s` that the data path has not fetched yet, [fetched, pi);
+/// `None` for a producer index more than a ring ahead (garbage).
+fn srq_unfetched(s: &crate::hca::Srq, db: &dyn Doorbells) -> Option<u32> {
+    let (pi, _) = s.db.load(db);
+    let unfetched = pi.wrapping_sub(s.fetched);
+    (unfetched <= s.ring.len()).then_some(unfetched)
+}
+
 fn query_srq(x: &mut Exec<'_>, i: QuerySrqIn) -> Result<QuerySrqOut, Fail> {
     let s = x
         .hca
         .srqs
         .get(&i.srqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
-    let (max_wr, max_sge, fetched, db, len) = (s.max_wr, s.max_sge, s.fetched, s.db, s.ring.len());
-    let (queued, limit) = x.hca.port.engine().query_srq(i.srqn)?;
+    let (max_wr, max_sge) = (s.max_wr, s.max_sge);
     // Posted WQEs: those in the engine and those the data path has not fetched
-    // yet (a doorbell it has not seen; bounded by the ring, a garbage producer
-    // index counts nothing).
-    let (pi, _) = db.load(x.db);
-    let unfetched = pi.wrapping_sub(fetched);
-    let unfetched = if unfetched > len { 0 } else { unfetched };
+    // yet (a doorbell it has not seen); a garbage producer index counts nothing.
+    let unfetched = srq_unfetched(s, x.db).unwrap_or(0);
+    let (queued, limit) = x.hca.port.engine().query_srq(i.srqn)?;
     let count = queued as u64 + u64::from(unfetched);
     Ok(QuerySrqOut {
         max_wr,

@@ -490,7 +490,8 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
     }
     let num_uars = (db.len() / u64::from(abi::uar::uar::PAGE_SIZE)) as u32;
     let mut last_work = Instant::now();
-    let mut contended_until: Option<Instant> = None;
+    // Busy polling is off until this instant (after a lost yield).
+    let mut contended_until = Instant::now();
     let mut last_print = Instant::now();
     let mut events = vec![EpollEvent::default(); 4];
     while !shared.stop.load(Ordering::Acquire) {
@@ -516,21 +517,18 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
             last_work = Instant::now();
             continue;
         }
-        if contended_until.is_some_and(|t| Instant::now() >= t) {
-            contended_until = None;
-        }
-        if contended_until.is_none() && last_work.elapsed() < busy_poll {
+        let idle_from = Instant::now();
+        if idle_from >= contended_until
+            && idle_from.saturating_duration_since(last_work) < busy_poll
+        {
             // Poll, but give the CPU to anything else runnable: on a small host
             // the guest's vCPU (or the test driver) may be waiting for this very
             // core, and a pure spin would make it wait a whole time slice.
-            let y = Instant::now();
             std::thread::yield_now();
-            if y.elapsed() >= YIELD_LOST {
-                log::debug!(
-                    "device: CPU contended (a yield took {:?}): sleep when idle",
-                    y.elapsed()
-                );
-                contended_until = Some(Instant::now() + CONTENDED_FOR);
+            let lost = idle_from.elapsed();
+            if lost >= YIELD_LOST {
+                log::debug!("device: CPU contended (a yield took {lost:?}): sleep when idle");
+                contended_until = Instant::now() + CONTENDED_FOR;
             }
             continue;
         }

@@ -1212,12 +1212,34 @@ impl MrTable {
         rkey: u32,
         va: u64,
     ) -> Result<AtomicTarget, AccessError> {
+        self.word_target(
+            pd,
+            qpn,
+            rkey,
+            va,
+            Access::REMOTE_ATOMIC,
+            AccessError::NoRemoteAtomic,
+        )
+    }
+
+    /// The 8-byte word at `va` through `rkey`, for a request that needs
+    /// `right` (else `denied`): aligned first (a property of the request:
+    /// Invalid Request), then key, PD, bounds and the right.
+    fn word_target(
+        &self,
+        pd: Handle,
+        qpn: Option<u32>,
+        rkey: u32,
+        va: u64,
+        right: Access,
+        denied: AccessError,
+    ) -> Result<AtomicTarget, AccessError> {
         if !va.is_multiple_of(8) {
             return Err(AccessError::MisalignedAtomic);
         }
         let (mr, rights) = self.lookup_remote(pd, qpn, rkey, va, 8)?;
-        if !rights.contains(Access::REMOTE_ATOMIC) {
-            return Err(AccessError::NoRemoteAtomic);
+        if !rights.contains(right) {
+            return Err(denied);
         }
         // One segment: the word is aligned and pages are >= 4 KiB.
         match mr.segments(va, 8).next() {
@@ -1237,17 +1259,14 @@ impl MrTable {
         rkey: u32,
         va: u64,
     ) -> Result<AtomicTarget, AccessError> {
-        if !va.is_multiple_of(8) {
-            return Err(AccessError::MisalignedAtomic);
-        }
-        let (mr, rights) = self.lookup_remote(pd, qpn, rkey, va, 8)?;
-        if !rights.contains(Access::REMOTE_WRITE) {
-            return Err(AccessError::NoRemoteWrite);
-        }
-        match mr.segments(va, 8).next() {
-            Some((pa, 8)) => Ok(AtomicTarget { pa }),
-            _ => Err(AccessError::OutOfBounds),
-        }
+        self.word_target(
+            pd,
+            qpn,
+            rkey,
+            va,
+            Access::REMOTE_WRITE,
+            AccessError::NoRemoteWrite,
+        )
     }
 
     /// May a FLUSH (IBA 1.5 MPE) arriving at QP `qpn` name `rkey` with these
