@@ -444,6 +444,26 @@ static void vhca_posted(struct ibv_send_wr *wr)
 }
 
 /* One send WQE for `wr` at ring index `index` (vhca_abi.h "Send WQE"). */
+
+/*
+ * The remote-address segment and the atomic segment that follows it (atomics,
+ * and FLUSH / ATOMIC WRITE, whose compare_add carries the length or the 8
+ * bytes; vhca_abi.h WQE layout). Returns the bytes written.
+ */
+static size_t vhca_write_atomic_segs(uint8_t *at, const struct ibv_send_wr *wr,
+				     uint64_t swap)
+{
+	struct vhca_raddr_seg *r = (struct vhca_raddr_seg *)at;
+	struct vhca_atomic_seg *a = (struct vhca_atomic_seg *)(at + sizeof(*r));
+
+	r->remote_addr = wr->wr.atomic.remote_addr;
+	r->rkey = wr->wr.atomic.rkey;
+	r->rsvd = 0;
+	a->compare_add = wr->wr.atomic.compare_add;
+	a->swap = swap;
+	return sizeof(*r) + sizeof(*a);
+}
+
 static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 			   struct ibv_send_wr *wr, uint32_t index)
 {
@@ -508,15 +528,7 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 		 * or the ATOMIC WRITE's 8 bytes (staged by wr_flush and
 		 * wr_atomic_write in wr.atomic; vhca_abi.h WQE layout).
 		 */
-		struct vhca_raddr_seg *r = (struct vhca_raddr_seg *)(w + off);
-		struct vhca_atomic_seg *a =
-			(struct vhca_atomic_seg *)(w + off + sizeof(*r));
-
-		r->remote_addr = wr->wr.atomic.remote_addr;
-		r->rkey = wr->wr.atomic.rkey;
-		r->rsvd = 0;
-		a->compare_add = wr->wr.atomic.compare_add;
-		a->swap = 0;
+		vhca_write_atomic_segs(w + off, wr, 0);
 		if (wr->opcode == IBV_WR_FLUSH)
 			ctrl->imm_or_inv = (uint32_t)wr->wr.atomic.swap;
 		ctrl->flags &= ~VHCA_SEND_INLINE;
@@ -525,16 +537,7 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 	}
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
-		struct vhca_raddr_seg *r = (struct vhca_raddr_seg *)(w + off);
-		struct vhca_atomic_seg *a =
-			(struct vhca_atomic_seg *)(w + off + sizeof(*r));
-
-		r->remote_addr = wr->wr.atomic.remote_addr;
-		r->rkey = wr->wr.atomic.rkey;
-		r->rsvd = 0;
-		a->compare_add = wr->wr.atomic.compare_add;
-		a->swap = wr->wr.atomic.swap;
-		off += sizeof(*r) + sizeof(*a);
+		off += vhca_write_atomic_segs(w + off, wr, wr->wr.atomic.swap);
 		break;
 	}
 	default:
