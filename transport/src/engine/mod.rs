@@ -51,6 +51,29 @@ pub struct PortConfig {
     pub gid_prefix: u64,
     /// P_Key table; index 0 is normally 0xFFFF (AD-05).
     pub pkeys: Vec<u16>,
+    /// The port's link layer: native InfiniBand (LRH, LIDs) or Ethernet with
+    /// RoCEv2 encapsulation (WF-10, annex A17).
+    pub link: LinkLayer,
+    /// RoCE GID table (A17.4.5): the source GIDs (IPv4-mapped or IPv6 addresses)
+    /// a RoCE QP's `sgid_index` names. The guest's driver fills it from its
+    /// netdev's addresses; unused on an InfiniBand port, where GID 0 is
+    /// prefix:port_guid.
+    pub roce_gids: Vec<Option<[u8; 16]>>,
+}
+
+/// Entries of a RoCE port's GID table.
+pub const ROCE_GID_TABLE_LEN: usize = 32;
+
+/// What carries the port's packets (WF-10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// Native packets, LRH through VCRC.
+    InfiniBand,
+    /// RoCEv2 frames: Ethernet / IPv4 or IPv6 / UDP 4791 / BTH ... / ICRC.
+    Ethernet {
+        /// The port's MAC address.
+        mac: crate::wire::roce::MacAddr,
+    },
 }
 
 impl PortConfig {
@@ -62,7 +85,35 @@ impl PortConfig {
             port_guid: guid,
             gid_prefix: 0xfe80_0000_0000_0000,
             pkeys: vec![0xffff],
+            link: LinkLayer::InfiniBand,
+            roce_gids: Vec::new(),
         }
+    }
+
+    /// A RoCEv2 port with MAC `mac`: no LID, the port GUID is the MAC's EUI-64
+    /// (as RoCE adapters derive it), an empty GID table of
+    /// [`ROCE_GID_TABLE_LEN`] entries.
+    pub fn ethernet(mac: crate::wire::roce::MacAddr) -> PortConfig {
+        let guid = u64::from_be_bytes([
+            mac[0] ^ 0x02,
+            mac[1],
+            mac[2],
+            0xff,
+            0xfe,
+            mac[3],
+            mac[4],
+            mac[5],
+        ]);
+        PortConfig {
+            link: LinkLayer::Ethernet { mac },
+            roce_gids: vec![None; ROCE_GID_TABLE_LEN],
+            ..PortConfig::new(0, guid)
+        }
+    }
+
+    /// `true` on a RoCE port.
+    pub fn is_ethernet(&self) -> bool {
+        matches!(self.link, LinkLayer::Ethernet { .. })
     }
 
     /// GID 0 (AD-01).
