@@ -15,6 +15,7 @@
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
+use transport::engine::LinkLayer;
 use transport::engine::{Engine, Limits};
 use transport::memory::Memory;
 use transport::mr::{Rereg, Translation};
@@ -25,10 +26,10 @@ use crate::abi::cmd::{
     cmd_const, cmd_flags, cmd_owner, pbl_const, reg_mr_flags, rereg, AllocMwIn, AllocMwOut,
     AllocPdOut, Av, Cmd, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut,
     CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn,
-    DestroyQpIn, DestroySrqIn, DeviceAttr, ModifyQpIn, ModifySrqIn, MwType, Opcode, Pbl, PortAttr,
-    QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut,
+    DestroyQpIn, DestroySrqIn, DeviceAttr, GidType, ModifyQpIn, ModifySrqIn, MwType, Opcode, Pbl,
+    PortAttr, QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut,
     QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut, ResizeSrqIn,
-    ResizeSrqOut, Status,
+    ResizeSrqOut, SetGidIn, Status,
 };
 use crate::abi::counters::CounterSet;
 use crate::abi::cqe::entry_const;
@@ -284,6 +285,9 @@ pub enum Syndrome {
     ProducerIndex = 39,
     /// An existing ring became unreadable or a new one unwritable.
     RingAddress = 40,
+    /// SET_GID: an index past the table, a GID type other than RoCEv2, or a
+    /// zero GID set as valid.
+    Gid = 41,
     /// The engine refused; the status says why.
     Engine = 0x100,
 }
@@ -695,6 +699,7 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::DeregMr => run_in(x, dereg_mr),
         Opcode::AllocMw => run(x, alloc_mw),
         Opcode::DeallocMw => run_in(x, dealloc_mw),
+        Opcode::SetGid => run_in(x, set_gid),
     }
 }
 
@@ -749,6 +754,8 @@ const ACTIVE_SPEED: u8 = 4;
 const PHYS_STATE_LINK_UP: u8 = 5;
 /// `IBV_LINK_LAYER_INFINIBAND`.
 const LINK_LAYER_IB: u8 = 1;
+/// `IBV_LINK_LAYER_ETHERNET`.
+const LINK_LAYER_ETHERNET: u8 = 2;
 
 fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, Fail> {
     check_port(i.port)?;
@@ -757,6 +764,10 @@ fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, Fail> {
     let mut out = PortAttr::default();
     let n = p.pkeys.len().min(out.pkeys.len());
     out.pkeys[..n].copy_from_slice(&p.pkeys[..n]);
+    let (link_layer, mac, gid_tbl_len) = match p.link {
+        LinkLayer::InfiniBand => (LINK_LAYER_IB, [0; 6], 1),
+        LinkLayer::Ethernet { mac } => (LINK_LAYER_ETHERNET, mac, p.roce_gids.len() as u16),
+    };
     Ok(PortAttr {
         port_guid: p.port_guid,
         gid_prefix: p.gid_prefix,
@@ -766,18 +777,49 @@ fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, Fail> {
         // No subnet manager: LIDs come from the fabric file (design.md §6).
         sm_lid: 0,
         pkey_tbl_len: n as u16,
-        gid_tbl_len: 1,
+        gid_tbl_len,
         state: PortState::Active.raw(),
         phys_state: PHYS_STATE_LINK_UP,
-        max_mtu: Mtu::M4096.raw(),
-        active_mtu: Mtu::M4096.raw(),
+        max_mtu: p.max_mtu as u8,
+        active_mtu: p.max_mtu as u8,
         lmc: p.lmc,
         sm_sl: 0,
-        link_layer: LINK_LAYER_IB,
+        link_layer,
         active_width: ACTIVE_WIDTH,
         active_speed: ACTIVE_SPEED,
+        mac,
         ..out
     })
+}
+
+/// SET_GID: one entry of a RoCE port's GID table (WF-10). All or nothing: the
+/// checks come before the table changes.
+fn set_gid(x: &mut Exec<'_>, i: SetGidIn) -> Result<(), Fail> {
+    check_port(i.port)?;
+    reserved(i.rsvd == [0; 3])?;
+    let bad = fail(Status::BadParam, Syndrome::Gid);
+    let gid = match i.valid {
+        0 => {
+            reserved(i.gid_type == 0 && i.gid == [0; 16])?;
+            None
+        }
+        1 => {
+            if GidType::from_raw(i.gid_type) != Some(GidType::RoceV2) || i.gid == [0; 16] {
+                return Err(bad);
+            }
+            Some(i.gid)
+        }
+        _ => return Err(bad),
+    };
+    let engine = x.hca.port.engine_mut();
+    if !engine.port().is_ethernet() {
+        return Err(fail(Status::NotSupported, Syndrome::Unsupported));
+    }
+    if usize::from(i.index) >= engine.port().roce_gids.len() {
+        return Err(bad);
+    }
+    engine.set_roce_gid(usize::from(i.index), gid)?;
+    Ok(())
 }
 
 fn query_counters(x: &mut Exec<'_>, i: QueryCountersIn) -> Result<QueryCountersOut, Fail> {
@@ -1463,6 +1505,8 @@ pub(crate) fn av_to_abi(av: &tv::AddressVector) -> Av {
         traffic_class: g.traffic_class,
         port_num: num::PORT as u8,
         rsvd: 0,
+        dmac: av.dmac,
+        rsvd2: [0; 2],
     }
 }
 

@@ -42,6 +42,7 @@ pub fn av_from_abi(av: &abi::cmd::Av) -> AddressVector {
             hop_limit: av.hop_limit,
             traffic_class: av.traffic_class,
         }),
+        dmac: av.dmac,
     }
 }
 

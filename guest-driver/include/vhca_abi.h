@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 1.0.
+ * vhca_abi.h: the vhca device ABI, version 2.0.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -59,9 +59,10 @@ typedef uint64_t __u64;
 /*
  * ABI version: major << 16 | minor. A driver binds only to a device with the
  * same major and a minor at least its own; minors only append fields to
- * mailbox structs and add opcodes.
+ * mailbox structs and add opcodes. Major 2: the RoCEv2 port (the address
+ * vector grew a destination MAC, WF-10).
  */
-#define VHCA_ABI_VERSION             0x00010000U
+#define VHCA_ABI_VERSION             0x00020000U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -698,11 +699,20 @@ enum vhca_atomic_cap {
 
 /* Completion flags (`enum ibv_wc_flags` bits). */
 /* UD: the receive buffer starts with the 40-byte GRH. */
-#define VHCA_WC_FLAG_GRH      (1U << 0)
+#define VHCA_WC_FLAG_GRH                   (1U << 0)
 /* `imm_or_inv` holds immediate data. */
-#define VHCA_WC_FLAG_WITH_IMM (1U << 1)
+#define VHCA_WC_FLAG_WITH_IMM              (1U << 1)
 /* `imm_or_inv` holds the R_Key the SEND invalidated. */
-#define VHCA_WC_FLAG_WITH_INV (1U << 3)
+#define VHCA_WC_FLAG_WITH_INV              (1U << 3)
+/*
+ * RoCE receives: `smac` holds the sender's MAC (kernel `IB_WC_WITH_SMAC`).
+ */
+#define VHCA_WC_FLAG_WITH_SMAC             (1U << 4)
+/*
+ * RoCE receives: `network_hdr_type` says what the 40-byte header space holds
+ * (kernel `IB_WC_WITH_NETWORK_HDR_TYPE`).
+ */
+#define VHCA_WC_FLAG_WITH_NETWORK_HDR_TYPE (1U << 6)
 
 /*
  * QP attribute mask (`enum ibv_qp_attr_mask` bits) of MODIFY_QP; the device
@@ -949,6 +959,13 @@ enum vhca_opcode {
 	VHCA_CMD_QUERY_PORT = 0x0003,
 	/* One set of counters of a port. */
 	VHCA_CMD_QUERY_COUNTERS = 0x0004,
+	/*
+	 * Set or clear one entry of a RoCE port's GID table (WF-10): the driver
+	 * mirrors ib_core's table (`add_gid`/`del_gid`), and a RoCE QP's or AH's
+	 * `sgid_index` names the source address of its frames. NOT_SUPPORTED on an
+	 * InfiniBand port.
+	 */
+	VHCA_CMD_SET_GID = 0x0005,
 	/* Allocate a protection domain (MP-01). */
 	VHCA_CMD_ALLOC_PD = 0x0010,
 	/* Deallocate a PD; BUSY while an MR, QP or SRQ uses it. */
@@ -1090,8 +1107,16 @@ struct vhca_av {
 	__u8 port_num;
 	/* Zero. */
 	__u16 rsvd;
+	/*
+	 * RoCE port: the destination MAC (the next hop for `dgid`, which the driver
+	 * resolves, as ib_core's `ah_attr.roce.dmac`); zero on an InfiniBand port
+	 * (A17.4.5).
+	 */
+	__u8 dmac[6];
+	/* Zero. */
+	__u8 rsvd2[2];
 };
-_Static_assert(sizeof(struct vhca_av) == 32, "vhca_av: size");
+_Static_assert(sizeof(struct vhca_av) == 40, "vhca_av: size");
 _Static_assert(offsetof(struct vhca_av, dgid) == 0, "vhca_av.dgid");
 _Static_assert(offsetof(struct vhca_av, flow_label) == 16, "vhca_av.flow_label");
 _Static_assert(offsetof(struct vhca_av, dlid) == 20, "vhca_av.dlid");
@@ -1104,6 +1129,8 @@ _Static_assert(offsetof(struct vhca_av, hop_limit) == 27, "vhca_av.hop_limit");
 _Static_assert(offsetof(struct vhca_av, traffic_class) == 28, "vhca_av.traffic_class");
 _Static_assert(offsetof(struct vhca_av, port_num) == 29, "vhca_av.port_num");
 _Static_assert(offsetof(struct vhca_av, rsvd) == 30, "vhca_av.rsvd");
+_Static_assert(offsetof(struct vhca_av, dmac) == 32, "vhca_av.dmac");
+_Static_assert(offsetof(struct vhca_av, rsvd2) == 38, "vhca_av.rsvd2");
 
 /*
  * QP sizes (`struct ibv_qp_cap`): asked for at CREATE_QP, granted in its
@@ -1163,7 +1190,7 @@ struct vhca_qp_attr {
 	/* Query only: the sizes granted. */
 	struct vhca_qp_cap cap;
 };
-_Static_assert(sizeof(struct vhca_qp_attr) == 88, "vhca_qp_attr: size");
+_Static_assert(sizeof(struct vhca_qp_attr) == 96, "vhca_qp_attr: size");
 _Static_assert(offsetof(struct vhca_qp_attr, qp_state) == 0, "vhca_qp_attr.qp_state");
 _Static_assert(offsetof(struct vhca_qp_attr, cur_qp_state) == 1, "vhca_qp_attr.cur_qp_state");
 _Static_assert(offsetof(struct vhca_qp_attr, path_mtu) == 2, "vhca_qp_attr.path_mtu");
@@ -1185,7 +1212,7 @@ _Static_assert(offsetof(struct vhca_qp_attr, rnr_retry) == 33, "vhca_qp_attr.rnr
 _Static_assert(offsetof(struct vhca_qp_attr, sq_draining) == 34, "vhca_qp_attr.sq_draining");
 _Static_assert(offsetof(struct vhca_qp_attr, rsvd) == 35, "vhca_qp_attr.rsvd");
 _Static_assert(offsetof(struct vhca_qp_attr, ah_attr) == 36, "vhca_qp_attr.ah_attr");
-_Static_assert(offsetof(struct vhca_qp_attr, cap) == 68, "vhca_qp_attr.cap");
+_Static_assert(offsetof(struct vhca_qp_attr, cap) == 76, "vhca_qp_attr.cap");
 
 /* REG_MR `flags`. */
 /*
@@ -1208,6 +1235,15 @@ enum vhca_mw_type {
 	 * Type 2B: bound to a QP, invalidated by LOCAL_INV or SEND_WITH_INV (MP-07).
 	 */
 	VHCA_MW_TYPE2 = 2,
+};
+
+/*
+ * GID types of a RoCE port's table (`enum ib_gid_type`); the device speaks
+ * RoCEv2 only (WF-10).
+ */
+enum vhca_gid_type {
+	/* RoCEv2: IPv4-mapped or IPv6 GID, UDP/IP encapsulation (A17). */
+	VHCA_GID_TYPE_ROCE_V2 = 2,
 };
 
 /*
@@ -1322,7 +1358,7 @@ struct vhca_port_attr {
 	__u8 active_mtu;
 	__u8 lmc;
 	__u8 sm_sl;
-	/* `IBV_LINK_LAYER_*`: 1 = InfiniBand. */
+	/* `IBV_LINK_LAYER_*`: 1 = InfiniBand, 2 = Ethernet (RoCEv2, WF-10). */
 	__u8 link_layer;
 	/* `IB_WIDTH_*`. */
 	__u8 active_width;
@@ -1331,8 +1367,14 @@ struct vhca_port_attr {
 	__u8 rsvd[3];
 	/* P_Key table; index 0 is normally 0xFFFF (AD-05). */
 	__u16 pkeys[64];
+	/*
+	 * Ethernet port: its MAC, which the driver matches to the guest's netdev
+	 * (the NIC that shares the port); zero on InfiniBand.
+	 */
+	__u8 mac[6];
+	__u8 rsvd2[2];
 };
-_Static_assert(sizeof(struct vhca_port_attr) == 184, "vhca_port_attr: size");
+_Static_assert(sizeof(struct vhca_port_attr) == 192, "vhca_port_attr: size");
 _Static_assert(offsetof(struct vhca_port_attr, port_guid) == 0, "vhca_port_attr.port_guid");
 _Static_assert(offsetof(struct vhca_port_attr, gid_prefix) == 8, "vhca_port_attr.gid_prefix");
 _Static_assert(offsetof(struct vhca_port_attr, gid0) == 16, "vhca_port_attr.gid0");
@@ -1352,6 +1394,8 @@ _Static_assert(offsetof(struct vhca_port_attr, active_width) == 51, "vhca_port_a
 _Static_assert(offsetof(struct vhca_port_attr, active_speed) == 52, "vhca_port_attr.active_speed");
 _Static_assert(offsetof(struct vhca_port_attr, rsvd) == 53, "vhca_port_attr.rsvd");
 _Static_assert(offsetof(struct vhca_port_attr, pkeys) == 56, "vhca_port_attr.pkeys");
+_Static_assert(offsetof(struct vhca_port_attr, mac) == 184, "vhca_port_attr.mac");
+_Static_assert(offsetof(struct vhca_port_attr, rsvd2) == 190, "vhca_port_attr.rsvd2");
 
 /* QUERY_COUNTERS input. */
 struct vhca_query_counters_in {
@@ -1379,6 +1423,31 @@ _Static_assert(sizeof(struct vhca_query_counters_out) == 4096, "vhca_query_count
 _Static_assert(offsetof(struct vhca_query_counters_out, count) == 0, "vhca_query_counters_out.count");
 _Static_assert(offsetof(struct vhca_query_counters_out, rsvd) == 4, "vhca_query_counters_out.rsvd");
 _Static_assert(offsetof(struct vhca_query_counters_out, values) == 8, "vhca_query_counters_out.values");
+
+/* SET_GID input. */
+struct vhca_set_gid_in {
+	/* Table index, below the port's `gid_tbl_len`. */
+	__u16 index;
+	/* Port (1). */
+	__u8 port;
+	/* 1: set the entry to `gid`; 0: clear it (`gid` and `gid_type` zero). */
+	__u8 valid;
+	/* `enum vhca_gid_type`. */
+	__u8 gid_type;
+	__u8 rsvd[3];
+	/*
+	 * The GID, network order: an IPv4-mapped (::ffff:a.b.c.d) or IPv6 address of
+	 * the netdev paired with the port.
+	 */
+	__u8 gid[16];
+};
+_Static_assert(sizeof(struct vhca_set_gid_in) == 24, "vhca_set_gid_in: size");
+_Static_assert(offsetof(struct vhca_set_gid_in, index) == 0, "vhca_set_gid_in.index");
+_Static_assert(offsetof(struct vhca_set_gid_in, port) == 2, "vhca_set_gid_in.port");
+_Static_assert(offsetof(struct vhca_set_gid_in, valid) == 3, "vhca_set_gid_in.valid");
+_Static_assert(offsetof(struct vhca_set_gid_in, gid_type) == 4, "vhca_set_gid_in.gid_type");
+_Static_assert(offsetof(struct vhca_set_gid_in, rsvd) == 5, "vhca_set_gid_in.rsvd");
+_Static_assert(offsetof(struct vhca_set_gid_in, gid) == 8, "vhca_set_gid_in.gid");
 
 /* ALLOC_PD output. */
 struct vhca_alloc_pd_out {
@@ -1683,7 +1752,7 @@ struct vhca_modify_qp_in {
 	__u32 attr_mask;
 	struct vhca_qp_attr attr;
 };
-_Static_assert(sizeof(struct vhca_modify_qp_in) == 96, "vhca_modify_qp_in: size");
+_Static_assert(sizeof(struct vhca_modify_qp_in) == 104, "vhca_modify_qp_in: size");
 _Static_assert(offsetof(struct vhca_modify_qp_in, qpn) == 0, "vhca_modify_qp_in.qpn");
 _Static_assert(offsetof(struct vhca_modify_qp_in, attr_mask) == 4, "vhca_modify_qp_in.attr_mask");
 _Static_assert(offsetof(struct vhca_modify_qp_in, attr) == 8, "vhca_modify_qp_in.attr");
@@ -1710,16 +1779,16 @@ struct vhca_query_qp_out {
 	__u32 srqn;
 	__u32 rsvd1;
 };
-_Static_assert(sizeof(struct vhca_query_qp_out) == 112, "vhca_query_qp_out: size");
+_Static_assert(sizeof(struct vhca_query_qp_out) == 120, "vhca_query_qp_out: size");
 _Static_assert(offsetof(struct vhca_query_qp_out, attr) == 0, "vhca_query_qp_out.attr");
-_Static_assert(offsetof(struct vhca_query_qp_out, qp_type) == 88, "vhca_query_qp_out.qp_type");
-_Static_assert(offsetof(struct vhca_query_qp_out, sq_sig_all) == 89, "vhca_query_qp_out.sq_sig_all");
-_Static_assert(offsetof(struct vhca_query_qp_out, rsvd0) == 90, "vhca_query_qp_out.rsvd0");
-_Static_assert(offsetof(struct vhca_query_qp_out, pdn) == 92, "vhca_query_qp_out.pdn");
-_Static_assert(offsetof(struct vhca_query_qp_out, send_cqn) == 96, "vhca_query_qp_out.send_cqn");
-_Static_assert(offsetof(struct vhca_query_qp_out, recv_cqn) == 100, "vhca_query_qp_out.recv_cqn");
-_Static_assert(offsetof(struct vhca_query_qp_out, srqn) == 104, "vhca_query_qp_out.srqn");
-_Static_assert(offsetof(struct vhca_query_qp_out, rsvd1) == 108, "vhca_query_qp_out.rsvd1");
+_Static_assert(offsetof(struct vhca_query_qp_out, qp_type) == 96, "vhca_query_qp_out.qp_type");
+_Static_assert(offsetof(struct vhca_query_qp_out, sq_sig_all) == 97, "vhca_query_qp_out.sq_sig_all");
+_Static_assert(offsetof(struct vhca_query_qp_out, rsvd0) == 98, "vhca_query_qp_out.rsvd0");
+_Static_assert(offsetof(struct vhca_query_qp_out, pdn) == 100, "vhca_query_qp_out.pdn");
+_Static_assert(offsetof(struct vhca_query_qp_out, send_cqn) == 104, "vhca_query_qp_out.send_cqn");
+_Static_assert(offsetof(struct vhca_query_qp_out, recv_cqn) == 108, "vhca_query_qp_out.recv_cqn");
+_Static_assert(offsetof(struct vhca_query_qp_out, srqn) == 112, "vhca_query_qp_out.srqn");
+_Static_assert(offsetof(struct vhca_query_qp_out, rsvd1) == 116, "vhca_query_qp_out.rsvd1");
 
 /* DESTROY_QP input. */
 struct vhca_destroy_qp_in {
@@ -1828,6 +1897,7 @@ _Static_assert(offsetof(struct vhca_dealloc_mw_in, rkey) == 0, "vhca_dealloc_mw_
  *     vhca_port_attr (mailbox).
  * VHCA_CMD_QUERY_COUNTERS: in struct vhca_query_counters_in (inline); out
  *     struct vhca_query_counters_out (mailbox).
+ * VHCA_CMD_SET_GID: in struct vhca_set_gid_in (inline); out -.
  * VHCA_CMD_ALLOC_PD: in -; out struct vhca_alloc_pd_out (inline).
  * VHCA_CMD_DEALLOC_PD: in struct vhca_dealloc_pd_in (inline); out -.
  * VHCA_CMD_CREATE_EQ: in struct vhca_create_eq_in (inline); out struct
@@ -1986,13 +2056,11 @@ struct vhca_ud_seg {
 	__u32 remote_qkey;
 	/* Where to. */
 	struct vhca_av av;
-	__u8 rsvd[8];
 };
 _Static_assert(sizeof(struct vhca_ud_seg) == 48, "vhca_ud_seg: size");
 _Static_assert(offsetof(struct vhca_ud_seg, remote_qpn) == 0, "vhca_ud_seg.remote_qpn");
 _Static_assert(offsetof(struct vhca_ud_seg, remote_qkey) == 4, "vhca_ud_seg.remote_qkey");
 _Static_assert(offsetof(struct vhca_ud_seg, av) == 8, "vhca_ud_seg.av");
-_Static_assert(offsetof(struct vhca_ud_seg, rsvd) == 40, "vhca_ud_seg.rsvd");
 
 /* Remote address segment (RDMA and ATOMIC). */
 struct vhca_raddr_seg {
@@ -2134,7 +2202,16 @@ struct vhca_cqe {
 	__u8 sl;
 	/* UD/GSI receives: the DLID's path bits (AD-01). */
 	__u8 dlid_path_bits;
-	__u8 rsvd[23];
+	/* RoCE UD/GSI receives: the source MAC of the frame. */
+	__u8 smac[6];
+	/*
+	 * RoCE UD/GSI receives: `enum vhca_network_hdr` — what the first 40 bytes
+	 * of the receive buffer hold: IB = a GRH, IPV4 = 20 zero bytes and the
+	 * frame's IPv4 header, IPV6 = the frame's IPv6 header (the layout of the
+	 * kernel's `union rdma_network_hdr`).
+	 */
+	__u8 network_hdr_type;
+	__u8 rsvd[16];
 	/* Owner bit (VHCA_OWNER_BIT), written last. */
 	__u8 owner;
 };
@@ -2152,8 +2229,22 @@ _Static_assert(offsetof(struct vhca_cqe, status) == 36, "vhca_cqe.status");
 _Static_assert(offsetof(struct vhca_cqe, opcode) == 37, "vhca_cqe.opcode");
 _Static_assert(offsetof(struct vhca_cqe, sl) == 38, "vhca_cqe.sl");
 _Static_assert(offsetof(struct vhca_cqe, dlid_path_bits) == 39, "vhca_cqe.dlid_path_bits");
-_Static_assert(offsetof(struct vhca_cqe, rsvd) == 40, "vhca_cqe.rsvd");
+_Static_assert(offsetof(struct vhca_cqe, smac) == 40, "vhca_cqe.smac");
+_Static_assert(offsetof(struct vhca_cqe, network_hdr_type) == 46, "vhca_cqe.network_hdr_type");
+_Static_assert(offsetof(struct vhca_cqe, rsvd) == 47, "vhca_cqe.rsvd");
 _Static_assert(offsetof(struct vhca_cqe, owner) == 63, "vhca_cqe.owner");
+
+/*
+ * Network header types of a receive completion (`enum rdma_network_type`).
+ */
+enum vhca_network_hdr {
+	/* A GRH (or nothing: WC flag GRH clear). */
+	VHCA_NETWORK_HDR_IB = 0,
+	/* RoCEv2 over IPv4. */
+	VHCA_NETWORK_HDR_IPV4 = 2,
+	/* RoCEv2 over IPv6. */
+	VHCA_NETWORK_HDR_IPV6 = 3,
+};
 
 /*
  * EQE types: asynchronous events numbered as `enum ibv_event_type` (and the
@@ -2307,7 +2398,7 @@ struct vhca_qp_context {
 	struct vhca_pbl sq;
 	struct vhca_pbl rq;
 };
-_Static_assert(sizeof(struct vhca_qp_context) == 184, "vhca_qp_context: size");
+_Static_assert(sizeof(struct vhca_qp_context) == 192, "vhca_qp_context: size");
 _Static_assert(offsetof(struct vhca_qp_context, qpn) == 0, "vhca_qp_context.qpn");
 _Static_assert(offsetof(struct vhca_qp_context, pdn) == 4, "vhca_qp_context.pdn");
 _Static_assert(offsetof(struct vhca_qp_context, send_cqn) == 8, "vhca_qp_context.send_cqn");
@@ -2344,12 +2435,12 @@ _Static_assert(offsetof(struct vhca_qp_context, max_dest_rd_atomic) == 85, "vhca
 _Static_assert(offsetof(struct vhca_qp_context, sq_sig_all) == 86, "vhca_qp_context.sq_sig_all");
 _Static_assert(offsetof(struct vhca_qp_context, rsvd) == 87, "vhca_qp_context.rsvd");
 _Static_assert(offsetof(struct vhca_qp_context, av) == 88, "vhca_qp_context.av");
-_Static_assert(offsetof(struct vhca_qp_context, tx_packets) == 120, "vhca_qp_context.tx_packets");
-_Static_assert(offsetof(struct vhca_qp_context, rx_packets) == 128, "vhca_qp_context.rx_packets");
-_Static_assert(offsetof(struct vhca_qp_context, retransmits) == 136, "vhca_qp_context.retransmits");
-_Static_assert(offsetof(struct vhca_qp_context, rnr_naks) == 144, "vhca_qp_context.rnr_naks");
-_Static_assert(offsetof(struct vhca_qp_context, sq) == 152, "vhca_qp_context.sq");
-_Static_assert(offsetof(struct vhca_qp_context, rq) == 168, "vhca_qp_context.rq");
+_Static_assert(offsetof(struct vhca_qp_context, tx_packets) == 128, "vhca_qp_context.tx_packets");
+_Static_assert(offsetof(struct vhca_qp_context, rx_packets) == 136, "vhca_qp_context.rx_packets");
+_Static_assert(offsetof(struct vhca_qp_context, retransmits) == 144, "vhca_qp_context.retransmits");
+_Static_assert(offsetof(struct vhca_qp_context, rnr_naks) == 152, "vhca_qp_context.rnr_naks");
+_Static_assert(offsetof(struct vhca_qp_context, sq) == 160, "vhca_qp_context.sq");
+_Static_assert(offsetof(struct vhca_qp_context, rq) == 176, "vhca_qp_context.rq");
 
 /* CQ context (CTX_TABLE = VHCA_CTX_CQC). */
 struct vhca_cq_context {

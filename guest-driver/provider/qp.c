@@ -506,7 +506,6 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 		ud->remote_qpn = wr->wr.ud.remote_qpn;
 		ud->remote_qkey = wr->wr.ud.remote_qkey;
 		ud->av = to_vah(wr->wr.ud.ah)->av;
-		memset(ud->rsvd, 0, sizeof(ud->rsvd));
 		off += sizeof(*ud);
 	}
 	switch (wr->opcode) {

@@ -91,7 +91,11 @@ pub struct AddressVector {
     pub src_path_bits: u8,
     pub static_rate: u8,
     /// Send a GRH with these fields (SGID comes from the port's GID table).
+    /// A RoCE port always sends one: its fields become the IP header (A17.4).
     pub grh: Option<GlobalRoute>,
+    /// RoCE port: the destination MAC, resolved by the guest's driver from the
+    /// DGID (the next hop); unused on InfiniBand.
+    pub dmac: [u8; 6],
 }
 
 /// The GRH part of an address vector.

@@ -244,6 +244,11 @@ abi_enum! {
         QueryPort = 0x0003,
         /// One set of counters of a port.
         QueryCounters = 0x0004,
+        /// Set or clear one entry of a RoCE port's GID table (WF-10): the
+        /// driver mirrors ib_core's table (`add_gid`/`del_gid`), and a RoCE
+        /// QP's or AH's `sgid_index` names the source address of its frames.
+        /// NOT_SUPPORTED on an InfiniBand port.
+        SetGid = 0x0005,
         /// Allocate a protection domain (MP-01).
         AllocPd = 0x0010,
         /// Deallocate a PD; BUSY while an MR, QP or SRQ uses it.
@@ -344,7 +349,7 @@ abi_struct! {
 abi_struct! {
     /// Address vector (IBA 10.2.1, AD-02; `struct ibv_ah_attr`): a connected QP's
     /// path (MODIFY_QP) or a UD destination (send WQE).
-    pub struct Av (32) {
+    pub struct Av (40) {
         /// Destination GID, network order, if `is_global`.
         pub dgid: [u8; 16],
         /// GRH flow label (20 bits), if `is_global`.
@@ -369,6 +374,12 @@ abi_struct! {
         pub port_num: u8,
         /// Zero.
         pub rsvd: u16,
+        /// RoCE port: the destination MAC (the next hop for `dgid`, which the
+        /// driver resolves, as ib_core's `ah_attr.roce.dmac`); zero on an
+        /// InfiniBand port (A17.4.5).
+        pub dmac: [u8; 6],
+        /// Zero.
+        pub rsvd2: [u8; 2],
     }
 }
 
@@ -385,7 +396,7 @@ abi_struct! {
 
 abi_struct! {
     /// QP attributes (`struct ibv_qp_attr`), valid where the attribute mask says.
-    pub struct QpAttr (88) {
+    pub struct QpAttr (96) {
         /// `enum vhca_qp_state`.
         pub qp_state: u8,
         /// `enum vhca_qp_state`: the state the driver believes the QP is in.
@@ -479,7 +490,7 @@ abi_struct! {
 abi_struct! {
     /// QUERY_PORT output (`struct ibv_port_attr` plus the tables the driver
     /// serves: P_Key table, GID 0 = subnet prefix : port GUID, AD-01, AD-05).
-    pub struct PortAttr (184) {
+    pub struct PortAttr (192) {
         pub port_guid: u64,
         pub gid_prefix: u64,
         /// GID 0, network order.
@@ -500,7 +511,7 @@ abi_struct! {
         pub active_mtu: u8,
         pub lmc: u8,
         pub sm_sl: u8,
-        /// `IBV_LINK_LAYER_*`: 1 = InfiniBand.
+        /// `IBV_LINK_LAYER_*`: 1 = InfiniBand, 2 = Ethernet (RoCEv2, WF-10).
         pub link_layer: u8,
         /// `IB_WIDTH_*`.
         pub active_width: u8,
@@ -509,6 +520,37 @@ abi_struct! {
         pub rsvd: [u8; 3],
         /// P_Key table; index 0 is normally 0xFFFF (AD-05).
         pub pkeys: [u16; 64],
+        /// Ethernet port: its MAC, which the driver matches to the guest's netdev
+        /// (the NIC that shares the port); zero on InfiniBand.
+        pub mac: [u8; 6],
+        pub rsvd2: [u8; 2],
+    }
+}
+
+abi_enum! {
+    /// GID types of a RoCE port's table (`enum ib_gid_type`); the device
+    /// speaks RoCEv2 only (WF-10).
+    pub enum GidType: u8 = "VHCA_GID_TYPE" {
+        /// RoCEv2: IPv4-mapped or IPv6 GID, UDP/IP encapsulation (A17).
+        RoceV2 = 2,
+    }
+}
+
+abi_struct! {
+    /// SET_GID input.
+    pub struct SetGidIn (24) {
+        /// Table index, below the port's `gid_tbl_len`.
+        pub index: u16,
+        /// Port (1).
+        pub port: u8,
+        /// 1: set the entry to `gid`; 0: clear it (`gid` and `gid_type` zero).
+        pub valid: u8,
+        /// `enum vhca_gid_type`.
+        pub gid_type: u8,
+        pub rsvd: [u8; 3],
+        /// The GID, network order: an IPv4-mapped (::ffff:a.b.c.d) or IPv6
+        /// address of the netdev paired with the port.
+        pub gid: [u8; 16],
     }
 }
 
@@ -767,7 +809,7 @@ abi_struct! {
     /// QP's doorbell slot as the point from which WQEs are new, as CREATE_QP
     /// does: WQEs posted and not yet fetched are dropped, and the driver's
     /// free-running indices need not restart at zero.
-    pub struct ModifyQpIn (96) {
+    pub struct ModifyQpIn (104) {
         pub qpn: u32,
         /// `VHCA_QP_ATTR_*` (`ibv_qp_attr_mask` bits).
         pub attr_mask: u32,
@@ -784,7 +826,7 @@ abi_struct! {
 
 abi_struct! {
     /// QUERY_QP output (mailbox): every attribute, and the creation parameters.
-    pub struct QueryQpOut (112) {
+    pub struct QueryQpOut (120) {
         pub attr: QpAttr,
         /// `enum vhca_qp_type`.
         pub qp_type: u8,
@@ -959,6 +1001,7 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::ReregMr => spec(op, e::<ReregMrIn>(), e::<RegMrOut>()),
             Opcode::DeregMr => spec(op, e::<DeregMrIn>(), None),
             Opcode::AllocMw => spec(op, e::<AllocMwIn>(), e::<AllocMwOut>()),
+            Opcode::SetGid => spec(op, e::<SetGidIn>(), None),
             Opcode::DeallocMw => spec(op, e::<DeallocMwIn>(), None),
         })
         .collect()
@@ -983,6 +1026,7 @@ pub fn section() -> Section {
         Entry::Consts(reg_mr_flags::layout()),
         Entry::Consts(rereg::layout()),
         Entry::Enum(MwType::layout()),
+        Entry::Enum(GidType::layout()),
     ];
     // Parameter structs in opcode order, each once (REG_MR and REREG_MR share
     // their output).

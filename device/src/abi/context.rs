@@ -25,7 +25,7 @@ abi_consts! {
 
 abi_struct! {
     /// QP context (CTX_TABLE = VHCA_CTX_QPC).
-    pub struct QpContext (184) {
+    pub struct QpContext (192) {
         pub qpn: u32,
         pub pdn: u32,
         pub send_cqn: u32,

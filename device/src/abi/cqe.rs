@@ -78,9 +78,28 @@ abi_struct! {
         pub sl: u8,
         /// UD/GSI receives: the DLID's path bits (AD-01).
         pub dlid_path_bits: u8,
-        pub rsvd: [u8; 23],
+        /// RoCE UD/GSI receives: the source MAC of the frame.
+        pub smac: [u8; 6],
+        /// RoCE UD/GSI receives: `enum vhca_network_hdr` — what the first 40
+        /// bytes of the receive buffer hold: IB = a GRH, IPV4 = 20 zero bytes
+        /// and the frame's IPv4 header, IPV6 = the frame's IPv6 header (the
+        /// layout of the kernel's `union rdma_network_hdr`).
+        pub network_hdr_type: u8,
+        pub rsvd: [u8; 16],
         /// Owner bit (VHCA_OWNER_BIT), written last.
         pub owner: u8,
+    }
+}
+
+abi_enum! {
+    /// Network header types of a receive completion (`enum rdma_network_type`).
+    pub enum NetworkHdr: u8 = "VHCA_NETWORK_HDR" {
+        /// A GRH (or nothing: WC flag GRH clear).
+        Ib = 0,
+        /// RoCEv2 over IPv4.
+        Ipv4 = 2,
+        /// RoCEv2 over IPv6.
+        Ipv6 = 3,
     }
 }
 
@@ -181,6 +200,7 @@ pub fn section() -> Section {
             Entry::Text(OWNER_CONVENTION),
             Entry::Consts(entry_const::layout()),
             Entry::Struct(entry::<Cqe>()),
+            Entry::Enum(NetworkHdr::layout()),
             Entry::Enum(EqeType::layout()),
             Entry::Struct(entry::<Eqe>()),
         ],

@@ -196,6 +196,11 @@ abi_consts! {
         WITH_IMM = 1 << 1,
         /// `imm_or_inv` holds the R_Key the SEND invalidated.
         WITH_INV = 1 << 3,
+        /// RoCE receives: `smac` holds the sender's MAC (kernel `IB_WC_WITH_SMAC`).
+        WITH_SMAC = 1 << 4,
+        /// RoCE receives: `network_hdr_type` says what the 40-byte header space
+        /// holds (kernel `IB_WC_WITH_NETWORK_HDR_TYPE`).
+        WITH_NETWORK_HDR_TYPE = 1 << 6,
     }
 }
 

@@ -76,7 +76,6 @@ abi_struct! {
         pub remote_qkey: u32,
         /// Where to.
         pub av: Av,
-        pub rsvd: [u8; 8],
     }
 }
 

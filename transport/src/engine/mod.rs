@@ -27,8 +27,8 @@ use crate::mr::MrTable;
 use crate::psn;
 use crate::qp_state;
 use crate::verbs::{
-    AttrMask, Completion, Event, Handle, MwType, QpAttr, QpInit, QpState, QpType, RecvWr, SendWr,
-    Time, VerbError, WcOpcode, WcStatus,
+    AttrMask, Completion, Event, Handle, Mtu, MwType, QpAttr, QpInit, QpState, QpType, RecvWr,
+    SendWr, Time, VerbError, WcOpcode, WcStatus,
 };
 use crate::wire::opcode::Service;
 use crate::wire::PacketRepr;
@@ -59,7 +59,15 @@ pub struct PortConfig {
     /// netdev's addresses; unused on an InfiniBand port, where GID 0 is
     /// prefix:port_guid.
     pub roce_gids: Vec<Option<[u8; 16]>>,
+    /// The largest path MTU the port carries (AD-03): 4096 on InfiniBand; on
+    /// Ethernet what fits the link's MTU after the IP/UDP/transport headers.
+    pub max_mtu: Mtu,
 }
+
+/// Bytes a RoCEv2 packet adds to its payload inside the Ethernet MTU, at most:
+/// IPv6 (40) + UDP (8) + BTH (12) + the largest extension headers (RETH +
+/// ImmDt or AtomicETH, 28) + ICRC (4) (A17.4).
+pub const ROCE_OVERHEAD: u32 = 40 + 8 + 12 + 28 + 4;
 
 /// Entries of a RoCE port's GID table.
 pub const ROCE_GID_TABLE_LEN: usize = 32;
@@ -87,7 +95,20 @@ impl PortConfig {
             pkeys: vec![0xffff],
             link: LinkLayer::InfiniBand,
             roce_gids: Vec::new(),
+            max_mtu: Mtu::M4096,
         }
+    }
+
+    /// The same port on an Ethernet link of MTU `eth_mtu` bytes: the largest
+    /// IB MTU whose packets fit (1500 -> 1024, 9000 -> 4096, as RoCE NICs and
+    /// Linux rxe map them).
+    pub fn with_ethernet_mtu(mut self, eth_mtu: u32) -> PortConfig {
+        let room = eth_mtu.saturating_sub(ROCE_OVERHEAD) as usize;
+        self.max_mtu = [Mtu::M4096, Mtu::M2048, Mtu::M1024, Mtu::M512]
+            .into_iter()
+            .find(|m| m.bytes() <= room)
+            .unwrap_or(Mtu::M256);
+        self
     }
 
     /// A RoCEv2 port with MAC `mac`: no LID, the port GUID is the MAC's EUI-64
@@ -109,6 +130,7 @@ impl PortConfig {
             roce_gids: vec![None; ROCE_GID_TABLE_LEN],
             ..PortConfig::new(0, guid)
         }
+        .with_ethernet_mtu(1500)
     }
 
     /// `true` on a RoCE port.
@@ -234,6 +256,22 @@ impl Engine {
     /// Counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Sets (`Some`) or clears (`None`) entry `index` of a RoCE port's GID table
+    /// (the driver mirrors ib_core's table). `NotSupported` on an InfiniBand
+    /// port, whose only GID is prefix:port_guid.
+    pub fn set_roce_gid(&mut self, index: usize, gid: Option<[u8; 16]>) -> Result<(), VerbError> {
+        if !self.port.is_ethernet() {
+            return Err(VerbError::NotSupported);
+        }
+        let slot = self
+            .port
+            .roce_gids
+            .get_mut(index)
+            .ok_or(VerbError::InvalidAttr)?;
+        *slot = gid;
+        Ok(())
     }
 
     /// PDs and MRs.
