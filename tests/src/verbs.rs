@@ -208,7 +208,6 @@ pub fn ud_dest(dlid: u16, qpn: u32, qkey: u32) -> UdSeg {
             port_num: 1,
             ..Default::default()
         },
-        ..UdSeg::default()
     }
 }
 
