@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use transport::memory::Memory;
 use transport::verbs::{
-    Access, AddressVector, Completion, Event, GlobalRoute, MwBind, RecvWr, SendData, SendFlags,
-    SendWr, Sge, UdDest, VerbError, WcStatus, WrOpcode,
+    Access, AddressVector, Completion, Event, GlobalRoute, MwBind, NetworkHdr, RecvWr, SendData,
+    SendFlags, SendWr, Sge, UdDest, VerbError, WcStatus, WrOpcode,
 };
 
 use crate::abi;
@@ -278,6 +278,20 @@ pub fn cqe_of(c: &Completion, owner: u8) -> abi::cqe::Cqe {
     e.opcode = c.opcode as u8;
     e.sl = c.sl;
     e.dlid_path_bits = c.dlid_path_bits;
+    // RoCE receives (WF-10): what the kernel's ib_wc carries for a reply.
+    if let Some(mac) = c.smac {
+        e.smac = mac;
+        e.wc_flags |= abi::verbs::wc_flags::WITH_SMAC;
+    }
+    let net = match c.network_hdr {
+        NetworkHdr::Ib => None,
+        NetworkHdr::Ipv4 => Some(abi::cqe::NetworkHdr::Ipv4),
+        NetworkHdr::Ipv6 => Some(abi::cqe::NetworkHdr::Ipv6),
+    };
+    if let Some(n) = net {
+        e.network_hdr_type = n.raw();
+        e.wc_flags |= abi::verbs::wc_flags::WITH_NETWORK_HDR_TYPE;
+    }
     e.owner = owner;
     e
 }

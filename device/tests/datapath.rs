@@ -662,3 +662,33 @@ fn datapath_mp_07_op_03_bind_local_inv_and_send_with_inv_wqes() {
     let e = wait_cqe(&mut d, cq);
     assert_eq!((e.wr_id, e.status), (8, S::LocQpOpErr.raw()));
 }
+
+/// WF-10: a RoCE UD receive's CQE carries the source MAC and what the header
+/// space holds, with the flags that say so; an InfiniBand one carries neither.
+#[test]
+fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
+    use abi::verbs::wc_flags;
+    let mut c = transport::verbs::Completion::new(
+        7,
+        transport::verbs::WcStatus::Success,
+        transport::verbs::WcOpcode::Recv,
+        3,
+    );
+    let ib = device::datapath::cqe_of(&c, 1);
+    assert_eq!(
+        ib.wc_flags & (wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE),
+        0
+    );
+    assert_eq!((ib.smac, ib.network_hdr_type), ([0; 6], 0));
+    c.smac = Some([2, 0, 0, 0, 0, 9]);
+    c.network_hdr = transport::verbs::NetworkHdr::Ipv4;
+    let e = device::datapath::cqe_of(&c, 1);
+    assert_eq!(e.smac, [2, 0, 0, 0, 0, 9]);
+    assert_eq!(e.network_hdr_type, abi::cqe::NetworkHdr::Ipv4.raw());
+    assert_eq!(
+        e.wc_flags & (wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE),
+        wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE
+    );
+    c.network_hdr = transport::verbs::NetworkHdr::Ipv6;
+    assert_eq!(device::datapath::cqe_of(&c, 1).network_hdr_type, 3);
+}

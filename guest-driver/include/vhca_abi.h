@@ -2622,8 +2622,9 @@ enum vhca_counter_set {
 	"retransmits", \
 	"timeouts", \
 	"rnr_naks_received", \
-	"duplicates_received"
-#define VHCA_COUNTERS_PORT_COUNT 11
+	"duplicates_received", \
+	"tx_no_route"
+#define VHCA_COUNTERS_PORT_COUNT 12
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \
@@ -2660,8 +2661,10 @@ enum vhca_counter_set {
 	"ud_bad_length", \
 	"ghost_response", \
 	"unexpected_response", \
-	"not_expected"
-#define VHCA_COUNTERS_RX_DROP_COUNT 16
+	"not_expected", \
+	"bad_dmac", \
+	"bad_gid"
+#define VHCA_COUNTERS_RX_DROP_COUNT 18
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \

@@ -324,6 +324,20 @@ pub struct Completion {
     pub dlid_path_bits: u8,
     /// Whether the message asked for a solicited event (OP-10).
     pub solicited: bool,
+    /// RoCE UD receives: the frame's source MAC.
+    pub smac: Option<[u8; 6]>,
+    /// UD receives: what the 40-byte header space of the buffer holds.
+    pub network_hdr: NetworkHdr,
+}
+
+/// What a UD receive buffer's first 40 bytes hold (`enum rdma_network_type`):
+/// a GRH on InfiniBand, the IP header of a RoCEv2 frame on Ethernet (WF-10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum NetworkHdr {
+    #[default]
+    Ib,
+    Ipv4,
+    Ipv6,
 }
 
 impl Completion {
@@ -344,6 +358,8 @@ impl Completion {
             sl: 0,
             dlid_path_bits: 0,
             solicited: false,
+            smac: None,
+            network_hdr: NetworkHdr::Ib,
         }
     }
 }

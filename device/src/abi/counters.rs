@@ -32,7 +32,7 @@ abi_enum! {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 11] = [
+const PORT_COUNTERS: [&str; 12] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -44,6 +44,7 @@ const PORT_COUNTERS: [&str; 11] = [
     "timeouts",
     "rnr_naks_received",
     "duplicates_received",
+    "tx_no_route",
 ];
 
 /// The port set's values, in the order of its names.
@@ -64,6 +65,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         timeouts,
         rnr_naks_received,
         duplicates_received,
+        tx_no_route,
     } = c;
     [
         *rx_packets,
@@ -77,6 +79,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *timeouts,
         *rnr_naks_received,
         *duplicates_received,
+        *tx_no_route,
     ]
 }
 

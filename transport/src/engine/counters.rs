@@ -52,6 +52,12 @@ reasons! {
         /// A request arriving at a QP that only sends, or a response at a QP with
         /// nothing outstanding.
         NotExpected,
+        /// RoCE: an Ethernet destination that is not the port's MAC (WF-10).
+        BadDmac,
+        /// RoCE: the destination IP is not one of the port's GIDs, or a connected
+        /// QP's packet comes from or to another address than its path's
+        /// (A17.4.5; the RoCE counterpart of the LID checks C9-53, C9-54).
+        BadGid,
     }
 }
 
@@ -130,6 +136,10 @@ pub struct Counters {
     pub timeouts: u64,
     pub rnr_naks_received: u64,
     pub duplicates_received: u64,
+    /// RoCE: packets that could not be framed (the path has no GRH, its SGID
+    /// entry is gone from the GID table, or its GIDs mix IPv4 and IPv6); the
+    /// WQE completes in error.
+    pub tx_no_route: u64,
 }
 
 impl Counters {

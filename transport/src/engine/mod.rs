@@ -12,6 +12,7 @@
 mod access;
 mod counters;
 mod cq;
+pub mod link;
 mod requester;
 mod responder;
 
@@ -611,8 +612,20 @@ impl Engine {
             pkey_table_len: self.port.pkeys.len().min(usize::from(u16::MAX)) as u16,
             max_rd_atomic: self.limits.max_rd_atomic,
             max_dest_rd_atomic: self.limits.max_rd_atomic,
+            max_mtu: self.port.max_mtu,
             ..qp_state::Limits::DEVICE
         };
+        // A RoCE path is global: its GRH becomes the IP header, its SGID an
+        // entry of the GID table (A17.4.5).
+        if self.port.is_ethernet()
+            && mask.contains(AttrMask::AV)
+            && attr
+                .av
+                .grh
+                .is_none_or(|g| usize::from(g.sgid_index) >= self.port.roce_gids.len())
+        {
+            return Err(VerbError::InvalidAttr);
+        }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
         let kind = if qpn == 1 {
             qp_state::QpKind::Gsi
@@ -755,15 +768,22 @@ impl Engine {
 
     // ------------------------------------------------------------------ I/O
 
-    /// Handles one received native packet (LRH through VCRC).
+    /// Handles one received packet as the port's link carries them: a native
+    /// packet (LRH through VCRC) on InfiniBand, a RoCEv2 frame (Ethernet header
+    /// through ICRC) on Ethernet (WF-10).
     pub fn handle_packet(&mut self, buf: &[u8], mem: &mut dyn Memory, now: Time) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += buf.len() as u64;
-        let pkt = match PacketRepr::parse(buf) {
+        let (pkt, roce) = match link::parse(&self.port, buf) {
             Ok(p) => p,
-            Err(d) => {
+            Err(link::Drop::Wire(d)) => {
                 log::debug!("drop: {d}");
                 self.counters.wire_drops.count(d);
+                return;
+            }
+            Err(link::Drop::Rx(r)) => {
+                log::debug!("drop: {r:?}");
+                self.counters.drop(r);
                 return;
             }
         };
@@ -795,6 +815,7 @@ impl Engine {
             fx: &mut fx,
             port: &self.port,
             now,
+            roce,
         };
         use crate::wire::opcode::Direction;
         let wants_tx = match info.direction() {
@@ -837,6 +858,7 @@ impl Engine {
                 fx: &mut fx,
                 port: &self.port,
                 now,
+                roce: None,
             };
             let built = if qp.req_turn {
                 requester::poll_transmit(qp, &mut ctx, buf, &self.limits)
@@ -943,6 +965,9 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
     if pk & 0x7fff != own & 0x7fff || (pk & 0x8000 == 0 && own & 0x8000 == 0) || pk & 0x7fff == 0 {
         return Err(RxDrop::BadPkey);
     }
+    if port.is_ethernet() {
+        return check_roce_addresses(port, qp, pkt);
+    }
     let lrh = &pkt.lrh;
     let mask = !((1u16 << port.lmc.min(7)) - 1);
     if qp.init.qp_type != QpType::Ud {
@@ -968,6 +993,33 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
     Ok(())
 }
 
+/// The address checks of a RoCE port, in place of the LID checks (A17.4.5):
+/// the destination IP is one of the port's GIDs; a connected QP takes packets
+/// only from its path's DGID to its path's SGID (as LIDs C9-53, C9-54); UD
+/// checks the Q_Key (C9-48..C9-51).
+fn check_roce_addresses(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+    let Some(grh) = pkt.grh.as_ref() else {
+        return Err(RxDrop::BadGid);
+    };
+    if !port.roce_gids.iter().flatten().any(|g| *g == grh.dgid) {
+        return Err(RxDrop::BadGid);
+    }
+    if qp.init.qp_type == QpType::Ud {
+        let deth = pkt.transport.ext.deth.map(|d| d.qkey).unwrap_or(0);
+        if deth != qp.attr.qkey {
+            return Err(RxDrop::BadQkey);
+        }
+        return Ok(());
+    }
+    let Some(path) = qp.attr.av.grh.as_ref() else {
+        return Err(RxDrop::BadGid);
+    };
+    if grh.sgid != path.dgid || link::source_gid(port, path.sgid_index) != Some(grh.dgid) {
+        return Err(RxDrop::BadGid);
+    }
+    Ok(())
+}
+
 /// What QP code may touch while handling an input.
 pub(crate) struct Ctx<'a> {
     pub mrs: &'a mut MrTable,
@@ -977,6 +1029,8 @@ pub(crate) struct Ctx<'a> {
     pub fx: &'a mut Effects,
     pub port: &'a PortConfig,
     pub now: Time,
+    /// What the RoCE frame being handled carried besides its packet.
+    pub roce: Option<link::RoceRx>,
 }
 
 fn apply_attrs(qp: &mut Qp, a: &QpAttr, m: AttrMask) {

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use super::link;
 use super::{to_error, Ctx, Effects, Qp, RxDrop};
 use crate::engine::counters::Counters;
 use crate::psn;
@@ -1073,9 +1074,12 @@ fn build_request(
         traffic_class: g.traffic_class,
         flow_label: g.flow_label,
         hop_limit: g.hop_limit,
-        sgid: cx.port.gid(),
+        // A missing RoCE entry leaves a zero SGID; `link::emit_with` then
+        // refuses the packet (no route).
+        sgid: link::source_gid(cx.port, g.sgid_index).unwrap_or_default(),
         dgid: g.dgid,
     });
+    let udp_sport = link::udp_source_port(av.grh.map_or(0, |g| g.flow_label), qp.qpn, dest_qp);
     let pkey = cx
         .port
         .pkeys
@@ -1116,8 +1120,8 @@ fn build_request(
     let word = (w.wr.opcode == WrOpcode::AtomicWrite).then(|| w.wr.swap_add.to_le_bytes());
     let mrs = &*cx.mrs;
     let mem = &*cx.mem;
-    let len = pkt
-        .emit_with(buf, payload_len, |dst| match data {
+    let len = link::emit_with(cx.port, &pkt, av.dmac, udp_sport, buf, payload_len, |dst| {
+        match data {
             // ATOMIC WRITE: its 8 bytes come from the WQE, not from memory.
             _ if word.is_some() => {
                 let src = word.as_ref().ok_or(WcStatus::LocLenErr)?;
@@ -1135,11 +1139,18 @@ fn build_request(
                 .map_err(super::access::local_status),
             // A bind sends no packet; it never gets here.
             SendData::Bind(_) => Err(WcStatus::LocQpOpErr),
-        })
-        .map_err(|e| match e {
-            EmitWithError::Fill(st) => st,
-            EmitWithError::Emit(_) => WcStatus::LocLenErr,
-        })?;
+        }
+    })
+    .map_err(|e| match e {
+        EmitWithError::Fill(st) => st,
+        // RoCE: no route for the path (its GID entry went away); the WQE
+        // fails like a send to an unusable address.
+        EmitWithError::Emit(_) if cx.port.is_ethernet() => {
+            cx.counters.tx_no_route += 1;
+            WcStatus::LocQpOpErr
+        }
+        EmitWithError::Emit(_) => WcStatus::LocLenErr,
+    })?;
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);
     let r = &mut qp.req;

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 
 use super::access::{self, local_status, RemoteErr};
+use super::link;
 use super::{to_error, Ctx, NakReason, Qp, RxDrop};
 use crate::mr::RemoteAccess;
 use crate::psn;
@@ -979,8 +980,12 @@ fn handle_ud(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
         return;
     };
     // The first 40 bytes of a UD receive buffer hold the GRH, if any.
+    // On RoCE it holds the frame's IP header as the receiver's stack expects
+    // it (WF-10; see `link::RoceRx`).
     let mut grh_bytes = [0u8; UD_GRH_SPACE];
-    if let Some(g) = &pkt.grh {
+    if let Some(r) = &cx.roce {
+        grh_bytes = r.hdr;
+    } else if let Some(g) = &pkt.grh {
         let mut v = crate::wire::Grh::new_unchecked(&mut grh_bytes[..]);
         let pay = (t.buffer_len() + 4) as u16;
         let _ = g.emit(&mut v, pay);
@@ -1008,6 +1013,10 @@ fn handle_ud(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
     c.dlid_path_bits = (pkt.lrh.dlid & ((1u16 << cx.port.lmc.min(7)) - 1)) as u8;
     if pkt.grh.is_some() {
         c.flags = WcFlags(c.flags.0 | WcFlags::GRH.0);
+    }
+    if let Some(r) = &cx.roce {
+        c.smac = Some(r.smac);
+        c.network_hdr = r.net;
     }
     if let Some(imm) = t.ext.imm_dt {
         c.imm_data = imm;
@@ -1098,9 +1107,14 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         traffic_class: g.traffic_class,
         flow_label: g.flow_label,
         hop_limit: g.hop_limit,
-        sgid: cx.port.gid(),
+        sgid: link::source_gid(cx.port, g.sgid_index).unwrap_or_default(),
         dgid: g.dgid,
     });
+    let udp_sport = link::udp_source_port(
+        qp.attr.av.grh.map_or(0, |g| g.flow_label),
+        qp.qpn,
+        qp.attr.dest_qp_num,
+    );
     let pkt = PacketRepr {
         lrh: LrhRepr {
             vl: 0,
@@ -1133,12 +1147,21 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     let pd = qp.init.pd;
     let qpn = qp.qpn;
     let (mrs, mem) = (&*cx.mrs, &*cx.mem);
-    let built = pkt.emit_with(buf, payload_len, |dst| match read {
-        Some((rkey, va, _)) if !dst.is_empty() => {
-            access::remote_read(mrs, mem, pd, qpn, rkey, va, dst)
-        }
-        _ => Ok(()),
-    });
+    let dmac = qp.attr.av.dmac;
+    let built = link::emit_with(
+        cx.port,
+        &pkt,
+        dmac,
+        udp_sport,
+        buf,
+        payload_len,
+        |dst| match read {
+            Some((rkey, va, _)) if !dst.is_empty() => {
+                access::remote_read(mrs, mem, pd, qpn, rkey, va, dst)
+            }
+            _ => Ok(()),
+        },
+    );
     match built {
         Ok(len) => {
             if let Some(c) = cont {
@@ -1152,6 +1175,13 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             nak(qp, cx, p, remote_nak(e), NakReason::from(e));
             poll_transmit(qp, cx, buf)
         }
-        Err(EmitWithError::Emit(_)) => None,
+        Err(EmitWithError::Emit(_)) => {
+            // RoCE: no route for the path (its GID entry went away); the
+            // response is lost like one dropped on the wire.
+            if cx.port.is_ethernet() {
+                cx.counters.tx_no_route += 1;
+            }
+            None
+        }
     }
 }

@@ -19,7 +19,7 @@ use super::{DropReason, EmitError, MAX_PAYLOAD};
 pub const BUFFER_ALIGN_OFFSET: usize = 12;
 
 /// Zero bytes standing in for a payload whose length alone matters.
-static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
+pub(crate) static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
 
 /// Why [`PacketRepr::emit_with`] failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl<'a> TransportRepr<'a> {
 
     /// The checks of [`Self::emit`] and its BTH and extension headers; returns
     /// where the payload starts and the whole length.
-    fn emit_headers(&self, buf: &mut [u8]) -> Result<(usize, usize), EmitError> {
+    pub(crate) fn emit_headers(&self, buf: &mut [u8]) -> Result<(usize, usize), EmitError> {
         let info = self.bth.opcode.info();
         if (!info.payload && !self.payload.is_empty()) || self.payload.len() > MAX_PAYLOAD {
             return Err(EmitError::BadPayload);
@@ -118,7 +118,7 @@ impl<'a> TransportRepr<'a> {
     }
 
     /// Copies the payload and zero pad into `buf`, which holds exactly them.
-    fn emit_payload(&self, buf: &mut [u8]) {
+    pub(crate) fn emit_payload(&self, buf: &mut [u8]) {
         let (data, pad) = buf.split_at_mut(self.payload.len());
         // In chunks of at most 1 KiB: above ~2 KiB glibc's memcpy switches to `rep
         // movsb`, about 1.5x slower here when the payload and its place in the

@@ -17,8 +17,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::crc::{icrc_roce, ICRC_LEN};
 use super::field::{be16, be32, set_be16, set_be32};
-use super::packet::TransportRepr;
-use super::{BthRepr, DropReason, EmitError};
+use super::packet::{EmitWithError, TransportRepr, ZEROS};
+use super::{BthRepr, DropReason, EmitError, MAX_PAYLOAD};
 
 /// The UDP destination port that marks RoCEv2 (IANA "roce", annex A17.4.3).
 pub const UDP_PORT: u16 = 4791;
@@ -442,20 +442,71 @@ impl<'a> RoceRepr<'a> {
     /// checksum, the ICRC and (if [`Self::udp_checksum`]) the UDP checksum; returns
     /// its length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
+        self.emit_inner(buf, |t, dst| {
+            t.emit_payload(dst);
+            Ok::<(), EmitError>(())
+        })
+        .map_err(|e| match e {
+            EmitWithError::Emit(e) | EmitWithError::Fill(e) => e,
+        })
+    }
+
+    /// Writes the whole frame like [`Self::emit`], except that the payload is not
+    /// copied from `self.transport.payload` (which must be empty) but written in
+    /// place by `fill`, given the `payload_len` bytes where it goes (the engine
+    /// gathers a payload from memory straight into the frame, as
+    /// [`PacketRepr::emit_with`](super::PacketRepr::emit_with) does for native
+    /// packets).
+    pub fn emit_with<E>(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<usize, EmitWithError<E>> {
+        if !self.transport.payload.is_empty() || payload_len > MAX_PAYLOAD {
+            return Err(EmitWithError::Emit(EmitError::BadPayload));
+        }
+        // Headers are written from a repr whose payload has the right length;
+        // only its length is read.
+        let sized = RoceRepr {
+            transport: TransportRepr {
+                payload: &ZEROS[..payload_len],
+                ..self.transport
+            },
+            ..*self
+        };
+        sized.emit_inner(buf, |_, dst| {
+            let (data, pad) = dst.split_at_mut(payload_len);
+            fill(data)?;
+            pad.fill(0);
+            Ok(())
+        })
+    }
+
+    /// Headers, then `fill` for the payload and pad (given the transport repr
+    /// and that region), then the ICRC and UDP checksum over the result.
+    fn emit_inner<E>(
+        &self,
+        buf: &mut [u8],
+        fill: impl FnOnce(&TransportRepr<'_>, &mut [u8]) -> Result<(), E>,
+    ) -> Result<usize, EmitWithError<E>> {
         let len = self.buffer_len();
         if buf.len() < len {
-            return Err(EmitError::BufferTooSmall);
+            return Err(EmitWithError::Emit(EmitError::BufferTooSmall));
         }
         let buf = &mut buf[..len];
-        let udp_len =
-            u16::try_from(self.udp_len()).map_err(|_| EmitError::FieldRange("UDP:Length"))?;
-        let eth_len = self.eth.emit(buf, self.ip.ethertype())?;
+        let udp_len = u16::try_from(self.udp_len())
+            .map_err(|_| EmitWithError::Emit(EmitError::FieldRange("UDP:Length")))?;
+        let eth_len = self
+            .eth
+            .emit(buf, self.ip.ethertype())
+            .map_err(EmitWithError::Emit)?;
         let l3 = &mut buf[eth_len..];
         let ip_len = self.ip.header_len();
         match &self.ip {
             IpRepr::V4(v4) => {
                 let total = u16::try_from(IPV4_HEADER_LEN + usize::from(udp_len))
-                    .map_err(|_| EmitError::FieldRange("IPv4:TotalLength"))?;
+                    .map_err(|_| EmitWithError::Emit(EmitError::FieldRange("IPv4:TotalLength")))?;
                 let h = &mut l3[..IPV4_HEADER_LEN];
                 h[0] = 0x45;
                 h[1] = v4.tos;
@@ -472,7 +523,7 @@ impl<'a> RoceRepr<'a> {
             }
             IpRepr::V6(v6) => {
                 if v6.flow_label > MAX_FLOW_LABEL {
-                    return Err(EmitError::FieldRange("IPv6:FlowLabel"));
+                    return Err(EmitWithError::Emit(EmitError::FieldRange("IPv6:FlowLabel")));
                 }
                 let h = &mut l3[..IPV6_HEADER_LEN];
                 let word0 = (6 << 28) | (u32::from(v6.traffic_class) << 20) | v6.flow_label;
@@ -489,7 +540,15 @@ impl<'a> RoceRepr<'a> {
         set_be16(&mut udp[2..4], UDP_PORT);
         set_be16(&mut udp[4..6], udp_len);
         set_be16(&mut udp[6..8], 0);
-        let t_len = self.transport.emit(&mut udp[UDP_HEADER_LEN..])?;
+        let (payload_at, t_len) = self
+            .transport
+            .emit_headers(&mut udp[UDP_HEADER_LEN..])
+            .map_err(EmitWithError::Emit)?;
+        fill(
+            &self.transport,
+            &mut udp[UDP_HEADER_LEN + payload_at..UDP_HEADER_LEN + t_len],
+        )
+        .map_err(EmitWithError::Fill)?;
         let icrc_at = UDP_HEADER_LEN + t_len;
         let (head, icrc) = udp.split_at_mut(icrc_at);
         let (udp_hdr, ib) = head.split_at(UDP_HEADER_LEN);

@@ -6,7 +6,7 @@
 
 use std::collections::BinaryHeap;
 
-use transport::engine::{Engine, Limits, PortConfig};
+use transport::engine::{Engine, Limits, LinkLayer, PortConfig};
 use transport::memory::VecMemory;
 use transport::verbs::{
     Access, AddressVector, AttrMask, Completion, Handle, Mtu, QpAttr, QpCap, QpInit, QpState,
@@ -94,17 +94,48 @@ pub struct Net {
     buf: Vec<u8>,
     pub delivered: u64,
     pub dropped: u64,
+    /// When set, a copy of every packet put on the wire (before faults).
+    pub sniffed: Option<Vec<Vec<u8>>>,
+    /// When set, applied to every packet put on the wire (before faults).
+    pub rewrite: Option<fn(&mut Vec<u8>)>,
 }
 
 impl Net {
     /// `n` nodes with LIDs 1..=n and `mem_len` bytes of memory each.
     pub fn new(n: usize, mem_len: usize, seed: u64) -> Net {
-        let nodes = (0..n)
-            .map(|i| {
-                let mut engine = Engine::new(
-                    PortConfig::new(i as u16 + 1, 0x0002_c903_0000_0000 + i as u64),
-                    Limits::default(),
-                );
+        Net::with_ports(
+            (0..n)
+                .map(|i| PortConfig::new(i as u16 + 1, 0x0002_c903_0000_0000 + i as u64))
+                .collect(),
+            mem_len,
+            seed,
+        )
+    }
+
+    /// `n` nodes with RoCEv2 ports (WF-10): MAC 02:00:00:00:00:0i, GID 0 =
+    /// ::ffff:10.0.0.i, GID 1 = fd00::i; frames are routed by destination MAC.
+    /// Their LIDs (1..=n) only name the nodes to the bench.
+    pub fn new_roce(n: usize, mem_len: usize, seed: u64) -> Net {
+        Net::with_ports(
+            (1..=n)
+                .map(|i| {
+                    let mut p = PortConfig::ethernet(roce_mac(i));
+                    p.lid = i as u16;
+                    p.roce_gids[0] = Some(roce_gid_v4(i));
+                    p.roce_gids[1] = Some(roce_gid_v6(i));
+                    p
+                })
+                .collect(),
+            mem_len,
+            seed,
+        )
+    }
+
+    fn with_ports(ports: Vec<PortConfig>, mem_len: usize, seed: u64) -> Net {
+        let nodes = ports
+            .into_iter()
+            .map(|port| {
+                let mut engine = Engine::new(port, Limits::default());
                 let pd = engine.mrs().alloc_pd().expect("pd");
                 Node {
                     engine,
@@ -124,6 +155,8 @@ impl Net {
             buf: vec![0; 8192],
             delivered: 0,
             dropped: 0,
+            sniffed: None,
+            rewrite: None,
         }
     }
 
@@ -193,11 +226,25 @@ impl Net {
     }
 
     fn launch(&mut self, mut pkt: Vec<u8>) {
-        let Ok(lrh) = Lrh::new_checked(&pkt[..]) else {
-            return;
+        if let Some(s) = &mut self.sniffed {
+            s.push(pkt.clone());
+        }
+        if let Some(f) = self.rewrite {
+            f(&mut pkt);
+        }
+        let to = if self.nodes[0].engine.port().is_ethernet() {
+            // A RoCE frame goes to the port whose MAC it names.
+            self.nodes.iter().position(|n| {
+                matches!(n.engine.port().link, LinkLayer::Ethernet { mac } if pkt.get(..6) == Some(&mac[..]))
+            })
+        } else {
+            let Ok(lrh) = Lrh::new_checked(&pkt[..]) else {
+                return;
+            };
+            let dlid = lrh.dlid();
+            self.nodes.iter().position(|n| n.engine.port().lid == dlid)
         };
-        let dlid = lrh.dlid();
-        let Some(to) = self.nodes.iter().position(|n| n.engine.port().lid == dlid) else {
+        let Some(to) = to else {
             self.dropped += 1;
             return;
         };
@@ -361,6 +408,12 @@ pub fn bring_up(
         sl: 0,
         ..AddressVector::default()
     };
+    if net.nodes[node].engine.port().is_ethernet() {
+        // RoCE: the path is the peer's GID 0 and MAC (bench nodes are named by
+        // their LID).
+        a.av = roce_av(remote_lid as usize, 0);
+    }
+    let e = &mut net.nodes[node].engine;
     let m_rtr = match o.qp_type {
         QpType::Ud => AttrMask::STATE,
         QpType::Uc => {
@@ -450,4 +503,41 @@ pub fn fill(net: &mut Net, node: usize, addr: u64, len: usize, seed: u8) {
 pub fn bytes(net: &Net, node: usize, addr: u64, len: usize) -> Vec<u8> {
     let off = (addr - MEM_BASE) as usize;
     net.nodes[node].mem.bytes[off..off + len].to_vec()
+}
+
+/// The MAC of RoCE bench node `i` (1-based).
+pub fn roce_mac(i: usize) -> [u8; 6] {
+    [0x02, 0, 0, 0, 0, i as u8]
+}
+
+/// GID 0 of RoCE bench node `i`: ::ffff:10.0.0.i.
+pub fn roce_gid_v4(i: usize) -> [u8; 16] {
+    std::net::Ipv4Addr::new(10, 0, 0, i as u8)
+        .to_ipv6_mapped()
+        .octets()
+}
+
+/// GID 1 of RoCE bench node `i`: fd00::i.
+pub fn roce_gid_v6(i: usize) -> [u8; 16] {
+    std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16).octets()
+}
+
+/// The RoCE path to bench node `i` through its GID `gid_index` (0: IPv4,
+/// 1: IPv6) from the local GID of the same index.
+pub fn roce_av(i: usize, gid_index: u8) -> AddressVector {
+    AddressVector {
+        grh: Some(transport::verbs::GlobalRoute {
+            dgid: if gid_index == 0 {
+                roce_gid_v4(i)
+            } else {
+                roce_gid_v6(i)
+            },
+            flow_label: 0,
+            sgid_index: gid_index,
+            hop_limit: 64,
+            traffic_class: 0,
+        }),
+        dmac: roce_mac(i),
+        ..AddressVector::default()
+    }
 }
