@@ -18,6 +18,7 @@
  * there; it then continues in the new ring from its ci.
  */
 
+#include <linux/etherdevice.h>
 #include <rdma/uverbs_ioctl.h>
 
 #include "vhca.h"
@@ -311,10 +312,28 @@ static enum ib_wc_opcode vhca_wc_opcode(u8 op)
 
 static int vhca_wc_flags(u32 f)
 {
-	/* ibverbs numbering in the CQE; ib_core's WITH_INVALIDATE differs. */
+	/* ibverbs numbering in the CQE; ib_core's differs (WITH_INVALIDATE). */
 	return ((f & VHCA_WC_FLAG_GRH) ? IB_WC_GRH : 0) |
 	       ((f & VHCA_WC_FLAG_WITH_IMM) ? IB_WC_WITH_IMM : 0) |
-	       ((f & VHCA_WC_FLAG_WITH_INV) ? IB_WC_WITH_INVALIDATE : 0);
+	       ((f & VHCA_WC_FLAG_WITH_INV) ? IB_WC_WITH_INVALIDATE : 0) |
+	       ((f & VHCA_WC_FLAG_WITH_SMAC) ? IB_WC_WITH_SMAC : 0) |
+	       ((f & VHCA_WC_FLAG_WITH_NETWORK_HDR_TYPE) ?
+			IB_WC_WITH_NETWORK_HDR_TYPE : 0);
+}
+
+/*
+ * What the 40 bytes before a RoCE UD payload hold (ib_init_ah_attr_from_wc
+ * reads the GIDs from there); an unknown value from the device is dropped
+ * rather than passed on as a header type it is not.
+ */
+static bool vhca_network_hdr(u8 t, u8 *out)
+{
+	switch (t) {
+	case VHCA_NETWORK_HDR_IB:	*out = RDMA_NETWORK_IB; return true;
+	case VHCA_NETWORK_HDR_IPV4:	*out = RDMA_NETWORK_IPV4; return true;
+	case VHCA_NETWORK_HDR_IPV6:	*out = RDMA_NETWORK_IPV6; return true;
+	default:			return false;
+	}
 }
 
 /* Retires a kernel SQ or RQ up to the WQE whose index the CQE carries. */
@@ -370,6 +389,12 @@ static bool vhca_cqe_to_wc(struct vhca_dev *dev, const struct vhca_cqe *cqe,
 	wc->sl = cqe->sl;
 	wc->dlid_path_bits = cqe->dlid_path_bits;
 	wc->port_num = VHCA_PORT;
+	/* RoCE receives (A17.4.5.2): who sent it, and over which IP version. */
+	if (wc->wc_flags & IB_WC_WITH_SMAC)
+		ether_addr_copy(wc->smac, cqe->smac);
+	if ((wc->wc_flags & IB_WC_WITH_NETWORK_HDR_TYPE) &&
+	    !vhca_network_hdr(cqe->network_hdr_type, &wc->network_hdr_type))
+		wc->wc_flags &= ~IB_WC_WITH_NETWORK_HDR_TYPE;
 	return true;
 }
 

@@ -17,12 +17,13 @@
  */
 
 #include <linux/delay.h>
+#include <linux/etherdevice.h>
 #include <linux/module.h>
 
 #include "vhca.h"
 
 MODULE_AUTHOR("vhca");
-MODULE_DESCRIPTION("vhca: virtual PCIe InfiniBand HCA");
+MODULE_DESCRIPTION("vhca: virtual PCIe InfiniBand / RoCEv2 HCA");
 MODULE_LICENSE("Dual MIT/GPL");
 
 static unsigned int status_timeout_ms = 5000;
@@ -177,6 +178,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.alloc_mw = vhca_alloc_mw,
 	.alloc_pd = vhca_alloc_pd,
 	.alloc_ucontext = vhca_alloc_ucontext,
+	.add_gid = vhca_add_gid,
 	.create_ah = vhca_create_ah,
 	.create_cq = vhca_create_cq,
 	.create_qp = vhca_create_qp,
@@ -184,6 +186,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.dealloc_mw = vhca_dealloc_mw,
 	.dealloc_pd = vhca_dealloc_pd,
 	.dealloc_ucontext = vhca_dealloc_ucontext,
+	.del_gid = vhca_del_gid,
 	.dereg_mr = vhca_dereg_mr,
 	.destroy_ah = vhca_destroy_ah,
 	.destroy_cq = vhca_destroy_cq,
@@ -235,9 +238,18 @@ static int vhca_ib_register(struct vhca_dev *dev)
 	/* /sys/class/infiniband/vhcaN/device -> the PCI function. */
 	ibdev->dev.parent = &dev->pdev->dev;
 	ib_set_device_ops(ibdev, &vhca_dev_ops);
+	/* A NIC already there is paired before registration fills the GIDs. */
+	if (dev->roce) {
+		ret = vhca_roce_init(dev);
+		if (ret)
+			return ret;
+	}
 	ret = ib_register_device(ibdev, "vhca%d", &dev->pdev->dev);
-	if (ret)
+	if (ret) {
+		if (dev->roce)
+			vhca_roce_fini(dev);
 		return ret;
+	}
 	WRITE_ONCE(dev->registered, true);
 	return 0;
 }
@@ -279,6 +291,28 @@ static int vhca_hw_up(struct vhca_dev *dev)
 	ret = vhca_refresh_port(dev);
 	if (ret) {
 		dev_err(&dev->pdev->dev, "QUERY_PORT: %d\n", ret);
+		goto err_down;
+	}
+	/* The link layer is the device's configuration, fixed until reset. */
+	switch (dev->port.attr.link_layer) {
+	case VHCA_LINK_LAYER_IB:
+		dev->roce = false;
+		break;
+	case VHCA_LINK_LAYER_ETHERNET:
+		dev->roce = true;
+		ether_addr_copy(dev->mac, dev->port.attr.mac);
+		if (!is_valid_ether_addr(dev->mac)) {
+			dev_err(&dev->pdev->dev,
+				"Ethernet port with MAC %pM: not a unicast address\n",
+				dev->mac);
+			ret = -EINVAL;
+			goto err_down;
+		}
+		break;
+	default:
+		dev_err(&dev->pdev->dev, "QUERY_PORT: unknown link layer %u\n",
+			dev->port.attr.link_layer);
+		ret = -EINVAL;
 		goto err_down;
 	}
 	ret = vhca_ceqs_create(dev);
@@ -418,12 +452,19 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_hw;
 	}
 	vhca_debugfs_add(dev);
-	dev_info(&pdev->dev,
-		 "%s: ABI %u.%u, %u UARs, %d MSI-X vectors (%u completion EQs), caps %#x, port LID %u state %u\n",
-		 dev_name(&dev->ibdev.dev), VHCA_ABI_VERSION >> 16,
-		 VHCA_ABI_VERSION & 0xffff, dev->caps.num_uars, dev->nvec,
-		 dev->nceqs, dev->attr.cap_flags, dev->port.attr.lid,
-		 dev->port.attr.state);
+	if (dev->roce)
+		dev_info(&pdev->dev,
+			 "%s: ABI %u.%u, %u UARs, %d MSI-X vectors (%u completion EQs), caps %#x, RoCEv2 port MAC %pM\n",
+			 dev_name(&dev->ibdev.dev), VHCA_ABI_VERSION >> 16,
+			 VHCA_ABI_VERSION & 0xffff, dev->caps.num_uars,
+			 dev->nvec, dev->nceqs, dev->attr.cap_flags, dev->mac);
+	else
+		dev_info(&pdev->dev,
+			 "%s: ABI %u.%u, %u UARs, %d MSI-X vectors (%u completion EQs), caps %#x, port LID %u state %u\n",
+			 dev_name(&dev->ibdev.dev), VHCA_ABI_VERSION >> 16,
+			 VHCA_ABI_VERSION & 0xffff, dev->caps.num_uars,
+			 dev->nvec, dev->nceqs, dev->attr.cap_flags,
+			 dev->port.attr.lid, dev->port.attr.state);
 	return 0;
 
 err_hw:
@@ -452,6 +493,9 @@ static void vhca_remove(struct pci_dev *pdev)
 
 	vhca_debugfs_remove(dev);
 	WRITE_ONCE(dev->registered, false);
+	/* Let go of the NIC first: its removal must never wait on ours. */
+	if (dev->roce)
+		vhca_roce_fini(dev);
 	ib_unregister_device(&dev->ibdev);
 	vhca_hw_down(dev);
 	pci_free_irq_vectors(pdev);

@@ -503,8 +503,13 @@ int vhca_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	a->timeout = attr->timeout;
 	a->retry_cnt = attr->retry_cnt;
 	a->rnr_retry = attr->rnr_retry;
-	if (mask & IB_QP_AV)
-		vhca_ah_to_av(&attr->ah_attr, &a->ah_attr);
+	if (mask & IB_QP_AV) {
+		ret = vhca_ah_to_av(dev, &attr->ah_attr, &a->ah_attr);
+		if (ret) {
+			kfree(in);
+			return ret;
+		}
+	}
 	if (mask & IB_QP_CAP) {
 		a->cap.max_send_wr = attr->cap.max_send_wr;
 		a->cap.max_recv_wr = attr->cap.max_recv_wr;

@@ -9,8 +9,13 @@
  * (design.md §7). QUERY_PORT is re-run by query_port and after every port
  * event; the P_Key and GID callbacks read that cache, since ib_core calls
  * them for every table entry.
+ *
+ * Or, when QUERY_PORT says Ethernet, a RoCEv2 port (WF-10): state and MTU
+ * from the paired NIC, GID table kept by ib_core (roce.c), address vectors
+ * with the destination MAC ib_core resolved.
  */
 
+#include <linux/etherdevice.h>
 #include <linux/mm.h>
 #include <rdma/ib_mad.h>
 #include <rdma/uverbs_ioctl.h>
@@ -214,6 +219,10 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 	a->active_speed = pa->active_speed;
 	a->phys_state = pa->phys_state;
 	kfree(pa);
+	if (dev->roce) {
+		a->subnet_prefix = 0;
+		vhca_roce_query_port(dev, a);
+	}
 	return 0;
 }
 
@@ -235,17 +244,29 @@ int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
 		return ret;
 	imm->pkey_tbl_len = attr.pkey_tbl_len;
 	imm->gid_tbl_len = attr.gid_tbl_len;
+	imm->max_mad_size = IB_MGMT_MAD_SIZE;
+	if (dev->roce) {
+		/*
+		 * RoCEv2 only (WF-10): ib_core keeps the GID table through
+		 * add_gid/del_gid; QP1 carries ib_cm's MADs (A17.2).
+		 */
+		imm->core_cap_flags = RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+		if (!(dev->attr.cap_flags & VHCA_DEV_CAP_GSI))
+			imm->core_cap_flags &= ~(RDMA_CORE_CAP_IB_MAD |
+						 RDMA_CORE_CAP_IB_CM);
+		return 0;
+	}
 	imm->core_cap_flags = RDMA_CORE_CAP_PROT_IB | RDMA_CORE_CAP_AF_IB;
 	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI)
 		imm->core_cap_flags |= RDMA_CORE_PORT_IBA_IB &
 				       ~RDMA_CORE_CAP_IB_SMI;
-	imm->max_mad_size = IB_MGMT_MAD_SIZE;
 	return 0;
 }
 
 enum rdma_link_layer vhca_get_link_layer(struct ib_device *ibdev, u32 port)
 {
-	return IB_LINK_LAYER_INFINIBAND;
+	return to_vdev(ibdev)->roce ? IB_LINK_LAYER_ETHERNET :
+				      IB_LINK_LAYER_INFINIBAND;
 }
 
 int vhca_query_pkey(struct ib_device *ibdev, u32 port, u16 index, u16 *pkey)
@@ -264,7 +285,10 @@ int vhca_query_pkey(struct ib_device *ibdev, u32 port, u16 index, u16 *pkey)
 	return ret;
 }
 
-/* GID 0 is the port's (subnet prefix : port GUID); the others are empty. */
+/*
+ * GID 0 is the port's (subnet prefix : port GUID); the others are empty.
+ * ib_core never asks a RoCE port: its table is ib_core's own (roce.c).
+ */
 int vhca_query_gid(struct ib_device *ibdev, u32 port, int index,
 		   union ib_gid *gid)
 {
@@ -428,17 +452,40 @@ int vhca_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	return ret == -EBUSY ? ret : 0;
 }
 
-void vhca_ah_to_av(const struct rdma_ah_attr *ah, struct vhca_av *av)
+/*
+ * rdma_ah_attr -> struct vhca_av (AD-02). On a RoCE port every packet is
+ * routed (A17.4.5.1): the GRH fields become the IP header, and the
+ * destination MAC is the one ib_core resolved for dgid (roce.dmac; for user
+ * AHs and QPs ib_core does it before calling the driver, kernel callers
+ * bring it resolved).
+ */
+int vhca_ah_to_av(struct vhca_dev *dev, const struct rdma_ah_attr *ah,
+		  struct vhca_av *av)
 {
+	const struct ib_global_route *grh;
+
 	memset(av, 0, sizeof(*av));
-	av->dlid = rdma_ah_get_dlid(ah);
+	if (dev->roce) {
+		if (ah->type != RDMA_AH_ATTR_TYPE_ROCE ||
+		    !(rdma_ah_get_ah_flags(ah) & IB_AH_GRH))
+			return -EINVAL;
+		if (is_zero_ether_addr(ah->roce.dmac)) {
+			ibdev_warn_ratelimited(&dev->ibdev,
+					       "RoCE address without a destination MAC\n");
+			return -EINVAL;
+		}
+		ether_addr_copy(av->dmac, ah->roce.dmac);
+	} else {
+		if (ah->type != RDMA_AH_ATTR_TYPE_IB)
+			return -EINVAL;
+		av->dlid = rdma_ah_get_dlid(ah);
+		av->src_path_bits = rdma_ah_get_path_bits(ah);
+	}
 	av->sl = rdma_ah_get_sl(ah);
-	av->src_path_bits = rdma_ah_get_path_bits(ah);
 	av->static_rate = rdma_ah_get_static_rate(ah);
 	av->port_num = rdma_ah_get_port_num(ah);
 	if (rdma_ah_get_ah_flags(ah) & IB_AH_GRH) {
-		const struct ib_global_route *grh = rdma_ah_read_grh(ah);
-
+		grh = rdma_ah_read_grh(ah);
 		av->is_global = 1;
 		memcpy(av->dgid, grh->dgid.raw, sizeof(av->dgid));
 		av->flow_label = grh->flow_label;
@@ -446,16 +493,22 @@ void vhca_ah_to_av(const struct rdma_ah_attr *ah, struct vhca_av *av)
 		av->hop_limit = grh->hop_limit;
 		av->traffic_class = grh->traffic_class;
 	}
+	return 0;
 }
 
 void vhca_av_to_ah(struct vhca_dev *dev, const struct vhca_av *av,
 		   struct rdma_ah_attr *ah)
 {
 	memset(ah, 0, sizeof(*ah));
-	ah->type = RDMA_AH_ATTR_TYPE_IB;
-	rdma_ah_set_dlid(ah, av->dlid);
+	if (dev->roce) {
+		ah->type = RDMA_AH_ATTR_TYPE_ROCE;
+		ether_addr_copy(ah->roce.dmac, av->dmac);
+	} else {
+		ah->type = RDMA_AH_ATTR_TYPE_IB;
+		rdma_ah_set_dlid(ah, av->dlid);
+		rdma_ah_set_path_bits(ah, av->src_path_bits);
+	}
 	rdma_ah_set_sl(ah, av->sl);
-	rdma_ah_set_path_bits(ah, av->src_path_bits);
 	rdma_ah_set_static_rate(ah, av->static_rate);
 	rdma_ah_set_port_num(ah, av->port_num ? av->port_num : VHCA_PORT);
 	if (av->is_global) {
@@ -467,16 +520,30 @@ void vhca_av_to_ah(struct vhca_dev *dev, const struct vhca_av *av,
 	}
 }
 
-/* UD address handles stay in the driver: post_send copies the AV. */
+/*
+ * UD address handles stay in the driver: post_send copies the AV. A user
+ * AH comes here only on a RoCE port, where libvhca needs the destination
+ * MAC ib_core resolved (vhca-abi-user.h); an InfiniBand AH never reaches
+ * the kernel.
+ */
 int vhca_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		   struct ib_udata *udata)
 {
-	struct rdma_ah_attr *attr = init->ah_attr;
+	struct vhca_dev *dev = to_vdev(ibah->device);
+	struct vhca_ah *ah = to_vah(ibah);
+	int ret;
 
-	if (attr->type != RDMA_AH_ATTR_TYPE_IB)
-		return -EINVAL;
-	vhca_ah_to_av(attr, &to_vah(ibah)->av);
-	return 0;
+	ret = vhca_ah_to_av(dev, init->ah_attr, &ah->av);
+	if (ret)
+		return ret;
+	if (udata && udata->outlen) {
+		struct vhca_ib_create_ah_resp resp = {};
+
+		ether_addr_copy(resp.dmac, ah->av.dmac);
+		ret = ib_copy_to_udata(udata, &resp,
+				       min(udata->outlen, sizeof(resp)));
+	}
+	return ret;
 }
 
 /*

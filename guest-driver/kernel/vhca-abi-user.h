@@ -81,6 +81,19 @@ struct vhca_ib_alloc_pd_resp {
 	__u32 reserved;
 };
 
+/*
+ * create_ah response (appended in ABI 1). libvhca asks the kernel for an AH
+ * only on a RoCE port (link layer Ethernet, WF-10): ib_core resolves the
+ * next hop's MAC for the AH's dgid (ARP/ND through the paired netdev) and
+ * vhca.ko returns it; the provider puts it in the AV it copies into each UD
+ * WQE (vhca_abi.h struct vhca_av.dmac). An InfiniBand AH stays in the
+ * provider, with no system call.
+ */
+struct vhca_ib_create_ah_resp {
+	__u8 dmac[6];
+	__u8 reserved[2];
+};
+
 /* create_cq input. */
 struct vhca_ib_create_cq {
 	/* The ring: 2^log2_entries CQEs of VHCA_CQE_SIZE bytes, zeroed. */

@@ -15,6 +15,7 @@
 #include <linux/idr.h>
 #include <linux/interrupt.h>
 #include <linux/mutex.h>
+#include <linux/netdevice.h>
 #include <linux/pci.h>
 #include <linux/refcount.h>
 #include <linux/spinlock.h>
@@ -42,6 +43,13 @@
 #define VHCA_CEQ_LOG2       10
 #define VHCA_KCQ_MIN_LOG2   6	/* a kernel CQ ring fills at least a page */
 #define VHCA_GID_TBL_MAX    128	/* GIDs served (only GID 0 is non-zero) */
+
+/*
+ * vhca_port_attr.link_layer (`IBV_LINK_LAYER_*`); the ABI header names only
+ * the field.
+ */
+#define VHCA_LINK_LAYER_IB       1
+#define VHCA_LINK_LAYER_ETHERNET 2
 
 /* BAR0 capability registers, read once at probe. */
 struct vhca_caps {
@@ -167,6 +175,17 @@ struct vhca_dev {
 	struct work_struct port_work;
 	unsigned long port_events;	/* pending enum vhca_eqe_type bits */
 	bool registered;
+	/*
+	 * RoCEv2 port (WF-10, roce.c): chosen by QUERY_PORT's link layer at
+	 * probe. ndev, link_active and unpairing change under RTNL only.
+	 */
+	bool roce;
+	u8 mac[ETH_ALEN];		/* the port's MAC (QUERY_PORT) */
+	struct net_device *ndev;	/* paired NIC; ib_core holds it */
+	bool link_active;		/* last PORT_ACTIVE/ERR reported */
+	bool unpairing;			/* remove: no more pairing */
+	struct notifier_block netdev_nb;
+	struct work_struct rescan_work;	/* GID rescan after a late pairing */
 	struct mutex ctx_lock;		/* the BAR0 context window */
 	struct dentry *debugfs;
 	struct vhca_dbg_ctx {
@@ -384,12 +403,20 @@ int vhca_create_ah(struct ib_ah *ah, struct rdma_ah_init_attr *init,
 		   struct ib_udata *udata);
 int vhca_query_ah(struct ib_ah *ah, struct rdma_ah_attr *attr);
 int vhca_destroy_ah(struct ib_ah *ah, u32 flags);
-void vhca_ah_to_av(const struct rdma_ah_attr *ah, struct vhca_av *av);
+int vhca_ah_to_av(struct vhca_dev *dev, const struct rdma_ah_attr *ah,
+		  struct vhca_av *av);
 void vhca_av_to_ah(struct vhca_dev *dev, const struct vhca_av *av,
 		   struct rdma_ah_attr *ah);
 u32 vhca_access_to_dev(int ib_access);
 int vhca_access_to_ib(u32 access);
 struct vhca_uar *vhca_uar_of(struct vhca_dev *dev, struct ib_udata *udata);
+
+/* roce.c */
+int vhca_roce_init(struct vhca_dev *dev);
+void vhca_roce_fini(struct vhca_dev *dev);
+void vhca_roce_query_port(struct vhca_dev *dev, struct ib_port_attr *a);
+int vhca_add_gid(const struct ib_gid_attr *attr, void **context);
+int vhca_del_gid(const struct ib_gid_attr *attr, void **context);
 
 /* cq.c */
 int vhca_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,

@@ -210,6 +210,11 @@ static bool vhca_cqe_to_wc(struct vhca_context *ctx,
 	wc->byte_len = cqe->byte_len;
 	wc->qp_num = cqe->qp_num;
 	wc->src_qp = cqe->src_qp;
+	/*
+	 * Only the ibv bits: SMAC and NETWORK_HDR_TYPE are the kernel's
+	 * (ib_core reads them on RoCE); in ibv numbering they would read as
+	 * tag-matching flags.
+	 */
 	wc->wc_flags = cqe->wc_flags & (VHCA_WC_FLAG_GRH |
 					VHCA_WC_FLAG_WITH_IMM |
 					VHCA_WC_FLAG_WITH_INV);

@@ -150,6 +150,29 @@ void vhca_qp_table_remove(struct vhca_context *ctx, uint32_t qpn)
 	pthread_mutex_unlock(&ctx->qp_table_lock);
 }
 
+/*
+ * The port's link layer is the device's configuration: asked once. On an
+ * Ethernet port an AH needs the next hop's MAC, which only the kernel can
+ * resolve (verbs.c).
+ */
+static int vhca_init_link_layer(struct vhca_context *ctx)
+{
+	struct ibv_query_port cmd = {};
+	struct ibv_port_attr attr = {};
+	int ret;
+
+	ret = ibv_cmd_query_port(&ctx->ibv_ctx.context, VHCA_PORT, &attr, &cmd,
+				 sizeof(cmd));
+	if (ret) {
+		verbs_err(&ctx->ibv_ctx, "vhca: query_port: %s\n",
+			  strerror(ret));
+		errno = ret;
+		return ret;
+	}
+	ctx->roce = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+	return 0;
+}
+
 static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
 						int cmd_fd, void *private_data)
 {
@@ -179,6 +202,8 @@ static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
 	ctx->max_cqe = resp.max_cqe;
 	ctx->max_inline = resp.max_inline;
 	ctx->max_srq_wr = resp.max_srq_wr;
+	if (vhca_init_link_layer(ctx))
+		goto err;
 
 	ctx->uar = mmap(NULL, resp.uar_page_size, PROT_READ | PROT_WRITE,
 			MAP_SHARED, cmd_fd, resp.uar_mmap_offset);

@@ -4,9 +4,10 @@
  * the device), protection domains, memory regions (pinned and registered by
  * the kernel), and address handles.
  *
- * Address handles never reach the kernel: a UD send WQE carries the whole
- * address vector (vhca_abi.h struct vhca_ud_seg), so an AH is the vector,
- * built here once and copied into each WQE.
+ * A UD send WQE carries the whole address vector (vhca_abi.h struct
+ * vhca_ud_seg), so an AH is the vector, built here once and copied into each
+ * WQE. On an InfiniBand port it never reaches the kernel; on a RoCE port the
+ * kernel creates it too, for the destination MAC ib_core resolves.
  */
 
 #include <errno.h>
@@ -227,14 +228,17 @@ int vhca_dealloc_mw(struct ibv_mw *mw)
 struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
 	struct vhca_context *ctx = to_vctx(pd->context);
+	struct vhca_cmd_create_ah_resp resp = {};
 	struct vhca_ah *ah;
 	struct vhca_av *av;
+	int ret;
 
 	if (!(ctx->cap_flags & VHCA_DEV_CAP_UD)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (attr->port_num > VHCA_PORT) {
+	/* RoCE: every packet is routed, the GRH becomes the IP header (A17.4). */
+	if (attr->port_num > VHCA_PORT || (ctx->roce && !attr->is_global)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -242,9 +246,7 @@ struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	if (!ah)
 		return NULL;
 	av = &ah->av;
-	av->dlid = attr->dlid;
 	av->sl = attr->sl;
-	av->src_path_bits = attr->src_path_bits;
 	av->static_rate = attr->static_rate;
 	av->port_num = attr->port_num;
 	if (attr->is_global) {
@@ -255,11 +257,35 @@ struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		av->hop_limit = attr->grh.hop_limit;
 		av->traffic_class = attr->grh.traffic_class;
 	}
+	if (!ctx->roce) {
+		av->dlid = attr->dlid;
+		av->src_path_bits = attr->src_path_bits;
+		return &ah->ibv_ah;
+	}
+
+	/* The kernel resolves dgid to the next hop's MAC (ARP/ND). */
+	ret = ibv_cmd_create_ah(pd, &ah->ibv_ah, attr, &resp.ibv_resp,
+				sizeof(resp));
+	if (ret) {
+		free(ah);
+		errno = ret;
+		return NULL;
+	}
+	memcpy(av->dmac, resp.dmac, sizeof(av->dmac));
+	ah->kernel = true;
 	return &ah->ibv_ah;
 }
 
-int vhca_destroy_ah(struct ibv_ah *ah)
+int vhca_destroy_ah(struct ibv_ah *ibah)
 {
-	free(to_vah(ah));
+	struct vhca_ah *ah = to_vah(ibah);
+	int ret;
+
+	if (ah->kernel) {
+		ret = ibv_cmd_destroy_ah(ibah);
+		if (ret)
+			return ret;
+	}
+	free(ah);
 	return 0;
 }

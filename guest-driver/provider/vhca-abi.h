@@ -27,5 +27,7 @@ DECLARE_DRV_CMD(vhca_cmd_resize_cq, IB_USER_VERBS_CMD_RESIZE_CQ,
 		vhca_ib_resize_cq, empty);
 DECLARE_DRV_CMD(vhca_cmd_modify_srq, IB_USER_VERBS_CMD_MODIFY_SRQ,
 		vhca_ib_modify_srq, empty);
+DECLARE_DRV_CMD(vhca_cmd_create_ah, IB_USER_VERBS_CMD_CREATE_AH,
+		empty, vhca_ib_create_ah_resp);
 
 #endif /* VHCA_PROVIDER_ABI_H */

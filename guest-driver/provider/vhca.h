@@ -47,6 +47,8 @@ struct vhca_context {
 	uint32_t max_cqe;
 	uint32_t max_inline;
 	uint32_t max_srq_wr;
+	/* Link layer Ethernet (RoCEv2, WF-10): AHs go through the kernel. */
+	bool roce;
 	pthread_mutex_t qp_table_lock;	/* writers; poll_cq reads without it */
 	struct vhca_qp **qp_table[VHCA_QPT_SIZE];
 };
@@ -151,6 +153,7 @@ struct vhca_qp {
 struct vhca_ah {
 	struct ibv_ah ibv_ah;
 	struct vhca_av av;
+	bool kernel;	/* RoCE: created by vhca.ko, which resolved av.dmac */
 };
 
 static inline struct vhca_context *to_vctx(struct ibv_context *c)
