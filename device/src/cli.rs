@@ -31,13 +31,31 @@ pub struct Cli {
 
     /// Fabric file (TOML): one [[node]] table per device with name, lid, guid and
     /// UDP address. It plays the subnet manager: this device takes its LID and
-    /// port GUID from its own entry and reaches the others at theirs.
-    #[arg(long, value_name = "FILE")]
-    pub fabric: PathBuf,
+    /// port GUID from its own entry and reaches the others at theirs. The port
+    /// is native InfiniBand, each packet one UDP datagram. Needs --node; or use
+    /// --tap for an Ethernet (RoCEv2) port instead.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "tap",
+        conflicts_with = "tap"
+    )]
+    pub fabric: Option<PathBuf>,
 
     /// This device's node name in the fabric file.
-    #[arg(long, value_name = "NAME")]
-    pub node: String,
+    #[arg(long, value_name = "NAME", requires = "fabric")]
+    pub node: Option<String>,
+
+    /// Ethernet port with RoCEv2 (WF-10) on TAP device NAME (created if missing;
+    /// put it on a Linux bridge). RoCEv2 frames for --mac go to the transport.
+    /// The Ethernet MTU sets the path MTU (1500 -> 1024, 9000 -> 4096).
+    #[arg(long, value_name = "NAME", requires = "mac")]
+    pub tap: Option<String>,
+
+    /// The Ethernet port's MAC address, e.g. 52:54:00:00:00:01 (unicast). Give
+    /// the guest's NIC the same MAC: the driver pairs the port with that netdev.
+    #[arg(long, value_name = "MAC", requires = "tap")]
+    pub mac: Option<String>,
 
     /// Write every packet sent and received to FILE (pcap, ERF InfiniBand
     /// records; Wireshark and tshark dissect it without plugins).
@@ -73,13 +91,26 @@ pub struct Cli {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub socket: PathBuf,
-    pub fabric: FabricFile,
-    pub node: Node,
+    pub fabric: Fabric,
     pub capture: Option<PathBuf>,
     pub fault: Option<FaultSpec>,
     pub log: log::LevelFilter,
     pub counters_every: Option<Duration>,
     pub busy_poll: Duration,
+}
+
+/// Where the port is. One per process, so the size difference of the variants
+/// costs nothing.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Fabric {
+    /// Native InfiniBand over UDP: the fabric file and this device's node.
+    Udp { fabric: FabricFile, node: Node },
+    /// Ethernet with RoCEv2 on a TAP device (WF-10).
+    Tap {
+        name: String,
+        mac: transport::wire::roce::MacAddr,
+    },
 }
 
 /// A problem with the command line, as one line.
@@ -116,17 +147,47 @@ impl Cli {
                 self.socket.display()
             )));
         }
-        let fabric =
-            FabricFile::load(&self.fabric).map_err(|e| CliError(format!("--fabric {e}")))?;
-        let node = fabric.by_name(&self.node).cloned().ok_or_else(|| {
-            let names: Vec<&str> = fabric.nodes().iter().map(|n| n.name.as_str()).collect();
-            CliError(format!(
-                "--node {}: not in {} (its nodes: {})",
-                self.node,
-                fabric.file(),
-                names.join(", ")
-            ))
-        })?;
+        let fabric = match (&self.fabric, &self.node, &self.tap, &self.mac) {
+            (Some(file), Some(name), None, None) => {
+                let fabric =
+                    FabricFile::load(file).map_err(|e| CliError(format!("--fabric {e}")))?;
+                let node = fabric.by_name(name).cloned().ok_or_else(|| {
+                    let names: Vec<&str> = fabric.nodes().iter().map(|n| n.name.as_str()).collect();
+                    CliError(format!(
+                        "--node {}: not in {} (its nodes: {})",
+                        name,
+                        fabric.file(),
+                        names.join(", ")
+                    ))
+                })?;
+                Fabric::Udp { fabric, node }
+            }
+            (Some(_), None, _, _) => return Err(CliError("--fabric needs --node".into())),
+            (None, _, Some(name), Some(mac)) => {
+                if name.is_empty() || name.len() > 15 || name.contains('/') {
+                    return Err(CliError(format!(
+                        "--tap {name}: an interface name of 1 to 15 characters without '/'"
+                    )));
+                }
+                let mac = crate::fabric::parse_mac(mac).ok_or_else(|| {
+                    CliError(format!(
+                        "--mac {mac}: not a unicast MAC address like 52:54:00:00:00:01"
+                    ))
+                })?;
+                Fabric::Tap {
+                    name: name.clone(),
+                    mac,
+                }
+            }
+            (None, _, Some(_), None) => return Err(CliError("--tap needs --mac".into())),
+            _ => {
+                return Err(CliError(
+                    "give either --fabric FILE --node NAME (InfiniBand over UDP) or \
+                     --tap NAME --mac MAC (RoCEv2 on Ethernet)"
+                        .into(),
+                ))
+            }
+        };
         if let Some(c) = &self.capture {
             parent_exists("--capture", c)?;
         }
@@ -162,7 +223,6 @@ impl Cli {
             busy_poll: Duration::from_micros(self.busy_poll_us),
             socket: self.socket.clone(),
             fabric,
-            node,
             capture: self.capture.clone(),
             fault,
             log,

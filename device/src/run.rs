@@ -578,6 +578,10 @@ impl Core {
             "port: rx {} tx {} link_errors {}\n",
             p.rx_packets, p.tx_packets, p.link_errors
         );
+        if let Some(l) = self.hca.port.link().report() {
+            s += &l;
+            s.push('\n');
+        }
         s += &format!("engine: {e:?}\n");
         s += &format!("hca: {h:?}");
         s
@@ -617,19 +621,50 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
 
 /// Serves the device described by `config` until the process is stopped.
 pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::fabric::{CaptureLink, FaultLink, Link, UdpLink};
-    let udp = UdpLink::bind(&config.fabric, &config.node.name)?;
-    let mut link: Box<dyn Link + Send> = Box::new(udp);
+    use crate::cli::Fabric;
+    use crate::fabric::{CaptureLink, FaultLink, Link, TapLink, UdpLink};
+    let (mut link, port_config, name): (Box<dyn Link + Send>, PortConfig, String) =
+        match &config.fabric {
+            Fabric::Udp { fabric, node } => (
+                Box::new(UdpLink::bind(fabric, &node.name)?),
+                PortConfig::new(node.lid, node.guid),
+                format!("node {} (LID {:#x})", node.name, node.lid),
+            ),
+            Fabric::Tap { name, mac } => {
+                let tap = TapLink::open(name, *mac)?;
+                let mtu = crate::fabric::interface_mtu(name).unwrap_or_else(|e| {
+                    log::warn!("fabric: TAP {name}: MTU unknown ({e}); assuming 1500");
+                    1500
+                });
+                let port = PortConfig::ethernet(*mac).with_ethernet_mtu(mtu);
+                log::info!(
+                    "fabric: Ethernet MTU {mtu}: path MTU up to {}",
+                    port.max_mtu.bytes()
+                );
+                (
+                    Box::new(tap),
+                    port,
+                    format!(
+                        "RoCEv2 port {} on TAP {name}",
+                        crate::fabric::format_mac(mac)
+                    ),
+                )
+            }
+        };
+    let ethernet = port_config.is_ethernet();
     if let Some(spec) = &config.fault {
         log::info!("fabric: faults {spec}");
         link = Box::new(FaultLink::new(link, *spec));
     }
     if let Some(path) = &config.capture {
-        link = Box::new(CaptureLink::create(link, path)?);
+        link = if ethernet {
+            Box::new(CaptureLink::create_ethernet(link, path)?)
+        } else {
+            Box::new(CaptureLink::create(link, path)?)
+        };
     }
     let limits = Limits::default();
     let caps = Caps::from_limits(&limits);
-    let port_config = PortConfig::new(config.node.lid, config.node.guid);
     let engine = Engine::new(port_config.clone(), limits);
     let port = Port::new(engine, link);
     let function = function(&caps)?;
@@ -687,12 +722,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
             .name("vhca-data".into())
             .spawn(move || data_path(shared, every, busy))?
     };
-    log::info!(
-        "vhca: node {} (LID {:#x}) serving on {}",
-        config.node.name,
-        config.node.lid,
-        config.socket.display()
-    );
+    log::info!("vhca: {name} serving on {}", config.socket.display());
     let mut front = Front {
         shared: Arc::clone(&shared),
     };

@@ -40,7 +40,10 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
         "50",
     ])
     .unwrap();
-    assert_eq!((c.node.lid, c.node.guid), (2, 0x0002_c903_0000_0002));
+    let device::cli::Fabric::Udp { node, .. } = &c.fabric else {
+        panic!("a UDP fabric")
+    };
+    assert_eq!((node.lid, node.guid), (2, 0x0002_c903_0000_0002));
     assert_eq!(c.fault.unwrap().drop, 0.05);
     assert_eq!(c.log, log::LevelFilter::Debug);
     assert_eq!(c.busy_poll, std::time::Duration::from_micros(50));
@@ -210,4 +213,70 @@ fn cli_help_explains_every_argument() {
         assert!(help.contains(arg), "--help lacks {arg}");
     }
     assert!(help.contains("vfio-user"));
+}
+
+/// WF-10: `--tap NAME --mac MAC` makes an Ethernet port instead of the UDP
+/// fabric; the two modes exclude each other and a bad MAC or name is one line.
+#[test]
+fn cli_tap_mode_takes_a_tap_and_a_unicast_mac() {
+    let d = tempfile::tempdir().unwrap();
+    let f = fabric_file(d.path());
+    let sock = d.path().join("a.sock");
+    let (s, fs) = (sock.to_str().unwrap(), f.to_str().unwrap());
+    let c = check(&[
+        "--socket",
+        s,
+        "--tap",
+        "vtap0",
+        "--mac",
+        "52:54:00:aB:cd:01",
+    ])
+    .unwrap();
+    let device::cli::Fabric::Tap { name, mac } = &c.fabric else {
+        panic!("a TAP port")
+    };
+    assert_eq!(
+        (name.as_str(), *mac),
+        ("vtap0", [0x52, 0x54, 0, 0xab, 0xcd, 1])
+    );
+    for (args, needle) in [
+        (vec!["--socket", s, "--tap", "vtap0"], "--mac"),
+        (vec!["--socket", s, "--mac", "52:54:00:00:00:01"], "--tap"),
+        (
+            vec![
+                "--socket",
+                s,
+                "--tap",
+                "vtap0",
+                "--mac",
+                "01:00:5e:00:00:01",
+            ],
+            "--mac 01:00:5e",
+        ),
+        (
+            vec!["--socket", s, "--tap", "vtap0", "--mac", "52:54:00:00:01"],
+            "--mac",
+        ),
+        (
+            vec!["--socket", s, "--tap", "a/b", "--mac", "52:54:00:00:00:01"],
+            "--tap a/b",
+        ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--tap",
+                "t",
+                "--mac",
+                "52:54:00:00:00:01",
+                "--fabric",
+                fs,
+            ],
+            "--fabric",
+        ),
+        (vec!["--socket", s], "--fabric"),
+    ] {
+        let e = check(&args).unwrap_err();
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
 }

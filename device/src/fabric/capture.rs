@@ -45,6 +45,18 @@ impl<L: Link> CaptureLink<L, BufWriter<File>> {
         log::info!("fabric: capturing to {}", path.as_ref().display());
         CaptureLink::new(inner, BufWriter::new(file))
     }
+
+    /// Captures an Ethernet port's RoCEv2 frames into a new file at `path`, as
+    /// LINKTYPE_ETHERNET (WF-11).
+    pub fn create_ethernet(inner: L, path: impl AsRef<Path>) -> Result<Self, PcapError> {
+        let file = File::create(path.as_ref())?;
+        log::info!("fabric: capturing to {}", path.as_ref().display());
+        Ok(CaptureLink {
+            inner,
+            pcap: PcapWriter::ethernet(BufWriter::new(file))?,
+            counters: CaptureCounters::default(),
+        })
+    }
 }
 
 impl<L: Link, W: Write> CaptureLink<L, W> {
@@ -120,6 +132,10 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
             }
         }
         Ok(got)
+    }
+
+    fn report(&self) -> Option<String> {
+        self.inner.report()
     }
 
     fn raw_fd(&self) -> RawFd {

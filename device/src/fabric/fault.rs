@@ -387,6 +387,10 @@ impl<L: Link> Link for FaultLink<L> {
         self.inner.recv(now, buf)
     }
 
+    fn report(&self) -> Option<String> {
+        self.inner.report()
+    }
+
     fn raw_fd(&self) -> RawFd {
         self.inner.raw_fd()
     }

@@ -20,6 +20,7 @@ use std::time::Duration;
 mod capture;
 mod fault;
 mod file;
+mod tap;
 mod udp;
 
 pub use capture::{CaptureCounters, CaptureLink};
@@ -27,6 +28,10 @@ pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };
 pub use file::{FabricFile, FabricFileError, Node, MAX_UNICAST_LID, PROGRAMMATIC};
+pub use tap::{
+    classify, format_mac, interface_mtu, parse_mac, FrameKind, FrameSink, TapCounters, TapLink,
+    MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY,
+};
 pub use udp::{UdpCounters, UdpLink, LOOPBACK_CAPACITY};
 
 /// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC
@@ -103,6 +108,12 @@ pub trait Link {
     fn flush(&mut self) -> Result<(), LinkError> {
         Ok(())
     }
+
+    /// The link's own counters as one line for the counters report, if it
+    /// keeps any beyond the port's (a wrapping stage forwards its inner link's).
+    fn report(&self) -> Option<String> {
+        None
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -123,6 +134,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn flush(&mut self) -> Result<(), LinkError> {
         (**self).flush()
+    }
+    fn report(&self) -> Option<String> {
+        (**self).report()
     }
 }
 
