@@ -183,6 +183,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.create_cq = vhca_create_cq,
 	.create_qp = vhca_create_qp,
 	.create_srq = vhca_create_srq,
+	.create_user_ah = vhca_create_ah,
 	.dealloc_mw = vhca_dealloc_mw,
 	.dealloc_pd = vhca_dealloc_pd,
 	.dealloc_ucontext = vhca_dealloc_ucontext,

@@ -83,6 +83,12 @@ void vhca_port_work(struct work_struct *work)
 		vhca_refresh_port(dev);
 	if (!READ_ONCE(dev->registered))
 		return;
+	/*
+	 * A RoCE port is as up as the NIC it shares the link with: roce.c
+	 * reports PORT_ACTIVE/PORT_ERR from the netdev (AE-01), not these.
+	 */
+	if (dev->roce)
+		pending &= ~(BIT(VHCA_EQE_PORT_ACTIVE) | BIT(VHCA_EQE_PORT_ERR));
 	for_each_set_bit(kind, &pending, BITS_PER_LONG) {
 		struct ib_event ev = {
 			.device = &dev->ibdev,
