@@ -214,6 +214,9 @@ for f in $(dpkg -L kmod | grep -E '/s?bin/'); do [ -L "$f" ] && add "$f"; done
 for f in $ML/libibverbs/*.so $ML/librdmacm.so.1 $ML/libibverbs.so.1 $ML/libmlx5.so.1 $ML/libefa.so.1 $ML/libmana.so.1 $ML/libmlx4.so.1 $ML/libhns.so.1; do
     [ -e "$f" ] && add_elf "$f"
 done
+# glibc dlopens libgcc_s at pthread_exit/pthread_cancel (rping's threads exit
+# that way): no ldd closure names it.
+[ -e "$ML/libgcc_s.so.1" ] && add_elf "$ML/libgcc_s.so.1"
 cp -a /etc/libibverbs.d "$S/etc/"
 [ -e /usr/share/misc/pci.ids ] && add /usr/share/misc/pci.ids
 [ -e /usr/share/hwdata/pci.ids ] && add /usr/share/hwdata/pci.ids

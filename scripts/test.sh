@@ -18,6 +18,7 @@ VHCA_REQUIRE_TSHARK=1 cargo test --workspace 2>&1
 echo "== VM: the device under a real QEMU (host root and guest are cached in /var/cache/vhca)"
 images/device-smoke.sh
 images/vm-tests.sh
+images/roce-tests.sh
 images/vm-reload.sh
 images/vm-reboot.sh
 images/pyverbs.sh
