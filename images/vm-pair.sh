@@ -177,6 +177,7 @@ trap 'exit 130' INT TERM HUP
 mac_a=52:54:00:99:00:01 mac_b=52:54:00:99:00:02
 if [ "$roce" = 1 ]; then
     # A namespace of this run's own: the RoCE frames never leave it.
+    command -v ip >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
     netns="vhca-pair-$$"
     ip netns add "$netns"
     ip -n "$netns" link set lo up
