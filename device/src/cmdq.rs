@@ -1374,13 +1374,14 @@ fn mtu_from_abi(raw: u8) -> Result<tv::Mtu, Fail> {
 /// An address vector from MODIFY_QP, every field in range (the data path's
 /// conversion masks instead, for WQEs it cannot refuse).
 fn av_from_abi(av: &Av) -> Result<tv::AddressVector, Fail> {
-    reserved(av.rsvd == 0)?;
+    reserved(av.rsvd == 0 && av.rsvd2 == [0; 2])?;
     // 0: the QP's port; there is one.
     if u32::from(av.port_num) > num::PORT {
         return Err(fail(Status::BadParam, Syndrome::Port));
     }
-    let global_bad =
-        av.is_global > 1 || (av.is_global == 1 && (av.flow_label > 0xf_ffff || av.sgid_index != 0));
+    // The SGID index is the engine's to check against the port's GID table
+    // (one entry on InfiniBand, the RoCE table on Ethernet).
+    let global_bad = av.is_global > 1 || (av.is_global == 1 && av.flow_label > 0xf_ffff);
     if av.sl > 15 || av.src_path_bits > 0x7f || global_bad {
         return Err(fail(Status::BadParam, Syndrome::AttrValue));
     }

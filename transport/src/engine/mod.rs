@@ -616,14 +616,20 @@ impl Engine {
             ..qp_state::Limits::DEVICE
         };
         // A RoCE path is global: its GRH becomes the IP header, its SGID an
-        // entry of the GID table (A17.4.5).
-        if self.port.is_ethernet()
-            && mask.contains(AttrMask::AV)
-            && attr
-                .av
-                .grh
-                .is_none_or(|g| usize::from(g.sgid_index) >= self.port.roce_gids.len())
-        {
+        // entry of the GID table (A17.4.5). On InfiniBand the only GID is 0.
+        let sgid_ok = |i: u8| {
+            let len = if self.port.is_ethernet() {
+                self.port.roce_gids.len()
+            } else {
+                1
+            };
+            usize::from(i) < len
+        };
+        let av_ok = match attr.av.grh {
+            Some(g) => sgid_ok(g.sgid_index),
+            None => !self.port.is_ethernet(),
+        };
+        if mask.contains(AttrMask::AV) && !av_ok {
             return Err(VerbError::InvalidAttr);
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
