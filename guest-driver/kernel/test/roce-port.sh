@@ -9,6 +9,7 @@
 # Checks: link layer Ethernet (sysfs and ibv_devinfo), the port ACTIVE, the
 # GID table as show_gids prints it (index 0 the MAC-derived fe80:: GID, an
 # IPv4-mapped GID for the NIC's address, every entry "RoCE v2" on IFACE);
+# ibv_rc_pingpong and ibv_ud_pingpong between two QPs of the port;
 # PORT_ERR / PORT_ACTIVE on link down / up (AE-01, seen by ibv_asyncwatch);
 # active_mtu following the NIC's MTU; unloading and reloading virtio_net and
 # vhca in both orders (the port pairs again, nothing hangs, no WARN/BUG in
@@ -92,6 +93,19 @@ all_v2_on_ndev() {
 no_gids() { ! show_gids | grep -q .; }
 check gids_all_v2_on_ndev all_v2_on_ndev
 ibv_devinfo -d vhca0 -v | grep -E 'link_layer|state|active_mtu|max_mtu|GID\[' | sed 's/^/  /'
+
+# Two QPs of the port (the device loops frames to its own MAC back): RC
+# and UD through the IPv4 GID, AHs and RTR with the MAC ib_core resolved.
+if [ -n "${idx:-}" ]; then
+	timeout 30 ibv_rc_pingpong -d vhca0 -g "$idx" -n 10 >/tmp/lo-s.log 2>&1 &
+	sleep 1
+	check rc_pingpong_loopback timeout 30 ibv_rc_pingpong -d vhca0 -g "$idx" -n 10 127.0.0.1
+	wait
+	timeout 30 ibv_ud_pingpong -d vhca0 -g "$idx" -n 10 >/tmp/lo-s.log 2>&1 &
+	sleep 1
+	check ud_pingpong_loopback timeout 30 ibv_ud_pingpong -d vhca0 -g "$idx" -n 10 127.0.0.1
+	wait
+fi
 
 # AE-01: link down and up, seen as async events.
 ibv_asyncwatch -d vhca0 >/tmp/async.log 2>&1 &

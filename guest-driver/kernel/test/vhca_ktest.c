@@ -3,7 +3,8 @@
  * vhca_ktest.ko: exercises vhca.ko's kernel verbs once, when loaded, on every
  * vhca device (an ib_client): PD with the DMA MR, a CQ polled directly, an
  * SRQ, two RC QPs connected through the port's own LID (the device loops the
- * packets back), inline and SGE SENDs, unsignaled WQEs wrapping the SQ ring
+ * packets back; on a RoCEv2 port through its GID 0 and its own MAC, as a
+ * kernel ULP gives them: resolved), inline and SGE SENDs, unsignaled WQEs wrapping the SQ ring
  * (retired by later signaled CQEs), RDMA WRITE through the PD's global rkey,
  * resize_cq with CQEs not polled, query_qp / query_srq / modify_srq, flush in the error state, back through
  * RESET and working again, then teardown. Results go to the kernel
@@ -14,8 +15,10 @@
  */
 
 #include <linux/delay.h>
+#include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <linux/slab.h>
+#include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>
 
 MODULE_DESCRIPTION("vhca kernel verbs self-test");
@@ -32,6 +35,9 @@ struct kt {
 	void *buf;
 	u64 dma;
 	u16 lid;
+	bool roce;		/* RoCEv2 port (WF-10): address by GID + MAC */
+	union ib_gid gid;	/* the port's GID 0 */
+	u8 mac[ETH_ALEN];	/* the paired netdev's */
 };
 
 static int kt_poll(struct kt *t, int want, struct ib_wc *wc)
@@ -85,8 +91,14 @@ static int kt_connect(struct kt *t, struct ib_qp *qp, u32 dest, u32 sq_psn)
 	a.rq_psn = 0;
 	a.max_dest_rd_atomic = 1;
 	a.min_rnr_timer = 12;
-	a.ah_attr.type = RDMA_AH_ATTR_TYPE_IB;
-	rdma_ah_set_dlid(&a.ah_attr, t->lid);
+	if (t->roce) {
+		a.ah_attr.type = RDMA_AH_ATTR_TYPE_ROCE;
+		rdma_ah_set_grh(&a.ah_attr, &t->gid, 0, 0, 64, 0);
+		ether_addr_copy(a.ah_attr.roce.dmac, t->mac);
+	} else {
+		a.ah_attr.type = RDMA_AH_ATTR_TYPE_IB;
+		rdma_ah_set_dlid(&a.ah_attr, t->lid);
+	}
 	rdma_ah_set_port_num(&a.ah_attr, 1);
 	ret = ib_modify_qp(qp, &a, IB_QP_STATE | IB_QP_AV | IB_QP_PATH_MTU |
 			   IB_QP_DEST_QPN | IB_QP_RQ_PSN |
@@ -157,6 +169,18 @@ static void kt_run(struct ib_device *dev)
 	ret = ib_query_port(dev, 1, &pa);
 	CHECK(!ret, "query_port %d\n", ret);
 	t.lid = pa.lid;
+	if (rdma_protocol_roce(dev, 1)) {
+		struct net_device *ndev = ib_device_get_netdev(dev, 1);
+
+		CHECK(ndev, "RoCE port without a netdev\n");
+		ether_addr_copy(t.mac, ndev->dev_addr);
+		dev_put(ndev);
+		ret = rdma_query_gid(dev, 1, 0, &t.gid);
+		CHECK(!ret, "query GID 0 %d\n", ret);
+		t.roce = true;
+		pr_info("vhca_ktest: %s RoCEv2, GID 0 %pI6, MAC %pM\n",
+			dev_name(&dev->dev), t.gid.raw, t.mac);
+	}
 	t.buf = kzalloc(BUF_SIZE, GFP_KERNEL);
 	CHECK(t.buf, "kzalloc\n");
 	t.dma = ib_dma_map_single(dev, t.buf, BUF_SIZE, DMA_BIDIRECTIONAL);
