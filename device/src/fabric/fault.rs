@@ -406,6 +406,10 @@ impl<L: Link> Link for FaultLink<L> {
         let r = self.release(now);
         r.and(self.inner.handle_timeout(now))
     }
+
+    fn report(&self) -> Option<String> {
+        self.inner.report()
+    }
 }
 
 #[cfg(test)]
