@@ -14,6 +14,7 @@ pub mod datapath;
 pub mod fabric;
 pub mod glue;
 pub mod hca;
+pub mod net;
 pub mod port;
 pub mod ring;
 pub mod run;
