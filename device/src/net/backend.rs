@@ -40,8 +40,13 @@ pub const QUEUE_SIZE: usize = 1024;
 /// event (`num_queues`).
 pub const TO_GUEST_EVENT: u16 = NUM_QUEUES as u16 + 1;
 
-/// VHOST_USER_F_PROTOCOL_FEATURES (vhost-user spec): bit 30 of the features.
-const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
+/// VHOST_USER_F_PROTOCOL_FEATURES (vhost-user spec, bit 30) is NOT offered: QEMU
+/// (11.1, virtio-net's peer_attach) sends SET_VRING_ENABLE as soon as it is
+/// offered, before SET_FEATURES acks it, and the `vhost` crate (0.18) refuses that
+/// request as an inactive feature and drops the connection. Without it the rings
+/// start at SET_FEATURES (vhost-user spec, "Ring states"), which is all one queue
+/// pair needs.
+pub const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
 
 /// The features offered: virtio 1 with one queue pair, the port's MAC and MTU,
 /// link status, mergeable RX buffers and the checksum/TSO offloads that the TAP's
@@ -58,8 +63,7 @@ pub const FEATURES: u64 = 1 << VIRTIO_F_VERSION_1
     | 1 << VIRTIO_NET_F_HOST_TSO6
     | 1 << VIRTIO_NET_F_GUEST_TSO4
     | 1 << VIRTIO_NET_F_GUEST_TSO6
-    | 1 << VIRTIO_RING_F_EVENT_IDX
-    | 1 << VHOST_USER_F_PROTOCOL_FEATURES;
+    | 1 << VIRTIO_RING_F_EVENT_IDX;
 
 /// The TUNSETOFFLOAD flags matching what the guest accepts on RX (virtio 1.2
 /// §5.1.6.4: a partial checksum needs GUEST_CSUM, a TSO frame GUEST_TSO4/6).
