@@ -10,17 +10,28 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use transport::wire::roce::MacAddr;
+
 use crate::fabric::{FabricFile, FaultSpec, Node};
 
 /// A virtual InfiniBand HCA: serves one PCI function to QEMU over vfio-user and
-/// moves its port's packets over a UDP fabric.
+/// moves its port's packets over a UDP fabric (native InfiniBand, the default)
+/// or, as a RoCE NIC, over a TAP device shared with the VM's virtio-net.
 ///
-/// Example:
+/// InfiniBand port on a UDP fabric:
 ///   vhca --socket /run/vhca/a.sock --fabric fabric.toml --node a
 ///
-/// QEMU (>= 10.1) then attaches it with
+/// Ethernet port with RoCEv2 on TAP vhca0, and the VM's NIC on the same port:
+///   vhca --socket /run/vhca/a.sock --tap vhca0 --mac 52:54:00:12:34:56 \
+///        --vhost-user-net /run/vhca/a-net.sock
+///
+/// QEMU (>= 10.1) then attaches the HCA with
 ///   -device '{"driver":"vfio-user-pci","socket":{"path":"/run/vhca/a.sock","type":"unix"}}'
-/// and guest RAM shared through a memfd backend.
+/// and the NIC with
+///   -chardev socket,id=vn,path=/run/vhca/a-net.sock
+///   -netdev vhost-user,id=n1,chardev=vn
+///   -device virtio-net-pci,netdev=n1,mac=52:54:00:12:34:56
+/// with guest RAM shared through a memfd backend (share=on).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
 pub struct Cli {
@@ -29,36 +40,38 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub socket: PathBuf,
 
-    /// Fabric file (TOML): one [[node]] table per device with name, lid, guid and
-    /// UDP address. It plays the subnet manager: this device takes its LID and
-    /// port GUID from its own entry and reaches the others at theirs. The port
-    /// is native InfiniBand, each packet one UDP datagram. Needs --node; or use
-    /// --tap for an Ethernet (RoCEv2) port instead.
-    #[arg(
-        long,
-        value_name = "FILE",
-        required_unless_present = "tap",
-        conflicts_with = "tap"
-    )]
+    /// InfiniBand mode. Fabric file (TOML): one [[node]] table per device with
+    /// name, lid, guid and UDP address. It plays the subnet manager: this device
+    /// takes its LID and port GUID from its own entry and reaches the others at
+    /// theirs.
+    #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 
-    /// This device's node name in the fabric file.
-    #[arg(long, value_name = "NAME", requires = "fabric")]
+    /// InfiniBand mode: this device's node name in the fabric file.
+    #[arg(long, value_name = "NAME", conflicts_with = "tap")]
     pub node: Option<String>,
 
-    /// Ethernet port with RoCEv2 (WF-10) on TAP device NAME (created if missing;
-    /// put it on a Linux bridge). RoCEv2 frames for --mac go to the transport.
-    /// The Ethernet MTU sets the path MTU (1500 -> 1024, 9000 -> 4096).
-    #[arg(long, value_name = "NAME", requires = "mac")]
+    /// RoCE mode: the port is Ethernet with RoCEv2, on this TAP device (opened,
+    /// or created if missing; bring it up and plug it into a bridge yourself).
+    /// RoCEv2 frames for --mac go to the HCA, every other frame to and from the
+    /// VM's virtio-net (--vhost-user-net).
+    #[arg(long, value_name = "NAME")]
     pub tap: Option<String>,
 
-    /// The Ethernet port's MAC address, e.g. 52:54:00:00:00:01 (unicast). Give
-    /// the guest's NIC the same MAC: the driver pairs the port with that netdev.
+    /// RoCE mode: the port's MAC address, XX:XX:XX:XX:XX:XX (also the MAC the
+    /// VM's virtio-net reports; give QEMU's virtio-net-pci the same mac=).
     #[arg(long, value_name = "MAC", requires = "tap")]
     pub mac: Option<String>,
 
-    /// Write every packet sent and received to FILE (pcap, ERF InfiniBand
-    /// records; Wireshark and tshark dissect it without plugins).
+    /// RoCE mode: serve a vhost-user-net backend on this UNIX socket for QEMU's
+    /// `-netdev vhost-user` (a stale socket file is replaced; served again after
+    /// each disconnect). Without it, frames for the guest are dropped.
+    #[arg(long, value_name = "PATH", requires = "tap")]
+    pub vhost_user_net: Option<PathBuf>,
+
+    /// Write every packet sent and received to FILE (pcap; ERF InfiniBand
+    /// records, or Ethernet frames in RoCE mode; Wireshark and tshark dissect it
+    /// without plugins).
     #[arg(long, value_name = "FILE")]
     pub capture: Option<PathBuf>,
 
@@ -87,30 +100,30 @@ pub struct Cli {
     pub busy_poll_us: u64,
 }
 
+/// Where the port's packets go.
+#[derive(Debug, Clone)]
+pub enum FabricMode {
+    /// Native InfiniBand packets over UDP, nodes from a fabric file (`ib-udp`).
+    IbUdp { fabric: Box<FabricFile>, node: Node },
+    /// Ethernet with RoCEv2 on a TAP shared with the guest's virtio-net (`roce`,
+    /// WF-10).
+    Roce {
+        tap: String,
+        mac: MacAddr,
+        vhost_user_net: Option<PathBuf>,
+    },
+}
+
 /// The checked configuration a device starts from.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub socket: PathBuf,
-    pub fabric: Fabric,
+    pub mode: FabricMode,
     pub capture: Option<PathBuf>,
     pub fault: Option<FaultSpec>,
     pub log: log::LevelFilter,
     pub counters_every: Option<Duration>,
     pub busy_poll: Duration,
-}
-
-/// Where the port is. One per process, so the size difference of the variants
-/// costs nothing.
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)]
-pub enum Fabric {
-    /// Native InfiniBand over UDP: the fabric file and this device's node.
-    Udp { fabric: FabricFile, node: Node },
-    /// Ethernet with RoCEv2 on a TAP device (WF-10).
-    Tap {
-        name: String,
-        mac: transport::wire::roce::MacAddr,
-    },
 }
 
 /// A problem with the command line, as one line.
@@ -134,60 +147,98 @@ fn parent_exists(arg: &str, p: &Path) -> Result<(), CliError> {
     }
 }
 
+/// Parses `XX:XX:XX:XX:XX:XX` (hex, either case; `-` also accepted).
+pub fn parse_mac(s: &str) -> Result<MacAddr, String> {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    let bad = || format!("{s}: not a MAC address (expected XX:XX:XX:XX:XX:XX)");
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (b, p) in mac.iter_mut().zip(&parts) {
+        if p.len() != 2 {
+            return Err(bad());
+        }
+        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s}: a multicast address cannot be a port's MAC"));
+    }
+    if mac == [0; 6] {
+        return Err(format!("{s}: the all-zero address cannot be a port's MAC"));
+    }
+    Ok(mac)
+}
+
+fn check_socket_path(arg: &str, p: &Path) -> Result<(), CliError> {
+    if p.as_os_str().is_empty() {
+        return Err(CliError(format!("{arg}: empty path")));
+    }
+    parent_exists(arg, p)?;
+    if p.is_dir() {
+        return Err(CliError(format!(
+            "{arg} {}: is a folder; give the path of the socket file to create",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
 impl Cli {
-    /// Checks every argument; opens nothing but the fabric file.
-    pub fn check(&self) -> Result<Config, CliError> {
-        if self.socket.as_os_str().is_empty() {
-            return Err(CliError("--socket: empty path".into()));
-        }
-        parent_exists("--socket", &self.socket)?;
-        if self.socket.is_dir() {
-            return Err(CliError(format!(
-                "--socket {}: is a folder; give the path of the socket file to create",
-                self.socket.display()
-            )));
-        }
-        let fabric = match (&self.fabric, &self.node, &self.tap, &self.mac) {
-            (Some(file), Some(name), None, None) => {
-                let fabric =
-                    FabricFile::load(file).map_err(|e| CliError(format!("--fabric {e}")))?;
-                let node = fabric.by_name(name).cloned().ok_or_else(|| {
-                    let names: Vec<&str> = fabric.nodes().iter().map(|n| n.name.as_str()).collect();
-                    CliError(format!(
-                        "--node {}: not in {} (its nodes: {})",
-                        name,
-                        fabric.file(),
-                        names.join(", ")
-                    ))
-                })?;
-                Fabric::Udp { fabric, node }
+    /// The fabric mode: `--fabric`/`--node` or `--tap`/`--mac`.
+    fn mode(&self) -> Result<FabricMode, CliError> {
+        if let Some(tap) = &self.tap {
+            if tap.is_empty() || tap.len() >= 16 || tap.contains(['/', ' ', '\0']) {
+                return Err(CliError(format!(
+                    "--tap {tap}: not an interface name (1 to 15 characters, no '/' or space)"
+                )));
             }
-            (Some(_), None, _, _) => return Err(CliError("--fabric needs --node".into())),
-            (None, _, Some(name), Some(mac)) => {
-                if name.is_empty() || name.len() > 15 || name.contains('/') {
+            let Some(mac) = &self.mac else {
+                return Err(CliError(
+                    "--tap needs --mac XX:XX:XX:XX:XX:XX (the port's MAC address)".into(),
+                ));
+            };
+            let mac = parse_mac(mac).map_err(|e| CliError(format!("--mac {e}")))?;
+            if let Some(p) = &self.vhost_user_net {
+                check_socket_path("--vhost-user-net", p)?;
+                if *p == self.socket {
                     return Err(CliError(format!(
-                        "--tap {name}: an interface name of 1 to 15 characters without '/'"
+                        "--vhost-user-net {}: the same path as --socket",
+                        p.display()
                     )));
                 }
-                let mac = crate::fabric::parse_mac(mac).ok_or_else(|| {
-                    CliError(format!(
-                        "--mac {mac}: not a unicast MAC address like 52:54:00:00:00:01"
-                    ))
-                })?;
-                Fabric::Tap {
-                    name: name.clone(),
-                    mac,
-                }
             }
-            (None, _, Some(_), None) => return Err(CliError("--tap needs --mac".into())),
-            _ => {
-                return Err(CliError(
-                    "give either --fabric FILE --node NAME (InfiniBand over UDP) or \
-                     --tap NAME --mac MAC (RoCEv2 on Ethernet)"
-                        .into(),
-                ))
-            }
+            return Ok(FabricMode::Roce {
+                tap: tap.clone(),
+                mac,
+                vhost_user_net: self.vhost_user_net.clone(),
+            });
+        }
+        let (Some(file), Some(name)) = (&self.fabric, &self.node) else {
+            return Err(CliError(
+                "give --fabric FILE --node NAME (InfiniBand) or --tap NAME --mac MAC (RoCE)".into(),
+            ));
         };
+        let fabric = FabricFile::load(file).map_err(|e| CliError(format!("--fabric {e}")))?;
+        let node = fabric.by_name(name).cloned().ok_or_else(|| {
+            let names: Vec<&str> = fabric.nodes().iter().map(|n| n.name.as_str()).collect();
+            CliError(format!(
+                "--node {}: not in {} (its nodes: {})",
+                name,
+                fabric.file(),
+                names.join(", ")
+            ))
+        })?;
+        Ok(FabricMode::IbUdp {
+            fabric: Box::new(fabric),
+            node,
+        })
+    }
+
+    /// Checks every argument; opens nothing but the fabric file.
+    pub fn check(&self) -> Result<Config, CliError> {
+        check_socket_path("--socket", &self.socket)?;
+        let mode = self.mode()?;
         if let Some(c) = &self.capture {
             parent_exists("--capture", c)?;
         }
@@ -222,7 +273,7 @@ impl Cli {
         Ok(Config {
             busy_poll: Duration::from_micros(self.busy_poll_us),
             socket: self.socket.clone(),
-            fabric,
+            mode,
             capture: self.capture.clone(),
             fault,
             log,

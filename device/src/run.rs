@@ -80,6 +80,8 @@ pub struct Core {
     cmdq: Option<CmdQueue>,
     port_config: PortConfig,
     limits: Limits,
+    /// Counters of the RoCE port's vhost-user-net backend, if it serves one.
+    net: Option<Arc<crate::net::NetCounters>>,
 }
 
 impl Core {
@@ -111,6 +113,10 @@ pub struct Shared {
     /// Set by the data path once it stopped and flushed the link.
     stopped: AtomicBool,
     handle: pci::Handle,
+    /// The link also carries the guest's NIC traffic (RoCE mode): the data path
+    /// drains it even while the HCA is not enabled, so the VM's network works
+    /// without the vhca driver loaded.
+    link_always: bool,
 }
 
 impl Shared {
@@ -499,7 +505,16 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
         let (work, deadline) = {
             let mut core = shared.lock();
             if !core.enabled() {
-                (false, None)
+                if shared.link_always {
+                    // The engine of a disabled HCA has no QPs: RoCE frames are
+                    // dropped and counted there, guest frames go on to the NIC.
+                    let dma = handle.memory();
+                    let mut mem = GuestMem(dma);
+                    let moved = core.hca.port.run_once(&mut mem, t);
+                    (moved > 0, core.hca.port.next_deadline())
+                } else {
+                    (false, None)
+                }
             } else {
                 let dma = handle.memory();
                 let mut mem = GuestMem(dma);
@@ -578,9 +593,11 @@ impl Core {
             "port: rx {} tx {} link_errors {}\n",
             p.rx_packets, p.tx_packets, p.link_errors
         );
-        if let Some(l) = self.hca.port.link().report() {
-            s += &l;
-            s.push('\n');
+        if let Some(r) = self.hca.port.link().report() {
+            s += &format!("{r}\n");
+        }
+        if let Some(n) = &self.net {
+            s += &format!("vhost-user-net: {n}\n");
         }
         s += &format!("engine: {e:?}\n");
         s += &format!("hca: {h:?}");
@@ -621,47 +638,46 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
 
 /// Serves the device described by `config` until the process is stopped.
 pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::cli::Fabric;
-    use crate::fabric::{CaptureLink, FaultLink, Link, TapLink, UdpLink};
-    let (mut link, port_config, name): (Box<dyn Link + Send>, PortConfig, String) =
-        match &config.fabric {
-            Fabric::Udp { fabric, node } => (
+    use crate::cli::FabricMode;
+    use crate::fabric::{format_mac, CaptureLink, FaultLink, Link, Tap, TapLink, UdpLink};
+    use transport::wire::pcap::LinkType;
+    let mut net = None;
+    let (mut link, port_config, capture_as, what): (Box<dyn Link + Send>, _, _, _) =
+        match &config.mode {
+            FabricMode::IbUdp { fabric, node } => (
                 Box::new(UdpLink::bind(fabric, &node.name)?),
                 PortConfig::new(node.lid, node.guid),
+                LinkType::ErfInfiniband,
                 format!("node {} (LID {:#x})", node.name, node.lid),
             ),
-            Fabric::Tap { name, mac } => {
-                let tap = TapLink::open(name, *mac)?;
-                let mtu = crate::fabric::interface_mtu(name).unwrap_or_else(|e| {
-                    log::warn!("fabric: TAP {name}: MTU unknown ({e}); assuming 1500");
-                    1500
-                });
-                let port = PortConfig::ethernet(*mac).with_ethernet_mtu(mtu);
+            FabricMode::Roce {
+                tap,
+                mac,
+                vhost_user_net,
+            } => {
+                let tap = Arc::new(Tap::open(tap, *mac)?);
+                if let Some(path) = vhost_user_net {
+                    net = Some(crate::net::spawn(Arc::clone(&tap), path)?);
+                } else {
+                    log::info!("fabric: no --vhost-user-net: frames for the guest are dropped");
+                }
+                let what = format!("RoCE port {} on TAP {}", format_mac(mac), tap.name());
+                // The Ethernet MTU bounds the path MTU (1500 -> 1024, AD-03).
+                let port = PortConfig::ethernet(*mac).with_ethernet_mtu(u32::from(tap.mtu()));
                 log::info!(
-                    "fabric: Ethernet MTU {mtu}: path MTU up to {}",
+                    "fabric: Ethernet MTU {}: path MTU up to {}",
+                    tap.mtu(),
                     port.max_mtu.bytes()
                 );
-                (
-                    Box::new(tap),
-                    port,
-                    format!(
-                        "RoCEv2 port {} on TAP {name}",
-                        crate::fabric::format_mac(mac)
-                    ),
-                )
+                (Box::new(TapLink::new(tap)), port, LinkType::Ethernet, what)
             }
         };
-    let ethernet = port_config.is_ethernet();
     if let Some(spec) = &config.fault {
         log::info!("fabric: faults {spec}");
         link = Box::new(FaultLink::new(link, *spec));
     }
     if let Some(path) = &config.capture {
-        link = if ethernet {
-            Box::new(CaptureLink::create_ethernet(link, path)?)
-        } else {
-            Box::new(CaptureLink::create(link, path)?)
-        };
+        link = Box::new(CaptureLink::create_as(link, path, capture_as)?);
     }
     let limits = Limits::default();
     let caps = Caps::from_limits(&limits);
@@ -676,6 +692,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         cmdq: None,
         port_config,
         limits,
+        net,
     };
     core.reset();
     let shared = Arc::new(Shared {
@@ -684,6 +701,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         stop: AtomicBool::new(false),
         stopped: AtomicBool::new(false),
         handle,
+        link_always: matches!(config.mode, FabricMode::Roce { .. }),
     });
     // SIGTERM / SIGINT: stop the data path, let it flush the capture, print the
     // counters and exit 0. The vfio-user thread may be inside a client's
@@ -692,6 +710,10 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     {
         let shared = Arc::clone(&shared);
         let socket = config.socket.clone();
+        let net_socket = match &config.mode {
+            FabricMode::Roce { vhost_user_net, .. } => vhost_user_net.clone(),
+            FabricMode::IbUdp { .. } => None,
+        };
         let mut signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
@@ -710,6 +732,9 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
                     }
                     eprintln!("{}", shared.lock().counters_report());
                     let _ = std::fs::remove_file(&socket);
+                    if let Some(p) = &net_socket {
+                        let _ = std::fs::remove_file(p);
+                    }
                     std::process::exit(0);
                 }
             })?;
@@ -722,7 +747,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
             .name("vhca-data".into())
             .spawn(move || data_path(shared, every, busy))?
     };
-    log::info!("vhca: {name} serving on {}", config.socket.display());
+    log::info!("vhca: {what} serving on {}", config.socket.display());
     let mut front = Front {
         shared: Arc::clone(&shared),
     };

@@ -1,7 +1,7 @@
 //! The `vhca` command line: every bad argument is one line naming the argument.
 
 use clap::Parser;
-use device::cli::Cli;
+use device::cli::{parse_mac, Cli, FabricMode};
 
 fn fabric_file(dir: &std::path::Path) -> std::path::PathBuf {
     let p = dir.join("fabric.toml");
@@ -40,8 +40,8 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
         "50",
     ])
     .unwrap();
-    let device::cli::Fabric::Udp { node, .. } = &c.fabric else {
-        panic!("a UDP fabric")
+    let FabricMode::IbUdp { node, .. } = &c.mode else {
+        panic!("--fabric gives the InfiniBand mode");
     };
     assert_eq!((node.lid, node.guid), (2, 0x0002_c903_0000_0002));
     assert_eq!(c.fault.unwrap().drop, 0.05);
@@ -209,74 +209,138 @@ fn cli_help_explains_every_argument() {
         "--log",
         "--counters-every",
         "--busy-poll-us",
+        "--tap",
+        "--mac",
+        "--vhost-user-net",
     ] {
         assert!(help.contains(arg), "--help lacks {arg}");
     }
     assert!(help.contains("vfio-user"));
 }
 
-/// WF-10: `--tap NAME --mac MAC` makes an Ethernet port instead of the UDP
-/// fabric; the two modes exclude each other and a bad MAC or name is one line.
 #[test]
-fn cli_tap_mode_takes_a_tap_and_a_unicast_mac() {
+fn cli_tap_mode_gives_an_ethernet_port_with_its_mac_and_nic_socket() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("a.sock");
+    let net = d.path().join("a-net.sock");
+    let c = check(&[
+        "--socket",
+        sock.to_str().unwrap(),
+        "--tap",
+        "vhca0",
+        "--mac",
+        "52:54:00:AB:cd:01",
+        "--vhost-user-net",
+        net.to_str().unwrap(),
+    ])
+    .unwrap();
+    let FabricMode::Roce {
+        tap,
+        mac,
+        vhost_user_net,
+    } = c.mode
+    else {
+        panic!("--tap gives the RoCE mode");
+    };
+    assert_eq!(tap, "vhca0");
+    assert_eq!(mac, [0x52, 0x54, 0x00, 0xab, 0xcd, 0x01]);
+    assert_eq!(vhost_user_net.as_deref(), Some(net.as_path()));
+    // The NIC socket is optional.
+    let c = check(&[
+        "--socket",
+        sock.to_str().unwrap(),
+        "--tap",
+        "t0",
+        "--mac",
+        "02:00:00:00:00:01",
+    ]);
+    assert!(matches!(
+        c.unwrap().mode,
+        FabricMode::Roce {
+            vhost_user_net: None,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn cli_tap_mode_errors_name_the_argument() {
     let d = tempfile::tempdir().unwrap();
     let f = fabric_file(d.path());
     let sock = d.path().join("a.sock");
-    let (s, fs) = (sock.to_str().unwrap(), f.to_str().unwrap());
-    let c = check(&[
-        "--socket",
-        s,
-        "--tap",
-        "vtap0",
-        "--mac",
-        "52:54:00:aB:cd:01",
-    ])
-    .unwrap();
-    let device::cli::Fabric::Tap { name, mac } = &c.fabric else {
-        panic!("a TAP port")
-    };
-    assert_eq!(
-        (name.as_str(), *mac),
-        ("vtap0", [0x52, 0x54, 0, 0xab, 0xcd, 1])
-    );
-    for (args, needle) in [
-        (vec!["--socket", s, "--tap", "vtap0"], "--mac"),
-        (vec!["--socket", s, "--mac", "52:54:00:00:00:01"], "--tap"),
+    let s = sock.to_str().unwrap();
+    let fs = f.to_str().unwrap();
+    let m = "02:00:00:00:00:01";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--socket", s, "--tap", "t0"], "--mac"),
         (
-            vec![
-                "--socket",
-                s,
-                "--tap",
-                "vtap0",
-                "--mac",
-                "01:00:5e:00:00:01",
-            ],
-            "--mac 01:00:5e",
-        ),
-        (
-            vec!["--socket", s, "--tap", "vtap0", "--mac", "52:54:00:00:01"],
+            vec!["--socket", s, "--tap", "t0", "--mac", "02:00:00:00:00"],
             "--mac",
         ),
         (
-            vec!["--socket", s, "--tap", "a/b", "--mac", "52:54:00:00:00:01"],
-            "--tap a/b",
+            vec!["--socket", s, "--tap", "t0", "--mac", "zz:00:00:00:00:01"],
+            "--mac",
+        ),
+        (
+            vec!["--socket", s, "--tap", "t0", "--mac", "01:00:5e:00:00:01"],
+            "--mac",
+        ),
+        (
+            vec!["--socket", s, "--tap", "t0", "--mac", "00:00:00:00:00:00"],
+            "--mac",
+        ),
+        (
+            vec!["--socket", s, "--tap", "a-very-long-tap-name", "--mac", m],
+            "--tap",
+        ),
+        (
+            vec!["--socket", s, "--tap", "t0", "--mac", m, "--fabric", fs],
+            "--fabric",
+        ),
+        (
+            vec!["--socket", s, "--tap", "t0", "--mac", m, "--node", "a"],
+            "--node",
+        ),
+        (vec!["--socket", s, "--mac", m], "--tap"),
+        (
+            vec!["--socket", s, "--vhost-user-net", "/tmp/x.sock"],
+            "--tap",
+        ),
+        (vec!["--socket", s], "--fabric"),
+        (vec!["--socket", s, "--fabric", fs], "--node"),
+        (
+            vec![
+                "--socket",
+                s,
+                "--tap",
+                "t0",
+                "--mac",
+                m,
+                "--vhost-user-net",
+                "/nonexistent/x.sock",
+            ],
+            "--vhost-user-net",
         ),
         (
             vec![
                 "--socket",
                 s,
                 "--tap",
-                "t",
+                "t0",
                 "--mac",
-                "52:54:00:00:00:01",
-                "--fabric",
-                fs,
+                m,
+                "--vhost-user-net",
+                s,
             ],
-            "--fabric",
+            "--vhost-user-net",
         ),
-        (vec!["--socket", s], "--fabric"),
-    ] {
-        let e = check(&args).unwrap_err();
-        assert!(e.contains(needle), "{args:?}: {e}");
+    ];
+    for (args, want) in cases {
+        let e = check(&args).expect_err(&format!("{args:?} accepted"));
+        if !e.starts_with("error:") {
+            assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
+        }
+        assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
     }
+    assert_eq!(parse_mac("02-00-00-00-00-0A"), Ok([2, 0, 0, 0, 0, 10]));
 }

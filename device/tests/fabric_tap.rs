@@ -1,193 +1,335 @@
-//! The Ethernet port's link (WF-10): a `TapLink` over one end of a datagram
-//! socket pair standing in for the TAP (each datagram one frame, as on a TAP).
+//! design.md §6 `roce` link mode (WF-10): a TapLink over a fake TAP (a
+//! `socketpair(AF_UNIX, SOCK_SEQPACKET)`, one message per frame, with vnet
+//! headers as a real TAP gives them). RoCEv2 frames for the port go to the engine
+//! without the vnet header, everything else to the guest's queue with it; every
+//! malformed frame is dropped and counted; the port's own frames loop back.
 
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixDatagram;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
-use device::fabric::{classify, FrameKind, FrameSink, Link, TapLink, MAX_PACKET_LEN};
-use transport::wire::opcode::Opcode;
-use transport::wire::roce::{EthernetRepr, IpRepr, Ipv4Repr, RoceRepr};
-use transport::wire::{BthRepr, TransportRepr};
+use device::fabric::{
+    classify, FrameClass, Link, LinkError, Tap, TapLink, MAX_FRAME_LEN, MAX_PACKET_LEN,
+    TAP_LOOPBACK_CAPACITY, TO_GUEST_FRAMES, VNET_HDR_LEN,
+};
+use socket2::{Domain, Socket, Type};
 
-const MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
-const PEER: [u8; 6] = [0x52, 0x54, 0, 0, 0, 2];
+const T0: Duration = Duration::from_secs(1_700_000_000);
+const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+const PEER: [u8; 6] = [0x52, 0x54, 0x00, 0x65, 0x43, 0x21];
+const BCAST: [u8; 6] = [0xff; 6];
 
-fn link() -> (TapLink, UnixDatagram) {
-    let (a, b) = UnixDatagram::pair().unwrap();
-    a.set_nonblocking(true).unwrap();
-    let fd: OwnedFd = a.into();
-    (TapLink::from_file(std::fs::File::from(fd), MAC), b)
+/// A TapLink on one end of a SEQPACKET pair; the other end plays the kernel.
+fn fake_tap() -> (TapLink, Socket) {
+    let (a, b) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None).unwrap();
+    // Room for a few 64 KiB frames in flight.
+    let _ = b.set_send_buffer_size(1 << 20);
+    let tap = Tap::from_fd(OwnedFd::from(a), "fake0", MAC, 1500).unwrap();
+    (TapLink::new(Arc::new(tap)), b)
 }
 
-fn roce_frame(dst: [u8; 6], payload: &[u8]) -> Vec<u8> {
-    let r = RoceRepr {
-        eth: EthernetRepr {
-            dst,
-            src: PEER,
-            vlan: None,
-        },
-        ip: IpRepr::V4(Ipv4Repr {
-            src: "10.0.0.2".parse().unwrap(),
-            dst: "10.0.0.1".parse().unwrap(),
-            tos: 0,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-        }),
-        udp_src_port: 0xc001,
-        udp_checksum: false,
-        transport: TransportRepr {
-            bth: BthRepr {
-                opcode: Opcode::UD_SEND_ONLY,
-                solicited: false,
-                mig_req: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: 1,
-                ack_req: false,
-                psn: 0,
-            },
-            ext: transport::wire::ExtHeaders {
-                deth: Some(transport::wire::DethRepr {
-                    qkey: 0x8001_0000,
-                    src_qp: 1,
-                }),
-                ..Default::default()
-            },
-            payload,
-        },
-    };
-    let mut b = vec![0u8; r.buffer_len()];
-    r.emit(&mut b).unwrap();
-    b
+fn eth(dst: [u8; 6], ethertype: u16) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&PEER);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f
 }
 
-struct Sink(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>, usize);
-
-impl FrameSink for Sink {
-    fn push(&mut self, frame: &[u8]) -> bool {
-        let mut v = self.0.lock().unwrap();
-        if v.len() >= self.1 {
-            return false;
-        }
-        v.push(frame.to_vec());
-        true
-    }
+fn udp(dport: u16, payload: usize) -> Vec<u8> {
+    let mut u = 49152u16.to_be_bytes().to_vec();
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend(std::iter::repeat_n(0xabu8, payload));
+    u
 }
 
-fn recv_all(l: &mut TapLink) -> Vec<Vec<u8>> {
-    let mut buf = vec![0u8; MAX_PACKET_LEN];
-    let mut out = Vec::new();
-    for _ in 0..100 {
-        match l.recv(Duration::ZERO, &mut buf).unwrap() {
-            Some(n) => out.push(buf[..n].to_vec()),
-            None => break,
-        }
-    }
-    out
+fn ipv4_udp(dst: [u8; 6], dport: u16, payload: usize) -> Vec<u8> {
+    let mut f = eth(dst, 0x0800);
+    let total = (20 + 8 + payload) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&total.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1]);
+    f.extend(udp(dport, payload));
+    f
 }
 
-#[test]
-fn wf_10_roce_frames_for_the_port_go_to_the_transport_the_rest_to_the_guest() {
-    let (mut l, peer) = link();
-    let guest = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    l.set_sink(Box::new(Sink(guest.clone(), 100)));
-    let ours = roce_frame(MAC, b"hello");
-    let other_mac = roce_frame(PEER, b"x");
-    let mut arp = vec![0xff; 6];
-    arp.extend_from_slice(&PEER);
-    arp.extend_from_slice(&[0x08, 0x06]);
-    arp.extend_from_slice(&[0; 28]);
-    let mut not_roce_udp = ours.clone();
-    not_roce_udp[37] = 0; // UDP destination port 0x1200: not 4791 (0x12b7)
-    for f in [&ours, &other_mac, &arp, &not_roce_udp, &vec![1u8; 5]] {
-        peer.send(f).unwrap();
-    }
-    let got = recv_all(&mut l);
-    assert_eq!(got, vec![ours.clone()]);
-    assert_eq!(
-        *guest.lock().unwrap(),
-        vec![arp.clone(), not_roce_udp.clone()]
-    );
-    let c = *l.counters();
-    assert_eq!(
-        (c.rx_roce, c.to_guest, c.drop_other_mac, c.drop_runt),
-        (1, 2, 1, 1)
-    );
-    assert_eq!(classify(&ours, &MAC), FrameKind::Roce);
-    assert_eq!(classify(&arp, &MAC), FrameKind::Other);
+fn ipv6_udp(dst: [u8; 6], dport: u16, payload: usize) -> Vec<u8> {
+    let mut f = eth(dst, 0x86dd);
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+    f.extend_from_slice(&[17, 64]);
+    f.extend_from_slice(&[0xfe; 32]);
+    f.extend(udp(dport, payload));
+    f
 }
 
-#[test]
-fn wf_10_without_a_guest_nic_other_frames_are_counted_drops() {
-    let (mut l, peer) = link();
-    let guest = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut ipv6 = roce_frame(MAC, b"")[..14].to_vec();
-    ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
-    ipv6.extend_from_slice(&[0x60; 40]);
-    peer.send(&ipv6).unwrap();
-    assert!(recv_all(&mut l).is_empty());
-    assert_eq!(l.counters().drop_not_for_port, 1);
-    // A full guest queue drops too.
-    l.set_sink(Box::new(Sink(guest.clone(), 0)));
-    peer.send(&ipv6).unwrap();
-    assert!(recv_all(&mut l).is_empty());
-    assert_eq!(l.counters().drop_not_for_port, 2);
+fn vlan_ipv4_udp(dst: [u8; 6], dport: u16) -> Vec<u8> {
+    let plain = ipv4_udp(dst, dport, 40);
+    let mut f = eth(dst, 0x8100);
+    f.extend_from_slice(&[0x20, 0x05]); // PCP 1, VID 5
+    f.extend_from_slice(&plain[12..]);
+    f
 }
 
-#[test]
-fn wf_10_oversized_and_garbage_frames_are_dropped_never_a_panic() {
-    let (mut l, peer) = link();
-    peer.send(&vec![0u8; device::fabric::MAX_FRAME_LEN + 100])
+fn arp(dst: [u8; 6]) -> Vec<u8> {
+    let mut f = eth(dst, 0x0806);
+    f.extend_from_slice(&[0; 28]);
+    f
+}
+
+fn with_hdr(hdr: [u8; VNET_HDR_LEN], frame: &[u8]) -> Vec<u8> {
+    let mut v = hdr.to_vec();
+    v.extend_from_slice(frame);
+    v
+}
+
+fn inject(peer: &Socket, frame: &[u8]) {
+    (&*peer)
+        .write_all(&with_hdr([0; VNET_HDR_LEN], frame))
         .unwrap();
-    let mut x: u64 = 7;
-    let mut r = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    for len in 0..200usize {
-        let mut f: Vec<u8> = (0..len).map(|_| r() as u8).collect();
-        if len > 13 && len % 3 == 0 {
-            f[..6].copy_from_slice(&MAC);
-            f[12..14].copy_from_slice(&[0x08, 0x00]);
-        }
-        peer.send(&f).unwrap();
-    }
-    let mut buf = vec![0u8; MAX_PACKET_LEN];
-    for _ in 0..500 {
-        if l.recv(Duration::ZERO, &mut buf).unwrap().is_none() && l.poll_timeout().is_none() {
-            break;
-        }
-    }
-    assert_eq!(l.counters().drop_oversized, 1);
+}
+
+fn recv(link: &mut TapLink) -> Option<Vec<u8>> {
+    let mut buf = vec![0; MAX_PACKET_LEN];
+    link.recv(T0, &mut buf).unwrap().map(|n| buf[..n].to_vec())
 }
 
 #[test]
-fn wf_10_frames_to_the_own_mac_loop_back_and_others_go_out() {
-    let (mut l, peer) = link();
-    peer.set_nonblocking(true).unwrap();
-    let own = roce_frame(MAC, b"self");
-    let out = roce_frame(PEER, b"out");
-    l.send(Duration::ZERO, &own).unwrap();
-    l.send(Duration::ZERO, &out).unwrap();
-    assert_eq!(
-        l.poll_timeout(),
-        Some(Duration::ZERO),
-        "a looped frame is due"
-    );
-    assert_eq!(recv_all(&mut l), vec![own]);
-    let mut b = vec![0u8; 9100];
-    let n = peer.recv(&mut b).unwrap();
-    assert_eq!(&b[..n], &out[..]);
-    assert!(peer.recv(&mut b).is_err(), "the own frame never left");
-    let c = *l.counters();
-    assert_eq!((c.looped, c.tx_frames, c.rx_roce), (1, 1, 1));
-    for _ in 0..device::fabric::TAP_LOOPBACK_CAPACITY + 5 {
-        l.send(Duration::ZERO, &roce_frame(MAC, b"")).unwrap();
+fn tap_roce_frames_for_the_port_go_to_the_engine_without_vnet_header() {
+    let (mut link, peer) = fake_tap();
+    link.tap().to_guest().set_attached(true);
+    for f in [
+        ipv4_udp(MAC, 4791, 100),
+        ipv6_udp(MAC, 4791, 64),
+        vlan_ipv4_udp(MAC, 4791),
+        // RoCEv2 multicast (UD to a group) is the engine's too.
+        ipv4_udp([0x01, 0x00, 0x5e, 0, 0, 1], 4791, 32),
+    ] {
+        inject(&peer, &f);
+        assert_eq!(recv(&mut link).as_deref(), Some(&f[..]));
     }
-    assert_eq!(l.counters().drop_loopback_full, 5);
+    assert_eq!(recv(&mut link), None);
+    let c = *link.counters();
+    assert_eq!(
+        (c.rx_roce_frames, c.to_guest_frames, c.dropped()),
+        (4, 0, 0)
+    );
+}
+
+#[test]
+fn tap_everything_else_goes_whole_to_the_guest_queue_and_wakes_it() {
+    let (mut link, peer) = fake_tap();
+    let tap = Arc::clone(link.tap());
+    let q = tap.to_guest();
+    q.set_attached(true);
+    let guest = [
+        arp(BCAST),
+        arp(MAC),
+        ipv4_udp(MAC, 53, 20),
+        ipv6_udp(BCAST, 4790, 8),
+        eth(MAC, 0x88cc), // LLDP: not IP
+        // Too short to hold UDP: the guest's stack decides.
+        ipv4_udp(MAC, 4791, 0)[..30].to_vec(),
+    ];
+    for f in &guest {
+        inject(&peer, f);
+    }
+    assert_eq!(recv(&mut link), None, "nothing for the engine");
+    assert_eq!(q.event().read().unwrap(), 1, "one wake-up per batch");
+    for f in &guest {
+        let got = q.pop().expect("queued for the guest");
+        assert_eq!(&got[..VNET_HDR_LEN], &[0; VNET_HDR_LEN], "vnet header kept");
+        assert_eq!(&got[VNET_HDR_LEN..], &f[..]);
+    }
+    assert!(q.pop().is_none());
+    assert_eq!(link.counters().to_guest_frames, guest.len() as u64);
+}
+
+#[test]
+fn tap_roce_for_another_mac_is_dropped_and_counted() {
+    let (mut link, peer) = fake_tap();
+    link.tap().to_guest().set_attached(true);
+    inject(&peer, &ipv4_udp(PEER, 4791, 64));
+    inject(&peer, &ipv6_udp(PEER, 4791, 64));
+    assert_eq!(recv(&mut link), None);
+    let c = *link.counters();
+    assert_eq!((c.drop_rx_other_mac, c.to_guest_frames), (2, 0));
+    assert!(link.report().unwrap().contains("rx_other_mac 2"));
+}
+
+#[test]
+fn tap_malformed_frames_are_dropped_and_counted_never_delivered() {
+    let (mut link, peer) = fake_tap();
+    link.tap().to_guest().set_attached(true);
+    let roce = ipv4_udp(MAC, 4791, 64);
+    // Truncated: less than a vnet header; a vnet header and half an Ethernet one.
+    (&peer).write_all(&[0; 7]).unwrap();
+    (&peer).write_all(&[0; VNET_HDR_LEN + 10]).unwrap();
+    // Bad vnet headers: unknown flag, unknown GSO type, ECN without GSO, checksum
+    // position outside the frame, GSO without a segment size, GSO on RoCE.
+    let mut csum_out = [0u8; VNET_HDR_LEN];
+    csum_out[0] = 1;
+    csum_out[6..8].copy_from_slice(&(roce.len() as u16).to_le_bytes());
+    let mut gso_roce = [0u8; VNET_HDR_LEN];
+    gso_roce[1] = 3; // GSO_UDP
+    gso_roce[4] = 0x40;
+    for hdr in [
+        [0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        [0, 2, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0],
+        [0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        csum_out,
+        [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        gso_roce,
+    ] {
+        (&peer).write_all(&with_hdr(hdr, &roce)).unwrap();
+    }
+    // Oversized: a RoCE frame longer than any native packet, and a frame longer
+    // than the largest GSO frame.
+    inject(&peer, &ipv4_udp(MAC, 4791, MAX_PACKET_LEN));
+    inject(
+        &peer,
+        &arp(BCAST)
+            .into_iter()
+            .chain(std::iter::repeat_n(0, MAX_FRAME_LEN))
+            .collect::<Vec<_>>(),
+    );
+    // A good frame after all that still arrives.
+    inject(&peer, &roce);
+    let mut got = None;
+    for _ in 0..4 {
+        got = got.or(recv(&mut link));
+    }
+    assert_eq!(got.as_deref(), Some(&roce[..]));
+    let c = *link.counters();
+    assert_eq!(c.drop_rx_short, 2, "{c:?}");
+    assert_eq!(c.drop_rx_bad_vnet_hdr, 6, "{c:?}");
+    assert_eq!(c.drop_rx_oversized, 2, "{c:?}");
+    assert_eq!((c.rx_roce_frames, c.to_guest_frames), (1, 0));
+    assert_eq!(c.dropped(), 10);
+}
+
+#[test]
+fn tap_guest_frames_without_a_guest_or_beyond_the_queue_are_counted() {
+    let (mut link, peer) = fake_tap();
+    inject(&peer, &arp(BCAST));
+    assert_eq!(recv(&mut link), None);
+    assert_eq!(link.counters().drop_guest_absent, 1);
+    link.tap().to_guest().set_attached(true);
+    let extra = 5;
+    for _ in 0..TO_GUEST_FRAMES + extra {
+        inject(&peer, &arp(BCAST));
+        while recv(&mut link).is_some() {}
+    }
+    let c = *link.counters();
+    assert_eq!(c.to_guest_frames, TO_GUEST_FRAMES as u64);
+    assert_eq!(c.drop_guest_queue_full, extra as u64);
+    assert_eq!(link.tap().to_guest().len(), TO_GUEST_FRAMES);
+    // Detaching (the guest's driver stopped) empties the queue.
+    assert_eq!(link.tap().to_guest().set_attached(false), TO_GUEST_FRAMES);
+    assert!(link.tap().to_guest().is_empty());
+}
+
+#[test]
+fn tap_send_writes_a_zeroed_vnet_header_and_loops_back_own_and_multicast_frames() {
+    let (mut link, peer) = fake_tap();
+    assert_eq!(link.raw_fd(), link.tap().as_raw_fd());
+    let to_peer = ipv4_udp(PEER, 4791, 200);
+    let to_self = ipv4_udp(MAC, 4791, 100);
+    let to_group = ipv6_udp([0x33, 0x33, 0, 0, 0, 1], 4791, 50);
+    for f in [&to_peer, &to_self, &to_group] {
+        link.send(T0, f).unwrap();
+    }
+    // On the wire: the peer's and the multicast frame, not the own one.
+    let mut buf = vec![0u8; 4096];
+    let mut wire = Vec::new();
+    peer.set_nonblocking(true).unwrap();
+    while let Ok(n) = (&peer).read(&mut buf) {
+        assert_eq!(&buf[..VNET_HDR_LEN], &[0; VNET_HDR_LEN]);
+        wire.push(buf[VNET_HDR_LEN..n].to_vec());
+    }
+    assert_eq!(wire, vec![to_peer.clone(), to_group.clone()]);
+    // Looped back without the TAP: the engine sees its own frames.
+    assert_eq!(link.poll_timeout(), Some(Duration::ZERO));
+    assert_eq!(recv(&mut link), Some(to_self));
+    assert_eq!(recv(&mut link), Some(to_group));
+    assert_eq!(recv(&mut link), None);
+    assert_eq!(link.poll_timeout(), None);
+    let c = *link.counters();
+    assert_eq!(
+        (c.tx_frames, c.loopback_frames, c.rx_roce_frames),
+        (2, 2, 2)
+    );
+
+    // Bad lengths and a full loopback queue are counted drops, not errors.
+    link.send(T0, &[0; 10]).unwrap();
+    link.send(T0, &vec![0; MAX_PACKET_LEN + 1]).unwrap();
+    for _ in 0..TAP_LOOPBACK_CAPACITY + 3 {
+        link.send(T0, &ipv4_udp(MAC, 4791, 8)).unwrap();
+    }
+    let c = *link.counters();
+    assert_eq!((c.drop_tx_bad_len, c.drop_loopback_full), (2, 3));
+}
+
+#[test]
+fn tap_recv_refuses_a_short_buffer() {
+    let (mut link, _peer) = fake_tap();
+    let mut small = [0u8; 64];
+    assert!(matches!(
+        link.recv(T0, &mut small),
+        Err(LinkError::BufferTooSmall { have: 64 })
+    ));
+}
+
+#[test]
+fn tap_classify_reads_only_enough_to_tell_roce() {
+    assert_eq!(classify(&ipv4_udp(MAC, 4791, 0), &MAC), FrameClass::Roce);
+    assert_eq!(
+        classify(&ipv4_udp(PEER, 4791, 0), &MAC),
+        FrameClass::OtherMac
+    );
+    assert_eq!(classify(&ipv4_udp(MAC, 4792, 0), &MAC), FrameClass::Guest);
+    assert_eq!(classify(&[], &MAC), FrameClass::Guest);
+    assert_eq!(classify(&MAC, &MAC), FrameClass::Guest);
+    // A later IPv4 fragment has no UDP header even if its bytes look like one.
+    let mut frag = ipv4_udp(MAC, 4791, 16);
+    frag[20] = 0x00;
+    frag[21] = 0x10;
+    assert_eq!(classify(&frag, &MAC), FrameClass::Guest);
+    // Every prefix of a RoCE frame classifies without panicking.
+    let f = vlan_ipv4_udp(MAC, 4791);
+    for n in 0..f.len() {
+        let _ = classify(&f[..n], &MAC);
+    }
+}
+
+/// A real TAP (root only; CI runs as root): created down, so nothing is ever
+/// sent; the kernel's answers to the ioctls and to a write on a down interface.
+#[test]
+fn tap_real_device_opens_with_vnet_headers_and_counts_writes_while_down() {
+    if std::fs::metadata("/dev/net/tun").is_err() || !is_root() {
+        eprintln!("skipped: needs root and /dev/net/tun");
+        return;
+    }
+    let tap = Tap::open("vhcat%d", MAC).expect("TUNSETIFF");
+    assert!(tap.name().starts_with("vhcat"), "{}", tap.name());
+    assert!(tap.mtu() >= 68);
+    tap.set_offload(device::fabric::TUN_F_CSUM | device::fabric::TUN_F_TSO4)
+        .expect("TUNSETOFFLOAD");
+    let mut link = TapLink::new(Arc::new(tap));
+    link.send(T0, &ipv4_udp(PEER, 4791, 64)).unwrap();
+    assert_eq!(link.counters().drop_tx_link_down, 1);
+    assert_eq!(recv(&mut link), None);
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
 }

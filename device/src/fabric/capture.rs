@@ -1,6 +1,7 @@
 //! The capture stage (design.md §6, WF-11): every packet sent and received through
-//! the wrapped link goes to a pcap file of LINKTYPE_ERF records (ERF type 21,
-//! INFINIBAND), which Wireshark and tshark dissect without plugins. The writer is
+//! the wrapped link goes to a pcap file that Wireshark and tshark dissect without
+//! plugins: LINKTYPE_ERF records (ERF type 21, INFINIBAND) for native packets,
+//! LINKTYPE_ETHERNET for RoCEv2 frames (a TAP link). The writer is
 //! `transport::wire::pcap::PcapWriter`; timestamps are the caller's `now`.
 //!
 //! Where it sits decides what it sees: outside a [`FaultLink`](super::FaultLink) it
@@ -15,7 +16,7 @@ use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::Duration;
 
-use transport::wire::pcap::{PcapError, PcapWriter};
+use transport::wire::pcap::{LinkType, PcapError, PcapWriter};
 
 use super::{Link, LinkError};
 
@@ -39,32 +40,35 @@ pub struct CaptureLink<L, W: Write> {
 }
 
 impl<L: Link> CaptureLink<L, BufWriter<File>> {
-    /// Captures into a new file at `path` (truncating an existing one).
+    /// Captures native packets into a new file at `path` (truncating an existing
+    /// one).
     pub fn create(inner: L, path: impl AsRef<Path>) -> Result<Self, PcapError> {
-        let file = File::create(path.as_ref())?;
-        log::info!("fabric: capturing to {}", path.as_ref().display());
-        CaptureLink::new(inner, BufWriter::new(file))
+        CaptureLink::create_as(inner, path, LinkType::ErfInfiniband)
     }
 
-    /// Captures an Ethernet port's RoCEv2 frames into a new file at `path`, as
-    /// LINKTYPE_ETHERNET (WF-11).
-    pub fn create_ethernet(inner: L, path: impl AsRef<Path>) -> Result<Self, PcapError> {
+    /// Captures into a new file at `path` with records of `link` type: the link
+    /// layer of the packets `inner` carries (Ethernet for a TAP link).
+    pub fn create_as(inner: L, path: impl AsRef<Path>, link: LinkType) -> Result<Self, PcapError> {
         let file = File::create(path.as_ref())?;
-        log::info!("fabric: capturing to {}", path.as_ref().display());
-        Ok(CaptureLink {
-            inner,
-            pcap: PcapWriter::ethernet(BufWriter::new(file))?,
-            counters: CaptureCounters::default(),
-        })
+        log::info!(
+            "fabric: capturing to {} ({link:?})",
+            path.as_ref().display()
+        );
+        CaptureLink::new_as(inner, BufWriter::new(file), link)
     }
 }
 
 impl<L: Link, W: Write> CaptureLink<L, W> {
-    /// Captures into `sink`; writes the pcap file header at once.
+    /// Captures native packets into `sink`; writes the pcap file header at once.
     pub fn new(inner: L, sink: W) -> Result<Self, PcapError> {
+        CaptureLink::new_as(inner, sink, LinkType::ErfInfiniband)
+    }
+
+    /// Captures packets of `link` type into `sink`.
+    pub fn new_as(inner: L, sink: W, link: LinkType) -> Result<Self, PcapError> {
         Ok(CaptureLink {
             inner,
-            pcap: PcapWriter::infiniband(sink)?,
+            pcap: PcapWriter::new(sink, link)?,
             counters: CaptureCounters::default(),
         })
     }
@@ -134,10 +138,6 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
         Ok(got)
     }
 
-    fn report(&self) -> Option<String> {
-        self.inner.report()
-    }
-
     fn raw_fd(&self) -> RawFd {
         self.inner.raw_fd()
     }
@@ -148,5 +148,9 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
 
     fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError> {
         self.inner.handle_timeout(now)
+    }
+
+    fn report(&self) -> Option<String> {
+        self.inner.report()
     }
 }

@@ -387,10 +387,6 @@ impl<L: Link> Link for FaultLink<L> {
         self.inner.recv(now, buf)
     }
 
-    fn report(&self) -> Option<String> {
-        self.inner.report()
-    }
-
     fn raw_fd(&self) -> RawFd {
         self.inner.raw_fd()
     }
@@ -409,6 +405,10 @@ impl<L: Link> Link for FaultLink<L> {
     fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError> {
         let r = self.release(now);
         r.and(self.inner.handle_timeout(now))
+    }
+
+    fn report(&self) -> Option<String> {
+        self.inner.report()
     }
 }
 

@@ -5,14 +5,16 @@
 //!   from a TOML file; it stands in for a subnet manager's assignment.
 //! - [`Link`]: what the device needs from a port: send one packet (routed by its
 //!   LRH:DLID), receive packets without blocking, a file descriptor to wait on, and a
-//!   deadline for work the link holds itself. [`UdpLink`] is the `ib-udp` mode.
+//!   deadline for work the link holds itself. [`UdpLink`] is the `ib-udp` mode;
+//!   [`TapLink`] the `roce` mode (RoCEv2 frames on a TAP shared with the guest's
+//!   virtio-net, WF-10).
 //! - Stages that wrap any [`Link`]: [`FaultLink`] (seeded drop, duplicate, reorder,
 //!   corrupt, delay) and [`CaptureLink`] (every packet to a pcap file, WF-11).
 //!
 //! Like the transport engine (design.md §3), nothing here reads a clock: every call
 //! takes `now`, the caller's time since the Unix epoch, so a stage's behaviour is a
 //! function of its inputs and the capture timestamps are the caller's. Only
-//! [`UdpLink`] does I/O, and never blocks.
+//! [`UdpLink`] and [`TapLink`] do I/O, and never block.
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -21,6 +23,7 @@ mod capture;
 mod fault;
 mod file;
 mod tap;
+mod tap_sys;
 mod udp;
 
 pub use capture::{CaptureCounters, CaptureLink};
@@ -29,9 +32,10 @@ pub use fault::{
 };
 pub use file::{FabricFile, FabricFileError, Node, MAX_UNICAST_LID, PROGRAMMATIC};
 pub use tap::{
-    classify, format_mac, interface_mtu, parse_mac, FrameKind, FrameSink, TapCounters, TapLink,
-    MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY,
+    classify, format_mac, vnet_hdr_ok, FrameClass, PushError, Tap, TapCounters, TapLink, ToGuest,
+    MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TO_GUEST_BYTES, TO_GUEST_FRAMES, VNET_HDR_LEN,
 };
+pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN};
 pub use udp::{UdpCounters, UdpLink, LOOPBACK_CAPACITY};
 
 /// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC
@@ -74,6 +78,12 @@ pub enum LinkError {
     /// The socket failed in a way that is not a per-packet drop.
     #[error("UDP socket error: {0}")]
     Io(#[from] std::io::Error),
+    /// Opening or using the TAP device failed.
+    #[error("TAP {name}: {source}")]
+    Tap {
+        name: String,
+        source: std::io::Error,
+    },
 }
 
 /// A port's link to the fabric (design.md §6: link modes share one trait).
@@ -109,8 +119,8 @@ pub trait Link {
         Ok(())
     }
 
-    /// The link's own counters as one line for the counters report, if it
-    /// keeps any beyond the port's (a wrapping stage forwards its inner link's).
+    /// One line of the link's own counters for the device's counter report, if
+    /// it keeps any beyond the port's.
     fn report(&self) -> Option<String> {
         None
     }

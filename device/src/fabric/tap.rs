@@ -1,325 +1,471 @@
-//! The Ethernet port (WF-10): RoCEv2 frames on a TAP device, which a Linux bridge
-//! connects to anything else (other vhca ports, Linux soft-RoCE, plain NICs).
+//! `roce` link mode (design.md §6): RoCEv2 frames on a TAP device that also carries
+//! the guest's ordinary network traffic, as one Ethernet port of a real RoCE NIC
+//! carries both (WF-10).
 //!
-//! One TAP carries both the port's RoCE traffic and the guest's ordinary network
-//! traffic, as one wire does on a RoCE NIC: [`TapLink`] reads every frame and
-//! hands the transport only those for the port (its MAC, IPv4 or IPv6, UDP to
-//! 4791, annex A17.4); everything else goes to a [`FrameSink`] — the guest's NIC
-//! when one shares the port — or is counted and dropped. The engine validates a
-//! RoCE frame fully (ICRC, lengths); here frames are only classified.
+//! The TAP is opened with `IFF_VNET_HDR`: every frame read or written starts with a
+//! 12-byte `virtio_net_hdr_v1` (virtio 1.2 §5.1.6), so the guest's virtio-net
+//! offloads (partial checksums, TCP segmentation) pass through untouched. The link
+//! demultiplexes what it reads ([`classify`]):
 //!
-//! The TAP gives frames without FCS; a frame the port sends to its own MAC (two
-//! QPs of one port) never comes back from the bridge, so it loops back here.
+//! - to the port's MAC (or a multicast one), IPv4/IPv6, UDP destination port 4791:
+//!   a RoCEv2 frame for the engine, returned by [`Link::recv`] without the vnet
+//!   header (`transport::wire::roce` then checks it fully, annex A17.4);
+//! - UDP 4791 to another unicast MAC: a RoCE frame a bridge flooded to us, dropped;
+//! - anything else (ARP, ND, IP, broadcast): the guest's, queued whole (vnet
+//!   header included) on the bounded [`ToGuest`] queue that the vhost-user-net
+//!   backend (`crate::net`) drains into the guest's RX ring.
+//!
+//! The TAP faces the network, so everything read is untrusted (design.md §9):
+//! short, oversized and badly headed frames are dropped and counted, never trusted.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use transport::wire::roce::{
-    MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ETH_HEADER_LEN, UDP_PORT, VLAN_TAG_LEN,
+    MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ETH_HEADER_LEN, IPV4_HEADER_LEN,
+    IPV6_HEADER_LEN, UDP_HEADER_LEN, UDP_PORT,
 };
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use super::{Link, LinkError};
+use super::tap_sys;
+use super::{Link, LinkError, MAX_PACKET_LEN};
 
-/// Frames the loopback holds at most; more are dropped and counted.
-pub const TAP_LOOPBACK_CAPACITY: usize = 256;
+/// Length of the `virtio_net_hdr_v1` before every frame on the TAP and in the
+/// guest's rings (virtio 1.2 §5.1.6: 12 bytes once VIRTIO_F_VERSION_1 is
+/// negotiated, whether or not MRG_RXBUF is).
+pub const VNET_HDR_LEN: usize = 12;
 
-/// Frames read from the TAP per [`Link::recv`] call at most, so that a flood of
-/// frames for the guest cannot keep the data path from its other work.
-const READS_PER_RECV: usize = 64;
+/// The longest frame the TAP may hand over or the guest may send: a TCP GSO
+/// super-frame carries at most one IP datagram of 65535 bytes, behind an Ethernet
+/// header and one 802.1Q tag.
+pub const MAX_FRAME_LEN: usize = 65_535 + ETH_HEADER_LEN + 4;
 
-/// The largest frame read from the TAP: a 9000-byte MTU jumbo frame with an
-/// 802.1Q tag. A longer one is cut by the read and dropped.
-pub const MAX_FRAME_LEN: usize = 9000 + ETH_HEADER_LEN + VLAN_TAG_LEN;
+/// Frames looped back to the port itself and not yet received; beyond this a
+/// sender outrunning its own receiver loses frames, as in a switch buffer.
+pub const TAP_LOOPBACK_CAPACITY: usize = 1024;
 
-/// Where frames that are not the port's go: the guest's NIC sharing the port.
-pub trait FrameSink: Send {
-    /// Takes one whole Ethernet frame; `false` when it had no room (the frame is
-    /// dropped and counted by the link).
-    fn push(&mut self, frame: &[u8]) -> bool;
-}
+/// Frames waiting for the guest's RX ring, and their total bytes: a guest that
+/// stops posting RX buffers loses frames here instead of growing our memory.
+pub const TO_GUEST_FRAMES: usize = 512;
+pub const TO_GUEST_BYTES: usize = 8 << 20;
 
-/// What a [`TapLink`] counted. Every frame read is exactly one of: a RoCE frame
-/// for the port, a frame passed to the sink, or a drop with its reason.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Frames one [`TapLink::recv`] call reads while handing non-RoCE frames to the
+/// guest or dropping them, so that guest traffic cannot hold the data path; the
+/// TAP stays readable and the next call goes on.
+const RECV_BATCH: usize = 64;
+
+/// Bytes 0 (flags) and 1 (gso_type) of the vnet header (virtio 1.2 §5.1.6).
+const HDR_F_NEEDS_CSUM: u8 = 1;
+const HDR_F_DATA_VALID: u8 = 2;
+const GSO_NONE: u8 = 0;
+const GSO_TCPV4: u8 = 1;
+const GSO_UDP: u8 = 3;
+const GSO_TCPV6: u8 = 4;
+const GSO_UDP_L4: u8 = 5;
+const GSO_ECN: u8 = 0x80;
+
+const IP_PROTO_UDP: u8 = 17;
+
+/// What a [`TapLink`] did, and every reason it dropped a frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TapCounters {
-    /// RoCE frames handed to the transport (looped-back ones included).
-    pub rx_roce: u64,
-    /// Frames sent on the TAP.
+    /// RoCE frames written to the TAP.
     pub tx_frames: u64,
-    /// Frames to the port's own MAC looped back without the TAP.
-    pub looped: u64,
-    /// Frames passed to the guest's NIC.
-    pub to_guest: u64,
-    /// Frames not for the port and no NIC to take them (or the NIC was full).
-    pub drop_not_for_port: u64,
-    /// RoCE (UDP 4791) frames for another unicast MAC.
-    pub drop_other_mac: u64,
-    /// Frames too short for an Ethernet header.
-    pub drop_runt: u64,
-    /// Frames longer than [`MAX_FRAME_LEN`].
-    pub drop_oversized: u64,
-    /// Frames to send that were not sent (TAP full or down, bad frame).
-    pub drop_tx: u64,
-    /// Looped-back frames dropped because the loopback queue was full.
+    pub tx_bytes: u64,
+    /// Frames to the port's own MAC or a multicast MAC, looped back to the engine.
+    pub loopback_frames: u64,
+    /// RoCE frames handed to the engine (TAP and loopback).
+    pub rx_roce_frames: u64,
+    pub rx_roce_bytes: u64,
+    /// Frames queued for the guest's virtio-net.
+    pub to_guest_frames: u64,
+    pub to_guest_bytes: u64,
+    /// Send: shorter than an Ethernet header or longer than [`MAX_PACKET_LEN`].
+    pub drop_tx_bad_len: u64,
+    /// Send: the TAP's queue was full.
+    pub drop_tx_would_block: u64,
+    /// Send: the TAP interface is down (the kernel answers EIO).
+    pub drop_tx_link_down: u64,
+    /// Send: any other write error (the error is also returned).
+    pub drop_tx_error: u64,
+    /// Send: the loopback queue held [`TAP_LOOPBACK_CAPACITY`] frames.
     pub drop_loopback_full: u64,
+    /// Receive: shorter than a vnet header and an Ethernet header.
+    pub drop_rx_short: u64,
+    /// Receive: longer than [`MAX_FRAME_LEN`], or a RoCE frame longer than
+    /// [`MAX_PACKET_LEN`].
+    pub drop_rx_oversized: u64,
+    /// Receive: a vnet header with unknown flags or GSO type, a checksum offset
+    /// outside the frame, or GSO on a RoCE frame.
+    pub drop_rx_bad_vnet_hdr: u64,
+    /// Receive: a RoCE frame for another unicast MAC (flooded by a bridge).
+    pub drop_rx_other_mac: u64,
+    /// Receive: a frame for the guest while no guest RX ring is attached.
+    pub drop_guest_absent: u64,
+    /// Receive: a frame for the guest while its queue was full.
+    pub drop_guest_queue_full: u64,
+    /// Receive: the TAP reported end of file (only a test's fake TAP does).
+    pub rx_eof: u64,
 }
 
-impl std::fmt::Display for TapCounters {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl TapCounters {
+    /// All frames dropped, for every reason.
+    pub fn dropped(&self) -> u64 {
+        self.drop_tx_bad_len
+            + self.drop_tx_would_block
+            + self.drop_tx_link_down
+            + self.drop_tx_error
+            + self.drop_loopback_full
+            + self.drop_rx_short
+            + self.drop_rx_oversized
+            + self.drop_rx_bad_vnet_hdr
+            + self.drop_rx_other_mac
+            + self.drop_guest_absent
+            + self.drop_guest_queue_full
+    }
+}
+
+impl fmt::Display for TapCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "tap: rx_roce {} tx {} looped {} to_guest {} drop_not_for_port {} \
-             drop_other_mac {} drop_runt {} drop_oversized {} drop_tx {} \
-             drop_loopback_full {}",
-            self.rx_roce,
+            "tx {} ({} B) loopback {} rx_roce {} ({} B) to_guest {} ({} B) dropped {}: \
+             tx_bad_len {} tx_would_block {} tx_link_down {} tx_error {} loopback_full {} \
+             rx_short {} rx_oversized {} rx_bad_vnet_hdr {} rx_other_mac {} guest_absent {} \
+             guest_queue_full {}",
             self.tx_frames,
-            self.looped,
-            self.to_guest,
-            self.drop_not_for_port,
-            self.drop_other_mac,
-            self.drop_runt,
-            self.drop_oversized,
-            self.drop_tx,
-            self.drop_loopback_full
+            self.tx_bytes,
+            self.loopback_frames,
+            self.rx_roce_frames,
+            self.rx_roce_bytes,
+            self.to_guest_frames,
+            self.to_guest_bytes,
+            self.dropped(),
+            self.drop_tx_bad_len,
+            self.drop_tx_would_block,
+            self.drop_tx_link_down,
+            self.drop_tx_error,
+            self.drop_loopback_full,
+            self.drop_rx_short,
+            self.drop_rx_oversized,
+            self.drop_rx_bad_vnet_hdr,
+            self.drop_rx_other_mac,
+            self.drop_guest_absent,
+            self.drop_guest_queue_full,
         )
     }
 }
 
-/// What a frame is to the port.
+/// Where a frame read from the TAP goes ([`classify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameKind {
-    /// IPv4/IPv6 UDP to 4791 for the port's MAC: the transport's.
+pub enum FrameClass {
+    /// RoCEv2 for this port: to the engine.
     Roce,
-    /// UDP to 4791 for another unicast MAC.
-    OtherMacRoce,
-    /// Anything else: ARP, ND, IP, broadcast, multicast.
-    Other,
-    /// Shorter than an Ethernet header.
-    Runt,
+    /// RoCEv2 for another unicast MAC: dropped.
+    OtherMac,
+    /// Everything else: to the guest's virtio-net.
+    Guest,
 }
 
-/// Classifies a frame (no validation beyond what classification reads; the
-/// engine checks the rest, WF-10).
-pub fn classify(frame: &[u8], mac: &MacAddr) -> FrameKind {
-    let Some(hdr) = frame.get(..ETH_HEADER_LEN) else {
-        return FrameKind::Runt;
-    };
-    let mut ethertype = u16::from_be_bytes([hdr[12], hdr[13]]);
-    let mut at = ETH_HEADER_LEN;
-    if ethertype == ETHERTYPE_VLAN {
-        let Some(t) = frame.get(at + 2..at + 4) else {
-            return FrameKind::Other;
-        };
-        ethertype = u16::from_be_bytes([t[0], t[1]]);
-        at += VLAN_TAG_LEN;
+/// Classifies an Ethernet frame (no vnet header) for a port with MAC `mac`. Only
+/// enough of the headers is read to tell RoCEv2 (UDP destination port 4791, annex
+/// A17.2) from the rest; a frame too short to tell is the guest's, whose stack
+/// drops it as any NIC's host would.
+pub fn classify(frame: &[u8], mac: &MacAddr) -> FrameClass {
+    let udp_dport = roce_udp_dport(frame);
+    if udp_dport != Some(UDP_PORT) {
+        return FrameClass::Guest;
     }
-    let udp_at = match ethertype {
+    let dst = &frame[..6];
+    // Group bit set: multicast or broadcast, for every port on the segment; a
+    // RoCEv2 multicast (UD, A17.4.6) goes to the engine, which drops it unless a
+    // QP joined the group.
+    if dst == mac || dst[0] & 1 != 0 {
+        FrameClass::Roce
+    } else {
+        FrameClass::OtherMac
+    }
+}
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]))
+}
+
+/// The UDP destination port of an Ethernet / (one 802.1Q tag) / IPv4 or IPv6 /
+/// UDP frame, if it is one. IPv6 extension headers are not followed: RoCEv2 puts
+/// UDP right after the fixed header (A17.4.5.1).
+fn roce_udp_dport(frame: &[u8]) -> Option<u16> {
+    let mut l3 = ETH_HEADER_LEN;
+    let mut ethertype = be16(frame, 12)?;
+    if ethertype == ETHERTYPE_VLAN {
+        ethertype = be16(frame, 16)?;
+        l3 += 4;
+    }
+    let l4 = match ethertype {
         ETHERTYPE_IPV4 => {
-            let Some(&b0) = frame.get(at) else {
-                return FrameKind::Other;
-            };
-            // Version 4, UDP, not a non-first fragment (RoCE never fragments).
-            let ihl = usize::from(b0 & 0xf) * 4;
-            let ok = b0 >> 4 == 4
-                && ihl >= 20
-                && frame.get(at + 9) == Some(&17)
-                && frame
-                    .get(at + 6..at + 8)
-                    .is_some_and(|f| u16::from_be_bytes([f[0], f[1]]) & 0x1fff == 0);
-            if !ok {
-                return FrameKind::Other;
+            let ip = frame.get(l3..l3 + IPV4_HEADER_LEN)?;
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let fragment_offset = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff;
+            if ip[0] >> 4 != 4 || ihl < IPV4_HEADER_LEN || ip[9] != IP_PROTO_UDP {
+                return None;
             }
-            at + ihl
+            // A later fragment carries no UDP header: the guest's to reassemble.
+            if fragment_offset != 0 {
+                return None;
+            }
+            l3 + ihl
         }
         ETHERTYPE_IPV6 => {
-            if frame.get(at).is_none_or(|b| b >> 4 != 6) || frame.get(at + 6) != Some(&17) {
-                return FrameKind::Other;
+            let ip = frame.get(l3..l3 + IPV6_HEADER_LEN)?;
+            if ip[0] >> 4 != 6 || ip[6] != IP_PROTO_UDP {
+                return None;
             }
-            at + 40
+            l3 + IPV6_HEADER_LEN
         }
-        _ => return FrameKind::Other,
+        _ => return None,
     };
-    match frame.get(udp_at + 2..udp_at + 4) {
-        Some(p) if u16::from_be_bytes([p[0], p[1]]) == UDP_PORT => {}
-        _ => return FrameKind::Other,
-    }
-    let dst = &hdr[..6];
-    if dst == mac {
-        FrameKind::Roce
-    } else if dst[0] & 1 == 0 {
-        FrameKind::OtherMacRoce
-    } else {
-        // Multicast RoCE (UD multicast, PV-07) is not served: the port does not
-        // join groups, so it is not the port's.
-        FrameKind::Other
-    }
+    frame.get(l4..l4 + UDP_HEADER_LEN)?;
+    be16(frame, l4 + 2)
 }
 
-/// The `ethernet` link mode: a TAP device (WF-10).
-pub struct TapLink {
-    tap: File,
-    mac: MacAddr,
-    /// One frame as read from the TAP.
-    frame: Box<[u8]>,
-    loopback: VecDeque<Vec<u8>>,
-    sink: Option<Box<dyn FrameSink>>,
-    counters: TapCounters,
-}
-
-impl std::fmt::Debug for TapLink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TapLink")
-            .field("fd", &self.tap.as_raw_fd())
-            .field("mac", &self.mac)
-            .field("counters", &self.counters)
-            .finish()
+/// Checks a vnet header as the kernel or the guest filled it (virtio 1.2
+/// §5.1.6.2): known flags and GSO type, a checksum position inside the frame,
+/// a segment size with GSO.
+pub fn vnet_hdr_ok(hdr: &[u8; VNET_HDR_LEN], frame_len: usize) -> bool {
+    let flags = hdr[0];
+    let gso = hdr[1];
+    let gso_size = u16::from_le_bytes([hdr[4], hdr[5]]);
+    let csum_start = usize::from(u16::from_le_bytes([hdr[6], hdr[7]]));
+    let csum_offset = usize::from(u16::from_le_bytes([hdr[8], hdr[9]]));
+    if flags & !(HDR_F_NEEDS_CSUM | HDR_F_DATA_VALID) != 0 {
+        return false;
+    }
+    if flags & HDR_F_NEEDS_CSUM != 0 && csum_start + csum_offset + 2 > frame_len {
+        return false;
+    }
+    match gso & !GSO_ECN {
+        GSO_NONE => gso & GSO_ECN == 0,
+        GSO_TCPV4 | GSO_UDP | GSO_TCPV6 | GSO_UDP_L4 => gso_size != 0,
+        _ => false,
     }
 }
 
-/// `struct ifreq` as TUNSETIFF and SIOCGIFMTU read it: the name, then a union
-/// whose first member is the flags (or the MTU).
-#[repr(C)]
-struct IfReq {
-    name: [u8; 16],
-    data: [u8; 24],
+/// The frames the TAP link hands to the guest's virtio-net, waiting for the
+/// vhost-user-net backend: bounded in frames and bytes, with an eventfd the
+/// backend's epoll loop watches. Shared by the data-path thread (producer) and the
+/// backend thread (consumer).
+#[derive(Debug)]
+pub struct ToGuest {
+    queue: Mutex<GuestQueue>,
+    event: EventFd,
+    /// Set while the guest has a live RX ring; otherwise frames are dropped at once
+    /// (a NIC whose driver is down), not kept stale for the next guest.
+    attached: AtomicBool,
 }
 
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const IFF_TAP: i16 = 0x0002;
-const IFF_NO_PI: i16 = 0x1000;
+#[derive(Debug, Default)]
+struct GuestQueue {
+    frames: VecDeque<Vec<u8>>,
+    bytes: usize,
+}
 
-fn ifreq(name: &str) -> Result<IfReq, std::io::Error> {
-    let bytes = name.as_bytes();
-    if bytes.is_empty() || bytes.len() >= 16 || bytes.contains(&0) || bytes.contains(&b'/') {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidInput,
-            format!("TAP name `{name}`: 1 to 15 characters, no '/'"),
-        ));
+/// Why [`ToGuest::push`] refused a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushError {
+    Absent,
+    Full,
+}
+
+impl ToGuest {
+    fn new() -> std::io::Result<ToGuest> {
+        Ok(ToGuest {
+            queue: Mutex::new(GuestQueue::default()),
+            event: EventFd::new(EFD_NONBLOCK)?,
+            attached: AtomicBool::new(false),
+        })
     }
-    let mut r = IfReq {
-        name: [0; 16],
-        data: [0; 24],
-    };
-    r.name[..bytes.len()].copy_from_slice(bytes);
-    Ok(r)
-}
 
-/// ioctl(fd, TUNSETIFF, &mut ifreq): the one system call the standard library
-/// has no wrapper for.
-#[allow(unsafe_code)]
-fn tunsetiff(fd: RawFd, r: &mut IfReq) -> std::io::Result<()> {
-    // SAFETY: `r` is a live, exclusively borrowed `struct ifreq`-sized buffer
-    // (40 bytes, as the kernel's) for the duration of the call; TUNSETIFF reads
-    // and writes only within it, and `fd` is an open descriptor of ours.
-    let rc = unsafe { libc::ioctl(fd, TUNSETIFF as _, r as *mut IfReq) };
-    if rc < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GuestQueue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues one frame (vnet header included); does not signal.
+    pub fn push(&self, frame: &[u8]) -> Result<(), PushError> {
+        if !self.attached.load(Ordering::Acquire) {
+            return Err(PushError::Absent);
+        }
+        let mut q = self.lock();
+        if q.frames.len() >= TO_GUEST_FRAMES || q.bytes + frame.len() > TO_GUEST_BYTES {
+            return Err(PushError::Full);
+        }
+        q.bytes += frame.len();
+        q.frames.push_back(frame.to_vec());
         Ok(())
     }
+
+    /// The oldest frame.
+    pub fn pop(&self) -> Option<Vec<u8>> {
+        let mut q = self.lock();
+        let f = q.frames.pop_front()?;
+        q.bytes -= f.len();
+        Some(f)
+    }
+
+    /// Frames waiting.
+    pub fn len(&self) -> usize {
+        self.lock().frames.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Attaches or detaches the guest; detaching drops what waits and returns how
+    /// many frames that was.
+    pub fn set_attached(&self, attached: bool) -> usize {
+        self.attached.store(attached, Ordering::Release);
+        if attached {
+            return 0;
+        }
+        let mut q = self.lock();
+        let n = q.frames.len();
+        *q = GuestQueue::default();
+        n
+    }
+
+    pub fn is_attached(&self) -> bool {
+        self.attached.load(Ordering::Acquire)
+    }
+
+    /// Wakes the consumer.
+    pub fn notify(&self) {
+        let _ = self.event.write(1);
+    }
+
+    /// The eventfd that becomes readable after [`ToGuest::notify`].
+    pub fn event(&self) -> &EventFd {
+        &self.event
+    }
 }
 
-/// The MTU of network interface `name`, from sysfs (of the caller's network
-/// namespace).
-pub fn interface_mtu(name: &str) -> std::io::Result<u32> {
-    ifreq(name)?;
-    let s = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))?;
-    s.trim()
-        .parse()
-        .map_err(|_| std::io::Error::other(format!("{name}: bad MTU `{}`", s.trim())))
+/// The TAP device and what both of its users share: the data path's [`TapLink`]
+/// and the vhost-user-net backend (guest TX is written here directly; one write is
+/// one frame, so the two writers never interleave).
+#[derive(Debug)]
+pub struct Tap {
+    file: File,
+    name: String,
+    mac: MacAddr,
+    mtu: u16,
+    to_guest: ToGuest,
 }
 
-impl TapLink {
-    /// Attaches to TAP device `name` (created if missing; an existing one must
-    /// be a TAP without packet information), non-blocking.
-    pub fn open(name: &str, mac: MacAddr) -> Result<TapLink, LinkError> {
-        let tun = OpenOptions::new()
+impl Tap {
+    /// Opens (or creates) TAP `name` with vnet headers, non-blocking. The
+    /// interface is configured (up, bridged, MTU) by the caller's network setup.
+    pub fn open(name: &str, mac: MacAddr) -> Result<Tap, LinkError> {
+        let err = |source| LinkError::Tap {
+            name: name.to_string(),
+            source,
+        };
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open("/dev/net/tun")
-            .map_err(|e| tap_error(name, "open /dev/net/tun", e))?;
-        let mut r = ifreq(name).map_err(|e| tap_error(name, "name", e))?;
-        r.data[..2].copy_from_slice(&(IFF_TAP | IFF_NO_PI).to_ne_bytes());
-        tunsetiff(tun.as_raw_fd(), &mut r).map_err(|e| tap_error(name, "TUNSETIFF", e))?;
-        log::info!("fabric: TAP {name}, port MAC {}", format_mac(&mac));
-        Ok(TapLink::from_file(tun, mac))
+            .map_err(err)?;
+        let kernel_name = tap_sys::set_iff_tap(&file, name).map_err(err)?;
+        tap_sys::set_vnet_hdr_len(&file, VNET_HDR_LEN as i32).map_err(err)?;
+        // No offloads until a guest negotiates them: frames we read are then
+        // plain, whole frames with complete checksums.
+        tap_sys::set_offload(&file, 0).map_err(err)?;
+        let mtu = std::fs::read_to_string(format!("/sys/class/net/{kernel_name}/mtu"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u16>().ok())
+            .unwrap_or(1500);
+        log::info!(
+            "fabric: TAP {kernel_name} (MTU {mtu}), port MAC {}",
+            format_mac(&mac)
+        );
+        Tap::assemble(file, kernel_name, mac, mtu).map_err(err)
     }
 
-    /// A link over an already open frame descriptor (a TAP, or in tests one
-    /// end of a `SOCK_SEQPACKET` socket pair), which must be non-blocking.
-    pub fn from_file(tap: File, mac: MacAddr) -> TapLink {
-        TapLink {
-            tap,
+    /// Uses a descriptor that already behaves as a TAP with 12-byte vnet headers:
+    /// one set up by a supervisor, or a test's `socketpair(AF_UNIX,
+    /// SOCK_SEQPACKET)`. Made non-blocking here.
+    pub fn from_fd(fd: OwnedFd, name: &str, mac: MacAddr, mtu: u16) -> Result<Tap, LinkError> {
+        let file = File::from(fd);
+        tap_sys::set_nonblocking(&file).map_err(|source| LinkError::Tap {
+            name: name.to_string(),
+            source,
+        })?;
+        Tap::assemble(file, name.to_string(), mac, mtu).map_err(|source| LinkError::Tap {
+            name: name.to_string(),
+            source,
+        })
+    }
+
+    fn assemble(file: File, name: String, mac: MacAddr, mtu: u16) -> std::io::Result<Tap> {
+        Ok(Tap {
+            file,
+            name,
             mac,
-            frame: vec![0; MAX_FRAME_LEN + 1].into_boxed_slice(),
-            loopback: VecDeque::new(),
-            sink: None,
-            counters: TapCounters::default(),
-        }
+            mtu,
+            to_guest: ToGuest::new()?,
+        })
     }
 
-    /// Frames that are not the port's go to `sink` from now on.
-    pub fn set_sink(&mut self, sink: Box<dyn FrameSink>) {
-        self.sink = Some(sink);
+    /// The interface name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    /// What was counted so far.
-    pub fn counters(&self) -> &TapCounters {
-        &self.counters
+    /// The port's MAC (also the guest NIC's, as on a real RoCE adapter).
+    pub fn mac(&self) -> MacAddr {
+        self.mac
     }
 
-    /// A second handle on the TAP for the guest NIC's transmit side (writes of
-    /// whole frames are atomic on a TAP, so two writers do not interleave).
-    pub fn try_clone_tap(&self) -> std::io::Result<File> {
-        self.tap.try_clone()
+    /// The interface MTU when the TAP was opened.
+    pub fn mtu(&self) -> u16 {
+        self.mtu
     }
 
-    /// Handles one frame read from the TAP: `Some(len)` if it was copied into
-    /// `buf` for the transport.
-    fn take(&mut self, n: usize, buf: &mut [u8]) -> Option<usize> {
-        if n > MAX_FRAME_LEN {
-            self.counters.drop_oversized += 1;
-            return None;
-        }
-        let frame = &self.frame[..n];
-        match classify(frame, &self.mac) {
-            FrameKind::Roce if n <= buf.len() => {
-                buf[..n].copy_from_slice(frame);
-                self.counters.rx_roce += 1;
-                Some(n)
-            }
-            // Longer than any RoCE packet the engine takes: not a valid one.
-            FrameKind::Roce => {
-                self.counters.drop_oversized += 1;
-                None
-            }
-            FrameKind::OtherMacRoce => {
-                self.counters.drop_other_mac += 1;
-                None
-            }
-            FrameKind::Runt => {
-                self.counters.drop_runt += 1;
-                None
-            }
-            FrameKind::Other => {
-                let taken = self.sink.as_mut().is_some_and(|s| s.push(frame));
-                if taken {
-                    self.counters.to_guest += 1;
-                } else {
-                    self.counters.drop_not_for_port += 1;
-                }
-                None
-            }
-        }
+    /// The guest-bound queue.
+    pub fn to_guest(&self) -> &ToGuest {
+        &self.to_guest
+    }
+
+    /// Writes one frame that starts with its vnet header.
+    pub fn write_frame(&self, frame: &[u8]) -> std::io::Result<usize> {
+        (&self.file).write(frame)
+    }
+
+    /// Writes one frame behind a separate vnet header, without copying it.
+    fn write_parts(&self, hdr: &[u8], frame: &[u8]) -> std::io::Result<usize> {
+        (&self.file).write_vectored(&[IoSlice::new(hdr), IoSlice::new(frame)])
+    }
+
+    /// Which offloads (`tap_sys::TUN_F_*`) frames read from the TAP may use:
+    /// those the guest accepts (virtio 1.2 §5.1.6.4: GUEST_CSUM, GUEST_TSO4/6).
+    pub fn set_offload(&self, flags: u32) -> std::io::Result<()> {
+        tap_sys::set_offload(&self.file, flags)
     }
 }
 
-/// `52:54:00:12:34:56`.
+impl AsRawFd for Tap {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: &MacAddr) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
@@ -327,94 +473,207 @@ pub fn format_mac(mac: &MacAddr) -> String {
         .join(":")
 }
 
-/// Parses `52:54:00:12:34:56`: a unicast MAC (the port's own).
-pub fn parse_mac(s: &str) -> Option<MacAddr> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in &mut mac {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    (parts.next().is_none() && mac[0] & 1 == 0 && mac != [0; 6]).then_some(mac)
+/// The `roce` link of one port.
+#[derive(Debug)]
+pub struct TapLink {
+    tap: Arc<Tap>,
+    loopback: VecDeque<Vec<u8>>,
+    /// A vnet header and the longest frame, plus one byte so that an oversized
+    /// read shows as a full buffer rather than a silently cut frame.
+    rx_buf: Box<[u8]>,
+    counters: TapCounters,
 }
 
-fn tap_error(name: &str, what: &str, e: std::io::Error) -> LinkError {
-    LinkError::Io(std::io::Error::new(
-        e.kind(),
-        format!("TAP {name}: {what}: {e}"),
-    ))
+impl TapLink {
+    /// A link over `tap`; the vhost-user-net backend holds the other reference.
+    pub fn new(tap: Arc<Tap>) -> TapLink {
+        TapLink {
+            tap,
+            loopback: VecDeque::new(),
+            rx_buf: vec![0; VNET_HDR_LEN + MAX_FRAME_LEN + 1].into_boxed_slice(),
+            counters: TapCounters::default(),
+        }
+    }
+
+    /// The shared TAP.
+    pub fn tap(&self) -> &Arc<Tap> {
+        &self.tap
+    }
+
+    /// What the link did and dropped so far.
+    pub fn counters(&self) -> &TapCounters {
+        &self.counters
+    }
+
+    /// Looks at the `n` bytes just read; the RoCE frame's length (at
+    /// `rx_buf[VNET_HDR_LEN..]`) if it is one for the engine.
+    fn sort(&mut self, n: usize) -> Option<usize> {
+        let c = &mut self.counters;
+        if n < VNET_HDR_LEN + ETH_HEADER_LEN {
+            c.drop_rx_short += 1;
+            log::debug!("tap: dropped {n}-byte frame: too short");
+            return None;
+        }
+        if n > VNET_HDR_LEN + MAX_FRAME_LEN {
+            c.drop_rx_oversized += 1;
+            log::debug!("tap: dropped oversized frame");
+            return None;
+        }
+        let (hdr, frame) = self.rx_buf[..n].split_at(VNET_HDR_LEN);
+        let hdr: &[u8; VNET_HDR_LEN] = hdr.try_into().expect("split at VNET_HDR_LEN");
+        if !vnet_hdr_ok(hdr, frame.len()) {
+            c.drop_rx_bad_vnet_hdr += 1;
+            log::debug!("tap: dropped frame with bad vnet header {hdr:02x?}");
+            return None;
+        }
+        match classify(frame, &self.tap.mac) {
+            FrameClass::Roce => {
+                if hdr[1] != GSO_NONE {
+                    c.drop_rx_bad_vnet_hdr += 1;
+                    return None;
+                }
+                if frame.len() > MAX_PACKET_LEN {
+                    c.drop_rx_oversized += 1;
+                    return None;
+                }
+                // A partial UDP checksum (NEEDS_CSUM) needs no completing: the
+                // engine does not check the UDP checksum, the ICRC covers the data
+                // (A17.3.3).
+                Some(frame.len())
+            }
+            FrameClass::OtherMac => {
+                c.drop_rx_other_mac += 1;
+                log::debug!(
+                    "tap: dropped RoCE frame for another MAC {}",
+                    format_mac(&frame[..6].try_into().expect("6 bytes"))
+                );
+                None
+            }
+            FrameClass::Guest => {
+                match self.tap.to_guest.push(&self.rx_buf[..n]) {
+                    Ok(()) => {
+                        c.to_guest_frames += 1;
+                        c.to_guest_bytes += (n - VNET_HDR_LEN) as u64;
+                    }
+                    Err(PushError::Absent) => c.drop_guest_absent += 1,
+                    Err(PushError::Full) => c.drop_guest_queue_full += 1,
+                }
+                None
+            }
+        }
+    }
 }
 
 impl Link for TapLink {
     fn send(&mut self, _now: Duration, frame: &[u8]) -> Result<(), LinkError> {
-        if frame.len() < ETH_HEADER_LEN || frame.len() > MAX_FRAME_LEN {
-            self.counters.drop_tx += 1;
+        let c = &mut self.counters;
+        if frame.len() < ETH_HEADER_LEN || frame.len() > MAX_PACKET_LEN {
+            c.drop_tx_bad_len += 1;
             return Ok(());
         }
-        if frame[..6] == self.mac {
+        let dst = &frame[..6];
+        let own = dst == self.tap.mac;
+        if own || dst[0] & 1 != 0 {
+            // A bridge never sends a frame back out of the port it came in on, so
+            // the port's own frames reach its engine only this way (AD-04 on RoCE).
             if self.loopback.len() >= TAP_LOOPBACK_CAPACITY {
-                self.counters.drop_loopback_full += 1;
+                c.drop_loopback_full += 1;
             } else {
+                c.loopback_frames += 1;
                 self.loopback.push_back(frame.to_vec());
-                self.counters.looped += 1;
             }
-            return Ok(());
+            if own {
+                return Ok(());
+            }
         }
-        match self.tap.write(frame) {
-            Ok(_) => self.counters.tx_frames += 1,
-            // A full or down TAP loses the frame like a congested wire; the
-            // transport recovers (RL-10) and the counter shows it.
+        // Zeroed header: no checksum offload, no GSO; the engine's frame is whole.
+        match self.tap.write_parts(&[0; VNET_HDR_LEN], frame) {
+            Ok(_) => {
+                c.tx_frames += 1;
+                c.tx_bytes += frame.len() as u64;
+                Ok(())
+            }
+            // A full queue or a downed interface loses the frame like a congested
+            // or unplugged link would; the transport recovers it.
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                c.drop_tx_would_block += 1;
+                Ok(())
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                if c.drop_tx_link_down == 0 {
+                    log::warn!("tap: {} is down; frames are dropped", self.tap.name);
+                }
+                c.drop_tx_link_down += 1;
+                Ok(())
+            }
             Err(e) => {
-                self.counters.drop_tx += 1;
-                log::debug!("tap: send: {e}");
+                c.drop_tx_error += 1;
+                Err(LinkError::Tap {
+                    name: self.tap.name.clone(),
+                    source: e,
+                })
             }
         }
-        Ok(())
     }
 
     fn recv(&mut self, _now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
+        if buf.len() < MAX_PACKET_LEN {
+            return Err(LinkError::BufferTooSmall { have: buf.len() });
+        }
         if let Some(f) = self.loopback.pop_front() {
-            if f.len() <= buf.len() {
-                buf[..f.len()].copy_from_slice(&f);
-                self.counters.rx_roce += 1;
-                return Ok(Some(f.len()));
-            }
-            self.counters.drop_oversized += 1;
+            buf[..f.len()].copy_from_slice(&f);
+            self.counters.rx_roce_frames += 1;
+            self.counters.rx_roce_bytes += f.len() as u64;
+            return Ok(Some(f.len()));
         }
-        for _ in 0..READS_PER_RECV {
-            let n = match self.tap.read(&mut self.frame) {
-                Ok(0) => return Ok(None),
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                // The TAP's interface is down: nothing to read until it is up.
-                Err(e) if e.raw_os_error() == Some(libc::EIO) => return Ok(None),
-                Err(e) => return Err(LinkError::Io(e)),
-            };
-            if let Some(len) = self.take(n, buf) {
-                return Ok(Some(len));
+        let queued_before = self.counters.to_guest_frames;
+        let mut result = Ok(None);
+        for _ in 0..RECV_BATCH {
+            match (&self.tap.file).read(&mut self.rx_buf) {
+                Ok(0) => {
+                    self.counters.rx_eof += 1;
+                    break;
+                }
+                Ok(n) => {
+                    if let Some(len) = self.sort(n) {
+                        buf[..len].copy_from_slice(&self.rx_buf[VNET_HDR_LEN..VNET_HDR_LEN + len]);
+                        self.counters.rx_roce_frames += 1;
+                        self.counters.rx_roce_bytes += len as u64;
+                        result = Ok(Some(len));
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    result = Err(LinkError::Tap {
+                        name: self.tap.name.clone(),
+                        source: e,
+                    });
+                    break;
+                }
             }
         }
-        Ok(None)
+        if self.counters.to_guest_frames != queued_before {
+            self.tap.to_guest.notify();
+        }
+        result
     }
 
     fn raw_fd(&self) -> RawFd {
         self.tap.as_raw_fd()
     }
 
-    fn report(&self) -> Option<String> {
-        Some(self.counters.to_string())
-    }
-
     fn poll_timeout(&self) -> Option<Duration> {
-        // Looped-back frames are due at once; the descriptor does not signal them.
+        // Looped-back frames do not make the TAP readable: ask to be called at once.
         (!self.loopback.is_empty()).then_some(Duration::ZERO)
     }
 
     fn handle_timeout(&mut self, _now: Duration) -> Result<(), LinkError> {
         Ok(())
+    }
+
+    fn report(&self) -> Option<String> {
+        Some(format!("tap {}: {}", self.tap.name, self.counters))
     }
 }
