@@ -72,7 +72,7 @@ report() { # NAME: passed on both sides (or the one side that runs it)
 }
 report port_ethernet_gids
 for c in "${checks[@]}"; do report "${c%%|*}"; done
-if grep -Eq 'drop_other_mac [1-9]|drop_runt [1-9]|drop_oversized [1-9]' "$out"/vhca-*.log; then
+if grep -Eq 'rx_other_mac [1-9]|rx_short [1-9]|rx_oversized [1-9]|rx_bad_vnet_hdr [1-9]|tx_bad_desc [1-9]|rx_bad_desc [1-9]' "$out"/vhca-*.log; then
     echo "FAIL tap_drops ($(grep -h '^tap:' "$out"/vhca-*.log | tr '\n' ' '))"; fail=$((fail + 1))
 else
     echo "PASS tap_drops"; pass=$((pass + 1))

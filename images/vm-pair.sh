@@ -37,12 +37,13 @@
 #                     and the pair's status is A's alone
 #   --roce            RoCEv2 instead of native IB over UDP (WF-10): a network
 #                     namespace of this run's own with a Linux bridge and one
-#                     TAP per device (vhca --tap/--mac runs inside it); each
-#                     guest's NIC gets its device's MAC, so vhca.ko pairs the
-#                     RDMA port with eth0 and ib_core fills the RoCE GID table
-#                     from its addresses (rdma_cm works). The NICs still meet
-#                     on -netdev dgram; in the guests $GIDX is the GID index
-#                     of the IPv4 RoCEv2 GID
+#                     TAP per device; vhca (--tap/--mac, inside it) shares the
+#                     port with the guest's stock virtio-net, which it serves
+#                     over vhost-user (--vhost-user-net) with the port's MAC,
+#                     so ARP and IP cross the same TAP as RoCE, vhca.ko pairs
+#                     the RDMA port with eth0 and ib_core fills the RoCE GID
+#                     table from its addresses (rdma_cm works). In the guests
+#                     $GIDX is the GID index of the IPv4 RoCEv2 GID
 #   --ready REGEX     start guest B once guest A's console matches REGEX
 #                     (grep -E; default: what ibv_*_pingpong and perftest
 #                     servers print just before they listen: 'local address:|
@@ -167,7 +168,7 @@ cleanup() {
     local p
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -f "$sock_a" "$sock_b"
+    rm -f "$sock_a" "$sock_b" "${sock_a%.sock}-net.sock" "${sock_b%.sock}-net.sock"
     [ -z "$netns" ] || ip netns del "$netns" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -194,6 +195,7 @@ start_vhca() { # NODE SOCKET
         local mac=$mac_a
         [ "$1" = a ] || mac=$mac_b
         ip netns exec "$netns" "$bin" --socket "$2" --tap "t$1" --mac "$mac" \
+            --vhost-user-net "${2%.sock}-net.sock" \
             --log "$vhca_log" "${vhca_args[@]}" >"$out/vhca-$1.log" 2>&1 &
     else
         "$bin" --socket "$2" --fabric "$out/fabric.toml" --node "$1" --log "$vhca_log" \
@@ -204,6 +206,21 @@ start_vhca() { # NODE SOCKET
 start_vhca a "$sock_a"
 start_vhca b "$sock_b"
 for _ in $(seq 100); do [ -S "$sock_a" ] && [ -S "$sock_b" ] && break; sleep 0.1; done
+# The guest NIC: on RoCE the port's own (vhost-user-net, the device's MAC);
+# otherwise a -netdev dgram pair for the tools' out-of-band exchange.
+nic() { # NODE IP
+    local mac=$mac_a s=$sock_a lp=$net_a rp=$net_b
+    [ "$1" = a ] || { mac=$mac_b s=$sock_b lp=$net_b rp=$net_a; }
+    if [ "$roce" = 1 ]; then
+        for _ in $(seq 100); do [ -S "${s%.sock}-net.sock" ] && break; sleep 0.1; done
+        echo --append "vhca.ip=$2" \
+            --qemu-arg -chardev --qemu-arg "socket,id=vn0,path=${s%.sock}-net.sock" \
+            --qemu-arg -netdev --qemu-arg vhost-user,id=vn1,chardev=vn0 \
+            --qemu-arg -device --qemu-arg "virtio-net-pci,netdev=vn1,mac=$mac,romfile="
+    else
+        echo --net "$lp:$rp" --mac "$mac" --ip "$2"
+    fi
+}
 [ -S "$sock_a" ] && [ -S "$sock_b" ] || vhca_die "vhca did not create its sockets (logs: $out/vhca-*.log)"
 
 # --- guests ------------------------------------------------------------------
@@ -212,7 +229,7 @@ vm_opts=(--quiet --timeout "$timeout" --overlay "$ov" "${extra_ov[@]}")
 b_opts=()
 [ "$client_reboot" = 1 ] && b_opts+=(--reboot)
 "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-a --log "$out/console-a.log" \
-    --vfio-user "$sock_a" --net "$net_a:$net_b" --mac "$mac_a" --ip 10.99.0.1/24 -- "$server_cmd" \
+    --vfio-user "$sock_a" $(nic a 10.99.0.1/24) -- "$server_cmd" \
     2>"$out/run-vm-a.err" &
 vm_a=$!
 pids+=("$vm_a")
@@ -228,7 +245,7 @@ for _ in $(seq $((timeout * 10))); do
     sleep 0.1
 done
 "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-b --log "$out/console-b.log" \
-    --vfio-user "$sock_b" --net "$net_b:$net_a" --mac "$mac_b" --ip 10.99.0.2/24 "${b_opts[@]}" -- "$client_cmd" \
+    --vfio-user "$sock_b" $(nic b 10.99.0.2/24) "${b_opts[@]}" -- "$client_cmd" \
     2>"$out/run-vm-b.err" &
 vm_b=$!
 pids+=("$vm_b")
