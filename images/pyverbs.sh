@@ -40,6 +40,11 @@
 #   --hugepages N      2 MiB huge pages reserved in the guest (default 32)
 #   --verbose          full guest kernel log on the console
 #   --rebuild          rebuild the python/pyverbs overlay
+#   --roce             the device's port is Ethernet with RoCEv2 (WF-10): vhca
+#                      on a TAP in a network namespace of this run's own, the
+#                      guest's NIC (10.98.0.1/24) served by vhca over
+#                      vhost-user-net on the port's MAC, so the rdmacm tests
+#                      find vhca0's netdev and run
 #
 # Exit status: 0 if no test failed or errored and no module crashed.
 #
@@ -49,7 +54,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-out='' mtimeout=600 timeout=5400 hugepages=32 bin='' vhca_log=warn mem=2G verbose=0 rebuild=0
+out='' mtimeout=600 timeout=5400 hugepages=32 bin='' vhca_log=warn mem=2G verbose=0 rebuild=0 roce=0
 vhca_args=()
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
@@ -64,6 +69,7 @@ while [ $# -gt 0 ]; do
         --hugepages) need "$@"; hugepages=$2; shift 2;;
         --verbose) verbose=1; shift;;
         --rebuild) rebuild=1; shift;;
+        --roce) roce=1; shift;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
         -*) vhca_die "unknown option $1 (try --help)";;
@@ -205,23 +211,49 @@ cleanup() {
     local p
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -f "$sock"
+    rm -f "$sock" "${sock%.sock}-net.sock"
+    [ -z "$netns" ] || ip netns del "$netns" 2>/dev/null || true
 }
+netns=''
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-"$bin" --socket "$sock" --fabric "$out/fabric.toml" --node a --log "$vhca_log" \
-    "${vhca_args[@]}" >"$out/vhca.log" 2>&1 &
+nic=()
+if [ "$roce" = 1 ]; then
+    # A namespace of this run's own with a bridge and the port's TAP: frames
+    # never leave it.
+    netns="vhca-pyverbs-$$" mac=52:54:00:98:00:01
+    ip netns add "$netns"
+    ip -n "$netns" link set lo up
+    ip -n "$netns" link add br0 type bridge
+    ip -n "$netns" link set br0 up
+    ip -n "$netns" tuntap add ta mode tap
+    ip -n "$netns" link set ta master br0
+    ip -n "$netns" link set ta up
+    ip netns exec "$netns" "$bin" --socket "$sock" --tap ta --mac "$mac" \
+        --vhost-user-net "${sock%.sock}-net.sock" --log "$vhca_log" \
+        "${vhca_args[@]}" >"$out/vhca.log" 2>&1 &
+    nic=(--append vhca.ip=10.98.0.1/24
+        --qemu-arg -chardev --qemu-arg "socket,id=vn0,path=${sock%.sock}-net.sock"
+        --qemu-arg -netdev --qemu-arg vhost-user,id=vn1,chardev=vn0
+        --qemu-arg -device --qemu-arg "virtio-net-pci,netdev=vn1,mac=$mac,romfile=")
+else
+    "$bin" --socket "$sock" --fabric "$out/fabric.toml" --node a --log "$vhca_log" \
+        "${vhca_args[@]}" >"$out/vhca.log" 2>&1 &
+fi
 pids+=($!)
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || vhca_die "vhca did not create its socket (log: $out/vhca.log)"
+if [ "$roce" = 1 ]; then
+    for _ in $(seq 100); do [ -S "${sock%.sock}-net.sock" ] && break; sleep 0.1; done
+fi
 
 vm_opts=(--quiet --timeout "$timeout" --mem "$mem" --overlay "$ov" --overlay "$PYOV/ov")
 [ "$verbose" = 1 ] && vm_opts+=(--verbose)
 vhca_log "running ${#modules[@]} module(s); console: $out/console.log"
 rc=0
 "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-pyverbs --log "$out/console.log" \
-    --vfio-user "$sock" --script "$out/guest.sh" 2>"$out/run-vm.err" || rc=$?
+    --vfio-user "$sock" "${nic[@]}" --script "$out/guest.sh" 2>"$out/run-vm.err" || rc=$?
 cleanup
 pids=()
 

@@ -22,3 +22,5 @@ images/roce-tests.sh
 images/vm-reload.sh
 images/vm-reboot.sh
 images/pyverbs.sh
+# The same suite with a RoCEv2 port: the rdmacm tests run (WF-10).
+images/pyverbs.sh --roce
