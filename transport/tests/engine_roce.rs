@@ -397,3 +397,52 @@ fn wf_10_roce_paths_are_global_and_fit_the_ethernet_mtu() {
         Err(VerbError::NotSupported)
     );
 }
+
+/// Bad input on a RoCE port (WF-10, PV-10): a frame with a bad ICRC, cut short,
+/// not RoCE at all, or with a broken IPv4 header checksum is dropped and counted
+/// by reason, and the connection goes on.
+#[test]
+fn wf_10_malformed_roce_frames_are_dropped_by_reason() {
+    use transport::wire::DropReason;
+    let mut net = Net::new_roce(2, 1 << 20, 17);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    net.sniffed = Some(Vec::new());
+    send_one(&mut net, &p, ka, kb, 1);
+    assert_eq!(wait_cqe(&mut net, 1, p.cq_b).status, WcStatus::Success);
+    let good = net
+        .sniffed
+        .take()
+        .unwrap()
+        .into_iter()
+        .find(|f| f[..6] == roce_mac(2))
+        .expect("the SEND");
+    let mut bad_icrc = good.clone();
+    let last = bad_icrc.len() - 5;
+    bad_icrc[last] ^= 1; // a payload byte: the ICRC no longer matches
+    let mut not_roce = good.clone();
+    not_roce[37] = 0; // UDP destination port no longer 4791
+    let mut bad_ipsum = good.clone();
+    bad_ipsum[14 + 10] ^= 0xff; // IPv4 header checksum
+    let cases = [
+        (bad_icrc, DropReason::BadIcrc),
+        (good[..30].to_vec(), DropReason::Truncated),
+        (not_roce, DropReason::NotRoce),
+        (bad_ipsum, DropReason::BadIpChecksum),
+    ];
+    for (frame, why) in cases {
+        let before = net.nodes[1].engine.counters().wire_drops.get(why);
+        let now = net.now;
+        let n = &mut net.nodes[1];
+        n.engine.handle_packet(&frame, &mut n.mem, now);
+        assert_eq!(
+            net.nodes[1].engine.counters().wire_drops.get(why),
+            before + 1,
+            "{why:?}"
+        );
+    }
+    // The QP is unharmed.
+    send_one(&mut net, &p, ka, kb, 2);
+    assert_eq!(wait_cqe(&mut net, 1, p.cq_b).status, WcStatus::Success);
+}
