@@ -148,6 +148,11 @@ impl Port {
 
     fn link_error(&mut self, what: &str, e: &LinkError) {
         self.counters.link_errors += 1;
-        log::warn!("port: link {what} failed: {e}");
+        // A link that keeps failing (its TAP deleted) must not flood the log:
+        // the first few, then every 1000th (the counter has the total).
+        let n = self.counters.link_errors;
+        if n <= 10 || n.is_multiple_of(1000) {
+            log::warn!("port: link {what} failed ({n} so far): {e}");
+        }
     }
 }

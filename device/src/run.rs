@@ -468,6 +468,9 @@ fn set_asleep(db: &BarDoorbells<'_>, num_uars: u32, value: u32) {
 }
 
 /// The data path thread: runs the HCA while enabled, sleeps when idle.
+/// How long the data path pauses after a round in which the link failed.
+const LINK_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
 pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_poll: Duration) {
     let handle = shared.handle.clone();
     let Some(bar2) = handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) else {
@@ -502,6 +505,7 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
     let mut events = vec![EpollEvent::default(); 4];
     while !shared.stop.load(Ordering::Acquire) {
         let t = now();
+        let errors_before = shared.lock().hca.port.counters().link_errors;
         let (work, deadline) = {
             let mut core = shared.lock();
             if !core.enabled() {
@@ -527,6 +531,12 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
                 last_print = Instant::now();
                 eprintln!("{}", shared.lock().counters_report());
             }
+        }
+        if shared.lock().hca.port.counters().link_errors != errors_before {
+            // A link that fails (a TAP deleted under us stays readable with an
+            // error): back off instead of spinning on it; a transient error
+            // costs one pause.
+            std::thread::sleep(LINK_ERROR_BACKOFF);
         }
         if work {
             last_work = Instant::now();
