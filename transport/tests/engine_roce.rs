@@ -446,3 +446,31 @@ fn wf_10_malformed_roce_frames_are_dropped_by_reason() {
     send_one(&mut net, &p, ka, kb, 2);
     assert_eq!(wait_cqe(&mut net, 1, p.cq_b).status, WcStatus::Success);
 }
+
+/// WF-10 / AD-03: the Ethernet MTU bounds the path MTU as RoCE NICs map it
+/// (the largest IB MTU whose packets fit with IPv6/UDP/BTH/extension headers
+/// and ICRC).
+#[test]
+fn wf_10_ethernet_mtu_sets_the_path_mtu() {
+    use transport::engine::PortConfig;
+    let mac = roce_mac(1);
+    for (eth, ib) in [
+        (1500, Mtu::M1024),
+        (9000, Mtu::M4096),
+        (4200, Mtu::M4096),
+        (4000, Mtu::M2048),
+        (1000, Mtu::M512),
+        (68, Mtu::M256),
+    ] {
+        assert_eq!(
+            PortConfig::ethernet(mac).with_ethernet_mtu(eth).max_mtu,
+            ib,
+            "MTU {eth}"
+        );
+    }
+    assert_eq!(
+        PortConfig::ethernet(mac).max_mtu,
+        Mtu::M1024,
+        "default 1500"
+    );
+}
