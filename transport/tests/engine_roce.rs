@@ -151,19 +151,7 @@ fn connect_with_av(net: &mut Net, o: &ConnOpts, gid_index: u8) -> Pair {
     for (node, qpn, peer, remote) in [(0usize, p.qa, 2usize, p.qb), (1, p.qb, 1, p.qa)] {
         let now = net.now;
         let e = &mut net.nodes[node].engine;
-        let reset = QpAttr {
-            state: Some(QpState::Reset),
-            ..QpAttr::default()
-        };
-        e.modify_qp(qpn, &reset, AttrMask::STATE, now).unwrap();
-        let init = QpAttr {
-            state: Some(QpState::Init),
-            port_num: 1,
-            access: ALL_ACCESS,
-            ..QpAttr::default()
-        };
-        let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-        e.modify_qp(qpn, &init, m, now).unwrap();
+        back_to_init(e, qpn, now);
         let rtr = QpAttr {
             state: Some(QpState::Rtr),
             path_mtu: Mtu::M1024,
@@ -339,19 +327,7 @@ fn wf_10_roce_paths_are_global_and_fit_the_ethernet_mtu() {
     let o = ConnOpts::default();
     let p = connect(&mut net, 0, 1, &o);
     let e = &mut net.nodes[0].engine;
-    let reset = QpAttr {
-        state: Some(QpState::Reset),
-        ..QpAttr::default()
-    };
-    e.modify_qp(p.qa, &reset, AttrMask::STATE, net.now).unwrap();
-    let init = QpAttr {
-        state: Some(QpState::Init),
-        port_num: 1,
-        access: ALL_ACCESS,
-        ..QpAttr::default()
-    };
-    let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-    e.modify_qp(p.qa, &init, m, net.now).unwrap();
+    back_to_init(e, p.qa, net.now);
     let rtr = |av, mtu| QpAttr {
         state: Some(QpState::Rtr),
         path_mtu: mtu,
@@ -473,4 +449,21 @@ fn wf_10_ethernet_mtu_sets_the_path_mtu() {
         Mtu::M1024,
         "default 1500"
     );
+}
+
+/// Takes a QP back through Reset to Init with every remote right.
+fn back_to_init(e: &mut transport::engine::Engine, qpn: u32, now: transport::verbs::Time) {
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    e.modify_qp(qpn, &reset, AttrMask::STATE, now).unwrap();
+    let init = QpAttr {
+        state: Some(QpState::Init),
+        port_num: 1,
+        access: ALL_ACCESS,
+        ..QpAttr::default()
+    };
+    let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
+    e.modify_qp(qpn, &init, m, now).unwrap();
 }
