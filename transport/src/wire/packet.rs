@@ -19,7 +19,7 @@ use super::{DropReason, EmitError, MAX_PAYLOAD};
 pub const BUFFER_ALIGN_OFFSET: usize = 12;
 
 /// Zero bytes standing in for a payload whose length alone matters.
-pub(crate) static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
+static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
 
 /// Why [`PacketRepr::emit_with`] failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +115,23 @@ impl<'a> TransportRepr<'a> {
             .emit(&mut Bth::new_unchecked(&mut buf[..BthRepr::LEN]), pad)?;
         let at = BthRepr::LEN + self.ext.emit(info, &mut buf[BthRepr::LEN..])?;
         Ok((at, len))
+    }
+
+    /// For an `emit_with` (whose payload is written in place by a `fill`): the
+    /// same repr with a payload of `payload_len` bytes, whose headers are then
+    /// written (only the payload's length is read). `self.payload` must be
+    /// empty.
+    pub(crate) fn sized_for_fill(
+        &self,
+        payload_len: usize,
+    ) -> Result<TransportRepr<'a>, EmitError> {
+        if !self.payload.is_empty() || payload_len > MAX_PAYLOAD {
+            return Err(EmitError::BadPayload);
+        }
+        Ok(TransportRepr {
+            payload: &ZEROS[..payload_len],
+            ..*self
+        })
     }
 
     /// Copies the payload and zero pad into `buf`, which holds exactly them.
@@ -228,16 +245,11 @@ impl<'a> PacketRepr<'a> {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<usize, EmitWithError<E>> {
-        if !self.transport.payload.is_empty() || payload_len > MAX_PAYLOAD {
-            return Err(EmitWithError::Emit(EmitError::BadPayload));
-        }
-        // Headers are written from a repr whose payload has the right length; only
-        // its length is read.
         let sized = PacketRepr {
-            transport: TransportRepr {
-                payload: &ZEROS[..payload_len],
-                ..self.transport
-            },
+            transport: self
+                .transport
+                .sized_for_fill(payload_len)
+                .map_err(EmitWithError::Emit)?,
             ..*self
         };
         let len = sized.buffer_len();

@@ -17,8 +17,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::crc::{icrc_roce, ICRC_LEN};
 use super::field::{be16, be32, set_be16, set_be32};
-use super::packet::{EmitWithError, TransportRepr, ZEROS};
-use super::{BthRepr, DropReason, EmitError, MAX_PAYLOAD};
+use super::packet::{EmitWithError, TransportRepr};
+use super::{BthRepr, DropReason, EmitError};
 
 /// The UDP destination port that marks RoCEv2 (IANA "roce", annex A17.4.3).
 pub const UDP_PORT: u16 = 4791;
@@ -463,16 +463,11 @@ impl<'a> RoceRepr<'a> {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<usize, EmitWithError<E>> {
-        if !self.transport.payload.is_empty() || payload_len > MAX_PAYLOAD {
-            return Err(EmitWithError::Emit(EmitError::BadPayload));
-        }
-        // Headers are written from a repr whose payload has the right length;
-        // only its length is read.
         let sized = RoceRepr {
-            transport: TransportRepr {
-                payload: &ZEROS[..payload_len],
-                ..self.transport
-            },
+            transport: self
+                .transport
+                .sized_for_fill(payload_len)
+                .map_err(EmitWithError::Emit)?,
             ..*self
         };
         sized.emit_inner(buf, |_, dst| {
