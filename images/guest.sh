@@ -212,11 +212,13 @@ for p in ibverbs-utils perftest rdmacm-utils infiniband-diags pciutils kmod ipro
 done
 # kmod's names (depmod, modprobe, ...) are symlinks in /usr/sbin
 for f in $(dpkg -L kmod | grep -E '/s?bin/'); do [ -L "$f" ] && add "$f"; done
-# libibverbs providers and their config, librdmacm, pci.ids; libgcc_s, which
-# glibc dlopens for pthread_exit/pthread_cancel (rping aborts without it)
-for f in $ML/libibverbs/*.so $ML/librdmacm.so.1 $ML/libgcc_s.so.1 $ML/libibverbs.so.1 $ML/libmlx5.so.1 $ML/libefa.so.1 $ML/libmana.so.1 $ML/libmlx4.so.1 $ML/libhns.so.1; do
+# libibverbs providers and their config, librdmacm, pci.ids
+for f in $ML/libibverbs/*.so $ML/librdmacm.so.1 $ML/libibverbs.so.1 $ML/libmlx5.so.1 $ML/libefa.so.1 $ML/libmana.so.1 $ML/libmlx4.so.1 $ML/libhns.so.1; do
     [ -e "$f" ] && add_elf "$f"
 done
+# glibc dlopens libgcc_s at pthread_exit/pthread_cancel (rping's threads exit
+# that way): no ldd closure names it.
+[ -e "$ML/libgcc_s.so.1" ] && add_elf "$ML/libgcc_s.so.1"
 cp -a /etc/libibverbs.d "$S/etc/"
 [ -e /usr/share/misc/pci.ids ] && add /usr/share/misc/pci.ids
 [ -e /usr/share/hwdata/pci.ids ] && add /usr/share/hwdata/pci.ids
