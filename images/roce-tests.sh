@@ -15,6 +15,8 @@
 #   ibv_{rc,uc,ud,srq}_pingpong -c (received data checked); ib_{send,write,
 #   read,atomic}_{bw,lat}; rping -v -V -C 20 (data validated); ib_write_bw -R
 #   and ib_send_lat -R (rdma_cm); ucmatose; rdma_server/rdma_client; udaddy.
+#   The READ/atomic perftests run with -o 16 (outstanding reads, the same on
+#   both sides: perftest does not clamp the peer's to the local maximum).
 # Loss set: ibv_rc_pingpong -c, ib_write_bw, rping -V, and loss_applied (the
 #   nft rule did drop frames).
 # After each pair: tshark (tshark -d udp.port==4791,infiniband on the bridge
@@ -43,7 +45,7 @@
 # Environment: ROCE_TESTS_N (pingpong iterations, default 50),
 # ROCE_TESTS_PERF_N (perftest iterations, default 100), ROCE_TESTS_LOSS_N
 # (iterations under loss, default 200), ROCE_TESTS_PAIR_TIMEOUT (per guest,
-# default 600 s).
+# default 600 s), ROCE_TESTS_OUTS (perftest -o, default 16).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . images/lib.sh
@@ -80,6 +82,11 @@ LN=${ROCE_TESTS_LOSS_N:-200}
 PT=${ROCE_TESTS_PAIR_TIMEOUT:-600}
 G='-d $DEV -g $GIDX'
 X='-d $DEV -x $GIDX -F'
+# RDMA READ/atomic: perftest sets a QP's max_rd_atomic to the *peer's* "out
+# reads" (its device maximum unless -o) and does not clamp it to the local
+# device's: vhca (16, as mlx5) next to rxe (128) fails "Failed to modify QP to
+# RTS". Both sides ask for the same number: -o 16.
+O="-o ${ROCE_TESTS_OUTS:-16}"
 # name|server command|client command — evaluated in the guest ($DEV, $GIDX,
 # $SERVER_IP from roce-pair.sh's hook; $PORT: a port of the check's own).
 full="rc_pingpong|ibv_rc_pingpong $G -c -n $N -p \$PORT|ibv_rc_pingpong $G -c -n $N -p \$PORT \$SERVER_IP
@@ -88,12 +95,12 @@ ud_pingpong|ibv_ud_pingpong $G -c -s 512 -n $N -p \$PORT|ibv_ud_pingpong $G -c -
 srq_pingpong|ibv_srq_pingpong $G -c -n $N -p \$PORT|ibv_srq_pingpong $G -c -n $N -p \$PORT \$SERVER_IP
 ib_send_bw|ib_send_bw $X -n $PN -p \$PORT|ib_send_bw $X -n $PN -p \$PORT \$SERVER_IP
 ib_write_bw|ib_write_bw $X -n $PN -p \$PORT|ib_write_bw $X -n $PN -p \$PORT \$SERVER_IP
-ib_read_bw|ib_read_bw $X -n $PN -p \$PORT|ib_read_bw $X -n $PN -p \$PORT \$SERVER_IP
-ib_atomic_bw|ib_atomic_bw $X -n $PN -p \$PORT|ib_atomic_bw $X -n $PN -p \$PORT \$SERVER_IP
+ib_read_bw|ib_read_bw $X $O -n $PN -p \$PORT|ib_read_bw $X $O -n $PN -p \$PORT \$SERVER_IP
+ib_atomic_bw|ib_atomic_bw $X $O -n $PN -p \$PORT|ib_atomic_bw $X $O -n $PN -p \$PORT \$SERVER_IP
 ib_send_lat|ib_send_lat $X -n $PN -p \$PORT|ib_send_lat $X -n $PN -p \$PORT \$SERVER_IP
 ib_write_lat|ib_write_lat $X -n $PN -p \$PORT|ib_write_lat $X -n $PN -p \$PORT \$SERVER_IP
-ib_read_lat|ib_read_lat $X -n $PN -p \$PORT|ib_read_lat $X -n $PN -p \$PORT \$SERVER_IP
-ib_atomic_lat|ib_atomic_lat $X -n $PN -p \$PORT|ib_atomic_lat $X -n $PN -p \$PORT \$SERVER_IP
+ib_read_lat|ib_read_lat $X $O -n $PN -p \$PORT|ib_read_lat $X $O -n $PN -p \$PORT \$SERVER_IP
+ib_atomic_lat|ib_atomic_lat $X $O -n $PN -p \$PORT|ib_atomic_lat $X $O -n $PN -p \$PORT \$SERVER_IP
 rping|rping -s -v -V -C 20 -a \$SERVER_IP -p \$PORT|rping -c -v -V -C 20 -a \$SERVER_IP -p \$PORT
 ib_write_bw_R|ib_write_bw -d \$DEV -R -F -n $PN -p \$PORT|ib_write_bw -d \$DEV -R -F -n $PN -p \$PORT \$SERVER_IP
 ib_send_lat_R|ib_send_lat -d \$DEV -R -F -n $PN -p \$PORT|ib_send_lat -d \$DEV -R -F -n $PN -p \$PORT \$SERVER_IP
