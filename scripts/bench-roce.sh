@@ -4,10 +4,10 @@
 # in the same run:
 #   1. ib_write_bw -s 65536 (RC) bandwidth, vhca<->vhca / rxe<->rxe;
 #   2. ib_send_lat -s 8 (RC) typical latency, vhca<->vhca / rxe<->rxe;
-#   3. the guests' ordinary TCP throughput (iperf3 -t T, A -> B... B sends)
-#      through vhca's shared port (the guest's virtio-net on vhca's
-#      vhost-user-net backend) / through a plain TAP virtio-net NIC (the rxe
-#      boot's NICs);
+#   3. the guests' ordinary TCP throughput (iperf3 -t T, B's client sends to
+#      A's server) through vhca's shared port (each guest's virtio-net on its
+#      vhca's vhost-user-net backend, the vhca-vhca boot) / through plain TAP
+#      virtio-net NICs (the rxe-rxe boot);
 #   and, for reference, vhca (A, server) <-> rxe (B, client): 1 and 2.
 # One round = one vhca-vhca boot, one rxe-rxe boot and one vhca-rxe boot; each
 # ratio is taken against the rxe baseline of the same round, and over all
