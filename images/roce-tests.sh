@@ -45,7 +45,7 @@
 # Environment: ROCE_TESTS_N (pingpong iterations, default 50),
 # ROCE_TESTS_PERF_N (perftest iterations, default 100), ROCE_TESTS_LOSS_N
 # (iterations under loss, default 200), ROCE_TESTS_PAIR_TIMEOUT (per guest,
-# default 600 s), ROCE_TESTS_OUTS (perftest -o, default 16).
+# default 300 s), ROCE_TESTS_OUTS (perftest -o, default 16).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . images/lib.sh
@@ -79,7 +79,7 @@ ensure_tshark
 N=${ROCE_TESTS_N:-50}
 PN=${ROCE_TESTS_PERF_N:-100}
 LN=${ROCE_TESTS_LOSS_N:-200}
-PT=${ROCE_TESTS_PAIR_TIMEOUT:-600}
+PT=${ROCE_TESTS_PAIR_TIMEOUT:-300}
 G='-d $DEV -g $GIDX'
 X='-d $DEV -x $GIDX -F'
 # RDMA READ/atomic: perftest sets a QP's max_rd_atomic to the *peer's* "out
@@ -115,9 +115,13 @@ if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
 else mkdir -p "$VHCA_RUN"; out=$(mktemp -d "$VHCA_RUN/roce-tests.XXXXXX"); fi
 
 # One overlay per check set: the list, the server and the client script.
-mk_overlay() { # DIR LIST
+# Bounds: each server runs under `timeout S` (S = 60 s, 120 s under loss), each
+# client try under S - 10 s, a client retries for up to 30 s; a whole guest
+# under ROCE_TESTS_PAIR_TIMEOUT.
+mk_overlay() { # DIR LIST S
     mkdir -p "$1/usr/share/roce-tests"
     printf '%s\n' "$2" >"$1/usr/share/roce-tests/list"
+    echo "$3" >"$1/usr/share/roce-tests/timeout"
     cat >"$1/usr/share/roce-tests/setup.sh" <<'EOF'
 # Both guests (sourced; ROLE=S in A, C in B): the device, its port, the GID.
 setup() {
@@ -138,14 +142,17 @@ i=0
 while IFS='|' read -r name scmd _; do
     PORT=$((18600 + i)); i=$((i + 1))
     echo "--- server $name: $(eval echo "$scmd")"
-    eval "timeout 120 $scmd" </dev/null 2>&1
+    eval "timeout $(cat /usr/share/roce-tests/timeout) $scmd" </dev/null 2>&1
     echo "RT-S $name $?"
 done </usr/share/roce-tests/list
+# The end barrier: B stays up until every server here is done (its CM must
+# answer the last disconnect; under loss a lost DREQ/DREP is retransmitted).
+timeout 60 nc -l -p 18999 </dev/null >/dev/null 2>&1
 EOF
     cat >"$1/usr/share/roce-tests/client.sh" <<'EOF'
 #!/bin/sh
 # guest B: the setup check, then every client in turn, retried (for up to
-# 40 s) while its server is not up yet.
+# 30 s) while its server is not up yet.
 ROLE=C
 . /usr/share/roce-tests/setup.sh
 i=0
@@ -155,17 +162,23 @@ while IFS='|' read -r name _ ccmd; do
     while :; do
         try=$((try + 1))
         echo "--- client $name (try $try): $(eval echo "$ccmd")"
-        eval "timeout 100 $ccmd" </dev/null 2>&1; rc=$?
+        eval "timeout $(($(cat /usr/share/roce-tests/timeout) - 10)) $ccmd" </dev/null 2>&1; rc=$?
         [ $rc = 0 ] && break
-        [ $(($(date +%s) - t0)) -ge 40 ] && break
+        [ $(($(date +%s) - t0)) -ge 30 ] && break
         sleep 1
     done
     echo "RT-C $name $rc"
 done </usr/share/roce-tests/list
+# The end barrier (server.sh): wait (bounded) until A has finished its servers.
+t0=$(date +%s)
+until nc "$SERVER_IP" 18999 </dev/null >/dev/null 2>&1; do
+    [ $(($(date +%s) - t0)) -ge 150 ] && { echo "end barrier: A did not finish in 150 s"; break; }
+    sleep 1
+done
 EOF
 }
-mk_overlay "$out/ov-full" "$full"
-mk_overlay "$out/ov-loss" "$lossy"
+mk_overlay "$out/ov-full" "$full" 60
+mk_overlay "$out/ov-loss" "$lossy" 120
 
 npass=0 nfail=0
 result() { # PASS|FAIL NAME [WHY]
