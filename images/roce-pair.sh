@@ -287,7 +287,8 @@ cleanup
 
 show() { # NAME LOG
     echo "=== $1 ==="
-    tr -d '\r' <"$2" | sed -n '/vhca-init: ready at/,/vhca-init: command done/p' | sed '1d;$d'
+    tr -d '\r' <"$2" | sed -n '/vhca-init: ready at/,/vhca-init: command done/p' |
+        sed '1d;/vhca-init: command done/d'
     tr -d '\r' <"$2" | grep -E 'roce-hook:|Oops|BUG:|WARNING:|Call Trace' || true
 }
 show "A ($side_a, server, exit $rc_a)" "$out/console-a.log"

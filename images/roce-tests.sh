@@ -45,7 +45,7 @@
 # Environment: ROCE_TESTS_N (pingpong iterations, default 50),
 # ROCE_TESTS_PERF_N (perftest iterations, default 100), ROCE_TESTS_LOSS_N
 # (iterations under loss, default 200), ROCE_TESTS_PAIR_TIMEOUT (per guest,
-# default 300 s), ROCE_TESTS_OUTS (perftest -o, default 16).
+# default 300 s; twice that for the loss pairs), ROCE_TESTS_OUTS (perftest -o, default 16).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . images/lib.sh
@@ -79,7 +79,7 @@ ensure_tshark
 N=${ROCE_TESTS_N:-50}
 PN=${ROCE_TESTS_PERF_N:-100}
 LN=${ROCE_TESTS_LOSS_N:-200}
-PT=${ROCE_TESTS_PAIR_TIMEOUT:-300}
+PT=${ROCE_TESTS_PAIR_TIMEOUT:-300}   # the loss pairs get twice that
 G='-d $DEV -g $GIDX'
 X='-d $DEV -x $GIDX -F'
 # RDMA READ/atomic: perftest sets a QP's max_rd_atomic to the *peer's* "out
@@ -147,7 +147,9 @@ while IFS='|' read -r name scmd _; do
 done </usr/share/roce-tests/list
 # The end barrier: B stays up until every server here is done (its CM must
 # answer the last disconnect; under loss a lost DREQ/DREP is retransmitted).
-timeout 60 nc -l -p 18999 </dev/null >/dev/null 2>&1
+# A says "done" over TCP and lingers a little, so a lost segment is resent.
+echo done | timeout 150 nc -l -p 18999 >/dev/null 2>&1
+sleep 3
 EOF
     cat >"$1/usr/share/roce-tests/client.sh" <<'EOF'
 #!/bin/sh
@@ -171,7 +173,7 @@ while IFS='|' read -r name _ ccmd; do
 done </usr/share/roce-tests/list
 # The end barrier (server.sh): wait (bounded) until A has finished its servers.
 t0=$(date +%s)
-until nc "$SERVER_IP" 18999 </dev/null >/dev/null 2>&1; do
+until timeout 10 nc "$SERVER_IP" 18999 </dev/null 2>/dev/null | grep -q done; do
     [ $(($(date +%s) - t0)) -ge 150 ] && { echo "end barrier: A did not finish in 150 s"; break; }
     sleep 1
 done
@@ -200,13 +202,14 @@ t_all=$(date +%s)
 IFS=',' read -r -a plist <<<"$pairs"
 for pair in "${plist[@]}"; do
     p=${pair#loss-} a=${p%-*} b=${p#*-} ov="$out/ov-full" list=$full lopt=()
-    if [ "$p" != "$pair" ]; then ov="$out/ov-loss" list=$lossy lopt=(--loss "$loss"); fi
+    pt=$PT
+    if [ "$p" != "$pair" ]; then ov="$out/ov-loss" list=$lossy lopt=(--loss "$loss") pt=$((PT * 2)); fi
     case "$a-$b" in vhca-vhca|vhca-rxe|rxe-vhca|rxe-rxe) ;; *) vhca_die "unknown pair $pair";; esac
     d="$out/$pair"
     mkdir -p "$d"
     t0=$(date +%s)
     images/roce-pair.sh --a "$a" --b "$b" "${lopt[@]}" --out "$d" --capture "$d/roce.pcap" \
-        --timeout "$PT" --ready '' --overlay "$ov" "${pair_opts[@]}" \
+        --timeout "$pt" --ready '' --overlay "$ov" "${pair_opts[@]}" \
         'sh /usr/share/roce-tests/server.sh' 'sh /usr/share/roce-tests/client.sh' \
         >"$d/roce-pair.out" 2>&1
     prc=$?
