@@ -2,8 +2,9 @@
 # images/guest.sh — build (or reuse) the minimal guest and print its folder.
 #
 # The guest is trixie's kernel (from the host tool root) and a generated
-# initramfs: busybox-static, an /init (below), the RDMA tools with their ldd
-# closure, the libibverbs providers and /etc/libibverbs.d, and the kernel modules
+# initramfs: busybox-static, an /init (below), the RDMA tools, iperf3, tcpdump
+# and ethtool with their ldd closure, the libibverbs providers and
+# /etc/libibverbs.d, and the kernel modules
 # for the RDMA core stack and virtio-net (decompressed, depmod'ed).
 #
 # Output folder $VHCA_CACHE/guest-<key> (default /var/cache/vhca), <key> =
@@ -200,7 +201,8 @@ add_elf() {
 # busybox first, applets only where nothing real will be.
 add /usr/bin/busybox
 # Executables of these packages (ELF, or /bin/sh scripts).
-for p in ibverbs-utils perftest rdmacm-utils infiniband-diags pciutils kmod iproute2 strace; do
+for p in ibverbs-utils perftest rdmacm-utils infiniband-diags pciutils kmod iproute2 strace \
+         iperf3 tcpdump ethtool; do
     for f in $(dpkg -L "$p" | grep -E '/s?bin/[^/]+$'); do
         [ -f "$f" ] || continue
         if is_elf "$f"; then add_elf "$f"

@@ -58,6 +58,9 @@ PACKAGES=(
     rdmacm-utils infiniband-diags libibverbs-dev librdmacm-dev
     # the guest's userland
     busybox-static pciutils kmod iproute2 strace
+    # the guest's network tools (RoCE tests and benchmarks: TCP throughput,
+    # captures and NIC settings inside the guest)
+    iperf3 tcpdump ethtool
     # building kernel modules and rdma-core providers
     gcc make libc6-dev cmake ninja-build pkgconf python3 xz-utils zstd patch
     dpkg-dev cpio

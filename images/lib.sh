@@ -117,3 +117,122 @@ vhca_build_module() {
     fi
     echo "$dir/vhca.ko"
 }
+
+# --- private test networks ---------------------------------------------------
+# Guests that talk Ethernet (RoCEv2, iperf3) do it on a Linux bridge inside a
+# network namespace the script creates for itself: nothing on it is routed or
+# bridged to the host's own interfaces, so no frame ever leaves the namespace.
+# QEMU and vhca processes run under `ip netns exec NS` (run-vm.sh --netns NS),
+# open their TAP devices there, and vanish with the namespace's teardown.
+
+# vhca_netns_check — the host has what private networks need: iproute2,
+# /dev/net/tun, bridges and nft's bridge family (nftables is installed with
+# scripts/lib.sh's apt_install when missing). Probed in a throwaway namespace.
+vhca_netns_check() {
+    command -v ip >/dev/null || vhca_die "no ip (iproute2)"
+    [ -c /dev/net/tun ] || vhca_die "no /dev/net/tun (tun driver) on this host"
+    if ! command -v nft >/dev/null; then
+        # shellcheck disable=SC1091  # scripts/lib.sh, for apt_install
+        . "$VHCA_REPO/scripts/lib.sh"
+        apt_install nftables
+    fi
+    local ns="vhca-probe-$$-$RANDOM" ok=1
+    ip netns add "$ns" || vhca_die "ip netns add failed (network namespaces)"
+    ip -n "$ns" link add vp0 type bridge 2>/dev/null || ok=0
+    [ "$ok" = 1 ] || { ip netns del "$ns"; vhca_die "the host kernel cannot make bridges"; }
+    ip -n "$ns" tuntap add dev vp1 mode tap 2>/dev/null || ok=0
+    [ "$ok" = 1 ] || { ip netns del "$ns"; vhca_die "the host kernel cannot make tap devices"; }
+    ip netns exec "$ns" nft add table bridge vhca_probe 2>/dev/null || ok=0
+    ip netns del "$ns"
+    [ "$ok" = 1 ] || vhca_die "nft has no bridge family on this host (nf_tables_bridge)"
+}
+
+# vhca_netns_create PREFIX — a new namespace named PREFIX-<pid>-<random>, with
+# lo up and a bridge br0 (no STP, no forwarding delay, no multicast snooping,
+# no IPv6 of its own) up; sets VHCA_NETNS to its name.
+vhca_netns_create() {
+    local ns="$1-$$-$RANDOM"
+    ip netns add "$ns" || vhca_die "ip netns add $ns failed"
+    # shellcheck disable=SC2034  # for the caller
+    VHCA_NETNS=$ns
+    ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1 >/dev/null
+    ip -n "$ns" link add br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0 ||
+        vhca_die "cannot add a bridge in $ns"
+    ip -n "$ns" link set br0 up
+}
+
+# vhca_netns_tap NS NAME — a persistent TAP device NAME in NS, on br0, up.
+vhca_netns_tap() {
+    ip -n "$1" tuntap add dev "$2" mode tap || vhca_die "cannot add tap $2 in $1"
+    ip -n "$1" link set "$2" master br0 up || vhca_die "cannot bridge tap $2 in $1"
+}
+
+# vhca_netns_loss NS PCT — drop PCT % of the frames br0 forwards (either
+# direction), at random: table bridge vhca_loss, chain loss, on the bridge
+# forward hook; the rule counts what it drops (vhca_netns_loss_count).
+vhca_netns_loss() {
+    ip netns exec "$1" nft -f - <<NFT || vhca_die "cannot add the nft loss rule in $1"
+table bridge vhca_loss {
+    chain loss {
+        type filter hook forward priority 0; policy accept;
+        numgen random mod 100 < $2 counter drop
+    }
+}
+NFT
+}
+
+# vhca_netns_loss_count NS — "PACKETS" the loss rule dropped so far (empty if none).
+vhca_netns_loss_count() {
+    ip netns exec "$1" nft list chain bridge vhca_loss loss 2>/dev/null |
+        sed -n 's/.*counter packets \([0-9]*\) .*/\1/p' | head -1
+}
+
+# vhca_netns_capture NS IFACE FILE FILTER — capture IFACE (br0 sees every
+# forwarded frame: it is promiscuous while captured) into FILE (pcap) with the
+# BPF FILTER, in the background, with dumpcap (installed with tshark); waits
+# (bounded) until it writes, sets VHCA_CAPTURE_PID. Stop it with
+# vhca_netns_capture_stop (SIGINT, so the file is flushed).
+vhca_netns_capture() {
+    local ns=$1 ifc=$2 file=$3 filter=$4
+    command -v dumpcap >/dev/null || vhca_die "no dumpcap (install tshark: scripts/lib.sh ensure_tshark)"
+    rm -f "$file"
+    ip netns exec "$ns" dumpcap -q -P -i "$ifc" -f "$filter" -w "$file" 2>"$file.log" &
+    VHCA_CAPTURE_PID=$!
+    local _
+    for _ in $(seq 100); do
+        [ -s "$file" ] && return 0
+        kill -0 "$VHCA_CAPTURE_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$file.log" >&2
+    vhca_die "dumpcap did not start capturing on $ifc in $ns"
+}
+vhca_netns_capture_stop() {
+    [ -n "${VHCA_CAPTURE_PID:-}" ] || return 0
+    kill -INT "$VHCA_CAPTURE_PID" 2>/dev/null || true
+    local _
+    for _ in $(seq 50); do kill -0 "$VHCA_CAPTURE_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$VHCA_CAPTURE_PID" 2>/dev/null || true
+    wait "$VHCA_CAPTURE_PID" 2>/dev/null || true
+    VHCA_CAPTURE_PID=
+}
+
+# vhca_netns_delete NS — end whatever still runs in NS (only this script's own
+# processes can be there: the namespace is private to it), then delete it;
+# its bridge and TAP devices go with it. Bounded: TERM, 5 s, KILL.
+vhca_netns_delete() {
+    local ns=$1 p _
+    [ -n "$ns" ] && [ -e "/run/netns/$ns" ] || return 0
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$p" 2>/dev/null || true; done
+    for _ in $(seq 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+}
+
+# vhca_mac PREFIX WORD — a locally stable unicast MAC PREFIX:xx:yy (PREFIX =
+# four octets, e.g. 52:54:00:57) from the checksum of WORD.
+vhca_mac() {
+    local c; c=$(printf '%s' "$2" | cksum | cut -d' ' -f1)
+    printf '%s:%02x:%02x\n' "$1" $((c >> 8 & 255)) $((c & 255))
+}

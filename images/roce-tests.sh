@@ -1,83 +1,257 @@
 #!/bin/bash
-# images/roce-tests.sh — RoCEv2 between two guests (WF-10): each guest's vhca
-# device has an Ethernet port on a TAP in a private network namespace
-# (vm-pair.sh --roce), the guest's NIC carries the port's MAC so vhca.ko pairs
-# them and ib_core fills the RoCE GID table from eth0's addresses. Runs the
-# standard tools with the IPv4 RoCEv2 GID and rdma_cm, one PASS/FAIL line per
-# check, then "N passed, M failed".
+# images/roce-tests.sh — RoCEv2 tests (issue 11): rdma-core's, perftest's and
+# librdmacm's tools between two TCG guests on a private bridge
+# (images/roce-pair.sh), vhca against vhca, rxe against rxe and vhca against
+# rxe in both directions; tshark on the captures; the same under 5 % loss.
 #
-# Usage: images/roce-tests.sh [--out DIR]
-# Exit status: 0 if every check passed.
-set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+# Usage: images/roce-tests.sh [OPTIONS] [-- ROCE_PAIR_OPTION...]
+#
+# Pairs (A = server, B = client), one roce-pair.sh boot each, every check of
+# the pair in sequence in that boot:
+#   vhca-vhca rxe-rxe vhca-rxe rxe-vhca   the full set below
+#   loss-vhca-rxe loss-rxe-vhca           the loss set, --loss 5 on the bridge
+# Full set (each with -d $DEV; -g/-x $GIDX, the RoCE v2 IPv4 GID):
+#   setup (both guests: $DEV present, link_layer Ethernet, GIDX found);
+#   ibv_{rc,uc,ud,srq}_pingpong -c (received data checked); ib_{send,write,
+#   read,atomic}_{bw,lat}; rping -v -V -C 20 (data validated); ib_write_bw -R
+#   and ib_send_lat -R (rdma_cm); ucmatose; rdma_server/rdma_client; udaddy.
+#   The READ/atomic perftests run with -o 16 (outstanding reads, the same on
+#   both sides: perftest does not clamp the peer's to the local maximum).
+# Loss set: ibv_rc_pingpong -c, ib_write_bw, rping -V, and loss_applied (the
+#   nft rule did drop frames).
+# After each pair: tshark (tshark -d udp.port==4791,infiniband on the bridge
+#   capture of udp port 4791): RoCE frames present, none _ws.malformed. The
+#   InfiniBand dissector's payload heuristics (RPC-over-RDMA, Ethernet over
+#   IB, iSER, SDP, SMB Direct, SMC-R, ...) are turned off: the tools' payloads
+#   are none of those ULPs, and with them on, tshark 4.0 calls a 2-byte
+#   ib_send_lat payload a malformed RPCoRDMA message (seen with rxe alone).
+# A check passes when both of its sides exit 0 (guest A runs each server under
+# `timeout`, guest B each client, retried while the server is not up yet).
+#
+# Options:
+#   --only KIND   rxe: rxe-rxe + loss-rxe-rxe (runs before vhca's RoCE mode
+#                 exists); vhca: vhca-vhca + loss-vhca-vhca; interop: vhca-rxe,
+#                 rxe-vhca and their loss runs; all (default): every pair above
+#   --pairs LIST  exactly these pairs (comma-separated names as above, e.g.
+#                 rxe-rxe,loss-rxe-rxe)
+#   --loss PCT    loss of the loss pairs (default 5)
+#   --out DIR     logs (default: a new $VHCA_CACHE/run/roce-tests.XXXXXX)
+#   -- ...        more roce-pair.sh options for every pair (--vhca BIN, ...)
+#
+# Prints "PASS pair/check" or "FAIL pair/check (...)" per check and, alone on
+# the last line, "N passed, M failed"; exit 0 iff all pass. Logs per pair in
+# DIR/PAIR/ (roce-pair.out, consoles, roce.pcap, vhca logs).
+#
+# Environment: ROCE_TESTS_N (pingpong iterations, default 50),
+# ROCE_TESTS_PERF_N (perftest iterations, default 100), ROCE_TESTS_LOSS_N
+# (iterations under loss, default 200), ROCE_TESTS_PAIR_TIMEOUT (per guest,
+# default 300 s; twice that for the loss pairs), ROCE_TESTS_OUTS (perftest -o, default 16).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+. images/lib.sh
+. scripts/lib.sh
 
-out=''
+only=all pairs='' loss=5 out='' pair_opts=()
+need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --out) out=$2; shift 2;;
-        -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
+        --only) need "$@"; only=$2; shift 2;;
+        --pairs) need "$@"; pairs=$2; shift 2;;
+        --loss) need "$@"; loss=$2; shift 2;;
+        --out) need "$@"; out=$2; shift 2;;
+        -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
+        --) shift; pair_opts+=("$@"); break;;
         *) vhca_die "unknown argument $1 (try --help)";;
     esac
 done
-vhca_need_root
-[ -n "$out" ] || { mkdir -p "$VHCA_RUN"; out=$(mktemp -d "$VHCA_RUN/roce.XXXXXX"); }
-mkdir -p "$out"
-
-# Each check: a name, the server command, the client command. The client waits
-# for the server to listen (the tools' clients do not retry).
-checks=(
-    "rc_pingpong|ibv_rc_pingpong -d vhca0 -g \$GIDX -n 50 -s 4096|ibv_rc_pingpong -d vhca0 -g \$GIDX -n 50 -s 4096 \$SERVER_IP"
-    "uc_pingpong|ibv_uc_pingpong -d vhca0 -g \$GIDX -n 50|ibv_uc_pingpong -d vhca0 -g \$GIDX -n 50 \$SERVER_IP"
-    "ud_pingpong|ibv_ud_pingpong -d vhca0 -g \$GIDX -n 50|ibv_ud_pingpong -d vhca0 -g \$GIDX -n 50 \$SERVER_IP"
-    "srq_pingpong|ibv_srq_pingpong -d vhca0 -g \$GIDX -n 50|ibv_srq_pingpong -d vhca0 -g \$GIDX -n 50 \$SERVER_IP"
-    "write_bw|ib_write_bw -d vhca0 -x \$GIDX -s 65536 -n 200|ib_write_bw -d vhca0 -x \$GIDX -s 65536 -n 200 \$SERVER_IP"
-    "read_bw|ib_read_bw -d vhca0 -x \$GIDX -s 65536 -n 200|ib_read_bw -d vhca0 -x \$GIDX -s 65536 -n 200 \$SERVER_IP"
-    "send_lat|ib_send_lat -d vhca0 -x \$GIDX -s 8 -n 200|ib_send_lat -d vhca0 -x \$GIDX -s 8 -n 200 \$SERVER_IP"
-    "atomic_lat|ib_atomic_lat -d vhca0 -x \$GIDX -n 200|ib_atomic_lat -d vhca0 -x \$GIDX -n 200 \$SERVER_IP"
-    "rping_verify|rping -s -v -V -C 10 -a \$SERVER_IP|rping -c -v -V -C 10 -a \$SERVER_IP"
-    "write_bw_rdma_cm|ib_write_bw -d vhca0 -R -s 65536 -n 200|ib_write_bw -d vhca0 -R -s 65536 -n 200 \$SERVER_IP"
-)
-
-# The port as ib_core sees it: link layer Ethernet, a RoCE v2 GID of eth0's IPv4
-# address, paired with eth0.
-port_check='p=/sys/class/infiniband/vhca0/ports/1
-ll=$(cat $p/link_layer); t=$(cat $p/gid_attrs/types/$GIDX); n=$(cat $p/gid_attrs/ndevs/$GIDX)
-g=$(cat $p/gids/$GIDX); echo "port: $ll, gid $GIDX $g $t $n"
-[ "$ll" = Ethernet ] && [ "$t" = "RoCE v2" ] && [ "$n" = eth0 ] && case $g in *:ffff:0a63:*) true;; *) false;; esac
-echo "RESULT port_ethernet_gids $?"'
-
-server="$port_check"
-client="sleep 1"
-for c in "${checks[@]}"; do
-    IFS='|' read -r name s cl <<<"$c"
-    server+="
-timeout 60 $s >/tmp/$name.log 2>&1; echo \"RESULT $name \$?\"; tail -4 /tmp/$name.log"
-    client+="
-sleep 3; timeout 60 $cl >/tmp/$name.log 2>&1; echo \"RESULT $name \$?\"; tail -4 /tmp/$name.log"
-done
-
-rc=0
-"$VHCA_IMAGES/vm-pair.sh" --roce --timeout 600 --ready '' --out "$out" "$server" "$client" \
-    >"$out/pair.log" 2>&1 || rc=$?
-pass=0 fail=0
-report() { # NAME: passed on both sides (or the one side that runs it)
-    local n=$1 a b
-    a=$(grep -a "RESULT $n " "$out/console-a.log" | tr -d '\r' | awk '{print $3}' | tail -1) || a=
-    b=$(grep -a "RESULT $n " "$out/console-b.log" | tr -d '\r' | awk '{print $3}' | tail -1) || b=
-    if [ "${a:-1}" = 0 ] && { [ "$n" = port_ethernet_gids ] || [ "${b:-1}" = 0 ]; }; then
-        echo "PASS $n"; pass=$((pass + 1))
-    else
-        echo "FAIL $n (server ${a:-none}, client ${b:-none})"; fail=$((fail + 1))
-    fi
-}
-report port_ethernet_gids
-for c in "${checks[@]}"; do report "${c%%|*}"; done
-if grep -Eq 'rx_other_mac [1-9]|rx_short [1-9]|rx_oversized [1-9]|rx_bad_vnet_hdr [1-9]|tx_bad_desc [1-9]|rx_bad_desc [1-9]' "$out"/vhca-*.log; then
-    echo "FAIL tap_drops ($(grep -h '^tap:' "$out"/vhca-*.log | tr '\n' ' '))"; fail=$((fail + 1))
-else
-    echo "PASS tap_drops"; pass=$((pass + 1))
+if [ -z "$pairs" ]; then
+    case "$only" in
+        rxe) pairs=rxe-rxe,loss-rxe-rxe;;
+        vhca) pairs=vhca-vhca,loss-vhca-vhca;;
+        interop) pairs=vhca-rxe,rxe-vhca,loss-vhca-rxe,loss-rxe-vhca;;
+        all) pairs=vhca-vhca,rxe-rxe,vhca-rxe,rxe-vhca,loss-vhca-rxe,loss-rxe-vhca;;
+        *) vhca_die "--only rxe|vhca|interop|all";;
+    esac
 fi
-[ "$rc" = 0 ] || echo "roce-tests: vm-pair.sh exited $rc (logs in $out)"
-echo "roce-tests: $pass passed, $fail failed"
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+vhca_need_root
+ensure_tshark
+
+N=${ROCE_TESTS_N:-50}
+PN=${ROCE_TESTS_PERF_N:-100}
+LN=${ROCE_TESTS_LOSS_N:-200}
+PT=${ROCE_TESTS_PAIR_TIMEOUT:-300}   # the loss pairs get twice that
+G='-d $DEV -g $GIDX'
+X='-d $DEV -x $GIDX -F'
+# RDMA READ/atomic: perftest sets a QP's max_rd_atomic to the *peer's* "out
+# reads" (its device maximum unless -o) and does not clamp it to the local
+# device's: vhca (16, as mlx5) next to rxe (128) fails "Failed to modify QP to
+# RTS". Both sides ask for the same number: -o 16.
+O="-o ${ROCE_TESTS_OUTS:-16}"
+# name|server command|client command — evaluated in the guest ($DEV, $GIDX,
+# $SERVER_IP from roce-pair.sh's hook; $PORT: a port of the check's own).
+full="rc_pingpong|ibv_rc_pingpong $G -c -n $N -p \$PORT|ibv_rc_pingpong $G -c -n $N -p \$PORT \$SERVER_IP
+uc_pingpong|ibv_uc_pingpong $G -c -n $N -p \$PORT|ibv_uc_pingpong $G -c -n $N -p \$PORT \$SERVER_IP
+ud_pingpong|ibv_ud_pingpong $G -c -s 512 -n $N -p \$PORT|ibv_ud_pingpong $G -c -s 512 -n $N -p \$PORT \$SERVER_IP
+srq_pingpong|ibv_srq_pingpong $G -c -n $N -p \$PORT|ibv_srq_pingpong $G -c -n $N -p \$PORT \$SERVER_IP
+ib_send_bw|ib_send_bw $X -n $PN -p \$PORT|ib_send_bw $X -n $PN -p \$PORT \$SERVER_IP
+ib_write_bw|ib_write_bw $X -n $PN -p \$PORT|ib_write_bw $X -n $PN -p \$PORT \$SERVER_IP
+ib_read_bw|ib_read_bw $X $O -n $PN -p \$PORT|ib_read_bw $X $O -n $PN -p \$PORT \$SERVER_IP
+ib_atomic_bw|ib_atomic_bw $X $O -n $PN -p \$PORT|ib_atomic_bw $X $O -n $PN -p \$PORT \$SERVER_IP
+ib_send_lat|ib_send_lat $X -n $PN -p \$PORT|ib_send_lat $X -n $PN -p \$PORT \$SERVER_IP
+ib_write_lat|ib_write_lat $X -n $PN -p \$PORT|ib_write_lat $X -n $PN -p \$PORT \$SERVER_IP
+ib_read_lat|ib_read_lat $X $O -n $PN -p \$PORT|ib_read_lat $X $O -n $PN -p \$PORT \$SERVER_IP
+ib_atomic_lat|ib_atomic_lat $X $O -n $PN -p \$PORT|ib_atomic_lat $X $O -n $PN -p \$PORT \$SERVER_IP
+rping|rping -s -v -V -C 20 -a \$SERVER_IP -p \$PORT|rping -c -v -V -C 20 -a \$SERVER_IP -p \$PORT
+ib_write_bw_R|ib_write_bw -d \$DEV -R -F -n $PN -p \$PORT|ib_write_bw -d \$DEV -R -F -n $PN -p \$PORT \$SERVER_IP
+ib_send_lat_R|ib_send_lat -d \$DEV -R -F -n $PN -p \$PORT|ib_send_lat -d \$DEV -R -F -n $PN -p \$PORT \$SERVER_IP
+ucmatose|ucmatose -p \$PORT -C 20|ucmatose -s \$SERVER_IP -p \$PORT -C 20
+rdma_server|rdma_server -p \$PORT|rdma_client -s \$SERVER_IP -p \$PORT
+udaddy|udaddy -C 20|udaddy -s \$SERVER_IP -C 20"
+lossy="rc_pingpong|ibv_rc_pingpong $G -c -n $LN -p \$PORT|ibv_rc_pingpong $G -c -n $LN -p \$PORT \$SERVER_IP
+ib_write_bw|ib_write_bw $X -n $LN -p \$PORT|ib_write_bw $X -n $LN -p \$PORT \$SERVER_IP
+rping|rping -s -V -C 50 -a \$SERVER_IP -p \$PORT|rping -c -V -C 50 -a \$SERVER_IP -p \$PORT"
+
+if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
+else mkdir -p "$VHCA_RUN"; out=$(mktemp -d "$VHCA_RUN/roce-tests.XXXXXX"); fi
+
+# One overlay per check set: the list, the server and the client script.
+# Bounds: each server runs under `timeout S` (S = 60 s, 120 s under loss), each
+# client try under S - 10 s, a client retries for up to 30 s; a whole guest
+# under ROCE_TESTS_PAIR_TIMEOUT.
+mk_overlay() { # DIR LIST S
+    mkdir -p "$1/usr/share/roce-tests"
+    printf '%s\n' "$2" >"$1/usr/share/roce-tests/list"
+    echo "$3" >"$1/usr/share/roce-tests/timeout"
+    cat >"$1/usr/share/roce-tests/setup.sh" <<'EOF'
+# Both guests (sourced; ROLE=S in A, C in B): the device, its port, the GID.
+setup() {
+    echo "--- setup: DEV=$DEV GIDX=$GIDX NETDEV=$NETDEV"
+    rdma link 2>&1
+    dv=$(ibv_devinfo -v -d "$DEV" 2>&1); echo "$dv" | grep -E 'hca_id|state|link_layer|active_mtu|GID\[ *'"${GIDX:-x}"'\]'
+    [ -n "$GIDX" ] && echo "$dv" | grep -Eq 'link_layer:[[:space:]]*Ethernet' &&
+        echo "$dv" | grep -Eq 'state:[[:space:]]*PORT_ACTIVE'
+}
+setup; echo "RT-$ROLE setup $?"
+EOF
+    cat >"$1/usr/share/roce-tests/server.sh" <<'EOF'
+#!/bin/sh
+# guest A: the setup check, then every server in turn.
+ROLE=S
+. /usr/share/roce-tests/setup.sh
+i=0
+while IFS='|' read -r name scmd _; do
+    PORT=$((18600 + i)); i=$((i + 1))
+    echo "--- server $name: $(eval echo "$scmd")"
+    eval "timeout $(cat /usr/share/roce-tests/timeout) $scmd" </dev/null 2>&1
+    echo "RT-S $name $?"
+done </usr/share/roce-tests/list
+# The end barrier: B stays up until every server here is done (its CM must
+# answer the last disconnect; under loss a lost DREQ/DREP is retransmitted).
+# A says "done" over TCP and lingers a little, so a lost segment is resent.
+echo done | timeout 150 nc -l -p 18999 >/dev/null 2>&1
+sleep 3
+EOF
+    cat >"$1/usr/share/roce-tests/client.sh" <<'EOF'
+#!/bin/sh
+# guest B: the setup check, then every client in turn, retried (for up to
+# 30 s) while its server is not up yet.
+ROLE=C
+. /usr/share/roce-tests/setup.sh
+i=0
+while IFS='|' read -r name _ ccmd; do
+    PORT=$((18600 + i)); i=$((i + 1))
+    t0=$(date +%s) try=0
+    while :; do
+        try=$((try + 1))
+        echo "--- client $name (try $try): $(eval echo "$ccmd")"
+        eval "timeout $(($(cat /usr/share/roce-tests/timeout) - 10)) $ccmd" </dev/null 2>&1; rc=$?
+        [ $rc = 0 ] && break
+        [ $(($(date +%s) - t0)) -ge 30 ] && break
+        sleep 1
+    done
+    echo "RT-C $name $rc"
+done </usr/share/roce-tests/list
+# The end barrier (server.sh): wait (bounded) until A has finished its servers.
+t0=$(date +%s)
+until timeout 10 nc "$SERVER_IP" 18999 </dev/null 2>/dev/null | grep -q done; do
+    [ $(($(date +%s) - t0)) -ge 150 ] && { echo "end barrier: A did not finish in 150 s"; break; }
+    sleep 1
+done
+EOF
+}
+mk_overlay "$out/ov-full" "$full" 60
+mk_overlay "$out/ov-loss" "$lossy" 120
+
+npass=0 nfail=0
+result() { # PASS|FAIL NAME [WHY]
+    if [ "$1" = PASS ]; then echo "PASS $2"; npass=$((npass + 1))
+    else echo "FAIL $2${3:+ ($3)}"; nfail=$((nfail + 1)); fi
+}
+
+# tshark options: the heuristics this tshark knows of those above, disabled.
+ib_heur_off() { # CAPTURE
+    local h
+    IBH=()
+    for h in rpcrdma_infiniband eth_over_ib iser_infiniband lnet_ib mellanox_eoib sdp_infiniband \
+             smb_direct_infiniband smcr_infiniband fc_infiniband nvme_rdma_infiniband; do
+        tshark -r "$1" -c 1 --disable-heuristic "$h" >/dev/null 2>&1 && IBH+=(--disable-heuristic "$h")
+    done
+}
+status() { sed -n "s/^RT-$1 $2 \([0-9]*\)\$/\1/p" "$log" | tail -1; }  # S|C NAME
+t_all=$(date +%s)
+IFS=',' read -r -a plist <<<"$pairs"
+for pair in "${plist[@]}"; do
+    p=${pair#loss-} a=${p%-*} b=${p#*-} ov="$out/ov-full" list=$full lopt=()
+    pt=$PT
+    if [ "$p" != "$pair" ]; then ov="$out/ov-loss" list=$lossy lopt=(--loss "$loss") pt=$((PT * 2)); fi
+    case "$a-$b" in vhca-vhca|vhca-rxe|rxe-vhca|rxe-rxe) ;; *) vhca_die "unknown pair $pair";; esac
+    d="$out/$pair"
+    mkdir -p "$d"
+    t0=$(date +%s)
+    images/roce-pair.sh --a "$a" --b "$b" "${lopt[@]}" --out "$d" --capture "$d/roce.pcap" \
+        --timeout "$pt" --ready '' --overlay "$ov" "${pair_opts[@]}" \
+        'sh /usr/share/roce-tests/server.sh' 'sh /usr/share/roce-tests/client.sh' \
+        >"$d/roce-pair.out" 2>&1
+    prc=$?
+    echo "# $pair: roce-pair.sh exit $prc after $(($(date +%s) - t0)) s (logs: $d)"
+    log="$d/roce-pair.out"
+    s=$(status S setup) c=$(status C setup)
+    if [ "$s" = 0 ] && [ "$c" = 0 ]; then
+        result PASS "$pair/setup"
+    else
+        why=$(grep -E 'error:|roce-hook:' "$log" | head -3 | tr '\n' ' ')
+        result FAIL "$pair/setup" "A ${s:-no result}, B ${c:-no result}${why:+: $why}"
+    fi
+    while IFS='|' read -r name _; do
+        s=$(status S "$name") c=$(status C "$name")
+        if [ "$s" = 0 ] && [ "$c" = 0 ]; then result PASS "$pair/$name"
+        else result FAIL "$pair/$name" "server ${s:-no result}, client ${c:-no result}"; fi
+    done <<<"$list"
+    if [ ${#lopt[@]} -gt 0 ]; then
+        dropped=$(sed -n 's/.*loss rule dropped \([0-9]*\) frames.*/\1/p' "$log" | tail -1)
+        if [ "${dropped:-0}" -gt 0 ]; then result PASS "$pair/loss_applied"
+        else result FAIL "$pair/loss_applied" "the rule dropped ${dropped:-no} frames"; fi
+    fi
+    # tshark: RoCE frames (UDP 4791 as InfiniBand), nothing malformed.
+    cap="$d/roce.pcap"
+    if [ -s "$cap" ]; then
+        ib_heur_off "$cap"
+        nib=$(tshark -r "$cap" "${IBH[@]}" -d udp.port==4791,infiniband -Y infiniband 2>/dev/null | wc -l)
+        nbad=$(tshark -r "$cap" "${IBH[@]}" -d udp.port==4791,infiniband -Y _ws.malformed 2>/dev/null | wc -l)
+        nall=$(tshark -r "$cap" 2>/dev/null | wc -l)
+        if [ "$nib" -gt 0 ] && [ "$nbad" = 0 ]; then
+            result PASS "$pair/tshark"
+            echo "# $pair: $nib of $nall captured frames dissect as InfiniBand (RoCEv2), 0 malformed"
+        else
+            result FAIL "$pair/tshark" "$nib InfiniBand frames of $nall, $nbad malformed"
+        fi
+    else
+        result FAIL "$pair/tshark" "no capture"
+    fi
+    if grep -E 'Oops|BUG:|WARNING: CPU|cut here|Call Trace' "$log"; then
+        result FAIL "$pair/kernel" "oops or warning in a guest"
+    fi
+done
+echo "# roce-tests: $(($(date +%s) - t_all)) s; logs in $out"
+echo "$npass passed, $nfail failed"
+[ "$nfail" = 0 ]

@@ -15,8 +15,22 @@
 #                       integrated endpoints on pcie.0)
 #   --net LPORT:RPORT   virtio-net NIC on -netdev dgram: UDP 127.0.0.1:LPORT ->
 #                       127.0.0.1:RPORT (the peer guest uses RPORT:LPORT)
-#   --ip ADDR/PREFIX    address of the guest's NIC (with --net)
-#   --mac MAC           NIC MAC (default 52:54:00:56:xx:yy from LPORT)
+#   --tap IFNAME        virtio-net NIC on the existing TAP device IFNAME
+#                       (-netdev tap,ifname=IFNAME,script=no,downscript=no);
+#                       with --netns, IFNAME lives in that namespace
+#   --vhost-user-net SOCKET
+#                       virtio-net NIC whose backend is a vhost-user-net server
+#                       already listening on SOCKET (vhca --vhost-user-net: the
+#                       guest's NIC shares vhca's RoCE port); QEMU connects as
+#                       the client (guest RAM is memfd share=on, as vhost-user
+#                       needs). Put SOCKET under $VHCA_CACHE/run like --vfio-user's.
+#   --netns NS          run QEMU in the network namespace NS (ip netns exec NS;
+#                       NS must exist): its TAP and whatever it reaches live
+#                       there. run-vm.sh itself stays in the caller's namespace.
+#   --ip ADDR/PREFIX    address of the guest's NIC (with --net, --tap or
+#                       --vhost-user-net; at most one of the three)
+#   --mac MAC           NIC MAC (default 52:54:00:56:xx:yy from LPORT with --net,
+#                       52:54:00:57:xx:yy from the TAP's name or the socket path)
 #   --name NAME         guest hostname (default vhca-guest)
 #   --overlay DIR       append DIR to the initramfs (repeatable; see guest.sh)
 #   --script FILE       run FILE (sh) in the guest instead of COMMAND
@@ -45,11 +59,12 @@
 #   images/run-vm.sh --vfio-user /var/cache/vhca/run/vhca0.sock -- 'lspci -vvv -nn; ibv_devinfo'
 #   images/run-vm.sh --quiet --log /tmp/a.log --net 10001:10002 --ip 10.99.0.1/24 -- 'sleep 60' &
 #   images/run-vm.sh --quiet --log /tmp/b.log --net 10002:10001 --ip 10.99.0.2/24 -- 'ping -c3 10.99.0.1'
+#   images/run-vm.sh --netns vhca-123-4567 --tap ta --ip 10.99.0.1/24 -- 'ip -br addr'
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 sockets=() overlays=() qemu_extra=() script='' cmd=''
-net='' ip='' mac='' name=vhca-guest timeout=300 log='' quiet=0 mem=1G smp=1
+net='' tap='' vhost_net='' netns='' ip='' mac='' name=vhca-guest timeout=300 log='' quiet=0 mem=1G smp=1
 append='' qmp='' verbose=0 shell=0 keep=0 root_port=0 reboot=0
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
@@ -57,6 +72,9 @@ while [ $# -gt 0 ]; do
         --vfio-user) need "$@"; sockets+=("$2"); shift 2;;
         --root-port) root_port=1; shift;;
         --net) need "$@"; net=$2; shift 2;;
+        --tap) need "$@"; tap=$2; shift 2;;
+        --vhost-user-net) need "$@"; vhost_net=$2; shift 2;;
+        --netns) need "$@"; netns=$2; shift 2;;
         --ip) need "$@"; ip=$2; shift 2;;
         --mac) need "$@"; mac=$2; shift 2;;
         --name) need "$@"; name=$2; shift 2;;
@@ -82,7 +100,11 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] && cmd="$*"
 [ -z "$cmd" ] && [ -z "$script" ] && shell=1
-[ -z "$ip" ] || [ -n "$net" ] || vhca_die "--ip needs --net"
+nics=0
+for n in "$net" "$tap" "$vhost_net"; do [ -z "$n" ] || nics=$((nics + 1)); done
+[ "$nics" -le 1 ] || vhca_die "--net, --tap and --vhost-user-net: one NIC only"
+[ -z "$ip" ] || [ "$nics" = 1 ] || vhca_die "--ip needs a NIC (--net, --tap or --vhost-user-net)"
+[ -z "$netns" ] || [ -e "/run/netns/$netns" ] || vhca_die "--netns $netns: no such network namespace"
 
 vhca_need_root
 ROOT=$(vhca_ensure_root)
@@ -172,6 +194,17 @@ if [ -n "$net" ]; then
     [ -n "$mac" ] || mac=$(printf '52:54:00:56:%02x:%02x' $((lport >> 8 & 255)) $((lport & 255)))
     q+=(-netdev "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$lport,remote.type=inet,remote.host=127.0.0.1,remote.port=$rport"
         -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=")
+elif [ -n "$tap" ]; then
+    [ -n "$mac" ] || mac=$(vhca_mac 52:54:00:57 "$tap")
+    q+=(-netdev "tap,id=n0,ifname=$tap,script=no,downscript=no"
+        -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=")
+elif [ -n "$vhost_net" ]; then
+    vhost_net=$(realpath -m "$vhost_net")
+    visible "$vhost_net"
+    [ -n "$mac" ] || mac=$(vhca_mac 52:54:00:57 "$vhost_net")
+    q+=(-chardev "socket,id=vn0,path=$vhost_net"
+        -netdev "vhost-user,id=n0,chardev=vn0"
+        -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=")
 fi
 if [ -n "$qmp" ]; then
     qmp=$(realpath -m "$qmp")
@@ -182,6 +215,8 @@ q+=("${qemu_extra[@]}")
 
 VHCA_BIND=$binds vhca_chroot_cmd "$ROOT" "${q[@]}"
 cmdline=("${VHCA_CHROOT_CMD[@]}")
+# ip netns exec execs the command: the pid stays QEMU's chain (timeout reaches it).
+[ -z "$netns" ] || cmdline=(ip netns exec "$netns" "${cmdline[@]}")
 if [ "$timeout" != 0 ]; then
     if [ "$shell" = 1 ]; then
         cmdline=(timeout --foreground -k 5 "$timeout" "${cmdline[@]}")

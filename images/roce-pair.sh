@@ -1,0 +1,298 @@
+#!/bin/bash
+# images/roce-pair.sh — two guests on a private Ethernet, each with a RoCEv2
+# device (vhca or Linux soft-RoCE), run a server command in guest A and a
+# client command in guest B.
+#
+# Usage: images/roce-pair.sh [OPTIONS] [--] SERVER_CMD CLIENT_CMD
+#
+# What it does:
+#   - makes a network namespace of its own (vhca-roce-<pid>-<random>) with a
+#     Linux bridge br0 and two TAP devices on it, ta (A) and tb (B). Every QEMU
+#     and vhca process of the run runs in it (ip netns exec; run-vm.sh
+#     --netns), nothing on the bridge is connected to anything else: no frame
+#     leaves the namespace. The namespace, bridge and TAPs go away on exit;
+#   - per side, one of:
+#       vhca  a vhca process in RoCE mode owns the side's TAP and serves both
+#             the vfio-user device and a vhost-user-net backend for the guest's
+#             own virtio-net NIC (same MAC): vhca --socket S --tap tX --mac M
+#             --vhost-user-net N; the guest gets vhca.ko + libvhca (built and
+#             cached exactly as vm-pair.sh does) and uses vhca0, whose RoCE
+#             GIDs come from eth0's addresses. Needs a vhca with
+#             --vhost-user-net (issue 11); with an older binary this fails at
+#             once, saying so;
+#       rxe   a plain virtio-net NIC on the TAP (-netdev tap), and in the guest
+#             `rdma link add rxe0 type rxe netdev eth0`;
+#   - A is 10.99.0.1/24 (MAC 52:54:00:99:00:01), B 10.99.0.2/24
+#     (52:54:00:99:00:02). In both guests the init hook exports SERVER_IP,
+#     CLIENT_IP, PEER_IP, MY_IP, NETDEV (eth0), DEV (vhca0 or rxe0) and GIDX:
+#     the GID index of the RoCE v2 GID that is eth0's IPv4 address mapped
+#     (::ffff:a.b.c.d), found in /sys/class/infiniband/$DEV/ports/1/gids/* and
+#     gid_attrs/types/* (waits up to 10 s for the port and the GID); it prints
+#     "roce-hook: ..." with what it found;
+#   - boots A, then B once A's console matches --ready, runs SERVER_CMD in A
+#     and CLIENT_CMD in B (sh command lines: use $DEV, $GIDX, $SERVER_IP, ...
+#     in single quotes), waits for both and prints each command's output.
+#
+# Options:
+#   --a vhca|rxe      A's (the server's) RoCE device (default vhca)
+#   --b vhca|rxe      B's (the client's) RoCE device (default vhca)
+#   --loss PCT        drop PCT % of the frames the bridge forwards, at random,
+#                     both directions: nft table bridge vhca_loss, rule
+#                     `numgen random mod 100 < PCT counter drop` on the bridge
+#                     forward hook (every frame: RoCE, ARP, the tools' TCP)
+#   --capture FILE    capture the RoCE frames (udp port 4791) crossing br0 into
+#                     FILE (pcap, dumpcap in the namespace)
+#   --out DIR         keep consoles, vhca logs, overlays in DIR (default: a new
+#                     $VHCA_CACHE/run/roce.XXXXXX, kept)
+#   --timeout S       per-guest timeout (default 300)
+#   --mem SIZE        guest RAM (default 1G)
+#   --vhca BIN        use this vhca binary instead of building one
+#   --vhca-log LEVEL  vhca --log level (default info)
+#   --vhca-arg ARG    extra vhca argument, both vhca sides (repeatable)
+#   --overlay DIR     one more overlay for both guests (repeatable)
+#   --ready REGEX     start B once A's console (after /init's "ready") matches
+#                     REGEX (grep -E; default 'local address:|Waiting for client');
+#                     '' = once A's /init is ready
+#   --verbose         full guest kernel log on the consoles
+#
+# Exit status: 0 if both commands exit 0; else the server's status if it
+# failed, else the client's; 124 on a guest timeout (as run-vm.sh).
+#
+# Examples:
+#   images/roce-pair.sh --a rxe --b rxe \
+#       'ibv_rc_pingpong -d $DEV -g $GIDX -n 10' 'ibv_rc_pingpong -d $DEV -g $GIDX -n 10 $SERVER_IP'
+#   images/roce-pair.sh --a vhca --b rxe --capture /tmp/x.pcap \
+#       'ib_write_bw -d $DEV -x $GIDX -F' 'ib_write_bw -d $DEV -x $GIDX -F $SERVER_IP'
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+side_a=vhca side_b=vhca loss=0 capture='' out='' timeout=300 mem=1G bin='' vhca_log=info
+verbose=0 ready='local address:|Waiting for client'
+vhca_args=() extra_ov=()
+need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --a) need "$@"; side_a=$2; shift 2;;
+        --b) need "$@"; side_b=$2; shift 2;;
+        --loss) need "$@"; loss=$2; shift 2;;
+        --capture) need "$@"; capture=$2; shift 2;;
+        --out) need "$@"; out=$2; shift 2;;
+        --timeout) need "$@"; timeout=$2; shift 2;;
+        --mem) need "$@"; mem=$2; shift 2;;
+        --vhca) need "$@"; bin=$2; shift 2;;
+        --vhca-log) need "$@"; vhca_log=$2; shift 2;;
+        --vhca-arg) need "$@"; vhca_args+=("$2"); shift 2;;
+        --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
+        --ready) need "$@"; ready=$2; shift 2;;
+        --verbose) verbose=1; shift;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
+        --) shift; break;;
+        -*) vhca_die "unknown option $1 (try --help)";;
+        *) break;;
+    esac
+done
+[ $# -eq 2 ] || vhca_die "need SERVER_CMD and CLIENT_CMD (try --help)"
+server_cmd=$1 client_cmd=$2
+for s in "$side_a" "$side_b"; do
+    case "$s" in vhca|rxe) ;; *) vhca_die "a side is vhca or rxe, not '$s'";; esac
+done
+case "$loss" in ''|*[!0-9]*) vhca_die "--loss takes a whole percentage";; esac
+[ "$loss" -le 100 ] || vhca_die "--loss takes a percentage (0-100)"
+vhca_need_root
+vhca_netns_check
+
+# --- builds ------------------------------------------------------------------
+"$VHCA_IMAGES/host-root.sh" >/dev/null
+GUEST=$("$VHCA_IMAGES/guest.sh")
+K=$(cat "$GUEST/kver")
+any_vhca=0
+if [ "$side_a" = vhca ] || [ "$side_b" = vhca ]; then any_vhca=1; fi
+if [ "$any_vhca" = 1 ]; then
+    [ -n "$bin" ] || bin=$(vhca_build_vhca)
+    [ -x "$bin" ] || vhca_die "no vhca binary at $bin"
+    # The RoCE mode of issue 11: --tap/--mac and the vhost-user-net backend.
+    vhelp=$("$bin" --help 2>&1 || true)
+    for o in --tap --mac --vhost-user-net; do
+        grep -q -- "$o" <<<"$vhelp" ||
+            vhca_die "$bin has no $o option: vhca's RoCE mode with a shared NIC (issue 11) is not in this build; use --a rxe --b rxe"
+    done
+    KO=$(vhca_build_module "$K")
+    PROV=$("$VHCA_REPO/guest-driver/provider/build.sh")
+    SO=$(ls "$PROV"/libvhca-rdmav*.so)
+fi
+
+# --- run folder, overlays ----------------------------------------------------
+mkdir -p "$VHCA_RUN"
+if [ -z "$out" ]; then
+    out=$(mktemp -d "$VHCA_RUN/roce.XXXXXX")
+else
+    mkdir -p "$out"
+    out=$(realpath "$out")
+fi
+[ -z "$capture" ] || capture=$(realpath -m "$capture")
+
+if [ "$any_vhca" = 1 ]; then
+    ovv="$out/overlay-vhca"
+    rm -rf "$ovv"
+    mkdir -p "$ovv/lib/modules/$K/extra" "$ovv/usr/lib/x86_64-linux-gnu/libibverbs" "$ovv/etc/libibverbs.d"
+    cp "$KO" "$ovv/lib/modules/$K/extra/vhca.ko"
+    cp "$SO" "$ovv/usr/lib/x86_64-linux-gnu/libibverbs/"
+    cp "$PROV/vhca.driver" "$ovv/etc/libibverbs.d/vhca.driver"
+fi
+
+# hook_overlay SIDE(a|b) KIND(vhca|rxe) MY_IP PEER_IP: the init hook of one guest.
+hook_overlay() {
+    local d="$out/overlay-$1"
+    rm -rf "$d"
+    mkdir -p "$d/etc/vhca-init.d"
+    {
+        echo "# roce-pair.sh: guest $1, RoCE device $2."
+        echo "ROCE_KIND=$2 MY_IP=$3 PEER_IP=$4"
+        cat <<'EOF'
+export SERVER_IP=10.99.0.1 CLIENT_IP=10.99.0.2 PEER_IP MY_IP
+NETDEV=
+for d in /sys/class/net/*; do
+    [ "${d##*/}" = lo ] && continue
+    [ -e "$d/device" ] && { NETDEV=${d##*/}; break; }
+done
+if [ "$ROCE_KIND" = rxe ]; then
+    DEV=rxe0
+    { modprobe rdma_rxe && rdma link add rxe0 type rxe netdev "$NETDEV"; } ||
+        echo "roce-hook: rdma link add rxe0 on $NETDEV failed"
+else
+    DEV=vhca0
+    modprobe -a ib_core ib_uverbs vhca || echo "roce-hook: modprobe failed"
+fi
+# The RoCE v2 GID of our IPv4 address (::ffff:a.b.c.d), once the port is up.
+want=$(echo "$MY_IP" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
+P=/sys/class/infiniband/$DEV/ports/1
+GIDX= st= i=0
+while [ $i -lt 100 ]; do
+    st=$(cat $P/state 2>/dev/null) || st=
+    case "$st" in
+        *ACTIVE*)
+            for g in $(grep -lx "$want" $P/gids/* 2>/dev/null); do
+                n=${g##*/} t=
+                read -r t <$P/gid_attrs/types/$n 2>/dev/null || t=
+                case "$t" in *"v2"*) GIDX=$n; break;; esac
+            done;;
+    esac
+    [ -n "$GIDX" ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+export NETDEV DEV GIDX
+echo "roce-hook: $ROCE_KIND DEV=$DEV GIDX=${GIDX:-none} NETDEV=$NETDEV MAC=$(cat /sys/class/net/$NETDEV/address 2>/dev/null) IP=$MY_IP port ${st:-absent} link_layer $(cat $P/link_layer 2>/dev/null)"
+EOF
+    } >"$d/etc/vhca-init.d/60-roce.sh"
+}
+hook_overlay a "$side_a" 10.99.0.1 10.99.0.2
+hook_overlay b "$side_b" 10.99.0.2 10.99.0.1
+
+# --- teardown ----------------------------------------------------------------
+NS='' pids=() socks=()
+VHCA_CAPTURE_PID=
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    pids=()
+    vhca_netns_capture_stop
+    if [ -n "$NS" ]; then
+        if [ "$loss" != 0 ]; then
+            vhca_log "loss rule dropped $(vhca_netns_loss_count "$NS" || true) frames"
+        fi
+        vhca_netns_delete "$NS"
+        NS=''
+    fi
+    for p in "${socks[@]}"; do rm -f "$p"; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# --- the network -------------------------------------------------------------
+vhca_netns_create vhca-roce
+NS=$VHCA_NETNS
+vhca_netns_tap "$NS" ta
+vhca_netns_tap "$NS" tb
+[ "$loss" = 0 ] || vhca_netns_loss "$NS" "$loss"
+[ -z "$capture" ] || vhca_netns_capture "$NS" br0 "$capture" 'udp port 4791'
+echo "$NS" >"$out/netns"
+lmsg=''
+[ "$loss" = 0 ] || lmsg=", random loss $loss %"
+vhca_log "namespace $NS: br0, ta (A: $side_a), tb (B: $side_b)$lmsg"
+
+# --- devices -----------------------------------------------------------------
+# side_opts X KIND TAP MAC: sets VM_NIC to run-vm.sh's NIC options of side X,
+# starting its vhca process first for a vhca side.
+side_opts() {
+    local x=$1 kind=$2 tapn=$3 mac=$4
+    if [ "$kind" = rxe ]; then
+        VM_NIC=(--tap "$tapn" --mac "$mac")
+        return
+    fi
+    local s="$VHCA_RUN/roce-$$-$x.sock" n="$VHCA_RUN/roce-$$-$x-net.sock"
+    socks+=("$s" "$n")
+    rm -f "$s" "$n"
+    ip netns exec "$NS" "$bin" --socket "$s" --tap "$tapn" --mac "$mac" --vhost-user-net "$n" \
+        --log "$vhca_log" "${vhca_args[@]}" >"$out/vhca-$x.log" 2>&1 &
+    pids+=($!)
+    local p=$! _
+    for _ in $(seq 100); do
+        [ -S "$s" ] && [ -S "$n" ] && break
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ -S "$s" ] && [ -S "$n" ] || { tail -5 "$out/vhca-$x.log" >&2; vhca_die "vhca ($x) did not create its sockets (log: $out/vhca-$x.log)"; }
+    VM_NIC=(--vfio-user "$s" --vhost-user-net "$n" --mac "$mac")
+}
+side_opts a "$side_a" ta 52:54:00:99:00:01
+nic_a=("${VM_NIC[@]}")
+side_opts b "$side_b" tb 52:54:00:99:00:02
+nic_b=("${VM_NIC[@]}")
+ndev=${#pids[@]}
+
+# --- guests ------------------------------------------------------------------
+vm_opts=(--quiet --timeout "$timeout" --mem "$mem" --netns "$NS")
+[ "$any_vhca" = 1 ] && vm_opts+=(--overlay "$out/overlay-vhca")
+vm_opts+=("${extra_ov[@]}")
+[ "$verbose" = 1 ] && vm_opts+=(--verbose)
+"$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --overlay "$out/overlay-a" --name roce-a \
+    --log "$out/console-a.log" "${nic_a[@]}" --ip 10.99.0.1/24 -- "$server_cmd" \
+    2>"$out/run-vm-a.err" &
+vm_a=$!
+pids+=("$vm_a")
+# B boots once A's server listens (the tools' clients do not retry).
+for _ in $(seq $((timeout * 10))); do
+    if [ -n "$ready" ]; then
+        tr -d '\r' 2>/dev/null <"$out/console-a.log" |
+            sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
+    else
+        grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
+    fi
+    kill -0 "$vm_a" 2>/dev/null || break
+    sleep 0.1
+done
+"$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --overlay "$out/overlay-b" --name roce-b \
+    --log "$out/console-b.log" "${nic_b[@]}" --ip 10.99.0.2/24 -- "$client_cmd" \
+    2>"$out/run-vm-b.err" &
+vm_b=$!
+pids+=("$vm_b")
+
+rc_a=0 rc_b=0
+wait "$vm_a" || rc_a=$?
+wait "$vm_b" || rc_b=$?
+pids=("${pids[@]:0:$ndev}")   # the VMs are gone; stop the rest
+cleanup
+
+show() { # NAME LOG
+    echo "=== $1 ==="
+    tr -d '\r' <"$2" | sed -n '/vhca-init: ready at/,/vhca-init: command done/p' |
+        sed '1d;/vhca-init: command done/d'
+    tr -d '\r' <"$2" | grep -E 'roce-hook:|Oops|BUG:|WARNING:|Call Trace' || true
+}
+show "A ($side_a, server, exit $rc_a)" "$out/console-a.log"
+show "B ($side_b, client, exit $rc_b)" "$out/console-b.log"
+vhca_log "logs in $out (console-a.log console-b.log${capture:+; capture $capture})"
+if [ "$rc_a" != 0 ]; then exit "$rc_a"; fi
+exit "$rc_b"
