@@ -40,6 +40,9 @@
 #                     both directions: nft table bridge vhca_loss, rule
 #                     `numgen random mod 100 < PCT counter drop` on the bridge
 #                     forward hook (every frame: RoCE, ARP, the tools' TCP)
+#   --mtu N           Ethernet MTU of the bridge, the TAPs and the guests' NICs
+#                     (default 1500); 9000 gives RoCE a 4096-byte path MTU on
+#                     both vhca (its TAP's MTU) and rxe (its netdev's)
 #   --capture FILE    capture the RoCE frames (udp port 4791) crossing br0 into
 #                     FILE (pcap, dumpcap in the namespace)
 #   --out DIR         keep consoles, vhca logs, overlays in DIR (default: a new
@@ -66,7 +69,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-side_a=vhca side_b=vhca loss=0 capture='' out='' timeout=300 mem=1G bin='' vhca_log=info
+side_a=vhca side_b=vhca loss=0 mtu=1500 capture='' out='' timeout=300 mem=1G bin='' vhca_log=info
 verbose=0 ready='local address:|Waiting for client'
 vhca_args=() extra_ov=()
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
@@ -75,6 +78,7 @@ while [ $# -gt 0 ]; do
         --a) need "$@"; side_a=$2; shift 2;;
         --b) need "$@"; side_b=$2; shift 2;;
         --loss) need "$@"; loss=$2; shift 2;;
+        --mtu) need "$@"; mtu=$2; shift 2;;
         --capture) need "$@"; capture=$2; shift 2;;
         --out) need "$@"; out=$2; shift 2;;
         --timeout) need "$@"; timeout=$2; shift 2;;
@@ -147,7 +151,7 @@ hook_overlay() {
     mkdir -p "$d/etc/vhca-init.d"
     {
         echo "# roce-pair.sh: guest $1, RoCE device $2."
-        echo "ROCE_KIND=$2 MY_IP=$3 PEER_IP=$4"
+        echo "ROCE_KIND=$2 MY_IP=$3 PEER_IP=$4 MTU=$mtu"
         cat <<'EOF'
 export SERVER_IP=10.99.0.1 CLIENT_IP=10.99.0.2 PEER_IP MY_IP
 NETDEV=
@@ -155,6 +159,8 @@ for d in /sys/class/net/*; do
     [ "${d##*/}" = lo ] && continue
     [ -e "$d/device" ] && { NETDEV=${d##*/}; break; }
 done
+[ "$MTU" = 1500 ] || ip link set "$NETDEV" mtu "$MTU" ||
+    echo "roce-hook: cannot set MTU $MTU on $NETDEV"
 if [ "$ROCE_KIND" = rxe ]; then
     DEV=rxe0
     { modprobe rdma_rxe && rdma link add rxe0 type rxe netdev "$NETDEV"; } ||
@@ -215,6 +221,13 @@ vhca_netns_create vhca-roce
 NS=$VHCA_NETNS
 vhca_netns_tap "$NS" ta
 vhca_netns_tap "$NS" tb
+case "$mtu" in ''|*[!0-9]*) vhca_die "--mtu $mtu: a number of bytes";; esac
+if [ "$mtu" != 1500 ]; then
+    # Before vhca opens its TAP: the TAP's MTU sets the port's path MTU.
+    for i in ta tb br0; do
+        ip -n "$NS" link set "$i" mtu "$mtu" || vhca_die "cannot set MTU $mtu on $i"
+    done
+fi
 [ "$loss" = 0 ] || vhca_netns_loss "$NS" "$loss"
 [ -z "$capture" ] || vhca_netns_capture "$NS" br0 "$capture" 'udp port 4791'
 echo "$NS" >"$out/netns"
