@@ -35,15 +35,6 @@
 #   --client-reboot   guest B may reboot (run-vm.sh --reboot): each boot runs
 #                     CLIENT_CMD again; B is stopped once A's command ends,
 #                     and the pair's status is A's alone
-#   --roce            RoCEv2 instead of native IB over UDP (WF-10): a network
-#                     namespace of this run's own with a Linux bridge and one
-#                     TAP per device; vhca (--tap/--mac, inside it) shares the
-#                     port with the guest's stock virtio-net, which it serves
-#                     over vhost-user (--vhost-user-net) with the port's MAC,
-#                     so ARP and IP cross the same TAP as RoCE, vhca.ko pairs
-#                     the RDMA port with eth0 and ib_core fills the RoCE GID
-#                     table from its addresses (rdma_cm works). In the guests
-#                     $GIDX is the GID index of the IPv4 RoCEv2 GID
 #   --ready REGEX     start guest B once guest A's console matches REGEX
 #                     (grep -E; default: what ibv_*_pingpong and perftest
 #                     servers print just before they listen: 'local address:|
@@ -58,7 +49,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0 roce=0
+out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0
 ready='local address:|Waiting for client'
 vhca_args=() extra_ov=()
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
@@ -71,7 +62,6 @@ while [ $# -gt 0 ]; do
         --vhca-arg) need "$@"; vhca_args+=("$2"); shift 2;;
         --verbose) verbose=1; shift;;
         --client-reboot) client_reboot=1; shift;;
-        --roce) roce=1; shift;;
         --ready) need "$@"; ready=$2; shift 2;;
         --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
@@ -139,23 +129,6 @@ while [ $i -lt 200 ]; do
     i=$((i + 1))
 done
 echo "vhca-hook: vhca0 port 1: ${st:-absent}, lid $(cat /sys/class/infiniband/vhca0/ports/1/lid 2>/dev/null)"
-# RoCE: the GID index of this port's IPv4 RoCEv2 GID (ib_core adds it once eth0
-# has its address; wait for it).
-GIDX=0
-if [ "$(cat /sys/class/infiniband/vhca0/ports/1/link_layer 2>/dev/null)" = Ethernet ]; then
-    i=0
-    while [ $i -lt 100 ]; do
-        for g in /sys/class/infiniband/vhca0/ports/1/gids/*; do
-            case "$(cat "$g" 2>/dev/null)" in
-                0000:0000:0000:0000:0000:ffff:*) GIDX=${g##*/}; break 2;;
-            esac
-        done
-        sleep 0.1
-        i=$((i + 1))
-    done
-    echo "vhca-hook: RoCE IPv4 GID index $GIDX: $(cat /sys/class/infiniband/vhca0/ports/1/gids/$GIDX 2>/dev/null)"
-fi
-export GIDX
 export SERVER_IP=10.99.0.1 CLIENT_IP=10.99.0.2
 case "$(hostname)" in *-a) PEER_IP=$CLIENT_IP;; *) PEER_IP=$SERVER_IP;; esac
 export PEER_IP
@@ -163,64 +136,24 @@ EOF
 
 # --- teardown ----------------------------------------------------------------
 pids=()
-netns=''
 cleanup() {
     local p
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -f "$sock_a" "$sock_b" "${sock_a%.sock}-net.sock" "${sock_b%.sock}-net.sock"
-    [ -z "$netns" ] || ip netns del "$netns" 2>/dev/null || true
+    rm -f "$sock_a" "$sock_b"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 # --- devices -----------------------------------------------------------------
-mac_a=52:54:00:99:00:01 mac_b=52:54:00:99:00:02
-if [ "$roce" = 1 ]; then
-    # A namespace of this run's own: the RoCE frames never leave it.
-    command -v ip >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
-    netns="vhca-pair-$$"
-    ip netns add "$netns"
-    ip -n "$netns" link set lo up
-    ip -n "$netns" link add br0 type bridge
-    ip -n "$netns" link set br0 up
-    for t in ta tb; do
-        ip -n "$netns" tuntap add "$t" mode tap
-        ip -n "$netns" link set "$t" master br0
-        ip -n "$netns" link set "$t" up
-    done
-fi
 start_vhca() { # NODE SOCKET
-    if [ "$roce" = 1 ]; then
-        local mac=$mac_a
-        [ "$1" = a ] || mac=$mac_b
-        ip netns exec "$netns" "$bin" --socket "$2" --tap "t$1" --mac "$mac" \
-            --vhost-user-net "${2%.sock}-net.sock" \
-            --log "$vhca_log" "${vhca_args[@]}" >"$out/vhca-$1.log" 2>&1 &
-    else
-        "$bin" --socket "$2" --fabric "$out/fabric.toml" --node "$1" --log "$vhca_log" \
-            "${vhca_args[@]}" >"$out/vhca-$1.log" 2>&1 &
-    fi
+    "$bin" --socket "$2" --fabric "$out/fabric.toml" --node "$1" --log "$vhca_log" \
+        "${vhca_args[@]}" >"$out/vhca-$1.log" 2>&1 &
     pids+=($!)
 }
 start_vhca a "$sock_a"
 start_vhca b "$sock_b"
 for _ in $(seq 100); do [ -S "$sock_a" ] && [ -S "$sock_b" ] && break; sleep 0.1; done
-# The guest NIC: on RoCE the port's own (vhost-user-net, the device's MAC);
-# otherwise a -netdev dgram pair for the tools' out-of-band exchange.
-nic() { # NODE IP
-    local mac=$mac_a s=$sock_a lp=$net_a rp=$net_b
-    [ "$1" = a ] || { mac=$mac_b s=$sock_b lp=$net_b rp=$net_a; }
-    if [ "$roce" = 1 ]; then
-        for _ in $(seq 100); do [ -S "${s%.sock}-net.sock" ] && break; sleep 0.1; done
-        echo --append "vhca.ip=$2" \
-            --qemu-arg -chardev --qemu-arg "socket,id=vn0,path=${s%.sock}-net.sock" \
-            --qemu-arg -netdev --qemu-arg vhost-user,id=vn1,chardev=vn0 \
-            --qemu-arg -device --qemu-arg "virtio-net-pci,netdev=vn1,mac=$mac,romfile="
-    else
-        echo --net "$lp:$rp" --mac "$mac" --ip "$2"
-    fi
-}
 [ -S "$sock_a" ] && [ -S "$sock_b" ] || vhca_die "vhca did not create its sockets (logs: $out/vhca-*.log)"
 
 # --- guests ------------------------------------------------------------------
@@ -229,7 +162,7 @@ vm_opts=(--quiet --timeout "$timeout" --overlay "$ov" "${extra_ov[@]}")
 b_opts=()
 [ "$client_reboot" = 1 ] && b_opts+=(--reboot)
 "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-a --log "$out/console-a.log" \
-    --vfio-user "$sock_a" $(nic a 10.99.0.1/24) -- "$server_cmd" \
+    --vfio-user "$sock_a" --net "$net_a:$net_b" --ip 10.99.0.1/24 -- "$server_cmd" \
     2>"$out/run-vm-a.err" &
 vm_a=$!
 pids+=("$vm_a")
@@ -245,7 +178,7 @@ for _ in $(seq $((timeout * 10))); do
     sleep 0.1
 done
 "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-b --log "$out/console-b.log" \
-    --vfio-user "$sock_b" $(nic b 10.99.0.2/24) "${b_opts[@]}" -- "$client_cmd" \
+    --vfio-user "$sock_b" --net "$net_b:$net_a" --ip 10.99.0.2/24 "${b_opts[@]}" -- "$client_cmd" \
     2>"$out/run-vm-b.err" &
 vm_b=$!
 pids+=("$vm_b")

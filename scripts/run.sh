@@ -18,6 +18,6 @@ images/vm-pair.sh \
 echo "== ib_write_bw (64 KiB) between two VMs"
 images/vm-pair.sh 'ib_write_bw -d vhca0 -s 65536 -n 200' 'ib_write_bw -d vhca0 -s 65536 -n 200 $SERVER_IP'
 echo "== RoCEv2 (Ethernet link layer, WF-10): ibv_devinfo, rping over rdma_cm and ib_write_bw -R between two VMs"
-images/vm-pair.sh --roce --ready '' \
-    'ibv_devinfo -d vhca0 | grep -E "hca_id|state|link_layer"; rping -s -v -V -C 10 -a $SERVER_IP; ib_write_bw -d vhca0 -R -s 65536 -n 200' \
-    'sleep 3; rping -c -v -V -C 10 -a $SERVER_IP; sleep 3; ib_write_bw -d vhca0 -R -s 65536 -n 200 $SERVER_IP'
+images/roce-pair.sh --ready '' \
+    'ibv_devinfo -d $DEV | grep -E "hca_id|state|link_layer"; rping -s -v -V -C 10 -a $SERVER_IP; ib_write_bw -d $DEV -R -s 65536 -n 200' \
+    'sleep 3; rping -c -v -V -C 10 -a $SERVER_IP; sleep 3; ib_write_bw -d $DEV -R -s 65536 -n 200 $SERVER_IP'
