@@ -343,12 +343,23 @@ impl Hca {
     }
 
     /// Whether any producer slot moved since the device last fetched: the rescan
-    /// of the sleep protocol (abi::uar DOORBELL_PROTOCOL).
+    /// of the sleep protocol (abi::uar DOORBELL_PROTOCOL). A queue whose fetch
+    /// stopped because the engine could take nothing more, and whose doorbell
+    /// has not moved since, is not pending: what unblocks it (a command, an ACK
+    /// or completion from the link) wakes the data path anyway, and counting it
+    /// would keep the data path from ever sleeping (a doorbell rung on a QP in
+    /// Init would spin a core).
     pub fn doorbells_pending(&self, db: &dyn Doorbells) -> bool {
+        let moved =
+            |pi: u32, fetched: u32, stalled: Option<u32>| pi != fetched && stalled != Some(pi);
         self.qps.values().any(|q| {
             let (sq, rq) = q.db.load(db);
-            sq != q.sq_fetched || (q.rq.is_some() && rq != q.rq_fetched)
-        }) || self.srqs.values().any(|s| s.db.load(db).0 != s.fetched)
+            moved(sq, q.sq_fetched, q.sq_stalled)
+                || (q.rq.is_some() && moved(rq, q.rq_fetched, q.rq_stalled))
+        }) || self
+            .srqs
+            .values()
+            .any(|s| moved(s.db.load(db).0, s.fetched, s.stalled))
     }
 
     fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
@@ -423,6 +434,7 @@ impl Hca {
         }
         let (t, max_sge, max_inline) = (qp.qp_type, qp.cap.max_send_sge, qp.cap.max_inline_data);
         let mut n = 0;
+        let mut stalled = None;
         while n < avail.min(FETCH_BUDGET) {
             let qp = &self.qps[&qpn];
             let idx = qp.sq_fetched;
@@ -446,9 +458,15 @@ impl Hca {
             match r {
                 Ok(()) => {}
                 // The engine holds max_send_wr WQEs: the rest wait in the ring.
-                Err(VerbError::QueueFull) => break,
+                Err(VerbError::QueueFull) => {
+                    stalled = Some(pi);
+                    break;
+                }
                 // Reset/Init: not yet postable; fetched once the QP can send.
-                Err(VerbError::InvalidWr) if !self.postable_sq(qpn) => break,
+                Err(VerbError::InvalidWr) if !self.postable_sq(qpn) => {
+                    stalled = Some(pi);
+                    break;
+                }
                 Err(e) => {
                     // A WR the engine refuses (bad SGE count, not supported):
                     // an error completion, like a WQE that does not decode.
@@ -464,6 +482,9 @@ impl Hca {
             self.counters.send_wqes += 1;
             self.qps.get_mut(&qpn).expect("present").sq_fetched = idx.wrapping_add(1);
             n += 1;
+        }
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.sq_stalled = stalled;
         }
         n
     }
@@ -500,6 +521,7 @@ impl Hca {
         }
         let max_sge = qp.cap.max_recv_sge;
         let mut n = 0;
+        let mut stalled = None;
         while n < avail.min(FETCH_BUDGET) {
             let qp = &self.qps[&qpn];
             let rq = qp.rq.as_ref().expect("checked");
@@ -517,8 +539,14 @@ impl Hca {
             };
             match r {
                 Ok(()) => {}
-                Err(VerbError::QueueFull) => break,
-                Err(VerbError::InvalidWr) if self.recv_not_postable(qpn) => break,
+                Err(VerbError::QueueFull) => {
+                    stalled = Some(pi);
+                    break;
+                }
+                Err(VerbError::InvalidWr) if self.recv_not_postable(qpn) => {
+                    stalled = Some(pi);
+                    break;
+                }
                 Err(e) => {
                     // A receive WQE that cannot be used: the QP fails (its
                     // receives flush), as a local QP operation error would.
@@ -532,6 +560,9 @@ impl Hca {
             self.counters.recv_wqes += 1;
             self.qps.get_mut(&qpn).expect("present").rq_fetched = idx.wrapping_add(1);
             n += 1;
+        }
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.rq_stalled = stalled;
         }
         n
     }
@@ -565,6 +596,7 @@ impl Hca {
         }
         let max_sge = s.max_sge;
         let mut n = 0;
+        let mut stalled = None;
         while n < avail.min(FETCH_BUDGET) {
             let s = &self.srqs[&srqn];
             let idx = s.fetched;
@@ -577,7 +609,10 @@ impl Hca {
             match decode_recv(&buf[..stride], max_sge) {
                 Ok(wr) => match self.port.engine_mut().post_srq_recv(srqn, wr) {
                     Ok(()) => {}
-                    Err(VerbError::QueueFull) => break,
+                    Err(VerbError::QueueFull) => {
+                        stalled = Some(pi);
+                        break;
+                    }
                     Err(e) => {
                         self.counters.bad_wqes += 1;
                         log::debug!("srq {srqn}: WQE {idx} refused: {e:?}");
@@ -592,6 +627,9 @@ impl Hca {
             self.counters.recv_wqes += 1;
             self.srqs.get_mut(&srqn).expect("present").fetched = idx.wrapping_add(1);
             n += 1;
+        }
+        if let Some(s) = self.srqs.get_mut(&srqn) {
+            s.stalled = stalled;
         }
         n
     }

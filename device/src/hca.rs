@@ -122,6 +122,12 @@ pub struct Qp {
     pub sq_fetched: u32,
     /// Receive WQEs fetched into the engine.
     pub rq_fetched: u32,
+    /// The SQ producer index at which fetching last stopped because the engine
+    /// could take no more (QP not yet postable, send queue full): WQEs up to it
+    /// wait for the QP to change, not for the data path to poll again.
+    pub sq_stalled: Option<u32>,
+    /// Likewise for the RQ.
+    pub rq_stalled: Option<u32>,
     /// Sizes granted at creation.
     pub cap: transport::verbs::QpCap,
     pub sq_sig_all: bool,
@@ -150,6 +156,9 @@ pub struct Srq {
     pub db: DbSlot,
     /// Receive WQEs fetched into the engine.
     pub fetched: u32,
+    /// The producer index at which fetching last stopped on a full engine
+    /// queue (see `Qp::sq_stalled`).
+    pub stalled: Option<u32>,
     pub max_wr: u32,
     pub max_sge: u32,
     /// QPs using this SRQ.

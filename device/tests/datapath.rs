@@ -160,6 +160,8 @@ fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
         db: DbSlot { uar: 1, slot },
         sq_fetched: 0,
         rq_fetched: 0,
+        sq_stalled: None,
+        rq_stalled: None,
         cap,
         sq_sig_all: false,
         sq_pbl: Default::default(),
@@ -691,4 +693,50 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
     );
     c.network_hdr = transport::verbs::NetworkHdr::Ipv6;
     assert_eq!(device::datapath::cqe_of(&c, 1).network_hdr_type, 3);
+}
+
+/// A send doorbell rung on a QP that cannot send yet (Reset) leaves nothing
+/// pending once the data path has looked: the device may sleep (before, the
+/// rescan saw the doorbell forever and the data path never slept, a core spun
+/// by one unprivileged process). The WQE waits in the ring and goes out once the
+/// QP reaches RTS; a new doorbell is pending again at once.
+#[test]
+fn a_doorbell_on_a_qp_that_cannot_send_does_not_keep_the_device_awake() {
+    let mut d = dev();
+    add_eq(&mut d, 1, 3, 9);
+    let cq = add_cq(&mut d, 1, 8);
+    let a = add_qp(&mut d, cq, 9);
+    let b = add_qp(&mut d, cq, 10);
+    let msg = [7u8; 64];
+    d.mem.write(DATA, &msg).unwrap();
+    let mut w = Vec::new();
+    put(&mut w, ctrl(5, 2, abi::verbs::send_flags::SIGNALED, 1));
+    put(
+        &mut w,
+        abi::wqe::Sge {
+            addr: DATA,
+            length: 64,
+            lkey: d.key,
+        },
+    );
+    post_send(&mut d, a, &w);
+    assert!(d.hca.doorbells_pending(&d.db), "a new doorbell is pending");
+    run(&mut d, 2);
+    assert!(
+        !d.hca.doorbells_pending(&d.db),
+        "a doorbell the QP cannot take is not pending"
+    );
+    assert_eq!(d.hca.qps[&a].sq_fetched, 0, "the WQE waits in the ring");
+    // The same on the receive side of a QP in Reset.
+    post_recv(&mut d, b, 77, DATA + 0x10000, 4096);
+    run(&mut d, 1);
+    assert!(!d.hca.doorbells_pending(&d.db));
+
+    connect(&mut d, a, b);
+    let mut got = [wait_cqe(&mut d, cq), wait_cqe(&mut d, cq)];
+    got.sort_by_key(|e| e.wr_id);
+    assert_eq!((got[0].wr_id, got[0].status), (5, 0), "sent once in RTS");
+    assert_eq!((got[1].wr_id, got[1].status, got[1].byte_len), (77, 0, 64));
+    post_send(&mut d, a, &w);
+    assert!(d.hca.doorbells_pending(&d.db), "pending again");
 }
