@@ -1490,19 +1490,29 @@ impl MrTable {
         self.slots.get_mut(i)
     }
 
-    /// A free key index: the longest-free one, else a fresh one.
+    /// A free key index. A freed index waits behind [`KEY_QUARANTINE`] others
+    /// while the table can still grow: an index's 8-bit key byte comes back to
+    /// a stale key's value only after 256 reuses of the index (MP-02), so a
+    /// register/deregister loop must not reuse one index at once — with the
+    /// quarantine a stale key revives only after 256 x 1024 registrations. A
+    /// full table reuses the longest-free index.
     fn take_index(&mut self) -> Option<u32> {
-        if let Some(i) = self.free.pop_front() {
-            return Some(i);
+        let next = u32::try_from(self.slots.len())
+            .ok()?
+            .checked_add(1)
+            .filter(|&n| n <= self.max_mr);
+        match next {
+            Some(n) if self.free.len() < KEY_QUARANTINE => {
+                self.slots.push(Slot::default());
+                Some(n)
+            }
+            _ => self.free.pop_front(),
         }
-        let next = u32::try_from(self.slots.len()).ok()?.checked_add(1)?;
-        if next > self.max_mr {
-            return None;
-        }
-        self.slots.push(Slot::default());
-        Some(next)
     }
 }
+
+/// Freed key indices that wait before one is reused, while the table can grow.
+pub const KEY_QUARANTINE: usize = 1024;
 
 /// Registration checks on the PD and rights (MP-01, MP-04).
 fn check_pd_access(t: &MrTable, pd: Handle, access: Access) -> Result<(), VerbError> {
@@ -1916,6 +1926,26 @@ mod tests {
         assert_eq!(a & 0xff, u32::from(key_byte(a)));
         assert_eq!(t.mr(a).unwrap().key(), a);
         assert_eq!(t.mr(0), None);
+    }
+
+    /// MP-02: a register/deregister loop on one MR never hands out a key it
+    /// handed out before within 256 x KEY_QUARANTINE registrations (without the
+    /// quarantine the same index came back at once and its 8-bit key byte
+    /// repeated after 256 loops, reviving a stale R_Key).
+    #[test]
+    fn mp_02_reregistering_in_a_loop_does_not_revive_a_stale_key() {
+        let mut t = MrTable::new(1, 1 << 16);
+        let pd = t.alloc_pd().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..100_000 {
+            let k = reg(&mut t, pd, 0x1000, 64, ALL, 0);
+            assert!(seen.insert(k), "key {k:#x} handed out twice (loop {i})");
+            t.dereg_mr(k).unwrap();
+        }
+        assert!(
+            t.slots.len() <= KEY_QUARANTINE + 1,
+            "the table grew only by the quarantine"
+        );
     }
 
     #[test]

@@ -567,7 +567,16 @@ fn mp_02_stale_key_byte_after_reregistration_is_refused() {
     let pd = b.net.nodes[B].pd;
     let old = reg(&mut b.net, B, pd, TARGET, 4096, ALL_ACCESS);
     b.net.nodes[B].engine.mrs().dereg_mr(old).unwrap();
-    let new = reg(&mut b.net, B, pd, TARGET, 4096, ALL_ACCESS);
+    // A freed index comes back after the others in quarantine (MP-02): cycle
+    // registrations until it does.
+    let mut new = reg(&mut b.net, B, pd, TARGET, 4096, ALL_ACCESS);
+    for _ in 0..=transport::mr::KEY_QUARANTINE {
+        if transport::mr::key_index(new) == transport::mr::key_index(old) {
+            break;
+        }
+        b.net.nodes[B].engine.mrs().dereg_mr(new).unwrap();
+        new = reg(&mut b.net, B, pd, TARGET, 4096, ALL_ACCESS);
+    }
     assert_eq!(transport::mr::key_index(new), transport::mr::key_index(old));
     assert_ne!(new, old);
     let e = b.epsn_b();
