@@ -64,6 +64,7 @@ impl Port {
     /// the old one is gone; the link stays.
     pub fn set_engine(&mut self, engine: Engine) {
         self.engine = engine;
+        self.link.clear();
     }
 
     pub fn engine(&self) -> &Engine {

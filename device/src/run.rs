@@ -131,6 +131,58 @@ impl Shared {
         self.stop.store(true, Ordering::Release);
         let _ = self.wake.write(1);
     }
+
+    /// An internal error (a bug) stopped the data path: the device goes FATAL
+    /// with syndrome INTERNAL and, if the driver had it enabled, tells it with a
+    /// DEVICE_FATAL event on EQ 0 (AE-01). Every queue stops until RESET, which
+    /// starts the device again empty; the process keeps serving.
+    fn internal_fault(&self) {
+        let mut core = self.lock();
+        if core.enabled() {
+            let dma = self.handle.memory();
+            let mut mem = GuestMem(dma);
+            if let Some(bar2) = self.handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) {
+                let db = BarDoorbells(bar2);
+                core.hca.push_eqe(
+                    0,
+                    abi::cqe::EqeType::DeviceFatal.raw(),
+                    0,
+                    Fatal::Internal.raw(),
+                    &mut mem,
+                    &db,
+                );
+                core.hca.raise_interrupts(&db, &Msix(&self.handle));
+            }
+        }
+        core.regs.fatal = Fatal::Internal.raw();
+        core.regs.dev_status |= dev_status::FATAL;
+        core.regs.dev_status &= !dev_status::ENABLED;
+    }
+}
+
+/// Runs the data path; a panic in it (a bug) must not leave a hung device that
+/// the guest waits on forever: the device goes FATAL (`Shared::internal_fault`)
+/// and the data path starts again, idle until the driver resets the device.
+fn supervise_data_path(shared: Arc<Shared>, every: Option<Duration>, busy: Duration) {
+    loop {
+        let s = Arc::clone(&shared);
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data_path(s, every, busy)));
+        let Err(e) = r else { return };
+        let what = e
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| e.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        log::error!("device: internal error in the data path ({what}): FATAL until RESET");
+        shared.internal_fault();
+        if shared.stop.load(Ordering::Acquire) {
+            shared.stopped.store(true, Ordering::Release);
+            return;
+        }
+        // A bug that fires again at once must not spin.
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The BAR0 side of the device, served on the vfio-user thread.
@@ -755,7 +807,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         let busy = config.busy_poll;
         std::thread::Builder::new()
             .name("vhca-data".into())
-            .spawn(move || data_path(shared, every, busy))?
+            .spawn(move || supervise_data_path(shared, every, busy))?
     };
     log::info!("vhca: {what} serving on {}", config.socket.display());
     let mut front = Front {

@@ -54,6 +54,7 @@ fn fault_spec_section6_parses_the_cli_string() {
             delay: Duration::from_micros(100),
             delay_rate: 1.0,
             seed: 7,
+            panic_after: 0,
         }
     );
     // Any order, spaces, hex seed, missing keys default to no fault.

@@ -330,6 +330,11 @@ enum vhca_fatal {
 	VHCA_FATAL_EQ0_OVERFLOW = 5,
 	/* UAR 0 (EQ 0's doorbell slot) is not readable. */
 	VHCA_FATAL_UAR0_UNAVAILABLE = 6,
+	/*
+	 * The device hit an internal error (a bug) and stopped every queue; a
+	 * DEVICE_FATAL event went to EQ 0. RESET brings it back, empty.
+	 */
+	VHCA_FATAL_INTERNAL = 7,
 };
 
 /*

@@ -47,6 +47,7 @@ static const char *vhca_fatal_str(u32 syndrome)
 	case VHCA_FATAL_EQ0_BAD_CONFIG:		return "bad EQ 0 configuration";
 	case VHCA_FATAL_EQ0_OVERFLOW:		return "EQ 0 overflow";
 	case VHCA_FATAL_UAR0_UNAVAILABLE:	return "UAR 0 unavailable";
+	case VHCA_FATAL_INTERNAL:		return "internal device error";
 	default:				return "unknown";
 	}
 }

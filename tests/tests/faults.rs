@@ -369,3 +369,52 @@ fn killed_peer_fails_outstanding_wqes_other_qps_work_restarted_peer_serves() {
     a.hca.destroy_qp(ab1).expect("DESTROY_QP of a failed QP");
     a.hca.destroy_qp(ab2).expect("DESTROY_QP of a failed QP");
 }
+
+/// Issue 13: an internal error in the data path (here a panic injected with
+/// `--fault panic_after=4`, on the 4th packet sent) does not leave a hung device
+/// the guest waits on forever: DEV_STATUS goes FATAL with syndrome INTERNAL, EQ 0
+/// gets a DEVICE_FATAL event (AE-01), the process keeps serving, and after the
+/// driver's RESET the device moves data again.
+#[test]
+fn a_data_path_panic_makes_the_device_fatal_and_reset_recovers_it() {
+    use vhca_tests::abi::bar0::Fatal;
+    use vhca_tests::abi::cqe::EqeType;
+    use vhca_tests::fixture::connect_loopback;
+    let v = Vhca::spawn(Options::nodes(1).fault("panic_after=4"));
+    let mut n = Node::connect(&v, 0);
+    let transfer = |n: &mut Node, seed: u64| {
+        let q1 = n.qp(QpType::Rc);
+        let q2 = n.qp(QpType::Rc);
+        connect_loopback(&mut n.hca, q1, q2, &ConnOpts::default());
+        let len = 64 << 10;
+        let src = n.region(len, Layout::Scattered, 0);
+        let dst = n.region(len, Layout::Scattered, 0);
+        let d = pattern(seed, len);
+        n.write(&src, 0, &d);
+        n.hca
+            .post_send(
+                q1,
+                &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+            )
+            .unwrap();
+        (dst, d)
+    };
+    let _ = transfer(&mut n, 1);
+    let ev = n
+        .hca
+        .wait_async_event(Duration::from_secs(20), |e| {
+            e.kind == EqeType::DeviceFatal.raw()
+        })
+        .expect("a DEVICE_FATAL event on EQ 0");
+    assert_eq!(ev.data, Fatal::Internal.raw());
+    assert_eq!(n.hca.fatal().unwrap(), Some(Fatal::Internal.raw()));
+
+    // The driver resets the device; it serves again (the fault fired once).
+    let g = n.hca.into_guest();
+    let h = vhca_tests::Hca::bring_up(g).expect("bring-up after RESET");
+    let mut n = Node::from_hca(h);
+    let (dst, d) = transfer(&mut n, 2);
+    let c = n.cqes(1, Duration::from_secs(30));
+    assert_success(&c);
+    assert_bytes(&n.read(&dst, 0, d.len()), &d, "WRITE after RESET");
+}

@@ -199,6 +199,9 @@ abi_enum! {
         Eq0Overflow = 5,
         /// UAR 0 (EQ 0's doorbell slot) is not readable.
         Uar0Unavailable = 6,
+        /// The device hit an internal error (a bug) and stopped every queue; a
+        /// DEVICE_FATAL event went to EQ 0. RESET brings it back, empty.
+        Internal = 7,
     }
 }
 

@@ -153,4 +153,8 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
     fn report(&self) -> Option<String> {
         self.inner.report()
     }
+
+    fn clear(&mut self) {
+        self.inner.clear()
+    }
 }

@@ -49,6 +49,11 @@ pub struct FaultSpec {
     pub delay_rate: f64,
     /// The generator's seed.
     pub seed: u64,
+    /// Tests of the device's own containment: panic (in the data path) when
+    /// sending the N-th packet; 0 = never. Not a network fault: it checks that
+    /// an internal bug turns into a FATAL device the guest can reset, not a
+    /// hung one (issue 13).
+    pub panic_after: u64,
 }
 
 impl Default for FaultSpec {
@@ -62,6 +67,7 @@ impl Default for FaultSpec {
             delay: Duration::ZERO,
             delay_rate: 1.0,
             seed: 0,
+            panic_after: 0,
         }
     }
 }
@@ -171,6 +177,7 @@ impl std::str::FromStr for FaultSpec {
                 "delay_rate" => spec.delay_rate = parse_rate(key, value)?,
                 "delay" => spec.delay = parse_delay(value)?,
                 "seed" => spec.seed = parse_seed(value)?,
+                "panic_after" => spec.panic_after = parse_seed(value)?,
                 _ => return Err(FaultSpecError::UnknownKey(key.to_string())),
             }
             seen.push(key);
@@ -184,14 +191,15 @@ impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "drop={},dup={},reorder={},corrupt={},delay={}ns,delay_rate={},seed={}",
+            "drop={},dup={},reorder={},corrupt={},delay={}ns,delay_rate={},seed={},panic_after={}",
             self.drop,
             self.dup,
             self.reorder,
             self.corrupt,
             self.delay.as_nanos(),
             self.delay_rate,
-            self.seed
+            self.seed,
+            self.panic_after
         )
     }
 }
@@ -358,6 +366,9 @@ impl<L: Link> Link for FaultLink<L> {
         // Packets due earlier leave before this one.
         let released = self.release(now);
         self.counters.packets += 1;
+        if self.counters.packets == self.spec.panic_after {
+            panic!("fault injection: panic_after={}", self.spec.panic_after);
+        }
         if self.rng.chance(self.spec.drop) {
             self.counters.dropped += 1;
             return released;
@@ -409,6 +420,12 @@ impl<L: Link> Link for FaultLink<L> {
 
     fn report(&self) -> Option<String> {
         self.inner.report()
+    }
+
+    fn clear(&mut self) {
+        self.held = None;
+        self.delayed.clear();
+        self.inner.clear()
     }
 }
 

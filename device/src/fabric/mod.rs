@@ -124,6 +124,11 @@ pub trait Link {
     fn report(&self) -> Option<String> {
         None
     }
+
+    /// Forgets the packets the link holds for its own port (its loopback
+    /// queue, held or delayed packets): at a device reset the engine that sent
+    /// them is gone, and a new QP with the same number must not receive them.
+    fn clear(&mut self) {}
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -147,6 +152,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn report(&self) -> Option<String> {
         (**self).report()
+    }
+    fn clear(&mut self) {
+        (**self).clear()
     }
 }
 

@@ -660,6 +660,10 @@ impl Link for TapLink {
         result
     }
 
+    fn clear(&mut self) {
+        self.loopback.clear();
+    }
+
     fn raw_fd(&self) -> RawFd {
         self.tap.as_raw_fd()
     }

@@ -324,6 +324,10 @@ impl Link for UdpLink {
         self.socket.as_raw_fd()
     }
 
+    fn clear(&mut self) {
+        self.loopback.clear();
+    }
+
     fn poll_timeout(&self) -> Option<Duration> {
         // Looped-back packets do not make the socket readable: ask to be called
         // at once.
