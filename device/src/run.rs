@@ -557,10 +557,10 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
     let mut events = vec![EpollEvent::default(); 4];
     while !shared.stop.load(Ordering::Acquire) {
         let t = now();
-        let errors_before = shared.lock().hca.port.counters().link_errors;
-        let (work, deadline) = {
+        let (work, deadline, link_failed) = {
             let mut core = shared.lock();
-            if !core.enabled() {
+            let errors_before = core.hca.port.counters().link_errors;
+            let (work, deadline) = if !core.enabled() {
                 if shared.link_always {
                     // The engine of a disabled HCA has no QPs: RoCE frames are
                     // dropped and counted there, guest frames go on to the NIC.
@@ -576,7 +576,9 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
                 let mut mem = GuestMem(dma);
                 let w = core.hca.run_once(&mut mem, &db, &irq, t);
                 (w.any(), core.hca.port.next_deadline())
-            }
+            };
+            let link_failed = core.hca.port.counters().link_errors != errors_before;
+            (work, deadline, link_failed)
         };
         if let Some(every) = counters_every {
             if last_print.elapsed() >= every {
@@ -584,7 +586,7 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
                 eprintln!("{}", shared.lock().counters_report());
             }
         }
-        if shared.lock().hca.port.counters().link_errors != errors_before {
+        if link_failed {
             // A link that fails (a TAP deleted under us stays readable with an
             // error): back off instead of spinning on it; a transient error
             // costs one pause.
