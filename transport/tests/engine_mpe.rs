@@ -4,16 +4,7 @@
 mod common;
 
 use common::*;
-use transport::verbs::{Access, Completion, FlushSpec, WcOpcode, WcStatus, WrOpcode};
-
-fn wait_cqe(net: &mut Net, node: usize, cq: u32) -> Completion {
-    let mut got = None;
-    net.run_until(2_000_000, |n| {
-        got = n.poll(node, cq);
-        got.is_some()
-    });
-    got.expect("completion")
-}
+use transport::verbs::{Access, FlushSpec, WcOpcode, WcStatus, WrOpcode};
 
 fn atomic_write(id: u64, rkey: u32, va: u64, bytes: [u8; 8]) -> transport::verbs::SendWr {
     let mut w = send_wr(id, WrOpcode::AtomicWrite, vec![]);

@@ -5,15 +5,6 @@ mod common;
 use common::*;
 use transport::verbs::{RecvWr, Sge, WcOpcode, WcStatus, WrOpcode};
 
-fn wait_cqe(net: &mut Net, node: usize, cq: u32) -> transport::verbs::Completion {
-    let mut got = None;
-    net.run_until(2_000_000, |n| {
-        got = n.poll(node, cq);
-        got.is_some()
-    });
-    got.expect("completion")
-}
-
 #[test]
 fn op_01_rc_send_multi_packet_arrives_byte_exact() {
     let mut net = Net::new(2, 1 << 20, 1);

@@ -12,15 +12,6 @@ use transport::verbs::{
 };
 use transport::wire::roce::{IpRepr, RoceRepr, UDP_PORT};
 
-fn wait_cqe(net: &mut Net, node: usize, cq: u32) -> transport::verbs::Completion {
-    let mut got = None;
-    net.run_until(2_000_000, |n| {
-        got = n.poll(node, cq);
-        got.is_some()
-    });
-    got.expect("completion")
-}
-
 fn sge(addr: u64, length: u32, lkey: u32) -> Vec<Sge> {
     vec![Sge { addr, length, lkey }]
 }
@@ -162,13 +153,7 @@ fn connect_with_av(net: &mut Net, o: &ConnOpts, gid_index: u8) -> Pair {
             av: roce_av(peer, gid_index),
             ..QpAttr::default()
         };
-        let m = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
+        let m = RC_RTR_MASK;
         e.modify_qp(qpn, &rtr, m, now).unwrap();
         let rts = QpAttr {
             state: Some(QpState::Rts),
@@ -335,13 +320,7 @@ fn wf_10_roce_paths_are_global_and_fit_the_ethernet_mtu() {
         av,
         ..QpAttr::default()
     };
-    let m = AttrMask::STATE
-        | AttrMask::AV
-        | AttrMask::PATH_MTU
-        | AttrMask::DEST_QPN
-        | AttrMask::RQ_PSN
-        | AttrMask::MAX_DEST_RD_ATOMIC
-        | AttrMask::MIN_RNR_TIMER;
+    let m = RC_RTR_MASK;
     let local = transport::verbs::AddressVector {
         dlid: 2,
         ..Default::default()

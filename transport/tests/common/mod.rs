@@ -423,15 +423,7 @@ pub fn bring_up(
                 | AttrMask::DEST_QPN
                 | AttrMask::RQ_PSN
         }
-        QpType::Rc => {
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER
-        }
+        QpType::Rc => RC_RTR_MASK,
     };
     e.modify_qp(qpn, &a, m_rtr, now).expect("rtr");
     a.state = Some(QpState::Rts);
@@ -541,3 +533,24 @@ pub fn roce_av(i: usize, gid_index: u8) -> AddressVector {
         ..AddressVector::default()
     }
 }
+
+/// Runs the bench until node `node`'s CQ `cq` has a completion; takes it.
+pub fn wait_cqe(net: &mut Net, node: usize, cq: Handle) -> Completion {
+    let mut got = None;
+    net.run_until(2_000_000, |n| {
+        got = n.poll(node, cq);
+        got.is_some()
+    });
+    got.expect("completion")
+}
+
+/// The attributes an RC QP's Init -> RTR needs (QS-02).
+pub const RC_RTR_MASK: AttrMask = AttrMask(
+    AttrMask::STATE.0
+        | AttrMask::AV.0
+        | AttrMask::PATH_MTU.0
+        | AttrMask::DEST_QPN.0
+        | AttrMask::RQ_PSN.0
+        | AttrMask::MAX_DEST_RD_ATOMIC.0
+        | AttrMask::MIN_RNR_TIMER.0,
+);
