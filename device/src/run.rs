@@ -13,7 +13,7 @@
 //!   DOORBELL_PROTOCOL). An idle device uses no CPU.
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use transport::engine::{Engine, Limits, PortConfig};
@@ -48,11 +48,19 @@ const CONTENDED_FOR: Duration = Duration::from_millis(100);
 /// periodic counter print is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 
-/// The caller's time: since the Unix epoch, as the link and capture want it.
+/// The device's one clock, monotonic: the wall time (since the Unix epoch, as
+/// pcap captures want it) of the first call plus the monotonic time elapsed
+/// since. The engine's timers run on it, so setting the host's clock neither
+/// fires every ACK timeout at once nor stalls them (RL-10).
 pub fn now() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
+    static ORIGIN: OnceLock<(Instant, Duration)> = OnceLock::new();
+    let (at, wall) = ORIGIN.get_or_init(|| {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        (Instant::now(), wall)
+    });
+    *wall + at.elapsed()
 }
 
 /// The BAR0 registers the driver configures (abi::bar0).

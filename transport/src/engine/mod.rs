@@ -16,7 +16,8 @@ pub mod link;
 mod requester;
 mod responder;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
 pub use counters::{Counters, NakReason, RxDrop};
 use cq::{Cq, Pushed, Srq};
@@ -200,6 +201,9 @@ pub(crate) struct Qp {
     /// take turns, so a long READ response stream does not starve the QP's own
     /// send queue until its ACK timer runs out of retries (RL-10).
     pub req_turn: bool,
+    /// The time of this QP's live entry in [`Engine`]'s timer heap: never later
+    /// than the requester's deadline (see [`Engine::arm`]).
+    pub timer_at: Option<Time>,
 }
 
 /// The engine.
@@ -215,6 +219,12 @@ pub struct Engine {
     events: VecDeque<Event>,
     /// QPs that may have a packet to send, round robin.
     schedule: VecDeque<u32>,
+    /// Requester timers (ACK timeout RL-10, RNR wait RL-11) as a min-heap of
+    /// (time, QPN), so the next deadline costs O(1) and firing costs
+    /// O(log QPs) per due timer, whatever the number of QPs. An entry is live
+    /// while its time equals its QP's `timer_at`; others are dropped when they
+    /// reach the top (or when the heap is compacted, see [`Engine::arm`]).
+    timers: BinaryHeap<Reverse<(Time, u32)>>,
     pub(crate) counters: Counters,
 }
 
@@ -240,6 +250,7 @@ impl Engine {
             next_qpn: 2,
             events: VecDeque::new(),
             schedule: VecDeque::new(),
+            timers: BinaryHeap::new(),
             counters: Counters::default(),
         }
     }
@@ -552,6 +563,7 @@ impl Engine {
                 resp: Responder::default(),
                 scheduled: false,
                 req_turn: false,
+                timer_at: None,
             },
         );
         Ok(qpn)
@@ -671,6 +683,7 @@ impl Engine {
         }
         let sched = matches!(next, QpState::Rts | QpState::Sqd);
         self.finish(fx);
+        self.arm(qpn);
         if sched {
             self.schedule_qp(qpn);
         }
@@ -830,6 +843,7 @@ impl Engine {
             Direction::Notification => false,
         };
         self.finish(fx);
+        self.arm(dest);
         if wants_tx {
             self.schedule_qp(dest);
         }
@@ -874,40 +888,114 @@ impl Engine {
                     .or_else(|| requester::poll_transmit(qp, &mut ctx, buf, &self.limits))
             };
             qp.req_turn = !qp.req_turn;
-            match built {
-                Some(len) => {
-                    self.schedule.push_back(qpn);
-                    self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += len as u64;
-                    out = Some(len);
-                    break;
-                }
-                None => qp.scheduled = false,
+            if built.is_none() {
+                qp.scheduled = false;
+            }
+            self.arm(qpn);
+            if let Some(len) = built {
+                self.schedule.push_back(qpn);
+                self.counters.tx_packets += 1;
+                self.counters.tx_bytes += len as u64;
+                out = Some(len);
+                break;
             }
         }
         self.finish(fx);
         out
     }
 
-    /// The earliest time [`Self::handle_timeout`] has work.
+    /// The earliest time [`Self::handle_timeout`] may have work: O(1). It is
+    /// never later than a QP's deadline; it may be earlier (a timer that was
+    /// pushed back fires as a no-op that re-arms it).
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.qps.values().filter_map(|q| q.req.deadline()).min()
+        #[cfg(debug_assertions)]
+        self.check_timers();
+        self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
     /// Fires every timer due at `now`: ACK timeouts (RL-10) and RNR waits (RL-11).
+    /// Costs O(log QPs) per heap entry due, nothing per QP that is not.
     pub fn handle_timeout(&mut self, now: Time) {
+        let mut due = Vec::new();
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                if qp.timer_at == Some(t) {
+                    qp.timer_at = None;
+                    due.push(qpn);
+                }
+            }
+        }
         let mut fx = Effects::default();
         let mut wake = Vec::new();
-        for qp in self.qps.values_mut() {
+        for &qpn in &due {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
             if qp.req.deadline().is_some_and(|d| d <= now)
                 && requester::on_timeout(qp, now, &mut fx, &mut self.counters)
             {
-                wake.push(qp.qpn);
+                wake.push(qpn);
             }
         }
         self.finish(fx);
+        for q in due {
+            self.arm(q);
+        }
         for q in wake {
             self.schedule_qp(q);
+        }
+    }
+
+    /// Keeps the timer heap covering `qpn`'s requester deadline after an input
+    /// touched the QP. A later deadline (the ACK timer restarted by progress,
+    /// the common case) costs nothing: the earlier entry fires, finds the
+    /// deadline ahead and re-arms. Only an earlier one is pushed, which leaves
+    /// the older entry stale; when stale entries outnumber live ones the heap
+    /// is rebuilt, so its size stays O(QPs) whatever a peer sends.
+    fn arm(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(d) = qp.req.deadline() else {
+            return;
+        };
+        if qp.timer_at.is_some_and(|t| t <= d) {
+            return;
+        }
+        qp.timer_at = Some(d);
+        self.timers.push(Reverse((d, qpn)));
+        if self.timers.len() > 2 * self.qps.len() + 16 {
+            let live = self
+                .qps
+                .values()
+                .filter_map(|q| q.timer_at.map(|t| Reverse((t, q.qpn))));
+            self.timers = live.collect();
+        }
+    }
+
+    /// Debug builds, few QPs: every requester deadline is covered by a live
+    /// heap entry no later than it (the invariant [`Self::arm`] keeps).
+    #[cfg(debug_assertions)]
+    fn check_timers(&self) {
+        if self.qps.len() > 64 {
+            return;
+        }
+        for qp in self.qps.values() {
+            if let Some(d) = qp.req.deadline() {
+                let t = qp
+                    .timer_at
+                    .unwrap_or_else(|| panic!("QP {} has a deadline {d:?} and no timer", qp.qpn));
+                assert!(t <= d, "QP {} timer {t:?} after its deadline {d:?}", qp.qpn);
+                assert!(
+                    self.timers.iter().any(|Reverse(e)| *e == (t, qp.qpn)),
+                    "QP {} timer {t:?} not in the heap",
+                    qp.qpn
+                );
+            }
         }
     }
 
