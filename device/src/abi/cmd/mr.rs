@@ -1,0 +1,118 @@
+//! Parameters of the memory commands: protection domains, memory regions and
+//! memory windows.
+
+use super::Pbl;
+
+abi_struct! {
+    /// ALLOC_PD output.
+    pub struct AllocPdOut (4) {
+        pub pdn: u32,
+    }
+}
+
+abi_struct! {
+    /// DEALLOC_PD input.
+    pub struct DeallocPdIn (4) {
+        pub pdn: u32,
+    }
+}
+
+abi_consts! {
+    /// REG_MR `flags`.
+    pub mod reg_mr_flags: u32 = "VHCA_REG_MR_F" {
+        /// An identity MR over all guest memory for kernel verbs (get_dma_mr):
+        /// iova 0, length 2^64 - 1 (`u64::MAX`), `pbl` ignored; the device builds
+        /// the translation from its guest memory map.
+        DMA = 1 << 0,
+    }
+}
+
+abi_struct! {
+    /// REG_MR input (mailbox).
+    pub struct RegMrIn (48) {
+        pub pdn: u32,
+        /// `VHCA_ACCESS_*`; remote write or atomic need local write (MP-04).
+        pub access: u32,
+        /// First virtual address; any byte alignment (MP-03).
+        pub iova: u64,
+        pub length: u64,
+        /// `VHCA_REG_MR_F_*`.
+        pub flags: u32,
+        pub rsvd: u32,
+        /// The pages spanned by [iova, iova + length), in order; the first holds
+        /// iova at offset iova mod page size (MP-03).
+        pub pbl: Pbl,
+    }
+}
+
+abi_struct! {
+    /// REG_MR and REREG_MR output. L_Key = R_Key = (index << 8) | key byte (MP-02).
+    pub struct RegMrOut (8) {
+        pub lkey: u32,
+        pub rkey: u32,
+    }
+}
+
+abi_consts! {
+    /// REREG_MR `change` bits (`enum ibv_rereg_mr_flags`).
+    pub mod rereg: u32 = "VHCA_REREG" {
+        CHANGE_TRANSLATION = 1 << 0,
+        CHANGE_PD = 1 << 1,
+        CHANGE_ACCESS = 1 << 2,
+    }
+}
+
+abi_struct! {
+    /// REREG_MR input (mailbox): the fields `change` names replace the MR's.
+    pub struct ReregMrIn (48) {
+        pub lkey: u32,
+        /// `VHCA_REREG_*`.
+        pub change: u32,
+        pub pdn: u32,
+        pub access: u32,
+        pub iova: u64,
+        pub length: u64,
+        pub pbl: Pbl,
+    }
+}
+
+abi_struct! {
+    /// DEREG_MR input.
+    pub struct DeregMrIn (4) {
+        pub lkey: u32,
+    }
+}
+
+abi_enum! {
+    /// Memory window types (`enum ibv_mw_type`).
+    pub enum MwType: u32 = "VHCA_MW" {
+        /// Bound to a PD, bound and unbound by BIND_MW only (MP-06).
+        Type1 = 1,
+        /// Type 2B: bound to a QP, invalidated by LOCAL_INV or SEND_WITH_INV (MP-07).
+        Type2 = 2,
+    }
+}
+
+abi_struct! {
+    /// ALLOC_MW input.
+    pub struct AllocMwIn (8) {
+        pub pdn: u32,
+        /// `enum vhca_mw_type`.
+        pub mw_type: u32,
+    }
+}
+
+abi_struct! {
+    /// ALLOC_MW output: the window's first R_Key, (index << 8) | key byte, in the
+    /// key space MRs use (MP-02). BIND_MW gives it a new key byte each time.
+    pub struct AllocMwOut (4) {
+        pub rkey: u32,
+    }
+}
+
+abi_struct! {
+    /// DEALLOC_MW input: the window's current R_Key.
+    pub struct DeallocMwIn (4) {
+        pub rkey: u32,
+    }
+}

@@ -1,0 +1,142 @@
+//! Parameters of the commands about the device and its port: QUERY_DEVICE,
+//! QUERY_PORT, SET_GID and QUERY_COUNTERS.
+
+abi_struct! {
+    /// QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
+    pub struct DeviceAttr (136) {
+        pub fw_ver: u64,
+        pub node_guid: u64,
+        pub sys_image_guid: u64,
+        pub max_mr_size: u64,
+        /// Supported MR page sizes, one bit per power of two.
+        pub page_size_cap: u64,
+        pub vendor_id: u32,
+        pub vendor_part_id: u32,
+        pub hw_ver: u32,
+        /// `VHCA_DEV_CAP_*`.
+        pub cap_flags: u32,
+        pub max_qp: u32,
+        pub max_qp_wr: u32,
+        pub max_sge: u32,
+        pub max_cq: u32,
+        pub max_cqe: u32,
+        pub max_mr: u32,
+        pub max_pd: u32,
+        pub max_srq: u32,
+        pub max_srq_wr: u32,
+        pub max_srq_sge: u32,
+        pub max_eq: u32,
+        pub max_eqe: u32,
+        pub max_inline_data: u32,
+        pub max_qp_rd_atom: u32,
+        pub max_qp_init_rd_atom: u32,
+        pub max_res_rd_atom: u32,
+        /// Largest message: 2^31 (C9-10, OP-09).
+        pub max_msg_sz: u32,
+        pub num_uars: u32,
+        pub msix_vectors: u16,
+        pub max_pkeys: u16,
+        pub local_ca_ack_delay: u8,
+        pub phys_port_cnt: u8,
+        /// `enum vhca_atomic_cap`.
+        pub atomic_cap: u8,
+        pub rsvd: u8,
+    }
+}
+
+abi_struct! {
+    /// QUERY_PORT input.
+    pub struct QueryPortIn (4) {
+        /// Port number (1).
+        pub port: u8,
+        pub rsvd: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// QUERY_PORT output (`struct ibv_port_attr` plus the tables the driver
+    /// serves: P_Key table, GID 0 = subnet prefix : port GUID, AD-01, AD-05).
+    pub struct PortAttr (192) {
+        pub port_guid: u64,
+        pub gid_prefix: u64,
+        /// GID 0, network order.
+        pub gid0: [u8; 16],
+        pub max_msg_sz: u32,
+        pub lid: u16,
+        pub sm_lid: u16,
+        /// Valid entries of `pkeys`.
+        pub pkey_tbl_len: u16,
+        pub gid_tbl_len: u16,
+        /// `enum vhca_port_state`.
+        pub state: u8,
+        /// IBA physical port state: 5 = LinkUp, 3 = Disabled.
+        pub phys_state: u8,
+        /// `enum vhca_mtu`.
+        pub max_mtu: u8,
+        /// `enum vhca_mtu`.
+        pub active_mtu: u8,
+        pub lmc: u8,
+        pub sm_sl: u8,
+        /// `IBV_LINK_LAYER_*`: 1 = InfiniBand, 2 = Ethernet (RoCEv2, WF-10).
+        pub link_layer: u8,
+        /// `IB_WIDTH_*`.
+        pub active_width: u8,
+        /// `IB_SPEED_*`.
+        pub active_speed: u8,
+        pub rsvd: [u8; 3],
+        /// P_Key table; index 0 is normally 0xFFFF (AD-05).
+        pub pkeys: [u16; 64],
+        /// Ethernet port: its MAC, which the driver matches to the guest's netdev
+        /// (the NIC that shares the port); zero on InfiniBand.
+        pub mac: [u8; 6],
+        pub rsvd2: [u8; 2],
+    }
+}
+
+abi_enum! {
+    /// GID types of a RoCE port's table (`enum ib_gid_type`); the device
+    /// speaks RoCEv2 only (WF-10).
+    pub enum GidType: u8 = "VHCA_GID_TYPE" {
+        /// RoCEv2: IPv4-mapped or IPv6 GID, UDP/IP encapsulation (A17).
+        RoceV2 = 2,
+    }
+}
+
+abi_struct! {
+    /// SET_GID input.
+    pub struct SetGidIn (24) {
+        /// Table index, below the port's `gid_tbl_len`.
+        pub index: u16,
+        /// Port (1).
+        pub port: u8,
+        /// 1: set the entry to `gid`; 0: clear it (`gid` and `gid_type` zero).
+        pub valid: u8,
+        /// `enum vhca_gid_type`.
+        pub gid_type: u8,
+        pub rsvd: [u8; 3],
+        /// The GID, network order: an IPv4-mapped (::ffff:a.b.c.d) or IPv6
+        /// address of the netdev paired with the port.
+        pub gid: [u8; 16],
+    }
+}
+
+abi_struct! {
+    /// QUERY_COUNTERS input.
+    pub struct QueryCountersIn (4) {
+        pub port: u8,
+        /// `enum vhca_counter_set`.
+        pub set: u8,
+        pub rsvd: u16,
+    }
+}
+
+abi_struct! {
+    /// QUERY_COUNTERS output (mailbox): `count` u64 counters, in the order of the
+    /// set's `VHCA_COUNTERS_*_NAMES`. A newer device may return more than the
+    /// driver has names for; the driver shows the ones it knows.
+    pub struct QueryCountersOut (4096) {
+        pub count: u32,
+        pub rsvd: u32,
+        pub values: [u64; 511],
+    }
+}

@@ -1,0 +1,701 @@
+//! The command queue (design.md §4; abi::cmd COMMAND_PROTOCOL): commands from the
+//! driver's ring, executed in order, one at a time, all or nothing.
+//!
+//! A command is checked completely before anything changes: its input (inline
+//! or a mailbox) and where its output goes, every number it names, its doorbell
+//! slot, its rings and page lists (read from guest memory and checked against
+//! the guest's map). Only then is the engine called, at most once per command
+//! (so there is never an earlier engine change to undo), and the device's
+//! tables updated. A refusal is a status and a [`Syndrome`] in the slot, never a
+//! panic (design.md §9).
+//!
+//! The protocol (fetching a slot, checking its mailboxes, writing the status
+//! and clearing `owner`) is here; the handlers follow `abi::cmd::commands()`:
+//! one per opcode, each taking its input struct and returning its output
+//! struct, in one module per object family, so that each file can be read on
+//! its own.
+
+mod cq;
+mod mr;
+mod port;
+mod qp;
+mod srq;
+
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
+
+use transport::engine::{Engine, Limits};
+use transport::memory::Memory;
+use transport::verbs::{self as tv, VerbError};
+
+use crate::abi::bar0::{dev_cap, Fatal};
+use crate::abi::cmd::{cmd_const, cmd_flags, cmd_owner, pbl_const, Cmd, Opcode, Pbl, Status};
+use crate::abi::layout::AbiStruct;
+use crate::abi::uar::uar as uar_const;
+use crate::abi::verbs::{access, num};
+use crate::hca::{DbSlot, Doorbells, Hca};
+use crate::ring::{self, read_pbl, Ring, RingError};
+
+use cq::{create_cq, create_eq, destroy_cq, destroy_eq, resize_cq};
+use mr::{alloc_mw, alloc_pd, dealloc_mw, dealloc_pd, dereg_mr, reg_mr, rereg_mr};
+use port::{query_counters, query_device, query_port, set_gid};
+use qp::{create_qp, destroy_qp, modify_qp, query_qp};
+use srq::{create_srq, destroy_srq, modify_srq, query_srq, resize_srq};
+
+pub(crate) use qp::av_to_abi;
+
+pub use crate::context::snapshot;
+
+/// Commands executed per [`execute_pending`] call at most, so the caller's loop
+/// stays responsive (one command may read a page list of 2 MiB).
+pub const MAX_COMMANDS_PER_CALL: u32 = 64;
+
+/// Mailboxes and their pages: a mailbox never crosses a 4 KiB page.
+const MAILBOX_PAGE_SHIFT: u32 = pbl_const::MIN_PAGE_SHIFT;
+
+/// Device limits: what QUERY_DEVICE reports, what BAR0's CAP_* registers show
+/// and what the command queue enforces. 32 bits each, as the registers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// QPs, including QP 1 (GSI).
+    pub max_qp: u32,
+    pub max_cq: u32,
+    pub max_srq: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    /// EQs, including EQ 0.
+    pub max_eq: u32,
+    /// Work requests per SQ or RQ; rings hold at most this many WQEs.
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cqe: u32,
+    pub max_inline: u32,
+    /// UAR pages of BAR2.
+    pub num_uars: u32,
+    /// MSI-X vectors (abi::ident MSIX_MIN_VECTORS..=MSIX_MAX_VECTORS).
+    pub msix_vectors: u32,
+    pub max_cmdq_log2: u32,
+    pub max_eq_log2: u32,
+    pub max_srq_wr: u32,
+    /// RDMA READ / ATOMIC depth, as initiator and as responder.
+    pub max_rd_atomic: u32,
+    /// `VHCA_DEV_CAP_*`.
+    pub flags: u32,
+}
+
+impl Caps {
+    /// The device's limits over an engine with `l`: the engine's own sizes, and
+    /// the device's choices for what the engine does not know (EQs, UARs,
+    /// vectors, the command queue).
+    pub fn from_limits(l: &Limits) -> Caps {
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        Caps {
+            max_qp: n(l.max_qp),
+            max_cq: n(l.max_cq),
+            max_srq: n(l.max_srq),
+            max_mr: n(l.max_mr).min(transport::mr::MAX_MR_INDEX),
+            max_pd: n(l.max_pd),
+            max_eq: 64,
+            max_qp_wr: l.max_qp_wr,
+            max_sge: l.max_sge,
+            max_cqe: l.max_cqe,
+            max_inline: l.max_inline,
+            // 256 KiB of BAR2: the kernel's page and 63 user contexts.
+            num_uars: 64,
+            msix_vectors: 16,
+            // 1024 slots of 64 bytes: 64 KiB, a modest contiguous allocation.
+            max_cmdq_log2: 10,
+            // 64 Ki EQEs of 16 bytes: 1 MiB.
+            max_eq_log2: 16,
+            max_srq_wr: l.max_qp_wr,
+            max_rd_atomic: u32::from(l.max_rd_atomic),
+            flags: dev_cap::RC
+                | dev_cap::UC
+                | dev_cap::UD
+                | dev_cap::GSI
+                | dev_cap::SRQ
+                | dev_cap::ATOMIC
+                | dev_cap::SEND_WITH_INV
+                | dev_cap::MW_TYPE1
+                | dev_cap::MW_TYPE2
+                | dev_cap::DMA_MR
+                | dev_cap::RESIZE_CQ
+                | dev_cap::RESIZE_SRQ
+                | dev_cap::FLUSH_GLOBAL
+                | dev_cap::ATOMIC_WRITE,
+        }
+    }
+}
+
+impl Default for Caps {
+    /// The limits of an engine with `Limits::default()`.
+    fn default() -> Caps {
+        Caps::from_limits(&Limits::default())
+    }
+}
+
+/// The command ring the driver configured through BAR0, and how far the device
+/// has executed it.
+#[derive(Debug, Clone)]
+pub struct CmdQueue {
+    ring: Ring,
+    base: u64,
+    log2_size: u32,
+    /// Commands completed (free-running): CMDQ_CI.
+    ci: u32,
+}
+
+impl CmdQueue {
+    /// The ring of `2^log2_size` slots at `base`: physically contiguous, 4 KiB
+    /// aligned, in guest memory, `1..=max_log2` (BAR0 CAP_MAX_CMDQ_LOG2);
+    /// `CmdqBadConfig` otherwise.
+    pub fn new(
+        mem: &dyn Memory,
+        base: u64,
+        log2_size: u32,
+        max_log2: u32,
+    ) -> Result<CmdQueue, Fatal> {
+        if log2_size == 0 || log2_size > max_log2.min(ring::MAX_LOG_ENTRIES) {
+            return Err(Fatal::CmdqBadConfig);
+        }
+        let slot_shift = cmd_const::SLOT_SIZE.trailing_zeros();
+        let page_shift = pbl_const::MIN_PAGE_SHIFT;
+        let pbl = ring::contiguous_pbl(base, slot_shift, log2_size);
+        let pages = read_pbl(mem, &pbl).map_err(|_| Fatal::CmdqBadConfig)?;
+        let ring = Ring::new(mem, pages, page_shift, slot_shift, log2_size, max_log2)
+            .map_err(|_| Fatal::CmdqBadConfig)?;
+        Ok(CmdQueue {
+            ring,
+            base,
+            log2_size,
+            ci: 0,
+        })
+    }
+
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    pub fn log2_size(&self) -> u32 {
+        self.log2_size
+    }
+
+    /// Slots in the ring.
+    pub fn slots(&self) -> u32 {
+        self.ring.len()
+    }
+
+    /// Commands completed (free-running): what CMDQ_CI reads.
+    pub fn ci(&self) -> u32 {
+        self.ci
+    }
+}
+
+/// A command that asked for a COMMAND_DONE event (`VHCA_CMD_F_EVENT`): the
+/// caller writes the EQE on EQ 0 (object = token, data = status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmdDone {
+    pub token: u16,
+    pub status: Status,
+}
+
+impl From<Status> for u32 {
+    /// The status as the COMMAND_DONE EQE's `data` word.
+    fn from(s: Status) -> u32 {
+        u32::from(s.raw())
+    }
+}
+
+/// Which check refused a command: the slot's `syndrome` (device-specific, for
+/// the driver's log; 0 on success).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Syndrome {
+    None = 0,
+    /// Unknown opcode.
+    Opcode = 1,
+    /// in_len shorter than the input or longer than a mailbox.
+    InMailboxLength = 2,
+    /// The input mailbox crosses a 4 KiB page.
+    InMailboxPage = 3,
+    /// The input mailbox is outside guest memory.
+    InMailboxAddress = 4,
+    OutMailboxLength = 5,
+    OutMailboxPage = 6,
+    OutMailboxAddress = 7,
+    /// A reserved field is not zero.
+    Reserved = 8,
+    /// A page list's form, page size or page count.
+    PageList = 9,
+    /// A page list, table or page outside guest memory.
+    PageListAddress = 10,
+    /// A page, list or table not aligned.
+    PageUnaligned = 11,
+    /// A ring's entry count: out of range, or below the WQEs asked for.
+    RingSize = 12,
+    /// A WQE stride out of range, or too small for the SGEs or inline data.
+    Stride = 13,
+    /// A doorbell slot outside the UAR pages or a page's slots (EQs: UAR 0).
+    SlotRange = 14,
+    /// EQ 0's doorbell slot.
+    SlotReserved = 15,
+    /// A doorbell slot another object holds.
+    SlotBusy = 16,
+    /// Not port 1.
+    Port = 17,
+    /// An MSI-X vector out of range.
+    Vector = 18,
+    NoEq = 19,
+    /// An EQ with CQs.
+    EqBusy = 20,
+    /// EQ 0 belongs to BAR0.
+    Eq0 = 21,
+    NoCq = 22,
+    /// A CQ with QPs.
+    CqBusy = 23,
+    NoPd = 24,
+    /// No such SRQ, or one of another PD.
+    NoSrq = 25,
+    /// An SRQ with QPs.
+    SrqBusy = 26,
+    NoQp = 27,
+    NoMr = 28,
+    QpType = 29,
+    /// More than the device's limits (Caps).
+    Caps = 30,
+    /// Unknown attribute mask bits.
+    AttrMask = 31,
+    /// An attribute value out of range.
+    AttrValue = 32,
+    /// Unknown flag bits.
+    Flags = 33,
+    /// Unknown access bits.
+    Access = 34,
+    /// A valid request the device does not implement.
+    Unsupported = 35,
+    CounterSet = 36,
+    /// RESIZE_CQ of a CQ that overflowed (CQ-03).
+    CqOverflowed = 37,
+    /// A consumer index in a doorbell slot the device never wrote up to.
+    ConsumerIndex = 38,
+    /// A producer index in a doorbell slot more than a ring ahead.
+    ProducerIndex = 39,
+    /// An existing ring became unreadable or a new one unwritable.
+    RingAddress = 40,
+    /// SET_GID: an index past the table, a GID type other than RoCEv2, or a
+    /// zero GID set as valid.
+    Gid = 41,
+    /// The engine refused; the status says why.
+    Engine = 0x100,
+}
+
+/// A refused command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fail {
+    status: Status,
+    syndrome: Syndrome,
+}
+
+const fn fail(status: Status, syndrome: Syndrome) -> Fail {
+    Fail { status, syndrome }
+}
+
+impl From<VerbError> for Fail {
+    fn from(e: VerbError) -> Fail {
+        fail(e.into(), Syndrome::Engine)
+    }
+}
+
+fn ring_fail(e: RingError) -> Fail {
+    match e {
+        RingError::Memory(_) => fail(Status::BadAddress, Syndrome::PageListAddress),
+        RingError::Unaligned { .. } | RingError::ListUnaligned(_) => {
+            fail(Status::BadParam, Syndrome::PageUnaligned)
+        }
+        RingError::PageSize(_)
+        | RingError::Levels(_)
+        | RingError::Reserved
+        | RingError::PageCount { .. } => fail(Status::BadParam, Syndrome::PageList),
+        RingError::EntrySize(_) | RingError::TooManyEntries(_) => {
+            fail(Status::BadParam, Syndrome::RingSize)
+        }
+    }
+}
+
+fn reserved(zero: bool) -> Result<(), Fail> {
+    if zero {
+        Ok(())
+    } else {
+        Err(fail(Status::BadParam, Syndrome::Reserved))
+    }
+}
+
+fn check_port(port: u8) -> Result<(), Fail> {
+    if u32::from(port) == num::PORT {
+        Ok(())
+    } else {
+        Err(fail(Status::BadParam, Syndrome::Port))
+    }
+}
+
+const ACCESS_BITS: u32 = access::LOCAL_WRITE
+    | access::REMOTE_WRITE
+    | access::REMOTE_READ
+    | access::REMOTE_ATOMIC
+    | access::MW_BIND
+    | access::FLUSH_GLOBAL;
+
+/// QP access may also enable FLUSH of placement type persistence (as Linux
+/// rxe, the responder checks the QP's flush rights and then the MR's); no MR
+/// can hold that right, so such a FLUSH still fails (IBA 1.5 MPE).
+const QP_ACCESS_BITS: u32 = ACCESS_BITS | access::FLUSH_PERSISTENT;
+
+fn check_access(a: u32) -> Result<tv::Access, Fail> {
+    check_access_in(a, ACCESS_BITS)
+}
+
+fn check_access_in(a: u32, allowed: u32) -> Result<tv::Access, Fail> {
+    if a & !allowed != 0 {
+        return Err(fail(Status::BadParam, Syndrome::Access));
+    }
+    Ok(tv::Access(a))
+}
+
+/// log2 of the largest power of two not above `v` (0 for 0 and 1).
+fn log2_floor(v: u32) -> u32 {
+    v.checked_ilog2().unwrap_or(0)
+}
+
+fn time(now: Duration) -> tv::Time {
+    tv::Time(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX))
+}
+
+// Byte offsets in a command slot.
+const STATUS_AT: u64 = core::mem::offset_of!(Cmd, status) as u64;
+const OWNER_AT: u64 = core::mem::offset_of!(Cmd, owner) as u64;
+const SYNDROME_AT: u64 = core::mem::offset_of!(Cmd, syndrome) as u64;
+const DATA_AT: u64 = core::mem::offset_of!(Cmd, data) as u64;
+const INLINE: usize = cmd_const::INLINE_SIZE as usize;
+
+/// Executes the commands from the queue's CI up to `pi` (the driver's
+/// CMDQ_PI), in order, at most [`MAX_COMMANDS_PER_CALL`] of them: for each, the
+/// outputs, then `syndrome` and `status`, then `owner` cleared last with release
+/// ordering, then CI advanced (abi::cmd COMMAND_PROTOCOL). Returns the commands
+/// that asked for a COMMAND_DONE event, for the caller to post on EQ 0.
+///
+/// Fatal: a slot the device should execute but does not own, or a `pi` more
+/// than a ring ahead of CI (`CmdqNotOwned`: the device cannot tell where
+/// commands are); a ring the guest unmapped (`CmdqBadConfig`). CI then stays at
+/// the slot concerned.
+pub fn execute_pending(
+    hca: &mut Hca,
+    q: &mut CmdQueue,
+    pi: u32,
+    mem: &mut dyn Memory,
+    db: &dyn Doorbells,
+    now: Duration,
+) -> Result<Vec<CmdDone>, Fatal> {
+    if pi.wrapping_sub(q.ci) > q.slots() {
+        return Err(Fatal::CmdqNotOwned);
+    }
+    let mut done = Vec::new();
+    for _ in 0..MAX_COMMANDS_PER_CALL {
+        if q.ci == pi {
+            break;
+        }
+        let addr = q.ring.entry_addr(q.ci);
+        let mut owner = [0u8];
+        mem.read(addr + OWNER_AT, &mut owner)
+            .map_err(|_| Fatal::CmdqBadConfig)?;
+        if owner[0] & cmd_owner::DEVICE == 0 {
+            return Err(Fatal::CmdqNotOwned);
+        }
+        // The driver set owner last, after a write barrier: read the rest after.
+        fence(Ordering::Acquire);
+        let mut raw = [0u8; Cmd::SIZE];
+        mem.read(addr, &mut raw).map_err(|_| Fatal::CmdqBadConfig)?;
+        let cmd = Cmd::from_bytes(&raw);
+        let result = dispatch(&mut Exec {
+            hca: &mut *hca,
+            mem: &mut *mem,
+            db,
+            cmd,
+            now,
+        });
+        if let Err(f) = &result {
+            log::debug!(
+                "cmdq: command {} (opcode {:#06x}, token {}) refused: {:?} ({:?})",
+                q.ci,
+                cmd.opcode,
+                cmd.token,
+                f.status,
+                f.syndrome
+            );
+        }
+        let status = complete(mem, addr, result)?;
+        q.ci = q.ci.wrapping_add(1);
+        if cmd.flags & cmd_flags::EVENT != 0 {
+            done.push(CmdDone {
+                token: cmd.token,
+                status,
+            });
+        }
+    }
+    Ok(done)
+}
+
+/// Writes a command's outcome into its slot (and output mailbox), owner last.
+fn complete(
+    mem: &mut dyn Memory,
+    addr: u64,
+    result: Result<Option<Output>, Fail>,
+) -> Result<Status, Fatal> {
+    let bad = |_| Fatal::CmdqBadConfig;
+    let f = match result {
+        Ok(None) => fail(Status::Ok, Syndrome::None),
+        Ok(Some(Output::Inline(b))) => {
+            mem.write(addr + DATA_AT, &b).map_err(bad)?;
+            fail(Status::Ok, Syndrome::None)
+        }
+        // Checked before the command ran; the guest could only have unmapped
+        // it since on another thread, which the device does not have.
+        Ok(Some(Output::Mailbox(at, b))) => match mem.write(at, &b) {
+            Ok(()) => fail(Status::Ok, Syndrome::None),
+            Err(_) => fail(Status::BadAddress, Syndrome::OutMailboxAddress),
+        },
+        Err(f) => f,
+    };
+    mem.write(addr + SYNDROME_AT, &(f.syndrome as u32).to_le_bytes())
+        .map_err(bad)?;
+    mem.write(addr + STATUS_AT, &[f.status.raw()])
+        .map_err(bad)?;
+    // Everything above reads as written once the driver sees owner clear.
+    fence(Ordering::Release);
+    mem.write(addr + OWNER_AT, &[0]).map_err(bad)?;
+    Ok(f.status)
+}
+
+/// One command being executed.
+struct Exec<'a> {
+    hca: &'a mut Hca,
+    mem: &'a mut dyn Memory,
+    db: &'a dyn Doorbells,
+    cmd: Cmd,
+    now: Duration,
+}
+
+/// A command's output, ready to write.
+enum Output {
+    /// Over the slot's `data`, zero-padded.
+    Inline([u8; INLINE]),
+    /// Into the output mailbox at this address.
+    Mailbox(u64, Vec<u8>),
+}
+
+/// Where an output goes, checked before the command runs.
+#[derive(Clone, Copy)]
+enum Place {
+    Inline,
+    Mailbox(u64),
+}
+
+#[derive(Clone, Copy)]
+enum Dir {
+    In,
+    Out,
+}
+
+/// Checks a mailbox for a `need`-byte struct: `len` at least `need` and at most
+/// VHCA_CMD_MAILBOX_MAX, and `[addr, addr + len)` within one 4 KiB page.
+fn check_mailbox(addr: u64, len: u16, need: usize, dir: Dir) -> Result<(), Fail> {
+    let (length, page, address) = match dir {
+        Dir::In => (
+            Syndrome::InMailboxLength,
+            Syndrome::InMailboxPage,
+            Syndrome::InMailboxAddress,
+        ),
+        Dir::Out => (
+            Syndrome::OutMailboxLength,
+            Syndrome::OutMailboxPage,
+            Syndrome::OutMailboxAddress,
+        ),
+    };
+    let len = usize::from(len);
+    if len < need || len == 0 || len > cmd_const::MAILBOX_MAX as usize {
+        return Err(fail(Status::BadParam, length));
+    }
+    let last = addr
+        .checked_add(len as u64 - 1)
+        .ok_or(fail(Status::BadAddress, address))?;
+    if addr >> MAILBOX_PAGE_SHIFT != last >> MAILBOX_PAGE_SHIFT {
+        return Err(fail(Status::BadParam, page));
+    }
+    Ok(())
+}
+
+impl Exec<'_> {
+    fn engine(&mut self) -> &mut Engine {
+        self.hca.port.engine_mut()
+    }
+
+    /// The command's input struct: inline, or exactly its size from the input
+    /// mailbox.
+    fn input<I: AbiStruct>(&self) -> Result<I, Fail> {
+        if I::SIZE <= INLINE {
+            return Ok(I::get(&self.cmd.data));
+        }
+        let (addr, len) = (self.cmd.in_mailbox, self.cmd.in_len);
+        check_mailbox(addr, len, I::SIZE, Dir::In)?;
+        let mut b = vec![0u8; I::SIZE];
+        self.mem
+            .read(addr, &mut b)
+            .map_err(|_| fail(Status::BadAddress, Syndrome::InMailboxAddress))?;
+        Ok(I::get(&b))
+    }
+
+    /// Where the output struct goes; a mailbox is checked against guest memory
+    /// now, so that a command never succeeds without its output.
+    fn output_place<O: AbiStruct>(&self) -> Result<Place, Fail> {
+        if O::SIZE <= INLINE {
+            return Ok(Place::Inline);
+        }
+        let (addr, len) = (self.cmd.out_mailbox, self.cmd.out_len);
+        check_mailbox(addr, len, O::SIZE, Dir::Out)?;
+        let mut probe = vec![0u8; O::SIZE];
+        self.mem
+            .read(addr, &mut probe)
+            .map_err(|_| fail(Status::BadAddress, Syndrome::OutMailboxAddress))?;
+        Ok(Place::Mailbox(addr))
+    }
+
+    /// A free doorbell slot: in a UAR page of BAR2 (UAR 0 for an EQ), a slot
+    /// past the header, not EQ 0's, not another object's (abi::uar
+    /// DOORBELL_PROTOCOL).
+    fn free_slot(&self, uar: u32, slot: u16, for_eq: bool) -> Result<DbSlot, Fail> {
+        let pages = self.db.len() / u64::from(uar_const::PAGE_SIZE);
+        let s = u32::from(slot);
+        if u64::from(uar) >= pages
+            || (for_eq && uar != uar_const::KERNEL_UAR)
+            || !(uar_const::FIRST_SLOT..uar_const::SLOTS).contains(&s)
+        {
+            return Err(fail(Status::BadParam, Syndrome::SlotRange));
+        }
+        if uar == uar_const::KERNEL_UAR && s == uar_const::EQ0_SLOT {
+            return Err(fail(Status::Permission, Syndrome::SlotReserved));
+        }
+        let d = DbSlot { uar, slot };
+        if self.hca.slots.contains_key(&d) {
+            return Err(fail(Status::Busy, Syndrome::SlotBusy));
+        }
+        Ok(d)
+    }
+
+    /// A ring of `2^log2` entries of `2^entry_shift` bytes over the pages of
+    /// `pbl`, every page checked against guest memory.
+    fn ring(&self, pbl: &Pbl, entry_shift: u32, log2: u32, max_log2: u32) -> Result<Ring, Fail> {
+        let pages = read_pbl(&*self.mem, pbl).map_err(ring_fail)?;
+        Ring::new(
+            &*self.mem,
+            pages,
+            u32::from(pbl.page_shift),
+            entry_shift,
+            log2,
+            max_log2,
+        )
+        .map_err(ring_fail)
+    }
+
+    /// The pages of an MR's page list, each wholly in guest memory.
+    fn mr_pages(&self, pbl: &Pbl) -> Result<Vec<u64>, Fail> {
+        let pages = read_pbl(&*self.mem, pbl).map_err(ring_fail)?;
+        let last = (1u64 << pbl.page_shift) - 1;
+        let mut probe = [0u8];
+        for &p in &pages {
+            // Aligned pages of at most 1 GiB: p + last cannot overflow.
+            if self.mem.read(p, &mut probe).is_err() || self.mem.read(p + last, &mut probe).is_err()
+            {
+                return Err(fail(Status::BadAddress, Syndrome::PageListAddress));
+            }
+        }
+        Ok(pages)
+    }
+}
+
+/// Reads the input, checks the output's place, runs `f`, encodes its output.
+fn run<I: AbiStruct, O: AbiStruct>(
+    x: &mut Exec<'_>,
+    f: impl FnOnce(&mut Exec<'_>, I) -> Result<O, Fail>,
+) -> Result<Option<Output>, Fail> {
+    let input = x.input::<I>()?;
+    let place = x.output_place::<O>()?;
+    let out = f(x, input)?;
+    Ok(Some(encode(place, &out)))
+}
+
+/// A command with an input and no output.
+fn run_in<I: AbiStruct>(
+    x: &mut Exec<'_>,
+    f: impl FnOnce(&mut Exec<'_>, I) -> Result<(), Fail>,
+) -> Result<Option<Output>, Fail> {
+    let input = x.input::<I>()?;
+    f(x, input)?;
+    Ok(None)
+}
+
+/// A command with an output and no input.
+fn run_out<O: AbiStruct>(
+    x: &mut Exec<'_>,
+    f: impl FnOnce(&mut Exec<'_>) -> Result<O, Fail>,
+) -> Result<Option<Output>, Fail> {
+    let place = x.output_place::<O>()?;
+    let out = f(x)?;
+    Ok(Some(encode(place, &out)))
+}
+
+fn encode<O: AbiStruct>(place: Place, out: &O) -> Output {
+    match place {
+        Place::Inline => {
+            let mut b = [0u8; INLINE];
+            out.put(&mut b);
+            Output::Inline(b)
+        }
+        Place::Mailbox(at) => {
+            let mut b = vec![0u8; O::SIZE];
+            out.put(&mut b);
+            Output::Mailbox(at, b)
+        }
+    }
+}
+
+/// One handler per opcode, with the parameter structs of `abi::cmd::commands()`.
+fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
+    let op = Opcode::from_raw(x.cmd.opcode).ok_or(fail(Status::BadOpcode, Syndrome::Opcode))?;
+    match op {
+        Opcode::Nop => Ok(None),
+        Opcode::QueryDevice => run_out(x, query_device),
+        Opcode::QueryPort => run(x, query_port),
+        Opcode::QueryCounters => run(x, query_counters),
+        Opcode::AllocPd => run_out(x, alloc_pd),
+        Opcode::DeallocPd => run_in(x, dealloc_pd),
+        Opcode::CreateEq => run(x, create_eq),
+        Opcode::DestroyEq => run_in(x, destroy_eq),
+        Opcode::CreateCq => run(x, create_cq),
+        Opcode::DestroyCq => run_in(x, destroy_cq),
+        Opcode::ResizeCq => run(x, resize_cq),
+        Opcode::CreateSrq => run(x, create_srq),
+        Opcode::ModifySrq => run_in(x, modify_srq),
+        Opcode::QuerySrq => run(x, query_srq),
+        Opcode::DestroySrq => run_in(x, destroy_srq),
+        Opcode::ResizeSrq => run(x, resize_srq),
+        Opcode::CreateQp => run(x, create_qp),
+        Opcode::ModifyQp => run_in(x, modify_qp),
+        Opcode::QueryQp => run(x, query_qp),
+        Opcode::DestroyQp => run_in(x, destroy_qp),
+        Opcode::RegMr => run(x, reg_mr),
+        Opcode::ReregMr => run(x, rereg_mr),
+        Opcode::DeregMr => run_in(x, dereg_mr),
+        Opcode::AllocMw => run(x, alloc_mw),
+        Opcode::DeallocMw => run_in(x, dealloc_mw),
+        Opcode::SetGid => run_in(x, set_gid),
+    }
+}

@@ -1,0 +1,117 @@
+//! Protection domains, memory regions and memory windows: ALLOC_PD,
+//! DEALLOC_PD, REG_MR, REREG_MR, DEREG_MR, ALLOC_MW and DEALLOC_MW.
+
+use transport::mr::{Rereg, Translation};
+use transport::verbs as tv;
+
+use crate::abi::cmd::{
+    reg_mr_flags, rereg, AllocMwIn, AllocMwOut, AllocPdOut, DeallocMwIn, DeallocPdIn, DeregMrIn,
+    MwType, RegMrIn, RegMrOut, ReregMrIn, Status,
+};
+
+use super::{check_access, fail, reserved, Exec, Fail, Syndrome};
+
+// ---------------------------------------------------------------- PDs
+
+pub(super) fn alloc_pd(x: &mut Exec<'_>) -> Result<AllocPdOut, Fail> {
+    Ok(AllocPdOut {
+        pdn: x.engine().mrs().alloc_pd()?,
+    })
+}
+
+pub(super) fn dealloc_pd(x: &mut Exec<'_>, i: DeallocPdIn) -> Result<(), Fail> {
+    // BUSY while an MR, QP or SRQ uses it: the engine counts them.
+    Ok(x.engine().mrs().dealloc_pd(i.pdn)?)
+}
+
+pub(super) fn pd_exists(x: &mut Exec<'_>, pdn: u32) -> Result<(), Fail> {
+    if x.engine().mrs().pd_exists(pdn) {
+        Ok(())
+    } else {
+        Err(fail(Status::BadPd, Syndrome::NoPd))
+    }
+}
+
+// ---------------------------------------------------------------- MRs
+
+pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
+    reserved(i.rsvd == 0)?;
+    if i.flags & !reg_mr_flags::DMA != 0 {
+        return Err(fail(Status::BadParam, Syndrome::Flags));
+    }
+    let access = check_access(i.access)?;
+    pd_exists(x, i.pdn)?;
+    let key = if i.flags & reg_mr_flags::DMA != 0 {
+        // The identity MR: iova, length and the page list are ignored; the
+        // guest memory map refuses what is not the guest's.
+        x.engine().mrs().reg_dma_mr(i.pdn, access)?
+    } else {
+        let pages = x.mr_pages(&i.pbl)?;
+        let page_size = 1u64 << i.pbl.page_shift;
+        x.engine()
+            .mrs()
+            .reg_mr(i.pdn, i.iova, i.length, access, page_size, pages)?
+    };
+    Ok(RegMrOut {
+        lkey: key,
+        rkey: key,
+    })
+}
+
+pub(super) fn rereg_mr(x: &mut Exec<'_>, i: ReregMrIn) -> Result<RegMrOut, Fail> {
+    let all = rereg::CHANGE_TRANSLATION | rereg::CHANGE_PD | rereg::CHANGE_ACCESS;
+    if i.change == 0 || i.change & !all != 0 {
+        return Err(fail(Status::BadParam, Syndrome::Flags));
+    }
+    if x.engine().mrs().mr(i.lkey).is_none() {
+        return Err(fail(Status::NotFound, Syndrome::NoMr));
+    }
+    let mut change = Rereg::default();
+    if i.change & rereg::CHANGE_PD != 0 {
+        pd_exists(x, i.pdn)?;
+        change.pd = Some(i.pdn);
+    }
+    if i.change & rereg::CHANGE_ACCESS != 0 {
+        change.access = Some(check_access(i.access)?);
+    }
+    if i.change & rereg::CHANGE_TRANSLATION != 0 {
+        change.translation = Some(Translation {
+            iova: i.iova,
+            length: i.length,
+            page_size: 1u64 << i.pbl.page_shift.min(63),
+            pages: x.mr_pages(&i.pbl)?,
+        });
+    }
+    // Checked as a whole by the engine, which keeps the keys (MP-02).
+    let key = x.engine().mrs().rereg_mr(i.lkey, change)?;
+    Ok(RegMrOut {
+        lkey: key,
+        rkey: key,
+    })
+}
+
+pub(super) fn dereg_mr(x: &mut Exec<'_>, i: DeregMrIn) -> Result<(), Fail> {
+    // BUSY while memory windows are bound to it (MP-06, MP-07).
+    Ok(x.engine().mrs().dereg_mr(i.lkey)?)
+}
+
+// ---------------------------------------------------------------- MWs
+
+/// ALLOC_MW (MP-06 type 1, MP-07 type 2B): an unbound window in the PD; the
+/// PD is BUSY while it exists.
+pub(super) fn alloc_mw(x: &mut Exec<'_>, i: AllocMwIn) -> Result<AllocMwOut, Fail> {
+    let ty = match MwType::from_raw(i.mw_type) {
+        Some(MwType::Type1) => tv::MwType::Type1,
+        Some(MwType::Type2) => tv::MwType::Type2,
+        None => return Err(fail(Status::BadParam, Syndrome::AttrValue)),
+    };
+    pd_exists(x, i.pdn)?;
+    Ok(AllocMwOut {
+        rkey: x.engine().alloc_mw(i.pdn, ty)?,
+    })
+}
+
+/// DEALLOC_MW: by the window's current R_Key; a bound window is unbound.
+pub(super) fn dealloc_mw(x: &mut Exec<'_>, i: DeallocMwIn) -> Result<(), Fail> {
+    Ok(x.engine().dealloc_mw(i.rkey)?)
+}

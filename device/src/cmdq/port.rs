@@ -1,0 +1,150 @@
+//! Commands about the device and its port: QUERY_DEVICE, QUERY_PORT, SET_GID
+//! and QUERY_COUNTERS.
+
+use transport::engine::LinkLayer;
+
+use crate::abi::cmd::{
+    pbl_const, DeviceAttr, GidType, PortAttr, QueryCountersIn, QueryCountersOut, QueryPortIn,
+    SetGidIn, Status,
+};
+use crate::abi::counters::CounterSet;
+use crate::abi::ident::ident;
+use crate::abi::verbs::{num, AtomicCap, PortState};
+
+use super::{check_port, fail, reserved, Exec, Fail, Syndrome};
+
+/// The Local CA ACK Delay the device reports (IBA 14.2.5.6: 4.096 us *
+/// 2^value); software processing is slower than silicon, as rxe reports.
+const LOCAL_CA_ACK_DELAY: u8 = 15;
+
+pub(super) fn query_device(x: &mut Exec<'_>) -> Result<DeviceAttr, Fail> {
+    let c = x.hca.caps;
+    let port = x.hca.port.engine().port();
+    let page_sizes =
+        (pbl_const::MIN_PAGE_SHIFT..=pbl_const::MAX_PAGE_SHIFT).fold(0u64, |acc, s| acc | (1 << s));
+    Ok(DeviceAttr {
+        fw_ver: u64::from(ident::ABI_VERSION),
+        node_guid: port.port_guid,
+        sys_image_guid: port.port_guid,
+        max_mr_size: u64::from(pbl_const::MAX_PAGES) << pbl_const::MAX_PAGE_SHIFT,
+        page_size_cap: page_sizes,
+        vendor_id: ident::PCI_VENDOR_ID,
+        vendor_part_id: ident::PCI_DEVICE_ID,
+        hw_ver: ident::PCI_REVISION,
+        cap_flags: c.flags,
+        max_qp: c.max_qp,
+        max_qp_wr: c.max_qp_wr,
+        max_sge: c.max_sge,
+        max_cq: c.max_cq,
+        max_cqe: c.max_cqe,
+        max_mr: c.max_mr,
+        max_pd: c.max_pd,
+        max_srq: c.max_srq,
+        max_srq_wr: c.max_srq_wr,
+        max_srq_sge: c.max_sge,
+        max_eq: c.max_eq,
+        max_eqe: 1u32.checked_shl(c.max_eq_log2).unwrap_or(u32::MAX),
+        max_inline_data: c.max_inline,
+        max_qp_rd_atom: c.max_rd_atomic,
+        max_qp_init_rd_atom: c.max_rd_atomic,
+        max_res_rd_atom: c.max_rd_atomic.saturating_mul(c.max_qp),
+        max_msg_sz: u32::try_from(transport::engine::MAX_MSG_SIZE).unwrap_or(u32::MAX),
+        num_uars: c.num_uars,
+        msix_vectors: u16::try_from(c.msix_vectors).unwrap_or(u16::MAX),
+        max_pkeys: u16::try_from(port.pkeys.len()).unwrap_or(u16::MAX),
+        local_ca_ack_delay: LOCAL_CA_ACK_DELAY,
+        phys_port_cnt: num::PORT as u8,
+        atomic_cap: AtomicCap::Hca.raw(),
+        rsvd: 0,
+    })
+}
+
+/// `IB_WIDTH_4X` and `IB_SPEED_QDR`: nominal, the fabric is a socket.
+const ACTIVE_WIDTH: u8 = 2;
+const ACTIVE_SPEED: u8 = 4;
+/// IBA PortPhysicalState LinkUp.
+const PHYS_STATE_LINK_UP: u8 = 5;
+/// `IBV_LINK_LAYER_INFINIBAND`.
+const LINK_LAYER_IB: u8 = 1;
+/// `IBV_LINK_LAYER_ETHERNET`.
+const LINK_LAYER_ETHERNET: u8 = 2;
+
+pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, Fail> {
+    check_port(i.port)?;
+    reserved(i.rsvd == [0; 3])?;
+    let p = x.hca.port.engine().port();
+    let mut out = PortAttr::default();
+    let n = p.pkeys.len().min(out.pkeys.len());
+    out.pkeys[..n].copy_from_slice(&p.pkeys[..n]);
+    let (link_layer, mac, gid_tbl_len) = match p.link {
+        LinkLayer::InfiniBand => (LINK_LAYER_IB, [0; 6], 1),
+        LinkLayer::Ethernet { mac } => (LINK_LAYER_ETHERNET, mac, p.roce_gids.len() as u16),
+    };
+    Ok(PortAttr {
+        port_guid: p.port_guid,
+        gid_prefix: p.gid_prefix,
+        gid0: p.gid(),
+        max_msg_sz: u32::try_from(transport::engine::MAX_MSG_SIZE).unwrap_or(u32::MAX),
+        lid: p.lid,
+        // No subnet manager: LIDs come from the fabric file (design.md §6).
+        sm_lid: 0,
+        pkey_tbl_len: n as u16,
+        gid_tbl_len,
+        state: PortState::Active.raw(),
+        phys_state: PHYS_STATE_LINK_UP,
+        max_mtu: p.max_mtu as u8,
+        active_mtu: p.max_mtu as u8,
+        lmc: p.lmc,
+        sm_sl: 0,
+        link_layer,
+        active_width: ACTIVE_WIDTH,
+        active_speed: ACTIVE_SPEED,
+        mac,
+        ..out
+    })
+}
+
+/// SET_GID: one entry of a RoCE port's GID table (WF-10). All or nothing: the
+/// checks come before the table changes.
+pub(super) fn set_gid(x: &mut Exec<'_>, i: SetGidIn) -> Result<(), Fail> {
+    check_port(i.port)?;
+    reserved(i.rsvd == [0; 3])?;
+    let bad = fail(Status::BadParam, Syndrome::Gid);
+    let gid = match i.valid {
+        0 => {
+            reserved(i.gid_type == 0 && i.gid == [0; 16])?;
+            None
+        }
+        1 => {
+            if GidType::from_raw(i.gid_type) != Some(GidType::RoceV2) || i.gid == [0; 16] {
+                return Err(bad);
+            }
+            Some(i.gid)
+        }
+        _ => return Err(bad),
+    };
+    let engine = x.hca.port.engine_mut();
+    if !engine.port().is_ethernet() {
+        return Err(fail(Status::NotSupported, Syndrome::Unsupported));
+    }
+    if usize::from(i.index) >= engine.port().roce_gids.len() {
+        return Err(bad);
+    }
+    engine.set_roce_gid(usize::from(i.index), gid)?;
+    Ok(())
+}
+
+pub(super) fn query_counters(
+    x: &mut Exec<'_>,
+    i: QueryCountersIn,
+) -> Result<QueryCountersOut, Fail> {
+    check_port(i.port)?;
+    reserved(i.rsvd == 0)?;
+    let set = CounterSet::from_raw(i.set).ok_or(fail(Status::BadParam, Syndrome::CounterSet))?;
+    let values = set.values(x.hca.port.engine().counters(), &x.hca.counters);
+    let mut out = QueryCountersOut::default();
+    let n = values.len().min(out.values.len());
+    out.count = n as u32;
+    out.values[..n].copy_from_slice(&values[..n]);
+    Ok(out)
+}

@@ -1,0 +1,390 @@
+//! Queue pairs: CREATE_QP, MODIFY_QP, QUERY_QP and DESTROY_QP, and the
+//! conversions between the engine's QP attributes and the ABI's.
+
+use transport::verbs as tv;
+
+use crate::abi::cmd::{
+    Av, CreateQpIn, CreateQpOut, DestroyQpIn, ModifyQpIn, Pbl, QpAttr, QpCap, QueryQpIn,
+    QueryQpOut, Status,
+};
+use crate::abi::verbs::{num, qp_attr_mask, Mtu, QpState, QpType};
+use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg};
+use crate::hca::{Qp, SlotOwner};
+
+use super::mr::pd_exists;
+use super::srq::{recv_stride, wq_size};
+use super::{
+    check_access_in, check_port, fail, log2_floor, reserved, time, Exec, Fail, Syndrome,
+    QP_ACCESS_BITS,
+};
+
+/// Bytes of a send WQE before its SGEs or inline data: control and UD
+/// segments for datagrams; control and remote address for connected QPs (an
+/// atomic's extra segment takes the room of a second SGE, and the smallest
+/// stride holds it).
+fn send_headers(t: QpType) -> u32 {
+    match t {
+        QpType::Ud | QpType::Gsi | QpType::Smi => (SendCtrl::SIZE + UdSeg::SIZE) as u32,
+        QpType::Rc | QpType::Uc => (SendCtrl::SIZE + RaddrSeg::SIZE) as u32,
+    }
+}
+
+pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, Fail> {
+    reserved(i.rsvd0 == 0 && i.rsvd1 == [0; 6])?;
+    let caps = x.hca.caps;
+    let qp_type = QpType::from_raw(i.qp_type).ok_or(fail(Status::BadParam, Syndrome::QpType))?;
+    let service = match qp_type {
+        QpType::Rc => tv::QpType::Rc,
+        QpType::Uc => tv::QpType::Uc,
+        QpType::Ud | QpType::Gsi => tv::QpType::Ud,
+        // QP 0: no subnet management agent (AD-09).
+        QpType::Smi => return Err(fail(Status::NotSupported, Syndrome::QpType)),
+    };
+    check_port(i.port)?;
+    pd_exists(x, i.pdn)?;
+    for cqn in [i.send_cqn, i.recv_cqn] {
+        if !x.hca.cqs.contains_key(&cqn) {
+            return Err(fail(Status::BadCq, Syndrome::NoCq));
+        }
+    }
+    let srqn = (i.srqn != num::NONE).then_some(i.srqn);
+    if let Some(s) = srqn {
+        match x.hca.srqs.get(&s) {
+            Some(srq) if srq.pdn == i.pdn => {}
+            _ => return Err(fail(Status::BadSrq, Syndrome::NoSrq)),
+        }
+    }
+
+    // Sizes: the device's limits first, then the rings and strides asked for.
+    let c = i.cap;
+    if c.max_send_wr > caps.max_qp_wr
+        || c.max_send_sge > caps.max_sge
+        || c.max_inline_data > caps.max_inline
+        || (srqn.is_none() && (c.max_recv_wr > caps.max_qp_wr || c.max_recv_sge > caps.max_sge))
+    {
+        return Err(fail(Status::LimitExceeded, Syndrome::Caps));
+    }
+    let sq_shift = u32::from(i.sq_wqe_shift);
+    if !(wqe_const::SQ_MIN_WQE_SHIFT..=wqe_const::MAX_WQE_SHIFT).contains(&sq_shift) {
+        return Err(fail(Status::BadParam, Syndrome::Stride));
+    }
+    let send_room = (1u32 << sq_shift) - send_headers(qp_type);
+    if c.max_send_sge > send_room / Sge::SIZE as u32 || c.max_inline_data > send_room {
+        return Err(fail(Status::BadParam, Syndrome::Stride));
+    }
+    let max_send_wr = wq_size(i.log2_sq_size, c.max_send_wr, caps.max_qp_wr)?;
+    let (max_recv_wr, max_recv_sge) = match srqn {
+        Some(_) => {
+            // The SRQ receives; no RQ ring.
+            if i.log2_rq_size != 0 || i.rq != Pbl::default() {
+                return Err(fail(Status::BadParam, Syndrome::RingSize));
+            }
+            (0, 0)
+        }
+        None => (
+            wq_size(i.log2_rq_size, c.max_recv_wr, caps.max_qp_wr)?,
+            recv_stride(i.rq_wqe_shift, c.max_recv_sge)?.min(caps.max_sge),
+        ),
+    };
+    let granted = tv::QpCap {
+        max_send_wr,
+        max_recv_wr,
+        max_send_sge: (send_room / Sge::SIZE as u32).min(caps.max_sge),
+        max_recv_sge,
+        max_inline_data: send_room.min(caps.max_inline),
+    };
+
+    let db = x.free_slot(i.uar, i.db_slot, false)?;
+    let max_log2 = log2_floor(caps.max_qp_wr);
+    let sq = x.ring(&i.sq, sq_shift, u32::from(i.log2_sq_size), max_log2)?;
+    let rq = match srqn {
+        Some(_) => None,
+        None => Some(x.ring(
+            &i.rq,
+            u32::from(i.rq_wqe_shift),
+            u32::from(i.log2_rq_size),
+            max_log2,
+        )?),
+    };
+
+    let init = tv::QpInit {
+        qp_type: service,
+        pd: i.pdn,
+        send_cq: i.send_cqn,
+        recv_cq: i.recv_cqn,
+        srq: srqn,
+        cap: granted,
+        sq_sig_all: i.sq_sig_all != 0,
+    };
+    let qpn = match qp_type {
+        QpType::Gsi => x.engine().create_gsi_qp(init)?,
+        _ => x.engine().create_qp(init)?,
+    };
+    let mut qp = Qp {
+        qp_type,
+        pdn: i.pdn,
+        send_cqn: i.send_cqn,
+        recv_cqn: i.recv_cqn,
+        srqn,
+        sq,
+        rq,
+        db,
+        sq_fetched: 0,
+        rq_fetched: 0,
+        sq_stalled: None,
+        rq_stalled: None,
+        cap: granted,
+        sq_sig_all: i.sq_sig_all != 0,
+        sq_pbl: i.sq,
+        rq_pbl: if srqn.is_some() { Pbl::default() } else { i.rq },
+    };
+    qp.sync_indices(x.db);
+    x.hca.qps.insert(qpn, qp);
+    x.hca.slots.insert(db, SlotOwner::Qp(qpn));
+    // As the engine counts them: once per role, so a CQ for both counts twice.
+    for cqn in [i.send_cqn, i.recv_cqn] {
+        if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
+            cq.users += 1;
+        }
+    }
+    if let Some(s) = srqn.and_then(|s| x.hca.srqs.get_mut(&s)) {
+        s.users += 1;
+    }
+    Ok(CreateQpOut {
+        qpn,
+        cap: cap_to_abi(&granted),
+    })
+}
+
+fn state_from_abi(raw: u8) -> Result<tv::QpState, Fail> {
+    let s = QpState::from_raw(raw).ok_or(fail(Status::BadParam, Syndrome::AttrValue))?;
+    Ok(match s {
+        QpState::Reset => tv::QpState::Reset,
+        QpState::Init => tv::QpState::Init,
+        QpState::Rtr => tv::QpState::Rtr,
+        QpState::Rts => tv::QpState::Rts,
+        QpState::Sqd => tv::QpState::Sqd,
+        QpState::Sqe => tv::QpState::Sqe,
+        QpState::Error => tv::QpState::Error,
+    })
+}
+
+fn mtu_from_abi(raw: u8) -> Result<tv::Mtu, Fail> {
+    let m = Mtu::from_raw(raw).ok_or(fail(Status::BadParam, Syndrome::AttrValue))?;
+    Ok(match m {
+        Mtu::M256 => tv::Mtu::M256,
+        Mtu::M512 => tv::Mtu::M512,
+        Mtu::M1024 => tv::Mtu::M1024,
+        Mtu::M2048 => tv::Mtu::M2048,
+        Mtu::M4096 => tv::Mtu::M4096,
+    })
+}
+
+/// An address vector from MODIFY_QP, every field in range (the data path's
+/// conversion masks instead, for WQEs it cannot refuse).
+fn av_from_abi(av: &Av) -> Result<tv::AddressVector, Fail> {
+    reserved(av.rsvd == 0 && av.rsvd2 == [0; 2])?;
+    // 0: the QP's port; there is one.
+    if u32::from(av.port_num) > num::PORT {
+        return Err(fail(Status::BadParam, Syndrome::Port));
+    }
+    // The SGID index is the engine's to check against the port's GID table
+    // (one entry on InfiniBand, the RoCE table on Ethernet).
+    let global_bad = av.is_global > 1 || (av.is_global == 1 && av.flow_label > 0xf_ffff);
+    if av.sl > 15 || av.src_path_bits > 0x7f || global_bad {
+        return Err(fail(Status::BadParam, Syndrome::AttrValue));
+    }
+    Ok(crate::datapath::av_from_abi(av))
+}
+
+/// The engine's attributes and mask of a MODIFY_QP: only the attributes the
+/// mask names are read (ibverbs), each checked here or by the engine's table.
+fn qp_attr_from_abi(a: &QpAttr, mask: u32) -> Result<(tv::QpAttr, tv::AttrMask), Fail> {
+    use qp_attr_mask as m;
+    let known = (m::DEST_QPN << 1) - 1;
+    if mask & !known != 0 {
+        return Err(fail(Status::BadParam, Syndrome::AttrMask));
+    }
+    // Alternate paths and migration (AD-10), resizing: not implemented.
+    if mask & (m::ALT_PATH | m::PATH_MIG_STATE | m::CAP) != 0 {
+        return Err(fail(Status::NotSupported, Syndrome::Unsupported));
+    }
+    reserved(a.rsvd == 0)?;
+    let has = |bit: u32| mask & bit != 0;
+    let mut t = tv::QpAttr::default();
+    if has(m::STATE) {
+        t.state = Some(state_from_abi(a.qp_state)?);
+    }
+    if has(m::CUR_STATE) {
+        t.cur_state = Some(state_from_abi(a.cur_qp_state)?);
+    }
+    if has(m::EN_SQD_ASYNC_NOTIFY) {
+        t.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    }
+    if has(m::ACCESS_FLAGS) {
+        t.access = check_access_in(a.qp_access_flags, QP_ACCESS_BITS)?;
+    }
+    if has(m::PKEY_INDEX) {
+        t.pkey_index = a.pkey_index;
+    }
+    if has(m::PORT) {
+        t.port_num = a.port_num;
+    }
+    if has(m::QKEY) {
+        t.qkey = a.qkey;
+    }
+    if has(m::AV) {
+        t.av = av_from_abi(&a.ah_attr)?;
+    }
+    if has(m::PATH_MTU) {
+        t.path_mtu = mtu_from_abi(a.path_mtu)?;
+    }
+    if has(m::TIMEOUT) {
+        t.timeout = a.timeout;
+    }
+    if has(m::RETRY_CNT) {
+        t.retry_cnt = a.retry_cnt;
+    }
+    if has(m::RNR_RETRY) {
+        t.rnr_retry = a.rnr_retry;
+    }
+    if has(m::RQ_PSN) {
+        t.rq_psn = a.rq_psn;
+    }
+    if has(m::MAX_QP_RD_ATOMIC) {
+        t.max_rd_atomic = a.max_rd_atomic;
+    }
+    if has(m::MIN_RNR_TIMER) {
+        t.min_rnr_timer = a.min_rnr_timer;
+    }
+    if has(m::SQ_PSN) {
+        t.sq_psn = a.sq_psn;
+    }
+    if has(m::MAX_DEST_RD_ATOMIC) {
+        t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if has(m::DEST_QPN) {
+        t.dest_qp_num = a.dest_qp_num;
+    }
+    Ok((t, tv::AttrMask(mask)))
+}
+
+pub(super) fn modify_qp(x: &mut Exec<'_>, i: ModifyQpIn) -> Result<(), Fail> {
+    if !x.hca.qps.contains_key(&i.qpn) {
+        return Err(fail(Status::NotFound, Syndrome::NoQp));
+    }
+    let (attr, mask) = qp_attr_from_abi(&i.attr, i.attr_mask)?;
+    let now = time(x.now);
+    // The engine's transition table checks the transition, the mask and the
+    // values, and changes nothing on a refusal (QS-02).
+    x.engine().modify_qp(i.qpn, &attr, mask, now)?;
+    if attr.state == Some(tv::QpState::Reset) {
+        // WQEs are new from the producer indices in the slot now (abi::cmd
+        // ModifyQpIn).
+        let db = x.db;
+        if let Some(qp) = x.hca.qps.get_mut(&i.qpn) {
+            qp.sync_indices(db);
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cap_to_abi(c: &tv::QpCap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// The ABI form of an engine address vector.
+pub(crate) fn av_to_abi(av: &tv::AddressVector) -> Av {
+    let g = av.grh.unwrap_or_default();
+    Av {
+        dgid: g.dgid,
+        flow_label: g.flow_label,
+        dlid: av.dlid,
+        sl: av.sl,
+        src_path_bits: av.src_path_bits,
+        static_rate: av.static_rate,
+        is_global: u8::from(av.grh.is_some()),
+        sgid_index: g.sgid_index,
+        hop_limit: g.hop_limit,
+        traffic_class: g.traffic_class,
+        port_num: num::PORT as u8,
+        rsvd: 0,
+        dmac: av.dmac,
+        rsvd2: [0; 2],
+    }
+}
+
+/// The ABI form of a QP's attributes (QUERY_QP).
+pub(crate) fn qp_attr_to_abi(state: tv::QpState, a: &tv::QpAttr, cap: &tv::QpCap) -> QpAttr {
+    QpAttr {
+        qp_state: state as u8,
+        cur_qp_state: state as u8,
+        path_mtu: a.path_mtu as u8,
+        path_mig_state: 0,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.access.0,
+        pkey_index: a.pkey_index,
+        port_num: a.port_num,
+        en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        // The engine does not say whether a drain is still under way.
+        sq_draining: 0,
+        rsvd: 0,
+        ah_attr: av_to_abi(&a.av),
+        cap: cap_to_abi(cap),
+    }
+}
+
+pub(super) fn query_qp(x: &mut Exec<'_>, i: QueryQpIn) -> Result<QueryQpOut, Fail> {
+    let qp = x
+        .hca
+        .qps
+        .get(&i.qpn)
+        .ok_or(fail(Status::NotFound, Syndrome::NoQp))?;
+    let (state, attr, _) = x.hca.port.engine().query_qp(i.qpn)?;
+    Ok(QueryQpOut {
+        attr: qp_attr_to_abi(state, &attr, &qp.cap),
+        qp_type: qp.qp_type.raw(),
+        sq_sig_all: u8::from(qp.sq_sig_all),
+        rsvd0: 0,
+        pdn: qp.pdn,
+        send_cqn: qp.send_cqn,
+        recv_cqn: qp.recv_cqn,
+        srqn: qp.srqn.unwrap_or(num::NONE),
+        rsvd1: 0,
+    })
+}
+
+pub(super) fn destroy_qp(x: &mut Exec<'_>, i: DestroyQpIn) -> Result<(), Fail> {
+    if !x.hca.qps.contains_key(&i.qpn) {
+        return Err(fail(Status::NotFound, Syndrome::NoQp));
+    }
+    x.engine().destroy_qp(i.qpn)?;
+    let Some(qp) = x.hca.qps.remove(&i.qpn) else {
+        return Ok(());
+    };
+    x.hca.slots.remove(&qp.db);
+    for cqn in [qp.send_cqn, qp.recv_cqn] {
+        if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
+            cq.users = cq.users.saturating_sub(1);
+        }
+    }
+    if let Some(s) = qp.srqn.and_then(|s| x.hca.srqs.get_mut(&s)) {
+        s.users = s.users.saturating_sub(1);
+    }
+    Ok(())
+}
