@@ -7,7 +7,6 @@
 //! a ring ahead is an overrun that fails the QP; a ring page the guest unmapped
 //! is a memory fault, counted, never a crash.
 
-use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
@@ -342,6 +341,25 @@ impl Hca {
         w
     }
 
+    /// The round of a data path woken by a deadline alone, while asleep (no
+    /// doorbell can have moved unseen, abi::uar DOORBELL_PROTOCOL): timers
+    /// and the link, then completions and events; no doorbell scan.
+    pub fn run_timers(
+        &mut self,
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+        irq: &dyn Interrupts,
+        now: Duration,
+    ) -> Work {
+        let mut w = Work {
+            packets: self.port.run_once(mem, now) as u32,
+            ..Work::default()
+        };
+        w.cqes = self.write_cqes(mem, db);
+        w.eqes = self.write_events(mem, db, irq);
+        w
+    }
+
     /// Whether any producer slot moved since the device last fetched: the rescan
     /// of the sleep protocol (abi::uar DOORBELL_PROTOCOL). A queue whose fetch
     /// stopped because the engine could take nothing more, and whose doorbell
@@ -365,26 +383,31 @@ impl Hca {
     fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
         let mut n = 0;
         let mut buf = [0u8; MAX_WQE];
-        // Walk the tables by key (no per-round copy of the key lists: this runs
-        // on every poll); the fetches need `&mut self`, so no iterator is held.
-        let mut next = self.qps.keys().next().copied();
-        while let Some(qpn) = next {
+        // One walk over the tables reads every producer slot (two loads per
+        // QP, no lookup); only the queues whose index is ahead of the device
+        // (new WQEs, or a stalled queue to retry) are fetched, so an idle QP
+        // costs its two loads and nothing more.
+        let qps: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| {
+                let (sq, rq) = q.db.load(db);
+                sq != q.sq_fetched || (q.rq.is_some() && rq != q.rq_fetched)
+            })
+            .map(|(&qpn, _)| qpn)
+            .collect();
+        for qpn in qps {
             n += self.fetch_sq(qpn, mem, db, &mut buf);
             n += self.fetch_rq(qpn, mem, db, &mut buf);
-            next = self
-                .qps
-                .range((Excluded(qpn), Unbounded))
-                .next()
-                .map(|(&k, _)| k);
         }
-        let mut next = self.srqs.keys().next().copied();
-        while let Some(srqn) = next {
+        let srqs: Vec<u32> = self
+            .srqs
+            .iter()
+            .filter(|(_, s)| s.db.load(db).0 != s.fetched)
+            .map(|(&srqn, _)| srqn)
+            .collect();
+        for srqn in srqs {
             n += self.fetch_srq(srqn, mem, db, &mut buf);
-            next = self
-                .srqs
-                .range((Excluded(srqn), Unbounded))
-                .next()
-                .map(|(&k, _)| k);
         }
         n
     }
@@ -654,6 +677,9 @@ impl Hca {
             counters,
             ..
         } = self;
+        // Arm words first, for every CQ (one load each: the driver stores them
+        // without ringing WAKE), so an arm seen now applies to what is written
+        // below.
         for (&cqn, cq) in cqs.iter_mut() {
             let (ci, arm) = cq.db.load(db);
             if arm != cq.last_arm {
@@ -666,9 +692,17 @@ impl Hca {
                     fire.push((cq.eqn, cqn));
                 }
             }
+        }
+        // Then only the CQs the engine has completions for.
+        let ready: Vec<u32> = port.engine().ready_cqs().collect();
+        for cqn in ready {
+            let Some(cq) = cqs.get_mut(&cqn) else {
+                continue;
+            };
             if cq.overflowed {
                 continue;
             }
+            let (ci, _) = cq.db.load(db);
             while port.engine().cq_len(cqn) > 0 {
                 if cq.pi.wrapping_sub(ci) >= cq.ring.len() {
                     if cq.pi.wrapping_sub(ci) > cq.ring.len() {

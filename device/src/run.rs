@@ -48,6 +48,9 @@ const CONTENDED_FOR: Duration = Duration::from_millis(100);
 /// periodic counter print is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 
+/// While asleep, the full round (every doorbell) runs at least this often.
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
+
 /// The device's one clock, monotonic: the wall time (since the Unix epoch, as
 /// pcap captures want it) of the first call plus the monotonic time elapsed
 /// since. The engine's timers run on it, so setting the host's clock neither
@@ -559,12 +562,15 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
     }
     let num_uars = (db.len() / u64::from(abi::uar::uar::PAGE_SIZE)) as u32;
     let mut last_work = Instant::now();
+    // The last round that scanned every doorbell.
+    let mut last_scan;
     // Busy polling is off until this instant (after a lost yield).
     let mut contended_until = Instant::now();
     let mut last_print = Instant::now();
     let mut events = vec![EpollEvent::default(); 4];
     while !shared.stop.load(Ordering::Acquire) {
         let t = now();
+        last_scan = Instant::now();
         let (work, deadline, link_failed) = {
             let mut core = shared.lock();
             let errors_before = core.hca.port.counters().link_errors;
@@ -626,26 +632,56 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
             let core = shared.lock();
             core.enabled() && core.hca.doorbells_pending(&db)
         };
-        if !pending {
+        // Asleep until an event (WAKE, a packet) or a deadline. A wake by a
+        // deadline alone stays asleep: while the asleep word is set every
+        // doorbell comes with a WAKE, so no producer index can have moved
+        // unseen and only timers and the link have work; that round costs
+        // O(work), not a scan of every queue (issue 12), and is followed by
+        // no busy polling. Once a second the full round runs anyway (a user
+        // library without the WAKE page relies on the rescan).
+        let mut woken = pending;
+        let mut deadline = deadline;
+        while !woken && !shared.stop.load(Ordering::Acquire) {
             let timeout = deadline
                 .map(|d| d.saturating_sub(now()))
                 .unwrap_or(MAX_SLEEP)
                 .min(MAX_SLEEP);
             let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
             match epoll.wait(ms, &mut events) {
+                Ok(0) => {}
                 Ok(n) => {
                     for e in &events[..n] {
                         if e.data() == 2 {
                             let _ = shared.wake.read();
                         }
                     }
+                    woken = true;
+                    break;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => log::warn!("device: epoll wait: {e}"),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::warn!("device: epoll wait: {e}");
+                    woken = true;
+                    break;
+                }
             }
+            if last_scan.elapsed() >= RESCAN_EVERY {
+                break;
+            }
+            let mut core = shared.lock();
+            if !core.enabled() {
+                continue;
+            }
+            let dma = handle.memory();
+            let mut mem = GuestMem(dma);
+            let w = core.hca.run_timers(&mut mem, &db, &irq, now());
+            deadline = core.hca.port.next_deadline();
+            woken = w.any();
         }
         set_asleep(&db, num_uars, abi::uar::uar::AWAKE);
-        last_work = Instant::now();
+        if woken {
+            last_work = Instant::now();
+        }
     }
     shared.lock().hca.port.flush_link();
     shared.stopped.store(true, Ordering::Release);

@@ -17,7 +17,7 @@ mod requester;
 mod responder;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 pub use counters::{Counters, NakReason, RxDrop};
 use cq::{Cq, Pushed, Srq};
@@ -212,6 +212,9 @@ pub struct Engine {
     pub(crate) limits: Limits,
     pub(crate) mrs: MrTable,
     cqs: HashMap<Handle, Cq>,
+    /// The CQs holding completions not yet polled: what a caller moving them
+    /// out visits, instead of every CQ ([`Engine::ready_cqs`]).
+    ready_cqs: BTreeSet<Handle>,
     srqs: HashMap<Handle, Srq>,
     pub(crate) qps: BTreeMap<u32, Qp>,
     next_handle: Handle,
@@ -244,6 +247,7 @@ impl Engine {
             limits,
             mrs: MrTable::new(limits.max_pd as u32, limits.max_mr as u32),
             cqs: HashMap::new(),
+            ready_cqs: BTreeSet::new(),
             srqs: HashMap::new(),
             qps: BTreeMap::new(),
             next_handle: 1,
@@ -324,6 +328,7 @@ impl Engine {
             Some(c) if c.users > 0 => Err(VerbError::Busy),
             Some(_) => {
                 self.cqs.remove(&cq);
+                self.ready_cqs.remove(&cq);
                 Ok(())
             }
         }
@@ -361,7 +366,19 @@ impl Engine {
 
     /// Takes the oldest completion of a CQ.
     pub fn poll_cq(&mut self, cq: Handle) -> Option<Completion> {
-        self.cqs.get_mut(&cq)?.entries.pop_front()
+        let q = self.cqs.get_mut(&cq)?;
+        let c = q.entries.pop_front();
+        if q.entries.is_empty() {
+            self.ready_cqs.remove(&cq);
+        }
+        c
+    }
+
+    /// The CQs that hold completions to poll, in handle order: O(such CQs),
+    /// so a caller draining completions each round pays for the CQs with
+    /// work, not for every CQ (issue 12).
+    pub fn ready_cqs(&self) -> impl Iterator<Item = Handle> + '_ {
+        self.ready_cqs.iter().copied()
     }
 
     /// Completions waiting in a CQ.
@@ -1023,8 +1040,13 @@ impl Engine {
                 continue;
             };
             match q.push(c) {
-                Pushed::Queued { notify: true } => self.events.push_back(Event::Completion { cq }),
-                Pushed::Queued { notify: false } | Pushed::Dropped => {}
+                Pushed::Queued { notify } => {
+                    self.ready_cqs.insert(cq);
+                    if notify {
+                        self.events.push_back(Event::Completion { cq });
+                    }
+                }
+                Pushed::Dropped => {}
                 Pushed::Overflow => self.events.push_back(Event::CqError { cq }),
             }
         }
