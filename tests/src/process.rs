@@ -389,7 +389,9 @@ impl Vhca {
             let is_socket = std::fs::symlink_metadata(&self.nodes[i].socket)
                 .map(|m| m.file_type().is_socket())
                 .unwrap_or(false);
-            if is_socket {
+            // The file appears at bind(), the listen() follows: a connect in
+            // between is refused. Ready is listening.
+            if is_socket && listening(&self.nodes[i].socket) {
                 return;
             }
             if let Some(status) = self.procs[i]
@@ -599,4 +601,20 @@ impl Drop for Vhca {
             eprintln!("vhca-tests: kept the run folder {}", p.display());
         }
     }
+}
+
+/// Whether a Unix socket bound at `path` listens (`/proc/net/unix` shows its
+/// flags as `__SO_ACCEPTCON`, 0x10000). Where that file cannot be read, a
+/// socket file counts as listening.
+fn listening(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return true;
+    };
+    let want = path.to_string_lossy();
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 8
+            && f[7] == want
+            && u32::from_str_radix(f[3], 16).is_ok_and(|flags| flags & 0x1_0000 != 0)
+    })
 }
