@@ -11,9 +11,16 @@
 //! 3. 64-byte RDMA WRITE messages per second vs 64-byte UDP datagrams per
 //!    second (receiver side).
 //! 4. CPU of an idle `vhca` (client connected, nothing posted) over 10 s.
+//! 5. The same with 10 000 QPs and 10 000 CQs created (issue 12: a data-path
+//!    round costs O(work), not O(objects)), and the host memory (RSS) each
+//!    idle QP + CQ costs.
+//! 6. Aggregate RC WRITE 64 KiB throughput with 1, 16, 256 and 1024 active
+//!    QPs between the two processes, each against the 1-QP figure of the
+//!    same run.
 //!
 //! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check);
-//! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_PINGPONGS=N`
+//! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_SCALE_QPS=N`
+//! sets figure 5's object count (default 10 000); `VHCA_BENCH_PINGPONGS=N`
 //! sets the ping-pong count; `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments
 //! (e.g. `--busy-poll-us 50`).
 
@@ -23,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use vhca_tests::abi::verbs::QpType;
 use vhca_tests::fixture::{assert_success, connect_pair_with, Node, Region};
-use vhca_tests::{ConnOpts, Layout, Options, QpInit, RecvWr, SendWr, Vhca};
+use vhca_tests::{
+    ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, RecvWr, SendWr, Vhca,
+};
 
 fn quick() -> bool {
     std::env::var_os("VHCA_BENCH_QUICK").is_some()
@@ -176,6 +185,74 @@ fn udp_rate(secs: f64) -> f64 {
     n as f64 / dt
 }
 
+/// VmRSS of a process, in bytes.
+fn rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Percent of a core `pid` used over `secs` seconds of sleep here.
+fn idle_cpu(pid: u32, secs: u64) -> (u64, f64) {
+    let c0 = cpu_ticks(pid);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let ticks = cpu_ticks(pid) - c0;
+    let hz = 100.0; // USER_HZ on Linux
+    (ticks, ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0)
+}
+
+/// RC WRITEs of `msg` bytes from `a` to `b`, spread round robin over `qps`
+/// (each with up to `per_qp` outstanding), `total` in all; returns bytes/s.
+#[allow(clippy::too_many_arguments)]
+fn write_rate(
+    a: &mut Node,
+    qps: &[vhca_tests::QpH],
+    src: &Region,
+    dst: &Region,
+    msg: usize,
+    slots: usize,
+    total: usize,
+    per_qp: usize,
+) -> f64 {
+    let mut outstanding = vec![0usize; qps.len()];
+    let index: std::collections::HashMap<u32, usize> =
+        qps.iter().enumerate().map(|(i, q)| (q.qpn, i)).collect();
+    let (mut posted, mut done, mut next) = (0usize, 0usize, 0usize);
+    let t = Instant::now();
+    while done < total {
+        // Fill every QP's window, round robin from where the last pass ended.
+        let mut idle_pass = 0;
+        while posted < total && idle_pass < qps.len() {
+            let i = next % qps.len();
+            next += 1;
+            if outstanding[i] >= per_qp {
+                idle_pass += 1;
+                continue;
+            }
+            idle_pass = 0;
+            let off = (posted % slots) * msg;
+            let wr = SendWr::write(i as u64, dst.buf.va(off), dst.mr.rkey).sges(sge(src, off, msg));
+            a.hca.post_send(qps[i], &wr).unwrap();
+            outstanding[i] += 1;
+            posted += 1;
+        }
+        let mut got = a.hca.poll_cq(a.cq, 64);
+        if got.is_empty() {
+            got = a.hca.wait_cqes(a.cq, 1, Duration::from_secs(10));
+            assert!(!got.is_empty(), "RC WRITE stalled at {done} of {total}");
+        }
+        assert_success(&got);
+        for c in &got {
+            outstanding[index[&c.qp_num]] -= 1;
+        }
+        done += got.len();
+    }
+    (total * msg) as f64 / t.elapsed().as_secs_f64()
+}
+
 fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces) start after ')'.
@@ -186,7 +263,7 @@ fn cpu_ticks(pid: u32) -> u64 {
     get(11) + get(12)
 }
 
-/// `VHCA_BENCH_ONLY=2,4` runs only those figures (default: all four).
+/// `VHCA_BENCH_ONLY=2,4` runs only those figures (default: all).
 fn wanted(figure: u32) -> bool {
     match std::env::var("VHCA_BENCH_ONLY") {
         Ok(s) if !s.trim().is_empty() => s.split(',').any(|x| x.trim() == figure.to_string()),
@@ -205,8 +282,14 @@ fn main() {
         opts.extra_args = extra.split_whitespace().map(String::from).collect();
     }
     let v = Vhca::spawn(opts);
-    let mut a = Node::connect(&v, 0);
-    let mut b = Node::connect(&v, 1);
+    // Guest RAM for figures 5 and 6: 10 000 QPs + CQs and 1024 connected
+    // QPs' rings do not fit the default 256 MiB (untouched pages cost nothing).
+    let go = || GuestOptions {
+        ram_size: 2 << 30,
+        ..GuestOptions::default()
+    };
+    let mut a = Node::connect_with(&v, 0, go(), HcaConfig::default());
+    let mut b = Node::connect_with(&v, 1, go(), HcaConfig::default());
     let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(512, 512);
     let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(512, 512);
     let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
@@ -356,17 +439,69 @@ fn main() {
         None
     };
 
+    // ---- 6. Aggregate RC WRITE over many QPs (before 4 and 5: they add
+    // idle objects to node A).
+    let r6 = if wanted(6) {
+        let counts: &[usize] = if quick() {
+            &[1, 16]
+        } else {
+            &[1, 16, 256, 1024]
+        };
+        let mut qa_all = Vec::new();
+        let mut out = Vec::new();
+        for &n in counts {
+            while qa_all.len() < n {
+                let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(32, 4);
+                let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(4, 4);
+                let (x, _) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
+                qa_all.push(x);
+            }
+            // At least 4 messages per QP; 32 in flight in all (2 MiB, as
+            // figure 1's 16 per QP roughly), spread over the QPs, at least one
+            // each (1024 with 1024 QPs; A's CQ holds 4096).
+            let total = (if quick() { 1_000 } else { 6_000 }).max(4 * n);
+            let per_qp = (32 / n).max(1);
+            let rate = write_rate(&mut a, &qa_all[..n], &src, &dst, msg, slots, total, per_qp);
+            out.push((n, rate));
+        }
+        Some(out)
+    } else {
+        None
+    };
+
     // ---- 4. Idle CPU.
     let idle_secs = if quick() { 2 } else { 10 };
     let r4 = if wanted(4) {
-        let pid = v.pid(0);
-        let c0 = cpu_ticks(pid);
+        Some(idle_cpu(v.pid(0), idle_secs))
+    } else {
+        None
+    };
+
+    // ---- 5. Idle CPU and memory with many QPs and CQs (on node B, which
+    // figure 6 left with fewer objects than A).
+    let r5 = if wanted(5) {
+        let n: usize = std::env::var("VHCA_BENCH_SCALE_QPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(if quick() { 1_000 } else { 10_000 });
+        let pid = v.pid(1);
+        std::thread::sleep(Duration::from_millis(500));
+        let rss0 = rss(pid);
         let t = Instant::now();
-        std::thread::sleep(Duration::from_secs(idle_secs));
-        let ticks = cpu_ticks(pid) - c0;
-        let hz = 100.0; // USER_HZ on Linux
-        let idle_pct = ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0;
-        Some((ticks, idle_pct))
+        for _ in 0..n {
+            // One CQ (16 entries) and one RC QP on it (4 WRs each way) per
+            // step: the smallest rings, as an application with many idle
+            // connections would have.
+            let cq = b.hca.create_cq(4, 0).expect("CREATE_CQ");
+            b.hca
+                .create_qp(&QpInit::new(QpType::Rc, b.pd, cq).wr(4, 4))
+                .expect("CREATE_QP");
+        }
+        let made = t.elapsed();
+        std::thread::sleep(Duration::from_millis(500));
+        let rss1 = rss(pid);
+        let (ticks, pct) = idle_cpu(pid, idle_secs);
+        Some((n, made, rss1.saturating_sub(rss0), ticks, pct))
     } else {
         None
     };
@@ -412,6 +547,25 @@ fn main() {
     if let Some((ticks, idle_pct)) = r4 {
         println!(
             "4. idle vhca over {idle_secs} s: {ticks} CPU ticks = {idle_pct:.2}% of a core (target < 1%)"
+        );
+    }
+    if let Some((n, made, bytes, ticks, pct)) = r5 {
+        println!(
+            "5. idle vhca with {n} QPs + {n} CQs (created in {:.1} s) over {idle_secs} s: {ticks} CPU ticks = {pct:.2}% of a core (target < 1%); RSS grew {:.1} MiB = {} bytes per QP + CQ",
+            made.as_secs_f64(),
+            bytes as f64 / (1 << 20) as f64,
+            bytes / n as u64
+        );
+    }
+    if let Some(rates) = r6 {
+        let one = rates[0].1;
+        let list: Vec<String> = rates
+            .iter()
+            .map(|(n, r)| format!("{n} QPs {:.3} GB/s ({:.2}x)", r / 1e9, r / one))
+            .collect();
+        println!(
+            "6. aggregate RC WRITE 64 KiB: {} (target: 1024 QPs >= 0.9x of one)",
+            list.join(", ")
         );
     }
     let _ = (qb, &b);
