@@ -127,6 +127,9 @@ impl Port {
                 }
             }
         }
+        // The round's packets go to the link as one batch (one sendmmsg per
+        // 32 on UDP, issue 12).
+        self.link.begin_sends();
         for _ in 0..BUDGET {
             let Some(len) = self.engine.poll_transmit(mem, t, &mut self.tx[TX_OFFSET..]) else {
                 break;
@@ -136,6 +139,9 @@ impl Port {
             if let Err(e) = self.link.send(now, &self.tx[TX_OFFSET..TX_OFFSET + len]) {
                 self.link_error("send", &e);
             }
+        }
+        if let Err(e) = self.link.end_sends() {
+            self.link_error("send", &e);
         }
         moved
     }

@@ -157,4 +157,12 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
     fn clear(&mut self) {
         self.inner.clear()
     }
+
+    fn begin_sends(&mut self) {
+        self.inner.begin_sends()
+    }
+
+    fn end_sends(&mut self) -> Result<(), LinkError> {
+        self.inner.end_sends()
+    }
 }

@@ -427,6 +427,14 @@ impl<L: Link> Link for FaultLink<L> {
         self.delayed.clear();
         self.inner.clear()
     }
+
+    fn begin_sends(&mut self) {
+        self.inner.begin_sends()
+    }
+
+    fn end_sends(&mut self) -> Result<(), LinkError> {
+        self.inner.end_sends()
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ mod file;
 mod tap;
 mod tap_sys;
 mod udp;
+mod udp_sys;
 
 pub use capture::{CaptureCounters, CaptureLink};
 pub use fault::{
@@ -129,6 +130,17 @@ pub trait Link {
     /// queue, held or delayed packets): at a device reset the engine that sent
     /// them is gone, and a new QP with the same number must not receive them.
     fn clear(&mut self) {}
+
+    /// The sends that follow, up to [`Link::end_sends`], may be queued and
+    /// handed to the kernel together (the UDP link: one sendmmsg per batch;
+    /// issue 12). Without it every send goes out at once. Nothing by default.
+    fn begin_sends(&mut self) {}
+
+    /// Sends whatever [`Link::begin_sends`] let the link queue, and goes back
+    /// to sending at once. Nothing by default.
+    fn end_sends(&mut self) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -155,6 +167,12 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn clear(&mut self) {
         (**self).clear()
+    }
+    fn begin_sends(&mut self) {
+        (**self).begin_sends()
+    }
+    fn end_sends(&mut self) -> Result<(), LinkError> {
+        (**self).end_sends()
     }
 }
 

@@ -15,6 +15,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
+use super::udp_sys::{send_batch, RecvBatch};
 use super::{
     dlid_of, slid_of, FabricFile, Link, LinkError, Node, MAX_PACKET_LEN, MIN_PACKET_LEN,
     PERMISSIVE_LID,
@@ -29,6 +30,11 @@ pub const LOOPBACK_CAPACITY: usize = 4096;
 /// flood of junk cannot hold the caller's loop; the socket stays readable and the
 /// next call goes on.
 const RECV_BATCH: usize = 256;
+
+/// Datagrams one recvmmsg reads, and sends one sendmmsg writes (between
+/// [`Link::begin_sends`] and [`Link::end_sends`]): a port round moves up to 64
+/// packets each way.
+const MMSG_BATCH: usize = 32;
 
 /// What a [`UdpLink`] did, and every reason it dropped a packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -97,9 +103,18 @@ pub struct UdpLink {
     node: Node,
     socket: UdpSocket,
     loopback: VecDeque<Vec<u8>>,
-    /// One byte longer than the longest packet, so that an oversized datagram shows
-    /// as a full buffer instead of being silently truncated into a "valid" length.
-    rx_buf: Box<[u8]>,
+    /// The last recvmmsg's datagrams (buffers one byte longer than the longest
+    /// packet, so that an oversized datagram shows as a full buffer instead of
+    /// being silently truncated into a "valid" length), and the next to hand out.
+    rx: RecvBatch,
+    rx_got: Vec<(usize, Option<SocketAddr>)>,
+    rx_next: usize,
+    /// Between [`Link::begin_sends`] and [`Link::end_sends`]: sends queue.
+    batching: bool,
+    /// Sends queued while batching.
+    tx_queue: Vec<(Vec<u8>, SocketAddr)>,
+    /// Buffers of sent packets, reused by the next queued sends.
+    tx_spare: Vec<Vec<u8>>,
     counters: UdpCounters,
 }
 
@@ -158,7 +173,12 @@ impl UdpLink {
             node: me,
             socket,
             loopback: VecDeque::new(),
-            rx_buf: vec![0; MAX_PACKET_LEN + 1].into_boxed_slice(),
+            rx: RecvBatch::new(MMSG_BATCH, MAX_PACKET_LEN + 1),
+            rx_got: Vec::with_capacity(MMSG_BATCH),
+            rx_next: 0,
+            batching: false,
+            tx_queue: Vec::with_capacity(MMSG_BATCH),
+            tx_spare: Vec::new(),
             counters: UdpCounters::default(),
         })
     }
@@ -190,8 +210,51 @@ impl UdpLink {
         &self.counters
     }
 
-    /// Checks one datagram from `from`; its length if it is to be delivered.
-    fn accept(&mut self, n: usize, from: SocketAddr) -> Option<usize> {
+    /// Sends the queued packets with as few sendmmsg calls as the kernel
+    /// allows. A full socket buffer drops the rest like a congested link
+    /// would (the transport recovers them, RL-10).
+    fn send_queued(&mut self) -> Result<(), LinkError> {
+        let q = &mut self.tx_queue;
+        let mut r = Ok(());
+        let mut at = 0;
+        while at < q.len() {
+            let msgs: Vec<(&[u8], SocketAddr)> =
+                q[at..].iter().map(|(b, a)| (b.as_slice(), *a)).collect();
+            match send_batch(self.socket.as_raw_fd(), &msgs) {
+                Ok(n) if n > 0 => {
+                    for (b, _) in &q[at..at + n] {
+                        self.counters.tx_packets += 1;
+                        self.counters.tx_bytes += b.len() as u64;
+                    }
+                    at += n;
+                }
+                Ok(_) => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.counters.drop_tx_would_block += (q.len() - at) as u64;
+                    at = q.len();
+                }
+                Err(e) => {
+                    // The first packet failed: count it and go on with the rest.
+                    self.counters.drop_tx_error += 1;
+                    at += 1;
+                    if r.is_ok() {
+                        r = Err(e.into());
+                    }
+                }
+            }
+        }
+        for (b, _) in q.drain(..) {
+            if self.tx_spare.len() < MMSG_BATCH {
+                self.tx_spare.push(b);
+            }
+        }
+        r
+    }
+
+    /// Checks datagram `i` of the receive batch, from `from`; its length if it
+    /// is to be delivered.
+    fn accept(&mut self, i: usize, n: usize, from: SocketAddr) -> Option<usize> {
         let c = &mut self.counters;
         let Some(peer) = self.fabric.by_address(&from) else {
             c.drop_rx_unknown_source += 1;
@@ -208,7 +271,7 @@ impl UdpLink {
             log::debug!("fabric: dropped {n}-byte datagram from {}", peer.name);
             return None;
         }
-        let pkt = &self.rx_buf[..n];
+        let pkt = &self.rx.buf(i)[..n];
         let slid = slid_of(pkt);
         if slid != Some(peer.lid) {
             c.drop_rx_slid_mismatch += 1;
@@ -263,7 +326,18 @@ impl Link for UdpLink {
             log::debug!("fabric: dropped packet for DLID {dlid:#x}: no such node");
             return Ok(());
         };
-        match self.socket.send_to(packet, peer.address) {
+        let to = peer.address;
+        if self.batching {
+            let mut b = self.tx_spare.pop().unwrap_or_default();
+            b.clear();
+            b.extend_from_slice(packet);
+            self.tx_queue.push((b, to));
+            if self.tx_queue.len() >= MMSG_BATCH {
+                return self.send_queued();
+            }
+            return Ok(());
+        }
+        match self.socket.send_to(packet, to) {
             Ok(_) => {
                 c.tx_packets += 1;
                 c.tx_bytes += packet.len() as u64;
@@ -282,6 +356,15 @@ impl Link for UdpLink {
         }
     }
 
+    fn begin_sends(&mut self) {
+        self.batching = true;
+    }
+
+    fn end_sends(&mut self) -> Result<(), LinkError> {
+        self.batching = false;
+        self.send_queued()
+    }
+
     fn recv(&mut self, _now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
         if buf.len() < MAX_PACKET_LEN {
             return Err(LinkError::BufferTooSmall { have: buf.len() });
@@ -293,28 +376,38 @@ impl Link for UdpLink {
             return Ok(Some(p.len()));
         }
         for _ in 0..RECV_BATCH {
-            match self.socket.recv_from(&mut self.rx_buf) {
-                Ok((n, from)) => {
-                    if let Some(n) = self.accept(n, from) {
-                        buf[..n].copy_from_slice(&self.rx_buf[..n]);
-                        self.counters.rx_packets += 1;
-                        self.counters.rx_bytes += n as u64;
-                        return Ok(Some(n));
+            if self.rx_next >= self.rx_got.len() {
+                self.rx_next = 0;
+                match self.rx.recv(self.socket.as_raw_fd(), &mut self.rx_got) {
+                    Ok(()) if self.rx_got.is_empty() => return Ok(None),
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    // An ICMP error queued for an earlier datagram: it says a peer is
+                    // down, which the transport learns by its own timeouts.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset
+                        ) =>
+                    {
+                        self.counters.rx_socket_errors += 1;
+                        continue;
                     }
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                // An ICMP error queued for an earlier datagram: it says a peer is
-                // down, which the transport learns by its own timeouts.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset
-                    ) =>
-                {
-                    self.counters.rx_socket_errors += 1;
-                }
-                Err(e) => return Err(e.into()),
+            }
+            let i = self.rx_next;
+            self.rx_next += 1;
+            let (n, from) = self.rx_got[i];
+            let Some(from) = from else {
+                self.counters.drop_rx_unknown_source += 1;
+                continue;
+            };
+            if let Some(n) = self.accept(i, n, from) {
+                buf[..n].copy_from_slice(&self.rx.buf(i)[..n]);
+                self.counters.rx_packets += 1;
+                self.counters.rx_bytes += n as u64;
+                return Ok(Some(n));
             }
         }
         Ok(None)
