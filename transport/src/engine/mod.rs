@@ -3,13 +3,17 @@
 //! completions, events and its next deadline as outputs. Sans-IO, after quinn-proto:
 //! no sockets, threads or clock inside; memory is the caller's [`Memory`].
 //!
-//! Per QP, the send side ([`requester`]) segments WQEs into packets, assigns PSNs,
-//! retires WQEs on ACKs and retransmits (go-back-N from the first unacknowledged
-//! PSN, at once on a NAK, after the local ACK timeout on silence). The receive side
-//! ([`responder`]) validates requests in the spec's order (rxe style), executes
-//! them and queues responses in PSN order.
+//! Per QP, three state machines, as Linux rxe's rxe_req.c, rxe_comp.c and
+//! rxe_resp.c. On the send side the requester ([`requester`]) segments WQEs into
+//! packets and assigns PSNs; the completer ([`completer`]) handles what comes back
+//! (ACKs, NAKs, READ responses, atomic ACKs), retires WQEs and retransmits
+//! (go-back-N from the first unacknowledged PSN, at once on a NAK, after the local
+//! ACK timeout on silence). On the receive side the responder ([`responder`])
+//! validates requests in the spec's order (rxe style), executes them and queues
+//! responses in PSN order.
 
 mod access;
+mod completer;
 mod counters;
 mod cq;
 pub mod link;
@@ -707,7 +711,7 @@ impl Engine {
         let mut fx = Effects::default();
         qp.req.post(wr, qp.init.sq_sig_all);
         if flush {
-            requester::flush_sq(qp, &mut fx);
+            completer::flush_sq(qp, &mut fx);
         }
         self.finish(fx);
         if !flush {
@@ -752,7 +756,7 @@ impl Engine {
         let mut fx = Effects::default();
         qp.req.post_with(wr, true, Some(status));
         if flush {
-            requester::flush_sq(qp, &mut fx);
+            completer::flush_sq(qp, &mut fx);
         }
         self.finish(fx);
         if !flush {
@@ -839,7 +843,7 @@ impl Engine {
         use crate::wire::opcode::Direction;
         let wants_tx = match info.direction() {
             Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
-            Direction::Response => requester::handle_response(qp, &pkt, &mut ctx),
+            Direction::Response => completer::handle_response(qp, &pkt, &mut ctx),
             Direction::Notification => false,
         };
         self.finish(fx);
@@ -936,7 +940,7 @@ impl Engine {
                 continue;
             };
             if qp.req.deadline().is_some_and(|d| d <= now)
-                && requester::on_timeout(qp, now, &mut fx, &mut self.counters)
+                && completer::on_timeout(qp, now, &mut fx, &mut self.counters)
             {
                 wake.push(qpn);
             }
@@ -1184,7 +1188,7 @@ pub(crate) fn to_error(qp: &mut Qp, fx: &mut Effects) {
 }
 
 fn flush_all(qp: &mut Qp, fx: &mut Effects) {
-    requester::flush_sq(qp, fx);
+    completer::flush_sq(qp, fx);
     responder::abort_message(qp);
     flush_rq(qp, fx);
 }
