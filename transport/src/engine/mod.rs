@@ -3,15 +3,24 @@
 //! completions, events and its next deadline as outputs. Sans-IO, after quinn-proto:
 //! no sockets, threads or clock inside; memory is the caller's [`Memory`].
 //!
-//! Per QP, the send side ([`requester`]) segments WQEs into packets, assigns PSNs,
-//! retires WQEs on ACKs and retransmits (go-back-N from the first unacknowledged
-//! PSN, at once on a NAK, after the local ACK timeout on silence). The receive side
-//! ([`responder`]) validates requests in the spec's order (rxe style), executes
-//! them and queues responses in PSN order.
+//! Per QP, three state machines, as Linux rxe's rxe_req.c, rxe_comp.c and
+//! rxe_resp.c. On the send side the requester ([`requester`]) segments WQEs into
+//! packets and assigns PSNs; the completer ([`completer`]) handles what comes back
+//! (ACKs, NAKs, READ responses, atomic ACKs), retires WQEs and retransmits
+//! (go-back-N from the first unacknowledged PSN, at once on a NAK, after the local
+//! ACK timeout on silence). On the receive side the responder ([`responder`])
+//! validates requests in the spec's order (rxe style), executes them and queues
+//! responses in PSN order.
+//!
+//! This file holds the engine's types and its verbs (PDs, MRs, CQs, SRQs, QPs,
+//! posting); `io.rs` its inputs and outputs besides the verbs: received packets,
+//! transmit, timers and events.
 
 mod access;
+mod completer;
 mod counters;
 mod cq;
+mod io;
 pub mod link;
 mod requester;
 mod responder;
@@ -32,8 +41,6 @@ use crate::verbs::{
     AttrMask, Completion, Event, Handle, Mtu, MwType, QpAttr, QpInit, QpState, QpType, RecvWr,
     SendWr, Time, VerbError, WcOpcode, WcStatus,
 };
-use crate::wire::opcode::Service;
-use crate::wire::PacketRepr;
 
 /// Well-known Q_Key of QP1 (C9-49; PV-05).
 pub const GSI_QKEY: u32 = 0x8001_0000;
@@ -724,7 +731,7 @@ impl Engine {
         let mut fx = Effects::default();
         qp.req.post(wr, qp.init.sq_sig_all);
         if flush {
-            requester::flush_sq(qp, &mut fx);
+            completer::flush_sq(qp, &mut fx);
         }
         self.finish(fx);
         if !flush {
@@ -769,7 +776,7 @@ impl Engine {
         let mut fx = Effects::default();
         qp.req.post_with(wr, true, Some(status));
         if flush {
-            requester::flush_sq(qp, &mut fx);
+            completer::flush_sq(qp, &mut fx);
         }
         self.finish(fx);
         if !flush {
@@ -802,224 +809,8 @@ impl Engine {
         Ok(())
     }
 
-    // ------------------------------------------------------------------ I/O
-
-    /// Handles one received packet as the port's link carries them: a native
-    /// packet (LRH through VCRC) on InfiniBand, a RoCEv2 frame (Ethernet header
-    /// through ICRC) on Ethernet (WF-10).
-    pub fn handle_packet(&mut self, buf: &[u8], mem: &mut dyn Memory, now: Time) {
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += buf.len() as u64;
-        let (pkt, roce) = match link::parse(&self.port, buf) {
-            Ok(p) => p,
-            Err(link::Drop::Wire(d)) => {
-                log::debug!("drop: {d}");
-                self.counters.wire_drops.count(d);
-                return;
-            }
-            Err(link::Drop::Rx(r)) => {
-                log::debug!("drop: {r:?}");
-                self.counters.drop(r);
-                return;
-            }
-        };
-        let dest = pkt.transport.bth.dest_qp;
-        // One QP lookup serves the header checks and the handling.
-        let checked = if dest == psn::PSN_MASK {
-            Err(RxDrop::Multicast)
-        } else {
-            match self.qps.get_mut(&dest) {
-                None => Err(RxDrop::UnknownQp), // C9-37
-                Some(qp) => check_headers(&self.port, qp, &pkt).map(|()| qp),
-            }
-        };
-        let qp = match checked {
-            Ok(qp) => qp,
-            Err(r) => {
-                log::debug!("drop packet to QP {dest}: {r:?}");
-                self.counters.drop(r);
-                return;
-            }
-        };
-        let mut fx = Effects::default();
-        let info = pkt.transport.bth.opcode.info();
-        let mut ctx = Ctx {
-            mrs: &mut self.mrs,
-            mem,
-            srqs: &mut self.srqs,
-            counters: &mut self.counters,
-            fx: &mut fx,
-            port: &self.port,
-            now,
-            roce,
-        };
-        use crate::wire::opcode::Direction;
-        let wants_tx = match info.direction() {
-            Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
-            Direction::Response => requester::handle_response(qp, &pkt, &mut ctx),
-            Direction::Notification => false,
-        };
-        self.finish(fx);
-        self.arm(dest);
-        if wants_tx {
-            self.schedule_qp(dest);
-        }
-    }
-
-    /// Builds the next packet to send into `buf` (for speed, starting
-    /// [`crate::wire::packet::BUFFER_ALIGN_OFFSET`] bytes past a 16-byte boundary;
-    /// it must hold a whole packet:
-    /// 8 + 40 + 12 + 28 + 4096 + 6 bytes is always enough); returns its length, or
-    /// `None` when nothing is ready. Round robin over QPs, responses first.
-    pub fn poll_transmit(
-        &mut self,
-        mem: &mut dyn Memory,
-        now: Time,
-        buf: &mut [u8],
-    ) -> Option<usize> {
-        let mut fx = Effects::default();
-        let mut out = None;
-        let n = self.schedule.len();
-        for _ in 0..n {
-            let Some(qpn) = self.schedule.pop_front() else {
-                break;
-            };
-            let Some(qp) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            let mut ctx = Ctx {
-                mrs: &mut self.mrs,
-                mem,
-                srqs: &mut self.srqs,
-                counters: &mut self.counters,
-                fx: &mut fx,
-                port: &self.port,
-                now,
-                roce: None,
-            };
-            let built = if qp.req_turn {
-                requester::poll_transmit(qp, &mut ctx, buf, &self.limits)
-                    .or_else(|| responder::poll_transmit(qp, &mut ctx, buf))
-            } else {
-                responder::poll_transmit(qp, &mut ctx, buf)
-                    .or_else(|| requester::poll_transmit(qp, &mut ctx, buf, &self.limits))
-            };
-            qp.req_turn = !qp.req_turn;
-            if built.is_none() {
-                qp.scheduled = false;
-            }
-            self.arm(qpn);
-            if let Some(len) = built {
-                self.schedule.push_back(qpn);
-                self.counters.tx_packets += 1;
-                self.counters.tx_bytes += len as u64;
-                out = Some(len);
-                break;
-            }
-        }
-        self.finish(fx);
-        out
-    }
-
-    /// The earliest time [`Self::handle_timeout`] may have work: O(1). It is
-    /// never later than a QP's deadline; it may be earlier (a timer that was
-    /// pushed back fires as a no-op that re-arms it).
-    pub fn poll_timeout(&self) -> Option<Time> {
-        #[cfg(debug_assertions)]
-        self.check_timers();
-        self.timers.peek().map(|Reverse((t, _))| *t)
-    }
-
-    /// Fires every timer due at `now`: ACK timeouts (RL-10) and RNR waits (RL-11).
-    /// Costs O(log QPs) per heap entry due, nothing per QP that is not.
-    pub fn handle_timeout(&mut self, now: Time) {
-        let mut due = Vec::new();
-        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                if qp.timer_at == Some(t) {
-                    qp.timer_at = None;
-                    due.push(qpn);
-                }
-            }
-        }
-        let mut fx = Effects::default();
-        let mut wake = Vec::new();
-        for &qpn in &due {
-            let Some(qp) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            if qp.req.deadline().is_some_and(|d| d <= now)
-                && requester::on_timeout(qp, now, &mut fx, &mut self.counters)
-            {
-                wake.push(qpn);
-            }
-        }
-        self.finish(fx);
-        for q in due {
-            self.arm(q);
-        }
-        for q in wake {
-            self.schedule_qp(q);
-        }
-    }
-
-    /// Keeps the timer heap covering `qpn`'s requester deadline after an input
-    /// touched the QP. A later deadline (the ACK timer restarted by progress,
-    /// the common case) costs nothing: the earlier entry fires, finds the
-    /// deadline ahead and re-arms. Only an earlier one is pushed, which leaves
-    /// the older entry stale; when stale entries outnumber live ones the heap
-    /// is rebuilt, so its size stays O(QPs) whatever a peer sends.
-    fn arm(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let Some(d) = qp.req.deadline() else {
-            return;
-        };
-        if qp.timer_at.is_some_and(|t| t <= d) {
-            return;
-        }
-        qp.timer_at = Some(d);
-        self.timers.push(Reverse((d, qpn)));
-        if self.timers.len() > 2 * self.qps.len() + 16 {
-            let live = self
-                .qps
-                .values()
-                .filter_map(|q| q.timer_at.map(|t| Reverse((t, q.qpn))));
-            self.timers = live.collect();
-        }
-    }
-
-    /// Debug builds, few QPs: every requester deadline is covered by a live
-    /// heap entry no later than it (the invariant [`Self::arm`] keeps).
-    #[cfg(debug_assertions)]
-    fn check_timers(&self) {
-        if self.qps.len() > 64 {
-            return;
-        }
-        for qp in self.qps.values() {
-            if let Some(d) = qp.req.deadline() {
-                let t = qp
-                    .timer_at
-                    .unwrap_or_else(|| panic!("QP {} has a deadline {d:?} and no timer", qp.qpn));
-                assert!(t <= d, "QP {} timer {t:?} after its deadline {d:?}", qp.qpn);
-                assert!(
-                    self.timers.iter().any(|Reverse(e)| *e == (t, qp.qpn)),
-                    "QP {} timer {t:?} not in the heap",
-                    qp.qpn
-                );
-            }
-        }
-    }
-
-    /// The next async or completion event.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
+    // ------------------------------------------------------------------ effects
+    // (here, not in io.rs: the verbs schedule QPs and apply effects too)
 
     fn schedule_qp(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
@@ -1052,88 +843,6 @@ impl Engine {
         }
         self.events.extend(fx.events);
     }
-}
-
-/// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;
-/// PV-02, PV-03, PV-05, PV-06). Silent drops (PV-10). The caller has found the
-/// QP (C9-37) and refused the multicast QPN first.
-fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
-    let bth = &pkt.transport.bth;
-    if !qp_state::receives_packets(qp.state) {
-        return Err(RxDrop::QpNotReceiving); // C9-38, QS-04
-    }
-    let info = bth.opcode.info();
-    let svc_ok = matches!(
-        (info.service, qp.init.qp_type),
-        (Service::Rc, QpType::Rc) | (Service::Uc, QpType::Uc) | (Service::Ud, QpType::Ud)
-    );
-    if !svc_ok {
-        return Err(RxDrop::ServiceMismatch); // C9-39
-    }
-    // C9-43: the P_Key of the QP's partition; the membership rule of 10.9.3:
-    // the low 15 bits match and at least one side is a full member.
-    let own = port
-        .pkeys
-        .get(usize::from(qp.attr.pkey_index))
-        .copied()
-        .unwrap_or(0);
-    let pk = bth.pkey;
-    if pk & 0x7fff != own & 0x7fff || (pk & 0x8000 == 0 && own & 0x8000 == 0) || pk & 0x7fff == 0 {
-        return Err(RxDrop::BadPkey);
-    }
-    if port.is_ethernet() {
-        return check_roce_addresses(port, qp, pkt);
-    }
-    let lrh = &pkt.lrh;
-    let mask = !((1u16 << port.lmc.min(7)) - 1);
-    if qp.init.qp_type != QpType::Ud {
-        // C9-53, C9-54: connected services check both LIDs (UD checks
-        // neither); C9-56: a multicast SLID is never valid; C9-55: the
-        // permissive LID only for QP0.
-        if (0xc000..0xffff).contains(&lrh.slid) || lrh.slid == PERMISSIVE_LID {
-            return Err(RxDrop::BadSlid);
-        }
-        if lrh.dlid & mask != port.lid & mask {
-            return Err(RxDrop::BadDlid);
-        }
-        if lrh.slid != qp.attr.av.dlid {
-            return Err(RxDrop::BadSlid);
-        }
-    } else {
-        // C9-48..C9-51: the Q_Key; QP1 uses the well-known one.
-        let deth = pkt.transport.ext.deth.map(|d| d.qkey).unwrap_or(0);
-        if deth != qp.attr.qkey {
-            return Err(RxDrop::BadQkey);
-        }
-    }
-    Ok(())
-}
-
-/// The address checks of a RoCE port, in place of the LID checks (A17.4.5):
-/// the destination IP is one of the port's GIDs; a connected QP takes packets
-/// only from its path's DGID to its path's SGID (as LIDs C9-53, C9-54); UD
-/// checks the Q_Key (C9-48..C9-51).
-fn check_roce_addresses(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
-    let Some(grh) = pkt.grh.as_ref() else {
-        return Err(RxDrop::BadGid);
-    };
-    if !port.roce_gids.iter().flatten().any(|g| *g == grh.dgid) {
-        return Err(RxDrop::BadGid);
-    }
-    if qp.init.qp_type == QpType::Ud {
-        let deth = pkt.transport.ext.deth.map(|d| d.qkey).unwrap_or(0);
-        if deth != qp.attr.qkey {
-            return Err(RxDrop::BadQkey);
-        }
-        return Ok(());
-    }
-    let Some(path) = qp.attr.av.grh.as_ref() else {
-        return Err(RxDrop::BadGid);
-    };
-    if grh.sgid != path.dgid || link::source_gid(port, path.sgid_index) != Some(grh.dgid) {
-        return Err(RxDrop::BadGid);
-    }
-    Ok(())
 }
 
 /// What QP code may touch while handling an input.
@@ -1206,7 +915,7 @@ pub(crate) fn to_error(qp: &mut Qp, fx: &mut Effects) {
 }
 
 fn flush_all(qp: &mut Qp, fx: &mut Effects) {
-    requester::flush_sq(qp, fx);
+    completer::flush_sq(qp, fx);
     responder::abort_message(qp);
     flush_rq(qp, fx);
 }

@@ -1,26 +1,35 @@
-//! The receive side of a QP: request validation in the spec's order, execution,
-//! and responses in PSN order (IBA 9.4, 9.5, 9.7.5, 9.8; after Linux rxe's
+//! The responder of a QP, the third of its three state machines (the receive
+//! side, as Linux rxe's rxe_resp.c): request validation in the spec's order,
+//! execution, and responses in PSN order (IBA 9.4, 9.5, 9.7.5, 9.8; after rxe's
 //! responder: check PSN, check op sequence, check access, check resources, check
 //! length, check R_Key, execute, acknowledge).
 //! Features OP-01..OP-10, OR-02, OR-03, OR-07, RL-03..RL-08, RL-11, RL-12, RL-15,
 //! RL-16, SR-01.
+//!
+//! What it sends back is in `responses.rs`: the responses queued in PSN order
+//! and their packets, the READ/ATOMIC resources saved for replay, and the
+//! duplicate requests answered from them.
+
+mod responses;
 
 use std::collections::VecDeque;
 
+pub(crate) use responses::poll_transmit;
+use responses::{
+    ack, duplicate, nak, queue_aeth, remote_nak, save_resource, zero_read_response, ResKind,
+    Resource, RespItem,
+};
+
 use super::access::{self, local_status, RemoteErr};
-use super::link;
-use super::{to_error, Ctx, NakReason, Qp, RxDrop};
+use super::{Ctx, NakReason, Qp, RxDrop};
 use crate::mr::RemoteAccess;
 use crate::psn;
 use crate::verbs::{
     Access, Completion, Event, FlushSpec, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus,
 };
-use crate::wire::ext::{
-    AethRepr, AethSyndrome, AtomicAckEthRepr, ExtHeaders, NakCode, RethRepr, CREDIT_CODE_INVALID,
-};
+use crate::wire::ext::{AethSyndrome, NakCode, RethRepr};
 use crate::wire::opcode::{Opcode, Operation, Position};
-use crate::wire::packet::EmitWithError;
-use crate::wire::{BthRepr, GrhRepr, LrhRepr, PacketRepr, TransportRepr, MAX_PAYLOAD};
+use crate::wire::{PacketRepr, MAX_PAYLOAD};
 
 /// Bytes of GRH space at the start of every UD receive buffer (IBA 11.4.1.2).
 pub const UD_GRH_SPACE: usize = 40;
@@ -43,49 +52,6 @@ enum InMsg {
     },
     /// UC: the rest of a message whose start could not be taken (RL-15).
     Discard,
-}
-
-/// A saved READ or ATOMIC (RL-07): what a duplicate must replay.
-#[derive(Debug, Clone, Copy)]
-struct Resource {
-    psn: u32,
-    npkts: u32,
-    kind: ResKind,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum ResKind {
-    Read {
-        va: u64,
-        rkey: u32,
-        len: u64,
-    },
-    Atomic {
-        orig: u64,
-    },
-    /// FLUSH or ATOMIC WRITE (IBA 1.5 MPE): executed once; a duplicate gets
-    /// the zero-length RDMA READ Response Only again.
-    Placement,
-}
-
-/// A response waiting to be sent, in PSN order (C9-27, OR-02).
-#[derive(Debug, Clone, Copy)]
-enum RespItem {
-    Aeth {
-        psn: u32,
-        syndrome: AethSyndrome,
-    },
-    Read {
-        psn: u32,
-        va: u64,
-        rkey: u32,
-        len: u64,
-        sent: u64,
-    },
-    AtomicAck {
-        psn: u32,
-        orig: u64,
-    },
 }
 
 /// Responder state of a QP.
@@ -160,52 +126,6 @@ fn start_write(reth: &RethRepr) -> InMsg {
         rkey: reth.rkey,
         dma_len: u64::from(reth.dma_len),
         placed: 0,
-    }
-}
-
-/// Queues an ACK or NAK; consecutive ACKs coalesce into the newest (RL-08).
-fn queue_aeth(qp: &mut Qp, psn: u32, syndrome: AethSyndrome) {
-    if let AethSyndrome::Ack { .. } = syndrome {
-        if let Some(RespItem::Aeth {
-            syndrome: AethSyndrome::Ack { .. },
-            psn: p,
-        }) = qp.resp.out.back_mut()
-        {
-            *p = psn;
-            return;
-        }
-    }
-    qp.resp.out.push_back(RespItem::Aeth { psn, syndrome });
-}
-
-fn ack(qp: &mut Qp, psn: u32) {
-    queue_aeth(
-        qp,
-        psn,
-        AethSyndrome::Ack {
-            credit_code: CREDIT_CODE_INVALID,
-        },
-    );
-}
-
-/// NAKs `psn` with `code`; for RC errors other than a sequence error the QP goes to
-/// Error after the NAK (class A/B/C errors of 9.9.2).
-fn nak(qp: &mut Qp, cx: &mut Ctx<'_>, psn: u32, code: NakCode, why: NakReason) {
-    cx.counters.nak(why);
-    queue_aeth(qp, psn, AethSyndrome::Nak(code));
-    if code != NakCode::PsnSequenceError {
-        // AE-01 (IBA 11.6.3.1): the responder's QP reports why it failed — an
-        // invalid request, an access violation, or a catastrophic local error.
-        let qpn = qp.qpn;
-        cx.fx.events.push(match code {
-            NakCode::RemoteAccessError => Event::QpAccessError { qpn },
-            NakCode::RemoteOperationalError => Event::QpFatal { qpn },
-            _ => Event::QpRequestError { qpn },
-        });
-        // The NAK itself must still go out: keep it, flush everything else.
-        let out = std::mem::take(&mut qp.resp.out);
-        to_error(qp, cx.fx);
-        qp.resp.out = out;
     }
 }
 
@@ -412,10 +332,6 @@ fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     true
 }
 
-fn remote_nak(e: RemoteErr) -> NakCode {
-    e.nak()
-}
-
 fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
@@ -522,20 +438,6 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     true
 }
 
-fn save_resource(qp: &mut Qp, r: Resource) -> bool {
-    let depth = usize::from(qp.attr.max_dest_rd_atomic);
-    if depth == 0 {
-        return false;
-    }
-    // RL-07: a FIFO as deep as the negotiated limit; the oldest entry makes room
-    // (the requester never has more than that many outstanding).
-    while qp.resp.resources.len() >= depth {
-        qp.resp.resources.pop_front();
-    }
-    qp.resp.resources.push_back(r);
-    true
-}
-
 fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
@@ -638,16 +540,6 @@ fn placement_done(qp: &mut Qp, cx: &mut Ctx<'_>, p: u32) -> bool {
     true
 }
 
-fn zero_read_response(p: u32) -> RespItem {
-    RespItem::Read {
-        psn: p,
-        va: 0,
-        rkey: 0,
-        len: 0,
-        sent: 0,
-    }
-}
-
 /// RDMA FLUSH (IBA 1.5 MPE). Requests execute in PSN order and every earlier
 /// WRITE or ATOMIC was stored in the caller's memory before this one was
 /// taken, so its data is globally visible once the FLUSH is validated: there
@@ -716,105 +608,6 @@ fn rc_atomic_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool 
         return true;
     }
     placement_done(qp, cx, p)
-}
-
-/// A request in the duplicate region (9.7.5.1.1; RL-04..RL-06).
-fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
-    let t = &pkt.transport;
-    let p = t.bth.psn;
-    match t.bth.opcode.info().operation {
-        Operation::RdmaReadRequest => {
-            let Some(reth) = t.ext.reth else { return false };
-            let pmtu = qp.attr.path_mtu.bytes() as u64;
-            let found = qp.resp.resources.iter().find_map(|r| match r.kind {
-                ResKind::Read { va, rkey, len }
-                    if psn::diff(p, r.psn) >= 0 && psn::diff(p, psn::add(r.psn, r.npkts)) < 0 =>
-                {
-                    Some((r.psn, va, rkey, len))
-                }
-                _ => None,
-            });
-            let Some((first, va, rkey, len)) = found else {
-                cx.counters.drop(RxDrop::UnmatchedDuplicate);
-                return false;
-            };
-            // RL-05: the retried READ asks for a subset of the original, starting at
-            // the response PSN it names.
-            let skip = psn::diff(p, first) as u64 * pmtu;
-            let (dva, dlen) = (reth.va, u64::from(reth.dma_len));
-            if reth.rkey != rkey || dva != va.wrapping_add(skip) || skip + dlen > len {
-                cx.counters.drop(RxDrop::UnmatchedDuplicate);
-                return false;
-            }
-            // A newer duplicate preempts responses still queued for later PSNs
-            // (RL-05). An ACK among them is sent again after the READ's responses,
-            // never before them (C9-27), so the requester still gets it.
-            // A READ stream is judged by its last PSN, not its first: one that
-            // started before `p` but reaches it would resend, after this one, what
-            // the requester asks again here; each retry would add a whole
-            // remainder (seed 004 §3.3.2.2: stop responding to the original).
-            let before = qp.resp.out.len();
-            qp.resp.out.retain(|it| match it {
-                RespItem::Read { psn: q, len, .. } => {
-                    let n = psn::read_packets(*len, pmtu as usize);
-                    psn::diff(psn::add(*q, n - 1), p) < 0
-                }
-                RespItem::AtomicAck { psn: q, .. } | RespItem::Aeth { psn: q, .. } => {
-                    psn::diff(*q, p) < 0
-                }
-            });
-            let preempted = qp.resp.out.len() != before;
-            qp.resp.out.push_back(RespItem::Read {
-                psn: p,
-                va: dva,
-                rkey,
-                len: dlen,
-                sent: 0,
-            });
-            if preempted {
-                let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
-                ack(qp, last);
-            }
-            true
-        }
-        Operation::CompareSwap | Operation::FetchAdd => {
-            let saved = qp.resp.resources.iter().find_map(|r| match r.kind {
-                ResKind::Atomic { orig } if r.psn == p => Some(orig),
-                _ => None,
-            });
-            match saved {
-                Some(orig) => {
-                    qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
-                    true
-                }
-                None => {
-                    cx.counters.drop(RxDrop::UnmatchedDuplicate);
-                    false
-                }
-            }
-        }
-        Operation::Flush | Operation::AtomicWrite => {
-            // Executed once already: answer again, never store again.
-            let saved = qp
-                .resp
-                .resources
-                .iter()
-                .any(|r| matches!(r.kind, ResKind::Placement) && r.psn == p);
-            if saved {
-                qp.resp.out.push_back(zero_read_response(p));
-                true
-            } else {
-                cx.counters.drop(RxDrop::UnmatchedDuplicate);
-                false
-            }
-        }
-        _ => {
-            // SEND/WRITE: ACK the newest completed PSN again, execute nothing.
-            let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
-            ack(qp, last);
-            true
-        }
-    }
 }
 
 fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
@@ -1024,164 +817,4 @@ fn handle_ud(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
     }
     c.solicited = t.bth.solicited;
     cx.fx.completions.push((qp.init.recv_cq, c));
-}
-
-/// Builds the next response packet of this QP, if any.
-pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-    if qp.init.qp_type != QpType::Rc {
-        return None;
-    }
-    let item = qp.resp.out.pop_front()?;
-    let mut read = None;
-    let mut cont = None;
-    let pmtu = qp.attr.path_mtu.bytes() as u64;
-    let msn = qp.resp.msn;
-    let (op, p, ext, payload_len) = match item {
-        RespItem::Aeth { psn, syndrome } => {
-            if let AethSyndrome::Ack { .. } = syndrome {
-                cx.counters.acks_sent += 1;
-            }
-            let ext = ExtHeaders {
-                aeth: Some(AethRepr { syndrome, msn }),
-                ..Default::default()
-            };
-            (Opcode::RC_ACKNOWLEDGE, psn, ext, 0)
-        }
-        RespItem::AtomicAck { psn, orig } => {
-            let ext = ExtHeaders {
-                aeth: Some(AethRepr {
-                    syndrome: AethSyndrome::Ack {
-                        credit_code: CREDIT_CODE_INVALID,
-                    },
-                    msn,
-                }),
-                atomic_ack_eth: Some(AtomicAckEthRepr {
-                    orig_remote_data: orig,
-                }),
-                ..Default::default()
-            };
-            (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, ext, 0)
-        }
-        RespItem::Read {
-            psn: first,
-            va,
-            rkey,
-            len,
-            sent,
-        } => {
-            let n = (len - sent).min(pmtu) as usize;
-            let k = (sent / pmtu) as u32;
-            let is_first = sent == 0;
-            let is_last = sent + n as u64 >= len;
-            let op = match (is_first, is_last) {
-                (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-            };
-            // Read from memory into the packet when it is built, below.
-            read = Some((rkey, va.wrapping_add(sent), psn::add(first, k)));
-            let mut ext = ExtHeaders::default();
-            if op.info().has(crate::wire::ExtKind::Aeth) {
-                // C9-24: AETH in first, last and only, not middle.
-                ext.aeth = Some(AethRepr {
-                    syndrome: AethSyndrome::Ack {
-                        credit_code: CREDIT_CODE_INVALID,
-                    },
-                    msn,
-                });
-            }
-            if !is_last {
-                cont = Some(RespItem::Read {
-                    psn: first,
-                    va,
-                    rkey,
-                    len,
-                    sent: sent + n as u64,
-                });
-            }
-            (op, psn::add(first, k), ext, n)
-        }
-    };
-    let grh = qp.attr.av.grh.map(|g| GrhRepr {
-        traffic_class: g.traffic_class,
-        flow_label: g.flow_label,
-        hop_limit: g.hop_limit,
-        sgid: link::source_gid(cx.port, g.sgid_index).unwrap_or_default(),
-        dgid: g.dgid,
-    });
-    let udp_sport = link::udp_source_port(
-        qp.attr.av.grh.map_or(0, |g| g.flow_label),
-        qp.qpn,
-        qp.attr.dest_qp_num,
-    );
-    let pkt = PacketRepr {
-        lrh: LrhRepr {
-            vl: 0,
-            sl: qp.attr.av.sl & 0xf,
-            dlid: qp.attr.av.dlid,
-            slid: cx.port.lid | u16::from(qp.attr.av.src_path_bits),
-        },
-        grh,
-        transport: TransportRepr {
-            bth: BthRepr {
-                opcode: op,
-                solicited: false,
-                mig_req: false,
-                pkey: cx
-                    .port
-                    .pkeys
-                    .get(usize::from(qp.attr.pkey_index))
-                    .copied()
-                    .unwrap_or(0xffff),
-                fecn: false,
-                becn: false,
-                dest_qp: qp.attr.dest_qp_num,
-                ack_req: false,
-                psn: p,
-            },
-            ext,
-            payload: &[],
-        },
-    };
-    let pd = qp.init.pd;
-    let qpn = qp.qpn;
-    let (mrs, mem) = (&*cx.mrs, &*cx.mem);
-    let dmac = qp.attr.av.dmac;
-    let built = link::emit_with(
-        cx.port,
-        &pkt,
-        dmac,
-        udp_sport,
-        buf,
-        payload_len,
-        |dst| match read {
-            Some((rkey, va, _)) if !dst.is_empty() => {
-                access::remote_read(mrs, mem, pd, qpn, rkey, va, dst)
-            }
-            _ => Ok(()),
-        },
-    );
-    match built {
-        Ok(len) => {
-            if let Some(c) = cont {
-                qp.resp.out.push_front(c);
-            }
-            Some(len)
-        }
-        Err(EmitWithError::Fill(e)) => {
-            // The MR went away under the READ: NAK what could not be read.
-            let p = read.map_or(p, |r| r.2);
-            nak(qp, cx, p, remote_nak(e), NakReason::from(e));
-            poll_transmit(qp, cx, buf)
-        }
-        Err(EmitWithError::Emit(_)) => {
-            // RoCE: no route for the path (its GID entry went away); the
-            // response is lost like one dropped on the wire.
-            if cx.port.is_ethernet() {
-                cx.counters.tx_no_route += 1;
-            }
-            None
-        }
-    }
 }

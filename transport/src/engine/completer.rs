@@ -1,0 +1,564 @@
+//! The completer of a QP, the second of its three state machines (as Linux rxe's
+//! rxe_comp.c): handles the responses to the requester's packets (ACK, NAK, RNR
+//! NAK, RDMA READ response, atomic ACK), retires WQEs in post order into
+//! completions, goes back to the first unacknowledged PSN on a NAK, a gap or a
+//! timeout, and fails or flushes the send queue (IBA 9.7; C9-27, OR-04, OR-06,
+//! QS-05..QS-07, RL-03, RL-09..RL-11, RL-14). It works on the QP's [`Requester`]
+//! state, which the [`requester`](super::requester) fills as it sends.
+
+use super::requester::{ack_timeout_ns, Requester, SendWqe};
+use super::{to_error, Ctx, Effects, Qp, RxDrop};
+use crate::engine::counters::Counters;
+use crate::psn;
+use crate::verbs::{Completion, QpState, QpType, SendData, Time, WcOpcode, WcStatus, WrOpcode};
+use crate::wire::ext::{AethSyndrome, NakCode};
+use crate::wire::opcode::{Operation, Position};
+use crate::wire::PacketRepr;
+
+fn wc_opcode(op: WrOpcode) -> WcOpcode {
+    match op {
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+        WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+        WrOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
+        WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
+        WrOpcode::LocalInv => WcOpcode::LocalInv,
+        WrOpcode::BindMw => WcOpcode::BindMw,
+        WrOpcode::Flush => WcOpcode::Flush,
+        WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+    }
+}
+
+fn completion(qp: &Qp, w: &SendWqe, status: WcStatus) -> Completion {
+    let mut c = Completion::new(w.wr.wr_id, status, wc_opcode(w.wr.opcode), qp.qpn);
+    match w.wr.opcode {
+        WrOpcode::RdmaRead => c.byte_len = w.len as u32,
+        // The 8-byte original value landed in the local buffer (mlx5 and rxe
+        // report 8 too; the ABI's CQE says "transferred").
+        WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd | WrOpcode::AtomicWrite => {
+            c.byte_len = 8
+        }
+        _ => {}
+    }
+    c
+}
+
+/// Retires finished WQEs from the head, in post order (OR-04); unsignaled
+/// successful ones silently (OR-06).
+pub(super) fn retire(qp: &mut Qp, fx: &mut Effects) {
+    while let Some(w) = qp.req.wqes.front() {
+        let Some(status) = w.done else { break };
+        if w.signaled || status != WcStatus::Success {
+            fx.completions
+                .push((qp.init.send_cq, completion(qp, w, status)));
+        }
+        qp.req.wqes.pop_front();
+        qp.req.cur = qp.req.cur.saturating_sub(1);
+    }
+    if qp.state == QpState::Sqd
+        && qp.req.wqes.iter().all(|w| !w.started)
+        && qp.attr.en_sqd_async_notify
+    {
+        // QS-05: drained.
+        fx.events
+            .push(crate::verbs::Event::SqDrained { qpn: qp.qpn });
+        qp.attr.en_sqd_async_notify = false;
+    }
+}
+
+/// Completes every WQE not done yet with a flush error (QS-06, QS-07).
+pub(crate) fn flush_sq(qp: &mut Qp, fx: &mut Effects) {
+    for w in qp.req.wqes.iter_mut() {
+        if w.done.is_none() {
+            w.done = Some(WcStatus::WrFlushErr);
+        }
+    }
+    // Flushed WQEs always complete, signaled or not.
+    for w in qp.req.wqes.iter_mut() {
+        w.signaled = true;
+    }
+    retire(qp, fx);
+    qp.req.cur = 0;
+    qp.req.ack_deadline = None;
+    qp.req.rnr_deadline = None;
+}
+
+/// A send-side error: the WQE at `idx` completes with `status`; RC goes to Error,
+/// UC and UD to SQE (QS-06), later WQEs flush.
+pub(super) fn fail(qp: &mut Qp, idx: usize, status: WcStatus, fx: &mut Effects) {
+    // Everything before it that was still waiting is acknowledged by implication;
+    // not a READ/ATOMIC whose response never came (its data or result is not
+    // there: C9-27 orders responses, an ACK does not stand for them): flushed.
+    if let Some(w) = qp.req.wqes.get_mut(idx) {
+        w.done = Some(status);
+    }
+    for w in qp.req.wqes.iter_mut().take(idx) {
+        if w.done.is_none() {
+            w.done = Some(if w.is_rd_atomic() {
+                WcStatus::WrFlushErr
+            } else {
+                WcStatus::Success
+            });
+        }
+    }
+    retire(qp, fx);
+    if qp.init.qp_type == QpType::Rc {
+        to_error(qp, fx);
+    } else {
+        qp.state = QpState::Sqe;
+        flush_sq(qp, fx);
+    }
+}
+
+/// Restarts transmission from PSN `p` (go-back-N, 9.7.4.1.3).
+fn rewind(qp: &mut Qp, p: u32) {
+    let r = &mut qp.req;
+    // The unfinished WQE holding `p`, else the first unfinished one after it: a
+    // READ/ATOMIC completed out of order by its response needs no resend.
+    let Some(i) = r.wqes.iter().position(|w| {
+        w.done.is_none() && (w.contains(p) || !w.started || psn::diff(w.first_psn, p) > 0)
+    }) else {
+        return;
+    };
+    let w = &mut r.wqes[i];
+    // For a READ, `p` is the first response not yet received, so the retried
+    // request asks only for the rest (RL-14).
+    let p = match (w.contains(p), w.started) {
+        (true, _) => p,
+        (false, true) => w.first_psn,
+        (false, false) => r.hwm,
+    };
+    w.sent = if w.started {
+        psn::diff(p, w.first_psn) as u32
+    } else {
+        0
+    };
+    for later in r.wqes.iter_mut().skip(i + 1) {
+        later.sent = 0;
+    }
+    r.cur = i;
+    r.next_psn = p;
+    r.rewound_to = Some(p);
+}
+
+/// Implicit acknowledgement of every request before PSN `p` (an ACK, or a NAK or
+/// response for `p`): completes SEND/WRITE WQEs whose last packet is before `p`.
+/// Returns the index of a READ/ATOMIC whose responses were skipped, if any.
+fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
+    let timeout = ack_timeout_ns(&qp.attr);
+    let r = &mut qp.req;
+    let mut progressed = false;
+    let mut skipped = None;
+    for (i, w) in r.wqes.iter_mut().enumerate() {
+        if i >= r.cur && !w.started {
+            break;
+        }
+        if w.done.is_some() {
+            continue;
+        }
+        if !w.started || psn::diff(last_acked, w.first_psn) < 0 {
+            break;
+        }
+        if w.is_rd_atomic() {
+            // An ACK past a READ/ATOMIC whose response never came: it was lost.
+            skipped = Some(i);
+            break;
+        }
+        // Acknowledged through its last packet: done, even while a go-back is
+        // resending it (the responder has it all; seed 004 §4).
+        if psn::diff(last_acked, w.last_psn()) >= 0 {
+            w.done = Some(WcStatus::Success);
+            progressed = true;
+        } else {
+            break;
+        }
+    }
+    let mut new_una = psn::add(last_acked, 1);
+    if let Some(i) = skipped {
+        // The READ/ATOMIC stays unacknowledged until its response comes (C9-27):
+        // the ACK covers only what precedes its first missing response.
+        let w = &r.wqes[i];
+        let pmtu = qp.attr.path_mtu.bytes() as u64;
+        let resume = if w.wr.opcode == WrOpcode::RdmaRead {
+            psn::add(w.first_psn, (w.resp_bytes / pmtu) as u32)
+        } else {
+            w.first_psn
+        };
+        if psn::diff(resume, new_una) < 0 {
+            new_una = resume;
+        }
+    }
+    // The valid region ends at the point of maximum advance, not at `next_psn`,
+    // which a go-back lowered (RL-09).
+    if psn::diff(new_una, r.una) > 0 && psn::diff(new_una, r.hwm) <= 0 {
+        r.una = new_una;
+        progressed = true;
+    }
+    // WQEs past `una` that their READ/ATOMIC response completed out of order
+    // need no acknowledgement: `una` moves past them (else a timeout would resend
+    // from a PSN no unfinished WQE holds).
+    for w in r.wqes.iter() {
+        if w.done.is_some() && w.contains(r.una) {
+            r.una = psn::add(w.last_psn(), 1);
+            progressed = true;
+        }
+    }
+    if psn::diff(r.una, r.next_psn) > 0 {
+        skip_acked(r);
+    }
+    if progressed {
+        r.retry_left = qp.attr.retry_cnt;
+        r.rnr_left = qp.attr.rnr_retry;
+        r.ack_deadline = if r.unacked() > 0 {
+            timeout.map(|t| now.plus_ns(t))
+        } else {
+            None
+        };
+    }
+    skipped
+}
+
+/// After a go-back, an ACK came for PSNs the go-back was about to resend (the
+/// responder answers a retried request with its furthest PSN, seed 004 §4):
+/// skip what is acknowledged. Every WQE keeps the PSNs it was first sent with:
+/// sending resumes at `una` in the first unfinished WQE (at its first PSN when
+/// READ/ATOMIC responses completed the WQEs before it out of order), or at the
+/// point of maximum advance when every WQE sent so far is done.
+fn skip_acked(r: &mut Requester) {
+    let una = r.una;
+    match r.wqes.iter().position(|w| w.done.is_none()) {
+        Some(i) if r.wqes[i].started => {
+            let w = &mut r.wqes[i];
+            let p = if w.contains(una) { una } else { w.first_psn };
+            w.sent = psn::diff(p, w.first_psn) as u32;
+            for later in r.wqes.iter_mut().skip(i + 1) {
+                later.sent = 0;
+            }
+            r.cur = i;
+            r.next_psn = p;
+        }
+        first_unstarted => {
+            r.cur = first_unstarted.unwrap_or(r.wqes.len());
+            r.next_psn = r.hwm;
+        }
+    }
+}
+
+/// Handles a response packet (ACK, NAK, READ response, atomic ACK) on an RC QP.
+/// Returns whether the QP has something to send now.
+pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    if qp.init.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        cx.counters.drop(RxDrop::NotExpected);
+        return false;
+    }
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    // RL-09: only PSNs in the unacknowledged region [una, hwm) count; a
+    // duplicate (before una) or ghost (at/after the point of maximum advance) is
+    // dropped. Not `next_psn`: after a go-back the responder still answers with
+    // its furthest PSN (seed 004 §4).
+    if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.hwm) >= 0 {
+        cx.counters.drop(RxDrop::GhostResponse);
+        return false;
+    }
+    let op = t.bth.opcode.info().operation;
+    let wake = match op {
+        Operation::Acknowledge => {
+            let Some(aeth) = t.ext.aeth else { return false };
+            on_aeth(qp, p, aeth.syndrome, cx)
+        }
+        Operation::RdmaReadResponse => on_read_response(qp, pkt, cx),
+        Operation::AtomicAcknowledge => on_atomic_ack(qp, pkt, cx),
+        _ => false,
+    };
+    retire(qp, cx.fx);
+    wake
+}
+
+fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
+    match syn {
+        AethSyndrome::Ack { .. } => {
+            if let Some(i) = ack_through(qp, p, cx.now) {
+                let first = qp.req.wqes[i].first_psn;
+                let resume = read_resume_psn(qp, i).unwrap_or(first);
+                if qp.req.rewound_to != Some(resume) {
+                    cx.counters.retransmits += 1;
+                    rewind(qp, resume);
+                }
+                return true;
+            }
+            qp.req.rewound_to = None;
+            true
+        }
+        AethSyndrome::RnrNak { timer_code } => {
+            cx.counters.rnr_naks_received += 1;
+            ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+            // An RNR NAK is a response: the responder is alive, so the transport
+            // retry count (which counts silence and sequence errors, RL-10) starts
+            // again; only the RNR retry count limits an RNR wait (RL-11). Else
+            // a few lost packets during a long RNR wait fail the QP.
+            qp.req.retry_left = qp.attr.retry_cnt;
+            if qp.attr.rnr_retry != 7 {
+                if qp.req.rnr_left == 0 {
+                    let idx = qp.req.wqes.iter().position(|w| w.contains(p)).unwrap_or(0);
+                    fail(qp, idx, WcStatus::RnrRetryExcErr, cx.fx);
+                    return false;
+                }
+                qp.req.rnr_left -= 1;
+            }
+            // RL-11: wait the responder's timer, then resend from the NAKed PSN.
+            let us = syn.rnr_timer_us().unwrap_or(10);
+            let _ = timer_code;
+            qp.req.rnr_deadline = Some(cx.now.plus_ns(u64::from(us) * 1000));
+            // A READ/ATOMIC before `p` whose response was lost is resent too
+            // (its responses preceded this NAK, C9-27).
+            qp.req.rnr_psn = if psn::diff(qp.req.una, p) < 0 {
+                qp.req.una
+            } else {
+                p
+            };
+            qp.req.ack_deadline = None;
+            false
+        }
+        AethSyndrome::Nak(code) => {
+            ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+            let idx = qp.req.open_wqe(p);
+            match code {
+                NakCode::PsnSequenceError => {
+                    // RL-03/RL-10: go back to the PSN the responder expects, at once.
+                    if qp.req.rewound_to == Some(p) {
+                        return false;
+                    }
+                    if qp.req.retry_left == 0 {
+                        // RL-10: the oldest unfinished WQE is the one that failed.
+                        let oldest = qp.req.wqes.iter().position(|w| w.done.is_none());
+                        fail(qp, oldest.unwrap_or(0), WcStatus::RetryExcErr, cx.fx);
+                        return false;
+                    }
+                    qp.req.retry_left -= 1;
+                    cx.counters.retransmits += 1;
+                    let resume = if psn::diff(qp.req.una, p) < 0 {
+                        // A READ/ATOMIC before `p` still misses its response: go
+                        // back to it as well (C9-27: responses come in PSN order).
+                        qp.req.una
+                    } else {
+                        idx.and_then(|i| read_resume_psn(qp, i)).unwrap_or(p)
+                    };
+                    rewind(qp, resume);
+                    true
+                }
+                NakCode::InvalidRequest => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemInvReqErr, cx.fx);
+                    false
+                }
+                NakCode::RemoteAccessError => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemAccessErr, cx.fx);
+                    false
+                }
+                NakCode::RemoteOperationalError => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemOpErr, cx.fx);
+                    false
+                }
+                NakCode::InvalidRdRequest => {
+                    fail(qp, idx.unwrap_or(0), WcStatus::RemInvRdReqErr, cx.fx);
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// For a READ WQE, the PSN of the first response packet not yet received.
+fn read_resume_psn(qp: &Qp, i: usize) -> Option<u32> {
+    let w = qp.req.wqes.get(i)?;
+    if w.wr.opcode != WrOpcode::RdmaRead {
+        return None;
+    }
+    let pmtu = qp.attr.path_mtu.bytes() as u64;
+    Some(psn::add(w.first_psn, (w.resp_bytes / pmtu) as u32))
+}
+
+fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let Some(i) = qp.req.open_wqe(p) else {
+        cx.counters.drop(RxDrop::GhostResponse);
+        return false;
+    };
+    if qp.req.wqes[i].is_placement() {
+        return on_placement_response(qp, i, pkt, cx);
+    }
+    if qp.req.wqes[i].wr.opcode != WrOpcode::RdmaRead {
+        cx.counters.drop(RxDrop::UnexpectedResponse);
+        return false;
+    }
+    // Responses before this READ acknowledge everything older (C9-27 ordering).
+    let first = qp.req.wqes[i].first_psn;
+    ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
+    let expect = read_resume_psn(qp, i).unwrap_or(first);
+    let d = psn::diff(p, expect);
+    if d < 0 {
+        cx.counters.duplicates_received += 1;
+        return false;
+    }
+    if d > 0 {
+        // A response was lost: ask again for the rest, once per gap.
+        if qp.req.rewound_to == Some(expect) {
+            return false;
+        }
+        cx.counters.retransmits += 1;
+        rewind(qp, expect);
+        return true;
+    }
+    let pmtu = qp.attr.path_mtu.bytes() as u64;
+    let w = &qp.req.wqes[i];
+    let remaining = w.len - w.resp_bytes;
+    let pos = t.bth.opcode.info().position;
+    let first_pkt = w.resp_bytes == 0;
+    let len = t.payload.len() as u64;
+    // A retried READ asks for the rest only (RL-14) and its responses start again
+    // with First/Only at that PSN (9.7.5.1.1: a duplicate READ is answered as a
+    // new response sequence): First/Only are valid at any resume point.
+    let ok = match pos {
+        Position::Only => len == remaining && len <= pmtu,
+        Position::First => len == pmtu && remaining > pmtu,
+        Position::Middle => !first_pkt && len == pmtu && remaining > pmtu,
+        Position::Last => !first_pkt && len == remaining && len <= pmtu && len > 0,
+    };
+    if !ok {
+        fail(qp, i, WcStatus::BadRespErr, cx.fx);
+        return false;
+    }
+    let SendData::Sges(sges) = &w.wr.data else {
+        fail(qp, i, WcStatus::LocProtErr, cx.fx);
+        return false;
+    };
+    if let Err(e) = cx
+        .mrs
+        .scatter(cx.mem, qp.init.pd, sges, w.resp_bytes, t.payload)
+    {
+        fail(qp, i, super::access::local_status(e), cx.fx);
+        return false;
+    }
+    let w = &mut qp.req.wqes[i];
+    w.resp_bytes += len;
+    qp.req.rewound_to = None;
+    // Each new response packet is progress: the retry count limits retries
+    // without progress (RL-10), or a long READ that loses a few responses to
+    // timeouts fails though it advances.
+    qp.req.retry_left = qp.attr.retry_cnt;
+    if matches!(pos, Position::Last | Position::Only) {
+        w.done = Some(WcStatus::Success);
+        let last = w.last_psn();
+        ack_through(qp, last, cx.now);
+    } else {
+        let timeout = ack_timeout_ns(&qp.attr);
+        qp.req.ack_deadline = timeout.map(|t| cx.now.plus_ns(t));
+        // The response acknowledges its own PSN (9.7.4.1.2): `una` follows a
+        // long READ, or a re-request for its rest stays outside the send window.
+        ack_through(qp, p, cx.now);
+    }
+    true
+}
+
+/// The response of a FLUSH or ATOMIC WRITE (IBA 1.5 MPE): an RDMA READ
+/// Response Only without payload at the request's PSN.
+fn on_placement_response(qp: &mut Qp, i: usize, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let first = qp.req.wqes[i].first_psn;
+    ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
+    if t.bth.opcode.info().position != Position::Only || !t.payload.is_empty() {
+        fail(qp, i, WcStatus::BadRespErr, cx.fx);
+        return false;
+    }
+    qp.req.wqes[i].done = Some(WcStatus::Success);
+    qp.req.rewound_to = None;
+    ack_through(qp, t.bth.psn, cx.now);
+    true
+}
+
+fn on_atomic_ack(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let Some(i) = qp.req.open_wqe(p) else {
+        cx.counters.drop(RxDrop::GhostResponse);
+        return false;
+    };
+    let w = &qp.req.wqes[i];
+    if !matches!(
+        w.wr.opcode,
+        WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+    ) {
+        cx.counters.drop(RxDrop::UnexpectedResponse);
+        return false;
+    }
+    ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+    let orig = t
+        .ext
+        .atomic_ack_eth
+        .map(|a| a.orig_remote_data)
+        .unwrap_or(0);
+    let w = &qp.req.wqes[i];
+    if let SendData::Sges(sges) = &w.wr.data {
+        // The original value lands in the requester's buffer in host order.
+        if let Err(e) = cx
+            .mrs
+            .scatter(cx.mem, qp.init.pd, sges, 0, &orig.to_le_bytes())
+        {
+            fail(qp, i, super::access::local_status(e), cx.fx);
+            return false;
+        }
+    }
+    qp.req.wqes[i].done = Some(WcStatus::Success);
+    qp.req.rewound_to = None;
+    ack_through(qp, p, cx.now);
+    true
+}
+
+/// A timer fired: ACK timeout (RL-10) or the end of an RNR wait (RL-11).
+/// Returns whether the QP has something to send.
+pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Counters) -> bool {
+    let r = &mut qp.req;
+    if let Some(d) = r.rnr_deadline {
+        if d <= now {
+            r.rnr_deadline = None;
+            let p = r.rnr_psn;
+            r.rewound_to = None;
+            rewind(qp, p);
+            let t = ack_timeout_ns(&qp.attr);
+            qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
+            return true;
+        }
+    }
+    let Some(d) = qp.req.ack_deadline else {
+        return false;
+    };
+    if d > now {
+        return false;
+    }
+    if qp.req.unacked() == 0 {
+        qp.req.ack_deadline = None;
+        return false;
+    }
+    c.timeouts += 1;
+    if qp.req.retry_left == 0 {
+        // RL-10: seven means seven; then RETRY_EXC_ERR and the QP goes to Error.
+        let una = qp.req.una;
+        let idx = qp.req.open_wqe(una).unwrap_or(0);
+        fail(qp, idx, WcStatus::RetryExcErr, fx);
+        return false;
+    }
+    qp.req.retry_left -= 1;
+    c.retransmits += 1;
+    let una = qp.req.una;
+    let resume = qp
+        .req
+        .open_wqe(una)
+        .and_then(|i| read_resume_psn(qp, i))
+        .unwrap_or(una);
+    qp.req.rewound_to = None;
+    rewind(qp, resume);
+    let t = ack_timeout_ns(&qp.attr);
+    qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
+    true
+}

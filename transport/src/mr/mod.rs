@@ -1,0 +1,445 @@
+//! Protection domains and memory regions (IBA 3.5.3-3.5.5, 10.6; seed 003;
+//! features MP-01..MP-05).
+//!
+//! An [`MrTable`] is the engine's MR context table (Mellanox "Mkey context",
+//! HiSilicon "MPT", seed 003) plus its translation tables (the MTT): for each MR its
+//! PD, start IOVA, length, access rights and the physical address of every page it
+//! spans. The engine asks it three kinds of questions:
+//!
+//! - verbs: allocate / deallocate a PD, register / reregister / deregister an MR;
+//! - checks on the data path: may this L_Key (a WQE's SGE) or this R_Key (a RETH or
+//!   AtomicETH) touch `[va, va + len)` with these rights, from a QP of this PD? A
+//!   yes is a [`MrRange`] or an [`AtomicTarget`], a no is an [`AccessError`] with
+//!   one variant per reason so that each reason can be counted;
+//! - translation: copy between a byte slice and a checked range, page by page,
+//!   through the caller's [`Memory`], or gather / scatter over an SGE list.
+//!
+//! Keys (MP-02, IBA 3.5.3, seed 003 "Memory Key"): L_Key = R_Key =
+//! `(index << 8) | key_byte`, a 24-bit index into the table and an 8-bit key that
+//! changes each time an index is reused, so that a key kept after deregistration
+//! fails instead of reaching the next MR at that index. Index 0 is never used: key 0
+//! (a zeroed SGE) is never valid.
+//!
+//! Nothing here panics on any input: every length, address and index from a WQE or
+//! a packet is checked with overflow-safe arithmetic first (design.md §9).
+//!
+//! The code is split along those questions: this file holds the table itself,
+//! the PDs, MR registration and key allocation; `region.rs` a registered MR, its
+//! translation and the copies through a checked range; `window.rs` memory
+//! windows (MP-06, MP-07); `check.rs` the data-path checks and gather / scatter.
+//!
+//! [`Memory`]: crate::memory::Memory
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::verbs::{Access, Handle, VerbError};
+
+mod check;
+mod region;
+mod window;
+
+pub use check::{sge_total_len, AccessError, CopyError, LocalAccess, RemoteAccess};
+pub use region::{AtomicTarget, Mr, MrRange, Rereg, Segments, Translation};
+pub use window::{Mw, MwBinding, MwError};
+
+/// Largest number of MRs: the key index has 24 bits and index 0 is reserved.
+pub const MAX_MR_INDEX: u32 = (1 << 24) - 1;
+/// Smallest page size of a translation table (any page of a guest).
+pub const MIN_PAGE_SIZE: u64 = 4 << 10;
+/// Largest page size of a translation table (a 1 GiB huge page).
+pub const MAX_PAGE_SIZE: u64 = 1 << 30;
+
+/// Access bits this engine implements; any other bit in a registration is refused.
+/// FLUSH_PERSISTENT is not among them: the memory the engine is given is not
+/// known to be non-volatile, so a FLUSH cannot promise persistence (IBA 1.5 MPE).
+const SUPPORTED_ACCESS: u32 = Access::LOCAL_WRITE.0
+    | Access::REMOTE_WRITE.0
+    | Access::REMOTE_READ.0
+    | Access::REMOTE_ATOMIC.0
+    | Access::MW_BIND.0
+    | Access::FLUSH_GLOBAL.0;
+
+/// The index part of a memory key (MP-02).
+pub const fn key_index(key: u32) -> u32 {
+    key >> 8
+}
+
+/// The 8-bit key part of a memory key (MP-02).
+pub const fn key_byte(key: u32) -> u8 {
+    key as u8
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Pd {
+    /// MRs registered in the PD.
+    mrs: u32,
+    /// Other users (QPs, SRQs, later MWs) the engine registered with `pd_ref`.
+    refs: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    /// Key byte of the last registration at this index (MP-02), or the current
+    /// key byte of the window here.
+    key_byte: u8,
+    mr: Option<Mr>,
+    /// A memory window shares the key space with MRs (MP-06, MP-07): an index
+    /// holds an MR or a window, never both.
+    mw: Option<Mw>,
+}
+
+/// The PD and MR tables of one device (MP-01..MP-05).
+#[derive(Debug, Clone)]
+pub struct MrTable {
+    max_pd: u32,
+    max_mr: u32,
+    pds: BTreeMap<Handle, Pd>,
+    /// Next PD handle to try; handles are not reused soon after deallocation.
+    next_pd: Handle,
+    /// `slots[i]` is key index `i + 1`; grows up to `max_mr`.
+    slots: Vec<Slot>,
+    /// Free indices, oldest first: an index is reused as late as possible.
+    free: VecDeque<u32>,
+    live_mrs: u32,
+    /// Memory windows allocated (they take key indices too).
+    live_mws: u32,
+}
+
+impl MrTable {
+    /// Room for `max_pd` PDs and `max_mr` MRs (`max_mr` is capped at
+    /// [`MAX_MR_INDEX`]).
+    pub fn new(max_pd: u32, max_mr: u32) -> MrTable {
+        MrTable {
+            max_pd,
+            max_mr: max_mr.min(MAX_MR_INDEX),
+            pds: BTreeMap::new(),
+            next_pd: 1,
+            slots: Vec::new(),
+            free: VecDeque::new(),
+            live_mrs: 0,
+            live_mws: 0,
+        }
+    }
+
+    // ---- protection domains (MP-01; IBA 10.2.3, 10.6.3.5) ----
+
+    /// Allocate Protection Domain. Handles are nonzero.
+    pub fn alloc_pd(&mut self) -> Result<Handle, VerbError> {
+        if self.pds.len() >= self.max_pd as usize {
+            return Err(VerbError::InsufficientResources);
+        }
+        // Fewer than max_pd <= u32::MAX handles are in use, so a free nonzero one
+        // turns up within `pds.len() + 2` tries.
+        let mut h = self.next_pd;
+        while h == 0 || self.pds.contains_key(&h) {
+            h = h.wrapping_add(1);
+        }
+        self.next_pd = h.wrapping_add(1);
+        self.pds.insert(h, Pd::default());
+        Ok(h)
+    }
+
+    /// Deallocate Protection Domain: refused with `Busy` while an MR is registered
+    /// in it or a QP/SRQ holds a reference (IBA 10.6.3.5, 11.2.1.5).
+    pub fn dealloc_pd(&mut self, pd: Handle) -> Result<(), VerbError> {
+        let p = self.pds.get(&pd).ok_or(VerbError::InvalidPd)?;
+        if p.mrs != 0 || p.refs != 0 {
+            return Err(VerbError::Busy);
+        }
+        self.pds.remove(&pd);
+        Ok(())
+    }
+
+    pub fn pd_exists(&self, pd: Handle) -> bool {
+        self.pds.contains_key(&pd)
+    }
+
+    /// Records a user of `pd` (a QP or SRQ created in it).
+    pub fn pd_ref(&mut self, pd: Handle) -> Result<(), VerbError> {
+        let p = self.pds.get_mut(&pd).ok_or(VerbError::InvalidPd)?;
+        p.refs = p
+            .refs
+            .checked_add(1)
+            .ok_or(VerbError::InsufficientResources)?;
+        Ok(())
+    }
+
+    /// Drops a user recorded by [`pd_ref`](Self::pd_ref); `InvalidHandle` if there
+    /// is none (an unbalanced call).
+    pub fn pd_unref(&mut self, pd: Handle) -> Result<(), VerbError> {
+        let p = self.pds.get_mut(&pd).ok_or(VerbError::InvalidPd)?;
+        p.refs = p.refs.checked_sub(1).ok_or(VerbError::InvalidHandle)?;
+        Ok(())
+    }
+
+    /// Number of PDs allocated.
+    pub fn pd_count(&self) -> usize {
+        self.pds.len()
+    }
+
+    // ---- memory regions (MP-02, MP-03) ----
+
+    /// Register Memory Region: returns the key, both L_Key and R_Key (MP-02).
+    ///
+    /// Refused, with nothing changed: `InvalidPd` for an unknown PD;
+    /// `NotSupported` for an access bit this engine does not implement;
+    /// `InvalidAttr` for remote write or remote atomic without local write
+    /// (MP-04), a page size that is not a power of two in 4 KiB..=1 GiB, an
+    /// `iova + length` past 2^64 - 1, a page that is not page aligned or ends past
+    /// 2^64, or a page list that does not hold exactly the pages spanned
+    /// (MP-03); `InsufficientResources` when `max_mr` MRs are registered.
+    pub fn reg_mr(
+        &mut self,
+        pd: Handle,
+        iova: u64,
+        length: u64,
+        access: Access,
+        page_size: u64,
+        pages: Vec<u64>,
+    ) -> Result<u32, VerbError> {
+        let t = Translation {
+            iova,
+            length,
+            page_size,
+            pages,
+        };
+        let page_shift = check_pd_access_translation(self, pd, access, &t)?;
+        if self.live_mrs + self.live_mws >= self.max_mr {
+            return Err(VerbError::InsufficientResources);
+        }
+        let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
+        let slot = self
+            .slot_mut(index)
+            .ok_or(VerbError::InsufficientResources)?;
+        // MP-02: a new key byte for every registration at this index.
+        slot.key_byte = slot.key_byte.wrapping_add(1);
+        let key = (index << 8) | u32::from(slot.key_byte);
+        slot.mr = Some(Mr {
+            key,
+            pd,
+            access,
+            iova: t.iova,
+            length: t.length,
+            page_shift,
+            pages: t.pages,
+            identity: false,
+            windows: 0,
+        });
+        self.live_mrs += 1;
+        if let Some(p) = self.pds.get_mut(&pd) {
+            p.mrs += 1;
+        }
+        Ok(key)
+    }
+
+    /// Register a DMA MR (`ib_get_dma_mr`, a kernel consumer's L_Key for its own
+    /// buffers): virtual address = physical address over the whole address space
+    /// (IOVA 0, length 2^64 - 1), no page list; the caller's [`Memory`] refuses
+    /// whatever it does not map (design.md §9). Checks as [`reg_mr`](Self::reg_mr)
+    /// for the PD and access rights.
+    ///
+    /// [`Memory`]: crate::memory::Memory
+    pub fn reg_dma_mr(&mut self, pd: Handle, access: Access) -> Result<u32, VerbError> {
+        check_pd_access(self, pd, access)?;
+        if self.live_mrs + self.live_mws >= self.max_mr {
+            return Err(VerbError::InsufficientResources);
+        }
+        let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
+        let slot = self
+            .slot_mut(index)
+            .ok_or(VerbError::InsufficientResources)?;
+        slot.key_byte = slot.key_byte.wrapping_add(1);
+        let key = (index << 8) | u32::from(slot.key_byte);
+        slot.mr = Some(Mr {
+            key,
+            pd,
+            access,
+            iova: 0,
+            length: u64::MAX,
+            page_shift: MIN_PAGE_SIZE.trailing_zeros(),
+            pages: Vec::new(),
+            identity: true,
+            windows: 0,
+        });
+        self.live_mrs += 1;
+        if let Some(p) = self.pds.get_mut(&pd) {
+            p.mrs += 1;
+        }
+        Ok(key)
+    }
+
+    /// Reregister Memory Region: changes the PD, the access rights and/or the
+    /// translation of the MR named by `key`, all or nothing, with the checks of
+    /// [`reg_mr`](Self::reg_mr) on the result.
+    ///
+    /// Our choice: the keys stay the same. The verb hands back an L_Key and an
+    /// R_Key, which an HCA may keep or change; keeping them (as Linux rxe does for
+    /// PD and access changes) means the guest driver never has to update its
+    /// `ibv_mr`. The cost is that an R_Key already given to a peer stays valid and,
+    /// after a translation change, reaches the new pages: a consumer that wants
+    /// outstanding keys to fail deregisters and registers instead, which changes
+    /// the key byte (MP-02). Returns the key.
+    pub fn rereg_mr(&mut self, key: u32, change: Rereg) -> Result<u32, VerbError> {
+        let mr = self.lookup(key).map_err(|_| VerbError::InvalidHandle)?;
+        if mr.windows != 0 {
+            // Windows bound to it keep its translation and rights (MP-06).
+            return Err(VerbError::Busy);
+        }
+        let old_pd = mr.pd;
+        let pd = change.pd.unwrap_or(old_pd);
+        let access = change.access.unwrap_or(mr.access);
+        let mut page_shift = mr.page_shift;
+        if let Some(t) = &change.translation {
+            page_shift = check_pd_access_translation(self, pd, access, t)?;
+        } else {
+            // The current translation is valid; check the new PD and rights.
+            check_pd_access(self, pd, access)?;
+        }
+        // Every check passed: commit.
+        let slot = self
+            .slot_mut(key_index(key))
+            .ok_or(VerbError::InvalidHandle)?;
+        let mr = slot.mr.as_mut().ok_or(VerbError::InvalidHandle)?;
+        mr.pd = pd;
+        mr.access = access;
+        if let Some(t) = change.translation {
+            mr.identity = false;
+            mr.iova = t.iova;
+            mr.length = t.length;
+            mr.page_shift = page_shift;
+            mr.pages = t.pages;
+        }
+        if pd != old_pd {
+            if let Some(p) = self.pds.get_mut(&old_pd) {
+                p.mrs -= 1;
+            }
+            if let Some(p) = self.pds.get_mut(&pd) {
+                p.mrs += 1;
+            }
+        }
+        Ok(key)
+    }
+
+    /// Deregister Memory Region: `InvalidHandle` unless `key` is the current key
+    /// of a registered MR. The index is reused later with another key byte.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbError> {
+        let mr = self.lookup(key).map_err(|_| VerbError::InvalidHandle)?;
+        if mr.windows != 0 {
+            // Seed 003: an MR with windows bound cannot be deregistered (rxe
+            // answers EINVAL; Busy here, nothing changes).
+            return Err(VerbError::Busy);
+        }
+        let index = key_index(key);
+        let slot = self.slot_mut(index).ok_or(VerbError::InvalidHandle)?;
+        let mr = slot.mr.take().ok_or(VerbError::InvalidHandle)?;
+        if let Some(p) = self.pds.get_mut(&mr.pd) {
+            p.mrs -= 1;
+        }
+        self.live_mrs -= 1;
+        self.free.push_back(index);
+        Ok(())
+    }
+
+    /// The MR whose current key is `key`.
+    pub fn mr(&self, key: u32) -> Option<&Mr> {
+        self.lookup(key).ok()
+    }
+
+    /// The MR registered at key index `index` (`key >> 8`), whatever its key
+    /// byte: for a device's context-table view by index, not for access checks.
+    pub fn mr_at(&self, index: u32) -> Option<&Mr> {
+        let i = index.checked_sub(1)?;
+        self.slots.get(usize::try_from(i).ok()?)?.mr.as_ref()
+    }
+
+    /// Number of MRs registered.
+    pub fn mr_count(&self) -> u32 {
+        self.live_mrs
+    }
+
+    // ---- internals ----
+
+    fn slot_mut(&mut self, index: u32) -> Option<&mut Slot> {
+        let i = index.checked_sub(1)? as usize;
+        self.slots.get_mut(i)
+    }
+
+    /// A free key index. A freed index waits behind [`KEY_QUARANTINE`] others
+    /// while the table can still grow: an index's 8-bit key byte comes back to
+    /// a stale key's value only after 256 reuses of the index (MP-02), so a
+    /// register/deregister loop must not reuse one index at once — with the
+    /// quarantine a stale key revives only after 256 x 1024 registrations. A
+    /// full table reuses the longest-free index.
+    fn take_index(&mut self) -> Option<u32> {
+        let next = u32::try_from(self.slots.len())
+            .ok()?
+            .checked_add(1)
+            .filter(|&n| n <= self.max_mr);
+        match next {
+            Some(n) if self.free.len() < KEY_QUARANTINE => {
+                self.slots.push(Slot::default());
+                Some(n)
+            }
+            _ => self.free.pop_front(),
+        }
+    }
+}
+
+/// Freed key indices that wait before one is reused, while the table can grow.
+pub const KEY_QUARANTINE: usize = 1024;
+
+/// Registration checks on the PD and rights (MP-01, MP-04).
+fn check_pd_access(t: &MrTable, pd: Handle, access: Access) -> Result<(), VerbError> {
+    if !t.pd_exists(pd) {
+        return Err(VerbError::InvalidPd);
+    }
+    if access.0 & !SUPPORTED_ACCESS != 0 {
+        return Err(VerbError::NotSupported);
+    }
+    // IBA 10.6.3.1; seed 003 "MR/MW 的权限配置": an MR given Remote Write or Remote
+    // Atomic must also be given Local Write (MP-04).
+    let remote_w = access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC);
+    if remote_w && !access.contains(Access::LOCAL_WRITE) {
+        return Err(VerbError::InvalidAttr);
+    }
+    Ok(())
+}
+
+/// All registration checks; returns log2 of the page size.
+fn check_pd_access_translation(
+    table: &MrTable,
+    pd: Handle,
+    access: Access,
+    t: &Translation,
+) -> Result<u32, VerbError> {
+    check_pd_access(table, pd, access)?;
+    check_translation(t)
+}
+
+/// MP-03: the page list covers exactly the pages of `[iova, iova + length)`.
+fn check_translation(t: &Translation) -> Result<u32, VerbError> {
+    let ps = t.page_size;
+    if !ps.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&ps) {
+        return Err(VerbError::InvalidAttr);
+    }
+    let mask = ps - 1;
+    // The last byte must be addressable: iova + length <= 2^64 - 1.
+    let end = t.iova.checked_add(t.length).ok_or(VerbError::InvalidAttr)?;
+    let spanned = if t.length == 0 {
+        0
+    } else {
+        // (iova & mask) + length <= end: no overflow.
+        ((t.iova & mask) + (end - t.iova)).div_ceil(ps)
+    };
+    if t.pages.len() as u64 != spanned {
+        return Err(VerbError::InvalidAttr);
+    }
+    let page_ok = |&p: &u64| p & mask == 0 && p.checked_add(ps).is_some();
+    if !t.pages.iter().all(page_ok) {
+        return Err(VerbError::InvalidAttr);
+    }
+    Ok(ps.trailing_zeros())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,307 @@
+//! A registered memory region and its translation (MP-03, MP-04): the MR
+//! context entry with its page list, the physical segments of a virtual range,
+//! and the copies through a range that passed a check ([`MrRange`]) or an
+//! atomic's 8-byte word ([`AtomicTarget`]).
+
+use crate::memory::{MemError, Memory};
+use crate::verbs::{Access, Handle};
+
+use super::CopyError;
+
+/// A memory region's translation: where its bytes live (MP-03).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Translation {
+    /// Virtual address of the first byte (any alignment).
+    pub iova: u64,
+    /// Bytes; 0 is allowed (then `pages` is empty).
+    pub length: u64,
+    /// A power of two in `MIN_PAGE_SIZE..=MAX_PAGE_SIZE`.
+    pub page_size: u64,
+    /// Physical address of each page spanned by `[iova, iova + length)`, each
+    /// aligned to `page_size`; `iova`'s offset in its page is its offset in
+    /// `pages[0]`.
+    pub pages: Vec<u64>,
+}
+
+/// What a reregistration changes (`ibv_rereg_mr` flags: CHANGE_TRANSLATION,
+/// CHANGE_PD, CHANGE_ACCESS); `None` keeps the current value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Rereg {
+    pub pd: Option<Handle>,
+    pub access: Option<Access>,
+    pub translation: Option<Translation>,
+}
+
+/// A registered memory region: one MR context entry and its page list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mr {
+    pub(super) key: u32,
+    pub(super) pd: Handle,
+    pub(super) access: Access,
+    pub(super) iova: u64,
+    pub(super) length: u64,
+    pub(super) page_shift: u32,
+    pub(super) pages: Vec<u64>,
+    /// A DMA MR (`get_dma_mr`): virtual = physical over the whole address space,
+    /// no page list; the caller's memory checks every access.
+    pub(super) identity: bool,
+    /// Memory windows bound to it (MP-06, MP-07): while any is, the MR cannot
+    /// be deregistered or reregistered (IBA 10.6.7; seed 003 "如果一个 MR 还有被
+    /// 绑定的 MW,那么这个 MR 不能被取消注册").
+    pub(super) windows: u32,
+}
+
+impl Mr {
+    /// Memory windows bound to this MR.
+    pub fn windows(&self) -> u32 {
+        self.windows
+    }
+
+    /// Its L_Key, which is also its R_Key.
+    pub fn key(&self) -> u32 {
+        self.key
+    }
+
+    pub fn pd(&self) -> Handle {
+        self.pd
+    }
+
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    pub fn length(&self) -> u64 {
+        self.length
+    }
+
+    pub fn page_size(&self) -> u64 {
+        1 << self.page_shift
+    }
+
+    pub fn pages(&self) -> &[u64] {
+        &self.pages
+    }
+
+    /// Whether this is a DMA MR (virtual address = physical address).
+    pub fn is_identity(&self) -> bool {
+        self.identity
+    }
+
+    /// Whether `[va, va + len)` lies inside the MR, without overflow (MP-04;
+    /// IBA 9.3.3.2: the responder checks that the data does not cross the MR's start
+    /// and end). A zero-length range may sit at either end.
+    pub fn contains(&self, va: u64, len: u64) -> bool {
+        match va.checked_sub(self.iova) {
+            Some(off) => off <= self.length && len <= self.length - off,
+            None => false,
+        }
+    }
+
+    /// The physical segments of `[va, va + len)`, which must lie inside the MR
+    /// (else the iterator ends early). Seed 003: `offset = va - start_va`, page
+    /// `offset / page_size`, `pa = page[index] + offset % page_size`, where the
+    /// offset counts from the start of the first page (the IOVA's page).
+    pub(super) fn segments(&self, va: u64, len: u64) -> Segments<'_> {
+        let mask = self.page_size() - 1;
+        // rel = va - (iova & !mask); cannot overflow when va >= iova.
+        let rel = va
+            .checked_sub(self.iova)
+            .and_then(|off| off.checked_add(self.iova & mask));
+        if self.identity {
+            // `contains` was checked: [va, va + len) does not wrap.
+            return Segments {
+                pages: &[],
+                page_shift: 0,
+                rel: va,
+                left: len,
+                identity: true,
+            };
+        }
+        Segments {
+            identity: false,
+            pages: &self.pages,
+            page_shift: self.page_shift,
+            rel: rel.unwrap_or(0),
+            left: if rel.is_some() { len } else { 0 },
+        }
+    }
+}
+
+/// Iterator over the physical `(address, length)` pieces of a virtual range of an
+/// MR, one per page touched (MP-03).
+#[derive(Debug, Clone)]
+pub struct Segments<'a> {
+    pages: &'a [u64],
+    page_shift: u32,
+    /// Offset of the next byte from the start of the MR's first page.
+    rel: u64,
+    left: u64,
+    /// A DMA MR: one segment, at the virtual address itself.
+    identity: bool,
+}
+
+impl Iterator for Segments<'_> {
+    type Item = (u64, u64);
+
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.left == 0 {
+            return None;
+        }
+        if self.identity {
+            let n = std::mem::take(&mut self.left);
+            return Some((self.rel, n));
+        }
+        let page_size = 1u64 << self.page_shift;
+        let off = self.rel & (page_size - 1);
+        let idx = usize::try_from(self.rel >> self.page_shift).ok()?;
+        let Some(&page) = self.pages.get(idx) else {
+            // Outside the page list: only reachable through a range that was not
+            // checked; end rather than guess.
+            self.left = 0;
+            return None;
+        };
+        let n = self.left.min(page_size - off);
+        self.rel = self.rel.saturating_add(n);
+        self.left -= n;
+        // `page` is page aligned and `page + page_size` does not overflow
+        // (checked at registration), so neither does `page + off + n`.
+        Some((page + off, n))
+    }
+}
+
+/// A range of an MR that passed a data-path check: proof that `[va, va + len)` may
+/// be touched as asked. It borrows the table, so the MR cannot be deregistered or
+/// reregistered while it is held.
+#[derive(Debug, Clone, Copy)]
+pub struct MrRange<'a> {
+    pub(super) mr: &'a Mr,
+    pub(super) va: u64,
+    pub(super) len: u64,
+}
+
+impl<'a> MrRange<'a> {
+    pub fn mr(&self) -> &'a Mr {
+        self.mr
+    }
+
+    pub fn va(&self) -> u64 {
+        self.va
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The physical segments of the whole range (MP-03).
+    pub fn segments(&self) -> Segments<'a> {
+        self.mr.segments(self.va, self.len)
+    }
+
+    /// Reads `buf.len()` bytes from the start of the range, page by page.
+    pub fn read(&self, mem: &dyn Memory, buf: &mut [u8]) -> Result<(), CopyError> {
+        let mut rest = buf;
+        for (pa, n) in self.prefix(rest.len())? {
+            let (head, tail) = rest.split_at_mut(seg_len(n, rest.len())?);
+            let mut at = pa;
+            for chunk in head.chunks_mut(COPY_CHUNK) {
+                mem.read(at, chunk)?;
+                at += chunk.len() as u64;
+            }
+            rest = tail;
+        }
+        finished(rest.len())
+    }
+
+    /// Writes `data` at the start of the range, page by page.
+    pub fn write(&self, mem: &mut dyn Memory, data: &[u8]) -> Result<(), CopyError> {
+        let mut rest = data;
+        for (pa, n) in self.prefix(data.len())? {
+            let (head, tail) = rest.split_at(seg_len(n, rest.len())?);
+            let mut at = pa;
+            for chunk in head.chunks(COPY_CHUNK) {
+                mem.write(at, chunk)?;
+                at += chunk.len() as u64;
+            }
+            rest = tail;
+        }
+        finished(rest.len())
+    }
+
+    /// The segments of the first `n` bytes of the range.
+    fn prefix(&self, n: usize) -> Result<Segments<'a>, CopyError> {
+        let n = u64::try_from(n).map_err(|_| CopyError::Length)?;
+        if n > self.len {
+            return Err(CopyError::Length);
+        }
+        Ok(self.mr.segments(self.va, n))
+    }
+}
+
+/// Largest single [`Memory`] access of [`MrRange::read`] and [`MrRange::write`]:
+/// above ~2 KiB glibc's memcpy switches to `rep movsb`, much slower when source
+/// and destination are not mutually aligned, the usual case for a payload (as in
+/// `wire::packet`; engine benchmark, one thread ~1.2x). A segment stays within one
+/// page, so `pa + chunk` cannot overflow (checked at registration).
+const COPY_CHUNK: usize = 1024;
+
+/// A segment's length as a slice length no longer than `max`.
+pub(super) fn seg_len(n: u64, max: usize) -> Result<usize, CopyError> {
+    match usize::try_from(n) {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(CopyError::Length),
+    }
+}
+
+/// Segments that ended before the buffer did (never for a checked range).
+pub(super) fn finished(left: usize) -> Result<(), CopyError> {
+    if left == 0 {
+        Ok(())
+    } else {
+        Err(CopyError::Length)
+    }
+}
+
+/// The physical address of an 8-byte word that passed [`MrTable::check_atomic`]:
+/// an aligned word never crosses a page (pages are at least 4 KiB), so it is one
+/// physical address (OP-07, OP-13).
+///
+/// [`MrTable::check_atomic`]: super::MrTable::check_atomic
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AtomicTarget {
+    pub(super) pa: u64,
+}
+
+impl AtomicTarget {
+    /// The physical address of the word (8-byte aligned).
+    pub fn pa(&self) -> u64 {
+        self.pa
+    }
+
+    /// CmpSwap (IBA 9.4.5): returns the original value.
+    pub fn compare_swap(
+        &self,
+        mem: &mut dyn Memory,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, MemError> {
+        mem.compare_swap(self.pa, compare, swap)
+    }
+
+    /// FetchAdd (IBA 9.4.5): returns the original value.
+    pub fn fetch_add(&self, mem: &mut dyn Memory, add: u64) -> Result<u64, MemError> {
+        mem.fetch_add(self.pa, add)
+    }
+
+    /// ATOMIC WRITE (IBA 1.5 MPE): one single-copy-atomic 8-byte store.
+    pub fn store(&self, mem: &mut dyn Memory, value: u64) -> Result<(), MemError> {
+        mem.atomic_write(self.pa, value)
+    }
+}
