@@ -207,7 +207,7 @@ in_tmp "${APT[@]}" install "${PACKAGES[@]}" >"$VHCA_CACHE/apt-trixie.log" 2>&1 |
 t2=$(date +%s)
 vhca_log "trixie packages done in $((t2 - t1)) s"
 
-# QEMU from backports, after the trixie packages (design.md §7: the other order
+# QEMU from backports, after the trixie packages (ARCHITECTURE.md §7: the other order
 # makes pahole's dependencies conflict); if it still conflicts, take libdw1t64
 # from backports too.
 vhca_log "installing qemu-system-x86 from $SUITE-backports"

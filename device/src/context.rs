@@ -1,4 +1,4 @@
-//! Context-table snapshots for BAR0's read-only window (design.md §4;
+//! Context-table snapshots for BAR0's read-only window (ARCHITECTURE.md §4;
 //! abi::context): the live state of one QP, CQ, SRQ, MR or EQ as its record,
 //! taken when the driver writes CTX_INDEX.
 //!

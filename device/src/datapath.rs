@@ -1,8 +1,8 @@
-//! The data path (design.md §2 steps 2 and 5): doorbells → WQE fetch and checks →
+//! The data path (ARCHITECTURE.md §2 steps 2 and 5): doorbells → WQE fetch and checks →
 //! the engine; the engine's completions and events → CQEs, EQEs and MSI-X.
 //!
 //! Everything a guest wrote is validated here before the engine sees it
-//! (design.md §9): a WQE that does not decode completes with
+//! (ARCHITECTURE.md §9): a WQE that does not decode completes with
 //! `IBV_WC_LOC_QP_OP_ERR` in order and fails its QP; a producer index more than
 //! a ring ahead is an overrun that fails the QP; a ring page the guest unmapped
 //! is a memory fault, counted, never a crash.

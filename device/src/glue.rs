@@ -1,7 +1,7 @@
 //! Adapters from the PCI layer to what the HCA core needs: guest memory as
 //! `transport::memory::Memory`, the mapped BAR2 as [`Doorbells`], MSI-X as
 //! [`Interrupts`]. Every failure of the PCI layer becomes the core's error value
-//! (an unmapped address is a `MemError`, never a panic; design.md §5, §9).
+//! (an unmapped address is a `MemError`, never a panic; ARCHITECTURE.md §5, §9).
 
 use transport::memory::{MemError, Memory};
 

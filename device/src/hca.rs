@@ -1,4 +1,4 @@
-//! The HCA's device-resident state (design.md §4): the port (engine + link) and
+//! The HCA's device-resident state (ARCHITECTURE.md §4): the port (engine + link) and
 //! the tables of EQs, CQs, QPs and SRQs with their guest rings and doorbell slots.
 //!
 //! The command queue ([`crate::cmdq`]) creates and destroys these objects; the

@@ -1,5 +1,5 @@
-//! The vhca device (design.md §1): today its fabric layer only, [`fabric`]
-//! (design.md §6). The register map, command queue, context tables and the `vhca`
+//! The vhca device (ARCHITECTURE.md §1): today its fabric layer only, [`fabric`]
+//! (ARCHITECTURE.md §6). The register map, command queue, context tables and the `vhca`
 //! binary arrive with the device issue.
 
 // Denied, not forbidden: `fabric::tap_sys` holds the TUN ioctls, each in a small

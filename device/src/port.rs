@@ -1,4 +1,4 @@
-//! One HCA port: the transport engine joined to its fabric link (design.md §2
+//! One HCA port: the transport engine joined to its fabric link (ARCHITECTURE.md §2
 //! steps 3-4, §6). The port moves packets between the two and fires timers; it
 //! knows nothing of guest rings or PCI, so the same loop runs in the device and in
 //! tests over a `VecMemory`.

@@ -1,8 +1,8 @@
-//! Rings in guest memory (design.md §4): SQ, RQ, SRQ, CQ, EQ and the command queue
+//! Rings in guest memory (ARCHITECTURE.md §4): SQ, RQ, SRQ, CQ, EQ and the command queue
 //! are arrays of fixed-size entries spread over guest pages that a page list
 //! (PBL) names, since user buffers are not physically contiguous.
 //!
-//! Everything here is checked, never trusted (design.md §9): a page list with an
+//! Everything here is checked, never trusted (ARCHITECTURE.md §9): a page list with an
 //! unaligned or out-of-memory page, a ring larger than its pages, an entry that
 //! would straddle a page — each is an error when the ring is created, so that the
 //! data path can then turn any index into an address with a mask and a shift.

@@ -1,5 +1,5 @@
 //! The running device: the BAR0 register file on the vfio-user thread, the data
-//! path on its own thread, and the hand-over between them (design.md §2, §4, §5).
+//! path on its own thread, and the hand-over between them (ARCHITECTURE.md §2, §4, §5).
 //!
 //! Threads:
 //! - the vfio-user thread serves QEMU's messages; BAR0 accesses land in
@@ -322,7 +322,7 @@ impl Front {
             }
             _ => {
                 // Read-only registers, the context window, configuration while
-                // enabled, unassigned offsets (design.md §4).
+                // enabled, unassigned offsets (ARCHITECTURE.md §4).
                 r.ignored_writes = r.ignored_writes.wrapping_add(1);
             }
         }

@@ -1,4 +1,4 @@
-//! The device ABI (design.md §4): the committed C header is the generated one, a C
+//! The device ABI (ARCHITECTURE.md §4): the committed C header is the generated one, a C
 //! compiler agrees with the Rust layouts, every struct round-trips through its
 //! bytes, sizes are the documented ones, and the numbers shared with ibverbs are
 //! the engine's.

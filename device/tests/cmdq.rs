@@ -1,8 +1,8 @@
-//! The command queue (design.md §4; abi::cmd COMMAND_PROTOCOL), driven as the
+//! The command queue (ARCHITECTURE.md §4; abi::cmd COMMAND_PROTOCOL), driven as the
 //! guest driver drives it: commands in a ring in guest memory (a `VecMemory`),
 //! parameters inline or in mailboxes, rings named by page lists, doorbell pages
 //! in a vector. Every command completes with a status and changes all or
-//! nothing; no input, however random, panics the device (design.md §9).
+//! nothing; no input, however random, panics the device (ARCHITECTURE.md §9).
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1364,7 +1364,7 @@ fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
     // The slot is now the QP's.
     assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::Busy);
 
-    // GSI: QP 1, once (design.md §7).
+    // GSI: QP 1, once (ARCHITECTURE.md §7).
     let g = d.qp_in(QpType::Gsi, pdn, cqn, None);
     let out: CreateQpOut = d.call(Opcode::CreateQp, &g).unwrap();
     assert_eq!(out.qpn, num::GSI_QPN);

@@ -1,6 +1,6 @@
 //! The data path on a `VecMemory` guest: WQEs written into rings as the driver
 //! does, doorbells stored into doorbell pages, CQEs and EQEs read back with the
-//! owner convention, interrupts recorded (design.md §2 steps 2 and 5).
+//! owner convention, interrupts recorded (ARCHITECTURE.md §2 steps 2 and 5).
 
 use std::cell::RefCell;
 use std::net::UdpSocket;

@@ -1,4 +1,4 @@
-//! WF-11 / design.md §6 capture stage: every packet sent and received through a
+//! WF-11 / ARCHITECTURE.md §6 capture stage: every packet sent and received through a
 //! link goes to an ERF pcap file, which parses back with
 //! `transport::wire::pcap::PcapReader` into exactly what was sent and received,
 //! with the caller's timestamps.

@@ -1,4 +1,4 @@
-//! design.md §6 fault-injection stage: rates over 20k packets match the spec, the
+//! ARCHITECTURE.md §6 fault-injection stage: rates over 20k packets match the spec, the
 //! same seed gives the same sequence, corrupt packets fail `PacketRepr::parse`, and
 //! delay and reorder release held packets on the caller's clock.
 

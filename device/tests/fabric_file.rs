@@ -1,4 +1,4 @@
-//! design.md §6: the fabric file (nodes with LID, port GUID, UDP address). Every
+//! ARCHITECTURE.md §6: the fabric file (nodes with LID, port GUID, UDP address). Every
 //! bad file gives its own one-line error naming the file, the node and the problem.
 
 use std::net::SocketAddr;

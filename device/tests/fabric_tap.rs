@@ -1,4 +1,4 @@
-//! design.md §6 `roce` link mode (WF-10): a TapLink over a fake TAP (a
+//! ARCHITECTURE.md §6 `roce` link mode (WF-10): a TapLink over a fake TAP (a
 //! `socketpair(AF_UNIX, SOCK_SEQPACKET)`, one message per frame, with vnet
 //! headers as a real TAP gives them). RoCEv2 frames for the port go to the engine
 //! without the vnet header, everything else to the guest's queue with it; every

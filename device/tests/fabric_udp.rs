@@ -1,7 +1,7 @@
-//! design.md §6 `ib-udp` link mode: two UdpLinks on 127.0.0.1 exchange real
+//! ARCHITECTURE.md §6 `ib-udp` link mode: two UdpLinks on 127.0.0.1 exchange real
 //! packets built with `PacketRepr`; a packet to the own LID loops back without a
 //! socket (AD-04); undeliverable and untrusted datagrams are dropped and counted
-//! (design.md §9).
+//! (ARCHITECTURE.md §9).
 
 mod common;
 

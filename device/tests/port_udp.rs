@@ -1,5 +1,5 @@
 //! Two ports (engine + ib-udp link) over real UDP sockets on loopback: the glue of
-//! design.md §2 steps 3-4 without PCI. With faults on both links, RC WRITEs and
+//! ARCHITECTURE.md §2 steps 3-4 without PCI. With faults on both links, RC WRITEs and
 //! SENDs of every size arrive byte-exact, exactly once (RL-01..RL-03 over a real
 //! socket; the engine's own simulation covers the protocol in depth).
 

@@ -37,7 +37,7 @@ typedef uint64_t __u64;
 /* Identity of the PCI function and of the ABI. */
 /*
  * Experimental vendor ID, as QEMU's `edu` device uses: never a real HCA
- * vendor's, so that mlx4/mlx5 never bind (design.md §4). In-tree Linux
+ * vendor's, so that mlx4/mlx5 never bind (ARCHITECTURE.md §4). In-tree Linux
  * claims only 0x1234:0x1111 (bochs-drm); QEMU's edu (0x11e8) has no driver.
  */
 #define VHCA_PCI_VENDOR_ID           0x1234U
@@ -73,8 +73,8 @@ typedef uint64_t __u64;
 /* BARs and MSI-X placement. */
 /*
  * BAR0: registers, the context window and the MSI-X table and PBA. Trapped:
- * every access is a vfio-user round trip (design.md §4, §5), so only the
- * control path touches it.
+ * every access is a vfio-user round trip (ARCHITECTURE.md §4, §5), so only
+ * the control path touches it.
  */
 #define VHCA_BAR0_INDEX             0U
 /*
@@ -84,7 +84,7 @@ typedef uint64_t __u64;
 #define VHCA_BAR0_SIZE              0x10000U
 /*
  * BAR2: doorbell pages (UARs), memfd-backed and mapped into the guest with a
- * sparse mmap, so a doorbell store never exits the VM (design.md §4).
+ * sparse mmap, so a doorbell store never exits the VM (ARCHITECTURE.md §4).
  * 64-bit, prefetchable: it is plain memory the device polls.
  */
 #define VHCA_BAR2_INDEX             2U
@@ -113,8 +113,8 @@ typedef uint64_t __u64;
 /* Most MSI-X vectors the device offers. */
 #define VHCA_MSIX_MAX_VECTORS       64U
 /*
- * Vector of command completions and asynchronous events (EQ 0; design.md
- * §4).
+ * Vector of command completions and asynchronous events (EQ 0;
+ * ARCHITECTURE.md §4).
  */
 #define VHCA_MSIX_VECTOR_ASYNC      0U
 /*
@@ -132,9 +132,9 @@ typedef uint64_t __u64;
  * read-only registers, to unassigned offsets, to the context window, and to
  * configuration registers (CMDQ_*, EQ0_*) while DEV_STATUS.ENABLED is set are
  * ignored and counted in IGNORED_WRITES. Every access is a vfio-user round
- * trip (~100 us as the guest sees it; design.md §5): nothing on the data
- * path reads or writes BAR0 except WAKE, and WAKE only when a doorbell page
- * says the device is asleep.
+ * trip (~100 us as the guest sees it; ARCHITECTURE.md §5): nothing on the
+ * data path reads or writes BAR0 except WAKE, and WAKE only when a doorbell
+ * page says the device is asleep.
  *
  * Bring-up: write DEV_CTRL.RESET and poll DEV_STATUS until READY is set and
  * ENABLED clear; check MAGIC and ABI_VERSION; read the CAP_* registers; write
@@ -241,7 +241,7 @@ typedef uint64_t __u64;
 #define VHCA_REG_CTX_STATUS        0x0308U
 /*
  * R: the window: the snapshot record (`struct vhca_*_context`), zero past its
- * size. Read-only: writes are ignored and counted (design.md §4).
+ * size. Read-only: writes are ignored and counted (ARCHITECTURE.md §4).
  */
 #define VHCA_REG_CTX_WINDOW        0x1000U
 /* Bytes in the window. */
@@ -280,7 +280,7 @@ typedef uint64_t __u64;
 #define VHCA_DEV_CAP_UC            (1U << 1)
 /* Unreliable Datagram QPs. */
 #define VHCA_DEV_CAP_UD            (1U << 2)
-/* QP 1 (GSI) through CREATE_QP with type GSI (design.md §7). */
+/* QP 1 (GSI) through CREATE_QP with type GSI (ARCHITECTURE.md §7). */
 #define VHCA_DEV_CAP_GSI           (1U << 3)
 /* Shared receive queues (SR-01). */
 #define VHCA_DEV_CAP_SRQ           (1U << 4)
@@ -539,7 +539,7 @@ enum vhca_qp_type {
 	VHCA_QPT_SMI = 0,
 	/*
 	 * QP 1, general services: a UD QP with the well-known Q_Key 0x80010000
-	 * (PV-05); the device gives it QPN 1 (design.md §7).
+	 * (PV-05); the device gives it QPN 1 (ARCHITECTURE.md §7).
 	 */
 	VHCA_QPT_GSI = 1,
 	/* Reliable Connection. */
@@ -1059,8 +1059,8 @@ enum vhca_opcode {
 
 /*
  * A page list: where a ring or an MR lives in guest-physical memory, page by
- * page (user buffers are not physically contiguous; design.md §4). Data
- * pages are 2^page_shift bytes and aligned to that. A ring starts at the
+ * page (user buffers are not physically contiguous; ARCHITECTURE.md §4).
+ * Data pages are 2^page_shift bytes and aligned to that. A ring starts at the
  * first byte of its first page, and its entries never straddle a page
  * (strides are at most 4 KiB).
  */
@@ -2001,8 +2001,8 @@ static inline int vhca_status_errno(unsigned int status)
  * (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes of inline
  * data. Everything must fit in the stride: a WQE that does not, an unknown
  * opcode, or an opcode the QP's service does not allow completes with an
- * error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device (design.md
- * §2, §9).
+ * error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device
+ * (ARCHITECTURE.md §2, §9).
  *
  * Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD,
  * the first 40 bytes of the buffers receive the GRH (undefined when the CQE

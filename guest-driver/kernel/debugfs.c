@@ -4,7 +4,7 @@
  *
  *   qp cq srq mr eq   write a number (QPN, CQN, SRQN, MR key index, EQN),
  *                     read the device's live context entry through the BAR0
- *                     window (CTX_TABLE / CTX_INDEX / CTX_WINDOW, design.md
+ *                     window (CTX_TABLE / CTX_INDEX / CTX_WINDOW, ARCHITECTURE.md
  *                     §4), decoded field by field, then as raw words
  *   regs              BAR0 status and capability registers, command queue
  *                     and EQ counters

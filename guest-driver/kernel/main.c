@@ -362,7 +362,7 @@ static int vhca_map_uars(struct vhca_dev *dev)
 			dev->caps.num_uars, &dev->bar2_len);
 		return -ENODEV;
 	}
-	/* Uncached: the device polls these pages (design.md §4). */
+	/* Uncached: the device polls these pages (ARCHITECTURE.md §4). */
 	dev->bar2 = pci_iomap(pdev, VHCA_BAR2_INDEX, need);
 	return dev->bar2 ? 0 : -ENOMEM;
 }

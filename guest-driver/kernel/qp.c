@@ -246,7 +246,7 @@ static int vhca_qp_type(struct vhca_dev *dev, enum ib_qp_type t, u8 *out)
 		*out = VHCA_QPT_UD;
 		return (caps & VHCA_DEV_CAP_UD) ? 0 : -EOPNOTSUPP;
 	case IB_QPT_GSI:
-		/* Asked of the device even without CAP_GSI (design.md §7). */
+		/* Asked of the device even without CAP_GSI (ARCHITECTURE.md §7). */
 		*out = VHCA_QPT_GSI;
 		return 0;
 	default:

@@ -6,7 +6,7 @@
  *
  * Port: link layer InfiniBand, LID and GUID from the device (QUERY_PORT),
  * GID 0 = subnet prefix : port GUID, P_Key table as the device reports it
- * (design.md §7). QUERY_PORT is re-run by query_port and after every port
+ * (ARCHITECTURE.md §7). QUERY_PORT is re-run by query_port and after every port
  * event; the P_Key and GID callbacks read that cache, since ib_core calls
  * them for every table entry.
  *
@@ -212,7 +212,7 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 	a->gid_tbl_len = clamp_t(u16, pa->gid_tbl_len, 1, VHCA_GID_TBL_MAX);
 	a->pkey_tbl_len = clamp_t(u16, pa->pkey_tbl_len, 1,
 				  ARRAY_SIZE(pa->pkeys));
-	/* The GSI QP is what ib_cm needs (design.md §7). */
+	/* The GSI QP is what ib_cm needs (ARCHITECTURE.md §7). */
 	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI)
 		a->port_cap_flags = IB_PORT_CM_SUP;
 	a->max_msg_sz = pa->max_msg_sz;
@@ -233,7 +233,7 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 }
 
 /*
- * Claim in core_cap_flags only what the device does (design.md §7). QP0 (SMI)
+ * Claim in core_cap_flags only what the device does (ARCHITECTURE.md §7). QP0 (SMI)
  * is not supported (AD-09), and ib_mad gives up the whole port, QP1 included,
  * when it cannot create QP0 for a port that claims SMI: so SMI is never
  * claimed; MAD, CM and SA only with the GSI QP.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * vhca: a virtual PCIe InfiniBand HCA (design.md §4, §7). The device interface
+ * vhca: a virtual PCIe InfiniBand HCA (ARCHITECTURE.md §4, §7). The device interface
  * is vhca_abi.h (generated from device/src/abi); this header holds the
  * driver's own objects. One file per topic: main (PCI, bring-up, ib_device),
  * cmdq, eq, uar (doorbells), pbl (page lists), verbs (device, port, PD, AH,

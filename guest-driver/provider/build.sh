@@ -1,6 +1,6 @@
 #!/bin/bash
 # guest-driver/provider/build.sh — build libvhca, the rdma-core provider of
-# vhca, inside the rdma-core source of the guest's version (design.md §7).
+# vhca, inside the rdma-core source of the guest's version (ARCHITECTURE.md §7).
 #
 # Usage: guest-driver/provider/build.sh [--rebuild]
 #   Prints the output folder, which holds libvhca-rdmav<PABI>.so and

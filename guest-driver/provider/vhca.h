@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * libvhca: the rdma-core provider of the vhca virtual HCA (design.md §7).
+ * libvhca: the rdma-core provider of the vhca virtual HCA (ARCHITECTURE.md §7).
  *
  * The device interface is vhca_abi.h (generated from device/src/abi); how the
  * kernel hands out resources is vhca-abi-user.h. Rings (SQ, RQ, SRQ, CQ) live

@@ -3,7 +3,7 @@
 //!
 //! A mapped page is a page of a memfd that QEMU maps into the guest
 //! (vfio-user sparse mmap) and that this process maps too: a guest store
-//! lands in it without any message (design.md §4, BAR2 doorbells), and the
+//! lands in it without any message (ARCHITECTURE.md §4, BAR2 doorbells), and the
 //! embedder polls it through [`BarMemory`].
 
 use std::ffi::CStr;

@@ -3,7 +3,7 @@
 //! the builder chains them (`next`) in 0x40..0x100.
 //!
 //! QEMU drops a vfio device's PCIe-ness unless config space carries a PCI
-//! Express capability (design.md §5), so the builder adds one by default.
+//! Express capability (ARCHITECTURE.md §5), so the builder adds one by default.
 
 use crate::config::ConfigSpace;
 

@@ -2,7 +2,7 @@
 //!
 //! Every byte has a read-write mask and a write-1-to-clear mask; bits in
 //! neither are read-only. A guest write therefore never changes an ID, a
-//! capability pointer or a size bit, whatever QEMU forwards (design.md §5:
+//! capability pointer or a size bit, whatever QEMU forwards (ARCHITECTURE.md §5:
 //! QEMU forwards the writes it does not emulate itself).
 
 use std::ops::Range;

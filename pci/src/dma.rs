@@ -1,11 +1,11 @@
 //! Guest memory as the device reaches it: the DMA maps QEMU sends (fd,
 //! offset, iova, size), mapped into this process with vm-memory and
-//! published as a whole new map on every change (design.md §5), so a reader
+//! published as a whole new map on every change (ARCHITECTURE.md §5), so a reader
 //! on another thread always sees either the old map or the new one.
 //!
 //! Every access is checked against the map: an address the guest never
 //! mapped is an error for the caller to turn into a completion error, never
-//! a fault (design.md §9).
+//! a fault (ARCHITECTURE.md §9).
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};

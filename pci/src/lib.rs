@@ -1,5 +1,5 @@
 //! A generic PCI Express function served to QEMU over vfio-user
-//! (design.md §1, §5). It knows nothing of InfiniBand: the embedder
+//! (ARCHITECTURE.md §1, §5). It knows nothing of InfiniBand: the embedder
 //! describes the function with a [`FunctionBuilder`], implements [`Device`]
 //! for its trapped BAR registers, and runs a [`Server`] on one thread while
 //! its data path uses a [`Handle`] on others.

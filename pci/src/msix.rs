@@ -2,7 +2,7 @@
 //! pending bit array, and the table as the guest would see it.
 //!
 //! QEMU emulates the table itself and masks a vector by rewiring it to an
-//! eventfd of its own (design.md §5), so the per-vector mask bits here are
+//! eventfd of its own (ARCHITECTURE.md §5), so the per-vector mask bits here are
 //! stored and read back but not enforced: their reset value is "masked",
 //! and enforcing them would silence every vector whose table writes QEMU
 //! keeps to itself. The function-wide Enable and Function Mask bits come

@@ -4,7 +4,7 @@
 //! `vfio_user::Server::run` handles one connection and returns when the
 //! client hangs up; it has no disconnect hook, so the loop here drops the
 //! client's DMA maps and eventfds after every connection (stale maps would
-//! overlap the next VM's and point at dead memory, design.md §5), tells the
+//! overlap the next VM's and point at dead memory, ARCHITECTURE.md §5), tells the
 //! embedder, and accepts the next one.
 //!
 //! Defects of vfio_user 0.1.7 and what this module does about them:

@@ -4,7 +4,7 @@
 //! mapped from the memfd the server hands out (sparse mmap), MSI-X vectors as
 //! eventfds (SET_IRQS), and a page allocator over guest RAM.
 //!
-//! Quirks of the `vfio_user` 0.1.7 client that shape this (design.md §5):
+//! Quirks of the `vfio_user` 0.1.7 client that shape this (ARCHITECTURE.md §5):
 //! - `Client::resettable()` is inverted (true when the device does *not* offer
 //!   reset): [`Guest::reset_supported`] corrects it.
 //! - `region_read` reads the payload even after an error reply and then hangs;

@@ -1,4 +1,4 @@
-//! The userspace test driver of vhca (design.md §8, "device" tier): plays the
+//! The userspace test driver of vhca (ARCHITECTURE.md §8, "device" tier): plays the
 //! guest against real `vhca` processes over their vfio-user sockets.
 //!
 //! - [`process`]: [`Vhca::spawn`] starts N processes on a fabric file on UDP

@@ -1,4 +1,4 @@
-//! (c) Bad guest input (design.md §9): 100 000 random command slots and 100 000
+//! (c) Bad guest input (ARCHITECTURE.md §9): 100 000 random command slots and 100 000
 //! random WQEs (random bytes and lengths, addresses outside guest memory,
 //! producer indices past the ring's end). Every command gets an error status,
 //! every bad WQE an error completion or a QP error, the process never dies, and

@@ -1,4 +1,4 @@
-//! The InfiniBand transport engine of vhca, as a sans-IO library (design.md §3).
+//! The InfiniBand transport engine of vhca, as a sans-IO library (ARCHITECTURE.md §3).
 //!
 //! Today it holds the bottom layer, [`wire`]: every IBA header as a typed view and a
 //! validated `Repr`, the opcode table as data, whole-packet build and parse, the two

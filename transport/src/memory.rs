@@ -1,7 +1,7 @@
 //! The memory the engine reads and writes: the caller's (guest physical memory in
 //! the device, a `Vec<u8>` in tests). The engine translates virtual addresses
 //! through MRs (`crate::mr`) first; what reaches this trait is a physical address
-//! that the caller must still check against what it has mapped (design.md §9).
+//! that the caller must still check against what it has mapped (ARCHITECTURE.md §9).
 
 /// A physical access outside the caller's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]

@@ -65,7 +65,7 @@ use crate::verbs::{AttrMask, Mtu, QpAttr, QpState, QpType, VerbError};
 
 /// What the state table distinguishes a QP by: its service type, plus the two
 /// special QPs ib_core opens on each IB port (QP0 for SMPs, QP1 for GMPs; both
-/// UD-like, bound to their port at creation; design.md §7).
+/// UD-like, bound to their port at creation; ARCHITECTURE.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpKind {
     Rc = 0,
@@ -112,7 +112,7 @@ pub struct Transition {
 
 /// Ports of the device (one).
 pub const NUM_PORTS: u8 = 1;
-/// Entries of the port's P_Key table (one: 0xFFFF at index 0; design.md §7).
+/// Entries of the port's P_Key table (one: 0xFFFF at index 0; ARCHITECTURE.md §7).
 pub const PKEY_TABLE_LEN: u16 = 1;
 /// Device limit on RDMA Read/Atomic depth, both as initiator (`max_rd_atomic`,
 /// `max_qp_init_rd_atom`) and as responder (`max_dest_rd_atomic`, `max_qp_rd_atom`).

@@ -11,7 +11,7 @@ use crate::wire::grh::GrhRepr;
 pub type Handle = u32;
 
 /// A point in time, in nanoseconds since an origin the caller picks. The engine never
-/// reads a clock (design.md §3): every input that may start or fire a timer takes one.
+/// reads a clock (ARCHITECTURE.md §3): every input that may start or fire a timer takes one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Time(pub u64);
 

@@ -969,7 +969,7 @@ fn qs_06_rejected_wqe_completes_in_order_and_fails_the_qp() {
     assert_eq!(state, transport::verbs::QpState::Error);
 }
 
-/// QP 1 (GSI, design.md §7): created with its fixed number, brought up with the
+/// QP 1 (GSI, ARCHITECTURE.md §7): created with its fixed number, brought up with the
 /// GSI rows of the transition table, reached by a UD send to QPN 1 with the
 /// well-known Q_Key 0x80010000 (PV-05); a send with another Q_Key is dropped
 /// and counted; a second QP 1 is refused.

@@ -1,4 +1,4 @@
-//! Hostile peers (design.md §9): packets that pass the wire checks (CRCs recomputed)
+//! Hostile peers (ARCHITECTURE.md §9): packets that pass the wire checks (CRCs recomputed)
 //! but carry arbitrary headers, opcodes, PSNs, keys and lengths, thrown at engines
 //! with live RC, UC and UD QPs. Nothing panics, memory outside the registered
 //! regions is never touched, and afterwards a fresh QP pair still moves data.

@@ -1,4 +1,4 @@
-//! The simulation tier (design.md §3, §8): two or three engines on a simulated
+//! The simulation tier (ARCHITECTURE.md §3, §8): two or three engines on a simulated
 //! fabric that drops, duplicates, reorders, corrupts and delays packets under a
 //! seeded RNG, running a random mixed workload per seed — SEND, SEND-imm, WRITE,
 //! WRITE-imm, READ, CmpSwap, FetchAdd; 0 B to 1 MiB; PMTU 256 to 4096; RC, UC and

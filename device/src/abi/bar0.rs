@@ -1,4 +1,4 @@
-//! BAR0, the trapped register file (design.md §4): identification, capabilities,
+//! BAR0, the trapped register file (ARCHITECTURE.md §4): identification, capabilities,
 //! reset and enable, the command queue and EQ 0, the WAKE register and the
 //! read-only context window.
 
@@ -11,7 +11,7 @@ abi_text! {
 8-byte access. Reads of unassigned offsets return 0. Writes to read-only registers, to \
 unassigned offsets, to the context window, and to configuration registers (CMDQ_*, EQ0_*) \
 while DEV_STATUS.ENABLED is set are ignored and counted in IGNORED_WRITES. Every access is \
-a vfio-user round trip (~100 us as the guest sees it; design.md §5): nothing on the data \
+a vfio-user round trip (~100 us as the guest sees it; ARCHITECTURE.md §5): nothing on the data \
 path reads or writes BAR0 except WAKE, and WAKE only when a doorbell page says the device \
 is asleep.\n\n\
 Bring-up: write DEV_CTRL.RESET and poll DEV_STATUS until READY is set and ENABLED clear; \
@@ -111,7 +111,7 @@ abi_consts! {
         /// R: `enum vhca_ctx_status` of the last snapshot.
         CTX_STATUS = 0x0308,
         /// R: the window: the snapshot record (`struct vhca_*_context`), zero past
-        /// its size. Read-only: writes are ignored and counted (design.md §4).
+        /// its size. Read-only: writes are ignored and counted (ARCHITECTURE.md §4).
         CTX_WINDOW = 0x1000,
         /// Bytes in the window.
         CTX_WINDOW_SIZE = 0x100,
@@ -153,7 +153,7 @@ abi_consts! {
         UC = 1 << 1,
         /// Unreliable Datagram QPs.
         UD = 1 << 2,
-        /// QP 1 (GSI) through CREATE_QP with type GSI (design.md §7).
+        /// QP 1 (GSI) through CREATE_QP with type GSI (ARCHITECTURE.md §7).
         GSI = 1 << 3,
         /// Shared receive queues (SR-01).
         SRQ = 1 << 4,

@@ -1,4 +1,4 @@
-//! Context-table records, as the read-only BAR0 window shows them (design.md §4:
+//! Context-table records, as the read-only BAR0 window shows them (ARCHITECTURE.md §4:
 //! the tables are device-resident, the guest cannot scribble on them; the window
 //! lets the driver show live entries in debugfs and dump them after a failure).
 //!

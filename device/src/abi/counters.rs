@@ -1,4 +1,4 @@
-//! Counter sets of QUERY_COUNTERS (design.md §3: "every drop reason has a counter").
+//! Counter sets of QUERY_COUNTERS (ARCHITECTURE.md §3: "every drop reason has a counter").
 //!
 //! The per-reason sets are the engine's own reason lists in their stable order
 //! (`DropReason::ALL`, `RxDrop::ALL`, `NakReason::ALL`), the device set the data

@@ -1,5 +1,5 @@
 //! Completion and event queue entries: what the device writes into CQ and EQ rings
-//! in guest memory (design.md §2 step 5, §4), and the owner-bit convention that keeps
+//! in guest memory (ARCHITECTURE.md §2 step 5, §4), and the owner-bit convention that keeps
 //! software from reading a half-written entry.
 
 use transport::verbs::Event;

@@ -1,5 +1,5 @@
 //! The C header generator: turns the ABI's descriptions ([`super::sections`]) into
-//! `guest-driver/include/vhca_abi.h` (design.md §4: "a generated C header is
+//! `guest-driver/include/vhca_abi.h` (ARCHITECTURE.md §4: "a generated C header is
 //! committed for the driver, with a test that fails when the two disagree").
 //!
 //! Only layout descriptions are read here, never hand-written C, so the header

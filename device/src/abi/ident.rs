@@ -1,5 +1,5 @@
 //! Who the device is on the PCI bus, which ABI it speaks, and where its BARs and
-//! MSI-X structures are (design.md §4, §5).
+//! MSI-X structures are (ARCHITECTURE.md §4, §5).
 
 use super::layout::{Entry, Section};
 
@@ -7,7 +7,7 @@ abi_consts! {
     /// Identity of the PCI function and of the ABI.
     pub mod ident: u32 = "VHCA" {
         /// Experimental vendor ID, as QEMU's `edu` device uses: never a real HCA
-        /// vendor's, so that mlx4/mlx5 never bind (design.md §4). In-tree Linux
+        /// vendor's, so that mlx4/mlx5 never bind (ARCHITECTURE.md §4). In-tree Linux
         /// claims only 0x1234:0x1111 (bochs-drm); QEMU's edu (0x11e8) has no driver.
         PCI_VENDOR_ID = 0x1234,
         /// Device ID: "1b" for InfiniBand, "ca" for channel adapter. No in-tree
@@ -39,14 +39,14 @@ abi_consts! {
     /// BARs and MSI-X placement.
     pub mod bar: u32 = "VHCA" {
         /// BAR0: registers, the context window and the MSI-X table and PBA.
-        /// Trapped: every access is a vfio-user round trip (design.md §4, §5), so
+        /// Trapped: every access is a vfio-user round trip (ARCHITECTURE.md §4, §5), so
         /// only the control path touches it.
         BAR0_INDEX = 0,
         /// 64 KiB: registers below 0x1000, the context window at 0x1000, MSI-X at
         /// 0x8000 and 0x9000.
         BAR0_SIZE = 0x1_0000,
         /// BAR2: doorbell pages (UARs), memfd-backed and mapped into the guest
-        /// with a sparse mmap, so a doorbell store never exits the VM (design.md
+        /// with a sparse mmap, so a doorbell store never exits the VM (ARCHITECTURE.md
         /// §4). 64-bit, prefetchable: it is plain memory the device polls.
         BAR2_INDEX = 2,
         /// BAR4: the WAKE page, 4 KiB, trapped. A 32-bit store of any value at
@@ -67,7 +67,7 @@ abi_consts! {
         MSIX_MIN_VECTORS = 8,
         /// Most MSI-X vectors the device offers.
         MSIX_MAX_VECTORS = 64,
-        /// Vector of command completions and asynchronous events (EQ 0; design.md §4).
+        /// Vector of command completions and asynchronous events (EQ 0; ARCHITECTURE.md §4).
         MSIX_VECTOR_ASYNC = 0,
         /// First vector for completion event queues; the rest up to
         /// CAP_MSIX_VECTORS - 1 are theirs too.

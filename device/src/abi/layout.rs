@@ -1,4 +1,4 @@
-//! The declarative source of the ABI (design.md §4: "the ABI lives once, in Rust").
+//! The declarative source of the ABI (ARCHITECTURE.md §4: "the ABI lives once, in Rust").
 //!
 //! Three macros describe every guest-visible item once:
 //!
@@ -16,7 +16,7 @@
 //! Byte order: every multi-byte field is little-endian in guest memory and in BAR
 //! space (PCI is little-endian; the guest is x86-64). `from_bytes` is total: any
 //! bytes decode to a value, so a struct read from guest memory never fails to parse;
-//! the device validates field values afterwards (design.md §9).
+//! the device validates field values afterwards (ARCHITECTURE.md §9).
 
 use std::fmt::Write as _;
 

@@ -1,4 +1,4 @@
-//! The device ABI: everything the guest driver and the device agree on (design.md
+//! The device ABI: everything the guest driver and the device agree on (ARCHITECTURE.md
 //! §4), defined once, here, and generated into `guest-driver/include/vhca_abi.h`
 //! by [`c_header`] (`cargo run -p device --bin vhca-abi-header`).
 //!

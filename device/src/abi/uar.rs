@@ -1,4 +1,4 @@
-//! BAR2: doorbell pages (UARs) for a polling device (design.md §4).
+//! BAR2: doorbell pages (UARs) for a polling device (ARCHITECTURE.md §4).
 //!
 //! BAR2 is `CAP_NUM_UARS` pages of 4 KiB, backed by a memfd the device maps too.
 //! The guest stores into them like memory: no exit. The device polls the slots of

@@ -12,7 +12,7 @@ abi_enum! {
         /// `VHCA_STATUS_NOT_SUPPORTED`.
         Smi = 0,
         /// QP 1, general services: a UD QP with the well-known Q_Key 0x80010000
-        /// (PV-05); the device gives it QPN 1 (design.md §7).
+        /// (PV-05); the device gives it QPN 1 (ARCHITECTURE.md §7).
         Gsi = 1,
         /// Reliable Connection.
         Rc = 2,

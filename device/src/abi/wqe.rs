@@ -1,5 +1,5 @@
 //! Work queue entries: what the driver writes into SQ, RQ and SRQ rings in guest
-//! memory and the device fetches after a doorbell (design.md §2 step 2, §4).
+//! memory and the device fetches after a doorbell (ARCHITECTURE.md §2 step 2, §4).
 
 use super::layout::{entry, Entry, Section};
 
@@ -25,7 +25,7 @@ ctrl.imm_or_inv = the window's current R_Key); LOCAL_INV has the control segment
 with VHCA_SEND_INLINE, ctrl.len bytes of inline data. Everything must fit in the stride: a \
 WQE that does not, an unknown opcode, or an opcode the QP's service does not allow \
 completes with an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device \
-(design.md §2, §9).\n\n\
+(ARCHITECTURE.md §2, §9).\n\n\
 Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD, the first 40 \
 bytes of the buffers receive the GRH (undefined when the CQE has no GRH flag), as ibverbs \
 expects.";

@@ -1,5 +1,5 @@
 //! `vhca`: serves one virtual InfiniBand HCA to QEMU over vfio-user (see
-//! `vhca --help` and design.md).
+//! `vhca --help` and ARCHITECTURE.md).
 
 use clap::Parser;
 use device::cli::Cli;

@@ -1,4 +1,4 @@
-//! The command queue (design.md §4; abi::cmd COMMAND_PROTOCOL): commands from the
+//! The command queue (ARCHITECTURE.md §4; abi::cmd COMMAND_PROTOCOL): commands from the
 //! driver's ring, executed in order, one at a time, all or nothing.
 //!
 //! A command is checked completely before anything changes: its input (inline
@@ -7,7 +7,7 @@
 //! the guest's map). Only then is the engine called, at most once per command
 //! (so there is never an earlier engine change to undo), and the device's
 //! tables updated. A refusal is a status and a [`Syndrome`] in the slot, never a
-//! panic (design.md §9).
+//! panic (ARCHITECTURE.md §9).
 //!
 //! The protocol (fetching a slot, checking its mailboxes, writing the status
 //! and clearing `owner`) is here; the handlers follow `abi::cmd::commands()`:

@@ -86,7 +86,7 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
         gid0: p.gid(),
         max_msg_sz: u32::try_from(transport::engine::MAX_MSG_SIZE).unwrap_or(u32::MAX),
         lid: p.lid,
-        // No subnet manager: LIDs come from the fabric file (design.md §6).
+        // No subnet manager: LIDs come from the fabric file (ARCHITECTURE.md §6).
         sm_lid: 0,
         pkey_tbl_len: n as u16,
         gid_tbl_len,

@@ -1,4 +1,4 @@
-//! The capture stage (design.md §6, WF-11): every packet sent and received through
+//! The capture stage (ARCHITECTURE.md §6, WF-11): every packet sent and received through
 //! the wrapped link goes to a pcap file that Wireshark and tshark dissect without
 //! plugins: LINKTYPE_ERF records (ERF type 21, INFINIBAND) for native packets,
 //! LINKTYPE_ETHERNET for RoCEv2 frames (a TAP link). The writer is

@@ -1,6 +1,6 @@
-//! The fault-injection stage (design.md §6): between the engine and a link, it
+//! The fault-injection stage (ARCHITECTURE.md §6): between the engine and a link, it
 //! drops, duplicates, reorders, corrupts and delays the packets the engine sends,
-//! under a seeded generator, so that recovery (design.md §3: "recovery speed is a
+//! under a seeded generator, so that recovery (ARCHITECTURE.md §3: "recovery speed is a
 //! feature") can be shown on real processes and not only in the simulation.
 //!
 //! Deterministic: the same spec, seed and sequence of calls (packets and `now`

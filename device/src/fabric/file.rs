@@ -1,5 +1,5 @@
 //! The fabric file: which nodes exist, with their LID, port GUID and UDP address
-//! (design.md §6, `ib-udp` mode). It plays the role of a subnet manager's
+//! (ARCHITECTURE.md §6, `ib-udp` mode). It plays the role of a subnet manager's
 //! assignment: every `vhca` process of a fabric reads the same file, learns its own
 //! LID and GUID from its entry, and routes a packet by its LRH:DLID to the UDP
 //! address of the node holding that LID.
@@ -14,7 +14,7 @@
 //!
 //! The file is written by people, so every error is one line naming the file, the
 //! node and the problem; the receive path later trusts this table to decide which
-//! datagrams come from the fabric at all (design.md §9), so duplicates and
+//! datagrams come from the fabric at all (ARCHITECTURE.md §9), so duplicates and
 //! unroutable LIDs are refused here rather than discovered as misrouted packets.
 
 use std::collections::HashMap;
@@ -41,7 +41,7 @@ pub struct Node {
     pub name: String,
     /// Unicast LID, 1..=0xBFFF.
     pub lid: u16,
-    /// Port GUID (EUI-64), nonzero; GID 0 is fe80:: + this GUID (design.md §7).
+    /// Port GUID (EUI-64), nonzero; GID 0 is fe80:: + this GUID (ARCHITECTURE.md §7).
     pub guid: u64,
     /// UDP address the node's `ib-udp` link is bound to.
     pub address: SocketAddr,

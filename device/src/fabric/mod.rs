@@ -1,5 +1,5 @@
 //! The fabric: how a `vhca` device's port moves native InfiniBand packets to other
-//! devices (design.md §6).
+//! devices (ARCHITECTURE.md §6).
 //!
 //! - [`FabricFile`]: the nodes of the fabric (LID, port GUID, UDP address), read
 //!   from a TOML file; it stands in for a subnet manager's assignment.
@@ -11,7 +11,7 @@
 //! - Stages that wrap any [`Link`]: [`FaultLink`] (seeded drop, duplicate, reorder,
 //!   corrupt, delay) and [`CaptureLink`] (every packet to a pcap file, WF-11).
 //!
-//! Like the transport engine (design.md §3), nothing here reads a clock: every call
+//! Like the transport engine (ARCHITECTURE.md §3), nothing here reads a clock: every call
 //! takes `now`, the caller's time since the Unix epoch, so a stage's behaviour is a
 //! function of its inputs and the capture timestamps are the caller's. Only
 //! [`UdpLink`] and [`TapLink`] do I/O, and never block.
@@ -87,7 +87,7 @@ pub enum LinkError {
     },
 }
 
-/// A port's link to the fabric (design.md §6: link modes share one trait).
+/// A port's link to the fabric (ARCHITECTURE.md §6: link modes share one trait).
 ///
 /// `now` is the caller's time since the Unix epoch; it must not go backwards.
 /// Stages that hold packets (delay, reorder) release them on any call whose `now` has

@@ -1,4 +1,4 @@
-//! `roce` link mode (design.md §6): RoCEv2 frames on a TAP device that also carries
+//! `roce` link mode (ARCHITECTURE.md §6): RoCEv2 frames on a TAP device that also carries
 //! the guest's ordinary network traffic, as one Ethernet port of a real RoCE NIC
 //! carries both (WF-10).
 //!
@@ -15,7 +15,7 @@
 //!   header included) on the bounded [`ToGuest`] queue that the vhost-user-net
 //!   backend (`crate::net`) drains into the guest's RX ring.
 //!
-//! The TAP faces the network, so everything read is untrusted (design.md §9):
+//! The TAP faces the network, so everything read is untrusted (ARCHITECTURE.md §9):
 //! short, oversized and badly headed frames are dropped and counted, never trusted.
 
 use std::collections::VecDeque;

@@ -1,8 +1,8 @@
-//! `ib-udp` link mode (design.md §6): one native InfiniBand packet, LRH through
+//! `ib-udp` link mode (ARCHITECTURE.md §6): one native InfiniBand packet, LRH through
 //! VCRC, as the whole payload of one UDP datagram, routed by LRH:DLID through the
 //! fabric file.
 //!
-//! The socket faces the network, so everything that arrives is untrusted (design.md
+//! The socket faces the network, so everything that arrives is untrusted (ARCHITECTURE.md
 //! §9): a datagram is accepted only from an address listed in the fabric file,
 //! carrying that node's LID as its LRH:SLID, addressed to this node's LID (or the
 //! permissive LID), and of a length a native packet can have. Everything else is
@@ -312,7 +312,7 @@ impl Link for UdpLink {
             return Ok(());
         };
         if dlid == self.node.lid {
-            // AD-04: a packet to the own LID never touches the socket (design.md §6).
+            // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
             if self.loopback.len() >= LOOPBACK_CAPACITY {
                 c.drop_loopback_full += 1;
             } else {
@@ -344,7 +344,7 @@ impl Link for UdpLink {
                 Ok(())
             }
             // A full send buffer loses the packet like a congested link would; the
-            // transport recovers it (design.md §3).
+            // transport recovers it (ARCHITECTURE.md §3).
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 c.drop_tx_would_block += 1;
                 Ok(())

@@ -1,4 +1,4 @@
-//! The RoCE port's NIC (design.md §6, WF-10): a vhost-user-net backend for the
+//! The RoCE port's NIC (ARCHITECTURE.md §6, WF-10): a vhost-user-net backend for the
 //! VM's stock `virtio-net-pci`, on the same TAP as the HCA's RoCEv2 frames, as one
 //! port of a real RoCE adapter carries both.
 //!

@@ -1,5 +1,5 @@
 //! Counters for every reason a packet is dropped or refused by the engine
-//! (design.md §3: "every drop reason has a counter"; PV-10).
+//! (ARCHITECTURE.md §3: "every drop reason has a counter"; PV-10).
 
 use crate::wire::DropCounters;
 

@@ -1,4 +1,4 @@
-//! The engine's inputs and outputs besides the verbs (design.md §3): received
+//! The engine's inputs and outputs besides the verbs (ARCHITECTURE.md §3): received
 //! packets, the next packet to transmit, the requester timers (RL-10, RL-11) and
 //! events, and the header checks a received packet passes before any QP state is
 //! touched (9.6; PV-02, PV-03, PV-05, PV-06, PV-10).

@@ -1,4 +1,4 @@
-//! The transport engine (design.md §3): owns PDs, MRs, CQs, SRQs and QPs; takes verbs,
+//! The transport engine (ARCHITECTURE.md §3): owns PDs, MRs, CQs, SRQs and QPs; takes verbs,
 //! received packets and timer firings as inputs; gives packets to transmit,
 //! completions, events and its next deadline as outputs. Sans-IO, after quinn-proto:
 //! no sockets, threads or clock inside; memory is the caller's [`Memory`].
@@ -517,7 +517,7 @@ impl Engine {
         self.create_qp_numbered(init, None)
     }
 
-    /// Creates QP 1, the General Services Interface QP (IBA 3.9.2, design.md
+    /// Creates QP 1, the General Services Interface QP (IBA 3.9.2, ARCHITECTURE.md
     /// §7): a UD QP with the fixed number 1 that ib_core's MAD layer (ib_cm,
     /// umad, SA queries) opens on every port. Its attributes follow the GSI rows
     /// of seed 001 (P_Key index and Q_Key at Reset→Init; PV-05: peers address it

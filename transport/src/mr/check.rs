@@ -93,7 +93,7 @@ pub enum CopyError {
     /// (IBA 10.10.3 Table 82, MP-05).
     #[error("access runs past the end of the range or scatter/gather list")]
     Length,
-    /// A translated physical address is outside the caller's memory (design.md §9):
+    /// A translated physical address is outside the caller's memory (ARCHITECTURE.md §9):
     /// the MR was registered over pages the caller does not map.
     #[error(transparent)]
     Mem(#[from] MemError),

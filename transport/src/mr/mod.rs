@@ -21,7 +21,7 @@
 //! (a zeroed SGE) is never valid.
 //!
 //! Nothing here panics on any input: every length, address and index from a WQE or
-//! a packet is checked with overflow-safe arithmetic first (design.md §9).
+//! a packet is checked with overflow-safe arithmetic first (ARCHITECTURE.md §9).
 //!
 //! The code is split along those questions: this file holds the table itself,
 //! the PDs, MR registration and key allocation; `region.rs` a registered MR, its
@@ -235,7 +235,7 @@ impl MrTable {
     /// Register a DMA MR (`ib_get_dma_mr`, a kernel consumer's L_Key for its own
     /// buffers): virtual address = physical address over the whole address space
     /// (IOVA 0, length 2^64 - 1), no page list; the caller's [`Memory`] refuses
-    /// whatever it does not map (design.md §9). Checks as [`reg_mr`](Self::reg_mr)
+    /// whatever it does not map (ARCHITECTURE.md §9). Checks as [`reg_mr`](Self::reg_mr)
     /// for the PD and access rights.
     ///
     /// [`Memory`]: crate::memory::Memory

@@ -128,7 +128,7 @@ pub enum EmitError {
     FieldRange(&'static str),
 }
 
-/// Counters for every drop reason (design.md §3: "every drop reason has a counter").
+/// Counters for every drop reason (ARCHITECTURE.md §3: "every drop reason has a counter").
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DropCounters([u64; DropReason::ALL.len()]);
 

@@ -1,5 +1,5 @@
 //! pcap capture files (classic libpcap format, microsecond timestamps) for the
-//! capture stage (design.md §6; WF-11).
+//! capture stage (ARCHITECTURE.md §6; WF-11).
 //!
 //! Native InfiniBand packets are written as LINKTYPE_ERF (197) records, each a
 //! 16-byte ERF header of type 21 (INFINIBAND) followed by the packet, LRH through

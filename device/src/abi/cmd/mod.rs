@@ -1,4 +1,4 @@
-//! The command queue (design.md §4): a ring of 64-byte commands in guest memory,
+//! The command queue (ARCHITECTURE.md §4): a ring of 64-byte commands in guest memory,
 //! each with inline parameters and an optional mailbox, completed in place with a
 //! status the driver maps to an errno.
 //!
@@ -343,7 +343,7 @@ abi_consts! {
 
 abi_struct! {
     /// A page list: where a ring or an MR lives in guest-physical memory, page by
-    /// page (user buffers are not physically contiguous; design.md §4). Data pages
+    /// page (user buffers are not physically contiguous; ARCHITECTURE.md §4). Data pages
     /// are 2^page_shift bytes and aligned to that. A ring starts at the first byte
     /// of its first page, and its entries never straddle a page (strides are at
     /// most 4 KiB).
