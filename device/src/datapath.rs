@@ -323,7 +323,8 @@ impl Work {
 }
 
 impl Hca {
-    /// One round of the data path as of `now`.
+    /// One round of the data path as of `now`: new WQEs from the doorbells,
+    /// then [`Hca::run_timers`]'s work.
     pub fn run_once(
         &mut self,
         mem: &mut dyn Memory,
@@ -331,19 +332,17 @@ impl Hca {
         irq: &dyn Interrupts,
         now: Duration,
     ) -> Work {
-        let mut w = Work {
-            wqes: self.fetch_wqes(mem, db),
-            ..Work::default()
-        };
-        w.packets = self.port.run_once(mem, now) as u32;
-        w.cqes = self.write_cqes(mem, db);
-        w.eqes = self.write_events(mem, db, irq);
-        w
+        let wqes = self.fetch_wqes(mem, db);
+        Work {
+            wqes,
+            ..self.run_timers(mem, db, irq, now)
+        }
     }
 
-    /// The round of a data path woken by a deadline alone, while asleep (no
-    /// doorbell can have moved unseen, abi::uar DOORBELL_PROTOCOL): timers
-    /// and the link, then completions and events; no doorbell scan.
+    /// The round without the doorbell scan: timers and the link, then
+    /// completions and events. Alone it is the round of a data path woken by a
+    /// deadline while asleep (no doorbell can have moved unseen then,
+    /// abi::uar DOORBELL_PROTOCOL).
     pub fn run_timers(
         &mut self,
         mem: &mut dyn Memory,
