@@ -250,8 +250,12 @@ tail_race() { # SERVER_RC CLIENT_RC (uses $a, $b: the pair's server and client s
     if [ "$1" = 0 ] && [ "$2" != 0 ]; then ok=server bad=client badrc=$2 stack=$b
     elif [ "$2" = 0 ] && [ "$1" != 0 ]; then ok=client bad=server badrc=$1 stack=$a
     else return 1; fi
-    output $ok rc_pingpong | grep -q "^$LN iters in " || return 1
-    if output $bad rc_pingpong | grep -q 'transport retry counter exceeded'; then
+    # Whole outputs, then grep: `output | grep -q` fails under pipefail when
+    # grep stops reading before awk is done (SIGPIPE).
+    local okout badout
+    okout=$(output $ok rc_pingpong) badout=$(output $bad rc_pingpong)
+    grep -q "^$LN iters in " <<<"$okout" || return 1
+    if grep -q 'transport retry counter exceeded' <<<"$badout"; then
         tail_why="the $ok completed $LN iterations with checked data, the $bad's last SEND was not acknowledged"
     elif [ "$stack" = rxe ] && { [ "$badrc" = 124 ] || [ "$badrc" = 143 ]; }; then
         tail_why="the $ok completed $LN iterations with checked data, the $bad (rxe, retry_cnt 7 = forever) was still retrying its last SEND"
