@@ -18,7 +18,8 @@ use transport::verbs::{
 
 use crate::abi;
 use crate::abi::layout::Field;
-use crate::hca::{Doorbells, Hca, Interrupts};
+use crate::hca::{Doorbells, Hca, HcaCounters, Interrupts};
+use crate::port::Port;
 use crate::ring::Ring;
 
 /// WQEs fetched per queue per round, so one busy queue cannot starve others.
@@ -322,6 +323,131 @@ impl Work {
     }
 }
 
+/// A work queue the data path consumes.
+#[derive(Debug, Clone, Copy)]
+enum Wq {
+    Sq(u32),
+    Rq(u32),
+    Srq(u32),
+}
+
+/// What the engine made of one WQE.
+enum Taken {
+    /// Posted, or completed with an error (a WQE that does not decode): the
+    /// queue moves past it.
+    Yes,
+    /// Not now (the engine's queue is full, the QP cannot take it yet): the
+    /// queue waits at this WQE.
+    Later,
+    /// The queue is unusable (a receive WQE the QP cannot use): skipped to
+    /// its producer index, the QP fails.
+    Broken,
+}
+
+/// How one queue's WQEs go into the engine.
+#[derive(Debug, Clone, Copy)]
+enum Post {
+    Send {
+        qpn: u32,
+        t: abi::verbs::QpType,
+        max_sge: u32,
+        max_inline: u32,
+    },
+    Recv {
+        qpn: u32,
+        max_sge: u32,
+    },
+    Srq {
+        srqn: u32,
+        max_sge: u32,
+    },
+}
+
+impl Post {
+    /// Decodes WQE `idx` and posts it.
+    fn take(self, port: &mut Port, counters: &mut HcaCounters, idx: u32, wqe: &[u8]) -> Taken {
+        use transport::verbs::QpState as S;
+        let state = |port: &Port, qpn| port.engine().query_qp(qpn).map(|q| q.0);
+        match self {
+            Post::Send {
+                qpn,
+                t,
+                max_sge,
+                max_inline,
+            } => {
+                let e = port.engine_mut();
+                let r = match decode_send(wqe, t, max_sge, max_inline) {
+                    Ok(wr) => e.post_send(qpn, wr),
+                    Err((id, why)) => {
+                        counters.bad_wqes += 1;
+                        log::debug!("qp {qpn}: send WQE {idx} refused: {why:?}");
+                        e.post_send_rejected(qpn, id, WcStatus::LocQpOpErr)
+                    }
+                };
+                match r {
+                    Ok(()) => Taken::Yes,
+                    // The engine holds max_send_wr WQEs: the rest wait in the ring.
+                    Err(VerbError::QueueFull) => Taken::Later,
+                    // Reset/Init/RTR: not yet postable; fetched once the QP can send.
+                    Err(VerbError::InvalidWr)
+                        if !matches!(state(port, qpn), Ok(S::Rts | S::Sqd | S::Sqe | S::Error)) =>
+                    {
+                        Taken::Later
+                    }
+                    Err(e) => {
+                        // A WR the engine refuses (bad SGE count, not supported):
+                        // an error completion, like a WQE that does not decode.
+                        counters.bad_wqes += 1;
+                        log::debug!("qp {qpn}: send WQE {idx} refused by the engine: {e:?}");
+                        let id = u64::from_le_bytes(wqe[..8].try_into().expect("8 bytes"));
+                        let _ = port
+                            .engine_mut()
+                            .post_send_rejected(qpn, id, WcStatus::LocQpOpErr);
+                        Taken::Yes
+                    }
+                }
+            }
+            Post::Recv { qpn, max_sge } => {
+                let r = match decode_recv(wqe, max_sge) {
+                    Ok(wr) => port.engine_mut().post_recv(qpn, wr),
+                    Err(_) => Err(VerbError::InvalidWr),
+                };
+                match r {
+                    Ok(()) => Taken::Yes,
+                    Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InvalidWr) if matches!(state(port, qpn), Ok(S::Reset)) => {
+                        Taken::Later
+                    }
+                    Err(e) => {
+                        // A receive WQE that cannot be used: the QP fails (its
+                        // receives flush), as a local QP operation error would.
+                        counters.bad_wqes += 1;
+                        log::debug!("qp {qpn}: receive WQE {idx} refused: {e:?}");
+                        Taken::Broken
+                    }
+                }
+            }
+            Post::Srq { srqn, max_sge } => match decode_recv(wqe, max_sge) {
+                Ok(wr) => match port.engine_mut().post_srq_recv(srqn, wr) {
+                    Ok(()) => Taken::Yes,
+                    Err(VerbError::QueueFull) => Taken::Later,
+                    Err(e) => {
+                        counters.bad_wqes += 1;
+                        log::debug!("srq {srqn}: WQE {idx} refused: {e:?}");
+                        Taken::Yes
+                    }
+                },
+                Err(e) => {
+                    // No QP to fail: the WQE is skipped and counted.
+                    counters.bad_wqes += 1;
+                    log::debug!("srq {srqn}: WQE {idx} does not decode: {e:?}");
+                    Taken::Yes
+                }
+            },
+        }
+    }
+}
+
 impl Hca {
     /// One round of the data path as of `now`: new WQEs from the doorbells,
     /// then [`Hca::run_timers`]'s work.
@@ -396,8 +522,8 @@ impl Hca {
             .map(|(&qpn, _)| qpn)
             .collect();
         for qpn in qps {
-            n += self.fetch_sq(qpn, mem, db, &mut buf);
-            n += self.fetch_rq(qpn, mem, db, &mut buf);
+            n += self.fetch(Wq::Sq(qpn), mem, db, &mut buf);
+            n += self.fetch(Wq::Rq(qpn), mem, db, &mut buf);
         }
         let srqs: Vec<u32> = self
             .srqs
@@ -406,7 +532,7 @@ impl Hca {
             .map(|(&srqn, _)| srqn)
             .collect();
         for srqn in srqs {
-            n += self.fetch_srq(srqn, mem, db, &mut buf);
+            n += self.fetch(Wq::Srq(srqn), mem, db, &mut buf);
         }
         n
     }
@@ -428,230 +554,110 @@ impl Hca {
         }
     }
 
-    fn fetch_sq(
-        &mut self,
-        qpn: u32,
-        mem: &mut dyn Memory,
-        db: &dyn Doorbells,
-        buf: &mut [u8],
-    ) -> u32 {
-        let Some(qp) = self.qps.get(&qpn) else {
-            return 0;
+    /// The ring consumer of every work queue (SQ, RQ, SRQ): reads the WQEs
+    /// between the device's index and the guest's producer index (at most
+    /// [`FETCH_BUDGET`] a round), hands each to the engine, and stops where
+    /// the engine can take no more (the queue is then stalled at that
+    /// producer index, see `Qp::sq_stalled`). A guest that breaks the ring
+    /// protocol (an index more than a ring ahead, an unreadable ring, a WQE
+    /// the RQ cannot use) skips the queue to its producer index and, for a
+    /// QP's queue, fails the QP (QS-06). One table lookup per queue.
+    fn fetch(&mut self, q: Wq, mem: &mut dyn Memory, db: &dyn Doorbells, buf: &mut [u8]) -> u32 {
+        let Hca {
+            qps,
+            srqs,
+            port,
+            counters,
+            ..
+        } = self;
+        let (ring, fetched, stalled_at, pi, post) = match q {
+            Wq::Sq(qpn) => {
+                let Some(qp) = qps.get_mut(&qpn) else {
+                    return 0;
+                };
+                let post = Post::Send {
+                    qpn,
+                    t: qp.qp_type,
+                    max_sge: qp.cap.max_send_sge,
+                    max_inline: qp.cap.max_inline_data,
+                };
+                let pi = qp.db.load(db).0;
+                (&qp.sq, &mut qp.sq_fetched, &mut qp.sq_stalled, pi, post)
+            }
+            Wq::Rq(qpn) => {
+                let Some(qp) = qps.get_mut(&qpn) else {
+                    return 0;
+                };
+                let Some(rq) = &qp.rq else { return 0 };
+                let post = Post::Recv {
+                    qpn,
+                    max_sge: qp.cap.max_recv_sge,
+                };
+                let pi = qp.db.load(db).1;
+                (rq, &mut qp.rq_fetched, &mut qp.rq_stalled, pi, post)
+            }
+            Wq::Srq(srqn) => {
+                let Some(s) = srqs.get_mut(&srqn) else {
+                    return 0;
+                };
+                let post = Post::Srq {
+                    srqn,
+                    max_sge: s.max_sge,
+                };
+                let pi = s.db.load(db).0;
+                (&s.ring, &mut s.fetched, &mut s.stalled, pi, post)
+            }
         };
-        let (pi, _) = qp.db.load(db);
-        let avail = pi.wrapping_sub(qp.sq_fetched);
+        let avail = pi.wrapping_sub(*fetched);
         if avail == 0 {
             return 0;
         }
-        if avail > qp.sq.len() {
-            self.counters.doorbell_overruns += 1;
+        let mut broken = false;
+        let mut n = 0;
+        if avail > ring.len() {
+            counters.doorbell_overruns += 1;
             log::debug!(
-                "qp {qpn}: sq_pi {pi} is {avail} past the device, ring holds {}",
-                qp.sq.len()
+                "{q:?}: producer index {pi} is {avail} past the device, ring holds {}",
+                ring.len()
             );
-            let qp = self.qps.get_mut(&qpn).expect("present");
-            qp.sq_fetched = pi;
-            self.fail_qp(qpn, Duration::ZERO);
-            return 0;
-        }
-        let (t, max_sge, max_inline) = (qp.qp_type, qp.cap.max_send_sge, qp.cap.max_inline_data);
-        let mut n = 0;
-        let mut stalled = None;
-        while n < avail.min(FETCH_BUDGET) {
-            let qp = &self.qps[&qpn];
-            let idx = qp.sq_fetched;
-            let stride = qp.sq.entry_size();
-            if qp.sq.read(mem, idx, &mut buf[..stride]).is_err() {
-                self.counters.memory_faults += 1;
-                let qp = self.qps.get_mut(&qpn).expect("present");
-                qp.sq_fetched = pi;
-                self.fail_qp(qpn, Duration::ZERO);
-                break;
-            }
-            let e = self.port.engine_mut();
-            let r = match decode_send(&buf[..stride], t, max_sge, max_inline) {
-                Ok(wr) => e.post_send(qpn, wr),
-                Err((id, why)) => {
-                    self.counters.bad_wqes += 1;
-                    log::debug!("qp {qpn}: send WQE {idx} refused: {why:?}");
-                    e.post_send_rejected(qpn, id, WcStatus::LocQpOpErr)
-                }
-            };
-            match r {
-                Ok(()) => {}
-                // The engine holds max_send_wr WQEs: the rest wait in the ring.
-                Err(VerbError::QueueFull) => {
-                    stalled = Some(pi);
+            *fetched = pi;
+            broken = true;
+        } else {
+            let mut stalled = None;
+            let stride = ring.entry_size();
+            while n < avail.min(FETCH_BUDGET) {
+                let idx = *fetched;
+                if ring.read(mem, idx, &mut buf[..stride]).is_err() {
+                    counters.memory_faults += 1;
+                    *fetched = pi;
+                    broken = true;
                     break;
                 }
-                // Reset/Init: not yet postable; fetched once the QP can send.
-                Err(VerbError::InvalidWr) if !self.postable_sq(qpn) => {
-                    stalled = Some(pi);
-                    break;
-                }
-                Err(e) => {
-                    // A WR the engine refuses (bad SGE count, not supported):
-                    // an error completion, like a WQE that does not decode.
-                    self.counters.bad_wqes += 1;
-                    log::debug!("qp {qpn}: send WQE {idx} refused by the engine: {e:?}");
-                    let id = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-                    let _ =
-                        self.port
-                            .engine_mut()
-                            .post_send_rejected(qpn, id, WcStatus::LocQpOpErr);
-                }
-            }
-            self.counters.send_wqes += 1;
-            self.qps.get_mut(&qpn).expect("present").sq_fetched = idx.wrapping_add(1);
-            n += 1;
-        }
-        if let Some(qp) = self.qps.get_mut(&qpn) {
-            qp.sq_stalled = stalled;
-        }
-        n
-    }
-
-    fn postable_sq(&self, qpn: u32) -> bool {
-        use transport::verbs::QpState as S;
-        matches!(
-            self.port.engine().query_qp(qpn).map(|q| q.0),
-            Ok(S::Rts | S::Sqd | S::Sqe | S::Error)
-        )
-    }
-
-    fn fetch_rq(
-        &mut self,
-        qpn: u32,
-        mem: &mut dyn Memory,
-        db: &dyn Doorbells,
-        buf: &mut [u8],
-    ) -> u32 {
-        let Some(qp) = self.qps.get(&qpn) else {
-            return 0;
-        };
-        let Some(rq) = &qp.rq else { return 0 };
-        let (_, pi) = qp.db.load(db);
-        let avail = pi.wrapping_sub(qp.rq_fetched);
-        if avail == 0 {
-            return 0;
-        }
-        if avail > rq.len() {
-            self.counters.doorbell_overruns += 1;
-            self.qps.get_mut(&qpn).expect("present").rq_fetched = pi;
-            self.fail_qp(qpn, Duration::ZERO);
-            return 0;
-        }
-        let max_sge = qp.cap.max_recv_sge;
-        let mut n = 0;
-        let mut stalled = None;
-        while n < avail.min(FETCH_BUDGET) {
-            let qp = &self.qps[&qpn];
-            let rq = qp.rq.as_ref().expect("checked");
-            let idx = qp.rq_fetched;
-            let stride = rq.entry_size();
-            if rq.read(mem, idx, &mut buf[..stride]).is_err() {
-                self.counters.memory_faults += 1;
-                self.qps.get_mut(&qpn).expect("present").rq_fetched = pi;
-                self.fail_qp(qpn, Duration::ZERO);
-                break;
-            }
-            let r = match decode_recv(&buf[..stride], max_sge) {
-                Ok(wr) => self.port.engine_mut().post_recv(qpn, wr),
-                Err(_) => Err(VerbError::InvalidWr),
-            };
-            match r {
-                Ok(()) => {}
-                Err(VerbError::QueueFull) => {
-                    stalled = Some(pi);
-                    break;
-                }
-                Err(VerbError::InvalidWr) if self.recv_not_postable(qpn) => {
-                    stalled = Some(pi);
-                    break;
-                }
-                Err(e) => {
-                    // A receive WQE that cannot be used: the QP fails (its
-                    // receives flush), as a local QP operation error would.
-                    self.counters.bad_wqes += 1;
-                    log::debug!("qp {qpn}: receive WQE {idx} refused: {e:?}");
-                    self.qps.get_mut(&qpn).expect("present").rq_fetched = pi;
-                    self.fail_qp(qpn, Duration::ZERO);
-                    break;
-                }
-            }
-            self.counters.recv_wqes += 1;
-            self.qps.get_mut(&qpn).expect("present").rq_fetched = idx.wrapping_add(1);
-            n += 1;
-        }
-        if let Some(qp) = self.qps.get_mut(&qpn) {
-            qp.rq_stalled = stalled;
-        }
-        n
-    }
-
-    fn recv_not_postable(&self, qpn: u32) -> bool {
-        matches!(
-            self.port.engine().query_qp(qpn).map(|q| q.0),
-            Ok(transport::verbs::QpState::Reset)
-        )
-    }
-
-    fn fetch_srq(
-        &mut self,
-        srqn: u32,
-        mem: &mut dyn Memory,
-        db: &dyn Doorbells,
-        buf: &mut [u8],
-    ) -> u32 {
-        let Some(s) = self.srqs.get(&srqn) else {
-            return 0;
-        };
-        let (pi, _) = s.db.load(db);
-        let avail = pi.wrapping_sub(s.fetched);
-        if avail == 0 {
-            return 0;
-        }
-        if avail > s.ring.len() {
-            self.counters.doorbell_overruns += 1;
-            self.srqs.get_mut(&srqn).expect("present").fetched = pi;
-            return 0;
-        }
-        let max_sge = s.max_sge;
-        let mut n = 0;
-        let mut stalled = None;
-        while n < avail.min(FETCH_BUDGET) {
-            let s = &self.srqs[&srqn];
-            let idx = s.fetched;
-            let stride = s.ring.entry_size();
-            if s.ring.read(mem, idx, &mut buf[..stride]).is_err() {
-                self.counters.memory_faults += 1;
-                self.srqs.get_mut(&srqn).expect("present").fetched = pi;
-                break;
-            }
-            match decode_recv(&buf[..stride], max_sge) {
-                Ok(wr) => match self.port.engine_mut().post_srq_recv(srqn, wr) {
-                    Ok(()) => {}
-                    Err(VerbError::QueueFull) => {
+                match post.take(port, counters, idx, &buf[..stride]) {
+                    Taken::Yes => {}
+                    Taken::Later => {
                         stalled = Some(pi);
                         break;
                     }
-                    Err(e) => {
-                        self.counters.bad_wqes += 1;
-                        log::debug!("srq {srqn}: WQE {idx} refused: {e:?}");
+                    Taken::Broken => {
+                        *fetched = pi;
+                        broken = true;
+                        break;
                     }
-                },
-                Err(e) => {
-                    // No QP to fail: the WQE is skipped and counted.
-                    self.counters.bad_wqes += 1;
-                    log::debug!("srq {srqn}: WQE {idx} does not decode: {e:?}");
                 }
+                match q {
+                    Wq::Sq(_) => counters.send_wqes += 1,
+                    Wq::Rq(_) | Wq::Srq(_) => counters.recv_wqes += 1,
+                }
+                *fetched = idx.wrapping_add(1);
+                n += 1;
             }
-            self.counters.recv_wqes += 1;
-            self.srqs.get_mut(&srqn).expect("present").fetched = idx.wrapping_add(1);
-            n += 1;
+            *stalled_at = stalled;
         }
-        if let Some(s) = self.srqs.get_mut(&srqn) {
-            s.stalled = stalled;
+        if broken {
+            if let Wq::Sq(qpn) | Wq::Rq(qpn) = q {
+                self.fail_qp(qpn, Duration::ZERO);
+            }
         }
         n
     }
