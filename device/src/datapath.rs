@@ -493,16 +493,8 @@ impl Hca {
     /// would keep the data path from ever sleeping (a doorbell rung on a QP in
     /// Init would spin a core).
     pub fn doorbells_pending(&self, db: &dyn Doorbells) -> bool {
-        let moved =
-            |pi: u32, fetched: u32, stalled: Option<u32>| pi != fetched && stalled != Some(pi);
-        self.qps.values().any(|q| {
-            let (sq, rq) = q.db.load(db);
-            moved(sq, q.sq_fetched, q.sq_stalled)
-                || (q.rq.is_some() && moved(rq, q.rq_fetched, q.rq_stalled))
-        }) || self
-            .srqs
-            .values()
-            .any(|s| moved(s.db.load(db).0, s.fetched, s.stalled))
+        self.qps.values().any(|q| q.has_wqes(db, true))
+            || self.srqs.values().any(|s| s.has_wqes(db, true))
     }
 
     fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
@@ -515,10 +507,7 @@ impl Hca {
         let qps: Vec<u32> = self
             .qps
             .iter()
-            .filter(|(_, q)| {
-                let (sq, rq) = q.db.load(db);
-                sq != q.sq_fetched || (q.rq.is_some() && rq != q.rq_fetched)
-            })
+            .filter(|(_, q)| q.has_wqes(db, false))
             .map(|(&qpn, _)| qpn)
             .collect();
         for qpn in qps {
@@ -528,7 +517,7 @@ impl Hca {
         let srqs: Vec<u32> = self
             .srqs
             .iter()
-            .filter(|(_, s)| s.db.load(db).0 != s.fetched)
+            .filter(|(_, s)| s.has_wqes(db, false))
             .map(|(&srqn, _)| srqn)
             .collect();
         for srqn in srqs {

@@ -146,6 +146,28 @@ impl Qp {
         self.sq_fetched = sq_pi;
         self.rq_fetched = rq_pi;
     }
+
+    /// Whether the guest posted WQEs the device has not fetched, on the SQ or
+    /// the RQ. With `new_only`, a queue stalled at its current producer index
+    /// does not count: it waits for the QP to change, not for the data path.
+    pub fn has_wqes(&self, db: &dyn Doorbells, new_only: bool) -> bool {
+        let (sq, rq) = self.db.load(db);
+        ahead(sq, self.sq_fetched, self.sq_stalled, new_only)
+            || (self.rq.is_some() && ahead(rq, self.rq_fetched, self.rq_stalled, new_only))
+    }
+}
+
+/// A producer index `pi` past the device's `fetched` (see [`Qp::has_wqes`]).
+fn ahead(pi: u32, fetched: u32, stalled: Option<u32>, new_only: bool) -> bool {
+    pi != fetched && !(new_only && stalled == Some(pi))
+}
+
+impl Srq {
+    /// Whether the guest posted WQEs the device has not fetched (see
+    /// [`Qp::has_wqes`]).
+    pub fn has_wqes(&self, db: &dyn Doorbells, new_only: bool) -> bool {
+        ahead(self.db.load(db).0, self.fetched, self.stalled, new_only)
+    }
 }
 
 /// A shared receive queue's guest side.
