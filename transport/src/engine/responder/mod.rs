@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 
 pub(crate) use responses::poll_transmit;
 use responses::{
-    ack, duplicate, nak, queue_aeth, remote_nak, save_resource, zero_read_response, ResKind,
-    Resource, RespItem,
+    ack, duplicate, nak, out_cap, queue_aeth, rd_atomic_slot_free, remote_nak, save_resource,
+    zero_read_response, ResKind, Resource, RespItem,
 };
 
 use super::access::{self, local_status, RemoteErr};
@@ -154,6 +154,13 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let info = t.bth.opcode.info();
+    // 0. A peer that sends faster than its responses leave (duplicates, above
+    //    all) must not grow the response queue without end: at its bound the
+    //    request is dropped unexecuted, as if lost (see `out_cap`).
+    if qp.resp.out.len() >= out_cap(qp) {
+        cx.counters.drop(RxDrop::ResponseQueueFull);
+        return false;
+    }
     // 1. Check PSN (9.7.5.1; RL-03, RL-04).
     let d = psn::diff(p, qp.resp.epsn);
     if d > 0 {
@@ -442,6 +449,10 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let Some(reth) = t.ext.reth else { return false };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let len = u64::from(reth.dma_len);
     if len > super::MAX_MSG_SIZE {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::TooLong);
@@ -481,6 +492,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         rkey: reth.rkey,
         len,
         sent: 0,
+        fresh: true,
     });
     advance(qp, p, npkts, false, true);
     true
@@ -492,6 +504,12 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let Some(a) = t.ext.atomic_eth else {
         return false;
     };
+    // Before executing: a request beyond the responder resources is refused
+    // unexecuted (see `rd_atomic_slot_free`).
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     // OP-07: 8-byte aligned, else Invalid Request; R_Key and bounds, else Remote
     // Access Error; then execute exactly once and save the result (RL-06).
     let cmp_swap = t.bth.opcode == Opcode::RC_COMPARE_SWAP;
@@ -515,7 +533,11 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
-    qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
+    qp.resp.out.push_back(RespItem::AtomicAck {
+        psn: p,
+        orig,
+        fresh: true,
+    });
     advance(qp, p, 1, false, true);
     true
 }
@@ -535,7 +557,7 @@ fn placement_done(qp: &mut Qp, cx: &mut Ctx<'_>, p: u32) -> bool {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
-    qp.resp.out.push_back(zero_read_response(p));
+    qp.resp.out.push_back(zero_read_response(p, true));
     advance(qp, p, 1, false, true);
     true
 }
@@ -552,6 +574,10 @@ fn rc_flush(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let (Some(feth), Some(reth)) = (t.ext.feth, t.ext.reth) else {
         return false;
     };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let ptype = feth.placement_type;
     let known = FlushSpec::TYPE_GLOBAL | FlushSpec::TYPE_PERSISTENT;
     if ptype == 0 || ptype & !known != 0 || feth.selectivity > FlushSpec::LEVEL_MR {
@@ -592,6 +618,10 @@ fn rc_atomic_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool 
     let Some(reth) = t.ext.reth else {
         return false;
     };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let Ok(bytes) = <[u8; 8]>::try_from(t.payload) else {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::PmtuLength);
         return true;
