@@ -207,6 +207,23 @@ pub struct HcaCounters {
     pub eqes: u64,
     pub eq_overflows: u64,
     pub interrupts: u64,
+    /// Times a WQE stayed in its ring because the memory budget could not
+    /// hold it (the queue resumes as memory frees; ARCHITECTURE.md §9).
+    pub mem_budget_stalls: u64,
+    /// Requests the memory budget refused (REG_MR, CREATE_QP, WQEs): the
+    /// engine's count, copied in by [`HcaCounters::with_budget`].
+    pub mem_budget_refusals: u64,
+    /// Host bytes held for the guest now (a level, not a count).
+    pub mem_held_bytes: u64,
+}
+
+impl HcaCounters {
+    /// These counters with the budget's figures filled in.
+    pub fn with_budget(mut self, b: &transport::budget::Budget) -> HcaCounters {
+        self.mem_budget_refusals = b.refusals();
+        self.mem_held_bytes = b.used();
+        self
+    }
 }
 
 /// The HCA.

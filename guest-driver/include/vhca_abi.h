@@ -2710,7 +2710,10 @@ enum vhca_counter_set {
 	"cq_overflows", \
 	"eqes", \
 	"eq_overflows", \
-	"interrupts"
-#define VHCA_COUNTERS_DEVICE_COUNT 10
+	"interrupts", \
+	"mem_budget_stalls", \
+	"mem_budget_refusals", \
+	"mem_held_bytes"
+#define VHCA_COUNTERS_DEVICE_COUNT 13
 
 #endif /* VHCA_ABI_H */

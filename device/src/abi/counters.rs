@@ -84,7 +84,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
 }
 
 /// The device set's counters, in ABI order.
-const DEVICE_COUNTERS: [&str; 10] = [
+const DEVICE_COUNTERS: [&str; 13] = [
     "send_wqes",
     "recv_wqes",
     "bad_wqes",
@@ -95,6 +95,9 @@ const DEVICE_COUNTERS: [&str; 10] = [
     "eqes",
     "eq_overflows",
     "interrupts",
+    "mem_budget_stalls",
+    "mem_budget_refusals",
+    "mem_held_bytes",
 ];
 
 /// The device set's values, in the order of its names.
@@ -111,6 +114,9 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eqes,
         eq_overflows,
         interrupts,
+        mem_budget_stalls,
+        mem_budget_refusals,
+        mem_held_bytes,
     } = *h;
     [
         send_wqes,
@@ -123,6 +129,9 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eqes,
         eq_overflows,
         interrupts,
+        mem_budget_stalls,
+        mem_budget_refusals,
+        mem_held_bytes,
     ]
 }
 

@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 
 pub(crate) use responses::poll_transmit;
 use responses::{
-    ack, duplicate, nak, out_cap, queue_aeth, rd_atomic_slot_free, remote_nak, save_resource,
-    zero_read_response, ResKind, Resource, RespItem,
+    ack, duplicate, nak, out_cap, out_cap_for, queue_aeth, rd_atomic_slot_free, remote_nak,
+    save_resource, zero_read_response, ResKind, Resource, RespItem,
 };
 
 use super::access::{self, local_status, RemoteErr};
@@ -68,6 +68,19 @@ pub(crate) struct Responder {
     resources: VecDeque<Resource>,
     out: VecDeque<RespItem>,
     established: bool,
+}
+
+/// The host bytes a QP's responder can hold at most, with the QP itself: its
+/// saved READ/ATOMIC resources (RL-07) and its queue of unsent responses
+/// (`responses::out_cap`), for the deepest max_dest_rd_atomic the engine
+/// grants. Reserved in the budget when the QP is created (ARCHITECTURE.md §9).
+pub fn state_bound(max_rd_atomic: u8) -> u64 {
+    // Queues grow by doubling: room for the next power of two.
+    let saved = usize::from(max_rd_atomic).next_power_of_two();
+    let out = out_cap_for(max_rd_atomic).next_power_of_two();
+    (std::mem::size_of::<Qp>()
+        + saved * std::mem::size_of::<Resource>()
+        + out * std::mem::size_of::<RespItem>()) as u64
 }
 
 /// Aborts a message in progress when the QP leaves service; its receive WQE goes

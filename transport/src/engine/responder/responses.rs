@@ -71,7 +71,12 @@ pub(super) enum RespItem {
 /// its further requests are dropped (`RxDrop::ResponseQueueFull`) instead of
 /// growing the queue without end.
 pub(super) fn out_cap(qp: &Qp) -> usize {
-    4 * usize::from(qp.attr.max_dest_rd_atomic) + 32
+    out_cap_for(qp.attr.max_dest_rd_atomic)
+}
+
+/// [`out_cap`] of a QP whose max_dest_rd_atomic is `depth`.
+pub(super) fn out_cap_for(depth: u8) -> usize {
+    4 * usize::from(depth) + 32
 }
 
 /// Whether a new READ, ATOMIC, FLUSH or ATOMIC WRITE may be taken: the
