@@ -238,6 +238,9 @@ pub struct Hca {
     pub counters: HcaCounters,
     /// The device limits the command queue enforces (and BAR0 shows).
     pub caps: Caps,
+    /// The memory-budget charge of each object's ring page lists, released
+    /// when the object goes (ARCHITECTURE.md §9).
+    pub ring_charges: HashMap<SlotOwner, transport::budget::Charge>,
 }
 
 /// The object a doorbell slot belongs to.
@@ -259,6 +262,7 @@ impl Hca {
             slots: HashMap::new(),
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
+            ring_charges: HashMap::new(),
             port,
         }
     }
@@ -272,5 +276,6 @@ impl Hca {
         self.qps.clear();
         self.srqs.clear();
         self.slots.clear();
+        self.ring_charges.clear();
     }
 }

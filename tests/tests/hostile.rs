@@ -21,7 +21,9 @@ use transport::wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders,
     ExtKind, LrhRepr, PacketRepr, RethRepr, TransportRepr,
 };
-use vhca_tests::abi::cmd::{pbl_const, Pbl, RegMrIn, Status};
+use vhca_tests::abi::cmd::{
+    pbl_const, CreateCqIn, CreateCqOut, Opcode as Cmd, Pbl, RegMrIn, Status,
+};
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::verbs::{access, QpState, QpType};
 use vhca_tests::fixture::{clean_transfer, Node};
@@ -88,9 +90,13 @@ fn hostile_guest_aliased_page_lists_stop_at_the_memory_budget() {
     let started = Instant::now();
     let mut mrs = 0u64;
     let mut refused = None;
+    let mut registered = Vec::new();
     for _ in 0..tries {
         match n.hca.reg_mr_raw(&input, Vec::new()) {
-            Ok(_) => mrs += 1,
+            Ok(mr) => {
+                registered.push(mr);
+                mrs += 1
+            }
             Err(e) => {
                 refused = Some(e);
                 break;
@@ -127,8 +133,51 @@ fn hostile_guest_aliased_page_lists_stop_at_the_memory_budget() {
         grown / MIB,
         GUEST_BUDGET / MIB
     );
-    // The device keeps serving: a small registration fits again after one
-    // deregistration, and traffic flows.
+    for mr in &registered {
+        n.hca.dereg_mr(mr).expect("DEREG_MR");
+    }
+    // Rings too: CQs of 2^20 CQEs (64 MiB of ring in 16 384 pages) whose
+    // page lists alias the same page cost vhca 128 KiB of page list each.
+    let log2 = 20u8;
+    let ring_pages = (64u32 << log2) >> 12;
+    let rss2 = v.rss_kib(0);
+    let mut cqs = 0u64;
+    let refused = loop {
+        let slot = n.hca.alloc_slot(None);
+        let cq = CreateCqIn {
+            ring: Pbl {
+                addr: dir,
+                npages: ring_pages,
+                page_shift: 12,
+                levels: pbl_const::TWO_LEVEL as u8,
+                rsvd: 0,
+            },
+            eqn: 0,
+            uar: slot.uar,
+            db_slot: slot.slot,
+            log2_entries: log2,
+            rsvd: [0; 5],
+        };
+        match n.hca.cmd::<_, CreateCqOut>(Cmd::CreateCq, &cq) {
+            Ok(_) => cqs += 1,
+            Err(e) => break e,
+        }
+        assert!(
+            cqs * u64::from(ring_pages) * 8 <= 2 * GUEST_BUDGET,
+            "{cqs} CQs and never refused"
+        );
+    };
+    let rss3 = v.rss_kib(0);
+    println!(
+        "hostile guest: {cqs} CQs of 2^{log2} CQEs aliasing 1 guest page, then {refused:?}; \
+         vhca RSS {rss2} KiB -> {rss3} KiB"
+    );
+    assert!(
+        matches!(refused, CmdError::Status { status, .. } if status == Status::NoResources.raw()),
+        "{refused:?}"
+    );
+    assert!(rss3.saturating_sub(rss0) * 1024 <= GUEST_BUDGET + 8 * MIB);
+    // The device keeps serving: traffic flows.
     n.hca.nop().expect("NOP");
     clean_transfer(&mut n);
 }

@@ -61,6 +61,20 @@ pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
     })
 }
 
+/// Reserves the host bytes of `rings`' page lists in the memory budget
+/// (ARCHITECTURE.md §9): NO_RESOURCES when they do not fit. The caller keeps
+/// the charge in `Hca::ring_charges` under the object's name.
+pub(super) fn charge_rings(
+    x: &mut Exec<'_>,
+    rings: &[Option<&crate::ring::Ring>],
+) -> Result<transport::budget::Charge, Fail> {
+    let bytes = rings.iter().flatten().map(|r| r.host_bytes()).sum();
+    x.engine()
+        .budget()
+        .reserve(bytes)
+        .ok_or(fail(Status::NoResources, Syndrome::Budget))
+}
+
 /// NO_RESOURCES when `bytes` more would not fit in the device's memory
 /// budget; the budget counts the refusal.
 fn budget_fits(x: &mut Exec<'_>, bytes: u64) -> Result<(), Fail> {

@@ -11,6 +11,7 @@ use crate::abi::verbs::{num, qp_attr_mask, Mtu, QpState, QpType};
 use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg};
 use crate::hca::{Qp, SlotOwner};
 
+use super::mr::charge_rings;
 use super::mr::pd_exists;
 use super::srq::{recv_stride, wq_size};
 use super::{
@@ -107,6 +108,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
         )?),
     };
 
+    let charge = charge_rings(x, &[Some(&sq), rq.as_ref()])?;
     let init = tv::QpInit {
         qp_type: service,
         pd: i.pdn,
@@ -141,6 +143,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     qp.sync_indices(x.db);
     x.hca.qps.insert(qpn, qp);
     x.hca.slots.insert(db, SlotOwner::Qp(qpn));
+    x.hca.ring_charges.insert(SlotOwner::Qp(qpn), charge);
     // As the engine counts them: once per role, so a CQ for both counts twice.
     for cqn in [i.send_cqn, i.recv_cqn] {
         if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
@@ -378,6 +381,7 @@ pub(super) fn destroy_qp(x: &mut Exec<'_>, i: DestroyQpIn) -> Result<(), Fail> {
         return Ok(());
     };
     x.hca.slots.remove(&qp.db);
+    x.hca.ring_charges.remove(&SlotOwner::Qp(i.qpn));
     for cqn in [qp.send_cqn, qp.recv_cqn] {
         if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
             cq.users = cq.users.saturating_sub(1);
