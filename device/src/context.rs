@@ -14,7 +14,7 @@ use crate::abi::bar0::{CtxStatus, CtxTable};
 use crate::abi::context::{ctx_flags, CqContext, EqContext, MrContext, QpContext, SrqContext};
 use crate::abi::uar::cq_arm;
 use crate::abi::verbs::num;
-use crate::cmdq::av_to_abi;
+use crate::convert::av_to_abi;
 use crate::hca::{DbSlot, Doorbells, Hca};
 
 /// The record of object `index` of `table`, without the doorbell words.

@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use transport::memory::Memory;
 use transport::verbs::{
-    Access, AddressVector, Completion, Event, GlobalRoute, MwBind, NetworkHdr, RecvWr, SendData,
-    SendFlags, SendWr, Sge, UdDest, VerbError, WcStatus, WrOpcode,
+    Access, Event, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge, UdDest, VerbError, WcStatus,
+    WrOpcode,
 };
 
 use crate::abi;
 use crate::abi::layout::Field;
+use crate::convert::{av_from_abi, cqe_of};
 use crate::hca::{Doorbells, Hca, HcaCounters, Interrupts};
 use crate::port::Port;
 use crate::ring::Ring;
@@ -27,24 +28,6 @@ pub const FETCH_BUDGET: u32 = 64;
 
 /// The largest WQE stride (abi MAX_WQE_SHIFT).
 const MAX_WQE: usize = 1 << 12;
-
-/// An address vector of the ABI as the engine's.
-pub fn av_from_abi(av: &abi::cmd::Av) -> AddressVector {
-    AddressVector {
-        dlid: av.dlid,
-        sl: av.sl & 0xf,
-        src_path_bits: av.src_path_bits & 0x7f,
-        static_rate: av.static_rate,
-        grh: (av.is_global != 0).then_some(GlobalRoute {
-            dgid: av.dgid,
-            flow_label: av.flow_label & 0xf_ffff,
-            sgid_index: av.sgid_index,
-            hop_limit: av.hop_limit,
-            traffic_class: av.traffic_class,
-        }),
-        dmac: av.dmac,
-    }
-}
 
 /// Why a send WQE was refused (the vendor_err of its error CQE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,39 +244,6 @@ pub fn decode_recv(wqe: &[u8], max_sge: u32) -> Result<RecvWr, (u64, BadWqe)> {
         wr_id: ctrl.wr_id,
         sges,
     })
-}
-
-/// A CQE of an engine completion (CQ-01).
-pub fn cqe_of(c: &Completion, owner: u8) -> abi::cqe::Cqe {
-    let mut e = abi::cqe::Cqe::ZERO;
-    e.wr_id = c.wr_id;
-    e.byte_len = c.byte_len;
-    e.imm_or_inv = c.imm_data;
-    e.qp_num = c.qp_num;
-    e.src_qp = c.src_qp;
-    e.wc_flags = c.flags.0;
-    e.slid = c.slid;
-    e.pkey_index = c.pkey_index;
-    e.status = c.status as u8;
-    e.opcode = c.opcode as u8;
-    e.sl = c.sl;
-    e.dlid_path_bits = c.dlid_path_bits;
-    // RoCE receives (WF-10): what the kernel's ib_wc carries for a reply.
-    if let Some(mac) = c.smac {
-        e.smac = mac;
-        e.wc_flags |= abi::verbs::wc_flags::WITH_SMAC;
-    }
-    let net = match c.network_hdr {
-        NetworkHdr::Ib => None,
-        NetworkHdr::Ipv4 => Some(abi::cqe::NetworkHdr::Ipv4),
-        NetworkHdr::Ipv6 => Some(abi::cqe::NetworkHdr::Ipv6),
-    };
-    if let Some(n) = net {
-        e.network_hdr_type = n.raw();
-        e.wc_flags |= abi::verbs::wc_flags::WITH_NETWORK_HDR_TYPE;
-    }
-    e.owner = owner;
-    e
 }
 
 /// Writes `entry` (whose last byte is the owner byte) at index `pi` of `ring`:

@@ -14,7 +14,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::abi;
-use crate::cmdq::Caps;
+pub use crate::abi::counters::HcaCounters;
+use crate::caps::Caps;
 use crate::port::Port;
 use crate::ring::Ring;
 
@@ -187,26 +188,6 @@ pub struct Srq {
     pub users: u32,
     /// Where the ring lives, as the driver gave it (for the context window).
     pub pbl: abi::cmd::Pbl,
-}
-
-/// Device-wide counters of the data path (the engine and link count the rest).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct HcaCounters {
-    pub send_wqes: u64,
-    pub recv_wqes: u64,
-    /// WQEs that failed validation (error completion, QP to Error).
-    pub bad_wqes: u64,
-    /// A producer index more than a ring ahead of the device (guest bug or
-    /// attack): the QP or SRQ goes to Error.
-    pub doorbell_overruns: u64,
-    /// Guest-memory accesses that failed (unmapped rings, DMA_UNMAP under a
-    /// transfer).
-    pub memory_faults: u64,
-    pub cqes: u64,
-    pub cq_overflows: u64,
-    pub eqes: u64,
-    pub eq_overflows: u64,
-    pub interrupts: u64,
 }
 
 /// The HCA.

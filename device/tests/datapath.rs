@@ -676,7 +676,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
         transport::verbs::WcOpcode::Recv,
         3,
     );
-    let ib = device::datapath::cqe_of(&c, 1);
+    let ib = device::convert::cqe_of(&c, 1);
     assert_eq!(
         ib.wc_flags & (wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE),
         0
@@ -684,7 +684,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
     assert_eq!((ib.smac, ib.network_hdr_type), ([0; 6], 0));
     c.smac = Some([2, 0, 0, 0, 0, 9]);
     c.network_hdr = transport::verbs::NetworkHdr::Ipv4;
-    let e = device::datapath::cqe_of(&c, 1);
+    let e = device::convert::cqe_of(&c, 1);
     assert_eq!(e.smac, [2, 0, 0, 0, 0, 9]);
     assert_eq!(e.network_hdr_type, abi::cqe::NetworkHdr::Ipv4.raw());
     assert_eq!(
@@ -692,7 +692,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
         wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE
     );
     c.network_hdr = transport::verbs::NetworkHdr::Ipv6;
-    assert_eq!(device::datapath::cqe_of(&c, 1).network_hdr_type, 3);
+    assert_eq!(device::convert::cqe_of(&c, 1).network_hdr_type, 3);
 }
 
 /// A send doorbell rung on a QP that cannot send yet (Reset) leaves nothing

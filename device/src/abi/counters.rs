@@ -10,8 +10,6 @@
 use transport::engine::{Counters, NakReason, RxDrop};
 use transport::wire::DropReason;
 
-use crate::hca::HcaCounters;
-
 use super::layout::{screaming_snake, Entry, Section};
 
 abi_enum! {
@@ -29,6 +27,29 @@ abi_enum! {
         /// guest-memory faults, CQEs, EQEs, overflows and interrupts.
         Device = 4,
     }
+}
+
+/// Device-wide counters of the data path (the engine and link count the rest):
+/// the values of the `Device` set. Defined here, beside the names, so the ABI
+/// needs nothing of the runtime (ARCHITECTURE.md §1); the data path owns the
+/// instance (`hca::Hca::counters`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HcaCounters {
+    pub send_wqes: u64,
+    pub recv_wqes: u64,
+    /// WQEs that failed validation (error completion, QP to Error).
+    pub bad_wqes: u64,
+    /// A producer index more than a ring ahead of the device (guest bug or
+    /// attack): the QP or SRQ goes to Error.
+    pub doorbell_overruns: u64,
+    /// Guest-memory accesses that failed (unmapped rings, DMA_UNMAP under a
+    /// transfer).
+    pub memory_faults: u64,
+    pub cqes: u64,
+    pub cq_overflows: u64,
+    pub eqes: u64,
+    pub eq_overflows: u64,
+    pub interrupts: u64,
 }
 
 /// The port set's counters, in ABI order.
