@@ -418,6 +418,39 @@ fn mp_04_rl_12_write_length_past_mr_naks_before_any_byte_is_written() {
     assert_eq!(b.naked(B, NakReason::OutOfBounds), 1);
 }
 
+/// MP-04, RL-15: on UC too, a WRITE whose RETH (VA, DMALen) runs past the MR is
+/// refused at its first packet (9.3.3.2): not one byte lands, nothing is sent
+/// back (UC has no NAK), the drop is counted, and the message's later packets
+/// are dropped with it.
+#[test]
+fn mp_04_rl_15_uc_write_length_past_mr_drops_before_any_byte_is_written() {
+    let mut b = bench_with(ConnOpts {
+        qp_type: QpType::Uc,
+        ..ConnOpts::default()
+    });
+    let pd = b.net.nodes[B].pd;
+    let k = reg(&mut b.net, B, pd, TARGET, 4096, ALL_ACCESS);
+    let e = b.epsn_b();
+    let pmtu = b.o.mtu.bytes();
+    let before = b.mem(B);
+    let first = b
+        .request(Opcode::UC_RDMA_WRITE_FIRST, e)
+        .reth(TARGET + 2048, k, 4096)
+        .payload(&vec![0xcd; pmtu])
+        .bytes();
+    let last = b
+        .request(Opcode::UC_RDMA_WRITE_LAST, psn::add(e, 1))
+        .payload(&vec![0xce; pmtu])
+        .bytes();
+    b.inject(B, &first);
+    b.inject(B, &last);
+    assert!(b.drain(B).is_empty(), "UC answers nothing");
+    assert!(b.mem(B) == before, "no byte of the refused WRITE lands");
+    let c = b.net.nodes[B].engine.counters();
+    assert_eq!(c.dropped(RxDrop::NotExpected), 1, "the first packet's drop");
+    assert_eq!(c.dropped(RxDrop::UcResync), 1, "the rest of the message");
+}
+
 /// MP-04, RL-12: a READ whose DMALen runs past the MR gets NAK Remote Access
 /// Error and no response data.
 #[test]
