@@ -601,14 +601,20 @@ impl Hca {
         n
     }
 
-    /// Copies the engine's completions into the CQ rings, while there is room
-    /// (the consumer index in the CQ's doorbell slot), and raises completion
-    /// events for armed CQs (CQ-02).
+    /// Moves every completion the engine staged into its CQ ring while there
+    /// is room (the consumer index in the CQ's doorbell slot), and raises
+    /// completion events for armed CQs (CQ-02).
     ///
-    /// Arming belongs to the ring, not to the engine's staging CQ: an arm word
-    /// the device sees applies to CQEs it writes from then on, and, as with
-    /// mlx5's arm doorbell carrying the consumer index, an arm that finds
-    /// unconsumed CQEs in the ring fires at once. Otherwise a CQE written
+    /// The CQ ring alone has a depth, an arming and an overflow
+    /// (ARCHITECTURE.md §4 "who owns what"); the engine's per-CQ queue is only
+    /// where completions wait for this round's copy. Every staged completion
+    /// leaves the engine here, written or, on a CQ in error, discarded and
+    /// counted: that is what bounds the engine's queues (a round's worth of
+    /// completions, see `transport::engine`'s `Cq`), asserted at the end.
+    ///
+    /// An arm word the device sees applies to CQEs it writes from then on, and,
+    /// as with mlx5's arm doorbell carrying the consumer index, an arm that
+    /// finds unconsumed CQEs in the ring fires at once. Otherwise a CQE written
     /// between the driver's arm store and the device reading it would wake
     /// nobody: the driver's arm-then-poll ran before the CQE was there.
     fn write_cqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
@@ -640,14 +646,23 @@ impl Hca {
         // Then only the CQs the engine has completions for.
         let ready: Vec<u32> = port.engine().ready_cqs().collect();
         for cqn in ready {
+            let engine = port.engine_mut();
             let Some(cq) = cqs.get_mut(&cqn) else {
+                // An engine CQ without a ring (not made by CREATE_CQ): nowhere
+                // to write.
+                while engine.poll_cq(cqn).is_some() {
+                    counters.cqes_discarded += 1;
+                }
                 continue;
             };
-            if cq.overflowed {
-                continue;
-            }
             let (ci, _) = cq.db.load(db);
-            while port.engine().cq_len(cqn) > 0 {
+            while let Some(c) = engine.poll_cq(cqn) {
+                if cq.overflowed {
+                    // A CQ in error (CQ-03) takes no more CQEs: what the
+                    // engine completes for it is discarded, not kept.
+                    counters.cqes_discarded += 1;
+                    continue;
+                }
                 if cq.pi.wrapping_sub(ci) >= cq.ring.len() {
                     if cq.pi.wrapping_sub(ci) > cq.ring.len() {
                         // A consumer index ahead of what was written: garbage.
@@ -659,18 +674,19 @@ impl Hca {
                     // and the driver gets a CQ error event on EQ 0.
                     cq.overflowed = true;
                     counters.cq_overflows += 1;
+                    counters.cqes_discarded += 1;
                     overflow.push(cqn);
                     log::warn!("cq {cqn}: overflow (pi {}, ci {ci})", cq.pi);
-                    break;
+                    continue;
                 }
-                let c = port.engine_mut().poll_cq(cqn).expect("cq_len > 0");
                 let owner = abi::cqe::owner_bit(cq.pi, cq.ring.log_entries());
                 let e = cqe_of(&c, owner);
                 if !write_entry(&cq.ring, mem, cq.pi, &e.to_bytes()) {
                     counters.memory_faults += 1;
+                    counters.cqes_discarded += 1;
                     cq.overflowed = true;
                     log::warn!("cq {cqn}: ring not writable; CQ stopped");
-                    break;
+                    continue;
                 }
                 cq.pi = cq.pi.wrapping_add(1);
                 counters.cqes += 1;
@@ -684,6 +700,10 @@ impl Hca {
                 }
             }
         }
+        debug_assert!(
+            port.engine().ready_cqs().next().is_none(),
+            "completions left staged in the engine after the round"
+        );
         for cqn in overflow {
             self.push_eqe(0, abi::cqe::EqeType::CqErr.raw(), cqn, 0, mem, db);
         }
@@ -708,20 +728,18 @@ impl Hca {
         let mut n = 0;
         while let Some(ev) = self.port.engine_mut().poll_event() {
             let kind = abi::cqe::EqeType::of_event(&ev);
-            let (eqn, object) = match ev {
-                // The device never arms the engine's CQs (see write_cqes), so
-                // this comes only from a caller that did.
-                Event::Completion { cq } => (self.cqs.get(&cq).map_or(0, |c| c.eqn), cq),
-                Event::CqError { cq } => (0, cq),
+            // All on EQ 0: completion events and CQ errors are the CQ ring's,
+            // raised by write_cqes.
+            let object = match ev {
                 Event::QpFatal { qpn }
                 | Event::QpRequestError { qpn }
                 | Event::QpAccessError { qpn }
                 | Event::CommEstablished { qpn }
-                | Event::SqDrained { qpn } => (0, qpn),
-                Event::SrqLimitReached { srq } => (0, srq),
-                Event::PortActive | Event::PortError => (0, 1),
+                | Event::SqDrained { qpn } => qpn,
+                Event::SrqLimitReached { srq } => srq,
+                Event::PortActive | Event::PortError => 1,
             };
-            if self.push_eqe(eqn, kind.raw(), object, 0, mem, db) {
+            if self.push_eqe(0, kind.raw(), object, 0, mem, db) {
                 n += 1;
             }
         }

@@ -81,8 +81,10 @@ pub struct Eq {
     pub pbl: abi::cmd::Pbl,
 }
 
-/// A completion queue's guest side (its completions live in the engine's CQ of
-/// the same number until the data path copies them into the ring).
+/// A completion queue: its guest ring and everything about it, depth, arming
+/// (CQ-02) and overflow (CQ-03) (ARCHITECTURE.md §4 "who owns what"). The
+/// engine's CQ of the same number only stages the completions it produced
+/// until the data path's round moves them into the ring.
 #[derive(Debug, Clone)]
 pub struct Cq {
     pub ring: Ring,

@@ -106,7 +106,7 @@ fn add_eq(d: &mut Dev, eqn: u32, vector: u16, slot: u16) {
 }
 
 fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
-    let cqn = d.hca.port.engine_mut().create_cq(256).unwrap();
+    let cqn = d.hca.port.engine_mut().create_cq().unwrap();
     let p = pages(d, 4);
     let ring = Ring::new(&d.mem, p, 12, 6, 8, 20).unwrap();
     d.hca.cqs.insert(
@@ -475,6 +475,26 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
         (abi::cqe::EqeType::Completion.raw(), cq)
     );
     assert!(poll_eq(&mut d, 1).is_none());
+    // Disarmed by the event: another solicited completion raises nothing.
+    post_recv(&mut d, b, 4, DATA, 64);
+    send(&mut d, 4, abi::verbs::send_flags::SOLICITED);
+    assert_eq!(wait_cqe(&mut d, cq).wr_id, 4);
+    run(&mut d, 2);
+    assert!(poll_eq(&mut d, 1).is_none(), "an event without a new arm");
+    // Armed for the next completion (a new arm word): an unsolicited one fires.
+    d.db.store(cq_slot.offset() + 4, 2);
+    run(&mut d, 1);
+    post_recv(&mut d, b, 5, DATA, 64);
+    send(&mut d, 5, 0);
+    assert_eq!(wait_cqe(&mut d, cq).wr_id, 5);
+    run(&mut d, 2);
+    let eqe = poll_eq(&mut d, 1).expect("completion EQE for the next completion");
+    assert_eq!(
+        (eqe.kind, eqe.object),
+        (abi::cqe::EqeType::Completion.raw(), cq)
+    );
+    assert!(poll_eq(&mut d, 1).is_none());
+    assert_eq!(d.hca.cqs[&cq].events, 2);
 }
 
 /// CQ-03: a CQ ring the guest does not consume is never written past: the
@@ -507,6 +527,12 @@ fn datapath_cq_03_overflow_stops_the_cq_and_raises_cq_error() {
     assert_eq!(d.hca.counters.cq_overflows, 1);
     let eqe = poll_eq(&mut d, 0).expect("CQ error EQE on EQ 0");
     assert_eq!((eqe.kind, eqe.object), (abi::cqe::EqeType::CqErr.raw(), cq));
+    assert!(poll_eq(&mut d, 0).is_none(), "one CQ error event");
+    // The 44 completions that found the CQ in error are discarded and counted,
+    // not kept in the engine: the CQ ring alone has a depth.
+    assert_eq!(d.hca.counters.cqes_discarded, 44);
+    assert_eq!(d.hca.port.engine().cq_len(cq), 0);
+    assert_eq!(d.hca.port.engine().ready_cqs().count(), 0);
     let ids: Vec<u64> = (0..256)
         .map(|_| poll_cq(&mut d, cq).unwrap().wr_id)
         .collect();

@@ -2610,7 +2610,8 @@ enum vhca_counter_set {
 	VHCA_COUNTERS_NAK_SENT = 3,
 	/*
 	 * The device's data path: WQEs fetched and refused, doorbell overruns,
-	 * guest-memory faults, CQEs, EQEs, overflows and interrupts.
+	 * guest-memory faults, CQEs, EQEs, overflows, interrupts and CQEs discarded
+	 * on a CQ in error.
 	 */
 	VHCA_COUNTERS_DEVICE = 4,
 };
@@ -2709,7 +2710,8 @@ enum vhca_counter_set {
 	"cq_overflows", \
 	"eqes", \
 	"eq_overflows", \
-	"interrupts"
-#define VHCA_COUNTERS_DEVICE_COUNT 10
+	"interrupts", \
+	"cqes_discarded"
+#define VHCA_COUNTERS_DEVICE_COUNT 11
 
 #endif /* VHCA_ABI_H */

@@ -24,7 +24,8 @@ abi_enum! {
         /// NAKs sent, per reason (RL-12).
         NakSent = 3,
         /// The device's data path: WQEs fetched and refused, doorbell overruns,
-        /// guest-memory faults, CQEs, EQEs, overflows and interrupts.
+        /// guest-memory faults, CQEs, EQEs, overflows, interrupts and CQEs
+        /// discarded on a CQ in error.
         Device = 4,
     }
 }
@@ -50,6 +51,9 @@ pub struct HcaCounters {
     pub eqes: u64,
     pub eq_overflows: u64,
     pub interrupts: u64,
+    /// Completions that found their CQ in error (overflowed or its ring not
+    /// writable, CQ-03), the one that overflowed it included: never written.
+    pub cqes_discarded: u64,
 }
 
 /// The port set's counters, in ABI order.
@@ -105,7 +109,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
 }
 
 /// The device set's counters, in ABI order.
-const DEVICE_COUNTERS: [&str; 10] = [
+const DEVICE_COUNTERS: [&str; 11] = [
     "send_wqes",
     "recv_wqes",
     "bad_wqes",
@@ -116,6 +120,7 @@ const DEVICE_COUNTERS: [&str; 10] = [
     "eqes",
     "eq_overflows",
     "interrupts",
+    "cqes_discarded",
 ];
 
 /// The device set's values, in the order of its names.
@@ -132,6 +137,7 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eqes,
         eq_overflows,
         interrupts,
+        cqes_discarded,
     } = *h;
     [
         send_wqes,
@@ -144,6 +150,7 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eqes,
         eq_overflows,
         interrupts,
+        cqes_discarded,
     ]
 }
 

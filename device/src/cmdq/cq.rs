@@ -86,7 +86,7 @@ pub(super) fn create_cq(x: &mut Exec<'_>, i: CreateCqIn) -> Result<CreateCqOut, 
     let db = x.free_slot(i.uar, i.db_slot, false)?;
     let ring = x.ring(&i.ring, CQE_SHIFT, log2, max_log2)?;
     let entries = ring.len();
-    let cqn = x.engine().create_cq(entries)?;
+    let cqn = x.engine().create_cq()?;
     let (_, arm) = db.load(x.db);
     x.hca.cqs.insert(
         cqn,
@@ -182,7 +182,6 @@ pub(super) fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, 
             .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     }
     let entries = ring.len();
-    x.engine().resize_cq(i.cqn, entries)?;
     let cq = x.hca.cqs.get_mut(&i.cqn).expect("checked above");
     cq.ring = ring;
     cq.pbl = i.ring;
