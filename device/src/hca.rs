@@ -94,8 +94,6 @@ pub struct Cq {
     pub pi: u32,
     /// The arm word last acted on.
     pub last_arm: u32,
-    /// QPs using this CQ (DESTROY_CQ is BUSY while any does).
-    pub users: u32,
     /// Set once the ring overflowed (CQ-03): the CQ is in error, nothing more is
     /// written.
     pub overflowed: bool,
@@ -184,10 +182,9 @@ pub struct Srq {
     /// The producer index at which fetching last stopped on a full engine
     /// queue (see `Qp::sq_stalled`).
     pub stalled: Option<u32>,
-    pub max_wr: u32,
+    /// SGEs a WQE may carry (what the data path decodes against; the engine
+    /// checks it again on post).
     pub max_sge: u32,
-    /// QPs using this SRQ.
-    pub users: u32,
     /// Where the ring lives, as the driver gave it (for the context window).
     pub pbl: abi::cmd::Pbl,
 }

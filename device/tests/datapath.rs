@@ -117,7 +117,6 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
             db: DbSlot { uar: 1, slot },
             pi: 0,
             last_arm: 0,
-            users: 0,
             overflowed: false,
             events: 0,
             armed: None,

@@ -2462,7 +2462,10 @@ struct vhca_cq_context {
 	__u32 ci;
 	/* Arm word last taken. */
 	__u32 arm;
-	/* QPs and SRQs using the CQ. */
+	/*
+	 * Uses of the CQ by QPs, once per role (a QP with one CQ for both counts
+	 * twice).
+	 */
 	__u32 users;
 	/* Completion events raised. */
 	__u64 events;

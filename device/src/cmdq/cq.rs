@@ -96,7 +96,6 @@ pub(super) fn create_cq(x: &mut Exec<'_>, i: CreateCqIn) -> Result<CreateCqOut, 
             db,
             pi: 0,
             last_arm: arm,
-            users: 0,
             overflowed: false,
             events: 0,
             armed: None,
@@ -116,7 +115,8 @@ pub(super) fn destroy_cq(x: &mut Exec<'_>, i: DestroyCqIn) -> Result<(), Fail> {
         .cqs
         .get(&i.cqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoCq))?;
-    if cq.users > 0 {
+    // The engine counts the QPs using the CQ (the one count there is).
+    if x.hca.port.engine().cq_users(i.cqn).unwrap_or(0) > 0 {
         return Err(fail(Status::Busy, Syndrome::CqBusy));
     }
     let (db, eqn) = (cq.db, cq.eqn);

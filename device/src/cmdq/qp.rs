@@ -142,15 +142,6 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     qp.sync_indices(x.db);
     x.hca.qps.insert(qpn, qp);
     x.hca.slots.insert(db, SlotOwner::Qp(qpn));
-    // As the engine counts them: once per role, so a CQ for both counts twice.
-    for cqn in [i.send_cqn, i.recv_cqn] {
-        if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
-            cq.users += 1;
-        }
-    }
-    if let Some(s) = srqn.and_then(|s| x.hca.srqs.get_mut(&s)) {
-        s.users += 1;
-    }
     Ok(CreateQpOut {
         qpn,
         cap: cap_to_abi(&granted),
@@ -319,13 +310,5 @@ pub(super) fn destroy_qp(x: &mut Exec<'_>, i: DestroyQpIn) -> Result<(), Fail> {
         return Ok(());
     };
     x.hca.slots.remove(&qp.db);
-    for cqn in [qp.send_cqn, qp.recv_cqn] {
-        if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
-            cq.users = cq.users.saturating_sub(1);
-        }
-    }
-    if let Some(s) = qp.srqn.and_then(|s| x.hca.srqs.get_mut(&s)) {
-        s.users = s.users.saturating_sub(1);
-    }
     Ok(())
 }

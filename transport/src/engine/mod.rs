@@ -364,6 +364,13 @@ impl Engine {
         self.cqs.get(&cq).map_or(0, |c| c.staged.len())
     }
 
+    /// How many times QPs name a CQ, once per role (a QP with one CQ for both
+    /// counts twice); `destroy_cq` is refused while it is not 0. The one count
+    /// there is (ARCHITECTURE.md §4 "who owns what").
+    pub fn cq_users(&self, cq: Handle) -> Option<usize> {
+        self.cqs.get(&cq).map(|c| c.users)
+    }
+
     // ------------------------------------------------------------------ SRQs
 
     /// Creates an SRQ (SR-01).
@@ -429,6 +436,11 @@ impl Engine {
         }
         s.max_wr = m;
         Ok(())
+    }
+
+    /// The QPs using an SRQ; `destroy_srq` is refused while it is not 0.
+    pub fn srq_users(&self, srq: Handle) -> Option<usize> {
+        self.srqs.get(&srq).map(|s| s.users)
     }
 
     /// The SRQ's WQE count and current limit.
