@@ -22,7 +22,8 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::abi;
 use crate::abi::bar0::{dev_ctrl, dev_status, reg, CtxStatus, CtxTable, Fatal};
-use crate::cmdq::{self, Caps, CmdQueue};
+use crate::caps::Caps;
+use crate::cmdq::{self, CmdQueue};
 use crate::glue::{BarDoorbells, GuestMem, Msix};
 use crate::hca::{DbSlot, Doorbells, Eq, Hca};
 use crate::port::Port;

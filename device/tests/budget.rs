@@ -2,7 +2,7 @@
 //! QUERY_DEVICE and BAR0's CAP_* registers promise (ibv_devinfo's max_qp,
 //! max_mr, max_qp_wr) fits in `--mem-budget`.
 
-use device::cmdq::Caps;
+use device::caps::Caps;
 use transport::budget::{mr_bytes, qp_bytes, recv_wqe_bytes};
 use transport::engine::Limits;
 

@@ -107,7 +107,7 @@ fn add_eq(d: &mut Dev, eqn: u32, vector: u16, slot: u16) {
 }
 
 fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
-    let cqn = d.hca.port.engine_mut().create_cq(256).unwrap();
+    let cqn = d.hca.port.engine_mut().create_cq().unwrap();
     let p = pages(d, 4);
     let ring = Ring::new(&d.mem, p, 12, 6, 8, 20).unwrap();
     d.hca.cqs.insert(
@@ -118,7 +118,6 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
             db: DbSlot { uar: 1, slot },
             pi: 0,
             last_arm: 0,
-            users: 0,
             overflowed: false,
             events: 0,
             armed: None,
@@ -476,6 +475,26 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
         (abi::cqe::EqeType::Completion.raw(), cq)
     );
     assert!(poll_eq(&mut d, 1).is_none());
+    // Disarmed by the event: another solicited completion raises nothing.
+    post_recv(&mut d, b, 4, DATA, 64);
+    send(&mut d, 4, abi::verbs::send_flags::SOLICITED);
+    assert_eq!(wait_cqe(&mut d, cq).wr_id, 4);
+    run(&mut d, 2);
+    assert!(poll_eq(&mut d, 1).is_none(), "an event without a new arm");
+    // Armed for the next completion (a new arm word): an unsolicited one fires.
+    d.db.store(cq_slot.offset() + 4, 2);
+    run(&mut d, 1);
+    post_recv(&mut d, b, 5, DATA, 64);
+    send(&mut d, 5, 0);
+    assert_eq!(wait_cqe(&mut d, cq).wr_id, 5);
+    run(&mut d, 2);
+    let eqe = poll_eq(&mut d, 1).expect("completion EQE for the next completion");
+    assert_eq!(
+        (eqe.kind, eqe.object),
+        (abi::cqe::EqeType::Completion.raw(), cq)
+    );
+    assert!(poll_eq(&mut d, 1).is_none());
+    assert_eq!(d.hca.cqs[&cq].events, 2);
 }
 
 /// CQ-03: a CQ ring the guest does not consume is never written past: the
@@ -508,6 +527,12 @@ fn datapath_cq_03_overflow_stops_the_cq_and_raises_cq_error() {
     assert_eq!(d.hca.counters.cq_overflows, 1);
     let eqe = poll_eq(&mut d, 0).expect("CQ error EQE on EQ 0");
     assert_eq!((eqe.kind, eqe.object), (abi::cqe::EqeType::CqErr.raw(), cq));
+    assert!(poll_eq(&mut d, 0).is_none(), "one CQ error event");
+    // The 44 completions that found the CQ in error are discarded and counted,
+    // not kept in the engine: the CQ ring alone has a depth.
+    assert_eq!(d.hca.counters.cqes_discarded, 44);
+    assert_eq!(d.hca.port.engine().cq_len(cq), 0);
+    assert_eq!(d.hca.port.engine().ready_cqs().count(), 0);
     let ids: Vec<u64> = (0..256)
         .map(|_| poll_cq(&mut d, cq).unwrap().wr_id)
         .collect();
@@ -677,7 +702,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
         transport::verbs::WcOpcode::Recv,
         3,
     );
-    let ib = device::datapath::cqe_of(&c, 1);
+    let ib = device::convert::cqe_of(&c, 1);
     assert_eq!(
         ib.wc_flags & (wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE),
         0
@@ -685,7 +710,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
     assert_eq!((ib.smac, ib.network_hdr_type), ([0; 6], 0));
     c.smac = Some([2, 0, 0, 0, 0, 9]);
     c.network_hdr = transport::verbs::NetworkHdr::Ipv4;
-    let e = device::datapath::cqe_of(&c, 1);
+    let e = device::convert::cqe_of(&c, 1);
     assert_eq!(e.smac, [2, 0, 0, 0, 0, 9]);
     assert_eq!(e.network_hdr_type, abi::cqe::NetworkHdr::Ipv4.raw());
     assert_eq!(
@@ -693,7 +718,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
         wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE
     );
     c.network_hdr = transport::verbs::NetworkHdr::Ipv6;
-    assert_eq!(device::datapath::cqe_of(&c, 1).network_hdr_type, 3);
+    assert_eq!(device::convert::cqe_of(&c, 1).network_hdr_type, 3);
 }
 
 /// A send doorbell rung on a QP that cannot send yet (Reset) leaves nothing

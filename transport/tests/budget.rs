@@ -173,7 +173,7 @@ fn qp_creation_is_refused_when_the_budget_is_spent() {
     let o = ConnOpts::default();
     let mut n = 0;
     let err = loop {
-        let cq = net.nodes[B].engine.create_cq(16).unwrap();
+        let cq = net.nodes[B].engine.create_cq().unwrap();
         let pd = net.nodes[B].pd;
         let r = net.nodes[B].engine.create_qp(transport::verbs::QpInit {
             qp_type: o.qp_type,

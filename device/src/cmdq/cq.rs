@@ -91,7 +91,7 @@ pub(super) fn create_cq(x: &mut Exec<'_>, i: CreateCqIn) -> Result<CreateCqOut, 
     let ring = x.ring(&i.ring, CQE_SHIFT, log2, max_log2)?;
     let charge = charge_rings(x, &[Some(&ring)])?;
     let entries = ring.len();
-    let cqn = x.engine().create_cq(entries)?;
+    let cqn = x.engine().create_cq()?;
     let (_, arm) = db.load(x.db);
     x.hca.cqs.insert(
         cqn,
@@ -101,7 +101,6 @@ pub(super) fn create_cq(x: &mut Exec<'_>, i: CreateCqIn) -> Result<CreateCqOut, 
             db,
             pi: 0,
             last_arm: arm,
-            users: 0,
             overflowed: false,
             events: 0,
             armed: None,
@@ -122,7 +121,8 @@ pub(super) fn destroy_cq(x: &mut Exec<'_>, i: DestroyCqIn) -> Result<(), Fail> {
         .cqs
         .get(&i.cqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoCq))?;
-    if cq.users > 0 {
+    // The engine counts the QPs using the CQ (the one count there is).
+    if x.hca.port.engine().cq_users(i.cqn).unwrap_or(0) > 0 {
         return Err(fail(Status::Busy, Syndrome::CqBusy));
     }
     let (db, eqn) = (cq.db, cq.eqn);
@@ -191,7 +191,6 @@ pub(super) fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, 
             .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     }
     let entries = ring.len();
-    x.engine().resize_cq(i.cqn, entries)?;
     let cq = x.hca.cqs.get_mut(&i.cqn).expect("checked above");
     cq.ring = ring;
     cq.pbl = i.ring;

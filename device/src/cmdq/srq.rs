@@ -70,9 +70,7 @@ pub(super) fn create_srq(x: &mut Exec<'_>, i: CreateSrqIn) -> Result<CreateSrqOu
             db,
             fetched: pi,
             stalled: None,
-            max_wr,
             max_sge,
-            users: 0,
             pbl: i.ring,
         },
     );
@@ -145,7 +143,6 @@ pub(super) fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOu
     x.hca.ring_charges.insert(SlotOwner::Srq(i.srqn), charge);
     let s = x.hca.srqs.get_mut(&i.srqn).expect("checked above");
     s.ring = ring;
-    s.max_wr = max_wr;
     s.pbl = i.ring;
     Ok(ResizeSrqOut { max_wr })
 }
@@ -164,7 +161,9 @@ pub(super) fn query_srq(x: &mut Exec<'_>, i: QuerySrqIn) -> Result<QuerySrqOut, 
         .srqs
         .get(&i.srqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
-    let (max_wr, max_sge) = (s.max_wr, s.max_sge);
+    // The ring's entries are the WQEs the SRQ takes (wq_size; the engine's
+    // max_wr is the same number, set from it).
+    let (max_wr, max_sge) = (s.ring.len(), s.max_sge);
     // Posted WQEs: those in the engine and those the data path has not fetched
     // yet (a doorbell it has not seen); a garbage producer index counts nothing.
     let unfetched = srq_unfetched(s, x.db).unwrap_or(0);
@@ -184,7 +183,8 @@ pub(super) fn destroy_srq(x: &mut Exec<'_>, i: DestroySrqIn) -> Result<(), Fail>
         .srqs
         .get(&i.srqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
-    if s.users > 0 {
+    // The engine counts the QPs using the SRQ (the one count there is).
+    if x.hca.port.engine().srq_users(i.srqn).unwrap_or(0) > 0 {
         return Err(fail(Status::Busy, Syndrome::SrqBusy));
     }
     let db = s.db;

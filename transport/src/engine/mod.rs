@@ -29,7 +29,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 pub use counters::{Counters, NakReason, RxDrop};
-use cq::{Cq, Pushed, Srq};
+use cq::{Cq, Srq};
 use requester::Requester;
 pub use responder::state_bound as qp_state_bytes;
 use responder::Responder;
@@ -168,6 +168,8 @@ pub struct Limits {
     pub max_pd: usize,
     pub max_qp_wr: u32,
     pub max_sge: u32,
+    /// The largest CQ the device offers (CAP_MAX_CQE). The engine does not use
+    /// it: a CQ's depth is its consumer's (ARCHITECTURE.md §4 "who owns what").
     pub max_cqe: u32,
     pub max_inline: u32,
     pub max_rd_atomic: u8,
@@ -335,20 +337,19 @@ impl Engine {
 
     // ------------------------------------------------------------------ CQs
 
-    /// Creates a CQ of `depth` entries (CQ-01).
-    pub fn create_cq(&mut self, depth: u32) -> Result<Handle, VerbError> {
-        if depth == 0 || depth > self.limits.max_cqe {
-            return Err(VerbError::InvalidAttr);
-        }
+    /// Creates a CQ (CQ-01): the engine's side of it, where completions wait
+    /// for the caller to take them ([`Engine::poll_cq`]). Its depth, arming
+    /// and overflow are the caller's (ARCHITECTURE.md §4 "who owns what").
+    pub fn create_cq(&mut self) -> Result<Handle, VerbError> {
         if self.cqs.len() >= self.limits.max_cq {
             return Err(VerbError::InsufficientResources);
         }
         let h = self.handle();
-        self.cqs.insert(h, Cq::new(depth as usize));
+        self.cqs.insert(h, Cq::default());
         Ok(h)
     }
 
-    /// Destroys a CQ no QP or SRQ uses.
+    /// Destroys a CQ no QP uses; completions still staged in it go with it.
     pub fn destroy_cq(&mut self, cq: Handle) -> Result<(), VerbError> {
         match self.cqs.get(&cq) {
             None => Err(VerbError::InvalidCq),
@@ -361,41 +362,11 @@ impl Engine {
         }
     }
 
-    /// Gives a CQ a new depth (CQ-04), keeping its completions and arming:
-    /// `InvalidAttr` if they would not fit or `depth` is out of range,
-    /// `InvalidWr` if the CQ overflowed (it is in error). Nothing changes on
-    /// failure.
-    pub fn resize_cq(&mut self, cq: Handle, depth: u32) -> Result<(), VerbError> {
-        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCq)?;
-        if depth == 0 || depth > self.limits.max_cqe {
-            return Err(VerbError::InvalidAttr);
-        }
-        if c.overflowed {
-            return Err(VerbError::InvalidWr);
-        }
-        if c.entries.len() > depth as usize {
-            return Err(VerbError::InvalidAttr);
-        }
-        c.depth = depth as usize;
-        Ok(())
-    }
-
-    /// Arms a CQ for its next completion, or its next solicited one (CQ-02).
-    pub fn req_notify_cq(&mut self, cq: Handle, solicited_only: bool) -> Result<(), VerbError> {
-        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCq)?;
-        c.armed = Some(match c.armed {
-            // Arming for "next" after "solicited" widens it; never narrows.
-            Some(false) => false,
-            _ => solicited_only,
-        });
-        Ok(())
-    }
-
     /// Takes the oldest completion of a CQ.
     pub fn poll_cq(&mut self, cq: Handle) -> Option<Completion> {
         let q = self.cqs.get_mut(&cq)?;
-        let c = q.entries.pop_front();
-        if q.entries.is_empty() {
+        let c = q.staged.pop_front();
+        if q.staged.is_empty() {
             self.ready_cqs.remove(&cq);
         }
         c
@@ -410,7 +381,14 @@ impl Engine {
 
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: Handle) -> usize {
-        self.cqs.get(&cq).map_or(0, |c| c.entries.len())
+        self.cqs.get(&cq).map_or(0, |c| c.staged.len())
+    }
+
+    /// How many times QPs name a CQ, once per role (a QP with one CQ for both
+    /// counts twice); `destroy_cq` is refused while it is not 0. The one count
+    /// there is (ARCHITECTURE.md §4 "who owns what").
+    pub fn cq_users(&self, cq: Handle) -> Option<usize> {
+        self.cqs.get(&cq).map(|c| c.users)
     }
 
     // ------------------------------------------------------------------ SRQs
@@ -479,6 +457,11 @@ impl Engine {
         }
         s.max_wr = m;
         Ok(())
+    }
+
+    /// The QPs using an SRQ; `destroy_srq` is refused while it is not 0.
+    pub fn srq_users(&self, srq: Handle) -> Option<usize> {
+        self.srqs.get(&srq).map(|s| s.users)
     }
 
     /// The SRQ's WQE count and current limit.
@@ -862,18 +845,11 @@ impl Engine {
             return; // the usual case on the data path
         }
         for (cq, c) in fx.completions {
-            let Some(q) = self.cqs.get_mut(&cq) else {
-                continue;
-            };
-            match q.push(c) {
-                Pushed::Queued { notify } => {
-                    self.ready_cqs.insert(cq);
-                    if notify {
-                        self.events.push_back(Event::Completion { cq });
-                    }
-                }
-                Pushed::Dropped => {}
-                Pushed::Overflow => self.events.push_back(Event::CqError { cq }),
+            // A QP's CQs outlive it (destroy_cq is refused while it is used),
+            // so the CQ is there.
+            if let Some(q) = self.cqs.get_mut(&cq) {
+                q.staged.push_back(c);
+                self.ready_cqs.insert(cq);
             }
         }
         self.events.extend(fx.events);
