@@ -82,12 +82,13 @@ pub(super) fn out_cap_for(depth: u8) -> usize {
 /// Whether a new READ, ATOMIC, FLUSH or ATOMIC WRITE may be taken: the
 /// responses of fewer than max_dest_rd_atomic new ones are still unsent. The
 /// requester must keep its unacknowledged READ/ATOMIC requests within the
-/// responder resources negotiated at connection (IBA 9.4.4, 9.4.5, 9.5
-/// responder resources; seed 000 "the requester is responsible ..."); one that
-/// sends more while the earlier responses are not even out asks for more than
-/// was negotiated, which is an Invalid Request (NAK code Invalid Request:
-/// "insufficient responder resources", as Linux rxe's
-/// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ). Without this check the saved FIFO
+/// responder resources negotiated per QP at connection (IBA 9.4.4, 9.4.5;
+/// seed 000, responder resources: "the requester is responsible for ensuring
+/// that all unacknowledged ATOMIC and RDMA READ operations together do not
+/// exceed the receiver's resources"). One that sends more while the earlier
+/// responses are not even out asks for what was not negotiated: refused
+/// unexecuted with NAK Invalid Request, as Linux rxe does
+/// (RESPST_ERR_TOO_MANY_RDMA_ATM_REQ). Without this check the saved FIFO
 /// (RL-07) evicted a resource whose response was still queued and the queue
 /// of responses grew with every request.
 pub(super) fn rd_atomic_slot_free(qp: &Qp) -> bool {
