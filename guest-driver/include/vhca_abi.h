@@ -2668,8 +2668,9 @@ enum vhca_counter_set {
 	"unexpected_response", \
 	"not_expected", \
 	"bad_dmac", \
-	"bad_gid"
-#define VHCA_COUNTERS_RX_DROP_COUNT 18
+	"bad_gid", \
+	"spoofed_slid"
+#define VHCA_COUNTERS_RX_DROP_COUNT 19
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \

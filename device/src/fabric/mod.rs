@@ -87,21 +87,67 @@ pub enum LinkError {
     },
 }
 
+/// A received packet, lent by the link to the caller of [`Link::recv_batch`] for
+/// the length of one callback: the bytes are the link's receive buffer itself (the
+/// kernel's recvmmsg or read(2) wrote them there), so nothing is copied between
+/// the kernel and the engine (ARCHITECTURE.md §2, "A received packet").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received<'a> {
+    /// The packet as the link layer carries it (a native packet, LRH through
+    /// VCRC; or a RoCEv2 frame), at most [`MAX_PACKET_LEN`] bytes. Not checked
+    /// beyond that: every check of its contents is the engine's
+    /// (`Engine::handle_packet_from`).
+    pub packet: &'a [u8],
+    /// The LID of the fabric node the packet came from, as only the link can
+    /// know it (the UDP link: the node whose address sent the datagram); the
+    /// engine drops a packet whose LRH:SLID is another (a spoofed source,
+    /// ARCHITECTURE.md §9). `None` where the link cannot tell (TAP: RoCE
+    /// carries its addresses in the packet).
+    pub src_lid: Option<u16>,
+}
+
 /// A port's link to the fabric (ARCHITECTURE.md §6: link modes share one trait).
 ///
 /// `now` is the caller's time since the Unix epoch; it must not go backwards.
 /// Stages that hold packets (delay, reorder) release them on any call whose `now` has
 /// reached their time, so the caller's loop is: wait on [`Link::raw_fd`] until
-/// [`Link::poll_timeout`], call [`Link::handle_timeout`], drain [`Link::recv`].
+/// [`Link::poll_timeout`], call [`Link::handle_timeout`], drain [`Link::recv_batch`].
+///
+/// Receive checks have one owner each (ARCHITECTURE.md §2): a link checks only
+/// what the packet does not say — where it came from (the UDP source address),
+/// whether it fits a receive buffer, where a TAP frame goes (engine or guest) —
+/// and the engine parses the packet once and does every check of its contents.
 pub trait Link {
     /// Sends one native packet, LRH through VCRC, to the node holding its LRH:DLID.
     /// An undeliverable packet is dropped and counted, not an error.
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError>;
 
+    /// Lends up to `max` received packets, one by one, to `deliver`, straight
+    /// from the link's receive buffers; returns how many. Never blocks: 0 when
+    /// nothing is waiting. What the link drops on the way (unknown sender,
+    /// oversized) it counts and does not deliver.
+    fn recv_batch(
+        &mut self,
+        now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError>;
+
     /// Copies the next received packet into `buf` (at least [`MAX_PACKET_LEN`]
     /// bytes) and returns its length, or `None` when nothing is waiting. Never
-    /// blocks.
-    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError>;
+    /// blocks. For tests and tools: the port uses [`Link::recv_batch`], which
+    /// does not copy.
+    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
+        if buf.len() < MAX_PACKET_LEN {
+            return Err(LinkError::BufferTooSmall { have: buf.len() });
+        }
+        let mut got = None;
+        self.recv_batch(now, 1, &mut |r| {
+            buf[..r.packet.len()].copy_from_slice(r.packet);
+            got = Some(r.packet.len());
+        })?;
+        Ok(got)
+    }
 
     /// The descriptor that becomes readable when a packet arrives (for epoll).
     fn raw_fd(&self) -> RawFd;
@@ -147,6 +193,14 @@ impl<L: Link + ?Sized> Link for Box<L> {
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         (**self).send(now, packet)
     }
+    fn recv_batch(
+        &mut self,
+        now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        (**self).recv_batch(now, max, deliver)
+    }
     fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
         (**self).recv(now, buf)
     }
@@ -181,11 +235,4 @@ fn dlid_of(packet: &[u8]) -> Option<u16> {
     transport::wire::Lrh::new_checked(packet)
         .ok()
         .map(|l| l.dlid())
-}
-
-/// The LRH:SLID, if the packet holds a whole LRH.
-fn slid_of(packet: &[u8]) -> Option<u16> {
-    transport::wire::Lrh::new_checked(packet)
-        .ok()
-        .map(|l| l.slid())
 }

@@ -58,6 +58,10 @@ reasons! {
         /// QP's packet comes from or to another address than its path's
         /// (A17.4.5; the RoCE counterpart of the LID checks C9-53, C9-54).
         BadGid,
+        /// LRH:SLID is not the LID of the node the link took the packet from
+        /// (the UDP link knows it by the datagram's source address;
+        /// ARCHITECTURE.md §9).
+        SpoofedSlid,
     }
 }
 
