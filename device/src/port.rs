@@ -124,8 +124,8 @@ impl Port {
             }
         };
         self.counters.rx_packets += moved as u64;
-        // The round's packets go to the link as one batch (one sendmmsg per
-        // 32 on UDP, issue 12).
+        // The round's packets go to the link as one batch (on UDP one
+        // sendmmsg, a GSO send per run of same-size packets; issue 12).
         self.link.begin_sends();
         for _ in 0..BUDGET {
             let Some(len) = self.engine.poll_transmit(mem, t, &mut self.tx[TX_OFFSET..]) else {

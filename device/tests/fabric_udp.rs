@@ -9,7 +9,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use common::{drain, drain_from, loopback_sockets, recv_within, ud_packet};
-use device::fabric::{FabricFile, Link, LinkError, Node, UdpLink, MAX_PACKET_LEN, MIN_PACKET_LEN};
+use device::fabric::{
+    FabricFile, Link, LinkError, Node, UdpLink, UdpOffloads, MAX_PACKET_LEN, MIN_PACKET_LEN,
+};
 use transport::engine::{Engine, Limits, PortConfig, RxDrop};
 use transport::memory::VecMemory;
 use transport::verbs::Time;
@@ -54,7 +56,7 @@ fn udp_link_section6_exchange_both_directions() {
 
 #[test]
 fn udp_link_batched_sends_leave_at_end_sends_in_order_and_all_arrive() {
-    // Between begin_sends and end_sends the link queues (one sendmmsg per 32):
+    // Between begin_sends and end_sends the link queues (one sendmmsg per 64):
     // nothing leaves before end_sends, then all 100 leave in order, and the
     // receiver takes them through its recvmmsg batches.
     let dir = tempfile::tempdir().unwrap();
@@ -271,4 +273,141 @@ fn udp_link_section6_bind_from_fabric_file() {
     let p = ud_packet(5, 5, 0, b"me");
     link.send(T0, &p).unwrap();
     assert_eq!(recv_within(&mut link, T0), Some(p));
+}
+
+/// A fabric of "a" (LID 1) and "b" (LID 2) whose links use the offloads given.
+fn offload_pair(a_off: UdpOffloads, b_off: UdpOffloads) -> (UdpLink, UdpLink) {
+    offload_pair_with(a_off, b_off, |_| {})
+}
+
+fn offload_pair_with(
+    a_off: UdpOffloads,
+    b_off: UdpOffloads,
+    prepare_a: impl FnOnce(&UdpSocket),
+) -> (UdpLink, UdpLink) {
+    let mut s = loopback_sockets(2);
+    let node = |name: &str, lid: u16, address: SocketAddr| Node {
+        name: name.into(),
+        lid,
+        guid: 0x1000 + u64::from(lid),
+        address,
+    };
+    let fabric = FabricFile::from_nodes(vec![node("a", 1, s[0].1), node("b", 2, s[1].1)]).unwrap();
+    let (sb, _) = s.pop().unwrap();
+    let (sa, _) = s.pop().unwrap();
+    prepare_a(&sa);
+    let a = UdpLink::with_offloads(&fabric, "a", sa, a_off).unwrap();
+    let b = UdpLink::with_offloads(&fabric, "b", sb, b_off).unwrap();
+    (a, b)
+}
+
+/// One round's worth of the packets of RDMA WRITEs: runs of same-size packets
+/// (the PMTU middles) with a shorter last one, and a longer first one, as the
+/// requester segments them; 40 in all.
+fn write_like_packets() -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    for m in 0..2u32 {
+        v.push(ud_packet(1, 2, m * 100, &[0xf0; 1100]));
+        for i in 1..19 {
+            v.push(ud_packet(1, 2, m * 100 + i, &vec![i as u8; 1024]));
+        }
+        v.push(ud_packet(1, 2, m * 100 + 19, &[0x0f; 200]));
+    }
+    v
+}
+
+/// Sends `pkts` as one port round does (between begin_sends and end_sends) and
+/// receives them one by one (a receive call may stop inside a GRO run).
+fn round_trip(a: &mut UdpLink, b: &mut UdpLink, pkts: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    a.begin_sends();
+    for p in pkts {
+        a.send(T0, p).unwrap();
+    }
+    a.end_sends().unwrap();
+    let mut got = Vec::new();
+    while got.len() < pkts.len() {
+        match recv_within(b, T0) {
+            Some(p) => got.push(p),
+            None => break,
+        }
+    }
+    got
+}
+
+#[test]
+fn udp_link_gso_and_gro_carry_runs_of_same_size_packets_split_exactly() {
+    // Issue 12: with UDP GSO a run of same-size packets to one peer leaves as
+    // one send; with GRO the receiver gets runs in one buffer and splits them
+    // by the segment size. Every packet arrives whole, in order. (The host
+    // kernel has both: Linux >= 5.0.)
+    let (mut a, mut b) = offload_pair(UdpOffloads::ALL, UdpOffloads::ALL);
+    assert_eq!(
+        (a.offloads(), b.offloads()),
+        (UdpOffloads::ALL, UdpOffloads::ALL)
+    );
+    let pkts = write_like_packets();
+    let got = round_trip(&mut a, &mut b, &pkts);
+    assert_eq!(got, pkts);
+    let (ca, cb) = (*a.counters(), *b.counters());
+    // Each WRITE's 18 middles and its last leave as one GSO run.
+    assert_eq!(ca.tx_gso_runs, 2, "{ca:?}");
+    assert_eq!(ca.tx_packets, 40, "{ca:?}");
+    assert!(cb.rx_gro_runs >= 2, "{cb:?}");
+    assert_eq!((cb.rx_packets, cb.rx_bytes), (40, ca.tx_bytes), "{cb:?}");
+    assert_eq!(ca.dropped() + cb.dropped(), 0);
+}
+
+#[test]
+fn udp_link_without_offloads_sends_and_receives_one_datagram_per_packet() {
+    // The fallback forced: neither link uses GSO or GRO, and the traffic is
+    // the same; and a GSO sender to a receiver without GRO (the kernel
+    // segments for it).
+    let pkts = write_like_packets();
+    let (mut a, mut b) = offload_pair(UdpOffloads::NONE, UdpOffloads::NONE);
+    assert_eq!(a.offloads(), UdpOffloads::NONE);
+    assert_eq!(round_trip(&mut a, &mut b, &pkts), pkts);
+    assert_eq!((a.counters().tx_gso_runs, b.counters().rx_gro_runs), (0, 0));
+    assert_eq!(b.counters().rx_packets, 40);
+
+    let (mut a, mut b) = offload_pair(UdpOffloads::ALL, UdpOffloads::NONE);
+    assert_eq!(round_trip(&mut a, &mut b, &pkts), pkts);
+    assert!(a.counters().tx_gso_runs >= 2);
+    assert_eq!(b.counters().rx_gro_runs, 0);
+}
+
+/// SO_NO_CHECK on a socket: the kernel then refuses UDP GSO sends with EINVAL
+/// (udp(7): GSO needs the checksum).
+fn no_checksum(s: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let one: libc::c_int = 1;
+    // SAFETY: a live socket descriptor and a c_int option value of the length
+    // passed, only read by the kernel.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_NO_CHECK: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn udp_link_gso_refused_by_the_kernel_falls_back_to_plain_datagrams() {
+    // The probe succeeds (UDP_SEGMENT is known) but every GSO send fails with
+    // EINVAL: the link turns GSO off and sends the same packets as plain
+    // datagrams, losing none.
+    let (mut a, mut b) = offload_pair_with(UdpOffloads::ALL, UdpOffloads::ALL, no_checksum);
+    assert!(a.offloads().gso, "probed on");
+    let pkts = write_like_packets();
+    assert_eq!(round_trip(&mut a, &mut b, &pkts), pkts);
+    let ca = *a.counters();
+    assert!(!a.offloads().gso, "turned off by the refusal");
+    assert_eq!(
+        (ca.tx_gso_runs, ca.tx_packets, ca.dropped()),
+        (0, 40, 0),
+        "{ca:?}"
+    );
 }

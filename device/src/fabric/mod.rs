@@ -37,7 +37,7 @@ pub use tap::{
     MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TO_GUEST_BYTES, TO_GUEST_FRAMES, VNET_HDR_LEN,
 };
 pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN};
-pub use udp::{UdpCounters, UdpLink, LOOPBACK_CAPACITY};
+pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
 
 /// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC
 /// in 4-byte words in 11 bits (IBA 7.7.8), and the 2-byte VCRC follows. A receive

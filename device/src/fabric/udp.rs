@@ -37,9 +37,13 @@ pub const LOOPBACK_CAPACITY: usize = 4096;
 /// socket stays readable and the next call goes on.
 const RECV_SKIP: usize = 256;
 
-/// Messages one recvmmsg reads, and sends one sendmmsg writes (between
-/// [`Link::begin_sends`] and [`Link::end_sends`]).
+/// Messages one recvmmsg reads.
 const MMSG_BATCH: usize = 32;
+
+/// Packets queued between [`Link::begin_sends`] and [`Link::end_sends`] before
+/// they go out anyway (one sendmmsg, fewer messages with GSO): a port round's
+/// budget.
+const TX_QUEUE: usize = 64;
 
 /// A receive buffer with GRO: the largest UDP payload, which is also the largest
 /// run the kernel coalesces.
@@ -244,7 +248,7 @@ impl UdpLink {
             gso,
             gro,
             batching: false,
-            tx_queue: Vec::with_capacity(MMSG_BATCH),
+            tx_queue: Vec::with_capacity(TX_QUEUE),
             tx_spare: Vec::new(),
             counters: UdpCounters::default(),
         })
@@ -306,10 +310,17 @@ impl UdpLink {
                     && j - i < GSO_MAX_SEGMENTS
                     && total + q[j].0.len() <= GSO_MAX_BYTES
                 {
-                    total += q[j].0.len();
+                    let len = q[j].0.len();
+                    // Only the last segment of a run may be short; a shorter
+                    // packet that starts a run of its own (the MIDDLEs after a
+                    // FIRST with its RETH) is left to start it.
+                    let starts_run = q.get(j + 1).is_some_and(|n| n.1 == to && n.0.len() == len);
+                    if len < size && starts_run {
+                        break;
+                    }
+                    total += len;
                     j += 1;
-                    // Only the last segment of a run may be short.
-                    if q[j - 1].0.len() < size {
+                    if len < size {
                         break;
                     }
                 }
@@ -372,7 +383,7 @@ impl UdpLink {
             }
         }
         for (b, _) in self.tx_queue.drain(..) {
-            if self.tx_spare.len() < MMSG_BATCH {
+            if self.tx_spare.len() < TX_QUEUE {
                 self.tx_spare.push(b);
             }
         }
@@ -512,7 +523,7 @@ impl Link for UdpLink {
             b.clear();
             b.extend_from_slice(packet);
             self.tx_queue.push((b, to));
-            if self.tx_queue.len() >= MMSG_BATCH {
+            if self.tx_queue.len() >= TX_QUEUE {
                 return self.send_queued();
             }
             return Ok(());
