@@ -355,6 +355,30 @@ fn udp_link_gso_and_gro_carry_runs_of_same_size_packets_split_exactly() {
     assert!(cb.rx_gro_runs >= 2, "{cb:?}");
     assert_eq!((cb.rx_packets, cb.rx_bytes), (40, ca.tx_bytes), "{cb:?}");
     assert_eq!(ca.dropped() + cb.dropped(), 0);
+
+    // A receive call that stops inside a run leaves the rest in the link's
+    // buffer, where the socket no longer signals it: the link asks to be
+    // called at once until it is lent.
+    a.begin_sends();
+    for p in &pkts[1..20] {
+        a.send(T0, p).unwrap();
+    }
+    a.end_sends().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut got = Vec::new();
+    assert_eq!(
+        b.recv_batch(T0, 5, &mut |r| got.push(r.packet.to_vec()))
+            .unwrap(),
+        5
+    );
+    assert_eq!(b.poll_timeout(), Some(Duration::ZERO));
+    while b
+        .recv_batch(T0, 5, &mut |r| got.push(r.packet.to_vec()))
+        .unwrap()
+        > 0
+    {}
+    assert_eq!(got, pkts[1..20]);
+    assert_eq!(b.poll_timeout(), None);
 }
 
 #[test]
