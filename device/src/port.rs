@@ -128,12 +128,23 @@ impl Port {
         // sendmmsg, a GSO send per run of same-size packets; issue 12).
         self.link.begin_sends();
         for _ in 0..BUDGET {
-            let Some(len) = self.engine.poll_transmit(mem, t, &mut self.tx[TX_OFFSET..]) else {
+            // Built in the link's own buffer where it lends one (UDP: queued
+            // as built, no copy), else in the port's.
+            let (buf, lent) = match self.link.send_buffer() {
+                Some(b) => (b, true),
+                None => (&mut self.tx[TX_OFFSET..], false),
+            };
+            let Some(len) = self.engine.poll_transmit(mem, t, buf) else {
                 break;
             };
             moved += 1;
             self.counters.tx_packets += 1;
-            if let Err(e) = self.link.send(now, &self.tx[TX_OFFSET..TX_OFFSET + len]) {
+            let sent = if lent {
+                self.link.send_from_buffer(now, len)
+            } else {
+                self.link.send(now, &self.tx[TX_OFFSET..TX_OFFSET + len])
+            };
+            if let Err(e) = sent {
                 self.link_error("send", &e);
             }
         }

@@ -187,6 +187,22 @@ pub trait Link {
     fn end_sends(&mut self) -> Result<(), LinkError> {
         Ok(())
     }
+
+    /// Between [`Link::begin_sends`] and [`Link::end_sends`]: a buffer of the
+    /// link's own, [`MAX_PACKET_LEN`] bytes starting
+    /// `wire::packet::BUFFER_ALIGN_OFFSET` past a 16-byte boundary, for the
+    /// caller to build the next packet in; [`Link::send_from_buffer`] then sends
+    /// it without a copy (the UDP link queues the buffer itself). `None`: the
+    /// link takes packets only through [`Link::send`] (the default).
+    fn send_buffer(&mut self) -> Option<&mut [u8]> {
+        None
+    }
+
+    /// Sends the first `len` bytes of the buffer [`Link::send_buffer`] lent,
+    /// as [`Link::send`] would.
+    fn send_from_buffer(&mut self, _now: Duration, _len: usize) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -227,6 +243,12 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn end_sends(&mut self) -> Result<(), LinkError> {
         (**self).end_sends()
+    }
+    fn send_buffer(&mut self) -> Option<&mut [u8]> {
+        (**self).send_buffer()
+    }
+    fn send_from_buffer(&mut self, now: Duration, len: usize) -> Result<(), LinkError> {
+        (**self).send_from_buffer(now, len)
     }
 }
 

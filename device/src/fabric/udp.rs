@@ -24,6 +24,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
+use transport::wire::packet::BUFFER_ALIGN_OFFSET;
+
 use super::udp_sys::{send_batch, set_udp_opt, OutMsg, RecvBatch, RecvMeta};
 use super::{dlid_of, FabricFile, Link, LinkError, Node, Received, MAX_PACKET_LEN, MIN_PACKET_LEN};
 
@@ -135,6 +137,38 @@ impl UdpCounters {
 /// Socket buffer size asked for (bytes): 1024 full-PMTU packets.
 pub const SOCKET_BUFFER: usize = 4 << 20;
 
+/// A send buffer: room for the longest packet, which starts
+/// `BUFFER_ALIGN_OFFSET` bytes past a 16-byte boundary so that the engine's CRC
+/// folds the payload aligned when it builds the packet in place (WF-09).
+#[derive(Debug)]
+struct TxBuf {
+    data: Box<[u8]>,
+    off: usize,
+    len: usize,
+}
+
+impl TxBuf {
+    fn new() -> TxBuf {
+        let data = vec![0u8; MAX_PACKET_LEN + 16].into_boxed_slice();
+        let at = data.as_ptr() as usize % 16;
+        let off = (16 + BUFFER_ALIGN_OFFSET - at) % 16;
+        TxBuf { data, off, len: 0 }
+    }
+
+    /// Room for a whole packet.
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.data[self.off..self.off + MAX_PACKET_LEN]
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.data[self.off..self.off + self.len]
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// The `ib-udp` link of one node.
 #[derive(Debug)]
 pub struct UdpLink {
@@ -159,9 +193,11 @@ pub struct UdpLink {
     /// Between [`Link::begin_sends`] and [`Link::end_sends`]: sends queue.
     batching: bool,
     /// Sends queued while batching.
-    tx_queue: Vec<(Vec<u8>, SocketAddr)>,
+    tx_queue: Vec<(TxBuf, SocketAddr)>,
     /// Buffers of sent packets, reused by the next queued sends.
-    tx_spare: Vec<Vec<u8>>,
+    tx_spare: Vec<TxBuf>,
+    /// The buffer [`Link::send_buffer`] lent, until [`Link::send_from_buffer`].
+    tx_slot: Option<TxBuf>,
     counters: UdpCounters,
 }
 
@@ -250,6 +286,7 @@ impl UdpLink {
             batching: false,
             tx_queue: Vec::with_capacity(TX_QUEUE),
             tx_spare: Vec::new(),
+            tx_slot: None,
             counters: UdpCounters::default(),
         })
     }
@@ -464,6 +501,55 @@ impl UdpLink {
     }
 }
 
+impl UdpLink {
+    /// Where a packet to send goes: the peer's address, or `None` when it was
+    /// dropped (counted) or looped back to the own LID (AD-04).
+    fn route(&mut self, packet: &[u8]) -> Option<SocketAddr> {
+        let c = &mut self.counters;
+        if packet.len() < MIN_PACKET_LEN {
+            c.drop_tx_short += 1;
+            return None;
+        }
+        if packet.len() > MAX_PACKET_LEN {
+            c.drop_tx_oversized += 1;
+            return None;
+        }
+        let Some(dlid) = dlid_of(packet) else {
+            // Unreachable after the length check, but a drop is the right answer.
+            c.drop_tx_short += 1;
+            return None;
+        };
+        if dlid == self.node.lid {
+            // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
+            if self.loopback.len() >= LOOPBACK_CAPACITY {
+                c.drop_loopback_full += 1;
+            } else {
+                c.loopback_packets += 1;
+                let mut b = self.loopback_spare.pop().unwrap_or_default();
+                b.clear();
+                b.extend_from_slice(packet);
+                self.loopback.push_back(b);
+            }
+            return None;
+        }
+        let Some(peer) = self.fabric.by_lid(dlid) else {
+            c.drop_tx_unknown_dlid += 1;
+            log::debug!("fabric: dropped packet for DLID {dlid:#x}: no such node");
+            return None;
+        };
+        Some(peer.address)
+    }
+
+    /// Queues a routed packet while batching; a full queue goes out at once.
+    fn queue(&mut self, b: TxBuf, to: SocketAddr) -> Result<(), LinkError> {
+        self.tx_queue.push((b, to));
+        if self.tx_queue.len() >= TX_QUEUE {
+            return self.send_queued();
+        }
+        Ok(())
+    }
+}
+
 /// Whether an offload's setsockopt succeeded; says so in the log when not.
 fn probe(what: &str, r: std::io::Result<()>) -> bool {
     match r {
@@ -485,49 +571,16 @@ fn on_off(b: bool) -> &'static str {
 
 impl Link for UdpLink {
     fn send(&mut self, _now: Duration, packet: &[u8]) -> Result<(), LinkError> {
-        let c = &mut self.counters;
-        if packet.len() < MIN_PACKET_LEN {
-            c.drop_tx_short += 1;
-            return Ok(());
-        }
-        if packet.len() > MAX_PACKET_LEN {
-            c.drop_tx_oversized += 1;
-            return Ok(());
-        }
-        let Some(dlid) = dlid_of(packet) else {
-            // Unreachable after the length check, but a drop is the right answer.
-            c.drop_tx_short += 1;
+        let Some(to) = self.route(packet) else {
             return Ok(());
         };
-        if dlid == self.node.lid {
-            // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
-            if self.loopback.len() >= LOOPBACK_CAPACITY {
-                c.drop_loopback_full += 1;
-            } else {
-                c.loopback_packets += 1;
-                let mut b = self.loopback_spare.pop().unwrap_or_default();
-                b.clear();
-                b.extend_from_slice(packet);
-                self.loopback.push_back(b);
-            }
-            return Ok(());
-        }
-        let Some(peer) = self.fabric.by_lid(dlid) else {
-            c.drop_tx_unknown_dlid += 1;
-            log::debug!("fabric: dropped packet for DLID {dlid:#x}: no such node");
-            return Ok(());
-        };
-        let to = peer.address;
         if self.batching {
-            let mut b = self.tx_spare.pop().unwrap_or_default();
-            b.clear();
-            b.extend_from_slice(packet);
-            self.tx_queue.push((b, to));
-            if self.tx_queue.len() >= TX_QUEUE {
-                return self.send_queued();
-            }
-            return Ok(());
+            let mut b = self.tx_spare.pop().unwrap_or_else(TxBuf::new);
+            b.room()[..packet.len()].copy_from_slice(packet);
+            b.len = packet.len();
+            return self.queue(b, to);
         }
+        let c = &mut self.counters;
         match self.socket.send_to(packet, to) {
             Ok(_) => {
                 c.tx_packets += 1;
@@ -543,6 +596,39 @@ impl Link for UdpLink {
             Err(e) => {
                 c.drop_tx_error += 1;
                 Err(e.into())
+            }
+        }
+    }
+
+    fn send_buffer(&mut self) -> Option<&mut [u8]> {
+        if !self.batching {
+            return None;
+        }
+        let spare = &mut self.tx_spare;
+        Some(
+            self.tx_slot
+                .get_or_insert_with(|| spare.pop().unwrap_or_else(TxBuf::new))
+                .room(),
+        )
+    }
+
+    fn send_from_buffer(&mut self, _now: Duration, len: usize) -> Result<(), LinkError> {
+        let Some(mut b) = self.tx_slot.take() else {
+            // No buffer was lent: nothing to send (the caller's mistake).
+            self.counters.drop_tx_short += 1;
+            return Ok(());
+        };
+        if len > MAX_PACKET_LEN {
+            self.counters.drop_tx_oversized += 1;
+            self.tx_slot = Some(b);
+            return Ok(());
+        }
+        b.len = len;
+        match self.route(b.as_slice()) {
+            Some(to) => self.queue(b, to),
+            None => {
+                self.tx_slot = Some(b);
+                Ok(())
             }
         }
     }
