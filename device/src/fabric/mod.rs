@@ -4,7 +4,7 @@
 //! - [`FabricFile`]: the nodes of the fabric (LID, port GUID, UDP address), read
 //!   from a TOML file; it stands in for a subnet manager's assignment.
 //! - [`Link`]: what the device needs from a port: send one packet (routed by its
-//!   LRH:DLID), receive packets without blocking, a file descriptor to wait on, and a
+//!   LRH:DLID), lend received packets without blocking, a file descriptor to wait on, and a
 //!   deadline for work the link holds itself. [`UdpLink`] is the `ib-udp` mode;
 //!   [`TapLink`] the `roce` mode (RoCEv2 frames on a TAP shared with the guest's
 //!   virtio-net, WF-10).
@@ -153,8 +153,9 @@ pub trait Link {
     fn raw_fd(&self) -> RawFd;
 
     /// The earliest time at which the link has work the descriptor will not signal:
-    /// a held packet to release, or a looped-back packet waiting in [`Link::recv`]
-    /// (then a time at or before the last `now`). `None`: nothing pending.
+    /// a held packet to release, or a looped-back packet (or one read from the
+    /// kernel already) waiting in [`Link::recv_batch`] (then a time at or before
+    /// the last `now`). `None`: nothing pending.
     fn poll_timeout(&self) -> Option<Duration>;
 
     /// Does whatever [`Link::poll_timeout`] asked for, as of `now`.
