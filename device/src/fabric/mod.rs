@@ -45,8 +45,8 @@ pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
 pub const MAX_PACKET_LEN: usize = 0x7ff * 4 + 2;
 
 /// The shortest native packet with a transport: LRH (8) + BTH (12) + ICRC (4) +
-/// VCRC (2). Anything shorter cannot even be parsed far enough to be dropped with a
-/// reason, so the link drops it and counts it.
+/// VCRC (2). The UDP link sends nothing shorter (counted as `drop_tx_short`); a
+/// shorter one received is the engine's parse to drop (ARCHITECTURE.md §2).
 pub const MIN_PACKET_LEN: usize = 8 + 12 + 4 + 2;
 
 /// The permissive DLID (IBA 7.11.1): accepted by every port.
