@@ -355,6 +355,12 @@ fn udp_link_gso_and_gro_carry_runs_of_same_size_packets_split_exactly() {
     assert!(cb.rx_gro_runs >= 2, "{cb:?}");
     assert_eq!((cb.rx_packets, cb.rx_bytes), (40, ca.tx_bytes), "{cb:?}");
     assert_eq!(ca.dropped() + cb.dropped(), 0);
+    // The device's counter report shows them.
+    let r = a.report().unwrap();
+    assert!(
+        r.starts_with("udp a: tx 40 ") && r.contains(" 2 GSO runs)"),
+        "{r}"
+    );
 
     // A receive call that stops inside a run leaves the rest in the link's
     // buffer, where the socket no longer signals it: the link asks to be

@@ -134,6 +134,34 @@ impl UdpCounters {
     }
 }
 
+impl std::fmt::Display for UdpCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tx {} ({} B, {} GSO runs) loopback {} rx {} ({} B, {} GRO runs) dropped {}: \
+             tx_unknown_dlid {} tx_short {} tx_oversized {} tx_would_block {} tx_error {} \
+             loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {}",
+            self.tx_packets,
+            self.tx_bytes,
+            self.tx_gso_runs,
+            self.loopback_packets,
+            self.rx_packets,
+            self.rx_bytes,
+            self.rx_gro_runs,
+            self.dropped(),
+            self.drop_tx_unknown_dlid,
+            self.drop_tx_short,
+            self.drop_tx_oversized,
+            self.drop_tx_would_block,
+            self.drop_tx_error,
+            self.drop_loopback_full,
+            self.drop_rx_unknown_source,
+            self.drop_rx_oversized,
+            self.rx_socket_errors,
+        )
+    }
+}
+
 /// Socket buffer size asked for (bytes): 1024 full-PMTU packets.
 pub const SOCKET_BUFFER: usize = 4 << 20;
 
@@ -696,5 +724,9 @@ impl Link for UdpLink {
 
     fn handle_timeout(&mut self, _now: Duration) -> Result<(), LinkError> {
         Ok(())
+    }
+
+    fn report(&self) -> Option<String> {
+        Some(format!("udp {}: {}", self.node.name, self.counters))
     }
 }
