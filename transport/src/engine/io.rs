@@ -316,11 +316,13 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
 }
 
 /// The LID checks every native packet passes before its QP is looked up, the
-/// only place LRH:DLID and the sender are checked: the DLID is one of the
-/// port's LIDs (the base LID with any path bits of its LMC, AD-01) or the
-/// permissive LID (7.11.1); the SLID is the LID of the node the link took the
-/// packet from, when the link knows it (ARCHITECTURE.md §9: a peer cannot send
-/// in another node's name).
+/// one place the port accepts a DLID and judges the sender (the link checks
+/// neither, ARCHITECTURE.md §2): the DLID is one of the port's LIDs (the base
+/// LID with any path bits of its LMC, AD-01) or the permissive LID (7.11.1);
+/// the SLID is the LID of the node the link took the packet from, when the
+/// link knows it (ARCHITECTURE.md §9: a peer cannot send in another node's
+/// name). The connected-service rules on top (C9-53..C9-56) are
+/// `check_headers`'.
 fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> Result<(), RxDrop> {
     let lrh = &pkt.lrh;
     let mask = !((1u16 << port.lmc.min(7)) - 1);
