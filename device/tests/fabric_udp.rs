@@ -232,6 +232,23 @@ fn udp_link_section9_the_engine_drops_short_spoofed_and_misaddressed_packets() {
     e.handle_packet(&ud_packet(1, 2, 0, b"claims LID 1"), &mut mem, t);
     assert_eq!(e.counters().dropped(RxDrop::SpoofedSlid), 1);
     assert_eq!(e.counters().dropped(RxDrop::UnknownQp), 3);
+
+    // AD-01: with LMC 2 the port answers to LIDs 8..=11 (path bits), and to
+    // nothing else.
+    let mut port = PortConfig::new(8, 0x1008);
+    port.lmc = 2;
+    let mut e = Engine::new(port, Limits::default());
+    for dlid in [8, 9, 11] {
+        e.handle_packet_from(&ud_packet(3, dlid, 0, b"mine"), Some(3), &mut mem, t);
+    }
+    for dlid in [7, 12] {
+        e.handle_packet_from(&ud_packet(3, dlid, 0, b"not mine"), Some(3), &mut mem, t);
+    }
+    let c = e.counters();
+    assert_eq!(
+        (c.dropped(RxDrop::UnknownQp), c.dropped(RxDrop::BadDlid)),
+        (3, 2)
+    );
 }
 
 #[test]
