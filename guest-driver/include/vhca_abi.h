@@ -2673,8 +2673,9 @@ enum vhca_counter_set {
 	"not_expected", \
 	"bad_dmac", \
 	"bad_gid", \
-	"response_queue_full"
-#define VHCA_COUNTERS_RX_DROP_COUNT 19
+	"response_queue_full", \
+	"spoofed_slid"
+#define VHCA_COUNTERS_RX_DROP_COUNT 20
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \

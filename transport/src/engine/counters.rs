@@ -62,6 +62,10 @@ reasons! {
         /// request is dropped unexecuted like one lost on the wire, and the
         /// requester's retry brings it again (C9-27 order kept; RL-07, RL-08).
         ResponseQueueFull,
+        /// LRH:SLID is not the LID of the node the link took the packet from
+        /// (the UDP link knows it by the datagram's source address;
+        /// ARCHITECTURE.md §9).
+        SpoofedSlid,
     }
 }
 
