@@ -248,7 +248,7 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
         let unacked = r.unacked();
         r.rec.on_progress(last_acked, n, unacked, now, timeout);
         let (una, hwm) = (r.una, r.hwm);
-        if r.rec.probe_answered(una, hwm) && skipped.is_none() {
+        if r.rec.probe_answered(una, hwm, now) && skipped.is_none() {
             // The tail probe was answered short of what was sent before it:
             // the rest was lost; go back to it now (9.7.4.1.3).
             resend_oldest(qp);

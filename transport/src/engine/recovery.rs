@@ -48,8 +48,9 @@ pub const INITIAL_WINDOW: u32 = 16;
 pub(super) const MIN_WINDOW: u32 = 8;
 /// Probe timeout before any round trip was measured.
 const INITIAL_PTO_NS: u64 = 1_000_000;
-/// Floor of the probe timeout: below this a probe would race ordinary ACKs.
-const MIN_PTO_NS: u64 = 10_000;
+/// Floor of the probe timeout (100 us): a host that schedules the peer late
+/// by a fraction of a millisecond should not see a probe per hiccup.
+const MIN_PTO_NS: u64 = 100_000;
 /// Probes back off by doubling, at most this many times.
 const MAX_BACKOFF: u32 = 10;
 
@@ -58,6 +59,10 @@ const MAX_BACKOFF: u32 = 10;
 pub(crate) struct Recovery {
     srtt_ns: Option<u64>,
     rttvar_ns: u64,
+    /// The smallest round trip measured: no answer to a probe can come sooner.
+    min_rtt_ns: Option<u64>,
+    /// When the pending tail probe went.
+    probe_sent_at: Option<Time>,
     /// The packet being timed: its PSN and when it was sent.
     sample: Option<(u32, Time)>,
     /// When a probe goes out if nothing is acknowledged before.
@@ -95,6 +100,8 @@ impl Default for Recovery {
         Recovery {
             srtt_ns: None,
             rttvar_ns: 0,
+            min_rtt_ns: None,
+            probe_sent_at: None,
             sample: None,
             probe_at: None,
             backoff: 0,
@@ -179,6 +186,9 @@ impl Recovery {
         if self.probes {
             self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
         }
+        if !new && self.probe_hwm.is_some() && self.probe_sent_at.is_none() {
+            self.probe_sent_at = Some(now);
+        }
         self.force_ack_req = false;
         self.probe_sent = self.probing;
         self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
@@ -223,6 +233,7 @@ impl Recovery {
     }
 
     fn rtt_sample(&mut self, r: u64) {
+        self.min_rtt_ns = Some(self.min_rtt_ns.map_or(r, |m| m.min(r)));
         // RFC 6298 2.2-2.3 with alpha 1/8, beta 1/4.
         match self.srtt_ns {
             None => {
@@ -264,6 +275,7 @@ impl Recovery {
     pub fn on_tail_probe(&mut self, una: u32, hwm: u32, now: Time, ack_timeout: Option<u64>) {
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
+        self.probe_sent_at = None;
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
@@ -280,13 +292,25 @@ impl Recovery {
 
     /// Progress after a tail probe: whether it says that what followed `una`
     /// was lost (then go-back-N resends it and the window is cut).
-    pub fn probe_answered(&mut self, una: u32, hwm: u32) -> bool {
-        match self.probe_hwm.take() {
-            Some(h) if psn::diff(una, h) < 0 => {
-                self.on_loss(hwm);
-                true
-            }
-            _ => false,
+    /// Only a response that comes at least three quarters of the smallest
+    /// round trip after the probe went can answer it; anything sooner was
+    /// already on its way (with an ACK in flight taken for the answer, a
+    /// probe that found nothing lost would go back and resend everything).
+    pub fn probe_answered(&mut self, una: u32, hwm: u32, now: Time) -> bool {
+        let (Some(h), Some(sent)) = (self.probe_hwm, self.probe_sent_at) else {
+            return false;
+        };
+        let soonest = self.min_rtt_ns.unwrap_or(0) * 3 / 4;
+        if now.0.saturating_sub(sent.0) < soonest {
+            return false;
+        }
+        self.probe_hwm = None;
+        self.probe_sent_at = None;
+        if psn::diff(una, h) < 0 {
+            self.on_loss(hwm);
+            true
+        } else {
+            false
         }
     }
 
@@ -302,6 +326,7 @@ impl Recovery {
     pub fn end_probe(&mut self) {
         self.probing = false;
         self.probe_hwm = None;
+        self.probe_sent_at = None;
         self.pending_probe = None;
     }
 
@@ -375,17 +400,34 @@ mod tests {
     #[test]
     fn a_tail_probe_cuts_the_window_only_when_its_answer_shows_loss() {
         let mut r = Recovery::default();
-        r.on_tail_probe(10, 20, Time(0), None);
+        // One round trip of 40 us measured.
+        r.on_send(3, true, true, Time(0), None);
+        r.on_progress(3, 1, 5, Time(40_000), None);
+        r.on_tail_probe(10, 20, Time(100_000), None);
         assert_eq!(r.pending_probe, Some(10));
+        r.on_send(10, true, false, Time(100_000), None);
         assert!(
-            !r.probe_answered(20, 20),
+            !r.probe_answered(20, 20, Time(150_000)),
             "everything acknowledged: spurious"
         );
-        assert_eq!(r.window(), INITIAL_WINDOW, "no cut");
-        r.on_tail_probe(10, 20, Time(0), None);
-        assert!(r.probe_answered(12, 20), "short of what was sent: lost");
-        assert_eq!(r.window(), INITIAL_WINDOW * 7 / 10);
-        assert!(!r.probe_answered(15, 20), "answered once");
+        let w = r.window();
+        assert_eq!(
+            w,
+            INITIAL_WINDOW + 1,
+            "no cut (slow start took the one ACK)"
+        );
+        r.on_tail_probe(10, 20, Time(200_000), None);
+        r.on_send(10, true, false, Time(200_000), None);
+        assert!(
+            !r.probe_answered(12, 20, Time(210_000)),
+            "sooner than a round trip: an ACK that was already on its way"
+        );
+        assert!(
+            r.probe_answered(12, 20, Time(240_000)),
+            "short of what was sent: lost"
+        );
+        assert_eq!(r.window(), w * 7 / 10);
+        assert!(!r.probe_answered(15, 20, Time(300_000)), "answered once");
     }
 
     #[test]
