@@ -46,7 +46,9 @@ impl Caps {
         // Never promise more objects than the memory budget holds
         // (ARCHITECTURE.md §9): what ibv_devinfo shows is what can be had.
         let fit = |each: u64| u32::try_from(l.mem_budget / each.max(1)).unwrap_or(u32::MAX);
-        use transport::budget::{mr_bytes, qp_bytes, recv_wqe_bytes};
+        use transport::budget::recv_wqe_bytes;
+        use transport::engine::qp_bytes;
+        use transport::mr::mr_bytes;
         Caps {
             max_qp: n(l.max_qp).min(fit(qp_bytes(l.max_rd_atomic))),
             max_cq: n(l.max_cq),

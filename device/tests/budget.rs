@@ -3,8 +3,10 @@
 //! max_mr, max_qp_wr) fits in `--mem-budget`.
 
 use device::caps::Caps;
-use transport::budget::{mr_bytes, qp_bytes, recv_wqe_bytes};
+use transport::budget::recv_wqe_bytes;
+use transport::engine::qp_bytes;
 use transport::engine::Limits;
+use transport::mr::mr_bytes;
 
 #[test]
 fn caps_never_promise_more_than_the_memory_budget_holds() {

@@ -785,7 +785,7 @@ fn wqes_over_the_memory_budget_wait_in_the_ring_until_memory_frees() {
     // A page list that aliases one page fills the budget but for ~5 WQEs.
     let budget = d.hca.port.engine().budget().clone();
     let room = 5 * transport::budget::recv_wqe_bytes(1) + 8;
-    let fill = budget.limit() - budget.used() - transport::budget::mr_bytes(0) - room;
+    let fill = budget.limit() - budget.used() - transport::mr::mr_bytes(0) - room;
     let n = fill / 8;
     let filler = d
         .hca

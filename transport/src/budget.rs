@@ -26,23 +26,11 @@ use std::sync::Arc;
 /// The default limit of an engine's budget: 256 MiB of host heap.
 pub const DEFAULT_LIMIT: u64 = 256 << 20;
 
-/// What an MR with `pages` translation entries costs (its context and page
-/// list).
-pub fn mr_bytes(pages: u64) -> u64 {
-    (std::mem::size_of::<crate::mr::Mr>() as u64).saturating_add(pages.saturating_mul(8))
-}
-
 /// What a receive WQE with `sges` SGEs costs while held; send WQEs cost more
 /// (their progress), so this is the least a WQE costs.
 pub fn recv_wqe_bytes(sges: u64) -> u64 {
     let sge = std::mem::size_of::<crate::verbs::Sge>() as u64;
     (std::mem::size_of::<crate::verbs::RecvWr>() as u64).saturating_add(sges.saturating_mul(sge))
-}
-
-/// What a QP reserves at creation: its state and its responder's bounded
-/// queues, for an engine granting READ/ATOMIC depth `max_rd_atomic`.
-pub fn qp_bytes(max_rd_atomic: u8) -> u64 {
-    crate::engine::qp_state_bytes(max_rd_atomic)
 }
 
 #[derive(Debug)]

@@ -48,7 +48,7 @@ pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
     } else {
         // The page list's host copy is charged to the budget: refused before
         // it is read (ARCHITECTURE.md §9).
-        budget_fits(x, transport::budget::mr_bytes(u64::from(i.pbl.npages)))?;
+        budget_fits(x, transport::mr::mr_bytes(u64::from(i.pbl.npages)))?;
         let pages = x.mr_pages(&i.pbl)?;
         let page_size = 1u64 << i.pbl.page_shift;
         x.engine()
@@ -102,7 +102,7 @@ pub(super) fn rereg_mr(x: &mut Exec<'_>, i: ReregMrIn) -> Result<RegMrOut, Fail>
         change.access = Some(check_access(i.access)?);
     }
     if i.change & rereg::CHANGE_TRANSLATION != 0 {
-        budget_fits(x, transport::budget::mr_bytes(u64::from(i.pbl.npages)))?;
+        budget_fits(x, transport::mr::mr_bytes(u64::from(i.pbl.npages)))?;
         change.translation = Some(Translation {
             iova: i.iova,
             length: i.length,

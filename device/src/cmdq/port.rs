@@ -21,7 +21,7 @@ const LOCAL_CA_ACK_DELAY: u8 = 15;
 /// memory budget could not hold a longer list (ARCHITECTURE.md §9).
 fn max_mr_pages(x: &Exec<'_>) -> u64 {
     let budget = x.hca.port.engine().budget().limit();
-    let fits = budget.saturating_sub(transport::budget::mr_bytes(0)) / 8;
+    let fits = budget.saturating_sub(transport::mr::mr_bytes(0)) / 8;
     u64::from(pbl_const::MAX_PAGES).min(fits)
 }
 

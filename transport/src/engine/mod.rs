@@ -33,7 +33,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 pub use counters::{Counters, NakReason, RxDrop};
 use cq::{Cq, Srq};
 use requester::Requester;
-pub use responder::state_bound as qp_state_bytes;
+/// What a QP reserves in the engine's budget at creation: its state and its
+/// responder's bounded queues, for READ/ATOMIC depth `max_rd_atomic`.
+pub use responder::state_bound as qp_bytes;
 use responder::Responder;
 
 use crate::budget::{Budget, Charge, Held, Weigh};

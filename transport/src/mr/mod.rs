@@ -35,6 +35,12 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::budget::Budget;
 use crate::verbs::{Access, Handle, VerbError};
 
+/// What an MR with `pages` translation entries costs the engine's budget (its
+/// context and page list; `budget`).
+pub fn mr_bytes(pages: u64) -> u64 {
+    (std::mem::size_of::<Mr>() as u64).saturating_add(pages.saturating_mul(8))
+}
+
 mod check;
 mod region;
 mod window;
@@ -111,7 +117,7 @@ pub struct MrTable {
 
 /// The host bytes an MR with `pages` translation entries holds.
 fn mr_weight(pages: usize) -> u64 {
-    crate::budget::mr_bytes(pages as u64)
+    mr_bytes(pages as u64)
 }
 
 impl MrTable {
