@@ -2,15 +2,19 @@
 //! (issue 13, "found by review"; ARCHITECTURE.md §5, §9). Each test prints the
 //! figure it judges.
 
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use vhca_tests::abi::bar0::{dev_status, reg};
 use vhca_tests::abi::cmd::{cmd_owner, pbl_const, Cmd, Opcode, Pbl, RegMrIn, ResizeCqIn, Status};
-use vhca_tests::abi::verbs::access;
-use vhca_tests::fixture::Node;
+use vhca_tests::abi::ident::ident;
+use vhca_tests::abi::verbs::{access, QpType};
+use vhca_tests::fixture::{assert_success, connect_loopback, Node};
 use vhca_tests::guest::PAGE;
-use vhca_tests::{GuestOptions, HcaConfig, Options, Vhca};
+use vhca_tests::util::{assert_bytes, pattern};
+use vhca_tests::{ConnOpts, GuestOptions, HcaConfig, Layout, Options, SendWr, Vhca};
 
 /// The most commands one CMDQ_PI write may run (device::run::CMD_BUDGET).
 const CMDS_PER_WRITE: u32 = device::run::CMD_BUDGET.commands;
@@ -180,4 +184,138 @@ fn a_ring_of_heavy_commands_does_not_stall_bar0() {
         write * 4 < total && longest_read * 4 < total,
         "a BAR0 access waited for most of the flood ({write:?}, {longest_read:?} of {total:?})"
     );
+}
+
+/// One vfio-user message: header (ID, command, size, flags 0, error 0) and body.
+fn vfio_msg(id: u16, command: u16, body: &[u8], payload: u32) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.extend_from_slice(&id.to_le_bytes());
+    m.extend_from_slice(&command.to_le_bytes());
+    m.extend_from_slice(&(16 + body.len() as u32 + payload).to_le_bytes());
+    m.extend_from_slice(&[0; 8]);
+    m.extend_from_slice(body);
+    m
+}
+
+/// A REGION_READ/WRITE body: offset, region, count.
+fn region_access(region: u32, offset: u64, count: u32) -> Vec<u8> {
+    let mut b = offset.to_le_bytes().to_vec();
+    b.extend_from_slice(&region.to_le_bytes());
+    b.extend_from_slice(&count.to_le_bytes());
+    b
+}
+
+/// A reply's flags and errno, and its body.
+fn vfio_reply(s: &mut UnixStream) -> (u32, u32, Vec<u8>) {
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h).expect("a reply");
+    let size = u32::from_le_bytes(h[4..8].try_into().unwrap());
+    let flags = u32::from_le_bytes(h[8..12].try_into().unwrap());
+    let error = u32::from_le_bytes(h[12..16].try_into().unwrap());
+    // A reply's body is small unless it carries a huge read: take 4 KiB at most.
+    let mut body = vec![0; (size as usize).saturating_sub(16).min(4096)];
+    s.read_exact(&mut body).expect("the reply's body");
+    (flags, error, body)
+}
+
+/// Issue 13, vfio_user: a client's REGION_WRITE of 256 MiB (streamed) and
+/// REGION_READ of 256 MiB: vhca's RSS stays flat (the crate allocated and
+/// filled the client's count before vhca's own size check), the client gets
+/// EINVAL, and the connection keeps working.
+#[test]
+fn huge_region_counts_get_an_error_and_no_memory() {
+    const REGION_READ: u16 = 9;
+    const REGION_WRITE: u16 = 10;
+    const ERROR: u32 = 1 << 5;
+    let mut v = Vhca::spawn(Options::nodes(1));
+    let mut s = UnixStream::connect(v.socket(0)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let rss0 = v.rss_kib(0);
+    let count = 256u32 << 20;
+    s.write_all(&vfio_msg(
+        1,
+        REGION_WRITE,
+        &region_access(0, 0, count),
+        count,
+    ))
+    .unwrap();
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut peak = rss0;
+    for k in 0..count >> 20 {
+        s.write_all(&chunk).unwrap();
+        if k % 16 == 15 {
+            peak = peak.max(v.rss_kib(0));
+        }
+    }
+    let (flags, error, _) = vfio_reply(&mut s);
+    peak = peak.max(v.rss_kib(0));
+    println!(
+        "REGION_WRITE of 256 MiB: vhca RSS {rss0} KiB before, peak {peak} KiB (+{} KiB); \
+         reply flags {flags:#x} errno {error}",
+        peak - rss0
+    );
+    assert_eq!((flags & ERROR, error), (ERROR, libc::EINVAL as u32));
+    assert!(peak - rss0 < 16 << 10, "RSS grew by {} KiB", peak - rss0);
+
+    s.write_all(&vfio_msg(2, REGION_READ, &region_access(0, 0, count), 0))
+        .unwrap();
+    let (flags, error, _) = vfio_reply(&mut s);
+    let rss1 = v.rss_kib(0);
+    println!("REGION_READ of 256 MiB: reply flags {flags:#x} errno {error}; RSS {rss1} KiB");
+    assert_eq!((flags & ERROR, error), (ERROR, libc::EINVAL as u32));
+    assert!(rss1 - rss0.min(rss1) < 16 << 10);
+
+    // In step: BAR0's MAGIC register reads as it should.
+    s.write_all(&vfio_msg(
+        3,
+        REGION_READ,
+        &region_access(0, u64::from(reg::MAGIC), 4),
+        0,
+    ))
+    .unwrap();
+    let (flags, _, body) = vfio_reply(&mut s);
+    assert_eq!(flags & ERROR, 0);
+    assert_eq!(body[16..20], ident::MAGIC.to_le_bytes());
+    v.assert_alive(0);
+}
+
+/// Issue 13, SIGBUS from a shrunk memfd: vhca seals each DMA-mapped file
+/// against shrinking when it maps it, so a client that truncates guest RAM
+/// under the device gets EPERM, and vhca keeps moving data through it
+/// (before: the truncate succeeded and vhca's next access raised SIGBUS).
+#[test]
+fn a_client_cannot_shrink_guest_ram_under_vhca() {
+    let mut v = Vhca::spawn(Options::nodes(1));
+    let mut n = Node::connect(&v, 0);
+    let q1 = n.qp(QpType::Rc);
+    let q2 = n.qp(QpType::Rc);
+    connect_loopback(&mut n.hca, q1, q2, &ConnOpts::default());
+    let len = 256 << 10;
+    let src = n.region(len, Layout::Scattered, 0);
+    let dst = n.region(len, Layout::Scattered, 0);
+    let d = pattern(0x5b05, len);
+    n.write(&src, 0, &d);
+    let ram = n.hca.guest().ram_file();
+    let size = ram.metadata().unwrap().len();
+    let r = ram.set_len(0);
+    println!("ftruncate of guest RAM ({size} bytes) to 0: {r:?}");
+    assert_eq!(
+        r.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EPERM)),
+        "the mapped file is sealed against shrinking"
+    );
+    assert_eq!(ram.metadata().unwrap().len(), size);
+    n.hca
+        .post_send(
+            q1,
+            &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+        )
+        .unwrap();
+    assert_success(&n.cqes(1, Duration::from_secs(30)));
+    assert_bytes(
+        &n.read(&dst, 0, len),
+        &d,
+        "WRITE after the truncate attempt",
+    );
+    v.assert_alive(0);
 }
