@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 use vhca_tests::abi::bar0::{dev_status, reg};
 use vhca_tests::abi::cmd::{cmd_owner, pbl_const, Cmd, Opcode, Pbl, RegMrIn, ResizeCqIn, Status};
 use vhca_tests::abi::ident::ident;
-use vhca_tests::abi::verbs::{access, QpType};
+use vhca_tests::abi::verbs::{access, QpState, QpType};
 use vhca_tests::fixture::{assert_success, connect_loopback, Node};
 use vhca_tests::guest::PAGE;
 use vhca_tests::util::{assert_bytes, pattern};
-use vhca_tests::{ConnOpts, GuestOptions, HcaConfig, Layout, Options, SendWr, Vhca};
+use vhca_tests::{
+    ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, Remote, SendWr, Vhca,
+};
 
 /// The most commands one CMDQ_PI write may run (device::run::CMD_BUDGET).
 const CMDS_PER_WRITE: u32 = device::run::CMD_BUDGET.commands;
@@ -318,4 +320,123 @@ fn a_client_cannot_shrink_guest_ram_under_vhca() {
         "WRITE after the truncate attempt",
     );
     v.assert_alive(0);
+}
+
+/// CPU time node 0 of `v` uses over `window`, in percent of one core.
+fn cpu_percent(v: &Vhca, window: Duration) -> f64 {
+    let hz = CLK_TCK;
+    let c0 = v.cpu_ticks(0);
+    let t = Instant::now();
+    std::thread::sleep(window);
+    let ticks = v.cpu_ticks(0) - c0;
+    ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0
+}
+
+/// Clock ticks per second of /proc/PID/stat: USER_HZ, 100 on every Linux
+/// architecture this runs on.
+const CLK_TCK: f64 = 100.0;
+
+/// Issue 13, a core spun by rogue doorbells: WQEs posted and rung on QPs in
+/// Reset, Init and RTR, and on a QP whose send queue the engine holds full
+/// (in RTS toward a LID nobody has, ACK timeout 4 s), cannot make progress:
+/// the data path sleeps (vhca's CPU over 2 s stays under 5 % of a core), and
+/// once the QPs reach RTS their WQEs run.
+#[test]
+fn rogue_doorbells_leave_the_data_path_asleep_and_their_wqes_run_at_rts() {
+    let v = Vhca::spawn(Options::nodes(1));
+    let mut n = Node::connect(&v, 0);
+    let lid = n.lid();
+    let src = n.region(4096, Layout::Scattered, 0);
+    let dst = n.region(4096, Layout::Scattered, 0);
+    let d = pattern(0xd00b, 4096);
+    n.write(&src, 0, &d);
+    let o = ConnOpts::default();
+    let (oa, ob) = (
+        ConnOpts { sq_psn: 0x100, ..o },
+        ConnOpts { sq_psn: 0x200, ..o },
+    );
+    let mut pairs = Vec::new();
+    for (i, state) in [QpState::Reset, QpState::Init, QpState::Rtr]
+        .into_iter()
+        .enumerate()
+    {
+        let a = n.qp(QpType::Rc);
+        let b = n.qp(QpType::Rc);
+        let to_b = Remote {
+            lid,
+            qpn: b.qpn,
+            psn: ob.sq_psn,
+        };
+        if state != QpState::Reset {
+            n.hca.qp_to_init(a, &oa).unwrap();
+        }
+        if state == QpState::Rtr {
+            n.hca.qp_to_rtr(a, Some(to_b), &oa).unwrap();
+        }
+        let at = i * 1024;
+        n.hca
+            .post_send(
+                a,
+                &SendWr::write(i as u64, dst.buf.va(at), dst.mr.rkey)
+                    .sge(src.mr.sge(&src.buf, at, 1024)),
+            )
+            .unwrap();
+        pairs.push((a, b, state, to_b));
+    }
+    // The full queue: the engine holds max_send_wr WQEs in flight that no
+    // ACK retires; the guest rings a ring's worth more (the same slots over
+    // again, as a rogue process can), which the engine cannot take.
+    let f = n
+        .hca
+        .create_qp(&QpInit::rc(n.pd, n.cq).wr(4, 1))
+        .expect("CREATE_QP");
+    let nowhere = Remote {
+        lid: 0x7ff0,
+        qpn: 0x1234,
+        psn: 0,
+    };
+    let slow = ConnOpts { timeout: 20, ..o };
+    n.hca.qp_to_rts_from_reset(f, Some(nowhere), &slow).unwrap();
+    let cap = n.hca.qp_cap(f).max_send_wr;
+    let (entries, _, _) = n.hca.sq_geometry(f);
+    let wrs: Vec<SendWr> = (0..cap)
+        .map(|k| {
+            SendWr::write(100 + u64::from(k), dst.buf.va(3072), dst.mr.rkey)
+                .sge(src.mr.sge(&src.buf, 3072, 64))
+        })
+        .collect();
+    n.hca.post_send_batch(f, &wrs).unwrap();
+    n.hca.ring_sq_raw(f, cap + entries).unwrap();
+
+    // Let the busy-poll window pass, then measure.
+    std::thread::sleep(Duration::from_millis(300));
+    let pct = cpu_percent(&v, Duration::from_secs(2));
+    println!(
+        "vhca CPU over 2 s with doorbells rung on QPs in Reset, Init, RTR and on a full \
+         send queue: {pct:.1} % of a core"
+    );
+    assert!(pct < 5.0, "the data path spins: {pct:.1} % of a core");
+
+    // The QPs reach RTS: the WQEs rung long ago run now.
+    for &(a, b, state, _) in &pairs {
+        let to_a = Remote {
+            lid,
+            qpn: a.qpn,
+            psn: oa.sq_psn,
+        };
+        n.hca.qp_to_rts_from_reset(b, Some(to_a), &ob).unwrap();
+        let to_b = pairs.iter().find(|p| p.0 == a).unwrap().3;
+        if state == QpState::Reset {
+            n.hca.qp_to_rts_from_reset(a, Some(to_b), &oa).unwrap();
+        } else {
+            if state == QpState::Init {
+                n.hca.qp_to_rtr(a, Some(to_b), &oa).unwrap();
+            }
+            n.hca.qp_to_rts(a, &oa).unwrap();
+        }
+    }
+    let c = n.cqes(3, Duration::from_secs(30));
+    assert_success(&c);
+    let got = n.read(&dst, 0, 3072);
+    assert_bytes(&got, &d[..3072], "the three WRITEs rung before RTS");
 }
