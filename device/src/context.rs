@@ -14,7 +14,7 @@ use crate::abi::bar0::{CtxStatus, CtxTable};
 use crate::abi::context::{ctx_flags, CqContext, EqContext, MrContext, QpContext, SrqContext};
 use crate::abi::uar::cq_arm;
 use crate::abi::verbs::num;
-use crate::cmdq::av_to_abi;
+use crate::convert::av_to_abi;
 use crate::hca::{DbSlot, Doorbells, Hca};
 
 /// The record of object `index` of `table`, without the doorbell words.
@@ -56,6 +56,12 @@ fn take(
 /// The slot's two words, or zeros without the doorbell pages.
 fn words(slot: DbSlot, db: Option<&dyn Doorbells>) -> (u32, u32) {
     db.map_or((0, 0), |d| slot.load(d))
+}
+
+/// A count the engine keeps, as a record field (saturated; 0 for an object
+/// the engine does not know).
+fn engine_count(n: Option<usize>) -> u32 {
+    n.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn shift_of(entry_size: usize) -> u8 {
@@ -143,7 +149,7 @@ fn cq(hca: &Hca, db: Option<&dyn Doorbells>, cqn: u32) -> Option<CqContext> {
         pi: c.pi,
         ci,
         arm: c.last_arm,
-        users: c.users,
+        users: engine_count(hca.port.engine().cq_users(cqn)),
         events: c.events,
         rsvd: 0,
         ring: c.pbl,
@@ -157,7 +163,7 @@ fn srq(hca: &Hca, db: Option<&dyn Doorbells>, srqn: u32) -> Option<SrqContext> {
     Some(SrqContext {
         srqn,
         pdn: s.pdn,
-        max_wr: s.max_wr,
+        max_wr: s.ring.len(),
         max_sge: s.max_sge,
         srq_limit: u32::try_from(limit).unwrap_or(u32::MAX),
         pi,
@@ -166,7 +172,7 @@ fn srq(hca: &Hca, db: Option<&dyn Doorbells>, srqn: u32) -> Option<SrqContext> {
         db_slot: s.db.slot,
         log2_entries: s.ring.log_entries() as u8,
         wqe_shift: shift_of(s.ring.entry_size()),
-        users: s.users,
+        users: engine_count(hca.port.engine().srq_users(srqn)),
         flags: if limit != 0 { ctx_flags::ARMED } else { 0 },
         rsvd: [0; 7],
         ring: s.pbl,

@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use transport::memory::Memory;
 use transport::verbs::{
-    Access, AddressVector, Completion, Event, GlobalRoute, MwBind, NetworkHdr, RecvWr, SendData,
-    SendFlags, SendWr, Sge, UdDest, VerbError, WcStatus, WrOpcode,
+    Access, Event, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge, UdDest, VerbError, WcStatus,
+    WrOpcode,
 };
 
 use crate::abi;
 use crate::abi::layout::Field;
+use crate::convert::{av_from_abi, cqe_of};
 use crate::hca::{Doorbells, Hca, HcaCounters, Interrupts};
 use crate::port::Port;
 use crate::ring::Ring;
@@ -27,24 +28,6 @@ pub const FETCH_BUDGET: u32 = 64;
 
 /// The largest WQE stride (abi MAX_WQE_SHIFT).
 const MAX_WQE: usize = 1 << 12;
-
-/// An address vector of the ABI as the engine's.
-pub fn av_from_abi(av: &abi::cmd::Av) -> AddressVector {
-    AddressVector {
-        dlid: av.dlid,
-        sl: av.sl & 0xf,
-        src_path_bits: av.src_path_bits & 0x7f,
-        static_rate: av.static_rate,
-        grh: (av.is_global != 0).then_some(GlobalRoute {
-            dgid: av.dgid,
-            flow_label: av.flow_label & 0xf_ffff,
-            sgid_index: av.sgid_index,
-            hop_limit: av.hop_limit,
-            traffic_class: av.traffic_class,
-        }),
-        dmac: av.dmac,
-    }
-}
 
 /// Why a send WQE was refused (the vendor_err of its error CQE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,39 +246,6 @@ pub fn decode_recv(wqe: &[u8], max_sge: u32) -> Result<RecvWr, (u64, BadWqe)> {
     })
 }
 
-/// A CQE of an engine completion (CQ-01).
-pub fn cqe_of(c: &Completion, owner: u8) -> abi::cqe::Cqe {
-    let mut e = abi::cqe::Cqe::ZERO;
-    e.wr_id = c.wr_id;
-    e.byte_len = c.byte_len;
-    e.imm_or_inv = c.imm_data;
-    e.qp_num = c.qp_num;
-    e.src_qp = c.src_qp;
-    e.wc_flags = c.flags.0;
-    e.slid = c.slid;
-    e.pkey_index = c.pkey_index;
-    e.status = c.status as u8;
-    e.opcode = c.opcode as u8;
-    e.sl = c.sl;
-    e.dlid_path_bits = c.dlid_path_bits;
-    // RoCE receives (WF-10): what the kernel's ib_wc carries for a reply.
-    if let Some(mac) = c.smac {
-        e.smac = mac;
-        e.wc_flags |= abi::verbs::wc_flags::WITH_SMAC;
-    }
-    let net = match c.network_hdr {
-        NetworkHdr::Ib => None,
-        NetworkHdr::Ipv4 => Some(abi::cqe::NetworkHdr::Ipv4),
-        NetworkHdr::Ipv6 => Some(abi::cqe::NetworkHdr::Ipv6),
-    };
-    if let Some(n) = net {
-        e.network_hdr_type = n.raw();
-        e.wc_flags |= abi::verbs::wc_flags::WITH_NETWORK_HDR_TYPE;
-    }
-    e.owner = owner;
-    e
-}
-
 /// Writes `entry` (whose last byte is the owner byte) at index `pi` of `ring`:
 /// everything but the owner first, then the owner (abi::cqe OWNER_CONVENTION).
 fn write_entry(ring: &Ring, mem: &mut dyn Memory, pi: u32, entry: &[u8]) -> bool {
@@ -388,6 +338,7 @@ impl Post {
                     Ok(()) => Taken::Yes,
                     // The engine holds max_send_wr WQEs: the rest wait in the ring.
                     Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InsufficientResources) => over_budget(counters),
                     // Reset/Init/RTR: not yet postable; fetched once the QP can send.
                     Err(VerbError::InvalidWr)
                         if !matches!(state(port, qpn), Ok(S::Rts | S::Sqd | S::Sqe | S::Error)) =>
@@ -415,6 +366,7 @@ impl Post {
                 match r {
                     Ok(()) => Taken::Yes,
                     Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InsufficientResources) => over_budget(counters),
                     Err(VerbError::InvalidWr) if matches!(state(port, qpn), Ok(S::Reset)) => {
                         Taken::Later
                     }
@@ -431,6 +383,7 @@ impl Post {
                 Ok(wr) => match port.engine_mut().post_srq_recv(srqn, wr) {
                     Ok(()) => Taken::Yes,
                     Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InsufficientResources) => over_budget(counters),
                     Err(e) => {
                         counters.bad_wqes += 1;
                         log::debug!("srq {srqn}: WQE {idx} refused: {e:?}");
@@ -446,6 +399,16 @@ impl Post {
             },
         }
     }
+}
+
+/// A WQE the memory budget cannot hold now stays in its ring, not consumed:
+/// the queue stalls at it like a full engine queue (`Qp::sq_stalled`), so the
+/// data path can sleep, and it is fetched again once something that frees
+/// memory (a completion, an ACK, a command) woke the data path
+/// (ARCHITECTURE.md §9).
+fn over_budget(counters: &mut HcaCounters) -> Taken {
+    counters.mem_budget_stalls += 1;
+    Taken::Later
 }
 
 impl Hca {
@@ -651,14 +614,20 @@ impl Hca {
         n
     }
 
-    /// Copies the engine's completions into the CQ rings, while there is room
-    /// (the consumer index in the CQ's doorbell slot), and raises completion
-    /// events for armed CQs (CQ-02).
+    /// Moves every completion the engine staged into its CQ ring while there
+    /// is room (the consumer index in the CQ's doorbell slot), and raises
+    /// completion events for armed CQs (CQ-02).
     ///
-    /// Arming belongs to the ring, not to the engine's staging CQ: an arm word
-    /// the device sees applies to CQEs it writes from then on, and, as with
-    /// mlx5's arm doorbell carrying the consumer index, an arm that finds
-    /// unconsumed CQEs in the ring fires at once. Otherwise a CQE written
+    /// The CQ ring alone has a depth, an arming and an overflow
+    /// (ARCHITECTURE.md §4 "who owns what"); the engine's per-CQ queue is only
+    /// where completions wait for this round's copy. Every staged completion
+    /// leaves the engine here, written or, on a CQ in error, discarded and
+    /// counted: that is what bounds the engine's queues (a round's worth of
+    /// completions, see `transport::engine`'s `Cq`), asserted at the end.
+    ///
+    /// An arm word the device sees applies to CQEs it writes from then on, and,
+    /// as with mlx5's arm doorbell carrying the consumer index, an arm that
+    /// finds unconsumed CQEs in the ring fires at once. Otherwise a CQE written
     /// between the driver's arm store and the device reading it would wake
     /// nobody: the driver's arm-then-poll ran before the CQE was there.
     fn write_cqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
@@ -690,14 +659,23 @@ impl Hca {
         // Then only the CQs the engine has completions for.
         let ready: Vec<u32> = port.engine().ready_cqs().collect();
         for cqn in ready {
+            let engine = port.engine_mut();
             let Some(cq) = cqs.get_mut(&cqn) else {
+                // An engine CQ without a ring (not made by CREATE_CQ): nowhere
+                // to write.
+                while engine.poll_cq(cqn).is_some() {
+                    counters.cqes_discarded += 1;
+                }
                 continue;
             };
-            if cq.overflowed {
-                continue;
-            }
             let (ci, _) = cq.db.load(db);
-            while port.engine().cq_len(cqn) > 0 {
+            while let Some(c) = engine.poll_cq(cqn) {
+                if cq.overflowed {
+                    // A CQ in error (CQ-03) takes no more CQEs: what the
+                    // engine completes for it is discarded, not kept.
+                    counters.cqes_discarded += 1;
+                    continue;
+                }
                 if cq.pi.wrapping_sub(ci) >= cq.ring.len() {
                     if cq.pi.wrapping_sub(ci) > cq.ring.len() {
                         // A consumer index ahead of what was written: garbage.
@@ -709,18 +687,19 @@ impl Hca {
                     // and the driver gets a CQ error event on EQ 0.
                     cq.overflowed = true;
                     counters.cq_overflows += 1;
+                    counters.cqes_discarded += 1;
                     overflow.push(cqn);
                     log::warn!("cq {cqn}: overflow (pi {}, ci {ci})", cq.pi);
-                    break;
+                    continue;
                 }
-                let c = port.engine_mut().poll_cq(cqn).expect("cq_len > 0");
                 let owner = abi::cqe::owner_bit(cq.pi, cq.ring.log_entries());
                 let e = cqe_of(&c, owner);
                 if !write_entry(&cq.ring, mem, cq.pi, &e.to_bytes()) {
                     counters.memory_faults += 1;
+                    counters.cqes_discarded += 1;
                     cq.overflowed = true;
                     log::warn!("cq {cqn}: ring not writable; CQ stopped");
-                    break;
+                    continue;
                 }
                 cq.pi = cq.pi.wrapping_add(1);
                 counters.cqes += 1;
@@ -734,6 +713,10 @@ impl Hca {
                 }
             }
         }
+        debug_assert!(
+            port.engine().ready_cqs().next().is_none(),
+            "completions left staged in the engine after the round"
+        );
         for cqn in overflow {
             self.push_eqe(0, abi::cqe::EqeType::CqErr.raw(), cqn, 0, mem, db);
         }
@@ -758,20 +741,18 @@ impl Hca {
         let mut n = 0;
         while let Some(ev) = self.port.engine_mut().poll_event() {
             let kind = abi::cqe::EqeType::of_event(&ev);
-            let (eqn, object) = match ev {
-                // The device never arms the engine's CQs (see write_cqes), so
-                // this comes only from a caller that did.
-                Event::Completion { cq } => (self.cqs.get(&cq).map_or(0, |c| c.eqn), cq),
-                Event::CqError { cq } => (0, cq),
+            // All on EQ 0: completion events and CQ errors are the CQ ring's,
+            // raised by write_cqes.
+            let object = match ev {
                 Event::QpFatal { qpn }
                 | Event::QpRequestError { qpn }
                 | Event::QpAccessError { qpn }
                 | Event::CommEstablished { qpn }
-                | Event::SqDrained { qpn } => (0, qpn),
-                Event::SrqLimitReached { srq } => (0, srq),
-                Event::PortActive | Event::PortError => (0, 1),
+                | Event::SqDrained { qpn } => qpn,
+                Event::SrqLimitReached { srq } => srq,
+                Event::PortActive | Event::PortError => 1,
             };
-            if self.push_eqe(eqn, kind.raw(), object, 0, mem, db) {
+            if self.push_eqe(0, kind.raw(), object, 0, mem, db) {
                 n += 1;
             }
         }

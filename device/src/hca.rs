@@ -14,7 +14,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::abi;
-use crate::cmdq::Caps;
+pub use crate::abi::counters::HcaCounters;
+use crate::caps::Caps;
 use crate::port::Port;
 use crate::ring::Ring;
 
@@ -80,8 +81,10 @@ pub struct Eq {
     pub pbl: abi::cmd::Pbl,
 }
 
-/// A completion queue's guest side (its completions live in the engine's CQ of
-/// the same number until the data path copies them into the ring).
+/// A completion queue: its guest ring and everything about it, depth, arming
+/// (CQ-02) and overflow (CQ-03) (ARCHITECTURE.md §4 "who owns what"). The
+/// engine's CQ of the same number only stages the completions it produced
+/// until the data path's round moves them into the ring.
 #[derive(Debug, Clone)]
 pub struct Cq {
     pub ring: Ring,
@@ -91,8 +94,6 @@ pub struct Cq {
     pub pi: u32,
     /// The arm word last acted on.
     pub last_arm: u32,
-    /// QPs using this CQ (DESTROY_CQ is BUSY while any does).
-    pub users: u32,
     /// Set once the ring overflowed (CQ-03): the CQ is in error, nothing more is
     /// written.
     pub overflowed: bool,
@@ -181,32 +182,21 @@ pub struct Srq {
     /// The producer index at which fetching last stopped on a full engine
     /// queue (see `Qp::sq_stalled`).
     pub stalled: Option<u32>,
-    pub max_wr: u32,
+    /// SGEs a WQE may carry (what the data path decodes against; the engine
+    /// checks it again on post).
     pub max_sge: u32,
-    /// QPs using this SRQ.
-    pub users: u32,
     /// Where the ring lives, as the driver gave it (for the context window).
     pub pbl: abi::cmd::Pbl,
 }
 
-/// Device-wide counters of the data path (the engine and link count the rest).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct HcaCounters {
-    pub send_wqes: u64,
-    pub recv_wqes: u64,
-    /// WQEs that failed validation (error completion, QP to Error).
-    pub bad_wqes: u64,
-    /// A producer index more than a ring ahead of the device (guest bug or
-    /// attack): the QP or SRQ goes to Error.
-    pub doorbell_overruns: u64,
-    /// Guest-memory accesses that failed (unmapped rings, DMA_UNMAP under a
-    /// transfer).
-    pub memory_faults: u64,
-    pub cqes: u64,
-    pub cq_overflows: u64,
-    pub eqes: u64,
-    pub eq_overflows: u64,
-    pub interrupts: u64,
+/// The device counters with the memory budget's figures filled in
+/// (ARCHITECTURE.md §9).
+impl HcaCounters {
+    pub fn with_budget(mut self, b: &transport::budget::Budget) -> HcaCounters {
+        self.mem_budget_refusals = b.refusals();
+        self.mem_held_bytes = b.used();
+        self
+    }
 }
 
 /// The HCA.
@@ -221,6 +211,9 @@ pub struct Hca {
     pub counters: HcaCounters,
     /// The device limits the command queue enforces (and BAR0 shows).
     pub caps: Caps,
+    /// The memory-budget charge of each object's ring page lists, released
+    /// when the object goes (ARCHITECTURE.md §9).
+    pub ring_charges: HashMap<SlotOwner, transport::budget::Charge>,
 }
 
 /// The object a doorbell slot belongs to.
@@ -242,6 +235,7 @@ impl Hca {
             slots: HashMap::new(),
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
+            ring_charges: HashMap::new(),
             port,
         }
     }
@@ -255,5 +249,6 @@ impl Hca {
         self.qps.clear();
         self.srqs.clear();
         self.slots.clear();
+        self.ring_charges.clear();
     }
 }

@@ -7,9 +7,11 @@
 #![deny(unsafe_code)]
 
 pub mod abi;
+pub mod caps;
 pub mod cli;
 pub mod cmdq;
 pub mod context;
+pub mod convert;
 pub mod datapath;
 pub mod fabric;
 pub mod glue;

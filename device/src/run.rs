@@ -22,7 +22,8 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::abi;
 use crate::abi::bar0::{dev_ctrl, dev_status, reg, CtxStatus, CtxTable, Fatal};
-use crate::cmdq::{self, Caps, CmdQueue};
+use crate::caps::Caps;
+use crate::cmdq::{self, CmdQueue};
 use crate::glue::{BarDoorbells, GuestMem, Msix};
 use crate::hca::{DbSlot, Doorbells, Eq, Hca};
 use crate::port::Port;
@@ -785,6 +786,7 @@ impl Core {
         }
         s += &format!("engine: {e:?}\n");
         s += &format!("cmdq: {:?}\n", self.cmd_stats);
+        let h = h.with_budget(self.hca.port.engine().budget());
         s += &format!("hca: {h:?}");
         s
     }
@@ -864,8 +866,15 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     if let Some(path) = &config.capture {
         link = Box::new(CaptureLink::create_as(link, path, capture_as)?);
     }
-    let limits = Limits::default();
+    let limits = Limits {
+        mem_budget: config.mem_budget,
+        ..Limits::default()
+    };
     let caps = Caps::from_limits(&limits);
+    log::info!(
+        "memory budget: {} MiB for page lists, WQEs and QP state",
+        config.mem_budget >> 20
+    );
     let engine = Engine::new(port_config.clone(), limits);
     let port = Port::new(engine, link);
     let function = function(&caps)?;

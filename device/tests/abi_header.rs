@@ -520,8 +520,8 @@ fn event_types_are_ibverbs_numbers() {
         EqeType::PortActive
     );
     assert_eq!(
-        EqeType::of_event(&tv::Event::Completion { cq: 3 }),
-        EqeType::Completion
+        EqeType::of_event(&tv::Event::SrqLimitReached { srq: 3 }),
+        EqeType::SrqLimitReached
     );
 }
 

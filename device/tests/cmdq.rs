@@ -22,7 +22,8 @@ use device::abi::counters::CounterSet;
 use device::abi::layout::{AbiStruct, Field};
 use device::abi::uar::uar;
 use device::abi::verbs::{access, num, qp_attr_mask as m, srq_attr_mask, Mtu, QpState, QpType};
-use device::cmdq::{execute_pending, snapshot, CmdDone, CmdQueue, Syndrome, MAX_COMMANDS_PER_CALL};
+use device::cmdq::{execute_pending, CmdDone, CmdQueue, Syndrome, MAX_COMMANDS_PER_CALL};
+use device::context::snapshot;
 use device::context::snapshot_with_doorbells;
 use device::fabric::{FabricFile, Node, UdpLink};
 use device::glue::VecDoorbells;
@@ -515,10 +516,11 @@ fn objects_live_from_pd_to_connected_qps_over_loopback_and_are_destroyed() {
     let b = d.qp(QpType::Rc, pdn, cqn, None);
     let ud = d.qp(QpType::Ud, pdn, cqn, Some(srqn));
     assert_eq!(
-        d.hca.cqs[&cqn].users, 6,
+        d.hca.port.engine().cq_users(cqn).unwrap(),
+        6,
         "send and receive roles of three QPs"
     );
-    assert_eq!(d.hca.srqs[&srqn].users, 1);
+    assert_eq!(d.hca.port.engine().srq_users(srqn).unwrap(), 1);
     assert_eq!(d.hca.eqs[&eqn].users, 1);
     d.connect_rc(a, b).unwrap();
     d.connect_rc(b, a).unwrap();
@@ -590,7 +592,7 @@ fn objects_live_from_pd_to_connected_qps_over_loopback_and_are_destroyed() {
     for qpn in [a, b, ud] {
         d.call_in(Opcode::DestroyQp, &DestroyQpIn { qpn }).unwrap();
     }
-    assert_eq!(d.hca.cqs[&cqn].users, 0);
+    assert_eq!(d.hca.port.engine().cq_users(cqn).unwrap(), 0);
     d.call_in(Opcode::DestroySrq, &DestroySrqIn { srqn })
         .unwrap();
     d.call_in(Opcode::DeregMr, &DeregMrIn { lkey: key })
@@ -1340,7 +1342,7 @@ fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
         assert_eq!(d.refuse(Opcode::CreateQp, &i).0, status, "case {k}");
     }
     assert!(d.hca.qps.is_empty());
-    assert_eq!(d.hca.cqs[&cqn].users, 0);
+    assert_eq!(d.hca.port.engine().cq_users(cqn).unwrap(), 0);
     assert_eq!(d.hca.slots.len(), 2, "EQ 0 and the CQ");
     assert_eq!(caps.max_sge, 32);
     // An SRQ QP names no RQ.
@@ -1348,7 +1350,7 @@ fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
     let mut i = d.qp_in(QpType::Rc, pdn, cqn, Some(srqn));
     i.rq = d.contiguous(4096);
     assert_eq!(d.refuse(Opcode::CreateQp, &i).0, Status::BadParam);
-    assert_eq!(d.hca.srqs[&srqn].users, 0);
+    assert_eq!(d.hca.port.engine().srq_users(srqn).unwrap(), 0);
 
     // Granted sizes: the rings' WQE counts, what the strides hold.
     let mut i = base;

@@ -50,6 +50,10 @@ fn pages(d: &mut Dev, n: u64) -> Vec<u64> {
 }
 
 fn dev() -> Dev {
+    dev_with(Limits::default())
+}
+
+fn dev_with(limits: Limits) -> Dev {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let f = FabricFile::from_nodes(vec![Node {
         name: "a".into(),
@@ -59,10 +63,7 @@ fn dev() -> Dev {
     }])
     .unwrap();
     let link = UdpLink::from_socket(&f, "a", sock).unwrap();
-    let mut e = Engine::new(
-        PortConfig::new(LID, 0x0002_c903_0000_0007),
-        Limits::default(),
-    );
+    let mut e = Engine::new(PortConfig::new(LID, 0x0002_c903_0000_0007), limits);
     let pd = e.mrs().alloc_pd().unwrap();
     let data_pages = (0..1024u64).map(|i| BASE + (8 << 20) + i * 4096).collect();
     let key = e
@@ -106,7 +107,7 @@ fn add_eq(d: &mut Dev, eqn: u32, vector: u16, slot: u16) {
 }
 
 fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
-    let cqn = d.hca.port.engine_mut().create_cq(256).unwrap();
+    let cqn = d.hca.port.engine_mut().create_cq().unwrap();
     let p = pages(d, 4);
     let ring = Ring::new(&d.mem, p, 12, 6, 8, 20).unwrap();
     d.hca.cqs.insert(
@@ -117,7 +118,6 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
             db: DbSlot { uar: 1, slot },
             pi: 0,
             last_arm: 0,
-            users: 0,
             overflowed: false,
             events: 0,
             armed: None,
@@ -475,6 +475,26 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
         (abi::cqe::EqeType::Completion.raw(), cq)
     );
     assert!(poll_eq(&mut d, 1).is_none());
+    // Disarmed by the event: another solicited completion raises nothing.
+    post_recv(&mut d, b, 4, DATA, 64);
+    send(&mut d, 4, abi::verbs::send_flags::SOLICITED);
+    assert_eq!(wait_cqe(&mut d, cq).wr_id, 4);
+    run(&mut d, 2);
+    assert!(poll_eq(&mut d, 1).is_none(), "an event without a new arm");
+    // Armed for the next completion (a new arm word): an unsolicited one fires.
+    d.db.store(cq_slot.offset() + 4, 2);
+    run(&mut d, 1);
+    post_recv(&mut d, b, 5, DATA, 64);
+    send(&mut d, 5, 0);
+    assert_eq!(wait_cqe(&mut d, cq).wr_id, 5);
+    run(&mut d, 2);
+    let eqe = poll_eq(&mut d, 1).expect("completion EQE for the next completion");
+    assert_eq!(
+        (eqe.kind, eqe.object),
+        (abi::cqe::EqeType::Completion.raw(), cq)
+    );
+    assert!(poll_eq(&mut d, 1).is_none());
+    assert_eq!(d.hca.cqs[&cq].events, 2);
 }
 
 /// CQ-03: a CQ ring the guest does not consume is never written past: the
@@ -507,6 +527,12 @@ fn datapath_cq_03_overflow_stops_the_cq_and_raises_cq_error() {
     assert_eq!(d.hca.counters.cq_overflows, 1);
     let eqe = poll_eq(&mut d, 0).expect("CQ error EQE on EQ 0");
     assert_eq!((eqe.kind, eqe.object), (abi::cqe::EqeType::CqErr.raw(), cq));
+    assert!(poll_eq(&mut d, 0).is_none(), "one CQ error event");
+    // The 44 completions that found the CQ in error are discarded and counted,
+    // not kept in the engine: the CQ ring alone has a depth.
+    assert_eq!(d.hca.counters.cqes_discarded, 44);
+    assert_eq!(d.hca.port.engine().cq_len(cq), 0);
+    assert_eq!(d.hca.port.engine().ready_cqs().count(), 0);
     let ids: Vec<u64> = (0..256)
         .map(|_| poll_cq(&mut d, cq).unwrap().wr_id)
         .collect();
@@ -676,7 +702,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
         transport::verbs::WcOpcode::Recv,
         3,
     );
-    let ib = device::datapath::cqe_of(&c, 1);
+    let ib = device::convert::cqe_of(&c, 1);
     assert_eq!(
         ib.wc_flags & (wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE),
         0
@@ -684,7 +710,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
     assert_eq!((ib.smac, ib.network_hdr_type), ([0; 6], 0));
     c.smac = Some([2, 0, 0, 0, 0, 9]);
     c.network_hdr = transport::verbs::NetworkHdr::Ipv4;
-    let e = device::datapath::cqe_of(&c, 1);
+    let e = device::convert::cqe_of(&c, 1);
     assert_eq!(e.smac, [2, 0, 0, 0, 0, 9]);
     assert_eq!(e.network_hdr_type, abi::cqe::NetworkHdr::Ipv4.raw());
     assert_eq!(
@@ -692,7 +718,7 @@ fn wf_10_roce_receive_cqe_reports_smac_and_network_header() {
         wc_flags::WITH_SMAC | wc_flags::WITH_NETWORK_HDR_TYPE
     );
     c.network_hdr = transport::verbs::NetworkHdr::Ipv6;
-    assert_eq!(device::datapath::cqe_of(&c, 1).network_hdr_type, 3);
+    assert_eq!(device::convert::cqe_of(&c, 1).network_hdr_type, 3);
 }
 
 /// A send doorbell rung on a QP that cannot send yet (Reset) leaves nothing
@@ -739,4 +765,51 @@ fn a_doorbell_on_a_qp_that_cannot_send_does_not_keep_the_device_awake() {
     assert_eq!((got[1].wr_id, got[1].status, got[1].byte_len), (77, 0, 64));
     post_send(&mut d, a, &w);
     assert!(d.hca.doorbells_pending(&d.db), "pending again");
+}
+
+/// ARCHITECTURE.md §9: a receive WQE the memory budget cannot hold stays in
+/// its ring, not consumed: the queue stalls at it (counted), the stalled
+/// doorbell does not keep the data path awake, and once memory frees (here an
+/// MR's page list is deregistered) the next round takes the rest.
+#[test]
+fn wqes_over_the_memory_budget_wait_in_the_ring_until_memory_frees() {
+    let mut d = dev_with(Limits {
+        mem_budget: 4 << 20,
+        ..Limits::default()
+    });
+    add_eq(&mut d, 1, 3, 9);
+    let cq = add_cq(&mut d, 1, 8);
+    let a = add_qp(&mut d, cq, 9);
+    let b = add_qp(&mut d, cq, 10);
+    connect(&mut d, a, b);
+    // A page list that aliases one page fills the budget but for ~5 WQEs.
+    let budget = d.hca.port.engine().budget().clone();
+    let room = 5 * transport::budget::recv_wqe_bytes(1) + 8;
+    let fill = budget.limit() - budget.used() - transport::budget::mr_bytes(0) - room;
+    let n = fill / 8;
+    let filler = d
+        .hca
+        .port
+        .engine_mut()
+        .mrs()
+        .reg_mr(d.pd, 0, n * 4096, Access(1), 4096, vec![BASE; n as usize])
+        .unwrap();
+    for i in 0..20 {
+        post_recv(&mut d, b, i, DATA, 64);
+    }
+    run(&mut d, 3);
+    let took = d.hca.qps[&b].rq_fetched;
+    assert!((1..20).contains(&took), "{took} of 20 taken");
+    assert!(d.hca.counters.mem_budget_stalls >= 1);
+    assert!(budget.used() <= budget.limit());
+    assert!(
+        !d.hca.doorbells_pending(&d.db),
+        "a queue stalled on the budget does not keep the data path awake"
+    );
+    d.hca.port.engine_mut().mrs().dereg_mr(filler).unwrap();
+    run(&mut d, 1);
+    assert_eq!(
+        d.hca.qps[&b].rq_fetched, 20,
+        "the rest taken once memory freed"
+    );
 }

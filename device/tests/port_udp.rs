@@ -64,7 +64,7 @@ fn side(f: &FabricFile, name: &str, sock: UdpSocket, faults: Option<FaultSpec>) 
         .mrs()
         .reg_mr(pd, BASE, MEM as u64, Access(15), 4096, pages)
         .unwrap();
-    let cq = e.create_cq(4096).unwrap();
+    let cq = e.create_cq().unwrap();
     let qp = e
         .create_qp(QpInit {
             qp_type: QpType::Rc,

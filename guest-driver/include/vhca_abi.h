@@ -2462,7 +2462,10 @@ struct vhca_cq_context {
 	__u32 ci;
 	/* Arm word last taken. */
 	__u32 arm;
-	/* QPs and SRQs using the CQ. */
+	/*
+	 * Uses of the CQ by QPs, once per role (a QP with one CQ for both counts
+	 * twice).
+	 */
 	__u32 users;
 	/* Completion events raised. */
 	__u64 events;
@@ -2610,7 +2613,8 @@ enum vhca_counter_set {
 	VHCA_COUNTERS_NAK_SENT = 3,
 	/*
 	 * The device's data path: WQEs fetched and refused, doorbell overruns,
-	 * guest-memory faults, CQEs, EQEs, overflows and interrupts.
+	 * guest-memory faults, CQEs, EQEs, overflows, interrupts and CQEs discarded
+	 * on a CQ in error.
 	 */
 	VHCA_COUNTERS_DEVICE = 4,
 };
@@ -2668,8 +2672,9 @@ enum vhca_counter_set {
 	"unexpected_response", \
 	"not_expected", \
 	"bad_dmac", \
-	"bad_gid"
-#define VHCA_COUNTERS_RX_DROP_COUNT 18
+	"bad_gid", \
+	"response_queue_full"
+#define VHCA_COUNTERS_RX_DROP_COUNT 19
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \
@@ -2709,7 +2714,11 @@ enum vhca_counter_set {
 	"cq_overflows", \
 	"eqes", \
 	"eq_overflows", \
-	"interrupts"
-#define VHCA_COUNTERS_DEVICE_COUNT 10
+	"interrupts", \
+	"cqes_discarded", \
+	"mem_budget_stalls", \
+	"mem_budget_refusals", \
+	"mem_held_bytes"
+#define VHCA_COUNTERS_DEVICE_COUNT 14
 
 #endif /* VHCA_ABI_H */

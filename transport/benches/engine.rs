@@ -51,7 +51,7 @@ fn side(lid: u16) -> Side {
         .mrs()
         .reg_mr(pd, BASE, MEM as u64, Access(15), 4096, pages)
         .unwrap();
-    let cq = e.create_cq(1 << 16).unwrap();
+    let cq = e.create_cq().unwrap();
     let qp = e
         .create_qp(QpInit {
             qp_type: QpType::Rc,

@@ -512,35 +512,19 @@ pub enum VerbError {
     NotSupported,
 }
 
-/// Asynchronous events (IBA 11.6.3; AE-01), affiliated with a QP, CQ or SRQ, or the
-/// port; plus completion events of armed CQs (CQ-02).
+/// Asynchronous events (IBA 11.6.3; AE-01) the engine raises, affiliated with a
+/// QP or SRQ, or the port. Completion events of armed CQs (CQ-02) and the CQ
+/// error of an overflow (CQ-03) are not among them: a CQ's arming and depth
+/// belong to its consumer, the device's CQ ring (ARCHITECTURE.md §4 "who owns
+/// what").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
-    /// An armed CQ got a completion that matches its arming.
-    Completion {
-        cq: Handle,
-    },
-    CqError {
-        cq: Handle,
-    },
-    QpFatal {
-        qpn: u32,
-    },
-    QpRequestError {
-        qpn: u32,
-    },
-    QpAccessError {
-        qpn: u32,
-    },
-    CommEstablished {
-        qpn: u32,
-    },
-    SqDrained {
-        qpn: u32,
-    },
-    SrqLimitReached {
-        srq: Handle,
-    },
+    QpFatal { qpn: u32 },
+    QpRequestError { qpn: u32 },
+    QpAccessError { qpn: u32 },
+    CommEstablished { qpn: u32 },
+    SqDrained { qpn: u32 },
+    SrqLimitReached { srq: Handle },
     PortActive,
     PortError,
 }

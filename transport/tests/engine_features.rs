@@ -209,38 +209,34 @@ fn or_05_fenced_send_waits_for_the_read_before_it() {
     );
 }
 
+/// OP-10: a SEND with the solicited flag completes at the responder marked
+/// solicited, one without it not: what a CQ armed for solicited completions
+/// (CQ-02) decides on. The arming itself is the device CQ ring's
+/// (ARCHITECTURE.md §4 "who owns what"), asserted by device/tests/datapath.rs
+/// `datapath_cq_02_*` and tests/tests/traffic.rs.
 #[test]
-fn op_10_cq_02_solicited_arming_raises_an_event_only_for_solicited() {
+fn op_10_solicited_flag_reaches_the_responders_completion() {
     let (mut net, p, ka, kb) = setup(16, &ConnOpts::default());
     for i in 0..3 {
         recv(&mut net, 1, p.qb, i, MEM_BASE + 0x1000 * (i + 1), 64, kb);
     }
-    net.nodes[1].engine.req_notify_cq(p.cq_b, true).unwrap();
     net.nodes[0]
         .engine
         .post_send(p.qa, send_wr(1, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
         .unwrap();
-    wait(&mut net, 1, p.cq_b, 1);
-    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event())
-        .filter(|e| matches!(e, Event::Completion { .. }))
-        .collect();
-    assert!(ev.is_empty(), "an unsolicited SEND raises no event: {ev:?}");
+    let c = wait(&mut net, 1, p.cq_b, 1);
+    assert!(!c[0].solicited);
     let mut s = send_wr(2, WrOpcode::Send, sge(MEM_BASE, 8, ka));
     s.flags = SendFlags(SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0);
     net.nodes[0].engine.post_send(p.qa, s).unwrap();
     let c = wait(&mut net, 1, p.cq_b, 1);
     assert!(c[0].solicited);
-    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
-    assert!(ev.contains(&Event::Completion { cq: p.cq_b }), "{ev:?}");
-    // Disarmed after firing; "next completion" arming fires for anything.
-    net.nodes[1].engine.req_notify_cq(p.cq_b, false).unwrap();
     net.nodes[0]
         .engine
         .post_send(p.qa, send_wr(3, WrOpcode::Send, sge(MEM_BASE, 8, ka)))
         .unwrap();
-    wait(&mut net, 1, p.cq_b, 1);
-    let ev: Vec<Event> = std::iter::from_fn(|| net.nodes[1].engine.poll_event()).collect();
-    assert!(ev.contains(&Event::Completion { cq: p.cq_b }), "{ev:?}");
+    let c = wait(&mut net, 1, p.cq_b, 1);
+    assert!(!c[0].solicited);
 }
 
 #[test]
@@ -298,7 +294,7 @@ fn sr_01_srq_shared_by_two_qps_consumed_in_order_with_limit_event() {
 }
 
 #[test]
-fn cq_04_resize_cq_and_srq_keep_their_entries_and_refuse_too_small() {
+fn cq_04_resize_srq_keeps_its_entries_and_refuses_too_small() {
     let mut net = Net::new(2, 1 << 20, 23);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
@@ -341,9 +337,6 @@ fn cq_04_resize_cq_and_srq_keep_their_entries_and_refuse_too_small() {
     }
     net.run_until(100_000, |n| n.nodes[1].engine.cq_len(p.cq_b) == 6);
     let e = &mut net.nodes[1].engine;
-    assert_eq!(e.resize_cq(p.cq_b, 5), Err(VerbError::InvalidAttr));
-    assert_eq!(e.resize_cq(p.cq_b, 0), Err(VerbError::InvalidAttr));
-    e.resize_cq(p.cq_b, 6).unwrap();
     let ids: Vec<u64> = std::iter::from_fn(|| e.poll_cq(p.cq_b))
         .map(|c| c.wr_id)
         .collect();
@@ -357,7 +350,7 @@ fn ud_qp(net: &mut Net, node: usize) -> (u32, u32) {
         ..ConnOpts::default()
     };
     let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq(1024).unwrap();
+    let cq = n.engine.create_cq().unwrap();
     let qp = n
         .engine
         .create_qp(QpInit {
@@ -545,7 +538,7 @@ fn qs_09_create_qp_result_codes() {
     let mut net = Net::new(1, 1 << 16, 31);
     let pd = net.nodes[0].pd;
     let e = &mut net.nodes[0].engine;
-    let cq = e.create_cq(16).unwrap();
+    let cq = e.create_cq().unwrap();
     let init = QpInit {
         qp_type: QpType::Rc,
         pd,
@@ -983,7 +976,7 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
     let mut gsi_cq = Vec::new();
     for node in 0..2 {
         let n = &mut net.nodes[node];
-        let cq = n.engine.create_cq(64).unwrap();
+        let cq = n.engine.create_cq().unwrap();
         let init = QpInit {
             qp_type: QpType::Ud,
             pd: n.pd,

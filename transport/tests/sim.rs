@@ -1176,9 +1176,7 @@ impl Sim {
             while let Some(e) = self.net.nodes[n].engine.poll_event() {
                 if !matches!(
                     e,
-                    Event::CommEstablished { .. }
-                        | Event::Completion { .. }
-                        | Event::SrqLimitReached { .. }
+                    Event::CommEstablished { .. } | Event::SrqLimitReached { .. }
                 ) {
                     return Err(self.err(format!("node {n}: async event {e:?}")));
                 }

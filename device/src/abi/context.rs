@@ -102,7 +102,8 @@ abi_struct! {
         pub ci: u32,
         /// Arm word last taken.
         pub arm: u32,
-        /// QPs and SRQs using the CQ.
+        /// Uses of the CQ by QPs, once per role (a QP with one CQ for both
+        /// counts twice).
         pub users: u32,
         /// Completion events raised.
         pub events: u64,

@@ -10,8 +10,6 @@
 use transport::engine::{Counters, NakReason, RxDrop};
 use transport::wire::DropReason;
 
-use crate::hca::HcaCounters;
-
 use super::layout::{screaming_snake, Entry, Section};
 
 abi_enum! {
@@ -26,9 +24,44 @@ abi_enum! {
         /// NAKs sent, per reason (RL-12).
         NakSent = 3,
         /// The device's data path: WQEs fetched and refused, doorbell overruns,
-        /// guest-memory faults, CQEs, EQEs, overflows and interrupts.
+        /// guest-memory faults, CQEs, EQEs, overflows, interrupts and CQEs
+        /// discarded on a CQ in error.
         Device = 4,
     }
+}
+
+/// Device-wide counters of the data path (the engine and link count the rest):
+/// the values of the `Device` set. Defined here, beside the names, so the ABI
+/// needs nothing of the runtime (ARCHITECTURE.md §1); the data path owns the
+/// instance (`hca::Hca::counters`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HcaCounters {
+    pub send_wqes: u64,
+    pub recv_wqes: u64,
+    /// WQEs that failed validation (error completion, QP to Error).
+    pub bad_wqes: u64,
+    /// A producer index more than a ring ahead of the device (guest bug or
+    /// attack): the QP or SRQ goes to Error.
+    pub doorbell_overruns: u64,
+    /// Guest-memory accesses that failed (unmapped rings, DMA_UNMAP under a
+    /// transfer).
+    pub memory_faults: u64,
+    pub cqes: u64,
+    pub cq_overflows: u64,
+    pub eqes: u64,
+    pub eq_overflows: u64,
+    pub interrupts: u64,
+    /// Completions that found their CQ in error (overflowed or its ring not
+    /// writable, CQ-03), the one that overflowed it included: never written.
+    pub cqes_discarded: u64,
+    /// Times a WQE stayed in its ring because the memory budget could not
+    /// hold it (the queue resumes as memory frees; ARCHITECTURE.md §9).
+    pub mem_budget_stalls: u64,
+    /// Requests the memory budget refused (REG_MR, CREATE_* of rings and QPs,
+    /// WQEs): the engine's count, copied in by `HcaCounters::with_budget`.
+    pub mem_budget_refusals: u64,
+    /// Host bytes held for the guest now (a level, not a count).
+    pub mem_held_bytes: u64,
 }
 
 /// The port set's counters, in ABI order.
@@ -84,7 +117,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
 }
 
 /// The device set's counters, in ABI order.
-const DEVICE_COUNTERS: [&str; 10] = [
+const DEVICE_COUNTERS: [&str; 14] = [
     "send_wqes",
     "recv_wqes",
     "bad_wqes",
@@ -95,6 +128,10 @@ const DEVICE_COUNTERS: [&str; 10] = [
     "eqes",
     "eq_overflows",
     "interrupts",
+    "cqes_discarded",
+    "mem_budget_stalls",
+    "mem_budget_refusals",
+    "mem_held_bytes",
 ];
 
 /// The device set's values, in the order of its names.
@@ -111,6 +148,10 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eqes,
         eq_overflows,
         interrupts,
+        cqes_discarded,
+        mem_budget_stalls,
+        mem_budget_refusals,
+        mem_held_bytes,
     } = *h;
     [
         send_wqes,
@@ -123,6 +164,10 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eqes,
         eq_overflows,
         interrupts,
+        cqes_discarded,
+        mem_budget_stalls,
+        mem_budget_refusals,
+        mem_held_bytes,
     ]
 }
 

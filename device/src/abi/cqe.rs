@@ -161,8 +161,6 @@ impl EqeType {
     /// given a number here).
     pub fn of_event(e: &Event) -> EqeType {
         match e {
-            Event::Completion { .. } => EqeType::Completion,
-            Event::CqError { .. } => EqeType::CqErr,
             Event::QpFatal { .. } => EqeType::QpFatal,
             Event::QpRequestError { .. } => EqeType::QpReqErr,
             Event::QpAccessError { .. } => EqeType::QpAccessErr,

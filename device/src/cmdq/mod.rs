@@ -24,11 +24,11 @@ mod srq;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
-use transport::engine::{Engine, Limits};
+use transport::engine::Engine;
 use transport::memory::Memory;
 use transport::verbs::{self as tv, VerbError};
 
-use crate::abi::bar0::{dev_cap, Fatal};
+use crate::abi::bar0::Fatal;
 use crate::abi::cmd::{cmd_const, cmd_flags, cmd_owner, pbl_const, Cmd, Opcode, Pbl, Status};
 use crate::abi::layout::AbiStruct;
 use crate::abi::uar::uar as uar_const;
@@ -42,97 +42,12 @@ use port::{query_counters, query_device, query_port, set_gid};
 use qp::{create_qp, destroy_qp, modify_qp, query_qp};
 use srq::{create_srq, destroy_srq, modify_srq, query_srq, resize_srq};
 
-pub(crate) use qp::av_to_abi;
-
-pub use crate::context::snapshot;
-
 /// Commands executed per [`execute_pending`] call at most, so the caller's loop
 /// stays responsive (one command may read a page list of 2 MiB).
 pub const MAX_COMMANDS_PER_CALL: u32 = 64;
 
 /// Mailboxes and their pages: a mailbox never crosses a 4 KiB page.
 const MAILBOX_PAGE_SHIFT: u32 = pbl_const::MIN_PAGE_SHIFT;
-
-/// Device limits: what QUERY_DEVICE reports, what BAR0's CAP_* registers show
-/// and what the command queue enforces. 32 bits each, as the registers are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caps {
-    /// QPs, including QP 1 (GSI).
-    pub max_qp: u32,
-    pub max_cq: u32,
-    pub max_srq: u32,
-    pub max_mr: u32,
-    pub max_pd: u32,
-    /// EQs, including EQ 0.
-    pub max_eq: u32,
-    /// Work requests per SQ or RQ; rings hold at most this many WQEs.
-    pub max_qp_wr: u32,
-    pub max_sge: u32,
-    pub max_cqe: u32,
-    pub max_inline: u32,
-    /// UAR pages of BAR2.
-    pub num_uars: u32,
-    /// MSI-X vectors (abi::ident MSIX_MIN_VECTORS..=MSIX_MAX_VECTORS).
-    pub msix_vectors: u32,
-    pub max_cmdq_log2: u32,
-    pub max_eq_log2: u32,
-    pub max_srq_wr: u32,
-    /// RDMA READ / ATOMIC depth, as initiator and as responder.
-    pub max_rd_atomic: u32,
-    /// `VHCA_DEV_CAP_*`.
-    pub flags: u32,
-}
-
-impl Caps {
-    /// The device's limits over an engine with `l`: the engine's own sizes, and
-    /// the device's choices for what the engine does not know (EQs, UARs,
-    /// vectors, the command queue).
-    pub fn from_limits(l: &Limits) -> Caps {
-        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
-        Caps {
-            max_qp: n(l.max_qp),
-            max_cq: n(l.max_cq),
-            max_srq: n(l.max_srq),
-            max_mr: n(l.max_mr).min(transport::mr::MAX_MR_INDEX),
-            max_pd: n(l.max_pd),
-            max_eq: 64,
-            max_qp_wr: l.max_qp_wr,
-            max_sge: l.max_sge,
-            max_cqe: l.max_cqe,
-            max_inline: l.max_inline,
-            // 256 KiB of BAR2: the kernel's page and 63 user contexts.
-            num_uars: 64,
-            msix_vectors: 16,
-            // 1024 slots of 64 bytes: 64 KiB, a modest contiguous allocation.
-            max_cmdq_log2: 10,
-            // 64 Ki EQEs of 16 bytes: 1 MiB.
-            max_eq_log2: 16,
-            max_srq_wr: l.max_qp_wr,
-            max_rd_atomic: u32::from(l.max_rd_atomic),
-            flags: dev_cap::RC
-                | dev_cap::UC
-                | dev_cap::UD
-                | dev_cap::GSI
-                | dev_cap::SRQ
-                | dev_cap::ATOMIC
-                | dev_cap::SEND_WITH_INV
-                | dev_cap::MW_TYPE1
-                | dev_cap::MW_TYPE2
-                | dev_cap::DMA_MR
-                | dev_cap::RESIZE_CQ
-                | dev_cap::RESIZE_SRQ
-                | dev_cap::FLUSH_GLOBAL
-                | dev_cap::ATOMIC_WRITE,
-        }
-    }
-}
-
-impl Default for Caps {
-    /// The limits of an engine with `Limits::default()`.
-    fn default() -> Caps {
-        Caps::from_limits(&Limits::default())
-    }
-}
 
 /// The command ring the driver configured through BAR0, and how far the device
 /// has executed it.
@@ -285,6 +200,8 @@ pub enum Syndrome {
     /// SET_GID: an index past the table, a GID type other than RoCEv2, or a
     /// zero GID set as valid.
     Gid = 41,
+    /// The device's host-memory budget (`--mem-budget`) cannot hold it.
+    Budget = 42,
     /// The engine refused; the status says why.
     Engine = 0x100,
 }

@@ -4,13 +4,15 @@
 use transport::verbs as tv;
 
 use crate::abi::cmd::{
-    Av, CreateQpIn, CreateQpOut, DestroyQpIn, ModifyQpIn, Pbl, QpAttr, QpCap, QueryQpIn,
-    QueryQpOut, Status,
+    Av, CreateQpIn, CreateQpOut, DestroyQpIn, ModifyQpIn, Pbl, QpAttr, QueryQpIn, QueryQpOut,
+    Status,
 };
 use crate::abi::verbs::{num, qp_attr_mask, Mtu, QpState, QpType};
 use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg};
+use crate::convert::{cap_to_abi, qp_attr_to_abi};
 use crate::hca::{Qp, SlotOwner};
 
+use super::mr::charge_rings;
 use super::mr::pd_exists;
 use super::srq::{recv_stride, wq_size};
 use super::{
@@ -107,6 +109,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
         )?),
     };
 
+    let charge = charge_rings(x, &[Some(&sq), rq.as_ref()])?;
     let init = tv::QpInit {
         qp_type: service,
         pd: i.pdn,
@@ -141,15 +144,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     qp.sync_indices(x.db);
     x.hca.qps.insert(qpn, qp);
     x.hca.slots.insert(db, SlotOwner::Qp(qpn));
-    // As the engine counts them: once per role, so a CQ for both counts twice.
-    for cqn in [i.send_cqn, i.recv_cqn] {
-        if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
-            cq.users += 1;
-        }
-    }
-    if let Some(s) = srqn.and_then(|s| x.hca.srqs.get_mut(&s)) {
-        s.users += 1;
-    }
+    x.hca.ring_charges.insert(SlotOwner::Qp(qpn), charge);
     Ok(CreateQpOut {
         qpn,
         cap: cap_to_abi(&granted),
@@ -194,7 +189,7 @@ fn av_from_abi(av: &Av) -> Result<tv::AddressVector, Fail> {
     if av.sl > 15 || av.src_path_bits > 0x7f || global_bad {
         return Err(fail(Status::BadParam, Syndrome::AttrValue));
     }
-    Ok(crate::datapath::av_from_abi(av))
+    Ok(crate::convert::av_from_abi(av))
 }
 
 /// The engine's attributes and mask of a MODIFY_QP: only the attributes the
@@ -289,66 +284,6 @@ pub(super) fn modify_qp(x: &mut Exec<'_>, i: ModifyQpIn) -> Result<(), Fail> {
     Ok(())
 }
 
-pub(crate) fn cap_to_abi(c: &tv::QpCap) -> QpCap {
-    QpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
-/// The ABI form of an engine address vector.
-pub(crate) fn av_to_abi(av: &tv::AddressVector) -> Av {
-    let g = av.grh.unwrap_or_default();
-    Av {
-        dgid: g.dgid,
-        flow_label: g.flow_label,
-        dlid: av.dlid,
-        sl: av.sl,
-        src_path_bits: av.src_path_bits,
-        static_rate: av.static_rate,
-        is_global: u8::from(av.grh.is_some()),
-        sgid_index: g.sgid_index,
-        hop_limit: g.hop_limit,
-        traffic_class: g.traffic_class,
-        port_num: num::PORT as u8,
-        rsvd: 0,
-        dmac: av.dmac,
-        rsvd2: [0; 2],
-    }
-}
-
-/// The ABI form of a QP's attributes (QUERY_QP).
-pub(crate) fn qp_attr_to_abi(state: tv::QpState, a: &tv::QpAttr, cap: &tv::QpCap) -> QpAttr {
-    QpAttr {
-        qp_state: state as u8,
-        cur_qp_state: state as u8,
-        path_mtu: a.path_mtu as u8,
-        path_mig_state: 0,
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.access.0,
-        pkey_index: a.pkey_index,
-        port_num: a.port_num,
-        en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        // The engine does not say whether a drain is still under way.
-        sq_draining: 0,
-        rsvd: 0,
-        ah_attr: av_to_abi(&a.av),
-        cap: cap_to_abi(cap),
-    }
-}
-
 pub(super) fn query_qp(x: &mut Exec<'_>, i: QueryQpIn) -> Result<QueryQpOut, Fail> {
     let qp = x
         .hca
@@ -378,13 +313,6 @@ pub(super) fn destroy_qp(x: &mut Exec<'_>, i: DestroyQpIn) -> Result<(), Fail> {
         return Ok(());
     };
     x.hca.slots.remove(&qp.db);
-    for cqn in [qp.send_cqn, qp.recv_cqn] {
-        if let Some(cq) = x.hca.cqs.get_mut(&cqn) {
-            cq.users = cq.users.saturating_sub(1);
-        }
-    }
-    if let Some(s) = qp.srqn.and_then(|s| x.hca.srqs.get_mut(&s)) {
-        s.users = s.users.saturating_sub(1);
-    }
+    x.hca.ring_charges.remove(&SlotOwner::Qp(i.qpn));
     Ok(())
 }

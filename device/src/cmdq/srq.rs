@@ -9,6 +9,7 @@ use crate::abi::verbs::srq_attr_mask;
 use crate::abi::wqe::{wqe_const, RecvCtrl, Sge};
 use crate::hca::{Doorbells, SlotOwner, Srq};
 
+use super::mr::charge_rings;
 use super::mr::pd_exists;
 use super::{fail, log2_floor, reserved, Exec, Fail, Syndrome};
 
@@ -57,6 +58,7 @@ pub(super) fn create_srq(x: &mut Exec<'_>, i: CreateSrqIn) -> Result<CreateSrqOu
         u32::from(i.log2_entries),
         log2_floor(caps.max_srq_wr),
     )?;
+    let charge = charge_rings(x, &[Some(&ring)])?;
     let srqn = x.engine().create_srq(i.pdn, max_wr, max_sge, i.srq_limit)?;
     // WQEs are new from the producer index in the slot now.
     let (pi, _) = db.load(x.db);
@@ -68,13 +70,12 @@ pub(super) fn create_srq(x: &mut Exec<'_>, i: CreateSrqIn) -> Result<CreateSrqOu
             db,
             fetched: pi,
             stalled: None,
-            max_wr,
             max_sge,
-            users: 0,
             pbl: i.ring,
         },
     );
     x.hca.slots.insert(db, SlotOwner::Srq(srqn));
+    x.hca.ring_charges.insert(SlotOwner::Srq(srqn), charge);
     Ok(CreateSrqOut {
         srqn,
         max_wr,
@@ -136,10 +137,12 @@ pub(super) fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOu
         ring.write(&mut *x.mem, k, &buf)
             .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     }
+    // The new ring is charged beside the old until the old goes.
+    let charge = charge_rings(x, &[Some(&ring)])?;
     x.engine().resize_srq(i.srqn, max_wr)?;
+    x.hca.ring_charges.insert(SlotOwner::Srq(i.srqn), charge);
     let s = x.hca.srqs.get_mut(&i.srqn).expect("checked above");
     s.ring = ring;
-    s.max_wr = max_wr;
     s.pbl = i.ring;
     Ok(ResizeSrqOut { max_wr })
 }
@@ -158,7 +161,9 @@ pub(super) fn query_srq(x: &mut Exec<'_>, i: QuerySrqIn) -> Result<QuerySrqOut, 
         .srqs
         .get(&i.srqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
-    let (max_wr, max_sge) = (s.max_wr, s.max_sge);
+    // The ring's entries are the WQEs the SRQ takes (wq_size; the engine's
+    // max_wr is the same number, set from it).
+    let (max_wr, max_sge) = (s.ring.len(), s.max_sge);
     // Posted WQEs: those in the engine and those the data path has not fetched
     // yet (a doorbell it has not seen); a garbage producer index counts nothing.
     let unfetched = srq_unfetched(s, x.db).unwrap_or(0);
@@ -178,12 +183,14 @@ pub(super) fn destroy_srq(x: &mut Exec<'_>, i: DestroySrqIn) -> Result<(), Fail>
         .srqs
         .get(&i.srqn)
         .ok_or(fail(Status::NotFound, Syndrome::NoSrq))?;
-    if s.users > 0 {
+    // The engine counts the QPs using the SRQ (the one count there is).
+    if x.hca.port.engine().srq_users(i.srqn).unwrap_or(0) > 0 {
         return Err(fail(Status::Busy, Syndrome::SrqBusy));
     }
     let db = s.db;
     x.engine().destroy_srq(i.srqn)?;
     x.hca.srqs.remove(&i.srqn);
     x.hca.slots.remove(&db);
+    x.hca.ring_charges.remove(&SlotOwner::Srq(i.srqn));
     Ok(())
 }

@@ -105,9 +105,12 @@ impl Default for HcaConfig {
     }
 }
 
-/// The CAP_* registers.
+/// The CAP_* registers as the driver reads them at bring-up (`device::caps::Caps`
+/// is the device's side: it fills these registers and QUERY_DEVICE). A driver
+/// keeps its own copy, as vhca.ko does; `bringup` tests check the registers
+/// against QUERY_DEVICE.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Caps {
+pub struct CapRegs {
     pub max_qp: u32,
     pub max_cq: u32,
     pub max_srq: u32,
@@ -133,7 +136,7 @@ pub struct Caps {
 pub struct Hca {
     pub(crate) g: Guest,
     pub(crate) cfg: HcaConfig,
-    caps: Caps,
+    caps: CapRegs,
     abi_version: u32,
     // Command queue.
     cmdq: u64,
@@ -315,7 +318,7 @@ impl Hca {
         self.g
     }
 
-    pub fn caps(&self) -> Caps {
+    pub fn caps(&self) -> CapRegs {
         self.caps
     }
 
@@ -410,8 +413,8 @@ fn wait_status(g: &mut Guest, timeout: Duration, ok: impl Fn(u32) -> bool) -> Re
     }
 }
 
-fn read_caps(g: &mut Guest) -> Result<Caps, guest::Error> {
-    Ok(Caps {
+fn read_caps(g: &mut Guest) -> Result<CapRegs, guest::Error> {
+    Ok(CapRegs {
         max_qp: g.bar0_read32(reg::CAP_MAX_QP)?,
         max_cq: g.bar0_read32(reg::CAP_MAX_CQ)?,
         max_srq: g.bar0_read32(reg::CAP_MAX_SRQ)?,

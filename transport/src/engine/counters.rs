@@ -58,6 +58,10 @@ reasons! {
         /// QP's packet comes from or to another address than its path's
         /// (A17.4.5; the RoCE counterpart of the LID checks C9-53, C9-54).
         BadGid,
+        /// RC: the QP's queue of responses not yet sent is at its bound; the
+        /// request is dropped unexecuted like one lost on the wire, and the
+        /// requester's retry brings it again (C9-27 order kept; RL-07, RL-08).
+        ResponseQueueFull,
     }
 }
 

@@ -1,65 +1,33 @@
 //! Completion queues and shared receive queues as the engine keeps them
-//! (seed 003; CQ-01..CQ-03, SR-01).
+//! (seed 003; CQ-01, SR-01).
 
 use std::collections::VecDeque;
 
 use crate::verbs::{Completion, Handle, RecvWr};
 
-/// A completion queue: a bounded FIFO of completions the caller drains with
-/// [`super::Engine::poll_cq`]. Its depth is the ring's: a completion that finds it
-/// full overflows the CQ (CQ-03).
-#[derive(Debug)]
+/// A completion queue as the engine keeps it: the completions it produced that
+/// the caller has not taken yet ([`super::Engine::poll_cq`]), in order.
+///
+/// Completions are an output of the engine, as packets and events are
+/// (ARCHITECTURE.md §4 "who owns what"): the CQ the consumer sees, with its
+/// depth, its arming (CQ-02) and its overflow (CQ-03), is the caller's (the
+/// device's CQ ring). So this queue has no depth to overflow and no arming.
+///
+/// Bound: a completion is staged only when the engine retires a WQE it holds
+/// (a send WQE, a receive WQE of the QP's RQ or of an SRQ), each once; so the
+/// queue holds at most the WQEs the caller posted and the engine retired since
+/// the caller last drained it. The device drains every CQ at the end of each
+/// data-path round and asserts that nothing stays staged
+/// (`device::datapath::write_cqes`), so the queue never holds more than one
+/// round's completions: at most the WQEs the engine held in that round
+/// (`max_send_wr` + `max_recv_wr` per QP, `max_wr` per SRQ) plus those the
+/// round posted, which the guest's rings bound.
+#[derive(Debug, Default)]
 pub(crate) struct Cq {
-    pub depth: usize,
-    pub entries: VecDeque<Completion>,
-    /// Armed for the next completion (`Some(false)`) or the next solicited one
-    /// (`Some(true)`) (CQ-02).
-    pub armed: Option<bool>,
-    /// Overflowed: nothing more is added and the CQ error event was raised.
-    pub overflowed: bool,
-    /// QPs and SRQs using this CQ (destroy is refused while non-zero).
+    pub staged: VecDeque<Completion>,
+    /// QPs using this CQ as send or receive CQ (destroy is refused while
+    /// non-zero).
     pub users: usize,
-}
-
-/// What happened when a completion was pushed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Pushed {
-    Queued { notify: bool },
-    Overflow,
-    Dropped,
-}
-
-impl Cq {
-    pub fn new(depth: usize) -> Cq {
-        Cq {
-            depth,
-            entries: VecDeque::with_capacity(depth.min(4096)),
-            armed: None,
-            overflowed: false,
-            users: 0,
-        }
-    }
-
-    /// Adds a completion; reports whether an armed CQ must raise its event.
-    pub fn push(&mut self, c: Completion) -> Pushed {
-        if self.overflowed {
-            return Pushed::Dropped;
-        }
-        if self.entries.len() >= self.depth {
-            // CQ-03: never written past the ring; the CQ error event goes out once.
-            self.overflowed = true;
-            return Pushed::Overflow;
-        }
-        let notify = match self.armed {
-            Some(solicited_only) => !solicited_only || c.solicited || c.status as u8 != 0,
-            None => false,
-        };
-        if notify {
-            self.armed = None;
-        }
-        self.entries.push_back(c);
-        Pushed::Queued { notify }
-    }
 }
 
 /// A shared receive queue (SR-01): receive WQEs consumed in order by any QP using
@@ -71,7 +39,7 @@ pub(crate) struct Srq {
     pub max_wr: usize,
     pub max_sge: usize,
     pub limit: usize,
-    pub wqes: VecDeque<RecvWr>,
+    pub wqes: crate::budget::Held<RecvWr>,
     pub users: usize,
 }
 

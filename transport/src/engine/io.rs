@@ -227,7 +227,7 @@ impl Engine {
         }
     }
 
-    /// The next async or completion event.
+    /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }

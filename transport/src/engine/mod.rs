@@ -31,10 +31,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 pub use counters::{Counters, NakReason, RxDrop};
-use cq::{Cq, Pushed, Srq};
+use cq::{Cq, Srq};
 use requester::Requester;
+pub use responder::state_bound as qp_state_bytes;
 use responder::Responder;
 
+use crate::budget::{Budget, Charge, Held, Weigh};
 use crate::memory::Memory;
 use crate::mr::MrTable;
 use crate::psn;
@@ -168,12 +170,17 @@ pub struct Limits {
     pub max_pd: usize,
     pub max_qp_wr: u32,
     pub max_sge: u32,
+    /// The largest CQ the device offers (CAP_MAX_CQE). The engine does not use
+    /// it: a CQ's depth is its consumer's (ARCHITECTURE.md §4 "who owns what").
     pub max_cqe: u32,
     pub max_inline: u32,
     pub max_rd_atomic: u8,
     /// Unacknowledged packets a requester keeps in flight (a design choice well
     /// under the spec's 2^23 bound, RL-17: loss recovery resends at most this many).
     pub send_window: u32,
+    /// Host bytes the engine may hold for its guest: page lists, WQEs, QP and
+    /// responder state (`budget`, ARCHITECTURE.md §9).
+    pub mem_budget: u64,
 }
 
 impl Default for Limits {
@@ -190,6 +197,7 @@ impl Default for Limits {
             max_inline: 256,
             max_rd_atomic: 16,
             send_window: 256,
+            mem_budget: crate::budget::DEFAULT_LIMIT,
         }
     }
 }
@@ -201,7 +209,7 @@ pub(crate) struct Qp {
     pub init: QpInit,
     pub state: QpState,
     pub attr: QpAttr,
-    pub rq: VecDeque<RecvWr>,
+    pub rq: Held<RecvWr>,
     pub req: Requester,
     pub resp: Responder,
     /// In the transmit schedule.
@@ -213,6 +221,9 @@ pub(crate) struct Qp {
     /// The time of this QP's live entry in [`Engine`]'s timer heap: never later
     /// than the requester's deadline (see [`Engine::arm`]).
     pub timer_at: Option<Time>,
+    /// The QP's fixed state and its responder's bounded queues, reserved in
+    /// the budget for the QP's life (see `responder::state_bound`).
+    _reserved: Charge,
 }
 
 /// The engine.
@@ -238,6 +249,8 @@ pub struct Engine {
     /// reach the top (or when the heap is compacted, see [`Engine::arm`]).
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     pub(crate) counters: Counters,
+    /// Host bytes held for the guest (ARCHITECTURE.md §9).
+    budget: Budget,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -251,10 +264,13 @@ pub(crate) struct Effects {
 impl Engine {
     /// An engine serving `port`.
     pub fn new(port: PortConfig, limits: Limits) -> Engine {
+        let budget = Budget::new(limits.mem_budget);
+        let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
+        mrs.set_budget(&budget);
         Engine {
             port,
             limits,
-            mrs: MrTable::new(limits.max_pd as u32, limits.max_mr as u32),
+            mrs,
             cqs: HashMap::new(),
             ready_cqs: BTreeSet::new(),
             srqs: HashMap::new(),
@@ -265,6 +281,7 @@ impl Engine {
             schedule: VecDeque::new(),
             timers: BinaryHeap::new(),
             counters: Counters::default(),
+            budget,
         }
     }
 
@@ -279,6 +296,11 @@ impl Engine {
     }
 
     /// Counters.
+    /// The host memory held for the guest and its limit (ARCHITECTURE.md §9).
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -325,20 +347,19 @@ impl Engine {
 
     // ------------------------------------------------------------------ CQs
 
-    /// Creates a CQ of `depth` entries (CQ-01).
-    pub fn create_cq(&mut self, depth: u32) -> Result<Handle, VerbError> {
-        if depth == 0 || depth > self.limits.max_cqe {
-            return Err(VerbError::InvalidAttr);
-        }
+    /// Creates a CQ (CQ-01): the engine's side of it, where completions wait
+    /// for the caller to take them ([`Engine::poll_cq`]). Its depth, arming
+    /// and overflow are the caller's (ARCHITECTURE.md §4 "who owns what").
+    pub fn create_cq(&mut self) -> Result<Handle, VerbError> {
         if self.cqs.len() >= self.limits.max_cq {
             return Err(VerbError::InsufficientResources);
         }
         let h = self.handle();
-        self.cqs.insert(h, Cq::new(depth as usize));
+        self.cqs.insert(h, Cq::default());
         Ok(h)
     }
 
-    /// Destroys a CQ no QP or SRQ uses.
+    /// Destroys a CQ no QP uses; completions still staged in it go with it.
     pub fn destroy_cq(&mut self, cq: Handle) -> Result<(), VerbError> {
         match self.cqs.get(&cq) {
             None => Err(VerbError::InvalidCq),
@@ -351,41 +372,11 @@ impl Engine {
         }
     }
 
-    /// Gives a CQ a new depth (CQ-04), keeping its completions and arming:
-    /// `InvalidAttr` if they would not fit or `depth` is out of range,
-    /// `InvalidWr` if the CQ overflowed (it is in error). Nothing changes on
-    /// failure.
-    pub fn resize_cq(&mut self, cq: Handle, depth: u32) -> Result<(), VerbError> {
-        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCq)?;
-        if depth == 0 || depth > self.limits.max_cqe {
-            return Err(VerbError::InvalidAttr);
-        }
-        if c.overflowed {
-            return Err(VerbError::InvalidWr);
-        }
-        if c.entries.len() > depth as usize {
-            return Err(VerbError::InvalidAttr);
-        }
-        c.depth = depth as usize;
-        Ok(())
-    }
-
-    /// Arms a CQ for its next completion, or its next solicited one (CQ-02).
-    pub fn req_notify_cq(&mut self, cq: Handle, solicited_only: bool) -> Result<(), VerbError> {
-        let c = self.cqs.get_mut(&cq).ok_or(VerbError::InvalidCq)?;
-        c.armed = Some(match c.armed {
-            // Arming for "next" after "solicited" widens it; never narrows.
-            Some(false) => false,
-            _ => solicited_only,
-        });
-        Ok(())
-    }
-
     /// Takes the oldest completion of a CQ.
     pub fn poll_cq(&mut self, cq: Handle) -> Option<Completion> {
         let q = self.cqs.get_mut(&cq)?;
-        let c = q.entries.pop_front();
-        if q.entries.is_empty() {
+        let c = q.staged.pop_front();
+        if q.staged.is_empty() {
             self.ready_cqs.remove(&cq);
         }
         c
@@ -400,7 +391,14 @@ impl Engine {
 
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: Handle) -> usize {
-        self.cqs.get(&cq).map_or(0, |c| c.entries.len())
+        self.cqs.get(&cq).map_or(0, |c| c.staged.len())
+    }
+
+    /// How many times QPs name a CQ, once per role (a QP with one CQ for both
+    /// counts twice); `destroy_cq` is refused while it is not 0. The one count
+    /// there is (ARCHITECTURE.md §4 "who owns what").
+    pub fn cq_users(&self, cq: Handle) -> Option<usize> {
+        self.cqs.get(&cq).map(|c| c.users)
     }
 
     // ------------------------------------------------------------------ SRQs
@@ -428,6 +426,7 @@ impl Engine {
         if self.srqs.len() >= self.limits.max_srq {
             return Err(VerbError::InsufficientResources);
         }
+        let wqes = Held::new(&self.budget);
         let h = self.handle();
         self.mrs.pd_ref(pd)?;
         self.srqs.insert(
@@ -437,7 +436,7 @@ impl Engine {
                 max_wr: max_wr as usize,
                 max_sge: max_sge as usize,
                 limit: limit as usize,
-                wqes: VecDeque::new(),
+                wqes,
                 users: 0,
             },
         );
@@ -470,6 +469,11 @@ impl Engine {
         Ok(())
     }
 
+    /// The QPs using an SRQ; `destroy_srq` is refused while it is not 0.
+    pub fn srq_users(&self, srq: Handle) -> Option<usize> {
+        self.srqs.get(&srq).map(|s| s.users)
+    }
+
     /// The SRQ's WQE count and current limit.
     pub fn query_srq(&self, srq: Handle) -> Result<(usize, usize), VerbError> {
         let s = self.srqs.get(&srq).ok_or(VerbError::InvalidSrq)?;
@@ -498,6 +502,9 @@ impl Engine {
         }
         if s.wqes.len() >= s.max_wr {
             return Err(VerbError::QueueFull);
+        }
+        if !self.budget.admit(wr.weight()) {
+            return Err(VerbError::InsufficientResources);
         }
         s.wqes.push_back(wr);
         Ok(())
@@ -576,6 +583,10 @@ impl Engine {
             Some(q) => q,
             None => self.alloc_qpn().ok_or(VerbError::InsufficientResources)?,
         };
+        let reserved = self
+            .budget
+            .reserve(responder::state_bound(self.limits.max_rd_atomic))
+            .ok_or(VerbError::InsufficientResources)?;
         self.mrs.pd_ref(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.cqs.get_mut(&cq) {
@@ -592,12 +603,13 @@ impl Engine {
                 init,
                 state: QpState::Reset,
                 attr: QpAttr::default(),
-                rq: VecDeque::new(),
-                req: Requester::new(c.max_send_wr as usize),
+                rq: Held::new(&self.budget),
+                req: Requester::new(c.max_send_wr as usize, &self.budget),
                 resp: Responder::default(),
                 scheduled: false,
                 req_turn: false,
                 timer_at: None,
+                _reserved: reserved,
             },
         );
         Ok(qpn)
@@ -691,7 +703,7 @@ impl Engine {
         match next {
             QpState::Reset => {
                 qp.rq.clear();
-                qp.req = Requester::new(qp.init.cap.max_send_wr as usize);
+                qp.req = Requester::new(qp.init.cap.max_send_wr as usize, &self.budget);
                 qp.resp = Responder::default();
                 qp.attr = QpAttr::default();
             }
@@ -737,6 +749,9 @@ impl Engine {
         requester::validate_wr(qp, &wr, max_inline)?;
         if qp.req.wqes.len() >= qp.req.max_wr {
             return Err(VerbError::QueueFull);
+        }
+        if !self.budget.admit(requester::wr_weight(&wr)) {
+            return Err(VerbError::InsufficientResources);
         }
         let mut fx = Effects::default();
         qp.req.post(wr, qp.init.sq_sig_all);
@@ -810,6 +825,9 @@ impl Engine {
         if qp.rq.len() >= qp.init.cap.max_recv_wr as usize {
             return Err(VerbError::QueueFull);
         }
+        if !self.budget.admit(wr.weight()) {
+            return Err(VerbError::InsufficientResources);
+        }
         qp.rq.push_back(wr);
         if qp.state == QpState::Error {
             let mut fx = Effects::default();
@@ -837,18 +855,11 @@ impl Engine {
             return; // the usual case on the data path
         }
         for (cq, c) in fx.completions {
-            let Some(q) = self.cqs.get_mut(&cq) else {
-                continue;
-            };
-            match q.push(c) {
-                Pushed::Queued { notify } => {
-                    self.ready_cqs.insert(cq);
-                    if notify {
-                        self.events.push_back(Event::Completion { cq });
-                    }
-                }
-                Pushed::Dropped => {}
-                Pushed::Overflow => self.events.push_back(Event::CqError { cq }),
+            // A QP's CQs outlive it (destroy_cq is refused while it is used),
+            // so the CQ is there.
+            if let Some(q) = self.cqs.get_mut(&cq) {
+                q.staged.push_back(c);
+                self.ready_cqs.insert(cq);
             }
         }
         self.events.extend(fx.events);

@@ -346,7 +346,7 @@ pub const ALL_ACCESS: Access = Access(1 | 2 | 4 | 8);
 
 fn create(net: &mut Net, node: usize, o: &ConnOpts, srq: Option<Handle>) -> (u32, Handle) {
     let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq(65536).expect("cq");
+    let cq = n.engine.create_cq().expect("cq");
     let qp = n
         .engine
         .create_qp(QpInit {

@@ -10,14 +10,16 @@
 //! and their packets, the READ/ATOMIC resources saved for replay, and the
 //! duplicate requests answered from them.
 
+mod place;
 mod responses;
 
 use std::collections::VecDeque;
 
+use place::{SendStep, WriteFail};
 pub(crate) use responses::poll_transmit;
 use responses::{
-    ack, duplicate, nak, queue_aeth, remote_nak, save_resource, zero_read_response, ResKind,
-    Resource, RespItem,
+    ack, duplicate, nak, out_cap, out_cap_for, queue_aeth, rd_atomic_slot_free, remote_nak,
+    save_resource, zero_read_response, ResKind, Resource, RespItem,
 };
 
 use super::access::{self, local_status, RemoteErr};
@@ -68,6 +70,19 @@ pub(crate) struct Responder {
     resources: VecDeque<Resource>,
     out: VecDeque<RespItem>,
     established: bool,
+}
+
+/// The host bytes a QP's responder can hold at most, with the QP itself: its
+/// saved READ/ATOMIC resources (RL-07) and its queue of unsent responses
+/// (`responses::out_cap`), for the deepest max_dest_rd_atomic the engine
+/// grants. Reserved in the budget when the QP is created (ARCHITECTURE.md §9).
+pub fn state_bound(max_rd_atomic: u8) -> u64 {
+    // Queues grow by doubling: room for the next power of two.
+    let saved = usize::from(max_rd_atomic).next_power_of_two();
+    let out = out_cap_for(max_rd_atomic).next_power_of_two();
+    (std::mem::size_of::<Qp>()
+        + saved * std::mem::size_of::<Resource>()
+        + out * std::mem::size_of::<RespItem>()) as u64
 }
 
 /// Aborts a message in progress when the QP leaves service; its receive WQE goes
@@ -154,6 +169,13 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let info = t.bth.opcode.info();
+    // 0. A peer that sends faster than its responses leave (duplicates, above
+    //    all) must not grow the response queue without end: at its bound the
+    //    request is dropped unexecuted, as if lost (see `out_cap`).
+    if qp.resp.out.len() >= out_cap(qp) {
+        cx.counters.drop(RxDrop::ResponseQueueFull);
+        return false;
+    }
     // 1. Check PSN (9.7.5.1; RL-03, RL-04).
     let d = psn::diff(p, qp.resp.epsn);
     if d > 0 {
@@ -211,14 +233,7 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         }
     }
     // 4. Check length against the PMTU (C9-11): first/middle full, last/only not over.
-    let pmtu = qp.attr.path_mtu.bytes();
-    let len = t.payload.len();
-    let len_ok = match info.position {
-        Position::First | Position::Middle => len == pmtu,
-        Position::Last => len > 0 && len <= pmtu,
-        Position::Only => len <= pmtu,
-    };
-    if info.payload && !len_ok {
+    if info.payload && !place::pmtu_len_ok(qp, info, t.payload.len()) {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::PmtuLength);
         return true;
     }
@@ -249,14 +264,11 @@ fn advance(qp: &mut Qp, p: u32, n: u32, ack_req: bool, ends_message: bool) {
 fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
-    let info = t.bth.opcode.info();
+    let ends = t.bth.opcode.info().ends_message();
     if qp.resp.cur.is_none() {
         // 5. Check resources: a receive WQE, else RNR NAK (9.7.5.2.8; RL-11).
         let Some((wqe, from_srq)) = take_recv(qp, cx) else {
-            qp.resp.nak_sent = true;
-            cx.counters.rnr_naks_sent += 1;
-            let timer_code = qp.attr.min_rnr_timer & 0x1f;
-            queue_aeth(qp, p, AethSyndrome::RnrNak { timer_code });
+            rnr_nak(qp, cx, p);
             return true;
         };
         qp.resp.cur = Some(InMsg::Send {
@@ -265,43 +277,22 @@ fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             placed: 0,
         });
     }
-    let Some(InMsg::Send { wqe, placed, .. }) = &mut qp.resp.cur else {
-        return false;
-    };
     // 6. Place the payload in the receive buffers (local length/protection checks of
     //    the responder; a failure completes the receive WQE in error).
-    let res = cx
-        .mrs
-        .scatter(cx.mem, qp.init.pd, &wqe.sges, *placed, t.payload);
-    if let Err(e) = res {
-        let status = local_status(e);
-        let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() else {
-            return false;
-        };
-        cx.fx
-            .completions
-            .push((qp.init.recv_cq, recv_completion(qp, &wqe, status, placed)));
-        let (code, why) = if status == WcStatus::LocLenErr {
-            (NakCode::InvalidRequest, NakReason::ReceiveTooSmall)
-        } else {
-            (
-                NakCode::RemoteOperationalError,
-                NakReason::ReceiveProtection,
-            )
-        };
-        nak(qp, cx, p, code, why);
-        return true;
-    }
-    *placed += t.payload.len() as u64;
-    let ends = info.ends_message();
-    if ends {
-        if let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() {
-            let mut c = recv_completion(qp, &wqe, WcStatus::Success, placed);
-            if let Some(imm) = t.ext.imm_dt {
-                c.imm_data = imm;
-                c.flags = WcFlags::WITH_IMM;
-            }
-            c.solicited = t.bth.solicited; // OP-10
+    match place::send(qp, t, cx) {
+        SendStep::Failed(status) => {
+            let (code, why) = if status == WcStatus::LocLenErr {
+                (NakCode::InvalidRequest, NakReason::ReceiveTooSmall)
+            } else {
+                (
+                    NakCode::RemoteOperationalError,
+                    NakReason::ReceiveProtection,
+                )
+            };
+            nak(qp, cx, p, code, why);
+            return true;
+        }
+        SendStep::Placed(Some(mut c)) => {
             if let Some(rkey) = t.ext.ieth {
                 // OP-03, o9-5.2.1: the invalidate runs once the packet passed
                 // every transport check and the message is placed; o9-5.2.2:
@@ -327,16 +318,25 @@ fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             }
             cx.fx.completions.push((qp.init.recv_cq, c));
         }
+        SendStep::Placed(None) => {}
     }
     advance(qp, p, 1, t.bth.ack_req || ends, ends);
     true
+}
+
+/// An RNR NAK for the request at `p` (9.7.5.2.8; RL-11): the request is not
+/// executed, the requester retries it after the QP's minimum RNR timer.
+fn rnr_nak(qp: &mut Qp, cx: &mut Ctx<'_>, p: u32) {
+    qp.resp.nak_sent = true;
+    cx.counters.rnr_naks_sent += 1;
+    let timer_code = qp.attr.min_rnr_timer & 0x1f;
+    queue_aeth(qp, p, AethSyndrome::RnrNak { timer_code });
 }
 
 fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let info = t.bth.opcode.info();
-    let has_imm = info.operation == Operation::RdmaWriteWithImmediate && info.ends_message();
     if qp.resp.cur.is_none() {
         let Some(reth) = t.ext.reth else { return false };
         if u64::from(reth.dma_len) > super::MAX_MSG_SIZE {
@@ -345,96 +345,27 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         }
         qp.resp.cur = Some(start_write(&reth));
     }
-    let Some(InMsg::Write {
-        va,
-        rkey,
-        dma_len,
-        placed,
-    }) = qp.resp.cur
-    else {
-        return false;
-    };
-    let len = t.payload.len() as u64;
-    let ends = info.ends_message();
-    // Length against DMALen: never past it, exactly it at the end.
-    if placed + len > dma_len || (ends && placed + len != dma_len) {
-        qp.resp.cur = None;
-        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::DmaLength);
-        return true;
-    }
-    // WRITE with immediate consumes a receive WQE: check before touching memory.
-    let recv = if has_imm {
-        match take_recv(qp, cx) {
-            Some(w) => Some(w),
-            None => {
-                // An RNR NAK leaves the request unexecuted (9.7.5.2.8): a WRITE-imm
-                // Only packet must not leave a message open behind it, or its
-                // retry fails the op sequence check.
-                if info.starts_message() {
-                    qp.resp.cur = None;
-                }
-                qp.resp.nak_sent = true;
-                cx.counters.rnr_naks_sent += 1;
-                let timer_code = qp.attr.min_rnr_timer & 0x1f;
-                queue_aeth(qp, p, AethSyndrome::RnrNak { timer_code });
-                return true;
-            }
+    // 7. Length, resources, then R_Key and bounds before any byte is written.
+    match place::write(qp, t, cx) {
+        Ok(ends) => advance(qp, p, 1, t.bth.ack_req || ends, ends),
+        Err(WriteFail::Length) => {
+            qp.resp.cur = None;
+            nak(qp, cx, p, NakCode::InvalidRequest, NakReason::DmaLength);
         }
-    } else {
-        None
-    };
-    // 7. Check R_Key and bounds before any byte is written (C9-88: a zero-length
-    //    WRITE checks nothing).
-    if dma_len > 0 && len > 0 {
-        // The first packet checks the whole range its RETH names (VA, DMALen;
-        // 9.3.3.2, as rxe's check_rkey does): a WRITE that runs past its MR is
-        // refused before any of its bytes land (MP-04).
-        let whole = match placed {
-            0 => access::remote_check(
-                cx.mrs,
-                qp.init.pd,
-                qp.qpn,
-                rkey,
-                va,
-                dma_len,
-                RemoteAccess::Write,
-            ),
-            _ => Ok(()),
-        };
-        if let Err(e) = whole.and_then(|()| {
-            access::remote_write(
-                cx.mrs,
-                cx.mem,
-                qp.init.pd,
-                qp.qpn,
-                rkey,
-                va.wrapping_add(placed),
-                t.payload,
-            )
-        }) {
-            if let Some((w, s)) = recv {
-                put_back(qp, cx, w, s);
+        Err(WriteFail::NoReceive) => {
+            // An RNR NAK leaves the request unexecuted (9.7.5.2.8): a WRITE-imm
+            // Only packet must not leave a message open behind it, or its
+            // retry fails the op sequence check.
+            if info.starts_message() {
+                qp.resp.cur = None;
             }
+            rnr_nak(qp, cx, p);
+        }
+        Err(WriteFail::Remote(e)) => {
             qp.resp.cur = None;
             nak(qp, cx, p, remote_nak(e), NakReason::from(e));
-            return true;
         }
     }
-    if let Some(InMsg::Write { placed, .. }) = &mut qp.resp.cur {
-        *placed += len;
-    }
-    if ends {
-        qp.resp.cur = None;
-        if let Some((wqe, _)) = recv {
-            let mut c = recv_completion(qp, &wqe, WcStatus::Success, dma_len);
-            c.opcode = WcOpcode::RecvRdmaWithImm;
-            c.imm_data = t.ext.imm_dt.unwrap_or(0);
-            c.flags = WcFlags::WITH_IMM;
-            c.solicited = t.bth.solicited;
-            cx.fx.completions.push((qp.init.recv_cq, c));
-        }
-    }
-    advance(qp, p, 1, t.bth.ack_req || ends, ends);
     true
 }
 
@@ -442,6 +373,10 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let Some(reth) = t.ext.reth else { return false };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let len = u64::from(reth.dma_len);
     if len > super::MAX_MSG_SIZE {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::TooLong);
@@ -481,6 +416,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         rkey: reth.rkey,
         len,
         sent: 0,
+        fresh: true,
     });
     advance(qp, p, npkts, false, true);
     true
@@ -492,6 +428,12 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let Some(a) = t.ext.atomic_eth else {
         return false;
     };
+    // Before executing: a request beyond the responder resources is refused
+    // unexecuted (see `rd_atomic_slot_free`).
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     // OP-07: 8-byte aligned, else Invalid Request; R_Key and bounds, else Remote
     // Access Error; then execute exactly once and save the result (RL-06).
     let cmp_swap = t.bth.opcode == Opcode::RC_COMPARE_SWAP;
@@ -515,7 +457,11 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
-    qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
+    qp.resp.out.push_back(RespItem::AtomicAck {
+        psn: p,
+        orig,
+        fresh: true,
+    });
     advance(qp, p, 1, false, true);
     true
 }
@@ -535,7 +481,7 @@ fn placement_done(qp: &mut Qp, cx: &mut Ctx<'_>, p: u32) -> bool {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
-    qp.resp.out.push_back(zero_read_response(p));
+    qp.resp.out.push_back(zero_read_response(p, true));
     advance(qp, p, 1, false, true);
     true
 }
@@ -552,6 +498,10 @@ fn rc_flush(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let (Some(feth), Some(reth)) = (t.ext.feth, t.ext.reth) else {
         return false;
     };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let ptype = feth.placement_type;
     let known = FlushSpec::TYPE_GLOBAL | FlushSpec::TYPE_PERSISTENT;
     if ptype == 0 || ptype & !known != 0 || feth.selectivity > FlushSpec::LEVEL_MR {
@@ -592,6 +542,10 @@ fn rc_atomic_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool 
     let Some(reth) = t.ext.reth else {
         return false;
     };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let Ok(bytes) = <[u8; 8]>::try_from(t.payload) else {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::PmtuLength);
         return true;
@@ -635,19 +589,13 @@ fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
         cx.counters.drop(RxDrop::UcResync);
         return;
     }
-    let pmtu = qp.attr.path_mtu.bytes();
-    let len = t.payload.len();
-    let len_ok = match info.position {
-        Position::First | Position::Middle => len == pmtu,
-        Position::Last => len > 0 && len <= pmtu,
-        Position::Only => len <= pmtu,
-    };
     let ends = info.ends_message();
+    // RL-15: what UC cannot place is dropped with the rest of its message.
     let discard = |qp: &mut Qp, cx: &mut Ctx<'_>, r: RxDrop| {
         cx.counters.drop(r);
         qp.resp.cur = if ends { None } else { Some(InMsg::Discard) };
     };
-    if !len_ok {
+    if !place::pmtu_len_ok(qp, info, t.payload.len()) {
         if let Some(InMsg::Send { wqe, from_srq, .. }) = qp.resp.cur.take() {
             put_back(qp, cx, wqe, from_srq);
         }
@@ -656,43 +604,21 @@ fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
     match info.operation {
         Operation::Send | Operation::SendWithImmediate => {
             if starts {
-                match take_recv(qp, cx) {
-                    Some((wqe, from_srq)) => {
-                        qp.resp.cur = Some(InMsg::Send {
-                            wqe,
-                            from_srq,
-                            placed: 0,
-                        })
-                    }
-                    None => return discard(qp, cx, RxDrop::NoReceiveWqe),
-                }
+                let Some((wqe, from_srq)) = take_recv(qp, cx) else {
+                    return discard(qp, cx, RxDrop::NoReceiveWqe);
+                };
+                qp.resp.cur = Some(InMsg::Send {
+                    wqe,
+                    from_srq,
+                    placed: 0,
+                });
             }
-            let Some(InMsg::Send { wqe, placed, .. }) = &mut qp.resp.cur else {
-                return;
-            };
-            if let Err(e) = cx
-                .mrs
-                .scatter(cx.mem, qp.init.pd, &wqe.sges, *placed, t.payload)
-            {
-                let status = local_status(e);
-                if let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() {
-                    cx.fx
-                        .completions
-                        .push((qp.init.recv_cq, recv_completion(qp, &wqe, status, placed)));
-                }
-                qp.resp.cur = if ends { None } else { Some(InMsg::Discard) };
-                return;
-            }
-            *placed += len as u64;
-            if ends {
-                if let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() {
-                    let mut c = recv_completion(qp, &wqe, WcStatus::Success, placed);
-                    if let Some(imm) = t.ext.imm_dt {
-                        c.imm_data = imm;
-                        c.flags = WcFlags::WITH_IMM;
-                    }
-                    c.solicited = t.bth.solicited;
-                    cx.fx.completions.push((qp.init.recv_cq, c));
+            match place::send(qp, t, cx) {
+                SendStep::Placed(Some(c)) => cx.fx.completions.push((qp.init.recv_cq, c)),
+                SendStep::Placed(None) => {}
+                // The WQE completed in error; the rest of the message is not placed.
+                SendStep::Failed(_) => {
+                    qp.resp.cur = if ends { None } else { Some(InMsg::Discard) };
                 }
             }
         }
@@ -704,57 +630,11 @@ fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
                 let Some(reth) = t.ext.reth else { return };
                 qp.resp.cur = Some(start_write(&reth));
             }
-            let Some(InMsg::Write {
-                va,
-                rkey,
-                dma_len,
-                placed,
-            }) = qp.resp.cur
-            else {
-                return;
-            };
-            let l = len as u64;
-            if placed + l > dma_len || (ends && placed + l != dma_len) {
-                return discard(qp, cx, RxDrop::UdBadLength);
-            }
-            let has_imm = info.operation == Operation::RdmaWriteWithImmediate && ends;
-            let recv = if has_imm {
-                match take_recv(qp, cx) {
-                    Some(w) => Some(w),
-                    None => return discard(qp, cx, RxDrop::NoReceiveWqe),
-                }
-            } else {
-                None
-            };
-            if l > 0 {
-                if let Err(_e) = access::remote_write(
-                    cx.mrs,
-                    cx.mem,
-                    qp.init.pd,
-                    qp.qpn,
-                    rkey,
-                    va.wrapping_add(placed),
-                    t.payload,
-                ) {
-                    if let Some((w, s)) = recv {
-                        put_back(qp, cx, w, s);
-                    }
-                    return discard(qp, cx, RxDrop::NotExpected);
-                }
-            }
-            if let Some(InMsg::Write { placed, .. }) = &mut qp.resp.cur {
-                *placed += l;
-            }
-            if ends {
-                qp.resp.cur = None;
-                if let Some((wqe, _)) = recv {
-                    let mut c = recv_completion(qp, &wqe, WcStatus::Success, dma_len);
-                    c.opcode = WcOpcode::RecvRdmaWithImm;
-                    c.imm_data = t.ext.imm_dt.unwrap_or(0);
-                    c.flags = WcFlags::WITH_IMM;
-                    c.solicited = t.bth.solicited;
-                    cx.fx.completions.push((qp.init.recv_cq, c));
-                }
+            match place::write(qp, t, cx) {
+                Ok(_) => {}
+                Err(WriteFail::Length) => discard(qp, cx, RxDrop::UdBadLength),
+                Err(WriteFail::NoReceive) => discard(qp, cx, RxDrop::NoReceiveWqe),
+                Err(WriteFail::Remote(_)) => discard(qp, cx, RxDrop::NotExpected),
             }
         }
         _ => cx.counters.drop(RxDrop::ServiceMismatch),
