@@ -156,7 +156,7 @@ impl Core {
         let mut mem = GuestMem(dma);
         let before = q.ci();
         let pi = self.regs.cmdq_pi;
-        match cmdq::execute_budgeted(&mut self.hca, &mut q, pi, &mut mem, &db, now(), CMD_BUDGET) {
+        match cmdq::execute_pending(&mut self.hca, &mut q, pi, &mut mem, &db, now(), CMD_BUDGET) {
             Ok(done) => {
                 for d in done {
                     self.hca.push_eqe(

@@ -294,28 +294,7 @@ const SYNDROME_AT: u64 = core::mem::offset_of!(Cmd, syndrome) as u64;
 const DATA_AT: u64 = core::mem::offset_of!(Cmd, data) as u64;
 const INLINE: usize = cmd_const::INLINE_SIZE as usize;
 
-/// Executes the commands from the queue's CI up to `pi` (the driver's
-/// CMDQ_PI), in order, at most [`MAX_COMMANDS_PER_CALL`] of them: for each, the
-/// outputs, then `syndrome` and `status`, then `owner` cleared last with release
-/// ordering, then CI advanced (abi::cmd COMMAND_PROTOCOL). Returns the commands
-/// that asked for a COMMAND_DONE event, for the caller to post on EQ 0.
-///
-/// Fatal: a slot the device should execute but does not own, or a `pi` more
-/// than a ring ahead of CI (`CmdqNotOwned`: the device cannot tell where
-/// commands are); a ring the guest unmapped (`CmdqBadConfig`). CI then stays at
-/// the slot concerned.
-pub fn execute_pending(
-    hca: &mut Hca,
-    q: &mut CmdQueue,
-    pi: u32,
-    mem: &mut dyn Memory,
-    db: &dyn Doorbells,
-    now: Duration,
-) -> Result<Vec<CmdDone>, Fatal> {
-    execute_budgeted(hca, q, pi, mem, db, now, Budget::default())
-}
-
-/// How much one [`execute_budgeted`] call may do: at most `commands`
+/// How much one [`execute_pending`] call may do: at most `commands`
 /// commands, and no new command once `time` has passed since the call began
 /// (at least one runs). The caller holds the device's lock meanwhile, which
 /// QEMU's BAR0 accesses and the data path wait for (ARCHITECTURE.md §5), so a
@@ -337,9 +316,18 @@ impl Default for Budget {
     }
 }
 
-/// [`execute_pending`] within `budget` (at least one command, at most
-/// `budget.commands`); the rest waits for the next call.
-pub fn execute_budgeted(
+/// Executes the commands from the queue's CI up to `pi` (the driver's
+/// CMDQ_PI), in order, within `budget` (the rest waits for the next call):
+/// for each, the outputs, then `syndrome` and `status`, then `owner` cleared
+/// last with release ordering, then CI advanced (abi::cmd COMMAND_PROTOCOL).
+/// Returns the commands that asked for a COMMAND_DONE event, for the caller to
+/// post on EQ 0.
+///
+/// Fatal: a slot the device should execute but does not own, or a `pi` more
+/// than a ring ahead of CI (`CmdqNotOwned`: the device cannot tell where
+/// commands are); a ring the guest unmapped (`CmdqBadConfig`). CI then stays at
+/// the slot concerned.
+pub fn execute_pending(
     hca: &mut Hca,
     q: &mut CmdQueue,
     pi: u32,
