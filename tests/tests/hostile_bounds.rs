@@ -17,7 +17,7 @@ use vhca_tests::fixture::{assert_success, connect_loopback, Node};
 use vhca_tests::guest::PAGE;
 use vhca_tests::util::{assert_bytes, pattern};
 use vhca_tests::{
-    ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, Remote, SendWr, Vhca,
+    Build, ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, Remote, SendWr, Vhca,
 };
 
 /// The most commands one CMDQ_PI write may run (device::run::CMD_BUDGET).
@@ -97,7 +97,8 @@ fn cmdq_stat(report: &str, name: &str) -> Option<u64> {
 /// access meanwhile waits for the whole ring; every command still completes.
 #[test]
 fn a_ring_of_heavy_commands_does_not_stall_bar0() {
-    let mut v = Vhca::spawn(Options::nodes(1));
+    // Optimized: the figures are those of a device as it is run.
+    let mut v = Vhca::spawn(Options::nodes(1).build(Build::Optimized));
     let mut n = Node::connect_with(&v, 0, GuestOptions::default(), HcaConfig::default());
     let (reg_mr, resize) = heavy_commands(&mut n);
     let slots = n.hca.cmdq_slots();
