@@ -39,6 +39,15 @@ impl Memory for GuestMem<'_> {
     fn atomic_write(&mut self, addr: u64, value: u64) -> Result<(), MemError> {
         self.0.atomic_store(addr, value).map_err(|_| err(addr, 8))
     }
+
+    fn check(&self, addr: u64, len: u64) -> Result<(), MemError> {
+        let e = MemError { addr, len };
+        let n = usize::try_from(len).map_err(|_| e)?;
+        if addr.checked_add(len).is_none() || !self.0.is_mapped(addr, n) {
+            return Err(e);
+        }
+        Ok(())
+    }
 }
 
 /// The doorbell pages: BAR2's shared memory.

@@ -274,6 +274,48 @@ impl Ring {
         mem.write(self.entry_addr(index), &data[..n])
     }
 
+    /// Writes a blank entry (zeros, owner byte `owner(k)` last) at every index
+    /// `k` of `from..from + count` (wrapping; `count` at most the ring): a
+    /// chunk of up to 64 KiB of one page per write where whole chunks are
+    /// blank, so blanking the largest ring (RESIZE_CQ to 2^20 CQEs) costs a
+    /// thousand writes, not a million (ARCHITECTURE.md §5: commands run under
+    /// the core lock). `owner` must be constant within a lap.
+    pub fn blank(
+        &self,
+        mem: &mut dyn Memory,
+        from: u32,
+        count: u32,
+        owner: impl Fn(u32) -> u8,
+    ) -> Result<(), MemError> {
+        const CHUNK: u32 = 64 << 10;
+        let size = self.entry_size();
+        let per_page = 1u32 << (self.page_shift - self.entry_shift).min(31);
+        let per_chunk = per_page
+            .min(CHUNK >> self.entry_shift)
+            .min(self.len())
+            .max(1);
+        let mut buf = vec![0u8; per_chunk as usize * size];
+        let count = count.min(self.len());
+        let mut done = 0u32;
+        while done < count {
+            let k = from.wrapping_add(done);
+            let slot = k & (self.len() - 1);
+            let n = if slot.is_multiple_of(per_chunk) && count - done >= per_chunk {
+                per_chunk
+            } else {
+                1
+            };
+            let o = owner(k);
+            let bytes = &mut buf[..n as usize * size];
+            for e in bytes.chunks_exact_mut(size) {
+                e[size - 1] = o;
+            }
+            mem.write(self.entry_addr(k), bytes)?;
+            done += n;
+        }
+        Ok(())
+    }
+
     /// The lap (0 or 1) entry `index` is written in: the owner / phase bit a
     /// producer stores so a consumer can tell a new entry from last lap's.
     pub fn lap(&self, index: u32) -> u8 {
@@ -285,6 +327,37 @@ impl Ring {
 mod tests {
     use super::*;
     use transport::memory::VecMemory;
+
+    #[test]
+    fn blank_writes_every_entry_once_with_its_laps_owner_and_nothing_else() {
+        let mut mem = VecMemory::new(0x10_0000, 64 << 10);
+        let pages: Vec<u64> = (0..4).rev().map(|i| 0x10_0000 + i * 4096).collect();
+        let r = Ring::new(&mem, pages, 12, 6, 8, 20).unwrap(); // 256 x 64 B
+        mem.bytes.fill(0xee);
+        // From index 300 (slot 44 of lap 1) for 250 entries: slots 44..255 of
+        // lap 1, then 0..37 of lap 0 (index 512..549); slots 38..43 untouched.
+        r.blank(&mut mem, 300, 250, |k| 0x80 | r.lap(k)).unwrap();
+        let mut e = [0u8; 64];
+        for slot in 0..256u32 {
+            r.read(&mem, slot, &mut e).unwrap();
+            if (38..44).contains(&slot) {
+                assert_eq!(e, [0xee; 64], "slot {slot} is outside the range");
+                continue;
+            }
+            // Index 256 + slot (lap 1) from slot 44 on, 512 + slot (lap 0) below.
+            let lap = u8::from(slot >= 44);
+            assert_eq!(e[..63], [0u8; 63], "slot {slot}");
+            assert_eq!(e[63], 0x80 | lap, "slot {slot}");
+        }
+        // Unreadable memory: an error, not a fault.
+        let bad = Ring {
+            pages: vec![0x90_0000],
+            page_shift: 12,
+            entry_shift: 6,
+            log_entries: 6,
+        };
+        assert!(bad.blank(&mut mem, 0, 64, |_| 0).is_err());
+    }
 
     #[test]
     fn ring_maps_indices_over_scattered_pages_and_checks_geometry() {

@@ -12,7 +12,7 @@
 //!   doorbell page so the driver knows to ring WAKE (abi::uar
 //!   DOORBELL_PROTOCOL). An idle device uses no CPU.
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -44,6 +44,19 @@ const YIELD_LOST: Duration = Duration::from_micros(200);
 /// spinning thread for a whole slice (ib_send_lat between two TCG guests:
 /// 2.7-4 ms typical with polling, 66-82 us without).
 const CONTENDED_FOR: Duration = Duration::from_millis(100);
+
+/// What one batch of commands may do under the core lock, on the BAR0 write
+/// of CMDQ_PI or on the data path: QEMU waits for the lock on every BAR0
+/// access (its reply timeout is 5 s, a vCPU stalls meanwhile) and the data
+/// path does too, so heavy commands run a few at a time (issue 13, MMIO stall).
+pub const CMD_BUDGET: cmdq::Budget = cmdq::Budget {
+    commands: 16,
+    time: Some(Duration::from_millis(1)),
+};
+
+/// How long the data path waits at most for the vfio-user thread to take the
+/// lock before its own next round.
+const FRONT_FIRST: Duration = Duration::from_millis(5);
 
 /// Longest sleep without a deadline: bounds how late a stop request or a
 /// periodic counter print is noticed.
@@ -77,6 +90,9 @@ struct Regs {
     ignored_writes: u32,
     cmdq_base: u64,
     cmdq_log2: u32,
+    /// The last CMDQ_PI written: commands up to it run in budgeted batches,
+    /// the first on the BAR0 write itself, the rest on the data path.
+    cmdq_pi: u32,
     eq0_base: u64,
     eq0_log2: u32,
     ctx_table: u32,
@@ -94,11 +110,76 @@ pub struct Core {
     limits: Limits,
     /// Counters of the RoCE port's vhost-user-net backend, if it serves one.
     net: Option<Arc<crate::net::NetCounters>>,
+    cmd_stats: CmdStats,
+}
+
+/// How the command queue's work was split (printed with the counters).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CmdStats {
+    /// CMDQ_PI writes.
+    pub pi_writes: u64,
+    /// Most commands one CMDQ_PI write ran (at most `CMD_BUDGET.commands`).
+    pub max_per_write: u32,
+    /// CMDQ_PI writes that left commands to the data path.
+    pub deferred: u64,
+    /// Batches the data path ran.
+    pub data_path_batches: u64,
 }
 
 impl Core {
     fn enabled(&self) -> bool {
         self.regs.dev_status & dev_status::ENABLED != 0
+    }
+
+    /// Whether posted commands wait to run.
+    fn commands_pending(&self) -> bool {
+        self.enabled()
+            && self
+                .cmdq
+                .as_ref()
+                .is_some_and(|q| q.ci() != self.regs.cmdq_pi)
+    }
+
+    /// Runs one batch of the posted commands (`CMD_BUDGET`), writes their
+    /// COMMAND_DONE events and raises EQ 0; returns how many ran. A command
+    /// queue the driver broke makes the device FATAL.
+    fn run_commands(&mut self, handle: &pci::Handle) -> u32 {
+        let Some(bar2) = handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) else {
+            return 0;
+        };
+        let db = BarDoorbells(bar2);
+        let irq = Msix(handle);
+        let Some(mut q) = self.cmdq.take() else {
+            return 0;
+        };
+        let dma = handle.memory();
+        let mut mem = GuestMem(dma);
+        let before = q.ci();
+        let pi = self.regs.cmdq_pi;
+        match cmdq::execute_pending(&mut self.hca, &mut q, pi, &mut mem, &db, now(), CMD_BUDGET) {
+            Ok(done) => {
+                for d in done {
+                    self.hca.push_eqe(
+                        0,
+                        abi::cqe::EqeType::CommandDone.raw(),
+                        u32::from(d.token),
+                        u32::from(d.status.raw()),
+                        &mut mem,
+                        &db,
+                    );
+                }
+            }
+            Err(f) => {
+                log::warn!("device: command queue stopped: {f:?}");
+                self.regs.fatal = f.raw();
+                self.regs.dev_status |= dev_status::FATAL;
+                self.regs.dev_status &= !dev_status::ENABLED;
+            }
+        }
+        self.hca.raise_interrupts(&db, &irq);
+        let ran = q.ci().wrapping_sub(before);
+        self.cmdq = Some(q);
+        ran
     }
 
     /// Drops every object and configuration: DEV_CTRL.RESET, PCI reset, a new
@@ -124,6 +205,10 @@ pub struct Shared {
     stop: AtomicBool,
     /// Set by the data path once it stopped and flushed the link.
     stopped: AtomicBool,
+    /// vfio-user callbacks waiting for the lock: the data path lets them in
+    /// before it takes the lock again (a mutex is not fair, and a data path
+    /// busy with deferred commands would otherwise keep QEMU waiting).
+    front_waiting: AtomicUsize,
     handle: pci::Handle,
     /// The link also carries the guest's NIC traffic (RoCE mode): the data path
     /// drains it even while the HCA is not enabled, so the VM's network works
@@ -136,6 +221,23 @@ impl Shared {
         // A panic while holding the lock is a bug; the device keeps serving with
         // whatever state the lock holds rather than dying.
         self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock for a vfio-user callback: ahead of the data path's next round.
+    fn lock_front(&self) -> MutexGuard<'_, Core> {
+        self.front_waiting.fetch_add(1, Ordering::AcqRel);
+        let g = self.lock();
+        self.front_waiting.fetch_sub(1, Ordering::AcqRel);
+        g
+    }
+
+    /// Lets waiting vfio-user callbacks take the lock first (for at most
+    /// [`FRONT_FIRST`]), so a BAR0 access waits for one data-path round at most.
+    fn yield_to_front(&self) {
+        let t = Instant::now();
+        while self.front_waiting.load(Ordering::Acquire) > 0 && t.elapsed() < FRONT_FIRST {
+            std::thread::yield_now();
+        }
     }
 
     /// Asks the data path to end.
@@ -423,54 +525,19 @@ impl Front {
         Ok(())
     }
 
-    /// CMDQ_PI: runs the posted commands now, in order.
+    /// CMDQ_PI: runs one budgeted batch of the posted commands now, in order;
+    /// the data path runs the rest (a whole ring of heavy commands in one
+    /// write would hold the lock, and QEMU's vCPU, far too long).
     fn commands(&self, core: &mut Core, pi: u32) {
-        let dma = self.shared.handle.memory();
-        let mut mem = GuestMem(dma);
-        let Some(bar2) = self
-            .shared
-            .handle
-            .bar_memory(abi::ident::bar::BAR2_INDEX as usize)
-        else {
-            return;
-        };
-        let db = BarDoorbells(bar2);
-        let irq = Msix(&self.shared.handle);
-        let Some(mut q) = core.cmdq.take() else {
-            return;
-        };
-        // Bounded batches: a driver that posts a whole ring is served in several
-        // rounds, each far below QEMU's reply timeout.
-        loop {
-            let before = q.ci();
-            match cmdq::execute_pending(&mut core.hca, &mut q, pi, &mut mem, &db, now()) {
-                Ok(done) => {
-                    for d in done {
-                        core.hca.push_eqe(
-                            0,
-                            abi::cqe::EqeType::CommandDone.raw(),
-                            u32::from(d.token),
-                            u32::from(d.status.raw()),
-                            &mut mem,
-                            &db,
-                        );
-                    }
-                }
-                Err(f) => {
-                    log::warn!("device: command queue stopped: {f:?}");
-                    core.regs.fatal = f.raw();
-                    core.regs.dev_status |= dev_status::FATAL;
-                    core.regs.dev_status &= !dev_status::ENABLED;
-                    break;
-                }
-            }
-            if q.ci() == pi || q.ci() == before {
-                break;
-            }
-        }
-        core.hca.raise_interrupts(&db, &irq);
-        core.cmdq = Some(q);
-        // New objects may have doorbells already: let the data path look.
+        core.regs.cmdq_pi = pi;
+        let ran = core.run_commands(&self.shared.handle);
+        let more = core.commands_pending();
+        let st = &mut core.cmd_stats;
+        st.pi_writes += 1;
+        st.max_per_write = st.max_per_write.max(ran);
+        st.deferred += u64::from(more);
+        // New objects may have doorbells already, and commands may remain:
+        // let the data path look.
         let _ = self.shared.wake.write(1);
     }
 }
@@ -480,7 +547,7 @@ impl pci::Device for Front {
         if bar != abi::ident::bar::BAR0_INDEX as usize {
             return;
         }
-        let core = self.shared.lock();
+        let core = self.shared.lock_front();
         // Registers are 32-bit; an 8-byte access reads a LO/HI pair.
         for (i, chunk) in data.chunks_mut(4).enumerate() {
             let v = self.read_reg(&core, (offset & !3) + 4 * i as u64);
@@ -497,11 +564,11 @@ impl pci::Device for Front {
             return;
         }
         if bar != abi::ident::bar::BAR0_INDEX as usize || !offset.is_multiple_of(4) {
-            let mut core = self.shared.lock();
+            let mut core = self.shared.lock_front();
             core.regs.ignored_writes = core.regs.ignored_writes.wrapping_add(1);
             return;
         }
-        let mut core = self.shared.lock();
+        let mut core = self.shared.lock_front();
         for (i, chunk) in data.chunks(4).enumerate() {
             self.write_reg(&mut core, offset + 4 * i as u64, le32(chunk));
         }
@@ -509,12 +576,12 @@ impl pci::Device for Front {
 
     fn reset(&mut self) {
         log::info!("device: PCI reset");
-        self.shared.lock().reset();
+        self.shared.lock_front().reset();
     }
 
     fn disconnected(&mut self) {
         log::info!("device: client gone; every object and mapping dropped");
-        let mut core = self.shared.lock();
+        let mut core = self.shared.lock_front();
         // The engine goes with the client: report its counters first.
         log::info!(
             "device: counters of that client:\n{}",
@@ -570,6 +637,7 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
     let mut last_print = Instant::now();
     let mut events = vec![EpollEvent::default(); 4];
     while !shared.stop.load(Ordering::Acquire) {
+        shared.yield_to_front();
         let t = now();
         last_scan = Instant::now();
         let (work, deadline, link_failed) = {
@@ -587,10 +655,18 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
                     (false, None)
                 }
             } else {
+                // Commands a CMDQ_PI write left (one batch a round, so
+                // doorbells and packets are served in between).
+                let cmds = if core.commands_pending() {
+                    core.cmd_stats.data_path_batches += 1;
+                    core.run_commands(&handle)
+                } else {
+                    0
+                };
                 let dma = handle.memory();
                 let mut mem = GuestMem(dma);
                 let w = core.hca.run_once(&mut mem, &db, &irq, t);
-                (w.any(), core.hca.port.next_deadline())
+                (w.any() || cmds > 0, core.hca.port.next_deadline())
             };
             let link_failed = core.hca.port.counters().link_errors != errors_before;
             (work, deadline, link_failed)
@@ -631,7 +707,7 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
         fence(Ordering::SeqCst);
         let pending = {
             let core = shared.lock();
-            core.enabled() && core.hca.doorbells_pending(&db)
+            core.commands_pending() || (core.enabled() && core.hca.doorbells_pending(&db))
         };
         // Asleep until an event (WAKE, a packet) or a deadline. A wake by a
         // deadline alone stays asleep: while the asleep word is set every
@@ -709,6 +785,7 @@ impl Core {
             s += &format!("vhost-user-net: {n}\n");
         }
         s += &format!("engine: {e:?}\n");
+        s += &format!("cmdq: {:?}\n", self.cmd_stats);
         let h = h.with_budget(self.hca.port.engine().budget());
         s += &format!("hca: {h:?}");
         s
@@ -811,6 +888,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         port_config,
         limits,
         net,
+        cmd_stats: CmdStats::default(),
     };
     core.reset();
     let shared = Arc::new(Shared {
@@ -818,6 +896,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         wake: EventFd::new(EFD_NONBLOCK)?,
         stop: AtomicBool::new(false),
         stopped: AtomicBool::new(false),
+        front_waiting: AtomicUsize::new(0),
         handle,
         link_always: matches!(config.mode, FabricMode::Roce { .. }),
     });

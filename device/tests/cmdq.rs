@@ -22,7 +22,7 @@ use device::abi::counters::CounterSet;
 use device::abi::layout::{AbiStruct, Field};
 use device::abi::uar::uar;
 use device::abi::verbs::{access, num, qp_attr_mask as m, srq_attr_mask, Mtu, QpState, QpType};
-use device::cmdq::{execute_pending, CmdDone, CmdQueue, Syndrome, MAX_COMMANDS_PER_CALL};
+use device::cmdq::{execute_pending, Budget, CmdDone, CmdQueue, Syndrome, MAX_COMMANDS_PER_CALL};
 use device::context::snapshot;
 use device::context::snapshot_with_doorbells;
 use device::fabric::{FabricFile, Node, UdpLink};
@@ -211,6 +211,7 @@ impl Dev {
             &mut self.mem,
             &self.db,
             now(),
+            Budget::default(),
         )
     }
 
@@ -831,10 +832,49 @@ fn a_slot_the_device_does_not_own_stops_the_queue() {
     let mut d = Dev::new();
     let pi = d.q.ci() + d.q.slots() + 1;
     assert_eq!(
-        execute_pending(&mut d.hca, &mut d.q, pi, &mut d.mem, &d.db, now()),
+        execute_pending(
+            &mut d.hca,
+            &mut d.q,
+            pi,
+            &mut d.mem,
+            &d.db,
+            now(),
+            Budget::default()
+        ),
         Err(Fatal::CmdqNotOwned)
     );
     assert_eq!(d.q.ci(), 0);
+}
+
+/// Issue 13, MMIO stall: a budget bounds one call by commands and by time (at
+/// least one command runs, so the queue always moves).
+#[test]
+fn a_budget_bounds_one_call_by_commands_and_by_time() {
+    let mut d = Dev::new();
+    for _ in 0..20 {
+        d.post(Dev::cmd(Opcode::Nop.raw(), &[], 0));
+    }
+    let mut call = |budget| {
+        let before = d.q.ci();
+        execute_pending(&mut d.hca, &mut d.q, d.pi, &mut d.mem, &d.db, now(), budget).unwrap();
+        d.q.ci() - before
+    };
+    let five = Budget {
+        commands: 5,
+        time: None,
+    };
+    assert_eq!(call(five), 5);
+    let no_time = Budget {
+        commands: 64,
+        time: Some(Duration::ZERO),
+    };
+    assert_eq!(call(no_time), 1, "the time is up after the first command");
+    let none = Budget {
+        commands: 0,
+        time: None,
+    };
+    assert_eq!(call(none), 1, "at least one");
+    assert_eq!(call(Budget::default()), 13);
 }
 
 #[test]

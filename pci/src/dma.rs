@@ -40,6 +40,11 @@ pub(crate) enum MapError {
     PastEof { offset: u64, size: u64, len: u64 },
     #[error("cannot inspect the fd: {0}")]
     Stat(#[source] std::io::Error),
+    #[error(
+        "the file cannot be sealed against shrinking ({0}): guest RAM must be a \
+         sealable memfd (QEMU: memory-backend-memfd with seal=on, the default)"
+    )]
+    Unsealable(#[source] std::io::Error),
     #[error("mmap failed: {0}")]
     Mmap(#[source] vm_memory::mmap::MmapRegionError),
     #[error("map is inconsistent: {0}")]
@@ -191,8 +196,18 @@ impl DmaMemory {
             .filter(|_| size > 0)
             .ok_or(MapError::Range)?;
         let len = usize::try_from(size).map_err(|_| MapError::Range)?;
-        // mmap past the end of a file succeeds but the first access beyond
-        // it raises SIGBUS: refuse such a map now.
+        // An access to a mapped page past the end of its file raises SIGBUS,
+        // which would kill the process. A file that can change size (a
+        // regular file; memfds are) is sealed against shrinking first, so
+        // the client cannot truncate it under the mapping later (issue 13;
+        // ARCHITECTURE.md §5, §9), then checked against the size it can no
+        // longer go below. One that cannot be sealed is refused: every
+        // device access would otherwise be at the client's mercy. Devices
+        // (DAX, ...) have no size to shrink.
+        let meta = file.metadata().map_err(MapError::Stat)?;
+        if meta.is_file() {
+            seal_shrink(&file).map_err(MapError::Unsealable)?;
+        }
         let meta = file.metadata().map_err(MapError::Stat)?;
         let file_end = offset.checked_add(size).ok_or(MapError::Range)?;
         if meta.is_file() && file_end > meta.len() {
@@ -260,6 +275,26 @@ impl DmaMemory {
     }
 }
 
+/// Adds `F_SEAL_SHRINK` to `file` unless it has it: from then on nobody
+/// (the client included) can make it smaller. Fails for a file that does not
+/// support seals (not a memfd, or one created without `MFD_ALLOW_SEALING`) or
+/// whose seals are sealed without this one.
+fn seal_shrink(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GET_SEALS takes no argument and touches no memory of ours;
+    // `fd` is open for the duration of the call (borrowed from `file`).
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    if seals >= 0 && seals & libc::F_SEAL_SHRINK != 0 {
+        return Ok(());
+    }
+    // SAFETY: as above; F_ADD_SEALS takes an int argument.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn unmapped(addr: u64, len: usize) -> DmaError {
     DmaError::Unmapped {
         addr,
@@ -311,10 +346,48 @@ fn remap(r: &Region, skip: u64, len: u64) -> Option<Region> {
 mod tests {
     use super::*;
 
+    /// A sealable memfd of `len` bytes, as QEMU's guest RAM.
     fn file(len: u64) -> File {
-        let f = tempfile::tempfile().unwrap();
+        memfd(len, libc::MFD_ALLOW_SEALING)
+    }
+
+    fn memfd(len: u64, flags: libc::c_uint) -> File {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        // SAFETY: the name is a valid C string; memfd_create returns a new
+        // descriptor or -1 and touches no other memory.
+        let fd = unsafe { libc::memfd_create(c"ram".as_ptr(), libc::MFD_CLOEXEC | flags) };
+        assert!(fd >= 0);
+        // SAFETY: the descriptor was just created and has no other owner.
+        let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         f.set_len(len).unwrap();
         f
+    }
+
+    #[test]
+    fn a_mapped_file_cannot_shrink_and_an_unsealable_one_is_refused() {
+        let m = DmaMemory::new();
+        let f = file(0x2000);
+        m.map(0, 0x2000, f.try_clone().unwrap(), 0, true).unwrap();
+        // The client truncates its file under the map: refused by the seal,
+        // so the device's next access reads memory instead of raising SIGBUS.
+        let e = f.set_len(0x1000).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+        m.write(0x1ff8, &[7; 8]).unwrap();
+        let mut b = [0u8; 8];
+        m.read(0x1ff8, &mut b).unwrap();
+        assert_eq!(b, [7; 8]);
+        // Growing stays allowed (QEMU's own seals decide that).
+        f.set_len(0x3000).unwrap();
+
+        // A memfd without MFD_ALLOW_SEALING, a plain temporary file: refused.
+        for f in [memfd(0x1000, 0), tempfile::tempfile().unwrap()] {
+            f.set_len(0x1000).unwrap();
+            assert!(matches!(
+                m.map(0x10000, 0x1000, f, 0, true),
+                Err(MapError::Unsealable(_))
+            ));
+        }
+        assert_eq!(m.ranges(), vec![(0, 0x2000)]);
     }
 
     #[test]

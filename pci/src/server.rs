@@ -8,11 +8,14 @@
 //! embedder, and accepts the next one.
 //!
 //! Defects of vfio_user 0.1.7 and what this module does about them:
-//! - A VERSION payload without a NUL panics the server
-//!   (`CString::from_vec_with_nul(..).unwrap()`); so does a VERSION shorter
-//!   than its header (subtraction overflow, in debug builds). Each
-//!   connection runs under `catch_unwind`: a panic costs that connection,
-//!   not the process. (Needs `panic = "unwind"`, the default.)
+//! - Fixed in the patched copy the workspace uses (vendor/vfio_user,
+//!   PATCHED.md; issue 13): a VERSION payload without a NUL panicked the
+//!   server, a VERSION shorter than its header overflowed a subtraction, and
+//!   region accesses and VERSION allocated whatever size the client named
+//!   (up to 4 GiB) before any check. Each connection still runs under
+//!   `catch_unwind`, for what else the crate may panic on: a panic costs
+//!   that connection, not the process. (Needs `panic = "unwind"`, the
+//!   default.)
 //! - Error replies carry errno 0 unless the crate itself chose EINVAL, so
 //!   QEMU takes a failed request for a successful one. Region accesses
 //!   therefore never fail here (unclaimed reads return all ones, unclaimed

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 
@@ -90,18 +90,59 @@ fn device_reset_restores_power_on_state_but_keeps_dma_maps() {
 }
 
 #[test]
-fn version_without_nul_costs_the_connection_not_the_server() {
+fn malformed_versions_and_huge_region_counts_get_einval_and_the_stream_stays_in_step() {
     let h = start(hca_like());
     let mut raw = RawClient::connect(&h.path);
-    // The crate unwraps CString::from_vec_with_nul on this payload.
+    // A payload without its NUL (the crate unwrapped CString::from_vec_with_nul
+    // on it and panicked).
     raw.version(r#"{"capabilities":{}}"#, false);
-    let mut rest = Vec::new();
-    let _ = raw.stream.read_to_end(&mut rest);
-    assert!(rest.is_empty(), "no reply, the connection is closed");
-    h.wait_for(|e| e.disconnects == 1);
-
-    let mut c = h.connect();
-    assert_eq!(cfg_u16(&mut c, 0x02), 0x11c6);
+    let (flags, error, _) = raw.recv();
+    assert_eq!((flags & ERROR, error), (ERROR, libc::EINVAL as u32));
+    // A VERSION claiming a 1 GiB payload: refused before it is allocated.
+    let mut msg = Vec::new();
+    msg.extend_from_slice(&7u16.to_le_bytes());
+    msg.extend_from_slice(&VERSION.to_le_bytes());
+    msg.extend_from_slice(&(1u32 << 30).to_le_bytes());
+    msg.extend_from_slice(&[0; 8]);
+    msg.extend_from_slice(&[0; 4]); // major, minor
+    raw.stream.write_all(&msg).unwrap();
+    let (flags, error, _) = raw.recv();
+    assert_eq!((flags & ERROR, error), (ERROR, libc::EINVAL as u32));
+    // issue 13: a REGION_READ of 2 GiB gets EINVAL, not a 2 GiB allocation and
+    // reply; a REGION_WRITE of 64 MiB has its payload dropped, not held.
+    let access = |region: u32, offset: u64, count: u32| {
+        let mut b = Vec::new();
+        b.extend_from_slice(&offset.to_le_bytes());
+        b.extend_from_slice(&region.to_le_bytes());
+        b.extend_from_slice(&count.to_le_bytes());
+        b
+    };
+    raw.send(REGION_READ, &access(0, 0, 1 << 31));
+    let (flags, error, _) = raw.recv();
+    assert_eq!((flags & ERROR, error), (ERROR, libc::EINVAL as u32));
+    let count = 64u32 << 20;
+    let mut msg = Vec::new();
+    msg.extend_from_slice(&8u16.to_le_bytes());
+    msg.extend_from_slice(&REGION_WRITE.to_le_bytes());
+    msg.extend_from_slice(&(32 + count).to_le_bytes());
+    msg.extend_from_slice(&[0; 8]);
+    msg.extend_from_slice(&access(0, 0x100, count));
+    raw.stream.write_all(&msg).unwrap();
+    let chunk = vec![0x5a; 1 << 20];
+    for _ in 0..count >> 20 {
+        raw.stream.write_all(&chunk).unwrap();
+    }
+    let (flags, error, _) = raw.recv();
+    assert_eq!((flags & ERROR, error), (ERROR, libc::EINVAL as u32));
+    assert!(
+        h.events.lock().unwrap().writes.is_empty(),
+        "nothing written"
+    );
+    // The stream is still in step: a plain read of config space works.
+    raw.send(REGION_READ, &access(7, 2, 2));
+    let (flags, _, body) = raw.recv();
+    assert_eq!(flags & ERROR, 0);
+    assert_eq!(body[16..18], 0x11c6u16.to_le_bytes());
 }
 
 #[test]

@@ -200,22 +200,12 @@ fn rss(pid: u32) -> u64 {
 
 /// Percent of a core `pid` used over `secs` seconds of sleep here.
 fn idle_cpu(pid: u32, secs: u64) -> (u64, f64) {
-    let c0 = cpu_ticks(pid);
+    let c0 = vhca_tests::process::cpu_ticks(pid);
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs(secs));
-    let ticks = cpu_ticks(pid) - c0;
+    let ticks = vhca_tests::process::cpu_ticks(pid) - c0;
     let hz = 100.0; // USER_HZ on Linux
     (ticks, ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0)
-}
-
-fn cpu_ticks(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
-    get(11) + get(12)
 }
 
 /// `VHCA_BENCH_ONLY=2,4` runs only those figures (default: all).

@@ -537,6 +537,11 @@ impl Vhca {
             .unwrap_or(0)
     }
 
+    /// CPU time node `i` used so far, user and system, in clock ticks.
+    pub fn cpu_ticks(&self, i: usize) -> u64 {
+        cpu_ticks(self.pid(i))
+    }
+
     /// Threads of node `i` (entries of /proc/PID/task).
     pub fn thread_count(&self, i: usize) -> usize {
         std::fs::read_dir(format!("/proc/{}/task", self.pid(i)))
@@ -617,4 +622,16 @@ fn listening(path: &Path) -> bool {
             && f[7] == want
             && u32::from_str_radix(f[3], 16).is_ok_and(|flags| flags & 0x1_0000 != 0)
     })
+}
+
+/// CPU time of process `pid` so far, user and system, in clock ticks
+/// (`/proc/PID/stat`; 100 a second on Linux); 0 if it is gone.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
+    get(11) + get(12)
 }

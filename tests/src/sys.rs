@@ -18,9 +18,12 @@ use std::time::Duration;
 /// A new anonymous memory file of `size` bytes (guest RAM, as QEMU's
 /// `memory-backend-memfd`).
 pub fn memfd(name: &std::ffi::CStr, size: u64) -> io::Result<File> {
+    // Sealable, as QEMU's memory-backend-memfd: vhca seals a DMA-mapped file
+    // against shrinking and refuses one it cannot seal.
     // SAFETY: `name` is a valid NUL-terminated string; memfd_create returns a
     // new descriptor or -1 and touches no memory of ours otherwise.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

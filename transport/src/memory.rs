@@ -26,6 +26,26 @@ pub trait Memory {
     /// Single-copy-atomic store of the 8-byte word at `addr` (RDMA ATOMIC
     /// WRITE): no reader ever sees part of it.
     fn atomic_write(&mut self, addr: u64, value: u64) -> Result<(), MemError>;
+    /// Whether all of `addr..addr + len` is mapped, without copying it (page
+    /// lists of up to 2^18 pages are checked at registration). The default
+    /// probes one byte of every 4 KiB page and the last byte.
+    fn check(&self, addr: u64, len: u64) -> Result<(), MemError> {
+        let err = MemError { addr, len };
+        if len == 0 {
+            return Ok(());
+        }
+        let last = addr.checked_add(len - 1).ok_or(err)?;
+        let mut probe = [0u8];
+        let mut at = addr;
+        loop {
+            self.read(at, &mut probe).map_err(|_| err)?;
+            match (at | 0xfff).checked_add(1) {
+                Some(next) if next <= last => at = next,
+                _ => break,
+            }
+        }
+        self.read(last, &mut probe).map_err(|_| err)
+    }
 }
 
 /// Memory backed by a vector, starting at physical address `base`: for tests and
@@ -121,5 +141,15 @@ mod tests {
         assert_eq!(m.compare_swap(0x1008, 5, 9).unwrap(), 5);
         assert_eq!(m.compare_swap(0x1008, 5, 1).unwrap(), 9);
         assert!(m.fetch_add(0x1004, 1).is_err(), "misaligned atomic");
+    }
+
+    #[test]
+    fn default_check_finds_any_unmapped_byte_of_a_range() {
+        let m = VecMemory::new(0x1000, 0x3000);
+        assert!(m.check(0x1000, 0x3000).is_ok());
+        assert!(m.check(0x1800, 0).is_ok());
+        assert!(m.check(0x1000, 0x3001).is_err(), "one byte past the end");
+        assert!(m.check(0xfff, 2).is_err(), "one byte before");
+        assert!(m.check(u64::MAX, 2).is_err(), "wraps");
     }
 }

@@ -176,20 +176,21 @@ pub(super) fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, 
     let mut e = [0u8; CQE];
     // Slot by slot, the index in [ci, ci + N) that lives there: a copy below
     // pi, else the next index the device writes there.
-    for n in 0..ring.len() {
+    for n in 0..pending {
         let k = ci.wrapping_add(n);
         let owner = crate::abi::cqe::owner_bit(k, log2);
-        if n < pending {
-            old.read(&*x.mem, k, &mut e)
-                .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
-            e[owner_at] = (e[owner_at] & !owner_mask) | owner;
-        } else {
-            e = [0u8; CQE];
-            e[owner_at] = owner ^ owner_mask;
-        }
+        old.read(&*x.mem, k, &mut e)
+            .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
+        e[owner_at] = (e[owner_at] & !owner_mask) | owner;
         ring.write(&mut *x.mem, k, &e)
             .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     }
+    // The rest blank, owned by the driver until the device writes them.
+    let from = ci.wrapping_add(pending);
+    ring.blank(&mut *x.mem, from, ring.len() - pending, |k| {
+        crate::abi::cqe::owner_bit(k, log2) ^ owner_mask
+    })
+    .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     let entries = ring.len();
     let cq = x.hca.cqs.get_mut(&i.cqn).expect("checked above");
     cq.ring = ring;

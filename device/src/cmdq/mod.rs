@@ -294,11 +294,34 @@ const SYNDROME_AT: u64 = core::mem::offset_of!(Cmd, syndrome) as u64;
 const DATA_AT: u64 = core::mem::offset_of!(Cmd, data) as u64;
 const INLINE: usize = cmd_const::INLINE_SIZE as usize;
 
+/// How much one [`execute_pending`] call may do: at most `commands`
+/// commands, and no new command once `time` has passed since the call began
+/// (at least one runs). The caller holds the device's lock meanwhile, which
+/// QEMU's BAR0 accesses and the data path wait for (ARCHITECTURE.md §5), so a
+/// batch of heavy commands (REG_MR of 2^18 pages, RESIZE_CQ to the largest
+/// ring) must not run in one go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub commands: u32,
+    pub time: Option<Duration>,
+}
+
+impl Default for Budget {
+    /// [`MAX_COMMANDS_PER_CALL`] commands, no time bound.
+    fn default() -> Budget {
+        Budget {
+            commands: MAX_COMMANDS_PER_CALL,
+            time: None,
+        }
+    }
+}
+
 /// Executes the commands from the queue's CI up to `pi` (the driver's
-/// CMDQ_PI), in order, at most [`MAX_COMMANDS_PER_CALL`] of them: for each, the
-/// outputs, then `syndrome` and `status`, then `owner` cleared last with release
-/// ordering, then CI advanced (abi::cmd COMMAND_PROTOCOL). Returns the commands
-/// that asked for a COMMAND_DONE event, for the caller to post on EQ 0.
+/// CMDQ_PI), in order, within `budget` (the rest waits for the next call):
+/// for each, the outputs, then `syndrome` and `status`, then `owner` cleared
+/// last with release ordering, then CI advanced (abi::cmd COMMAND_PROTOCOL).
+/// Returns the commands that asked for a COMMAND_DONE event, for the caller to
+/// post on EQ 0.
 ///
 /// Fatal: a slot the device should execute but does not own, or a `pi` more
 /// than a ring ahead of CI (`CmdqNotOwned`: the device cannot tell where
@@ -311,13 +334,18 @@ pub fn execute_pending(
     mem: &mut dyn Memory,
     db: &dyn Doorbells,
     now: Duration,
+    budget: Budget,
 ) -> Result<Vec<CmdDone>, Fatal> {
     if pi.wrapping_sub(q.ci) > q.slots() {
         return Err(Fatal::CmdqNotOwned);
     }
+    let started = std::time::Instant::now();
     let mut done = Vec::new();
-    for _ in 0..MAX_COMMANDS_PER_CALL {
+    for k in 0..budget.commands.max(1) {
         if q.ci == pi {
+            break;
+        }
+        if k > 0 && budget.time.is_some_and(|t| started.elapsed() >= t) {
             break;
         }
         let addr = q.ring.entry_addr(q.ci);
@@ -525,14 +553,31 @@ impl Exec<'_> {
     /// The pages of an MR's page list, each wholly in guest memory.
     fn mr_pages(&self, pbl: &Pbl) -> Result<Vec<u64>, Fail> {
         let pages = read_pbl(&*self.mem, pbl).map_err(ring_fail)?;
-        let last = (1u64 << pbl.page_shift) - 1;
-        let mut probe = [0u8];
-        for &p in &pages {
-            // Aligned pages of at most 1 GiB: p + last cannot overflow.
-            if self.mem.read(p, &mut probe).is_err() || self.mem.read(p + last, &mut probe).is_err()
-            {
-                return Err(fail(Status::BadAddress, Syndrome::PageListAddress));
-            }
+        // Every page in guest memory, checked as runs of adjacent pages (one
+        // map lookup per run, not two per page: a list of 2^18 pages costs
+        // what its distinct runs cost, so a command stays short under the
+        // core lock, ARCHITECTURE.md §5).
+        let size = 1u64 << pbl.page_shift;
+        let mut sorted = pages.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut run: Option<(u64, u64)> = None;
+        let bad = || fail(Status::BadAddress, Syndrome::PageListAddress);
+        for &p in &sorted {
+            // Aligned pages of at most 1 GiB: p + size cannot overflow
+            // unless p is the last page of the address space.
+            let end = p.checked_add(size).ok_or_else(bad)?;
+            run = match run {
+                Some((start, e)) if e == p => Some((start, end)),
+                Some((start, e)) => {
+                    self.mem.check(start, e - start).map_err(|_| bad())?;
+                    Some((p, end))
+                }
+                None => Some((p, end)),
+            };
+        }
+        if let Some((start, e)) = run {
+            self.mem.check(start, e - start).map_err(|_| bad())?;
         }
         Ok(pages)
     }

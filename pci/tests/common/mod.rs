@@ -203,9 +203,16 @@ pub fn msix_control(c: &mut Client, bits: u16) {
 }
 
 pub fn memfd(size: u64) -> File {
+    // Sealable, as QEMU's memory-backend-memfd: the server seals it against
+    // shrinking and refuses a file it cannot seal.
     // SAFETY: the name is a valid C string; memfd_create returns a new
     // descriptor or -1.
-    let fd = unsafe { libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::memfd_create(
+            c"guest-ram".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
     assert!(fd >= 0);
     // SAFETY: the descriptor was just created and has no other owner.
     let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -239,6 +246,8 @@ pub struct RawClient {
 
 pub const VERSION: u16 = 1;
 pub const DMA_MAP: u16 = 2;
+pub const REGION_READ: u16 = 9;
+pub const REGION_WRITE: u16 = 10;
 pub const REPLY: u32 = 1;
 pub const ERROR: u32 = 1 << 5;
 

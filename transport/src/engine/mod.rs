@@ -20,6 +20,8 @@ mod access;
 mod completer;
 mod counters;
 mod cq;
+#[cfg(test)]
+mod handle_tests;
 mod io;
 pub mod link;
 mod recovery;
@@ -337,10 +339,18 @@ impl Engine {
         &self.mrs
     }
 
+    /// A new CQ or SRQ handle (nonzero; one space for both, the device's CQN
+    /// and SRQN). After the counter wraps, handles still live are skipped:
+    /// handing one out again would replace a live CQ or SRQ (issue 13).
+    /// Fewer than `max_cq + max_srq` are live, so this ends.
     fn handle(&mut self) -> Handle {
-        let h = self.next_handle;
-        self.next_handle = self.next_handle.wrapping_add(1).max(1);
-        h
+        loop {
+            let h = self.next_handle;
+            self.next_handle = self.next_handle.wrapping_add(1).max(1);
+            if !self.cqs.contains_key(&h) && !self.srqs.contains_key(&h) {
+                return h;
+            }
+        }
     }
 
     // ------------------------------------------------------------------ CQs

@@ -1226,3 +1226,27 @@ mod dma_mr_tests {
         assert!(t.gather(&mem, pd, &[sge], 0, &mut buf).is_err());
     }
 }
+
+/// MP-02, issue 13: a register/deregister loop does not get a key it had
+/// before, where the old code reused the freed index at once and its 8-bit
+/// key byte came round after 256 loops (a peer holding the old R_Key would
+/// reach the new MR). MWs take keys from the same table.
+#[test]
+fn mp_02_a_register_deregister_loop_never_revives_a_key() {
+    let mut t = MrTable::new(4, 1 << 16);
+    let pd = t.alloc_pd().unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..4 * 256 {
+        let k = if round % 2 == 0 {
+            reg(&mut t, pd, 0x1000, 4096, RW, 0x10_0000)
+        } else {
+            t.alloc_mw(pd, MwType::Type2).unwrap()
+        };
+        assert!(seen.insert(k), "round {round}: key {k:#x} handed out again");
+        if round % 2 == 0 {
+            t.dereg_mr(k).unwrap();
+        } else {
+            t.dealloc_mw(k).unwrap();
+        }
+    }
+}
