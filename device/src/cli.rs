@@ -105,6 +105,12 @@ pub struct Cli {
     /// recovery to the ACK timer and sequence NAKs alone (for comparison).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub loss_probes: String,
+
+    /// The least time (microseconds) without an acknowledgement before a loss
+    /// probe, whatever the measured round trip. A busy host that deschedules
+    /// a peer for milliseconds makes shorter probes spurious. 10..=1000000.
+    #[arg(long, value_name = "USECS", default_value_t = 2000)]
+    pub loss_probe_min_us: u64,
     /// Host memory the device may hold for its guest: MR page lists, the WQEs
     /// taken from the guest's rings, QP and responder state (bytes, or with a
     /// K, M or G suffix). Past it, registrations and QP creations fail with
@@ -158,6 +164,7 @@ pub struct Config {
     pub counters_every: Option<Duration>,
     pub busy_poll: Duration,
     pub loss_probes: bool,
+    pub loss_probe_min: Duration,
     /// Host bytes the device may hold for its guest (`--mem-budget`).
     pub mem_budget: u64,
 }
@@ -300,6 +307,12 @@ impl Cli {
             Some(s) => Some(Duration::from_secs(s)),
             None => None,
         };
+        if !(10..=1_000_000).contains(&self.loss_probe_min_us) {
+            return Err(CliError(format!(
+                "--loss-probe-min-us {}: from 10 to 1000000",
+                self.loss_probe_min_us
+            )));
+        }
         if self.busy_poll_us > 1_000_000 {
             return Err(CliError(format!(
                 "--busy-poll-us {}: at most 1000000 (one second)",
@@ -318,6 +331,7 @@ impl Cli {
             mem_budget,
             busy_poll: Duration::from_micros(self.busy_poll_us),
             loss_probes: self.loss_probes == "on",
+            loss_probe_min: Duration::from_micros(self.loss_probe_min_us),
             socket: self.socket.clone(),
             mode,
             capture: self.capture.clone(),

@@ -868,6 +868,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     }
     let limits = Limits {
         loss_probes: config.loss_probes,
+        min_probe_timeout_ns: config.loss_probe_min.as_nanos() as u64,
         mem_budget: config.mem_budget,
         ..Limits::default()
     };

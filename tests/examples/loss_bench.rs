@@ -7,7 +7,11 @@
 //! which builds an optimised `vhca` and passes it in `VHCA_BIN`.
 //!
 //! `VHCA_BENCH_QUICK=1` moves less data per run (a smoke check);
-//! `VHCA_BENCH_MSGS=N` sets the messages per run (default 400 = 25 MiB).
+//! `VHCA_BENCH_MSGS=N` sets the messages per run (default 400 = 25 MiB);
+//! `VHCA_BENCH_CONDITIONS=0,2` runs only those conditions (0 = lossless; the
+//! ratios are then to the first one run); `VHCA_BENCH_COUNTERS=1` prints the
+//! requester's retransmissions, timeouts and probes per run;
+//! `VHCA_BENCH_PROBES=off,on` sets which settings run, in which order.
 
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::verbs::QpType;
@@ -32,6 +36,11 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
     let mut opts = Options::nodes(2);
     opts.fault = fault.map(String::from);
     opts.extra_args = vec!["--loss-probes".into(), probes.into()];
+    // `VHCA_BENCH_VHCA_ARGS="--loss-probe-min-us 500"`: extra vhca arguments.
+    if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
+        opts.extra_args
+            .extend(extra.split_whitespace().map(String::from));
+    }
     // perftest's QP attributes: timeout 14 (67 ms), retry_cnt 7.
     let co = ConnOpts {
         timeout: 14,
@@ -67,6 +76,14 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
     rate
 }
 
+/// `VHCA_BENCH_CONDITIONS=0,2`: only those conditions (default: all).
+fn wanted(i: usize) -> bool {
+    match std::env::var("VHCA_BENCH_CONDITIONS") {
+        Ok(s) if !s.trim().is_empty() => s.split(',').any(|x| x.trim() == i.to_string()),
+        _ => true,
+    }
+}
+
 fn main() {
     let msgs = std::env::var("VHCA_BENCH_MSGS")
         .ok()
@@ -77,10 +94,15 @@ fn main() {
             400
         });
     for op in [Transfer::Write, Transfer::Read] {
-        for probes in ["on", "off"] {
+        // `VHCA_BENCH_PROBES=off,on`: which settings, in which order.
+        let order = std::env::var("VHCA_BENCH_PROBES").unwrap_or_else(|_| "on,off".into());
+        for probes in order.split(',').map(str::trim) {
             let mut base = None;
             let mut line = Vec::new();
-            for (name, fault) in CONDITIONS {
+            for (i, (name, fault)) in CONDITIONS.into_iter().enumerate() {
+                if !wanted(i) {
+                    continue;
+                }
                 let r = run(op, fault, probes, msgs);
                 let b = *base.get_or_insert(r);
                 line.push(format!("{name} {:.0} MB/s ({:.3}x)", r / 1e6, r / b));

@@ -1615,9 +1615,21 @@ fn rl_10_loss_probes_are_not_retries_and_the_peer_gone_fails_at_the_same_time() 
         );
     }
     let ca = b.net.nodes[A].engine.counters();
-    assert_eq!((ca.timeouts, ca.retransmits), (4, 3));
+    assert_eq!(
+        ca.timeouts, 4,
+        "retry_cnt + 1 ACK timeouts, as without probes"
+    );
     assert!(ca.probes > 0, "probes went between the retries");
+    // Each probe timeout sent the request once: a tail probe, or (the one
+    // after an unanswered tail probe) a go-back, counted as a retransmission
+    // besides the three the retries made.
+    let go_backs = ca.retransmits - 3;
     assert_eq!(sent_at.len() as u64, 4 + ca.probes, "{sent_at:?}");
+    assert!(
+        go_backs > 0 && go_backs < ca.probes,
+        "{go_backs} of {}",
+        ca.probes
+    );
     // Before the first retry: the first send, then probes at growing gaps.
     let first: Vec<u64> = sent_at
         .iter()

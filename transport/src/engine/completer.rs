@@ -247,12 +247,6 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
         let n = psn::diff(r.una, una_before).max(0) as u32;
         let unacked = r.unacked();
         r.rec.on_progress(last_acked, n, unacked, now, timeout);
-        let (una, hwm) = (r.una, r.hwm);
-        if r.rec.probe_answered(una, hwm, now) && skipped.is_none() {
-            // The tail probe was answered short of what was sent before it:
-            // the rest was lost; go back to it now (9.7.4.1.3).
-            resend_oldest(qp);
-        }
     }
     skipped
 }
@@ -651,7 +645,6 @@ fn probe(qp: &mut Qp, now: Time, c: &mut Counters) -> bool {
         Some(t) if t <= now => {}
         _ => return false,
     }
-    c.probes += 1;
     let (una, hwm) = (qp.req.una, qp.req.hwm);
     let timeout = ack_timeout_ns(&qp.attr);
     let read = qp
@@ -659,9 +652,18 @@ fn probe(qp: &mut Qp, now: Time, c: &mut Counters) -> bool {
         .open_wqe(una)
         .is_some_and(|i| qp.req.wqes[i].wr.opcode == WrOpcode::RdmaRead);
     if read {
+        c.probes += 1;
         qp.req.rec.on_read_probe(now, timeout);
         resend_oldest(qp);
+    } else if qp.req.rec.tail_probe_or_go_back(una) {
+        // A probe timeout after the tail probe, and what went before it is
+        // still not all acknowledged: lost; go back N (9.7.4.1.3).
+        c.probes += 1;
+        c.retransmits += 1;
+        qp.req.rec.on_tail_lost(hwm, now, timeout);
+        resend_oldest(qp);
     } else {
+        c.probes += 1;
         qp.req.rec.on_tail_probe(una, hwm, now, timeout);
     }
     true

@@ -185,6 +185,10 @@ pub struct Limits {
     /// Loss probes before the ACK timeout (`recovery`, issue 14). Off, the
     /// ACK timer alone recovers a lost tail (what the timer tests assert).
     pub loss_probes: bool,
+    /// The least time without acknowledgement before a probe, whatever the
+    /// measured round trip: on a host that can deschedule a peer for
+    /// milliseconds, shorter probes are mostly spurious (`recovery`).
+    pub min_probe_timeout_ns: u64,
     /// Host bytes the engine may hold for its guest: page lists, WQEs, QP and
     /// responder state (`budget`, ARCHITECTURE.md §9).
     pub mem_budget: u64,
@@ -205,6 +209,7 @@ impl Default for Limits {
             max_rd_atomic: 16,
             send_window: 256,
             loss_probes: true,
+            min_probe_timeout_ns: recovery::MIN_PTO_NS,
             mem_budget: crate::budget::DEFAULT_LIMIT,
         }
     }

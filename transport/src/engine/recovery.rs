@@ -48,9 +48,9 @@ pub const INITIAL_WINDOW: u32 = 16;
 pub(super) const MIN_WINDOW: u32 = 8;
 /// Probe timeout before any round trip was measured.
 const INITIAL_PTO_NS: u64 = 1_000_000;
-/// Floor of the probe timeout (100 us): a host that schedules the peer late
-/// by a fraction of a millisecond should not see a probe per hiccup.
-const MIN_PTO_NS: u64 = 100_000;
+/// Default floor of the probe timeout (100 us; `Limits::min_probe_timeout_ns`):
+/// below it a probe would race ordinary ACKs on any real path.
+pub const MIN_PTO_NS: u64 = 100_000;
 /// Probes back off by doubling, at most this many times.
 const MAX_BACKOFF: u32 = 10;
 
@@ -59,10 +59,6 @@ const MAX_BACKOFF: u32 = 10;
 pub(crate) struct Recovery {
     srtt_ns: Option<u64>,
     rttvar_ns: u64,
-    /// The smallest round trip measured: no answer to a probe can come sooner.
-    min_rtt_ns: Option<u64>,
-    /// When the pending tail probe went.
-    probe_sent_at: Option<Time>,
     /// The packet being timed: its PSN and when it was sent.
     sample: Option<(u32, Time)>,
     /// When a probe goes out if nothing is acknowledged before.
@@ -86,13 +82,15 @@ pub(crate) struct Recovery {
     recover: Option<u32>,
     /// A tail probe to send: the PSN of the packet to send again.
     pub pending_probe: Option<u32>,
-    /// A tail probe went when the point of maximum advance was here: an
-    /// answer that leaves `una` short of it says the rest was lost.
+    /// A tail probe went when the point of maximum advance was here: if a
+    /// probe timeout later `una` is still short of it, the rest was lost.
     probe_hwm: Option<u32>,
     /// The engine's send window (RL-17): the window never grows past it.
     pub cap: u32,
     /// Probes are armed (`Limits::loss_probes`).
     pub probes: bool,
+    /// Floor of the probe timeout (`Limits::min_probe_timeout_ns`).
+    pub min_pto_ns: u64,
 }
 
 impl Default for Recovery {
@@ -100,8 +98,6 @@ impl Default for Recovery {
         Recovery {
             srtt_ns: None,
             rttvar_ns: 0,
-            min_rtt_ns: None,
-            probe_sent_at: None,
             sample: None,
             probe_at: None,
             backoff: 0,
@@ -117,6 +113,7 @@ impl Default for Recovery {
             probe_hwm: None,
             cap: 256,
             probes: true,
+            min_pto_ns: MIN_PTO_NS,
         }
     }
 }
@@ -161,7 +158,7 @@ impl Recovery {
             Some(s) => (2 * s).max(s + 4 * self.rttvar_ns),
             None => INITIAL_PTO_NS,
         };
-        let t = (base.max(MIN_PTO_NS)) << self.backoff.min(MAX_BACKOFF);
+        let t = (base.max(self.min_pto_ns)) << self.backoff.min(MAX_BACKOFF);
         match ack_timeout_ns {
             Some(a) => t.min(a / 2).max(1),
             None => t,
@@ -186,9 +183,6 @@ impl Recovery {
         if self.probes {
             self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
         }
-        if !new && self.probe_hwm.is_some() && self.probe_sent_at.is_none() {
-            self.probe_sent_at = Some(now);
-        }
         self.force_ack_req = false;
         self.probe_sent = self.probing;
         self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
@@ -212,6 +206,7 @@ impl Recovery {
         }
         self.backoff = 0;
         self.probing = false;
+        self.probe_covered(psn::add(last_acked, 1));
         if let Some(r) = self.recover {
             if psn::diff(last_acked, r) >= 0 {
                 self.recover = None;
@@ -233,7 +228,6 @@ impl Recovery {
     }
 
     fn rtt_sample(&mut self, r: u64) {
-        self.min_rtt_ns = Some(self.min_rtt_ns.map_or(r, |m| m.min(r)));
         // RFC 6298 2.2-2.3 with alpha 1/8, beta 1/4.
         match self.srtt_ns {
             None => {
@@ -268,49 +262,55 @@ impl Recovery {
         self.probing = false;
     }
 
+    /// What a probe timeout does now: a tail probe, or, when one already went
+    /// and what was sent before it is still not all acknowledged a probe
+    /// timeout later, go-back-N (`true`). A probe whose answer acknowledges
+    /// everything (only an ACK was lost, or the peer was slow) cost one packet.
+    pub fn tail_probe_or_go_back(&mut self, una: u32) -> bool {
+        match self.probe_hwm {
+            Some(h) if psn::diff(una, h) < 0 => true,
+            _ => false,
+        }
+    }
+
     /// A tail probe of the packet at `una` goes out now, outside the send
-    /// sequence; the next one, if still needed, after a doubled timeout. The
-    /// window is not cut: a probe whose answer acknowledges everything sent
-    /// (only an ACK was lost, or the path was slow) costs one packet.
+    /// sequence; the next probe timeout, if still needed, after a doubled
+    /// timeout. The window is not cut: the probe finds out whether anything
+    /// was lost.
     pub fn on_tail_probe(&mut self, una: u32, hwm: u32, now: Time, ack_timeout: Option<u64>) {
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
-        self.probe_sent_at = None;
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
     }
 
-    /// A READ's rest is asked for again (its re-request is the probe, RL-14):
-    /// alone, until a response comes.
+    /// A probe timeout after a tail probe found `una` still short of what was
+    /// sent before the probe: that was lost. The window is cut and the caller
+    /// goes back to `una` (9.7.4.1.3), not as a retry (RL-10).
+    pub fn on_tail_lost(&mut self, hwm: u32, now: Time, ack_timeout: Option<u64>) {
+        self.on_loss(hwm);
+        self.probe_hwm = None;
+        self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
+    }
+
+    /// A READ's rest is asked for again (its re-request is the probe, RL-14).
+    /// Not alone: later requests may follow within the window, or a pause
+    /// of the peer would stall the whole queue behind one READ.
     pub fn on_read_probe(&mut self, now: Time, ack_timeout: Option<u64>) {
         self.sample = None;
-        self.start_probe();
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
     }
 
     /// Progress after a tail probe: whether it says that what followed `una`
     /// was lost (then go-back-N resends it and the window is cut).
-    /// Only a response that comes at least three quarters of the smallest
-    /// round trip after the probe went can answer it; anything sooner was
-    /// already on its way (with an ACK in flight taken for the answer, a
-    /// probe that found nothing lost would go back and resend everything).
-    pub fn probe_answered(&mut self, una: u32, hwm: u32, now: Time) -> bool {
-        let (Some(h), Some(sent)) = (self.probe_hwm, self.probe_sent_at) else {
-            return false;
-        };
-        let soonest = self.min_rtt_ns.unwrap_or(0) * 3 / 4;
-        if now.0.saturating_sub(sent.0) < soonest {
-            return false;
-        }
-        self.probe_hwm = None;
-        self.probe_sent_at = None;
-        if psn::diff(una, h) < 0 {
-            self.on_loss(hwm);
-            true
-        } else {
-            false
+    /// Progress: a tail probe whose packets before it are now all
+    /// acknowledged is over.
+    fn probe_covered(&mut self, una: u32) {
+        if self.probe_hwm.is_some_and(|h| psn::diff(una, h) >= 0) {
+            self.probe_hwm = None;
         }
     }
 
@@ -326,7 +326,6 @@ impl Recovery {
     pub fn end_probe(&mut self) {
         self.probing = false;
         self.probe_hwm = None;
-        self.probe_sent_at = None;
         self.pending_probe = None;
     }
 
@@ -386,6 +385,8 @@ mod tests {
         // One sample: RTTVAR is half of it, so SRTT + 4 x RTTVAR = 3 x RTT.
         assert_eq!(r.pto_ns(None), 300_000, "3 x 100 us");
         r.on_read_probe(Time(0), None);
+        // After an RNR wait: one packet until a response.
+        r.start_probe();
         assert!(r.probing && r.force_ack_req);
         assert_eq!(r.window(), 1, "one packet while a probe is out");
         assert!(r.may_send(40), "the probe goes whatever is in flight");
@@ -398,36 +399,25 @@ mod tests {
     }
 
     #[test]
-    fn a_tail_probe_cuts_the_window_only_when_its_answer_shows_loss() {
+    fn a_tail_probe_goes_first_and_go_back_n_only_if_it_did_not_cover_the_tail() {
         let mut r = Recovery::default();
-        // One round trip of 40 us measured.
-        r.on_send(3, true, true, Time(0), None);
-        r.on_progress(3, 1, 5, Time(40_000), None);
-        r.on_tail_probe(10, 20, Time(100_000), None);
-        assert_eq!(r.pending_probe, Some(10));
-        r.on_send(10, true, false, Time(100_000), None);
-        assert!(
-            !r.probe_answered(20, 20, Time(150_000)),
-            "everything acknowledged: spurious"
-        );
         let w = r.window();
-        assert_eq!(
-            w,
-            INITIAL_WINDOW + 1,
-            "no cut (slow start took the one ACK)"
-        );
-        r.on_tail_probe(10, 20, Time(200_000), None);
-        r.on_send(10, true, false, Time(200_000), None);
-        assert!(
-            !r.probe_answered(12, 20, Time(210_000)),
-            "sooner than a round trip: an ACK that was already on its way"
-        );
-        assert!(
-            r.probe_answered(12, 20, Time(240_000)),
-            "short of what was sent: lost"
-        );
-        assert_eq!(r.window(), w * 7 / 10);
-        assert!(!r.probe_answered(15, 20, Time(300_000)), "answered once");
+        assert!(!r.tail_probe_or_go_back(10), "no probe yet: probe");
+        r.on_tail_probe(10, 20, Time(0), None);
+        assert_eq!(r.pending_probe, Some(10));
+        // The answer acknowledges everything sent before the probe: no loss.
+        r.on_progress(19, 10, 0, Time(50_000), None);
+        assert!(!r.tail_probe_or_go_back(20));
+        assert!(r.window() >= w, "no cut");
+        // Another tail: the answer covers part of it only; a probe timeout
+        // later the rest was lost.
+        r.on_tail_probe(20, 30, Time(100_000), None);
+        r.on_progress(24, 5, 5, Time(150_000), None);
+        assert!(r.tail_probe_or_go_back(25), "still short of 30: go back");
+        let before = r.window();
+        r.on_tail_lost(30, Time(300_000), None);
+        assert_eq!(r.window(), (before * 7 / 10).max(MIN_WINDOW));
+        assert!(!r.tail_probe_or_go_back(25), "once");
     }
 
     #[test]

@@ -273,6 +273,7 @@ pub(crate) fn poll_transmit(
     let is_rc = qp.init.qp_type == QpType::Rc;
     qp.req.rec.cap = limits.send_window;
     qp.req.rec.probes = limits.loss_probes;
+    qp.req.rec.min_pto_ns = limits.min_probe_timeout_ns;
     if is_rc {
         if let Some(p) = qp.req.rec.pending_probe.take() {
             // A tail probe (`recovery`): the packet at `p` again, outside the
