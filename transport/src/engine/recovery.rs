@@ -267,10 +267,7 @@ impl Recovery {
     /// timeout later, go-back-N (`true`). A probe whose answer acknowledges
     /// everything (only an ACK was lost, or the peer was slow) cost one packet.
     pub fn tail_probe_or_go_back(&mut self, una: u32) -> bool {
-        match self.probe_hwm {
-            Some(h) if psn::diff(una, h) < 0 => true,
-            _ => false,
-        }
+        self.probe_hwm.is_some_and(|h| psn::diff(una, h) < 0)
     }
 
     /// A tail probe of the packet at `una` goes out now, outside the send
