@@ -19,6 +19,7 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+mod auth;
 mod capture;
 mod fault;
 mod file;
@@ -27,6 +28,10 @@ mod tap_sys;
 mod udp;
 mod udp_sys;
 
+pub use auth::{
+    AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, REPLAY_WINDOW, SEQ_LEN, TAG_LEN,
+    TRAILER_LEN,
+};
 pub use capture::{CaptureCounters, CaptureLink};
 pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
