@@ -43,7 +43,8 @@ pub struct Cli {
     /// InfiniBand mode. Fabric file (TOML): one [[node]] table per device with
     /// name, lid, guid and UDP address. It plays the subnet manager: this device
     /// takes its LID and port GUID from its own entry and reaches the others at
-    /// theirs.
+    /// theirs. A top-level key_file = "FILE" (relative to the fabric file) or
+    /// key = "HEX" gives the fabric key (see --fabric-key-file).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 

@@ -23,7 +23,9 @@
 //! Replay: each sender numbers its datagrams from the time of its first send in
 //! nanoseconds since the Unix epoch, one up per datagram (to every destination),
 //! so a restarted sender starts above everything it sent before (it would have
-//! to send faster than one datagram per nanosecond not to). The receiver keeps,
+//! to send faster than one datagram per nanosecond not to, or have its clock
+//! stepped back across the restart: then its peers drop its datagrams as
+//! replays, counted, until they restart too). The receiver keeps,
 //! per sender (LRH:SLID, which the tag covers), the highest number seen and a
 //! sliding window of [`REPLAY_WINDOW`] numbers below it, as IPsec ESP (RFC 4303
 //! §3.4.3) and WireGuard do (a ring of bitmap words, RFC 6479): a datagram seen
