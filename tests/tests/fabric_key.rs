@@ -5,6 +5,8 @@
 //! too short to hold one) are dropped and counted, and none reaches the QP it
 //! was aimed at. The same forged SEND without a fabric key is delivered: that
 //! is the hole the key closes, and the proof that the forgeries are real ones.
+//! And the log: a warning when a node is off the host and there is no key, or
+//! when others can read the key file; the key itself is never logged.
 
 use std::net::UdpSocket;
 use std::os::unix::fs::PermissionsExt;
@@ -208,4 +210,72 @@ fn fabric_key_without_a_key_the_same_forgery_is_delivered() {
     v.stop(0, Duration::from_secs(5));
     let log = v.stderr_tail(0, 64 << 10);
     assert!(auth_counter(&log, "rx_verified").is_none(), "{log}");
+}
+
+/// Runs `vhca` for node `a` of `fabric` until its stderr holds `until` (or 20
+/// s pass), kills it, and returns its stderr.
+fn log_of_start(fabric: &std::path::Path, extra: &[&str], until: &str) -> String {
+    let dir = fabric.parent().expect("the fabric file's folder");
+    let stderr_path = dir.join("a.stderr");
+    let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+    let mut child =
+        std::process::Command::new(vhca_tests::process::vhca_binary(vhca_tests::Build::Debug))
+            .arg("--socket")
+            .arg(dir.join("a.sock"))
+            .arg("--fabric")
+            .arg(fabric)
+            .args(["--node", "a"])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start vhca");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut log = String::new();
+    while std::time::Instant::now() < deadline && !log.contains(until) {
+        std::thread::sleep(Duration::from_millis(20));
+        log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("vhca exited ({status}):\n{log}");
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    log
+}
+
+#[test]
+fn fabric_key_warnings_off_host_without_a_key_and_a_key_file_others_can_read() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let port = vhca_tests::process::free_udp_ports(1).expect("a free port")[0];
+    // Node b is off this host (TEST-NET-1): without a key, anyone there could
+    // inject packets, and vhca says so.
+    let fabric = dir.path().join("fabric.toml");
+    let nodes = format!(
+        "[[node]]\nname = \"a\"\nlid = 1\nguid = 1\naddress = \"127.0.0.1:{port}\"\n\n\
+         [[node]]\nname = \"b\"\nlid = 2\nguid = 2\naddress = \"192.0.2.7:18515\"\n"
+    );
+    std::fs::write(&fabric, &nodes).expect("write the fabric file");
+    let log = log_of_start(&fabric, &[], "no fabric key");
+    assert!(
+        log.contains("node b is at 192.0.2.7:18515, off this host, and there is no fabric key"),
+        "{log}"
+    );
+    // A key file everyone can read: used, with a warning; no off-host warning.
+    let key = dir.path().join("fabric.key");
+    std::fs::write(&key, "3c".repeat(32)).expect("write the key file");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let id = device::fabric::FabricKey::from_hex(&"3c".repeat(32))
+        .expect("a key")
+        .id();
+    let k = key.display().to_string();
+    let log = log_of_start(&fabric, &["--fabric-key-file", &k], "authenticated with");
+    assert!(log.contains("is readable by everyone (mode 644)"), "{log}");
+    assert!(log.contains(&format!("fabric key {id} from {k}")), "{log}");
+    assert!(!log.contains("off this host"), "{log}");
+    assert!(
+        !log.contains(&"3c".repeat(32)),
+        "the key is never logged:\n{log}"
+    );
 }
