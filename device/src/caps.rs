@@ -43,14 +43,20 @@ impl Caps {
     /// vectors, the command queue).
     pub fn from_limits(l: &Limits) -> Caps {
         let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        // Never promise more objects than the memory budget holds
+        // (ARCHITECTURE.md §9): what ibv_devinfo shows is what can be had.
+        let fit = |each: u64| u32::try_from(l.mem_budget / each.max(1)).unwrap_or(u32::MAX);
+        use transport::budget::{mr_bytes, qp_bytes, recv_wqe_bytes};
         Caps {
-            max_qp: n(l.max_qp),
+            max_qp: n(l.max_qp).min(fit(qp_bytes(l.max_rd_atomic))),
             max_cq: n(l.max_cq),
             max_srq: n(l.max_srq),
-            max_mr: n(l.max_mr).min(transport::mr::MAX_MR_INDEX),
+            max_mr: n(l.max_mr)
+                .min(transport::mr::MAX_MR_INDEX)
+                .min(fit(mr_bytes(0))),
             max_pd: n(l.max_pd),
             max_eq: 64,
-            max_qp_wr: l.max_qp_wr,
+            max_qp_wr: l.max_qp_wr.min(fit(recv_wqe_bytes(1))),
             max_sge: l.max_sge,
             max_cqe: l.max_cqe,
             max_inline: l.max_inline,

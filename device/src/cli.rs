@@ -113,6 +113,33 @@ pub struct Cli {
     /// others sooner (0 = sleep as soon as idle). At most 1000000.
     #[arg(long, value_name = "USECS", default_value_t = 500)]
     pub busy_poll_us: u64,
+
+    /// Host memory the device may hold for its guest: MR page lists, the WQEs
+    /// taken from the guest's rings, QP and responder state (bytes, or with a
+    /// K, M or G suffix). Past it, registrations and QP creations fail with
+    /// NO_RESOURCES (ENOMEM) and new WQEs wait in their rings; each refusal is
+    /// counted (ARCHITECTURE.md §9). The device's limits (QUERY_DEVICE) never
+    /// promise more. At least 4M.
+    #[arg(long, value_name = "SIZE", default_value = "256M")]
+    pub mem_budget: String,
+}
+
+/// The smallest `--mem-budget`: room for the GSI QP, some MRs and WQEs.
+pub const MIN_MEM_BUDGET: u64 = 4 << 20;
+
+/// Parses a size: bytes, or a number with a K, M or G suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{s}: not a size (bytes, or a number with K, M or G)"))
 }
 
 /// Where the port's packets go.
@@ -144,6 +171,8 @@ pub struct Config {
     pub log: log::LevelFilter,
     pub counters_every: Option<Duration>,
     pub busy_poll: Duration,
+    /// Host bytes the device may hold for its guest (`--mem-budget`).
+    pub mem_budget: u64,
 }
 
 /// A problem with the command line, as one line.
@@ -298,7 +327,16 @@ impl Cli {
                 self.busy_poll_us
             )));
         }
+        let mem_budget =
+            parse_size(&self.mem_budget).map_err(|e| CliError(format!("--mem-budget {e}")))?;
+        if mem_budget < MIN_MEM_BUDGET {
+            return Err(CliError(format!(
+                "--mem-budget {}: at least 4M",
+                self.mem_budget
+            )));
+        }
         Ok(Config {
+            mem_budget,
             busy_poll: Duration::from_micros(self.busy_poll_us),
             socket: self.socket.clone(),
             mode,

@@ -338,6 +338,7 @@ impl Post {
                     Ok(()) => Taken::Yes,
                     // The engine holds max_send_wr WQEs: the rest wait in the ring.
                     Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InsufficientResources) => over_budget(counters),
                     // Reset/Init/RTR: not yet postable; fetched once the QP can send.
                     Err(VerbError::InvalidWr)
                         if !matches!(state(port, qpn), Ok(S::Rts | S::Sqd | S::Sqe | S::Error)) =>
@@ -365,6 +366,7 @@ impl Post {
                 match r {
                     Ok(()) => Taken::Yes,
                     Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InsufficientResources) => over_budget(counters),
                     Err(VerbError::InvalidWr) if matches!(state(port, qpn), Ok(S::Reset)) => {
                         Taken::Later
                     }
@@ -381,6 +383,7 @@ impl Post {
                 Ok(wr) => match port.engine_mut().post_srq_recv(srqn, wr) {
                     Ok(()) => Taken::Yes,
                     Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InsufficientResources) => over_budget(counters),
                     Err(e) => {
                         counters.bad_wqes += 1;
                         log::debug!("srq {srqn}: WQE {idx} refused: {e:?}");
@@ -396,6 +399,16 @@ impl Post {
             },
         }
     }
+}
+
+/// A WQE the memory budget cannot hold now stays in its ring, not consumed:
+/// the queue stalls at it like a full engine queue (`Qp::sq_stalled`), so the
+/// data path can sleep, and it is fetched again once something that frees
+/// memory (a completion, an ACK, a command) woke the data path
+/// (ARCHITECTURE.md §9).
+fn over_budget(counters: &mut HcaCounters) -> Taken {
+    counters.mem_budget_stalls += 1;
+    Taken::Later
 }
 
 impl Hca {

@@ -189,6 +189,16 @@ pub struct Srq {
     pub pbl: abi::cmd::Pbl,
 }
 
+/// The device counters with the memory budget's figures filled in
+/// (ARCHITECTURE.md §9).
+impl HcaCounters {
+    pub fn with_budget(mut self, b: &transport::budget::Budget) -> HcaCounters {
+        self.mem_budget_refusals = b.refusals();
+        self.mem_held_bytes = b.used();
+        self
+    }
+}
+
 /// The HCA.
 pub struct Hca {
     pub port: Port,
@@ -201,6 +211,9 @@ pub struct Hca {
     pub counters: HcaCounters,
     /// The device limits the command queue enforces (and BAR0 shows).
     pub caps: Caps,
+    /// The memory-budget charge of each object's ring page lists, released
+    /// when the object goes (ARCHITECTURE.md §9).
+    pub ring_charges: HashMap<SlotOwner, transport::budget::Charge>,
 }
 
 /// The object a doorbell slot belongs to.
@@ -222,6 +235,7 @@ impl Hca {
             slots: HashMap::new(),
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
+            ring_charges: HashMap::new(),
             port,
         }
     }
@@ -235,5 +249,6 @@ impl Hca {
         self.qps.clear();
         self.srqs.clear();
         self.slots.clear();
+        self.ring_charges.clear();
     }
 }

@@ -36,7 +36,6 @@ pub struct PortCounters {
 pub struct Port {
     engine: Engine,
     link: Box<dyn Link + Send>,
-    rx: Box<[u8]>,
     tx: Box<[u8]>,
     counters: PortCounters,
 }
@@ -54,7 +53,6 @@ impl Port {
         Port {
             engine,
             link,
-            rx: vec![0; MAX_PACKET_LEN].into_boxed_slice(),
             tx: vec![0; MAX_PACKET_LEN + TX_OFFSET].into_boxed_slice(),
             counters: PortCounters::default(),
         }
@@ -112,31 +110,41 @@ impl Port {
         if self.engine.poll_timeout().is_some_and(|d| d <= t) {
             self.engine.handle_timeout(t);
         }
+        // Received packets go from the link's receive buffers to the engine as
+        // lent slices: no copy between the kernel and the engine (ARCHITECTURE.md
+        // §2, "A received packet").
+        let engine = &mut self.engine;
         let mut moved = 0;
-        for _ in 0..BUDGET {
-            match self.link.recv(now, &mut self.rx) {
-                Ok(Some(len)) => {
-                    self.counters.rx_packets += 1;
-                    moved += 1;
-                    self.engine.handle_packet(&self.rx[..len], mem, t);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    self.link_error("receive", &e);
-                    break;
-                }
-            }
+        let got = self.link.recv_batch(now, BUDGET, &mut |r| {
+            moved += 1;
+            engine.handle_packet_from(r.packet, r.src_lid, mem, t)
+        });
+        // Counted as delivered, also when the link failed after some.
+        self.counters.rx_packets += moved as u64;
+        if let Err(e) = got {
+            self.link_error("receive", &e);
         }
-        // The round's packets go to the link as one batch (one sendmmsg per
-        // 32 on UDP, issue 12).
+        // The round's packets go to the link as one batch (on UDP one
+        // sendmmsg, a GSO send per run of same-size packets; issue 12).
         self.link.begin_sends();
         for _ in 0..BUDGET {
-            let Some(len) = self.engine.poll_transmit(mem, t, &mut self.tx[TX_OFFSET..]) else {
+            // Built in the link's own buffer where it lends one (UDP: queued
+            // as built, no copy), else in the port's.
+            let (buf, lent) = match self.link.send_buffer() {
+                Some(b) => (b, true),
+                None => (&mut self.tx[TX_OFFSET..], false),
+            };
+            let Some(len) = self.engine.poll_transmit(mem, t, buf) else {
                 break;
             };
             moved += 1;
             self.counters.tx_packets += 1;
-            if let Err(e) = self.link.send(now, &self.tx[TX_OFFSET..TX_OFFSET + len]) {
+            let sent = if lent {
+                self.link.send_from_buffer(now, len)
+            } else {
+                self.link.send(now, &self.tx[TX_OFFSET..TX_OFFSET + len])
+            };
+            if let Err(e) = sent {
                 self.link_error("send", &e);
             }
         }

@@ -228,6 +228,12 @@ impl Ring {
         })
     }
 
+    /// The host bytes its page list holds (ARCHITECTURE.md §9: charged to the
+    /// memory budget while the ring exists).
+    pub fn host_bytes(&self) -> u64 {
+        (std::mem::size_of::<Ring>() + std::mem::size_of_val(self.pages.as_slice())) as u64
+    }
+
     /// Entries in the ring.
     pub fn len(&self) -> u32 {
         1 << self.log_entries

@@ -709,6 +709,7 @@ impl Core {
             s += &format!("vhost-user-net: {n}\n");
         }
         s += &format!("engine: {e:?}\n");
+        let h = h.with_budget(self.hca.port.engine().budget());
         s += &format!("hca: {h:?}");
         s
     }
@@ -825,8 +826,15 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     if let Some(path) = &config.capture {
         link = Box::new(CaptureLink::create_as(link, path, capture_as)?);
     }
-    let limits = Limits::default();
+    let limits = Limits {
+        mem_budget: config.mem_budget,
+        ..Limits::default()
+    };
     let caps = Caps::from_limits(&limits);
+    log::info!(
+        "memory budget: {} MiB for page lists, WQEs and QP state",
+        config.mem_budget >> 20
+    );
     let engine = Engine::new(port_config.clone(), limits);
     let port = Port::new(engine, link);
     let function = function(&caps)?;

@@ -38,6 +38,8 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
         "debug",
         "--busy-poll-us",
         "50",
+        "--mem-budget",
+        "64M",
     ])
     .unwrap();
     let FabricMode::IbUdp { node, .. } = &c.mode else {
@@ -47,6 +49,11 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
     assert_eq!(c.fault.unwrap().drop, 0.05);
     assert_eq!(c.log, log::LevelFilter::Debug);
     assert_eq!(c.busy_poll, std::time::Duration::from_micros(50));
+    assert_eq!(c.mem_budget, 64 << 20);
+    assert_eq!(device::cli::parse_size("4096"), Ok(4096));
+    assert_eq!(device::cli::parse_size("2g"), Ok(2 << 30));
+    assert_eq!(device::cli::parse_size("512K"), Ok(512 << 10));
+    assert!(device::cli::parse_size("99999999999G").is_err());
 }
 
 #[test]
@@ -176,6 +183,32 @@ fn cli_bad_arguments_are_one_line_errors_naming_the_argument() {
             ],
             "--busy-poll-us",
         ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--mem-budget",
+                "1M",
+            ],
+            "--mem-budget",
+        ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--mem-budget",
+                "lots",
+            ],
+            "--mem-budget",
+        ),
         (vec!["--fabric", fs, "--node", "a"], "--socket"),
         (
             vec!["--socket", s, "--fabric", fs, "--node", "a", "--frobnicate"],
@@ -209,6 +242,7 @@ fn cli_help_explains_every_argument() {
         "--log",
         "--counters-every",
         "--busy-poll-us",
+        "--mem-budget",
         "--tap",
         "--mac",
         "--vhost-user-net",

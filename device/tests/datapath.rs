@@ -50,6 +50,10 @@ fn pages(d: &mut Dev, n: u64) -> Vec<u64> {
 }
 
 fn dev() -> Dev {
+    dev_with(Limits::default())
+}
+
+fn dev_with(limits: Limits) -> Dev {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let f = FabricFile::from_nodes(vec![Node {
         name: "a".into(),
@@ -59,10 +63,7 @@ fn dev() -> Dev {
     }])
     .unwrap();
     let link = UdpLink::from_socket(&f, "a", sock).unwrap();
-    let mut e = Engine::new(
-        PortConfig::new(LID, 0x0002_c903_0000_0007),
-        Limits::default(),
-    );
+    let mut e = Engine::new(PortConfig::new(LID, 0x0002_c903_0000_0007), limits);
     let pd = e.mrs().alloc_pd().unwrap();
     let data_pages = (0..1024u64).map(|i| BASE + (8 << 20) + i * 4096).collect();
     let key = e
@@ -764,4 +765,51 @@ fn a_doorbell_on_a_qp_that_cannot_send_does_not_keep_the_device_awake() {
     assert_eq!((got[1].wr_id, got[1].status, got[1].byte_len), (77, 0, 64));
     post_send(&mut d, a, &w);
     assert!(d.hca.doorbells_pending(&d.db), "pending again");
+}
+
+/// ARCHITECTURE.md §9: a receive WQE the memory budget cannot hold stays in
+/// its ring, not consumed: the queue stalls at it (counted), the stalled
+/// doorbell does not keep the data path awake, and once memory frees (here an
+/// MR's page list is deregistered) the next round takes the rest.
+#[test]
+fn wqes_over_the_memory_budget_wait_in_the_ring_until_memory_frees() {
+    let mut d = dev_with(Limits {
+        mem_budget: 4 << 20,
+        ..Limits::default()
+    });
+    add_eq(&mut d, 1, 3, 9);
+    let cq = add_cq(&mut d, 1, 8);
+    let a = add_qp(&mut d, cq, 9);
+    let b = add_qp(&mut d, cq, 10);
+    connect(&mut d, a, b);
+    // A page list that aliases one page fills the budget but for ~5 WQEs.
+    let budget = d.hca.port.engine().budget().clone();
+    let room = 5 * transport::budget::recv_wqe_bytes(1) + 8;
+    let fill = budget.limit() - budget.used() - transport::budget::mr_bytes(0) - room;
+    let n = fill / 8;
+    let filler = d
+        .hca
+        .port
+        .engine_mut()
+        .mrs()
+        .reg_mr(d.pd, 0, n * 4096, Access(1), 4096, vec![BASE; n as usize])
+        .unwrap();
+    for i in 0..20 {
+        post_recv(&mut d, b, i, DATA, 64);
+    }
+    run(&mut d, 3);
+    let took = d.hca.qps[&b].rq_fetched;
+    assert!((1..20).contains(&took), "{took} of 20 taken");
+    assert!(d.hca.counters.mem_budget_stalls >= 1);
+    assert!(budget.used() <= budget.limit());
+    assert!(
+        !d.hca.doorbells_pending(&d.db),
+        "a queue stalled on the budget does not keep the data path awake"
+    );
+    d.hca.port.engine_mut().mrs().dereg_mr(filler).unwrap();
+    run(&mut d, 1);
+    assert_eq!(
+        d.hca.qps[&b].rq_fetched, 20,
+        "the rest taken once memory freed"
+    );
 }

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::fd::RawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
@@ -14,8 +15,8 @@ use clap::Parser;
 use common::{drain, recv_within, ud_packet, RecordingLink};
 use device::cli::{Cli, FabricMode};
 use device::fabric::{
-    AuthCounters, AuthLink, FabricFile, FabricKey, Link, MAX_PACKET_LEN, MIN_PACKET_LEN,
-    REPLAY_WINDOW, TAG_LEN, TRAILER_LEN,
+    AuthCounters, AuthLink, FabricFile, FabricKey, Link, LinkError, Received, MAX_PACKET_LEN,
+    MIN_PACKET_LEN, REPLAY_WINDOW, TAG_LEN, TRAILER_LEN,
 };
 
 const T0: Duration = Duration::from_secs(1_700_000_000);
@@ -403,4 +404,205 @@ fn auth_key_files_fabric_file_keys_and_the_command_line() {
         e.contains("--fabric-key-file") && e.contains("--tap"),
         "{e}"
     );
+}
+
+/// A link that hands out queued datagrams with the sender's LID it names for
+/// each, as the UDP link does from the source address.
+#[derive(Default)]
+struct FromLink {
+    inbox: std::collections::VecDeque<(Vec<u8>, Option<u16>)>,
+}
+
+impl Link for FromLink {
+    fn send(&mut self, _now: Duration, _packet: &[u8]) -> Result<(), LinkError> {
+        Ok(())
+    }
+    fn recv_batch(
+        &mut self,
+        _now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        let mut n = 0;
+        while n < max {
+            let Some((p, src_lid)) = self.inbox.pop_front() else {
+                break;
+            };
+            deliver(Received {
+                packet: &p,
+                src_lid,
+            });
+            n += 1;
+        }
+        Ok(n)
+    }
+    fn raw_fd(&self) -> RawFd {
+        -1
+    }
+    fn poll_timeout(&self) -> Option<Duration> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: Duration) -> Result<(), LinkError> {
+        Ok(())
+    }
+}
+
+/// Packets as lent, each with the sender's LID the link named.
+type Lent = Vec<(Vec<u8>, Option<u16>)>;
+
+/// Everything `to` delivers in one call of `recv_batch(max)`, with the sender
+/// LIDs, and the count it returned.
+fn batch(to: &mut impl Link, max: usize) -> (usize, Lent) {
+    let mut out = Vec::new();
+    let n = to
+        .recv_batch(T0, max, &mut |r| out.push((r.packet.to_vec(), r.src_lid)))
+        .unwrap();
+    (n, out)
+}
+
+#[test]
+fn auth_recv_batch_lends_verified_packets_with_their_sender_and_bounds_the_drops_per_call() {
+    // Issue 12's lending receive path with the key on: each datagram is
+    // checked in the inner link's buffer and lent on without its trailer,
+    // with the sender's LID the inner link named; a flood of forgeries stops
+    // a call after the drop budget (256) and the stage asks to be called
+    // again at once, so the caller's loop goes on (ARCHITECTURE.md §9).
+    let k = key();
+    let mut a = queue_stage(&k);
+    let packets: Vec<Vec<u8>> = (0..5u32)
+        .map(|i| ud_packet(1, 2, i, &[i as u8; 64]))
+        .collect();
+    for p in &packets {
+        a.send(T0, p).unwrap();
+    }
+    let wire = take_sent(&mut a);
+    let mut forged = wire[0].clone();
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    let mut b = AuthLink::new(FromLink::default(), &k);
+    b.inner_mut()
+        .inbox
+        .extend((0..300).map(|_| (forged.clone(), Some(1))));
+    b.inner_mut()
+        .inbox
+        .extend(wire.iter().map(|w| (w.clone(), Some(1))));
+    let (n, got) = batch(&mut b, 64);
+    assert_eq!((n, got.len()), (0, 0));
+    assert_eq!(b.counters().drop_rx_bad_tag, 256);
+    assert_eq!(
+        b.inner().inbox.len(),
+        300 - 256 + 5,
+        "no more read than the budget"
+    );
+    assert_eq!(b.poll_timeout(), Some(Duration::ZERO));
+    // The next call: the rest of the flood, then the good ones, up to `max`.
+    let (n, got) = batch(&mut b, 3);
+    assert_eq!(n, 3);
+    let want: Vec<(Vec<u8>, Option<u16>)> = packets.iter().map(|p| (p.clone(), Some(1))).collect();
+    assert_eq!(got, want[..3]);
+    assert_eq!(b.poll_timeout(), None);
+    let (n, got) = batch(&mut b, 64);
+    assert_eq!((n, &got[..]), (2, &want[3..]));
+    let c = *b.counters();
+    assert_eq!(
+        (c.rx_verified, c.drop_rx_bad_tag, c.dropped()),
+        (5, 300, 300)
+    );
+    assert_eq!(batch(&mut b, 64).0, 0);
+}
+
+#[test]
+fn auth_a_datagram_replayed_from_another_nodes_address_is_dropped_and_spares_the_window() {
+    // A forger who captured node 1's datagram sends it from node 3's address
+    // (a UDP source address is forged easily): the tag is good, but the link
+    // names node 3 while the tagged LRH:SLID is 1. It is dropped before it
+    // marks any window, so node 1's own copy, arriving after it, still passes,
+    // and node 3's window does not jump to node 1's numbers.
+    let k = key();
+    let mut one = queue_stage(&k);
+    let later = T0 + Duration::from_secs(60);
+    one.send(later, &ud_packet(1, 2, 1, b"from one")).unwrap();
+    let d = take_sent(&mut one).pop().unwrap();
+    let mut three = queue_stage(&k);
+    three.send(T0, &ud_packet(3, 2, 1, b"from three")).unwrap();
+    let d3 = take_sent(&mut three).pop().unwrap();
+
+    let mut b = AuthLink::new(FromLink::default(), &k);
+    b.inner_mut().inbox.push_back((d.clone(), Some(3)));
+    b.inner_mut().inbox.push_back((d.clone(), Some(1)));
+    b.inner_mut().inbox.push_back((d3, Some(3)));
+    let (n, got) = batch(&mut b, 64);
+    assert_eq!(n, 2);
+    assert_eq!(
+        got,
+        vec![
+            (ud_packet(1, 2, 1, b"from one"), Some(1)),
+            (ud_packet(3, 2, 1, b"from three"), Some(3)),
+        ]
+    );
+    let c = *b.counters();
+    assert_eq!((c.drop_rx_wrong_sender, c.dropped()), (1, 1), "{c:?}");
+    // A link that cannot name the sender (None): the tagged SLID's window.
+    b.inner_mut().inbox.push_back((d, None));
+    assert_eq!(batch(&mut b, 64).0, 0);
+    assert_eq!(b.counters().drop_rx_replay, 1);
+}
+
+#[test]
+fn auth_over_udp_packets_built_in_the_lent_send_buffer_keep_their_gso_runs() {
+    // Issue 12: while batching, the UDP link lends its send buffer; the stage
+    // lends it on short of the trailer (same start, so the CRC fold's
+    // alignment, WF-09), writes the trailer after the packet and sends it from
+    // the buffer: no copy. Every datagram grows by the same 24 bytes, so runs
+    // of same-size packets still leave as GSO sends and arrive whole.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _fabric) = common::udp_pair(dir.path());
+    let k = key();
+    let (mut a, mut b) = (AuthLink::new(a, &k), AuthLink::new(b, &k));
+    assert!(a.inner().offloads().gso, "the host kernel has UDP GSO");
+    assert!(a.send_buffer().is_none(), "only while batching");
+    // Two RDMA WRITEs' worth: a longer first, 18 PMTU middles, a shorter last.
+    let mut pkts = Vec::new();
+    for m in 0..2u32 {
+        pkts.push(ud_packet(1, 2, m * 100, &[0xf0; 1100]));
+        for i in 1..19 {
+            pkts.push(ud_packet(1, 2, m * 100 + i, &vec![i as u8; 1024]));
+        }
+        pkts.push(ud_packet(1, 2, m * 100 + 19, &[0x0f; 200]));
+    }
+    let own = ud_packet(1, 1, 500, b"to myself");
+    a.begin_sends();
+    for p in &pkts {
+        let buf = a.send_buffer().expect("lent while batching");
+        assert_eq!(buf.as_ptr() as usize % 16, 12);
+        assert_eq!(buf.len(), MAX_PACKET_LEN - TRAILER_LEN);
+        buf[..p.len()].copy_from_slice(p);
+        a.send_from_buffer(T0, p.len()).unwrap();
+    }
+    // Built longer than the buffer lent: dropped, nothing sent.
+    a.send_buffer().unwrap();
+    a.send_from_buffer(T0, MAX_PACKET_LEN - TRAILER_LEN + 1)
+        .unwrap();
+    // Sent without a buffer lent: dropped.
+    a.send_from_buffer(T0, 64).unwrap();
+    // Looped back to the own LID from the lent buffer, tagged too.
+    let buf = a.send_buffer().unwrap();
+    buf[..own.len()].copy_from_slice(&own);
+    a.send_from_buffer(T0, own.len()).unwrap();
+    a.end_sends().unwrap();
+    let got = drain(&mut b, T0);
+    assert_eq!(got, pkts);
+    let (ca, cu) = (*a.counters(), *a.inner().counters());
+    assert_eq!(
+        (ca.tx_tagged, ca.drop_tx_oversized, ca.drop_tx_not_lent),
+        (41, 1, 1),
+        "{ca:?}"
+    );
+    // Each WRITE's 18 middles and its last leave as one GSO run.
+    assert_eq!((cu.tx_packets, cu.tx_gso_runs), (40, 2), "{cu:?}");
+    let wire: usize = pkts.iter().map(|p| p.len() + TRAILER_LEN).sum();
+    assert_eq!(cu.tx_bytes, wire as u64);
+    let cb = *b.counters();
+    assert_eq!((cb.rx_verified, cb.dropped()), (40, 0), "{cb:?}");
+    assert_eq!(recv_within(&mut a, T0).as_deref(), Some(&own[..]));
 }

@@ -2672,8 +2672,10 @@ enum vhca_counter_set {
 	"unexpected_response", \
 	"not_expected", \
 	"bad_dmac", \
-	"bad_gid"
-#define VHCA_COUNTERS_RX_DROP_COUNT 18
+	"bad_gid", \
+	"response_queue_full", \
+	"spoofed_slid"
+#define VHCA_COUNTERS_RX_DROP_COUNT 20
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \
@@ -2714,7 +2716,10 @@ enum vhca_counter_set {
 	"eqes", \
 	"eq_overflows", \
 	"interrupts", \
-	"cqes_discarded"
-#define VHCA_COUNTERS_DEVICE_COUNT 11
+	"cqes_discarded", \
+	"mem_budget_stalls", \
+	"mem_budget_refusals", \
+	"mem_held_bytes"
+#define VHCA_COUNTERS_DEVICE_COUNT 14
 
 #endif /* VHCA_ABI_H */

@@ -9,7 +9,8 @@ use device::abi::verbs::{access, QpType, WcStatus};
 use crate::guest::{Buf, Guest, GuestOptions, Layout};
 use crate::hca::{ConnOpts, CqH, Hca, HcaConfig, Mr, PblKind, Pd, QpH, QpInit, Remote};
 use crate::process::Vhca;
-use crate::verbs::wc_status;
+use crate::util::{assert_bytes, pattern};
+use crate::verbs::{wc_status, RecvWr, SendWr};
 
 /// Every access right.
 pub const ALL_ACCESS: u32 =
@@ -203,4 +204,32 @@ pub fn connect_loopback(h: &mut Hca, qa: QpH, qb: QpH, o: &ConnOpts) {
         &ob,
     )
     .expect("loopback QP b to RTS");
+}
+
+/// A loopback RC pair on one node moves 1 MiB of WRITE and a SEND, verified.
+pub fn clean_transfer(n: &mut Node) {
+    let q1 = n.qp(QpType::Rc);
+    let q2 = n.qp(QpType::Rc);
+    connect_loopback(&mut n.hca, q1, q2, &ConnOpts::default());
+    let len = 1 << 20;
+    let src = n.region(len, Layout::Scattered, 0);
+    let dst = n.region(len, Layout::Scattered, 0);
+    let d = pattern(0xc1ea, len);
+    n.write(&src, 0, &d);
+    n.hca
+        .post_recv(q2, &RecvWr::new(7, vec![dst.mr.sge(&dst.buf, 0, 4096)]))
+        .unwrap();
+    n.hca
+        .post_send_batch(
+            q1,
+            &[
+                SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+                SendWr::send(2).sge(src.mr.sge(&src.buf, 0, 100)),
+            ],
+        )
+        .unwrap();
+    let c = n.cqes(3, Duration::from_secs(30));
+    assert_success(&c);
+    // The SEND overwrote the first 100 bytes with the same bytes.
+    assert_bytes(&n.read(&dst, 0, len), &d, "clean QP after the fuzzing");
 }

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod budget;
 pub mod engine;
 pub mod memory;
 pub mod mr;

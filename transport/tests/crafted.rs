@@ -2266,3 +2266,176 @@ fn mpe_duplicate_atomic_write_is_answered_not_reexecuted() {
     );
     assert_eq!(b.mem(B)[at..at + 8], 9u64.to_le_bytes());
 }
+
+// ------------------------------------------------------------------ crafted: responder state a peer can grow
+
+/// RL-07 (IBA 9.4.4, 9.4.5; seed 000 responder resources): the requester keeps
+/// its unacknowledged READ/ATOMIC requests within the negotiated
+/// max_dest_rd_atomic; a request beyond it, while the earlier responses are
+/// still unsent, is NAKed Invalid Request unexecuted (the QP fails, class B
+/// of 9.9.2) instead of evicting a saved resource whose response is queued.
+/// Within the depth, taken one at a time, READs never run out of resources.
+#[test]
+fn rl_07_read_atomic_beyond_max_dest_rd_atomic_naks_invalid_request() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    let depth = u32::from(b.o.max_rd_atomic);
+    // Within the depth, each response sent before the next request: the FIFO
+    // recycles its oldest entry, any number of times (RL-07).
+    for i in 0..3 * depth {
+        let read = b
+            .request(Opcode::RC_RDMA_READ_REQUEST, psn::add(e, i))
+            .reth(TARGET, b.kb, 8)
+            .bytes();
+        b.inject(B, &read);
+        let r = b.drain(B);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+    }
+    let e = psn::add(e, 3 * depth);
+    let t = off(TARGET + 0x100);
+    b.net.nodes[B].mem.bytes[t..t + 8].copy_from_slice(&7u64.to_le_bytes());
+    // depth READs whose responses are not sent yet, then one ATOMIC more.
+    for i in 0..depth {
+        let read = b
+            .request(Opcode::RC_RDMA_READ_REQUEST, psn::add(e, i))
+            .reth(TARGET, b.kb, 8)
+            .bytes();
+        b.inject(B, &read);
+    }
+    let over = psn::add(e, depth);
+    let fa = b
+        .request(Opcode::RC_FETCH_ADD, over)
+        .atomic(TARGET + 0x100, b.kb, 0, 1)
+        .bytes();
+    b.inject(B, &fa);
+    let r = b.drain(B);
+    assert_eq!(r.len(), depth as usize + 1, "{r:?}");
+    for (i, s) in r[..depth as usize].iter().enumerate() {
+        assert_eq!(
+            (s.opcode, s.psn),
+            (Opcode::RC_RDMA_READ_RESPONSE_ONLY, psn::add(e, i as u32))
+        );
+    }
+    assert_eq!(r[depth as usize].psn, over);
+    assert_eq!(
+        r[depth as usize].syndrome,
+        Some(AethSyndrome::Nak(NakCode::InvalidRequest))
+    );
+    assert_eq!(b.naked(B, NakReason::NoResources), 1);
+    assert_eq!(
+        b.mem(B)[t..t + 8],
+        7u64.to_le_bytes(),
+        "the ATOMIC beyond the resources is not executed"
+    );
+    assert_eq!(b.state(B, b.p.qb), QpState::Error);
+}
+
+/// RL-06: copies of a duplicate ATOMIC that arrive while its replay is still
+/// queued add nothing: one replay, not one per copy (a peer repeating one
+/// duplicate must not grow the response queue).
+#[test]
+fn rl_06_duplicate_atomic_flood_queues_one_replay() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    let fa = b
+        .request(Opcode::RC_FETCH_ADD, e)
+        .atomic(TARGET, b.kb, 0, 5)
+        .bytes();
+    b.inject(B, &fa);
+    assert_eq!(b.drain(B).len(), 1);
+    for _ in 0..1000 {
+        b.inject(B, &fa);
+    }
+    let r = b.drain(B);
+    let got: Vec<_> = r.iter().map(|s| (s.opcode, s.psn, s.orig)).collect();
+    assert_eq!(got, [(Opcode::RC_ATOMIC_ACKNOWLEDGE, e, Some(0))]);
+    assert_eq!(b.net.nodes[B].engine.counters().duplicates_received, 1000);
+    // Once sent, a later copy is replayed again (the requester may still miss it).
+    b.inject(B, &fa);
+    assert_eq!(b.drain(B).len(), 1);
+}
+
+/// RL-11: a SEND resent while its RNR NAK is still queued gets that NAK, not
+/// one more per copy (RNR NAKs coalesce); once the NAK left, a retry gets a new
+/// one.
+#[test]
+fn rl_11_rnr_naks_for_one_psn_coalesce() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    let send = b.request(Opcode::RC_SEND_ONLY, e).payload(&[1; 8]).bytes();
+    for _ in 0..1000 {
+        b.inject(B, &send);
+    }
+    let r = b.drain(B);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(matches!(r[0].syndrome, Some(AethSyndrome::RnrNak { .. })));
+    assert_eq!(r[0].psn, e);
+    b.inject(B, &send);
+    assert_eq!(
+        b.drain(B).len(),
+        1,
+        "a retry after the NAK left is NAKed again"
+    );
+    b.post_recv(B, b.p.qb, 9, TARGET, 64);
+    b.inject(B, &send);
+    assert_one_ack(&b.drain(B), e);
+}
+
+/// A flood of valid duplicate and new requests (ATOMIC replays, SEND and WRITE
+/// re-ACKs, a SEND that finds no receive WQE) from a peer that never reads its
+/// responses: the QP's queue of unsent responses stays within its bound
+/// (`4 * max_dest_rd_atomic + 32`, RxDrop::ResponseQueueFull beyond), whatever
+/// the interleaving (ACKs coalesce only with an ACK queued last, RL-08).
+#[test]
+fn rl_06_rl_08_unsent_responses_stay_bounded_under_a_request_flood() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    let depth = usize::from(b.o.max_rd_atomic);
+    b.post_recv(B, b.p.qb, 1, TARGET + 0x800, 64);
+    let history = [
+        b.request(Opcode::RC_FETCH_ADD, e)
+            .atomic(TARGET + 0x100, b.kb, 0, 1)
+            .bytes(),
+        b.request(Opcode::RC_COMPARE_SWAP, psn::add(e, 1))
+            .atomic(TARGET + 0x108, b.kb, 0, 1)
+            .bytes(),
+        b.request(Opcode::RC_SEND_ONLY, psn::add(e, 2))
+            .payload(&[3; 8])
+            .bytes(),
+        b.request(Opcode::RC_RDMA_WRITE_ONLY, psn::add(e, 3))
+            .reth(TARGET + 0x400, b.kb, 4)
+            .payload(&[4; 4])
+            .bytes(),
+    ];
+    for pkt in &history {
+        b.inject(B, pkt);
+    }
+    assert_eq!(b.drain(B).len(), 3, "two atomic ACKs, one coalesced ACK");
+    // No receive WQE left: a new SEND gets an RNR NAK.
+    let rnr = b
+        .request(Opcode::RC_SEND_ONLY, psn::add(e, 4))
+        .payload(&[5; 8])
+        .bytes();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for _ in 0..20_000 {
+        let pkt = match rand() % 5 {
+            4 => &rnr,
+            k => &history[k as usize],
+        };
+        b.inject(B, pkt);
+    }
+    let r = b.drain(B);
+    assert!(
+        r.len() <= 4 * depth + 32,
+        "{} responses held for a peer that never read them",
+        r.len()
+    );
+    assert_eq!(b.state(B, b.p.qb), QpState::Rts);
+}

@@ -54,6 +54,14 @@ pub struct HcaCounters {
     /// Completions that found their CQ in error (overflowed or its ring not
     /// writable, CQ-03), the one that overflowed it included: never written.
     pub cqes_discarded: u64,
+    /// Times a WQE stayed in its ring because the memory budget could not
+    /// hold it (the queue resumes as memory frees; ARCHITECTURE.md §9).
+    pub mem_budget_stalls: u64,
+    /// Requests the memory budget refused (REG_MR, CREATE_* of rings and QPs,
+    /// WQEs): the engine's count, copied in by `HcaCounters::with_budget`.
+    pub mem_budget_refusals: u64,
+    /// Host bytes held for the guest now (a level, not a count).
+    pub mem_held_bytes: u64,
 }
 
 /// The port set's counters, in ABI order.
@@ -109,7 +117,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
 }
 
 /// The device set's counters, in ABI order.
-const DEVICE_COUNTERS: [&str; 11] = [
+const DEVICE_COUNTERS: [&str; 14] = [
     "send_wqes",
     "recv_wqes",
     "bad_wqes",
@@ -121,6 +129,9 @@ const DEVICE_COUNTERS: [&str; 11] = [
     "eq_overflows",
     "interrupts",
     "cqes_discarded",
+    "mem_budget_stalls",
+    "mem_budget_refusals",
+    "mem_held_bytes",
 ];
 
 /// The device set's values, in the order of its names.
@@ -138,6 +149,9 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eq_overflows,
         interrupts,
         cqes_discarded,
+        mem_budget_stalls,
+        mem_budget_refusals,
+        mem_held_bytes,
     } = *h;
     [
         send_wqes,
@@ -151,6 +165,9 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         eq_overflows,
         interrupts,
         cqes_discarded,
+        mem_budget_stalls,
+        mem_budget_refusals,
+        mem_held_bytes,
     ]
 }
 

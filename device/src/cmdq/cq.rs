@@ -10,6 +10,7 @@ use crate::abi::ident::bar;
 use crate::abi::verbs::num;
 use crate::hca::{Cq, Eq, SlotOwner};
 
+use super::mr::charge_rings;
 use super::{fail, log2_floor, reserved, Exec, Fail, Syndrome};
 
 // ---------------------------------------------------------------- EQs
@@ -33,6 +34,7 @@ pub(super) fn create_eq(x: &mut Exec<'_>, i: CreateEqIn) -> Result<CreateEqOut, 
         .ok_or(fail(Status::NoResources, Syndrome::Caps))?;
     let db = x.free_slot(i.uar, i.db_slot, true)?;
     let ring = x.ring(&i.ring, EQE_SHIFT, log2, caps.max_eq_log2)?;
+    let charge = charge_rings(x, &[Some(&ring)])?;
     let (_, arm) = db.load(x.db);
     x.hca.eqs.insert(
         eqn,
@@ -50,6 +52,7 @@ pub(super) fn create_eq(x: &mut Exec<'_>, i: CreateEqIn) -> Result<CreateEqOut, 
         },
     );
     x.hca.slots.insert(db, SlotOwner::Eq(eqn));
+    x.hca.ring_charges.insert(SlotOwner::Eq(eqn), charge);
     Ok(CreateEqOut { eqn })
 }
 
@@ -68,6 +71,7 @@ pub(super) fn destroy_eq(x: &mut Exec<'_>, i: DestroyEqIn) -> Result<(), Fail> {
     let db = eq.db;
     x.hca.eqs.remove(&i.eqn);
     x.hca.slots.remove(&db);
+    x.hca.ring_charges.remove(&SlotOwner::Eq(i.eqn));
     Ok(())
 }
 
@@ -85,6 +89,7 @@ pub(super) fn create_cq(x: &mut Exec<'_>, i: CreateCqIn) -> Result<CreateCqOut, 
     }
     let db = x.free_slot(i.uar, i.db_slot, false)?;
     let ring = x.ring(&i.ring, CQE_SHIFT, log2, max_log2)?;
+    let charge = charge_rings(x, &[Some(&ring)])?;
     let entries = ring.len();
     let cqn = x.engine().create_cq()?;
     let (_, arm) = db.load(x.db);
@@ -103,6 +108,7 @@ pub(super) fn create_cq(x: &mut Exec<'_>, i: CreateCqIn) -> Result<CreateCqOut, 
         },
     );
     x.hca.slots.insert(db, SlotOwner::Cq(cqn));
+    x.hca.ring_charges.insert(SlotOwner::Cq(cqn), charge);
     if let Some(eq) = x.hca.eqs.get_mut(&i.eqn) {
         eq.users += 1;
     }
@@ -123,6 +129,7 @@ pub(super) fn destroy_cq(x: &mut Exec<'_>, i: DestroyCqIn) -> Result<(), Fail> {
     x.engine().destroy_cq(i.cqn)?;
     x.hca.cqs.remove(&i.cqn);
     x.hca.slots.remove(&db);
+    x.hca.ring_charges.remove(&SlotOwner::Cq(i.cqn));
     if let Some(eq) = x.hca.eqs.get_mut(&eqn) {
         eq.users = eq.users.saturating_sub(1);
     }
@@ -152,6 +159,8 @@ pub(super) fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, 
     let (old, pi) = (cq.ring.clone(), cq.pi);
     let (ci, _) = cq.db.load(x.db);
     let ring = x.ring(&i.ring, CQE_SHIFT, log2, max_log2)?;
+    // The new ring is charged beside the old until the old goes.
+    let charge = charge_rings(x, &[Some(&ring)])?;
     let pending = pi.wrapping_sub(ci);
     if pending > old.len() {
         // A consumer index the device never wrote up to: garbage.
@@ -185,5 +194,6 @@ pub(super) fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, 
     let cq = x.hca.cqs.get_mut(&i.cqn).expect("checked above");
     cq.ring = ring;
     cq.pbl = i.ring;
+    x.hca.ring_charges.insert(SlotOwner::Cq(i.cqn), charge);
     Ok(ResizeCqOut { entries })
 }

@@ -200,6 +200,8 @@ pub enum Syndrome {
     /// SET_GID: an index past the table, a GID type other than RoCEv2, or a
     /// zero GID set as valid.
     Gid = 41,
+    /// The device's host-memory budget (`--mem-budget`) cannot hold it.
+    Budget = 42,
     /// The engine refused; the status says why.
     Engine = 0x100,
 }

@@ -46,6 +46,9 @@ pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
         // guest memory map refuses what is not the guest's.
         x.engine().mrs().reg_dma_mr(i.pdn, access)?
     } else {
+        // The page list's host copy is charged to the budget: refused before
+        // it is read (ARCHITECTURE.md §9).
+        budget_fits(x, transport::budget::mr_bytes(u64::from(i.pbl.npages)))?;
         let pages = x.mr_pages(&i.pbl)?;
         let page_size = 1u64 << i.pbl.page_shift;
         x.engine()
@@ -56,6 +59,30 @@ pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
         lkey: key,
         rkey: key,
     })
+}
+
+/// Reserves the host bytes of `rings`' page lists in the memory budget
+/// (ARCHITECTURE.md §9): NO_RESOURCES when they do not fit. The caller keeps
+/// the charge in `Hca::ring_charges` under the object's name.
+pub(super) fn charge_rings(
+    x: &mut Exec<'_>,
+    rings: &[Option<&crate::ring::Ring>],
+) -> Result<transport::budget::Charge, Fail> {
+    let bytes = rings.iter().flatten().map(|r| r.host_bytes()).sum();
+    x.engine()
+        .budget()
+        .reserve(bytes)
+        .ok_or(fail(Status::NoResources, Syndrome::Budget))
+}
+
+/// NO_RESOURCES when `bytes` more would not fit in the device's memory
+/// budget; the budget counts the refusal.
+fn budget_fits(x: &mut Exec<'_>, bytes: u64) -> Result<(), Fail> {
+    if x.engine().budget().admit(bytes) {
+        Ok(())
+    } else {
+        Err(fail(Status::NoResources, Syndrome::Budget))
+    }
 }
 
 pub(super) fn rereg_mr(x: &mut Exec<'_>, i: ReregMrIn) -> Result<RegMrOut, Fail> {
@@ -75,6 +102,7 @@ pub(super) fn rereg_mr(x: &mut Exec<'_>, i: ReregMrIn) -> Result<RegMrOut, Fail>
         change.access = Some(check_access(i.access)?);
     }
     if i.change & rereg::CHANGE_TRANSLATION != 0 {
+        budget_fits(x, transport::budget::mr_bytes(u64::from(i.pbl.npages)))?;
         change.translation = Some(Translation {
             iova: i.iova,
             length: i.length,

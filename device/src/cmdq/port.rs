@@ -17,8 +17,17 @@ use super::{check_port, fail, reserved, Exec, Fail, Syndrome};
 /// 2^value); software processing is slower than silicon, as rxe reports.
 const LOCAL_CA_ACK_DELAY: u8 = 15;
 
+/// The most pages an MR's page list may have: the ABI's limit, or fewer if the
+/// memory budget could not hold a longer list (ARCHITECTURE.md §9).
+fn max_mr_pages(x: &Exec<'_>) -> u64 {
+    let budget = x.hca.port.engine().budget().limit();
+    let fits = budget.saturating_sub(transport::budget::mr_bytes(0)) / 8;
+    u64::from(pbl_const::MAX_PAGES).min(fits)
+}
+
 pub(super) fn query_device(x: &mut Exec<'_>) -> Result<DeviceAttr, Fail> {
     let c = x.hca.caps;
+    let max_mr_size = max_mr_pages(x) << pbl_const::MAX_PAGE_SHIFT;
     let port = x.hca.port.engine().port();
     let page_sizes =
         (pbl_const::MIN_PAGE_SHIFT..=pbl_const::MAX_PAGE_SHIFT).fold(0u64, |acc, s| acc | (1 << s));
@@ -26,7 +35,7 @@ pub(super) fn query_device(x: &mut Exec<'_>) -> Result<DeviceAttr, Fail> {
         fw_ver: u64::from(ident::ABI_VERSION),
         node_guid: port.port_guid,
         sys_image_guid: port.port_guid,
-        max_mr_size: u64::from(pbl_const::MAX_PAGES) << pbl_const::MAX_PAGE_SHIFT,
+        max_mr_size,
         page_size_cap: page_sizes,
         vendor_id: ident::PCI_VENDOR_ID,
         vendor_part_id: ident::PCI_DEVICE_ID,
@@ -141,7 +150,8 @@ pub(super) fn query_counters(
     check_port(i.port)?;
     reserved(i.rsvd == 0)?;
     let set = CounterSet::from_raw(i.set).ok_or(fail(Status::BadParam, Syndrome::CounterSet))?;
-    let values = set.values(x.hca.port.engine().counters(), &x.hca.counters);
+    let h = x.hca.counters.with_budget(x.hca.port.engine().budget());
+    let values = set.values(x.hca.port.engine().counters(), &h);
     let mut out = QueryCountersOut::default();
     let n = values.len().min(out.values.len());
     out.count = n as u32;

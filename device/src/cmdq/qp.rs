@@ -12,6 +12,7 @@ use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg};
 use crate::convert::{cap_to_abi, qp_attr_to_abi};
 use crate::hca::{Qp, SlotOwner};
 
+use super::mr::charge_rings;
 use super::mr::pd_exists;
 use super::srq::{recv_stride, wq_size};
 use super::{
@@ -108,6 +109,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
         )?),
     };
 
+    let charge = charge_rings(x, &[Some(&sq), rq.as_ref()])?;
     let init = tv::QpInit {
         qp_type: service,
         pd: i.pdn,
@@ -142,6 +144,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     qp.sync_indices(x.db);
     x.hca.qps.insert(qpn, qp);
     x.hca.slots.insert(db, SlotOwner::Qp(qpn));
+    x.hca.ring_charges.insert(SlotOwner::Qp(qpn), charge);
     Ok(CreateQpOut {
         qpn,
         cap: cap_to_abi(&granted),
@@ -310,5 +313,6 @@ pub(super) fn destroy_qp(x: &mut Exec<'_>, i: DestroyQpIn) -> Result<(), Fail> {
         return Ok(());
     };
     x.hca.slots.remove(&qp.db);
+    x.hca.ring_charges.remove(&SlotOwner::Qp(i.qpn));
     Ok(())
 }

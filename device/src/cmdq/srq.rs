@@ -9,6 +9,7 @@ use crate::abi::verbs::srq_attr_mask;
 use crate::abi::wqe::{wqe_const, RecvCtrl, Sge};
 use crate::hca::{Doorbells, SlotOwner, Srq};
 
+use super::mr::charge_rings;
 use super::mr::pd_exists;
 use super::{fail, log2_floor, reserved, Exec, Fail, Syndrome};
 
@@ -57,6 +58,7 @@ pub(super) fn create_srq(x: &mut Exec<'_>, i: CreateSrqIn) -> Result<CreateSrqOu
         u32::from(i.log2_entries),
         log2_floor(caps.max_srq_wr),
     )?;
+    let charge = charge_rings(x, &[Some(&ring)])?;
     let srqn = x.engine().create_srq(i.pdn, max_wr, max_sge, i.srq_limit)?;
     // WQEs are new from the producer index in the slot now.
     let (pi, _) = db.load(x.db);
@@ -73,6 +75,7 @@ pub(super) fn create_srq(x: &mut Exec<'_>, i: CreateSrqIn) -> Result<CreateSrqOu
         },
     );
     x.hca.slots.insert(db, SlotOwner::Srq(srqn));
+    x.hca.ring_charges.insert(SlotOwner::Srq(srqn), charge);
     Ok(CreateSrqOut {
         srqn,
         max_wr,
@@ -134,7 +137,10 @@ pub(super) fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOu
         ring.write(&mut *x.mem, k, &buf)
             .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     }
+    // The new ring is charged beside the old until the old goes.
+    let charge = charge_rings(x, &[Some(&ring)])?;
     x.engine().resize_srq(i.srqn, max_wr)?;
+    x.hca.ring_charges.insert(SlotOwner::Srq(i.srqn), charge);
     let s = x.hca.srqs.get_mut(&i.srqn).expect("checked above");
     s.ring = ring;
     s.pbl = i.ring;
@@ -185,5 +191,6 @@ pub(super) fn destroy_srq(x: &mut Exec<'_>, i: DestroySrqIn) -> Result<(), Fail>
     x.engine().destroy_srq(i.srqn)?;
     x.hca.srqs.remove(&i.srqn);
     x.hca.slots.remove(&db);
+    x.hca.ring_charges.remove(&SlotOwner::Srq(i.srqn));
     Ok(())
 }

@@ -48,7 +48,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{slid_of, Link, LinkError, MAX_PACKET_LEN, MIN_PACKET_LEN};
+use super::{Link, LinkError, Received, MAX_PACKET_LEN, MIN_PACKET_LEN};
 
 /// Bytes of a fabric key (a BLAKE3 key).
 pub const KEY_LEN: usize = 32;
@@ -70,8 +70,9 @@ const WINDOW_WORDS: usize = 32;
 /// still be accepted (once): reordering deeper than this is dropped as a replay.
 pub const REPLAY_WINDOW: u64 = ((WINDOW_WORDS - 1) * 64) as u64;
 
-/// Datagrams one [`AuthLink::recv`] call checks while skipping dropped ones, so
-/// that a flood of forgeries cannot hold the caller's loop (each costs a MAC).
+/// Datagrams one [`Link::recv_batch`] call of an [`AuthLink`] drops at most
+/// before it returns, so that a flood of forgeries cannot hold the caller's
+/// loop (each costs a MAC).
 const RECV_BUDGET: usize = 256;
 
 /// The longest key file read: a key is 64 hex digits; anything much longer is
@@ -253,8 +254,13 @@ pub struct AuthCounters {
     /// Datagrams whose tag and sequence number were good.
     pub rx_verified: u64,
     /// Send: the packet plus the trailer would exceed [`MAX_PACKET_LEN`] (no
-    /// packet of a 4096-byte PMTU comes near it).
+    /// packet of a 4096-byte PMTU comes near it), or a packet built in a lent
+    /// buffer is longer than the buffer lent.
     pub drop_tx_oversized: u64,
+    /// Send: [`Link::send_from_buffer`] without a buffer lent by
+    /// [`Link::send_buffer`] (the caller's mistake), or the inner link no
+    /// longer lending it.
+    pub drop_tx_not_lent: u64,
     /// Receive: exactly one native packet by its LRH:PktLen, no trailer: a peer
     /// without the key, or a forger who did not try. No MAC is computed.
     pub drop_rx_untagged: u64,
@@ -262,6 +268,12 @@ pub struct AuthCounters {
     pub drop_rx_short: u64,
     /// Receive: the tag does not verify: another key, a changed byte, a forgery.
     pub drop_rx_bad_tag: u64,
+    /// Receive: a good tag, but the link took the datagram from another
+    /// node's address than the one its LRH:SLID names: a datagram of one node
+    /// replayed from another's (forged) address. Dropped before it marks the
+    /// SLID's replay window, so that it cannot use up the number of the real
+    /// datagram still on its way.
+    pub drop_rx_wrong_sender: u64,
     /// Receive: a good tag on a sequence number seen before, or older than the
     /// replay window: a replay (or reordering deeper than [`REPLAY_WINDOW`]).
     pub drop_rx_replay: u64,
@@ -271,9 +283,11 @@ impl AuthCounters {
     /// All datagrams dropped, for every reason.
     pub fn dropped(&self) -> u64 {
         self.drop_tx_oversized
+            + self.drop_tx_not_lent
             + self.drop_rx_untagged
             + self.drop_rx_short
             + self.drop_rx_bad_tag
+            + self.drop_rx_wrong_sender
             + self.drop_rx_replay
     }
 }
@@ -282,14 +296,17 @@ impl fmt::Display for AuthCounters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "tx_tagged {} rx_verified {} drop_tx_oversized {} drop_rx_untagged {} \
-             drop_rx_short {} drop_rx_bad_tag {} drop_rx_replay {}",
+            "tx_tagged {} rx_verified {} drop_tx_oversized {} drop_tx_not_lent {} \
+             drop_rx_untagged {} drop_rx_short {} drop_rx_bad_tag {} \
+             drop_rx_wrong_sender {} drop_rx_replay {}",
             self.tx_tagged,
             self.rx_verified,
             self.drop_tx_oversized,
+            self.drop_tx_not_lent,
             self.drop_rx_untagged,
             self.drop_rx_short,
             self.drop_rx_bad_tag,
+            self.drop_rx_wrong_sender,
             self.drop_rx_replay
         )
     }
@@ -301,6 +318,7 @@ enum Refused {
     Untagged,
     Short,
     BadTag,
+    WrongSender,
     Replay,
 }
 
@@ -336,25 +354,123 @@ impl Window {
     }
 }
 
+/// The receive side's state: the MAC key, the per-sender windows and the
+/// counters, apart from the inner link so that a packet the inner link lends
+/// is checked while it is lent (no copy, ARCHITECTURE.md §2).
+struct Checks {
+    mac_key: [u8; 32],
+    /// Per sender (LRH:SLID): at most 65 536 windows, and only datagrams with a
+    /// good tag create one, so a forger cannot grow the table.
+    windows: HashMap<u16, Window>,
+    counters: AuthCounters,
+}
+
+/// The tag of `data` under `mac_key` (see the module comment).
+fn tag(mac_key: &[u8; 32], data: &[u8]) -> [u8; TAG_LEN] {
+    let h = blake3::keyed_hash(mac_key, data);
+    let mut t = [0u8; TAG_LEN];
+    t.copy_from_slice(&h.as_bytes()[..TAG_LEN]);
+    t
+}
+
+impl Checks {
+    /// Checks datagram `d`, which the inner link took from the node with LID
+    /// `src_lid` when it knows it; the length of the packet in it if it is to
+    /// be delivered.
+    fn open(&mut self, d: &[u8], src_lid: Option<u16>) -> Result<usize, Refused> {
+        let n = d.len();
+        let own_len = transport::wire::Lrh::new_checked(d)
+            .ok()
+            .map(|l| usize::from(l.pkt_len()) * 4 + 2);
+        if own_len == Some(n) {
+            return Err(Refused::Untagged);
+        }
+        if n < MIN_PACKET_LEN + TRAILER_LEN {
+            return Err(Refused::Short);
+        }
+        let body = n - TAG_LEN;
+        let want = tag(&self.mac_key, &d[..body]);
+        let got: &[u8; TAG_LEN] = d[body..].try_into().map_err(|_| Refused::Short)?;
+        if !constant_time_eq::constant_time_eq_16(&want, got) {
+            return Err(Refused::BadTag);
+        }
+        // Only now is anything in the datagram trusted: the tag covers the
+        // LRH, so its SLID names the sender, one that holds the key. The
+        // window is that SLID's, not the sending address's node: an address is
+        // forged easily, and a replay sent from another node's address must
+        // neither pass as new there nor move that node's window ahead of its
+        // own numbers (which would drop its datagrams as replays).
+        let m = body - SEQ_LEN;
+        let slid = transport::wire::Lrh::new_checked(&d[..m])
+            .map_err(|_| Refused::Short)?
+            .slid();
+        if src_lid.is_some_and(|s| s != slid) {
+            return Err(Refused::WrongSender);
+        }
+        let mut seq = [0u8; SEQ_LEN];
+        seq.copy_from_slice(&d[m..body]);
+        let seq = u64::from_be_bytes(seq);
+        if !self.windows.entry(slid).or_default().accept(seq) {
+            return Err(Refused::Replay);
+        }
+        Ok(m)
+    }
+
+    fn count(&mut self, r: Refused, n: usize) {
+        let c = &mut self.counters;
+        let (count, what) = match r {
+            Refused::Untagged => (
+                &mut c.drop_rx_untagged,
+                "without a tag (a peer without the fabric key?)",
+            ),
+            Refused::Short => (&mut c.drop_rx_short, "too short to hold a tag"),
+            Refused::BadTag => (
+                &mut c.drop_rx_bad_tag,
+                "with a bad tag (another key, or forged or changed)",
+            ),
+            Refused::WrongSender => (
+                &mut c.drop_rx_wrong_sender,
+                "from another node's address than its LRH:SLID (replayed from a forged address?)",
+            ),
+            Refused::Replay => (&mut c.drop_rx_replay, "replayed (sequence number seen)"),
+        };
+        *count += 1;
+        // The first of each reason is worth a warning (a misconfigured peer or
+        // an attack); the rest are in the counters.
+        if *count == 1 {
+            log::warn!("fabric: dropped a {n}-byte datagram {what}; further ones are counted");
+        } else {
+            log::debug!("fabric: dropped a {n}-byte datagram {what}");
+        }
+    }
+}
+
 /// A [`Link`] stage that tags every datagram it sends with a sequence number
 /// and a keyed MAC, and passes on only received datagrams whose tag verifies
 /// and whose number is new (see the module comment).
+///
+/// Copies nothing where the inner link lends buffers: a received packet is
+/// checked in the inner link's buffer and lent on shortened by the trailer
+/// ([`Link::recv_batch`]); a packet to send is built in the inner link's send
+/// buffer, lent shortened by [`TRAILER_LEN`], and the trailer written after it
+/// ([`Link::send_buffer`]). Every datagram grows by the same [`TRAILER_LEN`],
+/// so a run of same-size packets stays one (the UDP link's GSO, issue 12).
 pub struct AuthLink<L> {
     inner: L,
-    mac_key: [u8; 32],
+    checks: Checks,
     key_id: String,
     /// The next sequence number; set from `now` at the first send.
     next_seq: u64,
     started: bool,
-    /// Per sender (LRH:SLID): at most 65 536 windows, and only datagrams with a
-    /// good tag create one, so a forger cannot grow the table.
-    windows: HashMap<u16, Window>,
-    /// The packet and its trailer being sent (the caller's slice is read-only).
+    /// The packet and its trailer being sent by [`Link::send`] (the caller's
+    /// slice is read-only).
     scratch: Vec<u8>,
-    /// A receive call stopped at [`RECV_BUDGET`]: more may wait in the inner
-    /// link's buffers without the descriptor signalling it.
+    /// The length of the buffer [`Link::send_buffer`] lent, until
+    /// [`Link::send_from_buffer`].
+    lent: Option<usize>,
+    /// A receive call stopped at [`RECV_BUDGET`] drops: more may wait in the
+    /// inner link's buffers without the descriptor signalling it.
     more: bool,
-    counters: AuthCounters,
 }
 
 impl<L> fmt::Debug for AuthLink<L> {
@@ -362,8 +478,8 @@ impl<L> fmt::Debug for AuthLink<L> {
         f.debug_struct("AuthLink")
             .field("key_id", &self.key_id)
             .field("next_seq", &self.next_seq)
-            .field("senders", &self.windows.len())
-            .field("counters", &self.counters)
+            .field("senders", &self.checks.windows.len())
+            .field("counters", &self.checks.counters)
             .finish_non_exhaustive()
     }
 }
@@ -374,20 +490,23 @@ impl<L: Link> AuthLink<L> {
     pub fn new(inner: L, key: &FabricKey) -> AuthLink<L> {
         AuthLink {
             inner,
-            mac_key: key.mac_key(),
+            checks: Checks {
+                mac_key: key.mac_key(),
+                windows: HashMap::new(),
+                counters: AuthCounters::default(),
+            },
             key_id: key.id(),
             next_seq: 0,
             started: false,
-            windows: HashMap::new(),
             scratch: Vec::with_capacity(MAX_PACKET_LEN),
+            lent: None,
             more: false,
-            counters: AuthCounters::default(),
         }
     }
 
     /// What was tagged, verified and dropped so far.
     pub fn counters(&self) -> &AuthCounters {
-        &self.counters
+        &self.checks.counters
     }
 
     /// The wrapped link.
@@ -410,75 +529,8 @@ impl<L: Link> AuthLink<L> {
         self.next_seq
     }
 
-    fn tag(&self, data: &[u8]) -> [u8; TAG_LEN] {
-        let h = blake3::keyed_hash(&self.mac_key, data);
-        let mut t = [0u8; TAG_LEN];
-        t.copy_from_slice(&h.as_bytes()[..TAG_LEN]);
-        t
-    }
-
-    /// Checks datagram `d`; the length of the packet in it if it is to be
-    /// delivered.
-    fn open(&mut self, d: &[u8]) -> Result<usize, Refused> {
-        let n = d.len();
-        let own_len = transport::wire::Lrh::new_checked(d)
-            .ok()
-            .map(|l| usize::from(l.pkt_len()) * 4 + 2);
-        if own_len == Some(n) {
-            return Err(Refused::Untagged);
-        }
-        if n < MIN_PACKET_LEN + TRAILER_LEN {
-            return Err(Refused::Short);
-        }
-        let body = n - TAG_LEN;
-        let tag = self.tag(&d[..body]);
-        let got: &[u8; TAG_LEN] = d[body..].try_into().map_err(|_| Refused::Short)?;
-        if !constant_time_eq::constant_time_eq_16(&tag, got) {
-            return Err(Refused::BadTag);
-        }
-        let m = body - SEQ_LEN;
-        let mut seq = [0u8; SEQ_LEN];
-        seq.copy_from_slice(&d[m..body]);
-        let seq = u64::from_be_bytes(seq);
-        // The tag covers the LRH, so the SLID names the sender that holds the key.
-        let slid = slid_of(&d[..m]).ok_or(Refused::Short)?;
-        if !self.windows.entry(slid).or_default().accept(seq) {
-            return Err(Refused::Replay);
-        }
-        Ok(m)
-    }
-
-    fn count(&mut self, r: Refused, n: usize) {
-        let c = &mut self.counters;
-        let (count, what) = match r {
-            Refused::Untagged => (
-                &mut c.drop_rx_untagged,
-                "without a tag (a peer without the fabric key?)",
-            ),
-            Refused::Short => (&mut c.drop_rx_short, "too short to hold a tag"),
-            Refused::BadTag => (
-                &mut c.drop_rx_bad_tag,
-                "with a bad tag (another key, or forged or changed)",
-            ),
-            Refused::Replay => (&mut c.drop_rx_replay, "replayed (sequence number seen)"),
-        };
-        *count += 1;
-        // The first of each reason is worth a warning (a misconfigured peer or
-        // an attack); the rest are in the counters.
-        if *count == 1 {
-            log::warn!("fabric: dropped a {n}-byte datagram {what}; further ones are counted");
-        } else {
-            log::debug!("fabric: dropped a {n}-byte datagram {what}");
-        }
-    }
-}
-
-impl<L: Link> Link for AuthLink<L> {
-    fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
-        if packet.len() + TRAILER_LEN > MAX_PACKET_LEN {
-            self.counters.drop_tx_oversized += 1;
-            return Ok(());
-        }
+    /// Takes the sequence number of the datagram being sent.
+    fn take_seq(&mut self, now: Duration) -> u64 {
         if !self.started {
             // Above every number an earlier run of this node sent (module
             // comment): nanoseconds since the epoch at the first send.
@@ -488,35 +540,110 @@ impl<L: Link> Link for AuthLink<L> {
         }
         let seq = self.next_seq;
         self.next_seq = self.next_seq.saturating_add(1);
+        seq
+    }
+}
+
+impl<L: Link> Link for AuthLink<L> {
+    fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        if packet.len() + TRAILER_LEN > MAX_PACKET_LEN {
+            self.checks.counters.drop_tx_oversized += 1;
+            return Ok(());
+        }
+        let seq = self.take_seq(now);
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
         b.extend_from_slice(packet);
         b.extend_from_slice(&seq.to_be_bytes());
-        let tag = self.tag(&b);
-        b.extend_from_slice(&tag);
-        self.counters.tx_tagged += 1;
+        let t = tag(&self.checks.mac_key, &b);
+        b.extend_from_slice(&t);
+        self.checks.counters.tx_tagged += 1;
         let r = self.inner.send(now, &b);
         self.scratch = b;
         r
     }
 
-    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
-        for _ in 0..RECV_BUDGET {
-            let Some(n) = self.inner.recv(now, buf)? else {
-                self.more = false;
-                return Ok(None);
-            };
-            let n = n.min(buf.len());
-            match self.open(&buf[..n]) {
-                Ok(m) => {
-                    self.counters.rx_verified += 1;
-                    return Ok(Some(m));
-                }
-                Err(r) => self.count(r, n),
+    fn send_buffer(&mut self) -> Option<&mut [u8]> {
+        // The inner link's buffer, short of room for the trailer: the packet
+        // is built where it leaves from (same start, so the same alignment).
+        let b = self.inner.send_buffer()?;
+        let room = b.len().checked_sub(TRAILER_LEN)?;
+        self.lent = Some(room);
+        Some(&mut b[..room])
+    }
+
+    fn send_from_buffer(&mut self, now: Duration, len: usize) -> Result<(), LinkError> {
+        let Some(room) = self.lent.take() else {
+            self.checks.counters.drop_tx_not_lent += 1;
+            return Ok(());
+        };
+        if len > room {
+            self.checks.counters.drop_tx_oversized += 1;
+            return Ok(());
+        }
+        // The inner link lends the same buffer again until it is sent (the
+        // `Link::send_buffer` contract): the packet is in it.
+        let seq = self.take_seq(now);
+        let Some(b) = self.inner.send_buffer() else {
+            self.checks.counters.drop_tx_not_lent += 1;
+            return Ok(());
+        };
+        let Some(trailer) = b.get_mut(len..len + TRAILER_LEN) else {
+            self.checks.counters.drop_tx_oversized += 1;
+            return Ok(());
+        };
+        trailer[..SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
+        let t = tag(&self.checks.mac_key, &b[..len + SEQ_LEN]);
+        b[len + SEQ_LEN..len + TRAILER_LEN].copy_from_slice(&t);
+        self.checks.counters.tx_tagged += 1;
+        self.inner.send_from_buffer(now, len + TRAILER_LEN)
+    }
+
+    fn recv_batch(
+        &mut self,
+        now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        // Each datagram is checked in the inner link's buffer and lent on
+        // without its trailer. At most `max` + RECV_BUDGET MACs per call: the
+        // inner link is asked for no more than are still to be delivered or
+        // may still be dropped, so a flood of forgeries cannot hold the
+        // caller's loop (each costs a MAC).
+        let Self {
+            inner,
+            checks,
+            more,
+            ..
+        } = self;
+        let (mut delivered, mut refused) = (0usize, 0usize);
+        while delivered < max {
+            if refused >= RECV_BUDGET {
+                *more = true;
+                return Ok(delivered);
+            }
+            let ask = (max - delivered).min(RECV_BUDGET - refused);
+            let got =
+                inner.recv_batch(now, ask, &mut |r| match checks.open(r.packet, r.src_lid) {
+                    Ok(m) => {
+                        checks.counters.rx_verified += 1;
+                        delivered += 1;
+                        deliver(Received {
+                            packet: &r.packet[..m],
+                            src_lid: r.src_lid,
+                        });
+                    }
+                    Err(why) => {
+                        refused += 1;
+                        checks.count(why, r.packet.len());
+                    }
+                })?;
+            if got == 0 {
+                break;
             }
         }
-        self.more = true;
-        Ok(None)
+        *more = false;
+        Ok(delivered)
     }
 
     fn raw_fd(&self) -> RawFd {
@@ -541,7 +668,7 @@ impl<L: Link> Link for AuthLink<L> {
     }
 
     fn report(&self) -> Option<String> {
-        let mine = format!("auth (key {}): {}", self.key_id, self.counters);
+        let mine = format!("auth (key {}): {}", self.key_id, self.checks.counters);
         Some(match self.inner.report() {
             Some(r) => format!("{r}\n{mine}"),
             None => mine,
@@ -560,6 +687,7 @@ impl<L: Link> Link for AuthLink<L> {
     }
 
     fn end_sends(&mut self) -> Result<(), LinkError> {
+        self.lent = None;
         self.inner.end_sends()
     }
 }

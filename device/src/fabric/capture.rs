@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use transport::wire::pcap::{LinkType, PcapError, PcapWriter};
 
-use super::{Link, LinkError};
+use super::{Link, LinkError, Received};
 
 /// What a [`CaptureLink`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,15 +100,26 @@ impl<L: Link, W: Write> CaptureLink<L, W> {
     }
 
     fn record(&mut self, now: Duration, packet: &[u8]) -> bool {
-        match self.pcap.write_packet(now, packet) {
-            Ok(()) => true,
-            Err(e) => {
-                if self.counters.errors == 0 {
-                    log::warn!("fabric: capture failed, packets go on uncaptured: {e}");
-                }
-                self.counters.errors += 1;
-                false
+        record(&mut self.pcap, &mut self.counters, now, packet)
+    }
+}
+
+/// Writes one record; a failure is logged once and counted, and the packet goes
+/// on uncaptured.
+fn record<W: Write>(
+    pcap: &mut PcapWriter<W>,
+    counters: &mut CaptureCounters,
+    now: Duration,
+    packet: &[u8],
+) -> bool {
+    match pcap.write_packet(now, packet) {
+        Ok(()) => true,
+        Err(e) => {
+            if counters.errors == 0 {
+                log::warn!("fabric: capture failed, packets go on uncaptured: {e}");
             }
+            counters.errors += 1;
+            false
         }
     }
 }
@@ -128,14 +139,25 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
         self.inner.send(now, packet)
     }
 
-    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
-        let got = self.inner.recv(now, buf)?;
-        if let Some(n) = got {
-            if self.record(now, &buf[..n]) {
-                self.counters.rx_records += 1;
+    fn recv_batch(
+        &mut self,
+        now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        // Each packet is recorded from the inner link's buffer on its way to
+        // the caller (the pcap writer copies it into its own buffer).
+        let Self {
+            inner,
+            pcap,
+            counters,
+        } = self;
+        inner.recv_batch(now, max, &mut |r| {
+            if record(pcap, counters, now, r.packet) {
+                counters.rx_records += 1;
             }
-        }
-        Ok(got)
+            deliver(r)
+        })
     }
 
     fn raw_fd(&self) -> RawFd {

@@ -14,7 +14,7 @@ use std::fmt;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{Link, LinkError};
+use super::{Link, LinkError, Received};
 
 /// Longest time a packet held back for reordering waits for a packet to overtake
 /// it; after that it goes out anyway, so the last packet of a burst is late, not
@@ -393,9 +393,15 @@ impl<L: Link> Link for FaultLink<L> {
         released.and(r)
     }
 
-    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
+    fn recv_batch(
+        &mut self,
+        now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        // Faults are applied on the way out; received packets pass as lent.
         self.release(now)?;
-        self.inner.recv(now, buf)
+        self.inner.recv_batch(now, max, deliver)
     }
 
     fn raw_fd(&self) -> RawFd {

@@ -4,12 +4,14 @@
 //! - [`FabricFile`]: the nodes of the fabric (LID, port GUID, UDP address), read
 //!   from a TOML file; it stands in for a subnet manager's assignment.
 //! - [`Link`]: what the device needs from a port: send one packet (routed by its
-//!   LRH:DLID), receive packets without blocking, a file descriptor to wait on, and a
+//!   LRH:DLID), lend received packets without blocking, a file descriptor to wait on, and a
 //!   deadline for work the link holds itself. [`UdpLink`] is the `ib-udp` mode;
 //!   [`TapLink`] the `roce` mode (RoCEv2 frames on a TAP shared with the guest's
 //!   virtio-net, WF-10).
 //! - Stages that wrap any [`Link`]: [`FaultLink`] (seeded drop, duplicate, reorder,
-//!   corrupt, delay) and [`CaptureLink`] (every packet to a pcap file, WF-11).
+//!   corrupt, delay), [`CaptureLink`] (every packet to a pcap file, WF-11) and
+//!   [`AuthLink`] (the fabric key: a sequence number and a keyed tag on every
+//!   datagram, issue 13, ARCHITECTURE.md §9).
 //!
 //! Like the transport engine (ARCHITECTURE.md §3), nothing here reads a clock: every call
 //! takes `now`, the caller's time since the Unix epoch, so a stage's behaviour is a
@@ -42,7 +44,7 @@ pub use tap::{
     MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TO_GUEST_BYTES, TO_GUEST_FRAMES, VNET_HDR_LEN,
 };
 pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN};
-pub use udp::{UdpCounters, UdpLink, LOOPBACK_CAPACITY};
+pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
 
 /// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC
 /// in 4-byte words in 11 bits (IBA 7.7.8), and the 2-byte VCRC follows. A receive
@@ -50,8 +52,8 @@ pub use udp::{UdpCounters, UdpLink, LOOPBACK_CAPACITY};
 pub const MAX_PACKET_LEN: usize = 0x7ff * 4 + 2;
 
 /// The shortest native packet with a transport: LRH (8) + BTH (12) + ICRC (4) +
-/// VCRC (2). Anything shorter cannot even be parsed far enough to be dropped with a
-/// reason, so the link drops it and counts it.
+/// VCRC (2). The UDP link sends nothing shorter (counted as `drop_tx_short`); a
+/// shorter one received is the engine's parse to drop (ARCHITECTURE.md §2).
 pub const MIN_PACKET_LEN: usize = 8 + 12 + 4 + 2;
 
 /// The permissive DLID (IBA 7.11.1): accepted by every port.
@@ -92,28 +94,75 @@ pub enum LinkError {
     },
 }
 
+/// A received packet, lent by the link to the caller of [`Link::recv_batch`] for
+/// the length of one callback: the bytes are the link's receive buffer itself (the
+/// kernel's recvmmsg or read(2) wrote them there), so nothing is copied between
+/// the kernel and the engine (ARCHITECTURE.md §2, "A received packet").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received<'a> {
+    /// The packet as the link layer carries it (a native packet, LRH through
+    /// VCRC; or a RoCEv2 frame), at most [`MAX_PACKET_LEN`] bytes. Not checked
+    /// beyond that: every check of its contents is the engine's
+    /// (`Engine::handle_packet_from`).
+    pub packet: &'a [u8],
+    /// The LID of the fabric node the packet came from, as only the link can
+    /// know it (the UDP link: the node whose address sent the datagram); the
+    /// engine drops a packet whose LRH:SLID is another (a spoofed source,
+    /// ARCHITECTURE.md §9). `None` where the link cannot tell (TAP: RoCE
+    /// carries its addresses in the packet).
+    pub src_lid: Option<u16>,
+}
+
 /// A port's link to the fabric (ARCHITECTURE.md §6: link modes share one trait).
 ///
 /// `now` is the caller's time since the Unix epoch; it must not go backwards.
 /// Stages that hold packets (delay, reorder) release them on any call whose `now` has
 /// reached their time, so the caller's loop is: wait on [`Link::raw_fd`] until
-/// [`Link::poll_timeout`], call [`Link::handle_timeout`], drain [`Link::recv`].
+/// [`Link::poll_timeout`], call [`Link::handle_timeout`], drain [`Link::recv_batch`].
+///
+/// Receive checks have one owner each (ARCHITECTURE.md §2): a link checks only
+/// what the packet does not say — where it came from (the UDP source address),
+/// whether it fits a receive buffer, where a TAP frame goes (engine or guest) —
+/// and the engine parses the packet once and does every check of its contents.
 pub trait Link {
     /// Sends one native packet, LRH through VCRC, to the node holding its LRH:DLID.
     /// An undeliverable packet is dropped and counted, not an error.
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError>;
 
+    /// Lends up to `max` received packets, one by one, to `deliver`, straight
+    /// from the link's receive buffers; returns how many. Never blocks: 0 when
+    /// nothing is waiting. What the link drops on the way (unknown sender,
+    /// oversized) it counts and does not deliver.
+    fn recv_batch(
+        &mut self,
+        now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError>;
+
     /// Copies the next received packet into `buf` (at least [`MAX_PACKET_LEN`]
     /// bytes) and returns its length, or `None` when nothing is waiting. Never
-    /// blocks.
-    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError>;
+    /// blocks. For tests and tools: the port uses [`Link::recv_batch`], which
+    /// does not copy.
+    fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
+        if buf.len() < MAX_PACKET_LEN {
+            return Err(LinkError::BufferTooSmall { have: buf.len() });
+        }
+        let mut got = None;
+        self.recv_batch(now, 1, &mut |r| {
+            buf[..r.packet.len()].copy_from_slice(r.packet);
+            got = Some(r.packet.len());
+        })?;
+        Ok(got)
+    }
 
     /// The descriptor that becomes readable when a packet arrives (for epoll).
     fn raw_fd(&self) -> RawFd;
 
     /// The earliest time at which the link has work the descriptor will not signal:
-    /// a held packet to release, or a looped-back packet waiting in [`Link::recv`]
-    /// (then a time at or before the last `now`). `None`: nothing pending.
+    /// a held packet to release, or a looped-back packet (or one read from the
+    /// kernel already) waiting in [`Link::recv_batch`] (then a time at or before
+    /// the last `now`). `None`: nothing pending.
     fn poll_timeout(&self) -> Option<Duration>;
 
     /// Does whatever [`Link::poll_timeout`] asked for, as of `now`.
@@ -146,11 +195,37 @@ pub trait Link {
     fn end_sends(&mut self) -> Result<(), LinkError> {
         Ok(())
     }
+
+    /// Between [`Link::begin_sends`] and [`Link::end_sends`]: a buffer of the
+    /// link's own, [`MAX_PACKET_LEN`] bytes starting
+    /// `wire::packet::BUFFER_ALIGN_OFFSET` past a 16-byte boundary, for the
+    /// caller to build the next packet in; [`Link::send_from_buffer`] then sends
+    /// it without a copy (the UDP link queues the buffer itself). Until then,
+    /// a second call lends the same buffer with its bytes as they are (the
+    /// fabric key stage writes its trailer after the packet so). `None`: the
+    /// link takes packets only through [`Link::send`] (the default).
+    fn send_buffer(&mut self) -> Option<&mut [u8]> {
+        None
+    }
+
+    /// Sends the first `len` bytes of the buffer [`Link::send_buffer`] lent,
+    /// as [`Link::send`] would.
+    fn send_from_buffer(&mut self, _now: Duration, _len: usize) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         (**self).send(now, packet)
+    }
+    fn recv_batch(
+        &mut self,
+        now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        (**self).recv_batch(now, max, deliver)
     }
     fn recv(&mut self, now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
         (**self).recv(now, buf)
@@ -179,6 +254,12 @@ impl<L: Link + ?Sized> Link for Box<L> {
     fn end_sends(&mut self) -> Result<(), LinkError> {
         (**self).end_sends()
     }
+    fn send_buffer(&mut self) -> Option<&mut [u8]> {
+        (**self).send_buffer()
+    }
+    fn send_from_buffer(&mut self, now: Duration, len: usize) -> Result<(), LinkError> {
+        (**self).send_from_buffer(now, len)
+    }
 }
 
 /// The LRH:DLID (IBA 7.7.7), if the packet holds a whole LRH.
@@ -186,11 +267,4 @@ fn dlid_of(packet: &[u8]) -> Option<u16> {
     transport::wire::Lrh::new_checked(packet)
         .ok()
         .map(|l| l.dlid())
-}
-
-/// The LRH:SLID, if the packet holds a whole LRH.
-fn slid_of(packet: &[u8]) -> Option<u16> {
-    transport::wire::Lrh::new_checked(packet)
-        .ok()
-        .map(|l| l.slid())
 }

@@ -7,16 +7,24 @@
 //! offloads (partial checksums, TCP segmentation) pass through untouched. The link
 //! demultiplexes what it reads ([`classify`]):
 //!
-//! - to the port's MAC (or a multicast one), IPv4/IPv6, UDP destination port 4791:
-//!   a RoCEv2 frame for the engine, returned by [`Link::recv`] without the vnet
-//!   header (`transport::wire::roce` then checks it fully, annex A17.4);
-//! - UDP 4791 to another unicast MAC: a RoCE frame a bridge flooded to us, dropped;
+//! - IPv4/IPv6, UDP destination port 4791: a RoCEv2 frame for the engine, lent by
+//!   [`Link::recv_batch`] without the vnet header, straight from the read buffer;
+//!   the engine parses it once and owns every check of it (its MAC, addresses,
+//!   lengths and ICRC: `transport::wire::roce`, annex A17.4; ARCHITECTURE.md §2);
 //! - anything else (ARP, ND, IP, broadcast): the guest's, queued whole (vnet
 //!   header included) on the bounded [`ToGuest`] queue that the vhost-user-net
 //!   backend (`crate::net`) drains into the guest's RX ring.
 //!
 //! The TAP faces the network, so everything read is untrusted (ARCHITECTURE.md §9):
-//! short, oversized and badly headed frames are dropped and counted, never trusted.
+//! frames too short to steer, too long for a buffer or with a bad vnet header are
+//! dropped and counted here; the rest is the engine's or the guest's to judge.
+//!
+//! Batched I/O (issue 12): one receive call reads up to [`RECV_BATCH`] frames (the
+//! TAP gives one per read(2)) and lends every RoCE frame among them to the port.
+//! Sends are one writev each, as they come: a TAP descriptor takes one frame per
+//! write (there is no sendmmsg for it), so queueing a round's frames would only add
+//! a copy. (A vnet-header UDP GSO write would carry several, but the kernel then
+//! numbers the IPv4 identification of each segment, which the ICRC covers.)
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -35,7 +43,7 @@ use transport::wire::roce::{
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::tap_sys;
-use super::{Link, LinkError, MAX_PACKET_LEN};
+use super::{Link, LinkError, Received, MAX_PACKET_LEN};
 
 /// Length of the `virtio_net_hdr_v1` before every frame on the TAP and in the
 /// guest's rings (virtio 1.2 §5.1.6: 12 bytes once VIRTIO_F_VERSION_1 is
@@ -51,14 +59,17 @@ pub const MAX_FRAME_LEN: usize = 65_535 + ETH_HEADER_LEN + 4;
 /// sender outrunning its own receiver loses frames, as in a switch buffer.
 pub const TAP_LOOPBACK_CAPACITY: usize = 1024;
 
+/// Buffers of delivered loopback frames kept for reuse.
+const TAP_LOOPBACK_SPARE: usize = 64;
+
 /// Frames waiting for the guest's RX ring, and their total bytes: a guest that
 /// stops posting RX buffers loses frames here instead of growing our memory.
 pub const TO_GUEST_FRAMES: usize = 512;
 pub const TO_GUEST_BYTES: usize = 8 << 20;
 
-/// Frames one [`TapLink::recv`] call reads while handing non-RoCE frames to the
-/// guest or dropping them, so that guest traffic cannot hold the data path; the
-/// TAP stays readable and the next call goes on.
+/// Frames one [`Link::recv_batch`] call reads at most (RoCE frames lent, the
+/// others handed to the guest or dropped), so that guest traffic cannot hold the
+/// data path; the TAP stays readable and the next call goes on.
 const RECV_BATCH: usize = 64;
 
 /// Bytes 0 (flags) and 1 (gso_type) of the vnet header (virtio 1.2 §5.1.6).
@@ -81,7 +92,7 @@ pub struct TapCounters {
     pub tx_bytes: u64,
     /// Frames to the port's own MAC or a multicast MAC, looped back to the engine.
     pub loopback_frames: u64,
-    /// RoCE frames handed to the engine (TAP and loopback).
+    /// RoCE frames lent to the engine (TAP and loopback).
     pub rx_roce_frames: u64,
     pub rx_roce_bytes: u64,
     /// Frames queued for the guest's virtio-net.
@@ -100,13 +111,11 @@ pub struct TapCounters {
     /// Receive: shorter than a vnet header and an Ethernet header.
     pub drop_rx_short: u64,
     /// Receive: longer than [`MAX_FRAME_LEN`], or a RoCE frame longer than
-    /// [`MAX_PACKET_LEN`].
+    /// [`MAX_PACKET_LEN`] (what a receive buffer of the engine's holds).
     pub drop_rx_oversized: u64,
     /// Receive: a vnet header with unknown flags or GSO type, a checksum offset
     /// outside the frame, or GSO on a RoCE frame.
     pub drop_rx_bad_vnet_hdr: u64,
-    /// Receive: a RoCE frame for another unicast MAC (flooded by a bridge).
-    pub drop_rx_other_mac: u64,
     /// Receive: a frame for the guest while no guest RX ring is attached.
     pub drop_guest_absent: u64,
     /// Receive: a frame for the guest while its queue was full.
@@ -126,7 +135,6 @@ impl TapCounters {
             + self.drop_rx_short
             + self.drop_rx_oversized
             + self.drop_rx_bad_vnet_hdr
-            + self.drop_rx_other_mac
             + self.drop_guest_absent
             + self.drop_guest_queue_full
     }
@@ -138,7 +146,7 @@ impl fmt::Display for TapCounters {
             f,
             "tx {} ({} B) loopback {} rx_roce {} ({} B) to_guest {} ({} B) dropped {}: \
              tx_bad_len {} tx_would_block {} tx_link_down {} tx_error {} loopback_full {} \
-             rx_short {} rx_oversized {} rx_bad_vnet_hdr {} rx_other_mac {} guest_absent {} \
+             rx_short {} rx_oversized {} rx_bad_vnet_hdr {} guest_absent {} \
              guest_queue_full {}",
             self.tx_frames,
             self.tx_bytes,
@@ -156,7 +164,6 @@ impl fmt::Display for TapCounters {
             self.drop_rx_short,
             self.drop_rx_oversized,
             self.drop_rx_bad_vnet_hdr,
-            self.drop_rx_other_mac,
             self.drop_guest_absent,
             self.drop_guest_queue_full,
         )
@@ -166,31 +173,24 @@ impl fmt::Display for TapCounters {
 /// Where a frame read from the TAP goes ([`classify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameClass {
-    /// RoCEv2 for this port: to the engine.
+    /// RoCEv2: to the engine, which accepts it (the port's MAC, one of its
+    /// GIDs) or drops and counts it (A17.4.5).
     Roce,
-    /// RoCEv2 for another unicast MAC: dropped.
-    OtherMac,
     /// Everything else: to the guest's virtio-net.
     Guest,
 }
 
-/// Classifies an Ethernet frame (no vnet header) for a port with MAC `mac`. Only
-/// enough of the headers is read to tell RoCEv2 (UDP destination port 4791, annex
-/// A17.2) from the rest; a frame too short to tell is the guest's, whose stack
-/// drops it as any NIC's host would.
-pub fn classify(frame: &[u8], mac: &MacAddr) -> FrameClass {
-    let udp_dport = roce_udp_dport(frame);
-    if udp_dport != Some(UDP_PORT) {
-        return FrameClass::Guest;
-    }
-    let dst = &frame[..6];
-    // Group bit set: multicast or broadcast, for every port on the segment; a
-    // RoCEv2 multicast (UD, A17.4.6) goes to the engine, which drops it unless a
-    // QP joined the group.
-    if dst == mac || dst[0] & 1 != 0 {
+/// Steers an Ethernet frame (no vnet header). Only enough of the headers is read
+/// to tell RoCEv2 (UDP destination port 4791, annex A17.2) from the rest: this is
+/// demultiplexing, not a check; the engine parses a RoCE frame once, with every
+/// check (its Ethernet destination included: a frame a bridge flooded to us for
+/// another MAC is the engine's `BadDmac` drop). A frame too short to tell is the
+/// guest's, whose stack drops it as any NIC's host would.
+pub fn classify(frame: &[u8]) -> FrameClass {
+    if roce_udp_dport(frame) == Some(UDP_PORT) {
         FrameClass::Roce
     } else {
-        FrameClass::OtherMac
+        FrameClass::Guest
     }
 }
 
@@ -478,6 +478,8 @@ pub fn format_mac(mac: &MacAddr) -> String {
 pub struct TapLink {
     tap: Arc<Tap>,
     loopback: VecDeque<Vec<u8>>,
+    /// Buffers of received loopback frames, reused by the next ones.
+    loopback_spare: Vec<Vec<u8>>,
     /// A vnet header and the longest frame, plus one byte so that an oversized
     /// read shows as a full buffer rather than a silently cut frame.
     rx_buf: Box<[u8]>,
@@ -490,6 +492,7 @@ impl TapLink {
         TapLink {
             tap,
             loopback: VecDeque::new(),
+            loopback_spare: Vec::new(),
             rx_buf: vec![0; VNET_HDR_LEN + MAX_FRAME_LEN + 1].into_boxed_slice(),
             counters: TapCounters::default(),
         }
@@ -526,7 +529,7 @@ impl TapLink {
             log::debug!("tap: dropped frame with bad vnet header {hdr:02x?}");
             return None;
         }
-        match classify(frame, &self.tap.mac) {
+        match classify(frame) {
             FrameClass::Roce => {
                 if hdr[1] != GSO_NONE {
                     c.drop_rx_bad_vnet_hdr += 1;
@@ -540,14 +543,6 @@ impl TapLink {
                 // engine does not check the UDP checksum, the ICRC covers the data
                 // (A17.3.3).
                 Some(frame.len())
-            }
-            FrameClass::OtherMac => {
-                c.drop_rx_other_mac += 1;
-                log::debug!(
-                    "tap: dropped RoCE frame for another MAC {}",
-                    format_mac(&frame[..6].try_into().expect("6 bytes"))
-                );
-                None
             }
             FrameClass::Guest => {
                 match self.tap.to_guest.push(&self.rx_buf[..n]) {
@@ -580,7 +575,10 @@ impl Link for TapLink {
                 c.drop_loopback_full += 1;
             } else {
                 c.loopback_frames += 1;
-                self.loopback.push_back(frame.to_vec());
+                let mut b = self.loopback_spare.pop().unwrap_or_default();
+                b.clear();
+                b.extend_from_slice(frame);
+                self.loopback.push_back(b);
             }
             if own {
                 return Ok(());
@@ -616,31 +614,47 @@ impl Link for TapLink {
         }
     }
 
-    fn recv(&mut self, _now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
-        if buf.len() < MAX_PACKET_LEN {
-            return Err(LinkError::BufferTooSmall { have: buf.len() });
-        }
-        if let Some(f) = self.loopback.pop_front() {
-            buf[..f.len()].copy_from_slice(&f);
+    fn recv_batch(
+        &mut self,
+        _now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        let mut n = 0;
+        while n < max {
+            let Some(f) = self.loopback.pop_front() else {
+                break;
+            };
             self.counters.rx_roce_frames += 1;
             self.counters.rx_roce_bytes += f.len() as u64;
-            return Ok(Some(f.len()));
+            deliver(Received {
+                packet: &f,
+                src_lid: None,
+            });
+            n += 1;
+            if self.loopback_spare.len() < TAP_LOOPBACK_SPARE {
+                self.loopback_spare.push(f);
+            }
         }
         let queued_before = self.counters.to_guest_frames;
-        let mut result = Ok(None);
-        for _ in 0..RECV_BATCH {
+        let mut result = Ok(());
+        let mut reads = 0;
+        while n < max && reads < RECV_BATCH {
+            reads += 1;
             match (&self.tap.file).read(&mut self.rx_buf) {
                 Ok(0) => {
                     self.counters.rx_eof += 1;
                     break;
                 }
-                Ok(n) => {
-                    if let Some(len) = self.sort(n) {
-                        buf[..len].copy_from_slice(&self.rx_buf[VNET_HDR_LEN..VNET_HDR_LEN + len]);
+                Ok(got) => {
+                    if let Some(len) = self.sort(got) {
                         self.counters.rx_roce_frames += 1;
                         self.counters.rx_roce_bytes += len as u64;
-                        result = Ok(Some(len));
-                        break;
+                        deliver(Received {
+                            packet: &self.rx_buf[VNET_HDR_LEN..VNET_HDR_LEN + len],
+                            src_lid: None,
+                        });
+                        n += 1;
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -657,7 +671,7 @@ impl Link for TapLink {
         if self.counters.to_guest_frames != queued_before {
             self.tap.to_guest.notify();
         }
-        result
+        result.map(|()| n)
     }
 
     fn clear(&mut self) {

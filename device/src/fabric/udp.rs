@@ -3,11 +3,20 @@
 //! fabric file.
 //!
 //! The socket faces the network, so everything that arrives is untrusted (ARCHITECTURE.md
-//! §9): a datagram is accepted only from an address listed in the fabric file,
-//! carrying that node's LID as its LRH:SLID, addressed to this node's LID (or the
-//! permissive LID), and of a length a native packet can have. Everything else is
-//! dropped and counted; the CRCs and headers are checked later by
-//! `transport::wire::PacketRepr::parse`, which has its own drop counters.
+//! §9). The link checks what the packet itself does not say: a datagram is taken
+//! only from an address listed in the fabric file, and only if it fits a receive
+//! buffer; it is lent to the caller with that node's LID ([`Received::src_lid`]).
+//! Everything in the packet — its length fields, LRH:DLID and LRH:SLID (against
+//! that LID), the CRCs — is checked once, by the engine's parse, which counts its
+//! own drops (ARCHITECTURE.md §2, "A received packet").
+//!
+//! Batched I/O (issue 12): recvmmsg and sendmmsg, and where the kernel has them UDP
+//! GSO (a run of same-size packets to one peer, e.g. the PMTU packets of one RDMA
+//! WRITE, leaves as one super-datagram) and UDP GRO (a received buffer may hold a
+//! run of datagrams, split here by the segment size the kernel reports). Both are
+//! probed when the link is set up and dropped, with a log line, when the kernel
+//! refuses them; a GSO send the kernel refuses later (EINVAL) turns GSO off and
+//! goes out again as plain datagrams.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -15,26 +24,63 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use super::udp_sys::{send_batch, RecvBatch};
-use super::{
-    dlid_of, slid_of, FabricFile, Link, LinkError, Node, MAX_PACKET_LEN, MIN_PACKET_LEN,
-    PERMISSIVE_LID,
-};
+use transport::wire::packet::BUFFER_ALIGN_OFFSET;
+
+use super::udp_sys::{send_batch, set_udp_opt, OutMsg, RecvBatch, RecvMeta};
+use super::{dlid_of, FabricFile, Link, LinkError, Node, Received, MAX_PACKET_LEN, MIN_PACKET_LEN};
 
 /// Packets looped back to the node's own LID and not yet received. A sender that
 /// outruns its own receiver loses packets here, as it would in a switch buffer,
 /// instead of growing memory without bound.
 pub const LOOPBACK_CAPACITY: usize = 4096;
 
-/// Datagrams one [`UdpLink::recv`] call reads while skipping dropped ones, so that a
-/// flood of junk cannot hold the caller's loop; the socket stays readable and the
-/// next call goes on.
-const RECV_BATCH: usize = 256;
+/// Messages one [`Link::recv_batch`] call skips (dropped, or socket errors)
+/// before it returns, so that a flood of junk cannot hold the caller's loop; the
+/// socket stays readable and the next call goes on.
+const RECV_SKIP: usize = 256;
 
-/// Datagrams one recvmmsg reads, and sends one sendmmsg writes (between
-/// [`Link::begin_sends`] and [`Link::end_sends`]): a port round moves up to 64
-/// packets each way.
+/// Messages one recvmmsg reads.
 const MMSG_BATCH: usize = 32;
+
+/// Packets queued between [`Link::begin_sends`] and [`Link::end_sends`] before
+/// they go out anyway (one sendmmsg, fewer messages with GSO): a port round's
+/// budget.
+const TX_QUEUE: usize = 64;
+
+/// A receive buffer with GRO: the largest UDP payload, which is also the largest
+/// run the kernel coalesces.
+const GRO_BUF: usize = 1 << 16;
+
+/// Segments of one GSO send at most (the kernel's UDP_MAX_SEGMENTS was 64 before
+/// Linux 6.1, 128 since).
+const GSO_MAX_SEGMENTS: usize = 64;
+
+/// Bytes of one GSO send at most: the run must fit one IP datagram (65535 bytes
+/// with the IPv6 header and the UDP header).
+const GSO_MAX_BYTES: usize = 65_535 - 40 - 8;
+
+/// Which kernel offloads a [`UdpLink`] may use (issue 12: "UDP GSO/GRO where the
+/// kernel has them"). Each one allowed is still probed at setup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpOffloads {
+    /// UDP_SEGMENT on send.
+    pub gso: bool,
+    /// UDP_GRO on receive.
+    pub gro: bool,
+}
+
+impl UdpOffloads {
+    /// Both, where the kernel has them (the default).
+    pub const ALL: UdpOffloads = UdpOffloads {
+        gso: true,
+        gro: true,
+    };
+    /// Neither: one datagram per packet each way.
+    pub const NONE: UdpOffloads = UdpOffloads {
+        gso: false,
+        gro: false,
+    };
+}
 
 /// What a [`UdpLink`] did, and every reason it dropped a packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,12 +89,16 @@ pub struct UdpCounters {
     pub tx_packets: u64,
     /// Bytes sent on the socket.
     pub tx_bytes: u64,
+    /// GSO sends: runs of packets that left as one super-datagram.
+    pub tx_gso_runs: u64,
     /// Packets to the node's own LID, looped back without the socket (AD-04).
     pub loopback_packets: u64,
     /// Packets received (socket and loopback).
     pub rx_packets: u64,
     /// Bytes received (socket and loopback).
     pub rx_bytes: u64,
+    /// GRO receives: buffers that held a run of coalesced datagrams.
+    pub rx_gro_runs: u64,
     /// Send: LRH:DLID is no node of the fabric file.
     pub drop_tx_unknown_dlid: u64,
     /// Send: shorter than [`MIN_PACKET_LEN`].
@@ -63,14 +113,8 @@ pub struct UdpCounters {
     pub drop_loopback_full: u64,
     /// Receive: from an address that is no node of the fabric file.
     pub drop_rx_unknown_source: u64,
-    /// Receive: shorter than [`MIN_PACKET_LEN`].
-    pub drop_rx_short: u64,
-    /// Receive: longer than [`MAX_PACKET_LEN`].
+    /// Receive: longer than [`MAX_PACKET_LEN`] (no receive buffer holds it).
     pub drop_rx_oversized: u64,
-    /// Receive: LRH:SLID is not the sending node's LID (a spoofed source).
-    pub drop_rx_slid_mismatch: u64,
-    /// Receive: LRH:DLID is neither this node's LID nor the permissive LID.
-    pub drop_rx_wrong_dlid: u64,
     /// Receive: the socket reported an error for an earlier datagram (an ICMP
     /// port-unreachable from a peer that is down); skipped.
     pub rx_socket_errors: u64,
@@ -86,15 +130,72 @@ impl UdpCounters {
             + self.drop_tx_error
             + self.drop_loopback_full
             + self.drop_rx_unknown_source
-            + self.drop_rx_short
             + self.drop_rx_oversized
-            + self.drop_rx_slid_mismatch
-            + self.drop_rx_wrong_dlid
+    }
+}
+
+impl std::fmt::Display for UdpCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tx {} ({} B, {} GSO runs) loopback {} rx {} ({} B, {} GRO runs) dropped {}: \
+             tx_unknown_dlid {} tx_short {} tx_oversized {} tx_would_block {} tx_error {} \
+             loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {}",
+            self.tx_packets,
+            self.tx_bytes,
+            self.tx_gso_runs,
+            self.loopback_packets,
+            self.rx_packets,
+            self.rx_bytes,
+            self.rx_gro_runs,
+            self.dropped(),
+            self.drop_tx_unknown_dlid,
+            self.drop_tx_short,
+            self.drop_tx_oversized,
+            self.drop_tx_would_block,
+            self.drop_tx_error,
+            self.drop_loopback_full,
+            self.drop_rx_unknown_source,
+            self.drop_rx_oversized,
+            self.rx_socket_errors,
+        )
     }
 }
 
 /// Socket buffer size asked for (bytes): 1024 full-PMTU packets.
 pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// A send buffer: room for the longest packet, which starts
+/// `BUFFER_ALIGN_OFFSET` bytes past a 16-byte boundary so that the engine's CRC
+/// folds the payload aligned when it builds the packet in place (WF-09).
+#[derive(Debug)]
+struct TxBuf {
+    data: Box<[u8]>,
+    off: usize,
+    len: usize,
+}
+
+impl TxBuf {
+    fn new() -> TxBuf {
+        let data = vec![0u8; MAX_PACKET_LEN + 16].into_boxed_slice();
+        let at = data.as_ptr() as usize % 16;
+        let off = (16 + BUFFER_ALIGN_OFFSET - at) % 16;
+        TxBuf { data, off, len: 0 }
+    }
+
+    /// Room for a whole packet.
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.data[self.off..self.off + MAX_PACKET_LEN]
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.data[self.off..self.off + self.len]
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
 
 /// The `ib-udp` link of one node.
 #[derive(Debug)]
@@ -103,18 +204,28 @@ pub struct UdpLink {
     node: Node,
     socket: UdpSocket,
     loopback: VecDeque<Vec<u8>>,
-    /// The last recvmmsg's datagrams (buffers one byte longer than the longest
-    /// packet, so that an oversized datagram shows as a full buffer instead of
-    /// being silently truncated into a "valid" length), and the next to hand out.
+    /// Buffers of received loopback packets, reused by the next ones.
+    loopback_spare: Vec<Vec<u8>>,
+    /// The last recvmmsg's messages (buffers one byte longer than the longest
+    /// packet, or [`GRO_BUF`] with GRO, so that an oversized datagram shows as
+    /// too long instead of being silently truncated into a "valid" length), the
+    /// next message to lend from and the offset of its next segment.
     rx: RecvBatch,
-    rx_got: Vec<(usize, Option<SocketAddr>)>,
+    rx_got: Vec<RecvMeta>,
     rx_next: usize,
+    rx_off: usize,
+    /// UDP_SEGMENT / UDP_GRO in use (probed at setup; GSO also dropped when a
+    /// send is refused).
+    gso: bool,
+    gro: bool,
     /// Between [`Link::begin_sends`] and [`Link::end_sends`]: sends queue.
     batching: bool,
     /// Sends queued while batching.
-    tx_queue: Vec<(Vec<u8>, SocketAddr)>,
+    tx_queue: Vec<(TxBuf, SocketAddr)>,
     /// Buffers of sent packets, reused by the next queued sends.
-    tx_spare: Vec<Vec<u8>>,
+    tx_spare: Vec<TxBuf>,
+    /// The buffer [`Link::send_buffer`] lent, until [`Link::send_from_buffer`].
+    tx_slot: Option<TxBuf>,
     counters: UdpCounters,
 }
 
@@ -138,6 +249,17 @@ impl UdpLink {
         node: &str,
         socket: UdpSocket,
     ) -> Result<UdpLink, LinkError> {
+        UdpLink::with_offloads(fabric, node, socket, UdpOffloads::ALL)
+    }
+
+    /// [`UdpLink::from_socket`], using only the offloads `allow` names (tests
+    /// force the plain path with [`UdpOffloads::NONE`]).
+    pub fn with_offloads(
+        fabric: &FabricFile,
+        node: &str,
+        socket: UdpSocket,
+        allow: UdpOffloads,
+    ) -> Result<UdpLink, LinkError> {
         let me = Self::own_node(fabric, node)?;
         let actual = socket.local_addr()?;
         if actual != me.address {
@@ -159,26 +281,40 @@ impl UdpLink {
             sref.recv_buffer_size().ok(),
             sref.send_buffer_size().ok()
         );
+        let fd = socket.as_raw_fd();
+        // Probed by setting them: UDP_SEGMENT 0 (no default segment size; each
+        // send names its own), UDP_GRO on. ENOPROTOOPT on kernels without them.
+        let gso = allow.gso && probe("GSO", set_udp_opt(fd, libc::UDP_SEGMENT, 0));
+        let gro = allow.gro && probe("GRO", set_udp_opt(fd, libc::UDP_GRO, 1));
         log::info!(
-            "fabric: node {} (LID {:#x}, GUID {:#018x}) on udp {} ({} nodes in {})",
+            "fabric: node {} (LID {:#x}, GUID {:#018x}) on udp {} ({} nodes in {}); \
+             UDP GSO {}, GRO {}",
             me.name,
             me.lid,
             me.guid,
             me.address,
             fabric.nodes().len(),
-            fabric.file()
+            fabric.file(),
+            on_off(gso),
+            on_off(gro),
         );
+        let buf = if gro { GRO_BUF } else { MAX_PACKET_LEN + 1 };
         Ok(UdpLink {
             fabric: fabric.clone(),
             node: me,
             socket,
             loopback: VecDeque::new(),
-            rx: RecvBatch::new(MMSG_BATCH, MAX_PACKET_LEN + 1),
+            loopback_spare: Vec::new(),
+            rx: RecvBatch::new(MMSG_BATCH, buf),
             rx_got: Vec::with_capacity(MMSG_BATCH),
             rx_next: 0,
+            rx_off: 0,
+            gso,
+            gro,
             batching: false,
-            tx_queue: Vec::with_capacity(MMSG_BATCH),
+            tx_queue: Vec::with_capacity(TX_QUEUE),
             tx_spare: Vec::new(),
+            tx_slot: None,
             counters: UdpCounters::default(),
         })
     }
@@ -210,106 +346,206 @@ impl UdpLink {
         &self.counters
     }
 
+    /// The offloads in use now.
+    pub fn offloads(&self) -> UdpOffloads {
+        UdpOffloads {
+            gso: self.gso,
+            gro: self.gro,
+        }
+    }
+
+    /// The queued packets from `from` on as sendmmsg messages: with GSO, each
+    /// run to one peer of packets as long as its first (the last may be
+    /// shorter) is one message; without, one message per packet. Also returns
+    /// the packet count of each message.
+    fn messages(&self, from: usize) -> (Vec<OutMsg<'_>>, Vec<usize>) {
+        let q = &self.tx_queue[from..];
+        let mut msgs = Vec::new();
+        let mut counts = Vec::new();
+        let mut i = 0;
+        while i < q.len() {
+            let (first, to) = (&q[i].0, q[i].1);
+            let size = first.len();
+            let mut j = i + 1;
+            let mut total = size;
+            if self.gso && size <= usize::from(u16::MAX) {
+                while j < q.len()
+                    && q[j].1 == to
+                    && q[j].0.len() <= size
+                    && j - i < GSO_MAX_SEGMENTS
+                    && total + q[j].0.len() <= GSO_MAX_BYTES
+                {
+                    let len = q[j].0.len();
+                    // Only the last segment of a run may be short; a shorter
+                    // packet that starts a run of its own (the MIDDLEs after a
+                    // FIRST with its RETH) is left to start it.
+                    let starts_run = q.get(j + 1).is_some_and(|n| n.1 == to && n.0.len() == len);
+                    if len < size && starts_run {
+                        break;
+                    }
+                    total += len;
+                    j += 1;
+                    if len < size {
+                        break;
+                    }
+                }
+            }
+            msgs.push(OutMsg {
+                parts: q[i..j].iter().map(|(b, _)| b.as_slice()).collect(),
+                to,
+                gso: (j - i > 1).then_some(size as u16),
+            });
+            counts.push(j - i);
+            i = j;
+        }
+        (msgs, counts)
+    }
+
     /// Sends the queued packets with as few sendmmsg calls as the kernel
     /// allows. A full socket buffer drops the rest like a congested link
     /// would (the transport recovers them, RL-10).
     fn send_queued(&mut self) -> Result<(), LinkError> {
-        let q = &mut self.tx_queue;
         let mut r = Ok(());
         let mut at = 0;
-        while at < q.len() {
-            let msgs: Vec<(&[u8], SocketAddr)> =
-                q[at..].iter().map(|(b, a)| (b.as_slice(), *a)).collect();
-            match send_batch(self.socket.as_raw_fd(), &msgs) {
+        while at < self.tx_queue.len() {
+            let (msgs, counts) = self.messages(at);
+            let sent = send_batch(self.socket.as_raw_fd(), &msgs);
+            let first_gso = msgs[0].gso.is_some();
+            drop(msgs);
+            match sent {
                 Ok(n) if n > 0 => {
-                    for (b, _) in &q[at..at + n] {
+                    let pkts: usize = counts[..n].iter().sum();
+                    for (b, _) in &self.tx_queue[at..at + pkts] {
                         self.counters.tx_packets += 1;
                         self.counters.tx_bytes += b.len() as u64;
                     }
-                    at += n;
+                    self.counters.tx_gso_runs +=
+                        counts[..n].iter().filter(|&&c| c > 1).count() as u64;
+                    at += pkts;
                 }
                 Ok(_) => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.counters.drop_tx_would_block += (q.len() - at) as u64;
-                    at = q.len();
+                    self.counters.drop_tx_would_block += (self.tx_queue.len() - at) as u64;
+                    at = self.tx_queue.len();
+                }
+                Err(e) if first_gso && e.raw_os_error() == Some(libc::EINVAL) => {
+                    // The kernel takes UDP_SEGMENT but refuses this send (a
+                    // path MTU below the segment size, checksums off): plain
+                    // datagrams from here on, this run included.
+                    log::warn!("fabric: UDP GSO send refused ({e}); sending without GSO");
+                    self.gso = false;
                 }
                 Err(e) => {
-                    // The first packet failed: count it and go on with the rest.
-                    self.counters.drop_tx_error += 1;
-                    at += 1;
+                    // The first message failed: count its packets and go on with
+                    // the rest.
+                    self.counters.drop_tx_error += counts[0] as u64;
+                    at += counts[0];
                     if r.is_ok() {
                         r = Err(e.into());
                     }
                 }
             }
         }
-        for (b, _) in q.drain(..) {
-            if self.tx_spare.len() < MMSG_BATCH {
+        for (b, _) in self.tx_queue.drain(..) {
+            if self.tx_spare.len() < TX_QUEUE {
                 self.tx_spare.push(b);
             }
         }
         r
     }
 
-    /// Checks datagram `i` of the receive batch, from `from`; its length if it
-    /// is to be delivered.
-    fn accept(&mut self, i: usize, n: usize, from: SocketAddr) -> Option<usize> {
-        let c = &mut self.counters;
-        let Some(peer) = self.fabric.by_address(&from) else {
-            c.drop_rx_unknown_source += 1;
-            log::debug!("fabric: dropped {n}-byte datagram from {from}: not in the fabric file");
-            return None;
-        };
-        if n > MAX_PACKET_LEN {
-            c.drop_rx_oversized += 1;
-            log::debug!("fabric: dropped oversized datagram from {}", peer.name);
-            return None;
+    /// The next packet of the receive batch, reading a new batch when it is
+    /// used up: its place in the batch and the sender, or `None` when nothing is
+    /// waiting. Skips (and counts) what the link drops, at most [`RECV_SKIP`]
+    /// messages' worth per call of the caller's, which `skipped` carries.
+    fn next_rx(
+        &mut self,
+        skipped: &mut usize,
+    ) -> Result<Option<(usize, std::ops::Range<usize>, u16)>, LinkError> {
+        while *skipped < RECV_SKIP {
+            if self.rx_next >= self.rx_got.len() {
+                self.rx_next = 0;
+                self.rx_off = 0;
+                match self.rx.recv(self.socket.as_raw_fd(), &mut self.rx_got) {
+                    Ok(()) if self.rx_got.is_empty() => return Ok(None),
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    // An ICMP error queued for an earlier datagram: it says a peer is
+                    // down, which the transport learns by its own timeouts.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset
+                        ) =>
+                    {
+                        self.counters.rx_socket_errors += 1;
+                        *skipped += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let i = self.rx_next;
+            let m = self.rx_got[i];
+            let lid = m
+                .from
+                .and_then(|a| self.fabric.by_address(&a))
+                .map(|p| p.lid);
+            let Some(lid) = lid else {
+                self.counters.drop_rx_unknown_source += 1;
+                log::debug!(
+                    "fabric: dropped {}-byte datagram from {:?}: not in the fabric file",
+                    m.len,
+                    m.from
+                );
+                self.rx_next += 1;
+                self.rx_off = 0;
+                *skipped += 1;
+                continue;
+            };
+            if self.rx_off == 0 && m.segment.is_some() {
+                self.counters.rx_gro_runs += 1;
+            }
+            // One datagram, or the next segment of a coalesced run (each as
+            // long as the segment size, the last one shorter or equal).
+            let start = self.rx_off;
+            let end = m.segment.map_or(m.len, |s| (start + s).min(m.len));
+            if end >= m.len {
+                self.rx_next += 1;
+                self.rx_off = 0;
+            } else {
+                self.rx_off = end;
+            }
+            if end - start > MAX_PACKET_LEN {
+                self.counters.drop_rx_oversized += 1;
+                log::debug!("fabric: dropped oversized datagram from LID {lid:#x}");
+                *skipped += 1;
+                continue;
+            }
+            return Ok(Some((i, start..end, lid)));
         }
-        if n < MIN_PACKET_LEN {
-            c.drop_rx_short += 1;
-            log::debug!("fabric: dropped {n}-byte datagram from {}", peer.name);
-            return None;
-        }
-        let pkt = &self.rx.buf(i)[..n];
-        let slid = slid_of(pkt);
-        if slid != Some(peer.lid) {
-            c.drop_rx_slid_mismatch += 1;
-            log::debug!(
-                "fabric: dropped packet from {} with SLID {slid:#x?}, its LID is {:#x}",
-                peer.name,
-                peer.lid
-            );
-            return None;
-        }
-        let dlid = dlid_of(pkt);
-        if dlid != Some(self.node.lid) && dlid != Some(PERMISSIVE_LID) {
-            c.drop_rx_wrong_dlid += 1;
-            log::debug!(
-                "fabric: dropped packet from {} for DLID {dlid:#x?}",
-                peer.name
-            );
-            return None;
-        }
-        Some(n)
+        Ok(None)
     }
 }
 
-impl Link for UdpLink {
-    fn send(&mut self, _now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+impl UdpLink {
+    /// Where a packet to send goes: the peer's address, or `None` when it was
+    /// dropped (counted) or looped back to the own LID (AD-04).
+    fn route(&mut self, packet: &[u8]) -> Option<SocketAddr> {
         let c = &mut self.counters;
         if packet.len() < MIN_PACKET_LEN {
             c.drop_tx_short += 1;
-            return Ok(());
+            return None;
         }
         if packet.len() > MAX_PACKET_LEN {
             c.drop_tx_oversized += 1;
-            return Ok(());
+            return None;
         }
         let Some(dlid) = dlid_of(packet) else {
             // Unreachable after the length check, but a drop is the right answer.
             c.drop_tx_short += 1;
-            return Ok(());
+            return None;
         };
         if dlid == self.node.lid {
             // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
@@ -317,26 +553,62 @@ impl Link for UdpLink {
                 c.drop_loopback_full += 1;
             } else {
                 c.loopback_packets += 1;
-                self.loopback.push_back(packet.to_vec());
+                let mut b = self.loopback_spare.pop().unwrap_or_default();
+                b.clear();
+                b.extend_from_slice(packet);
+                self.loopback.push_back(b);
             }
-            return Ok(());
+            return None;
         }
         let Some(peer) = self.fabric.by_lid(dlid) else {
             c.drop_tx_unknown_dlid += 1;
             log::debug!("fabric: dropped packet for DLID {dlid:#x}: no such node");
+            return None;
+        };
+        Some(peer.address)
+    }
+
+    /// Queues a routed packet while batching; a full queue goes out at once.
+    fn queue(&mut self, b: TxBuf, to: SocketAddr) -> Result<(), LinkError> {
+        self.tx_queue.push((b, to));
+        if self.tx_queue.len() >= TX_QUEUE {
+            return self.send_queued();
+        }
+        Ok(())
+    }
+}
+
+/// Whether an offload's setsockopt succeeded; says so in the log when not.
+fn probe(what: &str, r: std::io::Result<()>) -> bool {
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            log::info!("fabric: UDP {what} not available ({e}); one datagram per packet");
+            false
+        }
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+impl Link for UdpLink {
+    fn send(&mut self, _now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        let Some(to) = self.route(packet) else {
             return Ok(());
         };
-        let to = peer.address;
         if self.batching {
-            let mut b = self.tx_spare.pop().unwrap_or_default();
-            b.clear();
-            b.extend_from_slice(packet);
-            self.tx_queue.push((b, to));
-            if self.tx_queue.len() >= MMSG_BATCH {
-                return self.send_queued();
-            }
-            return Ok(());
+            let mut b = self.tx_spare.pop().unwrap_or_else(TxBuf::new);
+            b.room()[..packet.len()].copy_from_slice(packet);
+            b.len = packet.len();
+            return self.queue(b, to);
         }
+        let c = &mut self.counters;
         match self.socket.send_to(packet, to) {
             Ok(_) => {
                 c.tx_packets += 1;
@@ -356,6 +628,39 @@ impl Link for UdpLink {
         }
     }
 
+    fn send_buffer(&mut self) -> Option<&mut [u8]> {
+        if !self.batching {
+            return None;
+        }
+        let spare = &mut self.tx_spare;
+        Some(
+            self.tx_slot
+                .get_or_insert_with(|| spare.pop().unwrap_or_else(TxBuf::new))
+                .room(),
+        )
+    }
+
+    fn send_from_buffer(&mut self, _now: Duration, len: usize) -> Result<(), LinkError> {
+        let Some(mut b) = self.tx_slot.take() else {
+            // No buffer was lent: nothing to send (the caller's mistake).
+            self.counters.drop_tx_short += 1;
+            return Ok(());
+        };
+        if len > MAX_PACKET_LEN {
+            self.counters.drop_tx_oversized += 1;
+            self.tx_slot = Some(b);
+            return Ok(());
+        }
+        b.len = len;
+        match self.route(b.as_slice()) {
+            Some(to) => self.queue(b, to),
+            None => {
+                self.tx_slot = Some(b);
+                Ok(())
+            }
+        }
+    }
+
     fn begin_sends(&mut self) {
         self.batching = true;
     }
@@ -365,52 +670,42 @@ impl Link for UdpLink {
         self.send_queued()
     }
 
-    fn recv(&mut self, _now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
-        if buf.len() < MAX_PACKET_LEN {
-            return Err(LinkError::BufferTooSmall { have: buf.len() });
-        }
-        if let Some(p) = self.loopback.pop_front() {
-            buf[..p.len()].copy_from_slice(&p);
+    fn recv_batch(
+        &mut self,
+        _now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        let mut n = 0;
+        while n < max {
+            let Some(p) = self.loopback.pop_front() else {
+                break;
+            };
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += p.len() as u64;
-            return Ok(Some(p.len()));
-        }
-        for _ in 0..RECV_BATCH {
-            if self.rx_next >= self.rx_got.len() {
-                self.rx_next = 0;
-                match self.rx.recv(self.socket.as_raw_fd(), &mut self.rx_got) {
-                    Ok(()) if self.rx_got.is_empty() => return Ok(None),
-                    Ok(()) => {}
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    // An ICMP error queued for an earlier datagram: it says a peer is
-                    // down, which the transport learns by its own timeouts.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset
-                        ) =>
-                    {
-                        self.counters.rx_socket_errors += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+            deliver(Received {
+                packet: &p,
+                src_lid: Some(self.node.lid),
+            });
+            n += 1;
+            if self.loopback_spare.len() < MMSG_BATCH {
+                self.loopback_spare.push(p);
             }
-            let i = self.rx_next;
-            self.rx_next += 1;
-            let (n, from) = self.rx_got[i];
-            let Some(from) = from else {
-                self.counters.drop_rx_unknown_source += 1;
-                continue;
+        }
+        let mut skipped = 0;
+        while n < max {
+            let Some((i, range, lid)) = self.next_rx(&mut skipped)? else {
+                break;
             };
-            if let Some(n) = self.accept(i, n, from) {
-                buf[..n].copy_from_slice(&self.rx.buf(i)[..n]);
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += n as u64;
-                return Ok(Some(n));
-            }
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += range.len() as u64;
+            deliver(Received {
+                packet: &self.rx.buf(i)[range],
+                src_lid: Some(lid),
+            });
+            n += 1;
         }
-        Ok(None)
+        Ok(n)
     }
 
     fn raw_fd(&self) -> RawFd {
@@ -422,12 +717,16 @@ impl Link for UdpLink {
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
-        // Looped-back packets do not make the socket readable: ask to be called
-        // at once.
-        (!self.loopback.is_empty()).then_some(Duration::ZERO)
+        // Looped-back packets do not make the socket readable, nor do segments
+        // of a batch already read: ask to be called at once.
+        (!self.loopback.is_empty() || self.rx_next < self.rx_got.len()).then_some(Duration::ZERO)
     }
 
     fn handle_timeout(&mut self, _now: Duration) -> Result<(), LinkError> {
         Ok(())
+    }
+
+    fn report(&self) -> Option<String> {
+        Some(format!("udp {}: {}", self.node.name, self.counters))
     }
 }

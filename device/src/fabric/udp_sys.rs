@@ -1,8 +1,12 @@
 //! recvmmsg(2) and sendmmsg(2) for the UDP link: many datagrams per system call
-//! (issue 12, batched packet I/O), which std does not offer. The one `unsafe`
-//! block per call hands the kernel an array of message headers that point into
-//! buffers this file owns or borrows for the duration of the call; everything
-//! above this file is safe code.
+//! (issue 12, batched packet I/O), which std does not offer, with UDP GSO and
+//! GRO (udp(7): `UDP_SEGMENT`, `UDP_GRO`) where the kernel has them: one
+//! sendmmsg message may carry a run of same-size packets to one peer that the
+//! kernel segments as late as it can (on loopback not at all), and one received
+//! buffer may hold a run of coalesced datagrams with their segment size. The one
+//! `unsafe` block per call hands the kernel an array of message headers that
+//! point into buffers this file owns or borrows for the duration of the call;
+//! everything above this file is safe code.
 
 #![allow(unsafe_code)]
 
@@ -13,17 +17,39 @@ use std::os::fd::RawFd;
 
 use socket2::SockAddr;
 
+/// Control-message space per received message: one `UDP_GRO` int, 8-byte
+/// aligned (CMSG_SPACE(4) is 24 on 64-bit Linux; 32 leaves room).
+const RX_CMSG_SPACE: usize = 32;
+
+/// One received buffer's control space, aligned as `cmsghdr` needs.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct CmsgBuf([u8; RX_CMSG_SPACE]);
+
+/// What one message of a [`RecvBatch::recv`] held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes received (a datagram longer than the buffer shows as a full one).
+    pub len: usize,
+    /// The sender, if the kernel gave an address of a family we know.
+    pub from: Option<SocketAddr>,
+    /// With `UDP_GRO`: the datagrams were coalesced and each but the last is
+    /// this long (udp(7)). `None`: one datagram.
+    pub segment: Option<usize>,
+}
+
 /// Receive buffers and their message headers, reused for every batch.
 pub struct RecvBatch {
     bufs: Vec<Box<[u8]>>,
     addrs: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<CmsgBuf>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
 }
 
-// SAFETY: the raw pointers in `iovs` and `hdrs` point into `bufs` and `addrs`
-// (heap memory this struct owns); they are rebuilt before every call and
-// never read outside it, so moving the struct to another thread moves
+// SAFETY: the raw pointers in `iovs` and `hdrs` point into `bufs`, `addrs` and
+// `cmsgs` (heap memory this struct owns); they are rebuilt before every call
+// and never read outside it, so moving the struct to another thread moves
 // nothing that another thread could still reach.
 unsafe impl Send for RecvBatch {}
 
@@ -41,29 +67,26 @@ impl RecvBatch {
             // SAFETY: sockaddr_storage is plain data; all zeroes is a valid
             // (unspecified-family) value.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            cmsgs: vec![CmsgBuf([0; RX_CMSG_SPACE]); n],
             iovs: Vec::with_capacity(n),
             hdrs: Vec::with_capacity(n),
         }
     }
 
-    fn buf_len(&self) -> usize {
+    /// Bytes each buffer holds.
+    pub fn buf_len(&self) -> usize {
         self.bufs.first().map_or(0, |b| b.len())
     }
 
-    /// Datagram `i` of the last [`RecvBatch::recv`].
+    /// Message `i` of the last [`RecvBatch::recv`].
     pub fn buf(&self, i: usize) -> &[u8] {
         &self.bufs[i]
     }
 
-    /// Reads up to the batch's size of datagrams from the non-blocking socket
-    /// `fd` into the buffers; returns, per datagram, its length (a datagram
-    /// longer than a buffer shows as a full buffer) and its source. `Ok` with
-    /// an empty list: nothing waiting.
-    pub fn recv(
-        &mut self,
-        fd: RawFd,
-        out: &mut Vec<(usize, Option<SocketAddr>)>,
-    ) -> io::Result<()> {
+    /// Reads up to the batch's size of messages from the non-blocking socket
+    /// `fd` into the buffers; returns what each held. `Ok` with an empty list:
+    /// nothing waiting.
+    pub fn recv(&mut self, fd: RawFd, out: &mut Vec<RecvMeta>) -> io::Result<()> {
         out.clear();
         let n = self.bufs.len();
         self.iovs.clear();
@@ -82,12 +105,15 @@ impl RecvBatch {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_hdr.msg_iov = &mut self.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.cmsgs[i].0.as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = RX_CMSG_SPACE as _;
             self.hdrs.push(h);
         }
-        // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers point
-        // into `addrs`, `iovs` and `bufs`, all owned by `self`, alive and not
-        // otherwise borrowed during the call; the kernel writes at most the
-        // lengths given. MSG_DONTWAIT: never blocks; no timeout pointer.
+        // SAFETY: `hdrs` holds `n` headers whose name, iovec and control
+        // pointers point into `addrs`, `iovs`, `bufs` and `cmsgs`, all owned by
+        // `self`, alive and not otherwise borrowed during the call; the kernel
+        // writes at most the lengths given. MSG_DONTWAIT: never blocks; no
+        // timeout pointer.
         let r = unsafe {
             libc::recvmmsg(
                 fd,
@@ -112,40 +138,103 @@ impl RecvBatch {
             // a socket address (or none: then the family is unspecified and
             // `as_socket` says so).
             let addr = unsafe { SockAddr::new(self.addrs[i], h.msg_hdr.msg_namelen) };
-            out.push((len, addr.as_socket()));
+            out.push(RecvMeta {
+                len,
+                from: addr.as_socket(),
+                segment: gro_segment(&h.msg_hdr),
+            });
         }
         Ok(())
     }
 }
 
-/// Sends `msgs` (payload, destination) on the non-blocking socket `fd` with
-/// one sendmmsg; returns how many went out, in order (the kernel stops at the
-/// first that fails; `Err` when the first one did).
-pub fn send_batch(fd: RawFd, msgs: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+/// The `UDP_GRO` segment size in a received message's control data, if any.
+fn gro_segment(m: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `m` is a header the kernel just filled: `msg_control` points at
+    // `msg_controllen` bytes of control messages (in a buffer of ours that is
+    // still alive), which the CMSG_* macros walk without leaving it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP
+                && (*c).cmsg_type == libc::UDP_GRO
+                && (*c).cmsg_len as usize
+                    >= libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize
+            {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return usize::try_from(v).ok().filter(|&s| s > 0);
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    None
+}
+
+/// One message of a [`send_batch`]: packets that go out back to back to one
+/// destination, as one datagram each (`gso: None`, then `parts` holds one
+/// packet) or as one UDP GSO super-datagram that the kernel cuts every `gso`
+/// bytes (every part but the last exactly `gso` long).
+#[derive(Debug, Clone)]
+pub struct OutMsg<'a> {
+    pub parts: Vec<&'a [u8]>,
+    pub to: SocketAddr,
+    pub gso: Option<u16>,
+}
+
+/// Control space for one `UDP_SEGMENT` u16 (CMSG_SPACE(2) is 24 on 64-bit).
+const TX_CMSG_SPACE: usize = 32;
+
+/// Sends `msgs` on the non-blocking socket `fd` with one sendmmsg; returns how
+/// many messages went out, in order (the kernel stops at the first that fails;
+/// `Err` when the first one did).
+pub fn send_batch(fd: RawFd, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
     if msgs.is_empty() {
         return Ok(0);
     }
-    let addrs: Vec<SockAddr> = msgs.iter().map(|(_, a)| SockAddr::from(*a)).collect();
-    let mut iovs: Vec<libc::iovec> = msgs
+    let addrs: Vec<SockAddr> = msgs.iter().map(|m| SockAddr::from(m.to)).collect();
+    let mut iovs: Vec<Vec<libc::iovec>> = msgs
         .iter()
-        .map(|(p, _)| libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
+        .map(|m| {
+            m.parts
+                .iter()
+                .map(|p| libc::iovec {
+                    iov_base: p.as_ptr() as *mut libc::c_void,
+                    iov_len: p.len(),
+                })
+                .collect()
         })
         .collect();
+    let mut cmsgs = vec![CmsgBuf([0; TX_CMSG_SPACE]); msgs.len()];
     let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(msgs.len());
     for (i, a) in addrs.iter().enumerate() {
         // SAFETY: plain data, completed below.
         let mut h: libc::mmsghdr = unsafe { zeroed() };
         h.msg_hdr.msg_name = a.as_ptr() as *mut libc::c_void;
         h.msg_hdr.msg_namelen = a.len();
-        h.msg_hdr.msg_iov = &mut iovs[i];
-        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_iov = iovs[i].as_mut_ptr();
+        h.msg_hdr.msg_iovlen = iovs[i].len() as _;
+        if let Some(seg) = msgs[i].gso {
+            h.msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is a pure size computation.
+            h.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as _;
+            // SAFETY: the control buffer is TX_CMSG_SPACE bytes, 8-aligned,
+            // more than CMSG_SPACE(2); CMSG_FIRSTHDR of a header whose
+            // controllen is that size points at its start, and CMSG_DATA
+            // inside it, with room for the u16 written unaligned.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = libc::UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            }
+        }
         hdrs.push(h);
     }
-    // SAFETY: every header points at an address in `addrs` and an iovec in
-    // `iovs` that points at a caller's payload; all outlive the call, and the
-    // kernel only reads them (the iovec's `*mut` is the C type, not a write).
+    // SAFETY: every header points at an address in `addrs`, iovecs in `iovs`
+    // that point at the caller's payloads, and control data in `cmsgs`; all
+    // outlive the call, and the kernel only reads them (the iovec's `*mut` is
+    // the C type, not a write).
     let r = unsafe {
         libc::sendmmsg(
             fd,
@@ -158,5 +247,25 @@ pub fn send_batch(fd: RawFd, msgs: &[(&[u8], SocketAddr)]) -> io::Result<usize> 
         Err(io::Error::last_os_error())
     } else {
         Ok(r as usize)
+    }
+}
+
+/// Sets an int socket option at level SOL_UDP (`UDP_SEGMENT`, `UDP_GRO`).
+pub fn set_udp_opt(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: the option value is a live c_int of the length passed; the
+    // kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_UDP,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }

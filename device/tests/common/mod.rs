@@ -7,7 +7,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use device::fabric::{FabricFile, Link, LinkError, UdpLink, MAX_PACKET_LEN};
+use device::fabric::{FabricFile, Link, LinkError, Received, UdpLink, MAX_PACKET_LEN};
 use transport::wire::opcode::Opcode;
 use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
 
@@ -93,6 +93,19 @@ pub fn recv_within(link: &mut impl Link, now: Duration) -> Option<Vec<u8>> {
     None
 }
 
+/// Drains what a link has now, after giving loopback UDP time to deliver, with
+/// the sender's LID the link names for each packet.
+pub fn drain_from(link: &mut impl Link, now: Duration) -> Vec<(Vec<u8>, Option<u16>)> {
+    std::thread::sleep(Duration::from_millis(50));
+    let mut out = Vec::new();
+    while link
+        .recv_batch(now, 16, &mut |r| out.push((r.packet.to_vec(), r.src_lid)))
+        .expect("recv")
+        > 0
+    {}
+    out
+}
+
 /// Drains what a link has now, after giving loopback UDP time to deliver.
 pub fn drain(link: &mut impl Link, now: Duration) -> Vec<Vec<u8>> {
     std::thread::sleep(Duration::from_millis(50));
@@ -117,11 +130,24 @@ impl Link for RecordingLink {
         self.sent.push((now, packet.to_vec()));
         Ok(())
     }
-    fn recv(&mut self, _now: Duration, buf: &mut [u8]) -> Result<Option<usize>, LinkError> {
-        Ok(self.inbox.pop_front().map(|p| {
-            buf[..p.len()].copy_from_slice(&p);
-            p.len()
-        }))
+    fn recv_batch(
+        &mut self,
+        _now: Duration,
+        max: usize,
+        deliver: &mut dyn FnMut(Received<'_>),
+    ) -> Result<usize, LinkError> {
+        let mut n = 0;
+        while n < max {
+            let Some(p) = self.inbox.pop_front() else {
+                break;
+            };
+            deliver(Received {
+                packet: &p,
+                src_lid: None,
+            });
+            n += 1;
+        }
+        Ok(n)
     }
     fn raw_fd(&self) -> RawFd {
         // No descriptor: tests poll it directly.

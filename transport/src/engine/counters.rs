@@ -58,6 +58,14 @@ reasons! {
         /// QP's packet comes from or to another address than its path's
         /// (A17.4.5; the RoCE counterpart of the LID checks C9-53, C9-54).
         BadGid,
+        /// RC: the QP's queue of responses not yet sent is at its bound; the
+        /// request is dropped unexecuted like one lost on the wire, and the
+        /// requester's retry brings it again (C9-27 order kept; RL-07, RL-08).
+        ResponseQueueFull,
+        /// LRH:SLID is not the LID of the node the link took the packet from
+        /// (the UDP link knows it by the datagram's source address;
+        /// ARCHITECTURE.md §9).
+        SpoofedSlid,
     }
 }
 

@@ -39,7 +39,7 @@ pub(crate) struct Srq {
     pub max_wr: usize,
     pub max_sge: usize,
     pub limit: usize,
-    pub wqes: VecDeque<RecvWr>,
+    pub wqes: crate::budget::Held<RecvWr>,
     pub users: usize,
 }
 

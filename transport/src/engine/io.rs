@@ -17,11 +17,38 @@ use crate::wire::PacketRepr;
 impl Engine {
     /// Handles one received packet as the port's link carries them: a native
     /// packet (LRH through VCRC) on InfiniBand, a RoCEv2 frame (Ethernet header
-    /// through ICRC) on Ethernet (WF-10).
+    /// through ICRC) on Ethernet (WF-10). The same as
+    /// [`Self::handle_packet_from`] from a sender the link cannot name.
     pub fn handle_packet(&mut self, buf: &[u8], mem: &mut dyn Memory, now: Time) {
+        self.handle_packet_from(buf, None, mem, now)
+    }
+
+    /// Handles one received packet that the link took from the node with LID
+    /// `src_lid` (the UDP link knows it from the datagram's source address).
+    ///
+    /// The packet is parsed once, here, and every check of its contents is
+    /// made once, here (ARCHITECTURE.md §2, "A received packet"): lengths,
+    /// VCRC, ICRC and headers in the parse (`link::parse`); on InfiniBand the
+    /// DLID (the port's LIDs or the permissive LID, 7.11.1) and the SLID
+    /// against `src_lid` (a spoofed source, ARCHITECTURE.md §9); on Ethernet
+    /// the destination MAC in `link::parse`, the IP addresses in
+    /// `check_roce_addresses`; then the transport's header checks.
+    pub fn handle_packet_from(
+        &mut self,
+        buf: &[u8],
+        src_lid: Option<u16>,
+        mem: &mut dyn Memory,
+        now: Time,
+    ) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += buf.len() as u64;
-        let (pkt, roce) = match link::parse(&self.port, buf) {
+        let parsed = link::parse(&self.port, buf).and_then(|(pkt, roce)| {
+            if roce.is_none() {
+                check_lids(&self.port, &pkt, src_lid).map_err(link::Drop::Rx)?;
+            }
+            Ok((pkt, roce))
+        });
+        let (pkt, roce) = match parsed {
             Ok(p) => p,
             Err(link::Drop::Wire(d)) => {
                 log::debug!("drop: {d}");
@@ -264,15 +291,15 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
         return check_roce_addresses(port, qp, pkt);
     }
     let lrh = &pkt.lrh;
-    let mask = !((1u16 << port.lmc.min(7)) - 1);
     if qp.init.qp_type != QpType::Ud {
         // C9-53, C9-54: connected services check both LIDs (UD checks
         // neither); C9-56: a multicast SLID is never valid; C9-55: the
-        // permissive LID only for QP0.
+        // permissive LID only for QP0. That the DLID is one of the port's
+        // `check_lids` found already.
         if (0xc000..0xffff).contains(&lrh.slid) || lrh.slid == PERMISSIVE_LID {
             return Err(RxDrop::BadSlid);
         }
-        if lrh.dlid & mask != port.lid & mask {
+        if lrh.dlid == PERMISSIVE_LID {
             return Err(RxDrop::BadDlid);
         }
         if lrh.slid != qp.attr.av.dlid {
@@ -284,6 +311,26 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
         if deth != qp.attr.qkey {
             return Err(RxDrop::BadQkey);
         }
+    }
+    Ok(())
+}
+
+/// The LID checks every native packet passes before its QP is looked up, the
+/// one place the port accepts a DLID and judges the sender (the link checks
+/// neither, ARCHITECTURE.md §2): the DLID is one of the port's LIDs (the base
+/// LID with any path bits of its LMC, AD-01) or the permissive LID (7.11.1);
+/// the SLID is the LID of the node the link took the packet from, when the
+/// link knows it (ARCHITECTURE.md §9: a peer cannot send in another node's
+/// name). The connected-service rules on top (C9-53..C9-56) are
+/// `check_headers`'.
+fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> Result<(), RxDrop> {
+    let lrh = &pkt.lrh;
+    let mask = !((1u16 << port.lmc.min(7)) - 1);
+    if lrh.dlid != PERMISSIVE_LID && lrh.dlid & mask != port.lid & mask {
+        return Err(RxDrop::BadDlid); // C9-53, PV-06
+    }
+    if src_lid.is_some_and(|s| s != lrh.slid) {
+        return Err(RxDrop::SpoofedSlid);
     }
     Ok(())
 }

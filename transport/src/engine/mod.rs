@@ -31,8 +31,10 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 pub use counters::{Counters, NakReason, RxDrop};
 use cq::{Cq, Srq};
 use requester::Requester;
+pub use responder::state_bound as qp_state_bytes;
 use responder::Responder;
 
+use crate::budget::{Budget, Charge, Held, Weigh};
 use crate::memory::Memory;
 use crate::mr::MrTable;
 use crate::psn;
@@ -174,6 +176,9 @@ pub struct Limits {
     /// Unacknowledged packets a requester keeps in flight (a design choice well
     /// under the spec's 2^23 bound, RL-17: loss recovery resends at most this many).
     pub send_window: u32,
+    /// Host bytes the engine may hold for its guest: page lists, WQEs, QP and
+    /// responder state (`budget`, ARCHITECTURE.md §9).
+    pub mem_budget: u64,
 }
 
 impl Default for Limits {
@@ -190,6 +195,7 @@ impl Default for Limits {
             max_inline: 256,
             max_rd_atomic: 16,
             send_window: 256,
+            mem_budget: crate::budget::DEFAULT_LIMIT,
         }
     }
 }
@@ -201,7 +207,7 @@ pub(crate) struct Qp {
     pub init: QpInit,
     pub state: QpState,
     pub attr: QpAttr,
-    pub rq: VecDeque<RecvWr>,
+    pub rq: Held<RecvWr>,
     pub req: Requester,
     pub resp: Responder,
     /// In the transmit schedule.
@@ -213,6 +219,9 @@ pub(crate) struct Qp {
     /// The time of this QP's live entry in [`Engine`]'s timer heap: never later
     /// than the requester's deadline (see [`Engine::arm`]).
     pub timer_at: Option<Time>,
+    /// The QP's fixed state and its responder's bounded queues, reserved in
+    /// the budget for the QP's life (see `responder::state_bound`).
+    _reserved: Charge,
 }
 
 /// The engine.
@@ -238,6 +247,8 @@ pub struct Engine {
     /// reach the top (or when the heap is compacted, see [`Engine::arm`]).
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     pub(crate) counters: Counters,
+    /// Host bytes held for the guest (ARCHITECTURE.md §9).
+    budget: Budget,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -251,10 +262,13 @@ pub(crate) struct Effects {
 impl Engine {
     /// An engine serving `port`.
     pub fn new(port: PortConfig, limits: Limits) -> Engine {
+        let budget = Budget::new(limits.mem_budget);
+        let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
+        mrs.set_budget(&budget);
         Engine {
             port,
             limits,
-            mrs: MrTable::new(limits.max_pd as u32, limits.max_mr as u32),
+            mrs,
             cqs: HashMap::new(),
             ready_cqs: BTreeSet::new(),
             srqs: HashMap::new(),
@@ -265,6 +279,7 @@ impl Engine {
             schedule: VecDeque::new(),
             timers: BinaryHeap::new(),
             counters: Counters::default(),
+            budget,
         }
     }
 
@@ -279,6 +294,11 @@ impl Engine {
     }
 
     /// Counters.
+    /// The host memory held for the guest and its limit (ARCHITECTURE.md §9).
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -396,6 +416,7 @@ impl Engine {
         if self.srqs.len() >= self.limits.max_srq {
             return Err(VerbError::InsufficientResources);
         }
+        let wqes = Held::new(&self.budget);
         let h = self.handle();
         self.mrs.pd_ref(pd)?;
         self.srqs.insert(
@@ -405,7 +426,7 @@ impl Engine {
                 max_wr: max_wr as usize,
                 max_sge: max_sge as usize,
                 limit: limit as usize,
-                wqes: VecDeque::new(),
+                wqes,
                 users: 0,
             },
         );
@@ -471,6 +492,9 @@ impl Engine {
         }
         if s.wqes.len() >= s.max_wr {
             return Err(VerbError::QueueFull);
+        }
+        if !self.budget.admit(wr.weight()) {
+            return Err(VerbError::InsufficientResources);
         }
         s.wqes.push_back(wr);
         Ok(())
@@ -549,6 +573,10 @@ impl Engine {
             Some(q) => q,
             None => self.alloc_qpn().ok_or(VerbError::InsufficientResources)?,
         };
+        let reserved = self
+            .budget
+            .reserve(responder::state_bound(self.limits.max_rd_atomic))
+            .ok_or(VerbError::InsufficientResources)?;
         self.mrs.pd_ref(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.cqs.get_mut(&cq) {
@@ -565,12 +593,13 @@ impl Engine {
                 init,
                 state: QpState::Reset,
                 attr: QpAttr::default(),
-                rq: VecDeque::new(),
-                req: Requester::new(c.max_send_wr as usize),
+                rq: Held::new(&self.budget),
+                req: Requester::new(c.max_send_wr as usize, &self.budget),
                 resp: Responder::default(),
                 scheduled: false,
                 req_turn: false,
                 timer_at: None,
+                _reserved: reserved,
             },
         );
         Ok(qpn)
@@ -664,7 +693,7 @@ impl Engine {
         match next {
             QpState::Reset => {
                 qp.rq.clear();
-                qp.req = Requester::new(qp.init.cap.max_send_wr as usize);
+                qp.req = Requester::new(qp.init.cap.max_send_wr as usize, &self.budget);
                 qp.resp = Responder::default();
                 qp.attr = QpAttr::default();
             }
@@ -710,6 +739,9 @@ impl Engine {
         requester::validate_wr(qp, &wr, max_inline)?;
         if qp.req.wqes.len() >= qp.req.max_wr {
             return Err(VerbError::QueueFull);
+        }
+        if !self.budget.admit(requester::wr_weight(&wr)) {
+            return Err(VerbError::InsufficientResources);
         }
         let mut fx = Effects::default();
         qp.req.post(wr, qp.init.sq_sig_all);
@@ -782,6 +814,9 @@ impl Engine {
         }
         if qp.rq.len() >= qp.init.cap.max_recv_wr as usize {
             return Err(VerbError::QueueFull);
+        }
+        if !self.budget.admit(wr.weight()) {
+            return Err(VerbError::InsufficientResources);
         }
         qp.rq.push_back(wr);
         if qp.state == QpState::Error {

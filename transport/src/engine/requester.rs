@@ -7,11 +7,10 @@
 //! timeout starts is the completer's ([`completer`](super::completer)); both work
 //! on the QP's [`Requester`] state.
 
-use std::collections::VecDeque;
-
 use super::completer::{fail, retire};
 use super::link;
 use super::{Ctx, Effects, Qp};
+use crate::budget::{Budget, Held, Weigh};
 use crate::psn;
 use crate::verbs::{
     FlushSpec, QpAttr, QpState, QpType, SendData, SendFlags, SendWr, Time, VerbError, WcStatus,
@@ -47,6 +46,23 @@ pub(crate) struct SendWqe {
     pub rejected: Option<WcStatus>,
 }
 
+/// The host bytes a send WR holds once queued: the WQE and its SGE list or
+/// inline data (ARCHITECTURE.md §9).
+pub(super) fn wr_weight(wr: &SendWr) -> u64 {
+    let heap = match &wr.data {
+        SendData::Sges(s) => std::mem::size_of_val(s.as_slice()),
+        SendData::Inline(d) => d.len(),
+        SendData::Bind(_) => 0,
+    };
+    (std::mem::size_of::<SendWqe>() + heap) as u64
+}
+
+impl Weigh for SendWqe {
+    fn weight(&self) -> u64 {
+        wr_weight(&self.wr)
+    }
+}
+
 impl SendWqe {
     pub(super) fn is_rd_atomic(&self) -> bool {
         matches!(
@@ -78,7 +94,7 @@ impl SendWqe {
 /// fire, hence the fields and helpers open to `super`.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
-    pub wqes: VecDeque<SendWqe>,
+    pub wqes: Held<SendWqe>,
     pub max_wr: usize,
     /// Index of the WQE being transmitted; all before it are fully sent.
     pub cur: usize,
@@ -100,8 +116,9 @@ pub(crate) struct Requester {
 }
 
 impl Requester {
-    pub fn new(max_wr: usize) -> Requester {
+    pub fn new(max_wr: usize, budget: &Budget) -> Requester {
         Requester {
+            wqes: Held::new(budget),
             max_wr,
             ..Requester::default()
         }

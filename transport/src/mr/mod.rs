@@ -32,6 +32,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::budget::Budget;
 use crate::verbs::{Access, Handle, VerbError};
 
 mod check;
@@ -103,6 +104,14 @@ pub struct MrTable {
     live_mrs: u32,
     /// Memory windows allocated (they take key indices too).
     live_mws: u32,
+    /// Where registered MRs and their page lists are charged (an engine's
+    /// budget, ARCHITECTURE.md §9); none for a table on its own.
+    budget: Option<Budget>,
+}
+
+/// The host bytes an MR with `pages` translation entries holds.
+fn mr_weight(pages: usize) -> u64 {
+    crate::budget::mr_bytes(pages as u64)
 }
 
 impl MrTable {
@@ -118,6 +127,29 @@ impl MrTable {
             free: VecDeque::new(),
             live_mrs: 0,
             live_mws: 0,
+            budget: None,
+        }
+    }
+
+    /// Charges registered MRs and their page lists to `budget` from now on:
+    /// a registration that would go over it is refused with
+    /// `InsufficientResources` (ARCHITECTURE.md §9).
+    pub fn set_budget(&mut self, budget: &Budget) {
+        self.budget = Some(budget.clone());
+    }
+
+    /// Whether `bytes` more may be charged; a no is counted by the budget.
+    fn admit(&self, bytes: u64) -> Result<(), VerbError> {
+        match &self.budget {
+            Some(b) if !b.admit(bytes) => Err(VerbError::InsufficientResources),
+            _ => Ok(()),
+        }
+    }
+
+    fn charge(&self, add: u64, remove: u64) {
+        if let Some(b) = &self.budget {
+            b.charge(add);
+            b.release(remove);
         }
     }
 
@@ -207,6 +239,8 @@ impl MrTable {
         if self.live_mrs + self.live_mws >= self.max_mr {
             return Err(VerbError::InsufficientResources);
         }
+        let weight = mr_weight(t.pages.len());
+        self.admit(weight)?;
         let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
         let slot = self
             .slot_mut(index)
@@ -225,6 +259,7 @@ impl MrTable {
             identity: false,
             windows: 0,
         });
+        self.charge(weight, 0);
         self.live_mrs += 1;
         if let Some(p) = self.pds.get_mut(&pd) {
             p.mrs += 1;
@@ -244,6 +279,7 @@ impl MrTable {
         if self.live_mrs + self.live_mws >= self.max_mr {
             return Err(VerbError::InsufficientResources);
         }
+        self.admit(mr_weight(0))?;
         let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
         let slot = self
             .slot_mut(index)
@@ -261,6 +297,7 @@ impl MrTable {
             identity: true,
             windows: 0,
         });
+        self.charge(mr_weight(0), 0);
         self.live_mrs += 1;
         if let Some(p) = self.pds.get_mut(&pd) {
             p.mrs += 1;
@@ -286,6 +323,7 @@ impl MrTable {
             return Err(VerbError::Busy);
         }
         let old_pd = mr.pd;
+        let old_pages = mr.pages.len();
         let pd = change.pd.unwrap_or(old_pd);
         let access = change.access.unwrap_or(mr.access);
         let mut page_shift = mr.page_shift;
@@ -295,6 +333,12 @@ impl MrTable {
             // The current translation is valid; check the new PD and rights.
             check_pd_access(self, pd, access)?;
         }
+        let new_pages = change
+            .translation
+            .as_ref()
+            .map_or(old_pages, |t| t.pages.len());
+        let (old_w, new_w) = (mr_weight(old_pages), mr_weight(new_pages));
+        self.admit(new_w.saturating_sub(old_w))?;
         // Every check passed: commit.
         let slot = self
             .slot_mut(key_index(key))
@@ -309,6 +353,7 @@ impl MrTable {
             mr.page_shift = page_shift;
             mr.pages = t.pages;
         }
+        self.charge(new_w, old_w);
         if pd != old_pd {
             if let Some(p) = self.pds.get_mut(&old_pd) {
                 p.mrs -= 1;
@@ -332,6 +377,7 @@ impl MrTable {
         let index = key_index(key);
         let slot = self.slot_mut(index).ok_or(VerbError::InvalidHandle)?;
         let mr = slot.mr.take().ok_or(VerbError::InvalidHandle)?;
+        self.charge(0, mr_weight(mr.pages.len()));
         if let Some(p) = self.pds.get_mut(&mr.pd) {
             p.mrs -= 1;
         }

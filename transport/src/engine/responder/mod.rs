@@ -18,8 +18,8 @@ use std::collections::VecDeque;
 use place::{SendStep, WriteFail};
 pub(crate) use responses::poll_transmit;
 use responses::{
-    ack, duplicate, nak, queue_aeth, remote_nak, save_resource, zero_read_response, ResKind,
-    Resource, RespItem,
+    ack, duplicate, nak, out_cap, out_cap_for, queue_aeth, rd_atomic_slot_free, remote_nak,
+    save_resource, zero_read_response, ResKind, Resource, RespItem,
 };
 
 use super::access::{self, local_status, RemoteErr};
@@ -70,6 +70,19 @@ pub(crate) struct Responder {
     resources: VecDeque<Resource>,
     out: VecDeque<RespItem>,
     established: bool,
+}
+
+/// The host bytes a QP's responder can hold at most, with the QP itself: its
+/// saved READ/ATOMIC resources (RL-07) and its queue of unsent responses
+/// (`responses::out_cap`), for the deepest max_dest_rd_atomic the engine
+/// grants. Reserved in the budget when the QP is created (ARCHITECTURE.md §9).
+pub fn state_bound(max_rd_atomic: u8) -> u64 {
+    // Queues grow by doubling: room for the next power of two.
+    let saved = usize::from(max_rd_atomic).next_power_of_two();
+    let out = out_cap_for(max_rd_atomic).next_power_of_two();
+    (std::mem::size_of::<Qp>()
+        + saved * std::mem::size_of::<Resource>()
+        + out * std::mem::size_of::<RespItem>()) as u64
 }
 
 /// Aborts a message in progress when the QP leaves service; its receive WQE goes
@@ -156,6 +169,13 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let info = t.bth.opcode.info();
+    // 0. A peer that sends faster than its responses leave (duplicates, above
+    //    all) must not grow the response queue without end: at its bound the
+    //    request is dropped unexecuted, as if lost (see `out_cap`).
+    if qp.resp.out.len() >= out_cap(qp) {
+        cx.counters.drop(RxDrop::ResponseQueueFull);
+        return false;
+    }
     // 1. Check PSN (9.7.5.1; RL-03, RL-04).
     let d = psn::diff(p, qp.resp.epsn);
     if d > 0 {
@@ -353,6 +373,10 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let Some(reth) = t.ext.reth else { return false };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let len = u64::from(reth.dma_len);
     if len > super::MAX_MSG_SIZE {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::TooLong);
@@ -392,6 +416,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         rkey: reth.rkey,
         len,
         sent: 0,
+        fresh: true,
     });
     advance(qp, p, npkts, false, true);
     true
@@ -403,6 +428,12 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let Some(a) = t.ext.atomic_eth else {
         return false;
     };
+    // Before executing: a request beyond the responder resources is refused
+    // unexecuted (see `rd_atomic_slot_free`).
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     // OP-07: 8-byte aligned, else Invalid Request; R_Key and bounds, else Remote
     // Access Error; then execute exactly once and save the result (RL-06).
     let cmp_swap = t.bth.opcode == Opcode::RC_COMPARE_SWAP;
@@ -426,7 +457,11 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
-    qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
+    qp.resp.out.push_back(RespItem::AtomicAck {
+        psn: p,
+        orig,
+        fresh: true,
+    });
     advance(qp, p, 1, false, true);
     true
 }
@@ -446,7 +481,7 @@ fn placement_done(qp: &mut Qp, cx: &mut Ctx<'_>, p: u32) -> bool {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
         return true;
     }
-    qp.resp.out.push_back(zero_read_response(p));
+    qp.resp.out.push_back(zero_read_response(p, true));
     advance(qp, p, 1, false, true);
     true
 }
@@ -463,6 +498,10 @@ fn rc_flush(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     let (Some(feth), Some(reth)) = (t.ext.feth, t.ext.reth) else {
         return false;
     };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let ptype = feth.placement_type;
     let known = FlushSpec::TYPE_GLOBAL | FlushSpec::TYPE_PERSISTENT;
     if ptype == 0 || ptype & !known != 0 || feth.selectivity > FlushSpec::LEVEL_MR {
@@ -503,6 +542,10 @@ fn rc_atomic_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool 
     let Some(reth) = t.ext.reth else {
         return false;
     };
+    if !rd_atomic_slot_free(qp) {
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::NoResources);
+        return true;
+    }
     let Ok(bytes) = <[u8; 8]>::try_from(t.payload) else {
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::PmtuLength);
         return true;

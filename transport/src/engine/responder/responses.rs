@@ -51,15 +51,75 @@ pub(super) enum RespItem {
         rkey: u32,
         len: u64,
         sent: u64,
+        /// The response of a new request (not a duplicate's replay): it holds
+        /// one of the requester's max_dest_rd_atomic outstanding slots until
+        /// its last packet is built (see [`rd_atomic_slot_free`]).
+        fresh: bool,
     },
     AtomicAck {
         psn: u32,
         orig: u64,
+        fresh: bool,
     },
+}
+
+/// Responses a QP may hold unsent: every READ/ATOMIC slot (at most
+/// max_dest_rd_atomic fresh ones, and one replay per saved resource) with an
+/// ACK after each, plus room for ACKs and NAKs. A requester that keeps to the
+/// negotiated depth never reaches it (its new requests wait for responses, its
+/// SEND/WRITE ACKs coalesce, RL-08); a peer that floods duplicates does, and
+/// its further requests are dropped (`RxDrop::ResponseQueueFull`) instead of
+/// growing the queue without end.
+pub(super) fn out_cap(qp: &Qp) -> usize {
+    out_cap_for(qp.attr.max_dest_rd_atomic)
+}
+
+/// [`out_cap`] of a QP whose max_dest_rd_atomic is `depth`.
+pub(super) fn out_cap_for(depth: u8) -> usize {
+    4 * usize::from(depth) + 32
+}
+
+/// Whether a new READ, ATOMIC, FLUSH or ATOMIC WRITE may be taken: the
+/// responses of fewer than max_dest_rd_atomic new ones are still unsent. The
+/// requester must keep its unacknowledged READ/ATOMIC requests within the
+/// responder resources negotiated per QP at connection (IBA 9.4.4, 9.4.5;
+/// seed 000, responder resources: "the requester is responsible for ensuring
+/// that all unacknowledged ATOMIC and RDMA READ operations together do not
+/// exceed the receiver's resources"). One that sends more while the earlier
+/// responses are not even out asks for what was not negotiated: refused
+/// unexecuted with NAK Invalid Request, as Linux rxe does
+/// (RESPST_ERR_TOO_MANY_RDMA_ATM_REQ). Without this check the saved FIFO
+/// (RL-07) evicted a resource whose response was still queued and the queue
+/// of responses grew with every request.
+pub(super) fn rd_atomic_slot_free(qp: &Qp) -> bool {
+    let depth = usize::from(qp.attr.max_dest_rd_atomic);
+    let busy = qp
+        .resp
+        .out
+        .iter()
+        .filter(|it| {
+            matches!(
+                it,
+                RespItem::Read { fresh: true, .. } | RespItem::AtomicAck { fresh: true, .. }
+            )
+        })
+        .count();
+    busy < depth
 }
 
 /// Queues an ACK or NAK; consecutive ACKs coalesce into the newest (RL-08).
 pub(super) fn queue_aeth(qp: &mut Qp, psn: u32, syndrome: AethSyndrome) {
+    // RL-11: an RNR NAK for the PSN an unsent RNR NAK already names says
+    // nothing new (a peer resending the request faster than the NAK leaves
+    // would queue one per copy): coalesced into the one queued.
+    if let AethSyndrome::RnrNak { .. } = syndrome {
+        let queued = qp.resp.out.iter().any(|it| {
+            matches!(it, RespItem::Aeth { psn: q, syndrome: AethSyndrome::RnrNak { .. } } if *q == psn)
+        });
+        if queued {
+            return;
+        }
+    }
     if let AethSyndrome::Ack { .. } = syndrome {
         if let Some(RespItem::Aeth {
             syndrome: AethSyndrome::Ack { .. },
@@ -114,7 +174,9 @@ pub(super) fn save_resource(qp: &mut Qp, r: Resource) -> bool {
         return false;
     }
     // RL-07: a FIFO as deep as the negotiated limit; the oldest entry makes room
-    // (the requester never has more than that many outstanding).
+    // (the requester never has more than that many outstanding: a new request
+    // reached here only if `rd_atomic_slot_free`, so the entry leaving has
+    // had its response sent).
     while qp.resp.resources.len() >= depth {
         qp.resp.resources.pop_front();
     }
@@ -122,13 +184,14 @@ pub(super) fn save_resource(qp: &mut Qp, r: Resource) -> bool {
     true
 }
 
-pub(super) fn zero_read_response(p: u32) -> RespItem {
+pub(super) fn zero_read_response(p: u32, fresh: bool) -> RespItem {
     RespItem::Read {
         psn: p,
         va: 0,
         rkey: 0,
         len: 0,
         sent: 0,
+        fresh,
     }
 }
 
@@ -184,6 +247,7 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
                 rkey,
                 len: dlen,
                 sent: 0,
+                fresh: false,
             });
             if preempted {
                 let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
@@ -196,9 +260,22 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
                 ResKind::Atomic { orig } if r.psn == p => Some(orig),
                 _ => None,
             });
+            // RL-06: one replay queued per saved ATOMIC; more copies of the
+            // duplicate while it waits add nothing (each used to queue one).
+            let queued = |qp: &Qp| {
+                qp.resp
+                    .out
+                    .iter()
+                    .any(|it| matches!(it, RespItem::AtomicAck { psn: q, .. } if *q == p))
+            };
             match saved {
+                Some(_) if queued(qp) => true,
                 Some(orig) => {
-                    qp.resp.out.push_back(RespItem::AtomicAck { psn: p, orig });
+                    qp.resp.out.push_back(RespItem::AtomicAck {
+                        psn: p,
+                        orig,
+                        fresh: false,
+                    });
                     true
                 }
                 None => {
@@ -214,8 +291,15 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
                 .resources
                 .iter()
                 .any(|r| matches!(r.kind, ResKind::Placement) && r.psn == p);
-            if saved {
-                qp.resp.out.push_back(zero_read_response(p));
+            let queued = qp
+                .resp
+                .out
+                .iter()
+                .any(|it| matches!(it, RespItem::Read { psn: q, len: 0, .. } if *q == p));
+            if saved && queued {
+                true
+            } else if saved {
+                qp.resp.out.push_back(zero_read_response(p, false));
                 true
             } else {
                 cx.counters.drop(RxDrop::UnmatchedDuplicate);
@@ -252,7 +336,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             };
             (Opcode::RC_ACKNOWLEDGE, psn, ext, 0)
         }
-        RespItem::AtomicAck { psn, orig } => {
+        RespItem::AtomicAck { psn, orig, .. } => {
             let ext = ExtHeaders {
                 aeth: Some(AethRepr {
                     syndrome: AethSyndrome::Ack {
@@ -273,6 +357,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             rkey,
             len,
             sent,
+            fresh,
         } => {
             let n = (len - sent).min(pmtu) as usize;
             let k = (sent / pmtu) as u32;
@@ -303,6 +388,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                     rkey,
                     len,
                     sent: sent + n as u64,
+                    fresh,
                 });
             }
             (op, psn::add(first, k), ext, n)
