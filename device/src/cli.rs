@@ -114,6 +114,12 @@ pub struct Cli {
     #[arg(long, value_name = "USECS", default_value_t = 500)]
     pub busy_poll_us: u64,
 
+    /// RC loss recovery: `on` (default) sends a probe when nothing was
+    /// acknowledged for about two round trips, so a lost tail is resent
+    /// without waiting for the local ACK timeout (issue 14); `off` leaves
+    /// recovery to the ACK timer and sequence NAKs alone (for comparison).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub loss_probes: String,
     /// Host memory the device may hold for its guest: MR page lists, the WQEs
     /// taken from the guest's rings, QP and responder state (bytes, or with a
     /// K, M or G suffix). Past it, registrations and QP creations fail with
@@ -171,6 +177,7 @@ pub struct Config {
     pub log: log::LevelFilter,
     pub counters_every: Option<Duration>,
     pub busy_poll: Duration,
+    pub loss_probes: bool,
     /// Host bytes the device may hold for its guest (`--mem-budget`).
     pub mem_budget: u64,
 }
@@ -338,6 +345,7 @@ impl Cli {
         Ok(Config {
             mem_budget,
             busy_poll: Duration::from_micros(self.busy_poll_us),
+            loss_probes: self.loss_probes == "on",
             socket: self.socket.clone(),
             mode,
             capture: self.capture.clone(),

@@ -827,6 +827,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         link = Box::new(CaptureLink::create_as(link, path, capture_as)?);
     }
     let limits = Limits {
+        loss_probes: config.loss_probes,
         mem_budget: config.mem_budget,
         ..Limits::default()
     };

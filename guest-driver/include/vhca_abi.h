@@ -2632,8 +2632,9 @@ enum vhca_counter_set {
 	"timeouts", \
 	"rnr_naks_received", \
 	"duplicates_received", \
-	"tx_no_route"
-#define VHCA_COUNTERS_PORT_COUNT 12
+	"tx_no_route", \
+	"loss_probes"
+#define VHCA_COUNTERS_PORT_COUNT 13
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

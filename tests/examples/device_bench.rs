@@ -29,7 +29,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use vhca_tests::abi::verbs::QpType;
-use vhca_tests::fixture::{assert_success, connect_pair_with, Node, Region};
+use vhca_tests::fixture::{
+    assert_success, connect_pair_with, transfer_rate, Node, Region, Transfer,
+};
 use vhca_tests::{
     ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, RecvWr, SendWr, Vhca,
 };
@@ -204,55 +206,6 @@ fn idle_cpu(pid: u32, secs: u64) -> (u64, f64) {
     let ticks = cpu_ticks(pid) - c0;
     let hz = 100.0; // USER_HZ on Linux
     (ticks, ticks as f64 / hz / t.elapsed().as_secs_f64() * 100.0)
-}
-
-/// RC WRITEs of `msg` bytes from `a` to `b`, spread round robin over `qps`
-/// (each with up to `per_qp` outstanding), `total` in all; returns bytes/s.
-#[allow(clippy::too_many_arguments)]
-fn write_rate(
-    a: &mut Node,
-    qps: &[vhca_tests::QpH],
-    src: &Region,
-    dst: &Region,
-    msg: usize,
-    slots: usize,
-    total: usize,
-    per_qp: usize,
-) -> f64 {
-    let mut outstanding = vec![0usize; qps.len()];
-    let index: std::collections::HashMap<u32, usize> =
-        qps.iter().enumerate().map(|(i, q)| (q.qpn, i)).collect();
-    let (mut posted, mut done, mut next) = (0usize, 0usize, 0usize);
-    let t = Instant::now();
-    while done < total {
-        // Fill every QP's window, round robin from where the last pass ended.
-        let mut idle_pass = 0;
-        while posted < total && idle_pass < qps.len() {
-            let i = next % qps.len();
-            next += 1;
-            if outstanding[i] >= per_qp {
-                idle_pass += 1;
-                continue;
-            }
-            idle_pass = 0;
-            let off = (posted % slots) * msg;
-            let wr = SendWr::write(i as u64, dst.buf.va(off), dst.mr.rkey).sges(sge(src, off, msg));
-            a.hca.post_send(qps[i], &wr).unwrap();
-            outstanding[i] += 1;
-            posted += 1;
-        }
-        let mut got = a.hca.poll_cq(a.cq, 64);
-        if got.is_empty() {
-            got = a.hca.wait_cqes(a.cq, 1, Duration::from_secs(10));
-            assert!(!got.is_empty(), "RC WRITE stalled at {done} of {total}");
-        }
-        assert_success(&got);
-        for c in &got {
-            outstanding[index[&c.qp_num]] -= 1;
-        }
-        done += got.len();
-    }
-    (total * msg) as f64 / t.elapsed().as_secs_f64()
 }
 
 fn cpu_ticks(pid: u32) -> u64 {
@@ -463,7 +416,17 @@ fn main() {
             // each (1024 with 1024 QPs; A's CQ holds 4096).
             let total = (if quick() { 1_000 } else { 6_000 }).max(4 * n);
             let per_qp = (32 / n).max(1);
-            let rate = write_rate(&mut a, &qa_all[..n], &src, &dst, msg, slots, total, per_qp);
+            let rate = transfer_rate(
+                &mut a,
+                &qa_all[..n],
+                Transfer::Write,
+                &src,
+                &dst,
+                msg,
+                slots,
+                total,
+                per_qp,
+            );
             out.push((n, rate));
         }
         Some(out)

@@ -206,6 +206,74 @@ pub fn connect_loopback(h: &mut Hca, qa: QpH, qb: QpH, o: &ConnOpts) {
     .expect("loopback QP b to RTS");
 }
 
+/// What [`transfer_rate`] moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// RDMA WRITE from `local` (on the node posting) to `remote`.
+    Write,
+    /// RDMA READ of `remote` into `local`.
+    Read,
+}
+
+/// RC WRITEs or READs of `msg` bytes between `local` (on `a`) and `remote`,
+/// spread round robin over `qps` (each with up to `per_qp` outstanding),
+/// cycling over `slots` message-sized slots, `total` in all; returns bytes/s.
+/// Every completion must succeed. (Benchmarks: the device's figures and the
+/// RC-under-loss figures.)
+#[allow(clippy::too_many_arguments)]
+pub fn transfer_rate(
+    a: &mut Node,
+    qps: &[QpH],
+    op: Transfer,
+    local: &Region,
+    remote: &Region,
+    msg: usize,
+    slots: usize,
+    total: usize,
+    per_qp: usize,
+) -> f64 {
+    let mut outstanding = vec![0usize; qps.len()];
+    let index: std::collections::HashMap<u32, usize> =
+        qps.iter().enumerate().map(|(i, q)| (q.qpn, i)).collect();
+    let (mut posted, mut done, mut next) = (0usize, 0usize, 0usize);
+    let t = std::time::Instant::now();
+    while done < total {
+        // Fill every QP's window, round robin from where the last pass ended.
+        let mut idle_pass = 0;
+        while posted < total && idle_pass < qps.len() {
+            let i = next % qps.len();
+            next += 1;
+            if outstanding[i] >= per_qp {
+                idle_pass += 1;
+                continue;
+            }
+            idle_pass = 0;
+            let off = (posted % slots) * msg;
+            let sges = vec![local.mr.sge(&local.buf, off, msg)];
+            let wr = match op {
+                Transfer::Write => {
+                    crate::SendWr::write(i as u64, remote.buf.va(off), remote.mr.rkey)
+                }
+                Transfer::Read => crate::SendWr::read(i as u64, remote.buf.va(off), remote.mr.rkey),
+            };
+            a.hca.post_send(qps[i], &wr.sges(sges)).unwrap();
+            outstanding[i] += 1;
+            posted += 1;
+        }
+        let mut got = a.hca.poll_cq(a.cq, 64);
+        if got.is_empty() {
+            got = a.hca.wait_cqes(a.cq, 1, Duration::from_secs(30));
+            assert!(!got.is_empty(), "RC {op:?} stalled at {done} of {total}");
+        }
+        assert_success(&got);
+        for c in &got {
+            outstanding[index[&c.qp_num]] -= 1;
+        }
+        done += got.len();
+    }
+    (total * msg) as f64 / t.elapsed().as_secs_f64()
+}
+
 /// A loopback RC pair on one node moves 1 MiB of WRITE and a SEND, verified.
 pub fn clean_transfer(n: &mut Node) {
     let q1 = n.qp(QpType::Rc);

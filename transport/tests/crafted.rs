@@ -8,8 +8,8 @@
 mod common;
 
 use common::*;
-use transport::engine::NakReason;
 use transport::engine::RxDrop;
+use transport::engine::{Limits, NakReason};
 use transport::psn;
 use transport::verbs::{
     Access, AddressVector, AttrMask, Completion, Event, Handle, QpAttr, QpCap, QpInit, QpState,
@@ -41,7 +41,11 @@ struct Bench {
 }
 
 fn bench_with(o: ConnOpts) -> Bench {
-    let mut net = Net::new(2, MEM_LEN, 7);
+    bench_limits(o, Limits::default())
+}
+
+fn bench_limits(o: ConnOpts, limits: Limits) -> Bench {
+    let mut net = Net::with_limits(2, MEM_LEN, 7, limits);
     let ka = net.reg_all(A, ALL_ACCESS);
     let kb = net.reg_all(B, ALL_ACCESS);
     let p = connect(&mut net, A, B, &o);
@@ -1316,7 +1320,15 @@ fn rl_11_requester_waits_the_rnr_timer_the_nak_names() {
     let pkt = b.response(Opcode::RC_ACKNOWLEDGE, e, ext).bytes();
     b.inject(A, &pkt);
     assert!(b.drain(A).is_empty(), "nothing before the RNR timer");
-    let wake = b.net.nodes[A].engine.poll_timeout().expect("RNR timer");
+    // Entries armed before the NAK (the ACK timer, a loss probe) may come due
+    // first and fire nothing (the engine's timer heap is lazy).
+    let mut wake = b.net.nodes[A].engine.poll_timeout().expect("RNR timer");
+    while wake < Time(1_000 + 1_280_000) {
+        b.net.now = wake;
+        b.net.nodes[A].engine.handle_timeout(wake);
+        assert!(b.drain(A).is_empty(), "nothing before the RNR timer");
+        wake = b.net.nodes[A].engine.poll_timeout().expect("RNR timer");
+    }
     assert_eq!(wake, Time(1_000 + 1_280_000));
     b.net.now = wake;
     b.net.nodes[A].engine.handle_timeout(wake);
@@ -1505,14 +1517,17 @@ fn rl_11_rnr_retry_exhausted_completes_with_rnr_retry_exc_err() {
 /// completes with RETRY_EXC_ERR exactly timeout x (retry count + 1) after the
 /// first send; the QP goes to Error. Driven by hand on the timer so that the
 /// times are exact.
-#[test]
-fn rl_10_retry_exhausted_with_the_peer_gone_after_timeout_times_retry_count_plus_one() {
+fn peer_gone(loss_probes: bool) -> (Bench, Vec<u64>, Completion, u64, u64) {
     let o = ConnOpts {
         timeout: 10,
         retry_cnt: 3,
         ..ConnOpts::default()
     };
-    let mut b = bench_with(o);
+    let limits = Limits {
+        loss_probes,
+        ..Limits::default()
+    };
+    let mut b = bench_limits(o, limits);
     b.net.nodes[B].engine.destroy_qp(b.p.qb).unwrap();
     b.net.nodes[A]
         .engine
@@ -1559,16 +1574,60 @@ fn rl_10_retry_exhausted_with_the_peer_gone_after_timeout_times_retry_count_plus
         b.net.nodes[A].engine.handle_timeout(t);
     };
     let (c, t) = done;
+    (b, sent_at, c, t.0 - t0.0, timeout_ns)
+}
+
+/// RL-10 without loss probes: the requester retries `retry_cnt` times, one local
+/// ACK timeout apart, and completes with RETRY_EXC_ERR exactly timeout x (retry
+/// count + 1) after the first send; the QP goes to Error.
+#[test]
+fn rl_10_retry_exhausted_with_the_peer_gone_after_timeout_times_retry_count_plus_one() {
+    let (b, sent_at, c, t, timeout_ns) = peer_gone(false);
+    let o = b.o;
     assert_eq!((c.wr_id, c.status), (1, WcStatus::RetryExcErr));
     assert_eq!(
         sent_at,
         [0, timeout_ns, 2 * timeout_ns, 3 * timeout_ns],
         "first send and retry_cnt retries"
     );
-    assert_eq!(t.0 - t0.0, timeout_ns * (u64::from(o.retry_cnt) + 1));
+    assert_eq!(t, timeout_ns * (u64::from(o.retry_cnt) + 1));
+    let ca = b.net.nodes[A].engine.counters();
+    assert_eq!((ca.timeouts, ca.retransmits, ca.probes), (4, 3, 0));
+    assert_eq!(b.drops(B, RxDrop::UnknownQp), 4);
+    assert_eq!(b.state(A, b.p.qa), QpState::Error);
+    assert_eq!(b.net.nodes[A].engine.poll_timeout(), None);
+}
+
+/// RL-10 with loss probes (issue 14): probes go between the retries, backing
+/// off, but they are not retries. The retries go at the same times, the QP
+/// fails at the same time with RETRY_EXC_ERR, and the counters keep probes
+/// apart from timeouts and retransmissions.
+#[test]
+fn rl_10_loss_probes_are_not_retries_and_the_peer_gone_fails_at_the_same_time() {
+    let (b, sent_at, c, t, timeout_ns) = peer_gone(true);
+    let o = b.o;
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::RetryExcErr));
+    assert_eq!(t, timeout_ns * (u64::from(o.retry_cnt) + 1));
+    for k in 0..=3 {
+        assert!(
+            sent_at.contains(&(k * timeout_ns)),
+            "retry {k}: {sent_at:?}"
+        );
+    }
     let ca = b.net.nodes[A].engine.counters();
     assert_eq!((ca.timeouts, ca.retransmits), (4, 3));
-    assert_eq!(b.drops(B, RxDrop::UnknownQp), 4);
+    assert!(ca.probes > 0, "probes went between the retries");
+    assert_eq!(sent_at.len() as u64, 4 + ca.probes, "{sent_at:?}");
+    // Before the first retry: the first send, then probes at growing gaps.
+    let first: Vec<u64> = sent_at
+        .iter()
+        .copied()
+        .filter(|&s| s < timeout_ns)
+        .collect();
+    let gaps: Vec<u64> = first.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 2, "{sent_at:?}");
+    assert!(gaps.windows(2).all(|g| g[1] > g[0]), "{sent_at:?}");
+    assert_eq!(b.drops(B, RxDrop::UnknownQp), 4 + ca.probes);
     assert_eq!(b.state(A, b.p.qa), QpState::Error);
     assert_eq!(b.net.nodes[A].engine.poll_timeout(), None);
 }

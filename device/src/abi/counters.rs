@@ -65,7 +65,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 12] = [
+const PORT_COUNTERS: [&str; 13] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -78,6 +78,7 @@ const PORT_COUNTERS: [&str; 12] = [
     "rnr_naks_received",
     "duplicates_received",
     "tx_no_route",
+    "loss_probes",
 ];
 
 /// The port set's values, in the order of its names.
@@ -98,6 +99,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         timeouts,
         rnr_naks_received,
         duplicates_received,
+        probes,
         tx_no_route,
     } = c;
     [
@@ -113,6 +115,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *rnr_naks_received,
         *duplicates_received,
         *tx_no_route,
+        *probes,
     ]
 }
 

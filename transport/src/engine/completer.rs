@@ -81,6 +81,7 @@ pub(crate) fn flush_sq(qp: &mut Qp, fx: &mut Effects) {
     qp.req.cur = 0;
     qp.req.ack_deadline = None;
     qp.req.rnr_deadline = None;
+    qp.req.rec.idle();
 }
 
 /// A send-side error: the WQE at `idx` completes with `status`; RC goes to Error,
@@ -110,8 +111,25 @@ pub(super) fn fail(qp: &mut Qp, idx: usize, status: WcStatus, fx: &mut Effects) 
     }
 }
 
+/// Where a go-back resumes a WQE after the one it restarts in: from its start,
+/// but a READ that already received responses asks only for the rest (RL-14),
+/// and a READ/ATOMIC its responses completed out of order is not sent again
+/// (the requester skips it).
+pub(super) fn resent_from(w: &SendWqe, pmtu: u64) -> u32 {
+    if !w.started {
+        0
+    } else if w.done.is_some() {
+        w.npkts
+    } else if w.wr.opcode == WrOpcode::RdmaRead {
+        ((w.resp_bytes / pmtu) as u32).min(w.npkts.saturating_sub(1))
+    } else {
+        0
+    }
+}
+
 /// Restarts transmission from PSN `p` (go-back-N, 9.7.4.1.3).
 fn rewind(qp: &mut Qp, p: u32) {
+    let pmtu = qp.attr.path_mtu.bytes() as u64;
     let r = &mut qp.req;
     // The unfinished WQE holding `p`, else the first unfinished one after it: a
     // READ/ATOMIC completed out of order by its response needs no resend.
@@ -134,11 +152,12 @@ fn rewind(qp: &mut Qp, p: u32) {
         0
     };
     for later in r.wqes.iter_mut().skip(i + 1) {
-        later.sent = 0;
+        later.sent = resent_from(later, pmtu);
     }
     r.cur = i;
     r.next_psn = p;
     r.rewound_to = Some(p);
+    r.rec.on_rewind();
 }
 
 /// Implicit acknowledgement of every request before PSN `p` (an ACK, or a NAK or
@@ -188,6 +207,7 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
             new_una = resume;
         }
     }
+    let una_before = r.una;
     // The valid region ends at the point of maximum advance, not at `next_psn`,
     // which a go-back lowered (RL-09).
     if psn::diff(new_una, r.una) > 0 && psn::diff(new_una, r.hwm) <= 0 {
@@ -197,14 +217,24 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
     // WQEs past `una` that their READ/ATOMIC response completed out of order
     // need no acknowledgement: `una` moves past them (else a timeout would resend
     // from a PSN no unfinished WQE holds).
+    // Likewise past the responses a READ at `una` already received: they
+    // acknowledge their own PSNs (9.7.4.1.2), though they came while an older
+    // READ still missed one.
+    let pmtu = qp.attr.path_mtu.bytes() as u64;
     for w in r.wqes.iter() {
         if w.done.is_some() && w.contains(r.una) {
             r.una = psn::add(w.last_psn(), 1);
             progressed = true;
+        } else if w.wr.opcode == WrOpcode::RdmaRead && w.contains(r.una) {
+            let resume = psn::add(w.first_psn, (w.resp_bytes / pmtu) as u32);
+            if psn::diff(resume, r.una) > 0 {
+                r.una = resume;
+                progressed = true;
+            }
         }
     }
     if psn::diff(r.una, r.next_psn) > 0 {
-        skip_acked(r);
+        skip_acked(r, qp.attr.path_mtu.bytes() as u64);
     }
     if progressed {
         r.retry_left = qp.attr.retry_cnt;
@@ -214,6 +244,15 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
         } else {
             None
         };
+        let n = psn::diff(r.una, una_before).max(0) as u32;
+        let unacked = r.unacked();
+        r.rec.on_progress(last_acked, n, unacked, now, timeout);
+        let (una, hwm) = (r.una, r.hwm);
+        if r.rec.probe_answered(una, hwm, now) && skipped.is_none() {
+            // The tail probe was answered short of what was sent before it:
+            // the rest was lost; go back to it now (9.7.4.1.3).
+            resend_oldest(qp);
+        }
     }
     skipped
 }
@@ -224,7 +263,7 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
 /// sending resumes at `una` in the first unfinished WQE (at its first PSN when
 /// READ/ATOMIC responses completed the WQEs before it out of order), or at the
 /// point of maximum advance when every WQE sent so far is done.
-fn skip_acked(r: &mut Requester) {
+fn skip_acked(r: &mut Requester, pmtu: u64) {
     let una = r.una;
     match r.wqes.iter().position(|w| w.done.is_none()) {
         Some(i) if r.wqes[i].started => {
@@ -232,7 +271,7 @@ fn skip_acked(r: &mut Requester) {
             let p = if w.contains(una) { una } else { w.first_psn };
             w.sent = psn::diff(p, w.first_psn) as u32;
             for later in r.wqes.iter_mut().skip(i + 1) {
-                later.sent = 0;
+                later.sent = resent_from(later, pmtu);
             }
             r.cur = i;
             r.next_psn = p;
@@ -318,6 +357,7 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                 p
             };
             qp.req.ack_deadline = None;
+            qp.req.rec.probe_at = None;
             false
         }
         AethSyndrome::Nak(code) => {
@@ -337,6 +377,9 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                     }
                     qp.req.retry_left -= 1;
                     cx.counters.retransmits += 1;
+                    let hwm = qp.req.hwm;
+                    qp.req.rec.on_loss(hwm);
+                    qp.req.rec.end_probe();
                     let resume = if psn::diff(qp.req.una, p) < 0 {
                         // A READ/ATOMIC before `p` still misses its response: go
                         // back to it as well (C9-27: responses come in PSN order).
@@ -392,21 +435,27 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         cx.counters.drop(RxDrop::UnexpectedResponse);
         return false;
     }
-    // Responses before this READ acknowledge everything older (C9-27 ordering).
+    // Responses before this READ acknowledge everything older (C9-27 ordering);
+    // an older READ/ATOMIC still missing a response lost it.
     let first = qp.req.wqes[i].first_psn;
-    ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
+    let older_lost = ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
     let expect = read_resume_psn(qp, i).unwrap_or(first);
     let d = psn::diff(p, expect);
     if d < 0 {
         cx.counters.duplicates_received += 1;
+        qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
         return false;
     }
     if d > 0 {
         // A response was lost: ask again for the rest, once per gap.
         if qp.req.rewound_to == Some(expect) {
+            qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
             return false;
         }
         cx.counters.retransmits += 1;
+        let hwm = qp.req.hwm;
+        qp.req.rec.on_loss(hwm);
+        qp.req.rec.end_probe();
         rewind(qp, expect);
         return true;
     }
@@ -442,7 +491,9 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     }
     let w = &mut qp.req.wqes[i];
     w.resp_bytes += len;
-    qp.req.rewound_to = None;
+    if older_lost.is_none() {
+        qp.req.rewound_to = None;
+    }
     // Each new response packet is progress: the retry count limits retries
     // without progress (RL-10), or a long READ that loses a few responses to
     // timeouts fails though it advances.
@@ -457,6 +508,21 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         // The response acknowledges its own PSN (9.7.4.1.2): `una` follows a
         // long READ, or a re-request for its rest stays outside the send window.
         ack_through(qp, p, cx.now);
+    }
+    if let Some(lost) = older_lost {
+        // An older READ/ATOMIC still misses a response, which came before this
+        // one (C9-27): it was lost. This READ keeps what it placed (its
+        // completion still waits for the older one, OR-04); the older one asks
+        // again for its rest (RL-14) and so does this one, for what the
+        // responder drops when it answers the retry (RL-05).
+        let resume = read_resume_psn(qp, lost).unwrap_or(qp.req.wqes[lost].first_psn);
+        if qp.req.rewound_to != Some(resume) {
+            cx.counters.retransmits += 1;
+            let hwm = qp.req.hwm;
+            qp.req.rec.on_loss(hwm);
+            qp.req.rec.end_probe();
+            rewind(qp, resume);
+        }
     }
     true
 }
@@ -525,20 +591,25 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
             let p = r.rnr_psn;
             r.rewound_to = None;
             rewind(qp, p);
+            // RL-11: the NAKed request alone until it is answered (issue 14:
+            // many senders to a receiver without buffers do not flood it).
+            qp.req.rec.start_probe();
             let t = ack_timeout_ns(&qp.attr);
             qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
             return true;
         }
-    }
-    let Some(d) = qp.req.ack_deadline else {
-        return false;
-    };
-    if d > now {
+        // Waiting out an RNR NAK: no probe, no ACK timer (RL-11).
+        qp.req.rec.probe_at = None;
         return false;
     }
     if qp.req.unacked() == 0 {
         qp.req.ack_deadline = None;
+        qp.req.rec.idle();
         return false;
+    }
+    match qp.req.ack_deadline {
+        Some(d) if d <= now => {}
+        _ => return probe(qp, now, c),
     }
     c.timeouts += 1;
     if qp.req.retry_left == 0 {
@@ -550,6 +621,18 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
     }
     qp.req.retry_left -= 1;
     c.retransmits += 1;
+    let hwm = qp.req.hwm;
+    qp.req.rec.on_timeout(hwm);
+    resend_oldest(qp);
+    let t = ack_timeout_ns(&qp.attr);
+    qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
+    qp.req.rec.probe_at = None;
+    true
+}
+
+/// Goes back to the oldest unacknowledged request (for a READ, to its first
+/// response not received, RL-14).
+fn resend_oldest(qp: &mut Qp) {
     let una = qp.req.una;
     let resume = qp
         .req
@@ -558,7 +641,28 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
         .unwrap_or(una);
     qp.req.rewound_to = None;
     rewind(qp, resume);
-    let t = ack_timeout_ns(&qp.attr);
-    qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
+}
+
+/// The probe timer fired before the ACK timer (issue 14, `recovery`): the
+/// oldest unacknowledged request goes again with AckReq, alone; not a retry
+/// (RL-10 counts ACK timeouts and sequence NAKs only).
+fn probe(qp: &mut Qp, now: Time, c: &mut Counters) -> bool {
+    match qp.req.rec.probe_at {
+        Some(t) if t <= now => {}
+        _ => return false,
+    }
+    c.probes += 1;
+    let (una, hwm) = (qp.req.una, qp.req.hwm);
+    let timeout = ack_timeout_ns(&qp.attr);
+    let read = qp
+        .req
+        .open_wqe(una)
+        .is_some_and(|i| qp.req.wqes[i].wr.opcode == WrOpcode::RdmaRead);
+    if read {
+        qp.req.rec.on_read_probe(now, timeout);
+        resend_oldest(qp);
+    } else {
+        qp.req.rec.on_tail_probe(una, hwm, now, timeout);
+    }
     true
 }

@@ -144,6 +144,10 @@ pub struct Counters {
     pub timeouts: u64,
     pub rnr_naks_received: u64,
     pub duplicates_received: u64,
+    /// Probes sent: the oldest unacknowledged request sent again before the
+    /// ACK timeout because nothing was acknowledged for a probe timeout
+    /// (issue 14; not retries, RL-10).
+    pub probes: u64,
     /// RoCE: packets that could not be framed (the path has no GRH, its SGID
     /// entry is gone from the GID table, or its GIDs mix IPv4 and IPv6); the
     /// WQE completes in error.

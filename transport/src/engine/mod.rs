@@ -22,6 +22,8 @@ mod counters;
 mod cq;
 mod io;
 pub mod link;
+mod recovery;
+pub use recovery::INITIAL_WINDOW;
 mod requester;
 mod responder;
 
@@ -176,6 +178,9 @@ pub struct Limits {
     /// Unacknowledged packets a requester keeps in flight (a design choice well
     /// under the spec's 2^23 bound, RL-17: loss recovery resends at most this many).
     pub send_window: u32,
+    /// Loss probes before the ACK timeout (`recovery`, issue 14). Off, the
+    /// ACK timer alone recovers a lost tail (what the timer tests assert).
+    pub loss_probes: bool,
     /// Host bytes the engine may hold for its guest: page lists, WQEs, QP and
     /// responder state (`budget`, ARCHITECTURE.md §9).
     pub mem_budget: u64,
@@ -195,6 +200,7 @@ impl Default for Limits {
             max_inline: 256,
             max_rd_atomic: 16,
             send_window: 256,
+            loss_probes: true,
             mem_budget: crate::budget::DEFAULT_LIMIT,
         }
     }

@@ -9,6 +9,7 @@
 
 use super::completer::{fail, retire};
 use super::link;
+use super::recovery::Recovery;
 use super::{Ctx, Effects, Qp};
 use crate::budget::{Budget, Held, Weigh};
 use crate::psn;
@@ -113,6 +114,8 @@ pub(crate) struct Requester {
     /// PSN a go-back already restarted from: further evidence of the same gap
     /// (out-of-order responses, duplicate NAKs) does not rewind again.
     pub(super) rewound_to: Option<u32>,
+    /// Early loss detection and the congestion window (issue 14).
+    pub(super) rec: Recovery,
 }
 
 impl Requester {
@@ -169,10 +172,10 @@ impl Requester {
 
     /// The next time a timer of this requester fires.
     pub fn deadline(&self) -> Option<Time> {
-        match (self.ack_deadline, self.rnr_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.ack_deadline, self.rnr_deadline, self.rec.probe_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Index of the unfinished WQE whose PSN range holds `p`.
@@ -268,8 +271,32 @@ pub(crate) fn poll_transmit(
         return None;
     }
     let is_rc = qp.init.qp_type == QpType::Rc;
-    if is_rc && qp.req.outstanding() >= limits.send_window {
+    qp.req.rec.cap = limits.send_window;
+    qp.req.rec.probes = limits.loss_probes;
+    if is_rc {
+        if let Some(p) = qp.req.rec.pending_probe.take() {
+            // A tail probe (`recovery`): the packet at `p` again, outside the
+            // send sequence and the window.
+            if let Some(i) = qp.req.open_wqe(p) {
+                let k = psn::diff(p, qp.req.wqes[i].first_psn).max(0) as u32;
+                qp.req.rec.force_ack_req = true;
+                if let Ok(len) = build_request(qp, i, k, false, cx, buf) {
+                    return Some(len);
+                }
+            }
+        }
+    }
+    if is_rc && !qp.req.rec.may_send(qp.req.outstanding()) {
         return None;
+    }
+    // A go-back passes over what needs no resend (`completer::resent_from`).
+    while let Some(w) = qp.req.wqes.get(qp.req.cur) {
+        if !(w.started && w.npkts > 0 && w.sent >= w.npkts) {
+            break;
+        }
+        // Its PSNs stay its own: the next WQE starts after them.
+        qp.req.next_psn = psn::add(w.last_psn(), 1);
+        qp.req.cur += 1;
     }
     let i = qp.req.cur;
     let w = qp.req.wqes.get(i)?;
@@ -346,7 +373,8 @@ pub(crate) fn poll_transmit(
         // A WQE sent again from its start gets the same PSNs: sizes are fixed.
         w.first_psn = qp.req.next_psn;
     }
-    match build_request(qp, i, cx, buf) {
+    let k = qp.req.wqes[i].sent;
+    match build_request(qp, i, k, true, cx, buf) {
         Ok(len) => Some(len),
         Err(status) => {
             local_error(qp, i, status, cx.fx);
@@ -420,9 +448,15 @@ fn local_error(qp: &mut Qp, i: usize, status: WcStatus, fx: &mut Effects) {
     }
 }
 
+/// Builds packet `k` of WQE `i`. With `advance`, the packet is the next of the
+/// send sequence (the WQE's progress, `next_psn` and the point of maximum
+/// advance move past it); without, it is a probe resent outside the sequence
+/// (`recovery`), which changes nothing but the probe's own state.
 fn build_request(
     qp: &mut Qp,
     i: usize,
+    k: u32,
+    advance: bool,
     cx: &mut Ctx<'_>,
     buf: &mut [u8],
 ) -> Result<usize, WcStatus> {
@@ -431,7 +465,6 @@ fn build_request(
     let pd = qp.init.pd;
     let qkey_own = qp.attr.qkey;
     let w = &qp.req.wqes[i];
-    let k = w.sent;
     let psn_k = psn::add(w.first_psn, k);
     let (op, payload_len, ext, adv) = match w.wr.opcode {
         WrOpcode::RdmaRead => {
@@ -533,8 +566,11 @@ fn build_request(
         Some(ud) => (ud.av, ud.remote_qpn),
         None => (qp.attr.av, qp.attr.dest_qp_num),
     };
+    let in_flight = psn::diff(psn::add(psn_k, adv), qp.req.una).max(0) as u32;
     let ack_req = qp.init.qp_type == QpType::Rc
-        && (last_pkt || psn::add(psn_k, 1).is_multiple_of(ACK_REQ_EVERY));
+        && (last_pkt
+            || psn::add(psn_k, 1).is_multiple_of(ACK_REQ_EVERY)
+            || qp.req.rec.ack_req_due(in_flight));
     let solicited = w.wr.flags.contains(SendFlags::SOLICITED)
         && info.ends_message()
         && matches!(
@@ -628,11 +664,19 @@ fn build_request(
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);
     let r = &mut qp.req;
+    if !advance {
+        r.rec.on_send(psn_k, ack_req, false, cx.now, timeout);
+        return Ok(len);
+    }
     let w = &mut r.wqes[i];
     w.sent += adv;
     r.next_psn = psn::add(psn_k, adv);
+    let new = psn::diff(psn_k, r.hwm) >= 0;
     if psn::diff(r.next_psn, r.hwm) > 0 {
         r.hwm = r.next_psn;
+    }
+    if qp.init.qp_type == QpType::Rc {
+        r.rec.on_send(psn_k, ack_req, new, cx.now, timeout);
     }
     if w.sent >= w.npkts {
         w.sent = w.npkts;

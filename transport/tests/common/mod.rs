@@ -71,6 +71,18 @@ impl PartialOrd for InFlight {
     }
 }
 
+/// A link model for goodput measurements (issue 14): each node's egress link
+/// serializes its packets at `ns_per_kib` (1024 bytes take that long) and
+/// holds at most `queue_bytes` waiting to go out; a node whose queue is full
+/// is not asked for packets until it drains (the backpressure of a NIC or a
+/// socket buffer). Without it, time advances by one ns per byte put on the
+/// wire by any node.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkModel {
+    pub ns_per_kib: u64,
+    pub queue_bytes: u64,
+}
+
 /// One node: an engine and its memory.
 pub struct Node {
     pub engine: Engine,
@@ -98,17 +110,27 @@ pub struct Net {
     pub sniffed: Option<Vec<Vec<u8>>>,
     /// When set, applied to every packet put on the wire (before faults).
     pub rewrite: Option<fn(&mut Vec<u8>)>,
+    /// When set, per-node egress links (see [`LinkModel`]).
+    pub link: Option<LinkModel>,
+    /// When each node's egress link is free again (with `link`).
+    link_free: Vec<Time>,
 }
 
 impl Net {
     /// `n` nodes with LIDs 1..=n and `mem_len` bytes of memory each.
     pub fn new(n: usize, mem_len: usize, seed: u64) -> Net {
+        Net::with_limits(n, mem_len, seed, Limits::default())
+    }
+
+    /// [`Net::new`] with engines of these limits.
+    pub fn with_limits(n: usize, mem_len: usize, seed: u64, limits: Limits) -> Net {
         Net::with_ports(
             (0..n)
                 .map(|i| PortConfig::new(i as u16 + 1, 0x0002_c903_0000_0000 + i as u64))
                 .collect(),
             mem_len,
             seed,
+            limits,
         )
     }
 
@@ -128,14 +150,15 @@ impl Net {
                 .collect(),
             mem_len,
             seed,
+            Limits::default(),
         )
     }
 
-    fn with_ports(ports: Vec<PortConfig>, mem_len: usize, seed: u64) -> Net {
+    fn with_ports(ports: Vec<PortConfig>, mem_len: usize, seed: u64, limits: Limits) -> Net {
         let nodes = ports
             .into_iter()
             .map(|port| {
-                let mut engine = Engine::new(port, Limits::default());
+                let mut engine = Engine::new(port, limits);
                 let pd = engine.mrs().alloc_pd().expect("pd");
                 Node {
                     engine,
@@ -157,6 +180,8 @@ impl Net {
             dropped: 0,
             sniffed: None,
             rewrite: None,
+            link: None,
+            link_free: Vec::new(),
         }
     }
 
@@ -179,15 +204,21 @@ impl Net {
     /// nothing at all is pending.
     pub fn step(&mut self) -> bool {
         let mut sent = false;
+        if self.link.is_some() && self.link_free.len() != self.nodes.len() {
+            self.link_free = vec![Time(0); self.nodes.len()];
+        }
         for i in 0..self.nodes.len() {
             for _ in 0..64 {
+                if !self.link_has_room(i) {
+                    break;
+                }
                 let n = &mut self.nodes[i];
                 let Some(len) = n.engine.poll_transmit(&mut n.mem, self.now, &mut self.buf) else {
                     break;
                 };
                 sent = true;
                 let pkt = self.buf[..len].to_vec();
-                self.launch(pkt);
+                self.launch(i, pkt);
             }
         }
         // Deliver everything due now.
@@ -225,7 +256,14 @@ impl Net {
         }
     }
 
-    fn launch(&mut self, mut pkt: Vec<u8>) {
+    /// Whether node `i` may put another packet on its egress link now.
+    fn link_has_room(&self, i: usize) -> bool {
+        let Some(l) = self.link else { return true };
+        let queued_ns = self.link_free[i].0.saturating_sub(self.now.0);
+        queued_ns.saturating_mul(1024) / l.ns_per_kib.max(1) < l.queue_bytes
+    }
+
+    fn launch(&mut self, from: usize, mut pkt: Vec<u8>) {
         if let Some(s) = &mut self.sniffed {
             s.push(pkt.clone());
         }
@@ -248,6 +286,18 @@ impl Net {
             self.dropped += 1;
             return;
         };
+        // With a link model the packet leaves once the link has sent what was
+        // queued before it (a packet lost on the way took its time on the link
+        // too); without, at once (time then advances below).
+        let departs = match self.link {
+            Some(l) => {
+                let start = self.link_free[from].max(self.now);
+                let done = start.plus_ns(pkt.len() as u64 * l.ns_per_kib / 1024);
+                self.link_free[from] = done;
+                done
+            }
+            None => self.now,
+        };
         let f = self.faults;
         if self.rng.chance(f.drop) {
             self.dropped += 1;
@@ -259,7 +309,7 @@ impl Net {
         }
         let copies = if self.rng.chance(f.duplicate) { 2 } else { 1 };
         for _ in 0..copies {
-            let mut at = self.now.plus_ns(self.latency_ns);
+            let mut at = departs.plus_ns(self.latency_ns);
             if f.jitter_ns > 0 {
                 at = at.plus_ns(self.rng.below(f.jitter_ns));
             }
@@ -274,8 +324,10 @@ impl Net {
                 bytes: pkt.clone(),
             });
         }
-        // Time passes as packets go out (1 byte/ns, about 8 Gb/s).
-        self.now = self.now.plus_ns(pkt.len() as u64);
+        if self.link.is_none() {
+            // Time passes as packets go out (1 byte/ns, about 8 Gb/s).
+            self.now = self.now.plus_ns(pkt.len() as u64);
+        }
     }
 
     /// Runs until `done` holds or nothing is pending or `max_steps` pass.

@@ -1,0 +1,94 @@
+//! RC under loss (issue 14): two real `vhca` processes on UDP loopback, the
+//! loss injected by each process's fault stage (`--fault`, on both links),
+//! RC WRITE and READ of 64 KiB messages on one QP (16 outstanding), each
+//! condition's throughput as a ratio to the lossless figure of the same run,
+//! with loss probes on (the default) and off (recovery by the ACK timer and
+//! sequence NAKs alone, as before issue 14). Run by `scripts/bench-loss.sh`,
+//! which builds an optimised `vhca` and passes it in `VHCA_BIN`.
+//!
+//! `VHCA_BENCH_QUICK=1` moves less data per run (a smoke check);
+//! `VHCA_BENCH_MSGS=N` sets the messages per run (default 400 = 25 MiB).
+
+use vhca_tests::abi::counters::CounterSet;
+use vhca_tests::abi::verbs::QpType;
+use vhca_tests::fixture::{connect_pair_with, transfer_rate, Node, Transfer};
+use vhca_tests::{ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, Vhca};
+
+const MSG: usize = 64 << 10;
+const SLOTS: usize = 32;
+const PER_QP: usize = 16;
+
+/// The conditions, as `--fault` specs (None: lossless).
+const CONDITIONS: [(&str, Option<&str>); 5] = [
+    ("lossless", None),
+    ("1% loss", Some("drop=0.01")),
+    ("5% loss", Some("drop=0.05")),
+    ("10% loss", Some("drop=0.1")),
+    ("2% dup + 5% reorder", Some("dup=0.02,reorder=0.05")),
+];
+
+/// One run: fresh processes with `fault` and `--loss-probes probes`.
+fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
+    let mut opts = Options::nodes(2);
+    opts.fault = fault.map(String::from);
+    opts.extra_args = vec!["--loss-probes".into(), probes.into()];
+    // perftest's QP attributes: timeout 14 (67 ms), retry_cnt 7.
+    let co = ConnOpts {
+        timeout: 14,
+        ..ConnOpts::default()
+    };
+    let v = Vhca::spawn(opts);
+    let go = GuestOptions::default;
+    let mut a = Node::connect_with(&v, 0, go(), HcaConfig::default());
+    let mut b = Node::connect_with(&v, 1, go(), HcaConfig::default());
+    let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(64, 4);
+    let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(64, 4);
+    let (qa, _qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &co);
+    let local = a.region(MSG * SLOTS, Layout::Contiguous, 0);
+    let remote = b.region(MSG * SLOTS, Layout::Contiguous, 0);
+    let rate = transfer_rate(&mut a, &[qa], op, &local, &remote, MSG, SLOTS, msgs, PER_QP);
+    if std::env::var_os("VHCA_BENCH_COUNTERS").is_some() {
+        // The requester's port counters: probes, timeouts, retransmissions.
+        let names = CounterSet::Port.names();
+        let vals = a
+            .hca
+            .query_counters(CounterSet::Port)
+            .expect("QUERY_COUNTERS");
+        let pick: Vec<String> = names
+            .iter()
+            .zip(&vals)
+            .filter(|(n, _)| ["retransmits", "timeouts", "loss_probes"].contains(&n.as_str()))
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        eprintln!("  {op:?} {fault:?} probes {probes}: {}", pick.join(" "));
+    }
+    drop((a, b));
+    drop(v);
+    rate
+}
+
+fn main() {
+    let msgs = std::env::var("VHCA_BENCH_MSGS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if std::env::var_os("VHCA_BENCH_QUICK").is_some() {
+            40
+        } else {
+            400
+        });
+    for op in [Transfer::Write, Transfer::Read] {
+        for probes in ["on", "off"] {
+            let mut base = None;
+            let mut line = Vec::new();
+            for (name, fault) in CONDITIONS {
+                let r = run(op, fault, probes, msgs);
+                let b = *base.get_or_insert(r);
+                line.push(format!("{name} {:.0} MB/s ({:.3}x)", r / 1e6, r / b));
+            }
+            println!(
+                "RC {op:?} 64 KiB, loss probes {probes}: {}",
+                line.join(", ")
+            );
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! How an RC requester notices loss early and how much it keeps in flight
+//! (issue 14; vhca policy where the spec leaves room, cited where it does not).
+//!
+//! The spec's recovery is the local ACK timer (RL-10; 4.096 us x 2^timeout,
+//! 67 ms for perftest's 14) plus the responder's PSN Sequence Error NAK (RL-03).
+//! Neither covers a lost tail (the last packets of a burst, or the ACK of the
+//! last one): nothing follows them, so the responder sends no NAK, and the
+//! requester waits for the timer. Recovery within about one round trip:
+//!
+//! - **Round-trip time.** One packet with AckReq at a time is timed from its
+//!   first transmission to the ACK (or response) that covers it; a PSN that was
+//!   sent again is never timed (Karn). Smoothed as RFC 6298 does.
+//! - **Probe.** When nothing has been acknowledged for a probe timeout (twice
+//!   the smoothed round trip, at least the variance bound, and never more than
+//!   half the ACK timeout), the requester sends the oldest unacknowledged
+//!   request again with AckReq set, and nothing else until an answer comes.
+//!   If the responder had it, the probe is a duplicate, which it must answer
+//!   with an ACK of the newest PSN it completed (RL-04, RL-05; 9.7.5.1.1); if
+//!   it lost it, the probe is the packet it expects (a silent drop after an
+//!   earlier NAK ends with it, RL-03). Either answer says where to resume,
+//!   and go-back-N (9.7.4.1.3) resends from there. A probe is not a retry:
+//!   `retry_cnt` still counts ACK timeouts and sequence NAKs only (RL-10), and
+//!   the ACK timer keeps running, so a peer that is gone still fails the QP in
+//!   the time the spec gives. Probes back off (doubling) until progress.
+//! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
+//!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
+//!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
+//!   after the first loss, cut to 0.7 of itself once per loss episode (a
+//!   sequence NAK, a READ response gap, a probe; 0.7 as CUBIC, since random
+//!   loss on a virtual link is not always congestion), never below
+//!   [`MIN_WINDOW`] (about a bandwidth-delay product of a loopback or LAN
+//!   path at 4 KiB packets), which an ACK timeout returns it to, and never
+//!   above the engine's send window (RL-17). Go-back-N then resends little,
+//!   and a burst that overflowed the peer's receive buffer is not repeated.
+//!   AckReq goes at least every half window and on the packet that fills it,
+//!   so ACKs keep the window moving (RL-08).
+//!   After an RNR wait (RL-11) only the NAKed request goes until it is
+//!   answered, so a receiver without buffers is not flooded by retries.
+//!
+//! UC and UD never retransmit and are not windowed.
+
+use crate::psn;
+use crate::verbs::Time;
+
+/// The window a QP starts with, in packets.
+pub const INITIAL_WINDOW: u32 = 16;
+/// The window never goes below this after a loss.
+pub(super) const MIN_WINDOW: u32 = 8;
+/// Probe timeout before any round trip was measured.
+const INITIAL_PTO_NS: u64 = 1_000_000;
+/// Floor of the probe timeout (100 us): a host that schedules the peer late
+/// by a fraction of a millisecond should not see a probe per hiccup.
+const MIN_PTO_NS: u64 = 100_000;
+/// Probes back off by doubling, at most this many times.
+const MAX_BACKOFF: u32 = 10;
+
+/// Loss detection and the congestion window of one RC requester.
+#[derive(Debug, Clone)]
+pub(crate) struct Recovery {
+    srtt_ns: Option<u64>,
+    rttvar_ns: u64,
+    /// The smallest round trip measured: no answer to a probe can come sooner.
+    min_rtt_ns: Option<u64>,
+    /// When the pending tail probe went.
+    probe_sent_at: Option<Time>,
+    /// The packet being timed: its PSN and when it was sent.
+    sample: Option<(u32, Time)>,
+    /// When a probe goes out if nothing is acknowledged before.
+    pub probe_at: Option<Time>,
+    backoff: u32,
+    /// A probe (or a resend after an RNR wait) is out: one packet in flight
+    /// until a response comes.
+    pub probing: bool,
+    /// The probe's packet went.
+    probe_sent: bool,
+    /// The next packet carries AckReq whatever its place in the message.
+    pub force_ack_req: bool,
+    /// Packets sent since the last one with AckReq.
+    since_ack_req: u32,
+    cwnd: u32,
+    /// Additive increase: packets acknowledged toward the next increment.
+    acked: u32,
+    ssthresh: u32,
+    /// The loss episode: until `una` passes this PSN, further losses belong to
+    /// the same episode and do not shrink the window again.
+    recover: Option<u32>,
+    /// A tail probe to send: the PSN of the packet to send again.
+    pub pending_probe: Option<u32>,
+    /// A tail probe went when the point of maximum advance was here: an
+    /// answer that leaves `una` short of it says the rest was lost.
+    probe_hwm: Option<u32>,
+    /// The engine's send window (RL-17): the window never grows past it.
+    pub cap: u32,
+    /// Probes are armed (`Limits::loss_probes`).
+    pub probes: bool,
+}
+
+impl Default for Recovery {
+    fn default() -> Recovery {
+        Recovery {
+            srtt_ns: None,
+            rttvar_ns: 0,
+            min_rtt_ns: None,
+            probe_sent_at: None,
+            sample: None,
+            probe_at: None,
+            backoff: 0,
+            probing: false,
+            probe_sent: false,
+            force_ack_req: false,
+            since_ack_req: 0,
+            cwnd: INITIAL_WINDOW,
+            acked: 0,
+            ssthresh: u32::MAX,
+            recover: None,
+            pending_probe: None,
+            probe_hwm: None,
+            cap: 256,
+            probes: true,
+        }
+    }
+}
+
+impl Recovery {
+    /// Packets the requester may have in flight now.
+    pub fn window(&self) -> u32 {
+        if self.probing {
+            1
+        } else {
+            self.cwnd.min(self.cap).max(1)
+        }
+    }
+
+    /// Whether another request packet may go with `in_flight` PSNs
+    /// unacknowledged: within the window, or the one packet of a probe (which
+    /// goes whatever is counted in flight: a READ's PSNs stay counted until
+    /// their responses come).
+    pub fn may_send(&self, in_flight: u32) -> bool {
+        if self.probing {
+            !self.probe_sent
+        } else {
+            in_flight < self.window()
+        }
+    }
+
+    /// Whether the packet about to go, which leaves `in_flight` packets
+    /// unacknowledged, must ask for an ACK: forced (a probe), the window
+    /// full after it (else nothing would acknowledge the window and it could
+    /// only reopen by a probe), or half a window since the last request (ACKs
+    /// keep coming while the window is open, RL-08). The message's last
+    /// packet asks in any case (the requester adds it).
+    pub fn ack_req_due(&self, in_flight: u32) -> bool {
+        let w = self.window();
+        self.force_ack_req || in_flight >= w || self.since_ack_req + 1 >= (w / 2).max(1)
+    }
+
+    /// The probe timeout: 2 x SRTT, at least SRTT + 4 x RTTVAR, within
+    /// [`MIN_PTO_NS`] and half the ACK timeout, doubled per unanswered probe.
+    pub fn pto_ns(&self, ack_timeout_ns: Option<u64>) -> u64 {
+        let base = match self.srtt_ns {
+            Some(s) => (2 * s).max(s + 4 * self.rttvar_ns),
+            None => INITIAL_PTO_NS,
+        };
+        let t = (base.max(MIN_PTO_NS)) << self.backoff.min(MAX_BACKOFF);
+        match ack_timeout_ns {
+            Some(a) => t.min(a / 2).max(1),
+            None => t,
+        }
+    }
+
+    /// A request packet went out; `new` when its PSN was never sent before.
+    pub fn on_send(
+        &mut self,
+        p: u32,
+        ack_req: bool,
+        new: bool,
+        now: Time,
+        ack_timeout: Option<u64>,
+    ) {
+        if ack_req && new && self.sample.is_none() {
+            self.sample = Some((p, now));
+        }
+        // The probe waits a PTO after the last packet sent, not the first: a
+        // long message is still leaving while its first packets wait for the
+        // ACK of its last (RFC 8985 7.2 arms the same way).
+        if self.probes {
+            self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
+        }
+        if !new && self.probe_hwm.is_some() && self.probe_sent_at.is_none() {
+            self.probe_sent_at = Some(now);
+        }
+        self.force_ack_req = false;
+        self.probe_sent = self.probing;
+        self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
+    }
+
+    /// The responder acknowledged through `last_acked`, moving `una` forward by
+    /// `n` packets; `unacked` remain.
+    pub fn on_progress(
+        &mut self,
+        last_acked: u32,
+        n: u32,
+        unacked: u32,
+        now: Time,
+        ack_timeout: Option<u64>,
+    ) {
+        if let Some((p, sent)) = self.sample {
+            if psn::diff(last_acked, p) >= 0 {
+                self.sample = None;
+                self.rtt_sample(now.0.saturating_sub(sent.0));
+            }
+        }
+        self.backoff = 0;
+        self.probing = false;
+        if let Some(r) = self.recover {
+            if psn::diff(last_acked, r) >= 0 {
+                self.recover = None;
+            }
+        }
+        if self.recover.is_none() {
+            if self.cwnd < self.ssthresh {
+                self.cwnd = self.cwnd.saturating_add(n);
+            } else {
+                self.acked = self.acked.saturating_add(n);
+                while self.acked >= self.cwnd {
+                    self.acked -= self.cwnd;
+                    self.cwnd += 1;
+                }
+            }
+            self.cwnd = self.cwnd.min(self.cap.max(MIN_WINDOW));
+        }
+        self.probe_at = (self.probes && unacked > 0).then(|| now.plus_ns(self.pto_ns(ack_timeout)));
+    }
+
+    fn rtt_sample(&mut self, r: u64) {
+        self.min_rtt_ns = Some(self.min_rtt_ns.map_or(r, |m| m.min(r)));
+        // RFC 6298 2.2-2.3 with alpha 1/8, beta 1/4.
+        match self.srtt_ns {
+            None => {
+                self.srtt_ns = Some(r);
+                self.rttvar_ns = r / 2;
+            }
+            Some(s) => {
+                self.rttvar_ns = (3 * self.rttvar_ns + s.abs_diff(r)) / 4;
+                self.srtt_ns = Some((7 * s + r) / 8);
+            }
+        }
+    }
+
+    /// A loss was seen (sequence NAK, READ response gap, probe): the window
+    /// halves once per episode, which lasts until `hwm` is acknowledged.
+    pub fn on_loss(&mut self, hwm: u32) {
+        self.sample = None;
+        if self.recover.is_some() {
+            return;
+        }
+        self.ssthresh = (self.cwnd.min(self.cap) * 7 / 10).max(MIN_WINDOW);
+        self.cwnd = self.ssthresh;
+        self.acked = 0;
+        self.recover = Some(psn::add(hwm, psn::PSN_MASK));
+    }
+
+    /// The ACK timer fired: the window starts again from its minimum.
+    pub fn on_timeout(&mut self, hwm: u32) {
+        self.on_loss(hwm);
+        self.cwnd = MIN_WINDOW;
+        // The resend goes whatever a probe or an RNR resend left waiting.
+        self.probing = false;
+    }
+
+    /// A tail probe of the packet at `una` goes out now, outside the send
+    /// sequence; the next one, if still needed, after a doubled timeout. The
+    /// window is not cut: a probe whose answer acknowledges everything sent
+    /// (only an ACK was lost, or the path was slow) costs one packet.
+    pub fn on_tail_probe(&mut self, una: u32, hwm: u32, now: Time, ack_timeout: Option<u64>) {
+        self.pending_probe = Some(una);
+        self.probe_hwm = Some(hwm);
+        self.probe_sent_at = None;
+        self.sample = None;
+        self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
+    }
+
+    /// A READ's rest is asked for again (its re-request is the probe, RL-14):
+    /// alone, until a response comes.
+    pub fn on_read_probe(&mut self, now: Time, ack_timeout: Option<u64>) {
+        self.sample = None;
+        self.start_probe();
+        self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
+    }
+
+    /// Progress after a tail probe: whether it says that what followed `una`
+    /// was lost (then go-back-N resends it and the window is cut).
+    /// Only a response that comes at least three quarters of the smallest
+    /// round trip after the probe went can answer it; anything sooner was
+    /// already on its way (with an ACK in flight taken for the answer, a
+    /// probe that found nothing lost would go back and resend everything).
+    pub fn probe_answered(&mut self, una: u32, hwm: u32, now: Time) -> bool {
+        let (Some(h), Some(sent)) = (self.probe_hwm, self.probe_sent_at) else {
+            return false;
+        };
+        let soonest = self.min_rtt_ns.unwrap_or(0) * 3 / 4;
+        if now.0.saturating_sub(sent.0) < soonest {
+            return false;
+        }
+        self.probe_hwm = None;
+        self.probe_sent_at = None;
+        if psn::diff(una, h) < 0 {
+            self.on_loss(hwm);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// One packet, with AckReq, until a response comes (a probe, or the
+    /// request an RNR NAK named after its wait).
+    pub fn start_probe(&mut self) {
+        self.probing = true;
+        self.probe_sent = false;
+        self.force_ack_req = true;
+    }
+
+    /// A response says where to resume: the window applies again.
+    pub fn end_probe(&mut self) {
+        self.probing = false;
+        self.probe_hwm = None;
+        self.probe_sent_at = None;
+        self.pending_probe = None;
+    }
+
+    /// A response came that acknowledges nothing new (a READ response after a
+    /// gap, a duplicate): the responder is alive and its queue is draining
+    /// toward what was asked again, so the probe waits a PTO from now.
+    pub fn on_activity(&mut self, now: Time, ack_timeout: Option<u64>) {
+        if self.probe_at.is_some() {
+            self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
+        }
+    }
+
+    /// A go-back-N started: nothing in flight can be timed any more (Karn).
+    pub fn on_rewind(&mut self) {
+        self.sample = None;
+    }
+
+    /// Nothing left unacknowledged.
+    pub fn idle(&mut self) {
+        self.probe_at = None;
+        self.end_probe();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_then_additive_increase_and_one_decrease_per_episode() {
+        let mut r = Recovery::default();
+        let t = Time(0);
+        r.on_progress(10, 16, 0, t, None);
+        assert_eq!(r.window(), 32, "slow start adds what was acknowledged");
+        r.on_loss(100);
+        assert_eq!(r.window(), 22, "x 0.7");
+        r.on_loss(120);
+        assert_eq!(r.window(), 22, "same episode: no second decrease");
+        r.on_progress(99, 21, 0, t, None);
+        assert_eq!(r.window(), 22, "episode over; additive increase...");
+        r.on_progress(100, 1, 0, t, None);
+        assert_eq!(r.window(), 23, "...one per window acknowledged");
+        r.on_timeout(200);
+        assert_eq!(r.window(), MIN_WINDOW);
+        r.cap = 1;
+        assert_eq!(r.window(), 1, "never above the engine's window");
+        r.cap = 4;
+        r.on_progress(300, 100, 0, t, None);
+        assert_eq!(r.window(), 4, "grows no further than it");
+    }
+
+    #[test]
+    fn probe_timeout_follows_rtt_backs_off_and_stays_under_the_ack_timeout() {
+        let mut r = Recovery::default();
+        r.on_send(5, true, true, Time(1_000), None);
+        r.on_progress(5, 1, 1, Time(101_000), None);
+        // One sample: RTTVAR is half of it, so SRTT + 4 x RTTVAR = 3 x RTT.
+        assert_eq!(r.pto_ns(None), 300_000, "3 x 100 us");
+        r.on_read_probe(Time(0), None);
+        assert!(r.probing && r.force_ack_req);
+        assert_eq!(r.window(), 1, "one packet while a probe is out");
+        assert!(r.may_send(40), "the probe goes whatever is in flight");
+        r.on_send(9, true, false, Time(0), None);
+        assert!(!r.may_send(0), "and nothing after it");
+        assert_eq!(r.pto_ns(None), 600_000, "doubled");
+        assert_eq!(r.pto_ns(Some(500_000)), 250_000, "half the ACK timeout");
+        r.on_progress(9, 1, 0, Time(0), None);
+        assert!(!r.probing && r.probe_at.is_none());
+    }
+
+    #[test]
+    fn a_tail_probe_cuts_the_window_only_when_its_answer_shows_loss() {
+        let mut r = Recovery::default();
+        // One round trip of 40 us measured.
+        r.on_send(3, true, true, Time(0), None);
+        r.on_progress(3, 1, 5, Time(40_000), None);
+        r.on_tail_probe(10, 20, Time(100_000), None);
+        assert_eq!(r.pending_probe, Some(10));
+        r.on_send(10, true, false, Time(100_000), None);
+        assert!(
+            !r.probe_answered(20, 20, Time(150_000)),
+            "everything acknowledged: spurious"
+        );
+        let w = r.window();
+        assert_eq!(
+            w,
+            INITIAL_WINDOW + 1,
+            "no cut (slow start took the one ACK)"
+        );
+        r.on_tail_probe(10, 20, Time(200_000), None);
+        r.on_send(10, true, false, Time(200_000), None);
+        assert!(
+            !r.probe_answered(12, 20, Time(210_000)),
+            "sooner than a round trip: an ACK that was already on its way"
+        );
+        assert!(
+            r.probe_answered(12, 20, Time(240_000)),
+            "short of what was sent: lost"
+        );
+        assert_eq!(r.window(), w * 7 / 10);
+        assert!(!r.probe_answered(15, 20, Time(300_000)), "answered once");
+    }
+
+    #[test]
+    fn a_resent_psn_is_never_timed() {
+        let mut r = Recovery::default();
+        r.on_send(5, true, true, Time(0), None);
+        r.on_rewind();
+        r.on_progress(5, 1, 0, Time(5_000_000), None);
+        assert_eq!(r.pto_ns(None), INITIAL_PTO_NS, "no sample taken");
+    }
+}
