@@ -12,7 +12,7 @@ use clap::Parser;
 
 use transport::wire::roce::MacAddr;
 
-use crate::fabric::{FabricFile, FaultSpec, Node};
+use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
 
 /// A virtual InfiniBand HCA: serves one PCI function to QEMU over vfio-user and
 /// moves its port's packets over a UDP fabric (native InfiniBand, the default)
@@ -43,13 +43,28 @@ pub struct Cli {
     /// InfiniBand mode. Fabric file (TOML): one [[node]] table per device with
     /// name, lid, guid and UDP address. It plays the subnet manager: this device
     /// takes its LID and port GUID from its own entry and reaches the others at
-    /// theirs.
+    /// theirs. A top-level key_file = "FILE" (relative to the fabric file) or
+    /// key = "HEX" gives the fabric key (see --fabric-key-file).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 
     /// InfiniBand mode: this device's node name in the fabric file.
     #[arg(long, value_name = "NAME", conflicts_with = "tap")]
     pub node: Option<String>,
+
+    /// InfiniBand mode: authenticate every datagram with the fabric key in
+    /// FILE (64 hex digits, e.g. from `openssl rand -hex 32`; keep it mode 600),
+    /// shared by every node: a 16-byte keyed MAC (BLAKE3) and a sequence number
+    /// per datagram, so that whoever can reach the UDP port but lacks the key
+    /// cannot inject or replay packets. Overrides the fabric file's key or
+    /// key_file. Off by default (a fabric inside one host needs no key).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "tap",
+        verbatim_doc_comment
+    )]
+    pub fabric_key_file: Option<PathBuf>,
 
     /// RoCE mode: the port is Ethernet with RoCEv2, on this TAP device (opened,
     /// or created if missing; bring it up and plug it into a bridge yourself).
@@ -142,8 +157,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Where the port's packets go.
 #[derive(Debug, Clone)]
 pub enum FabricMode {
-    /// Native InfiniBand packets over UDP, nodes from a fabric file (`ib-udp`).
-    IbUdp { fabric: Box<FabricFile>, node: Node },
+    /// Native InfiniBand packets over UDP, nodes from a fabric file (`ib-udp`);
+    /// with a fabric key, every datagram is authenticated (issue 13).
+    IbUdp {
+        fabric: Box<FabricFile>,
+        node: Node,
+        key: Option<FabricKey>,
+    },
     /// Ethernet with RoCEv2 on a TAP shared with the guest's virtio-net (`roce`,
     /// WF-10).
     Roce {
@@ -272,9 +292,17 @@ impl Cli {
                 names.join(", ")
             ))
         })?;
+        let key = match &self.fabric_key_file {
+            Some(p) => Some(
+                FabricKey::load(p)
+                    .map_err(|e| CliError(format!("--fabric-key-file {}: {e}", p.display())))?,
+            ),
+            None => fabric.key().cloned(),
+        };
         Ok(FabricMode::IbUdp {
             fabric: Box::new(fabric),
             node,
+            key,
         })
     }
 

@@ -823,16 +823,53 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
         .build()
 }
 
+/// The `ib-udp` link of `node`: the UDP link, and the fabric key stage right
+/// on it when there is a key, so that every stage outside (faults, capture)
+/// sees plain native packets (issue 13, ARCHITECTURE.md §9).
+fn ib_udp_link(
+    fabric: &crate::fabric::FabricFile,
+    node: &crate::fabric::Node,
+    key: Option<&crate::fabric::FabricKey>,
+) -> Result<Box<dyn crate::fabric::Link + Send>, crate::fabric::LinkError> {
+    use crate::fabric::{AuthLink, UdpLink};
+    let udp = UdpLink::bind(fabric, &node.name)?;
+    let Some(key) = key else {
+        if let Some(n) = fabric
+            .nodes()
+            .iter()
+            .find(|n| !n.address.ip().is_loopback())
+        {
+            log::warn!(
+                "fabric: node {} is at {}, off this host, and there is no fabric key: \
+                 whoever can send to udp {} can inject packets (--fabric-key-file)",
+                n.name,
+                n.address,
+                node.address
+            );
+        }
+        return Ok(Box::new(udp));
+    };
+    if let Some(w) = key.permission_warning() {
+        log::warn!("fabric: {w}");
+    }
+    log::info!(
+        "fabric: datagrams authenticated with fabric key {} from {}",
+        key.id(),
+        key.source()
+    );
+    Ok(Box::new(AuthLink::new(udp, key)))
+}
+
 /// Serves the device described by `config` until the process is stopped.
 pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Error>> {
     use crate::cli::FabricMode;
-    use crate::fabric::{format_mac, CaptureLink, FaultLink, Link, Tap, TapLink, UdpLink};
+    use crate::fabric::{format_mac, CaptureLink, FaultLink, Link, Tap, TapLink};
     use transport::wire::pcap::LinkType;
     let mut net = None;
     let (mut link, port_config, capture_as, what): (Box<dyn Link + Send>, _, _, _) =
         match &config.mode {
-            FabricMode::IbUdp { fabric, node } => (
-                Box::new(UdpLink::bind(fabric, &node.name)?),
+            FabricMode::IbUdp { fabric, node, key } => (
+                ib_udp_link(fabric, node, key.as_ref())?,
                 PortConfig::new(node.lid, node.guid),
                 LinkType::ErfInfiniband,
                 format!("node {} (LID {:#x})", node.name, node.lid),

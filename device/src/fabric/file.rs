@@ -12,6 +12,13 @@
 //! address = "127.0.0.1:18515"
 //! ```
 //!
+//! A fabric that leaves the host adds a fabric key (issue 13, ARCHITECTURE.md §9),
+//! shared by every node, at the top of the file, before the first `[[node]]`:
+//! `key_file = "fabric.key"` (a file of 64 hex digits, readable by its owner
+//! only; a relative path is taken from the fabric file's folder) or
+//! `key = "<64 hex digits>"` in the file itself (which then must be kept as
+//! private as a key file). Without either, datagrams are not authenticated.
+//!
 //! The file is written by people, so every error is one line naming the file, the
 //! node and the problem; the receive path later trusts this table to decide which
 //! datagrams come from the fabric at all (ARCHITECTURE.md §9), so duplicates and
@@ -20,9 +27,15 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use super::FabricKey;
+
+/// Top-level keys of a fabric file.
+const TOP_KEYS: [&str; 3] = ["node", "key", "key_file"];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
@@ -55,6 +68,8 @@ pub struct FabricFile {
     by_name: HashMap<String, usize>,
     by_lid: HashMap<u16, usize>,
     by_address: HashMap<SocketAddr, usize>,
+    /// The fabric key, if the file names one (`key` or `key_file`).
+    key: Option<FabricKey>,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -77,8 +92,11 @@ pub enum FabricFileError {
     #[error("{file}: no nodes: a fabric file lists at least one [[node]]")]
     Empty { file: String },
     /// A top-level key other than `node`.
-    #[error("{file}: unknown top-level key `{key}` (only [[node]] tables belong here)")]
+    #[error("{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file)")]
     UnknownTopKey { file: String, key: String },
+    /// `key` or `key_file` that does not give a usable fabric key.
+    #[error("{file}: {message}")]
+    BadKey { file: String, message: String },
     /// `node` is not an array of tables.
     #[error("{file}: `node` must be an array of tables, written [[node]]")]
     NotNodeArray { file: String },
@@ -230,27 +248,42 @@ impl FabricFile {
     pub fn load(path: impl AsRef<Path>) -> Result<FabricFile, FabricFileError> {
         let path = path.as_ref();
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| FabricFileError::Io {
+        let io = |source| FabricFileError::Io {
             file: file.clone(),
             source,
-        })?;
-        FabricFile::parse(&file, &text)
+        };
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        // A key written in the fabric file is as secret as a key file: its
+        // permissions go with the key (FabricKey::permission_warning).
+        let mode = std::fs::metadata(path).map_err(io)?.permissions().mode();
+        FabricFile::parse_at(&file, &text, Some((path, mode)))
     }
 
     /// Validates `text`; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<FabricFile, FabricFileError> {
+        FabricFile::parse_at(file, text, None)
+    }
+
+    /// [`FabricFile::parse`] of the text of the file at `origin`'s path, which has
+    /// `origin`'s permission bits.
+    fn parse_at(
+        file: &str,
+        text: &str,
+        origin: Option<(&Path, u32)>,
+    ) -> Result<FabricFile, FabricFileError> {
         let f = || file.to_string();
         let table: toml::Table = toml::from_str(text).map_err(|e| FabricFileError::Syntax {
             file: f(),
             line: e.span().map_or(1, |s| line_of(text, s.start)),
             message: one_line(e.message()),
         })?;
-        if let Some(key) = table.keys().find(|k| k.as_str() != "node") {
+        if let Some(key) = table.keys().find(|k| !TOP_KEYS.contains(&k.as_str())) {
             return Err(FabricFileError::UnknownTopKey {
                 file: f(),
                 key: key.clone(),
             });
         }
+        let key = Self::key_from_toml(file, &table, origin)?;
         let raw = match table.get("node") {
             None => return Err(FabricFileError::Empty { file: f() }),
             Some(toml::Value::Array(a)) => a,
@@ -260,7 +293,49 @@ impl FabricFile {
         for (i, v) in raw.iter().enumerate() {
             nodes.push(Self::node_from_toml(file, i, v)?);
         }
-        FabricFile::validated(file, nodes)
+        let mut fabric = FabricFile::validated(file, nodes)?;
+        fabric.key = key;
+        Ok(fabric)
+    }
+
+    /// The fabric key named by `key` or `key_file`, if any.
+    fn key_from_toml(
+        file: &str,
+        t: &toml::Table,
+        origin: Option<(&Path, u32)>,
+    ) -> Result<Option<FabricKey>, FabricFileError> {
+        let bad = |message: String| FabricFileError::BadKey {
+            file: file.to_string(),
+            message,
+        };
+        let text = |k: &str| match t.get(k) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(bad(format!("`{k}` must be a string"))),
+        };
+        match (text("key")?, text("key_file")?) {
+            (Some(_), Some(_)) => Err(bad("give `key` or `key_file`, not both".into())),
+            (Some(hex), None) => {
+                let k = FabricKey::from_hex(&hex).map_err(|e| bad(format!("`key`: {e}")))?;
+                Ok(Some(match origin {
+                    Some((path, mode)) => k.with_source(path, mode),
+                    None => k,
+                }))
+            }
+            (None, Some(p)) => {
+                let mut path = PathBuf::from(&p);
+                if path.is_relative() {
+                    // Relative to the fabric file, wherever vhca was started.
+                    if let Some(dir) = Path::new(file).parent() {
+                        path = dir.join(path);
+                    }
+                }
+                FabricKey::load(&path)
+                    .map(Some)
+                    .map_err(|e| bad(format!("`key_file`: {e}")))
+            }
+            (None, None) => Ok(None),
+        }
     }
 
     /// A fabric from nodes built in code (tests, a CLI that takes `--peer`), checked
@@ -435,6 +510,7 @@ impl FabricFile {
             by_name,
             by_lid,
             by_address,
+            key: None,
         })
     }
 
@@ -446,6 +522,11 @@ impl FabricFile {
     /// All nodes, in file order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// The fabric key the file names (`key` or `key_file`), if any.
+    pub fn key(&self) -> Option<&FabricKey> {
+        self.key.as_ref()
     }
 
     /// The node called `name`.

@@ -9,7 +9,9 @@
 //!   [`TapLink`] the `roce` mode (RoCEv2 frames on a TAP shared with the guest's
 //!   virtio-net, WF-10).
 //! - Stages that wrap any [`Link`]: [`FaultLink`] (seeded drop, duplicate, reorder,
-//!   corrupt, delay) and [`CaptureLink`] (every packet to a pcap file, WF-11).
+//!   corrupt, delay), [`CaptureLink`] (every packet to a pcap file, WF-11) and
+//!   [`AuthLink`] (the fabric key: a sequence number and a keyed tag on every
+//!   datagram, issue 13, ARCHITECTURE.md §9).
 //!
 //! Like the transport engine (ARCHITECTURE.md §3), nothing here reads a clock: every call
 //! takes `now`, the caller's time since the Unix epoch, so a stage's behaviour is a
@@ -19,6 +21,7 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+mod auth;
 mod capture;
 mod fault;
 mod file;
@@ -27,6 +30,10 @@ mod tap_sys;
 mod udp;
 mod udp_sys;
 
+pub use auth::{
+    AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, REPLAY_WINDOW, SEQ_LEN, TAG_LEN,
+    TRAILER_LEN,
+};
 pub use capture::{CaptureCounters, CaptureLink};
 pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
@@ -193,7 +200,9 @@ pub trait Link {
     /// link's own, [`MAX_PACKET_LEN`] bytes starting
     /// `wire::packet::BUFFER_ALIGN_OFFSET` past a 16-byte boundary, for the
     /// caller to build the next packet in; [`Link::send_from_buffer`] then sends
-    /// it without a copy (the UDP link queues the buffer itself). `None`: the
+    /// it without a copy (the UDP link queues the buffer itself). Until then,
+    /// a second call lends the same buffer with its bytes as they are (the
+    /// fabric key stage writes its trailer after the packet so). `None`: the
     /// link takes packets only through [`Link::send`] (the default).
     fn send_buffer(&mut self) -> Option<&mut [u8]> {
         None
