@@ -123,8 +123,10 @@ pub struct Cli {
 
     /// The least time (microseconds) without an acknowledgement before a loss
     /// probe, whatever the measured round trip. A busy host that deschedules
-    /// a peer for milliseconds makes shorter probes spurious. 10..=1000000.
-    #[arg(long, value_name = "USECS", default_value_t = 2000)]
+    /// a peer for milliseconds makes shorter probes spurious, and each costs
+    /// throughput; longer ones recover a lost tail later (still well before
+    /// the ACK timeout). 10..=1000000.
+    #[arg(long, value_name = "USECS", default_value_t = 5000)]
     pub loss_probe_min_us: u64,
     /// Host memory the device may hold for its guest: MR page lists, the WQEs
     /// taken from the guest's rings, QP and responder state (bytes, or with a

@@ -11,17 +11,21 @@
 //!   first transmission to the ACK (or response) that covers it; a PSN that was
 //!   sent again is never timed (Karn). Smoothed as RFC 6298 does.
 //! - **Probe.** When nothing has been acknowledged for a probe timeout (twice
-//!   the smoothed round trip, at least the variance bound, and never more than
-//!   half the ACK timeout), the requester sends the oldest unacknowledged
-//!   request again with AckReq set, and nothing else until an answer comes.
-//!   If the responder had it, the probe is a duplicate, which it must answer
-//!   with an ACK of the newest PSN it completed (RL-04, RL-05; 9.7.5.1.1); if
-//!   it lost it, the probe is the packet it expects (a silent drop after an
-//!   earlier NAK ends with it, RL-03). Either answer says where to resume,
-//!   and go-back-N (9.7.4.1.3) resends from there. A probe is not a retry:
-//!   `retry_cnt` still counts ACK timeouts and sequence NAKs only (RL-10), and
-//!   the ACK timer keeps running, so a peer that is gone still fails the QP in
-//!   the time the spec gives. Probes back off (doubling) until progress.
+//!   the smoothed round trip, at least the variance bound and a floor the
+//!   caller sets for its host's scheduling noise, never more than half the
+//!   ACK timeout), the requester sends the oldest unacknowledged packet again
+//!   with AckReq, outside the send sequence (a tail probe). If the responder
+//!   had it, it is a duplicate, which it must answer with an ACK of the newest
+//!   PSN it completed (RL-04, RL-05; 9.7.5.1.1); if it lost it, it is the
+//!   packet it expects (a silent drop after an earlier NAK ends with it,
+//!   RL-03). A spurious probe (the peer was only slow) costs one packet. If a
+//!   probe timeout later what was sent before the probe is still not all
+//!   acknowledged, the rest was lost: go-back-N (9.7.4.1.3) resends it and the
+//!   window is cut. For a READ the probe is a re-request of the READ's rest
+//!   (RL-14). A probe is not a retry: `retry_cnt` still counts ACK timeouts
+//!   and sequence NAKs only (RL-10), and the ACK timer keeps running, so a
+//!   peer that is gone still fails the QP in the time the spec gives. Probes
+//!   back off (doubling) until progress.
 //! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
 //!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
 //!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
