@@ -62,11 +62,12 @@ for t in "${targets[@]}"; do
         "$work" "fuzz/corpus/$t" >"$log" 2>&1
     rc=$?
     set -e
-    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|cov: ' "$log" | tail -3
+    # (|| true: under pipefail a grep without a match would end the script.)
+    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|cov: ' "$log" | tail -3 || true
     if [ $rc -ne 0 ]; then
         echo "fuzz: $t FAILED (exit $rc); log: $log" >&2
-        grep -E 'panicked|ERROR|SUMMARY' "$log" | head -5 >&2
-        grep -oE 'Test unit written to [^ ]+' "$log" | sed 's/^/fuzz: reproducer: /' >&2
+        grep -E -A1 'panicked|ERROR|SUMMARY' "$log" | head -8 >&2 || true
+        grep -oE 'Test unit written to [^ ]+' "$log" | sed 's/^/fuzz: reproducer: /' >&2 || true
         echo "fuzz: replay with $bin/$t <reproducer>" >&2
         status=1
     fi
