@@ -614,6 +614,29 @@ fn fabric_frames() {
     let mut c = vec![1u8];
     c.extend_from_slice(&roce);
     write("fabric_frames", "classify-roce", &c);
+    // virtio-net (mode 6): a TX chain (vnet header, then the frame, at 0x20000)
+    // and two writable RX buffers for a mergeable 2000-byte frame.
+    let desc = |addr: u64, len: u32, flags: u16, next: u16| {
+        let mut d = addr.to_le_bytes().to_vec();
+        d.extend_from_slice(&len.to_le_bytes());
+        d.extend_from_slice(&flags.to_le_bytes());
+        d.extend_from_slice(&next.to_le_bytes());
+        d
+    };
+    let mut tx = vec![6u8, 1, 2];
+    tx.extend(desc(0x2_0000, 10, 1, 1));
+    tx.extend(desc(0x2_000a, arp.len() as u32, 0, 0));
+    tx.extend([1, 0, 0]);
+    tx.extend_from_slice(&[0u8; 10]);
+    tx.extend_from_slice(&arp);
+    write("fabric_frames", "virtio-tx", &tx);
+    let mut rx = vec![6u8, 2 | 4, 2];
+    rx.extend(desc(0x3_0000, 1500, 2, 0));
+    rx.extend(desc(0x3_1000, 1500, 2, 0));
+    rx.extend([2, 0, 0, 1, 0]);
+    rx.extend_from_slice(&[0u8; 10]);
+    rx.extend((0..2000).map(|i| (i % 251) as u8));
+    write("fabric_frames", "virtio-rx-mergeable", &rx);
 }
 
 // ------------------------------------------------------------------ vfio-user
