@@ -15,6 +15,8 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 # The tshark conformance test fails instead of skipping when tshark is missing.
 VHCA_REQUIRE_TSHARK=1 cargo test --workspace 2>&1
+echo "== fuzz: every target for a short bounded time (fuzz/README.md has the long run)"
+scripts/fuzz.sh --seconds 15
 echo "== VM: the device under a real QEMU (host root and guest are cached in /var/cache/vhca)"
 images/device-smoke.sh
 images/vm-tests.sh

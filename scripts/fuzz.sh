@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing (issue 13; fuzz/README.md): builds the fuzz targets with
+# libFuzzer on the stable toolchain and runs each for N seconds over its seed
+# corpus. Exits non-zero on a crash and prints the reproducer.
+#
+#   scripts/fuzz.sh                      # every target, 20 s each (CI)
+#   scripts/fuzz.sh --seconds 3600       # the long run
+#   scripts/fuzz.sh --seconds 600 cmdq   # one target
+#   scripts/fuzz.sh --build              # build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_rust
+# libfuzzer-sys compiles libFuzzer (C++).
+command -v c++ >/dev/null 2>&1 || apt_install g++
+
+seconds=20
+build_only=0
+targets=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --seconds) seconds="$2"; shift 2 ;;
+        --build) build_only=1; shift ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
+        *) targets+=("$1"); shift ;;
+    esac
+done
+all=(wire_parse engine_packets wqe_decode cmdq vfio_user fabric_frames)
+[ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
+
+# The flags cargo-fuzz passes, all stable: SanitizerCoverage through LLVM's pass
+# (inline 8-bit counters, PC table, compare tracing, stack depth) and `--cfg
+# fuzzing`. No AddressSanitizer: it needs nightly's -Zsanitizer, and the code under
+# test is safe Rust (the few `unsafe` wrappers are in pci/fabric, reached here
+# through their safe APIs). --target keeps the flags off build scripts and proc
+# macros, which must not link against libFuzzer's hooks.
+host=$(rustc -vV | sed -n 's/^host: //p')
+export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares -Cllvm-args=-sanitizer-coverage-stack-depth \
+--cfg fuzzing"
+export CARGO_TARGET_DIR="$PWD/fuzz/target"
+echo "== fuzz: build (${targets[*]})"
+cargo build --quiet --release --manifest-path fuzz/Cargo.toml --target "$host" \
+    $(printf -- '--bin %s ' "${targets[@]}")
+[ "$build_only" = 1 ] && exit 0
+
+bin="$CARGO_TARGET_DIR/$host/release"
+status=0
+for t in "${targets[@]}"; do
+    # The committed seeds stay as they are; what the fuzzer finds goes to a work
+    # corpus (fuzz/work, not in git) that later runs start from.
+    work="fuzz/work/$t"
+    art="fuzz/artifacts/$t/"
+    mkdir -p "$work" "$art" "fuzz/corpus/$t"
+    log="fuzz/work/$t.log"
+    echo "== fuzz: $t for ${seconds}s"
+    set +e
+    "$bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+        -max_len=8192 -print_final_stats=1 -artifact_prefix="$art" \
+        "$work" "fuzz/corpus/$t" >"$log" 2>&1
+    rc=$?
+    set -e
+    # (|| true: under pipefail a grep without a match would end the script.)
+    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|cov: ' "$log" | tail -3 || true
+    if [ $rc -ne 0 ]; then
+        echo "fuzz: $t FAILED (exit $rc); log: $log" >&2
+        grep -E -A1 'panicked|ERROR|SUMMARY' "$log" | head -8 >&2 || true
+        grep -oE 'Test unit written to [^ ]+' "$log" | sed 's/^/fuzz: reproducer: /' >&2 || true
+        echo "fuzz: replay with $bin/$t <reproducer>" >&2
+        status=1
+    fi
+done
+exit $status
