@@ -136,11 +136,11 @@ impl Engine {
                 roce: None,
             };
             let built = if qp.req_turn {
-                requester::poll_transmit(qp, &mut ctx, buf, &self.limits)
+                requester::poll_transmit(qp, &mut ctx, buf)
                     .or_else(|| responder::poll_transmit(qp, &mut ctx, buf))
             } else {
                 responder::poll_transmit(qp, &mut ctx, buf)
-                    .or_else(|| requester::poll_transmit(qp, &mut ctx, buf, &self.limits))
+                    .or_else(|| requester::poll_transmit(qp, &mut ctx, buf))
             };
             qp.req_turn = !qp.req_turn;
             if built.is_none() {

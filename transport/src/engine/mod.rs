@@ -617,7 +617,7 @@ impl Engine {
                 state: QpState::Reset,
                 attr: QpAttr::default(),
                 rq: Held::new(&self.budget),
-                req: Requester::new(c.max_send_wr as usize, &self.budget),
+                req: Requester::new(c.max_send_wr as usize, &self.budget, &self.limits),
                 resp: Responder::default(),
                 scheduled: false,
                 req_turn: false,
@@ -716,7 +716,8 @@ impl Engine {
         match next {
             QpState::Reset => {
                 qp.rq.clear();
-                qp.req = Requester::new(qp.init.cap.max_send_wr as usize, &self.budget);
+                qp.req =
+                    Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
                 qp.resp = Responder::default();
                 qp.attr = QpAttr::default();
             }

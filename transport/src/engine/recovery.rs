@@ -123,6 +123,16 @@ impl Default for Recovery {
 }
 
 impl Recovery {
+    /// A requester's recovery under the engine's `limits` (fixed for its life).
+    pub fn new(limits: &super::Limits) -> Recovery {
+        Recovery {
+            cap: limits.send_window,
+            probes: limits.loss_probes,
+            min_pto_ns: limits.min_probe_timeout_ns,
+            ..Recovery::default()
+        }
+    }
+
     /// Packets the requester may have in flight now.
     pub fn window(&self) -> u32 {
         if self.probing {

@@ -119,10 +119,11 @@ pub(crate) struct Requester {
 }
 
 impl Requester {
-    pub fn new(max_wr: usize, budget: &Budget) -> Requester {
+    pub fn new(max_wr: usize, budget: &Budget, limits: &super::Limits) -> Requester {
         Requester {
             wqes: Held::new(budget),
             max_wr,
+            rec: Recovery::new(limits),
             ..Requester::default()
         }
     }
@@ -258,12 +259,7 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
 }
 
 /// Builds the next request packet of this QP, if any.
-pub(crate) fn poll_transmit(
-    qp: &mut Qp,
-    cx: &mut Ctx<'_>,
-    buf: &mut [u8],
-    limits: &super::Limits,
-) -> Option<usize> {
+pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
     }
@@ -271,9 +267,6 @@ pub(crate) fn poll_transmit(
         return None;
     }
     let is_rc = qp.init.qp_type == QpType::Rc;
-    qp.req.rec.cap = limits.send_window;
-    qp.req.rec.probes = limits.loss_probes;
-    qp.req.rec.min_pto_ns = limits.min_probe_timeout_ns;
     if is_rc {
         if let Some(p) = qp.req.rec.pending_probe.take() {
             // A tail probe (`recovery`): the packet at `p` again, outside the
