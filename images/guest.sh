@@ -226,10 +226,11 @@ cp -a /etc/libibverbs.d "$S/etc/"
     [ -e "$S/$a" ] || [ -L "$S/$a" ] || ln -s /usr/bin/busybox "$S/usr/${a#usr/}"
 done
 
-# Kernel modules: the RDMA core stack (+ soft-RoCE for comparison) and virtio-net.
+# Kernel modules: the RDMA core stack (+ soft-RoCE for comparison), virtio-net and
+# netem (scripts/bench-vm-loss.sh duplicates and reorders soft-RoCE's frames with it).
 # (rxe computes its ICRC with the crypto API's "crc32": modprobe cannot see that
 # dependency, so the crc32 drivers are listed by name.)
-MODS="ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm ib_ipoib rdma_rxe virtio_net
+MODS="ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm ib_ipoib rdma_rxe virtio_net sch_netem
       crc32_generic crc32_pclmul"
 MD=/lib/modules/$K
 mkdir -p "$S$MD"
