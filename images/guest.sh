@@ -43,7 +43,7 @@ done
 vhca_need_root
 ROOT=$(vhca_ensure_root)
 RKEY=$(vhca_root_key)
-KEY=$( { cat "$0"; echo "$RKEY"; } | sha256sum | cut -c1-16)
+KEY=$( { cat "$0" "$VHCA_IMAGES/stage-lib.sh"; echo "$RKEY"; } | sha256sum | cut -c1-16)
 OUT="$VHCA_CACHE/guest-$KEY"
 
 exec 9>"$VHCA_CACHE/.guest.lock"
@@ -172,31 +172,8 @@ for d in bin sbin lib lib64; do ln -s usr/$d "$S/$d"; done
 mkdir -p "$S"/{proc,sys,dev,tmp,run,root,mnt,etc,var/tmp,vhca,etc/modules.d,etc/vhca-init.d}
 ln -s /run "$S/var/run"
 
-# add PATH: copy a file (resolved) into the stage, plus a symlink at its own
-# (canonical) name if that differs.
-add() {
-    local f=$1 r c
-    r=$(readlink -f "$f") || return 1
-    [ -e "$r" ] || { echo "missing $f" >&2; return 1; }
-    c=$(readlink -f "$(dirname "$f")")/$(basename "$f")
-    if [ ! -e "$S$r" ]; then
-        mkdir -p "$S$(dirname "$r")"
-        cp -a "$r" "$S$r"
-    fi
-    if [ "$c" != "$r" ] && [ ! -e "$S$c" ] && [ ! -L "$S$c" ]; then
-        mkdir -p "$S$(dirname "$c")"
-        ln -s "$r" "$S$c"
-    fi
-}
-is_elf() { [ "$(head -c4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; }
-# add_elf PATH: the file and its ldd closure.
-add_elf() {
-    add "$1"
-    local l
-    for l in $(ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
-        add "$l"
-    done
-}
+# add, is_elf, add_elf (images/stage-lib.sh; the repo is visible inside the root).
+. "$3/stage-lib.sh"
 
 # busybox first, applets only where nothing real will be.
 add /usr/bin/busybox
@@ -228,9 +205,11 @@ done
 
 # Kernel modules: the RDMA core stack (+ soft-RoCE for comparison), virtio-net and
 # netem (scripts/bench-vm-loss.sh duplicates and reorders soft-RoCE's frames with it).
+# NVMe over Fabrics (target, host, null_blk namespaces: images/workloads-tests.sh).
 # (rxe computes its ICRC with the crypto API's "crc32": modprobe cannot see that
 # dependency, so the crc32 drivers are listed by name.)
 MODS="ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm ib_ipoib rdma_rxe virtio_net sch_netem
+      nvmet-rdma nvme-rdma null_blk
       crc32_generic crc32_pclmul"
 MD=/lib/modules/$K
 mkdir -p "$S$MD"
@@ -268,7 +247,7 @@ rm -rf "$S" "$OUT/build.sh"
 BUILD
 
 vhca_log "building the guest for $K in $TMP"
-vhca_chroot "$ROOT" bash "$TMP/build.sh" "$TMP" "$K" >"$TMP/build.log" 2>&1 ||
+vhca_chroot "$ROOT" bash "$TMP/build.sh" "$TMP" "$K" "$VHCA_IMAGES" >"$TMP/build.log" 2>&1 ||
     { tail -30 "$TMP/build.log" >&2; vhca_die "guest build failed"; }
 date -u +%s >"$TMP/.vhca-guest-complete"
 rm -rf "$OUT"

@@ -61,6 +61,10 @@ PACKAGES=(
     # the guest's network tools (RoCE tests and benchmarks: TCP throughput,
     # captures and NIC settings inside the guest)
     iperf3 tcpdump ethtool
+    # the workloads users run over RDMA (issue 15; images/workloads.sh puts
+    # their ldd closures in a guest overlay): NVMe over Fabrics' host tool and
+    # fio, UCX's perftest, Open MPI
+    nvme-cli fio ucx-utils openmpi-bin
     # building kernel modules and rdma-core providers
     gcc make libc6-dev cmake ninja-build pkgconf python3 xz-utils zstd patch
     dpkg-dev cpio

@@ -10,6 +10,8 @@
 # the pair in sequence in that boot:
 #   vhca-vhca rxe-rxe vhca-rxe rxe-vhca   the full set below
 #   loss-vhca-rxe loss-rxe-vhca           the loss set, --loss 5 on the bridge
+#   wl-vhca-vhca wl-rxe-rxe               the workload set (issue 15), with the
+#                                         workloads overlay (images/workloads.sh)
 # Full set (each with -d $DEV; -g/-x $GIDX, the RoCE v2 IPv4 GID):
 #   setup (both guests: $DEV present, link_layer Ethernet, GIDX found);
 #   ibv_{rc,uc,ud,srq}_pingpong -c (received data checked); ib_{send,write,
@@ -28,6 +30,17 @@
 #   failing side is an rxe killed by the check's timeout. Either outcome passes
 #   (and is printed as a "#" line) only when the other side completed all its
 #   iterations with checked data (-c).
+# Workload set: ucx_devices (ucx_info lists rc_verbs and ud_verbs on $DEV:1);
+#   UCX's UCT transports between the guests with ucx_perftest (-P 0: its own
+#   TCP exchange, no MPI): rc_verbs put_bw 64 KiB (zero copy) and am_lat 8 B,
+#   ud_verbs am_bw 512 B (bcopy) and am_lat 8 B; UCP tag matching over them (tag_bw 64 KiB,
+#   UCX_TLS=rc_verbs,ud_verbs); nvmeof: the kernel's NVMe over Fabrics target
+#   (nvmet-rdma, a memory-backed null_blk) in A and host (nvme-rdma) in B,
+#   ROCE_TESTS_NVME_ROUNDS rounds (default 10) of discover, connect, fio with
+#   crc32c verification (4 KiB random, 128 KiB sequential, writes then reads),
+#   disconnect (images/wl/); nvme_no_leak: the vhca processes' open fds equal
+#   and their RSS within 4 MiB from the end of round 2 to the end of the last
+#   (sampled on the host as each round ends).
 # After each pair: tshark (tshark -d udp.port==4791,infiniband on the bridge
 #   capture of udp port 4791): RoCE frames present, none _ws.malformed. The
 #   InfiniBand dissector's payload heuristics (RPC-over-RDMA, Ethernet over
@@ -43,7 +56,8 @@
 #                 rxe-vhca and their loss runs; ci (default, the test suite's):
 #                 every pair with vhca, with and without loss (vhca-vhca,
 #                 vhca-rxe, rxe-vhca, loss-vhca-vhca, loss-vhca-rxe,
-#                 loss-rxe-vhca); all: ci's and rxe-rxe.
+#                 loss-rxe-vhca) and wl-vhca-vhca; all: ci's and rxe-rxe;
+#                 workloads: wl-vhca-vhca.
 #                 A loss pair that fails gets one more boot (a slow host can
 #                 run a tool into its timeout); the first attempt's failures
 #                 are printed as "RETRY FAIL ..." lines.
@@ -58,6 +72,7 @@
 # DIR/PAIR/ (roce-pair.out, consoles, roce.pcap, vhca logs).
 #
 # Environment: ROCE_TESTS_N (pingpong iterations, default 50),
+# ROCE_TESTS_NVME_ROUNDS (NVMe-oF connect/fio/disconnect rounds, default 10),
 # ROCE_TESTS_PERF_N (perftest iterations, default 100), ROCE_TESTS_LOSS_N
 # (iterations under loss, default 200), ROCE_TESTS_PAIR_TIMEOUT (per guest,
 # default 300 s; twice that for the loss pairs), ROCE_TESTS_OUTS (perftest -o, default 16).
@@ -84,11 +99,12 @@ if [ -z "$pairs" ]; then
         rxe) pairs=rxe-rxe,loss-rxe-rxe;;
         vhca) pairs=vhca-vhca,loss-vhca-vhca;;
         interop) pairs=vhca-rxe,rxe-vhca,loss-vhca-rxe,loss-rxe-vhca;;
-        all) pairs=vhca-vhca,rxe-rxe,vhca-rxe,rxe-vhca,loss-vhca-vhca,loss-vhca-rxe,loss-rxe-vhca;;
+        all) pairs=vhca-vhca,rxe-rxe,vhca-rxe,rxe-vhca,loss-vhca-vhca,loss-vhca-rxe,loss-rxe-vhca,wl-vhca-vhca;;
         # The test suite's set: every pair with vhca in it, with and without
-        # loss. Not in it: rxe<->rxe, the baseline (--only rxe).
-        ci) pairs=vhca-vhca,vhca-rxe,rxe-vhca,loss-vhca-vhca,loss-vhca-rxe,loss-rxe-vhca;;
-        *) vhca_die "--only rxe|vhca|interop|all";;
+        # loss, and the workloads. Not in it: rxe<->rxe, the baseline (--only rxe).
+        ci) pairs=vhca-vhca,vhca-rxe,rxe-vhca,loss-vhca-vhca,loss-vhca-rxe,loss-rxe-vhca,wl-vhca-vhca;;
+        workloads) pairs=wl-vhca-vhca;;
+        *) vhca_die "--only rxe|vhca|interop|all|ci|workloads";;
     esac
 fi
 vhca_need_root
@@ -97,6 +113,7 @@ ensure_tshark
 N=${ROCE_TESTS_N:-50}
 PN=${ROCE_TESTS_PERF_N:-100}
 LN=${ROCE_TESTS_LOSS_N:-200}
+NR=${ROCE_TESTS_NVME_ROUNDS:-10}
 PT=${ROCE_TESTS_PAIR_TIMEOUT:-300}   # the loss pairs get twice that
 G='-d $DEV -g $GIDX'
 X='-d $DEV -x $GIDX -F'
@@ -133,6 +150,17 @@ udaddy|udaddy -C 20|udaddy -s \$SERVER_IP -C 20"
 lossy="rc_pingpong|ibv_rc_pingpong $G -c -n $LN -p \$PORT|ibv_rc_pingpong $G -c -n $LN -p \$PORT \$SERVER_IP
 ib_write_bw|ib_write_bw $X -n $LN -p \$PORT|ib_write_bw $X -n $LN -p \$PORT \$SERVER_IP
 ib_read_bw|ib_read_bw $X $O -n $LN -p \$PORT|ib_read_bw $X $O -n $LN -p \$PORT \$SERVER_IP"
+
+# The workloads (issue 15): UCX's transports, UCP, NVMe over Fabrics.
+# (each UCX tool under `timeout 120`: the set's timeout is NVMe-oF's, 900 s)
+U="timeout 120 ucx_perftest -P 0 -d \$DEV:1"
+wl="ucx_devices|ucx_info -d | grep -A1 -E 'Transport: (rc|ud)_verbs' | grep -c \"Device: \$DEV:1\" | grep -qx 2|ucx_info -d | grep -A1 -E 'Transport: (rc|ud)_verbs' | grep -c \"Device: \$DEV:1\" | grep -qx 2
+ucx_rc_put_bw|$U -x rc_verbs -t put_bw -D zcopy -s 65536 -n $PN -p \$PORT|$U -x rc_verbs -t put_bw -D zcopy -s 65536 -n $PN -p \$PORT \$SERVER_IP
+ucx_rc_am_lat|$U -x rc_verbs -t am_lat -s 8 -n $PN -p \$PORT|$U -x rc_verbs -t am_lat -s 8 -n $PN -p \$PORT \$SERVER_IP
+ucx_ud_am_bw|$U -x ud_verbs -t am_bw -D bcopy -s 512 -n $PN -p \$PORT|$U -x ud_verbs -t am_bw -D bcopy -s 512 -n $PN -p \$PORT \$SERVER_IP
+ucx_ud_am_lat|$U -x ud_verbs -t am_lat -s 8 -n $PN -p \$PORT|$U -x ud_verbs -t am_lat -s 8 -n $PN -p \$PORT \$SERVER_IP
+ucp_tag_bw|timeout 120 env UCX_NET_DEVICES=\$DEV:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t tag_bw -s 65536 -n $PN -p \$PORT|timeout 120 env UCX_NET_DEVICES=\$DEV:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t tag_bw -s 65536 -n $PN -p \$PORT \$SERVER_IP
+nvmeof|sh /usr/share/wl/nvmet.sh \$((PORT + 300))|sh /usr/share/wl/nvme-host.sh \$SERVER_IP \$((PORT + 300)) $NR"
 
 if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
 else mkdir -p "$VHCA_RUN"; out=$(mktemp -d "$VHCA_RUN/roce-tests.XXXXXX"); fi
@@ -216,6 +244,40 @@ EOF
 }
 mk_overlay "$out/ov-full" "$full" 60
 mk_overlay "$out/ov-loss" "$lossy" 120
+mk_overlay "$out/ov-wl" "$wl" 900
+mkdir -p "$out/ov-wl/usr/share/wl" && cp images/wl/*.sh "$out/ov-wl/usr/share/wl/"
+wl_tree=''
+case ",$pairs," in *,wl-*) wl_tree=$(images/workloads.sh) || vhca_die "images/workloads.sh failed";; esac
+
+# The vhca processes of a workload pair's run (those in its namespace),
+# sampled each time B's console shows the end of an NVMe-oF round: one line
+# "ROUND PID FDS RSS_KB" per process into DIR/vhca-samples. Runs until
+# DIR/.sampling goes away.
+sample_vhca() { # DIR
+    local d=$1 seen=0 n ns pid
+    : >"$d/vhca-samples"
+    while [ -e "$d/.sampling" ]; do
+        n=$(grep -c 'nvme-host: round [0-9]* done' "$d/console-b.log" 2>/dev/null)
+        if [ "${n:-0}" -gt "$seen" ]; then
+            seen=$n ns=$(cat "$d/netns" 2>/dev/null)
+            for pid in $(ip netns pids "$ns" 2>/dev/null); do
+                [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = vhca ] || continue
+                echo "$n $pid $(ls "/proc/$pid/fd" 2>/dev/null | wc -l) $(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")"
+            done >>"$d/vhca-samples"
+        fi
+        sleep 0.5
+    done
+}
+# The leak check over those samples: per process, fds equal and RSS within
+# 4 MiB from round 2 to the last round.
+no_leak() { # DIR
+    awk -v last="$NR" '$1 == 2 { f2[$2] = $3; r2[$2] = $4 } $1 == last { fl[$2] = $3; rl[$2] = $4 }
+        END { n = 0; bad = 0
+              for (p in f2) if (p in fl) { n++
+                  printf "# nvme_no_leak: vhca %s: fds %d -> %d, RSS %d -> %d KiB (round 2 -> %d)\n", p, f2[p], fl[p], r2[p], rl[p], last
+                  if (fl[p] != f2[p] || rl[p] - r2[p] > 4096) bad = 1 }
+              exit (n == 2 && !bad) ? 0 : 1 }' "$1/vhca-samples"
+}
 
 npass=0 nfail=0
 # One attempt's results are kept until the pair is judged (a loss pair gets a
@@ -271,14 +333,24 @@ run_pair() { # PAIR DIR: one boot of the pair, its checks into $lines
     p=${pair#loss-} a=${p%-*} b=${p#*-} ov="$out/ov-full" list=$full lopt=()
     pt=$PT
     if [ "$p" != "$pair" ]; then ov="$out/ov-loss" list=$lossy lopt=(--loss "$loss") pt=$((PT * 2)); fi
+    local wlopt=()
+    if [ "${pair#wl-}" != "$pair" ]; then
+        p=${pair#wl-} a=${p%-*} b=${p#*-} ov="$out/ov-wl" list=$wl pt=$((PT * 5))
+        wlopt=(--overlay "$wl_tree")
+    fi
     case "$a-$b" in vhca-vhca|vhca-rxe|rxe-vhca|rxe-rxe) ;; *) vhca_die "unknown pair $pair";; esac
     mkdir -p "$d"
     t0=$(date +%s)
+    local sampler=''
+    if [ ${#wlopt[@]} -gt 0 ]; then
+        touch "$d/.sampling"; sample_vhca "$d" & sampler=$!
+    fi
     images/roce-pair.sh --a "$a" --b "$b" "${lopt[@]}" --out "$d" --capture "$d/roce.pcap" \
-        --timeout "$pt" --ready '' --overlay "$ov" "${pair_opts[@]}" \
+        --timeout "$pt" --ready '' --overlay "$ov" "${wlopt[@]}" "${pair_opts[@]}" \
         'sh /usr/share/roce-tests/server.sh' 'sh /usr/share/roce-tests/client.sh' \
         >"$d/roce-pair.out" 2>&1
     prc=$?
+    if [ -n "$sampler" ]; then rm -f "$d/.sampling"; wait "$sampler"; fi
     echo "# $pair: roce-pair.sh exit $prc after $(($(date +%s) - t0)) s (logs: $d)"
     log="$d/roce-pair.out"
     s=$(status S setup) c=$(status C setup)
@@ -296,6 +368,13 @@ run_pair() { # PAIR DIR: one boot of the pair, its checks into $lines
             result PASS "$pair/$name"
         else result FAIL "$pair/$name" "server ${s:-no result}, client ${c:-no result}"; fi
     done <<<"$list"
+    if [ ${#wlopt[@]} -gt 0 ]; then
+        if [ "$a" = vhca ] && [ "$b" = vhca ]; then
+            if no_leak "$d"; then result PASS "$pair/nvme_no_leak"
+            else result FAIL "$pair/nvme_no_leak" "see $d/vhca-samples"; fi
+        fi
+        grep -h '^nvme-host: round 1 fio\|^nvme-host: [0-9]* rounds passed' "$log" | sed 's/^/# /'
+    fi
     if [ ${#lopt[@]} -gt 0 ]; then
         dropped=$(sed -n 's/.*loss rule dropped \([0-9]*\) frames.*/\1/p' "$log" | tail -1)
         if [ "${dropped:-0}" -gt 0 ]; then result PASS "$pair/loss_applied"

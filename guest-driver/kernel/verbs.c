@@ -494,7 +494,13 @@ int vhca_ah_to_av(struct vhca_dev *dev, const struct rdma_ah_attr *ah,
 		grh = rdma_ah_read_grh(ah);
 		av->is_global = 1;
 		memcpy(av->dgid, grh->dgid.raw, sizeof(av->dgid));
-		av->flow_label = grh->flow_label;
+		/*
+		 * The GRH's FlowLabel is 20 bits (IBA ch. 8, the GRH); the verbs field
+		 * is wider and consumers put hints above it (UCX stores
+		 * ~path_index for RoCE source-port spreading), which real HCAs
+		 * drop. Keep the 20 bits: the device refuses anything wider.
+		 */
+		av->flow_label = grh->flow_label & IB_GRH_FLOWLABEL_MASK;
 		av->sgid_index = grh->sgid_index;
 		av->hop_limit = grh->hop_limit;
 		av->traffic_class = grh->traffic_class;

@@ -252,7 +252,8 @@ struct ibv_ah *vhca_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	if (attr->is_global) {
 		av->is_global = 1;
 		memcpy(av->dgid, attr->grh.dgid.raw, sizeof(av->dgid));
-		av->flow_label = attr->grh.flow_label;
+		/* 20 bits on the wire (IBA ch. 8, the GRH); see vhca_ah_to_av in vhca.ko. */
+		av->flow_label = attr->grh.flow_label & 0xfffff;
 		av->sgid_index = attr->grh.sgid_index;
 		av->hop_limit = attr->grh.hop_limit;
 		av->traffic_class = attr->grh.traffic_class;
