@@ -53,7 +53,7 @@ pub(super) fn wr_weight(wr: &SendWr) -> u64 {
     let heap = match &wr.data {
         SendData::Sges(s) => std::mem::size_of_val(s.as_slice()),
         SendData::Inline(d) => d.len(),
-        SendData::Bind(_) => 0,
+        SendData::Bind(_) | SendData::Reg(_) => 0,
     };
     (std::mem::size_of::<SendWqe>() + heap) as u64
 }
@@ -154,7 +154,7 @@ impl Requester {
             (_, WrOpcode::AtomicWrite) => 8,
             (SendData::Inline(d), _) => d.len() as u64,
             (SendData::Sges(s), _) => s.iter().map(|s| u64::from(s.length)).sum(),
-            (SendData::Bind(_), _) => 0,
+            (SendData::Bind(_) | SendData::Reg(_), _) => 0,
         };
         let signaled = sig_all || wr.flags.contains(SendFlags::SIGNALED);
         self.wqes.push_back(SendWqe {
@@ -223,8 +223,9 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         WrOpcode::Flush | WrOpcode::AtomicWrite => t == QpType::Rc,
         // OP-03: SEND with Invalidate exists for RC (and XRC) only (Table 38).
         WrOpcode::SendWithInv => t == QpType::Rc,
-        // MP-07: LOCAL_INV sends nothing; any service may carry it.
-        WrOpcode::LocalInv => true,
+        // MP-07, MP-08: LOCAL_INV and REG_MR send nothing; any service may
+        // carry them.
+        WrOpcode::LocalInv | WrOpcode::RegMr => true,
         // MP-06, MP-07: windows are bound through connected QPs (a type 2
         // window is associated with its QP; UD has no R_Key use).
         WrOpcode::BindMw => t != QpType::Ud,
@@ -236,7 +237,11 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         // A bind carries exactly its bind, and only a bind carries one.
         return Err(VerbError::InvalidWr);
     }
-    if wr.opcode == WrOpcode::LocalInv || wr.opcode == WrOpcode::BindMw {
+    if (wr.opcode == WrOpcode::RegMr) != matches!(wr.data, SendData::Reg(_)) {
+        // Likewise a registration (MP-08).
+        return Err(VerbError::InvalidWr);
+    }
+    if is_local_op(wr.opcode) {
         return Ok(());
     }
     if t == QpType::Ud && wr.ud.is_none() {
@@ -253,7 +258,7 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
                 return Err(VerbError::MaxSgeExceeded);
             }
         }
-        SendData::Bind(_) => return Err(VerbError::InvalidWr),
+        SendData::Bind(_) | SendData::Reg(_) => return Err(VerbError::InvalidWr),
     }
     Ok(())
 }
@@ -378,10 +383,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
 }
 
 fn is_local_op(op: WrOpcode) -> bool {
-    matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv)
+    matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv | WrOpcode::RegMr)
 }
 
-/// Executes BIND_MW and LOCAL_INV work requests (MP-06, MP-07) that reached the
+/// Executes BIND_MW, LOCAL_INV and REG_MR work requests (MP-06..MP-08) that reached the
 /// head of the send queue: a local operation sends no packet (seed 003: "硬件并
 /// 不会发送任何数据包") and takes effect only once every earlier WQE has
 /// completed, so that it is ordered after them (IBA 10.6.7.2; as rxe, which
@@ -411,6 +416,10 @@ fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
                 .mrs
                 .invalidate(pd, qpn, w.wr.imm_or_inv)
                 .map_err(|e| e.status(false)),
+            // MP-08: the page list is read now, in send-queue order.
+            (WrOpcode::RegMr, SendData::Reg(r)) => {
+                cx.mrs.fast_reg(pd, r, &*cx.mem).map_err(|e| e.status())
+            }
             _ => Err(WcStatus::LocQpOpErr),
         };
         match res {
@@ -641,8 +650,8 @@ fn build_request(
             SendData::Sges(s) => mrs
                 .gather(mem, pd, s, offset, dst)
                 .map_err(super::access::local_status),
-            // A bind sends no packet; it never gets here.
-            SendData::Bind(_) => Err(WcStatus::LocQpOpErr),
+            // A bind or registration sends no packet; it never gets here.
+            SendData::Bind(_) | SendData::Reg(_) => Err(WcStatus::LocQpOpErr),
         }
     })
     .map_err(|e| match e {
