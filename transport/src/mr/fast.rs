@@ -234,6 +234,12 @@ impl MrTable {
     }
 }
 
+/// The pages an MR's budget charge counts: a fast-registration MR's room
+/// (charged whole at allocation), any other MR's page list.
+pub(super) fn charged_pages(mr: &Mr) -> usize {
+    mr.fast.map_or(mr.pages.len(), |f| f.max_pages as usize)
+}
+
 /// Reads `n` little-endian page addresses at `addr` into `pages` (empty, with
 /// room for them): one read of the whole list, in pieces of at most 512 entries
 /// so that no buffer beyond the MR's own vector is needed.
@@ -261,4 +267,157 @@ fn read_page_list(
         left -= k;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Budget;
+    use crate::memory::VecMemory;
+    use crate::verbs::{MwBind, MwType};
+
+    const BASE: u64 = 0x10_0000;
+    const LIST: u64 = BASE + 0x8000;
+    const RW: Access =
+        Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
+
+    /// Two pages at BASE and BASE + 0x3000, listed at LIST.
+    fn mem() -> VecMemory {
+        let mut m = VecMemory::new(BASE, 0x10000);
+        m.write(LIST, &BASE.to_le_bytes()).unwrap();
+        m.write(LIST + 8, &(BASE + 0x3000).to_le_bytes()).unwrap();
+        m
+    }
+
+    fn reg(key: u32, access: Access) -> FastReg {
+        FastReg {
+            key,
+            access,
+            iova: 0x5000_0100,
+            length: 0x1000,
+            page_shift: 12,
+            page_list: LIST,
+            npages: 2,
+        }
+    }
+
+    fn next(key: u32) -> u32 {
+        (key & !0xff) | (key.wrapping_add(1) & 0xff)
+    }
+
+    #[test]
+    fn mp_08_alloc_bounds_budget_and_dereg_by_index() {
+        let mut t = MrTable::new(4, 8);
+        let b = Budget::new(1 << 20);
+        t.set_budget(&b);
+        let pd = t.alloc_pd().unwrap();
+        assert_eq!(t.alloc_fast_mr(pd, 0), Err(VerbError::InvalidAttr));
+        assert_eq!(
+            t.alloc_fast_mr(pd, MAX_FAST_REG_PAGES + 1),
+            Err(VerbError::InvalidAttr)
+        );
+        assert_eq!(t.alloc_fast_mr(pd + 9, 4), Err(VerbError::InvalidPd));
+        // Past the budget: refused before anything is taken.
+        let small = Budget::new(mr_weight(3));
+        let mut t2 = MrTable::new(4, 8);
+        t2.set_budget(&small);
+        let pd2 = t2.alloc_pd().unwrap();
+        assert_eq!(
+            t2.alloc_fast_mr(pd2, 4),
+            Err(VerbError::InsufficientResources)
+        );
+        assert_eq!(t2.mr_count(), 0);
+
+        let k = t.alloc_fast_mr(pd, 4).unwrap();
+        assert_eq!(b.used(), mr_weight(4));
+        assert_eq!(t.dealloc_pd(pd), Err(VerbError::Busy));
+        // Free: no access, no rereg.
+        assert!(t.mr(k).is_none());
+        assert_eq!(
+            t.lookup(k).err(),
+            Some(super::super::AccessError::Invalidated)
+        );
+        let m = mem();
+        let k1 = next(k);
+        t.fast_reg(pd, &reg(k1, RW), &m).unwrap();
+        assert_eq!(t.mr(k1).unwrap().pages(), &[BASE, BASE + 0x3000]);
+        assert_eq!(
+            t.rereg_mr(k1, super::super::Rereg::default()),
+            Err(VerbError::InvalidHandle)
+        );
+        // The budget did not move: the list went into the room charged.
+        assert_eq!(b.used(), mr_weight(4));
+        // Deregistered by the key ALLOC gave (an older key byte).
+        t.dereg_mr(k).unwrap();
+        assert_eq!(b.used(), 0);
+        assert!(t.fast_mr_at(k1).is_none());
+        t.dealloc_pd(pd).unwrap();
+    }
+
+    #[test]
+    fn mp_08_invalidate_rules() {
+        let mut t = MrTable::new(4, 8);
+        let pd = t.alloc_pd().unwrap();
+        let other = t.alloc_pd().unwrap();
+        let k = t.alloc_fast_mr(pd, 2).unwrap();
+        // A free MR under its current key: nothing to do (o9-5.2.2 note).
+        assert_eq!(t.invalidate(pd, 1, k), Ok(()));
+        let m = mem();
+        let access = Access(RW.0 | Access::MW_BIND.0);
+        let k1 = next(k);
+        t.fast_reg(pd, &reg(k1, access), &m).unwrap();
+        assert_eq!(t.invalidate(pd, 1, k), Err(MwError::StaleKey));
+        assert_eq!(t.invalidate(other, 1, k1), Err(MwError::PdMismatch));
+        // A window bound to it keeps it valid (MP-06).
+        let mw = t.alloc_mw(pd, MwType::Type2).unwrap();
+        let w = MwBind {
+            mw_rkey: mw,
+            new_rkey: next(mw),
+            mr_lkey: k1,
+            addr: 0x5000_0100,
+            length: 16,
+            access: Access::REMOTE_READ,
+        };
+        t.bind_mw(pd, 1, &w).unwrap();
+        assert_eq!(t.invalidate(pd, 1, k1), Err(MwError::MrHasWindows));
+        t.invalidate(pd, 1, next(mw)).unwrap();
+        assert_eq!(t.invalidate(pd, 1, k1), Ok(()));
+        assert!(t.mr(k1).is_none());
+        // A window cannot be bound to it while it is free.
+        let w2 = MwBind {
+            new_rkey: next(next(mw)),
+            mw_rkey: next(mw),
+            ..w
+        };
+        assert_eq!(t.bind_mw(pd, 1, &w2), Err(MwError::NoSuchMr));
+        // An MR registered by the command is still not invalidatable (o9-5.2.2 3).
+        let r = t.reg_mr(pd, 0, 4096, RW, 4096, vec![BASE]).unwrap();
+        assert_eq!(t.invalidate(pd, 1, r), Err(MwError::NotInvalidatable));
+    }
+
+    #[test]
+    fn mp_08_failed_reg_leaves_the_mr_free_and_empty() {
+        let mut t = MrTable::new(4, 8);
+        let pd = t.alloc_pd().unwrap();
+        let k = t.alloc_fast_mr(pd, 2).unwrap();
+        let m = mem();
+        let bad_list = FastReg {
+            page_list: BASE + 0x10000 - 8,
+            ..reg(next(k), RW)
+        };
+        assert_eq!(t.fast_reg(pd, &bad_list, &m), Err(FastRegError::PageList));
+        let short = FastReg {
+            length: 0x2000,
+            ..reg(next(k), RW)
+        };
+        assert_eq!(
+            t.fast_reg(pd, &short, &m),
+            Err(FastRegError::BadTranslation)
+        );
+        let mr = t.fast_mr_at(k).unwrap();
+        assert_eq!((mr.key(), mr.fast().unwrap().valid), (k, false));
+        assert!(mr.pages().is_empty());
+        assert_eq!(FastRegError::PageList.status(), WcStatus::LocQpOpErr);
+        assert_eq!(FastRegError::NotFree.status(), WcStatus::LocProtErr);
+    }
 }

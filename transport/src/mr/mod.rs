@@ -397,7 +397,7 @@ impl MrTable {
         let index = key_index(key);
         let slot = self.slot_mut(index).ok_or(VerbError::InvalidHandle)?;
         let mr = slot.mr.take().ok_or(VerbError::InvalidHandle)?;
-        self.charge(0, mr_weight(mr.pages.len()));
+        self.charge(0, mr_weight(fast::charged_pages(&mr)));
         if let Some(p) = self.pds.get_mut(&mr.pd) {
             p.mrs -= 1;
         }
