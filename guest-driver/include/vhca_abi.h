@@ -2422,6 +2422,13 @@ _Static_assert(offsetof(struct vhca_eqe, owner) == 15, "vhca_eqe.owner");
 #define VHCA_CTX_F_ERROR     (1 << 2)
 /* MR: the identity DMA MR (VHCA_REG_MR_F_DMA). */
 #define VHCA_CTX_F_DMA       (1 << 3)
+/* MR: a fast-registration MR (VHCA_REG_MR_F_FAST; MP-08). */
+#define VHCA_CTX_F_FAST      (1 << 4)
+/*
+ * MR: a fast-registration MR that is free (not registered, or invalidated
+ * since): its key grants nothing.
+ */
+#define VHCA_CTX_F_FREE      (1 << 5)
 
 /* QP context (CTX_TABLE = VHCA_CTX_QPC). */
 struct vhca_qp_context {
@@ -2623,7 +2630,7 @@ struct vhca_mr_context {
 	/* Guest-physical address of the first page. */
 	__u64 first_page;
 	__u8 page_shift;
-	/* `VHCA_CTX_F_DMA`. */
+	/* `VHCA_CTX_F_DMA`, `VHCA_CTX_F_FAST`, `VHCA_CTX_F_FREE`. */
 	__u8 flags;
 	__u8 rsvd[6];
 };

@@ -7,10 +7,12 @@
 
 use std::time::Duration;
 
-use vhca_tests::abi::bar0::dev_cap;
+use vhca_tests::abi::bar0::{dev_cap, CtxTable};
 use vhca_tests::abi::cmd::Status;
+use vhca_tests::abi::context::{ctx_flags, MrContext};
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::cqe::Cqe;
+use vhca_tests::abi::layout::Field;
 use vhca_tests::abi::verbs::{access, wc_flags, QpType, WcOpcode, WcStatus};
 use vhca_tests::abi::wqe::RegMrSeg;
 use vhca_tests::fixture::{connect_pair, wait_n, Node};
@@ -22,6 +24,12 @@ const T: Duration = Duration::from_secs(30);
 const RW: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
 /// The buffer behind the MR: 3 scattered pages, starting 0x200 into the first.
 const LEN: usize = 3 * 4096 - 0x200;
+
+/// The MR context of `key`'s index through the BAR0 window.
+fn mpt(n: &mut Node, key: u32) -> MrContext {
+    let (_, w) = n.hca.read_context(CtxTable::Mpt, key >> 8).unwrap();
+    MrContext::get(&w)
+}
 
 fn two_nodes() -> (Vhca, Node, Node) {
     let v = Vhca::spawn(Options::nodes(2));
@@ -77,10 +85,18 @@ fn mp_08_fast_reg_write_lands_then_local_inv_send_with_inv_and_reregistration() 
     let fk = b.hca.alloc_fast_mr(b.pd, 8).expect("ALLOC_MR");
     let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
 
+    // Free until registered: the context window says so.
+    let c = mpt(&mut b, fk);
+    assert_eq!((c.key, c.flags), (fk, ctx_flags::FAST | ctx_flags::FREE));
     // MP-08: a REG_MR WQE with a new key byte; no packet, a REG_MR completion.
     let k1 = with_byte(fk, 0x31);
     b.hca.post_send(qb, &SendWr::reg_mr(1, k1, seg)).unwrap();
     expect(&one(&mut b), 1, WcStatus::Success, WcOpcode::RegMr);
+    let c = mpt(&mut b, fk);
+    assert_eq!(
+        (c.key, c.flags, c.npages, c.iova, c.length, c.first_page),
+        (k1, ctx_flags::FAST, 3, buf.va, LEN as u64, buf.pages[0])
+    );
     // A WRITE across both page boundaries lands through the translation.
     let data = pattern(5, 6000);
     a.write(&src, 0, &data);
@@ -96,6 +112,7 @@ fn mp_08_fast_reg_write_lands_then_local_inv_send_with_inv_and_reregistration() 
     // LOCAL_INV: the same R_Key is refused with Remote Access Error.
     b.hca.post_send(qb, &SendWr::local_inv(3, k1)).unwrap();
     expect(&one(&mut b), 3, WcStatus::Success, WcOpcode::LocalInv);
+    assert_eq!(mpt(&mut b, fk).flags, ctx_flags::FAST | ctx_flags::FREE);
     a.hca
         .post_send(
             qa,
