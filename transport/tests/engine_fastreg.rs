@@ -373,3 +373,142 @@ fn mp_08_reg_mr_errors() {
     assert!(net.nodes[1].engine.mrs().dereg_mr(fk).is_ok());
     assert!(net.nodes[1].engine.mr_table().fast_mr_at(fk).is_none());
 }
+
+#[test]
+fn mp_08_reg_mr_runs_when_reached_not_after_earlier_acks_and_fence_waits() {
+    let (mut net, p, ka, kb, fk) = setup(5);
+    put_pages(&mut net, 1, LIST, &PAGES1);
+    // B: a 3-packet WRITE to A, then REG_MR: after one round of sending, the
+    // WRITE is unacknowledged and the MR is already registered.
+    let k1 = with_byte(fk, 0x51);
+    let mut w = write_wr(1, kb, 3000, ka, MEM_BASE + 0x4000);
+    w.data = SendData::Sges(sge(MEM_BASE + 0x6000, 3000, kb));
+    net.nodes[1].engine.post_send(p.qb, w).unwrap();
+    net.nodes[1]
+        .engine
+        .post_send(p.qb, reg_wr(2, k1, RW, 3))
+        .unwrap();
+    net.step();
+    assert!(
+        net.poll(1, p.cq_b).is_none(),
+        "the WRITE is not acknowledged yet"
+    );
+    assert!(net.nodes[1].engine.mr_table().mr(k1).is_some());
+    // Completions still come in order.
+    let c = wait(&mut net, 1, p.cq_b, 2);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(c[1].opcode, WcOpcode::RegMr);
+    // With FENCE it waits for the WRITE's acknowledgement.
+    assert_eq!(
+        post_b(&mut net, p.qb, p.cq_b, inv_wr(3, k1)).status,
+        WcStatus::Success
+    );
+    let k2 = with_byte(fk, 0x52);
+    let mut w = write_wr(4, kb, 3000, ka, MEM_BASE + 0x4000);
+    w.data = SendData::Sges(sge(MEM_BASE + 0x6000, 3000, kb));
+    net.nodes[1].engine.post_send(p.qb, w).unwrap();
+    let mut r = reg_wr(5, k2, RW, 3);
+    r.flags = transport::verbs::SendFlags(
+        transport::verbs::SendFlags::SIGNALED.0 | transport::verbs::SendFlags::FENCE.0,
+    );
+    net.nodes[1].engine.post_send(p.qb, r).unwrap();
+    net.step();
+    assert!(net.nodes[1].engine.mr_table().mr(k2).is_none());
+    assert_eq!(wait(&mut net, 1, p.cq_b, 2)[1].status, WcStatus::Success);
+    assert!(net.nodes[1].engine.mr_table().mr(k2).is_some());
+}
+
+/// REG_MRs run early between WRITEs on a lossy, reordering fabric: go-back-N
+/// passes over them without running them twice, completions come once each
+/// and in order, and every key works at the end of its turn.
+#[test]
+fn mp_08_reg_mr_between_writes_under_loss() {
+    for seed in 0..8 {
+        let (mut net, p, ka, kb, fk) = setup(100 + seed);
+        net.faults.drop = 0.15;
+        net.faults.reorder = 0.1;
+        net.faults.duplicate = 0.05;
+        put_pages(&mut net, 1, LIST, &PAGES1);
+        let mut expect = Vec::new();
+        let mut id = 0;
+        for round in 0..6u8 {
+            let k = with_byte(fk, 0x60 + round);
+            for op in 0..3 {
+                id += 1;
+                let wr = match op {
+                    0 => {
+                        let mut w = write_wr(id, kb, 2500, ka, MEM_BASE + 0x4000);
+                        w.data = SendData::Sges(sge(MEM_BASE + 0x6000, 2500, kb));
+                        w
+                    }
+                    1 => reg_wr(id, k, RW, 3),
+                    _ => inv_wr(id, k),
+                };
+                net.nodes[1].engine.post_send(p.qb, wr).unwrap();
+                expect.push((id, WcStatus::Success));
+            }
+        }
+        let c = wait(&mut net, 1, p.cq_b, expect.len());
+        assert_eq!(
+            c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            expect,
+            "seed {seed}"
+        );
+        assert!(net.poll(1, p.cq_b).is_none());
+        let mr = net.nodes[1].engine.mr_table().fast_mr_at(fk).unwrap();
+        assert_eq!(
+            (mr.key(), mr.fast().unwrap().valid),
+            (with_byte(fk, 0x65), false)
+        );
+    }
+}
+
+/// READs whose responses complete out of order, then local operations: a
+/// go-back that passes over a READ done out of order must run (or skip) the
+/// local operation after it, never send it as a request.
+#[test]
+fn mp_08_local_ops_after_reads_completed_out_of_order_under_loss() {
+    for seed in 0..24 {
+        let (mut net, p, ka, kb, fk) = setup(200 + seed);
+        net.faults.drop = 0.2;
+        net.faults.reorder = 0.2;
+        put_pages(&mut net, 1, LIST, &PAGES1);
+        let mut expect = Vec::new();
+        let mut id = 0;
+        for round in 0..4u8 {
+            let k = with_byte(fk, 0x70 + round);
+            for op in 0..4 {
+                id += 1;
+                let wr = match op {
+                    0 | 1 => {
+                        let mut r = send_wr(
+                            id,
+                            WrOpcode::RdmaRead,
+                            sge(MEM_BASE + 0x6000 + 0x1000 * op, 2000, kb),
+                        );
+                        r.rkey = ka;
+                        r.remote_addr = MEM_BASE + 0x4000;
+                        r
+                    }
+                    2 => reg_wr(id, k, RW, 3),
+                    _ => inv_wr(id, k),
+                };
+                net.nodes[1].engine.post_send(p.qb, wr).unwrap();
+                expect.push((id, WcStatus::Success));
+            }
+        }
+        let c = wait(&mut net, 1, p.cq_b, expect.len());
+        assert_eq!(
+            c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            expect,
+            "seed {seed}"
+        );
+        assert_eq!(
+            bytes(&net, 1, MEM_BASE + 0x7000, 2000),
+            bytes(&net, 0, MEM_BASE + 0x4000, 2000)
+        );
+    }
+}

@@ -288,8 +288,16 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     if is_rc && !qp.req.rec.may_send(qp.req.outstanding()) {
         return None;
     }
-    // A go-back passes over what needs no resend (`completer::resent_from`).
+    // A go-back passes over what needs no resend (`completer::resent_from`),
+    // and over local operations: those that ran are skipped, those that did
+    // not run now (or must wait) before anything after them is sent.
     while let Some(w) = qp.req.wqes.get(qp.req.cur) {
+        if is_local_op(w.wr.opcode) && w.rejected.is_none() {
+            if !run_local_ops(qp, cx) {
+                return None;
+            }
+            continue;
+        }
         if !(w.started && w.npkts > 0 && w.sent >= w.npkts) {
             break;
         }
@@ -395,8 +403,18 @@ fn is_local_op(op: WrOpcode) -> bool {
 /// while a local operation waits for earlier WQEs (or the SQ drains, QS-05) or
 /// after one failed (MW_BIND_ERR / LOC_PROT_ERR, then the QP fails as on any
 /// local send error: RC to Error, UC/UD to SQE; QS-06).
+///
+/// A REG_MR without FENCE runs as soon as the requester reaches it, earlier
+/// WQEs still unacknowledged (MP-08): it only makes a free MR valid, which no
+/// earlier WQE may use, so running it early is not observable, and it spares
+/// kernel ULPs (REG_MR + SEND per I/O) a round trip per request. It stays in
+/// the queue, done, and completes in order (`retire`); a go-back passes over
+/// it (`skip_done_local_op`). A failure there fails in turn, as a local error.
 fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
     loop {
+        if skip_done_local_op(qp) {
+            continue;
+        }
         let i = qp.req.cur;
         let Some(w) = qp.req.wqes.get(i) else {
             return true;
@@ -404,7 +422,8 @@ fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
         if !is_local_op(w.wr.opcode) || w.rejected.is_some() {
             return true;
         }
-        if i != 0 || qp.state == QpState::Sqd {
+        let early = w.wr.opcode == WrOpcode::RegMr && !w.wr.flags.contains(SendFlags::FENCE);
+        if (i != 0 && !early) || qp.state == QpState::Sqd {
             return false;
         }
         let (pd, qpn) = (qp.init.pd, qp.qpn);
@@ -423,6 +442,11 @@ fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
             _ => Err(WcStatus::LocQpOpErr),
         };
         match res {
+            Ok(()) if i != 0 => {
+                // Done, not started: it holds no PSN (`SendWqe::contains`).
+                qp.req.wqes[i].done = Some(WcStatus::Success);
+                qp.req.cur += 1;
+            }
             Ok(()) => {
                 let w = &mut qp.req.wqes[0];
                 w.started = true;
@@ -432,12 +456,29 @@ fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
             Err(status) => {
                 log::debug!(
                     "QP {qpn}: {:?} failed: {status:?}",
-                    qp.req.wqes[0].wr.opcode
+                    qp.req.wqes[i].wr.opcode
                 );
-                fail(qp, 0, status, cx.fx);
+                if i == 0 {
+                    fail(qp, 0, status, cx.fx);
+                } else {
+                    local_error(qp, i, status, cx.fx);
+                }
                 return false;
             }
         }
+    }
+}
+
+/// Moves `cur` past a local operation at `cur` that already ran (a REG_MR run
+/// early, met again after a go-back): it is not run twice. Returns whether it
+/// did.
+fn skip_done_local_op(qp: &mut Qp) -> bool {
+    match qp.req.wqes.get(qp.req.cur) {
+        Some(w) if is_local_op(w.wr.opcode) && w.done.is_some() => {
+            qp.req.cur += 1;
+            true
+        }
+        _ => false,
     }
 }
 
