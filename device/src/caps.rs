@@ -33,6 +33,8 @@ pub struct Caps {
     pub max_srq_wr: u32,
     /// RDMA READ / ATOMIC depth, as initiator and as responder.
     pub max_rd_atomic: u32,
+    /// Most pages of a fast-registration MR (MP-08).
+    pub max_fast_reg_pages: u32,
     /// `VHCA_DEV_CAP_*`.
     pub flags: u32,
 }
@@ -71,6 +73,7 @@ impl Caps {
             max_eq_log2: 16,
             max_srq_wr: l.max_qp_wr,
             max_rd_atomic: u32::from(l.max_rd_atomic),
+            max_fast_reg_pages: transport::mr::MAX_FAST_REG_PAGES,
             flags: dev_cap::RC
                 | dev_cap::UC
                 | dev_cap::UD
@@ -84,7 +87,8 @@ impl Caps {
                 | dev_cap::RESIZE_CQ
                 | dev_cap::RESIZE_SRQ
                 | dev_cap::FLUSH_GLOBAL
-                | dev_cap::ATOMIC_WRITE,
+                | dev_cap::ATOMIC_WRITE
+                | dev_cap::FAST_REG_MR,
         }
     }
 }

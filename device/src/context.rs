@@ -190,7 +190,12 @@ fn mr(hca: &Hca, index: u32) -> Option<MrContext> {
         length: m.length(),
         first_page: m.pages().first().copied().unwrap_or(0),
         page_shift: m.page_size().trailing_zeros() as u8,
-        flags: if m.is_identity() { ctx_flags::DMA } else { 0 },
+        flags: match m.fast() {
+            _ if m.is_identity() => ctx_flags::DMA,
+            Some(f) if f.valid => ctx_flags::FAST,
+            Some(_) => ctx_flags::FAST | ctx_flags::FREE,
+            None => 0,
+        },
         rsvd: [0; 6],
     })
 }

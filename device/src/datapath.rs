@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use transport::memory::Memory;
 use transport::verbs::{
-    Access, Event, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge, UdDest, VerbError, WcStatus,
-    WrOpcode,
+    Access, Event, FastReg, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge, UdDest, VerbError,
+    WcStatus, WrOpcode,
 };
 
 use crate::abi;
@@ -41,6 +41,10 @@ pub enum BadWqe {
     /// A LOCAL_INV or BIND_MW WQE with data segments, inline data or a nonzero
     /// reserved field of its BindSeg (MP-06, MP-07).
     LocalOp = 7,
+    /// A REG_MR WQE (MP-08) with data, inline data, a nonzero reserved field,
+    /// no pages or more than the device's fast-registration page list, a page
+    /// shift out of range or a page list that is not 8-byte aligned.
+    RegMr = 8,
 }
 
 fn seg<T: Field>(wqe: &[u8], at: &mut usize) -> Result<T, BadWqe> {
@@ -48,6 +52,42 @@ fn seg<T: Field>(wqe: &[u8], at: &mut usize) -> Result<T, BadWqe> {
     let bytes = wqe.get(*at..end).ok_or(BadWqe::Overflow)?;
     *at = end;
     Ok(T::get(bytes))
+}
+
+/// The rest of a REG_MR WQE after its control segment (MP-08; abi::wqe
+/// RegMrSeg): every field checked that can be without the MR; the engine checks
+/// the MR, the rights and the page list itself when it runs the WQE.
+fn decode_reg_mr(wqe: &[u8], at: &mut usize, ctrl: &abi::wqe::SendCtrl) -> Result<SendWr, BadWqe> {
+    use abi::cmd::pbl_const::{MAX_PAGE_SHIFT, MIN_PAGE_SHIFT};
+    if ctrl.len != 0 || ctrl.flags & abi::verbs::send_flags::INLINE != 0 {
+        return Err(BadWqe::RegMr);
+    }
+    let r: abi::wqe::RegMrSeg = seg(wqe, at)?;
+    let pages_ok = (1..=transport::mr::MAX_FAST_REG_PAGES).contains(&r.npages);
+    let shift_ok = (MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&r.page_shift);
+    if r.rsvd != 0 || !pages_ok || !shift_ok || !r.page_list.is_multiple_of(8) {
+        return Err(BadWqe::RegMr);
+    }
+    Ok(SendWr {
+        wr_id: ctrl.wr_id,
+        opcode: WrOpcode::RegMr,
+        flags: SendFlags(u32::from(ctrl.flags)),
+        data: SendData::Reg(FastReg {
+            key: ctrl.imm_or_inv,
+            access: Access(r.access),
+            iova: r.iova,
+            length: r.length,
+            page_shift: r.page_shift as u8,
+            page_list: r.page_list,
+            npages: r.npages,
+        }),
+        imm_or_inv: ctrl.imm_or_inv,
+        remote_addr: 0,
+        rkey: 0,
+        compare: 0,
+        swap_add: 0,
+        ud: None,
+    })
 }
 
 /// Decodes a send WQE (abi::wqe WQE_LAYOUT) of a QP of type `t`.
@@ -75,6 +115,7 @@ pub fn decode_send(
         9 => WrOpcode::SendWithInv,
         14 => WrOpcode::Flush,
         15 => WrOpcode::AtomicWrite,
+        32 => WrOpcode::RegMr,
         _ => return Err(bad(BadWqe::Opcode)),
     };
     let known = abi::verbs::send_flags::FENCE
@@ -94,12 +135,16 @@ pub fn decode_send(
         | WrOpcode::SendWithInv
         | WrOpcode::Flush
         | WrOpcode::AtomicWrite => t == T::Rc,
-        // MP-07: LOCAL_INV on any service; MP-06/MP-07: BIND_MW on RC and UC.
-        WrOpcode::LocalInv => true,
+        // MP-07, MP-08: LOCAL_INV and REG_MR on any service; MP-06/MP-07:
+        // BIND_MW on RC and UC.
+        WrOpcode::LocalInv | WrOpcode::RegMr => true,
         WrOpcode::BindMw => matches!(t, T::Rc | T::Uc),
     };
     if !allowed {
         return Err(bad(BadWqe::ServiceOpcode));
+    }
+    if opcode == WrOpcode::RegMr {
+        return decode_reg_mr(wqe, &mut at, &ctrl).map_err(bad);
     }
     if matches!(opcode, WrOpcode::LocalInv | WrOpcode::BindMw) {
         // SendCtrl (imm_or_inv: the R_Key to invalidate, or the window's

@@ -364,6 +364,7 @@ fn verbs_numbers_are_the_engines() {
         WrOpcode::SendWithInv,
         WrOpcode::Flush,
         WrOpcode::AtomicWrite,
+        WrOpcode::RegMr,
     ];
     same(&wrs, |w| *w as u8, verbs::WrOpcode::ALL, |a| a.raw());
     let wcs: Vec<WcStatus> = (0..=255u8).filter_map(wc_status).collect();
@@ -378,6 +379,7 @@ fn verbs_numbers_are_the_engines() {
         WcOpcode::LocalInv,
         WcOpcode::Flush,
         WcOpcode::AtomicWrite,
+        WcOpcode::RegMr,
         WcOpcode::Recv,
         WcOpcode::RecvRdmaWithImm,
     ];

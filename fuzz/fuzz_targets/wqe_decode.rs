@@ -44,6 +44,10 @@ fuzz_target!(|data: &[u8]| {
             SendData::Sges(s) => assert!(s.len() <= max_sge as usize),
             SendData::Inline(d) => assert!(d.len() <= max_inline as usize),
             SendData::Bind(_) => {}
+            // MP-08: a REG_MR decodes only with a page count the device allows.
+            SendData::Reg(r) => {
+                assert!((1..=transport::mr::MAX_FAST_REG_PAGES).contains(&r.npages))
+            }
         }
     }
     if let Ok(wr) = &recv {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 2.0.
+ * vhca_abi.h: the vhca device ABI, version 2.1.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -60,9 +60,11 @@ typedef uint64_t __u64;
  * ABI version: major << 16 | minor. A driver binds only to a device with the
  * same major and a minor at least its own; minors only append fields to
  * mailbox structs and add opcodes. Major 2: the RoCEv2 port (the address
- * vector grew a destination MAC, WF-10).
+ * vector grew a destination MAC, WF-10). Minor 1: fast-registration MRs
+ * (MP-08: REG_MR's FAST flag, the REG_MR WQE, DeviceAttr's
+ * max_fast_reg_pages).
  */
-#define VHCA_ABI_VERSION             0x00020000U
+#define VHCA_ABI_VERSION             0x00020001U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -304,6 +306,13 @@ typedef uint64_t __u64;
 #define VHCA_DEV_CAP_FLUSH_GLOBAL  (1U << 12)
 /* RDMA ATOMIC WRITE on RC (IBA 1.5 MPE). */
 #define VHCA_DEV_CAP_ATOMIC_WRITE  (1U << 13)
+/*
+ * Fast-registration MRs (MP-08; the kernel's IB_DEVICE_MEM_MGT_EXTENSIONS):
+ * REG_MR with `VHCA_REG_MR_F_FAST`, REG_MR and LOCAL_INV WQEs on MR keys,
+ * remote invalidation of them by SEND_WITH_INV; QUERY_DEVICE's
+ * max_fast_reg_pages.
+ */
+#define VHCA_DEV_CAP_FAST_REG_MR   (1U << 14)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -581,7 +590,10 @@ enum vhca_wr_opcode {
 	VHCA_WR_RDMA_READ = 4,
 	VHCA_WR_ATOMIC_CMP_SWAP = 5,
 	VHCA_WR_ATOMIC_FETCH_ADD = 6,
-	/* Invalidate a type 2 memory window's R_Key (MP-07): ctrl.imm_or_inv. */
+	/*
+	 * Invalidate the R_Key ctrl.imm_or_inv: a type 2 memory window's (MP-07) or
+	 * a fast-registration MR's (MP-08).
+	 */
 	VHCA_WR_LOCAL_INV = 7,
 	/* Bind a memory window (MP-06, MP-07): ctrl + `struct vhca_bind_seg`. */
 	VHCA_WR_BIND_MW = 8,
@@ -599,6 +611,12 @@ enum vhca_wr_opcode {
 	 * they are); ctrl.len = 0.
 	 */
 	VHCA_WR_ATOMIC_WRITE = 15,
+	/*
+	 * Fast registration of an MR allocated with `VHCA_REG_MR_F_FAST` (MP-08; the
+	 * kernel's IB_WR_REG_MR): ctrl.imm_or_inv = the MR's new key, then `struct
+	 * vhca_reg_mr_seg`; ctrl.len = 0.
+	 */
+	VHCA_WR_REG_MR = 32,
 };
 
 /* Completion status (`enum ibv_wc_status`). */
@@ -638,6 +656,8 @@ enum vhca_wc_opcode {
 	VHCA_WC_OP_LOCAL_INV = 6,
 	VHCA_WC_OP_FLUSH = 8,
 	VHCA_WC_OP_ATOMIC_WRITE = 9,
+	/* A fast registration (MP-08; the kernel's IB_WC_REG_MR). */
+	VHCA_WC_OP_REG_MR = 10,
 	VHCA_WC_OP_RECV = 128,
 	VHCA_WC_OP_RECV_RDMA_WITH_IMM = 129,
 };
@@ -1225,7 +1245,16 @@ _Static_assert(offsetof(struct vhca_qp_attr, cap) == 76, "vhca_qp_attr.cap");
  * length 2^64 - 1 (`u64::MAX`), `pbl` ignored; the device builds the
  * translation from its guest memory map.
  */
-#define VHCA_REG_MR_F_DMA (1U << 0)
+#define VHCA_REG_MR_F_DMA  (1U << 0)
+/*
+ * A fast-registration MR (MP-08; the kernel's ib_alloc_mr with
+ * IB_MR_TYPE_MEM_REG): `pbl.npages` is the most pages it will map
+ * (1..=QUERY_DEVICE's max_fast_reg_pages); `access`, `iova`, `length` and the
+ * rest of `pbl` are zero. It is free (every access through its key fails)
+ * until a REG_MR WQE registers it; LOCAL_INV and SEND_WITH_INV make it free
+ * again. DEREG_MR takes any key byte of its index.
+ */
+#define VHCA_REG_MR_F_FAST (1U << 1)
 
 /* REREG_MR `change` bits (`enum ibv_rereg_mr_flags`). */
 #define VHCA_REREG_CHANGE_TRANSLATION (1U << 0)
@@ -1292,8 +1321,14 @@ struct vhca_device_attr {
 	/* `enum vhca_atomic_cap`. */
 	__u8 atomic_cap;
 	__u8 rsvd;
+	/*
+	 * Most pages of a fast-registration MR (MP-08; ABI 2.1): the largest
+	 * `npages` of REG_MR with `VHCA_REG_MR_F_FAST` and of a REG_MR WQE.
+	 */
+	__u32 max_fast_reg_pages;
+	__u32 rsvd2;
 };
-_Static_assert(sizeof(struct vhca_device_attr) == 136, "vhca_device_attr: size");
+_Static_assert(sizeof(struct vhca_device_attr) == 144, "vhca_device_attr: size");
 _Static_assert(offsetof(struct vhca_device_attr, fw_ver) == 0, "vhca_device_attr.fw_ver");
 _Static_assert(offsetof(struct vhca_device_attr, node_guid) == 8, "vhca_device_attr.node_guid");
 _Static_assert(offsetof(struct vhca_device_attr, sys_image_guid) == 16, "vhca_device_attr.sys_image_guid");
@@ -1327,6 +1362,8 @@ _Static_assert(offsetof(struct vhca_device_attr, local_ca_ack_delay) == 132, "vh
 _Static_assert(offsetof(struct vhca_device_attr, phys_port_cnt) == 133, "vhca_device_attr.phys_port_cnt");
 _Static_assert(offsetof(struct vhca_device_attr, atomic_cap) == 134, "vhca_device_attr.atomic_cap");
 _Static_assert(offsetof(struct vhca_device_attr, rsvd) == 135, "vhca_device_attr.rsvd");
+_Static_assert(offsetof(struct vhca_device_attr, max_fast_reg_pages) == 136, "vhca_device_attr.max_fast_reg_pages");
+_Static_assert(offsetof(struct vhca_device_attr, rsvd2) == 140, "vhca_device_attr.rsvd2");
 
 /* QUERY_PORT input. */
 struct vhca_query_port_in {
@@ -1996,13 +2033,15 @@ static inline int vhca_status_errno(unsigned int status)
  * compare_add is the FLUSH's length or the 8 bytes the ATOMIC WRITE stores
  * (FLUSH: ctrl.imm_or_inv = placement type | selectivity level << 4); for
  * BIND_MW a struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the
- * window's current R_Key); LOCAL_INV has the control segment only (ctrl.len =
- * 0, ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs
- * (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes of inline
- * data. Everything must fit in the stride: a WQE that does not, an unknown
- * opcode, or an opcode the QP's service does not allow completes with an
- * error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device
- * (ARCHITECTURE.md §2, §9).
+ * window's current R_Key); for REG_MR a struct vhca_reg_mr_seg (ctrl.len = 0,
+ * ctrl.imm_or_inv = the MR's key after the registration: the index of a
+ * fast-registration MR, a new key byte); LOCAL_INV has the control segment
+ * only (ctrl.len = 0, ctrl.imm_or_inv = the R_Key to invalidate); then the
+ * data: ctrl.len SGEs (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len
+ * bytes of inline data. Everything must fit in the stride: a WQE that does
+ * not, an unknown opcode, or an opcode the QP's service does not allow
+ * completes with an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the
+ * device (ARCHITECTURE.md §2, §9).
  *
  * Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD,
  * the first 40 bytes of the buffers receive the GRH (undefined when the CQE
@@ -2118,6 +2157,47 @@ _Static_assert(offsetof(struct vhca_bind_seg, mr_lkey) == 16, "vhca_bind_seg.mr_
 _Static_assert(offsetof(struct vhca_bind_seg, new_rkey) == 20, "vhca_bind_seg.new_rkey");
 _Static_assert(offsetof(struct vhca_bind_seg, access) == 24, "vhca_bind_seg.access");
 _Static_assert(offsetof(struct vhca_bind_seg, rsvd) == 28, "vhca_bind_seg.rsvd");
+
+/*
+ * Fast-registration segment (REG_MR; MP-08; the kernel's `struct ib_reg_wr`
+ * over the page list `ib_map_mr_sg` built). The MR is named by the index of
+ * ctrl.imm_or_inv, which is also its key afterwards; it must have been
+ * allocated with VHCA_REG_MR_F_FAST, belong to the QP's PD and be free (never
+ * registered, or invalidated since). The page list is read when the WQE
+ * reaches the head of the send queue (it takes effect in send-queue order,
+ * after every earlier WQE has completed), so it must stay unchanged until the
+ * REG_MR completes. Completes with opcode REG_MR; with VHCA_WC_LOC_PROT_ERR
+ * when the MR, its PD, its state or the rights are wrong, with
+ * VHCA_WC_LOC_QP_OP_ERR when the translation is (MP-03).
+ */
+struct vhca_reg_mr_seg {
+	/*
+	 * First virtual address; any byte alignment (offset in the first page).
+	 */
+	__u64 iova;
+	__u64 length;
+	/*
+	 * Guest-physical address of `npages` little-endian 64-bit page addresses,
+	 * each aligned to the page size, covering exactly [iova, iova + length);
+	 * 8-byte aligned.
+	 */
+	__u64 page_list;
+	/* 1..=the MR's max_pages (at most QUERY_DEVICE's max_fast_reg_pages). */
+	__u32 npages;
+	/* `VHCA_ACCESS_*`; remote write or atomic need local write (MP-04). */
+	__u32 access;
+	/* log2 of the page size: VHCA_PBL_MIN_PAGE_SHIFT..=30. */
+	__u32 page_shift;
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_reg_mr_seg) == 40, "vhca_reg_mr_seg: size");
+_Static_assert(offsetof(struct vhca_reg_mr_seg, iova) == 0, "vhca_reg_mr_seg.iova");
+_Static_assert(offsetof(struct vhca_reg_mr_seg, length) == 8, "vhca_reg_mr_seg.length");
+_Static_assert(offsetof(struct vhca_reg_mr_seg, page_list) == 16, "vhca_reg_mr_seg.page_list");
+_Static_assert(offsetof(struct vhca_reg_mr_seg, npages) == 24, "vhca_reg_mr_seg.npages");
+_Static_assert(offsetof(struct vhca_reg_mr_seg, access) == 28, "vhca_reg_mr_seg.access");
+_Static_assert(offsetof(struct vhca_reg_mr_seg, page_shift) == 32, "vhca_reg_mr_seg.page_shift");
+_Static_assert(offsetof(struct vhca_reg_mr_seg, rsvd) == 36, "vhca_reg_mr_seg.rsvd");
 
 /* Scatter/gather element: `length` bytes at `addr` of the MR of `lkey`. */
 struct vhca_sge {
@@ -2342,6 +2422,13 @@ _Static_assert(offsetof(struct vhca_eqe, owner) == 15, "vhca_eqe.owner");
 #define VHCA_CTX_F_ERROR     (1 << 2)
 /* MR: the identity DMA MR (VHCA_REG_MR_F_DMA). */
 #define VHCA_CTX_F_DMA       (1 << 3)
+/* MR: a fast-registration MR (VHCA_REG_MR_F_FAST; MP-08). */
+#define VHCA_CTX_F_FAST      (1 << 4)
+/*
+ * MR: a fast-registration MR that is free (not registered, or invalidated
+ * since): its key grants nothing.
+ */
+#define VHCA_CTX_F_FREE      (1 << 5)
 
 /* QP context (CTX_TABLE = VHCA_CTX_QPC). */
 struct vhca_qp_context {
@@ -2543,7 +2630,7 @@ struct vhca_mr_context {
 	/* Guest-physical address of the first page. */
 	__u64 first_page;
 	__u8 page_shift;
-	/* `VHCA_CTX_F_DMA`. */
+	/* `VHCA_CTX_F_DMA`, `VHCA_CTX_F_FAST`, `VHCA_CTX_F_FREE`. */
 	__u8 flags;
 	__u8 rsvd[6];
 };
@@ -2702,8 +2789,9 @@ enum vhca_counter_set {
 	"window_not_bound", \
 	"window_wrong_qp", \
 	"invalid_invalidate", \
-	"no_flush"
-#define VHCA_COUNTERS_NAK_SENT_COUNT 23
+	"no_flush", \
+	"region_invalidated"
+#define VHCA_COUNTERS_NAK_SENT_COUNT 24
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_DEVICE_NAMES \

@@ -304,6 +304,7 @@ static enum ib_wc_opcode vhca_wc_opcode(u8 op)
 	case VHCA_WC_OP_FETCH_ADD:		return IB_WC_FETCH_ADD;
 	case VHCA_WC_OP_BIND_MW:		return IB_WC_BIND_MW;
 	case VHCA_WC_OP_LOCAL_INV:		return IB_WC_LOCAL_INV;
+	case VHCA_WC_OP_REG_MR:			return IB_WC_REG_MR;
 	case VHCA_WC_OP_RECV:			return IB_WC_RECV;
 	case VHCA_WC_OP_RECV_RDMA_WITH_IMM:	return IB_WC_RECV_RDMA_WITH_IMM;
 	default:				return IB_WC_SEND;

@@ -176,6 +176,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.driver_id = RDMA_DRIVER_UNKNOWN,
 	.uverbs_abi_ver = VHCA_IB_UVERBS_ABI_VERSION,
 
+	.alloc_mr = vhca_alloc_mr,
 	.alloc_mw = vhca_alloc_mw,
 	.alloc_pd = vhca_alloc_pd,
 	.alloc_ucontext = vhca_alloc_ucontext,
@@ -199,6 +200,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.get_dma_mr = vhca_get_dma_mr,
 	.get_link_layer = vhca_get_link_layer,
 	.get_port_immutable = vhca_get_port_immutable,
+	.map_mr_sg = vhca_map_mr_sg,
 	.mmap = vhca_mmap,
 	.modify_qp = vhca_modify_qp,
 	.modify_srq = vhca_modify_srq,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * Memory regions (MP-01..04): the identity DMA MR for kernel verbs and user
- * MRs pinned through ib_umem. The device keeps the translation (MTT) itself,
+ * Memory regions (MP-01..04): the identity DMA MR for kernel verbs, user
+ * MRs pinned through ib_umem and fast-registration MRs (MP-08). The device keeps the translation (MTT) itself,
  * so an MR's page list is freed as soon as REG_MR has read it.
  */
 
@@ -196,6 +196,75 @@ err_umem:
 	return ERR_PTR(err);
 }
 
+/*
+ * alloc_mr (MP-08): REG_MR with VHCA_REG_MR_F_FAST gives a free MR with room
+ * for max_num_sg pages; REG_MR WQEs (post_send, IB_WR_REG_MR) register it
+ * from the page list map_mr_sg builds, LOCAL_INV and SEND with Invalidate
+ * make it free again. The list is the MR's: the device reads it when the WQE
+ * runs, and a consumer maps the MR again only once it is invalidated.
+ */
+struct ib_mr *vhca_alloc_mr(struct ib_pd *pd, enum ib_mr_type mr_type,
+			   u32 max_num_sg)
+{
+	struct vhca_dev *dev = to_vdev(pd->device);
+	struct vhca_reg_mr_in in = {
+		.pdn = to_vpd(pd)->pdn,
+		.flags = VHCA_REG_MR_F_FAST,
+		.pbl = { .npages = max_num_sg },
+	};
+	struct vhca_mr *mr;
+	struct ib_mr *ret;
+
+	if (mr_type != IB_MR_TYPE_MEM_REG)
+		return ERR_PTR(-EINVAL);
+	if (!(dev->attr.cap_flags & VHCA_DEV_CAP_FAST_REG_MR))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!max_num_sg || max_num_sg > dev->attr.max_fast_reg_pages)
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->max_pages = max_num_sg;
+	mr->pages = dma_alloc_coherent(&dev->pdev->dev,
+				       max_num_sg * sizeof(*mr->pages),
+				       &mr->pages_dma, GFP_KERNEL);
+	if (!mr->pages) {
+		kfree(mr);
+		return ERR_PTR(-ENOMEM);
+	}
+	ret = vhca_reg_mr(dev, mr, &in);
+	if (IS_ERR(ret)) {
+		dma_free_coherent(&dev->pdev->dev,
+				  max_num_sg * sizeof(*mr->pages), mr->pages,
+				  mr->pages_dma);
+		kfree(mr);
+	}
+	return ret;
+}
+
+static int vhca_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct vhca_mr *mr = to_vmr(ibmr);
+
+	if (mr->npages == mr->max_pages)
+		return -ENOMEM;
+	mr->pages[mr->npages++] = cpu_to_le64(addr);
+	return 0;
+}
+
+/*
+ * map_mr_sg: the DMA addresses of `sg` as pages of ibmr->page_size (set by
+ * ib_map_mr_sg); ib_sg_to_pages sets iova and length.
+ */
+int vhca_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		   unsigned int *sg_offset)
+{
+	struct vhca_mr *mr = to_vmr(ibmr);
+
+	mr->npages = 0;
+	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, vhca_set_page);
+}
+
 int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct vhca_dev *dev = to_vdev(ibmr->device);
@@ -210,6 +279,10 @@ int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 			 ret);
 	if (mr->umem)
 		ib_umem_release(mr->umem);
+	if (mr->pages)
+		dma_free_coherent(&dev->pdev->dev,
+				  mr->max_pages * sizeof(*mr->pages),
+				  mr->pages, mr->pages_dma);
 	kfree(mr);
 	return 0;
 }

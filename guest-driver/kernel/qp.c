@@ -629,6 +629,7 @@ static int vhca_wr_opcode(enum ib_wr_opcode op, u8 *out)
 	case IB_WR_ATOMIC_FETCH_AND_ADD: *out = VHCA_WR_ATOMIC_FETCH_ADD; break;
 	case IB_WR_SEND_WITH_INV:	*out = VHCA_WR_SEND_WITH_INV; break;
 	case IB_WR_LOCAL_INV:		*out = VHCA_WR_LOCAL_INV; break;
+	case IB_WR_REG_MR:		*out = VHCA_WR_REG_MR; break;
 	default:			return -EINVAL;
 	}
 	return 0;
@@ -661,6 +662,27 @@ static int vhca_build_send(struct vhca_qp *qp, const struct ib_send_wr *wr)
 	/* LOCAL_INV: the control segment only (ctrl.len = 0). */
 	if (op == VHCA_WR_LOCAL_INV)
 		return 0;
+	/*
+	 * REG_MR (MP-08): ctrl.imm_or_inv = the MR's key afterwards, then the
+	 * registration from what map_mr_sg left in the MR; ctrl.len = 0.
+	 */
+	if (op == VHCA_WR_REG_MR) {
+		const struct ib_reg_wr *rw = reg_wr(wr);
+		struct vhca_mr *mr = to_vmr(rw->mr);
+		struct vhca_reg_mr_seg *seg = (struct vhca_reg_mr_seg *)(w + off);
+
+		if (!mr->pages || off + sizeof(*seg) > stride ||
+		    !is_power_of_2(rw->mr->page_size))
+			return -EINVAL;
+		ctrl->imm_or_inv = rw->key;
+		seg->iova = rw->mr->iova;
+		seg->length = rw->mr->length;
+		seg->page_list = mr->pages_dma;
+		seg->npages = mr->npages;
+		seg->access = vhca_access_to_dev(rw->access);
+		seg->page_shift = ilog2(rw->mr->page_size);
+		return 0;
+	}
 
 	if (qp->type == VHCA_QPT_UD || qp->type == VHCA_QPT_GSI) {
 		const struct ib_ud_wr *ud = ud_wr(wr);

@@ -147,6 +147,15 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 		a->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL;
 	if (caps & VHCA_DEV_CAP_ATOMIC_WRITE)
 		a->device_cap_flags |= IB_DEVICE_ATOMIC_WRITE;
+	/*
+	 * Fast registration (MP-08): alloc_mr, IB_WR_REG_MR, IB_WR_LOCAL_INV
+	 * and remote invalidation of MR keys, what kernel ULPs (nvme-rdma,
+	 * iSER, NFS/RDMA) ask for.
+	 */
+	if (caps & VHCA_DEV_CAP_FAST_REG_MR) {
+		a->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
+		a->max_fast_reg_page_list_len = d->max_fast_reg_pages;
+	}
 	a->max_send_sge = d->max_sge;
 	a->max_recv_sge = d->max_sge;
 	a->max_sge_rd = d->max_sge;

@@ -282,6 +282,15 @@ struct vhca_mr {
 	struct ib_mr ibmr;
 	struct ib_umem *umem;
 	int access;		/* IB_ACCESS_* it was registered with (rereg) */
+	/*
+	 * A fast-registration MR (MP-08, alloc_mr): the page list map_mr_sg
+	 * fills and a REG_MR WQE names; the device reads it when the WQE
+	 * runs, so it is DMA-able memory of the MR's own.
+	 */
+	__le64 *pages;
+	dma_addr_t pages_dma;
+	u32 max_pages;
+	u32 npages;
 };
 
 /*
@@ -466,6 +475,10 @@ int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 struct ib_mr *vhca_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 				 u64 length, u64 virt, int access,
 				 struct ib_pd *pd, struct ib_udata *udata);
+struct ib_mr *vhca_alloc_mr(struct ib_pd *pd, enum ib_mr_type mr_type,
+			   u32 max_num_sg);
+int vhca_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		   unsigned int *sg_offset);
 int vhca_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
 int vhca_dealloc_mw(struct ib_mw *ibmw);
 

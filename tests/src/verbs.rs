@@ -11,7 +11,7 @@ use device::abi::bar0::reg;
 use device::abi::cqe::{entry_const, owner_bit, Cqe, Eqe, EqeType};
 use device::abi::uar::{cq_arm, uar};
 use device::abi::verbs::{send_flags, QpType, WcOpcode, WcStatus, WrOpcode};
-use device::abi::wqe::{AtomicSeg, BindSeg, RaddrSeg, RecvCtrl, SendCtrl, Sge, UdSeg};
+use device::abi::wqe::{AtomicSeg, BindSeg, RaddrSeg, RecvCtrl, RegMrSeg, SendCtrl, Sge, UdSeg};
 
 use crate::guest;
 use crate::hca::{CqH, EqH, Hca, QpH, SrqH};
@@ -36,6 +36,8 @@ pub struct SendWr {
     pub ud: Option<UdSeg>,
     /// BIND_MW: the bind segment (the window's current R_Key is `imm`).
     pub bind: Option<BindSeg>,
+    /// REG_MR: the registration segment (the MR's new key is `imm`).
+    pub reg: Option<RegMrSeg>,
 }
 
 impl SendWr {
@@ -51,7 +53,16 @@ impl SendWr {
             atomic: None,
             ud: None,
             bind: None,
+            reg: None,
         }
+    }
+
+    /// REG_MR (MP-08): registers the fast-registration MR at the index of
+    /// `key` under `key` with `seg` (its page list in guest memory).
+    pub fn reg_mr(wr_id: u64, key: u32, seg: RegMrSeg) -> SendWr {
+        let mut w = SendWr::new(WrOpcode::RegMr, wr_id).imm(key);
+        w.reg = Some(seg);
+        w
     }
 
     /// BIND_MW (MP-06, MP-07): binds the window whose current R_Key is `mw`
@@ -314,6 +325,9 @@ pub fn encode_send(wr: &SendWr, t: QpType) -> Result<Vec<u8>, PostError> {
     }
     if wr.opcode == WrOpcode::BindMw {
         v.extend_from_slice(&wr.bind.unwrap_or_default().to_bytes());
+    }
+    if wr.opcode == WrOpcode::RegMr {
+        v.extend_from_slice(&wr.reg.unwrap_or_default().to_bytes());
     }
     match &wr.inline {
         Some(d) => v.extend_from_slice(d),

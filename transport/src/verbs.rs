@@ -119,7 +119,8 @@ pub enum WrOpcode {
     RdmaRead = 4,
     AtomicCmpSwap = 5,
     AtomicFetchAdd = 6,
-    /// Invalidate the type 2 memory window whose R_Key is `imm_or_inv` (MP-07).
+    /// Invalidate the R_Key `imm_or_inv`: a type 2 memory window's (MP-07) or
+    /// a fast-registration MR's (MP-08).
     LocalInv = 7,
     /// Bind a memory window: `data` is [`SendData::Bind`] (MP-06, MP-07).
     BindMw = 8,
@@ -132,6 +133,9 @@ pub enum WrOpcode {
     /// (little-endian, i.e. the bytes as the consumer gave them) land at the
     /// 8-byte aligned `remote_addr` in one single-copy-atomic store.
     AtomicWrite = 15,
+    /// Fast registration of a memory region (MP-08; the kernel's `IB_WR_REG_MR`,
+    /// 0x20): `data` is [`SendData::Reg`]. Sends nothing.
+    RegMr = 32,
 }
 
 /// What a FLUSH asks, as `SendWr::imm_or_inv` carries it: bits \[3:0\] the
@@ -186,6 +190,27 @@ pub struct MwBind {
     pub access: Access,
 }
 
+/// What a fast-registration work request asks (MP-08; the kernel's
+/// `struct ib_reg_wr` with the page list `ib_map_mr_sg` built): the MR named by
+/// the index of `key` becomes valid with this translation and these rights,
+/// under `key` (its 8-bit key is the consumer's, o9-5.2.2 / seed 003 "Memory
+/// Key").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FastReg {
+    /// The MR's L_Key and R_Key once registered: the index of the MR (from
+    /// its allocation) and a new key byte.
+    pub key: u32,
+    pub access: Access,
+    pub iova: u64,
+    pub length: u64,
+    /// log2 of the page size of the list.
+    pub page_shift: u8,
+    /// Physical address of the page list: `npages` little-endian 64-bit page
+    /// addresses, read when the work request is executed (as mlx5's MTT list).
+    pub page_list: u64,
+    pub npages: u32,
+}
+
 /// Send work request flags (`ibv_send_flags` bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct SendFlags(pub u32);
@@ -209,6 +234,8 @@ pub enum SendData {
     Inline(Vec<u8>),
     /// BIND_MW: no data, the bind (MP-06, MP-07).
     Bind(MwBind),
+    /// REG_MR: no data, the registration (MP-08).
+    Reg(FastReg),
 }
 
 /// Where a UD send goes (per WR; AD-02).
@@ -287,6 +314,8 @@ pub enum WcOpcode {
     LocalInv = 6,
     Flush = 8,
     AtomicWrite = 9,
+    /// A fast registration (MP-08; the kernel's `IB_WC_REG_MR`).
+    RegMr = 10,
     Recv = 128,
     RecvRdmaWithImm = 129,
 }

@@ -175,6 +175,11 @@ abi_consts! {
         FLUSH_GLOBAL = 1 << 12,
         /// RDMA ATOMIC WRITE on RC (IBA 1.5 MPE).
         ATOMIC_WRITE = 1 << 13,
+        /// Fast-registration MRs (MP-08; the kernel's
+        /// IB_DEVICE_MEM_MGT_EXTENSIONS): REG_MR with `VHCA_REG_MR_F_FAST`,
+        /// REG_MR and LOCAL_INV WQEs on MR keys, remote invalidation of them by
+        /// SEND_WITH_INV; QUERY_DEVICE's max_fast_reg_pages.
+        FAST_REG_MR = 1 << 14,
     }
 }
 

@@ -20,6 +20,11 @@ abi_consts! {
         ERROR = 1 << 2,
         /// MR: the identity DMA MR (VHCA_REG_MR_F_DMA).
         DMA = 1 << 3,
+        /// MR: a fast-registration MR (VHCA_REG_MR_F_FAST; MP-08).
+        FAST = 1 << 4,
+        /// MR: a fast-registration MR that is free (not registered, or
+        /// invalidated since): its key grants nothing.
+        FREE = 1 << 5,
     }
 }
 
@@ -153,7 +158,7 @@ abi_struct! {
         /// Guest-physical address of the first page.
         pub first_page: u64,
         pub page_shift: u8,
-        /// `VHCA_CTX_F_DMA`.
+        /// `VHCA_CTX_F_DMA`, `VHCA_CTX_F_FAST`, `VHCA_CTX_F_FREE`.
         pub flags: u8,
         pub rsvd: [u8; 6],
     }

@@ -57,7 +57,8 @@ abi_enum! {
         RdmaRead = 4,
         AtomicCmpSwap = 5,
         AtomicFetchAdd = 6,
-        /// Invalidate a type 2 memory window's R_Key (MP-07): ctrl.imm_or_inv.
+        /// Invalidate the R_Key ctrl.imm_or_inv: a type 2 memory window's
+        /// (MP-07) or a fast-registration MR's (MP-08).
         LocalInv = 7,
         /// Bind a memory window (MP-06, MP-07): ctrl + `struct vhca_bind_seg`.
         BindMw = 8,
@@ -71,6 +72,10 @@ abi_enum! {
         /// `struct vhca_atomic_seg` whose compare_add holds the 8 bytes to
         /// write (copied as they are); ctrl.len = 0.
         AtomicWrite = 15,
+        /// Fast registration of an MR allocated with `VHCA_REG_MR_F_FAST`
+        /// (MP-08; the kernel's IB_WR_REG_MR): ctrl.imm_or_inv = the MR's new
+        /// key, then `struct vhca_reg_mr_seg`; ctrl.len = 0.
+        RegMr = 32,
     }
 }
 
@@ -114,6 +119,8 @@ abi_enum! {
         LocalInv = 6,
         Flush = 8,
         AtomicWrite = 9,
+        /// A fast registration (MP-08; the kernel's IB_WC_REG_MR).
+        RegMr = 10,
         Recv = 128,
         RecvRdmaWithImm = 129,
     }

@@ -20,7 +20,9 @@ Placement Extensions, RC only, ctrl.len = 0, no data) a struct vhca_raddr_seg fo
 a struct vhca_atomic_seg whose compare_add is the FLUSH's length or the 8 bytes the \
 ATOMIC WRITE stores (FLUSH: ctrl.imm_or_inv = placement type | selectivity level << 4); \
 for BIND_MW a struct vhca_bind_seg (ctrl.len = 0, \
-ctrl.imm_or_inv = the window's current R_Key); LOCAL_INV has the control segment only \
+ctrl.imm_or_inv = the window's current R_Key); for REG_MR a struct vhca_reg_mr_seg \
+(ctrl.len = 0, ctrl.imm_or_inv = the MR's key after the registration: the index of a \
+fast-registration MR, a new key byte); LOCAL_INV has the control segment only \
 (ctrl.len = 0, ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs (struct vhca_sge), or, \
 with VHCA_SEND_INLINE, ctrl.len bytes of inline data. Everything must fit in the stride: a \
 WQE that does not, an unknown opcode, or an opcode the QP's service does not allow \
@@ -119,6 +121,35 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// Fast-registration segment (REG_MR; MP-08; the kernel's `struct ib_reg_wr`
+    /// over the page list `ib_map_mr_sg` built). The MR is named by the index of
+    /// ctrl.imm_or_inv, which is also its key afterwards; it must have been
+    /// allocated with VHCA_REG_MR_F_FAST, belong to the QP's PD and be free
+    /// (never registered, or invalidated since). The page list is read when the
+    /// WQE reaches the head of the send queue (it takes effect in send-queue
+    /// order, after every earlier WQE has completed), so it must stay unchanged
+    /// until the REG_MR completes. Completes with opcode REG_MR; with
+    /// VHCA_WC_LOC_PROT_ERR when the MR, its PD, its state or the rights are
+    /// wrong, with VHCA_WC_LOC_QP_OP_ERR when the translation is (MP-03).
+    pub struct RegMrSeg (40) {
+        /// First virtual address; any byte alignment (offset in the first page).
+        pub iova: u64,
+        pub length: u64,
+        /// Guest-physical address of `npages` little-endian 64-bit page
+        /// addresses, each aligned to the page size, covering exactly
+        /// [iova, iova + length); 8-byte aligned.
+        pub page_list: u64,
+        /// 1..=the MR's max_pages (at most QUERY_DEVICE's max_fast_reg_pages).
+        pub npages: u32,
+        /// `VHCA_ACCESS_*`; remote write or atomic need local write (MP-04).
+        pub access: u32,
+        /// log2 of the page size: VHCA_PBL_MIN_PAGE_SHIFT..=30.
+        pub page_shift: u32,
+        pub rsvd: u32,
+    }
+}
+
+abi_struct! {
     /// Scatter/gather element: `length` bytes at `addr` of the MR of `lkey`.
     pub struct Sge (16) {
         pub addr: u64,
@@ -145,6 +176,8 @@ const _: () = {
     assert!(wqe_const::MAX_WQE_SHIFT <= pbl_const::MIN_PAGE_SHIFT);
     assert!(SendCtrl::SIZE + UdSeg::SIZE == 1 << wqe_const::SQ_MIN_WQE_SHIFT);
     assert!(RecvCtrl::SIZE + Sge::SIZE == 1 << wqe_const::RQ_MIN_WQE_SHIFT);
+    // A REG_MR fits the smallest send stride.
+    assert!(SendCtrl::SIZE + RegMrSeg::SIZE <= 1 << wqe_const::SQ_MIN_WQE_SHIFT);
 };
 
 /// Work queue entries.
@@ -159,6 +192,7 @@ pub fn section() -> Section {
             Entry::Struct(entry::<RaddrSeg>()),
             Entry::Struct(entry::<AtomicSeg>()),
             Entry::Struct(entry::<BindSeg>()),
+            Entry::Struct(entry::<RegMrSeg>()),
             Entry::Struct(entry::<Sge>()),
             Entry::Struct(entry::<RecvCtrl>()),
         ],

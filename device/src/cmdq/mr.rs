@@ -36,8 +36,13 @@ pub(super) fn pd_exists(x: &mut Exec<'_>, pdn: u32) -> Result<(), Fail> {
 
 pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
     reserved(i.rsvd == 0)?;
-    if i.flags & !reg_mr_flags::DMA != 0 {
+    if i.flags & !(reg_mr_flags::DMA | reg_mr_flags::FAST) != 0
+        || i.flags == reg_mr_flags::DMA | reg_mr_flags::FAST
+    {
         return Err(fail(Status::BadParam, Syndrome::Flags));
+    }
+    if i.flags & reg_mr_flags::FAST != 0 {
+        return alloc_fast_mr(x, &i);
     }
     let access = check_access(i.access)?;
     pd_exists(x, i.pdn)?;
@@ -55,6 +60,28 @@ pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
             .mrs()
             .reg_mr(i.pdn, i.iova, i.length, access, page_size, pages)?
     };
+    Ok(RegMrOut {
+        lkey: key,
+        rkey: key,
+    })
+}
+
+/// REG_MR with FAST (MP-08): a free fast-registration MR with room for
+/// `pbl.npages` pages, charged to the budget at that size by the engine.
+fn alloc_fast_mr(x: &mut Exec<'_>, i: &RegMrIn) -> Result<RegMrOut, Fail> {
+    let p = &i.pbl;
+    let unused = i.access == 0
+        && i.iova == 0
+        && i.length == 0
+        && p.addr == 0
+        && p.page_shift == 0
+        && p.levels == 0
+        && p.rsvd == 0;
+    if !unused || p.npages == 0 || p.npages > x.hca.caps.max_fast_reg_pages {
+        return Err(fail(Status::BadParam, Syndrome::AttrValue));
+    }
+    pd_exists(x, i.pdn)?;
+    let key = x.engine().mrs().alloc_fast_mr(i.pdn, p.npages)?;
     Ok(RegMrOut {
         lkey: key,
         rkey: key,

@@ -65,6 +65,8 @@ pub(super) fn query_device(x: &mut Exec<'_>) -> Result<DeviceAttr, Fail> {
         phys_port_cnt: num::PORT as u8,
         atomic_cap: AtomicCap::Hca.raw(),
         rsvd: 0,
+        max_fast_reg_pages: c.max_fast_reg_pages,
+        rsvd2: 0,
     })
 }
 

@@ -6,7 +6,8 @@
  * packets back; on a RoCEv2 port through its GID 0 and its own MAC, as a
  * kernel ULP gives them: resolved), inline and SGE SENDs, unsignaled WQEs wrapping the SQ ring
  * (retired by later signaled CQEs), RDMA WRITE through the PD's global rkey,
- * resize_cq with CQEs not polled, query_qp / query_srq / modify_srq, flush in the error state, back through
+ * resize_cq with CQEs not polled, fast registration (MP-08: alloc_mr,
+ * map_mr_sg, REG_MR, SEND with Invalidate, LOCAL_INV), query_qp / query_srq / modify_srq, flush in the error state, back through
  * RESET and working again, then teardown. Results go to the kernel
  * log ("vhca_ktest: PASS" or "vhca_ktest: FAIL ...").
  *
@@ -17,6 +18,7 @@
 #include <linux/delay.h>
 #include <linux/etherdevice.h>
 #include <linux/module.h>
+#include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>
@@ -151,6 +153,113 @@ static int kt_send(struct kt *t, u64 id, bool signaled, bool inl, u32 off,
 			goto out;                                             \
 		}                                                             \
 	} while (0)
+
+/*
+ * Fast registration (MP-08), as kernel ULPs use it: ib_alloc_mr, ib_map_mr_sg
+ * over a DMA range crossing a page boundary, a new key byte, IB_WR_REG_MR
+ * then an RDMA WRITE through the MR's rkey on the same send queue (in order),
+ * SEND with Invalidate of that rkey (the receive says WITH_INVALIDATE), a
+ * second IB_WR_REG_MR (which the device takes only because the MR is free
+ * again), IB_WR_LOCAL_INV, dereg. Returns 0 or -EIO after a FAIL line.
+ */
+static noinline_for_stack int kt_fast_reg(struct kt *t)
+{
+	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
+			IB_ACCESS_REMOTE_READ;
+	struct ib_sge src = { .addr = t->dma, .length = 16,
+			      .lkey = t->pd->local_dma_lkey };
+	struct ib_reg_wr reg = {
+		.wr = { .wr_id = 800, .opcode = IB_WR_REG_MR,
+			.send_flags = IB_SEND_SIGNALED },
+		.access = acc,
+	};
+	struct ib_rdma_wr wr = {
+		.wr = { .wr_id = 801, .sg_list = &src, .num_sge = 1,
+			.opcode = IB_WR_RDMA_WRITE,
+			.send_flags = IB_SEND_SIGNALED },
+	};
+	struct ib_send_wr sw = {
+		.wr_id = 802, .sg_list = &src, .num_sge = 1,
+		.opcode = IB_WR_SEND_WITH_INV, .send_flags = IB_SEND_SIGNALED,
+	};
+	struct ib_send_wr inv = {
+		.wr_id = 804, .opcode = IB_WR_LOCAL_INV,
+		.send_flags = IB_SEND_SIGNALED,
+	};
+	const struct ib_send_wr *bad;
+	struct scatterlist sg;
+	struct ib_wc wc[4];
+	struct ib_mr *mr;
+	int ret = -EIO, n, i;
+	u32 key;
+
+	mr = ib_alloc_mr(t->pd, IB_MR_TYPE_MEM_REG, 4);
+	if (IS_ERR(mr)) {
+		pr_err("vhca_ktest: FAIL alloc_mr %ld\n", PTR_ERR(mr));
+		return -EIO;
+	}
+	/* 1 KiB across the buffer's first page boundary. */
+	sg_init_table(&sg, 1);
+	sg_dma_address(&sg) = t->dma + 3584;
+	sg_dma_len(&sg) = 1024;
+	n = ib_map_mr_sg(mr, &sg, 1, NULL, PAGE_SIZE);
+	CHECK(n == 1 && mr->length == 1024, "map_mr_sg %d len %llu\n", n,
+	      mr->length);
+	ib_update_fast_reg_key(mr, ib_inc_rkey(mr->rkey));
+	key = mr->rkey;
+	reg.mr = mr;
+	reg.key = key;
+	reg.wr.next = &wr.wr;
+	wr.remote_addr = mr->iova + 100;
+	wr.rkey = key;
+	memcpy(t->buf, "fast-reg-write16", 16);
+	ret = ib_post_send(t->qp1, &reg.wr, &bad);
+	CHECK(!ret, "post REG_MR + WRITE %d\n", ret);
+	ret = -EIO;
+	n = kt_poll(t, 2, wc);
+	CHECK(n == 2 && wc[0].wr_id == 800 && wc[0].opcode == IB_WC_REG_MR &&
+	      wc[0].status == IB_WC_SUCCESS && wc[1].wr_id == 801 &&
+	      wc[1].status == IB_WC_SUCCESS,
+	      "REG_MR + WRITE: n %d status %d/%d opcode %d\n", n,
+	      wc[0].status, wc[1].status, wc[0].opcode);
+	CHECK(!memcmp(t->buf + 3584 + 100, "fast-reg-write16", 16),
+	      "WRITE through the fast-registered MR\n");
+
+	/* Remote invalidation: SEND with Invalidate to qp2 (on the SRQ). */
+	CHECK(!kt_srq_recv(t, 803, 4096 + 1024), "post_srq_recv\n");
+	sw.ex.invalidate_rkey = key;
+	CHECK(!ib_post_send(t->qp1, &sw, &bad), "post SEND_WITH_INV\n");
+	n = kt_poll(t, 2, wc);
+	CHECK(n == 2, "SEND_WITH_INV: %d CQEs\n", n);
+	for (i = 0; i < 2; i++) {
+		CHECK(wc[i].status == IB_WC_SUCCESS, "SEND_WITH_INV wc %d: %s\n",
+		      i, ib_wc_status_msg(wc[i].status));
+		if (wc[i].opcode == IB_WC_RECV)
+			CHECK(wc[i].wr_id == 803 &&
+			      (wc[i].wc_flags & IB_WC_WITH_INVALIDATE) &&
+			      wc[i].ex.invalidate_rkey == key,
+			      "receive of SEND_WITH_INV: flags %#x key %#x\n",
+			      wc[i].wc_flags, wc[i].ex.invalidate_rkey);
+	}
+
+	/* Free again: a second registration under a new key byte. */
+	ib_update_fast_reg_key(mr, ib_inc_rkey(mr->rkey));
+	reg.key = mr->rkey;
+	reg.wr.next = NULL;
+	CHECK(!ib_post_send(t->qp1, &reg.wr, &bad), "post REG_MR 2\n");
+	inv.ex.invalidate_rkey = mr->rkey;
+	CHECK(!ib_post_send(t->qp1, &inv, &bad), "post LOCAL_INV\n");
+	n = kt_poll(t, 2, wc);
+	CHECK(n == 2 && wc[0].opcode == IB_WC_REG_MR &&
+	      wc[0].status == IB_WC_SUCCESS && wc[1].wr_id == 804 &&
+	      wc[1].opcode == IB_WC_LOCAL_INV && wc[1].status == IB_WC_SUCCESS,
+	      "REG_MR 2 + LOCAL_INV: n %d status %d/%d\n", n, wc[0].status,
+	      wc[1].status);
+	ret = 0;
+out:
+	ib_dereg_mr(mr);
+	return ret;
+}
 
 static void kt_run(struct ib_device *dev)
 {
@@ -300,6 +409,11 @@ static void kt_run(struct ib_device *dev)
 			      "after resize_cq: wc %d wr_id %llu status %d\n",
 			      i, wc[i].wr_id, wc[i].status);
 		CHECK(ib_poll_cq(t.cq, 1, wc) == 0, "a CQE twice\n");
+	}
+
+	if (dev->attrs.device_cap_flags & IB_DEVICE_MEM_MGT_EXTENSIONS) {
+		ret = kt_fast_reg(&t);
+		CHECK(!ret, "fast registration\n");
 	}
 
 	ret = ib_query_qp(t.qp1, &qa, IB_QP_STATE, &qia);

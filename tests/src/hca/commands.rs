@@ -509,6 +509,31 @@ impl Hca {
         Ok(())
     }
 
+    /// REG_MR with FAST (MP-08): a free fast-registration MR for up to
+    /// `max_pages` pages; its key.
+    pub fn alloc_fast_mr(&mut self, pd: Pd, max_pages: u32) -> Result<u32, CmdError> {
+        let input = RegMrIn {
+            pdn: pd.0,
+            access: 0,
+            iova: 0,
+            length: 0,
+            flags: reg_mr_flags::FAST,
+            rsvd: 0,
+            pbl: Pbl {
+                npages: max_pages,
+                ..Pbl::default()
+            },
+        };
+        let o: RegMrOut = self.cmd(Opcode::RegMr, &input)?;
+        Ok(o.lkey)
+    }
+
+    /// DEREG_MR by key alone (a fast-registration MR: any key byte of its index).
+    pub fn dereg_key(&mut self, lkey: u32) -> Result<(), CmdError> {
+        self.cmd::<_, Nothing>(Opcode::DeregMr, &DeregMrIn { lkey })?;
+        Ok(())
+    }
+
     /// ALLOC_MW (MP-06 type 1, MP-07 type 2B): the window's first R_Key.
     pub fn alloc_mw(&mut self, pd: Pd, ty: MwType) -> Result<u32, CmdError> {
         let o: AllocMwOut = self.cmd(

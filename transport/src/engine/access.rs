@@ -43,6 +43,7 @@ impl From<RemoteErr> for super::counters::NakReason {
                 AccessError::WindowNotBound => R::WindowNotBound,
                 AccessError::WindowWrongQp => R::WindowWrongQp,
                 AccessError::NoFlush => R::NoFlush,
+                AccessError::Invalidated => R::RegionInvalidated,
             },
         }
     }

@@ -24,6 +24,7 @@ fn wc_opcode(op: WrOpcode) -> WcOpcode {
         WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
         WrOpcode::LocalInv => WcOpcode::LocalInv,
         WrOpcode::BindMw => WcOpcode::BindMw,
+        WrOpcode::RegMr => WcOpcode::RegMr,
         WrOpcode::Flush => WcOpcode::Flush,
         WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
     }

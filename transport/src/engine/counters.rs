@@ -121,6 +121,9 @@ reasons! {
         /// FLUSH whose placement type the MR's access does not allow (IBA 1.5
         /// MPE).
         NoFlush,
+        /// R_Key of a fast-registration MR that is free: invalidated locally or
+        /// remotely, or not registered yet (MP-08, o9-5.2.2).
+        RegionInvalidated,
     }
 }
 

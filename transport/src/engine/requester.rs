@@ -53,7 +53,7 @@ pub(super) fn wr_weight(wr: &SendWr) -> u64 {
     let heap = match &wr.data {
         SendData::Sges(s) => std::mem::size_of_val(s.as_slice()),
         SendData::Inline(d) => d.len(),
-        SendData::Bind(_) => 0,
+        SendData::Bind(_) | SendData::Reg(_) => 0,
     };
     (std::mem::size_of::<SendWqe>() + heap) as u64
 }
@@ -154,7 +154,7 @@ impl Requester {
             (_, WrOpcode::AtomicWrite) => 8,
             (SendData::Inline(d), _) => d.len() as u64,
             (SendData::Sges(s), _) => s.iter().map(|s| u64::from(s.length)).sum(),
-            (SendData::Bind(_), _) => 0,
+            (SendData::Bind(_) | SendData::Reg(_), _) => 0,
         };
         let signaled = sig_all || wr.flags.contains(SendFlags::SIGNALED);
         self.wqes.push_back(SendWqe {
@@ -223,8 +223,9 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         WrOpcode::Flush | WrOpcode::AtomicWrite => t == QpType::Rc,
         // OP-03: SEND with Invalidate exists for RC (and XRC) only (Table 38).
         WrOpcode::SendWithInv => t == QpType::Rc,
-        // MP-07: LOCAL_INV sends nothing; any service may carry it.
-        WrOpcode::LocalInv => true,
+        // MP-07, MP-08: LOCAL_INV and REG_MR send nothing; any service may
+        // carry them.
+        WrOpcode::LocalInv | WrOpcode::RegMr => true,
         // MP-06, MP-07: windows are bound through connected QPs (a type 2
         // window is associated with its QP; UD has no R_Key use).
         WrOpcode::BindMw => t != QpType::Ud,
@@ -236,7 +237,11 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
         // A bind carries exactly its bind, and only a bind carries one.
         return Err(VerbError::InvalidWr);
     }
-    if wr.opcode == WrOpcode::LocalInv || wr.opcode == WrOpcode::BindMw {
+    if (wr.opcode == WrOpcode::RegMr) != matches!(wr.data, SendData::Reg(_)) {
+        // Likewise a registration (MP-08).
+        return Err(VerbError::InvalidWr);
+    }
+    if is_local_op(wr.opcode) {
         return Ok(());
     }
     if t == QpType::Ud && wr.ud.is_none() {
@@ -253,7 +258,7 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
                 return Err(VerbError::MaxSgeExceeded);
             }
         }
-        SendData::Bind(_) => return Err(VerbError::InvalidWr),
+        SendData::Bind(_) | SendData::Reg(_) => return Err(VerbError::InvalidWr),
     }
     Ok(())
 }
@@ -283,8 +288,16 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     if is_rc && !qp.req.rec.may_send(qp.req.outstanding()) {
         return None;
     }
-    // A go-back passes over what needs no resend (`completer::resent_from`).
+    // A go-back passes over what needs no resend (`completer::resent_from`),
+    // and over local operations: those that ran are skipped, those that did
+    // not run now (or must wait) before anything after them is sent.
     while let Some(w) = qp.req.wqes.get(qp.req.cur) {
+        if is_local_op(w.wr.opcode) && w.rejected.is_none() {
+            if !run_local_ops(qp, cx) {
+                return None;
+            }
+            continue;
+        }
         if !(w.started && w.npkts > 0 && w.sent >= w.npkts) {
             break;
         }
@@ -378,10 +391,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
 }
 
 fn is_local_op(op: WrOpcode) -> bool {
-    matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv)
+    matches!(op, WrOpcode::BindMw | WrOpcode::LocalInv | WrOpcode::RegMr)
 }
 
-/// Executes BIND_MW and LOCAL_INV work requests (MP-06, MP-07) that reached the
+/// Executes BIND_MW, LOCAL_INV and REG_MR work requests (MP-06..MP-08) that reached the
 /// head of the send queue: a local operation sends no packet (seed 003: "硬件并
 /// 不会发送任何数据包") and takes effect only once every earlier WQE has
 /// completed, so that it is ordered after them (IBA 10.6.7.2; as rxe, which
@@ -390,8 +403,18 @@ fn is_local_op(op: WrOpcode) -> bool {
 /// while a local operation waits for earlier WQEs (or the SQ drains, QS-05) or
 /// after one failed (MW_BIND_ERR / LOC_PROT_ERR, then the QP fails as on any
 /// local send error: RC to Error, UC/UD to SQE; QS-06).
+///
+/// A REG_MR without FENCE runs as soon as the requester reaches it, earlier
+/// WQEs still unacknowledged (MP-08): it only makes a free MR valid, which no
+/// earlier WQE may use, so running it early is not observable, and it spares
+/// kernel ULPs (REG_MR + SEND per I/O) a round trip per request. It stays in
+/// the queue, done, and completes in order (`retire`); a go-back passes over
+/// it (`skip_done_local_op`). A failure there fails in turn, as a local error.
 fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
     loop {
+        if skip_done_local_op(qp) {
+            continue;
+        }
         let i = qp.req.cur;
         let Some(w) = qp.req.wqes.get(i) else {
             return true;
@@ -399,7 +422,8 @@ fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
         if !is_local_op(w.wr.opcode) || w.rejected.is_some() {
             return true;
         }
-        if i != 0 || qp.state == QpState::Sqd {
+        let early = w.wr.opcode == WrOpcode::RegMr && !w.wr.flags.contains(SendFlags::FENCE);
+        if (i != 0 && !early) || qp.state == QpState::Sqd {
             return false;
         }
         let (pd, qpn) = (qp.init.pd, qp.qpn);
@@ -411,9 +435,18 @@ fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
                 .mrs
                 .invalidate(pd, qpn, w.wr.imm_or_inv)
                 .map_err(|e| e.status(false)),
+            // MP-08: the page list is read now, in send-queue order.
+            (WrOpcode::RegMr, SendData::Reg(r)) => {
+                cx.mrs.fast_reg(pd, r, &*cx.mem).map_err(|e| e.status())
+            }
             _ => Err(WcStatus::LocQpOpErr),
         };
         match res {
+            Ok(()) if i != 0 => {
+                // Done, not started: it holds no PSN (`SendWqe::contains`).
+                qp.req.wqes[i].done = Some(WcStatus::Success);
+                qp.req.cur += 1;
+            }
             Ok(()) => {
                 let w = &mut qp.req.wqes[0];
                 w.started = true;
@@ -423,12 +456,29 @@ fn run_local_ops(qp: &mut Qp, cx: &mut Ctx<'_>) -> bool {
             Err(status) => {
                 log::debug!(
                     "QP {qpn}: {:?} failed: {status:?}",
-                    qp.req.wqes[0].wr.opcode
+                    qp.req.wqes[i].wr.opcode
                 );
-                fail(qp, 0, status, cx.fx);
+                if i == 0 {
+                    fail(qp, 0, status, cx.fx);
+                } else {
+                    local_error(qp, i, status, cx.fx);
+                }
                 return false;
             }
         }
+    }
+}
+
+/// Moves `cur` past a local operation at `cur` that already ran (a REG_MR run
+/// early, met again after a go-back): it is not run twice. Returns whether it
+/// did.
+fn skip_done_local_op(qp: &mut Qp) -> bool {
+    match qp.req.wqes.get(qp.req.cur) {
+        Some(w) if is_local_op(w.wr.opcode) && w.done.is_some() => {
+            qp.req.cur += 1;
+            true
+        }
+        _ => false,
     }
 }
 
@@ -641,8 +691,8 @@ fn build_request(
             SendData::Sges(s) => mrs
                 .gather(mem, pd, s, offset, dst)
                 .map_err(super::access::local_status),
-            // A bind sends no packet; it never gets here.
-            SendData::Bind(_) => Err(WcStatus::LocQpOpErr),
+            // A bind or registration sends no packet; it never gets here.
+            SendData::Bind(_) | SendData::Reg(_) => Err(WcStatus::LocQpOpErr),
         }
     })
     .map_err(|e| match e {

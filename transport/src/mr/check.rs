@@ -62,6 +62,11 @@ pub enum AccessError {
     /// (`FLUSH_GLOBAL` / `FLUSH_PERSISTENT`; IBA 1.5 MPE).
     #[error("region lacks the flush access the placement type needs")]
     NoFlush,
+    /// The key is the current key of a fast-registration MR that is free: not
+    /// registered yet, or invalidated by LOCAL_INV or SEND with Invalidate
+    /// (MP-08, o9-5.2.2).
+    #[error("memory region is invalidated")]
+    Invalidated,
 }
 
 impl AccessError {
@@ -507,6 +512,9 @@ impl MrTable {
         let mr = slot.mr.as_ref().ok_or(AccessError::NoSuchKey)?;
         if mr.key != key {
             return Err(AccessError::KeyMismatch);
+        }
+        if mr.fast.is_some_and(|f| !f.valid) {
+            return Err(AccessError::Invalidated);
         }
         Ok(mr)
     }

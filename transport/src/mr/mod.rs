@@ -42,10 +42,12 @@ pub fn mr_bytes(pages: u64) -> u64 {
 }
 
 mod check;
+mod fast;
 mod region;
 mod window;
 
 pub use check::{sge_total_len, AccessError, CopyError, LocalAccess, RemoteAccess};
+pub use fast::{FastMr, FastRegError, MAX_FAST_REG_PAGES};
 pub use region::{AtomicTarget, Mr, MrRange, Rereg, Segments, Translation};
 pub use window::{Mw, MwBinding, MwError};
 
@@ -264,6 +266,7 @@ impl MrTable {
             pages: t.pages,
             identity: false,
             windows: 0,
+            fast: None,
         });
         self.charge(weight, 0);
         self.live_mrs += 1;
@@ -302,6 +305,7 @@ impl MrTable {
             pages: Vec::new(),
             identity: true,
             windows: 0,
+            fast: None,
         });
         self.charge(mr_weight(0), 0);
         self.live_mrs += 1;
@@ -327,6 +331,10 @@ impl MrTable {
         if mr.windows != 0 {
             // Windows bound to it keep its translation and rights (MP-06).
             return Err(VerbError::Busy);
+        }
+        if mr.fast.is_some() {
+            // MP-08: a fast-registration MR changes by REG_MR work requests.
+            return Err(VerbError::InvalidHandle);
         }
         let old_pd = mr.pd;
         let old_pages = mr.pages.len();
@@ -372,9 +380,15 @@ impl MrTable {
     }
 
     /// Deregister Memory Region: `InvalidHandle` unless `key` is the current key
-    /// of a registered MR. The index is reused later with another key byte.
+    /// of a registered MR, or names the index of a fast-registration MR (any
+    /// key byte, any state: MP-08, its owner's idea of the key byte may predate
+    /// a REG_MR that failed). The index is reused later with another key byte.
     pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbError> {
-        let mr = self.lookup(key).map_err(|_| VerbError::InvalidHandle)?;
+        let key = self.fast_mr_at(key).map_or(key, |m| m.key);
+        let mr = self
+            .mr_at(key_index(key))
+            .filter(|m| m.key == key)
+            .ok_or(VerbError::InvalidHandle)?;
         if mr.windows != 0 {
             // Seed 003: an MR with windows bound cannot be deregistered (rxe
             // answers EINVAL; Busy here, nothing changes).
@@ -383,7 +397,7 @@ impl MrTable {
         let index = key_index(key);
         let slot = self.slot_mut(index).ok_or(VerbError::InvalidHandle)?;
         let mr = slot.mr.take().ok_or(VerbError::InvalidHandle)?;
-        self.charge(0, mr_weight(mr.pages.len()));
+        self.charge(0, mr_weight(fast::charged_pages(&mr)));
         if let Some(p) = self.pds.get_mut(&mr.pd) {
             p.mrs -= 1;
         }

@@ -49,6 +49,9 @@ pub struct Mr {
     /// be deregistered or reregistered (IBA 10.6.7; seed 003 "如果一个 MR 还有被
     /// 绑定的 MW,那么这个 MR 不能被取消注册").
     pub(super) windows: u32,
+    /// A fast-registration MR (MP-08): its page-list room and whether it is
+    /// valid; `None` for an MR registered by REG_MR (the command).
+    pub(super) fast: Option<super::FastMr>,
 }
 
 impl Mr {
@@ -84,6 +87,11 @@ impl Mr {
 
     pub fn pages(&self) -> &[u64] {
         &self.pages
+    }
+
+    /// The fast-registration state (MP-08), `None` for other MRs.
+    pub fn fast(&self) -> Option<super::FastMr> {
+        self.fast
     }
 
     /// Whether this is a DMA MR (virtual address = physical address).

@@ -96,6 +96,14 @@ pub enum MwError {
     /// More bind references on an MR than the counter holds.
     #[error("too many windows")]
     TooMany,
+    /// Invalidate of a fast-registration MR under a key that is not its
+    /// current one (o9-5.2.2 1; MP-08).
+    #[error("key byte is not the memory region's current one")]
+    StaleKey,
+    /// Invalidate of a fast-registration MR that memory windows are bound to
+    /// (they keep its translation, MP-06).
+    #[error("memory region has memory windows bound")]
+    MrHasWindows,
 }
 
 impl MwError {
@@ -280,7 +288,13 @@ impl MrTable {
     /// PD is left as it is (o9-5.2.2 note: invalidating a free key changes
     /// nothing). An MR key (o9-5.2.2 3), a type 1 window (6), a stale key (1)
     /// or another PD's or QP's window (5, 8, 9) is refused.
+    ///
+    /// A fast-registration MR's key is invalidated by
+    /// [`invalidate_fast_mr`](Self::invalidate_fast_mr) (MP-08).
     pub fn invalidate(&mut self, pd: Handle, qpn: u32, rkey: u32) -> Result<(), MwError> {
+        if let Some(r) = self.invalidate_fast_mr(pd, rkey) {
+            return r;
+        }
         let index = key_index(rkey);
         if self.lookup(rkey).is_ok() {
             return Err(MwError::NotInvalidatable);

@@ -24,6 +24,14 @@ abi_consts! {
         /// iova 0, length 2^64 - 1 (`u64::MAX`), `pbl` ignored; the device builds
         /// the translation from its guest memory map.
         DMA = 1 << 0,
+        /// A fast-registration MR (MP-08; the kernel's ib_alloc_mr with
+        /// IB_MR_TYPE_MEM_REG): `pbl.npages` is the most pages it will map
+        /// (1..=QUERY_DEVICE's max_fast_reg_pages); `access`, `iova`, `length`
+        /// and the rest of `pbl` are zero. It is free (every access through its
+        /// key fails) until a REG_MR WQE registers it; LOCAL_INV and
+        /// SEND_WITH_INV make it free again. DEREG_MR takes any key byte of its
+        /// index.
+        FAST = 1 << 1,
     }
 }
 

@@ -3,7 +3,7 @@
 
 abi_struct! {
     /// QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
-    pub struct DeviceAttr (136) {
+    pub struct DeviceAttr (144) {
         pub fw_ver: u64,
         pub node_guid: u64,
         pub sys_image_guid: u64,
@@ -41,6 +41,10 @@ abi_struct! {
         /// `enum vhca_atomic_cap`.
         pub atomic_cap: u8,
         pub rsvd: u8,
+        /// Most pages of a fast-registration MR (MP-08; ABI 2.1): the largest
+        /// `npages` of REG_MR with `VHCA_REG_MR_F_FAST` and of a REG_MR WQE.
+        pub max_fast_reg_pages: u32,
+        pub rsvd2: u32,
     }
 }
 
