@@ -512,3 +512,64 @@ fn mp_08_local_ops_after_reads_completed_out_of_order_under_loss() {
         );
     }
 }
+
+/// The same with memory-window binds and invalidates (MP-07), which wait for
+/// every earlier WQE: after a go-back over a READ done out of order they run
+/// in turn, never as requests.
+#[test]
+fn mp_07_window_ops_after_reads_completed_out_of_order_under_loss() {
+    for seed in 0..24 {
+        let (mut net, p, ka, _, _) = setup(300 + seed);
+        let pd = net.nodes[1].pd;
+        let kb = net.reg_all(1, Access(ALL_ACCESS.0 | Access::MW_BIND.0));
+        net.faults.drop = 0.2;
+        net.faults.reorder = 0.2;
+        let mw = net.nodes[1]
+            .engine
+            .alloc_mw(pd, transport::verbs::MwType::Type2)
+            .unwrap();
+        let mut expect = Vec::new();
+        let mut id = 0;
+        let mut cur = mw;
+        for _ in 0..4 {
+            let new = with_byte(cur, (cur as u8).wrapping_add(1));
+            for op in 0..4 {
+                id += 1;
+                let wr = match op {
+                    0 | 1 => {
+                        let mut r = send_wr(
+                            id,
+                            WrOpcode::RdmaRead,
+                            sge(MEM_BASE + 0x6000 + 0x1000 * op, 2000, kb),
+                        );
+                        r.rkey = ka;
+                        r.remote_addr = MEM_BASE + 0x4000;
+                        r
+                    }
+                    2 => {
+                        let mut w = send_wr(id, WrOpcode::BindMw, Vec::new());
+                        w.data = SendData::Bind(transport::verbs::MwBind {
+                            mw_rkey: cur,
+                            new_rkey: new,
+                            mr_lkey: kb,
+                            addr: MEM_BASE,
+                            length: 64,
+                            access: Access::REMOTE_READ,
+                        });
+                        w
+                    }
+                    _ => inv_wr(id, new),
+                };
+                net.nodes[1].engine.post_send(p.qb, wr).unwrap();
+                expect.push((id, WcStatus::Success));
+            }
+            cur = new;
+        }
+        let c = wait(&mut net, 1, p.cq_b, expect.len());
+        assert_eq!(
+            c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            expect,
+            "seed {seed}"
+        );
+    }
+}
