@@ -212,7 +212,7 @@ fn mp_08_bad_alloc_and_bad_reg_mr_wqes_fail_cleanly() {
         length: 2 * 4096 - 0x200,
         ..seg
     };
-    let bads: [(RegMrSeg, WcStatus, bool); 7] = [
+    let bads: [(RegMrSeg, WcStatus, bool); 8] = [
         // 3 pages into an MR of 2.
         (seg, WcStatus::LocQpOpErr, false),
         // Reserved field, page shift, page-list alignment, no pages.
@@ -234,6 +234,15 @@ fn mp_08_bad_alloc_and_bad_reg_mr_wqes_fail_cleanly() {
             true,
         ),
         (RegMrSeg { npages: 0, ..two }, WcStatus::LocQpOpErr, true),
+        // A page list outside guest memory: read when the WQE runs, refused.
+        (
+            RegMrSeg {
+                page_list: 1 << 40,
+                ..two
+            },
+            WcStatus::LocQpOpErr,
+            false,
+        ),
         // Pages that do not cover [iova, iova + length) (MP-03).
         (
             RegMrSeg {

@@ -126,9 +126,10 @@ abi_struct! {
     /// ctrl.imm_or_inv, which is also its key afterwards; it must have been
     /// allocated with VHCA_REG_MR_F_FAST, belong to the QP's PD and be free
     /// (never registered, or invalidated since). The page list is read when the
-    /// WQE reaches the head of the send queue (it takes effect in send-queue
-    /// order, after every earlier WQE has completed), so it must stay unchanged
-    /// until the REG_MR completes. Completes with opcode REG_MR; with
+    /// device reaches the WQE in send-queue order (earlier WQEs sent, not
+    /// necessarily acknowledged; with VHCA_SEND_FENCE once every earlier WQE
+    /// has completed), and WQEs after it see the registration; the list must
+    /// stay unchanged until the REG_MR completes. Completes with opcode REG_MR; with
     /// VHCA_WC_LOC_PROT_ERR when the MR, its PD, its state or the rights are
     /// wrong, with VHCA_WC_LOC_QP_OP_ERR when the translation is (MP-03).
     pub struct RegMrSeg (40) {
