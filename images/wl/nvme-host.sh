@@ -2,8 +2,8 @@
 # Guest B of images/roce-tests.sh's workload pairs: NVMe over Fabrics host
 # against guest A's target (wl/nvmet.sh), N rounds of: nvme discover, nvme
 # connect -t rdma, fio with data verification (crc32c) for 4 KiB random and
-# 128 KiB sequential writes (each verified by reading everything back), then
-# for 4 KiB random and 128 KiB sequential reads of that data (verified), nvme
+# 128 KiB sequential writes, each verified by reading everything back, and
+# read and verified once more by the same job with --verify_only; nvme
 # disconnect. Prints "nvme-host: round I done" after each round (roce-tests.sh
 # samples the vhca processes' fds and memory on those lines), then tells A
 # "done" on TCP port DONE_PORT.
@@ -37,16 +37,22 @@ while [ $r -le "$N" ]; do
         [ -n "$dev" ] || sleep 0.1
     done
     [ "$r" = 1 ] && echo "nvme-host: $dev: $(cat /sys/block/${dev#/dev/}/size) sectors"
-    for job in "randwrite 4k 0" "write 128k 32m" "randread 4k 0" "read 128k 32m"; do
+    # Each write job verifies what it wrote by reading it back (its verify
+    # phase), then the same job again with --verify_only reads and checks
+    # it once more, as a read workload of its own (fio's way to verify the
+    # data a previous run wrote: a plain read job with --verify reads blocks
+    # by its own random map, not the writer's).
+    for job in "randwrite 4k 0" "write 128k 32m"; do
         set -- $job
-        # Reads verify the pattern the write jobs left (same offsets, same
-        # seed): --verify_only would skip the read phase's own I/O.
-        off=$3
-        out=$(fio --name="$1-$2" --filename="$dev" --rw="$1" --bs="$2" --size=16m --offset="$off" \
-              --randseed=7 $F 2>&1) || { echo "$out" | tail -5; fail "round $r: fio $1 $2"; }
-        # terse v3: field 7 = read KiB/s, 8 = read IOPS, 48 = write KiB/s, 49 = write IOPS
-        echo "$out" | awk -F';' -v j="$1 $2" -v r="$r" 'NF > 50 {
-            printf "nvme-host: round %s fio %s: read %s KiB/s %s IOPS, write %s KiB/s %s IOPS\n", r, j, $7, $8, $48, $49 }'
+        for mode in write verify_only; do
+            extra=''
+            [ "$mode" = verify_only ] && extra=--verify_only
+            out=$(fio --name="$1-$2" --filename="$dev" --rw="$1" --bs="$2" --size=16m --offset="$3" \
+                  --randseed=7 $F $extra 2>&1) || { echo "$out" | tail -5; fail "round $r: fio $1 $2 $mode"; }
+            # terse v3: field 7 = read KiB/s, 8 = read IOPS, 48 = write KiB/s, 49 = write IOPS
+            echo "$out" | awk -F';' -v j="$1 $2 ($mode)" -v r="$r" 'NF > 50 {
+                printf "nvme-host: round %s fio %s: read %s KiB/s %s IOPS, write %s KiB/s %s IOPS\n", r, j, $7, $8, $48, $49 }'
+        done
     done
     nvme disconnect -n vhca-test >/dev/null || fail "round $r: nvme disconnect"
     echo "nvme-host: round $r done"
