@@ -1,5 +1,5 @@
-//! The fabric: how a `vhca` device's port moves native InfiniBand packets to other
-//! devices (ARCHITECTURE.md §6).
+//! The fabric: how a `vhca` device's port moves native InfiniBand packets (over
+//! UDP) or RoCEv2 frames (on a TAP) to other devices (ARCHITECTURE.md §6).
 //!
 //! - [`FabricFile`]: the nodes of the fabric (LID, port GUID, UDP address), read
 //!   from a TOML file; it stands in for a subnet manager's assignment.
