@@ -23,6 +23,7 @@ pub mod cli;
 pub mod cmdq;
 pub mod context;
 pub mod convert;
+pub mod counters_out;
 pub mod datapath;
 pub mod fabric;
 pub mod glue;
