@@ -110,3 +110,69 @@ fn counters_of_a_running_device_read_from_its_counters_file_and_json_log() {
     assert_eq!(last["port_set"], fin["port_set"]);
     assert!(n(last, "device", "send_wqes") >= 2);
 }
+
+/// The records of a capture file as it is now, all whole; `None` while a
+/// record is cut short (still partly in the device's buffer).
+fn whole_records(path: &Path) -> Option<usize> {
+    use transport::wire::pcap::PcapReader;
+    let bytes = std::fs::read(path).ok()?;
+    let reader = PcapReader::new(&bytes).ok()?;
+    let mut n = 0;
+    for r in reader {
+        if r.ok()?.truncated {
+            return None;
+        }
+        n += 1;
+    }
+    Some(n)
+}
+
+#[test]
+fn a_running_devices_capture_reads_whole_once_idle() {
+    use vhca_tests::abi::verbs::QpType;
+    use vhca_tests::fixture::{assert_success, connect_pair, wait_n};
+    use vhca_tests::{Layout, RecvWr, SendWr};
+
+    let mut v = Vhca::spawn(Options::nodes(2).capture());
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let src = a.region(4096, Layout::Scattered, 0);
+    let dst = b.region(4096, Layout::Scattered, 0);
+    b.hca
+        .post_recv(qb, &RecvWr::new(1, vec![dst.mr.sge(&dst.buf, 0, 4096)]))
+        .unwrap();
+    // One small SEND and its ACK: far less than a write buffer holds.
+    a.hca
+        .post_send(qa, &SendWr::send(2).sge(src.mr.sge(&src.buf, 0, 100)))
+        .unwrap();
+    let t = Duration::from_secs(10);
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, t));
+    assert_success(&wait_n(&mut b.hca, b.cq, 1, t));
+    // Nothing more is sent; within a second both packets are in the file of
+    // the device that keeps running.
+    let file = v.node(0).capture.clone().expect("capture");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = whole_records(&file);
+        if n >= Some(2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {n:?} whole records while the device runs",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    v.assert_alive(0);
+    if let Ok(out) = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .output()
+    {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !err.contains("cut short"), "{err}");
+        assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 2);
+    }
+}

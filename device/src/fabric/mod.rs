@@ -34,7 +34,7 @@ pub use auth::{
     AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, REPLAY_WINDOW, SEQ_LEN, TAG_LEN,
     TRAILER_LEN,
 };
-pub use capture::{CaptureCounters, CaptureLink};
+pub use capture::{CaptureCounters, CaptureLink, FLUSH_AFTER as CAPTURE_FLUSH_AFTER};
 pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };
