@@ -152,6 +152,17 @@ pub struct Cli {
     pub mem_budget: String,
 }
 
+/// The man page vhca(1) in roff, from the same definition as `--help`
+/// (the `vhca-man` binary writes it).
+pub fn man_page() -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut out)
+        .expect("rendering into a Vec cannot fail");
+    out
+}
+
 /// The smallest `--mem-budget`: room for the GSI QP, some MRs and WQEs.
 pub const MIN_MEM_BUDGET: u64 = 4 << 20;
 
