@@ -68,8 +68,6 @@ pub struct Snapshot {
     pub net: Option<String>,
     /// The command queue's split (name, value).
     pub cmdq: Vec<(&'static str, u64)>,
-    /// The text report, as `--counters-format text` prints it.
-    pub text: String,
 }
 
 fn json_str(out: &mut String, s: &str) {
@@ -185,6 +183,26 @@ fn json_lines(out: &mut String, report: &str) {
 }
 
 impl Snapshot {
+    /// The text report (`--counters-format text`): a line per part.
+    pub fn text(&self) -> String {
+        let p = &self.port;
+        let mut s = format!(
+            "port: rx {} tx {} link_errors {}\n",
+            p.rx_packets, p.tx_packets, p.link_errors
+        );
+        if let Some(r) = &self.link {
+            let _ = writeln!(s, "{r}");
+        }
+        if let Some(n) = &self.net {
+            let _ = writeln!(s, "vhost-user-net: {n}");
+        }
+        let _ = writeln!(s, "engine: {:?}", self.engine);
+        let cmdq: Vec<String> = self.cmdq.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(s, "cmdq: CmdStats {{ {} }}", cmdq.join(", "));
+        let _ = write!(s, "hca: {:?}", self.hca);
+        s
+    }
+
     /// The snapshot as one JSON object, without a newline.
     pub fn json(&self) -> String {
         let mut s = String::with_capacity(4096);
@@ -234,7 +252,7 @@ impl Snapshot {
     /// The snapshot in `format`.
     pub fn render(&self, format: CountersFormat) -> String {
         match format {
-            CountersFormat::Text => self.text.clone(),
+            CountersFormat::Text => self.text(),
             CountersFormat::Json => self.json(),
         }
     }
@@ -413,6 +431,29 @@ mod tests {
             assert!(j.contains(key), "{key} not in {j}");
         }
         assert!(!j.contains('\n'));
+    }
+
+    #[test]
+    fn the_text_report_keeps_its_lines() {
+        let s = Snapshot {
+            link: Some("udp a: tx 1".into()),
+            net: Some("tx 2".into()),
+            cmdq: vec![("pi_writes", 2), ("max_per_write", 16)],
+            ..Snapshot::default()
+        };
+        let t = s.text();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "port: rx 0 tx 0 link_errors 0");
+        assert_eq!(lines[1], "udp a: tx 1");
+        assert_eq!(lines[2], "vhost-user-net: tx 2");
+        assert!(lines[3].starts_with("engine: Counters { rx_packets: 0,"));
+        assert_eq!(
+            lines[4],
+            "cmdq: CmdStats { pi_writes: 2, max_per_write: 16 }"
+        );
+        assert!(lines[5].starts_with("hca: HcaCounters { send_wqes: 0,"));
+        assert_eq!(lines.len(), 6);
+        assert_eq!(s.render(CountersFormat::Text), t);
     }
 
     #[test]

@@ -765,28 +765,11 @@ impl Core {
     /// Every counter of the device, one `name value` per line (for
     /// `--counters-every` and the exit report).
     pub fn counters_report(&self) -> String {
-        let mut s = String::new();
-        let p = self.hca.port.counters();
-        let e = self.hca.port.engine().counters();
-        let h = &self.hca.counters;
-        s += &format!(
-            "port: rx {} tx {} link_errors {}\n",
-            p.rx_packets, p.tx_packets, p.link_errors
-        );
-        if let Some(r) = self.hca.port.link().report() {
-            s += &format!("{r}\n");
-        }
-        if let Some(n) = &self.net {
-            s += &format!("vhost-user-net: {n}\n");
-        }
-        s += &format!("engine: {e:?}\n");
-        s += &format!("cmdq: {:?}\n", self.cmd_stats);
-        let h = h.with_budget(self.hca.port.engine().budget());
-        s += &format!("hca: {h:?}");
-        s
+        self.counters_snapshot().text()
     }
 
-    /// The counters for `--counters-format json` and `--counters-file`.
+    /// The counters, for the text report, `--counters-format json` and
+    /// `--counters-file` (`counters_out`).
     pub fn counters_snapshot(&self) -> Snapshot {
         let c = &self.cmd_stats;
         Snapshot {
@@ -805,7 +788,6 @@ impl Core {
                 ("deferred", c.deferred),
                 ("data_path_batches", c.data_path_batches),
             ],
-            text: self.counters_report(),
         }
     }
 }
