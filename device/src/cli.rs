@@ -104,7 +104,8 @@ pub struct Cli {
     pub log: String,
 
     /// Print the device's counters (per port and per drop reason) to stderr every
-    /// SECS seconds; they are also printed when the process exits.
+    /// SECS seconds, in the --counters-format; they are also printed when the
+    /// process exits. Also the period of --counters-file.
     #[arg(long, value_name = "SECS")]
     pub counters_every: Option<u64>,
 
