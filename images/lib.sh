@@ -14,7 +14,7 @@ vhca_log() { printf '[%s] %s\n' "${0##*/}" "$*" >&2; }
 vhca_die() { vhca_log "error: $*"; exit 1; }
 
 vhca_need_root() {
-    [ "$(id -u)" -eq 0 ] || vhca_die "must run as root (debootstrap, chroot, mount namespaces)"
+    [ "$(id -u)" -eq 0 ] || vhca_die "must run as root: the tool root (debootstrap, chroot, mount namespaces), TAPs, bridges and network namespaces need it; run it with sudo"
 }
 
 # First 16 hex digits of sha256 over the given files' contents.

@@ -12,6 +12,7 @@ use clap::Parser;
 
 use transport::wire::roce::MacAddr;
 
+use crate::counters_out::CountersFormat;
 use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
 
 /// A virtual InfiniBand HCA: serves one PCI function to QEMU over vfio-user and
@@ -103,9 +104,23 @@ pub struct Cli {
     pub log: String,
 
     /// Print the device's counters (per port and per drop reason) to stderr every
-    /// SECS seconds; they are also printed when the process exits.
+    /// SECS seconds, in the --counters-format; they are also printed when the
+    /// process exits. Also the period of --counters-file.
     #[arg(long, value_name = "SECS")]
     pub counters_every: Option<u64>,
+
+    /// The format of the counters printed to stderr (--counters-every and the
+    /// exit report): `text` for people, or `json`, one JSON object per line.
+    #[arg(long, value_name = "text|json", default_value = "text", value_parser = ["text", "json"])]
+    pub counters_format: String,
+
+    /// Keep the device's counters in FILE, one JSON object (as
+    /// --counters-format json prints it), rewritten every --counters-every
+    /// period (every second without it) and at exit: written beside FILE and
+    /// renamed over it, so that a reader always sees a whole object. Read a
+    /// running device's counters with e.g. `jq . FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub counters_file: Option<PathBuf>,
 
     /// How long (microseconds) the data path keeps polling the doorbells after
     /// its last work before it sleeps and asks the driver to ring WAKE. Longer
@@ -136,6 +151,17 @@ pub struct Cli {
     /// promise more. At least 4M.
     #[arg(long, value_name = "SIZE", default_value = "256M")]
     pub mem_budget: String,
+}
+
+/// The man page vhca(1) in roff, from the same definition as `--help`
+/// (the `vhca-man` binary writes it).
+pub fn man_page() -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut out)
+        .expect("rendering into a Vec cannot fail");
+    out
 }
 
 /// The smallest `--mem-budget`: room for the GSI QP, some MRs and WQEs.
@@ -184,6 +210,10 @@ pub struct Config {
     pub fault: Option<FaultSpec>,
     pub log: log::LevelFilter,
     pub counters_every: Option<Duration>,
+    /// `--counters-format`.
+    pub counters_format: CountersFormat,
+    /// `--counters-file`.
+    pub counters_file: Option<PathBuf>,
     pub busy_poll: Duration,
     pub loss_probes: bool,
     pub loss_probe_min: Duration,
@@ -337,6 +367,19 @@ impl Cli {
             Some(s) => Some(Duration::from_secs(s)),
             None => None,
         };
+        let counters_format = self
+            .counters_format
+            .parse::<CountersFormat>()
+            .map_err(|e| CliError(format!("--counters-format {e}")))?;
+        if let Some(f) = &self.counters_file {
+            parent_exists("--counters-file", f)?;
+            if f.is_dir() {
+                return Err(CliError(format!(
+                    "--counters-file {}: is a folder; give the path of the file to write",
+                    f.display()
+                )));
+            }
+        }
         if !(10..=1_000_000).contains(&self.loss_probe_min_us) {
             return Err(CliError(format!(
                 "--loss-probe-min-us {}: from 10 to 1000000",
@@ -368,6 +411,8 @@ impl Cli {
             fault,
             log,
             counters_every,
+            counters_format,
+            counters_file: self.counters_file.clone(),
         })
     }
 }

@@ -1,6 +1,17 @@
-//! The vhca device (ARCHITECTURE.md §1): today its fabric layer only, [`fabric`]
-//! (ARCHITECTURE.md §6). The register map, command queue, context tables and the `vhca`
-//! binary arrive with the device issue.
+//! The vhca device (ARCHITECTURE.md §1): the HCA a guest sees and the `vhca`
+//! binary that serves it.
+//!
+//! - [`abi`]: the guest-visible interface, defined once (the C header is
+//!   generated from it, ARCHITECTURE.md §4); [`caps`] the device's limits.
+//! - [`cmdq`]: the command queue, one handler file per object family;
+//!   [`hca`] the device-resident tables; [`context`] BAR0's context window.
+//! - [`datapath`]: doorbells, WQE fetch, CQE/EQE writes, interrupts, over
+//!   checked guest rings ([`ring`]); [`convert`] ABI <-> engine values.
+//! - [`port`]: the transport engine and its link; [`fabric`] the links (UDP,
+//!   TAP) and stages (faults, capture, fabric key; ARCHITECTURE.md §6); [`net`]
+//!   the RoCE port's vhost-user-net backend for the guest's NIC.
+//! - [`run`]: threads, BAR0 registers and the sleep protocol; [`glue`] guest
+//!   memory, BAR2 and MSI-X over the `pci` crate; [`cli`] the command line.
 
 // Denied, not forbidden: `fabric::tap_sys` holds the TUN ioctls, each in a small
 // wrapper with its SAFETY argument, and allows it for that file alone.
@@ -12,6 +23,7 @@ pub mod cli;
 pub mod cmdq;
 pub mod context;
 pub mod convert;
+pub mod counters_out;
 pub mod datapath;
 pub mod fabric;
 pub mod glue;

@@ -24,6 +24,7 @@ use crate::abi;
 use crate::abi::bar0::{dev_ctrl, dev_status, reg, CtxStatus, CtxTable, Fatal};
 use crate::caps::Caps;
 use crate::cmdq::{self, CmdQueue};
+use crate::counters_out::{CountersOutput, Snapshot};
 use crate::glue::{BarDoorbells, GuestMem, Msix};
 use crate::hca::{DbSlot, Doorbells, Eq, Hca};
 use crate::port::Port;
@@ -277,11 +278,11 @@ impl Shared {
 /// Runs the data path; a panic in it (a bug) must not leave a hung device that
 /// the guest waits on forever: the device goes FATAL (`Shared::internal_fault`)
 /// and the data path starts again, idle until the driver resets the device.
-fn supervise_data_path(shared: Arc<Shared>, every: Option<Duration>, busy: Duration) {
+fn supervise_data_path(shared: Arc<Shared>, every: CountersOutput, busy: Duration) {
     loop {
         let s = Arc::clone(&shared);
-        let r =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data_path(s, every, busy)));
+        let e = every.clone();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data_path(s, e, busy)));
         let Err(e) = r else { return };
         let what = e
             .downcast_ref::<&str>()
@@ -602,7 +603,7 @@ fn set_asleep(db: &BarDoorbells<'_>, num_uars: u32, value: u32) {
 /// How long the data path pauses after a round in which the link failed.
 const LINK_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
-pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_poll: Duration) {
+pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: Duration) {
     let handle = shared.handle.clone();
     let Some(bar2) = handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) else {
         log::error!("device: BAR2 is not mapped; data path not started");
@@ -634,7 +635,6 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
     let mut last_scan;
     // Busy polling is off until this instant (after a lost yield).
     let mut contended_until = Instant::now();
-    let mut last_print = Instant::now();
     let mut events = vec![EpollEvent::default(); 4];
     while !shared.stop.load(Ordering::Acquire) {
         shared.yield_to_front();
@@ -671,12 +671,7 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
             let link_failed = core.hca.port.counters().link_errors != errors_before;
             (work, deadline, link_failed)
         };
-        if let Some(every) = counters_every {
-            if last_print.elapsed() >= every {
-                last_print = Instant::now();
-                eprintln!("{}", shared.lock().counters_report());
-            }
-        }
+        counters.tick(|| shared.lock().counters_snapshot());
         if link_failed {
             // A link that fails (a TAP deleted under us stays readable with an
             // error): back off instead of spinning on it; a transient error
@@ -770,25 +765,30 @@ impl Core {
     /// Every counter of the device, one `name value` per line (for
     /// `--counters-every` and the exit report).
     pub fn counters_report(&self) -> String {
-        let mut s = String::new();
-        let p = self.hca.port.counters();
-        let e = self.hca.port.engine().counters();
-        let h = &self.hca.counters;
-        s += &format!(
-            "port: rx {} tx {} link_errors {}\n",
-            p.rx_packets, p.tx_packets, p.link_errors
-        );
-        if let Some(r) = self.hca.port.link().report() {
-            s += &format!("{r}\n");
+        self.counters_snapshot().text()
+    }
+
+    /// The counters, for the text report, `--counters-format json` and
+    /// `--counters-file` (`counters_out`).
+    pub fn counters_snapshot(&self) -> Snapshot {
+        let c = &self.cmd_stats;
+        Snapshot {
+            time: now(),
+            port: *self.hca.port.counters(),
+            engine: self.hca.port.engine().counters().clone(),
+            hca: self
+                .hca
+                .counters
+                .with_budget(self.hca.port.engine().budget()),
+            link: self.hca.port.link().report(),
+            net: self.net.as_ref().map(|n| n.to_string()),
+            cmdq: vec![
+                ("pi_writes", c.pi_writes),
+                ("max_per_write", u64::from(c.max_per_write)),
+                ("deferred", c.deferred),
+                ("data_path_batches", c.data_path_batches),
+            ],
         }
-        if let Some(n) = &self.net {
-            s += &format!("vhost-user-net: {n}\n");
-        }
-        s += &format!("engine: {e:?}\n");
-        s += &format!("cmdq: {:?}\n", self.cmd_stats);
-        let h = h.with_budget(self.hca.port.engine().budget());
-        s += &format!("hca: {h:?}");
-        s
     }
 }
 
@@ -942,8 +942,14 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     // counters and exit 0. The vfio-user thread may be inside a client's
     // connection, which the crate gives no way to cut, so the process exits
     // from here rather than waiting for `serve` to return.
+    let counters = CountersOutput::new(
+        config.counters_every,
+        config.counters_format,
+        config.counters_file.clone(),
+    );
     {
         let shared = Arc::clone(&shared);
+        let mut counters = counters.clone();
         let socket = config.socket.clone();
         let net_socket = match &config.mode {
             FabricMode::Roce { vhost_user_net, .. } => vhost_user_net.clone(),
@@ -965,7 +971,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
                     {
                         std::thread::sleep(Duration::from_millis(5));
                     }
-                    eprintln!("{}", shared.lock().counters_report());
+                    counters.report(&shared.lock().counters_snapshot());
                     let _ = std::fs::remove_file(&socket);
                     if let Some(p) = &net_socket {
                         let _ = std::fs::remove_file(p);
@@ -976,7 +982,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     }
     let dp = {
         let shared = Arc::clone(&shared);
-        let every = config.counters_every;
+        let every = counters.clone();
         let busy = config.busy_poll;
         std::thread::Builder::new()
             .name("vhca-data".into())
@@ -989,6 +995,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     let r = server.serve(&mut front);
     shared.stop();
     let _ = dp.join();
-    eprintln!("{}", shared.lock().counters_report());
+    let mut counters = counters;
+    counters.report(&shared.lock().counters_snapshot());
     r.map_err(Into::into)
 }

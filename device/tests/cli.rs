@@ -214,6 +214,45 @@ fn cli_bad_arguments_are_one_line_errors_naming_the_argument() {
             vec!["--socket", s, "--fabric", fs, "--node", "a", "--frobnicate"],
             "--frobnicate",
         ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--counters-format",
+                "xml",
+            ],
+            "--counters-format",
+        ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--counters-file",
+                "/nonexistent/dir/c.json",
+            ],
+            "--counters-file",
+        ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--counters-file",
+                d.path().to_str().unwrap(),
+            ],
+            "is a folder",
+        ),
     ];
     for (args, want) in cases {
         let e = check(&args).expect_err(&format!("{args:?} accepted"));

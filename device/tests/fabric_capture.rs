@@ -151,3 +151,31 @@ fn capture_wf11_failure_is_counted_and_the_packet_still_goes() {
     );
     assert_eq!(c.inner().sent, vec![(T0, p)]);
 }
+
+#[test]
+fn capture_is_flushed_by_a_deadline_so_a_running_capture_reads_whole() {
+    // Issue 17: `tshark -r` of a running device's capture. Records wait in a
+    // buffer; the link's deadline says when they must reach the file, even
+    // if no other packet ever comes.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, mut b, _fabric) = common::udp_pair(dir.path());
+    let path = dir.path().join("a.pcap");
+    let mut a = CaptureLink::create(a, &path).expect("capture file");
+    assert_eq!(a.poll_timeout(), None, "nothing buffered, no deadline");
+    let p = ud_packet(1, 2, 7, b"hello");
+    a.send(T0, &p).unwrap();
+    assert_eq!(recv_within(&mut b, T0), Some(p.clone()));
+    let due = T0 + device::fabric::CAPTURE_FLUSH_AFTER;
+    assert_eq!(a.poll_timeout(), Some(due));
+    // Before the deadline the record may still be buffered; at it, it is in
+    // the file, whole.
+    a.handle_timeout(due - Duration::from_millis(1)).unwrap();
+    a.handle_timeout(due).unwrap();
+    assert_eq!(a.poll_timeout(), None);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(read_capture(&on_disk), vec![(T0, p.clone())]);
+    // A device reset flushes too.
+    a.send(due, &p).unwrap();
+    a.clear();
+    assert_eq!(read_capture(&std::fs::read(&path).unwrap()).len(), 2);
+}

@@ -232,6 +232,8 @@ impl FunctionBuilder {
             msix,
             bars,
             err_eventfd: None,
+            peer: None,
+            warned_unshared: false,
             shared,
         })
     }
@@ -431,9 +433,16 @@ struct Counters {
     bad_accesses: AtomicU64,
     maps_without_fd: AtomicU64,
     map_errors: AtomicU64,
+    maps_not_shared: AtomicU64,
     resets: AtomicU64,
     disconnects: AtomicU64,
 }
+
+/// What to do about guest RAM the device cannot share (issue 17).
+pub const NOT_SHARED_HINT: &str = "Guest RAM must be shared with the device: \
+    give QEMU a memory backend with share=on \
+    (-object memory-backend-memfd,id=mem,size=SIZE,share=on -machine memory-backend=mem; \
+    libvirt: <memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>)";
 
 /// A snapshot of the function's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -442,8 +451,12 @@ pub struct FunctionCounters {
     pub bad_accesses: u64,
     /// DMA maps that came without an fd (BIOS, option ROMs, BARs): ignored.
     pub maps_without_fd: u64,
-    /// DMA maps refused (past the end of the fd, mmap failed, bad range).
+    /// DMA maps refused (past the end of the fd, mmap failed, bad range,
+    /// not shared), all reasons.
     pub map_errors: u64,
+    /// DMA maps refused because the client maps the file private only (QEMU
+    /// without `share=on`); also in `map_errors`.
+    pub maps_not_shared: u64,
     pub resets: u64,
     pub disconnects: u64,
 }
@@ -523,6 +536,7 @@ impl Handle {
             bad_accesses: c.bad_accesses.load(Ordering::Relaxed),
             maps_without_fd: c.maps_without_fd.load(Ordering::Relaxed),
             map_errors: c.map_errors.load(Ordering::Relaxed),
+            maps_not_shared: c.maps_not_shared.load(Ordering::Relaxed),
             resets: c.resets.load(Ordering::Relaxed),
             disconnects: c.disconnects.load(Ordering::Relaxed),
         }
@@ -542,6 +556,11 @@ pub struct Function {
     /// warns "Could not enable error recovery" without it; never signalled,
     /// as nothing here detects uncorrectable errors.
     err_eventfd: Option<std::fs::File>,
+    /// The connected client's pid (SO_PEERCRED), to see how it maps the
+    /// files of its DMA maps (`peer`).
+    peer: Option<u32>,
+    /// The "guest RAM without an fd" error was logged for this client.
+    warned_unshared: bool,
     shared: Arc<Shared>,
 }
 
@@ -772,8 +791,28 @@ impl Function {
         let Some(file) = fd else {
             counters.maps_without_fd.fetch_add(1, Ordering::Relaxed);
             log::debug!("pci: DMA map 0x{iova:x}+0x{size:x} without fd ignored");
+            // ROMs and device memory come without an fd, read-only or small;
+            // writable memory at guest address 0 is the guest's RAM (x86):
+            // not a file the device can map, so the device cannot reach it.
+            if writable && iova == 0 && !self.warned_unshared {
+                self.warned_unshared = true;
+                log::error!(
+                    "pci: guest RAM (DMA map 0x0+0x{size:x}) came without a file descriptor: \
+                     the device cannot reach it. {NOT_SHARED_HINT}"
+                );
+            }
             return Ok(());
         };
+        if let Some(pid) = self.peer {
+            if crate::peer::mapping_of(pid, &file) == crate::peer::Mapping::PrivateOnly {
+                counters.map_errors.fetch_add(1, Ordering::Relaxed);
+                counters.maps_not_shared.fetch_add(1, Ordering::Relaxed);
+                return Err(format!(
+                    "DMA map 0x{iova:x}+0x{size:x}: the client maps this guest memory \
+                     private, so the device would not see the guest's writes. {NOT_SHARED_HINT}"
+                ));
+            }
+        }
         self.shared
             .memory
             .map(iova, size, file, offset, writable)
@@ -801,7 +840,14 @@ impl Function {
     }
 
     /// The client is gone: power-on state, and its memory dropped.
+    /// A client connected; `pid` from its socket's credentials.
+    pub(crate) fn connected(&mut self, pid: Option<u32>) {
+        self.peer = pid;
+        self.warned_unshared = false;
+    }
+
     pub(crate) fn disconnect(&mut self) {
+        self.peer = None;
         self.power_on();
         self.err_eventfd = None;
         self.shared.memory.clear();

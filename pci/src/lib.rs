@@ -47,13 +47,15 @@ pub mod config;
 pub mod dma;
 mod function;
 pub mod msix;
+mod peer;
 mod server;
 mod sync;
 
 pub use bar::{BarError, BarMemory, BarSpec, PAGE_SIZE};
 pub use dma::{DmaError, DmaMemory, GuestMemoryMmap};
 pub use function::{
-    BuildError, Device, Function, FunctionBuilder, FunctionCounters, Handle, MAX_VECTORS, NUM_BARS,
+    BuildError, Device, Function, FunctionBuilder, FunctionCounters, Handle, MAX_VECTORS,
+    NOT_SHARED_HINT, NUM_BARS,
 };
 pub use msix::{MsixCounters, Trigger};
 pub use server::{ServeError, Server, Stopper};

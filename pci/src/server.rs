@@ -281,6 +281,13 @@ struct Backend<'a> {
 }
 
 impl ServerBackend for Backend<'_> {
+    fn connected(&mut self, stream: &UnixStream) {
+        use std::os::fd::AsFd;
+        let pid = crate::peer::peer_pid(stream.as_fd());
+        log::debug!("pci: client connected (pid {pid:?})");
+        self.function.connected(pid);
+    }
+
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
         log::trace!("pci: region {region} read 0x{offset:x} +{}", data.len());
         self.function.region_read(region, offset, data, self.device);
@@ -308,7 +315,9 @@ impl ServerBackend for Backend<'_> {
             .dma_map(address, size, fd, offset, writable)
             .map_err(|e| {
                 log::warn!("pci: {e}");
-                io::Error::new(io::ErrorKind::InvalidInput, e)
+                // An errno for the reply (QEMU prints it: "error Success"
+                // without one); the reason is in our log.
+                io::Error::from_raw_os_error(libc::EINVAL)
             })
     }
 

@@ -110,6 +110,28 @@ fn dma_unmap_revokes_access_and_unknown_ranges_are_accepted() {
 }
 
 #[test]
+fn guest_ram_the_client_maps_private_is_refused_and_shared_ram_is_served() {
+    // QEMU without share=on maps its memfd private: the guest's stores stay
+    // in copy-on-write pages the device would never see (issue 17).
+    let h = start(hca_like());
+    let mut c = h.connect();
+    let private = memfd(RAM_SIZE);
+    let _p = ClientMap::new(&private, RAM_SIZE as usize, false);
+    // (The crate's client does not report the error reply; the counters do.)
+    let _ = c.dma_map(0, RAM, RAM_SIZE, private.as_raw_fd());
+    assert!(!h.handle.memory().is_mapped(RAM, 1));
+    let n = h.handle.counters();
+    assert_eq!((n.maps_not_shared, n.map_errors), (1, 1));
+    assert!(pci::NOT_SHARED_HINT.contains("share=on"));
+
+    let shared = memfd(RAM_SIZE);
+    let _s = ClientMap::new(&shared, RAM_SIZE as usize, true);
+    c.dma_map(0, RAM, RAM_SIZE, shared.as_raw_fd()).unwrap();
+    assert!(h.handle.memory().is_mapped(RAM, RAM_SIZE as usize));
+    assert_eq!(h.handle.counters().maps_not_shared, 1);
+}
+
+#[test]
 fn dma_map_without_fd_is_accepted_and_ignored() {
     let h = start(hca_like());
     let mut raw = RawClient::connect(&h.path);

@@ -1,9 +1,17 @@
 //! The InfiniBand transport engine of vhca, as a sans-IO library (ARCHITECTURE.md §3).
 //!
-//! Today it holds the bottom layer, [`wire`]: every IBA header as a typed view and a
-//! validated `Repr`, the opcode table as data, whole-packet build and parse, the two
-//! CRCs, RoCEv2 encapsulation and pcap capture files. Nothing here does I/O, reads a
-//! clock or touches guest memory.
+//! - [`wire`]: every IBA header as a typed view and a validated `Repr`, the opcode
+//!   table as data, whole-packet build and parse, the two CRCs, RoCEv2
+//!   encapsulation and pcap capture files.
+//! - [`engine`]: PDs, MRs, CQs, SRQs and QPs of RC, UC and UD (requester,
+//!   completer, responder, loss recovery), driven by verbs, received packets and
+//!   timer firings; [`mr`] its memory protection, [`qp_state`] the Modify QP
+//!   table, [`verbs`] its API types, [`memory`] the guest-memory trait,
+//!   [`budget`] the host memory a guest may make it hold (ARCHITECTURE.md §9),
+//!   [`psn`] 24-bit sequence arithmetic.
+//!
+//! Nothing here does I/O, reads a clock or touches guest memory other than
+//! through the caller's [`memory::Memory`].
 
 #![forbid(unsafe_code)]
 

@@ -11,7 +11,7 @@ const SAMPLE_FRAMES: usize = 43;
 fn sample() -> Vec<u8> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/testdata/wireshark-sample-infiniband.pcap"
+        "/tests/data/wireshark-sample-infiniband.pcap"
     );
     std::fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
 }

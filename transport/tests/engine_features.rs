@@ -1,6 +1,6 @@
 //! Two engines (and loopback on one) over the simulated fabric: operations,
 //! ordering, completions, SRQ, UD, UC and addressing, each test named after the
-//! feature it shows on the wire (features.md).
+//! feature it shows on the wire (docs/FEATURES.md).
 
 mod common;
 

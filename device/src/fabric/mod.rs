@@ -1,5 +1,5 @@
-//! The fabric: how a `vhca` device's port moves native InfiniBand packets to other
-//! devices (ARCHITECTURE.md §6).
+//! The fabric: how a `vhca` device's port moves native InfiniBand packets (over
+//! UDP) or RoCEv2 frames (on a TAP) to other devices (ARCHITECTURE.md §6).
 //!
 //! - [`FabricFile`]: the nodes of the fabric (LID, port GUID, UDP address), read
 //!   from a TOML file; it stands in for a subnet manager's assignment.
@@ -34,7 +34,7 @@ pub use auth::{
     AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, REPLAY_WINDOW, SEQ_LEN, TAG_LEN,
     TRAILER_LEN,
 };
-pub use capture::{CaptureCounters, CaptureLink};
+pub use capture::{CaptureCounters, CaptureLink, FLUSH_AFTER as CAPTURE_FLUSH_AFTER};
 pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };

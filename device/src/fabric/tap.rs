@@ -367,6 +367,22 @@ pub struct Tap {
     to_guest: ToGuest,
 }
 
+/// A refusal to open or create the TAP, told as what to do about it (issue
+/// 17): only root (CAP_NET_ADMIN) creates a TAP; any user may open one made
+/// for them beforehand.
+fn needs_root(name: &str, e: std::io::Error) -> std::io::Error {
+    if e.kind() != std::io::ErrorKind::PermissionDenied {
+        return e;
+    }
+    std::io::Error::new(
+        e.kind(),
+        format!(
+            "{e}: a TAP is created by root (CAP_NET_ADMIN) only; run vhca as root, or make \
+             the TAP for this user first: sudo ip tuntap add {name} mode tap user $(id -un)"
+        ),
+    )
+}
+
 impl Tap {
     /// Opens (or creates) TAP `name` with vnet headers, non-blocking. The
     /// interface is configured (up, bridged, MTU) by the caller's network setup.
@@ -380,8 +396,9 @@ impl Tap {
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open("/dev/net/tun")
-            .map_err(err)?;
-        let kernel_name = tap_sys::set_iff_tap(&file, name).map_err(err)?;
+            .map_err(|e| err(needs_root(name, e)))?;
+        let kernel_name =
+            tap_sys::set_iff_tap(&file, name).map_err(|e| err(needs_root(name, e)))?;
         tap_sys::set_vnet_hdr_len(&file, VNET_HDR_LEN as i32).map_err(err)?;
         // No offloads until a guest negotiates them: frames we read are then
         // plain, whole frames with complete checksums.

@@ -165,6 +165,39 @@ impl std::fmt::Display for UdpCounters {
 /// Socket buffer size asked for (bytes): 1024 full-PMTU packets.
 pub const SOCKET_BUFFER: usize = 4 << 20;
 
+/// The warning for socket buffers smaller than asked for, given what the
+/// kernel granted (`SO_RCVBUF`/`SO_SNDBUF` as read back: Linux doubles the
+/// value asked for, after capping it at `net.core.rmem_max`/`wmem_max`):
+/// one line naming the sysctls and the value to set, or `None`.
+pub fn buffer_warning(rx: Option<usize>, tx: Option<usize>) -> Option<String> {
+    let short = |granted: Option<usize>| granted.is_some_and(|g| g < 2 * SOCKET_BUFFER);
+    let mut which = Vec::new();
+    if short(rx) {
+        which.push(("receive", "net.core.rmem_max", rx.unwrap_or(0) / 2));
+    }
+    if short(tx) {
+        which.push(("send", "net.core.wmem_max", tx.unwrap_or(0) / 2));
+    }
+    if which.is_empty() {
+        return None;
+    }
+    let got: Vec<String> = which
+        .iter()
+        .map(|(what, _, g)| format!("{what} {g}"))
+        .collect();
+    let fix: Vec<String> = which
+        .iter()
+        .map(|(_, sysctl, _)| format!("{sysctl}={SOCKET_BUFFER}"))
+        .collect();
+    Some(format!(
+        "UDP socket buffers capped below the {SOCKET_BUFFER} bytes asked for ({} bytes): \
+         bursts of full-MTU packets will overflow them and be resent as losses; \
+         raise the cap: sysctl -w {}",
+        got.join(", "),
+        fix.join(" ")
+    ))
+}
+
 /// A send buffer: room for the longest packet, which starts
 /// `BUFFER_ALIGN_OFFSET` bytes past a 16-byte boundary so that the engine's CRC
 /// folds the payload aligned when it builds the packet in place (WF-09).
@@ -276,11 +309,11 @@ impl UdpLink {
         let sref = socket2::SockRef::from(&socket);
         let _ = sref.set_recv_buffer_size(SOCKET_BUFFER);
         let _ = sref.set_send_buffer_size(SOCKET_BUFFER);
-        log::debug!(
-            "fabric: socket buffers rx {:?} tx {:?}",
-            sref.recv_buffer_size().ok(),
-            sref.send_buffer_size().ok()
-        );
+        let (rx, tx) = (sref.recv_buffer_size().ok(), sref.send_buffer_size().ok());
+        log::debug!("fabric: socket buffers rx {rx:?} tx {tx:?}");
+        if let Some(w) = buffer_warning(rx, tx) {
+            log::warn!("fabric: {w}");
+        }
         let fd = socket.as_raw_fd();
         // Probed by setting them: UDP_SEGMENT 0 (no default segment size; each
         // send names its own), UDP_GRO on. ENOPROTOOPT on kernels without them.
@@ -728,5 +761,31 @@ impl Link for UdpLink {
 
     fn report(&self) -> Option<String> {
         Some(format!("udp {}: {}", self.node.name, self.counters))
+    }
+}
+
+#[cfg(test)]
+mod buffer_tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_buffer_is_one_warning_naming_the_sysctl_and_the_size() {
+        // Granted in full (Linux reads back twice the value): nothing to say.
+        assert_eq!(
+            buffer_warning(Some(2 * SOCKET_BUFFER), Some(2 * SOCKET_BUFFER)),
+            None
+        );
+        assert_eq!(buffer_warning(None, None), None);
+        // Debian's default caps, 208 KiB each.
+        let w = buffer_warning(Some(425_984), Some(2 * SOCKET_BUFFER)).unwrap();
+        assert!(w.contains("sysctl -w net.core.rmem_max=4194304"), "{w}");
+        assert!(w.contains("receive 212992"), "{w}");
+        assert!(!w.contains("wmem_max"), "{w}");
+        let w = buffer_warning(Some(425_984), Some(425_984)).unwrap();
+        assert!(
+            w.contains("net.core.rmem_max=4194304 net.core.wmem_max=4194304"),
+            "{w}"
+        );
+        assert_eq!(w.lines().count(), 1);
     }
 }

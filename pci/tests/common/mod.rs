@@ -313,3 +313,43 @@ impl RawClient {
         self.stream.as_raw_fd()
     }
 }
+
+/// `file`'s first `len` bytes mapped into this process, as QEMU maps guest
+/// RAM: `shared` as with `share=on`, else private (copy-on-write).
+pub struct ClientMap {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl ClientMap {
+    pub fn new(file: &File, len: usize, shared: bool) -> ClientMap {
+        use std::os::fd::AsRawFd;
+        let flags = if shared {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_PRIVATE
+        };
+        // SAFETY: a new mapping at an address the kernel picks, of a file
+        // this process holds open; nothing else in the process is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        ClientMap { ptr, len }
+    }
+}
+
+impl Drop for ClientMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was created by `new` with this length and is
+        // unmapped once; nothing holds a reference into it.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}

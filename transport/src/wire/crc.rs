@@ -2,8 +2,8 @@
 //! the RoCEv2 ICRC (annex A17.3.3); WF-09, WF-10.
 //!
 //! Both CRCs are sent least significant byte first, like Ethernet's FCS: the value
-//! `c` goes on the wire as `c.to_le_bytes()`. The real-hardware captures in
-//! `shared/testdata` are the reference (`tests/capture_vectors.rs`).
+//! `c` goes on the wire as `c.to_le_bytes()`. The real-hardware capture in
+//! `tests/data` is the reference (`tests/capture_vectors.rs`).
 
 use std::sync::LazyLock;
 

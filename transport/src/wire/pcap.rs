@@ -4,7 +4,7 @@
 //! Native InfiniBand packets are written as LINKTYPE_ERF (197) records, each a
 //! 16-byte ERF header of type 21 (INFINIBAND) followed by the packet, LRH through
 //! VCRC. That is the layout of Wireshark's own InfiniBand sample capture
-//! (`shared/testdata/wireshark-sample-infiniband.pcap`), and tshark 4.0 dissects it,
+//! (`transport/tests/data/wireshark-sample-infiniband.pcap`), and tshark 4.0 dissects it,
 //! whereas it does not dissect LINKTYPE_INFINIBAND (247). RoCEv2 frames are written
 //! as LINKTYPE_ETHERNET (1).
 //!

@@ -895,6 +895,10 @@ impl Client {
 }
 
 pub trait ServerBackend {
+    // vhca patch: the client that just connected, before its first message,
+    // so that the backend can learn who it is (SO_PEERCRED). Nothing by
+    // default.
+    fn connected(&mut self, _stream: &UnixStream) {}
     fn region_read(
         &mut self,
         _region: u32,
@@ -1469,6 +1473,8 @@ impl Server {
 
     pub fn run(&self, backend: &mut dyn ServerBackend) -> Result<(), Error> {
         let (mut stream, _) = self.listener.accept().map_err(Error::SocketAccept)?;
+        // vhca patch: tell the backend who connected.
+        backend.connected(&stream);
 
         loop {
             let mut header = Header::default();
@@ -1508,10 +1514,13 @@ impl Server {
                     command: header.command,
                     flags: HeaderFlags::Error as u32 | HeaderFlags::Reply as u32,
                     message_size: size_of::<Header>() as u32,
-                    error: if matches!(e, Error::InvalidInput) {
-                        EINVAL as u32
-                    } else {
-                        0
+                    // vhca patch: a backend's errno goes into the reply
+                    // (QEMU prints it; it printed "Success" for every
+                    // backend error).
+                    error: match &e {
+                        Error::InvalidInput => EINVAL as u32,
+                        Error::Backend(io) => io.raw_os_error().unwrap_or(0) as u32,
+                        _ => 0,
                     },
                 };
                 stream

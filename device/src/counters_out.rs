@@ -1,0 +1,469 @@
+//! The device's counters for the host (issue 17, ARCHITECTURE.md §2 "counted by
+//! reason"): the periodic log (`--counters-every`) and the exit report as text
+//! or as JSON lines (`--counters-format json`), and `--counters-file PATH`, a
+//! JSON object rewritten atomically (written beside it, then renamed over it)
+//! every period, so that a running device's counters can be read at any time
+//! (`cat`, `jq`) without stopping it or parsing its log.
+//!
+//! One JSON object per line; the keys:
+//! - `time`: the device clock (seconds since the Unix epoch, `run::now`);
+//! - `port`: what the port counts (`rx_packets`, `tx_packets`, `link_errors`);
+//! - one object per QUERY_COUNTERS set, named as the set in snake case
+//!   (`port_set` for the engine's `Port` set, then `wire_drop`, `rx_drop`,
+//!   `nak_sent`, `device`) with the names the driver's hw counters carry
+//!   (`abi::counters`, one source for both);
+//! - `link`: one object per link stage (`udp`, `tap`, `auth`) with the counters
+//!   of its log line; `vhost_user_net` likewise in RoCE mode;
+//! - `cmdq`: how command batches were split.
+//!
+//! Nothing here takes the device's lock or knows its threads: the data path
+//! hands a [`Snapshot`] taken under its lock.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use transport::engine::Counters;
+
+use crate::abi::counters::{CounterSet, HcaCounters};
+use crate::port::PortCounters;
+
+/// How often the counters file is rewritten without `--counters-every`.
+pub const FILE_EVERY: Duration = Duration::from_secs(1);
+
+/// The format of the counters printed to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CountersFormat {
+    /// `name: values` lines, for people.
+    #[default]
+    Text,
+    /// One JSON object per report, on one line.
+    Json,
+}
+
+impl std::str::FromStr for CountersFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(CountersFormat::Text),
+            "json" => Ok(CountersFormat::Json),
+            _ => Err(format!("{s}: text or json")),
+        }
+    }
+}
+
+/// The device's counters at one instant, taken under the device's lock.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The device clock (since the Unix epoch).
+    pub time: Duration,
+    pub port: PortCounters,
+    pub engine: Counters,
+    /// The device's data-path counters, the memory budget's included.
+    pub hca: HcaCounters,
+    /// The link stages' report (`Link::report`): one `stage name: counters`
+    /// line per stage.
+    pub link: Option<String>,
+    /// The vhost-user-net backend's counters line (RoCE mode).
+    pub net: Option<String>,
+    /// The command queue's split (name, value).
+    pub cmdq: Vec<(&'static str, u64)>,
+}
+
+fn json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `{"name":value,...}`.
+fn json_object<'a>(out: &mut String, pairs: impl IntoIterator<Item = (&'a str, u64)>) {
+    out.push('{');
+    for (i, (k, v)) in pairs.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        json_str(out, k);
+        let _ = write!(out, ":{v}");
+    }
+    out.push('}');
+}
+
+/// The counters of one log line of a link stage or the vhost-user-net
+/// backend, as (name, value): `tx 5 (300 B, 2 GSO runs) dropped 1: tx_short 1`
+/// gives `tx` 5, `tx_bytes` 300, `tx_gso_runs` 2, `dropped` 1, `tx_short` 1.
+/// A parenthesised group qualifies the counter before it. `None` if the line
+/// does not have that shape.
+pub fn parse_counter_line(text: &str) -> Option<Vec<(String, u64)>> {
+    let spaced = text
+        .replace('(', " ( ")
+        .replace(')', " ) ")
+        .replace(',', " , ")
+        .replace(':', " ");
+    let toks: Vec<&str> = spaced.split_whitespace().collect();
+    let mut out = Vec::new();
+    let mut base: Option<&str> = None;
+    let mut i = 0;
+    while i < toks.len() {
+        if toks[i] == "(" {
+            let base = base?;
+            i += 1;
+            loop {
+                let v: u64 = toks.get(i)?.parse().ok()?;
+                i += 1;
+                let mut words = Vec::new();
+                while let Some(&w) = toks.get(i) {
+                    if w == "," || w == ")" {
+                        break;
+                    }
+                    words.push(if w == "B" {
+                        "bytes".to_string()
+                    } else {
+                        w.to_ascii_lowercase()
+                    });
+                    i += 1;
+                }
+                if words.is_empty() {
+                    return None;
+                }
+                out.push((format!("{base}_{}", words.join("_")), v));
+                match *toks.get(i)? {
+                    ")" => {
+                        i += 1;
+                        break;
+                    }
+                    _ => i += 1,
+                }
+            }
+        } else {
+            let name = toks[i];
+            if name.parse::<u64>().is_ok() || name == ")" || name == "," {
+                return None;
+            }
+            let v: u64 = toks.get(i + 1)?.parse().ok()?;
+            out.push((name.to_string(), v));
+            base = Some(name);
+            i += 2;
+        }
+    }
+    Some(out)
+}
+
+/// `{"stage":{...},...}` from a link report (`udp a: ...`, `auth (key X): ...`):
+/// a line that does not parse keeps its text under `"text"`.
+fn json_lines(out: &mut String, report: &str) {
+    out.push('{');
+    for (i, line) in report.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let (label, rest) = line.split_once(": ").unwrap_or(("link", line));
+        let stage = label.split_whitespace().next().unwrap_or("link");
+        json_str(out, stage);
+        out.push(':');
+        match parse_counter_line(rest) {
+            Some(pairs) => json_object(out, pairs.iter().map(|(k, v)| (k.as_str(), *v))),
+            None => {
+                out.push_str("{\"text\":");
+                json_str(out, rest);
+                out.push('}');
+            }
+        }
+    }
+    out.push('}');
+}
+
+impl Snapshot {
+    /// The text report (`--counters-format text`): a line per part.
+    pub fn text(&self) -> String {
+        let p = &self.port;
+        let mut s = format!(
+            "port: rx {} tx {} link_errors {}\n",
+            p.rx_packets, p.tx_packets, p.link_errors
+        );
+        if let Some(r) = &self.link {
+            let _ = writeln!(s, "{r}");
+        }
+        if let Some(n) = &self.net {
+            let _ = writeln!(s, "vhost-user-net: {n}");
+        }
+        let _ = writeln!(s, "engine: {:?}", self.engine);
+        let cmdq: Vec<String> = self.cmdq.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(s, "cmdq: CmdStats {{ {} }}", cmdq.join(", "));
+        let _ = write!(s, "hca: {:?}", self.hca);
+        s
+    }
+
+    /// The snapshot as one JSON object, without a newline.
+    pub fn json(&self) -> String {
+        let mut s = String::with_capacity(4096);
+        let _ = write!(s, "{{\"time\":{:.6}", self.time.as_secs_f64());
+        s.push_str(",\"port\":");
+        let p = &self.port;
+        json_object(
+            &mut s,
+            [
+                ("rx_packets", p.rx_packets),
+                ("tx_packets", p.tx_packets),
+                ("link_errors", p.link_errors),
+            ],
+        );
+        for set in CounterSet::ALL {
+            let names = set.names();
+            let values = set.values(&self.engine, &self.hca);
+            let key = match set {
+                // Not to be confused with the port's own counters above.
+                CounterSet::Port => "port_set".to_string(),
+                _ => crate::abi::layout::screaming_snake(&format!("{set:?}")).to_ascii_lowercase(),
+            };
+            s.push(',');
+            json_str(&mut s, &key);
+            s.push(':');
+            json_object(&mut s, names.iter().map(String::as_str).zip(values));
+        }
+        s.push_str(",\"link\":");
+        json_lines(&mut s, self.link.as_deref().unwrap_or(""));
+        if let Some(n) = &self.net {
+            s.push_str(",\"vhost_user_net\":");
+            match parse_counter_line(n) {
+                Some(pairs) => json_object(&mut s, pairs.iter().map(|(k, v)| (k.as_str(), *v))),
+                None => {
+                    s.push_str("{\"text\":");
+                    json_str(&mut s, n);
+                    s.push('}');
+                }
+            }
+        }
+        s.push_str(",\"cmdq\":");
+        json_object(&mut s, self.cmdq.iter().copied());
+        s.push('}');
+        s
+    }
+
+    /// The snapshot in `format`.
+    pub fn render(&self, format: CountersFormat) -> String {
+        match format {
+            CountersFormat::Text => self.text(),
+            CountersFormat::Json => self.json(),
+        }
+    }
+}
+
+/// Where and when the counters go: the data path calls [`tick`](Self::tick)
+/// every round, the exit paths [`report`](Self::report).
+#[derive(Debug, Clone)]
+pub struct CountersOutput {
+    log_every: Option<Duration>,
+    format: CountersFormat,
+    file: Option<PathBuf>,
+    file_every: Duration,
+    last_log: Instant,
+    /// `None` until the first write, which comes at the first round so that
+    /// the file exists as soon as the device serves.
+    last_file: Option<Instant>,
+    /// A failed write is logged once, not every period.
+    file_failed: bool,
+}
+
+impl CountersOutput {
+    /// `every`: the period of the stderr log (none without it) and of the
+    /// file (`FILE_EVERY` without it).
+    pub fn new(every: Option<Duration>, format: CountersFormat, file: Option<PathBuf>) -> Self {
+        CountersOutput {
+            log_every: every,
+            format,
+            file,
+            file_every: every.unwrap_or(FILE_EVERY),
+            last_log: Instant::now(),
+            last_file: None,
+            file_failed: false,
+        }
+    }
+
+    /// Prints and writes what is due; `snapshot` is called only then.
+    pub fn tick(&mut self, snapshot: impl FnOnce() -> Snapshot) {
+        let now = Instant::now();
+        let log_due = self
+            .log_every
+            .is_some_and(|e| now.saturating_duration_since(self.last_log) >= e);
+        let file_due = self.file.is_some()
+            && self
+                .last_file
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.file_every);
+        if !log_due && !file_due {
+            return;
+        }
+        let s = snapshot();
+        if log_due {
+            self.last_log = now;
+            eprintln!("{}", s.render(self.format));
+        }
+        if file_due {
+            self.last_file = Some(now);
+            self.write_file(&s);
+        }
+    }
+
+    /// The exit report: to stderr in the chosen format, and the file once more.
+    pub fn report(&mut self, s: &Snapshot) {
+        eprintln!("{}", s.render(self.format));
+        self.write_file(s);
+    }
+
+    fn write_file(&mut self, s: &Snapshot) {
+        let Some(path) = &self.file else { return };
+        match write_atomically(path, &(s.json() + "\n")) {
+            Ok(()) => self.file_failed = false,
+            Err(e) if !self.file_failed => {
+                self.file_failed = true;
+                log::warn!("--counters-file {}: {e}", path.display());
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Writes `text` to `path` so that a reader sees the old or the new content,
+/// never a part: into `path.tmp` in the same folder, then renamed over `path`.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{AuthCounters, TapCounters, UdpCounters};
+
+    #[test]
+    fn parses_the_udp_line_with_its_groups() {
+        let c = UdpCounters {
+            tx_packets: 5,
+            tx_bytes: 300,
+            tx_gso_runs: 2,
+            rx_packets: 7,
+            rx_bytes: 700,
+            rx_gro_runs: 1,
+            drop_tx_short: 3,
+            rx_socket_errors: 4,
+            ..UdpCounters::default()
+        };
+        let text = c.to_string();
+        let pairs = parse_counter_line(&text).expect(&text);
+        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|p| p.1);
+        assert_eq!(get("tx"), Some(5));
+        assert_eq!(get("tx_bytes"), Some(300));
+        assert_eq!(get("tx_gso_runs"), Some(2));
+        assert_eq!(get("rx_bytes"), Some(700));
+        assert_eq!(get("rx_gro_runs"), Some(1));
+        assert_eq!(get("dropped"), Some(3));
+        assert_eq!(get("tx_short"), Some(3));
+        assert_eq!(get("rx_socket_errors"), Some(4));
+        // Every number of the line became one counter.
+        let numbers = text
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|t| !t.is_empty())
+            .count();
+        assert_eq!(pairs.len(), numbers, "{text}");
+    }
+
+    #[test]
+    fn every_stage_line_parses_whole() {
+        for text in [
+            TapCounters::default().to_string(),
+            AuthCounters::default().to_string(),
+            crate::net::NetCounters::default().to_string(),
+        ] {
+            let pairs = parse_counter_line(&text).expect(&text);
+            let numbers = text.split_whitespace().filter(|t| t.contains('0')).count();
+            assert_eq!(pairs.len(), numbers, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_line_of_another_shape_is_refused() {
+        assert_eq!(parse_counter_line("tx 1 rx"), None);
+        assert_eq!(parse_counter_line("(1 B)"), None);
+        assert_eq!(parse_counter_line("tx 1 (B)"), None);
+        assert_eq!(parse_counter_line("tx 1 (1 B"), None);
+        assert_eq!(parse_counter_line("1 2"), None);
+    }
+
+    #[test]
+    fn json_names_every_set_and_stage() {
+        let s = Snapshot {
+            time: Duration::from_millis(1_500),
+            port: PortCounters {
+                rx_packets: 3,
+                tx_packets: 4,
+                link_errors: 0,
+            },
+            link: Some("udp a: tx 1 (2 B, 0 GSO runs)\nauth (key \"x\"): rx_verified 9".into()),
+            cmdq: vec![("pi_writes", 2)],
+            ..Snapshot::default()
+        };
+        let j = s.json();
+        assert!(
+            j.starts_with("{\"time\":1.500000,\"port\":{\"rx_packets\":3,"),
+            "{j}"
+        );
+        for key in [
+            "\"port_set\":{\"rx_packets\":0",
+            "\"wire_drop\":{",
+            "\"rx_drop\":{",
+            "\"nak_sent\":{",
+            "\"device\":{\"send_wqes\":0",
+            "\"link\":{\"udp\":{\"tx\":1,\"tx_bytes\":2,\"tx_gso_runs\":0},\"auth\":{\"rx_verified\":9}}",
+            "\"cmdq\":{\"pi_writes\":2}}",
+        ] {
+            assert!(j.contains(key), "{key} not in {j}");
+        }
+        assert!(!j.contains('\n'));
+    }
+
+    #[test]
+    fn the_text_report_keeps_its_lines() {
+        let s = Snapshot {
+            link: Some("udp a: tx 1".into()),
+            net: Some("tx 2".into()),
+            cmdq: vec![("pi_writes", 2), ("max_per_write", 16)],
+            ..Snapshot::default()
+        };
+        let t = s.text();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "port: rx 0 tx 0 link_errors 0");
+        assert_eq!(lines[1], "udp a: tx 1");
+        assert_eq!(lines[2], "vhost-user-net: tx 2");
+        assert!(lines[3].starts_with("engine: Counters { rx_packets: 0,"));
+        assert_eq!(
+            lines[4],
+            "cmdq: CmdStats { pi_writes: 2, max_per_write: 16 }"
+        );
+        assert!(lines[5].starts_with("hca: HcaCounters { send_wqes: 0,"));
+        assert_eq!(lines.len(), 6);
+        assert_eq!(s.render(CountersFormat::Text), t);
+    }
+
+    #[test]
+    fn the_file_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        write_atomically(&path, "old\n").unwrap();
+        write_atomically(&path, "new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file left");
+    }
+}

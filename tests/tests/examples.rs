@@ -1,0 +1,129 @@
+//! Issue 17: the files a user copies from (README.md's "Your own QEMU",
+//! `examples/`) are read here as the programs read them, so they cannot rot.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use device::cli::{Cli, FabricMode};
+use device::fabric::FabricFile;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// README.md's "Your own QEMU" section.
+fn own_qemu_section() -> String {
+    let readme = read("README.md");
+    let start = readme.find("## Your own QEMU").expect("the section");
+    let rest = &readme[start + 3..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    rest[..end].to_string()
+}
+
+/// The JSON object of QEMU's `-device '{...}'` in `text`, after `open`
+/// (which ends with the object's `{`): up to its matching `}`.
+fn device_json(text: &str, open: &str) -> Value {
+    let at = text.find(open).expect("a -device JSON") + open.len() - 1;
+    let mut depth = 0;
+    let len = text[at..]
+        .char_indices()
+        .find_map(|(i, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(i + 1)
+        })
+        .expect("the object's end");
+    let json = &text[at..at + len];
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+#[test]
+fn the_example_fabric_file_loads_as_vhca_reads_it() {
+    let f = FabricFile::load(repo().join("examples/fabric.toml")).expect("examples/fabric.toml");
+    let nodes: Vec<(&str, u16, u64)> = f
+        .nodes()
+        .iter()
+        .map(|n| (n.name.as_str(), n.lid, n.guid))
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            ("a", 1, 0x0002_c903_0000_0001),
+            ("b", 2, 0x0002_c903_0000_0002)
+        ]
+    );
+    assert!(f.key().is_none(), "the example's key lines stay comments");
+}
+
+#[test]
+fn the_readme_vhca_commands_pass_the_cli_checks() {
+    let section = own_qemu_section();
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for line in section.lines().filter(|l| l.starts_with("vhca --socket")) {
+        // Paths as the README gives them, rooted in a temporary folder and
+        // the repository.
+        let args: Vec<String> = line
+            .trim_end_matches('&')
+            .split_whitespace()
+            .map(|a| {
+                if let Some(rel) = a.strip_prefix("/tmp/vhca/") {
+                    dir.path().join(rel).to_str().unwrap().to_owned()
+                } else if a.starts_with("examples/") {
+                    repo().join(a).to_str().unwrap().to_owned()
+                } else {
+                    a.to_owned()
+                }
+            })
+            .collect();
+        let cli = Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let c = cli.check().unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(matches!(c.mode, FabricMode::IbUdp { .. }));
+        assert!(c.counters_file.is_some());
+        n += 1;
+    }
+    assert_eq!(n, 2, "one vhca per VM");
+}
+
+#[test]
+fn the_readme_qemu_line_and_the_libvirt_domain_attach_the_same_device() {
+    let section = own_qemu_section();
+    for must in [
+        "-object memory-backend-memfd,id=mem,size=2G,share=on",
+        "-machine q35,memory-backend=mem",
+        "-m 2G",
+        "-accel kvm -accel tcg",
+        "cargo install --locked --path device",
+    ] {
+        assert!(section.contains(must), "README lacks {must}");
+    }
+    let qemu = device_json(&section, "-device '{");
+    let xml = read("examples/libvirt-domain.xml");
+    let libvirt = device_json(&xml, "<qemu:arg value='{");
+    for v in [&qemu, &libvirt] {
+        assert_eq!(v["driver"], "vfio-user-pci");
+        assert_eq!(v["socket"]["type"], "unix");
+    }
+    assert_eq!(qemu["socket"], libvirt["socket"], "the same socket");
+    for must in [
+        "<source type='memfd'/>",
+        "<access mode='shared'/>",
+        "xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'",
+        "<qemu:arg value='-device'/>",
+    ] {
+        assert!(xml.contains(must), "libvirt-domain.xml lacks {must}");
+    }
+    // XML comments may not hold "--" (the file would not load).
+    for comment in xml.split("<!--").skip(1) {
+        let body = comment.split("-->").next().unwrap();
+        assert!(!body.contains("--"), "'--' in an XML comment");
+    }
+}
