@@ -142,8 +142,10 @@ impl Core {
 
     /// Runs one batch of the posted commands (`CMD_BUDGET`), writes their
     /// COMMAND_DONE events and raises EQ 0; returns how many ran. A command
-    /// queue the driver broke makes the device FATAL.
-    fn run_commands(&mut self, handle: &pci::Handle) -> u32 {
+    /// queue the driver broke makes the device FATAL. `pre`: the heavy pieces
+    /// the data path prepared without the lock for the command in progress
+    /// (cmdq::staged; issue 13).
+    fn run_commands(&mut self, handle: &pci::Handle, pre: Option<cmdq::Prepared>) -> u32 {
         let Some(bar2) = handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) else {
             return 0;
         };
@@ -156,7 +158,17 @@ impl Core {
         let mut mem = GuestMem(dma);
         let before = q.ci();
         let pi = self.regs.cmdq_pi;
-        match cmdq::execute_pending(&mut self.hca, &mut q, pi, &mut mem, &db, now(), CMD_BUDGET) {
+        let r = cmdq::execute_staged(
+            &mut self.hca,
+            &mut q,
+            pi,
+            &mut mem,
+            &db,
+            now(),
+            CMD_BUDGET,
+            pre,
+        );
+        match r {
             Ok(done) => {
                 for d in done {
                     self.hca.push_eqe(
@@ -487,8 +499,11 @@ impl Front {
             .bar_memory(abi::ident::bar::BAR2_INDEX as usize)
             .ok_or(Fatal::Uar0Unavailable)?;
         let db = BarDoorbells(bar2);
-        let cmdq = CmdQueue::new(&mem, r.cmdq_base, r.cmdq_log2, core.hca.caps.max_cmdq_log2)
+        let mut cmdq = CmdQueue::new(&mem, r.cmdq_base, r.cmdq_log2, core.hca.caps.max_cmdq_log2)
             .map_err(|_| Fatal::CmdqBadConfig)?;
+        // Heavy commands in steps, their guest-memory work done by the data
+        // path without the lock (cmdq::staged; issue 13, MMIO stall).
+        cmdq.set_staged(true);
         let eqe_shift = abi::cqe::entry_const::EQE_SIZE.trailing_zeros();
         let max_log2 = core.hca.caps.max_eq_log2;
         if r.eq0_log2 == 0 || r.eq0_log2 > max_log2 {
@@ -530,7 +545,7 @@ impl Front {
     /// write would hold the lock, and QEMU's vCPU, far too long).
     fn commands(&self, core: &mut Core, pi: u32) {
         core.regs.cmdq_pi = pi;
-        let ran = core.run_commands(&self.shared.handle);
+        let ran = core.run_commands(&self.shared.handle, None);
         let more = core.commands_pending();
         let st = &mut core.cmd_stats;
         st.pi_writes += 1;
@@ -636,7 +651,13 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
     let mut contended_until = Instant::now();
     let mut last_print = Instant::now();
     let mut events = vec![EpollEvent::default(); 4];
+    // A heavy command in progress: its pieces, done here without the lock
+    // (cmdq::staged; issue 13, MMIO stall).
+    let mut ticket: Option<cmdq::Ticket> = None;
     while !shared.stop.load(Ordering::Acquire) {
+        let prepared = ticket
+            .take()
+            .map(|t| t.prepare(&mut GuestMem(handle.memory())));
         shared.yield_to_front();
         let t = now();
         last_scan = Instant::now();
@@ -659,14 +680,18 @@ pub fn data_path(shared: Arc<Shared>, counters_every: Option<Duration>, busy_pol
                 // doorbells and packets are served in between).
                 let cmds = if core.commands_pending() {
                     core.cmd_stats.data_path_batches += 1;
-                    core.run_commands(&handle)
+                    core.run_commands(&handle, prepared)
                 } else {
                     0
                 };
+                ticket = core.cmdq.as_mut().and_then(CmdQueue::take_waiting);
                 let dma = handle.memory();
                 let mut mem = GuestMem(dma);
                 let w = core.hca.run_once(&mut mem, &db, &irq, t);
-                (w.any() || cmds > 0, core.hca.port.next_deadline())
+                (
+                    w.any() || cmds > 0 || ticket.is_some(),
+                    core.hca.port.next_deadline(),
+                )
             };
             let link_failed = core.hca.port.counters().link_errors != errors_before;
             (work, deadline, link_failed)
@@ -773,7 +798,6 @@ impl Core {
         let mut s = String::new();
         let p = self.hca.port.counters();
         let e = self.hca.port.engine().counters();
-        let h = &self.hca.counters;
         s += &format!(
             "port: rx {} tx {} link_errors {}\n",
             p.rx_packets, p.tx_packets, p.link_errors
@@ -785,8 +809,17 @@ impl Core {
             s += &format!("vhost-user-net: {n}\n");
         }
         s += &format!("engine: {e:?}\n");
-        s += &format!("cmdq: {:?}\n", self.cmd_stats);
-        let h = h.with_budget(self.hca.port.engine().budget());
+        if let Some(q) = &self.cmdq {
+            let (wall, op) = q.longest_command();
+            let (cpu, cpu_op) = q.longest_command_cpu();
+            s += &format!(
+                "cmdq: {:?} longest_command {wall:?} (opcode {op:#x}), cpu {cpu:?} (opcode {cpu_op:#x})\n",
+                self.cmd_stats
+            );
+        } else {
+            s += &format!("cmdq: {:?}\n", self.cmd_stats);
+        }
+        let h = cmdq::device_counters(&self.hca);
         s += &format!("hca: {h:?}");
         s
     }

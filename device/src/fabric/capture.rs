@@ -176,6 +176,10 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
         self.inner.report()
     }
 
+    fn auth_counters(&self) -> Option<super::AuthCounters> {
+        self.inner.auth_counters()
+    }
+
     fn clear(&mut self) {
         self.inner.clear()
     }
