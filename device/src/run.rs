@@ -183,6 +183,18 @@ impl Core {
             }
             Err(f) => {
                 log::warn!("device: command queue stopped: {f:?}");
+                if f == Fatal::Internal {
+                    // A command hit a bug (contained in cmdq): tell the driver
+                    // as for one in the data path (AE-01, issue 13).
+                    self.hca.push_eqe(
+                        0,
+                        abi::cqe::EqeType::DeviceFatal.raw(),
+                        0,
+                        f.raw(),
+                        &mut mem,
+                        &db,
+                    );
+                }
                 self.regs.fatal = f.raw();
                 self.regs.dev_status |= dev_status::FATAL;
                 self.regs.dev_status &= !dev_status::ENABLED;

@@ -474,3 +474,86 @@ fn rogue_doorbells_leave_the_data_path_asleep_and_their_wqes_run_at_rts() {
     let got = n.read(&dst, 0, 3072);
     assert_bytes(&got, &d[..3072], "the three WRITEs rung before RTS");
 }
+
+/// Issue 13, a panic on the vfio-user thread in the first command batch: a
+/// command whose handler panics (injected with the test-only
+/// `VHCA_TEST_PANIC=command:OP`, once) runs on the CMDQ_PI write itself. The
+/// panic stays in the command queue: the device goes FATAL with syndrome
+/// INTERNAL, EQ 0 gets a DEVICE_FATAL event (AE-01), the connection and the
+/// process stay, and after the driver's RESET the device serves again (before:
+/// the panic unwound into the vfio-user crate, which dropped the connection
+/// and with it the guest's device).
+#[test]
+fn a_panic_in_a_command_makes_the_device_fatal_and_reset_recovers_it() {
+    use vhca_tests::abi::bar0::Fatal;
+    use vhca_tests::abi::counters::CounterSet;
+    use vhca_tests::abi::cqe::EqeType;
+    use vhca_tests::CmdError;
+    let mut opts = Options::nodes(1);
+    opts.env = vec![(
+        "VHCA_TEST_PANIC".into(),
+        format!("command:{:#06x}", Opcode::QueryCounters.raw()),
+    )];
+    let mut v = Vhca::spawn(opts);
+    let mut n = Node::connect(&v, 0);
+    let t = Instant::now();
+    let r = n.hca.query_counters(CounterSet::Port);
+    println!(
+        "QUERY_COUNTERS with a panic in its handler: {r:?} after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        matches!(r, Err(CmdError::Fatal { syndrome }) if syndrome == Fatal::Internal.raw()),
+        "{r:?}"
+    );
+    let ev = n
+        .hca
+        .wait_async_event(Duration::from_secs(10), |e| {
+            e.kind == EqeType::DeviceFatal.raw()
+        })
+        .expect("a DEVICE_FATAL event on EQ 0");
+    assert_eq!(ev.data, Fatal::Internal.raw());
+    v.assert_alive(0);
+
+    // The driver resets the device over the same connection; it serves again.
+    let g = n.hca.into_guest();
+    let h = vhca_tests::Hca::bring_up(g).expect("bring-up after RESET");
+    let mut n = Node::from_hca(h);
+    n.hca
+        .query_counters(CounterSet::Port)
+        .expect("QUERY_COUNTERS after RESET");
+    clean_transfer(&mut n);
+    v.assert_alive(0);
+}
+
+/// Issue 13, a panic in vfio-user message handling (injected with the
+/// test-only `VHCA_TEST_PANIC=vfio:dma_unmap`, once): it costs that
+/// connection and nothing else. The client sees the socket close at once
+/// (no hang), the device drops the client's objects and maps as for a hang-up,
+/// and the process serves the next client, which moves data.
+#[test]
+fn a_panic_in_vfio_user_message_handling_costs_the_connection_only() {
+    let mut opts = Options::nodes(1);
+    opts.env = vec![("VHCA_TEST_PANIC".into(), "vfio:dma_unmap".into())];
+    let mut v = Vhca::spawn(opts);
+    let mut n = Node::connect(&v, 0);
+    let g = n.hca.guest_mut();
+    let (base, size) = (g.ram_base(), g.ram_size());
+    let t = Instant::now();
+    let r = g.dma_unmap(base, size);
+    println!(
+        "DMA_UNMAP with a panic in its handler: {r:?} after {:?}",
+        t.elapsed()
+    );
+    assert!(r.is_err(), "the connection ended");
+    drop(n);
+    v.assert_alive(0);
+    let mut n = Node::connect(&v, 0);
+    clean_transfer(&mut n);
+    v.assert_alive(0);
+    let log = v.stderr(0);
+    assert!(
+        log.contains("panicked on a client message; connection dropped"),
+        "{log}"
+    );
+}

@@ -464,7 +464,31 @@ pub fn execute_staged(
                 wants: Vec::new(),
             },
         };
-        let result = dispatch(&mut x);
+        // A panic in a handler is a bug, but one a guest's command reached: it
+        // must not unwind into the vfio-user crate (the connection would go)
+        // nor leave the queue stuck. The command stays in its slot, and the
+        // device goes FATAL (INTERNAL; the caller tells the driver with a
+        // DEVICE_FATAL event, AE-01) until RESET rebuilds every table
+        // (issue 13, ARCHITECTURE.md §9).
+        let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            test_panic(cmd.opcode);
+            dispatch(&mut x)
+        })) {
+            Ok(r) => r,
+            Err(e) => {
+                let what = e
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| e.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                log::error!(
+                    "cmdq: internal error in command {} (opcode {:#06x}): {what}; FATAL until RESET",
+                    q.ci,
+                    cmd.opcode
+                );
+                return Err(Fatal::Internal);
+            }
+        };
         if result.as_ref().is_err_and(|f| *f == staged::WAIT) {
             q.waiting = Some(Ticket {
                 queue: q.id,
@@ -497,6 +521,28 @@ pub fn execute_staged(
         }
     }
     Ok(done)
+}
+
+/// Test-only (issue 13, ARCHITECTURE.md §9): with `VHCA_TEST_PANIC=command:OP`
+/// in the environment (OP in hex, `0x0050`, or decimal), the first command of
+/// opcode OP panics in its handler, once, so that tests can show how such a
+/// panic is contained. Unset, it costs a load and a compare.
+fn test_panic(opcode: u16) {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<u16>> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    let armed = ARMED.get_or_init(|| {
+        let v = std::env::var("VHCA_TEST_PANIC").ok()?;
+        let op = v.strip_prefix("command:")?;
+        match op.strip_prefix("0x") {
+            Some(hex) => u16::from_str_radix(hex, 16).ok(),
+            None => op.parse().ok(),
+        }
+    });
+    if *armed == Some(opcode) && !FIRED.swap(true, Ordering::AcqRel) {
+        panic!("VHCA_TEST_PANIC: a test panic in command {opcode:#06x}");
+    }
 }
 
 /// The CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
