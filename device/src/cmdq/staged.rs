@@ -21,7 +21,10 @@
 //! so a guest that rewrites the slot meanwhile changes nothing; a device reset
 //! or a new queue between the steps makes the answers stale (another queue,
 //! another CI), and they are dropped. Each command still changes everything it
-//! names or nothing (ARCHITECTURE.md §4).
+//! names or nothing (ARCHITECTURE.md §4), with one visible trace: a RESIZE_CQ
+//! refused at its last step because something changed between the steps (the
+//! memory budget filled, the CQ overflowed) has blanked the new ring it
+//! offered, guest memory it named for that ring and the device never used.
 //!
 //! Without staging (the command-queue tests, the fuzz target) every piece
 //! runs inline, as before.
