@@ -179,8 +179,14 @@ impl Staging {
     /// staging is off; `None` when the command must stop and wait (the
     /// request is noted for the [`Ticket`]).
     pub(super) fn answer(&mut self, req: Request, mem: &mut dyn Memory) -> Option<Answer> {
-        if let Some((_, a)) = self.answers.iter().find(|(r, _)| *r == req) {
-            return Some(a.clone());
+        if let Some(at) = self.answers.iter().position(|(r, _)| *r == req) {
+            // A page list (up to 2 MiB) is moved out, not copied under the
+            // lock: a command reads one list once. Rings are small to clone
+            // and may be asked for again at a later step (CREATE_QP's two).
+            if matches!(self.answers[at].1, Answer::Pages(_)) {
+                return Some(self.answers.swap_remove(at).1);
+            }
+            return Some(self.answers[at].1.clone());
         }
         if !self.allow || req.light() {
             return Some(req.run(mem));
