@@ -143,8 +143,10 @@ impl Core {
 
     /// Runs one batch of the posted commands (`CMD_BUDGET`), writes their
     /// COMMAND_DONE events and raises EQ 0; returns how many ran. A command
-    /// queue the driver broke makes the device FATAL.
-    fn run_commands(&mut self, handle: &pci::Handle) -> u32 {
+    /// queue the driver broke makes the device FATAL. `pre`: the heavy pieces
+    /// the data path prepared without the lock for the command in progress
+    /// (cmdq::staged; issue 13).
+    fn run_commands(&mut self, handle: &pci::Handle, pre: Option<cmdq::Prepared>) -> u32 {
         let Some(bar2) = handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) else {
             return 0;
         };
@@ -157,7 +159,17 @@ impl Core {
         let mut mem = GuestMem(dma);
         let before = q.ci();
         let pi = self.regs.cmdq_pi;
-        match cmdq::execute_pending(&mut self.hca, &mut q, pi, &mut mem, &db, now(), CMD_BUDGET) {
+        let r = cmdq::execute_staged(
+            &mut self.hca,
+            &mut q,
+            pi,
+            &mut mem,
+            &db,
+            now(),
+            CMD_BUDGET,
+            pre,
+        );
+        match r {
             Ok(done) => {
                 for d in done {
                     self.hca.push_eqe(
@@ -172,6 +184,18 @@ impl Core {
             }
             Err(f) => {
                 log::warn!("device: command queue stopped: {f:?}");
+                if f == Fatal::Internal {
+                    // A command hit a bug (contained in cmdq): tell the driver
+                    // as for one in the data path (AE-01, issue 13).
+                    self.hca.push_eqe(
+                        0,
+                        abi::cqe::EqeType::DeviceFatal.raw(),
+                        0,
+                        f.raw(),
+                        &mut mem,
+                        &db,
+                    );
+                }
                 self.regs.fatal = f.raw();
                 self.regs.dev_status |= dev_status::FATAL;
                 self.regs.dev_status &= !dev_status::ENABLED;
@@ -488,8 +512,11 @@ impl Front {
             .bar_memory(abi::ident::bar::BAR2_INDEX as usize)
             .ok_or(Fatal::Uar0Unavailable)?;
         let db = BarDoorbells(bar2);
-        let cmdq = CmdQueue::new(&mem, r.cmdq_base, r.cmdq_log2, core.hca.caps.max_cmdq_log2)
+        let mut cmdq = CmdQueue::new(&mem, r.cmdq_base, r.cmdq_log2, core.hca.caps.max_cmdq_log2)
             .map_err(|_| Fatal::CmdqBadConfig)?;
+        // Heavy commands in steps, their guest-memory work done by the data
+        // path without the lock (cmdq::staged; issue 13, MMIO stall).
+        cmdq.set_staged(true);
         let eqe_shift = abi::cqe::entry_const::EQE_SIZE.trailing_zeros();
         let max_log2 = core.hca.caps.max_eq_log2;
         if r.eq0_log2 == 0 || r.eq0_log2 > max_log2 {
@@ -531,7 +558,7 @@ impl Front {
     /// write would hold the lock, and QEMU's vCPU, far too long).
     fn commands(&self, core: &mut Core, pi: u32) {
         core.regs.cmdq_pi = pi;
-        let ran = core.run_commands(&self.shared.handle);
+        let ran = core.run_commands(&self.shared.handle, None);
         let more = core.commands_pending();
         let st = &mut core.cmd_stats;
         st.pi_writes += 1;
@@ -636,7 +663,13 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
     // Busy polling is off until this instant (after a lost yield).
     let mut contended_until = Instant::now();
     let mut events = vec![EpollEvent::default(); 4];
+    // A heavy command in progress: its pieces, done here without the lock
+    // (cmdq::staged; issue 13, MMIO stall).
+    let mut ticket: Option<cmdq::Ticket> = None;
     while !shared.stop.load(Ordering::Acquire) {
+        let prepared = ticket
+            .take()
+            .map(|t| t.prepare(&mut GuestMem(handle.memory())));
         shared.yield_to_front();
         let t = now();
         last_scan = Instant::now();
@@ -659,14 +692,18 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
                 // doorbells and packets are served in between).
                 let cmds = if core.commands_pending() {
                     core.cmd_stats.data_path_batches += 1;
-                    core.run_commands(&handle)
+                    core.run_commands(&handle, prepared)
                 } else {
                     0
                 };
+                ticket = core.cmdq.as_mut().and_then(CmdQueue::take_waiting);
                 let dma = handle.memory();
                 let mut mem = GuestMem(dma);
                 let w = core.hca.run_once(&mut mem, &db, &irq, t);
-                (w.any() || cmds > 0, core.hca.port.next_deadline())
+                (
+                    w.any() || cmds > 0 || ticket.is_some(),
+                    core.hca.port.next_deadline(),
+                )
             };
             let link_failed = core.hca.port.counters().link_errors != errors_before;
             (work, deadline, link_failed)
@@ -772,22 +809,32 @@ impl Core {
     /// `--counters-file` (`counters_out`).
     pub fn counters_snapshot(&self) -> Snapshot {
         let c = &self.cmd_stats;
+        let mut cmdq = vec![
+            ("pi_writes", c.pi_writes),
+            ("max_per_write", u64::from(c.max_per_write)),
+            ("deferred", c.deferred),
+            ("data_path_batches", c.data_path_batches),
+        ];
+        // The longest command (wall and CPU under the lock) and its opcode
+        // (issue 13: no command holds BAR0 long).
+        if let Some(q) = &self.cmdq {
+            let (wall, op) = q.longest_command();
+            let (cpu, cpu_op) = q.longest_command_cpu();
+            cmdq.extend([
+                ("longest_command_us", wall.as_micros() as u64),
+                ("longest_command_opcode", u64::from(op)),
+                ("longest_command_cpu_us", cpu.as_micros() as u64),
+                ("longest_command_cpu_opcode", u64::from(cpu_op)),
+            ]);
+        }
         Snapshot {
             time: now(),
             port: *self.hca.port.counters(),
             engine: self.hca.port.engine().counters().clone(),
-            hca: self
-                .hca
-                .counters
-                .with_budget(self.hca.port.engine().budget()),
+            hca: cmdq::device_counters(&self.hca),
             link: self.hca.port.link().report(),
             net: self.net.as_ref().map(|n| n.to_string()),
-            cmdq: vec![
-                ("pi_writes", c.pi_writes),
-                ("max_per_write", u64::from(c.max_per_write)),
-                ("deferred", c.deferred),
-                ("data_path_batches", c.data_path_batches),
-            ],
+            cmdq,
         }
     }
 }

@@ -22,7 +22,9 @@ use device::abi::counters::CounterSet;
 use device::abi::layout::{AbiStruct, Field};
 use device::abi::uar::uar;
 use device::abi::verbs::{access, num, qp_attr_mask as m, srq_attr_mask, Mtu, QpState, QpType};
-use device::cmdq::{execute_pending, Budget, CmdDone, CmdQueue, Syndrome, MAX_COMMANDS_PER_CALL};
+use device::cmdq::{
+    execute_pending, execute_staged, Budget, CmdDone, CmdQueue, Syndrome, MAX_COMMANDS_PER_CALL,
+};
 use device::context::snapshot;
 use device::context::snapshot_with_doorbells;
 use device::fabric::{FabricFile, Node, UdpLink};
@@ -91,9 +93,21 @@ struct Dev {
     pi: u32,
     heap: u64,
     next_slot: u32,
+    /// Steps taken by heavy commands (staging on: `Dev::staged`).
+    steps: u32,
+    /// Called between the steps of a staged command, with the step number.
+    between: Option<fn(&mut Dev, u32)>,
 }
 
 impl Dev {
+    /// A device whose heavy commands run in steps, as the running device's
+    /// (cmdq::staged; issue 13, MMIO stall).
+    fn staged() -> Dev {
+        let mut d = Dev::new();
+        d.q.set_staged(true);
+        d
+    }
+
     fn new() -> Dev {
         Dev::with_uars(4)
     }
@@ -137,6 +151,8 @@ impl Dev {
             pi: 0,
             heap: HEAP,
             next_slot: 0,
+            steps: 0,
+            between: None,
         }
     }
 
@@ -203,8 +219,9 @@ impl Dev {
         Cmd::from_bytes(&b)
     }
 
-    fn run(&mut self) -> Result<Vec<CmdDone>, Fatal> {
-        execute_pending(
+    /// One batch, without preparing what waits.
+    fn run_step_once(&mut self) {
+        execute_staged(
             &mut self.hca,
             &mut self.q,
             self.pi,
@@ -212,7 +229,39 @@ impl Dev {
             &self.db,
             now(),
             Budget::default(),
+            None,
         )
+        .unwrap();
+    }
+
+    /// Runs the posted commands; a command in progress (staging on) is
+    /// prepared as the data path would, off the lock, and run again.
+    fn run(&mut self) -> Result<Vec<CmdDone>, Fatal> {
+        let mut pre = None;
+        let mut done = Vec::new();
+        loop {
+            done.extend(execute_staged(
+                &mut self.hca,
+                &mut self.q,
+                self.pi,
+                &mut self.mem,
+                &self.db,
+                now(),
+                Budget::default(),
+                pre.take(),
+            )?);
+            let Some(t) = self.q.take_waiting() else {
+                return Ok(done);
+            };
+            // In progress: still the device's, CI at it.
+            assert_eq!(t.ci(), self.q.ci());
+            assert_eq!(self.read_slot(t.ci()).owner, cmd_owner::DEVICE);
+            self.steps += 1;
+            if let Some(f) = self.between {
+                f(self, self.steps);
+            }
+            pre = Some(t.prepare(&mut self.mem));
+        }
     }
 
     /// A command slot for `op` with `input` inline or in the input mailbox and
@@ -1715,6 +1764,196 @@ fn resize_cq_copies_unconsumed_cqes_with_new_owner_bits_and_stamps_the_rest() {
     d.hca.cqs.get_mut(&cqn).unwrap().overflowed = true;
     let i = resize_cq_in(&mut d, cqn, 4);
     assert_eq!(d.refuse(Opcode::ResizeCq, &i).0, Status::BadState);
+}
+
+/// The CQEs of the resize scenarios: the device wrote `from..to` into the
+/// CQ's ring (owner bits of a 16-entry ring) and its pi is `to`.
+fn write_cqes(d: &mut Dev, cqn: u32, from: u32, to: u32) {
+    use device::abi::cqe::{owner_bit, Cqe};
+    let ring = d.hca.cqs[&cqn].ring.clone();
+    let log2 = ring.log_entries();
+    for k in from..to {
+        let e = Cqe {
+            wr_id: u64::from(k),
+            owner: owner_bit(k, log2),
+            ..Cqe::default()
+        };
+        ring.write(&mut d.mem, k, &e.to_bytes()).unwrap();
+    }
+    d.hca.cqs.get_mut(&cqn).unwrap().pi = to;
+}
+
+/// Heavy commands (issue 13: big page lists, a big CQ ring to blank) and
+/// what they answered; `moved` is called where a staged device's data path
+/// could write CQEs (before the first RESIZE_CQ's blank is prepared).
+fn heavy_scenario(d: &mut Dev, moved: fn(&mut Dev, u32)) -> Vec<String> {
+    let mut log = Vec::new();
+    let pdn = d.pd();
+    let cqn = d.cq(0);
+    let db = d.hca.cqs[&cqn].db;
+    // CQEs 5..21 written, 14 consumed.
+    write_cqes(d, cqn, 5, 21);
+    d.db.store(db.offset(), 14);
+    // 2^13 CQEs: a ring of 128 pages and a blank of 8192 entries, each a
+    // heavy piece.
+    let i = resize_cq_in(d, cqn, 13);
+    d.between = Some(moved);
+    log.push(format!(
+        "{:?}",
+        d.call::<_, ResizeCqOut>(Opcode::ResizeCq, &i)
+    ));
+    d.between = None;
+    // An MR of 100 pages, and one whose last page is outside guest memory.
+    let (mr, _) = d.reg_mr_in(pdn, 100);
+    log.push(format!(
+        "{:?}",
+        d.call::<_, RegMrOut>(Opcode::RegMr, &mr).map(|o| o.lkey)
+    ));
+    let (bad, _) = d.reg_mr_in(pdn, 100);
+    d.mem
+        .write(bad.pbl.addr + 99 * 8, &(BASE + MEM as u64).to_le_bytes())
+        .unwrap();
+    log.push(format!("{:?}", d.refuse(Opcode::RegMr, &bad)));
+    // Resized again, to 2^14, with the CQEs still pending.
+    let i = resize_cq_in(d, cqn, 14);
+    log.push(format!(
+        "{:?}",
+        d.call::<_, ResizeCqOut>(Opcode::ResizeCq, &i)
+    ));
+    let c = &d.hca.cqs[&cqn];
+    log.push(format!("cq pi {} ring {:?}", c.pi, c.pbl));
+    // A QP with two rings of 128 pages (two heavy pieces), an SRQ with one.
+    let mut q = d.qp_in(QpType::Rc, pdn, cqn, None);
+    q.log2_sq_size = 13;
+    q.sq = d.contiguous(64 << 13);
+    q.log2_rq_size = 14;
+    q.rq = d.contiguous(32 << 14);
+    log.push(format!(
+        "{:?}",
+        d.call::<_, CreateQpOut>(Opcode::CreateQp, &q)
+    ));
+    let mut r = d.srq_in(pdn);
+    r.log2_entries = 14;
+    r.ring = d.contiguous(32 << 14);
+    log.push(format!(
+        "{:?}",
+        d.call::<_, CreateSrqOut>(Opcode::CreateSrq, &r)
+    ));
+    log
+}
+
+fn guest_ram(d: &Dev) -> Vec<u8> {
+    let mut b = vec![0u8; MEM];
+    d.mem.read(BASE, &mut b).unwrap();
+    b
+}
+
+/// Issue 13, MMIO stall: with staging (as the running device) a heavy command
+/// stops at each heavy piece, in progress in its slot, and the piece is done
+/// off the core lock; the outcome, every byte of guest memory included, is
+/// the one of the command run whole.
+#[test]
+fn heavy_commands_in_steps_end_as_the_whole_commands() {
+    fn nothing(_: &mut Dev, _: u32) {}
+    let mut whole = Dev::new();
+    let a = heavy_scenario(&mut whole, nothing);
+    let mut staged = Dev::staged();
+    let b = heavy_scenario(&mut staged, nothing);
+    println!("{a:#?}\nsteps: {}", staged.steps);
+    assert_eq!(whole.steps, 0);
+    assert_eq!(a, b);
+    assert!(a[0].starts_with("Ok") && a[1].starts_with("Ok") && a[3].starts_with("Ok"));
+    assert!(a[5].starts_with("Ok") && a[6].starts_with("Ok"), "{a:?}");
+    assert!(a[2].contains("BadAddress"));
+    assert!(
+        guest_ram(&whole) == guest_ram(&staged),
+        "guest memory differs"
+    );
+    // RESIZE_CQ: the ring, then the blank; REG_MR: the page list (twice);
+    // RESIZE_CQ again: ring and blank; CREATE_QP: SQ, then RQ; CREATE_SRQ.
+    assert_eq!(staged.steps, 9);
+}
+
+/// The data path writes CQEs while the blank of a RESIZE_CQ is prepared (it
+/// is asked for in one round and done after that round's CQEs), and the
+/// driver consumes some: the step that completes the command blanks again the
+/// slots the consumed CQEs free, and the new ring is the one of the whole
+/// command run after those CQEs.
+#[test]
+fn cqes_written_between_the_steps_of_resize_cq_are_copied() {
+    fn moved(d: &mut Dev, step: u32) {
+        if step == 2 {
+            let (&cqn, c) = d.hca.cqs.iter().next().unwrap();
+            let db = c.db;
+            write_cqes(d, cqn, 21, 25);
+            d.db.store(db.offset(), 23);
+        }
+    }
+    fn before(_: &mut Dev, step: u32) {
+        assert_eq!(step, 0, "whole: no steps");
+    }
+    let mut staged = Dev::staged();
+    let b = heavy_scenario(&mut staged, moved);
+    // The same CQEs before the whole command.
+    let mut whole = Dev::new();
+    whole.pd();
+    let cqn = whole.cq(0);
+    let db = whole.hca.cqs[&cqn].db;
+    write_cqes(&mut whole, cqn, 5, 25);
+    whole.db.store(db.offset(), 23);
+    let i = resize_cq_in(&mut whole, cqn, 13);
+    whole.between = Some(before);
+    let a = whole.call::<_, ResizeCqOut>(Opcode::ResizeCq, &i);
+    assert_eq!(format!("{a:?}"), b[0]);
+    // The first resize's new ring, slot by slot (the second resize copied
+    // from it, so its bytes are compared through the whole scenario's RAM
+    // only up to that point: compare the ring itself).
+    let ring = &whole.hca.cqs[&cqn].ring;
+    let mut x = vec![0u8; 64];
+    let mut y = vec![0u8; 64];
+    for k in 23u32..23 + ring.len() {
+        ring.read(&whole.mem, k, &mut x).unwrap();
+        ring.read(&staged.mem, k, &mut y).unwrap();
+        assert_eq!(x, y, "index {k}");
+    }
+}
+
+/// Prepared pieces of a queue that went (a reset, a new queue) are stale:
+/// the command now at that CI runs as it is, not as the old one.
+#[test]
+fn prepared_pieces_of_an_old_queue_are_dropped() {
+    let mut d = Dev::staged();
+    let pdn = d.pd();
+    let (mr, _) = d.reg_mr_in(pdn, 100);
+    d.mem.write(IN_MB, &bytes(&mr)).unwrap();
+    let at = d.pi;
+    d.post(Dev::cmd(Opcode::RegMr.raw(), &bytes(&mr), RegMrOut::SIZE));
+    d.run_step_once();
+    let t = d.q.take_waiting().expect("REG_MR waits for its page list");
+    let pre = t.prepare(&mut d.mem);
+    // A new queue over the same ring, ALLOC_PD in the slot at the same CI.
+    d.q = CmdQueue::new(&d.mem, CMDQ, CMDQ_LOG2, 10).unwrap();
+    d.q.set_staged(true);
+    d.pi = 0;
+    for _ in 0..at {
+        d.post(Dev::cmd(Opcode::Nop.raw(), &[], 0));
+    }
+    d.post(Dev::cmd(Opcode::AllocPd.raw(), &[], AllocPdOut::SIZE));
+    execute_staged(
+        &mut d.hca,
+        &mut d.q,
+        d.pi,
+        &mut d.mem,
+        &d.db,
+        now(),
+        Budget::default(),
+        Some(pre),
+    )
+    .unwrap();
+    let s = d.read_slot(at);
+    assert_eq!((s.owner, s.opcode, s.status), (0, Opcode::AllocPd.raw(), 0));
+    assert_ne!(AllocPdOut::get(&s.data).pdn, pdn, "a new PD, not an MR");
+    assert_eq!(d.q.ci(), d.pi);
 }
 
 #[test]

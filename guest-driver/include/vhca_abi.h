@@ -2701,8 +2701,8 @@ enum vhca_counter_set {
 	VHCA_COUNTERS_NAK_SENT = 3,
 	/*
 	 * The device's data path: WQEs fetched and refused, doorbell overruns,
-	 * guest-memory faults, CQEs, EQEs, overflows, interrupts and CQEs discarded
-	 * on a CQ in error.
+	 * guest-memory faults, CQEs, EQEs, overflows, interrupts, CQEs discarded on
+	 * a CQ in error, the memory budget and the fabric key's drops (issue 13).
 	 */
 	VHCA_COUNTERS_DEVICE = 4,
 };
@@ -2809,7 +2809,14 @@ enum vhca_counter_set {
 	"cqes_discarded", \
 	"mem_budget_stalls", \
 	"mem_budget_refusals", \
-	"mem_held_bytes"
-#define VHCA_COUNTERS_DEVICE_COUNT 14
+	"mem_held_bytes", \
+	"fabric_key_rx_verified", \
+	"fabric_key_rx_untagged", \
+	"fabric_key_rx_short", \
+	"fabric_key_rx_bad_tag", \
+	"fabric_key_rx_wrong_sender", \
+	"fabric_key_rx_replay", \
+	"fabric_key_tx_dropped"
+#define VHCA_COUNTERS_DEVICE_COUNT 21
 
 #endif /* VHCA_ABI_H */

@@ -280,6 +280,25 @@ struct Backend<'a> {
     device: &'a mut dyn Device,
 }
 
+/// Test-only (issue 13, ARCHITECTURE.md §9): with `VHCA_TEST_PANIC=vfio:NAME`
+/// in the environment, the first message of kind NAME (`region_read`,
+/// `region_write`, `dma_map`, `dma_unmap`, `reset`, `set_irqs`) panics in its
+/// handler, once, so that tests can show what such a panic costs (the
+/// connection, not the process). Unset, it costs a load and a compare.
+fn test_panic(message: &str) {
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<String>> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    let armed = ARMED.get_or_init(|| {
+        std::env::var("VHCA_TEST_PANIC")
+            .ok()
+            .and_then(|v| v.strip_prefix("vfio:").map(str::to_string))
+    });
+    if armed.as_deref() == Some(message) && !FIRED.swap(true, Ordering::AcqRel) {
+        panic!("VHCA_TEST_PANIC: a test panic in the {message} handler");
+    }
+}
+
 impl ServerBackend for Backend<'_> {
     fn connected(&mut self, stream: &UnixStream) {
         use std::os::fd::AsFd;
@@ -289,12 +308,14 @@ impl ServerBackend for Backend<'_> {
     }
 
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        test_panic("region_read");
         log::trace!("pci: region {region} read 0x{offset:x} +{}", data.len());
         self.function.region_read(region, offset, data, self.device);
         Ok(())
     }
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        test_panic("region_write");
         log::trace!("pci: region {region} write 0x{offset:x} {data:02x?}");
         self.function
             .region_write(region, offset, data, self.device);
@@ -309,6 +330,7 @@ impl ServerBackend for Backend<'_> {
         size: u64,
         fd: Option<fs::File>,
     ) -> io::Result<()> {
+        test_panic("dma_map");
         log::debug!("pci: DMA map 0x{address:x} +0x{size:x} at fd offset 0x{offset:x} {flags:?}");
         let writable = flags.contains(DmaMapFlags::WRITE);
         self.function
@@ -322,6 +344,7 @@ impl ServerBackend for Backend<'_> {
     }
 
     fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+        test_panic("dma_unmap");
         log::debug!("pci: DMA unmap 0x{address:x} +0x{size:x} {flags:?}");
         let all = flags.contains(DmaUnmapFlags::UNMAP_ALL);
         self.function.dma_unmap(address, size, all).map_err(|e| {
@@ -331,6 +354,7 @@ impl ServerBackend for Backend<'_> {
     }
 
     fn reset(&mut self) -> io::Result<()> {
+        test_panic("reset");
         log::info!("pci: device reset");
         self.function.reset();
         self.device.reset();
@@ -345,6 +369,7 @@ impl ServerBackend for Backend<'_> {
         count: u32,
         fds: Vec<fs::File>,
     ) -> io::Result<()> {
+        test_panic("set_irqs");
         log::debug!(
             "pci: SET_IRQS index {index} flags 0x{flags:x} start {start} count {count} fds {}",
             fds.len()

@@ -138,6 +138,9 @@ pub struct Options {
     pub log: String,
     /// More arguments for every node.
     pub extra_args: Vec<String>,
+    /// Environment variables for every node (test-only hooks such as
+    /// `VHCA_TEST_PANIC`).
+    pub env: Vec<(String, String)>,
     /// How long a process may take to create its socket.
     pub startup_timeout: Duration,
     /// Watchdog: after this long the processes are killed, so that a test
@@ -156,6 +159,7 @@ impl Default for Options {
             capture: false,
             log: std::env::var("VHCA_TEST_LOG").unwrap_or_else(|_| "info".into()),
             extra_args: Vec::new(),
+            env: Vec::new(),
             startup_timeout: Duration::from_secs(20),
             watchdog: Duration::from_secs(
                 std::env::var("VHCA_TEST_TIMEOUT")
@@ -372,6 +376,7 @@ impl Vhca {
             cmd.arg("--fault").arg(f);
         }
         cmd.args(&self.opts.extra_args)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);

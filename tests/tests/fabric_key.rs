@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use transport::wire::opcode::Opcode;
 use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
+use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::verbs::QpType;
 use vhca_tests::fixture::{assert_success, connect_pair, wait_n, Node};
 use vhca_tests::util::{assert_bytes, pattern};
@@ -66,11 +67,38 @@ fn auth_counter(report: &str, name: &str) -> Option<u64> {
     words.next()?.parse().ok()
 }
 
+/// What the forgeries moved in the victim's QUERY_COUNTERS device set, as its
+/// driver reads them: the `fabric_key_*` counters, after minus before.
+type GuestDeltas = Vec<(String, u64)>;
+
+/// The device set's `fabric_key_*` counters as the guest reads them.
+fn guest_key_counters(n: &mut Node) -> GuestDeltas {
+    let values = n
+        .hca
+        .query_counters(CounterSet::Device)
+        .expect("QUERY_COUNTERS of the device set");
+    CounterSet::Device
+        .names()
+        .into_iter()
+        .zip(values)
+        .filter(|(name, _)| name.starts_with("fabric_key_"))
+        .collect()
+}
+
+/// The value of `name` in `d`.
+fn delta(d: &GuestDeltas, name: &str) -> u64 {
+    d.iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no {name} in the device set: {d:?}"))
+        .1
+}
+
 /// Three nodes; node 2 is stopped and its UDP address taken by the attacker,
 /// who forges datagrams at node 0 as node 2 (on a network, a UDP source
-/// address is forged at will). Returns the fabric, the victim and the UD
-/// receive completions the forgeries caused.
-fn attack(keyed: bool) -> (Vhca, usize, String) {
+/// address is forged at will). Returns the fabric, the victim, the UD
+/// receive completions the forgeries caused and the fabric key counters they
+/// moved as the victim's driver reads them.
+fn attack(keyed: bool) -> (Vhca, usize, String, GuestDeltas) {
     let dir = tempfile::tempdir().expect("temporary folder");
     let key = dir.path().join("fabric.key");
     std::fs::write(&key, "9f".repeat(32) + "\n").expect("write the key file");
@@ -118,6 +146,7 @@ fn attack(keyed: bool) -> (Vhca, usize, String) {
             .unwrap();
     }
 
+    let before = guest_key_counters(&mut a);
     // The attacker takes node 2's address.
     v.kill(2);
     let port = v.node(2).udp_port;
@@ -156,6 +185,13 @@ fn attack(keyed: bool) -> (Vhca, usize, String) {
         got.len()
     );
     eprintln!("fabric_key (keyed: {keyed}): {summary}");
+    let after = guest_key_counters(&mut a);
+    let moved: GuestDeltas = after
+        .iter()
+        .zip(&before)
+        .map(|((n, x), (_, y))| (n.clone(), x - y))
+        .collect();
+    eprintln!("fabric_key (keyed: {keyed}): QUERY_COUNTERS moved by the forgeries: {moved:?}");
     if keyed {
         // After the flood the keyed nodes still work.
         a.write(&src, 0, &pattern(0xbeef, len));
@@ -168,13 +204,20 @@ fn attack(keyed: bool) -> (Vhca, usize, String) {
     }
     drop(a);
     drop(b);
-    (v, got.len(), summary)
+    (v, got.len(), summary, moved)
 }
 
 #[test]
 fn fabric_key_forged_datagrams_are_dropped_and_counted_keyed_traffic_flows() {
-    let (mut v, delivered, summary) = attack(true);
+    let (mut v, delivered, summary, guest) = attack(true);
     assert_eq!(delivered, 0, "a forgery reached the QP: {summary}");
+    // The victim's driver sees each kind of forgery counted (QUERY_COUNTERS,
+    // the device set; issue 13).
+    assert_eq!(delta(&guest, "fabric_key_rx_untagged"), FORGED as u64);
+    assert_eq!(delta(&guest, "fabric_key_rx_bad_tag"), FORGED as u64);
+    assert_eq!(delta(&guest, "fabric_key_rx_short"), FORGED as u64);
+    assert_eq!(delta(&guest, "fabric_key_rx_replay"), 0);
+    assert_eq!(delta(&guest, "fabric_key_rx_wrong_sender"), 0);
     v.assert_alive(0);
     // The exit report has the stage's counters.
     v.stop(0, Duration::from_secs(5));
@@ -203,7 +246,10 @@ fn fabric_key_forged_datagrams_are_dropped_and_counted_keyed_traffic_flows() {
 
 #[test]
 fn fabric_key_without_a_key_the_same_forgery_is_delivered() {
-    let (mut v, delivered, summary) = attack(false);
+    let (mut v, delivered, summary, guest) = attack(false);
+    // No key, no stage: the counters are there and stay 0.
+    assert!(guest.iter().all(|(_, d)| *d == 0), "{guest:?}");
+    assert_eq!(guest.len(), 7, "{guest:?}");
     // Every untagged forgery is a valid SEND from a fabric address: 16 posted
     // receives complete (the rest find no receive and are dropped).
     assert_eq!(delivered, 16, "{summary}");

@@ -133,17 +133,38 @@ fn a_ring_of_heavy_commands_does_not_stall_bar0() {
         g.ram_u8(a + owner_at)
             .store(cmd_owner::DEVICE, Ordering::Release);
     }
+    // The same BAR0 accesses with no command queued: what the host's
+    // scheduling alone costs them (on a loaded host a vfio-user round trip
+    // waits for a CPU, lock or no lock).
+    let (mut idle_read, mut idle_write) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..300 {
+        let t = Instant::now();
+        n.hca.read_reg(reg::CMDQ_CI).unwrap();
+        idle_read = idle_read.max(t.elapsed());
+        let t = Instant::now();
+        n.hca.write_reg(reg::CTX_TABLE, 0).unwrap();
+        idle_write = idle_write.max(t.elapsed());
+        std::thread::sleep(Duration::from_micros(200));
+    }
     let pi = first.wrapping_add(slots);
     n.hca.set_cmd_pi(pi);
+    let ticks0 = v.cpu_ticks(0);
     let t0 = Instant::now();
     n.hca.write_reg(reg::CMDQ_PI, pi).unwrap();
     let write = t0.elapsed();
-    // BAR0 reads while the rest runs: each waits for the core lock.
+    // BAR0 reads and writes while the rest runs: each waits for the core
+    // lock (the write is CTX_TABLE, which only selects a context table).
     let mut longest_read = Duration::ZERO;
+    let mut longest_write = write;
+    let mut accesses = 0u32;
     loop {
         let t = Instant::now();
         let ci = n.hca.read_reg(reg::CMDQ_CI).unwrap();
         longest_read = longest_read.max(t.elapsed());
+        let t = Instant::now();
+        n.hca.write_reg(reg::CTX_TABLE, 0).unwrap();
+        longest_write = longest_write.max(t.elapsed());
+        accesses += 2;
         if ci == pi {
             break;
         }
@@ -151,9 +172,12 @@ fn a_ring_of_heavy_commands_does_not_stall_bar0() {
         std::thread::sleep(Duration::from_micros(200));
     }
     let total = t0.elapsed();
+    let flood_cpu = Duration::from_secs_f64((v.cpu_ticks(0) - ticks0) as f64 / CLK_TCK);
     println!(
         "{slots} REG_MRs of 2^18 pages and RESIZE_CQs to 2^20 CQEs: CMDQ_PI write {write:?}, longest BAR0 read meanwhile \
-         {longest_read:?}, all done after {total:?}"
+         {longest_read:?}, longest BAR0 write (CMDQ_PI included) {longest_write:?} over {accesses} accesses, \
+         all done after {total:?} ({flood_cpu:?} of vhca CPU); with no command queued, 300 of each: \
+         longest read {idle_read:?}, longest write {idle_write:?}"
     );
     for k in 0..slots {
         let mut b = [0u8; 64];
@@ -177,17 +201,35 @@ fn a_ring_of_heavy_commands_does_not_stall_bar0() {
     let report = v.stderr(0);
     let max = cmdq_stat(&report, "max_per_write").expect("a cmdq line in the report");
     let deferred = cmdq_stat(&report, "deferred").expect("deferred");
-    println!("device: max commands per CMDQ_PI write {max}, writes deferred {deferred}");
+    let longest_cmd = cmdq_stat(&report, "longest_command_us").expect("longest_command_us");
+    let op = cmdq_stat(&report, "longest_command_opcode").unwrap_or(0);
+    let cpu = Duration::from_micros(
+        cmdq_stat(&report, "longest_command_cpu_us")
+            .expect("the longest command's CPU time in the cmdq line"),
+    );
+    println!(
+        "device: max commands per CMDQ_PI write {max}, writes deferred {deferred}, \
+         longest a command held the core lock {longest_cmd} us (opcode {op:#x}), its CPU {cpu:?}"
+    );
     assert!(
         max <= u64::from(CMDS_PER_WRITE),
         "a CMDQ_PI write ran {max} commands"
     );
     assert!(deferred >= 1, "the flood was split");
+    // The heavy part of each command ran off the core lock (cmdq::staged): no
+    // step under the lock used more than a small fraction of the CPU the
+    // flood cost vhca (CPU against CPU: a loaded host changes neither; run
+    // whole, one REG_MR or RESIZE_CQ used 2.4 ms of about 100 ms, a 40th;
+    // in steps the longest step 0.1-0.17 ms of 100-140 ms, under a 600th).
+    assert!(
+        cpu * 200 < flood_cpu,
+        "a command held the core lock for {cpu:?} of CPU ({flood_cpu:?} for the flood)"
+    );
     // Timing, relative so a loaded machine cannot fail it: the write and any
     // access waited for a fraction of the whole flood, not for all of it.
     assert!(
-        write * 4 < total && longest_read * 4 < total,
-        "a BAR0 access waited for most of the flood ({write:?}, {longest_read:?} of {total:?})"
+        longest_write * 4 < total && longest_read * 4 < total,
+        "a BAR0 access waited for most of the flood ({longest_write:?}, {longest_read:?} of {total:?})"
     );
 }
 
@@ -425,4 +467,87 @@ fn rogue_doorbells_leave_the_data_path_asleep_and_their_wqes_run_at_rts() {
     assert_success(&c);
     let got = n.read(&dst, 0, 3072);
     assert_bytes(&got, &d[..3072], "the three WRITEs rung before RTS");
+}
+
+/// Issue 13, a panic on the vfio-user thread in the first command batch: a
+/// command whose handler panics (injected with the test-only
+/// `VHCA_TEST_PANIC=command:OP`, once) runs on the CMDQ_PI write itself. The
+/// panic stays in the command queue: the device goes FATAL with syndrome
+/// INTERNAL, EQ 0 gets a DEVICE_FATAL event (AE-01), the connection and the
+/// process stay, and after the driver's RESET the device serves again (before:
+/// the panic unwound into the vfio-user crate, which dropped the connection
+/// and with it the guest's device).
+#[test]
+fn a_panic_in_a_command_makes_the_device_fatal_and_reset_recovers_it() {
+    use vhca_tests::abi::bar0::Fatal;
+    use vhca_tests::abi::counters::CounterSet;
+    use vhca_tests::abi::cqe::EqeType;
+    use vhca_tests::CmdError;
+    let mut opts = Options::nodes(1);
+    opts.env = vec![(
+        "VHCA_TEST_PANIC".into(),
+        format!("command:{:#06x}", Opcode::QueryCounters.raw()),
+    )];
+    let mut v = Vhca::spawn(opts);
+    let mut n = Node::connect(&v, 0);
+    let t = Instant::now();
+    let r = n.hca.query_counters(CounterSet::Port);
+    println!(
+        "QUERY_COUNTERS with a panic in its handler: {r:?} after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        matches!(r, Err(CmdError::Fatal { syndrome }) if syndrome == Fatal::Internal.raw()),
+        "{r:?}"
+    );
+    let ev = n
+        .hca
+        .wait_async_event(Duration::from_secs(10), |e| {
+            e.kind == EqeType::DeviceFatal.raw()
+        })
+        .expect("a DEVICE_FATAL event on EQ 0");
+    assert_eq!(ev.data, Fatal::Internal.raw());
+    v.assert_alive(0);
+
+    // The driver resets the device over the same connection; it serves again.
+    let g = n.hca.into_guest();
+    let h = vhca_tests::Hca::bring_up(g).expect("bring-up after RESET");
+    let mut n = Node::from_hca(h);
+    n.hca
+        .query_counters(CounterSet::Port)
+        .expect("QUERY_COUNTERS after RESET");
+    clean_transfer(&mut n);
+    v.assert_alive(0);
+}
+
+/// Issue 13, a panic in vfio-user message handling (injected with the
+/// test-only `VHCA_TEST_PANIC=vfio:dma_unmap`, once): it costs that
+/// connection and nothing else. The client sees the socket close at once
+/// (no hang), the device drops the client's objects and maps as for a hang-up,
+/// and the process serves the next client, which moves data.
+#[test]
+fn a_panic_in_vfio_user_message_handling_costs_the_connection_only() {
+    let mut opts = Options::nodes(1);
+    opts.env = vec![("VHCA_TEST_PANIC".into(), "vfio:dma_unmap".into())];
+    let mut v = Vhca::spawn(opts);
+    let mut n = Node::connect(&v, 0);
+    let g = n.hca.guest_mut();
+    let (base, size) = (g.ram_base(), g.ram_size());
+    let t = Instant::now();
+    let r = g.dma_unmap(base, size);
+    println!(
+        "DMA_UNMAP with a panic in its handler: {r:?} after {:?}",
+        t.elapsed()
+    );
+    assert!(r.is_err(), "the connection ended");
+    drop(n);
+    v.assert_alive(0);
+    let mut n = Node::connect(&v, 0);
+    clean_transfer(&mut n);
+    v.assert_alive(0);
+    let log = v.stderr(0);
+    assert!(
+        log.contains("panicked on a client message; connection dropped"),
+        "{log}"
+    );
 }

@@ -24,8 +24,9 @@ abi_enum! {
         /// NAKs sent, per reason (RL-12).
         NakSent = 3,
         /// The device's data path: WQEs fetched and refused, doorbell overruns,
-        /// guest-memory faults, CQEs, EQEs, overflows, interrupts and CQEs
-        /// discarded on a CQ in error.
+        /// guest-memory faults, CQEs, EQEs, overflows, interrupts, CQEs
+        /// discarded on a CQ in error, the memory budget and the fabric key's
+        /// drops (issue 13).
         Device = 4,
     }
 }
@@ -62,6 +63,22 @@ pub struct HcaCounters {
     pub mem_budget_refusals: u64,
     /// Host bytes held for the guest now (a level, not a count).
     pub mem_held_bytes: u64,
+    /// The fabric key stage (ARCHITECTURE.md §9; 0 without a fabric key):
+    /// datagrams received whose tag and sequence number verified.
+    pub fabric_key_rx_verified: u64,
+    /// Datagrams dropped without a tag: a peer without the key.
+    pub fabric_key_rx_untagged: u64,
+    /// Datagrams dropped shorter than a packet and its trailer.
+    pub fabric_key_rx_short: u64,
+    /// Datagrams dropped whose tag did not verify: a forgery or another key.
+    pub fabric_key_rx_bad_tag: u64,
+    /// Datagrams dropped, well tagged but from another node's address than
+    /// their LRH:SLID's.
+    pub fabric_key_rx_wrong_sender: u64,
+    /// Datagrams dropped as replays (a sequence number seen or too old).
+    pub fabric_key_rx_replay: u64,
+    /// Packets not sent: too long for the trailer, or not in a lent buffer.
+    pub fabric_key_tx_dropped: u64,
 }
 
 /// The port set's counters, in ABI order.
@@ -120,7 +137,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
 }
 
 /// The device set's counters, in ABI order.
-const DEVICE_COUNTERS: [&str; 14] = [
+const DEVICE_COUNTERS: [&str; 21] = [
     "send_wqes",
     "recv_wqes",
     "bad_wqes",
@@ -135,6 +152,13 @@ const DEVICE_COUNTERS: [&str; 14] = [
     "mem_budget_stalls",
     "mem_budget_refusals",
     "mem_held_bytes",
+    "fabric_key_rx_verified",
+    "fabric_key_rx_untagged",
+    "fabric_key_rx_short",
+    "fabric_key_rx_bad_tag",
+    "fabric_key_rx_wrong_sender",
+    "fabric_key_rx_replay",
+    "fabric_key_tx_dropped",
 ];
 
 /// The device set's values, in the order of its names.
@@ -155,6 +179,13 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         mem_budget_stalls,
         mem_budget_refusals,
         mem_held_bytes,
+        fabric_key_rx_verified,
+        fabric_key_rx_untagged,
+        fabric_key_rx_short,
+        fabric_key_rx_bad_tag,
+        fabric_key_rx_wrong_sender,
+        fabric_key_rx_replay,
+        fabric_key_tx_dropped,
     } = *h;
     [
         send_wqes,
@@ -171,6 +202,13 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
         mem_budget_stalls,
         mem_budget_refusals,
         mem_held_bytes,
+        fabric_key_rx_verified,
+        fabric_key_rx_untagged,
+        fabric_key_rx_short,
+        fabric_key_rx_bad_tag,
+        fabric_key_rx_wrong_sender,
+        fabric_key_rx_replay,
+        fabric_key_tx_dropped,
     ]
 }
 

@@ -170,6 +170,10 @@ pub(super) fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, 
     if u64::from(pending) + staged > u64::from(ring.len()) {
         return Err(fail(Status::BadParam, Syndrome::RingSize));
     }
+    // The rest blank, owned by the driver until the device writes them: a
+    // heavy piece, before the copies (a blank done a step before covers every
+    // slot).
+    x.blank_cq(&ring, ci, pi)?;
     const CQE: usize = entry_const::CQE_SIZE as usize;
     let owner_at = CQE - 1;
     let owner_mask = entry_const::OWNER_BIT as u8;
@@ -185,12 +189,6 @@ pub(super) fn resize_cq(x: &mut Exec<'_>, i: ResizeCqIn) -> Result<ResizeCqOut, 
         ring.write(&mut *x.mem, k, &e)
             .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     }
-    // The rest blank, owned by the driver until the device writes them.
-    let from = ci.wrapping_add(pending);
-    ring.blank(&mut *x.mem, from, ring.len() - pending, |k| {
-        crate::abi::cqe::owner_bit(k, log2) ^ owner_mask
-    })
-    .map_err(|_| fail(Status::BadAddress, Syndrome::RingAddress))?;
     let entries = ring.len();
     let cq = x.hca.cqs.get_mut(&i.cqn).expect("checked above");
     cq.ring = ring;

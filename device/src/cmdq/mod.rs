@@ -20,6 +20,7 @@ mod mr;
 mod port;
 mod qp;
 mod srq;
+mod staged;
 
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
@@ -38,9 +39,12 @@ use crate::ring::{self, read_pbl, Ring, RingError};
 
 use cq::{create_cq, create_eq, destroy_cq, destroy_eq, resize_cq};
 use mr::{alloc_mw, alloc_pd, dealloc_mw, dealloc_pd, dereg_mr, reg_mr, rereg_mr};
+pub use port::device_counters;
 use port::{query_counters, query_device, query_port, set_gid};
 use qp::{create_qp, destroy_qp, modify_qp, query_qp};
 use srq::{create_srq, destroy_srq, modify_srq, query_srq, resize_srq};
+pub use staged::{Prepared, Ticket};
+use staged::{Request, Staging};
 
 /// Commands executed per [`execute_pending`] call at most, so the caller's loop
 /// stays responsive (one command may read a page list of 2 MiB).
@@ -58,6 +62,19 @@ pub struct CmdQueue {
     log2_size: u32,
     /// Commands completed (free-running): CMDQ_CI.
     ci: u32,
+    /// The longest one command took, and its opcode (the figure issue 13's
+    /// MMIO-stall test judges: a command runs under the core lock).
+    longest: (Duration, u16),
+    /// The most CPU time one command (one step of it) used, and its opcode:
+    /// the wall time above also counts the time the thread was preempted.
+    longest_cpu: (Duration, u16),
+    /// This queue among every queue the process made (a reset or a new
+    /// queue makes prepared pieces of the old one stale).
+    id: u64,
+    /// Whether heavy commands run in steps (`staged`).
+    staged: bool,
+    /// The command in progress at CI, waiting for its heavy pieces.
+    waiting: Option<Ticket>,
 }
 
 impl CmdQueue {
@@ -84,6 +101,14 @@ impl CmdQueue {
             base,
             log2_size,
             ci: 0,
+            longest: (Duration::ZERO, 0),
+            longest_cpu: (Duration::ZERO, 0),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
+            staged: false,
+            waiting: None,
         })
     }
 
@@ -103,6 +128,41 @@ impl CmdQueue {
     /// Commands completed (free-running): what CMDQ_CI reads.
     pub fn ci(&self) -> u32 {
         self.ci
+    }
+
+    /// The longest time one command held the caller (under the core lock),
+    /// and its opcode.
+    pub fn longest_command(&self) -> (Duration, u16) {
+        self.longest
+    }
+
+    /// The most CPU time one command (or one step of a staged one) used,
+    /// and its opcode.
+    pub fn longest_command_cpu(&self) -> (Duration, u16) {
+        self.longest_cpu
+    }
+
+    fn note_time(&mut self, wall: Duration, cpu: Duration, opcode: u16) {
+        if wall > self.longest.0 {
+            self.longest = (wall, opcode);
+        }
+        if cpu > self.longest_cpu.0 {
+            self.longest_cpu = (cpu, opcode);
+        }
+    }
+
+    /// Heavy commands run in steps, their heavy pieces done by the caller
+    /// without its lock ([`Ticket::prepare`]; issue 13, ARCHITECTURE.md §5).
+    /// Off by default: every command runs whole in [`execute_pending`].
+    pub fn set_staged(&mut self, on: bool) {
+        self.staged = on;
+    }
+
+    /// The command in progress at CI and the pieces it waits for, if any:
+    /// for [`Ticket::prepare`], whose result goes to the next
+    /// [`execute_staged`].
+    pub fn take_waiting(&mut self) -> Option<Ticket> {
+        self.waiting.take()
     }
 }
 
@@ -204,6 +264,9 @@ pub enum Syndrome {
     Budget = 42,
     /// The engine refused; the status says why.
     Engine = 0x100,
+    /// Not a refusal: the command waits for a heavy piece done without the
+    /// core lock (`staged`); never written to a slot.
+    InProgress = 0x200,
 }
 
 /// A refused command.
@@ -336,9 +399,30 @@ pub fn execute_pending(
     now: Duration,
     budget: Budget,
 ) -> Result<Vec<CmdDone>, Fatal> {
+    execute_staged(hca, q, pi, mem, db, now, budget, None)
+}
+
+/// [`execute_pending`] with the heavy pieces `pre` of the command in progress
+/// at CI (from [`Ticket::prepare`]; stale ones are dropped). With staging on,
+/// a command that waits for a heavy piece ends the batch: it stays in
+/// progress, and [`CmdQueue::take_waiting`] gives its [`Ticket`].
+#[allow(clippy::too_many_arguments)]
+pub fn execute_staged(
+    hca: &mut Hca,
+    q: &mut CmdQueue,
+    pi: u32,
+    mem: &mut dyn Memory,
+    db: &dyn Doorbells,
+    now: Duration,
+    budget: Budget,
+    pre: Option<Prepared>,
+) -> Result<Vec<CmdDone>, Fatal> {
     if pi.wrapping_sub(q.ci) > q.slots() {
         return Err(Fatal::CmdqNotOwned);
     }
+    // What waits is asked again below, with what is prepared.
+    q.waiting = None;
+    let mut pre = pre.filter(|p| p.queue == q.id && p.ci == q.ci);
     let started = std::time::Instant::now();
     let mut done = Vec::new();
     for k in 0..budget.commands.max(1) {
@@ -357,16 +441,65 @@ pub fn execute_pending(
         }
         // The driver set owner last, after a write barrier: read the rest after.
         fence(Ordering::Acquire);
-        let mut raw = [0u8; Cmd::SIZE];
-        mem.read(addr, &mut raw).map_err(|_| Fatal::CmdqBadConfig)?;
-        let cmd = Cmd::from_bytes(&raw);
-        let result = dispatch(&mut Exec {
+        // A command in progress was read at its first step: read once.
+        let (cmd, answers) = match pre.take() {
+            Some(p) => (p.cmd, p.answers),
+            None => {
+                let mut raw = [0u8; Cmd::SIZE];
+                mem.read(addr, &mut raw).map_err(|_| Fatal::CmdqBadConfig)?;
+                (Cmd::from_bytes(&raw), Vec::new())
+            }
+        };
+        let t = std::time::Instant::now();
+        let cpu = thread_cpu();
+        let mut x = Exec {
             hca: &mut *hca,
             mem: &mut *mem,
             db,
             cmd,
             now,
-        });
+            staging: Staging {
+                allow: q.staged,
+                answers,
+                wants: Vec::new(),
+            },
+        };
+        // A panic in a handler is a bug, but one a guest's command reached: it
+        // must not unwind into the vfio-user crate (the connection would go)
+        // nor leave the queue stuck. The command stays in its slot, and the
+        // device goes FATAL (INTERNAL; the caller tells the driver with a
+        // DEVICE_FATAL event, AE-01) until RESET rebuilds every table
+        // (issue 13, ARCHITECTURE.md §9).
+        let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            test_panic(cmd.opcode);
+            dispatch(&mut x)
+        })) {
+            Ok(r) => r,
+            Err(e) => {
+                let what = e
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| e.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                log::error!(
+                    "cmdq: internal error in command {} (opcode {:#06x}): {what}; FATAL until RESET",
+                    q.ci,
+                    cmd.opcode
+                );
+                return Err(Fatal::Internal);
+            }
+        };
+        if result.as_ref().is_err_and(|f| *f == staged::WAIT) {
+            q.waiting = Some(Ticket {
+                queue: q.id,
+                ci: q.ci,
+                cmd,
+                answers: x.staging.answers,
+                wants: x.staging.wants,
+            });
+            q.note_time(t.elapsed(), thread_cpu().saturating_sub(cpu), cmd.opcode);
+            break;
+        }
         if let Err(f) = &result {
             log::debug!(
                 "cmdq: command {} (opcode {:#06x}, token {}) refused: {:?} ({:?})",
@@ -378,6 +511,7 @@ pub fn execute_pending(
             );
         }
         let status = complete(mem, addr, result)?;
+        q.note_time(t.elapsed(), thread_cpu().saturating_sub(cpu), cmd.opcode);
         q.ci = q.ci.wrapping_add(1);
         if cmd.flags & cmd_flags::EVENT != 0 {
             done.push(CmdDone {
@@ -387,6 +521,44 @@ pub fn execute_pending(
         }
     }
     Ok(done)
+}
+
+/// Test-only (issue 13, ARCHITECTURE.md §9): with `VHCA_TEST_PANIC=command:OP`
+/// in the environment (OP in hex, `0x0050`, or decimal), the first command of
+/// opcode OP panics in its handler, once, so that tests can show how such a
+/// panic is contained. Unset, it costs a load and a compare.
+fn test_panic(opcode: u16) {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<u16>> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    let armed = ARMED.get_or_init(|| {
+        let v = std::env::var("VHCA_TEST_PANIC").ok()?;
+        let op = v.strip_prefix("command:")?;
+        match op.strip_prefix("0x") {
+            Some(hex) => u16::from_str_radix(hex, 16).ok(),
+            None => op.parse().ok(),
+        }
+    });
+    if *armed == Some(opcode) && !FIRED.swap(true, Ordering::AcqRel) {
+        panic!("VHCA_TEST_PANIC: a test panic in command {opcode:#06x}");
+    }
+}
+
+/// The CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
+#[allow(unsafe_code)]
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer to a
+    // local; the clock id is a constant every Linux has.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Writes a command's outcome into its slot (and output mailbox), owner last.
@@ -427,6 +599,8 @@ struct Exec<'a> {
     db: &'a dyn Doorbells,
     cmd: Cmd,
     now: Duration,
+    /// Its heavy pieces (`staged`).
+    staging: Staging,
 }
 
 /// A command's output, ready to write.
@@ -536,50 +710,70 @@ impl Exec<'_> {
     }
 
     /// A ring of `2^log2` entries of `2^entry_shift` bytes over the pages of
-    /// `pbl`, every page checked against guest memory.
-    fn ring(&self, pbl: &Pbl, entry_shift: u32, log2: u32, max_log2: u32) -> Result<Ring, Fail> {
-        let pages = read_pbl(&*self.mem, pbl).map_err(ring_fail)?;
-        Ring::new(
-            &*self.mem,
-            pages,
-            u32::from(pbl.page_shift),
+    /// `pbl`, every page checked against guest memory (a heavy piece:
+    /// `staged`).
+    fn ring(
+        &mut self,
+        pbl: &Pbl,
+        entry_shift: u32,
+        log2: u32,
+        max_log2: u32,
+    ) -> Result<Ring, Fail> {
+        let req = Request::Ring {
+            pbl: *pbl,
             entry_shift,
             log2,
             max_log2,
-        )
-        .map_err(ring_fail)
+        };
+        match self.staging.answer(req, &mut *self.mem) {
+            Some(staged::Answer::Ring(r)) => r,
+            Some(_) => unreachable!("a ring request has a ring answer"),
+            None => Err(staged::WAIT),
+        }
     }
 
-    /// The pages of an MR's page list, each wholly in guest memory.
-    fn mr_pages(&self, pbl: &Pbl) -> Result<Vec<u64>, Fail> {
-        let pages = read_pbl(&*self.mem, pbl).map_err(ring_fail)?;
-        // Every page in guest memory, checked as runs of adjacent pages (one
-        // map lookup per run, not two per page: a list of 2^18 pages costs
-        // what its distinct runs cost, so a command stays short under the
-        // core lock, ARCHITECTURE.md §5).
-        let size = 1u64 << pbl.page_shift;
-        let mut sorted = pages.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        let mut run: Option<(u64, u64)> = None;
-        let bad = || fail(Status::BadAddress, Syndrome::PageListAddress);
-        for &p in &sorted {
-            // Aligned pages of at most 1 GiB: p + size cannot overflow
-            // unless p is the last page of the address space.
-            let end = p.checked_add(size).ok_or_else(bad)?;
-            run = match run {
-                Some((start, e)) if e == p => Some((start, end)),
-                Some((start, e)) => {
-                    self.mem.check(start, e - start).map_err(|_| bad())?;
-                    Some((p, end))
-                }
-                None => Some((p, end)),
-            };
+    /// The pages of an MR's page list, each wholly in guest memory (a heavy
+    /// piece: `staged`).
+    fn mr_pages(&mut self, pbl: &Pbl) -> Result<Vec<u64>, Fail> {
+        match self
+            .staging
+            .answer(Request::MrPages { pbl: *pbl }, &mut *self.mem)
+        {
+            Some(staged::Answer::Pages(r)) => r,
+            Some(_) => unreachable!("a page-list request has a page-list answer"),
+            None => Err(staged::WAIT),
         }
-        if let Some((start, e)) = run {
-            self.mem.check(start, e - start).map_err(|_| bad())?;
+    }
+
+    /// Blanks the new CQ ring `ring` of RESIZE_CQ for every index of
+    /// `[pi, ci + N)` (CQ-04): done a step before from some index `from`
+    /// (then what the driver consumed since, `[from, ci)`, lands on slots
+    /// that blank gave last lap's owner: those are blanked again), or now
+    /// when it is small or staging is off, or the command waits for it.
+    fn blank_cq(&mut self, ring: &Ring, ci: u32, pi: u32) -> Result<(), Fail> {
+        let n = ring.len();
+        if let Some(from) = self.staging.blanked_from(ring) {
+            // No CQE lands between the steps (the data path that writes them
+            // prepares the pieces): pi is still `from` unless a reset came.
+            if pi.wrapping_sub(from) <= n {
+                let again = ci.wrapping_sub(from);
+                let again = if again <= n { again } else { 0 };
+                return staged::blank_cq_range(&mut *self.mem, ring, from.wrapping_add(n), again);
+            }
         }
-        Ok(pages)
+        let req = Request::BlankCq {
+            ring: ring.clone(),
+            from: pi,
+        };
+        let pending = pi.wrapping_sub(ci);
+        if !self.staging.allow || n <= staged::INLINE_BLANK {
+            return staged::blank_cq_range(&mut *self.mem, ring, pi, n - pending);
+        }
+        match self.staging.answer(req, &mut *self.mem) {
+            Some(staged::Answer::Blanked(r)) => r,
+            Some(_) => unreachable!("a blank request has a blank answer"),
+            None => Err(staged::WAIT),
+        }
     }
 }
 

@@ -152,11 +152,22 @@ pub(super) fn query_counters(
     check_port(i.port)?;
     reserved(i.rsvd == 0)?;
     let set = CounterSet::from_raw(i.set).ok_or(fail(Status::BadParam, Syndrome::CounterSet))?;
-    let h = x.hca.counters.with_budget(x.hca.port.engine().budget());
+    let h = device_counters(x.hca);
     let values = set.values(x.hca.port.engine().counters(), &h);
     let mut out = QueryCountersOut::default();
     let n = values.len().min(out.values.len());
     out.count = n as u32;
     out.values[..n].copy_from_slice(&values[..n]);
     Ok(out)
+}
+
+/// The device set's values as QUERY_COUNTERS and the counter report give
+/// them: the data path's counters, the memory budget's, and the fabric key
+/// stage's drops when the link has one (issue 13).
+pub fn device_counters(hca: &crate::hca::Hca) -> crate::abi::counters::HcaCounters {
+    let h = hca.counters.with_budget(hca.port.engine().budget());
+    match hca.port.link().auth_counters() {
+        Some(a) => a.into_device(h),
+        None => h,
+    }
 }

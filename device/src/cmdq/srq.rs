@@ -123,6 +123,7 @@ pub(super) fn resize_srq(x: &mut Exec<'_>, i: ResizeSrqIn) -> Result<ResizeSrqOu
         u32::from(i.log2_entries),
         log2_floor(caps.max_srq_wr),
     )?;
+    let s = x.hca.srqs.get(&i.srqn).expect("checked above");
     let unfetched =
         srq_unfetched(s, x.db).ok_or(fail(Status::BadParam, Syndrome::ProducerIndex))?;
     let (queued, limit) = x.hca.port.engine().query_srq(i.srqn)?;

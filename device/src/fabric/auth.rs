@@ -292,6 +292,25 @@ impl AuthCounters {
     }
 }
 
+impl AuthCounters {
+    /// `h` with the fabric key's counters filled in: QUERY_COUNTERS' device
+    /// set and the counter report show them beside the device's own (issue
+    /// 13; "counters for every drop reason").
+    pub fn into_device(
+        self,
+        mut h: crate::abi::counters::HcaCounters,
+    ) -> crate::abi::counters::HcaCounters {
+        h.fabric_key_rx_verified = self.rx_verified;
+        h.fabric_key_rx_untagged = self.drop_rx_untagged;
+        h.fabric_key_rx_short = self.drop_rx_short;
+        h.fabric_key_rx_bad_tag = self.drop_rx_bad_tag;
+        h.fabric_key_rx_wrong_sender = self.drop_rx_wrong_sender;
+        h.fabric_key_rx_replay = self.drop_rx_replay;
+        h.fabric_key_tx_dropped = self.drop_tx_oversized + self.drop_tx_not_lent;
+        h
+    }
+}
+
 impl fmt::Display for AuthCounters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -665,6 +684,10 @@ impl<L: Link> Link for AuthLink<L> {
 
     fn flush(&mut self) -> Result<(), LinkError> {
         self.inner.flush()
+    }
+
+    fn auth_counters(&self) -> Option<AuthCounters> {
+        Some(self.checks.counters)
     }
 
     fn report(&self) -> Option<String> {

@@ -210,6 +210,10 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
         self.inner.report()
     }
 
+    fn auth_counters(&self) -> Option<super::AuthCounters> {
+        self.inner.auth_counters()
+    }
+
     fn clear(&mut self) {
         // A device reset (the driver unloaded): the data path may not run
         // the link again for a while.

@@ -428,6 +428,10 @@ impl<L: Link> Link for FaultLink<L> {
         self.inner.report()
     }
 
+    fn auth_counters(&self) -> Option<super::AuthCounters> {
+        self.inner.auth_counters()
+    }
+
     fn clear(&mut self) {
         self.held = None;
         self.delayed.clear();

@@ -180,6 +180,13 @@ pub trait Link {
         None
     }
 
+    /// The fabric key stage's counters, if the link has one (stages forward
+    /// the question to the link they wrap): the device's counter set shows
+    /// them (issue 13).
+    fn auth_counters(&self) -> Option<AuthCounters> {
+        None
+    }
+
     /// Forgets the packets the link holds for its own port (its loopback
     /// queue, held or delayed packets): at a device reset the engine that sent
     /// them is gone, and a new QP with the same number must not receive them.
@@ -244,6 +251,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn report(&self) -> Option<String> {
         (**self).report()
+    }
+    fn auth_counters(&self) -> Option<AuthCounters> {
+        (**self).auth_counters()
     }
     fn clear(&mut self) {
         (**self).clear()

@@ -18,7 +18,10 @@
 //! `(index << 8) | key_byte`, a 24-bit index into the table and an 8-bit key that
 //! changes each time an index is reused, so that a key kept after deregistration
 //! fails instead of reaching the next MR at that index. Index 0 is never used: key 0
-//! (a zeroed SGE) is never valid.
+//! (a zeroed SGE) is never valid. A freed index waits behind [`KEY_QUARANTINE`]
+//! others, also at a full table, so a stale key comes back only after 256 x
+//! 1024 registrations, and then reaches only an MR of the same PD
+//! (ARCHITECTURE.md §9 "Key reuse").
 //!
 //! Nothing here panics on any input: every length, address and index from a WQE or
 //! a packet is checked with overflow-safe arithmetic first (ARCHITECTURE.md §9).
@@ -431,16 +434,19 @@ impl MrTable {
     }
 
     /// A free key index. A freed index waits behind [`KEY_QUARANTINE`] others
-    /// while the table can still grow: an index's 8-bit key byte comes back to
-    /// a stale key's value only after 256 reuses of the index (MP-02), so a
-    /// register/deregister loop must not reuse one index at once — with the
-    /// quarantine a stale key revives only after 256 x 1024 registrations. A
-    /// full table reuses the longest-free index.
+    /// (FIFO): an index's 8-bit key byte comes back to a stale key's value
+    /// only after 256 reuses of the index (MP-02), so a register/deregister
+    /// loop must not reuse one index at once — with the quarantine a stale key
+    /// revives only after 256 x 1024 registrations. The quarantine holds at a
+    /// full table too: indices go [`KEY_QUARANTINE`] past `max_mr`
+    /// ([`MrTable::index_limit`]) while the live count stays capped at
+    /// `max_mr` by the callers, so at least that many freed indices always
+    /// wait (issue 13).
     fn take_index(&mut self) -> Option<u32> {
         let next = u32::try_from(self.slots.len())
             .ok()?
             .checked_add(1)
-            .filter(|&n| n <= self.max_mr);
+            .filter(|&n| n <= self.index_limit());
         match next {
             Some(n) if self.free.len() < KEY_QUARANTINE => {
                 self.slots.push(Slot::default());
@@ -448,6 +454,14 @@ impl MrTable {
             }
             _ => self.free.pop_front(),
         }
+    }
+
+    /// The highest key index the table hands out: `max_mr` and the
+    /// quarantine's [`KEY_QUARANTINE`] beyond it (within the 24 bits).
+    fn index_limit(&self) -> u32 {
+        self.max_mr
+            .saturating_add(KEY_QUARANTINE as u32)
+            .min(MAX_MR_INDEX)
     }
 }
 

@@ -389,12 +389,14 @@ fn mp_02_stale_key_byte_is_rejected() {
             .unwrap_err(),
         AccessError::NoSuchKey
     );
-    let new = reg(&mut t, pd, 0x1000, 64, ALL, 0);
-    assert_eq!(
-        key_index(new),
-        key_index(old),
-        "capacity 1 reuses the index"
-    );
+    // The index comes back after the quarantine.
+    let new = loop {
+        let k = reg(&mut t, pd, 0x1000, 64, ALL, 0);
+        if key_index(k) == key_index(old) {
+            break k;
+        }
+        t.dereg_mr(k).unwrap();
+    };
     assert_ne!(key_byte(new), key_byte(old));
     for e in [
         t.check_local(pd, old, 0x1000, 1, LocalAccess::Read).err(),
@@ -412,11 +414,15 @@ fn mp_02_key_byte_cycles_through_all_256_values() {
     let mut t = MrTable::new(1, 1);
     let pd = t.alloc_pd().unwrap();
     let mut seen = std::collections::HashSet::new();
-    for _ in 0..256 {
+    // Index 1 comes back once every KEY_QUARANTINE registrations.
+    for _ in 0..256 * KEY_QUARANTINE {
         let k = reg(&mut t, pd, 0, 0, Access::default(), 0);
-        assert!(seen.insert(key_byte(k)));
+        if key_index(k) == 1 {
+            assert!(seen.insert(key_byte(k)));
+        }
         t.dereg_mr(k).unwrap();
     }
+    assert_eq!(seen.len(), 256);
 }
 
 #[test]
@@ -551,8 +557,11 @@ fn mp_03_mr_capacity_is_bounded() {
     assert_eq!(t.mr_count(), 3);
     t.dereg_mr(keys[1]).unwrap();
     let k = reg(&mut t, pd, 0, 1, Access::default(), 0);
-    assert_eq!(key_index(k), key_index(keys[1]));
+    // Even at a full table the freed index waits in quarantine (issue 13).
+    assert_ne!(key_index(k), key_index(keys[1]));
+    assert_eq!(t.mr_count(), 3);
     assert_eq!(MrTable::new(1, u32::MAX).max_mr, MAX_MR_INDEX);
+    assert_eq!(MrTable::new(1, u32::MAX).index_limit(), MAX_MR_INDEX);
 }
 
 #[test]
@@ -564,8 +573,21 @@ fn mp_03_freed_indices_are_reused_oldest_first() {
         .collect();
     t.dereg_mr(k[2]).unwrap();
     t.dereg_mr(k[0]).unwrap();
-    assert_eq!(key_index(reg(&mut t, pd, 0, 1, Access::default(), 0)), 3);
-    assert_eq!(key_index(reg(&mut t, pd, 0, 1, Access::default(), 0)), 1);
+    // New indices (each freed at once) until the quarantine is full; then
+    // the oldest freed come back first.
+    let mut reused = Vec::new();
+    for _ in 0..2 * KEY_QUARANTINE {
+        let n = reg(&mut t, pd, 0, 1, Access::default(), 0);
+        if key_index(n) <= 3 {
+            reused.push(key_index(n));
+            if reused.len() == 2 {
+                break;
+            }
+        } else {
+            t.dereg_mr(n).unwrap();
+        }
+    }
+    assert_eq!(reused, [3, 1]);
 }
 
 #[test]
@@ -1248,5 +1270,42 @@ fn mp_02_a_register_deregister_loop_never_revives_a_key() {
         } else {
             t.dealloc_mw(k).unwrap();
         }
+    }
+}
+
+/// MP-02, issue 13: a guest that fills the table (every MR it may have) and
+/// then registers and deregisters in a loop must not defeat the quarantine:
+/// the table's indices go `KEY_QUARANTINE` past `max_mr` (the live count
+/// stays capped at `max_mr`), so a freed index still waits behind at least
+/// that many others, and no key comes back within 256 x KEY_QUARANTINE
+/// registrations (before: a full table had one free index, reused at once,
+/// and its key byte came round after 256 loops).
+#[test]
+fn mp_02_a_full_table_does_not_defeat_the_quarantine() {
+    let max_mr = 8;
+    let mut t = MrTable::new(1, max_mr);
+    let pd = t.alloc_pd().unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let live: Vec<u32> = (0..max_mr - 1)
+        .map(|_| reg(&mut t, pd, 0x1000, 64, ALL, 0))
+        .collect();
+    for &k in &live {
+        seen.insert(k);
+    }
+    for i in 0..256 * KEY_QUARANTINE as u32 {
+        let k = reg(&mut t, pd, 0x1000, 64, ALL, 0);
+        // The table is full: one more is refused (the live cap holds).
+        if i == 0 {
+            assert_eq!(
+                t.reg_dma_mr(pd, Access::LOCAL_WRITE),
+                Err(VerbError::InsufficientResources)
+            );
+        }
+        assert!(seen.insert(k), "key {k:#x} handed out again (loop {i})");
+        t.dereg_mr(k).unwrap();
+    }
+    assert!(t.slots.len() <= max_mr as usize + KEY_QUARANTINE);
+    for k in live {
+        assert!(t.mr(k).is_some());
     }
 }
