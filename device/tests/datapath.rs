@@ -141,9 +141,14 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
 }
 
 fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
+    add_qp_rq(d, cq, slot, 6)
+}
+
+/// A QP whose RQ holds `2^rq_log2` WQEs of 64 bytes.
+fn add_qp_rq(d: &mut Dev, cq: u32, slot: u16, rq_log2: u32) -> u32 {
     let cap = QpCap {
         max_send_wr: 64,
-        max_recv_wr: 64,
+        max_recv_wr: 1 << rq_log2,
         max_send_sge: 4,
         max_recv_sge: 4,
         max_inline_data: 64,
@@ -161,7 +166,7 @@ fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
         })
         .unwrap();
     let sq = pages(d, 2);
-    let rq = pages(d, 1);
+    let rq = pages(d, 1 << rq_log2.saturating_sub(6));
     let mut qp = Qp {
         qp_type: abi::verbs::QpType::Rc,
         pdn: d.pd,
@@ -169,7 +174,7 @@ fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
         recv_cqn: cq,
         srqn: None,
         sq: Ring::new(&d.mem, sq, 12, 7, 6, 20).unwrap(), // 64 x 128 B
-        rq: Some(Ring::new(&d.mem, rq, 12, 6, 6, 20).unwrap()), // 64 x 64 B
+        rq: Some(Ring::new(&d.mem, rq, 12, 6, rq_log2, 20).unwrap()), // 64 B each
         db: DbSlot {
             uar: 1,
             slot: FIRST + slot,
@@ -997,4 +1002,33 @@ fn spurious_summary_bits_are_harmless() {
     got.sort_by_key(|e| e.wr_id);
     assert_eq!((got[0].wr_id, got[0].status), (5, 0));
     assert_eq!((got[1].wr_id, got[1].status), (77, 0));
+}
+
+/// A queue with more WQEs than one round fetches (`FETCH_BUDGET`) stays on
+/// the retry list: the next round takes the rest without a new summary bit,
+/// and until then it is pending (the device must not sleep on it).
+#[test]
+fn a_queue_over_the_fetch_budget_is_fetched_on_without_a_new_bit() {
+    let mut d = dev();
+    add_eq(&mut d, 1, 3, 9);
+    let cq = add_cq(&mut d, 1, 8);
+    let a = add_qp(&mut d, cq, 9);
+    let b = add_qp_rq(&mut d, cq, 10, 8);
+    connect(&mut d, a, b);
+    let budget = device::datapath::FETCH_BUDGET;
+    let n = budget + budget / 2;
+    for i in 0..n {
+        post_recv(&mut d, b, u64::from(i), DATA, 64);
+    }
+    run(&mut d, 1);
+    assert_eq!(d.hca.qps[&b].rq_fetched, budget, "one budget a round");
+    assert!(
+        d.hca.doorbells_pending(&d.db),
+        "the rest is pending without a bit"
+    );
+    assert_eq!(d.hca.retry, vec![SlotOwner::Qp(b)]);
+    run(&mut d, 1);
+    assert_eq!(d.hca.qps[&b].rq_fetched, n, "the rest the next round");
+    assert!(d.hca.retry.is_empty());
+    assert!(!d.hca.doorbells_pending(&d.db));
 }
