@@ -457,7 +457,7 @@ impl Hca {
 
     /// Whether a producer doorbell may have moved since the device last
     /// fetched: the rescan of the sleep protocol (abi::uar DOORBELL_PROTOCOL),
-    /// a summary bit set in a page holding a QP or SRQ, or a queue on the retry
+    /// a summary bit set in a page holding a QP, SRQ or CQ, or a queue on the retry
     /// list that stopped at the fetch budget. A queue whose fetch stopped
     /// because the engine could take nothing more, and whose doorbell has not
     /// moved since, is not pending: what unblocks it (a command, an ACK or
@@ -466,7 +466,7 @@ impl Hca {
     /// Init would spin a core). O(pages in use + retry list), not O(queues).
     pub fn doorbells_pending(&self, db: &dyn Doorbells) -> bool {
         self.slots
-            .producer_pages()
+            .summary_pages()
             .any(|u| summary_words(u).any(|at| db.load(at) != 0))
             || self.retry.iter().any(|&o| self.unfetched(o, db, true))
     }
@@ -484,14 +484,15 @@ impl Hca {
 
     /// The queues a round fetches from (ARCHITECTURE.md §2 step 2): those the
     /// summaries of the pages in use flag, each word taken with one atomic swap
-    /// to zero, plus the retry list. A producer index stored without its bit
-    /// is not read (abi::uar DOORBELL_PROTOCOL): the round costs one summary
-    /// line per page holding a QP or SRQ, then one slot per flagged queue, so
-    /// an idle QP costs nothing. A bit of a free slot, a CQ's or EQ's slot is
-    /// dropped; a bit whose index did not move costs one slot read.
+    /// to zero, plus the retry list; the CQs flagged go to `Hca::arms` for
+    /// [`Hca::write_cqes`]. A producer index or arm word stored without its
+    /// bit is not read (abi::uar DOORBELL_PROTOCOL): the round costs one
+    /// summary line per page holding a QP, SRQ or CQ, then one slot per
+    /// flagged object, so an idle QP or CQ costs nothing. A bit of a free slot
+    /// or an EQ's is dropped; a bit whose word did not move costs one slot read.
     fn flagged(&mut self, db: &dyn Doorbells) -> Vec<SlotOwner> {
         let mut todo = std::mem::take(&mut self.retry);
-        for uar in self.slots.producer_pages() {
+        for uar in self.slots.summary_pages() {
             for (w, at) in summary_words(uar).enumerate() {
                 if db.load(at) == 0 {
                     continue;
@@ -507,8 +508,11 @@ impl Hca {
                         slot: (w as u32 * 32 + b) as u16,
                     };
                     match self.slots.get(&slot) {
-                        Some(o) if o.is_producer() => todo.push(o),
-                        _ => log::trace!("doorbell summary: bit of {slot:?} holds no producer"),
+                        Some(SlotOwner::Cq(cqn)) => self.arms.push(cqn),
+                        Some(o) if o.is_flagged() => todo.push(o),
+                        _ => {
+                            log::trace!("doorbell summary: bit of {slot:?} holds no QP, SRQ or CQ")
+                        }
                     }
                 }
             }
@@ -704,12 +708,23 @@ impl Hca {
             port,
             cqs,
             counters,
+            arms,
             ..
         } = self;
-        // Arm words first, for every CQ (one load each: the driver stores them
-        // without ringing WAKE), so an arm seen now applies to what is written
-        // below.
-        for (&cqn, cq) in cqs.iter_mut() {
+        // Arm words first, of the CQs whose summary bit this round took (the
+        // driver sets it after a new arm word, without WAKE), so an arm seen
+        // now applies to what is written below. A CQ whose bit is not taken
+        // yet (armed while the device slept, seen by a timer-only round) is
+        // armed at the next full round, which fires at once if CQEs wait.
+        let mut arms = std::mem::take(arms);
+        if arms.len() > 1 {
+            arms.sort_unstable();
+            arms.dedup();
+        }
+        for cqn in arms {
+            let Some(cq) = cqs.get_mut(&cqn) else {
+                continue;
+            };
             let (ci, arm) = cq.db.load(db);
             if arm != cq.last_arm {
                 cq.last_arm = arm;

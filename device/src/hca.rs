@@ -95,13 +95,13 @@ pub fn summary_offset(uar: u32) -> u64 {
 }
 
 /// Which object holds each doorbell slot (a slot is one object's), kept by the
-/// create and destroy commands, and how many producer slots (QP, SRQ) each UAR
-/// page holds: the pages whose summaries the data path scans (ARCHITECTURE.md
-/// §2), so a round costs O(pages in use), not O(queues).
+/// create and destroy commands, and how many flagged slots (QP, SRQ, CQ) each
+/// UAR page holds: the pages whose summaries the data path scans
+/// (ARCHITECTURE.md §2), so a round costs O(pages in use), not O(objects).
 #[derive(Debug, Default, Clone)]
 pub struct SlotTable {
     owners: HashMap<DbSlot, SlotOwner>,
-    producer_pages: BTreeMap<u32, u32>,
+    summary_pages: BTreeMap<u32, u32>,
 }
 
 impl SlotTable {
@@ -112,8 +112,8 @@ impl SlotTable {
         if let Some(o) = old {
             self.uncount(slot.uar, o);
         }
-        if owner.is_producer() {
-            *self.producer_pages.entry(slot.uar).or_default() += 1;
+        if owner.is_flagged() {
+            *self.summary_pages.entry(slot.uar).or_default() += 1;
         }
         old
     }
@@ -128,13 +128,13 @@ impl SlotTable {
     }
 
     fn uncount(&mut self, uar: u32, owner: SlotOwner) {
-        if !owner.is_producer() {
+        if !owner.is_flagged() {
             return;
         }
-        if let Some(n) = self.producer_pages.get_mut(&uar) {
+        if let Some(n) = self.summary_pages.get_mut(&uar) {
             *n -= 1;
             if *n == 0 {
-                self.producer_pages.remove(&uar);
+                self.summary_pages.remove(&uar);
             }
         }
     }
@@ -159,14 +159,14 @@ impl SlotTable {
         self.owners.keys()
     }
 
-    /// The UAR pages holding at least one QP or SRQ slot, ascending.
-    pub fn producer_pages(&self) -> impl Iterator<Item = u32> + '_ {
-        self.producer_pages.keys().copied()
+    /// The UAR pages holding at least one QP, SRQ or CQ slot, ascending.
+    pub fn summary_pages(&self) -> impl Iterator<Item = u32> + '_ {
+        self.summary_pages.keys().copied()
     }
 
     pub fn clear(&mut self) {
         self.owners.clear();
-        self.producer_pages.clear();
+        self.summary_pages.clear();
     }
 }
 
@@ -322,6 +322,10 @@ pub struct Hca {
     /// again every round until they catch up, without a summary bit
     /// (ARCHITECTURE.md §2). Owned by the data path.
     pub retry: Vec<SlotOwner>,
+    /// CQs whose summary bit this round took: their arm words are read before
+    /// CQEs are written (abi::uar DOORBELL_PROTOCOL, CQ-02). Owned by the data
+    /// path.
+    pub arms: Vec<u32>,
     pub counters: HcaCounters,
     /// The device limits the command queue enforces (and BAR0 shows).
     pub caps: Caps,
@@ -340,9 +344,14 @@ pub enum SlotOwner {
 }
 
 impl SlotOwner {
-    /// A QP or SRQ: its slot holds producer indices (abi::uar DOORBELL_PROTOCOL).
-    pub fn is_producer(self) -> bool {
-        matches!(self, SlotOwner::Qp(_) | SlotOwner::Srq(_))
+    /// A QP or SRQ (producer indices) or a CQ (arm word): its slot's stores
+    /// come with a summary bit (abi::uar DOORBELL_PROTOCOL). EQ slots do not:
+    /// the few EQs are read where events are raised.
+    pub fn is_flagged(self) -> bool {
+        matches!(
+            self,
+            SlotOwner::Qp(_) | SlotOwner::Srq(_) | SlotOwner::Cq(_)
+        )
     }
 }
 
@@ -355,6 +364,7 @@ impl Hca {
             srqs: BTreeMap::new(),
             slots: SlotTable::default(),
             retry: Vec::new(),
+            arms: Vec::new(),
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
             ring_charges: HashMap::new(),
@@ -372,6 +382,7 @@ impl Hca {
         self.srqs.clear();
         self.slots.clear();
         self.retry.clear();
+        self.arms.clear();
         self.ring_charges.clear();
     }
 }

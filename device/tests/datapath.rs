@@ -476,6 +476,7 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
     d.db.store(eq_slot.offset() + 4, 1);
     let cq_slot = d.hca.cqs[&cq].db;
     d.db.store(cq_slot.offset() + 4, 1 | abi::uar::cq_arm::SOLICITED);
+    flag(&d, cq_slot);
     run(&mut d, 1);
     post_recv(&mut d, b, 2, DATA, 64);
     send(&mut d, 2, 0); // unsolicited, unsignaled
@@ -505,6 +506,7 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
     assert!(poll_eq(&mut d, 1).is_none(), "an event without a new arm");
     // Armed for the next completion (a new arm word): an unsolicited one fires.
     d.db.store(cq_slot.offset() + 4, 2);
+    flag(&d, cq_slot);
     run(&mut d, 1);
     post_recv(&mut d, b, 5, DATA, 64);
     send(&mut d, 5, 0);
@@ -594,6 +596,7 @@ fn datapath_cq_02_arm_with_unconsumed_cqes_fires_at_once() {
     d.db.store(eq_slot.offset() + 4, 1);
     let cq_slot = d.hca.cqs[&cq].db;
     d.db.store(cq_slot.offset() + 4, 1);
+    flag(&d, cq_slot);
     run(&mut d, 1);
     assert_eq!(*d.irq.0.borrow(), vec![3]);
     let eqe = poll_eq(&mut d, 1).expect("completion EQE");
@@ -923,17 +926,18 @@ fn a_producer_index_without_its_summary_bit_is_not_fetched() {
     assert_eq!(d.hca.qps[&a].sq_fetched, pi.wrapping_add(1));
 }
 
-/// Issue 12: an idle round costs O(pages in use), not O(QPs): it loads the
-/// same number of doorbell words with 2 QPs as with 100 on the same page
-/// (the old round loaded both producer words of every QP), and a flagged QP
-/// costs its slot, not a scan.
+/// Issue 12: an idle round costs O(pages in use), not O(objects): it loads
+/// the same number of doorbell words with 2 QPs and 1 CQ as with 100 QPs and
+/// 99 CQs on the same page (the old round loaded both producer words of every
+/// QP and the slot of every CQ), and a flagged QP costs its slot, not a scan.
 #[test]
-fn an_idle_round_loads_the_same_words_whatever_the_number_of_qps() {
+fn an_idle_round_loads_the_same_words_whatever_the_number_of_qps_and_cqs() {
     let (mut d, cq, a, _b) = setup();
     run(&mut d, 2);
     let two = loads_of_a_round(&mut d);
     for i in 0..98 {
         add_qp(&mut d, cq, 11 + i);
+        add_cq(&mut d, 1, 120 + i);
     }
     run(&mut d, 2);
     let hundred = loads_of_a_round(&mut d);
@@ -1031,4 +1035,44 @@ fn a_queue_over_the_fetch_budget_is_fetched_on_without_a_new_bit() {
     assert_eq!(d.hca.qps[&b].rq_fetched, n, "the rest the next round");
     assert!(d.hca.retry.is_empty());
     assert!(!d.hca.doorbells_pending(&d.db));
+}
+
+/// CQ-02 with the doorbell summary: the device reads a CQ's arm word only when
+/// the slot's summary bit sends it there (no round loads every CQ's slot). An
+/// arm stored without its bit raises nothing, however many completions land;
+/// once the bit is set, the arm finds the unconsumed CQEs and fires at once.
+#[test]
+fn a_cq_arm_without_its_summary_bit_is_not_seen() {
+    let (mut d, cq, a, b) = setup();
+    let eq_slot = d.hca.eqs[&1].db;
+    d.db.store(eq_slot.offset() + 4, 1);
+    let cq_slot = d.hca.cqs[&cq].db;
+    d.db.store(cq_slot.offset() + 4, 1); // next completion, no summary bit
+    run(&mut d, 2);
+    post_recv(&mut d, b, 1, DATA, 64);
+    let mut w = Vec::new();
+    put(&mut w, ctrl(1, 2, abi::verbs::send_flags::SIGNALED, 0));
+    post_send(&mut d, a, &w);
+    for _ in 0..200 {
+        run(&mut d, 1);
+        if d.hca.cqs[&cq].pi == 2 {
+            break;
+        }
+    }
+    assert_eq!(d.hca.cqs[&cq].pi, 2, "both CQEs written");
+    run(&mut d, 2);
+    assert!(
+        d.irq.0.borrow().is_empty(),
+        "an unflagged arm raised an event"
+    );
+    assert_eq!(d.hca.cqs[&cq].armed, None);
+    flag(&d, cq_slot);
+    run(&mut d, 1);
+    assert_eq!(
+        *d.irq.0.borrow(),
+        vec![3],
+        "the arm fires at once once seen"
+    );
+    let eqe = poll_eq(&mut d, 1).expect("completion EQE");
+    assert_eq!(eqe.object, cq);
 }

@@ -52,24 +52,17 @@ void __iomem *vhca_slot_addr(struct vhca_dev *dev, u32 uar, u16 slot)
 }
 
 /*
- * Stores a new producer index into `word` (a QP's sq_pi or rq_pi, an SRQ's
- * pi) of UAR page `uar`, sets the slot's bit in the page's doorbell summary
- * (the device reads only the slots whose bits it takes), then wakes the device
- * if it sleeps. Dekker (see vhca_abi.h "Doorbell pages"): store the index, set
- * the bit, full fence, load the page's asleep word; the device stores asleep,
- * fences, rescans the summaries. One of the two sees the other.
+ * Sets slot `slot`'s bit in UAR page `uar`'s doorbell summary, after the word
+ * it announces (a producer index, a CQ arm word) was stored: the device reads
+ * a slot only when it takes its bit (vhca_abi.h "Doorbell pages").
  */
-void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word, u32 pi)
+void vhca_db_flag(struct vhca_dev *dev, u32 uar, u16 slot)
 {
 	void __iomem *page = dev->bar2 + (size_t)uar * VHCA_UAR_PAGE_SIZE;
-	unsigned long slot = ((u8 __iomem *)word - (u8 __iomem *)page) /
-			     VHCA_UAR_SLOT_SIZE;
 
-	/* writel: the WQEs (coherent memory) are visible before the index. */
-	writel(pi, word);
 	/*
-	 * The index before the bit: the device loads the slot after taking the
-	 * bit, so it must not see the bit without the index.
+	 * The word before the bit: the device loads the slot after taking the
+	 * bit, so it must not see the bit without the word.
 	 */
 	smp_mb__before_atomic();
 	/*
@@ -84,6 +77,23 @@ void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word, u32 pi)
 	 * ABI's. __force: the bit ops take a plain pointer; this one is iomem.
 	 */
 	set_bit(slot, (unsigned long __force *)(page + VHCA_UAR_SUMMARY_OFFSET));
+}
+
+/*
+ * Stores a new producer index into `word` (a QP's sq_pi or rq_pi, an SRQ's
+ * pi) of UAR page `uar`, sets the slot's summary bit, then wakes the device
+ * if it sleeps. Dekker (see vhca_abi.h "Doorbell pages"): store the index, set
+ * the bit, full fence, load the page's asleep word; the device stores asleep,
+ * fences, rescans the summaries. One of the two sees the other.
+ */
+void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word, u32 pi)
+{
+	void __iomem *page = dev->bar2 + (size_t)uar * VHCA_UAR_PAGE_SIZE;
+
+	/* writel: the WQEs (coherent memory) are visible before the index. */
+	writel(pi, word);
+	vhca_db_flag(dev, uar, ((u8 __iomem *)word - (u8 __iomem *)page) /
+				       VHCA_UAR_SLOT_SIZE);
 	/* The index and the bit visible before the asleep load (Dekker). */
 	mb();
 	if (readl(page + offsetof(struct vhca_uar_header, asleep)) !=

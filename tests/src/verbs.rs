@@ -692,13 +692,17 @@ impl Hca {
     }
 
     /// Arms a CQ: the next completion (or the next solicited one) raises a
-    /// COMPLETION EQE on its EQ (abi::uar: a changed arm word is one request).
+    /// COMPLETION EQE on its EQ (abi::uar: a changed arm word, announced by
+    /// the slot's summary bit, is one request).
     pub fn arm_cq(&mut self, cq: CqH, solicited: bool) -> Result<(), guest::Error> {
         let c = self.cqs.get_mut(&cq.cqn).expect("known CQ");
         c.arm_sn = c.arm_sn.wrapping_add(1) & cq_arm::SN_MASK;
         let word = c.arm_sn | if solicited { cq_arm::SOLICITED } else { 0 };
-        let off = c.slot.offset() + WORD1;
-        self.g.bar2_store32(off, word)
+        let slot = c.slot.offset();
+        self.g.bar2_store32(slot + WORD1, word)?;
+        // The device reads the arm word when it takes the slot's summary bit
+        // (abi::uar DOORBELL_PROTOCOL "Arming").
+        self.set_summary_bit(slot)
     }
 
     /// The EQ a CQ reports to.

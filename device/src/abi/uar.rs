@@ -25,18 +25,19 @@ Slots hold free-running 32-bit indices: a producer index counts WQEs ever posted
 consumer index entries ever consumed; ring entry = index mod ring size. The driver stores \
 each 32-bit word with one aligned store.\n\n\
 Producer slots (QP: sq_pi, rq_pi; SRQ: pi) tell the device about new work, so they need \
-the summary and the wake protocol. The summary is a 512-bit little-endian bitmap, one bit \
-per slot of its page: slot s is bit s % 32 of summary word s / 32 (bit s % 8 of byte s / \
-8, so a bitmap of 64-bit words numbers the bits the same). The device reads producer \
-slots only where a summary bit sends it: a producer index stored without its bit is not \
-seen (until the bit of the same slot is set again).\n\n\
+the summary and the wake protocol; a CQ's arm word needs the summary only (see Arming). \
+The summary is a 512-bit little-endian bitmap, one bit per slot of its page: slot s is bit \
+s % 32 of summary word s / 32 (bit s % 8 of byte s / 8, so a bitmap of 64-bit words \
+numbers the bits the same). The device reads QP, SRQ and CQ slots only where a summary \
+bit sends it: a producer index or arm word stored without its bit is not seen (until the \
+bit of the same slot is set again).\n\n\
 Driver: write the WQE; store the new producer index; set the slot's summary bit with an \
 atomic OR (a locked read-modify-write: other producers of the page and the device write \
 the same words), ordered after the index store; full fence (smp_mb / \
 atomic_thread_fence(seq_cst): the index and the bit must be visible before the load \
 below); load the page's asleep word; if it is nonzero, write BAR0 WAKE (kernel) or the \
 WAKE page, BAR4 (user contexts, which the kernel maps it into).\n\n\
-Device: each round, for every page holding a QP's or SRQ's slot, it loads the summary \
+Device: each round, for every page holding a QP's, SRQ's or CQ's slot, it loads the summary \
 words, takes each nonzero one with an atomic swap to zero, then loads the producer slots \
 whose bits it took (an index stored before a bit is therefore seen by the load that \
 follows the swap taking that bit; a bit set after the swap stays for the next round). To \
@@ -47,16 +48,19 @@ Either the driver's load sees asleep = 1 and it rings WAKE, or the device's resc
 the summary bit (Dekker: each side stores, fences, then loads the other's word; the \
 driver's stores are the index and the bit), so work is never left unseen; an awake \
 device costs the driver no exit. A spurious WAKE is harmless.\n\n\
-A summary bit is a hint, never trusted: a bit for a free slot, a CQ's or EQ's slot, or a \
-slot whose index did not move costs the device one slot read and is dropped; a bit of a \
-page with no QP or SRQ is not even read. A page's summary is written only by the holder \
+A summary bit is a hint, never trusted: a bit for a free slot, an EQ's slot, or a \
+slot whose word did not move costs the device one slot read and is dropped; a bit of a \
+page with no QP, SRQ or CQ is not even read. A page's summary is written only by the holder \
 of that page (a user context mmaps its own page alone), so a guest process that sets or \
 clears bits, or never sets them, affects only its own queues: those it leaves unflagged \
 starve, nobody else's. The device keeps no cross-page summary a context could write.\n\n\
-Consumer and arm slots (CQ: ci, arm; EQ: ci, arm) need no WAKE: the device reads them only \
-when it is about to write a CQE or EQE, and it is awake then.\n\n\
+Consumer and arm slots (CQ: ci, arm; EQ: ci, arm) need no WAKE: the device reads a \
+consumer index only when it is about to write a CQE or EQE, a CQ's arm word when it takes \
+the slot's summary bit (in a round, before it writes that round's CQEs), and an EQ's arm \
+word when it raises interrupts; it is awake then.\n\n\
 Arming: a CQ's arm word is (sequence number, 31 bits) | VHCA_CQ_ARM_SOLICITED. The driver \
-arms by storing a word different from the last (increment the sequence number); the \
+arms by storing a word different from the last (increment the sequence number), then \
+setting the slot's summary bit (atomic OR, ordered after the store; no fence or WAKE); the \
 device takes a changed word as one request for an event on the next completion (or next \
 solicited one, or an error), as ibv_req_notify_cq. If the CQ holds CQEs the driver has \
 not consumed (pi != the slot's ci) when the device sees the changed word, the event is \
