@@ -19,7 +19,7 @@ use transport::verbs::{
 use crate::abi;
 use crate::abi::layout::Field;
 use crate::convert::{av_from_abi, cqe_of};
-use crate::hca::{Doorbells, Hca, HcaCounters, Interrupts};
+use crate::hca::{summary_offset, DbSlot, Doorbells, Hca, HcaCounters, Interrupts, SlotOwner};
 use crate::port::Port;
 use crate::ring::Ring;
 
@@ -303,6 +303,13 @@ fn write_entry(ring: &Ring, mem: &mut dyn Memory, pi: u32, entry: &[u8]) -> bool
     mem.write(addr + n as u64 - 1, &entry[n - 1..]).is_ok()
 }
 
+/// The byte offsets of UAR page `uar`'s summary words (abi::uar
+/// DOORBELL_PROTOCOL).
+fn summary_words(uar: u32) -> impl Iterator<Item = u64> {
+    let base = summary_offset(uar);
+    (0..u64::from(abi::uar::uar::SUMMARY_SIZE / 4)).map(move |w| base + 4 * w)
+}
+
 /// What one round did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Work {
@@ -493,43 +500,108 @@ impl Hca {
         w
     }
 
-    /// Whether any producer slot moved since the device last fetched: the rescan
-    /// of the sleep protocol (abi::uar DOORBELL_PROTOCOL). A queue whose fetch
-    /// stopped because the engine could take nothing more, and whose doorbell
-    /// has not moved since, is not pending: what unblocks it (a command, an ACK
-    /// or completion from the link) wakes the data path anyway, and counting it
+    /// Whether a producer doorbell may have moved since the device last
+    /// fetched: the rescan of the sleep protocol (abi::uar DOORBELL_PROTOCOL),
+    /// a summary bit set in a page holding a QP, SRQ or CQ, or a queue on the retry
+    /// list that stopped at the fetch budget. A queue whose fetch stopped
+    /// because the engine could take nothing more, and whose doorbell has not
+    /// moved since, is not pending: what unblocks it (a command, an ACK or
+    /// completion from the link) wakes the data path anyway, and counting it
     /// would keep the data path from ever sleeping (a doorbell rung on a QP in
-    /// Init would spin a core).
+    /// Init would spin a core). O(pages in use + retry list), not O(queues).
     pub fn doorbells_pending(&self, db: &dyn Doorbells) -> bool {
-        self.qps.values().any(|q| q.has_wqes(db, true))
-            || self.srqs.values().any(|s| s.has_wqes(db, true))
+        self.slots
+            .summary_pages()
+            .any(|u| summary_words(u).any(|at| db.load(at) != 0))
+            || self.retry.iter().any(|&o| self.unfetched(o, db, true))
+    }
+
+    /// Whether `o`'s queues hold WQEs the device has not fetched (with
+    /// `new_only`, not counting a queue stalled at its producer index, see
+    /// [`crate::hca::Qp::has_wqes`]).
+    fn unfetched(&self, o: SlotOwner, db: &dyn Doorbells, new_only: bool) -> bool {
+        match o {
+            SlotOwner::Qp(n) => self.qps.get(&n).is_some_and(|q| q.has_wqes(db, new_only)),
+            SlotOwner::Srq(n) => self.srqs.get(&n).is_some_and(|s| s.has_wqes(db, new_only)),
+            SlotOwner::Eq(_) | SlotOwner::Cq(_) => false,
+        }
+    }
+
+    /// The queues a round fetches from (ARCHITECTURE.md §2 step 2): those the
+    /// summaries of the pages in use flag, each word taken with one atomic swap
+    /// to zero, plus the retry list; the CQs flagged go to `Hca::arms` for
+    /// [`Hca::write_cqes`]. A producer index or arm word stored without its
+    /// bit is not read (abi::uar DOORBELL_PROTOCOL): the round costs one
+    /// summary line per page holding a QP, SRQ or CQ, then one slot per
+    /// flagged object, so an idle QP or CQ costs nothing. A bit of a free slot
+    /// or an EQ's is dropped; a bit whose word did not move costs one slot read.
+    fn flagged(&mut self, db: &dyn Doorbells) -> Vec<SlotOwner> {
+        let mut todo = std::mem::take(&mut self.retry);
+        for uar in self.slots.summary_pages() {
+            for (w, at) in summary_words(uar).enumerate() {
+                if db.load(at) == 0 {
+                    continue;
+                }
+                // The load first: an idle page's line stays shared, not
+                // written, by the device.
+                let mut bits = db.swap(at, 0);
+                while bits != 0 {
+                    let b = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    let slot = DbSlot {
+                        uar,
+                        slot: (w as u32 * 32 + b) as u16,
+                    };
+                    match self.slots.get(&slot) {
+                        Some(SlotOwner::Cq(cqn)) => self.arms.push(cqn),
+                        Some(o) if o.is_flagged() => todo.push(o),
+                        _ => {
+                            log::trace!("doorbell summary: bit of {slot:?} holds no QP, SRQ or CQ")
+                        }
+                    }
+                }
+            }
+        }
+        if todo.len() > 1 {
+            todo.sort_unstable();
+            todo.dedup();
+        }
+        todo
     }
 
     fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
         let mut n = 0;
         let mut buf = [0u8; MAX_WQE];
-        // One walk over the tables reads every producer slot (two loads per
-        // QP, no lookup); only the queues whose index is ahead of the device
-        // (new WQEs, or a stalled queue to retry) are fetched, so an idle QP
-        // costs its two loads and nothing more.
-        let qps: Vec<u32> = self
-            .qps
-            .iter()
-            .filter(|(_, q)| q.has_wqes(db, false))
-            .map(|(&qpn, _)| qpn)
-            .collect();
-        for qpn in qps {
-            n += self.fetch(Wq::Sq(qpn), mem, db, &mut buf);
-            n += self.fetch(Wq::Rq(qpn), mem, db, &mut buf);
-        }
-        let srqs: Vec<u32> = self
-            .srqs
-            .iter()
-            .filter(|(_, s)| s.has_wqes(db, false))
-            .map(|(&srqn, _)| srqn)
-            .collect();
-        for srqn in srqs {
-            n += self.fetch(Wq::Srq(srqn), mem, db, &mut buf);
+        let todo = self.flagged(db);
+        for &o in &todo {
+            // One load of the slot per queue and round: an index stored after
+            // it comes with a new summary bit.
+            let behind = match o {
+                SlotOwner::Qp(qpn) => {
+                    let Some((sq_pi, rq_pi)) = self.qps.get(&qpn).map(|q| q.db.load(db)) else {
+                        continue;
+                    };
+                    n += self.fetch(Wq::Sq(qpn), sq_pi, mem, &mut buf);
+                    n += self.fetch(Wq::Rq(qpn), rq_pi, mem, &mut buf);
+                    self.qps.get(&qpn).is_some_and(|q| {
+                        q.sq_fetched != sq_pi || (q.rq.is_some() && q.rq_fetched != rq_pi)
+                    })
+                }
+                SlotOwner::Srq(srqn) => {
+                    let Some(pi) = self.srqs.get(&srqn).map(|s| s.db.load(db).0) else {
+                        continue;
+                    };
+                    n += self.fetch(Wq::Srq(srqn), pi, mem, &mut buf);
+                    self.srqs.get(&srqn).is_some_and(|s| s.fetched != pi)
+                }
+                SlotOwner::Eq(_) | SlotOwner::Cq(_) => false,
+            };
+            // Left behind (stalled on the engine, or over the fetch budget):
+            // fetched again next round without a new bit, so a queue stalled
+            // on a full engine resumes once the engine drains.
+            if behind {
+                self.retry.push(o);
+            }
         }
         n
     }
@@ -552,14 +624,15 @@ impl Hca {
     }
 
     /// The ring consumer of every work queue (SQ, RQ, SRQ): reads the WQEs
-    /// between the device's index and the guest's producer index (at most
+    /// between the device's index and `pi`, the guest's producer index as
+    /// the round loaded it (at most
     /// [`FETCH_BUDGET`] a round), hands each to the engine, and stops where
     /// the engine can take no more (the queue is then stalled at that
     /// producer index, see `Qp::sq_stalled`). A guest that breaks the ring
     /// protocol (an index more than a ring ahead, an unreadable ring, a WQE
     /// the RQ cannot use) skips the queue to its producer index and, for a
     /// QP's queue, fails the QP (QS-06). One table lookup per queue.
-    fn fetch(&mut self, q: Wq, mem: &mut dyn Memory, db: &dyn Doorbells, buf: &mut [u8]) -> u32 {
+    fn fetch(&mut self, q: Wq, pi: u32, mem: &mut dyn Memory, buf: &mut [u8]) -> u32 {
         let Hca {
             qps,
             srqs,
@@ -567,7 +640,7 @@ impl Hca {
             counters,
             ..
         } = self;
-        let (ring, fetched, stalled_at, pi, post) = match q {
+        let (ring, fetched, stalled_at, post) = match q {
             Wq::Sq(qpn) => {
                 let Some(qp) = qps.get_mut(&qpn) else {
                     return 0;
@@ -578,8 +651,7 @@ impl Hca {
                     max_sge: qp.cap.max_send_sge,
                     max_inline: qp.cap.max_inline_data,
                 };
-                let pi = qp.db.load(db).0;
-                (&qp.sq, &mut qp.sq_fetched, &mut qp.sq_stalled, pi, post)
+                (&qp.sq, &mut qp.sq_fetched, &mut qp.sq_stalled, post)
             }
             Wq::Rq(qpn) => {
                 let Some(qp) = qps.get_mut(&qpn) else {
@@ -590,8 +662,7 @@ impl Hca {
                     qpn,
                     max_sge: qp.cap.max_recv_sge,
                 };
-                let pi = qp.db.load(db).1;
-                (rq, &mut qp.rq_fetched, &mut qp.rq_stalled, pi, post)
+                (rq, &mut qp.rq_fetched, &mut qp.rq_stalled, post)
             }
             Wq::Srq(srqn) => {
                 let Some(s) = srqs.get_mut(&srqn) else {
@@ -601,8 +672,7 @@ impl Hca {
                     srqn,
                     max_sge: s.max_sge,
                 };
-                let pi = s.db.load(db).0;
-                (&s.ring, &mut s.fetched, &mut s.stalled, pi, post)
+                (&s.ring, &mut s.fetched, &mut s.stalled, post)
             }
         };
         let avail = pi.wrapping_sub(*fetched);
@@ -683,12 +753,23 @@ impl Hca {
             port,
             cqs,
             counters,
+            arms,
             ..
         } = self;
-        // Arm words first, for every CQ (one load each: the driver stores them
-        // without ringing WAKE), so an arm seen now applies to what is written
-        // below.
-        for (&cqn, cq) in cqs.iter_mut() {
+        // Arm words first, of the CQs whose summary bit this round took (the
+        // driver sets it after a new arm word, without WAKE), so an arm seen
+        // now applies to what is written below. A CQ whose bit is not taken
+        // yet (armed while the device slept, seen by a timer-only round) is
+        // armed at the next full round, which fires at once if CQEs wait.
+        let mut arms = std::mem::take(arms);
+        if arms.len() > 1 {
+            arms.sort_unstable();
+            arms.dedup();
+        }
+        for cqn in arms {
+            let Some(cq) = cqs.get_mut(&cqn) else {
+                continue;
+            };
             let (ci, arm) = cq.db.load(db);
             if arm != cq.last_arm {
                 cq.last_arm = arm;

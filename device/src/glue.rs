@@ -3,6 +3,8 @@
 //! [`Interrupts`]. Every failure of the PCI layer becomes the core's error value
 //! (an unmapped address is a `MemError`, never a panic; ARCHITECTURE.md §5, §9).
 
+use std::sync::atomic::Ordering;
+
 use transport::memory::{MemError, Memory};
 
 use crate::hca::{Doorbells, Interrupts};
@@ -62,6 +64,23 @@ impl Doorbells for BarDoorbells<'_> {
         let _ = self.0.store_u32(offset, value);
     }
 
+    // The summary words are shared with every vCPU of the guest: a plain load
+    // and store would lose a bit set in between, so the read-modify-writes are
+    // the atomics of `pci::BarMemory::atomic_u32` (no unsafe here, abi::uar
+    // DOORBELL_PROTOCOL). AcqRel: the slot loads that follow a swap see the
+    // producer indices stored before the bits it took.
+    fn swap(&self, offset: u64, value: u32) -> u32 {
+        self.0
+            .atomic_u32(offset)
+            .map_or(0, |w| w.swap(value, Ordering::AcqRel))
+    }
+
+    fn fetch_or(&self, offset: u64, bits: u32) -> u32 {
+        self.0
+            .atomic_u32(offset)
+            .map_or(0, |w| w.fetch_or(bits, Ordering::AcqRel))
+    }
+
     fn len(&self) -> u64 {
         self.0.len()
     }
@@ -93,13 +112,25 @@ impl Doorbells for VecDoorbells {
     fn load(&self, offset: u64) -> u32 {
         self.0
             .get((offset / 4) as usize)
-            .map_or(0, |w| w.load(std::sync::atomic::Ordering::Acquire))
+            .map_or(0, |w| w.load(Ordering::Acquire))
     }
 
     fn store(&self, offset: u64, value: u32) {
         if let Some(w) = self.0.get((offset / 4) as usize) {
-            w.store(value, std::sync::atomic::Ordering::Release);
+            w.store(value, Ordering::Release);
         }
+    }
+
+    fn swap(&self, offset: u64, value: u32) -> u32 {
+        self.0
+            .get((offset / 4) as usize)
+            .map_or(0, |w| w.swap(value, Ordering::AcqRel))
+    }
+
+    fn fetch_or(&self, offset: u64, bits: u32) -> u32 {
+        self.0
+            .get((offset / 4) as usize)
+            .map_or(0, |w| w.fetch_or(bits, Ordering::AcqRel))
     }
 
     fn len(&self) -> u64 {

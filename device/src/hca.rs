@@ -26,6 +26,14 @@ pub trait Doorbells {
     fn load(&self, offset: u64) -> u32;
     /// Stores `value` at `offset` (4-aligned); ignored past the end.
     fn store(&self, offset: u64, value: u32);
+    /// Atomically replaces the word at `offset` (4-aligned) with `value` and
+    /// returns what it held (0 past the end): how the device takes a summary
+    /// word (abi::uar DOORBELL_PROTOCOL).
+    fn swap(&self, offset: u64, value: u32) -> u32;
+    /// Atomically ORs `bits` into the word at `offset` (4-aligned); ignored past
+    /// the end. What a producer does to a summary word (the device never does;
+    /// tests and the fuzz harness play the driver with it).
+    fn fetch_or(&self, offset: u64, bits: u32) -> u32;
     /// Bytes of doorbell space.
     fn len(&self) -> u64;
     fn is_empty(&self) -> bool {
@@ -58,6 +66,107 @@ impl DbSlot {
     pub fn load(self, db: &dyn Doorbells) -> (u32, u32) {
         let o = self.offset();
         (db.load(o), db.load(o + 4))
+    }
+
+    /// The byte offset in BAR2 of the summary word holding this slot's bit, and
+    /// the bit (abi::uar DOORBELL_PROTOCOL).
+    pub fn summary_bit(self) -> (u64, u32) {
+        let word = u64::from(self.slot / 32) * 4;
+        (
+            summary_offset(self.uar) + word,
+            1 << (u32::from(self.slot) % 32),
+        )
+    }
+
+    /// What a driver does to ring a producer doorbell (abi::uar
+    /// DOORBELL_PROTOCOL), without the wake half: store `pi` in word `word`
+    /// (0 or 4) of the slot, then set the slot's summary bit. For tests and
+    /// the fuzz harness, which play the driver.
+    pub fn produce(self, db: &dyn Doorbells, word: u64, pi: u32) {
+        db.store(self.offset() + word, pi);
+        let (at, bit) = self.summary_bit();
+        db.fetch_or(at, bit);
+    }
+}
+
+/// Byte offset in BAR2 of UAR page `uar`'s doorbell summary.
+pub fn summary_offset(uar: u32) -> u64 {
+    u64::from(uar) * u64::from(abi::uar::uar::PAGE_SIZE) + u64::from(abi::uar::uar::SUMMARY_OFFSET)
+}
+
+/// Which object holds each doorbell slot (a slot is one object's), kept by the
+/// create and destroy commands, and how many flagged slots (QP, SRQ, CQ) each
+/// UAR page holds: the pages whose summaries the data path scans
+/// (ARCHITECTURE.md §2), so a round costs O(pages in use), not O(objects).
+#[derive(Debug, Default, Clone)]
+pub struct SlotTable {
+    owners: HashMap<DbSlot, SlotOwner>,
+    summary_pages: BTreeMap<u32, u32>,
+}
+
+impl SlotTable {
+    /// Gives `slot` to `owner`; returns the previous owner (the command queue
+    /// checks the slot is free first).
+    pub fn insert(&mut self, slot: DbSlot, owner: SlotOwner) -> Option<SlotOwner> {
+        let old = self.owners.insert(slot, owner);
+        if let Some(o) = old {
+            self.uncount(slot.uar, o);
+        }
+        if owner.is_flagged() {
+            *self.summary_pages.entry(slot.uar).or_default() += 1;
+        }
+        old
+    }
+
+    /// Frees `slot`.
+    pub fn remove(&mut self, slot: &DbSlot) -> Option<SlotOwner> {
+        let old = self.owners.remove(slot);
+        if let Some(o) = old {
+            self.uncount(slot.uar, o);
+        }
+        old
+    }
+
+    fn uncount(&mut self, uar: u32, owner: SlotOwner) {
+        if !owner.is_flagged() {
+            return;
+        }
+        if let Some(n) = self.summary_pages.get_mut(&uar) {
+            *n -= 1;
+            if *n == 0 {
+                self.summary_pages.remove(&uar);
+            }
+        }
+    }
+
+    pub fn get(&self, slot: &DbSlot) -> Option<SlotOwner> {
+        self.owners.get(slot).copied()
+    }
+
+    pub fn contains_key(&self, slot: &DbSlot) -> bool {
+        self.owners.contains_key(slot)
+    }
+
+    pub fn len(&self) -> usize {
+        self.owners.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owners.is_empty()
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &DbSlot> {
+        self.owners.keys()
+    }
+
+    /// The UAR pages holding at least one QP, SRQ or CQ slot, ascending.
+    pub fn summary_pages(&self) -> impl Iterator<Item = u32> + '_ {
+        self.summary_pages.keys().copied()
+    }
+
+    pub fn clear(&mut self) {
+        self.owners.clear();
+        self.summary_pages.clear();
     }
 }
 
@@ -207,7 +316,16 @@ pub struct Hca {
     pub qps: BTreeMap<u32, Qp>,
     pub srqs: BTreeMap<u32, Srq>,
     /// Which object holds each doorbell slot (a slot is one object's).
-    pub slots: HashMap<DbSlot, SlotOwner>,
+    pub slots: SlotTable,
+    /// Producers whose queues the last round left with WQEs it did not fetch
+    /// (the engine could take no more, or the fetch budget ran out): fetched
+    /// again every round until they catch up, without a summary bit
+    /// (ARCHITECTURE.md §2). Owned by the data path.
+    pub retry: Vec<SlotOwner>,
+    /// CQs whose summary bit this round took: their arm words are read before
+    /// CQEs are written (abi::uar DOORBELL_PROTOCOL, CQ-02). Owned by the data
+    /// path.
+    pub arms: Vec<u32>,
     pub counters: HcaCounters,
     /// The device limits the command queue enforces (and BAR0 shows).
     pub caps: Caps,
@@ -217,12 +335,24 @@ pub struct Hca {
 }
 
 /// The object a doorbell slot belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SlotOwner {
     Eq(u32),
     Cq(u32),
     Qp(u32),
     Srq(u32),
+}
+
+impl SlotOwner {
+    /// A QP or SRQ (producer indices) or a CQ (arm word): its slot's stores
+    /// come with a summary bit (abi::uar DOORBELL_PROTOCOL). EQ slots do not:
+    /// the few EQs are read where events are raised.
+    pub fn is_flagged(self) -> bool {
+        matches!(
+            self,
+            SlotOwner::Qp(_) | SlotOwner::Srq(_) | SlotOwner::Cq(_)
+        )
+    }
 }
 
 impl Hca {
@@ -232,7 +362,9 @@ impl Hca {
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
             srqs: BTreeMap::new(),
-            slots: HashMap::new(),
+            slots: SlotTable::default(),
+            retry: Vec::new(),
+            arms: Vec::new(),
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
             ring_charges: HashMap::new(),
@@ -249,6 +381,8 @@ impl Hca {
         self.qps.clear();
         self.srqs.clear();
         self.slots.clear();
+        self.retry.clear();
+        self.arms.clear();
         self.ring_charges.clear();
     }
 }

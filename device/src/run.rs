@@ -63,7 +63,8 @@ const FRONT_FIRST: Duration = Duration::from_millis(5);
 /// periodic counter print is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 
-/// While asleep, the full round (every doorbell) runs at least this often.
+/// While asleep, the full round (the doorbell summaries of every page in use)
+/// runs at least this often.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// The device's one clock, monotonic: the wall time (since the Unix epoch, as
@@ -658,7 +659,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
     }
     let num_uars = (db.len() / u64::from(abi::uar::uar::PAGE_SIZE)) as u32;
     let mut last_work = Instant::now();
-    // The last round that scanned every doorbell.
+    // The last round that scanned the doorbell summaries.
     let mut last_scan;
     // Busy polling is off until this instant (after a lost yield).
     let mut contended_until = Instant::now();
@@ -734,7 +735,8 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
             }
             continue;
         }
-        // Sleep protocol: asleep in every page, fence, rescan.
+        // Sleep protocol: asleep in every page, fence, rescan the doorbell
+        // summaries (abi::uar DOORBELL_PROTOCOL; O(pages in use)).
         set_asleep(&db, num_uars, abi::uar::uar::ASLEEP);
         fence(Ordering::SeqCst);
         let pending = {
@@ -745,9 +747,10 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
         // deadline alone stays asleep: while the asleep word is set every
         // doorbell comes with a WAKE, so no producer index can have moved
         // unseen and only timers and the link have work; that round costs
-        // O(work), not a scan of every queue (issue 12), and is followed by
-        // no busy polling. Once a second the full round runs anyway (a user
-        // library without the WAKE page relies on the rescan).
+        // O(work), not even a scan of the summaries (issue 12), and is
+        // followed by no busy polling. Once a second the full round runs
+        // anyway (a user library without the WAKE page relies on the rescan;
+        // it still sets its summary bits).
         let mut woken = pending;
         let mut deadline = deadline;
         while !woken && !shared.stop.load(Ordering::Acquire) {

@@ -300,7 +300,16 @@ fn bar0_regions_do_not_overlap() {
 #[test]
 fn doorbell_page_geometry_adds_up() {
     assert_eq!(uar::SLOTS * uar::SLOT_SIZE, uar::PAGE_SIZE);
-    assert_eq!(uar::FIRST_SLOT * uar::SLOT_SIZE, uar::HEADER_SIZE);
+    assert_eq!(uar::SUMMARY_OFFSET, uar::HEADER_SIZE);
+    assert_eq!(
+        uar::SUMMARY_SIZE * 8,
+        uar::SLOTS,
+        "one summary bit per slot"
+    );
+    assert_eq!(
+        uar::FIRST_SLOT * uar::SLOT_SIZE,
+        uar::SUMMARY_OFFSET + uar::SUMMARY_SIZE
+    );
     assert!((uar::FIRST_SLOT..uar::SLOTS).contains(&uar::EQ0_SLOT));
 }
 

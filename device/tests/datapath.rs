@@ -10,7 +10,7 @@ use device::abi;
 use device::abi::layout::Field;
 use device::fabric::{FabricFile, Node, UdpLink};
 use device::glue::VecDoorbells;
-use device::hca::{Cq, DbSlot, Doorbells, Eq, Hca, Interrupts, Qp};
+use device::hca::{Cq, DbSlot, Doorbells, Eq, Hca, Interrupts, Qp, SlotOwner};
 use device::port::Port;
 use device::ring::Ring;
 use transport::engine::{Engine, Limits, PortConfig};
@@ -22,6 +22,9 @@ use transport::verbs::{
 const BASE: u64 = 0x10_0000;
 const MEM: usize = 16 << 20;
 const LID: u16 = 7;
+/// The first doorbell slot (below it: the page's header and summary); the
+/// helpers below number slots from it.
+const FIRST: u16 = abi::uar::uar::FIRST_SLOT as u16;
 
 #[derive(Default)]
 struct Irqs(RefCell<Vec<u16>>);
@@ -96,7 +99,10 @@ fn add_eq(d: &mut Dev, eqn: u32, vector: u16, slot: u16) {
         Eq {
             ring,
             vector,
-            db: DbSlot { uar: 0, slot },
+            db: DbSlot {
+                uar: 0,
+                slot: FIRST + slot,
+            },
             pi: 0,
             last_arm: 0,
             users: 0,
@@ -104,6 +110,8 @@ fn add_eq(d: &mut Dev, eqn: u32, vector: u16, slot: u16) {
             pbl: Default::default(),
         },
     );
+    let db = d.hca.eqs[&eqn].db;
+    d.hca.slots.insert(db, SlotOwner::Eq(eqn));
 }
 
 fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
@@ -115,7 +123,10 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
         Cq {
             ring,
             eqn,
-            db: DbSlot { uar: 1, slot },
+            db: DbSlot {
+                uar: 1,
+                slot: FIRST + slot,
+            },
             pi: 0,
             last_arm: 0,
             overflowed: false,
@@ -124,13 +135,20 @@ fn add_cq(d: &mut Dev, eqn: u32, slot: u16) -> u32 {
             pbl: Default::default(),
         },
     );
+    let db = d.hca.cqs[&cqn].db;
+    d.hca.slots.insert(db, SlotOwner::Cq(cqn));
     cqn
 }
 
 fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
+    add_qp_rq(d, cq, slot, 6)
+}
+
+/// A QP whose RQ holds `2^rq_log2` WQEs of 64 bytes.
+fn add_qp_rq(d: &mut Dev, cq: u32, slot: u16, rq_log2: u32) -> u32 {
     let cap = QpCap {
         max_send_wr: 64,
-        max_recv_wr: 64,
+        max_recv_wr: 1 << rq_log2,
         max_send_sge: 4,
         max_recv_sge: 4,
         max_inline_data: 64,
@@ -148,7 +166,7 @@ fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
         })
         .unwrap();
     let sq = pages(d, 2);
-    let rq = pages(d, 1);
+    let rq = pages(d, 1 << rq_log2.saturating_sub(6));
     let mut qp = Qp {
         qp_type: abi::verbs::QpType::Rc,
         pdn: d.pd,
@@ -156,8 +174,11 @@ fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
         recv_cqn: cq,
         srqn: None,
         sq: Ring::new(&d.mem, sq, 12, 7, 6, 20).unwrap(), // 64 x 128 B
-        rq: Some(Ring::new(&d.mem, rq, 12, 6, 6, 20).unwrap()), // 64 x 64 B
-        db: DbSlot { uar: 1, slot },
+        rq: Some(Ring::new(&d.mem, rq, 12, 6, rq_log2, 20).unwrap()), // 64 B each
+        db: DbSlot {
+            uar: 1,
+            slot: FIRST + slot,
+        },
         sq_fetched: 0,
         rq_fetched: 0,
         sq_stalled: None,
@@ -168,6 +189,7 @@ fn add_qp(d: &mut Dev, cq: u32, slot: u16) -> u32 {
         rq_pbl: Default::default(),
     };
     qp.sync_indices(&d.db);
+    d.hca.slots.insert(qp.db, SlotOwner::Qp(qpn));
     d.hca.qps.insert(qpn, qp);
     qpn
 }
@@ -243,7 +265,7 @@ fn post_send(d: &mut Dev, qpn: u32, wqe: &[u8]) {
     let qp = &d.hca.qps[&qpn];
     let (pi, rq) = qp.db.load(&d.db);
     d.mem.write(qp.sq.entry_addr(pi), wqe).unwrap();
-    d.db.store(qp.db.offset(), pi.wrapping_add(1));
+    qp.db.produce(&d.db, 0, pi.wrapping_add(1));
     let _ = rq;
 }
 
@@ -270,7 +292,7 @@ fn post_recv(d: &mut Dev, qpn: u32, wr_id: u64, addr: u64, len: u32) {
     d.mem
         .write(qp.rq.as_ref().unwrap().entry_addr(pi), &w)
         .unwrap();
-    d.db.store(qp.db.offset() + 4, pi.wrapping_add(1));
+    qp.db.produce(&d.db, 4, pi.wrapping_add(1));
 }
 
 fn ctrl(wr_id: u64, opcode: u8, flags: u8, len: u16) -> abi::wqe::SendCtrl {
@@ -427,7 +449,7 @@ fn datapath_bad_wqes_complete_with_errors_and_fail_the_qp() {
 fn datapath_doorbell_overrun_fails_the_qp() {
     let (mut d, _cq, a, _b) = setup();
     let qp = &d.hca.qps[&a];
-    d.db.store(qp.db.offset(), 1000);
+    qp.db.produce(&d.db, 0, 1000);
     run(&mut d, 2);
     assert_eq!(d.hca.counters.doorbell_overruns, 1);
     assert_eq!(d.hca.port.engine().query_qp(a).unwrap().0, QpState::Error);
@@ -454,6 +476,7 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
     d.db.store(eq_slot.offset() + 4, 1);
     let cq_slot = d.hca.cqs[&cq].db;
     d.db.store(cq_slot.offset() + 4, 1 | abi::uar::cq_arm::SOLICITED);
+    flag(&d, cq_slot);
     run(&mut d, 1);
     post_recv(&mut d, b, 2, DATA, 64);
     send(&mut d, 2, 0); // unsolicited, unsignaled
@@ -483,6 +506,7 @@ fn datapath_cq_02_arming_raises_eqe_and_interrupt() {
     assert!(poll_eq(&mut d, 1).is_none(), "an event without a new arm");
     // Armed for the next completion (a new arm word): an unsolicited one fires.
     d.db.store(cq_slot.offset() + 4, 2);
+    flag(&d, cq_slot);
     run(&mut d, 1);
     post_recv(&mut d, b, 5, DATA, 64);
     send(&mut d, 5, 0);
@@ -572,6 +596,7 @@ fn datapath_cq_02_arm_with_unconsumed_cqes_fires_at_once() {
     d.db.store(eq_slot.offset() + 4, 1);
     let cq_slot = d.hca.cqs[&cq].db;
     d.db.store(cq_slot.offset() + 4, 1);
+    flag(&d, cq_slot);
     run(&mut d, 1);
     assert_eq!(*d.irq.0.borrow(), vec![3]);
     let eqe = poll_eq(&mut d, 1).expect("completion EQE");
@@ -812,4 +837,242 @@ fn wqes_over_the_memory_budget_wait_in_the_ring_until_memory_frees() {
         d.hca.qps[&b].rq_fetched, 20,
         "the rest taken once memory freed"
     );
+}
+
+/// Doorbells that count the words the device loads (to show what a round
+/// reads), otherwise the test's pages.
+struct CountingDoorbells<'a> {
+    db: &'a VecDoorbells,
+    loads: std::cell::Cell<u32>,
+}
+
+impl Doorbells for CountingDoorbells<'_> {
+    fn load(&self, offset: u64) -> u32 {
+        self.loads.set(self.loads.get() + 1);
+        self.db.load(offset)
+    }
+    fn store(&self, offset: u64, value: u32) {
+        self.db.store(offset, value)
+    }
+    fn swap(&self, offset: u64, value: u32) -> u32 {
+        self.db.swap(offset, value)
+    }
+    fn fetch_or(&self, offset: u64, bits: u32) -> u32 {
+        self.db.fetch_or(offset, bits)
+    }
+    fn len(&self) -> u64 {
+        self.db.len()
+    }
+}
+
+/// Words of BAR2 one round loads.
+fn loads_of_a_round(d: &mut Dev) -> u32 {
+    let c = CountingDoorbells {
+        db: &d.db,
+        loads: Default::default(),
+    };
+    d.hca
+        .run_once(&mut d.mem, &c, &d.irq, Duration::from_millis(1));
+    c.loads.get()
+}
+
+/// The summary bit of a slot (abi::uar DOORBELL_PROTOCOL), set as a driver
+/// does, alone.
+fn flag(d: &Dev, slot: DbSlot) {
+    let (at, bit) = slot.summary_bit();
+    d.db.fetch_or(at, bit);
+}
+
+/// Issue 12 / ARCHITECTURE.md §2: the device reads a producer slot only when
+/// its summary bit says so. A SEND stored with its index but not its bit is
+/// not fetched, however many rounds run, and does not keep the device awake
+/// (with the old scan of every slot it went out at the first round); once the
+/// bit is set it goes out.
+#[test]
+fn a_producer_index_without_its_summary_bit_is_not_fetched() {
+    let (mut d, cq, a, b) = setup();
+    post_recv(&mut d, b, 77, DATA + 0x10000, 4096);
+    let msg = [5u8; 64];
+    d.mem.write(DATA, &msg).unwrap();
+    let mut w = Vec::new();
+    put(&mut w, ctrl(5, 2, abi::verbs::send_flags::SIGNALED, 1));
+    put(
+        &mut w,
+        abi::wqe::Sge {
+            addr: DATA,
+            length: 64,
+            lkey: d.key,
+        },
+    );
+    let qp = &d.hca.qps[&a];
+    let (pi, _) = qp.db.load(&d.db);
+    d.mem.write(qp.sq.entry_addr(pi), &w).unwrap();
+    let slot = qp.db;
+    d.db.store(slot.offset(), pi.wrapping_add(1)); // no summary bit
+    run(&mut d, 20);
+    assert_eq!(d.hca.qps[&a].sq_fetched, pi, "not fetched without its bit");
+    assert_eq!(d.hca.counters.send_wqes, 0);
+    assert!(poll_cq(&mut d, cq).is_none(), "no completion");
+    assert!(
+        !d.hca.doorbells_pending(&d.db),
+        "an unflagged index does not keep the device awake"
+    );
+    flag(&d, slot);
+    assert!(d.hca.doorbells_pending(&d.db), "the bit is pending");
+    let mut got = [wait_cqe(&mut d, cq), wait_cqe(&mut d, cq)];
+    got.sort_by_key(|e| e.wr_id);
+    assert_eq!((got[0].wr_id, got[0].status), (5, 0), "sent once flagged");
+    assert_eq!((got[1].wr_id, got[1].status, got[1].byte_len), (77, 0, 64));
+    assert_eq!(d.hca.qps[&a].sq_fetched, pi.wrapping_add(1));
+}
+
+/// Issue 12: an idle round costs O(pages in use), not O(objects): it loads
+/// the same number of doorbell words with 2 QPs and 1 CQ as with 100 QPs and
+/// 99 CQs on the same page (the old round loaded both producer words of every
+/// QP and the slot of every CQ), and a flagged QP costs its slot, not a scan.
+#[test]
+fn an_idle_round_loads_the_same_words_whatever_the_number_of_qps_and_cqs() {
+    let (mut d, cq, a, _b) = setup();
+    run(&mut d, 2);
+    let two = loads_of_a_round(&mut d);
+    for i in 0..98 {
+        add_qp(&mut d, cq, 11 + i);
+        add_cq(&mut d, 1, 120 + i);
+    }
+    run(&mut d, 2);
+    let hundred = loads_of_a_round(&mut d);
+    assert_eq!(two, hundred, "idle round: {two} loads with 2 QPs");
+    let summary = abi::uar::uar::SUMMARY_SIZE / 4;
+    assert!(hundred >= summary, "the summary of the QPs' page is read");
+    // A bit whose index did not move: one slot read (two words) more.
+    flag(&d, d.hca.qps[&a].db);
+    let flagged = loads_of_a_round(&mut d);
+    assert_eq!(flagged, hundred + 2, "one flagged QP: its slot's two words");
+    assert_eq!(d.hca.counters.send_wqes, 0);
+}
+
+/// DOORBELL_PROTOCOL, hostile guest: summary bits the device did not ask for
+/// (every bit of a page: the header's and summary's own slots, free slots, a
+/// CQ's and an EQ's slots, QPs whose index did not move; and a page with no
+/// QP) fetch nothing, fail nothing, are taken in one round and leave the
+/// device free to sleep; the QPs then work as before.
+#[test]
+fn spurious_summary_bits_are_harmless() {
+    let (mut d, cq, a, b) = setup();
+    let page = |u: u32| {
+        (0..abi::uar::uar::SUMMARY_SIZE / 4)
+            .map(move |w| device::hca::summary_offset(u) + u64::from(w) * 4)
+    };
+    for at in page(1).chain(page(0)).chain(page(2)) {
+        d.db.store(at, u32::MAX);
+    }
+    assert!(d.hca.doorbells_pending(&d.db));
+    run(&mut d, 1);
+    for at in page(1) {
+        assert_eq!(d.db.load(at), 0, "the QPs' page summary is taken");
+    }
+    for at in page(2) {
+        assert_eq!(d.db.load(at), u32::MAX, "a page without QPs is not read");
+    }
+    assert!(
+        !d.hca.doorbells_pending(&d.db),
+        "spurious bits do not keep the device awake"
+    );
+    run(&mut d, 3);
+    let c = &d.hca.counters;
+    assert_eq!(
+        (c.send_wqes, c.recv_wqes, c.bad_wqes, c.doorbell_overruns),
+        (0, 0, 0, 0)
+    );
+    assert!(poll_cq(&mut d, cq).is_none());
+    for q in [a, b] {
+        assert_eq!(d.hca.port.engine().query_qp(q).unwrap().0, QpState::Rts);
+    }
+    assert!(d.hca.retry.is_empty(), "nothing left to retry");
+    // Real doorbells still work.
+    post_recv(&mut d, b, 77, DATA + 0x10000, 4096);
+    let mut w = Vec::new();
+    put(&mut w, ctrl(5, 2, abi::verbs::send_flags::SIGNALED, 1));
+    put(
+        &mut w,
+        abi::wqe::Sge {
+            addr: DATA,
+            length: 64,
+            lkey: d.key,
+        },
+    );
+    post_send(&mut d, a, &w);
+    let mut got = [wait_cqe(&mut d, cq), wait_cqe(&mut d, cq)];
+    got.sort_by_key(|e| e.wr_id);
+    assert_eq!((got[0].wr_id, got[0].status), (5, 0));
+    assert_eq!((got[1].wr_id, got[1].status), (77, 0));
+}
+
+/// A queue with more WQEs than one round fetches (`FETCH_BUDGET`) stays on
+/// the retry list: the next round takes the rest without a new summary bit,
+/// and until then it is pending (the device must not sleep on it).
+#[test]
+fn a_queue_over_the_fetch_budget_is_fetched_on_without_a_new_bit() {
+    let mut d = dev();
+    add_eq(&mut d, 1, 3, 9);
+    let cq = add_cq(&mut d, 1, 8);
+    let a = add_qp(&mut d, cq, 9);
+    let b = add_qp_rq(&mut d, cq, 10, 8);
+    connect(&mut d, a, b);
+    let budget = device::datapath::FETCH_BUDGET;
+    let n = budget + budget / 2;
+    for i in 0..n {
+        post_recv(&mut d, b, u64::from(i), DATA, 64);
+    }
+    run(&mut d, 1);
+    assert_eq!(d.hca.qps[&b].rq_fetched, budget, "one budget a round");
+    assert!(
+        d.hca.doorbells_pending(&d.db),
+        "the rest is pending without a bit"
+    );
+    assert_eq!(d.hca.retry, vec![SlotOwner::Qp(b)]);
+    run(&mut d, 1);
+    assert_eq!(d.hca.qps[&b].rq_fetched, n, "the rest the next round");
+    assert!(d.hca.retry.is_empty());
+    assert!(!d.hca.doorbells_pending(&d.db));
+}
+
+/// CQ-02 with the doorbell summary: the device reads a CQ's arm word only when
+/// the slot's summary bit sends it there (no round loads every CQ's slot). An
+/// arm stored without its bit raises nothing, however many completions land;
+/// once the bit is set, the arm finds the unconsumed CQEs and fires at once.
+#[test]
+fn a_cq_arm_without_its_summary_bit_is_not_seen() {
+    let (mut d, cq, a, b) = setup();
+    let eq_slot = d.hca.eqs[&1].db;
+    d.db.store(eq_slot.offset() + 4, 1);
+    let cq_slot = d.hca.cqs[&cq].db;
+    d.db.store(cq_slot.offset() + 4, 1); // next completion, no summary bit
+    run(&mut d, 2);
+    post_recv(&mut d, b, 1, DATA, 64);
+    let mut w = Vec::new();
+    put(&mut w, ctrl(1, 2, abi::verbs::send_flags::SIGNALED, 0));
+    post_send(&mut d, a, &w);
+    for _ in 0..200 {
+        run(&mut d, 1);
+        if d.hca.cqs[&cq].pi == 2 {
+            break;
+        }
+    }
+    assert_eq!(d.hca.cqs[&cq].pi, 2, "both CQEs written");
+    run(&mut d, 2);
+    assert!(
+        d.irq.0.borrow().is_empty(),
+        "an unflagged arm raised an event"
+    );
+    assert_eq!(d.hca.cqs[&cq].armed, None);
+    flag(&d, cq_slot);
+    run(&mut d, 1);
+    assert_eq!(
+        *d.irq.0.borrow(),
+        vec![3],
+        "the arm fires at once once seen"
+    );
+    let eqe = poll_eq(&mut d, 1).expect("completion EQE");
+    assert_eq!(eqe.object, cq);
 }

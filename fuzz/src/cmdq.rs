@@ -336,6 +336,16 @@ impl Dev {
                 let off = u64::from(uar) % UARS as u64 * u64::from(uar::PAGE_SIZE)
                     + u64::from(slot) * 4 % u64::from(uar::PAGE_SIZE);
                 self.db.store(off, value);
+                // And the slot's doorbell summary bit, as a driver would
+                // (abi::uar DOORBELL_PROTOCOL), so a stored index reaches the
+                // ring consumer; a word of the header or summary flags a
+                // slot below FIRST_SLOT, which the device must drop.
+                let page = off - off % u64::from(uar::PAGE_SIZE);
+                let slot = (off % u64::from(uar::PAGE_SIZE)) / u64::from(uar::SLOT_SIZE);
+                self.db.fetch_or(
+                    page + u64::from(uar::SUMMARY_OFFSET) + slot / 32 * 4,
+                    1 << (slot % 32),
+                );
             }
             Op::Run(n) => {
                 for _ in 0..(n % 8) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 2.1.
+ * vhca_abi.h: the vhca device ABI, version 3.0.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -60,11 +60,12 @@ typedef uint64_t __u64;
  * ABI version: major << 16 | minor. A driver binds only to a device with the
  * same major and a minor at least its own; minors only append fields to
  * mailbox structs and add opcodes. Major 2: the RoCEv2 port (the address
- * vector grew a destination MAC, WF-10). Minor 1: fast-registration MRs
- * (MP-08: REG_MR's FAST flag, the REG_MR WQE, DeviceAttr's
+ * vector grew a destination MAC, WF-10). Major 3: the doorbell summary (slots
+ * start at 16; a producer index needs its summary bit) and fast-registration
+ * MRs (MP-08: REG_MR's FAST flag, the REG_MR WQE, DeviceAttr's
  * max_fast_reg_pages).
  */
-#define VHCA_ABI_VERSION             0x00020001U
+#define VHCA_ABI_VERSION             0x00030000U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -383,11 +384,12 @@ enum vhca_ctx_status {
  * Doorbell pages (BAR2). Page u is bytes [u * 4096, (u + 1) * 4096) of BAR2.
  * UAR 0 belongs to the kernel driver (its QPs and CQs, and every EQ); the
  * driver hands pages 1.. to user contexts, one each, to mmap. A page holds a
- * 64-byte header (struct vhca_uar_header) written by the device, then 8-byte
- * doorbell slots: slot s is at byte s * 8, for s in
- * VHCA_UAR_FIRST_SLOT..VHCA_UAR_SLOTS. The header keeps the line the device
- * writes apart from the lines the driver writes. The driver picks a free
- * (page, slot) for each QP, SRQ, CQ and EQ and passes it to the create
+ * 64-byte header (struct vhca_uar_header) written by the device, then the
+ * 64-byte doorbell summary (struct vhca_uar_summary) written by producers and
+ * taken by the device, then 8-byte doorbell slots: slot s is at byte s * 8,
+ * for s in VHCA_UAR_FIRST_SLOT..VHCA_UAR_SLOTS. The header keeps the line the
+ * device writes apart from the lines the driver writes. The driver picks a
+ * free (page, slot) for each QP, SRQ, CQ and EQ and passes it to the create
  * command; the device refuses a slot already in use (VHCA_STATUS_BUSY) or out
  * of range, and slot VHCA_UAR_EQ0_SLOT of UAR 0, which is EQ 0's. The slot is
  * the object's until it is destroyed.
@@ -397,72 +399,104 @@ enum vhca_ctx_status {
  * size. The driver stores each 32-bit word with one aligned store.
  *
  * Producer slots (QP: sq_pi, rq_pi; SRQ: pi) tell the device about new work,
- * so they need the wake protocol.
+ * so they need the summary and the wake protocol; a CQ's arm word needs the
+ * summary only (see Arming). The summary is a 512-bit little-endian bitmap,
+ * one bit per slot of its page: slot s is bit s % 32 of summary word s / 32
+ * (bit s % 8 of byte s / 8, so a bitmap of 64-bit words numbers the bits the
+ * same). The device reads QP, SRQ and CQ slots only where a summary bit sends
+ * it: a producer index or arm word stored without its bit is not seen (until
+ * the bit of the same slot is set again).
  *
- * Driver: write the WQE; store the new producer index; full fence (smp_mb /
- * atomic_thread_fence(seq_cst): the store must be visible before the load
- * below); load the page's asleep word; if it is nonzero, write BAR0 WAKE
- * (kernel) or the WAKE page, BAR4 (user contexts, which the kernel maps it
- * into).
+ * Driver: write the WQE; store the new producer index; set the slot's summary
+ * bit with an atomic OR (a locked read-modify-write: other producers of the
+ * page and the device write the same words), ordered after the index store;
+ * full fence (smp_mb / atomic_thread_fence(seq_cst): the index and the bit
+ * must be visible before the load below); load the page's asleep word; if it
+ * is nonzero, write BAR0 WAKE (kernel) or the WAKE page, BAR4 (user contexts,
+ * which the kernel maps it into).
  *
- * Device: store asleep = 1 in every UAR page in use; full fence; scan every
- * producer slot again; if one moved, store asleep = 0 and go on polling, else
- * sleep until WAKE (or a packet or timer). On waking it stores asleep = 0
- * before scanning.
+ * Device: each round, for every page holding a QP's, SRQ's or CQ's slot, it
+ * loads the summary words, takes each nonzero one with an atomic swap to
+ * zero, then loads the producer slots whose bits it took (an index stored
+ * before a bit is therefore seen by the load that follows the swap taking
+ * that bit; a bit set after the swap stays for the next round). To sleep:
+ * store asleep = 1 in every UAR page in use; full fence; load the summaries
+ * again; if a bit is set, store asleep = 0 and go on polling, else sleep
+ * until WAKE (or a packet or timer). On waking it stores asleep = 0 before
+ * scanning.
  *
  * Either the driver's load sees asleep = 1 and it rings WAKE, or the device's
- * rescan sees the new index (Dekker: each side stores, fences, then loads the
- * other's word), so work is never left unseen; an awake device costs the
- * driver no exit. A spurious WAKE is harmless.
+ * rescan sees the summary bit (Dekker: each side stores, fences, then loads
+ * the other's word; the driver's stores are the index and the bit), so work
+ * is never left unseen; an awake device costs the driver no exit. A spurious
+ * WAKE is harmless.
+ *
+ * A summary bit is a hint, never trusted: a bit for a free slot, an EQ's
+ * slot, or a slot whose word did not move costs the device one slot read and
+ * is dropped; a bit of a page with no QP, SRQ or CQ is not even read. A
+ * page's summary is written only by the holder of that page (a user context
+ * mmaps its own page alone), so a guest process that sets or clears bits, or
+ * never sets them, affects only its own queues: those it leaves unflagged
+ * starve, nobody else's. The device keeps no cross-page summary a context
+ * could write.
  *
  * Consumer and arm slots (CQ: ci, arm; EQ: ci, arm) need no WAKE: the device
- * reads them only when it is about to write a CQE or EQE, and it is awake
- * then.
+ * reads a consumer index only when it is about to write a CQE or EQE, a CQ's
+ * arm word when it takes the slot's summary bit (in a round, before it writes
+ * that round's CQEs), and an EQ's arm word when it raises interrupts; it is
+ * awake then.
  *
  * Arming: a CQ's arm word is (sequence number, 31 bits) |
  * VHCA_CQ_ARM_SOLICITED. The driver arms by storing a word different from the
- * last (increment the sequence number); the device takes a changed word as
- * one request for an event on the next completion (or next solicited one, or
- * an error), as ibv_req_notify_cq. If the CQ holds CQEs the driver has not
- * consumed (pi != the slot's ci) when the device sees the changed word, the
- * event is raised at once, so arm-then-poll never misses a CQE that landed in
- * between (a spurious event costs the driver one empty poll). The arm word
- * found in the slot at CREATE_CQ is the baseline, not a request. An EQ's arm
- * word is a sequence number: a changed word lets the device raise the EQ's
- * vector once more, at once if EQEs are waiting (pi != ci), else after the
- * next EQE; the word found at CREATE_EQ is the baseline (EQ 0: zero, so an
- * arm stored before ENABLE counts). After an interrupt the driver consumes
- * the EQEs, stores ci, then stores a new arm word. The device never
- * interprets a WQE's wr_id: it returns it in the CQE as is, so a driver may
- * keep its own ring index there.
+ * last (increment the sequence number), then setting the slot's summary bit
+ * (atomic OR, ordered after the store; no fence or WAKE); the device takes a
+ * changed word as one request for an event on the next completion (or next
+ * solicited one, or an error), as ibv_req_notify_cq. If the CQ holds CQEs the
+ * driver has not consumed (pi != the slot's ci) when the device sees the
+ * changed word, the event is raised at once, so arm-then-poll never misses a
+ * CQE that landed in between (a spurious event costs the driver one empty
+ * poll). The arm word found in the slot at CREATE_CQ is the baseline, not a
+ * request. An EQ's arm word is a sequence number: a changed word lets the
+ * device raise the EQ's vector once more, at once if EQEs are waiting (pi !=
+ * ci), else after the next EQE; the word found at CREATE_EQ is the baseline
+ * (EQ 0: zero, so an arm stored before ENABLE counts). After an interrupt the
+ * driver consumes the EQEs, stores ci, then stores a new arm word. The device
+ * never interprets a WQE's wr_id: it returns it in the CQE as is, so a driver
+ * may keep its own ring index there.
  */
 
 /* Doorbell page geometry. */
 /* Bytes per UAR page: one x86 page, so each can be mmapped on its own. */
-#define VHCA_UAR_PAGE_SIZE   4096U
+#define VHCA_UAR_PAGE_SIZE      4096U
 /*
  * Bytes of the device-written header at the start of every page (one cache
  * line).
  */
-#define VHCA_UAR_HEADER_SIZE 64U
+#define VHCA_UAR_HEADER_SIZE    64U
+/*
+ * Byte offset of the doorbell summary (struct vhca_uar_summary) in a page.
+ */
+#define VHCA_UAR_SUMMARY_OFFSET 64U
+/* Bytes of the summary: one bit per slot of the page. */
+#define VHCA_UAR_SUMMARY_SIZE   64U
 /* Bytes per doorbell slot (two 32-bit words). */
-#define VHCA_UAR_SLOT_SIZE   8U
-/* First slot number (slots below it are the header). */
-#define VHCA_UAR_FIRST_SLOT  8U
+#define VHCA_UAR_SLOT_SIZE      8U
+/* First slot number (slots below it are the header and the summary). */
+#define VHCA_UAR_FIRST_SLOT     16U
 /*
  * Slots per page, header included: valid slot numbers are FIRST_SLOT..SLOTS.
  */
-#define VHCA_UAR_SLOTS       512U
+#define VHCA_UAR_SLOTS          512U
 /* The kernel driver's page. */
-#define VHCA_UAR_KERNEL_UAR  0U
+#define VHCA_UAR_KERNEL_UAR     0U
 /* EQ 0's doorbell slot (struct vhca_eq_doorbell) in UAR 0; reserved. */
-#define VHCA_UAR_EQ0_SLOT    8U
+#define VHCA_UAR_EQ0_SLOT       16U
 /* Value of `asleep` while the device polls. */
-#define VHCA_UAR_AWAKE       0U
+#define VHCA_UAR_AWAKE          0U
 /*
  * Value of `asleep` while the device sleeps: ring WAKE after a doorbell.
  */
-#define VHCA_UAR_ASLEEP      1U
+#define VHCA_UAR_ASLEEP         1U
 
 /* CQ arm word bits (struct vhca_cq_doorbell `arm`). */
 /*
@@ -486,6 +520,19 @@ struct vhca_uar_header {
 _Static_assert(sizeof(struct vhca_uar_header) == 64, "vhca_uar_header: size");
 _Static_assert(offsetof(struct vhca_uar_header, asleep) == 0, "vhca_uar_header.asleep");
 _Static_assert(offsetof(struct vhca_uar_header, rsvd) == 4, "vhca_uar_header.rsvd");
+
+/*
+ * The doorbell summary, bytes 64..128 of every page: bit s (bit s % 32 of
+ * `bits[s / 32]`) says slot s's producer index may have moved. Producers set
+ * bits with an atomic OR; the device takes a word with an atomic swap to zero
+ * (ARCHITECTURE.md §2, §4).
+ */
+struct vhca_uar_summary {
+	/* One bit per slot; bits below `VHCA_UAR_FIRST_SLOT` are ignored. */
+	__u32 bits[16];
+};
+_Static_assert(sizeof(struct vhca_uar_summary) == 64, "vhca_uar_summary: size");
+_Static_assert(offsetof(struct vhca_uar_summary, bits) == 0, "vhca_uar_summary.bits");
 
 /* A QP's doorbell slot, written by the driver. */
 struct vhca_qp_doorbell {

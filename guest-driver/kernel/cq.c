@@ -438,6 +438,8 @@ int vhca_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 	if ((flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED)
 		word |= VHCA_CQ_ARM_SOLICITED;
 	writel(word, cq->db + offsetof(struct vhca_cq_doorbell, arm));
+	/* The device reads the arm word when it takes the slot's summary bit. */
+	vhca_db_flag(to_vdev(ibcq->device), cq->uar->index, cq->slot);
 	if ((flags & IB_CQ_REPORT_MISSED_EVENTS) && cq->ring.buf) {
 		mb();	/* the arm store before the look */
 		ret = vhca_cqe_peek(cq, cq->ci) ? 1 : 0;

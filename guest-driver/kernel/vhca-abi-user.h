@@ -12,7 +12,9 @@
  * - alloc_ucontext: the context gets its own UAR page (BAR2 page index >= 1).
  *   The provider maps it with mmap(NULL, uar_page_size, PROT_READ |
  *   PROT_WRITE, MAP_SHARED, cmd_fd, uar_mmap_offset); it is uncached device
- *   memory. The page's header (asleep word) is at byte 0, slot s at s * 8.
+ *   memory. The page's header (asleep word) is at byte 0, the doorbell summary
+ *   (one bit per slot, set with an atomic OR after a producer index or a CQ
+ *   arm word) at byte 64, slot s at s * 8.
  * - The WAKE page (BAR4, vhca_abi.h VHCA_WAKE_BAR_INDEX), shared by every
  *   context: mmap(NULL, wake_page_size, PROT_WRITE, MAP_SHARED, cmd_fd,
  *   wake_mmap_offset). After storing a producer index the provider fences and

@@ -373,6 +373,7 @@ void vhca_uar_init(struct vhca_uar *uar, u32 index);
 int vhca_slot_alloc(struct vhca_uar *uar);
 void vhca_slot_free(struct vhca_uar *uar, u16 slot);
 void __iomem *vhca_slot_addr(struct vhca_dev *dev, u32 uar, u16 slot);
+void vhca_db_flag(struct vhca_dev *dev, u32 uar, u16 slot);
 void vhca_db_produce(struct vhca_dev *dev, u32 uar, void __iomem *word,
 		     u32 pi);
 void vhca_wake(struct vhca_dev *dev);

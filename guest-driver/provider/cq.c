@@ -426,8 +426,9 @@ struct ibv_cq_ex *vhca_create_cq_ex(struct ibv_context *context,
 
 /*
  * A new arm word is one request for an event (CQ-02): the next completion, or
- * the next solicited one. The device reads the slot when it writes a CQE, and
- * it is awake then: no WAKE (vhca_abi.h "Arming").
+ * the next solicited one, announced by the slot's summary bit. The device reads
+ * the word when it takes the bit, before it writes the next CQE, and it is
+ * awake then: no WAKE (vhca_abi.h "Arming").
  */
 int vhca_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
@@ -440,6 +441,7 @@ int vhca_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	mmio_write32_le((uint8_t *)cq->db +
 				offsetof(struct vhca_cq_doorbell, arm),
 			htole32(word));
+	vhca_db_flag(to_vctx(ibcq->context), cq->db);
 	pthread_spin_unlock(&cq->lock);
 	return 0;
 }

@@ -199,11 +199,39 @@ static inline void *vhca_slot(struct vhca_context *ctx, uint16_t slot)
 }
 
 /*
+ * Sets the summary bit of the slot `word` lies in, after that word (a producer
+ * index, a CQ arm word) was stored: the device reads a slot only when it takes
+ * its bit (vhca_abi.h "Doorbell pages").
+ */
+static inline void vhca_db_flag(struct vhca_context *ctx, void *word)
+{
+	size_t slot = ((uint8_t *)word - (uint8_t *)ctx->uar) /
+		      VHCA_UAR_SLOT_SIZE;
+	_Atomic uint32_t *summary =
+		(_Atomic uint32_t *)((uint8_t *)ctx->uar +
+				     VHCA_UAR_SUMMARY_OFFSET) +
+		slot / 32;
+
+	/*
+	 * An atomic OR (x86: lock or): other threads of this context set bits of
+	 * the same word and the device swaps it to zero concurrently, so a plain
+	 * read-modify-write could drop a bit. The page is mapped uncached
+	 * (vhca-abi-user.h), where a locked instruction is still atomic (a bus
+	 * lock; under KVM the memfd behind BAR2 is cached host RAM). seq_cst:
+	 * ordered after the word's store (the device loads the slot after taking
+	 * the bit). The ABI is little-endian: bit s % 32 of word s / 32.
+	 */
+	atomic_fetch_or_explicit(summary, htole32(UINT32_C(1) << (slot % 32)),
+				 memory_order_seq_cst);
+}
+
+/*
  * The doorbell protocol of vhca_abi.h for a producer index (QP sq_pi / rq_pi,
- * SRQ pi): store the index, full fence, load the page's asleep word, and if
- * the device sleeps, store to the WAKE page (a trapped MMIO store, still no
- * system call). The device stores asleep, fences and rescans, so one of the
- * two sides always sees the other (Dekker).
+ * SRQ pi): store the index, set the slot's summary bit, full fence, load the
+ * page's asleep word, and if the device sleeps, store to the WAKE page (a
+ * trapped MMIO store, still no system call). The device stores asleep, fences
+ * and rescans the summaries, so one of the two sides always sees the other
+ * (Dekker).
  */
 static inline void vhca_db_produce(struct vhca_context *ctx, void *word,
 				   uint32_t pi)
@@ -211,6 +239,7 @@ static inline void vhca_db_produce(struct vhca_context *ctx, void *word,
 	/* The WQEs (ordinary memory) before the index (device memory). */
 	udma_to_device_barrier();
 	mmio_write32_le(word, htole32(pi));
+	vhca_db_flag(ctx, word);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (le32toh(mmio_read32_le((uint8_t *)ctx->uar +
 				   offsetof(struct vhca_uar_header, asleep))) !=

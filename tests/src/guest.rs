@@ -508,6 +508,27 @@ impl Guest {
         }
     }
 
+    /// ORs `bits` into a 32-bit word of BAR2 with one atomic read-modify-write
+    /// where BAR2 is mapped (the doorbell summary, abi::uar DOORBELL_PROTOCOL:
+    /// the device swaps the word to zero concurrently). Where it is not mapped,
+    /// a region read then write: not atomic, but this driver is the only
+    /// producer of its pages and one thread, so a race with the device's swap
+    /// can only set again bits the device already took (a spurious bit,
+    /// harmless), never lose one.
+    pub fn bar2_or32(&mut self, off: u64, bits: u32) -> Result<(), Error> {
+        if let Some((m, at)) = self.bar2_area(off, 4) {
+            m.atomic_u32(at)
+                .fetch_or(bits, std::sync::atomic::Ordering::AcqRel);
+            Ok(())
+        } else {
+            let mut b = [0u8; 4];
+            self.client.region_read(2, off, &mut b)?;
+            let v = u32::from_le_bytes(b) | bits;
+            self.client.region_write(2, off, &v.to_le_bytes())?;
+            Ok(())
+        }
+    }
+
     /// Loads a 32-bit word of BAR2.
     pub fn bar2_load32(&mut self, off: u64) -> Result<u32, Error> {
         if let Some((m, at)) = self.bar2_area(off, 4) {

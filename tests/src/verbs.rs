@@ -380,8 +380,10 @@ impl Hca {
     // ------------------------------------------------------------ doorbells
 
     /// Stores a producer index into word `word` (0 or 4) of the slot at
-    /// `slot_off`, then the wake protocol: full fence, load the page's
-    /// `asleep`, and write BAR0 WAKE if it is set.
+    /// `slot_off`, sets the slot's bit in its page's doorbell summary (after
+    /// the index: the device reads the slot after taking the bit), then the
+    /// wake protocol: full fence, load the page's `asleep`, and write BAR0
+    /// WAKE if it is set (abi::uar DOORBELL_PROTOCOL).
     pub fn ring_producer(
         &mut self,
         slot_off: u64,
@@ -389,6 +391,7 @@ impl Hca {
         value: u32,
     ) -> Result<(), guest::Error> {
         self.g.bar2_store32(slot_off + word, value)?;
+        self.set_summary_bit(slot_off)?;
         fence(Ordering::SeqCst);
         let page = slot_off - slot_off % u64::from(uar::PAGE_SIZE);
         let asleep = self.g.bar2_load32(page)?;
@@ -397,6 +400,17 @@ impl Hca {
             self.wakes += 1;
         }
         Ok(())
+    }
+
+    /// Sets the summary bit of the slot at `slot_off` (an atomic OR), alone: a
+    /// raw test may flag a slot whose index did not move, or store an index
+    /// without its bit (`store_bar2`) to show the device does not see it.
+    pub fn set_summary_bit(&mut self, slot_off: u64) -> Result<(), guest::Error> {
+        let page_size = u64::from(uar::PAGE_SIZE);
+        let page = slot_off - slot_off % page_size;
+        let slot = (slot_off % page_size) / u64::from(uar::SLOT_SIZE);
+        let at = page + u64::from(uar::SUMMARY_OFFSET) + slot / 32 * 4;
+        self.g.bar2_or32(at, 1 << (slot % 32))
     }
 
     /// Turns off the WAKE half of the protocol (to show the device is then
@@ -692,13 +706,17 @@ impl Hca {
     }
 
     /// Arms a CQ: the next completion (or the next solicited one) raises a
-    /// COMPLETION EQE on its EQ (abi::uar: a changed arm word is one request).
+    /// COMPLETION EQE on its EQ (abi::uar: a changed arm word, announced by
+    /// the slot's summary bit, is one request).
     pub fn arm_cq(&mut self, cq: CqH, solicited: bool) -> Result<(), guest::Error> {
         let c = self.cqs.get_mut(&cq.cqn).expect("known CQ");
         c.arm_sn = c.arm_sn.wrapping_add(1) & cq_arm::SN_MASK;
         let word = c.arm_sn | if solicited { cq_arm::SOLICITED } else { 0 };
-        let off = c.slot.offset() + WORD1;
-        self.g.bar2_store32(off, word)
+        let slot = c.slot.offset();
+        self.g.bar2_store32(slot + WORD1, word)?;
+        // The device reads the arm word when it takes the slot's summary bit
+        // (abi::uar DOORBELL_PROTOCOL "Arming").
+        self.set_summary_bit(slot)
     }
 
     /// The EQ a CQ reports to.

@@ -26,10 +26,11 @@ abi_consts! {
         /// ABI version: major << 16 | minor. A driver binds only to a device with
         /// the same major and a minor at least its own; minors only append fields
         /// to mailbox structs and add opcodes. Major 2: the RoCEv2 port (the
-        /// address vector grew a destination MAC, WF-10). Minor 1: fast-registration
-        /// MRs (MP-08: REG_MR's FAST flag, the REG_MR WQE, DeviceAttr's
-        /// max_fast_reg_pages).
-        ABI_VERSION = 0x0002_0001,
+        /// address vector grew a destination MAC, WF-10). Major 3: the doorbell
+        /// summary (slots start at 16; a producer index needs its summary bit)
+        /// and fast-registration MRs (MP-08: REG_MR's FAST flag, the REG_MR
+        /// WQE, DeviceAttr's max_fast_reg_pages).
+        ABI_VERSION = 0x0003_0000,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

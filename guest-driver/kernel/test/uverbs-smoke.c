@@ -79,6 +79,19 @@ static void modify(uint32_t qp_handle, uint32_t mask,
 	CHECK(cmd(IB_USER_VERBS_CMD_MODIFY_QP, m, sizeof(*m), 0));
 }
 
+/*
+ * Sets slot `slot`'s bit in the page's doorbell summary after its producer
+ * index was stored (vhca_abi.h "Doorbell pages"): the device reads only the
+ * slots whose bits it takes. Atomic: the device swaps the word to zero.
+ */
+static void flag_slot(uint8_t *page, unsigned int slot)
+{
+	_Atomic uint32_t *summary =
+		(_Atomic uint32_t *)(page + VHCA_UAR_SUMMARY_OFFSET) + slot / 32;
+
+	atomic_fetch_or(summary, UINT32_C(1) << (slot % 32));
+}
+
 static uint8_t *cq_ring;
 static volatile uint32_t *cq_db;
 
@@ -293,6 +306,7 @@ int main(int argc, char **argv)
 	atomic_thread_fence(memory_order_seq_cst);
 	qpdb[1] = 1;	/* rq_pi */
 	qpdb[0] = 1;	/* sq_pi */
+	flag_slot(uar, qp.drv.db_slot);
 	atomic_thread_fence(memory_order_seq_cst);
 	/*
 	 * The wake protocol wants a BAR0 WAKE store here when asleep is set;
@@ -352,6 +366,7 @@ int main(int argc, char **argv)
 		ss->lkey = mr.lkey;
 		atomic_thread_fence(memory_order_seq_cst);
 		qpdb[0] = 2;	/* sq_pi */
+		flag_slot(uar, qp.drv.db_slot);
 		e = wait_cqe(2);
 		i = e->status || memcmp(big + big_len - 64, buf + 100, 16);
 	}
@@ -433,6 +448,8 @@ int main(int argc, char **argv)
 		atomic_thread_fence(memory_order_seq_cst);
 		sdb[0] = 1;	/* SRQ pi */
 		q2db[0] = 1;	/* sq_pi */
+		flag_slot(uar, srq.drv.db_slot);
+		flag_slot(uar, qp2.drv.db_slot);
 		e = wait_cqe(3);
 		i = e->wr_id != 0x4444 || e->status;
 		e = wait_cqe(4);

@@ -480,9 +480,9 @@ mod tests {
 
     #[test]
     fn doorbell_slots_are_8_bytes_in_4k_pages() {
-        let s = DbSlot { uar: 2, slot: 9 };
-        assert_eq!(s.offset(), 2 * 4096 + 72);
+        let s = DbSlot { uar: 2, slot: 17 };
+        assert_eq!(s.offset(), 2 * 4096 + 136);
         assert_eq!(s.asleep_offset(), 2 * 4096);
-        assert_eq!(eq0_slot().offset(), 64);
+        assert_eq!(eq0_slot().offset(), 128, "after the header and summary");
     }
 }
