@@ -125,8 +125,9 @@ pub struct Cli {
     /// probe, whatever the measured round trip. A busy host that deschedules
     /// a peer for milliseconds makes shorter probes spurious, and each costs
     /// throughput; longer ones recover a lost tail later (still well before
-    /// the ACK timeout). 10..=1000000.
-    #[arg(long, value_name = "USECS", default_value_t = 5000)]
+    /// the ACK timeout). Each QP raises its own floor above this one when
+    /// its probes prove spurious (`--loss-probe-adapt`). 10..=1000000.
+    #[arg(long, value_name = "USECS", default_value_t = 1000)]
     pub loss_probe_min_us: u64,
 
     /// RC loss recovery: `on` (default) lets each QP raise its probe floor
