@@ -140,9 +140,23 @@ pub struct Cli {
     /// probe, whatever the measured round trip. A busy host that deschedules
     /// a peer for milliseconds makes shorter probes spurious, and each costs
     /// throughput; longer ones recover a lost tail later (still well before
-    /// the ACK timeout). 10..=1000000.
-    #[arg(long, value_name = "USECS", default_value_t = 5000)]
+    /// the ACK timeout). Each QP raises its own floor above this one when
+    /// its probes prove spurious (`--loss-probe-adapt`). 10..=1000000.
+    #[arg(long, value_name = "USECS", default_value_t = 1000)]
     pub loss_probe_min_us: u64,
+
+    /// RC loss recovery: `on` (default) lets each QP raise its probe floor
+    /// above `--loss-probe-min-us` when its probes prove spurious (the
+    /// original was answered too: the peer was only late) and lower it back
+    /// when they prove useful; `off` keeps the floor fixed.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub loss_probe_adapt: String,
+
+    /// RC loss recovery: `on` (default) lets a go-back answer the sequence
+    /// NAKs that come within a round trip for PSNs it already resends (a
+    /// reordered packet provokes two); `off` goes back again for each.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub loss_go_back_bound: String,
     /// Host memory the device may hold for its guest: MR page lists, the WQEs
     /// taken from the guest's rings, QP and responder state (bytes, or with a
     /// K, M or G suffix). Past it, registrations and QP creations fail with
@@ -217,6 +231,10 @@ pub struct Config {
     pub busy_poll: Duration,
     pub loss_probes: bool,
     pub loss_probe_min: Duration,
+    /// `--loss-probe-adapt on`.
+    pub loss_probe_adapt: bool,
+    /// `--loss-go-back-bound on`.
+    pub loss_go_back_bound: bool,
     /// Host bytes the device may hold for its guest (`--mem-budget`).
     pub mem_budget: u64,
 }
@@ -405,6 +423,8 @@ impl Cli {
             busy_poll: Duration::from_micros(self.busy_poll_us),
             loss_probes: self.loss_probes == "on",
             loss_probe_min: Duration::from_micros(self.loss_probe_min_us),
+            loss_probe_adapt: self.loss_probe_adapt == "on",
+            loss_go_back_bound: self.loss_go_back_bound == "on",
             socket: self.socket.clone(),
             mode,
             capture: self.capture.clone(),

@@ -956,6 +956,8 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     let limits = Limits {
         loss_probes: config.loss_probes,
         min_probe_timeout_ns: config.loss_probe_min.as_nanos() as u64,
+        adaptive_probe_floor: config.loss_probe_adapt,
+        bounded_go_back: config.loss_go_back_bound,
         mem_budget: config.mem_budget,
         ..Limits::default()
     };

@@ -2768,8 +2768,14 @@ enum vhca_counter_set {
 	"rnr_naks_received", \
 	"duplicates_received", \
 	"tx_no_route", \
-	"loss_probes"
-#define VHCA_COUNTERS_PORT_COUNT 13
+	"loss_probes", \
+	"seq_nak_go_backs", \
+	"seq_naks_absorbed", \
+	"probe_go_backs", \
+	"spurious_probes", \
+	"resent_packets", \
+	"recovery_stall_us"
+#define VHCA_COUNTERS_PORT_COUNT 19
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

@@ -10,8 +10,11 @@
 //! `VHCA_BENCH_MSGS=N` sets the messages per run (default 400 = 25 MiB);
 //! `VHCA_BENCH_CONDITIONS=0,2` runs only those conditions (0 = lossless; the
 //! ratios are then to the first one run); `VHCA_BENCH_COUNTERS=1` prints the
-//! requester's retransmissions, timeouts and probes per run;
-//! `VHCA_BENCH_PROBES=off,on` sets which settings run, in which order.
+//! requester's recovery counters per run (go-backs by cause, probes, spurious
+//! probes, packets resent, time stalled until a probe or timeout);
+//! `VHCA_BENCH_PROBES=off,on` sets which settings run, in which order; an
+//! entry `on:--loss-probe-adapt off` adds vhca arguments to that setting only
+//! (variants alternate within the same minutes).
 
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::verbs::QpType;
@@ -31,11 +34,15 @@ const CONDITIONS: [(&str, Option<&str>); 5] = [
     ("2% dup + 5% reorder", Some("dup=0.02,reorder=0.05")),
 ];
 
-/// One run: fresh processes with `fault` and `--loss-probes probes`.
+/// One run: fresh processes with `fault` and `--loss-probes probes` (with
+/// the setting's own vhca arguments after a `:`).
 fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
     let mut opts = Options::nodes(2);
     opts.fault = fault.map(String::from);
-    opts.extra_args = vec!["--loss-probes".into(), probes.into()];
+    let (on_off, own) = probes.split_once(':').unwrap_or((probes, ""));
+    opts.extra_args = vec!["--loss-probes".into(), on_off.into()];
+    opts.extra_args
+        .extend(own.split_whitespace().map(String::from));
     // `VHCA_BENCH_VHCA_ARGS="--loss-probe-min-us 500"`: extra vhca arguments.
     if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
         opts.extra_args
@@ -66,7 +73,20 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
         let pick: Vec<String> = names
             .iter()
             .zip(&vals)
-            .filter(|(n, _)| ["retransmits", "timeouts", "loss_probes"].contains(&n.as_str()))
+            .filter(|(n, _)| {
+                [
+                    "retransmits",
+                    "timeouts",
+                    "loss_probes",
+                    "seq_nak_go_backs",
+                    "seq_naks_absorbed",
+                    "probe_go_backs",
+                    "spurious_probes",
+                    "resent_packets",
+                    "recovery_stall_us",
+                ]
+                .contains(&n.as_str())
+            })
             .map(|(n, v)| format!("{n}={v}"))
             .collect();
         eprintln!("  {op:?} {fault:?} probes {probes}: {}", pick.join(" "));

@@ -39,6 +39,7 @@ const LOSSY: Faults = Faults {
     reorder: 0.02,
     corrupt: 0.005,
     jitter_ns: 300,
+    reorder_delay_ns: 0,
 };
 
 /// The Q_Key `bring_up` gives UD QPs.

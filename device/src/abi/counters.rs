@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 13] = [
+const PORT_COUNTERS: [&str; 19] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -96,6 +96,12 @@ const PORT_COUNTERS: [&str; 13] = [
     "duplicates_received",
     "tx_no_route",
     "loss_probes",
+    "seq_nak_go_backs",
+    "seq_naks_absorbed",
+    "probe_go_backs",
+    "spurious_probes",
+    "resent_packets",
+    "recovery_stall_us",
 ];
 
 /// The port set's values, in the order of its names.
@@ -118,6 +124,12 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         duplicates_received,
         probes,
         tx_no_route,
+        seq_nak_go_backs,
+        seq_naks_absorbed,
+        probe_go_backs,
+        spurious_probes,
+        resent_packets,
+        recovery_stall_us,
     } = c;
     [
         *rx_packets,
@@ -133,6 +145,12 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *duplicates_received,
         *tx_no_route,
         *probes,
+        *seq_nak_go_backs,
+        *seq_naks_absorbed,
+        *probe_go_backs,
+        *spurious_probes,
+        *resent_packets,
+        *recovery_stall_us,
     ]
 }
 

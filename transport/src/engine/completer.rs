@@ -129,7 +129,7 @@ pub(super) fn resent_from(w: &SendWqe, pmtu: u64) -> u32 {
 }
 
 /// Restarts transmission from PSN `p` (go-back-N, 9.7.4.1.3).
-fn rewind(qp: &mut Qp, p: u32) {
+fn rewind(qp: &mut Qp, p: u32, now: Time) {
     let pmtu = qp.attr.path_mtu.bytes() as u64;
     let r = &mut qp.req;
     // The unfinished WQE holding `p`, else the first unfinished one after it: a
@@ -158,7 +158,8 @@ fn rewind(qp: &mut Qp, p: u32) {
     r.cur = i;
     r.next_psn = p;
     r.rewound_to = Some(p);
-    r.rec.on_rewind();
+    let hwm = r.hwm;
+    r.rec.on_rewind(p, hwm, now);
 }
 
 /// Implicit acknowledgement of every request before PSN `p` (an ACK, or a NAK or
@@ -292,6 +293,10 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
     // dropped. Not `next_psn`: after a go-back the responder still answers with
     // its furthest PSN (seed 004 §4).
     if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.hwm) >= 0 {
+        if psn::diff(p, qp.req.una) < 0 && qp.req.rec.on_duplicate(p, cx.now) {
+            // The answer to a probe whose original was answered too.
+            cx.counters.spurious_probes += 1;
+        }
         cx.counters.drop(RxDrop::GhostResponse);
         return false;
     }
@@ -317,7 +322,7 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                 let resume = read_resume_psn(qp, i).unwrap_or(first);
                 if qp.req.rewound_to != Some(resume) {
                     cx.counters.retransmits += 1;
-                    rewind(qp, resume);
+                    rewind(qp, resume, cx.now);
                 }
                 return true;
             }
@@ -353,6 +358,7 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
             };
             qp.req.ack_deadline = None;
             qp.req.rec.probe_at = None;
+            qp.req.rec.probe_due = false;
             false
         }
         AethSyndrome::Nak(code) => {
@@ -364,6 +370,13 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                     if qp.req.rewound_to == Some(p) {
                         return false;
                     }
+                    if qp.req.rec.absorbs_nak(p, cx.now) {
+                        // The go-back under way resends `p` already (a
+                        // reordered packet's NAKs; `recovery`): not restarted,
+                        // not a retry (RL-10 counts the go-backs).
+                        cx.counters.seq_naks_absorbed += 1;
+                        return true;
+                    }
                     if qp.req.retry_left == 0 {
                         // RL-10: the oldest unfinished WQE is the one that failed.
                         let oldest = qp.req.wqes.iter().position(|w| w.done.is_none());
@@ -372,6 +385,7 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                     }
                     qp.req.retry_left -= 1;
                     cx.counters.retransmits += 1;
+                    cx.counters.seq_nak_go_backs += 1;
                     let hwm = qp.req.hwm;
                     qp.req.rec.on_loss(hwm);
                     qp.req.rec.end_probe();
@@ -382,7 +396,7 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                     } else {
                         idx.and_then(|i| read_resume_psn(qp, i)).unwrap_or(p)
                     };
-                    rewind(qp, resume);
+                    rewind(qp, resume, cx.now);
                     true
                 }
                 NakCode::InvalidRequest => {
@@ -438,6 +452,9 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     let d = psn::diff(p, expect);
     if d < 0 {
         cx.counters.duplicates_received += 1;
+        if qp.req.rec.on_duplicate(p, cx.now) {
+            cx.counters.spurious_probes += 1;
+        }
         qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
         return false;
     }
@@ -451,7 +468,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         let hwm = qp.req.hwm;
         qp.req.rec.on_loss(hwm);
         qp.req.rec.end_probe();
-        rewind(qp, expect);
+        rewind(qp, expect, cx.now);
         return true;
     }
     let pmtu = qp.attr.path_mtu.bytes() as u64;
@@ -516,7 +533,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
             let hwm = qp.req.hwm;
             qp.req.rec.on_loss(hwm);
             qp.req.rec.end_probe();
-            rewind(qp, resume);
+            rewind(qp, resume, cx.now);
         }
     }
     true
@@ -585,7 +602,7 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
             r.rnr_deadline = None;
             let p = r.rnr_psn;
             r.rewound_to = None;
-            rewind(qp, p);
+            rewind(qp, p, now);
             // RL-11: the NAKed request alone until it is answered (issue 14:
             // many senders to a receiver without buffers do not flood it).
             qp.req.rec.start_probe();
@@ -595,6 +612,7 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
         }
         // Waiting out an RNR NAK: no probe, no ACK timer (RL-11).
         qp.req.rec.probe_at = None;
+        qp.req.rec.probe_due = false;
         return false;
     }
     if qp.req.unacked() == 0 {
@@ -604,9 +622,10 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
     }
     match qp.req.ack_deadline {
         Some(d) if d <= now => {}
-        _ => return probe(qp, now, c),
+        _ => return probe(qp, now),
     }
     c.timeouts += 1;
+    c.recovery_stall_us += qp.req.rec.stalled_ns(now) / 1000;
     if qp.req.retry_left == 0 {
         // RL-10: seven means seven; then RETRY_EXC_ERR and the QP goes to Error.
         let una = qp.req.una;
@@ -618,54 +637,77 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
     c.retransmits += 1;
     let hwm = qp.req.hwm;
     qp.req.rec.on_timeout(hwm);
-    resend_oldest(qp);
+    resend_oldest(qp, now);
     let t = ack_timeout_ns(&qp.attr);
     qp.req.ack_deadline = t.map(|t| now.plus_ns(t));
     qp.req.rec.probe_at = None;
+    qp.req.rec.probe_due = false;
     true
 }
 
 /// Goes back to the oldest unacknowledged request (for a READ, to its first
 /// response not received, RL-14).
-fn resend_oldest(qp: &mut Qp) {
-    let una = qp.req.una;
-    let resume = qp
-        .req
-        .open_wqe(una)
-        .and_then(|i| read_resume_psn(qp, i))
-        .unwrap_or(una);
+fn resend_oldest(qp: &mut Qp, now: Time) {
+    let resume = oldest_resume_psn(qp);
     qp.req.rewound_to = None;
-    rewind(qp, resume);
+    rewind(qp, resume, now);
 }
 
-/// The probe timer fired before the ACK timer (issue 14, `recovery`): the
-/// oldest unacknowledged request goes again with AckReq, alone; not a retry
-/// (RL-10 counts ACK timeouts and sequence NAKs only).
-fn probe(qp: &mut Qp, now: Time, c: &mut Counters) -> bool {
+/// The PSN a resend of the oldest unacknowledged request starts at.
+fn oldest_resume_psn(qp: &Qp) -> u32 {
+    let una = qp.req.una;
+    qp.req
+        .open_wqe(una)
+        .and_then(|i| read_resume_psn(qp, i))
+        .unwrap_or(una)
+}
+
+/// The probe timer fired before the ACK timer (issue 14, `recovery`). What
+/// it does is decided when the QP is next polled for a packet
+/// ([`fire_probe`]): a caller that was itself descheduled past the probe
+/// timeout runs its due timers before it reads what arrived meanwhile, and
+/// the ACKs waiting in its socket make the probe needless (vhca policy).
+fn probe(qp: &mut Qp, now: Time) -> bool {
     match qp.req.rec.probe_at {
         Some(t) if t <= now => {}
         _ => return false,
     }
+    qp.req.rec.probe_at = None;
+    qp.req.rec.probe_due = true;
+    true
+}
+
+/// A probe timeout with nothing acknowledged since ([`probe`]): the oldest
+/// unacknowledged request goes again with AckReq, alone; not a retry (RL-10
+/// counts ACK timeouts and sequence NAKs only).
+pub(super) fn fire_probe(qp: &mut Qp, now: Time, c: &mut Counters) {
+    qp.req.rec.probe_due = false;
+    if qp.req.unacked() == 0 || qp.req.rnr_deadline.is_some() {
+        return;
+    }
     let (una, hwm) = (qp.req.una, qp.req.hwm);
     let timeout = ack_timeout_ns(&qp.attr);
+    c.recovery_stall_us += qp.req.rec.stalled_ns(now) / 1000;
     let read = qp
         .req
         .open_wqe(una)
         .is_some_and(|i| qp.req.wqes[i].wr.opcode == WrOpcode::RdmaRead);
     if read {
         c.probes += 1;
-        qp.req.rec.on_read_probe(now, timeout);
-        resend_oldest(qp);
+        let resume = oldest_resume_psn(qp);
+        resend_oldest(qp, now);
+        // After the go-back: the probe's own resend does not blind its watch.
+        qp.req.rec.on_read_probe(resume, now, timeout);
     } else if qp.req.rec.tail_probe_or_go_back(una) {
         // A probe timeout after the tail probe, and what went before it is
         // still not all acknowledged: lost; go back N (9.7.4.1.3).
         c.probes += 1;
         c.retransmits += 1;
+        c.probe_go_backs += 1;
         qp.req.rec.on_tail_lost(hwm, now, timeout);
-        resend_oldest(qp);
+        resend_oldest(qp, now);
     } else {
         c.probes += 1;
         qp.req.rec.on_tail_probe(una, hwm, now, timeout);
     }
-    true
 }

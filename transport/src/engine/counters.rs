@@ -155,6 +155,22 @@ pub struct Counters {
     /// entry is gone from the GID table, or its GIDs mix IPv4 and IPv6); the
     /// WQE completes in error.
     pub tx_no_route: u64,
+    /// RC requester: go-backs started by a PSN Sequence Error NAK (RL-03).
+    pub seq_nak_go_backs: u64,
+    /// RC requester: sequence NAKs for a PSN the go-back under way already
+    /// resends, within a round trip of its start: not restarted (`recovery`).
+    pub seq_naks_absorbed: u64,
+    /// RC requester: go-backs after a tail probe (what went before it was
+    /// still not all acknowledged a probe timeout later; 9.7.4.1.3).
+    pub probe_go_backs: u64,
+    /// RC requester: probes found spurious (the responder answered the
+    /// original and the probe: nothing had been lost; `recovery`).
+    pub spurious_probes: u64,
+    /// RC requester: request packets sent again (go-backs and probes).
+    pub resent_packets: u64,
+    /// RC requester: microseconds spent with packets unacknowledged and
+    /// nothing sent or acknowledged, until a probe or ACK timeout fired.
+    pub recovery_stall_us: u64,
 }
 
 impl Counters {

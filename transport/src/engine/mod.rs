@@ -189,6 +189,14 @@ pub struct Limits {
     /// measured round trip: on a host that can deschedule a peer for
     /// milliseconds, shorter probes are mostly spurious (`recovery`).
     pub min_probe_timeout_ns: u64,
+    /// Each RC requester learns its own probe floor from
+    /// `min_probe_timeout_ns` up: a spurious probe doubles it, a useful one
+    /// lowers it (`recovery`). Off, the floor stays `min_probe_timeout_ns`.
+    pub adaptive_probe_floor: bool,
+    /// A sequence NAK for a PSN the go-back under way already resends, within
+    /// a round trip of its start, does not restart it (`recovery`). Off, every
+    /// sequence NAK for another PSN goes back again.
+    pub bounded_go_back: bool,
     /// Host bytes the engine may hold for its guest: page lists, WQEs, QP and
     /// responder state (`budget`, ARCHITECTURE.md §9).
     pub mem_budget: u64,
@@ -210,6 +218,8 @@ impl Default for Limits {
             send_window: 256,
             loss_probes: true,
             min_probe_timeout_ns: recovery::MIN_PTO_NS,
+            adaptive_probe_floor: true,
+            bounded_go_back: true,
             mem_budget: crate::budget::DEFAULT_LIMIT,
         }
     }

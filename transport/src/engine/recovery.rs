@@ -26,6 +26,42 @@
 //!   and sequence NAKs only (RL-10), and the ACK timer keeps running, so a
 //!   peer that is gone still fails the QP in the time the spec gives. Probes
 //!   back off (doubling) until progress.
+//! - **When a due probe goes (vhca policy).** The probe timer only marks the
+//!   probe due; what it does is decided when the QP is next polled for a
+//!   packet. A caller runs its due timers before it reads what arrived, so a
+//!   process descheduled past the probe timeout would otherwise probe (and,
+//!   a timeout later, go back) although the ACKs waiting in its socket
+//!   acknowledge everything.
+//! - **A floor that learns the host's noise (vhca policy).** A probe whose
+//!   original was answered too is spurious: after it, the responder answers
+//!   both, so a duplicate response comes (an ACK of a PSN already
+//!   acknowledged, a READ response already placed) for a PSN at or after the
+//!   probed one (cf. TCP's Eifel detection, RFC 3522, which tells the
+//!   answers apart by timestamps; here the responder's duplicate answer,
+//!   RL-04/05, tells it). Each spurious probe doubles that QP's floor, up to
+//!   [`MAX_FLOOR_FACTOR`] times the configured one; each probe that proves
+//!   useful (watched for [`WATCH_PTOS`] probe timeouts without a duplicate
+//!   answer: the original or its ACK was lost) lowers it by an eighth, never
+//!   below the configured one. A go-back after the probe resends packets
+//!   whose duplicate answers look the same, so such a probe is not judged
+//!   either way. Network duplication (a fabric that duplicates an ACK while a
+//!   probe is watched) raises the floor wrongly; useful probes bring it back.
+//!   `Limits::adaptive_probe_floor` off keeps the floor fixed (and still
+//!   counts the spurious probes).
+//! - **At most one go-back per NAK burst (vhca policy).** On a PSN Sequence
+//!   Error NAK the requester resends from the NAK's PSN (RL-03; seed 004
+//!   §3.4: the responder NAKs once, then drops silently until that PSN
+//!   comes; §4: the requester keeps its point of maximum advance); the spec
+//!   says from where, not how soon after another NAK. A reordered packet
+//!   provokes two NAKs a packet time apart: one for its PSN (the packet after
+//!   it came first) and, once it came and the next one did too, one for the
+//!   PSN after it, which the responder dropped meanwhile. The go-back the
+//!   first started resends that PSN anyway, so the second, for a PSN within
+//!   what the go-back resends and coming within half the least round trip of
+//!   its start (no resent packet can have provoked it), is absorbed: no new
+//!   go-back, no retry counted (RL-10 counts go-backs). A NAK that comes
+//!   later may report a resent packet lost and goes back again.
+//!   `Limits::bounded_go_back` off goes back for every NAK of another PSN.
 //! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
 //!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
 //!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
@@ -57,16 +93,51 @@ const INITIAL_PTO_NS: u64 = 1_000_000;
 pub const MIN_PTO_NS: u64 = 100_000;
 /// Probes back off by doubling, at most this many times.
 const MAX_BACKOFF: u32 = 10;
+/// A QP's learned probe floor never exceeds the configured one times this
+/// (and the probe timeout never half the ACK timeout, whatever the floor).
+const MAX_FLOOR_FACTOR: u64 = 32;
+
+/// How long (in probe timeouts) a probe's duplicate answer is waited for: a
+/// peer descheduled for longer than a probe timeout answers late.
+const WATCH_PTOS: u64 = 8;
+
+/// A probe whose answer is being watched: if the responder answers both the
+/// original and the probe (a duplicate response for a PSN at or after the
+/// probed one), nothing had been lost and the probe was spurious.
+#[derive(Debug, Clone, Copy)]
+struct Watch {
+    /// The probed PSN (for a READ, the first response asked for again).
+    psn: u32,
+    /// Until when an answer to the probe may still come.
+    until: Time,
+    /// A go-back resent packets since the probe: their duplicate answers
+    /// cannot be told from the probe's, so the probe is not judged.
+    resent: bool,
+}
+
+/// A go-back under way: the PSNs `[from, end)` are being sent again since
+/// `at`.
+#[derive(Debug, Clone, Copy)]
+struct GoBack {
+    from: u32,
+    end: u32,
+    at: Time,
+}
 
 /// Loss detection and the congestion window of one RC requester.
 #[derive(Debug, Clone)]
 pub(crate) struct Recovery {
     srtt_ns: Option<u64>,
     rttvar_ns: u64,
+    /// The least round trip measured.
+    min_rtt_ns: Option<u64>,
     /// The packet being timed: its PSN and when it was sent.
     sample: Option<(u32, Time)>,
     /// When a probe goes out if nothing is acknowledged before.
     pub probe_at: Option<Time>,
+    /// The probe timer fired: the probe is decided at the next poll for a
+    /// packet, unless progress comes first (`completer::fire_probe`).
+    pub probe_due: bool,
     backoff: u32,
     /// A probe (or a resend after an RNR wait) is out: one packet in flight
     /// until a response comes.
@@ -95,6 +166,19 @@ pub(crate) struct Recovery {
     pub probes: bool,
     /// Floor of the probe timeout (`Limits::min_probe_timeout_ns`).
     pub min_pto_ns: u64,
+    /// This QP's learned floor: at least `min_pto_ns`, raised by spurious
+    /// probes, lowered by useful ones.
+    floor_ns: u64,
+    /// The probe whose answer is watched for a duplicate.
+    watch: Option<Watch>,
+    /// The go-back under way, for sequence NAKs it already answers.
+    go_back: Option<GoBack>,
+    /// The last packet sent or acknowledgement received.
+    last_activity: Time,
+    /// `Limits::adaptive_probe_floor`.
+    pub adaptive: bool,
+    /// `Limits::bounded_go_back`.
+    pub bounded_go_back: bool,
 }
 
 impl Default for Recovery {
@@ -102,8 +186,10 @@ impl Default for Recovery {
         Recovery {
             srtt_ns: None,
             rttvar_ns: 0,
+            min_rtt_ns: None,
             sample: None,
             probe_at: None,
+            probe_due: false,
             backoff: 0,
             probing: false,
             probe_sent: false,
@@ -118,6 +204,12 @@ impl Default for Recovery {
             cap: 256,
             probes: true,
             min_pto_ns: MIN_PTO_NS,
+            floor_ns: MIN_PTO_NS,
+            watch: None,
+            go_back: None,
+            last_activity: Time(0),
+            adaptive: true,
+            bounded_go_back: true,
         }
     }
 }
@@ -129,6 +221,9 @@ impl Recovery {
             cap: limits.send_window,
             probes: limits.loss_probes,
             min_pto_ns: limits.min_probe_timeout_ns,
+            floor_ns: limits.min_probe_timeout_ns,
+            adaptive: limits.adaptive_probe_floor,
+            bounded_go_back: limits.bounded_go_back,
             ..Recovery::default()
         }
     }
@@ -165,14 +260,15 @@ impl Recovery {
         self.force_ack_req || in_flight >= w || self.since_ack_req + 1 >= (w / 2).max(1)
     }
 
-    /// The probe timeout: 2 x SRTT, at least SRTT + 4 x RTTVAR, within
-    /// [`MIN_PTO_NS`] and half the ACK timeout, doubled per unanswered probe.
+    /// The probe timeout: 2 x SRTT, at least SRTT + 4 x RTTVAR and the QP's
+    /// learned floor, at most half the ACK timeout, doubled per unanswered
+    /// probe.
     pub fn pto_ns(&self, ack_timeout_ns: Option<u64>) -> u64 {
         let base = match self.srtt_ns {
             Some(s) => (2 * s).max(s + 4 * self.rttvar_ns),
             None => INITIAL_PTO_NS,
         };
-        let t = (base.max(self.min_pto_ns)) << self.backoff.min(MAX_BACKOFF);
+        let t = (base.max(self.floor_ns)) << self.backoff.min(MAX_BACKOFF);
         match ack_timeout_ns {
             Some(a) => t.min(a / 2).max(1),
             None => t,
@@ -197,6 +293,7 @@ impl Recovery {
         if self.probes {
             self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
         }
+        self.last_activity = now;
         self.force_ack_req = false;
         self.probe_sent = self.probing;
         self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
@@ -220,6 +317,9 @@ impl Recovery {
         }
         self.backoff = 0;
         self.probing = false;
+        self.probe_due = false;
+        self.last_activity = now;
+        self.expire_watch(now);
         self.probe_covered(psn::add(last_acked, 1));
         if let Some(r) = self.recover {
             if psn::diff(last_acked, r) >= 0 {
@@ -242,6 +342,7 @@ impl Recovery {
     }
 
     fn rtt_sample(&mut self, r: u64) {
+        self.min_rtt_ns = Some(self.min_rtt_ns.map_or(r, |m| m.min(r)));
         // RFC 6298 2.2-2.3 with alpha 1/8, beta 1/4.
         match self.srtt_ns {
             None => {
@@ -289,6 +390,7 @@ impl Recovery {
     /// timeout. The window is not cut: the probe finds out whether anything
     /// was lost.
     pub fn on_tail_probe(&mut self, una: u32, hwm: u32, now: Time, ack_timeout: Option<u64>) {
+        self.watch_probe(una, now, ack_timeout);
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
         self.sample = None;
@@ -309,7 +411,8 @@ impl Recovery {
     /// A READ's rest is asked for again (its re-request is the probe, RL-14).
     /// Not alone: later requests may follow within the window, or a pause
     /// of the peer would stall the whole queue behind one READ.
-    pub fn on_read_probe(&mut self, now: Time, ack_timeout: Option<u64>) {
+    pub fn on_read_probe(&mut self, resume: u32, now: Time, ack_timeout: Option<u64>) {
+        self.watch_probe(resume, now, ack_timeout);
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
@@ -344,19 +447,120 @@ impl Recovery {
     /// gap, a duplicate): the responder is alive and its queue is draining
     /// toward what was asked again, so the probe waits a PTO from now.
     pub fn on_activity(&mut self, now: Time, ack_timeout: Option<u64>) {
-        if self.probe_at.is_some() {
+        if self.probe_at.is_some() || self.probe_due {
+            self.probe_due = false;
             self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
         }
     }
 
-    /// A go-back-N started: nothing in flight can be timed any more (Karn).
-    pub fn on_rewind(&mut self) {
+    /// A go-back from `from` started while `end` was the point of maximum
+    /// advance: nothing in flight can be timed any more (Karn).
+    pub fn on_rewind(&mut self, from: u32, end: u32, now: Time) {
         self.sample = None;
+        self.go_back = Some(GoBack { from, end, at: now });
+        if let Some(w) = &mut self.watch {
+            w.resent = true;
+        }
+    }
+
+    /// Whether a PSN Sequence Error NAK for `p` asks for nothing the go-back
+    /// under way does not already resend (vhca policy: at most one go-back per
+    /// round trip; see the module doc). It does when `p` lies within what the
+    /// go-back resends and the NAK came sooner after its start than half the
+    /// least round trip measured: then no resent packet can have provoked
+    /// it, so a packet sent before the go-back did (a reordered one,
+    /// typically: the responder NAKs the late packet's PSN, then, a packet
+    /// time later, the one after it, which it dropped meanwhile). Half: a
+    /// resend NAKed at once (it was itself reordered) comes back in about one
+    /// round trip, and the samples (an ACK of a packet with AckReq) may be
+    /// longer than a NAK's. Later, it may report a resent packet lost: a new
+    /// go-back.
+    pub fn absorbs_nak(&self, p: u32, now: Time) -> bool {
+        let Some(rtt) = self.min_rtt_ns else {
+            return false;
+        };
+        let within = rtt / 2;
+        self.bounded_go_back
+            && self.go_back.is_some_and(|g| {
+                psn::diff(p, g.from) >= 0
+                    && psn::diff(p, g.end) < 0
+                    && now.0 < g.at.0.saturating_add(within)
+            })
+    }
+
+    /// How long (ns) nothing was sent or acknowledged, at `now` (a probe or
+    /// the ACK timer fired).
+    pub fn stalled_ns(&self, now: Time) -> u64 {
+        now.0.saturating_sub(self.last_activity.0)
+    }
+
+    /// The QP's current probe floor (ns).
+    #[cfg(test)]
+    pub fn floor_ns(&self) -> u64 {
+        self.floor_ns
+    }
+
+    /// A probe of `p` goes: watch for a duplicate answer.
+    fn watch_probe(&mut self, p: u32, now: Time, ack_timeout: Option<u64>) {
+        // The last probe's watch, if it ran out, proved it useful; if not, a
+        // probe again before its answer says the peer is slow or gone, and
+        // the new probe is judged instead.
+        self.expire_watch(now);
+        self.watch = Some(Watch {
+            psn: p,
+            until: now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout)),
+            resent: false,
+        });
+    }
+
+    /// A probe's watch that ran out without a duplicate answer: the probe was
+    /// the only copy to get through (the original or its ACK was lost), so it
+    /// was useful and the floor comes down by an eighth, toward the
+    /// configured one (slowly: one spurious probe doubles it).
+    fn expire_watch(&mut self, now: Time) {
+        if let Some(w) = self.watch.filter(|w| w.until <= now) {
+            self.watch = None;
+            if self.adaptive && !w.resent {
+                self.floor_ns = (self.floor_ns - self.floor_ns / 8).max(self.min_pto_ns);
+            }
+        }
+    }
+
+    /// A response for `p` came that the requester already had (an ACK before
+    /// `una`, a READ response already placed). If it answers the watched
+    /// probe (`p` at or after the probed PSN), the responder had the original
+    /// too: the probe was spurious (the peer or its ACK was only late, as on
+    /// a host that deschedules a process for longer than the probe timeout).
+    /// The QP's floor doubles (within [`MAX_FLOOR_FACTOR`] times the
+    /// configured one). Not judged when a go-back resent packets since the
+    /// probe (their duplicate answers look the same). Returns whether it was.
+    pub fn on_duplicate(&mut self, p: u32, now: Time) -> bool {
+        let Some(w) = self.watch else { return false };
+        if w.until <= now {
+            self.expire_watch(now);
+            return false;
+        }
+        if w.resent || psn::diff(p, w.psn) < 0 {
+            return false;
+        }
+        self.watch = None;
+        if !self.adaptive {
+            // Counted, not acted on.
+            return true;
+        }
+        let max = self.min_pto_ns.saturating_mul(MAX_FLOOR_FACTOR);
+        self.floor_ns = self
+            .floor_ns
+            .saturating_mul(2)
+            .min(max)
+            .max(self.min_pto_ns);
+        true
     }
 
     /// Nothing left unacknowledged.
     pub fn idle(&mut self) {
         self.probe_at = None;
+        self.probe_due = false;
         self.end_probe();
     }
 }
@@ -395,7 +599,7 @@ mod tests {
         r.on_progress(5, 1, 1, Time(101_000), None);
         // One sample: RTTVAR is half of it, so SRTT + 4 x RTTVAR = 3 x RTT.
         assert_eq!(r.pto_ns(None), 300_000, "3 x 100 us");
-        r.on_read_probe(Time(0), None);
+        r.on_read_probe(5, Time(0), None);
         // After an RNR wait: one packet until a response.
         r.start_probe();
         assert!(r.probing && r.force_ack_req);
@@ -435,8 +639,104 @@ mod tests {
     fn a_resent_psn_is_never_timed() {
         let mut r = Recovery::default();
         r.on_send(5, true, true, Time(0), None);
-        r.on_rewind();
+        r.on_rewind(5, 6, Time(0));
         r.on_progress(5, 1, 0, Time(5_000_000), None);
         assert_eq!(r.pto_ns(None), INITIAL_PTO_NS, "no sample taken");
+    }
+    /// A recovery whose round trip is measured at 10 us (far below the
+    /// floor, which then sets the probe timeout).
+    fn measured(floor_ns: u64) -> Recovery {
+        let mut r = Recovery {
+            min_pto_ns: floor_ns,
+            floor_ns,
+            ..Recovery::default()
+        };
+        r.on_send(1, true, true, Time(0), None);
+        r.on_progress(1, 1, 0, Time(10_000), None);
+        r
+    }
+
+    #[test]
+    fn a_spurious_probe_doubles_the_floor_within_its_bound() {
+        let mut r = measured(100_000);
+        assert_eq!(r.pto_ns(None), 100_000, "the floor sets the PTO");
+        // A tail probe of PSN 10 (20 was the point of maximum advance); the
+        // original's ACK comes, then the probe's duplicate answer.
+        r.on_tail_probe(10, 20, Time(1_000_000), None);
+        r.on_progress(19, 10, 0, Time(1_050_000), None);
+        assert!(r.on_duplicate(19, Time(1_060_000)), "spurious");
+        assert_eq!(r.floor_ns(), 200_000);
+        assert_eq!(r.pto_ns(None), 200_000, "the PTO follows the floor");
+        assert!(!r.on_duplicate(19, Time(1_070_000)), "judged once");
+        for k in 0..20u64 {
+            let t = Time(2_000_000 + k * 100_000_000);
+            r.on_tail_probe(20, 30, t, None);
+            r.on_duplicate(25, t.plus_ns(1_000));
+        }
+        assert_eq!(r.floor_ns(), 100_000 * MAX_FLOOR_FACTOR, "bounded");
+        assert_eq!(r.pto_ns(Some(1_000_000)), 500_000, "half the ACK timeout");
+    }
+
+    #[test]
+    fn a_useful_probe_does_not_raise_the_floor_and_lowers_a_raised_one() {
+        let mut r = measured(100_000);
+        // The probe's answer is the only one: no duplicate while watched.
+        r.on_tail_probe(10, 20, Time(1_000_000), None);
+        r.on_progress(19, 10, 0, Time(1_050_000), None);
+        assert!(!r.on_duplicate(5, Time(1_060_000)), "before the probed PSN");
+        r.on_progress(29, 10, 0, Time(10_000_000), None);
+        assert_eq!(
+            r.floor_ns(),
+            100_000,
+            "not raised, never below the configured"
+        );
+        // Raised by a spurious one, then lowered by an eighth per useful one.
+        r.on_tail_probe(30, 40, Time(20_000_000), None);
+        assert!(r.on_duplicate(35, Time(20_100_000)));
+        assert_eq!(r.floor_ns(), 200_000);
+        r.on_tail_probe(40, 50, Time(30_000_000), None);
+        r.on_progress(49, 10, 0, Time(40_000_000), None);
+        assert_eq!(r.floor_ns(), 175_000);
+    }
+
+    #[test]
+    fn a_probe_followed_by_a_go_back_is_not_judged_and_fixed_floors_stay() {
+        let mut r = measured(100_000);
+        r.on_tail_probe(10, 20, Time(1_000_000), None);
+        r.on_tail_lost(20, Time(1_300_000), None);
+        r.on_rewind(10, 20, Time(1_300_000));
+        // The go-back's resends are answered as duplicates too.
+        assert!(!r.on_duplicate(19, Time(1_400_000)));
+        r.on_progress(19, 10, 0, Time(50_000_000), None);
+        assert_eq!(r.floor_ns(), 100_000);
+        let mut f = measured(100_000);
+        f.adaptive = false;
+        f.on_tail_probe(10, 20, Time(1_000_000), None);
+        assert!(f.on_duplicate(19, Time(1_010_000)), "counted");
+        assert_eq!(f.floor_ns(), 100_000, "not acted on");
+    }
+
+    #[test]
+    fn a_go_back_absorbs_the_sequence_naks_of_one_round_trip_within_its_range() {
+        let mut r = measured(100_000);
+        // The least round trip 10 us: NAKs within 5 us of the go-back.
+        assert!(
+            !Recovery::default().absorbs_nak(10, Time(0)),
+            "no round trip known"
+        );
+        r.on_rewind(10, 30, Time(1_000_000));
+        assert!(r.absorbs_nak(10, Time(1_001_000)));
+        assert!(
+            r.absorbs_nak(11, Time(1_004_000)),
+            "the reordered packet's second NAK"
+        );
+        assert!(!r.absorbs_nak(9, Time(1_001_000)), "before the go-back");
+        assert!(!r.absorbs_nak(30, Time(1_001_000)), "never sent before it");
+        assert!(
+            !r.absorbs_nak(12, Time(1_005_000)),
+            "later: a resend may be lost"
+        );
+        r.bounded_go_back = false;
+        assert!(!r.absorbs_nak(11, Time(1_005_000)), "off");
     }
 }

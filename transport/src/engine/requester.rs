@@ -7,7 +7,7 @@
 //! timeout starts is the completer's ([`completer`](super::completer)); both work
 //! on the QP's [`Requester`] state.
 
-use super::completer::{fail, retire};
+use super::completer::{fail, fire_probe, retire};
 use super::link;
 use super::recovery::Recovery;
 use super::{Ctx, Effects, Qp};
@@ -272,6 +272,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         return None;
     }
     let is_rc = qp.init.qp_type == QpType::Rc;
+    if is_rc && qp.req.rec.probe_due {
+        // The probe timer fired and what arrived since acknowledged nothing.
+        fire_probe(qp, cx.now, cx.counters);
+    }
     if is_rc {
         if let Some(p) = qp.req.rec.pending_probe.take() {
             // A tail probe (`recovery`): the packet at `p` again, outside the
@@ -709,6 +713,7 @@ fn build_request(
     let timeout = ack_timeout_ns(&qp.attr);
     let r = &mut qp.req;
     if !advance {
+        cx.counters.resent_packets += 1;
         r.rec.on_send(psn_k, ack_req, false, cx.now, timeout);
         return Ok(len);
     }
@@ -720,6 +725,9 @@ fn build_request(
         r.hwm = r.next_psn;
     }
     if qp.init.qp_type == QpType::Rc {
+        if !new {
+            cx.counters.resent_packets += 1;
+        }
         r.rec.on_send(psn_k, ack_req, new, cx.now, timeout);
     }
     if w.sent >= w.npkts {

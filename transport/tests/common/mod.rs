@@ -49,6 +49,10 @@ pub struct Faults {
     pub corrupt: f64,
     /// Extra delay up to this many ns (jitter).
     pub jitter_ns: u64,
+    /// How long a reordered packet is held back (ns; 0: four one-way
+    /// latencies). A few packet times let only the next packets overtake
+    /// it, as the device's fault stage does.
+    pub reorder_delay_ns: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -314,7 +318,10 @@ impl Net {
                 at = at.plus_ns(self.rng.below(f.jitter_ns));
             }
             if self.rng.chance(f.reorder) {
-                at = at.plus_ns(self.latency_ns * 4);
+                at = at.plus_ns(match f.reorder_delay_ns {
+                    0 => self.latency_ns * 4,
+                    d => d,
+                });
             }
             self.seq += 1;
             self.wire.push(InFlight {
