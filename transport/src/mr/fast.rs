@@ -93,18 +93,7 @@ impl MrTable {
         if max_pages == 0 || max_pages > MAX_FAST_REG_PAGES {
             return Err(VerbError::InvalidAttr);
         }
-        if self.live_mrs + self.live_mws >= self.max_mr {
-            return Err(VerbError::InsufficientResources);
-        }
-        let weight = mr_weight(max_pages as usize);
-        self.admit(weight)?;
-        let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
-        let slot = self
-            .slot_mut(index)
-            .ok_or(VerbError::InsufficientResources)?;
-        slot.key_byte = slot.key_byte.wrapping_add(1);
-        let key = (index << 8) | u32::from(slot.key_byte);
-        slot.mr = Some(Mr {
+        self.install_mr(pd, mr_weight(max_pages as usize), |key| Mr {
             key,
             pd,
             access: Access::default(),
@@ -118,13 +107,7 @@ impl MrTable {
                 max_pages,
                 valid: false,
             }),
-        });
-        self.charge(weight, 0);
-        self.live_mrs += 1;
-        if let Some(p) = self.pds.get_mut(&pd) {
-            p.mrs += 1;
-        }
-        Ok(key)
+        })
     }
 
     /// The fast-registration MR at the index of `key`, whatever its key byte

@@ -247,19 +247,8 @@ impl MrTable {
             pages,
         };
         let page_shift = check_pd_access_translation(self, pd, access, &t)?;
-        if self.live_mrs + self.live_mws >= self.max_mr {
-            return Err(VerbError::InsufficientResources);
-        }
         let weight = mr_weight(t.pages.len());
-        self.admit(weight)?;
-        let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
-        let slot = self
-            .slot_mut(index)
-            .ok_or(VerbError::InsufficientResources)?;
-        // MP-02: a new key byte for every registration at this index.
-        slot.key_byte = slot.key_byte.wrapping_add(1);
-        let key = (index << 8) | u32::from(slot.key_byte);
-        slot.mr = Some(Mr {
+        self.install_mr(pd, weight, |key| Mr {
             key,
             pd,
             access,
@@ -270,13 +259,7 @@ impl MrTable {
             identity: false,
             windows: 0,
             fast: None,
-        });
-        self.charge(weight, 0);
-        self.live_mrs += 1;
-        if let Some(p) = self.pds.get_mut(&pd) {
-            p.mrs += 1;
-        }
-        Ok(key)
+        })
     }
 
     /// Register a DMA MR (`ib_get_dma_mr`, a kernel consumer's L_Key for its own
@@ -288,17 +271,7 @@ impl MrTable {
     /// [`Memory`]: crate::memory::Memory
     pub fn reg_dma_mr(&mut self, pd: Handle, access: Access) -> Result<u32, VerbError> {
         check_pd_access(self, pd, access)?;
-        if self.live_mrs + self.live_mws >= self.max_mr {
-            return Err(VerbError::InsufficientResources);
-        }
-        self.admit(mr_weight(0))?;
-        let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
-        let slot = self
-            .slot_mut(index)
-            .ok_or(VerbError::InsufficientResources)?;
-        slot.key_byte = slot.key_byte.wrapping_add(1);
-        let key = (index << 8) | u32::from(slot.key_byte);
-        slot.mr = Some(Mr {
+        self.install_mr(pd, mr_weight(0), |key| Mr {
             key,
             pd,
             access,
@@ -309,13 +282,7 @@ impl MrTable {
             identity: true,
             windows: 0,
             fast: None,
-        });
-        self.charge(mr_weight(0), 0);
-        self.live_mrs += 1;
-        if let Some(p) = self.pds.get_mut(&pd) {
-            p.mrs += 1;
-        }
-        Ok(key)
+        })
     }
 
     /// Reregister Memory Region: changes the PD, the access rights and/or the
@@ -427,6 +394,36 @@ impl MrTable {
     }
 
     // ---- internals ----
+
+    /// Puts a new MR in a free index, for every kind of registration: the
+    /// table's limit and the budget (`weight` bytes) first, then a new key
+    /// byte at the index (MP-02) and the MR `make` builds for its key, which
+    /// is returned. Nothing changes when it fails.
+    fn install_mr(
+        &mut self,
+        pd: Handle,
+        weight: u64,
+        make: impl FnOnce(u32) -> Mr,
+    ) -> Result<u32, VerbError> {
+        if self.live_mrs + self.live_mws >= self.max_mr {
+            return Err(VerbError::InsufficientResources);
+        }
+        self.admit(weight)?;
+        let index = self.take_index().ok_or(VerbError::InsufficientResources)?;
+        let slot = self
+            .slot_mut(index)
+            .ok_or(VerbError::InsufficientResources)?;
+        // MP-02: a new key byte for every registration at this index.
+        slot.key_byte = slot.key_byte.wrapping_add(1);
+        let key = (index << 8) | u32::from(slot.key_byte);
+        slot.mr = Some(make(key));
+        self.charge(weight, 0);
+        self.live_mrs += 1;
+        if let Some(p) = self.pds.get_mut(&pd) {
+            p.mrs += 1;
+        }
+        Ok(key)
+    }
 
     fn slot_mut(&mut self, index: u32) -> Option<&mut Slot> {
         let i = index.checked_sub(1)? as usize;
