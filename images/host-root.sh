@@ -63,8 +63,9 @@ PACKAGES=(
     iperf3 tcpdump ethtool
     # the workloads users run over RDMA (issue 15; images/workloads.sh puts
     # their ldd closures in a guest overlay): NVMe over Fabrics' host tool and
-    # fio, UCX's perftest, Open MPI
-    nvme-cli fio ucx-utils openmpi-bin
+    # fio, UCX's perftest, Open MPI (and its headers: images/workloads.sh
+    # builds the MPI check, images/wl/mpi-pingpong.c)
+    nvme-cli fio ucx-utils openmpi-bin libopenmpi-dev
     # building kernel modules and rdma-core providers
     gcc make libc6-dev cmake ninja-build pkgconf python3 xz-utils zstd patch
     dpkg-dev cpio

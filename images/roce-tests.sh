@@ -34,7 +34,11 @@
 #   UCX's UCT transports between the guests with ucx_perftest (-P 0: its own
 #   TCP exchange, no MPI): rc_verbs put_bw 64 KiB (zero copy) and am_lat 8 B,
 #   ud_verbs am_bw 512 B (bcopy) and am_lat 8 B; UCP tag matching over them (tag_bw 64 KiB,
-#   UCX_TLS=rc_verbs,ud_verbs); nvmeof: the kernel's NVMe over Fabrics target
+#   UCX_TLS=rc_verbs,ud_verbs); mpi: Open MPI, one rank per guest, pml ucx
+#   over the device, ping-pong (8 B, 64 KiB, data checked) and allreduce
+#   (checked) of images/wl/mpi-pingpong.c, launched from B with A's daemon
+#   started through a remote shell A serves (images/wl/mpi.sh, mpi-shell.sh,
+#   rsh.sh: the guests run no sshd); nvmeof: the kernel's NVMe over Fabrics target
 #   (nvmet-rdma, a memory-backed null_blk) in A and host (nvme-rdma) in B,
 #   ROCE_TESTS_NVME_ROUNDS rounds (default 10) of discover, connect, fio with
 #   crc32c verification (4 KiB random, 128 KiB sequential, writes then reads),
@@ -168,6 +172,7 @@ ucx_rc_am_lat|$U -x rc_verbs -t am_lat -s 8 -n $PN -p \$PORT|$U -x rc_verbs -t a
 ucx_ud_am_bw|$UD -x ud_verbs -t am_bw -D bcopy -s 512 -n $PN -p \$PORT|$UD -x ud_verbs -t am_bw -D bcopy -s 512 -n $PN -p \$PORT \$SERVER_IP
 ucx_ud_am_lat|$UD -x ud_verbs -t am_lat -s 8 -n $PN -p \$PORT|$UD -x ud_verbs -t am_lat -s 8 -n $PN -p \$PORT \$SERVER_IP
 ucp_tag_bw|timeout 120 env UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=\$DEV:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t tag_bw -s 65536 -n $PN -p \$PORT|timeout 120 env UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=\$DEV:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t tag_bw -s 65536 -n $PN -p \$PORT \$SERVER_IP
+mpi|sh /usr/share/wl/mpi-shell.sh \$((PORT + 300))|sh /usr/share/wl/mpi.sh \$SERVER_IP \$((PORT + 300)) 200
 nvmeof|sh /usr/share/wl/nvmet.sh \$((PORT + 300))|sh /usr/share/wl/nvme-host.sh \$SERVER_IP \$((PORT + 300)) $NR"
 
 # ROCE_TESTS_CHECKS=REGEX: only the checks whose name matches (grep -E).

@@ -8,7 +8,9 @@
 # boot with this overlay (run-vm.sh / vm-pair.sh / roce-pair.sh --overlay).
 #
 # Output folder $VHCA_CACHE/workloads-<key>, <key> = sha256(this script,
-# stage-lib.sh, the host root's key); the overlay is its tree/ subfolder.
+# stage-lib.sh, wl/mpi-pingpong.c, the host root's key); the overlay is its
+# tree/ subfolder. The MPI check (wl/mpi-pingpong.c) is compiled here, against
+# the root's Open MPI, to /usr/lib/vhca-wl/mpi-pingpong.
 #
 # Usage: images/workloads.sh
 #   stdout: the overlay folder (DIR/tree); progress goes to stderr.
@@ -17,7 +19,8 @@ set -euo pipefail
 [ $# -eq 0 ] || { sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 2; }
 vhca_need_root
 ROOT=$(vhca_ensure_root)
-KEY=$( { cat "$0" "$VHCA_IMAGES/stage-lib.sh"; vhca_root_key; } | sha256sum | cut -c1-16)
+KEY=$( { cat "$0" "$VHCA_IMAGES/stage-lib.sh" "$VHCA_IMAGES/wl/mpi-pingpong.c"; vhca_root_key; } |
+    sha256sum | cut -c1-16)
 OUT="$VHCA_CACHE/workloads-$KEY"
 
 exec 9>"$VHCA_CACHE/.workloads.lock"
@@ -67,6 +70,12 @@ for d in "$ML"/openmpi/lib/openmpi* "$ML"/pmix2/lib/pmix "$ML"/prte/lib/prte "$M
 done
 for d in /usr/share/openmpi /usr/share/pmix /usr/share/prte /etc/openmpi /etc/pmix /etc/prte; do
     if [ -d "$d" ]; then copy_dir "$d"; fi
+done
+# The MPI check, built with the root's Open MPI (mpicc) against its libmpi.
+mkdir -p "$S/usr/lib/vhca-wl"
+mpicc -O2 -Wall -Wextra -Werror -o "$S/usr/lib/vhca-wl/mpi-pingpong" "$2/wl/mpi-pingpong.c"
+for l in $(ldd "$S/usr/lib/vhca-wl/mpi-pingpong" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'); do
+    add_elf "$l"
 done
 du -sh "$S"
 BUILD
