@@ -80,10 +80,15 @@ one() {
         "ip -br addr; $srv" "$cli" >"$d/pair.out" 2>&1
     local rc=$? o w rdv p
     o=$(sed -n '/^=== B/,$p' "$d/pair.out")
-    # perftest: "65536 N peak avg msgrate" (the first such line is WRITE's, the
-    # second READ's); ibv_rc_pingpong: "N iters in S seconds = U usec/iter".
-    w=$(awk '$1 == 65536 && $2 == '"$BW_N"' && NF >= 5 { n++; if (n == 1) { print $4; exit } }' <<<"$o")
-    rdv=$(awk '$1 == 65536 && $2 == '"$BW_N"' && NF >= 5 { n++; if (n == 2) { print $4; exit } }' <<<"$o")
+    # perftest: "65536 N peak avg msgrate", taken from the tool's own part of
+    # B's output (up to its "tool-exit NAME" line: a stalled WRITE prints no
+    # line, and the next line is READ's).
+    fig() {
+        awk -v t="$1" -v n="$BW_N" '$1 == 65536 && $2 == n && NF >= 5 { v = $4 }
+            $1 == "tool-exit" { if ($2 == t) { if (v != "") print v; exit } v = "" }' <<<"$o"
+    }
+    w=$(fig write)
+    rdv=$(fig read)
     # (rc_pingpong: either side's line; under loss the side whose last ACK is
     # lost may end in a retry error after the other side finished, roce-tests.sh)
     p=$(awk '/iters in .* usec\/iter/ { for (i = 1; i <= NF; i++) if ($i == "usec/iter") { print $(i - 1); exit } }' "$d/pair.out")
