@@ -527,7 +527,8 @@ impl Hca {
         }
     }
 
-    /// The queues a round fetches from (ARCHITECTURE.md §2 step 2): those the
+    /// Fills `Hca::todo` with the queues a round fetches from (ARCHITECTURE.md
+    /// §2 step 2): those the
     /// summaries of the pages in use flag, each word taken with one atomic swap
     /// to zero, plus the retry list; the CQs flagged go to `Hca::arms` for
     /// [`Hca::write_cqes`]. A producer index or arm word stored without its
@@ -535,9 +536,17 @@ impl Hca {
     /// summary line per page holding a QP, SRQ or CQ, then one slot per
     /// flagged object, so an idle QP or CQ costs nothing. A bit of a free slot
     /// or an EQ's is dropped; a bit whose word did not move costs one slot read.
-    fn flagged(&mut self, db: &dyn Doorbells) -> Vec<SlotOwner> {
-        let mut todo = std::mem::take(&mut self.retry);
-        for uar in self.slots.summary_pages() {
+    fn flagged(&mut self, db: &dyn Doorbells) {
+        let Hca {
+            slots,
+            retry,
+            arms,
+            todo,
+            ..
+        } = self;
+        todo.clear();
+        todo.append(retry);
+        for uar in slots.summary_pages() {
             for (w, at) in summary_words(uar).enumerate() {
                 if db.load(at) == 0 {
                     continue;
@@ -552,8 +561,8 @@ impl Hca {
                         uar,
                         slot: (w as u32 * 32 + b) as u16,
                     };
-                    match self.slots.get(&slot) {
-                        Some(SlotOwner::Cq(cqn)) => self.arms.push(cqn),
+                    match slots.get(&slot) {
+                        Some(SlotOwner::Cq(cqn)) => arms.push(cqn),
                         Some(o) if o.is_flagged() => todo.push(o),
                         _ => {
                             log::trace!("doorbell summary: bit of {slot:?} holds no QP, SRQ or CQ")
@@ -566,13 +575,13 @@ impl Hca {
             todo.sort_unstable();
             todo.dedup();
         }
-        todo
     }
 
     fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
         let mut n = 0;
         let mut buf = [0u8; MAX_WQE];
-        let todo = self.flagged(db);
+        self.flagged(db);
+        let todo = std::mem::take(&mut self.todo);
         for &o in &todo {
             // One load of the slot per queue and round: an index stored after
             // it comes with a new summary bit.
@@ -603,6 +612,7 @@ impl Hca {
                 self.retry.push(o);
             }
         }
+        self.todo = todo;
         n
     }
 
@@ -761,12 +771,11 @@ impl Hca {
         // now applies to what is written below. A CQ whose bit is not taken
         // yet (armed while the device slept, seen by a timer-only round) is
         // armed at the next full round, which fires at once if CQEs wait.
-        let mut arms = std::mem::take(arms);
         if arms.len() > 1 {
             arms.sort_unstable();
             arms.dedup();
         }
-        for cqn in arms {
+        for cqn in arms.drain(..) {
             let Some(cq) = cqs.get_mut(&cqn) else {
                 continue;
             };

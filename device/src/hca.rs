@@ -326,6 +326,10 @@ pub struct Hca {
     /// CQEs are written (abi::uar DOORBELL_PROTOCOL, CQ-02). Owned by the data
     /// path.
     pub arms: Vec<u32>,
+    /// The queues one round fetches from (`Hca::flagged`): a buffer kept
+    /// between rounds so the doorbell path does not allocate. Owned by the
+    /// data path.
+    pub todo: Vec<SlotOwner>,
     pub counters: HcaCounters,
     /// The device limits the command queue enforces (and BAR0 shows).
     pub caps: Caps,
@@ -365,6 +369,7 @@ impl Hca {
             slots: SlotTable::default(),
             retry: Vec::new(),
             arms: Vec::new(),
+            todo: Vec::new(),
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
             ring_charges: HashMap::new(),
