@@ -528,8 +528,7 @@ impl Hca {
     }
 
     /// Fills `Hca::todo` with the queues a round fetches from (ARCHITECTURE.md
-    /// §2 step 2): those the
-    /// summaries of the pages in use flag, each word taken with one atomic swap
+    /// §2 step 2): those the summaries of the pages in use flag, each word taken with one atomic swap
     /// to zero, plus the retry list; the CQs flagged go to `Hca::arms` for
     /// [`Hca::write_cqes`]. A producer index or arm word stored without its
     /// bit is not read (abi::uar DOORBELL_PROTOCOL): the round costs one
