@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use transport::engine::NakReason;
 use transport::verbs::{
-    Access, FastReg, QpState, RecvWr, SendData, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Access, FastReg, QpState, RecvWr, SendData, SendWr, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 /// Where node 1 keeps the page list of a REG_MR.
@@ -29,26 +29,6 @@ const PAGES2: [u64; 3] = [
 ];
 const MR_LEN: u64 = 3 * 4096 - 0x300;
 const RW: Access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
-
-fn sge(addr: u64, len: u32, lkey: u32) -> Vec<Sge> {
-    vec![Sge {
-        addr,
-        length: len,
-        lkey,
-    }]
-}
-
-fn wait(net: &mut Net, node: usize, cq: u32, n: usize) -> Vec<transport::verbs::Completion> {
-    let mut got = Vec::new();
-    net.run_until(2_000_000, |net| {
-        while let Some(c) = net.poll(node, cq) {
-            got.push(c);
-        }
-        got.len() >= n
-    });
-    assert_eq!(got.len(), n, "completions on node {node}: {got:?}");
-    got
-}
 
 fn write_wr(id: u64, lkey: u32, len: u32, rkey: u32, raddr: u64) -> SendWr {
     let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(MEM_BASE, len, lkey));

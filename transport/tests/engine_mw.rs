@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use transport::verbs::{
-    Access, MwBind, MwType, QpState, RecvWr, SendData, SendWr, Sge, VerbError, WcFlags, WcOpcode,
+    Access, MwBind, MwType, QpState, RecvWr, SendData, SendWr, VerbError, WcFlags, WcOpcode,
     WcStatus, WrOpcode,
 };
 
@@ -15,26 +15,6 @@ const RW: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
 /// The window's range on node 1.
 const WIN: u64 = MEM_BASE + 0x4000;
 const WIN_LEN: u64 = 0x1000;
-
-fn sge(addr: u64, len: u32, lkey: u32) -> Vec<Sge> {
-    vec![Sge {
-        addr,
-        length: len,
-        lkey,
-    }]
-}
-
-fn wait(net: &mut Net, node: usize, cq: u32, n: usize) -> Vec<transport::verbs::Completion> {
-    let mut got = Vec::new();
-    net.run_until(2_000_000, |net| {
-        while let Some(c) = net.poll(node, cq) {
-            got.push(c);
-        }
-        got.len() >= n
-    });
-    assert_eq!(got.len(), n, "completions on node {node}: {got:?}");
-    got
-}
 
 fn bind_wr(id: u64, mw: u32, new: u32, mr: u32, addr: u64, len: u64, access: Access) -> SendWr {
     let mut w = send_wr(id, WrOpcode::BindMw, Vec::new());

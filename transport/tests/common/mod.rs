@@ -593,6 +593,29 @@ pub fn roce_av(i: usize, gid_index: u8) -> AddressVector {
     }
 }
 
+/// One SGE (`addr`, `len`, `lkey`) as a work request's list.
+pub fn sge(addr: u64, len: u32, lkey: u32) -> Vec<Sge> {
+    vec![Sge {
+        addr,
+        length: len,
+        lkey,
+    }]
+}
+
+/// Runs the bench until node `node`'s CQ `cq` holds `n` completions; takes
+/// them (asserts that exactly `n` came).
+pub fn wait(net: &mut Net, node: usize, cq: Handle, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    net.run_until(2_000_000, |net| {
+        while let Some(c) = net.poll(node, cq) {
+            got.push(c);
+        }
+        got.len() >= n
+    });
+    assert_eq!(got.len(), n, "completions on node {node}: {got:?}");
+    got
+}
+
 /// Runs the bench until node `node`'s CQ `cq` has a completion; takes it.
 pub fn wait_cqe(net: &mut Net, node: usize, cq: Handle) -> Completion {
     let mut got = None;
