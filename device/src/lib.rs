@@ -14,7 +14,8 @@
 //!   memory, BAR2 and MSI-X over the `pci` crate; [`cli`] the command line.
 
 // Denied, not forbidden: `fabric::tap_sys` holds the TUN ioctls, each in a small
-// wrapper with its SAFETY argument, and allows it for that file alone.
+// wrapper with its SAFETY argument, and allows it for that file alone (so do
+// `fabric::udp_sys` and `run::sleep`'s `epoll_pwait2`).
 #![deny(unsafe_code)]
 
 pub mod abi;

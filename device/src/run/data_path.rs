@@ -144,8 +144,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
                 .map(|d| d.saturating_sub(now()))
                 .unwrap_or(MAX_SLEEP)
                 .min(MAX_SLEEP);
-            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-            match epoll.wait(ms, &mut events) {
+            match sleep::wait(&epoll, timeout, &mut events) {
                 Ok(0) => {}
                 Ok(n) => {
                     for e in &events[..n] {
