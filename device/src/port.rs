@@ -151,6 +151,8 @@ impl Port {
         if let Err(e) = self.link.end_sends() {
             self.link_error("send", &e);
         }
+        // The data path sleeps until `next_deadline`: not for a disarmed timer.
+        self.engine.settle_timers();
         moved
     }
 

@@ -167,3 +167,44 @@ fn rl_10_progress_pushes_the_ack_timer_back_and_the_early_entry_fires_nothing() 
     net.run_until(100_000, |_| false);
     assert_eq!(net.nodes[A].engine.poll_timeout(), None);
 }
+
+#[test]
+fn settled_timers_report_no_deadline_for_a_timer_progress_disarmed() {
+    // Loss probes on (issue 14): every send arms a probe timer (and the ACK
+    // timer, RL-10) that its ACK disarms. A caller that sleeps until
+    // `poll_timeout` must not be woken for it after `settle_timers`.
+    let mut net = Net::with_limits(2, 1 << 16, 11, Limits::default());
+    let key = net.reg_all(A, Access(1 | 2 | 4 | 8));
+    net.reg_all(B, Access(1 | 2 | 4 | 8));
+    let p = connect(&mut net, A, B, &ConnOpts::default());
+    write(&mut net, &p, 1, key);
+    // Delivered and acknowledged: the QP is idle, its entry disarmed.
+    assert!(net.run_until(10_000, |n| n.poll(A, p.cq_a).is_some()));
+    assert!(
+        net.nodes[A].engine.poll_timeout().is_some(),
+        "unsettled, the disarmed entry is still reported"
+    );
+    net.nodes[A].engine.settle_timers();
+    assert_eq!(
+        net.nodes[A].engine.poll_timeout(),
+        None,
+        "settled: no wake-up"
+    );
+    // A lost WRITE: settled, the deadline reported is a live one.
+    write(&mut net, &p, 2, key);
+    let now = net.now;
+    let e = &mut net.nodes[A];
+    e.engine
+        .poll_transmit(&mut e.mem, now, &mut [0u8; 8192])
+        .expect("WRITE 2 goes out (and is lost)");
+    e.engine.settle_timers();
+    let d = e.engine.poll_timeout().expect("armed again");
+    let probes = e.engine.counters().probes;
+    e.engine.handle_timeout(d);
+    e.engine.poll_transmit(&mut e.mem, d, &mut [0u8; 8192]);
+    assert_eq!(
+        e.engine.counters().probes,
+        probes + 1,
+        "the deadline reported was the probe's"
+    );
+}

@@ -161,11 +161,43 @@ impl Engine {
 
     /// The earliest time [`Self::handle_timeout`] may have work: O(1). It is
     /// never later than a QP's deadline; it may be earlier (a timer that was
-    /// pushed back fires as a no-op that re-arms it).
+    /// pushed back fires as a no-op that re-arms it) unless
+    /// [`Self::settle_timers`] ran since the last input.
     pub fn poll_timeout(&self) -> Option<Time> {
         #[cfg(debug_assertions)]
         self.check_timers();
         self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Makes [`Self::poll_timeout`] exact: drops the stale entries at the top
+    /// of the timer heap and moves a pushed-back one to its QP's deadline, so
+    /// a caller sleeping until `poll_timeout` is not woken for a timer that
+    /// progress disarmed (with loss probes every message arms one that its ACK
+    /// disarms: a wake-up per message, and on a host whose CPUs the guests'
+    /// vCPUs fill, each preempts one). Amortised O(log QPs) per entry pushed.
+    pub fn settle_timers(&mut self) {
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                self.timers.pop();
+                continue;
+            };
+            if qp.timer_at != Some(t) {
+                self.timers.pop();
+                continue;
+            }
+            match qp.req.deadline() {
+                Some(d) if d <= t => return,
+                Some(d) => {
+                    self.timers.pop();
+                    qp.timer_at = Some(d);
+                    self.timers.push(Reverse((d, qpn)));
+                }
+                None => {
+                    self.timers.pop();
+                    qp.timer_at = None;
+                }
+            }
+        }
     }
 
     /// Fires every timer due at `now`: ACK timeouts (RL-10) and RNR waits (RL-11).
