@@ -122,8 +122,13 @@ impl Bench {
         self.deliver(B, &req);
         let held = self.out(B);
         assert_eq!(held.len(), 1, "B acknowledges");
-        // Timers up to the probe (a timer entry that progress pushed back
-        // comes due at its old time and re-arms).
+        let probe = self.probe_of(&req);
+        (probe, held, self.net.now.0 - sent.0)
+    }
+
+    /// A's timers up to the probe of `req` (a timer entry that progress
+    /// pushed back comes due at its old time and re-arms).
+    fn probe_of(&mut self, req: &[Vec<u8>]) -> Vec<Vec<u8>> {
         let probe = loop {
             let t = self.net.nodes[A]
                 .engine
@@ -137,7 +142,7 @@ impl Bench {
             }
         };
         assert_eq!(probe, req, "the probe is the request again");
-        (probe, held, self.net.now.0 - sent.0)
+        probe
     }
 
     /// The probe reaches B, a duplicate there, answered with an ACK of the
@@ -206,4 +211,29 @@ fn a_useful_probe_leaves_the_floor() {
     b.advance(100 * FLOOR_NS);
     let (_, _, next) = b.probed_round();
     assert_eq!((gap, next), (FLOOR_NS, FLOOR_NS));
+}
+
+/// The peer was descheduled past the probe timeout: the request and its
+/// probe reach it in one batch, before it sent anything. It answers both
+/// (the probe as a duplicate, RL-04) with two ACKs, not one merged ACK
+/// (RL-08 coalescing stops at a duplicate's answer), so the probe is judged
+/// spurious and the floor doubles. Merged, every such probe looked useful
+/// and a busy host probed after every message.
+#[test]
+fn a_probe_that_reaches_a_descheduled_peer_with_its_original_is_spurious() {
+    let mut b = bench(true);
+    b.clean_round();
+    let req = b.write();
+    let probe = b.probe_of(&req);
+    b.advance(HOP_NS);
+    b.deliver(B, &req);
+    b.deliver(B, &probe);
+    let acks = b.out(B);
+    assert_eq!(acks.len(), 2, "the duplicate's ACK is its own");
+    b.advance(HOP_NS);
+    b.deliver(A, &acks);
+    b.completes();
+    assert_eq!(b.spurious(), 1);
+    let (_, _, next) = b.probed_round();
+    assert_eq!(next, 2 * FLOOR_NS, "doubled");
 }

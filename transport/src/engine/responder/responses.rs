@@ -44,6 +44,11 @@ pub(super) enum RespItem {
     Aeth {
         psn: u32,
         syndrome: AethSyndrome,
+        /// The answer to a duplicate request (RL-04): not merged with the ACK
+        /// of a new one, so that a requester whose probe and original came
+        /// in one batch still gets two answers and knows the probe was
+        /// spurious (`engine::recovery`, issue 14).
+        dup: bool,
     },
     Read {
         psn: u32,
@@ -109,12 +114,18 @@ pub(super) fn rd_atomic_slot_free(qp: &Qp) -> bool {
 
 /// Queues an ACK or NAK; consecutive ACKs coalesce into the newest (RL-08).
 pub(super) fn queue_aeth(qp: &mut Qp, psn: u32, syndrome: AethSyndrome) {
+    queue_aeth_as(qp, psn, syndrome, false);
+}
+
+/// [`queue_aeth`]; `dup` for the answer to a duplicate, which coalesces only
+/// with another duplicate's (a flood of duplicates still queues one ACK).
+fn queue_aeth_as(qp: &mut Qp, psn: u32, syndrome: AethSyndrome, dup: bool) {
     // RL-11: an RNR NAK for the PSN an unsent RNR NAK already names says
     // nothing new (a peer resending the request faster than the NAK leaves
     // would queue one per copy): coalesced into the one queued.
     if let AethSyndrome::RnrNak { .. } = syndrome {
         let queued = qp.resp.out.iter().any(|it| {
-            matches!(it, RespItem::Aeth { psn: q, syndrome: AethSyndrome::RnrNak { .. } } if *q == psn)
+            matches!(it, RespItem::Aeth { psn: q, syndrome: AethSyndrome::RnrNak { .. }, .. } if *q == psn)
         });
         if queued {
             return;
@@ -124,13 +135,16 @@ pub(super) fn queue_aeth(qp: &mut Qp, psn: u32, syndrome: AethSyndrome) {
         if let Some(RespItem::Aeth {
             syndrome: AethSyndrome::Ack { .. },
             psn: p,
+            dup: d,
         }) = qp.resp.out.back_mut()
         {
-            *p = psn;
-            return;
+            if *d == dup {
+                *p = psn;
+                return;
+            }
         }
     }
-    qp.resp.out.push_back(RespItem::Aeth { psn, syndrome });
+    qp.resp.out.push_back(RespItem::Aeth { psn, syndrome, dup });
 }
 
 pub(super) fn ack(qp: &mut Qp, psn: u32) {
@@ -309,7 +323,14 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
         _ => {
             // SEND/WRITE: ACK the newest completed PSN again, execute nothing.
             let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
-            ack(qp, last);
+            queue_aeth_as(
+                qp,
+                last,
+                AethSyndrome::Ack {
+                    credit_code: CREDIT_CODE_INVALID,
+                },
+                true,
+            );
             true
         }
     }
@@ -326,7 +347,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     let pmtu = qp.attr.path_mtu.bytes() as u64;
     let msn = qp.resp.msn;
     let (op, p, ext, payload_len) = match item {
-        RespItem::Aeth { psn, syndrome } => {
+        RespItem::Aeth { psn, syndrome, .. } => {
             if let AethSyndrome::Ack { .. } = syndrome {
                 cx.counters.acks_sent += 1;
             }
