@@ -9,6 +9,10 @@
 # (each retried while the server is not listening yet). Before the servers,
 # guest A checks `ibv_devinfo -v` (vhca0, PORT_ACTIVE, port_lid 1, link_layer
 # InfiniBand) and `rdma link`. A tool passes when both of its sides exit 0.
+# After the servers, guest A checks the counters (`counters`): `rdma statistic
+# show link vhca0/1` has rx/tx packets, bytes and ACKs > 0 and the per-reason
+# names, and the sysfs port counters (port_xmit_packets ...) and the device's
+# hw counters (send_wqes, cqes) are > 0.
 #
 # Tools: ibv_{rc,uc,ud,srq}_pingpong -c, each with and without -e; over RC
 # ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat
@@ -82,6 +86,25 @@ while IFS='|' read -r name cmd; do
     timeout 90 $cmd -p $port </dev/null 2>&1
     echo "VT-S $name $?"
 done </usr/share/vhca-tests/list
+# Counters (issue 17 item 3), after all that traffic: the device's counters as
+# rdma hw counters (`rdma statistic`, hw_counters/) and ib_core's sysfs port
+# counters (the driver's PMA); names in guest-driver/README.md "Counters".
+st=$(rdma statistic show link vhca0/1 2>&1); echo "$st"
+ok=1
+for c in rx_packets tx_packets rx_bytes tx_bytes acks_sent; do
+    echo "$st" | grep -Eq " $c [1-9]" || { echo "rdma statistic: no $c > 0"; ok=0; }
+done
+for c in wire_drop_bad_icrc rx_drop_unknown_qp nak_sent_psn_sequence; do
+    echo "$st" | grep -Eq " $c [0-9]" || { echo "rdma statistic: no $c"; ok=0; }
+done
+d=/sys/class/infiniband/vhca0
+for f in ports/1/hw_counters/tx_packets ports/1/counters/port_xmit_packets \
+         ports/1/counters/port_rcv_packets ports/1/counters/port_xmit_data \
+         ports/1/counters/port_rcv_data hw_counters/send_wqes hw_counters/cqes; do
+    v=$(cat $d/$f 2>&1); echo "$f: $v"
+    case "$v" in [1-9]*) ;; *) echo "$d/$f not > 0"; ok=0;; esac
+done
+[ $ok = 1 ] && echo "VT-S counters 0" || echo "VT-S counters 1"
 EOF
 
 cat >"$ov/usr/share/vhca-tests/client.sh" <<'EOF'
@@ -120,7 +143,7 @@ fail=0
 status() { # S|C NAME -> exit status or empty
     sed -n "s/^VT-$1 $2 \([0-9]*\)\$/\1/p" "$log" | tail -1
 }
-for name in devinfo rdma_link; do
+for name in devinfo rdma_link counters; do
     s=$(status S "$name")
     if [ "$s" = 0 ]; then echo "PASS $name"; else echo "FAIL $name (guest A: ${s:-no result})"; fail=1; fi
 done

@@ -176,6 +176,8 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.driver_id = RDMA_DRIVER_UNKNOWN,
 	.uverbs_abi_ver = VHCA_IB_UVERBS_ABI_VERSION,
 
+	.alloc_hw_device_stats = vhca_alloc_hw_device_stats,
+	.alloc_hw_port_stats = vhca_alloc_hw_port_stats,
 	.alloc_mr = vhca_alloc_mr,
 	.alloc_mw = vhca_alloc_mw,
 	.alloc_pd = vhca_alloc_pd,
@@ -198,6 +200,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.disassociate_ucontext = vhca_disassociate_ucontext,
 	.get_dev_fw_str = vhca_get_dev_fw_str,
 	.get_dma_mr = vhca_get_dma_mr,
+	.get_hw_stats = vhca_get_hw_stats,
 	.get_link_layer = vhca_get_link_layer,
 	.get_port_immutable = vhca_get_port_immutable,
 	.map_mr_sg = vhca_map_mr_sg,
@@ -208,6 +211,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.post_recv = vhca_post_recv,
 	.post_send = vhca_post_send,
 	.post_srq_recv = vhca_post_srq_recv,
+	.process_mad = vhca_process_mad,
 	.query_ah = vhca_query_ah,
 	.query_device = vhca_query_device,
 	.query_gid = vhca_query_gid,
@@ -406,6 +410,7 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	spin_lock_init(&dev->port.lock);
 	INIT_WORK(&dev->port_work, vhca_port_work);
 	mutex_init(&dev->ctx_lock);
+	vhca_counters_dev_init(dev);
 	vhca_uar_init(&dev->kuar, VHCA_UAR_KERNEL_UAR);
 
 	ret = pci_enable_device(pdev);
@@ -539,10 +544,15 @@ static int __init vhca_init(void)
 {
 	int ret;
 
+	ret = vhca_counters_init();
+	if (ret)
+		return ret;
 	vhca_debugfs_init();
 	ret = pci_register_driver(&vhca_pci_driver);
-	if (ret)
+	if (ret) {
 		vhca_debugfs_exit();
+		vhca_counters_exit();
+	}
 	return ret;
 }
 
@@ -550,6 +560,7 @@ static void __exit vhca_exit(void)
 {
 	pci_unregister_driver(&vhca_pci_driver);
 	vhca_debugfs_exit();
+	vhca_counters_exit();
 }
 
 module_init(vhca_init);

@@ -4,7 +4,7 @@
  * is vhca_abi.h (generated from device/src/abi); this header holds the
  * driver's own objects. One file per topic: main (PCI, bring-up, ib_device),
  * cmdq, eq, uar (doorbells), pbl (page lists), verbs (device, port, PD, AH,
- * ucontext), cq, qp, srq, mr, debugfs.
+ * ucontext), cq, qp, srq, mr, debugfs, counters (hw counters and the PMA).
  */
 
 #ifndef VHCA_H
@@ -150,6 +150,25 @@ struct vhca_port_cache {
 	struct vhca_port_attr attr;
 };
 
+/*
+ * Every QUERY_COUNTERS set, as the hw counters list them (counters.c): the
+ * port's (the port set and the per-reason sets), then the device's.
+ */
+#define VHCA_NPORT_STATS (VHCA_COUNTERS_PORT_COUNT + \
+			  VHCA_COUNTERS_WIRE_DROP_COUNT + \
+			  VHCA_COUNTERS_RX_DROP_COUNT + \
+			  VHCA_COUNTERS_NAK_SENT_COUNT)
+#define VHCA_NSTATS (VHCA_NPORT_STATS + VHCA_COUNTERS_DEVICE_COUNT)
+#define VHCA_NCOUNTER_SETS 5	/* enum vhca_counter_set */
+
+/* The device's counters as QUERY_COUNTERS last gave them (counters.c). */
+struct vhca_counters {
+	struct mutex lock;	/* the cache and its refresh */
+	unsigned long valid;	/* bit per set: values read */
+	unsigned long expires[VHCA_NCOUNTER_SETS]; /* per set (jiffies) */
+	u64 values[VHCA_NSTATS];
+};
+
 struct vhca_dev {
 	struct ib_device ibdev;	/* first: ib_alloc_device */
 	struct pci_dev *pdev;
@@ -193,6 +212,7 @@ struct vhca_dev {
 		u32 table;	/* enum vhca_ctx_table */
 		u32 index;	/* last number written to the file */
 	} dbg_ctx[VHCA_CTX_EQC + 1];
+	struct vhca_counters counters;	/* hw counters and PMA (counters.c) */
 };
 
 struct vhca_ucontext {
@@ -488,5 +508,19 @@ void vhca_debugfs_init(void);
 void vhca_debugfs_exit(void);
 void vhca_debugfs_add(struct vhca_dev *dev);
 void vhca_debugfs_remove(struct vhca_dev *dev);
+
+/* counters.c */
+int vhca_counters_init(void);
+void vhca_counters_exit(void);
+void vhca_counters_dev_init(struct vhca_dev *dev);
+struct rdma_hw_stats *vhca_alloc_hw_port_stats(struct ib_device *ibdev,
+					       u32 port);
+struct rdma_hw_stats *vhca_alloc_hw_device_stats(struct ib_device *ibdev);
+int vhca_get_hw_stats(struct ib_device *ibdev, struct rdma_hw_stats *stats,
+		      u32 port, int index);
+int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
+		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
+		     const struct ib_mad *in, struct ib_mad *out,
+		     size_t *out_mad_size, u16 *out_mad_pkey_index);
 
 #endif /* VHCA_H */

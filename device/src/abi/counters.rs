@@ -284,3 +284,98 @@ pub fn section() -> Section {
             .collect(),
     }
 }
+
+impl CounterSet {
+    /// The prefix vhca.ko puts before the set's names to make its rdma hw
+    /// counters (guest-driver/README.md "Counters"; `counters.c` holds the
+    /// same strings): the per-reason sets get one, so that a reason never
+    /// reads as a port or device counter (`memory_fault` NAKs beside the
+    /// device's `memory_faults`).
+    pub fn hw_counter_prefix(self) -> &'static str {
+        match self {
+            CounterSet::Port | CounterSet::Device => "",
+            CounterSet::WireDrop => "wire_drop_",
+            CounterSet::RxDrop => "rx_drop_",
+            CounterSet::NakSent => "nak_sent_",
+        }
+    }
+
+    /// Whether vhca.ko shows the set as port 1's hw counters (`rdma statistic
+    /// show link vhca0/1`) or as the device's (sysfs `hw_counters/` of the
+    /// device; the data path's counters are device-wide).
+    pub fn hw_counters_per_port(self) -> bool {
+        !matches!(self, CounterSet::Device)
+    }
+}
+
+/// The guest's hw counter names of the port (`per_port`) or of the device, in
+/// the driver's order (the sets in value order, each set's names in
+/// QUERY_COUNTERS order). ib_core makes one sysfs file per name: a device
+/// whose names repeat fails to register.
+pub fn hw_counter_names(per_port: bool) -> Vec<String> {
+    CounterSet::ALL
+        .iter()
+        .filter(|set| set.hw_counters_per_port() == per_port)
+        .flat_map(|&set| {
+            set.names()
+                .into_iter()
+                .map(move |n| format!("{}{n}", set.hw_counter_prefix()))
+        })
+        .collect()
+}
+
+/// Bytes the hw counters `names` take in ib_core's reply to `rdma statistic
+/// show link` (RDMA_NLDEV_CMD_STAT_GET): per counter a nested attribute
+/// holding the name (NUL-terminated) and the u64 value, each attribute a
+/// 4-byte header padded to 4 bytes.
+pub fn hw_counters_netlink_bytes(names: &[String]) -> usize {
+    let attr = |payload: usize| 4 + payload.div_ceil(4) * 4;
+    names.iter().map(|n| 4 + attr(n.len() + 1) + attr(8)).sum()
+}
+
+/// What of that reply the counters may take: ib_core builds it in one
+/// `nlmsg_new(NLMSG_DEFAULT_SIZE)` (a 4 KiB page less the skb's shared info:
+/// 3,760 bytes on x86-64) with the netlink header, the device's index and
+/// name and the port ahead of them, and fails the whole command (EMSGSIZE,
+/// "Message too long") when they do not fit.
+pub const HW_COUNTERS_NETLINK_BUDGET: usize = 3_600;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hw_counter_names_are_unique_file_names() {
+        let port = hw_counter_names(true);
+        let device = hw_counter_names(false);
+        let mut seen = std::collections::HashSet::new();
+        for n in port.iter().chain(&device) {
+            assert!(seen.insert(n.as_str()), "hw counter {n} twice");
+            assert!(
+                !n.is_empty()
+                    && n.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "hw counter name {n:?}: sysfs file names and rdma statistic keys are [a-z0-9_]"
+            );
+        }
+        let total: usize = CounterSet::ALL.iter().map(|s| s.names().len()).sum();
+        assert_eq!(port.len() + device.len(), total);
+        assert_eq!(port[0], "rx_packets");
+        assert!(port.contains(&"wire_drop_bad_icrc".to_string()));
+        assert!(port.contains(&"nak_sent_psn_sequence".to_string()));
+        assert_eq!(device[0], "send_wqes");
+    }
+
+    /// A reason added to a per-reason set grows `rdma statistic show link`'s
+    /// reply; past the budget the command shows nothing at all (seen with
+    /// every set on the port: 4,004 bytes).
+    #[test]
+    fn port_hw_counters_fit_one_rdma_netlink_reply() {
+        let port = hw_counters_netlink_bytes(&hw_counter_names(true));
+        assert!(
+            port <= HW_COUNTERS_NETLINK_BUDGET,
+            "port 1's hw counters take {port} bytes of the netlink reply, over \
+             {HW_COUNTERS_NETLINK_BUDGET}: shorten names or show a set per device"
+        );
+    }
+}
