@@ -3,9 +3,9 @@
 # kernel the driver supports (issue 17): Debian 12's 6.1 (bookworm), trixie's
 # 6.12 and sid's newest, each from Debian's own packages in a root of that
 # release (images/distro-root.sh; trixie is the host tool root), so each is
-# built by the compiler its kernel was built with. Also builds once from the
-# DKMS source tree (guest-driver/kernel/Makefile dkms-src) with dkms.conf's
-# MAKE line, on the oldest kernel.
+# built by the compiler its kernel was built with. Also `dkms build` of the
+# DKMS source tree (guest-driver/kernel/Makefile dkms-src, dkms.conf) on the
+# first suite's kernel (the oldest).
 #
 # Usage: images/kmod-matrix.sh [SUITE...]     (default: bookworm trixie sid)
 #   Prints "SUITE KERNEL MODULE" per kernel; exit status 1 if any build fails
@@ -39,9 +39,10 @@ for suite in "${suites[@]}"; do
     fi
 done
 
-# The DKMS source tree builds the way dkms.conf says, on the first suite's
-# kernel: `make dkms-src` lays it out, then dkms.conf's MAKE[0] with DKMS's
-# variables as `dkms build` sets them.
+# The DKMS source tree, built by DKMS itself: `make dkms-src` lays it out, and
+# `dkms build` (the release's dkms package, unpacked with dpkg -x, never
+# installed: the roots stay as built) runs dkms.conf against the first suite's
+# kernel, with its own trees under the temp folder.
 suite=${suites[0]}
 root=$("$VHCA_IMAGES/distro-root.sh" "$suite")
 K=$(sed -n 's/^kernel=//p' "$root/etc/vhca-root.info")
@@ -49,21 +50,18 @@ stage=$(mktemp -d "$VHCA_CACHE/kmod-dkms.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 make -s -C "$VHCA_REPO/guest-driver/kernel" dkms-src DESTDIR="$stage/src" >&2
 ver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"$/\1/p' "$VHCA_REPO/guest-driver/kernel/dkms.conf")
-mkdir -p "$stage/tree/vhca/$ver"
-cp -a "$stage/src/usr/src/vhca-$ver" "$stage/tree/vhca/$ver/build"
-# shellcheck disable=SC2016  # expanded inside the root, as dkms does
-if vhca_chroot "$root" bash -c '
-    set -e
-    kernelver=$1 kernel_source_dir=/lib/modules/$1/build dkms_tree=$2
-    . "$dkms_tree/vhca/$3/build/dkms.conf"
-    cd "$dkms_tree/vhca/$3/build"
-    eval "${MAKE[0]} W=1"
-    test -e "${BUILT_MODULE_NAME[0]}.ko"' dkms "$K" "$stage/tree" "$ver" >"$stage/log" 2>&1 &&
-   ! grep -q 'warning:' "$stage/log"; then
+mkdir -p "$stage/tree" "$stage/dl"
+# shellcheck disable=SC2016  # expanded inside the root
+if vhca_chroot "$root" sh -ec 'cd "$1/dl"; apt-get download -q dkms' sh "$stage" >"$stage/log" 2>&1 &&
+   dpkg -x "$stage"/dl/dkms_*.deb "$stage/dkms" &&
+   vhca_chroot "$root" "$stage/dkms/usr/sbin/dkms" build -m vhca -v "$ver" -k "$K" \
+       --sourcetree "$stage/src/usr/src" --dkmstree "$stage/tree" --no-depmod >>"$stage/log" 2>&1 &&
+   ko=$(find "$stage/tree/vhca/$ver/$K" -name 'vhca.ko*' | head -1) && [ -n "$ko" ]; then
     echo "dkms $K $ver"
 else
     cat "$stage/log" >&2
-    vhca_log "the DKMS tree does not build against $K"
+    find "$stage/tree" -name make.log -exec cat {} + >&2 2>/dev/null
+    vhca_log "dkms build of the DKMS tree failed against $K"
     fail=1
 fi
 exit "$fail"
