@@ -14,8 +14,12 @@
 #   kver             the kernel release ($K, for building modules against it)
 #   contents.txt     the initramfs file list
 #
-# Usage: images/guest.sh [--rebuild]
+# Usage: images/guest.sh [--release RELEASE] [--rebuild]
 #   stdout: the guest folder (one line); progress goes to stderr.
+#   --release   trixie (default: the host tool root's kernel and userland) or
+#               bookworm (Debian 12: its 6.1 kernel, modules, rdma-core 44 and
+#               tools, staged from images/distro-root.sh's bookworm root; the
+#               same /init, issue 17)
 #
 # Adding our own files (vhca.ko, libvhca): nothing here is rebuilt for them.
 # images/run-vm.sh --overlay DIR appends DIR as one more cpio archive at boot
@@ -32,17 +36,21 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-rebuild=0
-for a in "$@"; do
-    case "$a" in
-        --rebuild) rebuild=1;;
+rebuild=0 release=trixie
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rebuild) rebuild=1; shift;;
+        --release) [ $# -ge 2 ] || vhca_die "--release needs an argument"; release=$2; shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
-        *) vhca_die "unknown argument: $a";;
+        *) vhca_die "unknown argument: $1";;
     esac
 done
 vhca_need_root
-ROOT=$(vhca_ensure_root)
-RKEY=$(vhca_root_key)
+case "$release" in
+    trixie) ROOT=$(vhca_ensure_root); RKEY=$(vhca_root_key);;
+    bookworm) ROOT=$("$VHCA_IMAGES/distro-root.sh" bookworm); RKEY=${ROOT##*/};;
+    *) vhca_die "--release: trixie or bookworm";;
+esac
 KEY=$( { cat "$0" "$VHCA_IMAGES/stage-lib.sh"; echo "$RKEY"; } | sha256sum | cut -c1-16)
 OUT="$VHCA_CACHE/guest-$KEY"
 
@@ -203,12 +211,13 @@ cp -a /etc/libibverbs.d "$S/etc/"
     [ -e "$S/$a" ] || [ -L "$S/$a" ] || ln -s /usr/bin/busybox "$S/usr/${a#usr/}"
 done
 
-# Kernel modules: the RDMA core stack (+ soft-RoCE for comparison), virtio-net and
+# Kernel modules: the RDMA core stack (+ soft-RoCE for comparison), virtio-net
+# (and virtio_pci, a module in bookworm's 6.1, built in on trixie's 6.12) and
 # netem (scripts/bench-vm-loss.sh duplicates and reorders soft-RoCE's frames with it).
 # NVMe over Fabrics (target, host, null_blk namespaces: images/workloads-tests.sh).
 # (rxe computes its ICRC with the crypto API's "crc32": modprobe cannot see that
 # dependency, so the crc32 drivers are listed by name.)
-MODS="ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm ib_ipoib rdma_rxe virtio_net sch_netem
+MODS="ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm ib_ipoib rdma_rxe virtio_net virtio_pci sch_netem
       nvmet-rdma nvme-rdma null_blk
       crc32_generic crc32_pclmul"
 MD=/lib/modules/$K

@@ -24,6 +24,12 @@ vhca_hash() { cat "$@" | sha256sum | cut -c1-16; }
 vhca_root_key() { vhca_hash "$VHCA_IMAGES/host-root.sh"; }
 vhca_root_dir() { echo "$VHCA_CACHE/root-$(vhca_root_key)"; }
 
+# A root of another Debian release (bookworm, sid: images/distro-root.sh),
+# keyed by that script and the suite, so host-root.sh's key never moves.
+vhca_distro_root_dir() {
+    echo "$VHCA_CACHE/distro-$1-$( (cat "$VHCA_IMAGES/distro-root.sh"; echo "$1") | sha256sum | cut -c1-16)"
+}
+
 # Make sure the root exists (builds it on first use) and print its path.
 vhca_ensure_root() {
     local r; r=$(vhca_root_dir)
@@ -91,11 +97,12 @@ vhca_build_vhca() {
     echo "$target/release/vhca"
 }
 
-# vhca.ko for guest kernel release $1, built in a copy keyed by its sources and
-# the release (the checkout stays clean, an unchanged driver is not rebuilt);
-# prints its path. W=1, and a warning fails the build.
+# vhca.ko for guest kernel release $1, built inside root $2 (default: the
+# host tool root; images/distro-root.sh makes bookworm's and sid's) in a copy
+# keyed by its sources and the release (the checkout stays clean, an unchanged
+# driver is not rebuilt); prints its path. W=1, and a warning fails the build.
 vhca_build_module() {
-    local K=$1 kdir="$VHCA_REPO/guest-driver/kernel" key dir tmp
+    local K=$1 root=${2:-} kdir="$VHCA_REPO/guest-driver/kernel" key dir tmp
     key=$( (cat "$kdir"/*.[ch] "$kdir/Kbuild" "$VHCA_REPO/guest-driver/include/vhca_abi.h"; echo "$K") |
         sha256sum | cut -c1-16)
     dir="$VHCA_CACHE/kmod-$key"
@@ -105,11 +112,13 @@ vhca_build_module() {
         mkdir -p "$tmp/src/kernel" "$tmp/src/include"
         cp "$kdir"/*.[ch] "$kdir/Kbuild" "$tmp/src/kernel/"
         cp "$VHCA_REPO/guest-driver/include/vhca_abi.h" "$tmp/src/include/"
-        "$VHCA_IMAGES/in-root.sh" make -s -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 \
-            >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed"; }
+        local run=("$VHCA_IMAGES/in-root.sh")
+        [ -z "$root" ] || run=(vhca_chroot "$root")
+        "${run[@]}" make -s -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 \
+            >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed ($K)"; }
         if grep -q 'warning:' "$tmp/build.log"; then
             cat "$tmp/build.log" >&2
-            vhca_die "warnings building vhca.ko"
+            vhca_die "warnings building vhca.ko ($K)"
         fi
         mv "$tmp/src/kernel/vhca.ko" "$tmp/vhca.ko"
         rm -rf "$tmp/src" "$dir"

@@ -48,6 +48,8 @@
 #                       reboot, -no-reboot); the guest then boots again and runs
 #                       COMMAND again, until the timeout or a kill
 #   --keep              keep the run dir ($VHCA_CACHE/run/vm.*) afterwards
+#   --release RELEASE   the guest's Debian release: trixie (default, 6.12) or
+#                       bookworm (6.1 and its own modules; images/guest.sh)
 #
 # Exit status: the guest command's status (from the marker line
 # "VHCA-EXIT-<token>=<status>" that the guest's /init prints); 124 if the
@@ -65,7 +67,7 @@ set -euo pipefail
 
 sockets=() overlays=() qemu_extra=() script='' cmd=''
 net='' tap='' vhost_net='' netns='' ip='' mac='' name=vhca-guest timeout=300 log='' quiet=0 mem=1G smp=1
-append='' qmp='' verbose=0 shell=0 keep=0 root_port=0 reboot=0
+append='' qmp='' verbose=0 shell=0 keep=0 root_port=0 reboot=0 release=trixie
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -92,6 +94,7 @@ while [ $# -gt 0 ]; do
         --shell) shell=1; shift;;
         --keep) keep=1; shift;;
         --reboot) reboot=1; shift;;
+        --release) need "$@"; release=$2; shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
         -*) vhca_die "unknown option $1 (try --help)";;
@@ -108,7 +111,7 @@ for n in "$net" "$tap" "$vhost_net"; do [ -z "$n" ] || nics=$((nics + 1)); done
 
 vhca_need_root
 ROOT=$(vhca_ensure_root)
-GUEST=$("$VHCA_IMAGES/guest.sh")
+GUEST=$("$VHCA_IMAGES/guest.sh" --release "$release")
 touch "$GUEST/.vhca-guest-complete"
 
 RUN=$(mktemp -d "$VHCA_RUN/vm.XXXXXX")

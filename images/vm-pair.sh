@@ -39,6 +39,14 @@
 #                     (grep -E; default: what ibv_*_pingpong and perftest
 #                     servers print just before they listen: 'local address:|
 #                     Waiting for client'); '' = once A's /init is ready
+#   --release R       both guests run Debian release R: trixie (default, 6.12)
+#                     or bookworm (6.1, its own modules and rdma-core 44;
+#                     vhca.ko built against its headers in its root, the
+#                     provider from its package: --provider-deb is implied)
+#   --provider-deb    install libvhca from the Debian package
+#                     (guest-driver/provider/package.sh --release R) with the
+#                     guest's busybox dpkg (the guests have no apt), instead
+#                     of copying build.sh's library into the overlay
 #
 # Exit status: 0 if both commands exit 0; else the server's status if it
 # failed, else the client's; 124 on a guest timeout (as run-vm.sh).
@@ -50,7 +58,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0
-ready='local address:|Waiting for client'
+ready='local address:|Waiting for client' release=trixie provider_deb=0
 vhca_args=() extra_ov=()
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
@@ -63,6 +71,8 @@ while [ $# -gt 0 ]; do
         --verbose) verbose=1; shift;;
         --client-reboot) client_reboot=1; shift;;
         --ready) need "$@"; ready=$2; shift 2;;
+        --release) need "$@"; release=$2; shift 2;;
+        --provider-deb) provider_deb=1; shift;;
         --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
@@ -76,15 +86,24 @@ vhca_need_root
 
 # --- builds ------------------------------------------------------------------
 "$VHCA_IMAGES/host-root.sh" >/dev/null
-GUEST=$("$VHCA_IMAGES/guest.sh")
+case "$release" in
+    trixie) kroot='';;
+    bookworm) kroot=$("$VHCA_IMAGES/distro-root.sh" bookworm); provider_deb=1;;
+    *) vhca_die "--release: trixie or bookworm";;
+esac
+GUEST=$("$VHCA_IMAGES/guest.sh" --release "$release")
 K=$(cat "$GUEST/kver")
 
 [ -n "$bin" ] || bin=$(vhca_build_vhca)
 [ -x "$bin" ] || vhca_die "no vhca binary at $bin"
 
-KO=$(vhca_build_module "$K")
-PROV=$("$VHCA_REPO/guest-driver/provider/build.sh")
-SO=$(ls "$PROV"/libvhca-rdmav*.so)
+KO=$(vhca_build_module "$K" "$kroot")
+if [ "$provider_deb" = 1 ]; then
+    DEB=$("$VHCA_REPO/guest-driver/provider/package.sh" --release "$release")
+else
+    PROV=$("$VHCA_REPO/guest-driver/provider/build.sh")
+    SO=$(ls "$PROV"/libvhca-rdmav*.so)
+fi
 
 # --- run folder, fabric, overlay ---------------------------------------------
 mkdir -p "$VHCA_RUN"
@@ -116,8 +135,25 @@ rm -rf "$ov"
 mkdir -p "$ov/lib/modules/$K/extra" "$ov/usr/lib/x86_64-linux-gnu/libibverbs" \
     "$ov/etc/libibverbs.d" "$ov/etc/vhca-init.d"
 cp "$KO" "$ov/lib/modules/$K/extra/vhca.ko"
-cp "$SO" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
-cp "$PROV/vhca.driver" "$ov/etc/libibverbs.d/vhca.driver"
+if [ "$provider_deb" = 1 ]; then
+    # The package, installed by the guest's busybox dpkg before the vhca hook.
+    # Its dependency (the guest's libibverbs1) is in the image, not in a dpkg
+    # database the guest does not have: hence -F depends.
+    mkdir -p "$ov/root" "$ov/var/lib/dpkg/info"
+    : >"$ov/var/lib/dpkg/status"
+    cp "$DEB" "$ov/root/"
+    cat >"$ov/etc/vhca-init.d/40-provider-deb.sh" <<'EOF'
+# vm-pair.sh --provider-deb: install libvhca's package.
+if dpkg -i -F depends /root/ibverbs-provider-vhca_*.deb >/tmp/dpkg.log 2>&1; then
+    echo "vhca-hook: installed $(basename /root/ibverbs-provider-vhca_*.deb)"
+else
+    echo "vhca-hook: dpkg -i failed:"; cat /tmp/dpkg.log
+fi
+EOF
+else
+    cp "$SO" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
+    cp "$PROV/vhca.driver" "$ov/etc/libibverbs.d/vhca.driver"
+fi
 cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
 # vm-pair.sh: load the RDMA core, user verbs and vhca; wait for the port.
 modprobe -a ib_core ib_uverbs vhca || echo "vhca-hook: modprobe failed"
@@ -157,7 +193,7 @@ for _ in $(seq 100); do [ -S "$sock_a" ] && [ -S "$sock_b" ] && break; sleep 0.1
 [ -S "$sock_a" ] && [ -S "$sock_b" ] || vhca_die "vhca did not create its sockets (logs: $out/vhca-*.log)"
 
 # --- guests ------------------------------------------------------------------
-vm_opts=(--quiet --timeout "$timeout" --overlay "$ov" "${extra_ov[@]}")
+vm_opts=(--quiet --release "$release" --timeout "$timeout" --overlay "$ov" "${extra_ov[@]}")
 [ "$verbose" = 1 ] && vm_opts+=(--verbose)
 b_opts=()
 [ "$client_reboot" = 1 ] && b_opts+=(--reboot)

@@ -2,7 +2,9 @@
 # images/vm-tests.sh — the VM tier of the test suite: rdma-core's and perftest's
 # tools between two TCG guests, each with its own vhca device (images/vm-pair.sh).
 #
-# Usage: images/vm-tests.sh [--keep-going] [--out DIR] [-- VM_PAIR_OPTION...]
+# Usage: images/vm-tests.sh [--keep-going] [--out DIR] [--only REGEX] [-- VM_PAIR_OPTION...]
+#   --only REGEX   run only the tools whose name matches ^(REGEX)$ (grep -E),
+#                  e.g. 'rc_pingpong|ud_pingpong' (images/distro-tests.sh)
 #
 # One vm-pair.sh boot runs every tool pair in sequence: guest A runs the
 # servers (each on its own TCP port, under `timeout`), guest B the clients
@@ -28,10 +30,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . images/lib.sh
 
-out='' pair_opts=()
+out='' pair_opts=() only=''
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) out=$2; shift 2;;
+        --only) only=$2; shift 2;;
         -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; pair_opts+=("$@"); break;;
         *) vhca_die "unknown argument $1 (try --help)";;
@@ -61,6 +64,9 @@ ib_write_lat|ib_write_lat $P
 ib_read_lat|ib_read_lat $P
 ib_send_bw_UD|ib_send_bw $P -c UD -s 1024
 ib_write_bw_UC|ib_write_bw $P -c UC"
+if [ -n "$only" ]; then
+    tests=$(printf '%s\n' "$tests" | grep -E "^($only)\|") || vhca_die "--only $only matches no tool"
+fi
 
 ov=$(mktemp -d /tmp/vm-tests-ov.XXXXXX)
 trap 'rm -rf "$ov"' EXIT

@@ -20,6 +20,9 @@ scripts/fuzz.sh --seconds 15
 echo "== VM: the device under a real QEMU (host root and guest are cached in /var/cache/vhca)"
 images/device-smoke.sh
 images/vm-tests.sh
+# Other guest kernels and rdma-core releases (issue 17): vhca.ko against 6.1,
+# 6.12 and sid's headers, the provider packages, pingpongs on 6.1 and 6.12.
+images/distro-tests.sh
 images/roce-tests.sh
 images/vm-reload.sh
 images/vm-reboot.sh

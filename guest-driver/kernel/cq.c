@@ -70,9 +70,9 @@ void vhca_cq_event(struct vhca_dev *dev, u32 cqn, u8 kind)
 }
 
 int vhca_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		   struct uverbs_attr_bundle *attrs)
+		   vhca_cq_attrs *attrs)
 {
-	struct ib_udata *udata = attrs ? &attrs->driver_udata : NULL;
+	struct ib_udata *udata = vhca_cq_udata(attrs);
 	struct vhca_dev *dev = to_vdev(ibcq->device);
 	struct vhca_cq *cq = to_vcq(ibcq);
 	struct vhca_create_cq_in in = {};
@@ -211,7 +211,8 @@ int vhca_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	return 0;
 }
 
-int vhca_resize_cq(struct ib_cq *ibcq, int entries, struct ib_udata *udata)
+int vhca_resize_cq(struct ib_cq *ibcq, vhca_cqe_count entries,
+		   struct ib_udata *udata)
 {
 	struct vhca_dev *dev = to_vdev(ibcq->device);
 	struct vhca_cq *cq = to_vcq(ibcq);

@@ -185,6 +185,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.add_gid = vhca_add_gid,
 	.create_ah = vhca_create_ah,
 	.create_cq = vhca_create_cq,
+	VHCA_CREATE_USER_CQ_OP(vhca_create_cq)
 	.create_qp = vhca_create_qp,
 	.create_srq = vhca_create_srq,
 	.create_user_ah = vhca_create_ah,
@@ -222,7 +223,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.reg_user_mr = vhca_reg_user_mr,
 	.rereg_user_mr = vhca_rereg_user_mr,
 	.req_notify_cq = vhca_req_notify_cq,
-	.resize_cq = vhca_resize_cq,
+	.VHCA_RESIZE_CQ_OP = vhca_resize_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, vhca_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, vhca_cq, ibcq),

@@ -58,7 +58,8 @@ struct ib_mr *vhca_get_dma_mr(struct ib_pd *pd, int access)
 }
 
 struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
-			       u64 virt, int access, struct ib_udata *udata)
+			       u64 virt, int access, VHCA_REG_MR_DMAH
+			       struct ib_udata *udata)
 {
 	struct vhca_dev *dev = to_vdev(pd->device);
 	struct vhca_reg_mr_in in = {

@@ -55,7 +55,7 @@ static void vhca_roce_pair(struct vhca_dev *dev, struct net_device *ndev)
 			netdev_name(ndev), ret);
 		return;
 	}
-	dev->ndev = ndev;
+	WRITE_ONCE(dev->ndev, ndev);	/* compat.h: read without RTNL before 6.12 */
 	dev_info(&dev->pdev->dev, "RoCE port paired with %s (%pM)\n",
 		 netdev_name(ndev), dev->mac);
 	vhca_roce_link_event(dev, ndev);
@@ -76,7 +76,7 @@ static void vhca_roce_unpair(struct vhca_dev *dev)
 		dev_info(&dev->pdev->dev, "RoCE port: %s went away\n",
 			 netdev_name(dev->ndev));
 	ib_device_set_netdev(&dev->ibdev, NULL, VHCA_PORT);
-	dev->ndev = NULL;
+	WRITE_ONCE(dev->ndev, NULL);
 	vhca_roce_link_event(dev, NULL);
 }
 

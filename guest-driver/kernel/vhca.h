@@ -24,6 +24,7 @@
 #include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
 
+#include "compat.h"
 #include "vhca_abi.h"
 #include "vhca-abi-user.h"
 
@@ -450,11 +451,12 @@ int vhca_del_gid(const struct ib_gid_attr *attr, void **context);
 
 /* cq.c */
 int vhca_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		   struct uverbs_attr_bundle *attrs);
+		   vhca_cq_attrs *attrs);
 int vhca_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int vhca_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int vhca_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
-int vhca_resize_cq(struct ib_cq *ibcq, int entries, struct ib_udata *udata);
+int vhca_resize_cq(struct ib_cq *ibcq, vhca_cqe_count entries,
+		   struct ib_udata *udata);
 void vhca_cq_clean(struct vhca_cq *cq, u32 qpn, struct vhca_srq *srq);
 void vhca_cq_event(struct vhca_dev *dev, u32 cqn, u8 kind);
 
@@ -491,7 +493,8 @@ void vhca_srq_event(struct vhca_dev *dev, u32 srqn, u8 kind);
 /* mr.c */
 struct ib_mr *vhca_get_dma_mr(struct ib_pd *pd, int access);
 struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
-			       u64 virt, int access, struct ib_udata *udata);
+			       u64 virt, int access, VHCA_REG_MR_DMAH
+			       struct ib_udata *udata);
 int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 struct ib_mr *vhca_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 				 u64 length, u64 virt, int access,

@@ -365,6 +365,7 @@ static bool vhca_opcode_ok(struct vhca_context *ctx, uint8_t type,
 			(VHCA_DEV_CAP_MW_TYPE1 | VHCA_DEV_CAP_MW_TYPE2));
 	case IBV_WR_LOCAL_INV:
 		return ctx->cap_flags & VHCA_DEV_CAP_MW_TYPE2;
+#if VHCA_HAVE_IBV_MPE
 	/* IBA 1.5 Memory Placement Extensions: RC only (extended QP API). */
 	case IBV_WR_FLUSH:
 		return type == VHCA_QPT_RC &&
@@ -372,6 +373,7 @@ static bool vhca_opcode_ok(struct vhca_context *ctx, uint8_t type,
 	case IBV_WR_ATOMIC_WRITE:
 		return type == VHCA_QPT_RC &&
 		       (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC_WRITE);
+#endif
 	default:
 		return false;
 	}
@@ -520,6 +522,7 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 		off += sizeof(*r);
 		break;
 	}
+#if VHCA_HAVE_IBV_MPE
 	case IBV_WR_FLUSH:
 	case IBV_WR_ATOMIC_WRITE: {
 		/*
@@ -534,6 +537,7 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 		ctrl->len = 0;
 		return 0;
 	}
+#endif
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
 		off += vhca_write_atomic_segs(w + off, wr, wr->wr.atomic.swap);
@@ -894,6 +898,7 @@ static void vhca_wr_atomic_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey,
 	vhca_wr_atomic(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr, add, 0);
 }
 
+#if VHCA_HAVE_IBV_MPE
 /* RDMA FLUSH: len in compare_add, type | level << 4 (FETH) in swap. */
 static void vhca_wr_flush(struct ibv_qp_ex *qpx, uint32_t rkey,
 			  uint64_t addr, size_t len, uint8_t type,
@@ -920,6 +925,7 @@ static void vhca_wr_atomic_write(struct ibv_qp_ex *qpx, uint32_t rkey,
 	wr->wr.atomic.remote_addr = addr;
 	memcpy(&wr->wr.atomic.compare_add, atomic_wr, 8);
 }
+#endif
 
 static void vhca_wr_set_ud_addr(struct ibv_qp_ex *qpx, struct ibv_ah *ah,
 				uint32_t remote_qpn, uint32_t remote_qkey)
@@ -1032,10 +1038,12 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 				      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 			if (ctx->cap_flags & VHCA_DEV_CAP_SEND_WITH_INV)
 				ok |= IBV_QP_EX_WITH_SEND_WITH_INV;
+#if VHCA_HAVE_IBV_MPE
 			if (ctx->cap_flags & VHCA_DEV_CAP_FLUSH_GLOBAL)
 				ok |= IBV_QP_EX_WITH_FLUSH;
 			if (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC_WRITE)
 				ok |= IBV_QP_EX_WITH_ATOMIC_WRITE;
+#endif
 		}
 		if (type != VHCA_QPT_UD &&
 		    (ctx->cap_flags & (VHCA_DEV_CAP_MW_TYPE1 |
@@ -1086,8 +1094,10 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 	qpx->wr_rdma_read = vhca_wr_rdma_read;
 	qpx->wr_atomic_cmp_swp = vhca_wr_atomic_cmp_swp;
 	qpx->wr_atomic_fetch_add = vhca_wr_atomic_fetch_add;
+#if VHCA_HAVE_IBV_MPE
 	qpx->wr_flush = vhca_wr_flush;
 	qpx->wr_atomic_write = vhca_wr_atomic_write;
+#endif
 	qpx->wr_set_ud_addr = vhca_wr_set_ud_addr;
 	qpx->wr_set_sge = vhca_wr_set_sge;
 	qpx->wr_set_sge_list = vhca_wr_set_sge_list;

@@ -24,6 +24,7 @@
 #include <util/mmio.h>
 #include <util/udma_barrier.h>
 
+#include "compat.h"
 #include "vhca_abi.h"
 #include "vhca-abi.h"
 
