@@ -81,7 +81,26 @@ fn recvs_of(cqes: &[Cqe], q: QpH) -> Vec<Cqe> {
 /// dropped (no attached QP, C9-58).
 #[test]
 fn pv_07_ad_08_multicast_to_two_nodes_and_loopback_and_detach_stops_it() {
-    let v = Vhca::spawn(Options::nodes(3));
+    three_nodes(Options::nodes(3));
+}
+
+/// PV-07 with a fabric key (ARCHITECTURE.md §9): each copy of a multicast
+/// datagram carries the sender's tag and number, and every receiver's
+/// replay window (per sender) takes it once; the loopback copy too.
+#[test]
+fn pv_07_multicast_with_a_fabric_key() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let key = dir.path().join("fabric.key");
+    std::fs::write(&key, "5a".repeat(32) + "\n").expect("write the key file");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod 600");
+    let mut opts = Options::nodes(3);
+    opts.extra_args = vec!["--fabric-key-file".into(), key.display().to_string()];
+    three_nodes(opts);
+}
+
+fn three_nodes(opts: Options) {
+    let v = Vhca::spawn(opts);
     let mut n: Vec<Node> = (0..3).map(|i| Node::connect(&v, i)).collect();
     let o = ConnOpts::default();
     let attr = n[0].hca.query_device().expect("QUERY_DEVICE");
