@@ -693,3 +693,40 @@ fn pv_04_rc_pair_with_grh_paths_works_end_to_end() {
         .sum();
     assert_eq!(total, 0);
 }
+
+/// PV-04 (C9-43, C9-46): a UD QP checks neither whether a GRH is there nor,
+/// for a unicast packet, its GIDs: a SEND with a GRH to any unicast DGID and
+/// one without both arrive.
+#[test]
+fn pv_04_ud_unicast_grh_is_not_checked() {
+    let mut net = Net::new(2, 1 << 20, 14);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let (s, _) = ud_qp(&mut net, 0);
+    let (r, cq_r) = ud_qp(&mut net, 1);
+    post_recvs(&mut net, 1, r, kb, 2);
+    let mut elsewhere = net.nodes[1].engine.port().gid();
+    elsewhere[..8].copy_from_slice(&0x2001_0db8_0000_0000u64.to_be_bytes());
+    for (id, grh) in [(1, Some(elsewhere)), (2, None)] {
+        let mut w = send_wr(id, WrOpcode::Send, sge(MEM_BASE, 8, ka));
+        w.ud = Some(UdDest {
+            av: AddressVector {
+                dlid: 2,
+                grh: grh.map(|dgid| GlobalRoute {
+                    dgid,
+                    hop_limit: 1,
+                    ..GlobalRoute::default()
+                }),
+                ..AddressVector::default()
+            },
+            remote_qpn: r,
+            remote_qkey: QKEY,
+        });
+        net.nodes[0].engine.post_send(s, w).unwrap();
+    }
+    settle(&mut net);
+    let got = recvs(&mut net, 1, cq_r);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_ne!(got[0].flags.0 & WcFlags::GRH.0, 0);
+    assert_eq!(got[1].flags.0 & WcFlags::GRH.0, 0);
+}
