@@ -18,7 +18,10 @@
 #
 # Tools: ibv_{rc,uc,ud,srq}_pingpong -c, each with and without -e; over RC
 # ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat
-# ib_read_lat; ib_send_bw -c UD; ib_write_bw -c UC.
+# ib_read_lat; ib_send_bw -c UD; ib_write_bw -c UC; UD multicast (AD-08,
+# PV-07: images/vt/ud-mcast.c, built in the tool root: two QPs of guest A
+# attached to a group and one not, guest B's SENDs to the group reach the
+# attached two, and after a detach only the other one; no subnet manager).
 #
 # Prints one "PASS name" / "FAIL name" line per tool; exit 0 iff all pass.
 # The guests' consoles and the vhca logs stay in --out (default: a new
@@ -63,15 +66,22 @@ ib_send_lat|ib_send_lat $P
 ib_write_lat|ib_write_lat $P
 ib_read_lat|ib_read_lat $P
 ib_send_bw_UD|ib_send_bw $P -c UD -s 1024
-ib_write_bw_UC|ib_write_bw $P -c UC"
+ib_write_bw_UC|ib_write_bw $P -c UC
+ud_mcast|vhca-ud-mcast $D -n 20"
 if [ -n "$only" ]; then
     tests=$(printf '%s\n' "$tests" | grep -E "^($only)\|") || vhca_die "--only $only matches no tool"
 fi
 
 ov=$(mktemp -d /tmp/vm-tests-ov.XXXXXX)
 trap 'rm -rf "$ov"' EXIT
-mkdir -p "$ov/usr/share/vhca-tests"
+mkdir -p "$ov/usr/share/vhca-tests" "$ov/usr/bin"
 printf '%s\n' "$tests" >"$ov/usr/share/vhca-tests/list"
+# The multicast check, built with the tool root's compiler and libibverbs
+# (the guest's are the same trixie packages).
+"$VHCA_IMAGES/host-root.sh" >/dev/null
+VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
+    -o "$ov/usr/bin/vhca-ud-mcast" "$VHCA_REPO/images/vt/ud-mcast.c" -libverbs ||
+    vhca_die "building images/vt/ud-mcast.c failed"
 
 cat >"$ov/usr/share/vhca-tests/server.sh" <<'EOF'
 #!/bin/sh

@@ -35,6 +35,11 @@ pub struct Caps {
     pub max_rd_atomic: u32,
     /// Most pages of a fast-registration MR (MP-08).
     pub max_fast_reg_pages: u32,
+    /// Multicast groups, QPs per group and attachments in all (AD-08): the
+    /// engine's bounds, which ATTACH_MCAST enforces.
+    pub max_mcast_grp: u32,
+    pub max_mcast_qp_attach: u32,
+    pub max_total_mcast_qp_attach: u32,
     /// `VHCA_DEV_CAP_*`.
     pub flags: u32,
 }
@@ -74,6 +79,9 @@ impl Caps {
             max_srq_wr: l.max_qp_wr,
             max_rd_atomic: u32::from(l.max_rd_atomic),
             max_fast_reg_pages: transport::mr::MAX_FAST_REG_PAGES,
+            max_mcast_grp: n(l.max_mcast_grp),
+            max_mcast_qp_attach: n(l.max_mcast_qp_attach),
+            max_total_mcast_qp_attach: n(l.max_total_mcast_qp_attach),
             flags: dev_cap::RC
                 | dev_cap::UC
                 | dev_cap::UD

@@ -2276,6 +2276,8 @@ struct Live {
     keys: Vec<u32>,
     /// Memory window R_Keys (MP-06, MP-07).
     mws: Vec<u32>,
+    /// QPs a successful ATTACH_MCAST named (AD-08).
+    attached: Vec<u32>,
 }
 
 impl Live {
@@ -2299,6 +2301,7 @@ impl Live {
             Opcode::CreateQp => self.qps.push(n),
             Opcode::RegMr => self.keys.push(n),
             Opcode::AllocMw => self.mws.push(n),
+            Opcode::AttachMcast => self.attached.push(n),
             _ => {}
         }
     }
@@ -2313,6 +2316,7 @@ impl Live {
         self.cqs.retain(|n| hca.cqs.contains_key(n));
         self.srqs.retain(|n| hca.srqs.contains_key(n));
         self.qps.retain(|n| hca.qps.contains_key(n));
+        self.attached.retain(|n| hca.qps.contains_key(n));
     }
 }
 
@@ -2552,6 +2556,33 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
         Opcode::DeallocMw => bytes(&DeallocMwIn {
             rkey: pick(r, &live.mws),
         }),
+        Opcode::AttachMcast | Opcode::DetachMcast => {
+            // Mostly one group; a detach names a QP attached to it (QPs do
+            // not live long here), so that detaches find attachments.
+            let mut gid = [0u8; 16];
+            gid[0] = 0xff;
+            let (qpn, mlid) = if op == Opcode::DetachMcast && !live.attached.is_empty() {
+                (
+                    live.attached[r.below(live.attached.len() as u64) as usize],
+                    0xc000,
+                )
+            } else {
+                gid[0] = if r.chance(90) { 0xff } else { r.next() as u8 };
+                gid[15] = (r.below(16) == 0) as u8;
+                let mlid = if r.chance(90) {
+                    0xc000
+                } else {
+                    r.next() as u16
+                };
+                (pick(r, &live.qps), mlid)
+            };
+            bytes(&device::abi::cmd::McastIn {
+                qpn,
+                mlid,
+                rsvd: 0,
+                gid,
+            })
+        }
     }
 }
 

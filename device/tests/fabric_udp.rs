@@ -126,8 +126,7 @@ fn udp_link_section6_unknown_dlid_is_a_counted_drop() {
     let dir = tempfile::tempdir().unwrap();
     let (mut a, mut b, _fabric) = common::udp_pair(dir.path());
     a.send(T0, &ud_packet(1, 7, 0, b"nobody")).unwrap();
-    a.send(T0, &ud_packet(1, 0xc001, 0, b"multicast")).unwrap();
-    assert_eq!(a.counters().drop_tx_unknown_dlid, 2);
+    assert_eq!(a.counters().drop_tx_unknown_dlid, 1);
     assert_eq!(a.counters().tx_packets, 0);
     // Packets too short or too long to be native packets are not sent either.
     a.send(T0, &[0u8; MIN_PACKET_LEN - 1]).unwrap();
@@ -135,6 +134,34 @@ fn udp_link_section6_unknown_dlid_is_a_counted_drop() {
     assert_eq!(a.counters().drop_tx_short, 1);
     assert_eq!(a.counters().drop_tx_oversized, 1);
     assert!(drain(&mut b, T0).is_empty());
+}
+
+/// PV-07 (ARCHITECTURE.md §6): a packet to a multicast DLID goes to every
+/// other node of the fabric file and loops back to the sender's own engine,
+/// batched or not; the receivers' engines keep it for attached QPs only.
+#[test]
+fn udp_link_pv_07_multicast_goes_to_every_node_and_loops_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b, _fabric) = common::udp_pair(dir.path());
+    let one = ud_packet(1, 0xc001, 1, b"multicast");
+    a.send(T0, &one).unwrap();
+    a.begin_sends();
+    let two = ud_packet(1, 0xfffe, 2, b"batched");
+    a.send(T0, &two).unwrap();
+    a.end_sends().unwrap();
+    assert_eq!(drain(&mut b, T0), vec![one.clone(), two.clone()]);
+    assert_eq!(drain(&mut a, T0), vec![one, two], "looped back");
+    let c = a.counters();
+    assert_eq!(
+        (
+            c.tx_multicast,
+            c.tx_packets,
+            c.loopback_packets,
+            c.drop_tx_unknown_dlid
+        ),
+        (2, 2, 2, 0),
+        "{c:?}"
+    );
 }
 
 #[test]

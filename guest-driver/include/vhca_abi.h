@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 3.0.
+ * vhca_abi.h: the vhca device ABI, version 3.1.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -63,9 +63,10 @@ typedef uint64_t __u64;
  * vector grew a destination MAC, WF-10). Major 3: the doorbell summary (slots
  * start at 16; a producer index needs its summary bit) and fast-registration
  * MRs (MP-08: REG_MR's FAST flag, the REG_MR WQE, DeviceAttr's
- * max_fast_reg_pages).
+ * max_fast_reg_pages). Minor 1: UD multicast (ATTACH_MCAST, DETACH_MCAST,
+ * DeviceAttr's max_mcast_*; AD-08).
  */
-#define VHCA_ABI_VERSION             0x00030000U
+#define VHCA_ABI_VERSION             0x00030001U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -1088,6 +1089,21 @@ enum vhca_opcode {
 	VHCA_CMD_ALLOC_MW = 0x0058,
 	/* Deallocate a memory window (bound or not). */
 	VHCA_CMD_DEALLOC_MW = 0x0059,
+	/*
+	 * Attach a UD QP to a multicast group (AD-08): from then on the group's
+	 * packets (DestQP 0xFFFFFF, GRH with the MGID) reach it. Attaching twice is
+	 * no error. BAD_PARAM for a QP that is not UD, a GID that is not multicast,
+	 * a LID outside 0xC000..=0xFFFE on InfiniBand or another LID than the
+	 * group's; NO_RESOURCES past QUERY_DEVICE's max_mcast_grp,
+	 * max_mcast_qp_attach or max_total_mcast_qp_attach. Destroying a QP detaches
+	 * it.
+	 */
+	VHCA_CMD_ATTACH_MCAST = 0x0070,
+	/*
+	 * Detach a QP from a multicast group (AD-08); BAD_PARAM when it was not
+	 * attached.
+	 */
+	VHCA_CMD_DETACH_MCAST = 0x0071,
 };
 
 /* Page-list (`struct vhca_pbl`) constants. */
@@ -1374,8 +1390,15 @@ struct vhca_device_attr {
 	 */
 	__u32 max_fast_reg_pages;
 	__u32 rsvd2;
+	/* Multicast groups the port's QPs may join (AD-08; ABI 3.1). */
+	__u32 max_mcast_grp;
+	/* QPs attached to one multicast group. */
+	__u32 max_mcast_qp_attach;
+	/* Multicast attachments over all groups. */
+	__u32 max_total_mcast_qp_attach;
+	__u32 rsvd3;
 };
-_Static_assert(sizeof(struct vhca_device_attr) == 144, "vhca_device_attr: size");
+_Static_assert(sizeof(struct vhca_device_attr) == 160, "vhca_device_attr: size");
 _Static_assert(offsetof(struct vhca_device_attr, fw_ver) == 0, "vhca_device_attr.fw_ver");
 _Static_assert(offsetof(struct vhca_device_attr, node_guid) == 8, "vhca_device_attr.node_guid");
 _Static_assert(offsetof(struct vhca_device_attr, sys_image_guid) == 16, "vhca_device_attr.sys_image_guid");
@@ -1411,6 +1434,10 @@ _Static_assert(offsetof(struct vhca_device_attr, atomic_cap) == 134, "vhca_devic
 _Static_assert(offsetof(struct vhca_device_attr, rsvd) == 135, "vhca_device_attr.rsvd");
 _Static_assert(offsetof(struct vhca_device_attr, max_fast_reg_pages) == 136, "vhca_device_attr.max_fast_reg_pages");
 _Static_assert(offsetof(struct vhca_device_attr, rsvd2) == 140, "vhca_device_attr.rsvd2");
+_Static_assert(offsetof(struct vhca_device_attr, max_mcast_grp) == 144, "vhca_device_attr.max_mcast_grp");
+_Static_assert(offsetof(struct vhca_device_attr, max_mcast_qp_attach) == 148, "vhca_device_attr.max_mcast_qp_attach");
+_Static_assert(offsetof(struct vhca_device_attr, max_total_mcast_qp_attach) == 152, "vhca_device_attr.max_total_mcast_qp_attach");
+_Static_assert(offsetof(struct vhca_device_attr, rsvd3) == 156, "vhca_device_attr.rsvd3");
 
 /* QUERY_PORT input. */
 struct vhca_query_port_in {
@@ -1979,6 +2006,27 @@ _Static_assert(sizeof(struct vhca_dealloc_mw_in) == 4, "vhca_dealloc_mw_in: size
 _Static_assert(offsetof(struct vhca_dealloc_mw_in, rkey) == 0, "vhca_dealloc_mw_in.rkey");
 
 /*
+ * ATTACH_MCAST and DETACH_MCAST input (`ibv_attach_mcast`): a UD QP and a
+ * multicast group. On an InfiniBand port `mlid` is the group's multicast LID
+ * (0xC000..=0xFFFE) and its packets must carry it; on a RoCE port it is zero
+ * and `gid` is an IPv6 multicast address or an IPv4-mapped IPv4 multicast
+ * address.
+ */
+struct vhca_mcast_in {
+	__u32 qpn;
+	__u16 mlid;
+	/* Zero. */
+	__u16 rsvd;
+	/* The group's multicast GID (MGID), network order. */
+	__u8 gid[16];
+};
+_Static_assert(sizeof(struct vhca_mcast_in) == 24, "vhca_mcast_in: size");
+_Static_assert(offsetof(struct vhca_mcast_in, qpn) == 0, "vhca_mcast_in.qpn");
+_Static_assert(offsetof(struct vhca_mcast_in, mlid) == 4, "vhca_mcast_in.mlid");
+_Static_assert(offsetof(struct vhca_mcast_in, rsvd) == 6, "vhca_mcast_in.rsvd");
+_Static_assert(offsetof(struct vhca_mcast_in, gid) == 8, "vhca_mcast_in.gid");
+
+/*
  * Commands: opcode, input, output.
  * VHCA_CMD_NOP: in -; out -.
  * VHCA_CMD_QUERY_DEVICE: in -; out struct vhca_device_attr (mailbox).
@@ -2019,6 +2067,8 @@ _Static_assert(offsetof(struct vhca_dealloc_mw_in, rkey) == 0, "vhca_dealloc_mw_
  * VHCA_CMD_ALLOC_MW: in struct vhca_alloc_mw_in (inline); out struct
  *     vhca_alloc_mw_out (inline).
  * VHCA_CMD_DEALLOC_MW: in struct vhca_dealloc_mw_in (inline); out -.
+ * VHCA_CMD_ATTACH_MCAST: in struct vhca_mcast_in (inline); out -.
+ * VHCA_CMD_DETACH_MCAST: in struct vhca_mcast_in (inline); out -.
  */
 #define VHCA_CMD_IN_MAILBOX(type) (sizeof(type) > VHCA_CMD_INLINE_SIZE)
 
@@ -2774,8 +2824,10 @@ enum vhca_counter_set {
 	"probe_go_backs", \
 	"spurious_probes", \
 	"resent_packets", \
-	"recovery_stall_us"
-#define VHCA_COUNTERS_PORT_COUNT 19
+	"recovery_stall_us", \
+	"mcast_rx_copies", \
+	"mcast_own_skipped"
+#define VHCA_COUNTERS_PORT_COUNT 21
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \
@@ -2816,8 +2868,12 @@ enum vhca_counter_set {
 	"bad_dmac", \
 	"bad_gid", \
 	"response_queue_full", \
-	"spoofed_slid"
-#define VHCA_COUNTERS_RX_DROP_COUNT 20
+	"spoofed_slid", \
+	"mcast_no_grh", \
+	"mcast_bad_dgid", \
+	"grh_mismatch", \
+	"bad_grh_gid"
+#define VHCA_COUNTERS_RX_DROP_COUNT 24
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \

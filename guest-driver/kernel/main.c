@@ -183,6 +183,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.alloc_pd = vhca_alloc_pd,
 	.alloc_ucontext = vhca_alloc_ucontext,
 	.add_gid = vhca_add_gid,
+	.attach_mcast = vhca_attach_mcast,
 	.create_ah = vhca_create_ah,
 	.create_cq = vhca_create_cq,
 	VHCA_CREATE_USER_CQ_OP(vhca_create_cq)
@@ -198,6 +199,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.destroy_cq = vhca_destroy_cq,
 	.destroy_qp = vhca_destroy_qp,
 	.destroy_srq = vhca_destroy_srq,
+	.detach_mcast = vhca_detach_mcast,
 	.disassociate_ucontext = vhca_disassociate_ucontext,
 	.get_dev_fw_str = vhca_get_dev_fw_str,
 	.get_dma_mr = vhca_get_dma_mr,

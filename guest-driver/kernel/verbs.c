@@ -183,6 +183,12 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 	}
 	a->max_pkeys = d->max_pkeys;
 	a->local_ca_ack_delay = d->local_ca_ack_delay;
+	/* UD multicast (AD-08): the device's bounds, enforced by ATTACH_MCAST. */
+	if (caps & VHCA_DEV_CAP_UD) {
+		a->max_mcast_grp = d->max_mcast_grp;
+		a->max_mcast_qp_attach = d->max_mcast_qp_attach;
+		a->max_total_mcast_qp_attach = d->max_total_mcast_qp_attach;
+	}
 	return 0;
 }
 

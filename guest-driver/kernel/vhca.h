@@ -505,6 +505,8 @@ int vhca_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		   unsigned int *sg_offset);
 int vhca_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
 int vhca_dealloc_mw(struct ib_mw *ibmw);
+int vhca_attach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
+int vhca_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
 
 /* debugfs.c */
 void vhca_debugfs_init(void);

@@ -54,6 +54,10 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.query_srq = vhca_query_srq,
 	.destroy_srq = vhca_destroy_srq,
 	.post_srq_recv = vhca_post_srq_recv,
+
+	/* UD multicast (AD-08): the kernel's ATTACH_MCAST / DETACH_MCAST. */
+	.attach_mcast = ibv_cmd_attach_mcast,
+	.detach_mcast = ibv_cmd_detach_mcast,
 };
 
 int vhca_alloc_buf(struct vhca_buf *b, size_t bytes)

@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 19] = [
+const PORT_COUNTERS: [&str; 21] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -102,6 +102,8 @@ const PORT_COUNTERS: [&str; 19] = [
     "spurious_probes",
     "resent_packets",
     "recovery_stall_us",
+    "mcast_rx_copies",
+    "mcast_own_skipped",
 ];
 
 /// The port set's values, in the order of its names.
@@ -130,6 +132,8 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         spurious_probes,
         resent_packets,
         recovery_stall_us,
+        mcast_rx_copies,
+        mcast_own_skipped,
     } = c;
     [
         *rx_packets,
@@ -151,6 +155,8 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *spurious_probes,
         *resent_packets,
         *recovery_stall_us,
+        *mcast_rx_copies,
+        *mcast_own_skipped,
     ]
 }
 

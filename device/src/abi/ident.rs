@@ -29,8 +29,9 @@ abi_consts! {
         /// address vector grew a destination MAC, WF-10). Major 3: the doorbell
         /// summary (slots start at 16; a producer index needs its summary bit)
         /// and fast-registration MRs (MP-08: REG_MR's FAST flag, the REG_MR
-        /// WQE, DeviceAttr's max_fast_reg_pages).
-        ABI_VERSION = 0x0003_0000,
+        /// WQE, DeviceAttr's max_fast_reg_pages). Minor 1: UD multicast
+        /// (ATTACH_MCAST, DETACH_MCAST, DeviceAttr's max_mcast_*; AD-08).
+        ABI_VERSION = 0x0003_0001,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

@@ -16,6 +16,7 @@
 //! its own.
 
 mod cq;
+mod mcast;
 mod mr;
 mod port;
 mod qp;
@@ -38,6 +39,7 @@ use crate::hca::{DbSlot, Doorbells, Hca};
 use crate::ring::{self, read_pbl, Ring, RingError};
 
 use cq::{create_cq, create_eq, destroy_cq, destroy_eq, resize_cq};
+use mcast::{attach_mcast, detach_mcast};
 use mr::{alloc_mw, alloc_pd, dealloc_mw, dealloc_pd, dereg_mr, reg_mr, rereg_mr};
 pub use port::device_counters;
 use port::{query_counters, query_device, query_port, set_gid};
@@ -853,5 +855,7 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::AllocMw => run(x, alloc_mw),
         Opcode::DeallocMw => run_in(x, dealloc_mw),
         Opcode::SetGid => run_in(x, set_gid),
+        Opcode::AttachMcast => run_in(x, attach_mcast),
+        Opcode::DetachMcast => run_in(x, detach_mcast),
     }
 }

@@ -118,6 +118,9 @@ pub struct UdpCounters {
     /// Receive: the socket reported an error for an earlier datagram (an ICMP
     /// port-unreachable from a peer that is down); skipped.
     pub rx_socket_errors: u64,
+    /// Multicast packets sent (a multicast DLID, PV-07): each went to every
+    /// other node of the fabric file and looped back (ARCHITECTURE.md §6).
+    pub tx_multicast: u64,
 }
 
 impl UdpCounters {
@@ -140,7 +143,8 @@ impl std::fmt::Display for UdpCounters {
             f,
             "tx {} ({} B, {} GSO runs) loopback {} rx {} ({} B, {} GRO runs) dropped {}: \
              tx_unknown_dlid {} tx_short {} tx_oversized {} tx_would_block {} tx_error {} \
-             loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {}",
+             loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {} \
+             tx_multicast {}",
             self.tx_packets,
             self.tx_bytes,
             self.tx_gso_runs,
@@ -158,6 +162,7 @@ impl std::fmt::Display for UdpCounters {
             self.drop_rx_unknown_source,
             self.drop_rx_oversized,
             self.rx_socket_errors,
+            self.tx_multicast,
         )
     }
 }
@@ -562,43 +567,115 @@ impl UdpLink {
     }
 }
 
+/// Where a packet to send goes.
+enum Route {
+    /// One peer.
+    To(SocketAddr),
+    /// Nowhere more: dropped (counted) or looped back to the own LID (AD-04).
+    Done,
+    /// A multicast DLID: every node (PV-07, [`UdpLink::send_multicast`]).
+    Multicast,
+}
+
 impl UdpLink {
-    /// Where a packet to send goes: the peer's address, or `None` when it was
-    /// dropped (counted) or looped back to the own LID (AD-04).
-    fn route(&mut self, packet: &[u8]) -> Option<SocketAddr> {
+    /// A multicast packet (PV-07): without a subnet manager, no node knows
+    /// which others joined the group, so it goes to every node of the fabric
+    /// file, this one included (loopback), and each engine keeps it only for
+    /// its QPs attached to the group (C9-58; ARCHITECTURE.md §6). A node that
+    /// attaches needs no configuration; the copies cost one datagram per node,
+    /// bounded by the fabric file.
+    fn send_multicast(&mut self, packet: &[u8]) -> Result<(), LinkError> {
+        self.counters.tx_multicast += 1;
+        self.loop_back(packet);
+        let own = self.node.lid;
+        let mut r = Ok(());
+        for i in 0..self.fabric.nodes().len() {
+            let n = &self.fabric.nodes()[i];
+            if n.lid == own {
+                continue;
+            }
+            let to = n.address;
+            let sent = if self.batching {
+                let mut b = self.tx_spare.pop().unwrap_or_else(TxBuf::new);
+                b.room()[..packet.len()].copy_from_slice(packet);
+                b.len = packet.len();
+                self.queue(b, to)
+            } else {
+                self.send_one(packet, to)
+            };
+            if sent.is_err() {
+                r = sent;
+            }
+        }
+        r
+    }
+
+    /// One datagram on the socket, now.
+    fn send_one(&mut self, packet: &[u8], to: SocketAddr) -> Result<(), LinkError> {
+        let c = &mut self.counters;
+        match self.socket.send_to(packet, to) {
+            Ok(_) => {
+                c.tx_packets += 1;
+                c.tx_bytes += packet.len() as u64;
+                Ok(())
+            }
+            // A full send buffer loses the packet like a congested link would; the
+            // transport recovers it (ARCHITECTURE.md §3).
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                c.drop_tx_would_block += 1;
+                Ok(())
+            }
+            Err(e) => {
+                c.drop_tx_error += 1;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Queues a copy of `packet` for this node's own receive (AD-04).
+    fn loop_back(&mut self, packet: &[u8]) {
+        let c = &mut self.counters;
+        if self.loopback.len() >= LOOPBACK_CAPACITY {
+            c.drop_loopback_full += 1;
+        } else {
+            c.loopback_packets += 1;
+            let mut b = self.loopback_spare.pop().unwrap_or_default();
+            b.clear();
+            b.extend_from_slice(packet);
+            self.loopback.push_back(b);
+        }
+    }
+
+    /// Where a packet to send goes (see [`Route`]).
+    fn route(&mut self, packet: &[u8]) -> Route {
         let c = &mut self.counters;
         if packet.len() < MIN_PACKET_LEN {
             c.drop_tx_short += 1;
-            return None;
+            return Route::Done;
         }
         if packet.len() > MAX_PACKET_LEN {
             c.drop_tx_oversized += 1;
-            return None;
+            return Route::Done;
         }
         let Some(dlid) = dlid_of(packet) else {
             // Unreachable after the length check, but a drop is the right answer.
             c.drop_tx_short += 1;
-            return None;
+            return Route::Done;
         };
+        if transport::engine::is_multicast_lid(dlid) {
+            return Route::Multicast;
+        }
         if dlid == self.node.lid {
             // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
-            if self.loopback.len() >= LOOPBACK_CAPACITY {
-                c.drop_loopback_full += 1;
-            } else {
-                c.loopback_packets += 1;
-                let mut b = self.loopback_spare.pop().unwrap_or_default();
-                b.clear();
-                b.extend_from_slice(packet);
-                self.loopback.push_back(b);
-            }
-            return None;
+            self.loop_back(packet);
+            return Route::Done;
         }
         let Some(peer) = self.fabric.by_lid(dlid) else {
             c.drop_tx_unknown_dlid += 1;
             log::debug!("fabric: dropped packet for DLID {dlid:#x}: no such node");
-            return None;
+            return Route::Done;
         };
-        Some(peer.address)
+        Route::To(peer.address)
     }
 
     /// Queues a routed packet while batching; a full queue goes out at once.
@@ -632,8 +709,10 @@ fn on_off(b: bool) -> &'static str {
 
 impl Link for UdpLink {
     fn send(&mut self, _now: Duration, packet: &[u8]) -> Result<(), LinkError> {
-        let Some(to) = self.route(packet) else {
-            return Ok(());
+        let to = match self.route(packet) {
+            Route::To(to) => to,
+            Route::Done => return Ok(()),
+            Route::Multicast => return self.send_multicast(packet),
         };
         if self.batching {
             let mut b = self.tx_spare.pop().unwrap_or_else(TxBuf::new);
@@ -641,24 +720,7 @@ impl Link for UdpLink {
             b.len = packet.len();
             return self.queue(b, to);
         }
-        let c = &mut self.counters;
-        match self.socket.send_to(packet, to) {
-            Ok(_) => {
-                c.tx_packets += 1;
-                c.tx_bytes += packet.len() as u64;
-                Ok(())
-            }
-            // A full send buffer loses the packet like a congested link would; the
-            // transport recovers it (ARCHITECTURE.md §3).
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                c.drop_tx_would_block += 1;
-                Ok(())
-            }
-            Err(e) => {
-                c.drop_tx_error += 1;
-                Err(e.into())
-            }
-        }
+        self.send_one(packet, to)
     }
 
     fn send_buffer(&mut self) -> Option<&mut [u8]> {
@@ -686,10 +748,15 @@ impl Link for UdpLink {
         }
         b.len = len;
         match self.route(b.as_slice()) {
-            Some(to) => self.queue(b, to),
-            None => {
+            Route::To(to) => self.queue(b, to),
+            Route::Done => {
                 self.tx_slot = Some(b);
                 Ok(())
+            }
+            Route::Multicast => {
+                let r = self.send_multicast(b.as_slice());
+                self.tx_slot = Some(b);
+                r
             }
         }
     }

@@ -552,6 +552,30 @@ impl Hca {
         Ok(())
     }
 
+    /// ATTACH_MCAST (AD-08): UD QP `qpn` joins the group `gid` (MLID `mlid`).
+    pub fn attach_mcast(&mut self, qpn: u32, gid: [u8; 16], mlid: u16) -> Result<(), CmdError> {
+        let i = device::abi::cmd::McastIn {
+            qpn,
+            mlid,
+            rsvd: 0,
+            gid,
+        };
+        self.cmd::<_, Nothing>(Opcode::AttachMcast, &i)?;
+        Ok(())
+    }
+
+    /// DETACH_MCAST (AD-08).
+    pub fn detach_mcast(&mut self, qpn: u32, gid: [u8; 16], mlid: u16) -> Result<(), CmdError> {
+        let i = device::abi::cmd::McastIn {
+            qpn,
+            mlid,
+            rsvd: 0,
+            gid,
+        };
+        self.cmd::<_, Nothing>(Opcode::DetachMcast, &i)?;
+        Ok(())
+    }
+
     /// Live objects the driver knows of: (PDs, MRs, CQs, QPs, SRQs, EQs).
     pub fn object_counts(&self) -> (usize, usize, usize, usize, usize, usize) {
         (

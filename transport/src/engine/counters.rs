@@ -33,7 +33,8 @@ reasons! {
         BadDlid,
         /// SLID is not the connected QP's remote LID, or is multicast (C9-54, C9-56).
         BadSlid,
-        /// Multicast (DestQP 0xFFFFFF) is not supported yet (PV-07, tier 2).
+        /// Multicast (DestQP 0xFFFFFF) to a group no local QP is attached to
+        /// (C9-58, o9-23; PV-07).
         Multicast,
         /// Request PSN ahead of ePSN after a NAK was sent for the gap (RL-03).
         OutOfSequence,
@@ -66,6 +67,17 @@ reasons! {
         /// (the UDP link knows it by the datagram's source address;
         /// ARCHITECTURE.md §9).
         SpoofedSlid,
+        /// Multicast (DestQP 0xFFFFFF) without a GRH (C9-43.1.1, C9-58; PV-07).
+        McastNoGrh,
+        /// Multicast whose DGID is not a multicast GID (C9-58; PV-07).
+        McastBadDgid,
+        /// RC/UC: a GRH present where the QP's path has none, or absent where
+        /// it has one (9.6.1.2, C9-43.1.2; PV-04).
+        GrhMismatch,
+        /// RC/UC on InfiniBand: the GRH's DGID is not this port's GID or its
+        /// SGID is not the path's remote GID (reserved, loopback or multicast
+        /// GIDs included; C9-47.1.1; PV-04).
+        BadGrhGid,
     }
 }
 
@@ -171,6 +183,11 @@ pub struct Counters {
     /// RC requester: microseconds spent with packets unacknowledged and
     /// nothing sent or acknowledged, until a probe or ACK timeout fired.
     pub recovery_stall_us: u64,
+    /// Multicast copies delivered to an attached QP's header checks (PV-07).
+    pub mcast_rx_copies: u64,
+    /// Multicast packets of this port looped back to their own sending QP,
+    /// not delivered to it (PV-07).
+    pub mcast_own_skipped: u64,
 }
 
 impl Counters {

@@ -5,10 +5,10 @@
 
 use std::cmp::Reverse;
 
+use super::mcast::{is_multicast_gid, is_multicast_lid, MULTICAST_QPN};
 use super::{completer, link, requester, responder};
 use super::{Ctx, Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
 use crate::memory::Memory;
-use crate::psn;
 use crate::qp_state;
 use crate::verbs::{Event, QpType, Time};
 use crate::wire::opcode::Service;
@@ -62,14 +62,15 @@ impl Engine {
             }
         };
         let dest = pkt.transport.bth.dest_qp;
+        if dest == MULTICAST_QPN {
+            // PV-07: a copy for every attached QP, each through its checks.
+            self.deliver_multicast(&pkt, roce, mem, now);
+            return;
+        }
         // One QP lookup serves the header checks and the handling.
-        let checked = if dest == psn::PSN_MASK {
-            Err(RxDrop::Multicast)
-        } else {
-            match self.qps.get_mut(&dest) {
-                None => Err(RxDrop::UnknownQp), // C9-37
-                Some(qp) => check_headers(&self.port, qp, &pkt).map(|()| qp),
-            }
+        let checked = match self.qps.get_mut(&dest) {
+            None => Err(RxDrop::UnknownQp), // C9-37
+            Some(qp) => check_headers(&self.port, qp, &pkt, false).map(|()| qp),
         };
         let qp = match checked {
             Ok(qp) => qp,
@@ -293,9 +294,16 @@ impl Engine {
 }
 
 /// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;
-/// PV-02, PV-03, PV-05, PV-06). Silent drops (PV-10). The caller has found the
-/// QP (C9-37) and refused the multicast QPN first.
-fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+/// PV-02, PV-03, PV-04, PV-05, PV-06). Silent drops (PV-10). The caller has
+/// found the QP (C9-37); for a multicast copy (`mcast`, PV-07) it has checked
+/// the GRH and the group, and the address checks of a unicast packet do not
+/// apply (C9-46: a UD QP checks a DGID only for multicast).
+pub(super) fn check_headers(
+    port: &PortConfig,
+    qp: &Qp,
+    pkt: &PacketRepr<'_>,
+    mcast: bool,
+) -> Result<(), RxDrop> {
     let bth = &pkt.transport.bth;
     if !qp_state::receives_packets(qp.state) {
         return Err(RxDrop::QpNotReceiving); // C9-38, QS-04
@@ -319,11 +327,12 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
     if pk & 0x7fff != own & 0x7fff || (pk & 0x8000 == 0 && own & 0x8000 == 0) || pk & 0x7fff == 0 {
         return Err(RxDrop::BadPkey);
     }
-    if port.is_ethernet() {
+    if port.is_ethernet() && !mcast {
         return check_roce_addresses(port, qp, pkt);
     }
     let lrh = &pkt.lrh;
     if qp.init.qp_type != QpType::Ud {
+        check_grh(port, qp, pkt)?;
         // C9-53, C9-54: connected services check both LIDs (UD checks
         // neither); C9-56: a multicast SLID is never valid; C9-55: the
         // permissive LID only for QP0. That the DLID is one of the port's
@@ -347,6 +356,39 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
     Ok(())
 }
 
+/// The GRH rules of a connected QP on InfiniBand (9.6.1.2; PV-04). IPVer 6
+/// and NxtHdr 0x1B (C9-44, C9-45) the parse checked already. The GRH must be
+/// there exactly when the QP's path has one (C9-43.1.2: the QP is configured
+/// to need it or not); when there, the DGID must be this port's GID and the
+/// SGID the path's remote GID, either also with the default prefix
+/// 0xFE80::/64 in front of the same low 64 bits; reserved (::), loopback
+/// (::1) and multicast GIDs are never valid (C9-47.1.1). No APM: the
+/// alternate GIDs of steps 6 and 7 do not exist.
+fn check_grh(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+    let (grh, path) = match (pkt.grh.as_ref(), qp.attr.av.grh.as_ref()) {
+        (None, None) => return Ok(()),
+        (Some(g), Some(p)) => (g, p),
+        _ => return Err(RxDrop::GrhMismatch),
+    };
+    let special = |g: &[u8; 16]| {
+        let v = u128::from_be_bytes(*g);
+        v == 0 || v == 1 || is_multicast_gid(g)
+    };
+    let matches = |got: &[u8; 16], want: &[u8; 16]| {
+        got == want || (got[..8] == DEFAULT_GID_PREFIX && got[8..] == want[8..])
+    };
+    if special(&grh.dgid) || !matches(&grh.dgid, &port.gid()) {
+        return Err(RxDrop::BadGrhGid);
+    }
+    if special(&grh.sgid) || !matches(&grh.sgid, &path.dgid) {
+        return Err(RxDrop::BadGrhGid);
+    }
+    Ok(())
+}
+
+/// The default GID prefix, 0xFE80::/64 (4.1.1).
+const DEFAULT_GID_PREFIX: [u8; 8] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0];
+
 /// The LID checks every native packet passes before its QP is looked up, the
 /// one place the port accepts a DLID and judges the sender (the link checks
 /// neither, ARCHITECTURE.md §2): the DLID is one of the port's LIDs (the base
@@ -358,7 +400,10 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
 fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> Result<(), RxDrop> {
     let lrh = &pkt.lrh;
     let mask = !((1u16 << port.lmc.min(7)) - 1);
-    if lrh.dlid != PERMISSIVE_LID && lrh.dlid & mask != port.lid & mask {
+    // PV-07: a multicast LID is a valid DLID for a multicast packet (C9-54
+    // item 2); the group's MLID is checked with the group.
+    let mcast = is_multicast_lid(lrh.dlid) && pkt.transport.bth.dest_qp == MULTICAST_QPN;
+    if lrh.dlid != PERMISSIVE_LID && lrh.dlid & mask != port.lid & mask && !mcast {
         return Err(RxDrop::BadDlid); // C9-53, PV-06
     }
     if src_lid.is_some_and(|s| s != lrh.slid) {

@@ -68,11 +68,6 @@ pub(crate) fn parse<'a>(
         LinkLayer::Ethernet { mac } => mac,
     };
     let f = RoceRepr::parse(buf).map_err(Drop::Wire)?;
-    // The link hands over only frames for this port; a frame for another MAC
-    // that gets here anyway is not ours to answer.
-    if f.eth.dst != mac {
-        return Err(Drop::Rx(RxDrop::BadDmac));
-    }
     let ip_at = f.eth.header_len();
     let mut hdr = [0u8; 40];
     let (grh, net) = match f.ip {
@@ -106,6 +101,12 @@ pub(crate) fn parse<'a>(
             (g, NetworkHdr::Ipv6)
         }
     };
+    // The link hands over only frames for this port; a frame for another MAC
+    // that gets here anyway is not ours to answer. A multicast frame is for
+    // every port whose group's IP address maps to its MAC (PV-07).
+    if f.eth.dst != mac && multicast_mac(&grh.dgid) != Some(f.eth.dst) {
+        return Err(Drop::Rx(RxDrop::BadDmac));
+    }
     let pkt = PacketRepr {
         // Unused on Ethernet: the engine checks addresses instead of LIDs.
         lrh: LrhRepr {
@@ -123,6 +124,21 @@ pub(crate) fn parse<'a>(
         hdr,
     };
     Ok((pkt, Some(rx)))
+}
+
+/// The Ethernet MAC of a multicast GID on RoCE (PV-07): an IPv4-mapped IPv4
+/// multicast address maps to 01:00:5E and its low 23 bits (RFC 1112), an IPv6
+/// multicast address (first byte 0xFF, also an IBA MGID) to 33:33 and its low
+/// 32 bits (RFC 2464), as Linux's `ip_eth_mc_map` / `ipv6_eth_mc_map`.
+/// `None` for a unicast GID.
+pub fn multicast_mac(gid: &[u8; 16]) -> Option<MacAddr> {
+    if let Some(v4) = mapped_v4(gid) {
+        let o = v4.octets();
+        return v4
+            .is_multicast()
+            .then_some([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]);
+    }
+    (gid[0] == 0xff).then_some([0x33, 0x33, gid[12], gid[13], gid[14], gid[15]])
 }
 
 /// The source GID of index `sgid_index`: on InfiniBand GID 0 (the only one);

@@ -24,6 +24,11 @@ mod cq;
 mod handle_tests;
 mod io;
 pub mod link;
+mod mcast;
+pub use mcast::{
+    is_multicast_gid, is_multicast_lid, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH,
+    MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_LID_BASE, MULTICAST_QPN,
+};
 mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
@@ -200,6 +205,12 @@ pub struct Limits {
     /// Host bytes the engine may hold for its guest: page lists, WQEs, QP and
     /// responder state (`budget`, ARCHITECTURE.md §9).
     pub mem_budget: u64,
+    /// Multicast groups the port's QPs may be attached to (AD-08).
+    pub max_mcast_grp: usize,
+    /// QPs attached to one multicast group (AD-08).
+    pub max_mcast_qp_attach: usize,
+    /// Multicast attachments over all groups (AD-08).
+    pub max_total_mcast_qp_attach: usize,
 }
 
 impl Default for Limits {
@@ -221,6 +232,9 @@ impl Default for Limits {
             adaptive_probe_floor: true,
             bounded_go_back: true,
             mem_budget: crate::budget::DEFAULT_LIMIT,
+            max_mcast_grp: MAX_MCAST_GRP,
+            max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
+            max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
         }
     }
 }
@@ -274,6 +288,10 @@ pub struct Engine {
     pub(crate) counters: Counters,
     /// Host bytes held for the guest (ARCHITECTURE.md §9).
     budget: Budget,
+    /// UD multicast groups and their attached QPs (AD-08, PV-07).
+    mcast: mcast::McastTable,
+    /// The members a multicast packet goes to, reused packet to packet.
+    mcast_scratch: Vec<u32>,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -305,6 +323,8 @@ impl Engine {
             timers: BinaryHeap::new(),
             counters: Counters::default(),
             budget,
+            mcast: mcast::McastTable::default(),
+            mcast_scratch: Vec::new(),
         }
     }
 
@@ -666,6 +686,7 @@ impl Engine {
             s.users = s.users.saturating_sub(1);
         }
         self.schedule.retain(|q| *q != qpn);
+        self.mcast_forget_qp(qpn);
         Ok(())
     }
 

@@ -678,7 +678,12 @@ fn build_request(
     let word = (w.wr.opcode == WrOpcode::AtomicWrite).then(|| w.wr.swap_add.to_le_bytes());
     let mrs = &*cx.mrs;
     let mem = &*cx.mem;
-    let len = link::emit_with(cx.port, &pkt, av.dmac, udp_sport, buf, payload_len, |dst| {
+    // PV-07: a multicast group's frames go to its Ethernet multicast MAC.
+    let dmac = av
+        .grh
+        .and_then(|g| link::multicast_mac(&g.dgid))
+        .unwrap_or(av.dmac);
+    let len = link::emit_with(cx.port, &pkt, dmac, udp_sport, buf, payload_len, |dst| {
         match data {
             // ATOMIC WRITE: its 8 bytes come from the WQE, not from memory.
             _ if word.is_some() => {

@@ -274,22 +274,40 @@ impl Net {
         if let Some(f) = self.rewrite {
             f(&mut pkt);
         }
-        let to = if self.nodes[0].engine.port().is_ethernet() {
-            // A RoCE frame goes to the port whose MAC it names.
-            self.nodes.iter().position(|n| {
-                matches!(n.engine.port().link, LinkLayer::Ethernet { mac } if pkt.get(..6) == Some(&mac[..]))
-            })
+        // A multicast packet (a multicast MAC or DLID) goes to every node, the
+        // sender included, as the device's links carry it (PV-07): the
+        // receivers' engines filter by group.
+        let mut targets: Vec<usize> = Vec::new();
+        if self.nodes[0].engine.port().is_ethernet() {
+            if pkt.first().is_some_and(|b| b & 1 != 0) {
+                targets.extend(0..self.nodes.len());
+            } else {
+                // A RoCE frame goes to the port whose MAC it names.
+                targets.extend(self.nodes.iter().position(|n| {
+                    matches!(n.engine.port().link, LinkLayer::Ethernet { mac } if pkt.get(..6) == Some(&mac[..]))
+                }));
+            }
         } else {
             let Ok(lrh) = Lrh::new_checked(&pkt[..]) else {
                 return;
             };
             let dlid = lrh.dlid();
-            self.nodes.iter().position(|n| n.engine.port().lid == dlid)
-        };
-        let Some(to) = to else {
+            if transport::engine::is_multicast_lid(dlid) {
+                targets.extend(0..self.nodes.len());
+            } else {
+                targets.extend(self.nodes.iter().position(|n| n.engine.port().lid == dlid));
+            }
+        }
+        if targets.is_empty() {
             self.dropped += 1;
             return;
-        };
+        }
+        for to in targets {
+            self.launch_to(from, to, pkt.clone());
+        }
+    }
+
+    fn launch_to(&mut self, from: usize, to: usize, mut pkt: Vec<u8>) {
         // With a link model the packet leaves once the link has sent what was
         // queued before it (a packet lost on the way took its time on the link
         // too); without, at once (time then advances below).

@@ -9,10 +9,12 @@
 //! that every one is `abi::cmd::X`. The C header's order is [`section`]'s, not
 //! the files'.
 
+mod mcast;
 mod mr;
 mod port;
 mod queues;
 
+pub use mcast::*;
 pub use mr::*;
 pub use port::*;
 pub use queues::*;
@@ -308,6 +310,17 @@ abi_enum! {
         AllocMw = 0x0058,
         /// Deallocate a memory window (bound or not).
         DeallocMw = 0x0059,
+        /// Attach a UD QP to a multicast group (AD-08): from then on the
+        /// group's packets (DestQP 0xFFFFFF, GRH with the MGID) reach it.
+        /// Attaching twice is no error. BAD_PARAM for a QP that is not UD, a
+        /// GID that is not multicast, a LID outside 0xC000..=0xFFFE on
+        /// InfiniBand or another LID than the group's; NO_RESOURCES past
+        /// QUERY_DEVICE's max_mcast_grp, max_mcast_qp_attach or
+        /// max_total_mcast_qp_attach. Destroying a QP detaches it.
+        AttachMcast = 0x0070,
+        /// Detach a QP from a multicast group (AD-08); BAD_PARAM when it was
+        /// not attached.
+        DetachMcast = 0x0071,
     }
 }
 
@@ -417,6 +430,8 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::AllocMw => spec(op, e::<AllocMwIn>(), e::<AllocMwOut>()),
             Opcode::SetGid => spec(op, e::<SetGidIn>(), None),
             Opcode::DeallocMw => spec(op, e::<DeallocMwIn>(), None),
+            Opcode::AttachMcast => spec(op, e::<McastIn>(), None),
+            Opcode::DetachMcast => spec(op, e::<McastIn>(), None),
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 
 abi_struct! {
     /// QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
-    pub struct DeviceAttr (144) {
+    pub struct DeviceAttr (160) {
         pub fw_ver: u64,
         pub node_guid: u64,
         pub sys_image_guid: u64,
@@ -45,6 +45,13 @@ abi_struct! {
         /// `npages` of REG_MR with `VHCA_REG_MR_F_FAST` and of a REG_MR WQE.
         pub max_fast_reg_pages: u32,
         pub rsvd2: u32,
+        /// Multicast groups the port's QPs may join (AD-08; ABI 3.1).
+        pub max_mcast_grp: u32,
+        /// QPs attached to one multicast group.
+        pub max_mcast_qp_attach: u32,
+        /// Multicast attachments over all groups.
+        pub max_total_mcast_qp_attach: u32,
+        pub rsvd3: u32,
     }
 }
 
