@@ -59,6 +59,8 @@ ABI_H="$REPO/guest-driver/include/vhca_abi.h"
 UABI_H="$REPO/guest-driver/kernel/vhca-abi-user.h"
 GIT=(git -c user.name=vhca -c user.email=vhca@localhost -c core.autocrlf=false
      -c commit.gpgsign=false -c advice.detachedHead=false)
+# A fixed date: regenerating the series changes it only where the sources did.
+export GIT_AUTHOR_DATE='2026-01-01T00:00:00+0000' GIT_COMMITTER_DATE='2026-01-01T00:00:00+0000'
 
 # --- 1. the source ------------------------------------------------------------
 src_base="$VHCA_CACHE/rdma-core-src-$ver"
