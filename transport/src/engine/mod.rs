@@ -751,6 +751,8 @@ impl Engine {
         if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
             qp.attr.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
+        // QS-05: an SQ with nothing in flight is drained the moment it enters SQD.
+        completer::check_drained(qp, &mut fx);
         let sched = matches!(next, QpState::Rts | QpState::Sqd);
         self.finish(fx);
         self.arm(qpn);
