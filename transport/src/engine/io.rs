@@ -276,15 +276,17 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
     if !svc_ok {
         return Err(RxDrop::ServiceMismatch); // C9-39
     }
-    // C9-43: the P_Key of the QP's partition; the membership rule of 10.9.3:
-    // the low 15 bits match and at least one side is a full member.
-    let own = port
-        .pkeys
-        .get(usize::from(qp.attr.pkey_index))
-        .copied()
-        .unwrap_or(0);
-    let pk = bth.pkey;
-    if pk & 0x7fff != own & 0x7fff || (pk & 0x8000 == 0 && own & 0x8000 == 0) || pk & 0x7fff == 0 {
+    // PV-03: C9-41 QP0 is not checked; C9-42 QP1 against every P_Key of
+    // the port's table (AD-05); C9-43 every other QP against its own entry.
+    let pkey_ok = match qp.qpn {
+        0 => true,
+        1 => port.pkey_slot(bth.pkey).is_some(),
+        _ => port
+            .pkeys
+            .get(usize::from(qp.attr.pkey_index))
+            .is_some_and(|&own| pkey_match(bth.pkey, own)),
+    };
+    if !pkey_ok {
         return Err(RxDrop::BadPkey);
     }
     if port.is_ethernet() {
@@ -315,6 +317,13 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
     Ok(())
 }
 
+/// The P_Key matching rule of 10.9.3 (PV-03): the partition numbers (low 15
+/// bits) are equal and not 0 (the invalid P_Key), and at least one side is a
+/// full member (bit 15): two limited members of a partition may not talk.
+pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
+    a & 0x7fff == b & 0x7fff && a & 0x7fff != 0 && (a | b) & 0x8000 != 0
+}
+
 /// The LID checks every native packet passes before its QP is looked up, the
 /// one place the port accepts a DLID and judges the sender (the link checks
 /// neither, ARCHITECTURE.md §2): the DLID is one of the port's LIDs (the base
@@ -329,6 +338,8 @@ fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> 
     if lrh.dlid != PERMISSIVE_LID && lrh.dlid & mask != port.lid & mask {
         return Err(RxDrop::BadDlid); // C9-53, PV-06
     }
+    // A node of LMC > 0 sends from any of its LIDs (AD-01): the link names
+    // the LID it found the SLID in (`fabric`), or the node's base LID.
     if src_lid.is_some_and(|s| s != lrh.slid) {
         return Err(RxDrop::SpoofedSlid);
     }

@@ -116,6 +116,24 @@ impl PortConfig {
         }
     }
 
+    /// The index of the first entry of the P_Key table that `pkey` matches
+    /// (10.9.3, PV-03): what QP1 checks a packet against (C9-42) and reports
+    /// as its receive completion's `pkey_index`.
+    pub fn pkey_slot(&self, pkey: u16) -> Option<u16> {
+        self.pkeys
+            .iter()
+            .position(|&own| io::pkey_match(pkey, own))
+            .and_then(|i| u16::try_from(i).ok())
+    }
+
+    /// The SLID of a path with `path_bits` (AD-01): the base LID with the low
+    /// `lmc` bits replaced by the path bits; bits above the LMC are ignored,
+    /// as the port owns only its 2^LMC LIDs.
+    pub fn slid(&self, path_bits: u8) -> u16 {
+        let m = (1u16 << self.lmc.min(7)) - 1;
+        (self.lid & !m) | (u16::from(path_bits) & m)
+    }
+
     /// The same port on an Ethernet link of MTU `eth_mtu` bytes: the largest
     /// IB MTU whose packets fit (1500 -> 1024, 9000 -> 4096, as RoCE NICs and
     /// Linux rxe map them).

@@ -158,7 +158,8 @@ impl Net {
         )
     }
 
-    fn with_ports(ports: Vec<PortConfig>, mem_len: usize, seed: u64, limits: Limits) -> Net {
+    /// Nodes with these ports (their LIDs name them on the bench's fabric).
+    pub fn with_ports(ports: Vec<PortConfig>, mem_len: usize, seed: u64, limits: Limits) -> Net {
         let nodes = ports
             .into_iter()
             .map(|port| {
@@ -284,7 +285,12 @@ impl Net {
                 return;
             };
             let dlid = lrh.dlid();
-            self.nodes.iter().position(|n| n.engine.port().lid == dlid)
+            // A port owns its 2^LMC LIDs (AD-01).
+            self.nodes.iter().position(|n| {
+                let p = n.engine.port();
+                let mask = !((1u16 << p.lmc.min(7)) - 1);
+                p.lid & mask == dlid & mask
+            })
         };
         let Some(to) = to else {
             self.dropped += 1;
