@@ -744,7 +744,15 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         match &config.mode {
             FabricMode::IbUdp { fabric, node, key } => (
                 ib_udp_link(fabric, node, key.as_ref())?,
-                PortConfig::new(node.lid, node.guid),
+                {
+                    // AD-01, AD-05: the LMC and P_Key table the fabric file gives.
+                    let mut p = PortConfig::new(node.lid, node.guid);
+                    if let Some(a) = fabric.port_attrs(&node.name) {
+                        p.lmc = a.lmc;
+                        p.pkeys = a.pkeys.clone();
+                    }
+                    p
+                },
                 LinkType::ErfInfiniband,
                 format!("node {} (LID {:#x})", node.name, node.lid),
             ),

@@ -25,6 +25,7 @@ mod auth;
 mod capture;
 mod fault;
 mod file;
+mod partition;
 mod tap;
 mod tap_sys;
 mod udp;
@@ -39,6 +40,7 @@ pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };
 pub use file::{FabricFile, FabricFileError, Node, MAX_UNICAST_LID, PROGRAMMATIC};
+pub use partition::{PortAttrs, DEFAULT_PKEY, MAX_LMC, MAX_PKEYS};
 pub use tap::{
     classify, format_mac, vnet_hdr_ok, FrameClass, PushError, Tap, TapCounters, TapLink, ToGuest,
     MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TO_GUEST_BYTES, TO_GUEST_FRAMES, VNET_HDR_LEN,
@@ -277,4 +279,10 @@ fn dlid_of(packet: &[u8]) -> Option<u16> {
     transport::wire::Lrh::new_checked(packet)
         .ok()
         .map(|l| l.dlid())
+}
+
+fn slid_of(packet: &[u8]) -> Option<u16> {
+    transport::wire::Lrh::new_checked(packet)
+        .ok()
+        .map(|l| l.slid())
 }

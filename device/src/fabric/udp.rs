@@ -562,6 +562,18 @@ impl UdpLink {
     }
 }
 
+/// The LID a packet from the node with base LID `base` was sent from: its
+/// SLID when that is one of the node's 2^LMC LIDs (AD-01: path bits pick the
+/// source LID), else the base LID, which the engine then finds spoofed
+/// (ARCHITECTURE.md §9).
+fn source_lid(fabric: &FabricFile, base: u16, packet: &[u8]) -> u16 {
+    match super::slid_of(packet) {
+        Some(s) if s == base => base,
+        Some(s) if fabric.by_lid(s).is_some_and(|n| n.lid == base) => s,
+        _ => base,
+    }
+}
+
 impl UdpLink {
     /// Where a packet to send goes: the peer's address, or `None` when it was
     /// dropped (counted) or looped back to the own LID (AD-04).
@@ -580,7 +592,8 @@ impl UdpLink {
             c.drop_tx_short += 1;
             return None;
         };
-        if dlid == self.node.lid {
+        let peer = self.fabric.by_lid(dlid);
+        if dlid == self.node.lid || peer.is_some_and(|p| p.name == self.node.name) {
             // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
             if self.loopback.len() >= LOOPBACK_CAPACITY {
                 c.drop_loopback_full += 1;
@@ -593,7 +606,7 @@ impl UdpLink {
             }
             return None;
         }
-        let Some(peer) = self.fabric.by_lid(dlid) else {
+        let Some(peer) = peer else {
             c.drop_tx_unknown_dlid += 1;
             log::debug!("fabric: dropped packet for DLID {dlid:#x}: no such node");
             return None;
@@ -718,7 +731,7 @@ impl Link for UdpLink {
             self.counters.rx_bytes += p.len() as u64;
             deliver(Received {
                 packet: &p,
-                src_lid: Some(self.node.lid),
+                src_lid: Some(source_lid(&self.fabric, self.node.lid, &p)),
             });
             n += 1;
             if self.loopback_spare.len() < MMSG_BATCH {
@@ -732,9 +745,10 @@ impl Link for UdpLink {
             };
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += range.len() as u64;
+            let packet = &self.rx.buf(i)[range];
             deliver(Received {
-                packet: &self.rx.buf(i)[range],
-                src_lid: Some(lid),
+                packet,
+                src_lid: Some(source_lid(&self.fabric, lid, packet)),
             });
             n += 1;
         }
