@@ -25,6 +25,7 @@ mod auth;
 mod capture;
 mod fault;
 mod file;
+mod liveness;
 mod partition;
 mod tap;
 mod tap_sys;
@@ -40,6 +41,9 @@ pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };
 pub use file::{FabricFile, FabricFileError, Node, MAX_UNICAST_LID, PROGRAMMATIC};
+pub use liveness::{
+    Liveness, LivenessCounters, BEAT as KEEPALIVE_BEAT, DEAD_AFTER as PORT_DEAD_AFTER, KEEPALIVE,
+};
 pub use partition::{PortAttrs, DEFAULT_PKEY, MAX_LMC, MAX_PKEYS};
 pub use tap::{
     classify, format_mac, vnet_hdr_ok, FrameClass, PushError, Tap, TapCounters, TapLink, ToGuest,
@@ -222,6 +226,12 @@ pub trait Link {
     fn send_from_buffer(&mut self, _now: Duration, _len: usize) -> Result<(), LinkError> {
         Ok(())
     }
+
+    /// Whether the link is up (AE-01): the port's state, which the port turns
+    /// into port active / port error events. Stages forward it; up by default.
+    fn is_up(&self) -> bool {
+        true
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -271,6 +281,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn send_from_buffer(&mut self, now: Duration, len: usize) -> Result<(), LinkError> {
         (**self).send_from_buffer(now, len)
+    }
+    fn is_up(&self) -> bool {
+        (**self).is_up()
     }
 }
 

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use transport::wire::packet::BUFFER_ALIGN_OFFSET;
 
+use super::liveness::{Liveness, LivenessCounters, BEAT, DEAD_AFTER, KEEPALIVE};
 use super::udp_sys::{send_batch, set_udp_opt, OutMsg, RecvBatch, RecvMeta};
 use super::{dlid_of, FabricFile, Link, LinkError, Node, Received, MAX_PACKET_LEN, MIN_PACKET_LEN};
 
@@ -118,6 +119,8 @@ pub struct UdpCounters {
     /// Receive: the socket reported an error for an earlier datagram (an ICMP
     /// port-unreachable from a peer that is down); skipped.
     pub rx_socket_errors: u64,
+    /// Keepalives and port transitions (AE-01, `liveness`).
+    pub liveness: LivenessCounters,
 }
 
 impl UdpCounters {
@@ -140,7 +143,8 @@ impl std::fmt::Display for UdpCounters {
             f,
             "tx {} ({} B, {} GSO runs) loopback {} rx {} ({} B, {} GRO runs) dropped {}: \
              tx_unknown_dlid {} tx_short {} tx_oversized {} tx_would_block {} tx_error {} \
-             loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {}",
+             loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {} \
+             keepalives_tx {} keepalives_rx {} port_down {} port_up {}",
             self.tx_packets,
             self.tx_bytes,
             self.tx_gso_runs,
@@ -158,6 +162,10 @@ impl std::fmt::Display for UdpCounters {
             self.drop_rx_unknown_source,
             self.drop_rx_oversized,
             self.rx_socket_errors,
+            self.liveness.keepalives_sent,
+            self.liveness.keepalives_received,
+            self.liveness.went_down,
+            self.liveness.came_up,
         )
     }
 }
@@ -260,6 +268,8 @@ pub struct UdpLink {
     /// The buffer [`Link::send_buffer`] lent, until [`Link::send_from_buffer`].
     tx_slot: Option<TxBuf>,
     counters: UdpCounters,
+    /// Whether the port is up (AE-01).
+    live: Liveness,
 }
 
 impl UdpLink {
@@ -332,7 +342,14 @@ impl UdpLink {
             on_off(gro),
         );
         let buf = if gro { GRO_BUF } else { MAX_PACKET_LEN + 1 };
+        let peers = fabric
+            .nodes()
+            .iter()
+            .filter(|n| n.address != me.address)
+            .map(|n| n.address)
+            .collect();
         Ok(UdpLink {
+            live: Liveness::new(peers, BEAT, DEAD_AFTER),
             fabric: fabric.clone(),
             node: me,
             socket,
@@ -372,6 +389,16 @@ impl UdpLink {
     /// The socket's bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.node.address
+    }
+
+    /// Sets how often keepalives go to the other nodes and after how long
+    /// without hearing one the port is down (AE-01, `liveness`; defaults
+    /// 1 s and 3 s). `None`: no keepalives, the port stays up.
+    pub fn set_liveness(&mut self, beat_and_dead_after: Option<(Duration, Duration)>) {
+        self.live = match beat_and_dead_after {
+            Some((beat, dead)) => Liveness::new(self.live.peers().to_vec(), beat, dead),
+            None => Liveness::off(),
+        };
     }
 
     /// What the link did and dropped so far.
@@ -494,6 +521,7 @@ impl UdpLink {
     /// messages' worth per call of the caller's, which `skipped` carries.
     fn next_rx(
         &mut self,
+        now: Duration,
         skipped: &mut usize,
     ) -> Result<Option<(usize, std::ops::Range<usize>, u16)>, LinkError> {
         while *skipped < RECV_SKIP {
@@ -537,6 +565,8 @@ impl UdpLink {
                 *skipped += 1;
                 continue;
             };
+            // AE-01: any datagram from a fabric node says it is alive.
+            self.live.heard(now);
             if self.rx_off == 0 && m.segment.is_some() {
                 self.counters.rx_gro_runs += 1;
             }
@@ -549,6 +579,12 @@ impl UdpLink {
                 self.rx_off = 0;
             } else {
                 self.rx_off = end;
+            }
+            if Liveness::is_keepalive(&self.rx.buf(i)[start..end]) {
+                self.live.counters.keepalives_received += 1;
+                self.counters.liveness = self.live.counters;
+                *skipped += 1;
+                continue;
             }
             if end - start > MAX_PACKET_LEN {
                 self.counters.drop_rx_oversized += 1;
@@ -718,7 +754,7 @@ impl Link for UdpLink {
 
     fn recv_batch(
         &mut self,
-        _now: Duration,
+        now: Duration,
         max: usize,
         deliver: &mut dyn FnMut(Received<'_>),
     ) -> Result<usize, LinkError> {
@@ -740,7 +776,7 @@ impl Link for UdpLink {
         }
         let mut skipped = 0;
         while n < max {
-            let Some((i, range, lid)) = self.next_rx(&mut skipped)? else {
+            let Some((i, range, lid)) = self.next_rx(now, &mut skipped)? else {
                 break;
             };
             self.counters.rx_packets += 1;
@@ -766,15 +802,36 @@ impl Link for UdpLink {
     fn poll_timeout(&self) -> Option<Duration> {
         // Looped-back packets do not make the socket readable, nor do segments
         // of a batch already read: ask to be called at once.
-        (!self.loopback.is_empty() || self.rx_next < self.rx_got.len()).then_some(Duration::ZERO)
+        let now = (!self.loopback.is_empty() || self.rx_next < self.rx_got.len())
+            .then_some(Duration::ZERO);
+        match (now, self.live.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    fn handle_timeout(&mut self, _now: Duration) -> Result<(), LinkError> {
+    fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError> {
+        if self.live.tick(now) {
+            // A keepalive that cannot go now (a full buffer, a peer's ICMP
+            // error) is as good as lost: the next beat retries.
+            let sent = self
+                .live
+                .peers()
+                .iter()
+                .filter(|to| self.socket.send_to(KEEPALIVE, to).is_ok())
+                .count();
+            self.live.counters.keepalives_sent += sent as u64;
+        }
+        self.counters.liveness = self.live.counters;
         Ok(())
     }
 
     fn report(&self) -> Option<String> {
         Some(format!("udp {}: {}", self.node.name, self.counters))
+    }
+
+    fn is_up(&self) -> bool {
+        self.live.is_up()
     }
 }
 

@@ -331,6 +331,17 @@ impl Engine {
         &self.port
     }
 
+    /// The port's link went up or down (AE-01): raises the unaffiliated port
+    /// active or port error event. The link's state is its owner's (the
+    /// device's port); the engine only reports it.
+    pub fn port_changed(&mut self, up: bool) {
+        self.events.push_back(if up {
+            Event::PortActive
+        } else {
+            Event::PortError
+        });
+    }
+
     /// The limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
