@@ -30,8 +30,9 @@ fn ae_01_port_error_when_the_peer_process_is_gone_port_active_when_it_is_back() 
         .hca
         .wait_async_event(Duration::from_secs(4), kind(EqeType::PortErr))
         .is_none());
-    // The peer's process dies: within the dead time (3 s) and a beat, a
-    // port error on EQ 0 (object: port 1), and QUERY_PORT says Down.
+    // The peer's process dies: 5 s after it was last heard (its last
+    // keepalive up to a beat before the kill), a port error on EQ 0
+    // (object: port 1), and QUERY_PORT says Down.
     drop(b);
     v.kill(1);
     let t0 = Instant::now();
@@ -40,7 +41,11 @@ fn ae_01_port_error_when_the_peer_process_is_gone_port_active_when_it_is_back() 
         .wait_async_event(T, kind(EqeType::PortErr))
         .expect("PORT_ERR after the peer went");
     assert_eq!(e.object, 1);
-    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert!(
+        (Duration::from_secs(3)..Duration::from_secs(10)).contains(&t0.elapsed()),
+        "{:?}",
+        t0.elapsed()
+    );
     let q = a.hca.query_port(1).unwrap();
     assert_eq!(q.state, PortState::Down.raw());
     assert_eq!(q.phys_state, 2, "Polling: no link partner");

@@ -22,9 +22,10 @@ pub const KEEPALIVE: &[u8; 8] = b"VHCAlive";
 /// How often a node says it is alive.
 pub const BEAT: Duration = Duration::from_secs(1);
 
-/// Silence after which the port is down: three beats, so one lost keepalive
-/// or a descheduled peer does not flap the port.
-pub const DEAD_AFTER: Duration = Duration::from_secs(3);
+/// Silence after which the port is down: five beats, so lost keepalives or
+/// a peer descheduled for seconds (two TCG guests on two CPUs) do not flap
+/// the port.
+pub const DEAD_AFTER: Duration = Duration::from_secs(5);
 
 /// What the liveness check did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -140,7 +141,7 @@ mod tests {
     #[test]
     fn ae_01_down_after_silence_up_when_heard() {
         let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let mut l = Liveness::new(vec![peer], BEAT, DEAD_AFTER);
+        let mut l = Liveness::new(vec![peer], S, 3 * S);
         let t0 = Duration::from_secs(1000);
         assert_eq!(l.deadline(), Some(Duration::ZERO));
         assert!(l.tick(t0), "the first beat at once");
@@ -164,7 +165,7 @@ mod tests {
 
     #[test]
     fn ae_01_a_single_node_fabric_is_always_up() {
-        let mut l = Liveness::new(vec![], BEAT, DEAD_AFTER);
+        let mut l = Liveness::new(vec![], S, 3 * S);
         assert!(!l.tick(Duration::from_secs(1 << 20)));
         assert!(l.is_up());
         assert_eq!(l.deadline(), None);

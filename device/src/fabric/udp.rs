@@ -393,7 +393,7 @@ impl UdpLink {
 
     /// Sets how often keepalives go to the other nodes and after how long
     /// without hearing one the port is down (AE-01, `liveness`; defaults
-    /// 1 s and 3 s). `None`: no keepalives, the port stays up.
+    /// 1 s and 5 s). `None`: no keepalives, the port stays up.
     pub fn set_liveness(&mut self, beat_and_dead_after: Option<(Duration, Duration)>) {
         self.live = match beat_and_dead_after {
             Some((beat, dead)) => Liveness::new(self.live.peers().to_vec(), beat, dead),
