@@ -45,7 +45,11 @@ pub struct Cli {
     /// name, lid, guid and UDP address. It plays the subnet manager: this device
     /// takes its LID and port GUID from its own entry and reaches the others at
     /// theirs. A top-level key_file = "FILE" (relative to the fabric file) or
-    /// key = "HEX" gives the fabric key (see --fabric-key-file).
+    /// key = "HEX" gives the fabric key (see --fabric-key-file). A node may
+    /// add lmc = N (it owns 2^N LIDs from its lid) and pkeys = ["0xffff", ...]
+    /// (its P_Key table, bit 15 = full member; a top-level pkeys is every
+    /// node's). The port is active while other nodes are heard (a keepalive
+    /// each second; down after 5 s of silence).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 
