@@ -239,9 +239,14 @@ pub struct Shared {
     /// busy with deferred commands would otherwise keep QEMU waiting).
     front_waiting: AtomicUsize,
     handle: pci::Handle,
-    /// The link also carries the guest's NIC traffic (RoCE mode): the data path
-    /// drains it even while the HCA is not enabled, so the VM's network works
-    /// without the vhca driver loaded.
+    /// The data path runs the port even while the HCA is not enabled: on RoCE
+    /// the link also carries the guest's NIC traffic, so the VM's network
+    /// works without the vhca driver loaded; on both links the port's
+    /// liveness runs (AE-01: an ib-udp node keeps sending keepalives and
+    /// draining its socket, so its peers' ports stay active and a datagram
+    /// never leaves the level-triggered socket readable under a sleeping
+    /// data path). The disabled HCA's engine has no QPs: packets for it are
+    /// dropped and counted.
     link_always: bool,
 }
 
@@ -820,7 +825,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         stopped: AtomicBool::new(false),
         front_waiting: AtomicUsize::new(0),
         handle,
-        link_always: matches!(config.mode, FabricMode::Roce { .. }),
+        link_always: true,
     });
     // SIGTERM / SIGINT: stop the data path, let it flush the capture, print the
     // counters and exit 0. The vfio-user thread may be inside a client's

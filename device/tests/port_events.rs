@@ -86,6 +86,25 @@ fn ae_01_port_error_when_the_peer_goes_silent_port_active_when_it_is_back() {
     assert_eq!((a.counters().link_down, a.counters().link_up), (1, 1));
     let r = a.link().report().unwrap();
     assert!(r.contains("port_down 1 port_up 1"), "{r}");
+    // Down and up again with nobody taking events (a disabled device): the
+    // engine holds the latest state's event alone.
+    drop(b);
+    let mut mem = VecMemory::new(0, 4096);
+    let t0 = Instant::now();
+    while a.is_up() && t0.elapsed() < 20 * DEAD {
+        a.run_once(&mut mem, now());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(!a.is_up());
+    let sb = UdpSocket::bind(b_addr).unwrap();
+    let mut b = port(&f, "b", sb);
+    while !a.is_up() && t0.elapsed() < 40 * DEAD {
+        b.run_once(&mut mem, now());
+        a.run_once(&mut mem, now());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ev: Vec<Event> = std::iter::from_fn(|| a.engine_mut().poll_event()).collect();
+    assert_eq!(ev, vec![Event::PortActive]);
 }
 
 #[test]

@@ -61,6 +61,26 @@ fn ae_01_port_error_when_the_peer_process_is_gone_port_active_when_it_is_back() 
 }
 
 #[test]
+fn ae_01_a_disabled_peer_keeps_the_port_active_and_does_not_spin() {
+    // Node 1's process runs but no driver enabled its device: it still
+    // answers with keepalives (so node 0's port stays active) and drains
+    // them from its socket without spinning on it.
+    let v = Vhca::spawn(Options::nodes(2));
+    let mut a = Node::connect(&v, 0);
+    let (t0, c1) = (Instant::now(), v.cpu_ticks(1));
+    assert!(a
+        .hca
+        .wait_async_event(Duration::from_secs(8), kind(EqeType::PortErr))
+        .is_none());
+    assert_eq!(a.hca.query_port(1).unwrap().state, PortState::Active.raw());
+    let secs = t0.elapsed().as_secs_f64();
+    // 100 ticks a second: a spinning data path would take about one per
+    // 10 ms; a sleeping one wakes for a keepalive each second.
+    let used = v.cpu_ticks(1) - c1;
+    assert!((used as f64) < secs * 10.0, "{used} ticks in {secs:.1} s");
+}
+
+#[test]
 fn ae_01_responder_errors_raise_fatal_request_and_access_events() {
     let v = Vhca::spawn(Options::nodes(2));
     let mut a = Node::connect(&v, 0);

@@ -335,6 +335,11 @@ impl Engine {
     /// active or port error event. The link's state is its owner's (the
     /// device's port); the engine only reports it.
     pub fn port_changed(&mut self, up: bool) {
+        // Only the latest port state matters: an unread change it undoes goes,
+        // so a link that flaps while nobody polls (a disabled device) holds
+        // one event, not one per flap.
+        self.events
+            .retain(|e| !matches!(e, Event::PortActive | Event::PortError));
         self.events.push_back(if up {
             Event::PortActive
         } else {
