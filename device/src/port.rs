@@ -187,7 +187,7 @@ impl Port {
             log::info!("port: link up: port active");
         } else {
             self.counters.link_down += 1;
-            log::warn!("port: link down (no peer heard): port error");
+            log::warn!("port: link down: port error");
         }
         self.engine.port_changed(up);
     }
