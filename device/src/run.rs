@@ -709,9 +709,12 @@ fn ib_udp_link(
     fabric: &crate::fabric::FabricFile,
     node: &crate::fabric::Node,
     key: Option<&crate::fabric::FabricKey>,
+    liveness: Option<(Duration, Duration)>,
 ) -> Result<Box<dyn crate::fabric::Link + Send>, crate::fabric::LinkError> {
     use crate::fabric::{AuthLink, UdpLink};
-    let udp = UdpLink::bind(fabric, &node.name)?;
+    let mut udp = UdpLink::bind(fabric, &node.name)?;
+    // AE-01: keepalive period and dead time (`--peer-silence-ms`).
+    udp.set_liveness(liveness);
     let Some(key) = key else {
         if let Some(n) = fabric
             .nodes()
@@ -748,7 +751,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     let (mut link, port_config, capture_as, what): (Box<dyn Link + Send>, _, _, _) =
         match &config.mode {
             FabricMode::IbUdp { fabric, node, key } => (
-                ib_udp_link(fabric, node, key.as_ref())?,
+                ib_udp_link(fabric, node, key.as_ref(), config.liveness)?,
                 {
                     // AD-01, AD-05: the LMC and P_Key table the fabric file gives.
                     let mut p = PortConfig::new(node.lid, node.guid);

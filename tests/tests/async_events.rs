@@ -61,6 +61,32 @@ fn ae_01_port_error_when_the_peer_process_is_gone_port_active_when_it_is_back() 
 }
 
 #[test]
+fn ae_01_peer_silence_ms_sets_when_the_port_goes_down_or_never() {
+    for (ms, down) in [("500", true), ("0", false)] {
+        let opts = Options {
+            extra_args: vec!["--peer-silence-ms".into(), ms.into()],
+            ..Options::nodes(2)
+        };
+        let mut v = Vhca::spawn(opts);
+        let mut a = Node::connect(&v, 0);
+        let b = Node::connect(&v, 1);
+        drop(b);
+        v.kill(1);
+        let t0 = Instant::now();
+        let e = a
+            .hca
+            .wait_async_event(Duration::from_secs(3), kind(EqeType::PortErr));
+        assert_eq!(e.is_some(), down, "--peer-silence-ms {ms}");
+        if down {
+            assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        } else {
+            let q = a.hca.query_port(1).unwrap();
+            assert_eq!(q.state, PortState::Active.raw(), "never down with 0");
+        }
+    }
+}
+
+#[test]
 fn ae_01_a_disabled_peer_keeps_the_port_active_and_does_not_spin() {
     // Node 1's process runs but no driver enabled its device: it still
     // answers with keepalives (so node 0's port stays active) and drains
