@@ -258,6 +258,22 @@ impl Engine {
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
+
+    /// The port's link went up or down (AE-01): raises the unaffiliated port
+    /// active or port error event. The link's state is its owner's (the
+    /// device's port); the engine only reports it.
+    pub fn port_changed(&mut self, up: bool) {
+        // Only the latest port state matters: an unread change it undoes goes,
+        // so a link that flaps while nobody polls (a disabled device) holds
+        // one event, not one per flap.
+        self.events
+            .retain(|e| !matches!(e, Event::PortActive | Event::PortError));
+        self.events.push_back(if up {
+            Event::PortActive
+        } else {
+            Event::PortError
+        });
+    }
 }
 
 /// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;
@@ -322,6 +338,26 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
 /// full member (bit 15): two limited members of a partition may not talk.
 pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
     a & 0x7fff == b & 0x7fff && a & 0x7fff != 0 && (a | b) & 0x8000 != 0
+}
+
+impl PortConfig {
+    /// The index of the first entry of the P_Key table that `pkey` matches
+    /// (10.9.3, PV-03): what QP1 checks a packet against (C9-42) and reports
+    /// as its receive completion's `pkey_index`.
+    pub fn pkey_slot(&self, pkey: u16) -> Option<u16> {
+        self.pkeys
+            .iter()
+            .position(|&own| pkey_match(pkey, own))
+            .and_then(|i| u16::try_from(i).ok())
+    }
+
+    /// The SLID of a path with `path_bits` (AD-01): the base LID with the low
+    /// `lmc` bits replaced by the path bits; bits above the LMC are ignored,
+    /// as the port owns only its 2^LMC LIDs.
+    pub fn slid(&self, path_bits: u8) -> u16 {
+        let m = (1u16 << self.lmc.min(7)) - 1;
+        (self.lid & !m) | (u16::from(path_bits) & m)
+    }
 }
 
 /// The LID checks every native packet passes before its QP is looked up, the

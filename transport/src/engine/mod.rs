@@ -116,24 +116,6 @@ impl PortConfig {
         }
     }
 
-    /// The index of the first entry of the P_Key table that `pkey` matches
-    /// (10.9.3, PV-03): what QP1 checks a packet against (C9-42) and reports
-    /// as its receive completion's `pkey_index`.
-    pub fn pkey_slot(&self, pkey: u16) -> Option<u16> {
-        self.pkeys
-            .iter()
-            .position(|&own| io::pkey_match(pkey, own))
-            .and_then(|i| u16::try_from(i).ok())
-    }
-
-    /// The SLID of a path with `path_bits` (AD-01): the base LID with the low
-    /// `lmc` bits replaced by the path bits; bits above the LMC are ignored,
-    /// as the port owns only its 2^LMC LIDs.
-    pub fn slid(&self, path_bits: u8) -> u16 {
-        let m = (1u16 << self.lmc.min(7)) - 1;
-        (self.lid & !m) | (u16::from(path_bits) & m)
-    }
-
     /// The same port on an Ethernet link of MTU `eth_mtu` bytes: the largest
     /// IB MTU whose packets fit (1500 -> 1024, 9000 -> 4096, as RoCE NICs and
     /// Linux rxe map them).
@@ -329,22 +311,6 @@ impl Engine {
     /// The port.
     pub fn port(&self) -> &PortConfig {
         &self.port
-    }
-
-    /// The port's link went up or down (AE-01): raises the unaffiliated port
-    /// active or port error event. The link's state is its owner's (the
-    /// device's port); the engine only reports it.
-    pub fn port_changed(&mut self, up: bool) {
-        // Only the latest port state matters: an unread change it undoes goes,
-        // so a link that flaps while nobody polls (a disabled device) holds
-        // one event, not one per flap.
-        self.events
-            .retain(|e| !matches!(e, Event::PortActive | Event::PortError));
-        self.events.push_back(if up {
-            Event::PortActive
-        } else {
-            Event::PortError
-        });
     }
 
     /// The limits.
