@@ -35,6 +35,8 @@
 #   --client-reboot   guest B may reboot (run-vm.sh --reboot): each boot runs
 #                     CLIENT_CMD again; B is stopped once A's command ends,
 #                     and the pair's status is A's alone
+#   --fabric-top TOML lines at the top of the fabric file (e.g. a P_Key table
+#                     for both nodes: 'pkeys = ["0xffff", "0x8001"]', AD-05)
 #   --ready REGEX     start guest B once guest A's console matches REGEX
 #                     (grep -E; default: what ibv_*_pingpong and perftest
 #                     servers print just before they listen: 'local address:|
@@ -59,7 +61,7 @@ set -euo pipefail
 
 out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0
 ready='local address:|Waiting for client' release=trixie provider_deb=0
-vhca_args=() extra_ov=()
+vhca_args=() extra_ov=() fab_top=''
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -73,6 +75,7 @@ while [ $# -gt 0 ]; do
         --ready) need "$@"; ready=$2; shift 2;;
         --release) need "$@"; release=$2; shift 2;;
         --provider-deb) provider_deb=1; shift;;
+        --fabric-top) need "$@"; fab_top=$2; shift 2;;
         --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
@@ -117,6 +120,8 @@ sock_a="$VHCA_RUN/pair-$$-a.sock" sock_b="$VHCA_RUN/pair-$$-b.sock"
 base=$((20000 + RANDOM % 20000))
 fab_a=$base fab_b=$((base + 1)) net_a=$((base + 2)) net_b=$((base + 3))
 cat >"$out/fabric.toml" <<EOF
+$fab_top
+
 [[node]]
 name = "a"
 lid = 1

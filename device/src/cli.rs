@@ -45,7 +45,11 @@ pub struct Cli {
     /// name, lid, guid and UDP address. It plays the subnet manager: this device
     /// takes its LID and port GUID from its own entry and reaches the others at
     /// theirs. A top-level key_file = "FILE" (relative to the fabric file) or
-    /// key = "HEX" gives the fabric key (see --fabric-key-file).
+    /// key = "HEX" gives the fabric key (see --fabric-key-file). A node may
+    /// add lmc = N (it owns 2^N LIDs from its lid) and pkeys = ["0xffff", ...]
+    /// (its P_Key table, bit 15 = full member; a top-level pkeys is every
+    /// node's). The port is active while other nodes are heard (a keepalive
+    /// each second; down after 5 s of silence, see --peer-silence-ms).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 
@@ -165,6 +169,15 @@ pub struct Cli {
     /// promise more. At least 4M.
     #[arg(long, value_name = "SIZE", default_value = "256M")]
     pub mem_budget: String,
+
+    /// InfiniBand mode: after this long (milliseconds) without a datagram
+    /// from any other node of the fabric the port is down (a port error
+    /// event, QUERY_PORT Down) until one is heard again (port active).
+    /// Every node sends a keepalive to the others each second (each fifth
+    /// of this, if that is shorter). 0: the port never goes down; else
+    /// 100..=3600000.
+    #[arg(long, value_name = "MSECS", default_value_t = 5000)]
+    pub peer_silence_ms: u64,
 }
 
 /// The man page vhca(1) in roff, from the same definition as `--help`
@@ -237,6 +250,9 @@ pub struct Config {
     pub loss_go_back_bound: bool,
     /// Host bytes the device may hold for its guest (`--mem-budget`).
     pub mem_budget: u64,
+    /// `--peer-silence-ms` (AE-01): the keepalive period and the silence
+    /// after which the ib-udp port is down; `None`: never down.
+    pub liveness: Option<(Duration, Duration)>,
 }
 
 /// A problem with the command line, as one line.
@@ -410,6 +426,18 @@ impl Cli {
                 self.busy_poll_us
             )));
         }
+        let liveness = match self.peer_silence_ms {
+            0 => None,
+            ms if (100..=3_600_000).contains(&ms) => {
+                let dead = Duration::from_millis(ms);
+                Some((Duration::from_secs(1).min(dead / 5), dead))
+            }
+            ms => {
+                return Err(CliError(format!(
+                    "--peer-silence-ms {ms}: 0 (never down) or 100 to 3600000"
+                )))
+            }
+        };
         let mem_budget =
             parse_size(&self.mem_budget).map_err(|e| CliError(format!("--mem-budget {e}")))?;
         if mem_budget < MIN_MEM_BUDGET {
@@ -419,6 +447,7 @@ impl Cli {
             )));
         }
         Ok(Config {
+            liveness,
             mem_budget,
             busy_poll: Duration::from_micros(self.busy_poll_us),
             loss_probes: self.loss_probes == "on",

@@ -115,7 +115,7 @@ pub fn qp_attr_to_abi(state: tv::QpState, a: &tv::QpAttr, cap: &tv::QpCap) -> Qp
         timeout: a.timeout,
         retry_cnt: a.retry_cnt,
         rnr_retry: a.rnr_retry,
-        // The engine does not say whether a drain is still under way.
+        // Set by QUERY_QP from `Engine::sq_draining` (QS-05).
         sq_draining: 0,
         rsvd: 0,
         ah_attr: av_to_abi(&a.av),

@@ -7,7 +7,8 @@
 //!
 //! One JSON object per line; the keys:
 //! - `time`: the device clock (seconds since the Unix epoch, `run::now`);
-//! - `port`: what the port counts (`rx_packets`, `tx_packets`, `link_errors`);
+//! - `port`: what the port counts (`rx_packets`, `tx_packets`, `link_errors`,
+//!   `link_down`, `link_up`);
 //! - one object per QUERY_COUNTERS set, named as the set in snake case
 //!   (`port_set` for the engine's `Port` set, then `wire_drop`, `rx_drop`,
 //!   `nak_sent`, `device`) with the names the driver's hw counters carry
@@ -187,8 +188,8 @@ impl Snapshot {
     pub fn text(&self) -> String {
         let p = &self.port;
         let mut s = format!(
-            "port: rx {} tx {} link_errors {}\n",
-            p.rx_packets, p.tx_packets, p.link_errors
+            "port: rx {} tx {} link_errors {} link_down {} link_up {}\n",
+            p.rx_packets, p.tx_packets, p.link_errors, p.link_down, p.link_up
         );
         if let Some(r) = &self.link {
             let _ = writeln!(s, "{r}");
@@ -215,6 +216,8 @@ impl Snapshot {
                 ("rx_packets", p.rx_packets),
                 ("tx_packets", p.tx_packets),
                 ("link_errors", p.link_errors),
+                ("link_down", p.link_down),
+                ("link_up", p.link_up),
             ],
         );
         for set in CounterSet::ALL {
@@ -409,6 +412,7 @@ mod tests {
                 rx_packets: 3,
                 tx_packets: 4,
                 link_errors: 0,
+                ..PortCounters::default()
             },
             link: Some("udp a: tx 1 (2 B, 0 GSO runs)\nauth (key \"x\"): rx_verified 9".into()),
             cmdq: vec![("pi_writes", 2)],
@@ -443,7 +447,10 @@ mod tests {
         };
         let t = s.text();
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines[0], "port: rx 0 tx 0 link_errors 0");
+        assert_eq!(
+            lines[0],
+            "port: rx 0 tx 0 link_errors 0 link_down 0 link_up 0"
+        );
         assert_eq!(lines[1], "udp a: tx 1");
         assert_eq!(lines[2], "vhost-user-net: tx 2");
         assert!(lines[3].starts_with("engine: Counters { rx_packets: 0,"));

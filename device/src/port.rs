@@ -30,6 +30,10 @@ pub struct PortCounters {
     /// Link calls that failed (socket errors, not per-packet drops); the packet of
     /// a failed send is lost, which the transport recovers from like any loss.
     pub link_errors: u64,
+    /// Times the link went down (port error events, AE-01).
+    pub link_down: u64,
+    /// Times it came back up (port active events).
+    pub link_up: u64,
 }
 
 /// An engine and the link of its port.
@@ -38,6 +42,8 @@ pub struct Port {
     link: Box<dyn Link + Send>,
     tx: Box<[u8]>,
     counters: PortCounters,
+    /// The port's state as last seen on the link (AE-01; QUERY_PORT).
+    up: bool,
 }
 
 /// Where packets start in the transmit buffer: payloads then sit 16-byte aligned
@@ -55,6 +61,7 @@ impl Port {
             link,
             tx: vec![0; MAX_PACKET_LEN + TX_OFFSET].into_boxed_slice(),
             counters: PortCounters::default(),
+            up: true,
         }
     }
 
@@ -79,6 +86,11 @@ impl Port {
 
     pub fn counters(&self) -> &PortCounters {
         &self.counters
+    }
+
+    /// Whether the port is active: its link up (AE-01). QUERY_PORT reports it.
+    pub fn is_up(&self) -> bool {
+        self.up
     }
 
     /// The descriptor to wait on for received packets.
@@ -107,6 +119,7 @@ impl Port {
         if let Err(e) = self.link.handle_timeout(now) {
             self.link_error("timeout", &e);
         }
+        self.follow_link();
         if self.engine.poll_timeout().is_some_and(|d| d <= t) {
             self.engine.handle_timeout(t);
         }
@@ -161,6 +174,24 @@ impl Port {
         if let Err(e) = self.link.flush() {
             self.link_error("flush", &e);
         }
+    }
+
+    /// AE-01: a change of the link's state becomes the port's, and a port
+    /// active or port error event for the driver.
+    fn follow_link(&mut self) {
+        let up = self.link.is_up();
+        if up == self.up {
+            return;
+        }
+        self.up = up;
+        if up {
+            self.counters.link_up += 1;
+            log::info!("port: link up: port active");
+        } else {
+            self.counters.link_down += 1;
+            log::warn!("port: link down: port error");
+        }
+        self.engine.port_changed(up);
     }
 
     fn link_error(&mut self, what: &str, e: &LinkError) {

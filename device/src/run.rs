@@ -240,9 +240,14 @@ pub struct Shared {
     /// busy with deferred commands would otherwise keep QEMU waiting).
     front_waiting: AtomicUsize,
     handle: pci::Handle,
-    /// The link also carries the guest's NIC traffic (RoCE mode): the data path
-    /// drains it even while the HCA is not enabled, so the VM's network works
-    /// without the vhca driver loaded.
+    /// The data path runs the port even while the HCA is not enabled: on RoCE
+    /// the link also carries the guest's NIC traffic, so the VM's network
+    /// works without the vhca driver loaded; on both links the port's
+    /// liveness runs (AE-01: an ib-udp node keeps sending keepalives and
+    /// draining its socket, so its peers' ports stay active and a datagram
+    /// never leaves the level-triggered socket readable under a sleeping
+    /// data path). The disabled HCA's engine has no QPs: packets for it are
+    /// dropped and counted.
     link_always: bool,
 }
 
@@ -705,9 +710,12 @@ fn ib_udp_link(
     fabric: &crate::fabric::FabricFile,
     node: &crate::fabric::Node,
     key: Option<&crate::fabric::FabricKey>,
+    liveness: Option<(Duration, Duration)>,
 ) -> Result<Box<dyn crate::fabric::Link + Send>, crate::fabric::LinkError> {
     use crate::fabric::{AuthLink, UdpLink};
-    let udp = UdpLink::bind(fabric, &node.name)?;
+    let mut udp = UdpLink::bind(fabric, &node.name)?;
+    // AE-01: keepalive period and dead time (`--peer-silence-ms`).
+    udp.set_liveness(liveness);
     let Some(key) = key else {
         if let Some(n) = fabric
             .nodes()
@@ -744,8 +752,16 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     let (mut link, port_config, capture_as, what): (Box<dyn Link + Send>, _, _, _) =
         match &config.mode {
             FabricMode::IbUdp { fabric, node, key } => (
-                ib_udp_link(fabric, node, key.as_ref())?,
-                PortConfig::new(node.lid, node.guid),
+                ib_udp_link(fabric, node, key.as_ref(), config.liveness)?,
+                {
+                    // AD-01, AD-05: the LMC and P_Key table the fabric file gives.
+                    let mut p = PortConfig::new(node.lid, node.guid);
+                    if let Some(a) = fabric.port_attrs(&node.name) {
+                        p.lmc = a.lmc;
+                        p.pkeys = a.pkeys.clone();
+                    }
+                    p
+                },
                 LinkType::ErfInfiniband,
                 format!("node {} (LID {:#x})", node.name, node.lid),
             ),
@@ -813,7 +829,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         stopped: AtomicBool::new(false),
         front_waiting: AtomicUsize::new(0),
         handle,
-        link_always: matches!(config.mode, FabricMode::Roce { .. }),
+        link_always: true,
     });
     // SIGTERM / SIGINT: stop the data path, let it flush the capture, print the
     // counters and exit 0. The vfio-user thread may be inside a client's

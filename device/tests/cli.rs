@@ -417,3 +417,23 @@ fn cli_tap_mode_errors_name_the_argument() {
     }
     assert_eq!(parse_mac("02-00-00-00-00-0A"), Ok([2, 0, 0, 0, 0, 10]));
 }
+
+#[test]
+fn ae_01_peer_silence_sets_the_liveness_or_turns_it_off() {
+    let d = tempfile::tempdir().unwrap();
+    let f = fabric_file(d.path());
+    let sock = d.path().join("a.sock");
+    let (f, sock) = (f.to_str().unwrap(), sock.to_str().unwrap());
+    let base = ["--socket", sock, "--fabric", f, "--node", "a"];
+    let with = |extra: &[&str]| check(&[&base[..], extra].concat());
+    let s = std::time::Duration::from_secs;
+    let ms = std::time::Duration::from_millis;
+    assert_eq!(with(&[]).unwrap().liveness, Some((s(1), s(5))));
+    let c = with(&["--peer-silence-ms", "500"]).unwrap();
+    assert_eq!(c.liveness, Some((ms(100), ms(500))));
+    assert_eq!(with(&["--peer-silence-ms", "0"]).unwrap().liveness, None);
+    for bad in ["50", "3600001"] {
+        let e = with(&["--peer-silence-ms", bad]).expect_err(bad);
+        assert!(e.contains("--peer-silence-ms") && !e.contains('\n'), "{e}");
+    }
+}

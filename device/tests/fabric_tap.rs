@@ -362,6 +362,50 @@ fn tap_real_device_opens_with_vnet_headers_and_counts_writes_while_down() {
     assert_eq!(recv(&mut link), None);
 }
 
+/// AE-01: the link follows the TAP's administrative state (`ip link set
+/// TAP up/down`), read every TAP_STATE_CHECK, which is its deadline.
+#[test]
+fn ae_01_tap_link_is_up_while_its_interface_is_up() {
+    if std::fs::metadata("/dev/net/tun").is_err() || !is_root() {
+        eprintln!("skipped: needs root and /dev/net/tun");
+        return;
+    }
+    let tap = Tap::open("vhcae%d", MAC).expect("TUNSETIFF");
+    let name = tap.name().to_string();
+    let ip = |state: &str| {
+        let ok = std::process::Command::new("ip")
+            .args(["link", "set", "dev", &name, state])
+            .status()
+            .expect("ip")
+            .success();
+        assert!(ok, "ip link set {name} {state}");
+    };
+    let mut link = TapLink::new(Arc::new(tap));
+    assert_eq!(
+        link.poll_timeout(),
+        Some(Duration::ZERO),
+        "first check at once"
+    );
+    link.handle_timeout(T0).unwrap();
+    assert!(!link.is_up(), "a new TAP is down");
+    let next = T0 + device::fabric::TAP_STATE_CHECK;
+    assert_eq!(link.poll_timeout(), Some(next));
+    ip("up");
+    link.handle_timeout(next - Duration::from_millis(1))
+        .unwrap();
+    assert!(!link.is_up(), "read at its deadline, not before");
+    link.handle_timeout(next).unwrap();
+    assert!(link.is_up());
+    ip("down");
+    link.handle_timeout(next + device::fabric::TAP_STATE_CHECK)
+        .unwrap();
+    assert!(!link.is_up());
+    // A socketpair TAP has no interface to read: always up, no deadline.
+    let (fake, _peer) = fake_tap();
+    assert!(fake.is_up());
+    assert_eq!(fake.poll_timeout(), None);
+}
+
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -340,8 +340,11 @@ fn offload_pair_with(
     let (sb, _) = s.pop().unwrap();
     let (sa, _) = s.pop().unwrap();
     prepare_a(&sa);
-    let a = UdpLink::with_offloads(&fabric, "a", sa, a_off).unwrap();
-    let b = UdpLink::with_offloads(&fabric, "b", sb, b_off).unwrap();
+    let mut a = UdpLink::with_offloads(&fabric, "a", sa, a_off).unwrap();
+    let mut b = UdpLink::with_offloads(&fabric, "b", sb, b_off).unwrap();
+    // No keepalive deadlines (AE-01): these tests look at the batch's.
+    a.set_liveness(None);
+    b.set_liveness(None);
     (a, b)
 }
 

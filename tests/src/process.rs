@@ -147,6 +147,13 @@ pub struct Options {
     /// blocked on a device that stopped answering fails instead of hanging
     /// (`$VHCA_TEST_TIMEOUT` seconds, default 300).
     pub watchdog: Duration,
+    /// Per-node base LID, by index (default [`BASE_LID`] + index); with an
+    /// `lmc` in `node_toml` it must be a multiple of 2^lmc (AD-01).
+    pub lids: HashMap<usize, u16>,
+    /// Extra lines of a node's `[[node]]` table (`lmc`, `pkeys`), by index.
+    pub node_toml: HashMap<usize, String>,
+    /// Top-level lines of the fabric file (a `pkeys` for every node).
+    pub top_toml: String,
 }
 
 impl Default for Options {
@@ -167,6 +174,9 @@ impl Default for Options {
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(300),
             ),
+            lids: HashMap::new(),
+            node_toml: HashMap::new(),
+            top_toml: String::new(),
         }
     }
 }
@@ -288,12 +298,22 @@ pub fn free_udp_ports(n: usize) -> io::Result<Vec<u16>> {
 
 /// The fabric file text for `nodes`.
 pub fn fabric_toml(nodes: &[NodeInfo]) -> String {
-    let mut s = String::from("# written by vhca-tests\n");
-    for n in nodes {
+    fabric_toml_with(nodes, "", &HashMap::new())
+}
+
+/// The fabric file text for `nodes`, with `top` lines before the nodes and
+/// `extra[i]` lines in node i's table (AD-01, AD-05: `lmc`, `pkeys`).
+pub fn fabric_toml_with(nodes: &[NodeInfo], top: &str, extra: &HashMap<usize, String>) -> String {
+    let mut s = format!("# written by vhca-tests\n{top}\n");
+    for (i, n) in nodes.iter().enumerate() {
         let _ = write!(
             s,
-            "\n[[node]]\nname = \"{}\"\nlid = {}\nguid = \"{:#018x}\"\naddress = \"127.0.0.1:{}\"\n",
-            n.name, n.lid, n.guid, n.udp_port
+            "\n[[node]]\nname = \"{}\"\nlid = {}\nguid = \"{:#018x}\"\naddress = \"127.0.0.1:{}\"\n{}\n",
+            n.name,
+            n.lid,
+            n.guid,
+            n.udp_port,
+            extra.get(&i).map_or("", |e| e.as_str())
         );
     }
     s
@@ -315,7 +335,7 @@ impl Vhca {
             .map(|i| {
                 let name = format!("n{i}");
                 NodeInfo {
-                    lid: BASE_LID + i as u16,
+                    lid: opts.lids.get(&i).copied().unwrap_or(BASE_LID + i as u16),
                     guid: node_guid(i),
                     udp_port: ports[i],
                     socket: dir.path().join(format!("{name}.sock")),
@@ -328,7 +348,8 @@ impl Vhca {
             })
             .collect();
         let fabric = dir.path().join("fabric.toml");
-        std::fs::write(&fabric, fabric_toml(&nodes)).expect("write the fabric file");
+        let text = fabric_toml_with(&nodes, &opts.top_toml, &opts.node_toml);
+        std::fs::write(&fabric, text).expect("write the fabric file");
         let watch = Arc::new(Watch::default());
         watch.start(opts.watchdog);
         let mut v = Vhca {

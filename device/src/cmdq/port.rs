@@ -79,6 +79,8 @@ const ACTIVE_WIDTH: u8 = 2;
 const ACTIVE_SPEED: u8 = 4;
 /// IBA PortPhysicalState LinkUp.
 const PHYS_STATE_LINK_UP: u8 = 5;
+/// IBA PortPhysicalState Polling: no link partner.
+const PHYS_STATE_POLLING: u8 = 2;
 /// `IBV_LINK_LAYER_INFINIBAND`.
 const LINK_LAYER_IB: u8 = 1;
 /// `IBV_LINK_LAYER_ETHERNET`.
@@ -87,6 +89,7 @@ const LINK_LAYER_ETHERNET: u8 = 2;
 pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, Fail> {
     check_port(i.port)?;
     reserved(i.rsvd == [0; 3])?;
+    let up = x.hca.port.is_up();
     let p = x.hca.port.engine().port();
     let mut out = PortAttr::default();
     let n = p.pkeys.len().min(out.pkeys.len());
@@ -105,8 +108,17 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
         sm_lid: 0,
         pkey_tbl_len: n as u16,
         gid_tbl_len,
-        state: PortState::Active.raw(),
-        phys_state: PHYS_STATE_LINK_UP,
+        // AE-01: the link's state (`port::Port::is_up`).
+        state: if up {
+            PortState::Active.raw()
+        } else {
+            PortState::Down.raw()
+        },
+        phys_state: if up {
+            PHYS_STATE_LINK_UP
+        } else {
+            PHYS_STATE_POLLING
+        },
         max_mtu: p.max_mtu as u8,
         active_mtu: p.max_mtu as u8,
         lmc: p.lmc,

@@ -291,8 +291,11 @@ pub(super) fn query_qp(x: &mut Exec<'_>, i: QueryQpIn) -> Result<QueryQpOut, Fai
         .get(&i.qpn)
         .ok_or(fail(Status::NotFound, Syndrome::NoQp))?;
     let (state, attr, _) = x.hca.port.engine().query_qp(i.qpn)?;
+    let mut out = qp_attr_to_abi(state, &attr, &qp.cap);
+    // QS-05: SQD's draining substate.
+    out.sq_draining = u8::from(x.hca.port.engine().sq_draining(i.qpn)?);
     Ok(QueryQpOut {
-        attr: qp_attr_to_abi(state, &attr, &qp.cap),
+        attr: out,
         qp_type: qp.qp_type.raw(),
         sq_sig_all: u8::from(qp.sq_sig_all),
         rsvd0: 0,

@@ -690,6 +690,10 @@ impl<L: Link> Link for AuthLink<L> {
         Some(self.checks.counters)
     }
 
+    fn is_up(&self) -> bool {
+        self.inner.is_up()
+    }
+
     fn report(&self) -> Option<String> {
         let mine = format!("auth (key {}): {}", self.key_id, self.checks.counters);
         Some(match self.inner.report() {

@@ -214,6 +214,10 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
         self.inner.auth_counters()
     }
 
+    fn is_up(&self) -> bool {
+        self.inner.is_up()
+    }
+
     fn clear(&mut self) {
         // A device reset (the driver unloaded): the data path may not run
         // the link again for a while.

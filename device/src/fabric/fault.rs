@@ -432,6 +432,10 @@ impl<L: Link> Link for FaultLink<L> {
         self.inner.auth_counters()
     }
 
+    fn is_up(&self) -> bool {
+        self.inner.is_up()
+    }
+
     fn clear(&mut self) {
         self.held = None;
         self.delayed.clear();

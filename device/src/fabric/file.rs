@@ -12,6 +12,9 @@
 //! address = "127.0.0.1:18515"
 //! ```
 //!
+//! A node may also have `lmc` and `pkeys`, and the file a top-level `pkeys` for
+//! every node (AD-01, AD-05; `partition.rs`).
+//!
 //! A fabric that leaves the host adds a fabric key (issue 13, ARCHITECTURE.md §9),
 //! shared by every node, at the top of the file, before the first `[[node]]`:
 //! `key_file = "fabric.key"` (a file of 64 hex digits, readable by its owner
@@ -32,13 +35,17 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::partition::{self, PortAttrs};
 use super::FabricKey;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 3] = ["node", "key", "key_file"];
+const TOP_KEYS: [&str; 4] = ["node", "key", "key_file", "pkeys"];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
+
+/// Keys a `[[node]]` table may hold besides those (`partition.rs`).
+const OPTIONAL_NODE_KEYS: [&str; 2] = ["lmc", "pkeys"];
 
 /// Largest unicast LID; 0xC000..=0xFFFE are multicast and 0xFFFF is the permissive
 /// LID (IBA 4.1.3, 7.11.1). LID 0 is reserved.
@@ -66,7 +73,10 @@ pub struct FabricFile {
     file: String,
     nodes: Vec<Node>,
     by_name: HashMap<String, usize>,
+    /// Every LID of every node (2^LMC each, AD-01).
     by_lid: HashMap<u16, usize>,
+    /// Each node's LMC and P_Key table, by node index.
+    ports: Vec<PortAttrs>,
     by_address: HashMap<SocketAddr, usize>,
     /// The fabric key, if the file names one (`key` or `key_file`).
     key: Option<FabricKey>,
@@ -92,7 +102,9 @@ pub enum FabricFileError {
     #[error("{file}: no nodes: a fabric file lists at least one [[node]]")]
     Empty { file: String },
     /// A top-level key other than `node`.
-    #[error("{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file)")]
+    #[error(
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys)"
+    )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
     #[error("{file}: {message}")]
@@ -101,7 +113,9 @@ pub enum FabricFileError {
     #[error("{file}: `node` must be an array of tables, written [[node]]")]
     NotNodeArray { file: String },
     /// A key a node table does not have.
-    #[error("{file}: node {node}: unknown key `{key}` (known: name, lid, guid, address)")]
+    #[error(
+        "{file}: node {node}: unknown key `{key}` (known: name, lid, guid, address, lmc, pkeys)"
+    )]
     UnknownKey {
         file: String,
         node: String,
@@ -178,6 +192,14 @@ pub enum FabricFileError {
         node: String,
         other: String,
         address: SocketAddr,
+    },
+    /// An `lmc` or `pkeys` the port cannot have (`partition.rs`); `node` is
+    /// `(all nodes)` for the top-level `pkeys`.
+    #[error("{file}: node {node}: {message}")]
+    BadPort {
+        file: String,
+        node: String,
+        message: String,
     },
 }
 
@@ -284,16 +306,43 @@ impl FabricFile {
             });
         }
         let key = Self::key_from_toml(file, &table, origin)?;
+        let bad_port = |node: String| {
+            move |message| FabricFileError::BadPort {
+                file: f(),
+                node: node.clone(),
+                message,
+            }
+        };
+        let default_port = match table.get("pkeys") {
+            None => PortAttrs::default(),
+            Some(v) => PortAttrs {
+                pkeys: partition::parse_pkeys(v).map_err(bad_port("(all nodes)".into()))?,
+                ..PortAttrs::default()
+            },
+        };
         let raw = match table.get("node") {
             None => return Err(FabricFileError::Empty { file: f() }),
             Some(toml::Value::Array(a)) => a,
             Some(_) => return Err(FabricFileError::NotNodeArray { file: f() }),
         };
         let mut nodes = Vec::with_capacity(raw.len());
+        let mut ports = Vec::with_capacity(raw.len());
         for (i, v) in raw.iter().enumerate() {
-            nodes.push(Self::node_from_toml(file, i, v)?);
+            let node = Self::node_from_toml(file, i, v)?;
+            let t = v.as_table();
+            let opt = |k: &str| t.and_then(|t| t.get(k));
+            let bad = bad_port(label(&node.name, i));
+            let mut port = default_port.clone();
+            if let Some(v) = opt("lmc") {
+                port.lmc = partition::parse_lmc(v).map_err(&bad)?;
+            }
+            if let Some(v) = opt("pkeys") {
+                port.pkeys = partition::parse_pkeys(v).map_err(&bad)?;
+            }
+            nodes.push(node);
+            ports.push(port);
         }
-        let mut fabric = FabricFile::validated(file, nodes)?;
+        let mut fabric = FabricFile::validated(file, nodes, ports)?;
         fabric.key = key;
         Ok(fabric)
     }
@@ -341,7 +390,18 @@ impl FabricFile {
     /// A fabric from nodes built in code (tests, a CLI that takes `--peer`), checked
     /// like a file; errors name the file [`PROGRAMMATIC`].
     pub fn from_nodes(nodes: Vec<Node>) -> Result<FabricFile, FabricFileError> {
-        FabricFile::validated(PROGRAMMATIC, nodes)
+        let ports = vec![PortAttrs::default(); nodes.len()];
+        FabricFile::validated(PROGRAMMATIC, nodes, ports)
+    }
+
+    /// [`FabricFile::from_nodes`] with each node's LMC and P_Key table (AD-01,
+    /// AD-05), `ports[i]` for `nodes[i]` (missing ones: the defaults).
+    pub fn from_nodes_with_ports(
+        nodes: Vec<Node>,
+        mut ports: Vec<PortAttrs>,
+    ) -> Result<FabricFile, FabricFileError> {
+        ports.resize(nodes.len(), PortAttrs::default());
+        FabricFile::validated(PROGRAMMATIC, nodes, ports)
     }
 
     fn node_from_toml(file: &str, i: usize, v: &toml::Value) -> Result<Node, FabricFileError> {
@@ -352,7 +412,10 @@ impl FabricFile {
         let node = Label(name.filter(|n| !n.is_empty()), i).to_string();
         // Keys are checked by hand before serde so that the error can name the node
         // (serde's deny_unknown_fields, kept as a backstop, cannot).
-        if let Some(key) = t.keys().find(|k| !NODE_KEYS.contains(&k.as_str())) {
+        if let Some(key) = t
+            .keys()
+            .find(|k| !NODE_KEYS.contains(&k.as_str()) && !OPTIONAL_NODE_KEYS.contains(&k.as_str()))
+        {
             return Err(FabricFileError::UnknownKey {
                 file: file.to_string(),
                 node,
@@ -366,8 +429,13 @@ impl FabricFile {
                 key,
             });
         }
+        // The optional keys are read by the caller (`partition.rs`).
+        let mut required = t.clone();
+        for k in OPTIONAL_NODE_KEYS {
+            required.remove(k);
+        }
         let raw: RawNode =
-            v.clone()
+            toml::Value::Table(required)
                 .try_into()
                 .map_err(|e: toml::de::Error| FabricFileError::BadValue {
                     file: file.to_string(),
@@ -417,7 +485,11 @@ impl FabricFile {
     }
 
     /// Range checks on each node, then the uniqueness checks, then the indexes.
-    fn validated(file: &str, nodes: Vec<Node>) -> Result<FabricFile, FabricFileError> {
+    fn validated(
+        file: &str,
+        nodes: Vec<Node>,
+        ports: Vec<PortAttrs>,
+    ) -> Result<FabricFile, FabricFileError> {
         let f = || file.to_string();
         if nodes.is_empty() {
             return Err(FabricFileError::Empty { file: f() });
@@ -475,12 +547,23 @@ impl FabricFile {
                     first: first + 1,
                 });
             }
-            if let Some(&j) = by_lid.get(&n.lid) {
+            let port = &ports[i];
+            port.check(n.lid)
+                .map_err(|message| FabricFileError::BadPort {
+                    file: f(),
+                    node: node.clone(),
+                    message,
+                })?;
+            // AD-01: every LID of the node's range is its own.
+            if let Some((lid, j)) = port
+                .lids(n.lid)
+                .find_map(|l| by_lid.get(&l).map(|&j| (l, j)))
+            {
                 return Err(FabricFileError::DuplicateLid {
                     file: f(),
                     node,
                     other: label(&nodes[j].name, j),
-                    lid: n.lid,
+                    lid,
                 });
             }
             if let Some(&j) = by_guid.get(&n.guid) {
@@ -500,7 +583,9 @@ impl FabricFile {
                 });
             }
             by_name.insert(n.name.clone(), i);
-            by_lid.insert(n.lid, i);
+            for l in port.lids(n.lid) {
+                by_lid.insert(l, i);
+            }
             by_guid.insert(n.guid, i);
             by_address.insert(n.address, i);
         }
@@ -509,6 +594,7 @@ impl FabricFile {
             nodes,
             by_name,
             by_lid,
+            ports,
             by_address,
             key: None,
         })
@@ -534,9 +620,15 @@ impl FabricFile {
         self.by_name.get(name).map(|&i| &self.nodes[i])
     }
 
-    /// The node holding unicast LID `lid`.
+    /// The node holding unicast LID `lid`: its base LID or another of its
+    /// 2^LMC LIDs (AD-01).
     pub fn by_lid(&self, lid: u16) -> Option<&Node> {
         self.by_lid.get(&lid).map(|&i| &self.nodes[i])
+    }
+
+    /// The LMC and P_Key table of the node called `name` (AD-01, AD-05).
+    pub fn port_attrs(&self, name: &str) -> Option<&PortAttrs> {
+        self.by_name.get(name).map(|&i| &self.ports[i])
     }
 
     /// The node bound to UDP address `addr` (the receive path's source check).

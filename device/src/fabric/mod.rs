@@ -25,6 +25,8 @@ mod auth;
 mod capture;
 mod fault;
 mod file;
+mod liveness;
+mod partition;
 mod tap;
 mod tap_sys;
 mod udp;
@@ -39,9 +41,14 @@ pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };
 pub use file::{FabricFile, FabricFileError, Node, MAX_UNICAST_LID, PROGRAMMATIC};
+pub use liveness::{
+    Liveness, LivenessCounters, BEAT as KEEPALIVE_BEAT, DEAD_AFTER as PORT_DEAD_AFTER, KEEPALIVE,
+};
+pub use partition::{PortAttrs, DEFAULT_PKEY, MAX_LMC, MAX_PKEYS};
 pub use tap::{
     classify, format_mac, vnet_hdr_ok, FrameClass, PushError, Tap, TapCounters, TapLink, ToGuest,
-    MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TO_GUEST_BYTES, TO_GUEST_FRAMES, VNET_HDR_LEN,
+    MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TAP_STATE_CHECK, TO_GUEST_BYTES, TO_GUEST_FRAMES,
+    VNET_HDR_LEN,
 };
 pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN};
 pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
@@ -220,6 +227,12 @@ pub trait Link {
     fn send_from_buffer(&mut self, _now: Duration, _len: usize) -> Result<(), LinkError> {
         Ok(())
     }
+
+    /// Whether the link is up (AE-01): the port's state, which the port turns
+    /// into port active / port error events. Stages forward it; up by default.
+    fn is_up(&self) -> bool {
+        true
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -270,6 +283,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     fn send_from_buffer(&mut self, now: Duration, len: usize) -> Result<(), LinkError> {
         (**self).send_from_buffer(now, len)
     }
+    fn is_up(&self) -> bool {
+        (**self).is_up()
+    }
 }
 
 /// The LRH:DLID (IBA 7.7.7), if the packet holds a whole LRH.
@@ -277,4 +293,10 @@ fn dlid_of(packet: &[u8]) -> Option<u16> {
     transport::wire::Lrh::new_checked(packet)
         .ok()
         .map(|l| l.dlid())
+}
+
+fn slid_of(packet: &[u8]) -> Option<u16> {
+    transport::wire::Lrh::new_checked(packet)
+        .ok()
+        .map(|l| l.slid())
 }

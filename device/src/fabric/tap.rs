@@ -501,18 +501,42 @@ pub struct TapLink {
     /// read shows as a full buffer rather than a silently cut frame.
     rx_buf: Box<[u8]>,
     counters: TapCounters,
+    /// The interface's state (AE-01): up while it is administratively up.
+    up: bool,
+    /// How often the state is read (a TAP with no /sys/class/net entry, a
+    /// test's socketpair, has none to read: never).
+    state_every: Option<Duration>,
+    next_state_check: Duration,
 }
+
+/// How often a TapLink reads its interface's flags (AE-01): `ip link set
+/// TAP down` becomes a port error event within this.
+pub const TAP_STATE_CHECK: Duration = Duration::from_millis(250);
+
+/// `IFF_UP` of `/sys/class/net/NAME/flags`.
+const IFF_UP: u32 = 0x1;
 
 impl TapLink {
     /// A link over `tap`; the vhost-user-net backend holds the other reference.
     pub fn new(tap: Arc<Tap>) -> TapLink {
         TapLink {
-            tap,
             loopback: VecDeque::new(),
             loopback_spare: Vec::new(),
             rx_buf: vec![0; VNET_HDR_LEN + MAX_FRAME_LEN + 1].into_boxed_slice(),
             counters: TapCounters::default(),
+            up: true,
+            state_every: Self::read_up(&tap.name).map(|_| TAP_STATE_CHECK),
+            next_state_check: Duration::ZERO,
+            tap,
         }
+    }
+
+    /// Whether interface `name` is up (IFF_UP), or `None` when its flags cannot
+    /// be read (no such interface).
+    fn read_up(name: &str) -> Option<bool> {
+        let text = std::fs::read_to_string(format!("/sys/class/net/{name}/flags")).ok()?;
+        let hex = text.trim().trim_start_matches("0x");
+        u32::from_str_radix(hex, 16).ok().map(|f| f & IFF_UP != 0)
     }
 
     /// The shared TAP.
@@ -701,11 +725,26 @@ impl Link for TapLink {
 
     fn poll_timeout(&self) -> Option<Duration> {
         // Looped-back frames do not make the TAP readable: ask to be called at once.
-        (!self.loopback.is_empty()).then_some(Duration::ZERO)
+        let now = (!self.loopback.is_empty()).then_some(Duration::ZERO);
+        match (now, self.state_every.map(|_| self.next_state_check)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    fn handle_timeout(&mut self, _now: Duration) -> Result<(), LinkError> {
+    fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError> {
+        if let Some(every) = self.state_every {
+            if now >= self.next_state_check {
+                self.next_state_check = now + every;
+                // AE-01: a TAP set down (or deleted) takes the port down.
+                self.up = Self::read_up(&self.tap.name).unwrap_or(false);
+            }
+        }
         Ok(())
+    }
+
+    fn is_up(&self) -> bool {
+        self.up
     }
 
     fn report(&self) -> Option<String> {

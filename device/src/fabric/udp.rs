@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use transport::wire::packet::BUFFER_ALIGN_OFFSET;
 
+use super::liveness::{Liveness, LivenessCounters, BEAT, DEAD_AFTER, KEEPALIVE};
 use super::udp_sys::{send_batch, set_udp_opt, OutMsg, RecvBatch, RecvMeta};
 use super::{dlid_of, FabricFile, Link, LinkError, Node, Received, MAX_PACKET_LEN, MIN_PACKET_LEN};
 
@@ -121,6 +122,8 @@ pub struct UdpCounters {
     /// Multicast packets sent (a multicast DLID, PV-07): each went to every
     /// other node of the fabric file and looped back (ARCHITECTURE.md §6).
     pub tx_multicast: u64,
+    /// Keepalives and port transitions (AE-01, `liveness`).
+    pub liveness: LivenessCounters,
 }
 
 impl UdpCounters {
@@ -144,7 +147,7 @@ impl std::fmt::Display for UdpCounters {
             "tx {} ({} B, {} GSO runs) loopback {} rx {} ({} B, {} GRO runs) dropped {}: \
              tx_unknown_dlid {} tx_short {} tx_oversized {} tx_would_block {} tx_error {} \
              loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {} \
-             tx_multicast {}",
+             tx_multicast {} keepalives_tx {} keepalives_rx {} port_down {} port_up {}",
             self.tx_packets,
             self.tx_bytes,
             self.tx_gso_runs,
@@ -163,6 +166,10 @@ impl std::fmt::Display for UdpCounters {
             self.drop_rx_oversized,
             self.rx_socket_errors,
             self.tx_multicast,
+            self.liveness.keepalives_sent,
+            self.liveness.keepalives_received,
+            self.liveness.went_down,
+            self.liveness.came_up,
         )
     }
 }
@@ -265,6 +272,8 @@ pub struct UdpLink {
     /// The buffer [`Link::send_buffer`] lent, until [`Link::send_from_buffer`].
     tx_slot: Option<TxBuf>,
     counters: UdpCounters,
+    /// Whether the port is up (AE-01).
+    live: Liveness,
 }
 
 impl UdpLink {
@@ -337,7 +346,14 @@ impl UdpLink {
             on_off(gro),
         );
         let buf = if gro { GRO_BUF } else { MAX_PACKET_LEN + 1 };
+        let peers = fabric
+            .nodes()
+            .iter()
+            .filter(|n| n.address != me.address)
+            .map(|n| n.address)
+            .collect();
         Ok(UdpLink {
+            live: Liveness::new(peers, BEAT, DEAD_AFTER),
             fabric: fabric.clone(),
             node: me,
             socket,
@@ -377,6 +393,16 @@ impl UdpLink {
     /// The socket's bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.node.address
+    }
+
+    /// Sets how often keepalives go to the other nodes and after how long
+    /// without hearing one the port is down (AE-01, `liveness`; defaults
+    /// 1 s and 5 s). `None`: no keepalives, the port stays up.
+    pub fn set_liveness(&mut self, beat_and_dead_after: Option<(Duration, Duration)>) {
+        self.live = match beat_and_dead_after {
+            Some((beat, dead)) => Liveness::new(self.live.peers().to_vec(), beat, dead),
+            None => Liveness::off(),
+        };
     }
 
     /// What the link did and dropped so far.
@@ -499,6 +525,7 @@ impl UdpLink {
     /// messages' worth per call of the caller's, which `skipped` carries.
     fn next_rx(
         &mut self,
+        now: Duration,
         skipped: &mut usize,
     ) -> Result<Option<(usize, std::ops::Range<usize>, u16)>, LinkError> {
         while *skipped < RECV_SKIP {
@@ -542,6 +569,8 @@ impl UdpLink {
                 *skipped += 1;
                 continue;
             };
+            // AE-01: any datagram from a fabric node says it is alive.
+            self.live.heard(now);
             if self.rx_off == 0 && m.segment.is_some() {
                 self.counters.rx_gro_runs += 1;
             }
@@ -555,6 +584,12 @@ impl UdpLink {
             } else {
                 self.rx_off = end;
             }
+            if Liveness::is_keepalive(&self.rx.buf(i)[start..end]) {
+                self.live.counters.keepalives_received += 1;
+                self.counters.liveness = self.live.counters;
+                *skipped += 1;
+                continue;
+            }
             if end - start > MAX_PACKET_LEN {
                 self.counters.drop_rx_oversized += 1;
                 log::debug!("fabric: dropped oversized datagram from LID {lid:#x}");
@@ -564,6 +599,18 @@ impl UdpLink {
             return Ok(Some((i, start..end, lid)));
         }
         Ok(None)
+    }
+}
+
+/// The LID a packet from the node with base LID `base` was sent from: its
+/// SLID when that is one of the node's 2^LMC LIDs (AD-01: path bits pick the
+/// source LID), else the base LID, which the engine then finds spoofed
+/// (ARCHITECTURE.md §9).
+fn source_lid(fabric: &FabricFile, base: u16, packet: &[u8]) -> u16 {
+    match super::slid_of(packet) {
+        Some(s) if s == base => base,
+        Some(s) if fabric.by_lid(s).is_some_and(|n| n.lid == base) => s,
+        _ => base,
     }
 }
 
@@ -665,12 +712,13 @@ impl UdpLink {
         if transport::engine::is_multicast_lid(dlid) {
             return Route::Multicast;
         }
-        if dlid == self.node.lid {
+        let peer = self.fabric.by_lid(dlid);
+        if dlid == self.node.lid || peer.is_some_and(|p| p.name == self.node.name) {
             // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
             self.loop_back(packet);
             return Route::Done;
         }
-        let Some(peer) = self.fabric.by_lid(dlid) else {
+        let Some(peer) = peer else {
             c.drop_tx_unknown_dlid += 1;
             log::debug!("fabric: dropped packet for DLID {dlid:#x}: no such node");
             return Route::Done;
@@ -772,7 +820,7 @@ impl Link for UdpLink {
 
     fn recv_batch(
         &mut self,
-        _now: Duration,
+        now: Duration,
         max: usize,
         deliver: &mut dyn FnMut(Received<'_>),
     ) -> Result<usize, LinkError> {
@@ -785,7 +833,7 @@ impl Link for UdpLink {
             self.counters.rx_bytes += p.len() as u64;
             deliver(Received {
                 packet: &p,
-                src_lid: Some(self.node.lid),
+                src_lid: Some(source_lid(&self.fabric, self.node.lid, &p)),
             });
             n += 1;
             if self.loopback_spare.len() < MMSG_BATCH {
@@ -794,14 +842,15 @@ impl Link for UdpLink {
         }
         let mut skipped = 0;
         while n < max {
-            let Some((i, range, lid)) = self.next_rx(&mut skipped)? else {
+            let Some((i, range, lid)) = self.next_rx(now, &mut skipped)? else {
                 break;
             };
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += range.len() as u64;
+            let packet = &self.rx.buf(i)[range];
             deliver(Received {
-                packet: &self.rx.buf(i)[range],
-                src_lid: Some(lid),
+                packet,
+                src_lid: Some(source_lid(&self.fabric, lid, packet)),
             });
             n += 1;
         }
@@ -819,15 +868,36 @@ impl Link for UdpLink {
     fn poll_timeout(&self) -> Option<Duration> {
         // Looped-back packets do not make the socket readable, nor do segments
         // of a batch already read: ask to be called at once.
-        (!self.loopback.is_empty() || self.rx_next < self.rx_got.len()).then_some(Duration::ZERO)
+        let now = (!self.loopback.is_empty() || self.rx_next < self.rx_got.len())
+            .then_some(Duration::ZERO);
+        match (now, self.live.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    fn handle_timeout(&mut self, _now: Duration) -> Result<(), LinkError> {
+    fn handle_timeout(&mut self, now: Duration) -> Result<(), LinkError> {
+        if self.live.tick(now) {
+            // A keepalive that cannot go now (a full buffer, a peer's ICMP
+            // error) is as good as lost: the next beat retries.
+            let sent = self
+                .live
+                .peers()
+                .iter()
+                .filter(|to| self.socket.send_to(KEEPALIVE, to).is_ok())
+                .count();
+            self.live.counters.keepalives_sent += sent as u64;
+        }
+        self.counters.liveness = self.live.counters;
         Ok(())
     }
 
     fn report(&self) -> Option<String> {
         Some(format!("udp {}: {}", self.node.name, self.counters))
+    }
+
+    fn is_up(&self) -> bool {
+        self.live.is_up()
     }
 }
 

@@ -166,11 +166,19 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
                 break;
             }
             let mut core = shared.lock();
-            if !core.enabled() {
-                continue;
-            }
             let dma = handle.memory();
             let mut mem = GuestMem(dma);
+            if !core.enabled() {
+                if shared.link_always {
+                    // The link's own deadlines (keepalives, the TAP's state:
+                    // AE-01) come due while disabled too; served here, not by
+                    // spinning on a deadline past until the rescan.
+                    let moved = core.hca.port.run_once(&mut mem, now());
+                    deadline = core.hca.port.next_deadline();
+                    woken = moved > 0;
+                }
+                continue;
+            }
             let w = core.hca.run_timers(&mut mem, &db, &irq, now());
             deadline = core.hca.port.next_deadline();
             woken = w.any();

@@ -74,8 +74,12 @@ pub fn udp_pair(dir: &std::path::Path) -> (UdpLink, UdpLink, FabricFile) {
     let path = dir.join("fabric.toml");
     std::fs::write(&path, text).expect("write fabric file");
     let fabric = FabricFile::load(&path).expect("valid fabric file");
-    let a = UdpLink::from_socket(&fabric, "a", sa).expect("link a");
-    let b = UdpLink::from_socket(&fabric, "b", sb).expect("link b");
+    let mut a = UdpLink::from_socket(&fabric, "a", sa).expect("link a");
+    let mut b = UdpLink::from_socket(&fabric, "b", sb).expect("link b");
+    // No keepalives (AE-01): the tests of these links look at their packets
+    // and deadlines alone.
+    a.set_liveness(None);
+    b.set_liveness(None);
     (a, b, fabric)
 }
 

@@ -56,11 +56,19 @@ pub(super) fn retire(qp: &mut Qp, fx: &mut Effects) {
         qp.req.wqes.pop_front();
         qp.req.cur = qp.req.cur.saturating_sub(1);
     }
+    check_drained(qp, fx);
+}
+
+/// QS-05 (seed 001 §9): in SQD, once every message begun before the QP entered
+/// it has been sent, acknowledged and retired (no WQE left that has started),
+/// the SQ is drained; the SQ-drained event is raised once, if the modify to SQD
+/// asked for it. Called as WQEs retire and at the modify itself, so an SQ that
+/// was idle already raises it at once.
+pub(super) fn check_drained(qp: &mut Qp, fx: &mut Effects) {
     if qp.state == QpState::Sqd
-        && qp.req.wqes.iter().all(|w| !w.started)
         && qp.attr.en_sqd_async_notify
+        && qp.req.wqes.iter().all(|w| !w.started)
     {
-        // QS-05: drained.
         fx.events
             .push(crate::verbs::Event::SqDrained { qpn: qp.qpn });
         qp.attr.en_sqd_async_notify = false;

@@ -291,6 +291,22 @@ impl Engine {
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
+
+    /// The port's link went up or down (AE-01): raises the unaffiliated port
+    /// active or port error event. The link's state is its owner's (the
+    /// device's port); the engine only reports it.
+    pub fn port_changed(&mut self, up: bool) {
+        // Only the latest port state matters: an unread change it undoes goes,
+        // so a link that flaps while nobody polls (a disabled device) holds
+        // one event, not one per flap.
+        self.events
+            .retain(|e| !matches!(e, Event::PortActive | Event::PortError));
+        self.events.push_back(if up {
+            Event::PortActive
+        } else {
+            Event::PortError
+        });
+    }
 }
 
 /// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;
@@ -316,15 +332,17 @@ pub(super) fn check_headers(
     if !svc_ok {
         return Err(RxDrop::ServiceMismatch); // C9-39
     }
-    // C9-43: the P_Key of the QP's partition; the membership rule of 10.9.3:
-    // the low 15 bits match and at least one side is a full member.
-    let own = port
-        .pkeys
-        .get(usize::from(qp.attr.pkey_index))
-        .copied()
-        .unwrap_or(0);
-    let pk = bth.pkey;
-    if pk & 0x7fff != own & 0x7fff || (pk & 0x8000 == 0 && own & 0x8000 == 0) || pk & 0x7fff == 0 {
+    // PV-03: C9-41 QP0 is not checked; C9-42 QP1 against every P_Key of
+    // the port's table (AD-05); C9-43 every other QP against its own entry.
+    let pkey_ok = match qp.qpn {
+        0 => true,
+        1 => port.pkey_slot(bth.pkey).is_some(),
+        _ => port
+            .pkeys
+            .get(usize::from(qp.attr.pkey_index))
+            .is_some_and(|&own| pkey_match(bth.pkey, own)),
+    };
+    if !pkey_ok {
         return Err(RxDrop::BadPkey);
     }
     if port.is_ethernet() && !mcast {
@@ -389,6 +407,33 @@ fn check_grh(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxD
 /// The default GID prefix, 0xFE80::/64 (4.1.1).
 const DEFAULT_GID_PREFIX: [u8; 8] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0];
 
+/// The P_Key matching rule of 10.9.3 (PV-03): the partition numbers (low 15
+/// bits) are equal and not 0 (the invalid P_Key), and at least one side is a
+/// full member (bit 15): two limited members of a partition may not talk.
+pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
+    a & 0x7fff == b & 0x7fff && a & 0x7fff != 0 && (a | b) & 0x8000 != 0
+}
+
+impl PortConfig {
+    /// The index of the first entry of the P_Key table that `pkey` matches
+    /// (10.9.3, PV-03): what QP1 checks a packet against (C9-42) and reports
+    /// as its receive completion's `pkey_index`.
+    pub fn pkey_slot(&self, pkey: u16) -> Option<u16> {
+        self.pkeys
+            .iter()
+            .position(|&own| pkey_match(pkey, own))
+            .and_then(|i| u16::try_from(i).ok())
+    }
+
+    /// The SLID of a path with `path_bits` (AD-01): the base LID with the low
+    /// `lmc` bits replaced by the path bits; bits above the LMC are ignored,
+    /// as the port owns only its 2^LMC LIDs.
+    pub fn slid(&self, path_bits: u8) -> u16 {
+        let m = (1u16 << self.lmc.min(7)) - 1;
+        (self.lid & !m) | (u16::from(path_bits) & m)
+    }
+}
+
 /// The LID checks every native packet passes before its QP is looked up, the
 /// one place the port accepts a DLID and judges the sender (the link checks
 /// neither, ARCHITECTURE.md §2): the DLID is one of the port's LIDs (the base
@@ -406,6 +451,8 @@ fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> 
     if lrh.dlid != PERMISSIVE_LID && lrh.dlid & mask != port.lid & mask && !mcast {
         return Err(RxDrop::BadDlid); // C9-53, PV-06
     }
+    // A node of LMC > 0 sends from any of its LIDs (AD-01): the link names
+    // the LID it found the SLID in (`fabric`), or the node's base LID.
     if src_lid.is_some_and(|s| s != lrh.slid) {
         return Err(RxDrop::SpoofedSlid);
     }

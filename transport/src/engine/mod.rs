@@ -701,6 +701,14 @@ impl Engine {
         Ok((qp.state, attr, qp.init))
     }
 
+    /// Whether the QP is in SQD with messages begun before it still in flight
+    /// (QS-05: the draining substate; `ibv_query_qp`'s `sq_draining`). False
+    /// once drained, and in every other state.
+    pub fn sq_draining(&self, qpn: u32) -> Result<bool, VerbError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbError::InvalidHandle)?;
+        Ok(qp.state == QpState::Sqd && qp.req.wqes.iter().any(|w| w.started))
+    }
+
     /// Modify QP (QS-01, QS-02): checked against the transition table first; a
     /// refused modify changes nothing.
     pub fn modify_qp(
@@ -772,6 +780,8 @@ impl Engine {
         if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
             qp.attr.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
+        // QS-05: an SQ with nothing in flight is drained the moment it enters SQD.
+        completer::check_drained(qp, &mut fx);
         let sched = matches!(next, QpState::Rts | QpState::Sqd);
         self.finish(fx);
         self.arm(qpn);

@@ -649,7 +649,7 @@ fn build_request(
             vl: 0,
             sl: av.sl & 0xf,
             dlid: av.dlid,
-            slid: cx.port.lid | u16::from(av.src_path_bits),
+            slid: cx.port.slid(av.src_path_bits),
         },
         grh,
         transport: TransportRepr {

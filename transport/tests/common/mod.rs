@@ -158,7 +158,8 @@ impl Net {
         )
     }
 
-    fn with_ports(ports: Vec<PortConfig>, mem_len: usize, seed: u64, limits: Limits) -> Net {
+    /// Nodes with these ports (their LIDs name them on the bench's fabric).
+    pub fn with_ports(ports: Vec<PortConfig>, mem_len: usize, seed: u64, limits: Limits) -> Net {
         let nodes = ports
             .into_iter()
             .map(|port| {
@@ -295,7 +296,12 @@ impl Net {
             if transport::engine::is_multicast_lid(dlid) {
                 targets.extend(0..self.nodes.len());
             } else {
-                targets.extend(self.nodes.iter().position(|n| n.engine.port().lid == dlid));
+                // A port owns its 2^LMC LIDs (AD-01).
+                targets.extend(self.nodes.iter().position(|n| {
+                    let p = n.engine.port();
+                    let mask = !((1u16 << p.lmc.min(7)) - 1);
+                    p.lid & mask == dlid & mask
+                }));
             }
         }
         if targets.is_empty() {

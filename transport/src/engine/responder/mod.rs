@@ -681,6 +681,11 @@ fn handle_ud(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
         c.byte_len = 0;
     }
     c.src_qp = t.ext.deth.map(|d| d.src_qp).unwrap_or(0);
+    if qp.qpn == 1 {
+        // C9-42: QP1 takes any partition of the port; the GSI answers in the
+        // one the request came in (the entry it matched, PV-03).
+        c.pkey_index = cx.port.pkey_slot(t.bth.pkey).unwrap_or(0);
+    }
     c.slid = pkt.lrh.slid;
     c.sl = pkt.lrh.sl;
     c.dlid_path_bits = (pkt.lrh.dlid & ((1u16 << cx.port.lmc.min(7)) - 1)) as u8;

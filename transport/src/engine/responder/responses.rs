@@ -432,7 +432,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             vl: 0,
             sl: qp.attr.av.sl & 0xf,
             dlid: qp.attr.av.dlid,
-            slid: cx.port.lid | u16::from(qp.attr.av.src_path_bits),
+            slid: cx.port.slid(qp.attr.av.src_path_bits),
         },
         grh,
         transport: TransportRepr {
