@@ -314,6 +314,13 @@ typedef uint64_t __u64;
  * max_fast_reg_pages.
  */
 #define VHCA_DEV_CAP_FAST_REG_MR   (1U << 14)
+/*
+ * Memory windows of type 2A (MP-07): ALLOC_MW with `VHCA_MW_TYPE2_A`, windows
+ * associated with their QP alone, which DESTROY_QP refuses (BUSY) while any
+ * is bound. Linux verbs have no way to ask for one (`IB_MW_TYPE_2` is type 2B
+ * here), so vhca.ko does not advertise it.
+ */
+#define VHCA_DEV_CAP_MW_TYPE2_A    (1U << 15)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -1316,6 +1323,11 @@ enum vhca_mw_type {
 	 * Type 2B: bound to a QP, invalidated by LOCAL_INV or SEND_WITH_INV (MP-07).
 	 */
 	VHCA_MW_TYPE2 = 2,
+	/*
+	 * Type 2A: bound to a QP alone, invalidated by LOCAL_INV or SEND_WITH_INV;
+	 * the QP cannot be destroyed while it is bound (MP-07).
+	 */
+	VHCA_MW_TYPE2_A = 3,
 };
 
 /*

@@ -537,8 +537,8 @@ impl Engine {
 
     // ---- memory windows (MP-06, MP-07) ----
 
-    /// Allocate Memory Window of type `ty` in `pd` (MP-06 type 1, MP-07 type
-    /// 2B): returns its R_Key, unbound; the PD cannot be deallocated while it
+    /// Allocate Memory Window of type `ty` in `pd` (MP-06 type 1, MP-07 types
+    /// 2A and 2B): returns its R_Key, unbound; the PD cannot be deallocated while it
     /// exists (`InvalidPd`, `InsufficientResources`). Binding is a BIND_MW
     /// work request ([`crate::verbs::WrOpcode::BindMw`]).
     pub fn alloc_mw(&mut self, pd: Handle, ty: MwType) -> Result<u32, VerbError> {
@@ -651,7 +651,16 @@ impl Engine {
     }
 
     /// Destroys a QP; its WQEs vanish without completions (as a real HCA's do).
+    /// `Busy` while a type 2A window is bound to it (MP-07).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(VerbError::InvalidHandle);
+        }
+        // MP-07: a QP with type 2A windows bound cannot be destroyed (seed
+        // 003 "Type 2A"); LOCAL_INV or DEALLOC_MW frees them first.
+        if self.mrs.type2a_windows_of(qpn) > 0 {
+            return Err(VerbError::Busy);
+        }
         let qp = self.qps.remove(&qpn).ok_or(VerbError::InvalidHandle)?;
         // MP-07: type 2B windows let their QP go (seed 003) and become free,
         // so that they never reach a later QP with this number.
