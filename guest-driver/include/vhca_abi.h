@@ -2786,8 +2786,11 @@ enum vhca_counter_set {
 	"probe_go_backs", \
 	"spurious_probes", \
 	"resent_packets", \
-	"recovery_stall_us"
-#define VHCA_COUNTERS_PORT_COUNT 19
+	"recovery_stall_us", \
+	"credit_waits", \
+	"credit_probes", \
+	"credit_acks_sent"
+#define VHCA_COUNTERS_PORT_COUNT 22
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

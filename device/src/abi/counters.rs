@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 19] = [
+const PORT_COUNTERS: [&str; 22] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -102,6 +102,9 @@ const PORT_COUNTERS: [&str; 19] = [
     "spurious_probes",
     "resent_packets",
     "recovery_stall_us",
+    "credit_waits",
+    "credit_probes",
+    "credit_acks_sent",
 ];
 
 /// The port set's values, in the order of its names.
@@ -130,6 +133,9 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         spurious_probes,
         resent_packets,
         recovery_stall_us,
+        credit_waits,
+        credit_probes,
+        credit_acks_sent,
     } = c;
     [
         *rx_packets,
@@ -151,6 +157,9 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *spurious_probes,
         *resent_packets,
         *recovery_stall_us,
+        *credit_waits,
+        *credit_probes,
+        *credit_acks_sent,
     ]
 }
 

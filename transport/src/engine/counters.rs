@@ -171,6 +171,15 @@ pub struct Counters {
     /// RC requester: microseconds spent with packets unacknowledged and
     /// nothing sent or acknowledged, until a probe or ACK timeout fired.
     pub recovery_stall_us: u64,
+    /// RC requester: times a SEND or WRITE with Immediate was held for lack
+    /// of end-to-end credits (RL-13).
+    pub credit_waits: u64,
+    /// RC requester: messages sent at zero credits after the probe interval,
+    /// in case a credit update was lost (RL-13).
+    pub credit_probes: u64,
+    /// RC responder: unsolicited ACKs sent to report credits after a zero
+    /// count, when a receive WQE was posted (RL-13).
+    pub credit_acks_sent: u64,
 }
 
 impl Counters {

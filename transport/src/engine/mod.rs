@@ -20,6 +20,7 @@ mod access;
 mod completer;
 mod counters;
 mod cq;
+mod credits;
 #[cfg(test)]
 mod handle_tests;
 mod io;
@@ -200,6 +201,10 @@ pub struct Limits {
     /// Host bytes the engine may hold for its guest: page lists, WQEs, QP and
     /// responder state (`budget`, ARCHITECTURE.md §9).
     pub mem_budget: u64,
+    /// End-to-end credits of RC (`credits`, RL-13): ACKs report the receive
+    /// queue and requesters keep to what their peer reports. Off, ACKs carry
+    /// no count (code 31) and counts received are ignored.
+    pub credits: bool,
 }
 
 impl Default for Limits {
@@ -221,6 +226,7 @@ impl Default for Limits {
             adaptive_probe_floor: true,
             bounded_go_back: true,
             mem_budget: crate::budget::DEFAULT_LIMIT,
+            credits: true,
         }
     }
 }
@@ -628,7 +634,7 @@ impl Engine {
                 attr: QpAttr::default(),
                 rq: Held::new(&self.budget),
                 req: Requester::new(c.max_send_wr as usize, &self.budget, &self.limits),
-                resp: Responder::default(),
+                resp: Responder::new(self.limits.credits),
                 scheduled: false,
                 req_turn: false,
                 timer_at: None,
@@ -737,7 +743,7 @@ impl Engine {
                 qp.rq.clear();
                 qp.req =
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
-                qp.resp = Responder::default();
+                qp.resp = Responder::new(self.limits.credits);
                 qp.attr = QpAttr::default();
             }
             QpState::Error => {}
@@ -866,6 +872,10 @@ impl Engine {
             let mut fx = Effects::default();
             flush_rq(qp, &mut fx);
             self.finish(fx);
+        } else if credits::on_post_recv(qp) {
+            // RL-13: the requester learns of the new WQE without an RNR NAK.
+            self.counters.credit_acks_sent += 1;
+            self.schedule_qp(qpn);
         }
         Ok(())
     }

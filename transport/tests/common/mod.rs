@@ -350,6 +350,11 @@ impl Net {
         }
     }
 
+    /// Packets on the wire, not yet delivered.
+    pub fn in_flight(&self) -> usize {
+        self.wire.len()
+    }
+
     /// Runs until `done` holds or nothing is pending or `max_steps` pass.
     pub fn run_until(&mut self, max_steps: usize, mut done: impl FnMut(&mut Net) -> bool) -> bool {
         for _ in 0..max_steps {

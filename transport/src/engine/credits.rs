@@ -1,0 +1,256 @@
+//! End-to-end (message level) credits of RC (RL-13; IBA 9.7.7.2, seed 000
+//! 9.3.5.1: an ACK's AETH syndrome carries the responder's credit count, from
+//! which the requester knows its limit; seed 004 §2.6.2: a duplicate ACK may be
+//! sent only to deliver credits).
+//!
+//! Responder: every AETH of the ACK kind (ACK, first/last/only READ response,
+//! atomic ACK) carries the count of receive WQEs on the QP's own receive queue
+//! when the packet is built, rounded down to a value of the credit table (IBA
+//! Table 46); a QP on an SRQ has no count of its own and sends the "invalid"
+//! code 31 (9.7.7.2: no credit count). When the count last sent was zero and a
+//! receive WQE is posted, an unsolicited ACK (a duplicate of the last one, with
+//! the new count) tells the requester it may go on, so that a requester held
+//! by credits is never left waiting for an RNR timer.
+//!
+//! Requester: SEND, SEND with Immediate or Invalidate and RDMA WRITE with
+//! Immediate consume a receive WQE. Each ACK-kind AETH at PSN `p` in
+//! `[una - 1, hwm)` (the unacknowledged region, or the duplicate of the last
+//! ACK that carries credits) sets the limit: the consuming messages started at
+//! or before `p` plus the credits. A consuming message starts only within the
+//! limit. At zero credits one such message may still go when none is
+//! outstanding, after the probe interval (the local ACK timeout: the "limited
+//! WQE", in case the unsolicited ACK was lost; without a WQE it gets an RNR
+//! NAK, RL-11). Before the first count (a new connection) and after code 31
+//! there is no limit, as with a responder that has no credits.
+//!
+//! The count is a lower bound: it is taken when the ACK is built, after
+//! messages later than `p` may have consumed WQEs too, and WQEs posted later
+//! only add. So the limit never lets a message find no WQE, whatever order
+//! ACKs arrive in; the newest limit is kept.
+
+use super::requester::SendWqe;
+use super::{Counters, Qp};
+use crate::psn;
+use crate::verbs::{QpType, Time, WrOpcode};
+use crate::wire::ext::{AethSyndrome, CREDIT_CODE_INVALID};
+
+/// What the requester knows of the responder's credits.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// No count received yet, or the responder reports none (code 31): no
+    /// limit (a missing WQE is an RNR NAK, RL-11, as with a peer without
+    /// credits).
+    #[default]
+    Unlimited,
+    /// Consuming messages may start while fewer than this many have started
+    /// (a count that wraps, compared in sequence order).
+    Upto(u32),
+}
+
+/// The requester's credit state (RL-13).
+#[derive(Debug, Default)]
+pub(crate) struct Credits {
+    /// `Limits::credits` off: no limit, counts received ignored.
+    off: bool,
+    limit: Limit,
+    /// Consuming messages started so far (wraps).
+    started: u32,
+    /// At zero credits with none outstanding: when one message may go anyway.
+    pub(super) probe_at: Option<Time>,
+    /// The probe interval passed: the next consuming message may go.
+    probe_ok: bool,
+}
+
+/// Does this work request consume a receive WQE at the responder (9.7.7.2)?
+pub(super) fn consumes(op: WrOpcode) -> bool {
+    matches!(
+        op,
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWriteWithImm
+    )
+}
+
+fn outstanding(w: &SendWqe) -> bool {
+    w.started && w.done.is_none() && consumes(w.wr.opcode)
+}
+
+/// The largest credit code whose count is at most `n` (IBA Table 46).
+pub(crate) fn code_for(n: usize) -> u8 {
+    (0..CREDIT_CODE_INVALID)
+        .rev()
+        .find(|&c| {
+            AethSyndrome::Ack { credit_code: c }
+                .credits()
+                .is_some_and(|k| k as usize <= n)
+        })
+        .unwrap_or(0)
+}
+
+/// The credit code the responder of `qp` reports now: its receive queue's
+/// WQEs, or "invalid" on an SRQ (no count of its own).
+pub(crate) fn responder_code(qp: &Qp) -> u8 {
+    if qp.init.srq.is_some() || qp.resp.credits_off {
+        CREDIT_CODE_INVALID
+    } else {
+        code_for(qp.rq.len())
+    }
+}
+
+/// The requester's probe interval at zero credits: the local ACK timeout, or
+/// the longest RNR timer (655.36 ms) when that is infinite.
+fn probe_interval_ns(qp: &Qp) -> u64 {
+    super::requester::ack_timeout_ns(&qp.attr).unwrap_or(655_360_000)
+}
+
+/// An ACK-kind AETH at PSN `p` reached the requester of `qp`: takes its
+/// credits if `p` is in `[una - 1, hwm)`. Returns whether a message held for
+/// credits may now go.
+pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome) -> bool {
+    let AethSyndrome::Ack { .. } = syn else {
+        return false;
+    };
+    let r = &qp.req;
+    if r.credits.off
+        || qp.init.qp_type != QpType::Rc
+        || psn::diff(p, r.una) < -1
+        || psn::diff(p, r.hwm) >= 0
+    {
+        return false;
+    }
+    let c = &qp.req.credits;
+    let limit = match syn.credits() {
+        None => Limit::Unlimited,
+        Some(n) => {
+            // Consuming messages started after `p` are not in the count.
+            let after = qp
+                .req
+                .wqes
+                .iter()
+                .filter(|w| w.started && consumes(w.wr.opcode) && psn::diff(w.first_psn, p) > 0)
+                .count() as u32;
+            let new = c.started.wrapping_sub(after).wrapping_add(n);
+            match c.limit {
+                Limit::Upto(old) if (new.wrapping_sub(old) as i32) < 0 => Limit::Upto(old),
+                _ => Limit::Upto(new),
+            }
+        }
+    };
+    let c = &mut qp.req.credits;
+    let was_open = c.open();
+    c.limit = limit;
+    if !c.open() {
+        // Still none: the probe timer (if armed) keeps running.
+        return false;
+    }
+    c.probe_at = None;
+    !was_open
+}
+
+impl Credits {
+    /// The state of a new connection; `on` is `Limits::credits`.
+    pub(super) fn new(on: bool) -> Credits {
+        Credits {
+            off: !on,
+            ..Credits::default()
+        }
+    }
+
+    pub(super) fn is_off(&self) -> bool {
+        self.off
+    }
+
+    fn open(&self) -> bool {
+        match self.limit {
+            Limit::Unlimited => true,
+            Limit::Upto(l) => (l.wrapping_sub(self.started) as i32) > 0,
+        }
+    }
+}
+
+/// May the requester of `qp` start WQE `i` now (it has not started)? A
+/// consuming message needs a credit, or goes alone as the limited WQE (see
+/// the module). Counts it as started when it may.
+pub(super) fn may_start(qp: &mut Qp, i: usize, now: Time, counters: &mut Counters) -> bool {
+    let Some(w) = qp.req.wqes.get(i) else {
+        return true;
+    };
+    if qp.init.qp_type != QpType::Rc || !consumes(w.wr.opcode) {
+        return true;
+    }
+    let alone = !qp.req.wqes.iter().any(outstanding);
+    let interval = probe_interval_ns(qp);
+    let c = &mut qp.req.credits;
+    let go = if c.open() {
+        c.probe_ok = false;
+        true
+    } else if alone && c.probe_ok {
+        if c.probe_ok {
+            counters.credit_probes += 1;
+        }
+        c.probe_ok = false;
+        c.probe_at = None;
+        true
+    } else {
+        if alone && c.probe_at.is_none() {
+            c.probe_at = Some(now.plus_ns(interval));
+        }
+        counters.credit_waits += 1;
+        false
+    };
+    if go {
+        c.started = c.started.wrapping_add(1);
+    }
+    go
+}
+
+/// The requester's timers fired at `now`: the zero-credit probe, when due,
+/// lets one message go. Returns whether the QP has something to send.
+pub(crate) fn on_timeout(qp: &mut Qp, now: Time) -> bool {
+    let c = &mut qp.req.credits;
+    match c.probe_at {
+        Some(t) if t <= now => {
+            c.probe_at = None;
+            c.probe_ok = true;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A receive WQE was posted on `qp`: if the last count it reported was zero,
+/// an ACK (the last one again) reports the new count. Returns whether a
+/// packet was queued.
+pub(crate) fn on_post_recv(qp: &mut Qp) -> bool {
+    if qp.init.qp_type != QpType::Rc || qp.init.srq.is_some() {
+        return false;
+    }
+    if !matches!(
+        qp.state,
+        crate::verbs::QpState::Rtr | crate::verbs::QpState::Rts | crate::verbs::QpState::Sqd
+    ) {
+        return false;
+    }
+    super::responder::unsolicited_credit_ack(qp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rl_13_a_count_is_reported_as_the_largest_table_value_not_above_it() {
+        // IBA Table 46: 0, 1, 2, 3, 4, 6, 8, 12, ... 32768.
+        let credits = |n| {
+            AethSyndrome::Ack {
+                credit_code: code_for(n),
+            }
+            .credits()
+        };
+        let got: Vec<_> = [0, 1, 4, 5, 7, 8, 1000, 40_000]
+            .into_iter()
+            .map(credits)
+            .collect();
+        let want = [0, 1, 4, 4, 6, 8, 768, 32768].map(Some);
+        assert_eq!(got, want);
+        assert_ne!(code_for(usize::MAX), CREDIT_CODE_INVALID);
+    }
+}
