@@ -122,7 +122,7 @@ fn rl_13_the_requester_sends_what_the_credits_allow_and_goes_on_when_a_wqe_is_po
     let t0 = net.now;
     let c = wait(&mut net, 0, p.cq_a, 3);
     assert!(c.iter().all(|c| c.status == WcStatus::Success));
-    run_before(&mut net, t0.plus_ns(1_000_000));
+    run_before(&mut net, t0.plus_ns(300_000));
     let sent: Vec<u32> = (0..4).map(|k| psn::add(first, k)).collect();
     assert_eq!(sends(&net), sent, "1 + 3 SENDs, then none");
     let got = acks(&net);
@@ -176,7 +176,7 @@ fn rl_13_at_zero_credits_one_send_probes_after_the_ack_timeout_when_the_update_i
     post_sends(&mut net, p.qa, ka, 1..5); // three credits, four SENDs
     wait(&mut net, 0, p.cq_a, 3);
     let t0 = net.now;
-    run_before(&mut net, t0.plus_ns(1_000_000));
+    run_before(&mut net, t0.plus_ns(300_000));
     assert_eq!(sends(&net).len(), 4);
     // The credit update is lost; the requester probes after its ACK timeout
     // with the one SEND, which finds the WQE posted meanwhile.
@@ -193,8 +193,11 @@ fn rl_13_at_zero_credits_one_send_probes_after_the_ack_timeout_when_the_update_i
     assert_eq!(net.nodes[1].engine.counters().credit_acks_sent, 1);
     assert_eq!(net.dropped, 1, "the credit update was lost");
     assert_eq!(net.nodes[0].engine.counters().credit_probes, 1);
-    // Not before the local ACK timeout (4.096 us << 10).
-    assert!(net.now.0 - t0.0 >= 4096 << 10, "{:?} {:?}", net.now, t0);
+    // Not before the probe interval: the local ACK timeout (4.096 us << 10)
+    // or four loss-probe floors, the shorter.
+    let floor = transport::engine::Limits::default().min_probe_timeout_ns;
+    let interval = (4096u64 << 10).min(4 * floor);
+    assert!(net.now.0 - t0.0 >= interval, "{:?} {:?}", net.now, t0);
     assert_eq!(sends(&net).len(), 5);
     assert_eq!(net.nodes[1].engine.counters().rnr_naks_sent, 0);
 }

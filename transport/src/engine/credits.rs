@@ -18,8 +18,8 @@
 //! ACK that carries credits) sets the limit: the consuming messages started at
 //! or before `p` plus the credits. A consuming message starts only within the
 //! limit. At zero credits one such message may still go when none is
-//! outstanding, after the probe interval (the local ACK timeout: the "limited
-//! WQE", in case the unsolicited ACK was lost; without a WQE it gets an RNR
+//! outstanding, after the probe interval (the local ACK timeout, at most four
+//! loss-probe floors: the "limited WQE", in case the unsolicited ACK was lost; without a WQE it gets an RNR
 //! NAK, RL-11). Before the first count (a new connection) and after code 31
 //! there is no limit, as with a responder that has no credits.
 //!
@@ -52,6 +52,9 @@ enum Limit {
 pub(crate) struct Credits {
     /// `Limits::credits` off: no limit, counts received ignored.
     off: bool,
+    /// The longest probe interval at zero credits: four loss-probe floors
+    /// (`Limits::min_probe_timeout_ns`), or none without loss probes.
+    probe_cap_ns: u64,
     limit: Limit,
     /// Consuming messages started so far (wraps).
     started: u32,
@@ -95,10 +98,13 @@ pub(crate) fn responder_code(qp: &Qp) -> u8 {
     }
 }
 
-/// The requester's probe interval at zero credits: the local ACK timeout, or
-/// the longest RNR timer (655.36 ms) when that is infinite.
+/// The requester's probe interval at zero credits: the local ACK timeout (the
+/// longest RNR timer, 655.36 ms, when that is infinite), at most four loss
+/// probe floors: a lost credit update costs no more than a lost packet's tail.
 fn probe_interval_ns(qp: &Qp) -> u64 {
-    super::requester::ack_timeout_ns(&qp.attr).unwrap_or(655_360_000)
+    super::requester::ack_timeout_ns(&qp.attr)
+        .unwrap_or(655_360_000)
+        .min(qp.req.credits.probe_cap_ns)
 }
 
 /// An ACK-kind AETH at PSN `p` reached the requester of `qp`: takes its
@@ -146,16 +152,26 @@ pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome) -> bool {
 }
 
 impl Credits {
-    /// The state of a new connection; `on` is `Limits::credits`.
-    pub(super) fn new(on: bool) -> Credits {
+    /// The state of a new connection under `limits`.
+    pub(super) fn new(limits: &super::Limits) -> Credits {
         Credits {
-            off: !on,
+            off: !limits.credits,
+            probe_cap_ns: if limits.loss_probes {
+                limits.min_probe_timeout_ns.saturating_mul(4)
+            } else {
+                u64::MAX
+            },
             ..Credits::default()
         }
     }
 
-    pub(super) fn is_off(&self) -> bool {
-        self.off
+    /// A new connection (RTR -> RTS): no count known yet.
+    pub(super) fn reset(&mut self) {
+        *self = Credits {
+            off: self.off,
+            probe_cap_ns: self.probe_cap_ns,
+            ..Credits::default()
+        };
     }
 
     fn open(&self) -> bool {

@@ -126,7 +126,7 @@ impl Requester {
             wqes: Held::new(budget),
             max_wr,
             rec: Recovery::new(limits),
-            credits: super::credits::Credits::new(limits.credits),
+            credits: super::credits::Credits::new(limits),
             ..Requester::default()
         }
     }
@@ -137,7 +137,7 @@ impl Requester {
         self.una = sq_psn;
         self.hwm = sq_psn;
         // RL-13: a new connection knows no credit count yet.
-        self.credits = super::credits::Credits::new(!self.credits.is_off());
+        self.credits.reset();
         self.resume(attr);
     }
 
