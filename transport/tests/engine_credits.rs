@@ -1,10 +1,10 @@
 //! RL-13: end-to-end credits (IBA 9.7.7.2; seed 000 9.3.5.1, seed 004
 //! §2.6.2). The responder reports the receive WQEs of its receive queue in
 //! every ACK's AETH (an SRQ: code 31, no count); the requester starts no SEND
-//! beyond them, goes on when an ACK brings credits (an unsolicited duplicate
-//! of the last ACK when a WQE is posted after a zero count), and at zero
-//! credits sends one message alone after the probe interval in case that ACK
-//! was lost. Asserted on the wire.
+//! beyond them, at zero credits sends one alone, and goes on when an ACK
+//! brings credits (an unsolicited duplicate of the last ACK when a WQE is
+//! posted after a zero count, which also ends an RNR wait). Asserted on the
+//! wire.
 
 mod common;
 
@@ -93,13 +93,13 @@ fn run_before(net: &mut Net, until: Time) {
     }
 }
 
-/// A connected pair whose responder has 4 receive WQEs, after one SEND: its
-/// ACK reported the 3 left. Returns the net, pair and keys.
-fn primed(seed: u64) -> (Net, Pair, u32, u32) {
+/// A connected pair (options `o`) whose responder has 4 receive WQEs, after
+/// one SEND: its ACK reported the 3 left. Returns the net, pair and keys.
+fn primed(seed: u64, o: &ConnOpts) -> (Net, Pair, u32, u32) {
     let mut net = Net::new(2, 1 << 20, seed);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    let p = connect(&mut net, 0, 1, o);
     for i in 0..16 {
         fill(&mut net, 0, MEM_BASE + i * 0x100, MSG as usize, i as u8);
     }
@@ -108,56 +108,73 @@ fn primed(seed: u64) -> (Net, Pair, u32, u32) {
     post_sends(&mut net, p.qa, ka, 0..1);
     assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
     assert_eq!(wait(&mut net, 1, p.cq_b, 1)[0].opcode, WcOpcode::Recv);
-    let first = ConnOpts::default().psn_a;
-    assert_eq!(acks(&net), vec![(first, Some(3))]);
+    assert_eq!(acks(&net), vec![(o.psn_a, Some(3))]);
     (net, p, ka, kb)
 }
 
+/// Index on the wire of the first packet matching `f`.
+fn at(
+    w: &[(u32, u32, String, Option<AethSyndrome>)],
+    f: impl Fn(&(u32, u32, String, Option<AethSyndrome>)) -> bool,
+) -> usize {
+    w.iter()
+        .position(f)
+        .unwrap_or_else(|| panic!("not on the wire: {w:?}"))
+}
+
 #[test]
-fn rl_13_the_requester_sends_what_the_credits_allow_and_goes_on_when_a_wqe_is_posted() {
-    let (mut net, p, ka, kb) = primed(41);
-    let first = ConnOpts::default().psn_a;
-    // Five more SENDs: three credits, so three go and two wait.
+fn rl_13_the_requester_keeps_to_the_credits_and_a_posted_wqe_ends_the_wait() {
+    // The longest RNR timer (655.36 ms): only the credit update can end the
+    // wait early.
+    let o = ConnOpts {
+        min_rnr_timer: 0,
+        ..ConnOpts::default()
+    };
+    let (mut net, p, ka, kb) = primed(41, &o);
+    let first = o.psn_a;
+    let psn = |k| psn::add(first, k);
+    // Five more SENDs on three credits: three go; the fourth only once they
+    // are acknowledged (the ACK says 0), alone; the fifth waits.
     post_sends(&mut net, p.qa, ka, 1..6);
-    let t0 = net.now;
     let c = wait(&mut net, 0, p.cq_a, 3);
     assert!(c.iter().all(|c| c.status == WcStatus::Success));
+    let t0 = net.now;
     run_before(&mut net, t0.plus_ns(300_000));
-    let sent: Vec<u32> = (0..4).map(|k| psn::add(first, k)).collect();
-    assert_eq!(sends(&net), sent, "1 + 3 SENDs, then none");
-    let got = acks(&net);
-    assert_eq!(got.last(), Some(&(psn::add(first, 3), Some(0))), "{got:?}");
+    assert_eq!(sends(&net), (0..5).map(psn).collect::<Vec<_>>());
+    let w = wire(&net);
+    let zero = at(&w, |x| x.2 == "RC_ACKNOWLEDGE" && x.1 == psn(3));
+    assert_eq!(w[zero].3.and_then(|s| s.credits()), Some(0));
+    assert!(
+        at(&w, |x| x.2.contains("SEND") && x.1 == psn(4)) > zero,
+        "{w:?}"
+    );
     assert!(net.nodes[0].engine.counters().credit_waits > 0);
+    assert_eq!(net.nodes[0].engine.counters().credit_probes, 1);
+    // The one sent alone found no WQE: one RNR NAK.
+    assert_eq!(net.nodes[1].engine.counters().rnr_naks_sent, 1);
     // Two WQEs posted: an unsolicited ACK (the last one again) with 2
-    // credits, and the two SENDs go; no RNR NAK on the way.
+    // credits ends the RNR wait; both SENDs go and complete at once.
+    let t1 = net.now;
     post_recvs(&mut net, p.qb, kb, 4..6);
     let c = wait(&mut net, 0, p.cq_a, 2);
     assert!(c.iter().all(|c| c.status == WcStatus::Success));
-    let got = acks(&net);
-    let i = got
-        .iter()
-        .position(|a| *a == (psn::add(first, 3), Some(2)))
-        .unwrap_or_else(|| panic!("no credit update: {got:?}"));
-    let sends = sends(&net);
-    assert_eq!(sends.len(), 6, "{sends:x?}");
-    assert_eq!(&sends[4..], &[psn::add(first, 4), psn::add(first, 5)]);
-    // The update came before the two SENDs it let go.
+    assert!(net.now.0 - t1.0 < 1_000_000, "{:?} {t1:?}", net.now);
     let w = wire(&net);
-    let upd = w
+    let upd = at(&w, |x| {
+        x.2 == "RC_ACKNOWLEDGE" && x.1 == psn(3) && x.3.and_then(|s| s.credits()) == Some(2)
+    });
+    let s = sends(&net);
+    assert_eq!(s[5..], [psn(4), psn(5)], "{s:x?}");
+    let resent = w
         .iter()
         .enumerate()
-        .filter(|(_, x)| x.2 == "RC_ACKNOWLEDGE")
-        .nth(i)
-        .unwrap()
-        .0;
-    let fifth = w
-        .iter()
-        .position(|x| x.2.contains("SEND") && x.1 == psn::add(first, 4))
+        .filter(|(_, x)| x.2.contains("SEND") && x.1 == psn(4))
+        .map(|(i, _)| i)
+        .nth(1)
         .unwrap();
-    assert!(upd < fifth);
+    assert!(upd < resent, "{w:?}");
     let rc = net.nodes[1].engine.counters();
-    assert_eq!((rc.rnr_naks_sent, rc.credit_acks_sent), (0, 1));
-    assert_eq!(net.nodes[0].engine.counters().credit_probes, 0);
+    assert_eq!((rc.rnr_naks_sent, rc.credit_acks_sent), (1, 1));
     let r = wait(&mut net, 1, p.cq_b, 5);
     for (k, c) in r.iter().enumerate() {
         let id = k as u64 + 1;
@@ -170,16 +187,21 @@ fn rl_13_the_requester_sends_what_the_credits_allow_and_goes_on_when_a_wqe_is_po
 }
 
 #[test]
-fn rl_13_at_zero_credits_one_send_probes_after_the_ack_timeout_when_the_update_is_lost() {
-    let (mut net, p, ka, kb) = primed(42);
-    let first = ConnOpts::default().psn_a;
+fn rl_13_a_lost_credit_update_leaves_the_rnr_timer_to_resume() {
+    // RNR timer code 14: 1.28 ms.
+    let o = ConnOpts {
+        min_rnr_timer: 14,
+        ..ConnOpts::default()
+    };
+    let (mut net, p, ka, kb) = primed(42, &o);
+    let first = o.psn_a;
     post_sends(&mut net, p.qa, ka, 1..5); // three credits, four SENDs
     wait(&mut net, 0, p.cq_a, 3);
     let t0 = net.now;
-    run_before(&mut net, t0.plus_ns(300_000));
-    assert_eq!(sends(&net).len(), 4);
-    // The credit update is lost; the requester probes after its ACK timeout
-    // with the one SEND, which finds the WQE posted meanwhile.
+    run_before(&mut net, t0.plus_ns(100_000));
+    assert_eq!(net.nodes[1].engine.counters().rnr_naks_sent, 1);
+    // The update is lost: the SEND goes again when its RNR timer ends and
+    // finds the WQE posted meanwhile.
     let last_ack = psn::add(first, 3);
     net.lose = Some(Box::new(move |b: &[u8]| {
         PacketRepr::parse(b).is_ok_and(|pk| {
@@ -192,14 +214,9 @@ fn rl_13_at_zero_credits_one_send_probes_after_the_ack_timeout_when_the_update_i
     assert_eq!(c[0].status, WcStatus::Success);
     assert_eq!(net.nodes[1].engine.counters().credit_acks_sent, 1);
     assert_eq!(net.dropped, 1, "the credit update was lost");
-    assert_eq!(net.nodes[0].engine.counters().credit_probes, 1);
-    // Not before the probe interval: the local ACK timeout (4.096 us << 10)
-    // or four loss-probe floors, the shorter.
-    let floor = transport::engine::Limits::default().min_probe_timeout_ns;
-    let interval = (4096u64 << 10).min(4 * floor);
-    assert!(net.now.0 - t0.0 >= interval, "{:?} {:?}", net.now, t0);
-    assert_eq!(sends(&net).len(), 5);
-    assert_eq!(net.nodes[1].engine.counters().rnr_naks_sent, 0);
+    assert!(net.now.0 - t0.0 >= 1_280_000, "{:?} {t0:?}", net.now);
+    assert_eq!(net.nodes[1].engine.counters().rnr_naks_sent, 1);
+    assert_eq!(sends(&net).len(), 6);
 }
 
 #[test]

@@ -294,7 +294,7 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
     let credited = t
         .ext
         .aeth
-        .is_some_and(|a| super::credits::on_aeth(qp, p, a.syndrome));
+        .is_some_and(|a| super::credits::on_aeth(qp, p, a.syndrome, cx.now));
     // RL-09: only PSNs in the unacknowledged region [una, hwm) count; a
     // duplicate (before una) or ghost (at/after the point of maximum advance) is
     // dropped. Not `next_psn`: after a go-back the responder still answers with

@@ -174,8 +174,8 @@ pub struct Counters {
     /// RC requester: times a SEND or WRITE with Immediate was held for lack
     /// of end-to-end credits (RL-13).
     pub credit_waits: u64,
-    /// RC requester: messages sent at zero credits after the probe interval,
-    /// in case a credit update was lost (RL-13).
+    /// RC requester: messages sent alone at zero credits (RL-13: the one
+    /// message a requester may send without credits).
     pub credit_probes: u64,
     /// RC responder: unsolicited ACKs sent to report credits after a zero
     /// count, when a receive WQE was posted (RL-13).

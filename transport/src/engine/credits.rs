@@ -17,11 +17,15 @@
 //! `[una - 1, hwm)` (the unacknowledged region, or the duplicate of the last
 //! ACK that carries credits) sets the limit: the consuming messages started at
 //! or before `p` plus the credits. A consuming message starts only within the
-//! limit. At zero credits one such message may still go when none is
-//! outstanding, after the probe interval (the local ACK timeout, at most four
-//! loss-probe floors: the "limited WQE", in case the unsolicited ACK was lost; without a WQE it gets an RNR
-//! NAK, RL-11). Before the first count (a new connection) and after code 31
-//! there is no limit, as with a responder that has no credits.
+//! limit, or, at zero credits, alone: when no other consuming message is
+//! outstanding one may go (the single message the requester may send without
+//! credits, 9.7.7.2; the responder may have posted a WQE whose update is still
+//! on its way, as in a ping-pong, or lost). Without a WQE it meets an RNR NAK
+//! (RL-11), and a credit update arriving during the RNR wait ends the wait. So
+//! a receiver short of buffers is sent one message at a time instead of a
+//! window of them, and a ping-pong waits for nothing. Before the first count
+//! (a new connection) and after code 31 there is no limit, as with a
+//! responder that has no credits.
 //!
 //! The count is a lower bound: it is taken when the ACK is built, after
 //! messages later than `p` may have consumed WQEs too, and WQEs posted later
@@ -52,16 +56,9 @@ enum Limit {
 pub(crate) struct Credits {
     /// `Limits::credits` off: no limit, counts received ignored.
     off: bool,
-    /// The longest probe interval at zero credits: four loss-probe floors
-    /// (`Limits::min_probe_timeout_ns`), or none without loss probes.
-    probe_cap_ns: u64,
     limit: Limit,
     /// Consuming messages started so far (wraps).
     started: u32,
-    /// At zero credits with none outstanding: when one message may go anyway.
-    pub(super) probe_at: Option<Time>,
-    /// The probe interval passed: the next consuming message may go.
-    probe_ok: bool,
 }
 
 /// Does this work request consume a receive WQE at the responder (9.7.7.2)?
@@ -98,19 +95,11 @@ pub(crate) fn responder_code(qp: &Qp) -> u8 {
     }
 }
 
-/// The requester's probe interval at zero credits: the local ACK timeout (the
-/// longest RNR timer, 655.36 ms, when that is infinite), at most four loss
-/// probe floors: a lost credit update costs no more than a lost packet's tail.
-fn probe_interval_ns(qp: &Qp) -> u64 {
-    super::requester::ack_timeout_ns(&qp.attr)
-        .unwrap_or(655_360_000)
-        .min(qp.req.credits.probe_cap_ns)
-}
-
-/// An ACK-kind AETH at PSN `p` reached the requester of `qp`: takes its
-/// credits if `p` is in `[una - 1, hwm)`. Returns whether a message held for
-/// credits may now go.
-pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome) -> bool {
+/// An ACK-kind AETH at PSN `p` reached the requester of `qp` at `now`:
+/// takes its credits if `p` is in `[una - 1, hwm)`. Returns whether a message
+/// held for credits may now go; then an RNR wait under way ends now (the
+/// update says a WQE was posted since the RNR NAK).
+pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, now: Time) -> bool {
     let AethSyndrome::Ack { .. } = syn else {
         return false;
     };
@@ -143,12 +132,13 @@ pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome) -> bool {
     let c = &mut qp.req.credits;
     let was_open = c.open();
     c.limit = limit;
-    if !c.open() {
-        // Still none: the probe timer (if armed) keeps running.
+    if was_open || !c.open() {
         return false;
     }
-    c.probe_at = None;
-    !was_open
+    if qp.req.rnr_deadline.is_some_and(|d| d > now) {
+        qp.req.rnr_deadline = Some(now);
+    }
+    true
 }
 
 impl Credits {
@@ -156,11 +146,6 @@ impl Credits {
     pub(super) fn new(limits: &super::Limits) -> Credits {
         Credits {
             off: !limits.credits,
-            probe_cap_ns: if limits.loss_probes {
-                limits.min_probe_timeout_ns.saturating_mul(4)
-            } else {
-                u64::MAX
-            },
             ..Credits::default()
         }
     }
@@ -169,7 +154,6 @@ impl Credits {
     pub(super) fn reset(&mut self) {
         *self = Credits {
             off: self.off,
-            probe_cap_ns: self.probe_cap_ns,
             ..Credits::default()
         };
     }
@@ -183,53 +167,27 @@ impl Credits {
 }
 
 /// May the requester of `qp` start WQE `i` now (it has not started)? A
-/// consuming message needs a credit, or goes alone as the limited WQE (see
-/// the module). Counts it as started when it may.
-pub(super) fn may_start(qp: &mut Qp, i: usize, now: Time, counters: &mut Counters) -> bool {
+/// consuming message needs a credit, or goes alone (see the module). Counts
+/// it as started when it may.
+pub(super) fn may_start(qp: &mut Qp, i: usize, counters: &mut Counters) -> bool {
     let Some(w) = qp.req.wqes.get(i) else {
         return true;
     };
     if qp.init.qp_type != QpType::Rc || !consumes(w.wr.opcode) {
         return true;
     }
-    let alone = !qp.req.wqes.iter().any(outstanding);
-    let interval = probe_interval_ns(qp);
-    let c = &mut qp.req.credits;
-    let go = if c.open() {
-        c.probe_ok = false;
-        true
-    } else if alone && c.probe_ok {
-        if c.probe_ok {
-            counters.credit_probes += 1;
-        }
-        c.probe_ok = false;
-        c.probe_at = None;
-        true
-    } else {
-        if alone && c.probe_at.is_none() {
-            c.probe_at = Some(now.plus_ns(interval));
-        }
+    let open = qp.req.credits.open();
+    let go = open || !qp.req.wqes.iter().any(outstanding);
+    if !go {
         counters.credit_waits += 1;
-        false
-    };
-    if go {
-        c.started = c.started.wrapping_add(1);
+        return false;
     }
-    go
-}
-
-/// The requester's timers fired at `now`: the zero-credit probe, when due,
-/// lets one message go. Returns whether the QP has something to send.
-pub(crate) fn on_timeout(qp: &mut Qp, now: Time) -> bool {
+    if !open {
+        counters.credit_probes += 1;
+    }
     let c = &mut qp.req.credits;
-    match c.probe_at {
-        Some(t) if t <= now => {
-            c.probe_at = None;
-            c.probe_ok = true;
-            true
-        }
-        _ => false,
-    }
+    c.started = c.started.wrapping_add(1);
+    true
 }
 
 /// A receive WQE was posted on `qp`: if the last count it reported was zero,

@@ -5,7 +5,7 @@
 
 use std::cmp::Reverse;
 
-use super::{completer, credits, link, requester, responder};
+use super::{completer, link, requester, responder};
 use super::{Ctx, Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
 use crate::memory::Memory;
 use crate::psn;
@@ -193,10 +193,6 @@ impl Engine {
             if qp.req.deadline().is_some_and(|d| d <= now)
                 && completer::on_timeout(qp, now, &mut fx, &mut self.counters)
             {
-                wake.push(qpn);
-            }
-            // RL-13: the zero-credit probe interval.
-            if credits::on_timeout(qp, now) {
                 wake.push(qpn);
             }
         }

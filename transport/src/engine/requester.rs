@@ -178,15 +178,10 @@ impl Requester {
 
     /// The next time a timer of this requester fires.
     pub fn deadline(&self) -> Option<Time> {
-        [
-            self.ack_deadline,
-            self.rnr_deadline,
-            self.rec.probe_at,
-            self.credits.probe_at,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [self.ack_deadline, self.rnr_deadline, self.rec.probe_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Index of the unfinished WQE whose PSN range holds `p`.
@@ -378,7 +373,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             return None;
         }
     }
-    if !qp.req.wqes[i].started && !super::credits::may_start(qp, i, cx.now, cx.counters) {
+    if !qp.req.wqes[i].started && !super::credits::may_start(qp, i, cx.counters) {
         return None; // RL-13
     }
     let w = &mut qp.req.wqes[i];
