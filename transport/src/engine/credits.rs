@@ -69,6 +69,14 @@ pub(super) fn consumes(op: WrOpcode) -> bool {
     )
 }
 
+/// The WQEs sent so far (or run, local operations), oldest first: a prefix of
+/// the queue, since WQEs start in order. Its length is bounded by what is
+/// unacknowledged (the send window), not by the queue's depth, so a peer's
+/// ACKs cost no scan of a deep send queue.
+fn sent_part<'a>(q: impl IntoIterator<Item = &'a SendWqe>) -> impl Iterator<Item = &'a SendWqe> {
+    q.into_iter().take_while(|w| w.started || w.done.is_some())
+}
+
 fn outstanding(w: &SendWqe) -> bool {
     w.started && w.done.is_none() && consumes(w.wr.opcode)
 }
@@ -116,10 +124,7 @@ pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, now: Time) -> bool
         None => Limit::Unlimited,
         Some(n) => {
             // Consuming messages started after `p` are not in the count.
-            let after = qp
-                .req
-                .wqes
-                .iter()
+            let after = sent_part(qp.req.wqes.iter())
                 .filter(|w| w.started && consumes(w.wr.opcode) && psn::diff(w.first_psn, p) > 0)
                 .count() as u32;
             let new = c.started.wrapping_sub(after).wrapping_add(n);
@@ -177,7 +182,7 @@ pub(super) fn may_start(qp: &mut Qp, i: usize, counters: &mut Counters) -> bool 
         return true;
     }
     let open = qp.req.credits.open();
-    let go = open || !qp.req.wqes.iter().any(outstanding);
+    let go = open || !sent_part(qp.req.wqes.iter()).any(outstanding);
     if !go {
         counters.credit_waits += 1;
         return false;
