@@ -294,3 +294,28 @@ fn rl_13_with_credits_off_acks_carry_no_count_and_nothing_is_held() {
     assert!(net.nodes[1].engine.counters().rnr_naks_sent >= 1);
     assert_eq!(net.nodes[0].engine.counters().credit_waits, 0);
 }
+
+#[test]
+fn rl_13_an_update_of_one_credit_ends_the_rnr_wait_of_the_message_it_covers() {
+    let o = ConnOpts {
+        min_rnr_timer: 0, // 655.36 ms
+        ..ConnOpts::default()
+    };
+    let (mut net, p, ka, kb) = primed(45, &o);
+    post_sends(&mut net, p.qa, ka, 1..5); // three credits, four SENDs
+    wait(&mut net, 0, p.cq_a, 3);
+    let t0 = net.now;
+    run_before(&mut net, t0.plus_ns(100_000));
+    assert_eq!(net.nodes[1].engine.counters().rnr_naks_sent, 1);
+    // One WQE: the update (1 credit) covers exactly the NAKed SEND.
+    post_recvs(&mut net, p.qb, kb, 4..5);
+    let t1 = net.now;
+    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert!(net.now.0 - t1.0 < 1_000_000, "{:?} {t1:?}", net.now);
+    let got = acks(&net);
+    assert!(
+        got.contains(&(psn::add(o.psn_a, 3), Some(1))),
+        "no update: {got:?}"
+    );
+    assert_eq!(net.nodes[1].engine.counters().rnr_naks_sent, 1);
+}

@@ -104,9 +104,9 @@ pub(crate) fn responder_code(qp: &Qp) -> u8 {
 }
 
 /// An ACK-kind AETH at PSN `p` reached the requester of `qp` at `now`:
-/// takes its credits if `p` is in `[una - 1, hwm)`. Returns whether a message
-/// held for credits may now go; then an RNR wait under way ends now (the
-/// update says a WQE was posted since the RNR NAK).
+/// takes its credits if `p` is in `[una - 1, hwm)`, and ends an RNR wait
+/// whose message they cover (its WQE was posted since the RNR NAK). Returns
+/// whether the QP has something to send now.
 pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, now: Time) -> bool {
     let AethSyndrome::Ack { .. } = syn else {
         return false;
@@ -134,16 +134,30 @@ pub(super) fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, now: Time) -> bool
             }
         }
     };
+    // An RNR wait under way ends now if the count covers the NAKed message
+    // and the consuming ones before it after `p`: its WQE was posted since.
+    let covered = match (syn.credits(), qp.req.rnr_deadline) {
+        (Some(n), Some(d)) if n > 0 && d > now => {
+            let rp = qp.req.rnr_psn;
+            let k = sent_part(qp.req.wqes.iter())
+                .filter(|w| {
+                    w.started
+                        && consumes(w.wr.opcode)
+                        && psn::diff(w.first_psn, p) > 0
+                        && psn::diff(w.first_psn, rp) <= 0
+                })
+                .count() as u32;
+            psn::diff(rp, p) > 0 && k <= n
+        }
+        _ => false,
+    };
+    if covered {
+        qp.req.rnr_deadline = Some(now);
+    }
     let c = &mut qp.req.credits;
     let was_open = c.open();
     c.limit = limit;
-    if was_open || !c.open() {
-        return false;
-    }
-    if qp.req.rnr_deadline.is_some_and(|d| d > now) {
-        qp.req.rnr_deadline = Some(now);
-    }
-    true
+    covered || (!was_open && c.open())
 }
 
 impl Credits {
