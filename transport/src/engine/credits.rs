@@ -9,8 +9,8 @@
 //! Table 46); a QP on an SRQ has no count of its own and sends the "invalid"
 //! code 31 (9.7.7.2: no credit count). When the count last sent was zero and a
 //! receive WQE is posted, an unsolicited ACK (a duplicate of the last one, with
-//! the new count) tells the requester it may go on, so that a requester held
-//! by credits is never left waiting for an RNR timer.
+//! the new count) tells the requester it may go on, and ends its RNR wait if
+//! the message sent alone met an RNR NAK.
 //!
 //! Requester: SEND, SEND with Immediate or Invalidate and RDMA WRITE with
 //! Immediate consume a receive WQE. Each ACK-kind AETH at PSN `p` in
@@ -29,8 +29,9 @@
 //!
 //! The count is a lower bound: it is taken when the ACK is built, after
 //! messages later than `p` may have consumed WQEs too, and WQEs posted later
-//! only add. So the limit never lets a message find no WQE, whatever order
-//! ACKs arrive in; the newest limit is kept.
+//! only add. So no message sent within the limit finds no WQE, whatever
+//! order ACKs arrive in (only the one sent alone at zero may); the newest
+//! limit is kept.
 
 use super::requester::SendWqe;
 use super::{Counters, Qp};
