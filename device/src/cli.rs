@@ -140,6 +140,14 @@ pub struct Cli {
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub loss_probes: String,
 
+    /// RC end-to-end credits (RL-13): `on` (default) reports the receive
+    /// queue's free WQEs in every ACK and keeps each sender within what its
+    /// peer reports, so a receiver short of buffers holds its sender back
+    /// instead of sending RNR NAKs; `off` sends no count and ignores the
+    /// peer's (for comparison).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub credits: String,
+
     /// The least time (microseconds) without an acknowledgement before a loss
     /// probe, whatever the measured round trip. A busy host that deschedules
     /// a peer for milliseconds makes shorter probes spurious, and each costs
@@ -243,6 +251,8 @@ pub struct Config {
     pub counters_file: Option<PathBuf>,
     pub busy_poll: Duration,
     pub loss_probes: bool,
+    /// `--credits on`.
+    pub credits: bool,
     pub loss_probe_min: Duration,
     /// `--loss-probe-adapt on`.
     pub loss_probe_adapt: bool,
@@ -451,6 +461,7 @@ impl Cli {
             mem_budget,
             busy_poll: Duration::from_micros(self.busy_poll_us),
             loss_probes: self.loss_probes == "on",
+            credits: self.credits == "on",
             loss_probe_min: Duration::from_micros(self.loss_probe_min_us),
             loss_probe_adapt: self.loss_probe_adapt == "on",
             loss_go_back_bound: self.loss_go_back_bound == "on",

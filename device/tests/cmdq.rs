@@ -1636,14 +1636,14 @@ fn srqs_are_sized_limited_modified_and_queried() {
     assert_eq!(q.srq_limit, 5);
 }
 
-/// MP-06, MP-07: ALLOC_MW / DEALLOC_MW; the caps report both window types and
-/// SEND with Invalidate (OP-03); a window keeps its PD busy.
+/// MP-06, MP-07: ALLOC_MW / DEALLOC_MW; the caps report the window types
+/// (1, 2B, 2A) and SEND with Invalidate (OP-03); a window keeps its PD busy.
 #[test]
 fn mp_06_mp_07_memory_windows_are_allocated_and_deallocated() {
     let mut d = Dev::new();
     let r = d.exec(Opcode::QueryDevice, &[], DeviceAttr::SIZE);
     let dev = DeviceAttr::get(&r.out);
-    let want = dev_cap::MW_TYPE1 | dev_cap::MW_TYPE2 | dev_cap::SEND_WITH_INV;
+    let want = dev_cap::MW_TYPE1 | dev_cap::MW_TYPE2 | dev_cap::MW_TYPE2A | dev_cap::SEND_WITH_INV;
     assert_eq!(dev.cap_flags & want, want);
     let pdn = d.pd();
     let alloc = |pdn, t| AllocMwIn { pdn, mw_type: t };
@@ -1656,8 +1656,15 @@ fn mp_06_mp_07_memory_windows_are_allocated_and_deallocated() {
         .unwrap()
         .rkey;
     assert_ne!(k1 >> 8, k2 >> 8);
+    let k2a = d
+        .call::<_, AllocMwOut>(Opcode::AllocMw, &alloc(pdn, 3))
+        .unwrap()
+        .rkey;
+    assert_ne!(k2a >> 8, k2 >> 8);
+    d.call_in(Opcode::DeallocMw, &DeallocMwIn { rkey: k2a })
+        .unwrap();
     assert_eq!(
-        d.call::<_, AllocMwOut>(Opcode::AllocMw, &alloc(pdn, 3))
+        d.call::<_, AllocMwOut>(Opcode::AllocMw, &alloc(pdn, 4))
             .map(|o| o.rkey),
         Err(Status::BadParam)
     );
@@ -2301,7 +2308,6 @@ impl Live {
             Opcode::CreateQp => self.qps.push(n),
             Opcode::RegMr => self.keys.push(n),
             Opcode::AllocMw => self.mws.push(n),
-            Opcode::AttachMcast => self.attached.push(n),
             _ => {}
         }
     }
@@ -2316,7 +2322,11 @@ impl Live {
         self.cqs.retain(|n| hca.cqs.contains_key(n));
         self.srqs.retain(|n| hca.srqs.contains_key(n));
         self.qps.retain(|n| hca.qps.contains_key(n));
-        self.attached.retain(|n| hca.qps.contains_key(n));
+        // The main group's members, from the engine (ATTACH_MCAST returns
+        // nothing to record).
+        let mut mgid = [0u8; 16];
+        mgid[0] = 0xff;
+        self.attached = hca.port.engine_mut().mcast_members(&mgid);
     }
 }
 

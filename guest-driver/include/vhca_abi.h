@@ -315,6 +315,13 @@ typedef uint64_t __u64;
  * max_fast_reg_pages.
  */
 #define VHCA_DEV_CAP_FAST_REG_MR   (1U << 14)
+/*
+ * Memory windows of type 2A (MP-07): ALLOC_MW with `VHCA_MW_TYPE2_A`, windows
+ * associated with their QP alone, which DESTROY_QP refuses (BUSY) while any
+ * is bound. Linux verbs have no way to ask for one (`IB_MW_TYPE_2` is type 2B
+ * here), so vhca.ko does not advertise it.
+ */
+#define VHCA_DEV_CAP_MW_TYPE2_A    (1U << 15)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -1332,6 +1339,11 @@ enum vhca_mw_type {
 	 * Type 2B: bound to a QP, invalidated by LOCAL_INV or SEND_WITH_INV (MP-07).
 	 */
 	VHCA_MW_TYPE2 = 2,
+	/*
+	 * Type 2A: bound to a QP alone, invalidated by LOCAL_INV or SEND_WITH_INV;
+	 * the QP cannot be destroyed while it is bound (MP-07).
+	 */
+	VHCA_MW_TYPE2_A = 3,
 };
 
 /*
@@ -2826,8 +2838,11 @@ enum vhca_counter_set {
 	"resent_packets", \
 	"recovery_stall_us", \
 	"mcast_rx_copies", \
-	"mcast_own_skipped"
-#define VHCA_COUNTERS_PORT_COUNT 21
+	"mcast_own_skipped", \
+	"credit_waits", \
+	"credit_probes", \
+	"credit_acks_sent"
+#define VHCA_COUNTERS_PORT_COUNT 24
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

@@ -17,6 +17,8 @@
 //! 6. Aggregate RC WRITE 64 KiB throughput with 1, 16, 256 and 1024 active
 //!    QPs between the two processes, each against the 1-QP figure of the
 //!    same run.
+//! 7. RC SEND stream of 64 KiB messages with few receives posted (RL-13:
+//!    compare `VHCA_BENCH_VHCA_ARGS="--credits off"`; no baseline of its own).
 //!
 //! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check);
 //! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_SCALE_QPS=N`
@@ -384,6 +386,64 @@ fn main() {
         None
     };
 
+    // ---- 7. RC SEND stream: 64 KiB SENDs A -> B, 16 in flight, B keeping
+    // `VHCA_BENCH_RECVS` (default 16) receives posted, each reposted as its
+    // completion is polled. With end-to-end credits (RL-13) A waits for B's
+    // buffers; without (`VHCA_BENCH_VHCA_ARGS="--credits off"`) it meets RNR
+    // NAKs instead.
+    let r7 = if wanted(7) {
+        let window = 16;
+        let recvs: usize = std::env::var("VHCA_BENCH_RECVS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(16)
+            .clamp(1, slots);
+        let total = if quick() { 2_000 } else { 12_000 };
+        for i in 0..recvs {
+            let wr = RecvWr::new(i as u64, sge(&dst, (i % slots) * msg, msg));
+            b.hca.post_recv(qb, &wr).unwrap();
+        }
+        let mut next_recv = recvs;
+        let (mut posted, mut done, mut received) = (0usize, 0usize, 0usize);
+        let t = Instant::now();
+        while done < total || received < total {
+            while posted < total && posted - done < window {
+                let off = (posted % slots) * msg;
+                let wr = SendWr::send(posted as u64).sges(sge(&src, off, msg));
+                a.hca.post_send(qa, &wr).unwrap();
+                posted += 1;
+            }
+            let got_b = b.hca.poll_cq(b.cq, 64);
+            assert_success(&got_b);
+            for _ in &got_b {
+                received += 1;
+                if next_recv < total {
+                    let off = (next_recv % slots) * msg;
+                    let wr = RecvWr::new(next_recv as u64, sge(&dst, off, msg));
+                    b.hca.post_recv(qb, &wr).unwrap();
+                    next_recv += 1;
+                }
+            }
+            let got_a = a.hca.poll_cq(a.cq, 64);
+            assert_success(&got_a);
+            done += got_a.len();
+            if got_a.is_empty() && got_b.is_empty() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(120),
+                    "RC SEND stalled at {done}/{received} of {total}"
+                );
+                std::thread::yield_now();
+            }
+        }
+        Some((
+            (total * msg) as f64 / t.elapsed().as_secs_f64(),
+            recvs,
+            window,
+        ))
+    } else {
+        None
+    };
+
     // ---- 6. Aggregate RC WRITE over many QPs (before 4 and 5: they add
     // idle objects to node A).
     let r6 = if wanted(6) {
@@ -521,6 +581,12 @@ fn main() {
         println!(
             "6. aggregate RC WRITE 64 KiB: {} (target: 1024 QPs >= 0.9x of one)",
             list.join(", ")
+        );
+    }
+    if let Some((rate, recvs, window)) = r7 {
+        println!(
+            "7. RC SEND 64 KiB stream, {window} in flight, {recvs} receives reposted: {:.3} GB/s",
+            rate / 1e9
         );
     }
     let _ = (qb, &b);

@@ -1,5 +1,5 @@
 //! Memory windows between two `vhca` processes on UDP loopback, through the
-//! command queue and the send queue's WQEs (MP-06 type 1, MP-07 type 2B, OP-03
+//! command queue and the send queue's WQEs (MP-06 type 1, MP-07 types 2B and 2A, OP-03
 //! SEND with Invalidate; IBA 10.6.7, 9.4.1.1.3, o9-5.2.2; seed 003 "Memory
 //! Window"): an RDMA WRITE lands through a bound type 2 window and fails after
 //! LOCAL_INV and after SEND with Invalidate; a type 1 window is bound, keeps its
@@ -213,5 +213,55 @@ fn mp_06_type1_window_bind_rebind_and_busy_mr() {
         .unwrap();
     expect(&one(&mut a), 5, WcStatus::RemAccessErr, WcOpcode::RdmaWrite);
     b.hca.dealloc_mw(k2).expect("DEALLOC_MW of a bound window");
+    b.hca.dereg_mr(&win.mr).expect("DEREG_MR");
+}
+
+#[test]
+fn mp_07_type2a_window_through_the_device_serves_its_qp_and_keeps_it_from_destroy() {
+    let (_v, mut a, mut b) = two_nodes();
+    let src = a.region(WIN_LEN, Layout::Scattered, 0);
+    let win = bindable(&mut b, 4 * 4096);
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let (qa2, qb2) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let mw = b.hca.alloc_mw(b.pd, MwType::Type2A).expect("ALLOC_MW 2A");
+    let k = next_key(mw, 3);
+    let va = win.buf.va(WIN_OFF);
+    b.hca
+        .post_send(
+            qb,
+            &SendWr::bind_mw(1, mw, k, win.mr.lkey, va, WIN_LEN as u64, RW),
+        )
+        .unwrap();
+    expect(&one(&mut b), 1, WcStatus::Success, WcOpcode::BindMw);
+    // Through its QP: the WRITE lands; through the other pair: refused.
+    let data = pattern(9, 500);
+    a.write(&src, 0, &data);
+    a.hca
+        .post_send(
+            qa,
+            &SendWr::write(2, va, k).sge(src.mr.sge(&src.buf, 0, 500)),
+        )
+        .unwrap();
+    expect(&one(&mut a), 2, WcStatus::Success, WcOpcode::RdmaWrite);
+    assert_eq!(b.read(&win, WIN_OFF, 500), data);
+    a.hca
+        .post_send(
+            qa2,
+            &SendWr::write(3, va, k).sge(src.mr.sge(&src.buf, 0, 8)),
+        )
+        .unwrap();
+    expect(&one(&mut a), 3, WcStatus::RemAccessErr, WcOpcode::RdmaWrite);
+    // Type 2A: DESTROY_QP of its QP is BUSY while bound (seed 003); the
+    // other pair's QP goes.
+    assert_eq!(
+        b.hca.destroy_qp(qb).unwrap_err().status(),
+        Some(Status::Busy)
+    );
+    b.hca.destroy_qp(qb2).expect("DESTROY_QP without windows");
+    // LOCAL_INV through its QP frees it; then the QP can go.
+    b.hca.post_send(qb, &SendWr::local_inv(4, k)).unwrap();
+    expect(&one(&mut b), 4, WcStatus::Success, WcOpcode::LocalInv);
+    b.hca.destroy_qp(qb).expect("DESTROY_QP after LOCAL_INV");
+    b.hca.dealloc_mw(k).expect("DEALLOC_MW");
     b.hca.dereg_mr(&win.mr).expect("DEREG_MR");
 }

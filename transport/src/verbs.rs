@@ -171,8 +171,22 @@ impl FlushSpec {
 pub enum MwType {
     /// Bound to a PD; bound, rebound and unbound (length 0) by bind only (MP-06).
     Type1 = 1,
-    /// Type 2B: bound to one QP; invalidated locally or remotely (MP-07).
+    /// Type 2B: bound to one QP and its PD; invalidated locally or remotely;
+    /// the QP may be destroyed, which frees the window (MP-07).
     Type2 = 2,
+    /// Type 2A (IBA 10.6.7.2.4; seed 003 "Type 2A"): bound to one QP (its QPN
+    /// is the association, not the PD); invalidated locally or remotely; the
+    /// QP cannot be destroyed while such a window is bound to it (MP-07).
+    /// Not an `ibv_mw_type` number: Linux verbs know only "type 2".
+    Type2A = 3,
+}
+
+impl MwType {
+    /// Type 2A or 2B: user key byte, no zero-length bind, invalidatable,
+    /// bound to one QP (seed 003 table).
+    pub const fn is_type2(self) -> bool {
+        matches!(self, MwType::Type2 | MwType::Type2A)
+    }
 }
 
 /// What a BIND_MW work request asks (`struct ibv_mw_bind_info` plus the keys).

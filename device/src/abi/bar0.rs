@@ -180,6 +180,11 @@ abi_consts! {
         /// REG_MR and LOCAL_INV WQEs on MR keys, remote invalidation of them by
         /// SEND_WITH_INV; QUERY_DEVICE's max_fast_reg_pages.
         FAST_REG_MR = 1 << 14,
+        /// Memory windows of type 2A (MP-07): ALLOC_MW with `VHCA_MW_TYPE2_A`,
+        /// windows associated with their QP alone, which DESTROY_QP refuses
+        /// (BUSY) while any is bound. Linux verbs have no way to ask for one
+        /// (`IB_MW_TYPE_2` is type 2B here), so vhca.ko does not advertise it.
+        MW_TYPE2A = 1 << 15,
     }
 }
 

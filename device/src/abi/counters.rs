@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 21] = [
+const PORT_COUNTERS: [&str; 24] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -104,6 +104,9 @@ const PORT_COUNTERS: [&str; 21] = [
     "recovery_stall_us",
     "mcast_rx_copies",
     "mcast_own_skipped",
+    "credit_waits",
+    "credit_probes",
+    "credit_acks_sent",
 ];
 
 /// The port set's values, in the order of its names.
@@ -134,6 +137,9 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         recovery_stall_us,
         mcast_rx_copies,
         mcast_own_skipped,
+        credit_waits,
+        credit_probes,
+        credit_acks_sent,
     } = c;
     [
         *rx_packets,
@@ -157,6 +163,9 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *recovery_stall_us,
         *mcast_rx_copies,
         *mcast_own_skipped,
+        *credit_waits,
+        *credit_probes,
+        *credit_acks_sent,
     ]
 }
 

@@ -152,12 +152,13 @@ pub(super) fn dereg_mr(x: &mut Exec<'_>, i: DeregMrIn) -> Result<(), Fail> {
 
 // ---------------------------------------------------------------- MWs
 
-/// ALLOC_MW (MP-06 type 1, MP-07 type 2B): an unbound window in the PD; the
+/// ALLOC_MW (MP-06 type 1, MP-07 types 2B and 2A): an unbound window in the PD; the
 /// PD is BUSY while it exists.
 pub(super) fn alloc_mw(x: &mut Exec<'_>, i: AllocMwIn) -> Result<AllocMwOut, Fail> {
     let ty = match MwType::from_raw(i.mw_type) {
         Some(MwType::Type1) => tv::MwType::Type1,
         Some(MwType::Type2) => tv::MwType::Type2,
+        Some(MwType::Type2A) => tv::MwType::Type2A,
         None => return Err(fail(Status::BadParam, Syndrome::AttrValue)),
     };
     pd_exists(x, i.pdn)?;

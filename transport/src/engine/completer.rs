@@ -296,6 +296,13 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
     }
     let t = &pkt.transport;
     let p = t.bth.psn;
+    // RL-13: the credits of any ACK-kind AETH, taken before the duplicate
+    // check below drops it (seed 004 §2.6.1-2.6.2: a duplicate of the last
+    // ACK may be sent only to carry credits).
+    let credited = t
+        .ext
+        .aeth
+        .is_some_and(|a| super::credits::on_aeth(qp, p, a.syndrome, cx.now));
     // RL-09: only PSNs in the unacknowledged region [una, hwm) count; a
     // duplicate (before una) or ghost (at/after the point of maximum advance) is
     // dropped. Not `next_psn`: after a go-back the responder still answers with
@@ -306,7 +313,7 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
             cx.counters.spurious_probes += 1;
         }
         cx.counters.drop(RxDrop::GhostResponse);
-        return false;
+        return credited;
     }
     let op = t.bth.opcode.info().operation;
     let wake = match op {
@@ -319,7 +326,7 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
         _ => false,
     };
     retire(qp, cx.fx);
-    wake
+    wake || credited
 }
 
 fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {

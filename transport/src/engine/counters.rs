@@ -188,6 +188,15 @@ pub struct Counters {
     /// Multicast packets of this port looped back to their own sending QP,
     /// not delivered to it (PV-07).
     pub mcast_own_skipped: u64,
+    /// RC requester: times a SEND or WRITE with Immediate was held for lack
+    /// of end-to-end credits (RL-13).
+    pub credit_waits: u64,
+    /// RC requester: messages sent alone at zero credits (RL-13: the one
+    /// message a requester may send without credits).
+    pub credit_probes: u64,
+    /// RC responder: unsolicited ACKs sent to report credits after a zero
+    /// count, when a receive WQE was posted (RL-13).
+    pub credit_acks_sent: u64,
 }
 
 impl Counters {

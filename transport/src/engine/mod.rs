@@ -20,6 +20,7 @@ mod access;
 mod completer;
 mod counters;
 mod cq;
+mod credits;
 #[cfg(test)]
 mod handle_tests;
 mod io;
@@ -211,6 +212,10 @@ pub struct Limits {
     pub max_mcast_qp_attach: usize,
     /// Multicast attachments over all groups (AD-08).
     pub max_total_mcast_qp_attach: usize,
+    /// End-to-end credits of RC (`credits`, RL-13): ACKs report the receive
+    /// queue and requesters keep to what their peer reports. Off, ACKs carry
+    /// no count (code 31) and counts received are ignored.
+    pub credits: bool,
 }
 
 impl Default for Limits {
@@ -235,6 +240,7 @@ impl Default for Limits {
             max_mcast_grp: MAX_MCAST_GRP,
             max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
             max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
+            credits: true,
         }
     }
 }
@@ -557,8 +563,8 @@ impl Engine {
 
     // ---- memory windows (MP-06, MP-07) ----
 
-    /// Allocate Memory Window of type `ty` in `pd` (MP-06 type 1, MP-07 type
-    /// 2B): returns its R_Key, unbound; the PD cannot be deallocated while it
+    /// Allocate Memory Window of type `ty` in `pd` (MP-06 type 1, MP-07 types
+    /// 2A and 2B): returns its R_Key, unbound; the PD cannot be deallocated while it
     /// exists (`InvalidPd`, `InsufficientResources`). Binding is a BIND_MW
     /// work request ([`crate::verbs::WrOpcode::BindMw`]).
     pub fn alloc_mw(&mut self, pd: Handle, ty: MwType) -> Result<u32, VerbError> {
@@ -648,7 +654,7 @@ impl Engine {
                 attr: QpAttr::default(),
                 rq: Held::new(&self.budget),
                 req: Requester::new(c.max_send_wr as usize, &self.budget, &self.limits),
-                resp: Responder::default(),
+                resp: Responder::new(self.limits.credits),
                 scheduled: false,
                 req_turn: false,
                 timer_at: None,
@@ -671,7 +677,16 @@ impl Engine {
     }
 
     /// Destroys a QP; its WQEs vanish without completions (as a real HCA's do).
+    /// `Busy` while a type 2A window is bound to it (MP-07).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(VerbError::InvalidHandle);
+        }
+        // MP-07: a QP with type 2A windows bound cannot be destroyed (seed
+        // 003 "Type 2A"); LOCAL_INV or DEALLOC_MW frees them first.
+        if self.mrs.type2a_windows_of(qpn) > 0 {
+            return Err(VerbError::Busy);
+        }
         let qp = self.qps.remove(&qpn).ok_or(VerbError::InvalidHandle)?;
         // MP-07: type 2B windows let their QP go (seed 003) and become free,
         // so that they never reach a later QP with this number.
@@ -757,7 +772,7 @@ impl Engine {
                 qp.rq.clear();
                 qp.req =
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
-                qp.resp = Responder::default();
+                qp.resp = Responder::new(self.limits.credits);
                 qp.attr = QpAttr::default();
             }
             QpState::Error => {}
@@ -888,6 +903,10 @@ impl Engine {
             let mut fx = Effects::default();
             flush_rq(qp, &mut fx);
             self.finish(fx);
+        } else if credits::on_post_recv(qp) {
+            // RL-13: the requester learns of the new WQE without an RNR NAK.
+            self.counters.credit_acks_sent += 1;
+            self.schedule_qp(qpn);
         }
         Ok(())
     }

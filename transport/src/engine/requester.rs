@@ -116,6 +116,8 @@ pub(crate) struct Requester {
     pub(super) rewound_to: Option<u32>,
     /// Early loss detection and the congestion window (issue 14).
     pub(super) rec: Recovery,
+    /// End-to-end credits (RL-13).
+    pub(super) credits: super::credits::Credits,
 }
 
 impl Requester {
@@ -124,6 +126,7 @@ impl Requester {
             wqes: Held::new(budget),
             max_wr,
             rec: Recovery::new(limits),
+            credits: super::credits::Credits::new(limits),
             ..Requester::default()
         }
     }
@@ -133,6 +136,8 @@ impl Requester {
         self.next_psn = sq_psn;
         self.una = sq_psn;
         self.hwm = sq_psn;
+        // RL-13: a new connection knows no credit count yet.
+        self.credits.reset();
         self.resume(attr);
     }
 
@@ -367,6 +372,9 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             local_error(qp, i, WcStatus::LocLenErr, cx.fx);
             return None;
         }
+    }
+    if !qp.req.wqes[i].started && !super::credits::may_start(qp, i, cx.counters) {
+        return None; // RL-13
     }
     let w = &mut qp.req.wqes[i];
     if w.sent == 0 {

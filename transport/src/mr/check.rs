@@ -5,7 +5,7 @@
 //! before they touch memory.
 
 use crate::memory::{MemError, Memory};
-use crate::verbs::{Access, Handle, Sge, WcStatus};
+use crate::verbs::{Access, Handle, MwType, Sge, WcStatus};
 use crate::wire::NakCode;
 
 use super::region::{finished, seg_len};
@@ -55,7 +55,8 @@ pub enum AccessError {
     #[error("memory window is not bound")]
     WindowNotBound,
     /// The key names a type 2 window bound to another QP than the one the
-    /// request arrived at (IBA 10.6.7.2.4, type 2B: QP and PD; MP-07).
+    /// request arrived at (IBA 10.6.7.2.4: type 2A its QP, type 2B its QP and
+    /// PD; MP-07).
     #[error("memory window is bound to another queue pair")]
     WindowWrongQp,
     /// A FLUSH whose placement type the MR's access does not allow
@@ -135,7 +136,8 @@ impl MrTable {
 
     /// R_Key resolution of a remote access arriving at QP `qpn` (when known)
     /// in `pd`: an MR, or a bound window (MP-06, MP-07) whose PD is the QP's,
-    /// whose QP is this one (type 2B), and whose range holds `[va, va + len)`;
+    /// whose QP is this one (type 2A: the QP alone, checked first; type 2B:
+    /// the PD and the QP), and whose range holds `[va, va + len)`;
     /// then the access goes through the window's MR. Returns the MR and the
     /// rights the key grants.
     pub(super) fn lookup_remote(
@@ -150,7 +152,9 @@ impl MrTable {
             if mw.key != key {
                 return Err(AccessError::KeyMismatch);
             }
-            if mw.pd != pd {
+            // Type 2A is associated with its QP alone (seed 003 "Type 2A":
+            // the R_Key and the right QPN); its PD is that QP's by the bind.
+            if mw.ty != MwType::Type2A && mw.pd != pd {
                 return Err(AccessError::PdMismatch);
             }
             let b = mw.bound.as_ref().ok_or(AccessError::WindowNotBound)?;
@@ -212,7 +216,7 @@ impl MrTable {
 
     /// [`check_remote`](Self::check_remote) for a request arriving at QP `qpn`:
     /// the R_Key may also name a bound memory window (MP-06, MP-07), checked
-    /// for its PD, its QP (type 2B), its range and its own rights, then
+    /// for its PD (not type 2A), its QP (type 2A, 2B), its range and its own rights, then
     /// translated through its MR.
     pub fn check_remote_at(
         &self,

@@ -1,5 +1,5 @@
 //! Memory windows (IBA 10.6.7, seed 003 "Memory Window"; MP-06 type 1, MP-07
-//! type 2B): the window itself, why a bind or invalidate fails, and the table's
+//! types 2A and 2B): the window itself, why a bind or invalidate fails, and the table's
 //! verbs for windows. A window takes a key index of the MR key space (an index
 //! holds an MR or a window), so these are methods of [`MrTable`].
 
@@ -8,7 +8,7 @@ use crate::verbs::{Access, Handle, MwBind, MwType, VerbError, WcStatus};
 use super::{key_byte, key_index, MrTable};
 
 /// A memory window (IBA 10.6.7, seed 003 "Memory Window"; MP-06 type 1,
-/// MP-07 type 2B): an R_Key onto a range of an MR, with its own remote rights.
+/// MP-07 types 2A and 2B): an R_Key onto a range of an MR, with its own remote rights.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mw {
     pub(super) key: u32,
@@ -120,7 +120,7 @@ impl MwError {
 }
 
 impl MrTable {
-    // ---- memory windows (MP-06 type 1, MP-07 type 2B; IBA 10.6.7, seed 003) ----
+    // ---- memory windows (MP-06 type 1, MP-07 types 2A/2B; IBA 10.6.7, seed 003) ----
 
     /// Allocate Memory Window: a window of type `ty` in `pd`, unbound (type 2:
     /// free state), not usable remotely (seed 003 "此时 MW 没有绑定到 MR 上").
@@ -200,7 +200,8 @@ impl MrTable {
     /// - `new_rkey` keeps the window's index (only the 8-bit key changes);
     /// - type 2: the window is free (a new R_Key needs an invalidate first) and
     ///   the length is not zero (seed 003: type 2 has no zero-length bind); it
-    ///   becomes associated with this QP and PD (type 2B);
+    ///   becomes associated with this QP (type 2A) or this QP and PD (type
+    ///   2B; the PD is the QP's, checked above);
     /// - type 1 with length 0: unbind, the window keeps no access (seed 003);
     /// - the rights are remote ones only (no zero-based windows);
     /// - the MR exists under `mr_lkey`, in the same PD, with MW_BIND, holds
@@ -217,7 +218,7 @@ impl MrTable {
         }
         let ty = mw.ty;
         let old = mw.bound.map(|x| x.mr_key);
-        if ty == MwType::Type2 {
+        if ty.is_type2() {
             if mw.bound.is_some() {
                 return Err(MwError::NotFree);
             }
@@ -273,7 +274,7 @@ impl MrTable {
             va: b.addr,
             length: b.length,
             access,
-            qpn: (ty == MwType::Type2).then_some(qpn),
+            qpn: ty.is_type2().then_some(qpn),
         };
         self.set_window(index, b.new_rkey, Some(binding));
         Ok(())
@@ -282,12 +283,15 @@ impl MrTable {
     /// Invalidates R_Key `rkey` for QP `qpn` in `pd`: a LOCAL_INV work request
     /// (seed 003 "Local Invalidate") or a received SEND with Invalidate (IBA
     /// 9.4.1.1.3, o9-5.2.2; OP-03). Valid only for a type 2 window under its
-    /// current key, in the QP's PD, bound to this QP (type 2B: PD and QP), which
-    /// goes to the free state: the key no longer grants access, the window keeps
-    /// its index and key until the next bind. A free type 2 window of the same
-    /// PD is left as it is (o9-5.2.2 note: invalidating a free key changes
-    /// nothing). An MR key (o9-5.2.2 3), a type 1 window (6), a stale key (1)
-    /// or another PD's or QP's window (5, 8, 9) is refused.
+    /// current key, which goes to the free state: the key no longer grants
+    /// access, the window keeps its index and key until the next bind. A bound
+    /// type 2A window must be bound to this QP (o9-5.2.2 7: its association is
+    /// the QP alone), a bound type 2B window to this QP and PD (8). A free
+    /// type 2 window of the same PD is left as it is (o9-5.2.2 note:
+    /// invalidating a free key changes nothing), of another PD refused (9).
+    /// An MR key (o9-5.2.2 3), a type 1 window (6) or a stale key (1) is
+    /// refused. The same rules serve LOCAL_INV: a consumer invalidates only
+    /// what a remote peer of its QP could.
     ///
     /// A fast-registration MR's key is invalidated by
     /// [`invalidate_fast_mr`](Self::invalidate_fast_mr) (MP-08).
@@ -300,21 +304,28 @@ impl MrTable {
             return Err(MwError::NotInvalidatable);
         }
         let mw = self.mw(rkey).ok_or(MwError::NoSuchWindow)?;
-        if mw.ty == MwType::Type1 {
-            return Err(MwError::NotInvalidatable);
+        match (mw.ty, mw.bound) {
+            (MwType::Type1, _) => Err(MwError::NotInvalidatable),
+            (_, None) if mw.pd != pd => Err(MwError::PdMismatch),
+            (_, None) => Ok(()),
+            (_, Some(b)) if b.qpn != Some(qpn) => Err(MwError::WrongQp),
+            (MwType::Type2, Some(_)) if mw.pd != pd => Err(MwError::PdMismatch),
+            (_, Some(b)) => {
+                self.drop_window_ref(b.mr_key);
+                self.set_window(index, rkey, None);
+                Ok(())
+            }
         }
-        if mw.pd != pd {
-            return Err(MwError::PdMismatch);
-        }
-        let Some(b) = mw.bound else {
-            return Ok(());
-        };
-        if b.qpn != Some(qpn) {
-            return Err(MwError::WrongQp);
-        }
-        self.drop_window_ref(b.mr_key);
-        self.set_window(index, rkey, None);
-        Ok(())
+    }
+
+    /// Number of type 2A windows bound to QP `qpn`: while any is, the QP
+    /// cannot be destroyed (seed 003 "Type 2A"; MP-07).
+    pub fn type2a_windows_of(&self, qpn: u32) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|s| s.mw.as_ref())
+            .filter(|m| m.ty == MwType::Type2A && m.bound.is_some_and(|b| b.qpn == Some(qpn)))
+            .count()
     }
 
     /// Invalidates every type 2 window bound to QP `qpn` (the QP is destroyed:

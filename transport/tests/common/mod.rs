@@ -97,6 +97,9 @@ pub struct Node {
 /// Physical memory per node in the bench.
 pub const MEM_BASE: u64 = 0x10_0000;
 
+/// Decides whether a packet put on the wire is lost ([`Net::lose`]).
+pub type LoseFn = Box<dyn FnMut(&[u8]) -> bool>;
+
 /// The bench.
 pub struct Net {
     pub nodes: Vec<Node>,
@@ -118,6 +121,9 @@ pub struct Net {
     pub link: Option<LinkModel>,
     /// When each node's egress link is free again (with `link`).
     link_free: Vec<Time>,
+    /// When set, a packet (sniffed first) for which it returns true is lost:
+    /// a test's targeted drop of one packet (RL-14, RL-13).
+    pub lose: Option<LoseFn>,
 }
 
 impl Net {
@@ -187,6 +193,7 @@ impl Net {
             rewrite: None,
             link: None,
             link_free: Vec::new(),
+            lose: None,
         }
     }
 
@@ -271,6 +278,12 @@ impl Net {
     fn launch(&mut self, from: usize, mut pkt: Vec<u8>) {
         if let Some(s) = &mut self.sniffed {
             s.push(pkt.clone());
+        }
+        if let Some(lose) = &mut self.lose {
+            if lose(&pkt) {
+                self.dropped += 1;
+                return;
+            }
         }
         if let Some(f) = self.rewrite {
             f(&mut pkt);
@@ -359,6 +372,11 @@ impl Net {
             // Time passes as packets go out (1 byte/ns, about 8 Gb/s).
             self.now = self.now.plus_ns(pkt.len() as u64);
         }
+    }
+
+    /// Packets on the wire, not yet delivered.
+    pub fn in_flight(&self) -> usize {
+        self.wire.len()
     }
 
     /// Runs until `done` holds or nothing is pending or `max_steps` pass.

@@ -98,6 +98,9 @@ abi_enum! {
         Type1 = 1,
         /// Type 2B: bound to a QP, invalidated by LOCAL_INV or SEND_WITH_INV (MP-07).
         Type2 = 2,
+        /// Type 2A: bound to a QP alone, invalidated by LOCAL_INV or
+        /// SEND_WITH_INV; the QP cannot be destroyed while it is bound (MP-07).
+        Type2A = 3,
     }
 }
 

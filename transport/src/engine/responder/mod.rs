@@ -16,11 +16,11 @@ mod responses;
 use std::collections::VecDeque;
 
 use place::{SendStep, WriteFail};
-pub(crate) use responses::poll_transmit;
 use responses::{
     ack, duplicate, nak, out_cap, out_cap_for, queue_aeth, rd_atomic_slot_free, remote_nak,
     save_resource, zero_read_response, ResKind, Resource, RespItem,
 };
+pub(crate) use responses::{poll_transmit, unsolicited_credit_ack};
 
 use super::access::{self, local_status, RemoteErr};
 use super::{Ctx, NakReason, Qp, RxDrop};
@@ -70,6 +70,20 @@ pub(crate) struct Responder {
     resources: VecDeque<Resource>,
     out: VecDeque<RespItem>,
     established: bool,
+    /// The credit code of the last ACK-kind AETH sent (RL-13, `credits`).
+    advertised: Option<u8>,
+    /// `Limits::credits` off: ACKs carry no count.
+    pub(crate) credits_off: bool,
+}
+
+impl Responder {
+    /// A responder that reports credits (RL-13) if `credits`.
+    pub(crate) fn new(credits: bool) -> Responder {
+        Responder {
+            credits_off: !credits,
+            ..Responder::default()
+        }
+    }
 }
 
 /// The host bytes a QP's responder can hold at most, with the QP itself: its

@@ -4,6 +4,7 @@
 //! replay (9.7.5.1.1).
 
 use crate::engine::access::{self, RemoteErr};
+use crate::engine::credits;
 use crate::engine::link;
 use crate::engine::{to_error, Ctx, NakReason, Qp, RxDrop};
 use crate::psn;
@@ -148,6 +149,7 @@ fn queue_aeth_as(qp: &mut Qp, psn: u32, syndrome: AethSyndrome, dup: bool) {
 }
 
 pub(super) fn ack(qp: &mut Qp, psn: u32) {
+    // The credit count is set when the ACK is built (`poll_transmit`, RL-13).
     queue_aeth(
         qp,
         psn,
@@ -155,6 +157,20 @@ pub(super) fn ack(qp: &mut Qp, psn: u32) {
             credit_code: CREDIT_CODE_INVALID,
         },
     );
+}
+
+/// A receive WQE was posted: if the last credit count sent was zero, the last
+/// ACK again with the new count, so that a requester held by credits goes on
+/// (RL-13; seed 004 §2.6.2: a duplicate ACK to deliver credits). Once per zero
+/// count sent. Returns whether an ACK was queued.
+pub(crate) fn unsolicited_credit_ack(qp: &mut Qp) -> bool {
+    if qp.resp.advertised != Some(0) {
+        return false;
+    }
+    qp.resp.advertised = None;
+    let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
+    ack(qp, last);
+    true
 }
 
 /// NAKs `psn` with `code`; for RC errors other than a sequence error the QP goes to
@@ -346,11 +362,18 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     let mut cont = None;
     let pmtu = qp.attr.path_mtu.bytes() as u64;
     let msn = qp.resp.msn;
+    // RL-13: every ACK-kind AETH reports the receive WQEs posted now.
+    let credit_code = credits::responder_code(qp);
     let (op, p, ext, payload_len) = match item {
         RespItem::Aeth { psn, syndrome, .. } => {
-            if let AethSyndrome::Ack { .. } = syndrome {
-                cx.counters.acks_sent += 1;
-            }
+            let syndrome = match syndrome {
+                AethSyndrome::Ack { .. } => {
+                    cx.counters.acks_sent += 1;
+                    qp.resp.advertised = Some(credit_code);
+                    AethSyndrome::Ack { credit_code }
+                }
+                other => other,
+            };
             let ext = ExtHeaders {
                 aeth: Some(AethRepr { syndrome, msn }),
                 ..Default::default()
@@ -358,11 +381,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             (Opcode::RC_ACKNOWLEDGE, psn, ext, 0)
         }
         RespItem::AtomicAck { psn, orig, .. } => {
+            qp.resp.advertised = Some(credit_code);
             let ext = ExtHeaders {
                 aeth: Some(AethRepr {
-                    syndrome: AethSyndrome::Ack {
-                        credit_code: CREDIT_CODE_INVALID,
-                    },
+                    syndrome: AethSyndrome::Ack { credit_code },
                     msn,
                 }),
                 atomic_ack_eth: Some(AtomicAckEthRepr {
@@ -395,10 +417,9 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             let mut ext = ExtHeaders::default();
             if op.info().has(crate::wire::ExtKind::Aeth) {
                 // C9-24: AETH in first, last and only, not middle.
+                qp.resp.advertised = Some(credit_code);
                 ext.aeth = Some(AethRepr {
-                    syndrome: AethSyndrome::Ack {
-                        credit_code: CREDIT_CODE_INVALID,
-                    },
+                    syndrome: AethSyndrome::Ack { credit_code },
                     msn,
                 });
             }
