@@ -2844,8 +2844,9 @@ enum vhca_counter_set {
 	"window_wrong_qp", \
 	"invalid_invalidate", \
 	"no_flush", \
-	"region_invalidated"
-#define VHCA_COUNTERS_NAK_SENT_COUNT 24
+	"region_invalidated", \
+	"xrc_srq"
+#define VHCA_COUNTERS_NAK_SENT_COUNT 25
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_DEVICE_NAMES \

@@ -272,7 +272,7 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
     let svc_ok = matches!(
         (info.service, qp.init.qp_type),
         (Service::Rc, QpType::Rc) | (Service::Uc, QpType::Uc) | (Service::Ud, QpType::Ud)
-    );
+    ) || xrc_direction_ok(info, qp.init.qp_type);
     if !svc_ok {
         return Err(RxDrop::ServiceMismatch); // C9-39
     }
@@ -313,6 +313,17 @@ fn check_headers(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// SR-02, C9-39: an XRC packet is for an XRC QP, its requests for a TGT QP
+/// (which has no send side) and its responses for an INI QP (no receive side).
+fn xrc_direction_ok(info: &crate::wire::opcode::OpcodeInfo, t: QpType) -> bool {
+    use crate::wire::opcode::Direction;
+    matches!(
+        (info.service, info.direction(), t),
+        (Service::Xrc, Direction::Request, QpType::XrcTgt)
+            | (Service::Xrc, Direction::Response, QpType::XrcIni)
+    )
 }
 
 /// The LID checks every native packet passes before its QP is looked up, the

@@ -317,7 +317,7 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
 
 /// Builds the next response packet of this QP, if any.
 pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-    if qp.init.qp_type != QpType::Rc {
+    if !qp.init.qp_type.is_reliable() {
         return None;
     }
     let item = qp.resp.out.pop_front()?;
@@ -393,6 +393,12 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             }
             (op, psn::add(first, k), ext, n)
         }
+    };
+    let op = if qp.init.qp_type == QpType::XrcTgt {
+        // SR-02: a TGT QP answers with XRC opcodes.
+        crate::engine::xrc::response(op)
+    } else {
+        op
     };
     let grh = qp.attr.av.grh.map(|g| GrhRepr {
         traffic_class: g.traffic_class,
