@@ -88,7 +88,8 @@ impl Caps {
                 | dev_cap::RESIZE_SRQ
                 | dev_cap::FLUSH_GLOBAL
                 | dev_cap::ATOMIC_WRITE
-                | dev_cap::FAST_REG_MR,
+                | dev_cap::FAST_REG_MR
+                | dev_cap::XRC,
         }
     }
 }

@@ -180,6 +180,9 @@ abi_consts! {
         /// REG_MR and LOCAL_INV WQEs on MR keys, remote invalidation of them by
         /// SEND_WITH_INV; QUERY_DEVICE's max_fast_reg_pages.
         FAST_REG_MR = 1 << 14,
+        /// XRC (SR-02; the kernel's IB_DEVICE_XRC): ALLOC_XRCD, XRC SRQs,
+        /// XRC_INI and XRC_TGT QPs.
+        XRC = 1 << 15,
     }
 }
 

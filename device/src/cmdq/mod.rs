@@ -21,6 +21,7 @@ mod port;
 mod qp;
 mod srq;
 mod staged;
+mod xrc;
 
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
@@ -262,6 +263,8 @@ pub enum Syndrome {
     Gid = 41,
     /// The device's host-memory budget (`--mem-budget`) cannot hold it.
     Budget = 42,
+    /// No XRC domain has this number (SR-02).
+    NoXrcd = 43,
     /// The engine refused; the status says why.
     Engine = 0x100,
     /// Not a refusal: the command waits for a heavy piece done without the
@@ -853,5 +856,7 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::AllocMw => run(x, alloc_mw),
         Opcode::DeallocMw => run_in(x, dealloc_mw),
         Opcode::SetGid => run_in(x, set_gid),
+        Opcode::AllocXrcd => run_out(x, xrc::alloc_xrcd),
+        Opcode::DeallocXrcd => run_in(x, xrc::dealloc_xrcd),
     }
 }

@@ -308,6 +308,10 @@ abi_enum! {
         AllocMw = 0x0058,
         /// Deallocate a memory window (bound or not).
         DeallocMw = 0x0059,
+        /// Open an XRC domain (SR-02).
+        AllocXrcd = 0x0012,
+        /// Close an XRC domain; BUSY while an XRC SRQ or XRC TGT QP is in it.
+        DeallocXrcd = 0x0013,
     }
 }
 
@@ -417,6 +421,8 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::AllocMw => spec(op, e::<AllocMwIn>(), e::<AllocMwOut>()),
             Opcode::SetGid => spec(op, e::<SetGidIn>(), None),
             Opcode::DeallocMw => spec(op, e::<DeallocMwIn>(), None),
+            Opcode::AllocXrcd => spec(op, None, e::<AllocXrcdOut>()),
+            Opcode::DeallocXrcd => spec(op, e::<DeallocXrcdIn>(), None),
         })
         .collect()
 }
