@@ -331,6 +331,17 @@ static inline struct vhca_qp *to_vqp(struct ib_qp *qp)
 	return container_of(qp, struct vhca_qp, ibqp);
 }
 
+/* An XRC domain (SR-02). */
+struct vhca_xrcd {
+	struct ib_xrcd ibxrcd;
+	u32 xrcdn;
+};
+
+static inline struct vhca_xrcd *to_vxrcd(struct ib_xrcd *x)
+{
+	return container_of(x, struct vhca_xrcd, ibxrcd);
+}
+
 static inline struct vhca_srq *to_vsrq(struct ib_srq *srq)
 {
 	return container_of(srq, struct vhca_srq, ibsrq);
@@ -408,6 +419,10 @@ void vhca_dealloc_ucontext(struct ib_ucontext *uctx);
 void vhca_disassociate_ucontext(struct ib_ucontext *uctx);
 int vhca_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
 int vhca_alloc_pd(struct ib_pd *pd, struct ib_udata *udata);
+int vhca_alloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
+int vhca_dealloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
+int vhca_create_xrc_tgt(struct vhca_dev *dev, struct vhca_qp *qp,
+			struct ib_qp_init_attr *init);
 int vhca_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata);
 int vhca_create_ah(struct ib_ah *ah, struct rdma_ah_init_attr *init,
 		   struct ib_udata *udata);
