@@ -12,7 +12,8 @@
 #
 # Tools: ibv_{rc,uc,ud,srq}_pingpong -c, each with and without -e; over RC
 # ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat
-# ib_read_lat; ib_send_bw -c UD; ib_write_bw -c UC.
+# ib_read_lat; ib_send_bw -c UD; ib_write_bw -c UC; ibv_xsrq_pingpong and
+# ib_send_bw -c XRC (SR-02).
 #
 # Prints one "PASS name" / "FAIL name" line per tool; exit 0 iff all pass.
 # The guests' consoles and the vhca logs stay in --out (default: a new
@@ -56,7 +57,9 @@ ib_send_lat|ib_send_lat $P
 ib_write_lat|ib_write_lat $P
 ib_read_lat|ib_read_lat $P
 ib_send_bw_UD|ib_send_bw $P -c UD -s 1024
-ib_write_bw_UC|ib_write_bw $P -c UC"
+ib_write_bw_UC|ib_write_bw $P -c UC
+xsrq_pingpong|ibv_xsrq_pingpong $D -g 0 -n $N
+ib_send_bw_XRC|ib_send_bw $P -c XRC"
 
 ov=$(mktemp -d /tmp/vm-tests-ov.XXXXXX)
 trap 'rm -rf "$ov"' EXIT
