@@ -285,9 +285,15 @@ int vhca_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 	return 0;
 }
 
+/* The receive CQ; an XRC_SEND QP has none (SR-02): its send CQ then. */
+static struct vhca_cq *vhca_rcq(struct ibv_qp *qp)
+{
+	return to_vcq(qp->recv_cq ? qp->recv_cq : qp->send_cq);
+}
+
 static void vhca_lock_cqs(struct ibv_qp *qp)
 {
-	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = to_vcq(qp->recv_cq);
+	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = vhca_rcq(qp);
 
 	if (scq == rcq) {
 		pthread_spin_lock(&scq->lock);
@@ -302,7 +308,7 @@ static void vhca_lock_cqs(struct ibv_qp *qp)
 
 static void vhca_unlock_cqs(struct ibv_qp *qp)
 {
-	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = to_vcq(qp->recv_cq);
+	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = vhca_rcq(qp);
 
 	pthread_spin_unlock(&scq->lock);
 	if (rcq != scq)
@@ -313,7 +319,7 @@ static void vhca_unlock_cqs(struct ibv_qp *qp)
 static void vhca_qp_clean_cqs(struct vhca_qp *qp)
 {
 	struct vhca_cq *scq = to_vcq(qp->ibv_qp.send_cq);
-	struct vhca_cq *rcq = to_vcq(qp->ibv_qp.recv_cq);
+	struct vhca_cq *rcq = vhca_rcq(&qp->ibv_qp);
 
 	vhca_cq_clean(rcq, qp->ibv_qp.qp_num, qp->srq);
 	if (scq != rcq)
