@@ -591,7 +591,8 @@ int vhca_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->cap.max_send_sge = a->cap.max_send_sge;
 	attr->cap.max_recv_sge = a->cap.max_recv_sge;
 	attr->cap.max_inline_data = a->cap.max_inline_data;
-	if (qp->type == VHCA_QPT_RC || qp->type == VHCA_QPT_UC)
+	if (qp->type == VHCA_QPT_RC || qp->type == VHCA_QPT_UC ||
+	    qp->type == VHCA_QPT_XRC_INI || qp->type == VHCA_QPT_XRC_TGT)
 		vhca_av_to_ah(dev, &a->ah_attr, &attr->ah_attr);
 	attr->pkey_index = a->pkey_index;
 	attr->port_num = a->port_num;
