@@ -452,3 +452,69 @@ fn sr02_rc_request_to_a_tgt_qp_is_dropped() {
     assert!(dropped >= 1, "{dropped}");
     assert!(net.poll(1, t.cq).is_none());
 }
+
+#[test]
+fn sr02_xrc_read_response_uses_the_pd_of_its_own_request() {
+    // A READ answered after a later request of the same TGT QP named an XRC
+    // SRQ of another PD: its response still reads under the READ's SRQ's PD.
+    let mut net = Net::new(2, 1 << 20, 7);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let (i, t) = setup(&mut net);
+    let s_read = xrc_srq(&mut net, t.xrcd, t.cq);
+    let other_pd = net.nodes[1].engine.mrs().alloc_pd().unwrap();
+    let n = &mut net.nodes[1];
+    let s_send = n
+        .engine
+        .create_xrc_srq(other_pd, t.xrcd, t.cq, 16, 1, 0)
+        .unwrap();
+    // The SEND's buffer: an MR of the other PD.
+    let kb2 = n
+        .engine
+        .mrs()
+        .reg_mr(
+            other_pd,
+            MEM_BASE + 0x8_0000,
+            4096,
+            ALL_ACCESS,
+            4096,
+            vec![MEM_BASE + 0x8_0000],
+        )
+        .unwrap();
+    post_srq(&mut net, s_send, 5, MEM_BASE + 0x8_0000, 4096, kb2);
+    fill(&mut net, 1, MEM_BASE + 0x3_0000, 2000, 4);
+    let mut read = send_wr(1, WrOpcode::RdmaRead, sge(MEM_BASE + 0x6000, 2000, ka));
+    read.remote_addr = MEM_BASE + 0x3_0000;
+    read.rkey = kb;
+    let e = &mut net.nodes[0].engine;
+    e.post_send_xrc(i.ini, read, s_read).unwrap();
+    e.post_send_xrc(
+        i.ini,
+        send_wr(2, WrOpcode::Send, sge(MEM_BASE, 64, ka)),
+        s_send,
+    )
+    .unwrap();
+    // Both requests reach the target before it answers either.
+    let now = net.now;
+    let mut buf = vec![0u8; 8192];
+    let mut reqs = Vec::new();
+    let n0 = &mut net.nodes[0];
+    while let Some(len) = n0.engine.poll_transmit(&mut n0.mem, now, &mut buf) {
+        reqs.push(buf[..len].to_vec());
+    }
+    assert_eq!(reqs.len(), 2);
+    let n1 = &mut net.nodes[1];
+    for r in &reqs {
+        n1.engine.handle_packet(r, &mut n1.mem, now);
+    }
+    let done = wait(&mut net, 0, i.cq, 2);
+    assert!(
+        done.iter().all(|c| c.status == WcStatus::Success),
+        "{done:?}"
+    );
+    assert_eq!(
+        bytes(&net, 0, MEM_BASE + 0x6000, 2000),
+        bytes(&net, 1, MEM_BASE + 0x3_0000, 2000)
+    );
+    assert_eq!(wait_cqe(&mut net, 1, t.cq).wr_id, 5);
+}

@@ -435,6 +435,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         len,
         sent: 0,
         fresh: true,
+        pd: qp.init.pd,
     });
     advance(qp, p, npkts, false, true);
     true
