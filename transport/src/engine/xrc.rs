@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use super::{Engine, Qp};
-use crate::verbs::{AttrMask, Handle, QpCap, QpInit, QpState, QpType, RecvWr, SendWr, VerbError};
+use crate::verbs::{AttrMask, Handle, QpCap, QpInit, QpState, QpType, SendWr, VerbError};
 use crate::wire::ext::{ExtHeaders, XrcethRepr};
 use crate::wire::opcode::Opcode;
 use crate::wire::PacketRepr;
@@ -177,12 +177,6 @@ impl Engine {
         remote_srqn: u32,
     ) -> Result<(), VerbError> {
         self.post_send_to(qpn, wr, Some(remote_srqn))
-    }
-
-    /// Posts a receive WQE to an XRC SRQ: the same as [`Engine::post_srq_recv`]
-    /// (named for the verbs that reach it).
-    pub fn post_xrc_srq_recv(&mut self, srq: Handle, wr: RecvWr) -> Result<(), VerbError> {
-        self.post_srq_recv(srq, wr)
     }
 }
 
