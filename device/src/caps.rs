@@ -97,7 +97,8 @@ impl Caps {
                 | dev_cap::FLUSH_GLOBAL
                 | dev_cap::ATOMIC_WRITE
                 | dev_cap::FAST_REG_MR
-                | dev_cap::MW_TYPE2A,
+                | dev_cap::MW_TYPE2A
+                | dev_cap::XRC,
         }
     }
 }

@@ -59,6 +59,7 @@ pub fn cqe_of(c: &Completion, owner: u8) -> abi::cqe::Cqe {
         e.network_hdr_type = n.raw();
         e.wc_flags |= abi::verbs::wc_flags::WITH_NETWORK_HDR_TYPE;
     }
+    e.srqn = c.xrc_srq.unwrap_or(0);
     e.owner = owner;
     e
 }

@@ -45,6 +45,9 @@ pub enum BadWqe {
     /// no pages or more than the device's fast-registration page list, a page
     /// shift out of range or a page list that is not 8-byte aligned.
     RegMr = 8,
+    /// An XRC_INI WQE whose XRC segment has a reserved field set or an SRQ
+    /// number past 24 bits (SR-02).
+    Xrc = 9,
 }
 
 fn seg<T: Field>(wqe: &[u8], at: &mut usize) -> Result<T, BadWqe> {
@@ -88,6 +91,32 @@ fn decode_reg_mr(wqe: &[u8], at: &mut usize, ctrl: &abi::wqe::SendCtrl) -> Resul
         swap_add: 0,
         ud: None,
     })
+}
+
+/// Decodes a send WQE of an XRC_INI QP (SR-02; abi::wqe WQE_LAYOUT): the
+/// control segment, the XRC segment with the target's XRC SRQ (WF-06), then
+/// what an RC WQE has after its control segment. Returns the WR and the SRQ
+/// number. The operations XRC lacks (FLUSH, ATOMIC WRITE) the engine refuses.
+pub fn decode_send_xrc(
+    wqe: &[u8],
+    max_sge: u32,
+    max_inline: u32,
+) -> Result<(SendWr, u32), (u64, BadWqe)> {
+    let ctrl = abi::wqe::SendCtrl::SIZE;
+    let mut at = ctrl;
+    let x: abi::wqe::XrcSeg = seg(wqe, &mut at).map_err(|e| (0, e))?;
+    // The RC layout of the same WQE: its control segment, then what follows
+    // the XRC segment (at most a stride, 4 KiB, on the stack).
+    let mut rc = [0u8; 1 << abi::wqe::wqe_const::MAX_WQE_SHIFT];
+    let rest = &wqe[at..];
+    let len = (ctrl + rest.len()).min(rc.len());
+    rc[..ctrl].copy_from_slice(&wqe[..ctrl]);
+    rc[ctrl..len].copy_from_slice(&rest[..len - ctrl]);
+    let wr = decode_send(&rc[..len], abi::verbs::QpType::Rc, max_sge, max_inline)?;
+    if x.rsvd != [0; 12] || x.remote_srqn > 0xff_ffff {
+        return Err((wr.wr_id, BadWqe::Xrc));
+    }
+    Ok((wr, x.remote_srqn))
 }
 
 /// Decodes a send WQE (abi::wqe WQE_LAYOUT) of a QP of type `t`.
@@ -378,8 +407,15 @@ impl Post {
                 max_inline,
             } => {
                 let e = port.engine_mut();
-                let r = match decode_send(wqe, t, max_sge, max_inline) {
-                    Ok(wr) => e.post_send(qpn, wr),
+                let decoded = if t == abi::verbs::QpType::XrcIni {
+                    decode_send_xrc(wqe, max_sge, max_inline).map(|(wr, n)| (wr, Some(n)))
+                } else {
+                    decode_send(wqe, t, max_sge, max_inline).map(|wr| (wr, None))
+                };
+                let r = match decoded {
+                    Ok((wr, None)) => e.post_send(qpn, wr),
+                    // SR-02: the XRC SRQ goes into the XRCETH of its packets.
+                    Ok((wr, Some(srqn))) => e.post_send_xrc(qpn, wr, srqn),
                     Err((id, why)) => {
                         counters.bad_wqes += 1;
                         log::debug!("qp {qpn}: send WQE {idx} refused: {why:?}");

@@ -336,6 +336,9 @@ pub struct Hca {
     /// The memory-budget charge of each object's ring page lists, released
     /// when the object goes (ARCHITECTURE.md §9).
     pub ring_charges: HashMap<SlotOwner, transport::budget::Charge>,
+    /// XRC TGT QPs (SR-02) and their XRC domains: QPs without rings or a
+    /// doorbell slot, so not in `qps`.
+    pub xrc_tgts: BTreeMap<u32, u32>,
 }
 
 /// The object a doorbell slot belongs to.
@@ -373,6 +376,7 @@ impl Hca {
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
             ring_charges: HashMap::new(),
+            xrc_tgts: BTreeMap::new(),
             port,
         }
     }
@@ -389,5 +393,6 @@ impl Hca {
         self.retry.clear();
         self.arms.clear();
         self.ring_charges.clear();
+        self.xrc_tgts.clear();
     }
 }

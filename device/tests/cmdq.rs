@@ -379,6 +379,11 @@ impl Dev {
 
     fn srq_in(&mut self, pdn: u32) -> CreateSrqIn {
         CreateSrqIn {
+            srq_type: 0,
+            rsvd: [0; 3],
+            xrcdn: 0,
+            cqn: 0,
+            rsvd2: 0,
             pdn,
             max_wr: 16,
             max_sge: 1,
@@ -426,7 +431,8 @@ impl Dev {
             },
             uar: 1,
             db_slot: self.slot(),
-            rsvd1: [0; 6],
+            rsvd1: [0; 2],
+            xrcdn: 0,
             sq: self.contiguous(128 << 4),
             rq: if srqn.is_some() {
                 Pbl::default()
@@ -1599,6 +1605,11 @@ fn srqs_are_sized_limited_modified_and_queried() {
         .call(
             Opcode::CreateSrq,
             &CreateSrqIn {
+                srq_type: 0,
+                rsvd: [0; 3],
+                xrcdn: 0,
+                cqn: 0,
+                rsvd2: 0,
                 max_wr: 10,
                 srq_limit: 3,
                 ..base
@@ -2354,7 +2365,11 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
     };
     let pick = Live::pick;
     match op {
-        Opcode::Nop | Opcode::QueryDevice | Opcode::AllocPd => Vec::new(),
+        Opcode::Nop | Opcode::QueryDevice | Opcode::AllocPd | Opcode::AllocXrcd => Vec::new(),
+        // An XRC domain number of a few (SR-02).
+        Opcode::DeallocXrcd => bytes(&device::abi::cmd::DeallocXrcdIn {
+            xrcdn: r.below(4) as u32,
+        }),
         Opcode::QueryPort => bytes(&QueryPortIn {
             port: 1,
             rsvd: [0; 3],
@@ -2422,6 +2437,11 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
         Opcode::CreateSrq => {
             let log2 = 1 + r.below(6) as u8;
             bytes(&CreateSrqIn {
+                srq_type: 0,
+                rsvd: [0; 3],
+                xrcdn: 0,
+                cqn: 0,
+                rsvd2: 0,
                 pdn: pick(r, &live.pds),
                 max_wr: 1 + r.below(1 << log2) as u32,
                 max_sge: r.below(3) as u32,
@@ -2479,7 +2499,8 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
                 },
                 uar: uar(r),
                 db_slot: slot(r),
-                rsvd1: [0; 6],
+                rsvd1: [0; 2],
+                xrcdn: 0,
                 sq: fuzz_pbl(r),
                 rq: if srq { Pbl::default() } else { fuzz_pbl(r) },
             })

@@ -334,6 +334,11 @@ fn cmdq() {
     let srqn = get::<CreateSrqOut>(&s.cmd_out(
         Opcode::CreateSrq,
         &CreateSrqIn {
+            srq_type: 0,
+            rsvd: [0; 3],
+            xrcdn: 0,
+            cqn: 0,
+            rsvd2: 0,
             pdn,
             max_wr: 16,
             max_sge: 1,
@@ -393,7 +398,8 @@ fn cmdq() {
         },
         uar: 1,
         db_slot: slot,
-        rsvd1: [0; 6],
+        rsvd1: [0; 2],
+        xrcdn: 0,
         sq: contiguous(sq, 1),
         rq: rq.map_or(Pbl::default(), |a| contiguous(a, 1)),
     };

@@ -6,7 +6,7 @@
 #![no_main]
 
 use device::abi::verbs::QpType as AbiQpType;
-use device::datapath::{decode_recv, decode_send};
+use device::datapath::{decode_recv, decode_send, decode_send_xrc};
 use libfuzzer_sys::fuzz_target;
 use transport::verbs::{QpState, QpType, SendData};
 use vhca_fuzz::bench::Bench;
@@ -52,6 +52,13 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(wr) = &recv {
         assert!(wr.sges.len() <= max_sge as usize);
+    }
+    // SR-02: the same bytes as an XRC_INI WQE (an XRC segment after the control).
+    if let Ok((wr, srqn)) = decode_send_xrc(wqe, max_sge, max_inline) {
+        assert!(srqn <= 0xff_ffff);
+        if let SendData::Sges(s) = &wr.data {
+            assert!(s.len() <= max_sge as usize);
+        }
     }
     // Post what decoded into a live engine (the bench's SGEs name its MR window
     // only by chance; anything else must complete in error, not panic).

@@ -194,7 +194,7 @@ impl Bench {
                                 | AttrMask::DEST_QPN
                                 | AttrMask::RQ_PSN
                         }
-                        QpType::Rc => {
+                        QpType::Rc | QpType::XrcIni | QpType::XrcTgt => {
                             AttrMask::STATE
                                 | AttrMask::AV
                                 | AttrMask::PATH_MTU

@@ -322,6 +322,11 @@ typedef uint64_t __u64;
  * here), so vhca.ko does not advertise it.
  */
 #define VHCA_DEV_CAP_MW_TYPE2_A    (1U << 15)
+/*
+ * XRC (SR-02; the kernel's IB_DEVICE_XRC): ALLOC_XRCD, XRC SRQs, XRC_INI and
+ * XRC_TGT QPs.
+ */
+#define VHCA_DEV_CAP_XRC           (1U << 16)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -612,6 +617,28 @@ enum vhca_qp_type {
 	VHCA_QPT_UC = 3,
 	/* Unreliable Datagram. */
 	VHCA_QPT_UD = 4,
+	/*
+	 * XRC initiator (SR-02): sends only; each send WQE names the target's XRC
+	 * SRQ (`struct vhca_xrc_seg`). No RQ, no SRQ; recv_cqn as send_cqn.
+	 */
+	VHCA_QPT_XRC_INI = 9,
+	/*
+	 * XRC target (SR-02): receives only, into the XRC SRQ each request names
+	 * (PV-08); no rings, doorbell slot, PD or CQ: CREATE_QP reads only `xrcdn`
+	 * and `port`.
+	 */
+	VHCA_QPT_XRC_TGT = 10,
+};
+
+/* SRQ types (`enum ibv_srq_type`). */
+enum vhca_srq_type {
+	/* An SRQ QPs of its PD name at creation (SR-01). */
+	VHCA_SRQT_BASIC = 0,
+	/*
+	 * An XRC SRQ (SR-02): in an XRC domain, with its own CQ; XRC TGT QPs of that
+	 * domain receive into it.
+	 */
+	VHCA_SRQT_XRC = 1,
 };
 
 /* QP states (`enum ibv_qp_state`; IBA 10.3.1, QS-01). */
@@ -1111,6 +1138,10 @@ enum vhca_opcode {
 	 * attached.
 	 */
 	VHCA_CMD_DETACH_MCAST = 0x0071,
+	/* Open an XRC domain (SR-02). */
+	VHCA_CMD_ALLOC_XRCD = 0x0012,
+	/* Close an XRC domain; BUSY while an XRC SRQ or XRC TGT QP is in it. */
+	VHCA_CMD_DEALLOC_XRCD = 0x0013,
 };
 
 /* Page-list (`struct vhca_pbl`) constants. */
@@ -1710,8 +1741,16 @@ struct vhca_create_srq_in {
 	__u8 wqe_shift;
 	/* The ring. */
 	struct vhca_pbl ring;
+	/* `enum vhca_srq_type`. */
+	__u8 srq_type;
+	__u8 rsvd[3];
+	/* XRC SRQ: its XRC domain (SR-02); else zero. */
+	__u32 xrcdn;
+	/* XRC SRQ: the CQ its receives complete on; else zero. */
+	__u32 cqn;
+	__u32 rsvd2;
 };
-_Static_assert(sizeof(struct vhca_create_srq_in) == 40, "vhca_create_srq_in: size");
+_Static_assert(sizeof(struct vhca_create_srq_in) == 56, "vhca_create_srq_in: size");
 _Static_assert(offsetof(struct vhca_create_srq_in, pdn) == 0, "vhca_create_srq_in.pdn");
 _Static_assert(offsetof(struct vhca_create_srq_in, max_wr) == 4, "vhca_create_srq_in.max_wr");
 _Static_assert(offsetof(struct vhca_create_srq_in, max_sge) == 8, "vhca_create_srq_in.max_sge");
@@ -1721,6 +1760,11 @@ _Static_assert(offsetof(struct vhca_create_srq_in, db_slot) == 20, "vhca_create_
 _Static_assert(offsetof(struct vhca_create_srq_in, log2_entries) == 22, "vhca_create_srq_in.log2_entries");
 _Static_assert(offsetof(struct vhca_create_srq_in, wqe_shift) == 23, "vhca_create_srq_in.wqe_shift");
 _Static_assert(offsetof(struct vhca_create_srq_in, ring) == 24, "vhca_create_srq_in.ring");
+_Static_assert(offsetof(struct vhca_create_srq_in, srq_type) == 40, "vhca_create_srq_in.srq_type");
+_Static_assert(offsetof(struct vhca_create_srq_in, rsvd) == 41, "vhca_create_srq_in.rsvd");
+_Static_assert(offsetof(struct vhca_create_srq_in, xrcdn) == 44, "vhca_create_srq_in.xrcdn");
+_Static_assert(offsetof(struct vhca_create_srq_in, cqn) == 48, "vhca_create_srq_in.cqn");
+_Static_assert(offsetof(struct vhca_create_srq_in, rsvd2) == 52, "vhca_create_srq_in.rsvd2");
 
 /* CREATE_SRQ output. */
 struct vhca_create_srq_out {
@@ -1831,7 +1875,9 @@ struct vhca_create_qp_in {
 	/* UAR page of the doorbell slot (`struct vhca_qp_doorbell`). */
 	__u32 uar;
 	__u16 db_slot;
-	__u8 rsvd1[6];
+	__u8 rsvd1[2];
+	/* XRC_TGT: its XRC domain (SR-02); else zero. */
+	__u32 xrcdn;
 	/* SQ ring. */
 	struct vhca_pbl sq;
 	/* RQ ring (npages 0 with an SRQ). */
@@ -1854,6 +1900,7 @@ _Static_assert(offsetof(struct vhca_create_qp_in, cap) == 24, "vhca_create_qp_in
 _Static_assert(offsetof(struct vhca_create_qp_in, uar) == 44, "vhca_create_qp_in.uar");
 _Static_assert(offsetof(struct vhca_create_qp_in, db_slot) == 48, "vhca_create_qp_in.db_slot");
 _Static_assert(offsetof(struct vhca_create_qp_in, rsvd1) == 50, "vhca_create_qp_in.rsvd1");
+_Static_assert(offsetof(struct vhca_create_qp_in, xrcdn) == 52, "vhca_create_qp_in.xrcdn");
 _Static_assert(offsetof(struct vhca_create_qp_in, sq) == 56, "vhca_create_qp_in.sq");
 _Static_assert(offsetof(struct vhca_create_qp_in, rq) == 72, "vhca_create_qp_in.rq");
 
@@ -2038,6 +2085,20 @@ _Static_assert(offsetof(struct vhca_mcast_in, mlid) == 4, "vhca_mcast_in.mlid");
 _Static_assert(offsetof(struct vhca_mcast_in, rsvd) == 6, "vhca_mcast_in.rsvd");
 _Static_assert(offsetof(struct vhca_mcast_in, gid) == 8, "vhca_mcast_in.gid");
 
+/* ALLOC_XRCD output. */
+struct vhca_alloc_xrcd_out {
+	__u32 xrcdn;
+};
+_Static_assert(sizeof(struct vhca_alloc_xrcd_out) == 4, "vhca_alloc_xrcd_out: size");
+_Static_assert(offsetof(struct vhca_alloc_xrcd_out, xrcdn) == 0, "vhca_alloc_xrcd_out.xrcdn");
+
+/* DEALLOC_XRCD input. */
+struct vhca_dealloc_xrcd_in {
+	__u32 xrcdn;
+};
+_Static_assert(sizeof(struct vhca_dealloc_xrcd_in) == 4, "vhca_dealloc_xrcd_in: size");
+_Static_assert(offsetof(struct vhca_dealloc_xrcd_in, xrcdn) == 0, "vhca_dealloc_xrcd_in.xrcdn");
+
 /*
  * Commands: opcode, input, output.
  * VHCA_CMD_NOP: in -; out -.
@@ -2081,6 +2142,8 @@ _Static_assert(offsetof(struct vhca_mcast_in, gid) == 8, "vhca_mcast_in.gid");
  * VHCA_CMD_DEALLOC_MW: in struct vhca_dealloc_mw_in (inline); out -.
  * VHCA_CMD_ATTACH_MCAST: in struct vhca_mcast_in (inline); out -.
  * VHCA_CMD_DETACH_MCAST: in struct vhca_mcast_in (inline); out -.
+ * VHCA_CMD_ALLOC_XRCD: in -; out struct vhca_alloc_xrcd_out (inline).
+ * VHCA_CMD_DEALLOC_XRCD: in struct vhca_dealloc_xrcd_in (inline); out -.
  */
 #define VHCA_CMD_IN_MAILBOX(type) (sizeof(type) > VHCA_CMD_INLINE_SIZE)
 
@@ -2134,23 +2197,24 @@ static inline int vhca_status_errno(unsigned int status)
  * doorbell slot covers it; it has no owner bit.
  *
  * Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP,
- * struct vhca_ud_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ
- * a struct vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a
- * struct vhca_raddr_seg followed by a struct vhca_atomic_seg; for FLUSH and
- * ATOMIC_WRITE (IBA 1.5 Memory Placement Extensions, RC only, ctrl.len = 0,
- * no data) a struct vhca_raddr_seg followed by a struct vhca_atomic_seg whose
- * compare_add is the FLUSH's length or the 8 bytes the ATOMIC WRITE stores
- * (FLUSH: ctrl.imm_or_inv = placement type | selectivity level << 4); for
- * BIND_MW a struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the
- * window's current R_Key); for REG_MR a struct vhca_reg_mr_seg (ctrl.len = 0,
- * ctrl.imm_or_inv = the MR's key after the registration: the index of a
- * fast-registration MR, a new key byte); LOCAL_INV has the control segment
- * only (ctrl.len = 0, ctrl.imm_or_inv = the R_Key to invalidate); then the
- * data: ctrl.len SGEs (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len
- * bytes of inline data. Everything must fit in the stride: a WQE that does
- * not, an unknown opcode, or an opcode the QP's service does not allow
- * completes with an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the
- * device (ARCHITECTURE.md §2, §9).
+ * struct vhca_ud_seg, on an XRC_INI QP, struct vhca_xrc_seg; then for
+ * RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ a struct vhca_raddr_seg, and
+ * for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a struct vhca_raddr_seg followed
+ * by a struct vhca_atomic_seg; for FLUSH and ATOMIC_WRITE (IBA 1.5 Memory
+ * Placement Extensions, RC only, ctrl.len = 0, no data) a struct
+ * vhca_raddr_seg followed by a struct vhca_atomic_seg whose compare_add is
+ * the FLUSH's length or the 8 bytes the ATOMIC WRITE stores (FLUSH:
+ * ctrl.imm_or_inv = placement type | selectivity level << 4); for BIND_MW a
+ * struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the window's current
+ * R_Key); for REG_MR a struct vhca_reg_mr_seg (ctrl.len = 0, ctrl.imm_or_inv
+ * = the MR's key after the registration: the index of a fast-registration MR,
+ * a new key byte); LOCAL_INV has the control segment only (ctrl.len = 0,
+ * ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs
+ * (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes of inline
+ * data. Everything must fit in the stride: a WQE that does not, an unknown
+ * opcode, or an opcode the QP's service does not allow completes with an
+ * error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device
+ * (ARCHITECTURE.md §2, §9).
  *
  * Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD,
  * the first 40 bytes of the buffers receive the GRH (undefined when the CQE
@@ -2214,6 +2278,19 @@ _Static_assert(sizeof(struct vhca_ud_seg) == 48, "vhca_ud_seg: size");
 _Static_assert(offsetof(struct vhca_ud_seg, remote_qpn) == 0, "vhca_ud_seg.remote_qpn");
 _Static_assert(offsetof(struct vhca_ud_seg, remote_qkey) == 4, "vhca_ud_seg.remote_qkey");
 _Static_assert(offsetof(struct vhca_ud_seg, av) == 8, "vhca_ud_seg.av");
+
+/*
+ * XRC segment (XRC_INI QPs, SR-02; `ibv_send_wr.qp_type.xrc.remote_srqn`):
+ * the XRC SRQ of the target node the WQE's message goes to (XRCETH, WF-06).
+ */
+struct vhca_xrc_seg {
+	/* 24 bits. */
+	__u32 remote_srqn;
+	__u8 rsvd[12];
+};
+_Static_assert(sizeof(struct vhca_xrc_seg) == 16, "vhca_xrc_seg: size");
+_Static_assert(offsetof(struct vhca_xrc_seg, remote_srqn) == 0, "vhca_xrc_seg.remote_srqn");
+_Static_assert(offsetof(struct vhca_xrc_seg, rsvd) == 4, "vhca_xrc_seg.rsvd");
 
 /* Remote address segment (RDMA and ATOMIC). */
 struct vhca_raddr_seg {
@@ -2406,7 +2483,13 @@ struct vhca_cqe {
 	 * kernel's `union rdma_network_hdr`).
 	 */
 	__u8 network_hdr_type;
-	__u8 rsvd[16];
+	__u8 rsvd0;
+	/*
+	 * Receives into an XRC SRQ (SR-02): its number, since `qp_num` is an XRC TGT
+	 * QP the consumer may not know; else zero.
+	 */
+	__u32 srqn;
+	__u8 rsvd[11];
 	/* Owner bit (VHCA_OWNER_BIT), written last. */
 	__u8 owner;
 };
@@ -2426,7 +2509,9 @@ _Static_assert(offsetof(struct vhca_cqe, sl) == 38, "vhca_cqe.sl");
 _Static_assert(offsetof(struct vhca_cqe, dlid_path_bits) == 39, "vhca_cqe.dlid_path_bits");
 _Static_assert(offsetof(struct vhca_cqe, smac) == 40, "vhca_cqe.smac");
 _Static_assert(offsetof(struct vhca_cqe, network_hdr_type) == 46, "vhca_cqe.network_hdr_type");
-_Static_assert(offsetof(struct vhca_cqe, rsvd) == 47, "vhca_cqe.rsvd");
+_Static_assert(offsetof(struct vhca_cqe, rsvd0) == 47, "vhca_cqe.rsvd0");
+_Static_assert(offsetof(struct vhca_cqe, srqn) == 48, "vhca_cqe.srqn");
+_Static_assert(offsetof(struct vhca_cqe, rsvd) == 52, "vhca_cqe.rsvd");
 _Static_assert(offsetof(struct vhca_cqe, owner) == 63, "vhca_cqe.owner");
 
 /*
@@ -2915,8 +3000,9 @@ enum vhca_counter_set {
 	"window_wrong_qp", \
 	"invalid_invalidate", \
 	"no_flush", \
-	"region_invalidated"
-#define VHCA_COUNTERS_NAK_SENT_COUNT 24
+	"region_invalidated", \
+	"xrc_srq"
+#define VHCA_COUNTERS_NAK_SENT_COUNT 25
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_DEVICE_NAMES \

@@ -59,7 +59,7 @@ static_assert(ARRAY_SIZE(vhca_dev_names) == VHCA_COUNTERS_DEVICE_COUNT);
 
 /*
  * The sets in hw-counter order (the order of vhca_counters.values): the
- * port's (VHCA_NPORT_STATS), then the device's.
+ * port's (VHCA_NPORT_STATS), then the device's (NAKs sent, data path).
  */
 static const struct vhca_counter_set_desc {
 	u8 set;			/* enum vhca_counter_set */
@@ -80,9 +80,9 @@ static const struct vhca_counter_set_desc {
 };
 
 static_assert(VHCA_NPORT_STATS == VHCA_COUNTERS_PORT_COUNT +
-	      VHCA_COUNTERS_WIRE_DROP_COUNT + VHCA_COUNTERS_RX_DROP_COUNT +
-	      VHCA_COUNTERS_NAK_SENT_COUNT);
-static_assert(VHCA_NSTATS == VHCA_NPORT_STATS + VHCA_COUNTERS_DEVICE_COUNT);
+	      VHCA_COUNTERS_WIRE_DROP_COUNT + VHCA_COUNTERS_RX_DROP_COUNT);
+static_assert(VHCA_NSTATS == VHCA_NPORT_STATS + VHCA_COUNTERS_NAK_SENT_COUNT +
+	      VHCA_COUNTERS_DEVICE_COUNT);
 
 /* The hw counter descriptors, the same for every device: module lifetime. */
 static struct rdma_stat_desc vhca_stat_descs[VHCA_NSTATS];
@@ -141,8 +141,8 @@ void vhca_counters_dev_init(struct vhca_dev *dev)
 }
 
 /* Bits of vhca_counter_sets[]: which sets a reader needs. */
-#define VHCA_SETS_PORT_STATS	GENMASK(3, 0)	/* port, wire, rx, NAK */
-#define VHCA_SETS_DEVICE_STATS	BIT(4)
+#define VHCA_SETS_PORT_STATS	GENMASK(2, 0)	/* port, wire, rx drops */
+#define VHCA_SETS_DEVICE_STATS	GENMASK(4, 3)	/* NAKs sent, data path */
 #define VHCA_SETS_PMA		GENMASK(1, 0)	/* port, wire drops */
 static_assert(ARRAY_SIZE(vhca_counter_sets) == VHCA_NCOUNTER_SETS);
 

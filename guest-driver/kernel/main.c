@@ -182,6 +182,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.alloc_mw = vhca_alloc_mw,
 	.alloc_pd = vhca_alloc_pd,
 	.alloc_ucontext = vhca_alloc_ucontext,
+	.alloc_xrcd = vhca_alloc_xrcd,
 	.add_gid = vhca_add_gid,
 	.attach_mcast = vhca_attach_mcast,
 	.create_ah = vhca_create_ah,
@@ -193,6 +194,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.dealloc_mw = vhca_dealloc_mw,
 	.dealloc_pd = vhca_dealloc_pd,
 	.dealloc_ucontext = vhca_dealloc_ucontext,
+	.dealloc_xrcd = vhca_dealloc_xrcd,
 	.del_gid = vhca_del_gid,
 	.dereg_mr = vhca_dereg_mr,
 	.destroy_ah = vhca_destroy_ah,
@@ -234,6 +236,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_qp, vhca_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_srq, vhca_srq, ibsrq),
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, vhca_ucontext, ibuctx),
+	INIT_RDMA_OBJ_SIZE(ib_xrcd, vhca_xrcd, ibxrcd),
 };
 
 static int vhca_ib_register(struct vhca_dev *dev)

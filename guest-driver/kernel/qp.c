@@ -77,6 +77,11 @@ static u32 vhca_sq_headers(u8 type)
 	case VHCA_QPT_UC:
 		return sizeof(struct vhca_send_ctrl) +
 		       sizeof(struct vhca_raddr_seg);
+	case VHCA_QPT_XRC_INI:
+		return sizeof(struct vhca_send_ctrl) +
+		       sizeof(struct vhca_xrc_seg) +
+		       sizeof(struct vhca_raddr_seg) +
+		       sizeof(struct vhca_atomic_seg);
 	default:
 		return sizeof(struct vhca_send_ctrl) +
 		       sizeof(struct vhca_raddr_seg) +
@@ -207,7 +212,8 @@ static int vhca_qp_user_rings(struct vhca_dev *dev, struct vhca_qp *qp,
 	}
 	in->sq = qp->sq_pbl.desc;
 
-	if (init->srq) {
+	/* An SRQ, or an XRC_INI QP (SR-02): no RQ. */
+	if (init->srq || init->qp_type == IB_QPT_XRC_INI) {
 		in->rq_wqe_shift = VHCA_RQ_MIN_WQE_SHIFT;
 		return 0;
 	}
@@ -249,8 +255,14 @@ static int vhca_qp_type(struct vhca_dev *dev, enum ib_qp_type t, u8 *out)
 		/* Asked of the device even without CAP_GSI (ARCHITECTURE.md §7). */
 		*out = VHCA_QPT_GSI;
 		return 0;
+	case IB_QPT_XRC_INI:
+		*out = VHCA_QPT_XRC_INI;
+		return (caps & VHCA_DEV_CAP_XRC) ? 0 : -EOPNOTSUPP;
+	case IB_QPT_XRC_TGT:
+		*out = VHCA_QPT_XRC_TGT;
+		return (caps & VHCA_DEV_CAP_XRC) ? 0 : -EOPNOTSUPP;
 	default:
-		/* SMI (QP0, AD-09), XRC, raw: not supported. */
+		/* SMI (QP0, AD-09), raw: not supported. */
 		return -EOPNOTSUPP;
 	}
 }
@@ -270,6 +282,15 @@ int vhca_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	if (ret)
 		return ret;
 	if (init->create_flags)
+		return -EOPNOTSUPP;
+	/*
+	 * SR-02: a TGT QP has no rings (ib_core creates it for user space as a
+	 * kernel QP); an INI QP sends from user space only (no kernel user of
+	 * XRC sends exists).
+	 */
+	if (init->qp_type == IB_QPT_XRC_TGT)
+		return vhca_create_xrc_tgt(dev, qp, init);
+	if (init->qp_type == IB_QPT_XRC_INI && !udata)
 		return -EOPNOTSUPP;
 	if (cap->max_send_wr > dev->attr.max_qp_wr ||
 	    cap->max_recv_wr > dev->attr.max_qp_wr ||
@@ -310,12 +331,16 @@ int vhca_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	in->port = qp->port;
 	in->pdn = to_vpd(ibqp->pd)->pdn;
 	in->send_cqn = to_vcq(init->send_cq)->cqn;
-	in->recv_cqn = to_vcq(init->recv_cq)->cqn;
+	/* An XRC_INI QP has no receive CQ: the device takes the send CQ's. */
+	in->recv_cqn = init->recv_cq ? to_vcq(init->recv_cq)->cqn :
+				       in->send_cqn;
 	in->srqn = init->srq ? to_vsrq(init->srq)->srqn : VHCA_NONE;
 	in->cap.max_send_wr = cap->max_send_wr;
-	in->cap.max_recv_wr = init->srq ? 0 : cap->max_recv_wr;
+	in->cap.max_recv_wr = init->srq || !init->recv_cq ? 0 :
+							  cap->max_recv_wr;
 	in->cap.max_send_sge = cap->max_send_sge;
-	in->cap.max_recv_sge = init->srq ? 0 : cap->max_recv_sge;
+	in->cap.max_recv_sge = init->srq || !init->recv_cq ? 0 :
+							   cap->max_recv_sge;
 	in->cap.max_inline_data = cap->max_inline_data;
 	in->uar = qp->uar->index;
 	in->db_slot = qp->slot;
@@ -524,7 +549,7 @@ int vhca_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		return ret;
 	if (mask & IB_QP_STATE) {
 		if (attr->qp_state == IB_QPS_RESET && !qp->user &&
-		    qp->state != IB_QPS_RESET)
+		    qp->type != VHCA_QPT_XRC_TGT && qp->state != IB_QPS_RESET)
 			vhca_qp_reset_queues(qp);
 		WRITE_ONCE(qp->state, attr->qp_state);
 	}
@@ -566,7 +591,8 @@ int vhca_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->cap.max_send_sge = a->cap.max_send_sge;
 	attr->cap.max_recv_sge = a->cap.max_recv_sge;
 	attr->cap.max_inline_data = a->cap.max_inline_data;
-	if (qp->type == VHCA_QPT_RC || qp->type == VHCA_QPT_UC)
+	if (qp->type == VHCA_QPT_RC || qp->type == VHCA_QPT_UC ||
+	    qp->type == VHCA_QPT_XRC_INI || qp->type == VHCA_QPT_XRC_TGT)
 		vhca_av_to_ah(dev, &a->ah_attr, &attr->ah_attr);
 	attr->pkey_index = a->pkey_index;
 	attr->port_num = a->port_num;
@@ -610,6 +636,9 @@ int vhca_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	xa_erase_irq(&dev->qp_xa, qp->qpn);
 	vhca_qp_put(qp);
 	wait_for_completion(&qp->freed);
+	/* An XRC_TGT QP has no CQs, slot or rings (SR-02). */
+	if (qp->type == VHCA_QPT_XRC_TGT)
+		return 0;
 	if (!qp->user)
 		vhca_qp_clean_cqs(qp);
 	vhca_slot_free(qp->uar, qp->slot);

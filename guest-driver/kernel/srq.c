@@ -68,9 +68,22 @@ int vhca_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	struct vhca_create_srq_out out;
 	int slot, ret;
 
-	if (!(dev->attr.cap_flags & VHCA_DEV_CAP_SRQ) ||
-	    init->srq_type != IB_SRQT_BASIC)
+	if (!(dev->attr.cap_flags & VHCA_DEV_CAP_SRQ))
 		return -EOPNOTSUPP;
+	switch (init->srq_type) {
+	case IB_SRQT_BASIC:
+		break;
+	case IB_SRQT_XRC:
+		/* SR-02: in an XRC domain, with the CQ its receives go to. */
+		if (!(dev->attr.cap_flags & VHCA_DEV_CAP_XRC))
+			return -EOPNOTSUPP;
+		in.srq_type = VHCA_SRQT_XRC;
+		in.xrcdn = to_vxrcd(init->ext.xrc.xrcd)->xrcdn;
+		in.cqn = to_vcq(init->ext.cq)->cqn;
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
 	if (!attr->max_wr || attr->max_wr > dev->attr.max_srq_wr ||
 	    attr->max_sge > dev->attr.max_srq_sge ||
 	    attr->srq_limit > attr->max_wr)
@@ -150,6 +163,9 @@ int vhca_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		goto err_slot;
 	srq->srqn = out.srqn;
 	srq->limit = attr->srq_limit;
+	/* The number XRCETH names (ibv_get_srq_num). */
+	if (init->srq_type == IB_SRQT_XRC)
+		ibsrq->ext.xrc.srq_num = srq->srqn;
 	attr->max_wr = out.max_wr;
 	attr->max_sge = out.max_sge;
 	if (!udata)

@@ -124,6 +124,9 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 	a->device_cap_flags = IB_DEVICE_SYS_IMAGE_GUID |
 			      IB_DEVICE_PORT_ACTIVE_EVENT |
 			      IB_DEVICE_CURR_QP_STATE_MOD;
+	/* SR-02: XRC domains, XRC SRQs, XRC_INI and XRC_TGT QPs. */
+	if (caps & VHCA_DEV_CAP_XRC)
+		a->device_cap_flags |= IB_DEVICE_XRC;
 	if (caps & VHCA_DEV_CAP_RC)
 		a->device_cap_flags |= IB_DEVICE_RC_RNR_NAK_GEN;
 	/*

@@ -153,13 +153,15 @@ struct vhca_port_cache {
 
 /*
  * Every QUERY_COUNTERS set, as the hw counters list them (counters.c): the
- * port's (the port set and the per-reason sets), then the device's.
+ * port's (the port set and the per-reason drop sets), then the device's
+ * (the NAKs sent per reason and the data path's; one netlink reply holds no
+ * more on the port: device/src/abi/counters.rs hw_counters_per_port).
  */
 #define VHCA_NPORT_STATS (VHCA_COUNTERS_PORT_COUNT + \
 			  VHCA_COUNTERS_WIRE_DROP_COUNT + \
-			  VHCA_COUNTERS_RX_DROP_COUNT + \
-			  VHCA_COUNTERS_NAK_SENT_COUNT)
-#define VHCA_NSTATS (VHCA_NPORT_STATS + VHCA_COUNTERS_DEVICE_COUNT)
+			  VHCA_COUNTERS_RX_DROP_COUNT)
+#define VHCA_NSTATS (VHCA_NPORT_STATS + VHCA_COUNTERS_NAK_SENT_COUNT + \
+		     VHCA_COUNTERS_DEVICE_COUNT)
 #define VHCA_NCOUNTER_SETS 5	/* enum vhca_counter_set */
 
 /* The device's counters as QUERY_COUNTERS last gave them (counters.c). */
@@ -352,6 +354,17 @@ static inline struct vhca_qp *to_vqp(struct ib_qp *qp)
 	return container_of(qp, struct vhca_qp, ibqp);
 }
 
+/* An XRC domain (SR-02). */
+struct vhca_xrcd {
+	struct ib_xrcd ibxrcd;
+	u32 xrcdn;
+};
+
+static inline struct vhca_xrcd *to_vxrcd(struct ib_xrcd *x)
+{
+	return container_of(x, struct vhca_xrcd, ibxrcd);
+}
+
 static inline struct vhca_srq *to_vsrq(struct ib_srq *srq)
 {
 	return container_of(srq, struct vhca_srq, ibsrq);
@@ -429,6 +442,10 @@ void vhca_dealloc_ucontext(struct ib_ucontext *uctx);
 void vhca_disassociate_ucontext(struct ib_ucontext *uctx);
 int vhca_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
 int vhca_alloc_pd(struct ib_pd *pd, struct ib_udata *udata);
+int vhca_alloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
+int vhca_dealloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
+int vhca_create_xrc_tgt(struct vhca_dev *dev, struct vhca_qp *qp,
+			struct ib_qp_init_attr *init);
 int vhca_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata);
 int vhca_create_ah(struct ib_ah *ah, struct rdma_ah_init_attr *init,
 		   struct ib_udata *udata);

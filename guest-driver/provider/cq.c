@@ -186,8 +186,21 @@ static bool vhca_cqe_to_wc(struct vhca_context *ctx,
 			   const struct vhca_cqe *cqe, struct ibv_wc *wc)
 {
 	bool recv = cqe->opcode & VHCA_WC_OP_RECV;
+	struct vhca_srq *xsrq;
 	struct vhca_qp *qp;
 
+	/*
+	 * SR-02: a receive into an XRC SRQ names it; its QP is an XRC_TGT QP
+	 * this process does not map.
+	 */
+	if (recv && cqe->srqn && cqe->qp_num != VHCA_NONE) {
+		xsrq = vhca_xsrq_lookup(ctx, cqe->srqn);
+		if (!xsrq)
+			return false;
+		wc->wr_id = cqe->wr_id;
+		atomic_fetch_add_explicit(&xsrq->done, 1, memory_order_release);
+		goto fill;
+	}
 	qp = cqe->qp_num != VHCA_NONE ? vhca_qp_lookup(ctx, cqe->qp_num) :
 					NULL;
 	if (!qp)
@@ -201,6 +214,7 @@ static bool vhca_cqe_to_wc(struct vhca_context *ctx,
 		wc->wr_id = vhca_wq_retire(recv ? &qp->rq : &qp->sq,
 					   cqe->wr_id);
 	}
+fill:
 	/* Status and opcode numbers are ibverbs' (vhca_abi.h). */
 	wc->status = cqe->status <= IBV_WC_GENERAL_ERR ?
 			     (enum ibv_wc_status)cqe->status :

@@ -58,6 +58,10 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	/* UD multicast (AD-08): the kernel's ATTACH_MCAST / DETACH_MCAST. */
 	.attach_mcast = ibv_cmd_attach_mcast,
 	.detach_mcast = ibv_cmd_detach_mcast,
+	.open_xrcd = vhca_open_xrcd,
+	.close_xrcd = vhca_close_xrcd,
+	.create_srq_ex = vhca_create_srq_ex,
+	.get_srq_num = vhca_get_srq_num,
 };
 
 int vhca_alloc_buf(struct vhca_buf *b, size_t bytes)
@@ -253,6 +257,8 @@ static void vhca_free_context(struct ibv_context *ibctx)
 	munmap(ctx->uar, VHCA_UAR_PAGE_SIZE);
 	for (i = 0; i < VHCA_QPT_SIZE; i++)
 		free(ctx->qp_table[i]);
+	for (i = 0; i < VHCA_QPT_SIZE; i++)
+		free(ctx->xsrq_table[i]);
 	pthread_mutex_destroy(&ctx->qp_table_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);

@@ -29,6 +29,11 @@ static uint32_t vhca_sq_headers(uint8_t type)
 	case VHCA_QPT_UC:
 		return sizeof(struct vhca_send_ctrl) +
 		       sizeof(struct vhca_raddr_seg);
+	case VHCA_QPT_XRC_INI:
+		return sizeof(struct vhca_send_ctrl) +
+		       sizeof(struct vhca_xrc_seg) +
+		       sizeof(struct vhca_raddr_seg) +
+		       sizeof(struct vhca_atomic_seg);
 	default:
 		return sizeof(struct vhca_send_ctrl) +
 		       sizeof(struct vhca_raddr_seg) +
@@ -49,6 +54,12 @@ static int vhca_qp_type(struct vhca_context *ctx, enum ibv_qp_type t,
 	case IBV_QPT_UD:
 		*out = VHCA_QPT_UD;
 		return (ctx->cap_flags & VHCA_DEV_CAP_UD) ? 0 : EOPNOTSUPP;
+	case IBV_QPT_XRC_SEND:
+		*out = VHCA_QPT_XRC_INI;
+		return (ctx->cap_flags & VHCA_DEV_CAP_XRC) ? 0 : EOPNOTSUPP;
+	case IBV_QPT_XRC_RECV:
+		*out = VHCA_QPT_XRC_TGT;
+		return (ctx->cap_flags & VHCA_DEV_CAP_XRC) ? 0 : EOPNOTSUPP;
 	default:
 		return EOPNOTSUPP;
 	}
@@ -96,8 +107,23 @@ static uint32_t vhca_recv_shift(uint32_t sge)
 	return shift < VHCA_RQ_MIN_WQE_SHIFT ? VHCA_RQ_MIN_WQE_SHIFT : shift;
 }
 
+static struct ibv_qp *vhca_qp_create(struct ibv_pd *pd,
+				     struct ibv_qp_init_attr *attr,
+				     struct ibv_qp_init_attr_ex *ex);
+
 struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
 			      struct ibv_qp_init_attr *attr)
+{
+	return vhca_qp_create(pd, attr, NULL);
+}
+
+/*
+ * With `ex`, through ibv_cmd_create_qp_ex (an XRC_INI QP, SR-02: no RQ, the
+ * XRC domain's QP type). An XRC_TGT QP has no rings: xrc.c.
+ */
+static struct ibv_qp *vhca_qp_create(struct ibv_pd *pd,
+				     struct ibv_qp_init_attr *attr,
+				     struct ibv_qp_init_attr_ex *ex)
 {
 	struct vhca_context *ctx = to_vctx(pd->context);
 	struct vhca_cmd_create_qp_resp resp = {};
@@ -106,15 +132,21 @@ struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
 	uint32_t hdr, bytes, sq_shift, rq_shift = 0, room;
 	struct vhca_qp *qp;
 	uint8_t type;
+	bool norq;
 	int ret;
 
 	ret = vhca_qp_type(ctx, attr->qp_type, &type);
 	if (ret)
 		goto err;
+	if (type == VHCA_QPT_XRC_TGT) {
+		ret = EINVAL;
+		goto err;
+	}
+	norq = attr->srq || type == VHCA_QPT_XRC_INI;
 	if (cap->max_send_wr > ctx->max_qp_wr ||
 	    cap->max_send_sge > ctx->max_sge ||
 	    cap->max_inline_data > ctx->max_inline ||
-	    (!attr->srq && (cap->max_recv_wr > ctx->max_qp_wr ||
+	    (!norq && (cap->max_recv_wr > ctx->max_qp_wr ||
 			    cap->max_recv_sge > ctx->max_sge))) {
 		ret = EINVAL;
 		goto err;
@@ -127,7 +159,7 @@ struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
 	sq_shift = vhca_log2_up(bytes);
 	if (sq_shift < VHCA_SQ_MIN_WQE_SHIFT)
 		sq_shift = VHCA_SQ_MIN_WQE_SHIFT;
-	if (!attr->srq)
+	if (!norq)
 		rq_shift = vhca_recv_shift(cap->max_recv_sge);
 	if (sq_shift > VHCA_MAX_WQE_SHIFT || rq_shift > VHCA_MAX_WQE_SHIFT) {
 		ret = EINVAL;
@@ -145,7 +177,7 @@ struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
 			    sq_shift, true, pd);
 	if (ret)
 		goto err_qp;
-	if (!attr->srq) {
+	if (!norq) {
 		ret = vhca_wq_alloc(&qp->rq,
 				    vhca_log2_up(cap->max_recv_wr ?: 1),
 				    rq_shift, true, pd);
@@ -157,14 +189,20 @@ struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
 	cmd.sq_buf_size = qp->sq.buf.length;
 	cmd.log2_sq_size = qp->sq.log2;
 	cmd.sq_wqe_shift = qp->sq.shift;
-	if (!attr->srq) {
+	if (!norq) {
 		cmd.rq_buf_addr = (uintptr_t)qp->rq.buf.buf;
 		cmd.rq_buf_size = qp->rq.buf.length;
 		cmd.log2_rq_size = qp->rq.log2;
 		cmd.rq_wqe_shift = qp->rq.shift;
 	}
-	ret = ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd.ibv_cmd,
-				sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (ex)
+		ret = ibv_cmd_create_qp_ex(pd->context, &qp->vqp, ex,
+					   &cmd.ibv_cmd, sizeof(cmd),
+					   &resp.ibv_resp, sizeof(resp));
+	else
+		ret = ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd.ibv_cmd,
+					sizeof(cmd), &resp.ibv_resp,
+					sizeof(resp));
 	if (ret)
 		goto err_rq;
 	if (resp.uar_index != ctx->uar_index ||
@@ -192,7 +230,7 @@ struct ibv_qp *vhca_create_qp(struct ibv_pd *pd,
 	cap->max_inline_data = qp->sq.max_inline;
 	if (cap->max_send_wr > (1U << qp->sq.log2))
 		cap->max_send_wr = 1U << qp->sq.log2;
-	if (attr->srq) {
+	if (norq) {
 		cap->max_recv_wr = 0;
 		cap->max_recv_sge = 0;
 	} else {
@@ -247,9 +285,15 @@ int vhca_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 	return 0;
 }
 
+/* The receive CQ; an XRC_SEND QP has none (SR-02): its send CQ then. */
+static struct vhca_cq *vhca_rcq(struct ibv_qp *qp)
+{
+	return to_vcq(qp->recv_cq ? qp->recv_cq : qp->send_cq);
+}
+
 static void vhca_lock_cqs(struct ibv_qp *qp)
 {
-	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = to_vcq(qp->recv_cq);
+	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = vhca_rcq(qp);
 
 	if (scq == rcq) {
 		pthread_spin_lock(&scq->lock);
@@ -264,7 +308,7 @@ static void vhca_lock_cqs(struct ibv_qp *qp)
 
 static void vhca_unlock_cqs(struct ibv_qp *qp)
 {
-	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = to_vcq(qp->recv_cq);
+	struct vhca_cq *scq = to_vcq(qp->send_cq), *rcq = vhca_rcq(qp);
 
 	pthread_spin_unlock(&scq->lock);
 	if (rcq != scq)
@@ -275,7 +319,7 @@ static void vhca_unlock_cqs(struct ibv_qp *qp)
 static void vhca_qp_clean_cqs(struct vhca_qp *qp)
 {
 	struct vhca_cq *scq = to_vcq(qp->ibv_qp.send_cq);
-	struct vhca_cq *rcq = to_vcq(qp->ibv_qp.recv_cq);
+	struct vhca_cq *rcq = vhca_rcq(&qp->ibv_qp);
 
 	vhca_cq_clean(rcq, qp->ibv_qp.qp_num, qp->srq);
 	if (scq != rcq)
@@ -294,6 +338,9 @@ int vhca_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		return ret;
 	if (attr_mask & IBV_QP_STATE)
 		qp->state = attr->qp_state;
+	/* An XRC_TGT QP has no queues (SR-02). */
+	if (qp->type == VHCA_QPT_XRC_TGT)
+		return 0;
 	/*
 	 * Back to RESET: the device takes the producer indices now in the
 	 * doorbell slot as the point from which WQEs are new (vhca_abi.h
@@ -326,6 +373,11 @@ int vhca_destroy_qp(struct ibv_qp *ibqp)
 	ret = ibv_cmd_destroy_qp(ibqp);
 	if (ret)
 		return ret;
+	/* An XRC_TGT QP has no CQs, rings or table entry (SR-02). */
+	if (qp->type == VHCA_QPT_XRC_TGT) {
+		free(qp);
+		return 0;
+	}
 	/* With both CQ locks held no poll_cq is between lookup and use. */
 	vhca_lock_cqs(ibqp);
 	vhca_qp_clean_cqs(qp);
@@ -350,13 +402,13 @@ static bool vhca_opcode_ok(struct vhca_context *ctx, uint8_t type,
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 		return type != VHCA_QPT_UD;
 	case IBV_WR_RDMA_READ:
-		return type == VHCA_QPT_RC;
+		return type == VHCA_QPT_RC || type == VHCA_QPT_XRC_INI;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		return type == VHCA_QPT_RC &&
+		return (type == VHCA_QPT_RC || type == VHCA_QPT_XRC_INI) &&
 		       (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC);
 	case IBV_WR_SEND_WITH_INV:
-		return type == VHCA_QPT_RC &&
+		return (type == VHCA_QPT_RC || type == VHCA_QPT_XRC_INI) &&
 		       (ctx->cap_flags & VHCA_DEV_CAP_SEND_WITH_INV);
 	/* Memory windows: BIND_MW on RC and UC (MP-06), LOCAL_INV on any (MP-07). */
 	case IBV_WR_BIND_MW:
@@ -487,6 +539,14 @@ static int vhca_write_send(struct vhca_context *ctx, struct vhca_qp *qp,
 		ctrl->imm_or_inv = be32toh(wr->imm_data);
 	else if (wr->opcode == IBV_WR_SEND_WITH_INV)
 		ctrl->imm_or_inv = wr->invalidate_rkey;
+	/* SR-02: every XRC_INI WQE names the target's XRC SRQ next. */
+	if (qp->type == VHCA_QPT_XRC_INI) {
+		struct vhca_xrc_seg *x = (struct vhca_xrc_seg *)(w + off);
+
+		memset(x, 0, sizeof(*x));
+		x->remote_srqn = wr->qp_type.xrc.remote_srqn & 0xffffff;
+		off += sizeof(*x);
+	}
 
 	/* BIND_MW and LOCAL_INV carry no data (ctrl.len = 0). */
 	if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
@@ -937,6 +997,12 @@ static void vhca_wr_set_ud_addr(struct ibv_qp_ex *qpx, struct ibv_ah *ah,
 	ex->wr.wr.ud.remote_qkey = remote_qkey;
 }
 
+/* SR-02: the target's XRC SRQ of an XRC_INI work request. */
+static void vhca_wr_set_xrc_srqn(struct ibv_qp_ex *qpx, uint32_t remote_srqn)
+{
+	qpx_to_vqp(qpx)->ex->wr.qp_type.xrc.remote_srqn = remote_srqn;
+}
+
 static void vhca_wr_set_sge_list(struct ibv_qp_ex *qpx, size_t num,
 				 const struct ibv_sge *sg)
 {
@@ -1007,9 +1073,13 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 	uint8_t type;
 	int ret;
 
+	/* SR-02: an XRC_TGT QP has no rings, PD or CQs. */
+	if (attr->qp_type == IBV_QPT_XRC_RECV)
+		return vhca_create_xrc_tgt(context, attr);
 	/* No create flags, no TSO: accepted when asked for nothing. */
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) ||
 	    (attr->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD |
+					   IBV_QP_INIT_ATTR_XRCD |
 					   IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 					   IBV_QP_INIT_ATTR_CREATE_FLAGS |
 					   IBV_QP_INIT_ATTR_MAX_TSO_HEADER)) ||
@@ -1031,7 +1101,7 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 		if (type != VHCA_QPT_UD)
 			ok |= IBV_QP_EX_WITH_RDMA_WRITE |
 			      IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
-		if (type == VHCA_QPT_RC) {
+		if (type == VHCA_QPT_RC || type == VHCA_QPT_XRC_INI) {
 			ok |= IBV_QP_EX_WITH_RDMA_READ;
 			if (ctx->cap_flags & VHCA_DEV_CAP_ATOMIC)
 				ok |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
@@ -1064,7 +1134,8 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 	init.cap = attr->cap;
 	init.qp_type = attr->qp_type;
 	init.sq_sig_all = attr->sq_sig_all;
-	ibqp = vhca_create_qp(attr->pd, &init);
+	ibqp = vhca_qp_create(attr->pd, &init,
+			      type == VHCA_QPT_XRC_INI ? attr : NULL);
 	if (!ibqp)
 		return NULL;
 	attr->cap = init.cap;
@@ -1099,6 +1170,7 @@ struct ibv_qp *vhca_create_qp_ex(struct ibv_context *context,
 	qpx->wr_atomic_write = vhca_wr_atomic_write;
 #endif
 	qpx->wr_set_ud_addr = vhca_wr_set_ud_addr;
+	qpx->wr_set_xrc_srqn = vhca_wr_set_xrc_srqn;
 	qpx->wr_set_sge = vhca_wr_set_sge;
 	qpx->wr_set_sge_list = vhca_wr_set_sge_list;
 	qpx->wr_set_inline_data = vhca_wr_set_inline_data;

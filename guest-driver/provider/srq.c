@@ -23,9 +23,18 @@
 struct ibv_srq *vhca_create_srq(struct ibv_pd *pd,
 				struct ibv_srq_init_attr *attr)
 {
+	return vhca_srq_create(pd, attr, NULL);
+}
+
+/* With `ex`, through ibv_cmd_create_srq_ex: an XRC SRQ (SR-02, xrc.c). */
+struct ibv_srq *vhca_srq_create(struct ibv_pd *pd,
+				struct ibv_srq_init_attr *attr,
+				struct ibv_srq_init_attr_ex *ex)
+{
 	struct vhca_context *ctx = to_vctx(pd->context);
 	struct vhca_cmd_create_srq_resp resp = {};
 	struct vhca_cmd_create_srq cmd = {};
+	struct vhca_cmd_create_xsrq xcmd = {};
 	struct ibv_srq_attr *a = &attr->attr;
 	uint32_t bytes, shift, log2;
 	struct vhca_srq *srq;
@@ -69,8 +78,19 @@ struct ibv_srq *vhca_create_srq(struct ibv_pd *pd,
 	cmd.buf_size = srq->wq.buf.length;
 	cmd.log2_entries = log2;
 	cmd.wqe_shift = shift;
-	ret = ibv_cmd_create_srq(pd, &srq->ibv_srq, attr, &cmd.ibv_cmd,
-				 sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (ex) {
+		xcmd.buf_addr = cmd.buf_addr;
+		xcmd.buf_size = cmd.buf_size;
+		xcmd.log2_entries = cmd.log2_entries;
+		xcmd.wqe_shift = cmd.wqe_shift;
+		ret = ibv_cmd_create_srq_ex(pd->context, &srq->vsrq, ex,
+					    &xcmd.ibv_cmd, sizeof(xcmd),
+					    &resp.ibv_resp, sizeof(resp));
+	} else {
+		ret = ibv_cmd_create_srq(pd, &srq->ibv_srq, attr,
+					 &cmd.ibv_cmd, sizeof(cmd),
+					 &resp.ibv_resp, sizeof(resp));
+	}
 	if (ret)
 		goto err_buf;
 	if (resp.uar_index != ctx->uar_index ||
@@ -176,6 +196,8 @@ int vhca_destroy_srq(struct ibv_srq *ibsrq)
 	ret = ibv_cmd_destroy_srq(ibsrq);
 	if (ret)
 		return ret;
+	if (srq->vsrq.srq_type == IBV_SRQT_XRC)
+		vhca_xsrq_table_remove(to_vctx(ibsrq->context), srq->srqn);
 	pthread_spin_destroy(&srq->wq.lock);
 	vhca_free_buf(&srq->wq.buf);
 	free(srq);

@@ -23,6 +23,8 @@ DECLARE_DRV_CMD(vhca_cmd_create_qp, IB_USER_VERBS_CMD_CREATE_QP,
 		vhca_ib_create_qp, vhca_ib_create_qp_resp);
 DECLARE_DRV_CMD(vhca_cmd_create_srq, IB_USER_VERBS_CMD_CREATE_SRQ,
 		vhca_ib_create_srq, vhca_ib_create_srq_resp);
+DECLARE_DRV_CMD(vhca_cmd_create_xsrq, IB_USER_VERBS_CMD_CREATE_XSRQ,
+		vhca_ib_create_srq, vhca_ib_create_srq_resp);
 DECLARE_DRV_CMD(vhca_cmd_resize_cq, IB_USER_VERBS_CMD_RESIZE_CQ,
 		vhca_ib_resize_cq, empty);
 DECLARE_DRV_CMD(vhca_cmd_modify_srq, IB_USER_VERBS_CMD_MODIFY_SRQ,

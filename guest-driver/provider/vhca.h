@@ -52,6 +52,12 @@ struct vhca_context {
 	bool roce;
 	pthread_mutex_t qp_table_lock;	/* writers; poll_cq reads without it */
 	struct vhca_qp **qp_table[VHCA_QPT_SIZE];
+	/*
+	 * XRC SRQs by number (SR-02): their receive CQEs name an XRC_TGT QP
+	 * this process does not map, and the SRQ in `srqn`. Under
+	 * qp_table_lock for writers.
+	 */
+	struct vhca_srq **xsrq_table[VHCA_QPT_SIZE];
 };
 
 /*
@@ -120,7 +126,10 @@ struct vhca_cq {
 };
 
 struct vhca_srq {
-	struct ibv_srq ibv_srq;
+	union {
+		struct ibv_srq ibv_srq;
+		struct verbs_srq vsrq;	/* ibv_create_srq_ex (XRC, SR-02) */
+	};
 	struct vhca_wq wq;
 	/* Receive completions seen on any CQ: room is pi - done. */
 	atomic_uint done;
@@ -268,6 +277,19 @@ static inline struct vhca_qp *vhca_qp_lookup(struct vhca_context *ctx,
 		    NULL;
 }
 
+/* xrc.c (SR-02) */
+struct ibv_xrcd *vhca_open_xrcd(struct ibv_context *context,
+				struct ibv_xrcd_init_attr *attr);
+int vhca_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_srq *vhca_create_srq_ex(struct ibv_context *context,
+				   struct ibv_srq_init_attr_ex *attr);
+int vhca_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
+struct ibv_qp *vhca_create_xrc_tgt(struct ibv_context *context,
+				   struct ibv_qp_init_attr_ex *attr);
+int vhca_xsrq_table_insert(struct vhca_context *ctx, struct vhca_srq *srq);
+void vhca_xsrq_table_remove(struct vhca_context *ctx, uint32_t srqn);
+struct vhca_srq *vhca_xsrq_lookup(struct vhca_context *ctx, uint32_t srqn);
+
 /* verbs.c */
 int vhca_query_device(struct ibv_context *context,
 		      const struct ibv_query_device_ex_input *input,
@@ -320,6 +342,9 @@ int vhca_write_recv(struct vhca_wq *wq, struct ibv_recv_wr *wr,
 		    uint64_t wr_id);
 
 /* srq.c */
+struct ibv_srq *vhca_srq_create(struct ibv_pd *pd,
+				struct ibv_srq_init_attr *attr,
+				struct ibv_srq_init_attr_ex *ex);
 struct ibv_srq *vhca_create_srq(struct ibv_pd *pd,
 				struct ibv_srq_init_attr *attr);
 int vhca_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,

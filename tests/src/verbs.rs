@@ -11,7 +11,9 @@ use device::abi::bar0::reg;
 use device::abi::cqe::{entry_const, owner_bit, Cqe, Eqe, EqeType};
 use device::abi::uar::{cq_arm, uar};
 use device::abi::verbs::{send_flags, QpType, WcOpcode, WcStatus, WrOpcode};
-use device::abi::wqe::{AtomicSeg, BindSeg, RaddrSeg, RecvCtrl, RegMrSeg, SendCtrl, Sge, UdSeg};
+use device::abi::wqe::{
+    AtomicSeg, BindSeg, RaddrSeg, RecvCtrl, RegMrSeg, SendCtrl, Sge, UdSeg, XrcSeg,
+};
 
 use crate::guest;
 use crate::hca::{CqH, EqH, Hca, QpH, SrqH};
@@ -38,6 +40,8 @@ pub struct SendWr {
     pub bind: Option<BindSeg>,
     /// REG_MR: the registration segment (the MR's new key is `imm`).
     pub reg: Option<RegMrSeg>,
+    /// XRC_INI QPs: the target's XRC SRQ (`struct vhca_xrc_seg`; SR-02).
+    pub xrc_srqn: Option<u32>,
 }
 
 impl SendWr {
@@ -54,6 +58,7 @@ impl SendWr {
             ud: None,
             bind: None,
             reg: None,
+            xrc_srqn: None,
         }
     }
 
@@ -200,6 +205,12 @@ impl SendWr {
         self
     }
 
+    /// The XRC SRQ of the target an XRC_INI QP's WR goes to (SR-02).
+    pub fn xrc(mut self, srqn: u32) -> SendWr {
+        self.xrc_srqn = Some(srqn);
+        self
+    }
+
     /// Bytes of payload the WR carries.
     pub fn payload_len(&self) -> usize {
         match &self.inline {
@@ -307,6 +318,13 @@ pub fn encode_send(wr: &SendWr, t: QpType) -> Result<Vec<u8>, PostError> {
     v.extend_from_slice(&ctrl.to_bytes());
     if matches!(t, QpType::Ud | QpType::Gsi | QpType::Smi) {
         v.extend_from_slice(&wr.ud.ok_or(PostError::NoDestination)?.to_bytes());
+    }
+    if t == QpType::XrcIni {
+        let seg = XrcSeg {
+            remote_srqn: wr.xrc_srqn.ok_or(PostError::NoDestination)?,
+            rsvd: [0; 12],
+        };
+        v.extend_from_slice(&seg.to_bytes());
     }
     if has_raddr(wr.opcode) {
         let (addr, rkey) = wr.remote.unwrap_or((0, 0));
@@ -662,6 +680,13 @@ impl Hca {
     }
 
     fn retire(&mut self, e: &Cqe) {
+        if e.srqn != 0 && is_recv(e) {
+            // SR-02: a receive of an XRC SRQ; its QP is an XRC TGT QP.
+            if let Some(s) = self.srqs.get_mut(&e.srqn) {
+                s.outstanding = s.outstanding.saturating_sub(1);
+            }
+            return;
+        }
         let Some(q) = self.qps.get_mut(&e.qp_num) else {
             return;
         };

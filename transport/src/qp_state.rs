@@ -88,6 +88,9 @@ impl From<QpType> for QpKind {
             QpType::Rc => QpKind::Rc,
             QpType::Uc => QpKind::Uc,
             QpType::Ud => QpKind::Ud,
+            // SR-02: XRC's halves follow RC's table, with the masks Linux
+            // asks of them made RC's (`engine::xrc::rc_mask`).
+            QpType::XrcIni | QpType::XrcTgt => QpKind::Rc,
         }
     }
 }

@@ -28,6 +28,27 @@ pub enum QpType {
     Rc,
     Uc,
     Ud,
+    /// XRC initiator (SR-02): the send half of an XRC connection; each send
+    /// WR names the XRC SRQ it lands in at the target (XRCETH, WF-06). No
+    /// receive queue.
+    XrcIni,
+    /// XRC target (SR-02): the receive half; no send or receive queue of its
+    /// own: each request's XRCETH names an XRC SRQ of the target's XRC domain
+    /// (PV-08), whose WQEs and CQ the message uses.
+    XrcTgt,
+}
+
+impl QpType {
+    /// Acknowledged, PSN-checked and retried as RC is: RC and both XRC
+    /// halves (IBA 9.7; XRC is RC with the receive side shared, SR-02).
+    pub fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcIni | QpType::XrcTgt)
+    }
+
+    /// An XRC INI or TGT QP (SR-02).
+    pub fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcIni | QpType::XrcTgt)
+    }
 }
 
 /// QP states (IBA 10.3.1, seed 001; QS-01), numbered as `ibv_qp_state`.
@@ -371,6 +392,9 @@ pub struct Completion {
     pub smac: Option<[u8; 6]>,
     /// UD receives: what the 40-byte header space of the buffer holds.
     pub network_hdr: NetworkHdr,
+    /// Receives of an XRC TGT QP: the XRC SRQ whose WQE completed (SR-02;
+    /// the consumer knows the SRQ, not the TGT QP).
+    pub xrc_srq: Option<Handle>,
 }
 
 /// What a UD receive buffer's first 40 bytes hold (`enum rdma_network_type`):
@@ -403,6 +427,7 @@ impl Completion {
             solicited: false,
             smac: None,
             network_hdr: NetworkHdr::Ib,
+            xrc_srq: None,
         }
     }
 }

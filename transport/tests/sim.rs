@@ -296,7 +296,8 @@ fn pick_len(rng: &mut Rng, max: u64) -> u64 {
 
 fn pick_op(rng: &mut Rng, ty: QpType, w: &[u64; 7]) -> Op {
     let n = match ty {
-        QpType::Rc => 7,
+        // The simulation runs RC, UC and UD flows (XRC: engine_xrc.rs).
+        QpType::Rc | QpType::XrcIni | QpType::XrcTgt => 7,
         QpType::Uc => 4,
         QpType::Ud => 2,
     };
@@ -576,7 +577,7 @@ fn setup(seed: u64, mix: &Mix) -> Sim {
         // Own-RQ receive buffers.
         if f.srq.is_none() {
             match f.ty {
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcIni | QpType::XrcTgt => {
                     let n = f.consuming();
                     for (k, m) in f.msgs.iter().filter(|m| m.op.consumes_recv()).enumerate() {
                         let len = if m.op.is_send() { m.len } else { 0 };

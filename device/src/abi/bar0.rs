@@ -185,6 +185,9 @@ abi_consts! {
         /// (BUSY) while any is bound. Linux verbs have no way to ask for one
         /// (`IB_MW_TYPE_2` is type 2B here), so vhca.ko does not advertise it.
         MW_TYPE2A = 1 << 15,
+        /// XRC (SR-02; the kernel's IB_DEVICE_XRC): ALLOC_XRCD, XRC SRQs,
+        /// XRC_INI and XRC_TGT QPs.
+        XRC = 1 << 16,
     }
 }
 

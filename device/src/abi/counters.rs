@@ -317,9 +317,12 @@ impl CounterSet {
 
     /// Whether vhca.ko shows the set as port 1's hw counters (`rdma statistic
     /// show link vhca0/1`) or as the device's (sysfs `hw_counters/` of the
-    /// device; the data path's counters are device-wide).
+    /// device; the data path's counters are device-wide). The NAKs sent per
+    /// reason are the device's too: with them the port's reply outgrew one
+    /// netlink message (`port_hw_counters_fit_one_rdma_netlink_reply`), and
+    /// the device has one port.
     pub fn hw_counters_per_port(self) -> bool {
-        !matches!(self, CounterSet::Device)
+        !matches!(self, CounterSet::NakSent | CounterSet::Device)
     }
 }
 
@@ -377,8 +380,8 @@ mod tests {
         assert_eq!(port.len() + device.len(), total);
         assert_eq!(port[0], "rx_packets");
         assert!(port.contains(&"wire_drop_bad_icrc".to_string()));
-        assert!(port.contains(&"nak_sent_psn_sequence".to_string()));
-        assert_eq!(device[0], "send_wqes");
+        assert!(device.contains(&"nak_sent_psn_sequence".to_string()));
+        assert!(device.contains(&"send_wqes".to_string()));
     }
 
     /// A reason added to a per-reason set grows `rdma statistic show link`'s

@@ -85,7 +85,11 @@ abi_struct! {
         /// and the frame's IPv4 header, IPV6 = the frame's IPv6 header (the
         /// layout of the kernel's `union rdma_network_hdr`).
         pub network_hdr_type: u8,
-        pub rsvd: [u8; 16],
+        pub rsvd0: u8,
+        /// Receives into an XRC SRQ (SR-02): its number, since `qp_num` is an
+        /// XRC TGT QP the consumer may not know; else zero.
+        pub srqn: u32,
+        pub rsvd: [u8; 11],
         /// Owner bit (VHCA_OWNER_BIT), written last.
         pub owner: u8,
     }

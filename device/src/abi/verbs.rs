@@ -20,6 +20,24 @@ abi_enum! {
         Uc = 3,
         /// Unreliable Datagram.
         Ud = 4,
+        /// XRC initiator (SR-02): sends only; each send WQE names the target's
+        /// XRC SRQ (`struct vhca_xrc_seg`). No RQ, no SRQ; recv_cqn as send_cqn.
+        XrcIni = 9,
+        /// XRC target (SR-02): receives only, into the XRC SRQ each request
+        /// names (PV-08); no rings, doorbell slot, PD or CQ: CREATE_QP reads
+        /// only `xrcdn` and `port`.
+        XrcTgt = 10,
+    }
+}
+
+abi_enum! {
+    /// SRQ types (`enum ibv_srq_type`).
+    pub enum SrqType: u8 = "VHCA_SRQT" {
+        /// An SRQ QPs of its PD name at creation (SR-01).
+        Basic = 0,
+        /// An XRC SRQ (SR-02): in an XRC domain, with its own CQ; XRC TGT QPs
+        /// of that domain receive into it.
+        Xrc = 1,
     }
 }
 
@@ -273,6 +291,7 @@ pub fn section() -> Section {
         title: "Numbers shared with ibverbs",
         entries: vec![
             Entry::Enum(QpType::layout()),
+            Entry::Enum(SrqType::layout()),
             Entry::Enum(QpState::layout()),
             Entry::Enum(Mtu::layout()),
             Entry::Enum(WrOpcode::layout()),

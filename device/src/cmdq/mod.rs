@@ -22,6 +22,7 @@ mod port;
 mod qp;
 mod srq;
 mod staged;
+mod xrc;
 
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
@@ -264,6 +265,8 @@ pub enum Syndrome {
     Gid = 41,
     /// The device's host-memory budget (`--mem-budget`) cannot hold it.
     Budget = 42,
+    /// No XRC domain has this number (SR-02).
+    NoXrcd = 43,
     /// The engine refused; the status says why.
     Engine = 0x100,
     /// Not a refusal: the command waits for a heavy piece done without the
@@ -857,5 +860,7 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::SetGid => run_in(x, set_gid),
         Opcode::AttachMcast => run_in(x, attach_mcast),
         Opcode::DetachMcast => run_in(x, detach_mcast),
+        Opcode::AllocXrcd => run_out(x, xrc::alloc_xrcd),
+        Opcode::DeallocXrcd => run_in(x, xrc::dealloc_xrcd),
     }
 }

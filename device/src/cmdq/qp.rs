@@ -8,7 +8,7 @@ use crate::abi::cmd::{
     Status,
 };
 use crate::abi::verbs::{num, qp_attr_mask, Mtu, QpState, QpType};
-use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg};
+use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg, XrcSeg};
 use crate::convert::{cap_to_abi, qp_attr_to_abi};
 use crate::hca::{Qp, SlotOwner};
 
@@ -28,14 +28,22 @@ fn send_headers(t: QpType) -> u32 {
     match t {
         QpType::Ud | QpType::Gsi | QpType::Smi => (SendCtrl::SIZE + UdSeg::SIZE) as u32,
         QpType::Rc | QpType::Uc => (SendCtrl::SIZE + RaddrSeg::SIZE) as u32,
+        // SR-02: the XRC segment after the control segment.
+        QpType::XrcIni | QpType::XrcTgt => (SendCtrl::SIZE + XrcSeg::SIZE + RaddrSeg::SIZE) as u32,
     }
 }
 
 pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, Fail> {
-    reserved(i.rsvd0 == 0 && i.rsvd1 == [0; 6])?;
+    reserved(i.rsvd0 == 0 && i.rsvd1 == [0; 2])?;
     let caps = x.hca.caps;
     let qp_type = QpType::from_raw(i.qp_type).ok_or(fail(Status::BadParam, Syndrome::QpType))?;
+    if qp_type != QpType::XrcTgt {
+        reserved(i.xrcdn == 0)?;
+    }
     let service = match qp_type {
+        // SR-02: a TGT QP has nothing of what follows.
+        QpType::XrcTgt => return super::xrc::create_tgt_qp(x, &i),
+        QpType::XrcIni => tv::QpType::XrcIni,
         QpType::Rc => tv::QpType::Rc,
         QpType::Uc => tv::QpType::Uc,
         QpType::Ud | QpType::Gsi => tv::QpType::Ud,
@@ -50,6 +58,16 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
         }
     }
     let srqn = (i.srqn != num::NONE).then_some(i.srqn);
+    if qp_type == QpType::XrcIni
+        && (srqn.is_some()
+            || i.cap.max_recv_wr != 0
+            || i.cap.max_recv_sge != 0
+            || i.log2_rq_size != 0
+            || i.rq != Pbl::default())
+    {
+        // SR-02: an INI QP has no receive side.
+        return Err(fail(Status::BadParam, Syndrome::QpType));
+    }
     if let Some(s) = srqn {
         match x.hca.srqs.get(&s) {
             Some(srq) if srq.pdn == i.pdn => {}
@@ -75,7 +93,9 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
         return Err(fail(Status::BadParam, Syndrome::Stride));
     }
     let max_send_wr = wq_size(i.log2_sq_size, c.max_send_wr, caps.max_qp_wr)?;
+    let no_rq = srqn.is_some() || qp_type == QpType::XrcIni;
     let (max_recv_wr, max_recv_sge) = match srqn {
+        _ if qp_type == QpType::XrcIni => (0, 0),
         Some(_) => {
             // The SRQ receives; no RQ ring.
             if i.log2_rq_size != 0 || i.rq != Pbl::default() {
@@ -99,9 +119,9 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     let db = x.free_slot(i.uar, i.db_slot, false)?;
     let max_log2 = log2_floor(caps.max_qp_wr);
     let sq = x.ring(&i.sq, sq_shift, u32::from(i.log2_sq_size), max_log2)?;
-    let rq = match srqn {
-        Some(_) => None,
-        None => Some(x.ring(
+    let rq = match no_rq {
+        true => None,
+        false => Some(x.ring(
             &i.rq,
             u32::from(i.rq_wqe_shift),
             u32::from(i.log2_rq_size),
@@ -139,7 +159,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
         cap: granted,
         sq_sig_all: i.sq_sig_all != 0,
         sq_pbl: i.sq,
-        rq_pbl: if srqn.is_some() { Pbl::default() } else { i.rq },
+        rq_pbl: if no_rq { Pbl::default() } else { i.rq },
     };
     qp.sync_indices(x.db);
     x.hca.qps.insert(qpn, qp);
@@ -265,7 +285,7 @@ fn qp_attr_from_abi(a: &QpAttr, mask: u32) -> Result<(tv::QpAttr, tv::AttrMask),
 }
 
 pub(super) fn modify_qp(x: &mut Exec<'_>, i: ModifyQpIn) -> Result<(), Fail> {
-    if !x.hca.qps.contains_key(&i.qpn) {
+    if !x.hca.qps.contains_key(&i.qpn) && !x.hca.xrc_tgts.contains_key(&i.qpn) {
         return Err(fail(Status::NotFound, Syndrome::NoQp));
     }
     let (attr, mask) = qp_attr_from_abi(&i.attr, i.attr_mask)?;
@@ -285,6 +305,9 @@ pub(super) fn modify_qp(x: &mut Exec<'_>, i: ModifyQpIn) -> Result<(), Fail> {
 }
 
 pub(super) fn query_qp(x: &mut Exec<'_>, i: QueryQpIn) -> Result<QueryQpOut, Fail> {
+    if x.hca.xrc_tgts.contains_key(&i.qpn) {
+        return super::xrc::query_tgt_qp(x, i.qpn);
+    }
     let qp = x
         .hca
         .qps
@@ -308,6 +331,9 @@ pub(super) fn query_qp(x: &mut Exec<'_>, i: QueryQpIn) -> Result<QueryQpOut, Fai
 }
 
 pub(super) fn destroy_qp(x: &mut Exec<'_>, i: DestroyQpIn) -> Result<(), Fail> {
+    if x.hca.xrc_tgts.contains_key(&i.qpn) {
+        return super::xrc::destroy_tgt_qp(x, i.qpn);
+    }
     if !x.hca.qps.contains_key(&i.qpn) {
         return Err(fail(Status::NotFound, Syndrome::NoQp));
     }

@@ -5,7 +5,7 @@ use crate::abi::cmd::{
     CreateSrqIn, CreateSrqOut, DestroySrqIn, ModifySrqIn, QuerySrqIn, QuerySrqOut, ResizeSrqIn,
     ResizeSrqOut, Status,
 };
-use crate::abi::verbs::srq_attr_mask;
+use crate::abi::verbs::{srq_attr_mask, SrqType};
 use crate::abi::wqe::{wqe_const, RecvCtrl, Sge};
 use crate::hca::{Doorbells, SlotOwner, Srq};
 
@@ -42,7 +42,20 @@ pub(super) fn wq_size(log2: u8, wr: u32, max_wr: u32) -> Result<u32, Fail> {
 
 pub(super) fn create_srq(x: &mut Exec<'_>, i: CreateSrqIn) -> Result<CreateSrqOut, Fail> {
     let caps = x.hca.caps;
+    reserved(i.rsvd == [0; 3] && i.rsvd2 == 0)?;
+    let xrc = match SrqType::from_raw(i.srq_type) {
+        Some(SrqType::Basic) => {
+            reserved(i.xrcdn == 0 && i.cqn == 0)?;
+            None
+        }
+        // SR-02: an XRC SRQ names its domain and its CQ.
+        Some(SrqType::Xrc) => Some((i.xrcdn, i.cqn)),
+        None => return Err(fail(Status::BadParam, Syndrome::AttrValue)),
+    };
     pd_exists(x, i.pdn)?;
+    if let Some((xrcdn, cqn)) = xrc {
+        super::xrc::xrc_srq_parts(x, xrcdn, cqn)?;
+    }
     if i.max_wr == 0 || i.max_wr > caps.max_srq_wr || i.max_sge > caps.max_sge {
         return Err(fail(Status::LimitExceeded, Syndrome::Caps));
     }
@@ -59,7 +72,13 @@ pub(super) fn create_srq(x: &mut Exec<'_>, i: CreateSrqIn) -> Result<CreateSrqOu
         log2_floor(caps.max_srq_wr),
     )?;
     let charge = charge_rings(x, &[Some(&ring)])?;
-    let srqn = x.engine().create_srq(i.pdn, max_wr, max_sge, i.srq_limit)?;
+    let srqn = match xrc {
+        None => x.engine().create_srq(i.pdn, max_wr, max_sge, i.srq_limit)?,
+        Some((xrcd, cq)) => {
+            x.engine()
+                .create_xrc_srq(i.pdn, xrcd, cq, max_wr, max_sge, i.srq_limit)?
+        }
+    };
     // WQEs are new from the producer index in the slot now.
     let (pi, _) = db.load(x.db);
     x.hca.srqs.insert(

@@ -334,6 +334,44 @@ impl Hca {
         max_sge: u32,
         limit: u32,
     ) -> Result<SrqH, CmdError> {
+        self.create_srq_of(pd, max_wr, max_sge, limit, None)
+    }
+
+    /// ALLOC_XRCD (SR-02).
+    pub fn alloc_xrcd(&mut self) -> Result<u32, CmdError> {
+        let o: device::abi::cmd::AllocXrcdOut = self.cmd(Opcode::AllocXrcd, &Nothing)?;
+        Ok(o.xrcdn)
+    }
+
+    /// DEALLOC_XRCD.
+    pub fn dealloc_xrcd(&mut self, xrcdn: u32) -> Result<(), CmdError> {
+        self.cmd::<_, Nothing>(
+            Opcode::DeallocXrcd,
+            &device::abi::cmd::DeallocXrcdIn { xrcdn },
+        )
+        .map(|_| ())
+    }
+
+    /// An XRC SRQ (SR-02) in XRC domain `xrcdn` whose receives complete on `cq`.
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: Pd,
+        xrcdn: u32,
+        cq: CqH,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<SrqH, CmdError> {
+        self.create_srq_of(pd, max_wr, max_sge, 0, Some((xrcdn, cq.cqn)))
+    }
+
+    fn create_srq_of(
+        &mut self,
+        pd: Pd,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+        xrc: Option<(u32, u32)>,
+    ) -> Result<SrqH, CmdError> {
         let log2 = log2_ceil(u64::from(max_wr.max(1)));
         let shift = log2_ceil(u64::from(
             RecvCtrl::SIZE as u32 + max_sge * Sge::SIZE as u32,
@@ -343,6 +381,11 @@ impl Hca {
         let slot = self.alloc_slot(None);
         self.clear_slot(slot)?;
         let input = CreateSrqIn {
+            srq_type: u8::from(xrc.is_some()),
+            rsvd: [0; 3],
+            xrcdn: xrc.map_or(0, |x| x.0),
+            cqn: xrc.map_or(0, |x| x.1),
+            rsvd2: 0,
             pdn: pd.0,
             max_wr,
             max_sge,

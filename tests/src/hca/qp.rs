@@ -188,7 +188,8 @@ impl Hca {
     /// Creates a QP (in Reset) with rings sized for `init`.
     pub fn create_qp(&mut self, init: &QpInit) -> Result<QpH, CmdError> {
         let ud = matches!(init.qp_type, QpType::Ud | QpType::Gsi | QpType::Smi);
-        let headers = 16 + if ud { 48 } else { 0 } + 32;
+        let xrc = init.qp_type == QpType::XrcIni;
+        let headers = 16 + if ud { 48 } else { 0 } + if xrc { 16 } else { 0 } + 32;
         let data = (init.max_send_sge * Sge::SIZE as u32).max(init.max_inline);
         let sq_shift = log2_ceil(u64::from(headers + data)).max(wqe_const::SQ_MIN_WQE_SHIFT);
         assert!(sq_shift <= wqe_const::MAX_WQE_SHIFT, "send WQE too large");
@@ -198,7 +199,7 @@ impl Hca {
         .max(wqe_const::RQ_MIN_WQE_SHIFT);
         let log2_sq = log2_ceil(u64::from(init.max_send_wr.max(1)));
         let sq = self.alloc_ring(log2_sq, sq_shift, init.layout);
-        let (rq, log2_rq) = if init.srq.is_some() {
+        let (rq, log2_rq) = if init.srq.is_some() || xrc {
             (None, 0)
         } else {
             let l = log2_ceil(u64::from(init.max_recv_wr.max(1)));
@@ -208,13 +209,13 @@ impl Hca {
         self.clear_slot(slot)?;
         let cap = QpCap {
             max_send_wr: init.max_send_wr,
-            max_recv_wr: if init.srq.is_some() {
+            max_recv_wr: if init.srq.is_some() || xrc {
                 0
             } else {
                 init.max_recv_wr
             },
             max_send_sge: init.max_send_sge,
-            max_recv_sge: init.max_recv_sge,
+            max_recv_sge: if xrc { 0 } else { init.max_recv_sge },
             max_inline_data: init.max_inline,
         };
         let input = CreateQpIn {
@@ -233,7 +234,8 @@ impl Hca {
             cap,
             uar: slot.uar,
             db_slot: slot.slot,
-            rsvd1: [0; 6],
+            rsvd1: [0; 2],
+            xrcdn: 0,
             sq: sq.pbl,
             rq: rq.as_ref().map_or(Pbl::default(), |r| r.pbl),
         };
@@ -351,7 +353,7 @@ impl Hca {
             ..QpAttr::default()
         };
         let mask = match qp.qp_type {
-            QpType::Rc | QpType::Uc => {
+            QpType::Rc | QpType::Uc | QpType::XrcIni | QpType::XrcTgt => {
                 a.qp_access_flags = o.access;
                 m::STATE | m::PKEY_INDEX | m::PORT | m::ACCESS_FLAGS
             }
@@ -379,7 +381,7 @@ impl Hca {
             ..QpAttr::default()
         };
         let mask = match qp.qp_type {
-            QpType::Rc | QpType::Uc => {
+            QpType::Rc | QpType::Uc | QpType::XrcIni | QpType::XrcTgt => {
                 let r = remote.expect("a connected QP needs its remote");
                 a.path_mtu = self.path_mtu(o);
                 a.dest_qp_num = r.qpn;
@@ -391,7 +393,8 @@ impl Hca {
                     ..Av::default()
                 };
                 let base = m::STATE | m::AV | m::PATH_MTU | m::DEST_QPN | m::RQ_PSN;
-                if qp.qp_type == QpType::Rc {
+                // Linux's qp_state_table: an XRC_INI QP has no responder attributes.
+                if matches!(qp.qp_type, QpType::Rc | QpType::XrcTgt) {
                     a.max_dest_rd_atomic = o.max_dest_rd_atomic;
                     a.min_rnr_timer = o.min_rnr_timer;
                     base | m::MAX_DEST_RD_ATOMIC | m::MIN_RNR_TIMER
@@ -411,16 +414,50 @@ impl Hca {
             sq_psn: o.sq_psn & 0xff_ffff,
             ..QpAttr::default()
         };
-        let mask = if qp.qp_type == QpType::Rc {
+        let mask = if matches!(qp.qp_type, QpType::Rc | QpType::XrcIni) {
             a.timeout = o.timeout;
             a.retry_cnt = o.retry_cnt;
             a.rnr_retry = o.rnr_retry;
             a.max_rd_atomic = o.max_rd_atomic;
             m::STATE | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::SQ_PSN | m::MAX_QP_RD_ATOMIC
+        } else if qp.qp_type == QpType::XrcTgt {
+            // Linux's qp_state_table: an XRC_TGT QP has no requester attributes.
+            a.timeout = o.timeout;
+            m::STATE | m::TIMEOUT | m::SQ_PSN
         } else {
             m::STATE | m::SQ_PSN
         };
         self.modify_qp(qp, mask, &a)
+    }
+
+    /// CREATE_QP of an XRC_TGT QP in `xrcdn` (SR-02): no rings, slot, PD or CQ.
+    pub fn create_xrc_tgt_qp(&mut self, xrcdn: u32) -> Result<QpH, CmdError> {
+        let input = CreateQpIn {
+            qp_type: QpType::XrcTgt.raw(),
+            sq_sig_all: 0,
+            sq_wqe_shift: 0,
+            rq_wqe_shift: 0,
+            log2_sq_size: 0,
+            log2_rq_size: 0,
+            port: num::PORT as u8,
+            rsvd0: 0,
+            pdn: num::NONE,
+            send_cqn: num::NONE,
+            recv_cqn: num::NONE,
+            srqn: num::NONE,
+            cap: QpCap::default(),
+            uar: 0,
+            db_slot: 0,
+            rsvd1: [0; 2],
+            xrcdn,
+            sq: Pbl::default(),
+            rq: Pbl::default(),
+        };
+        let o = self.cmd::<_, CreateQpOut>(Opcode::CreateQp, &input)?;
+        Ok(QpH {
+            qpn: o.qpn,
+            qp_type: QpType::XrcTgt,
+        })
     }
 
     /// Reset → Init → RTR → RTS (RC/UC toward `remote`; UD ignores it).

@@ -10,7 +10,7 @@ use super::requester::{ack_timeout_ns, Requester, SendWqe};
 use super::{to_error, Ctx, Effects, Qp, RxDrop};
 use crate::engine::counters::Counters;
 use crate::psn;
-use crate::verbs::{Completion, QpState, QpType, SendData, Time, WcOpcode, WcStatus, WrOpcode};
+use crate::verbs::{Completion, QpState, SendData, Time, WcOpcode, WcStatus, WrOpcode};
 use crate::wire::ext::{AethSyndrome, NakCode};
 use crate::wire::opcode::{Operation, Position};
 use crate::wire::PacketRepr;
@@ -112,7 +112,7 @@ pub(super) fn fail(qp: &mut Qp, idx: usize, status: WcStatus, fx: &mut Effects) 
         }
     }
     retire(qp, fx);
-    if qp.init.qp_type == QpType::Rc {
+    if qp.init.qp_type.is_reliable() {
         to_error(qp, fx);
     } else {
         qp.state = QpState::Sqe;
@@ -290,7 +290,7 @@ fn skip_acked(r: &mut Requester, pmtu: u64) {
 /// Handles a response packet (ACK, NAK, READ response, atomic ACK) on an RC QP.
 /// Returns whether the QP has something to send now.
 pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
-    if qp.init.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+    if !qp.init.qp_type.is_reliable() || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         cx.counters.drop(RxDrop::NotExpected);
         return false;
     }

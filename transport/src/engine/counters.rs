@@ -136,6 +136,9 @@ reasons! {
         /// R_Key of a fast-registration MR that is free: invalidated locally or
         /// remotely, or not registered yet (MP-08, o9-5.2.2).
         RegionInvalidated,
+        /// XRC: the request's XRCETH names no XRC SRQ of the TGT QP's XRC
+        /// domain (o9-24.a1; PV-08).
+        XrcSrq,
     }
 }
 

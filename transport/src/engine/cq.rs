@@ -41,6 +41,8 @@ pub(crate) struct Srq {
     pub limit: usize,
     pub wqes: crate::budget::Held<RecvWr>,
     pub users: usize,
+    /// An XRC SRQ's domain and CQ (SR-02).
+    pub xrc: Option<super::xrc::XrcSrq>,
 }
 
 impl Srq {

@@ -328,7 +328,7 @@ pub(super) fn check_headers(
     let svc_ok = matches!(
         (info.service, qp.init.qp_type),
         (Service::Rc, QpType::Rc) | (Service::Uc, QpType::Uc) | (Service::Ud, QpType::Ud)
-    );
+    ) || xrc_direction_ok(info, qp.init.qp_type);
     if !svc_ok {
         return Err(RxDrop::ServiceMismatch); // C9-39
     }
@@ -432,6 +432,17 @@ impl PortConfig {
         let m = (1u16 << self.lmc.min(7)) - 1;
         (self.lid & !m) | (u16::from(path_bits) & m)
     }
+}
+
+/// SR-02, C9-39: an XRC packet is for an XRC QP, its requests for a TGT QP
+/// (which has no send side) and its responses for an INI QP (no receive side).
+fn xrc_direction_ok(info: &crate::wire::opcode::OpcodeInfo, t: QpType) -> bool {
+    use crate::wire::opcode::Direction;
+    matches!(
+        (info.service, info.direction(), t),
+        (Service::Xrc, Direction::Request, QpType::XrcTgt)
+            | (Service::Xrc, Direction::Response, QpType::XrcIni)
+    )
 }
 
 /// The LID checks every native packet passes before its QP is looked up, the

@@ -34,6 +34,7 @@ mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
 mod responder;
+mod xrc;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -267,6 +268,8 @@ pub(crate) struct Qp {
     /// The QP's fixed state and its responder's bounded queues, reserved in
     /// the budget for the QP's life (see `responder::state_bound`).
     _reserved: Charge,
+    /// An XRC TGT QP's XRC domain (SR-02, PV-08); `None` for other QPs.
+    pub xrcd: Option<Handle>,
 }
 
 /// The engine.
@@ -298,6 +301,8 @@ pub struct Engine {
     mcast: mcast::McastTable,
     /// The members a multicast packet goes to, reused packet to packet.
     mcast_scratch: Vec<u32>,
+    /// XRC domains (SR-02).
+    xrcds: xrc::Xrcds,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -331,6 +336,7 @@ impl Engine {
             budget,
             mcast: mcast::McastTable::default(),
             mcast_scratch: Vec::new(),
+            xrcds: xrc::Xrcds::default(),
         }
     }
 
@@ -487,6 +493,7 @@ impl Engine {
                 limit: limit as usize,
                 wqes,
                 users: 0,
+                xrc: None,
             },
         );
         Ok(h)
@@ -535,9 +542,12 @@ impl Engine {
             None => Err(VerbError::InvalidSrq),
             Some(s) if s.users > 0 => Err(VerbError::Busy),
             Some(s) => {
-                let pd = s.pd;
+                let (pd, xrc) = (s.pd, s.xrc);
                 self.srqs.remove(&srq);
                 let _ = self.mrs.pd_unref(pd);
+                if let Some(x) = xrc {
+                    self.release_xrc_srq(x);
+                }
                 Ok(())
             }
         }
@@ -579,8 +589,15 @@ impl Engine {
     }
 
     /// Creates a QP in Reset (QS-09: every refusal leaves nothing behind).
+    /// An XRC TGT QP has no PD, CQ or queues: [`Engine::create_xrc_tgt_qp`]
+    /// creates it (`InvalidAttr` here); an XRC INI QP has no receive side and
+    /// takes no SRQ (`InvalidSrq`).
     pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbError> {
-        self.create_qp_numbered(init, None)
+        match init.qp_type {
+            QpType::XrcTgt => Err(VerbError::InvalidAttr),
+            QpType::XrcIni if init.srq.is_some() => Err(VerbError::InvalidSrq),
+            _ => self.create_qp_numbered(init, None, None),
+        }
     }
 
     /// Creates QP 1, the General Services Interface QP (IBA 3.9.2, ARCHITECTURE.md
@@ -596,14 +613,22 @@ impl Engine {
         if self.qps.contains_key(&1) {
             return Err(VerbError::Busy);
         }
-        self.create_qp_numbered(init, Some(1))
+        self.create_qp_numbered(init, Some(1), None)
     }
 
-    fn create_qp_numbered(&mut self, init: QpInit, fixed: Option<u32>) -> Result<u32, VerbError> {
-        if !self.mrs.pd_exists(init.pd) {
+    /// With `xrcd`, an XRC TGT QP (`xrc`): no PD or CQ to check or hold.
+    fn create_qp_numbered(
+        &mut self,
+        init: QpInit,
+        fixed: Option<u32>,
+        xrcd: Option<Handle>,
+    ) -> Result<u32, VerbError> {
+        if xrcd.is_none() && !self.mrs.pd_exists(init.pd) {
             return Err(VerbError::InvalidPd);
         }
-        if !self.cqs.contains_key(&init.send_cq) || !self.cqs.contains_key(&init.recv_cq) {
+        if xrcd.is_none()
+            && (!self.cqs.contains_key(&init.send_cq) || !self.cqs.contains_key(&init.recv_cq))
+        {
             return Err(VerbError::InvalidCq);
         }
         if let Some(s) = init.srq {
@@ -636,14 +661,16 @@ impl Engine {
             .budget
             .reserve(responder::state_bound(self.limits.max_rd_atomic))
             .ok_or(VerbError::InsufficientResources)?;
-        self.mrs.pd_ref(init.pd)?;
-        for cq in [init.send_cq, init.recv_cq] {
-            if let Some(c) = self.cqs.get_mut(&cq) {
-                c.users += 1;
+        if xrcd.is_none() {
+            self.mrs.pd_ref(init.pd)?;
+            for cq in [init.send_cq, init.recv_cq] {
+                if let Some(c) = self.cqs.get_mut(&cq) {
+                    c.users += 1;
+                }
             }
-        }
-        if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(&s)) {
-            s.users += 1;
+            if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(&s)) {
+                s.users += 1;
+            }
         }
         self.qps.insert(
             qpn,
@@ -659,6 +686,7 @@ impl Engine {
                 req_turn: false,
                 timer_at: None,
                 _reserved: reserved,
+                xrcd,
             },
         );
         Ok(qpn)
@@ -691,14 +719,19 @@ impl Engine {
         // MP-07: type 2B windows let their QP go (seed 003) and become free,
         // so that they never reach a later QP with this number.
         self.mrs.unbind_qp_windows(qpn);
-        let _ = self.mrs.pd_unref(qp.init.pd);
-        for cq in [qp.init.send_cq, qp.init.recv_cq] {
-            if let Some(c) = self.cqs.get_mut(&cq) {
-                c.users = c.users.saturating_sub(1);
+        if let Some(x) = qp.xrcd {
+            // SR-02: a TGT QP holds its domain only (`xrc`).
+            self.xrcds.drop_user(x);
+        } else {
+            let _ = self.mrs.pd_unref(qp.init.pd);
+            for cq in [qp.init.send_cq, qp.init.recv_cq] {
+                if let Some(c) = self.cqs.get_mut(&cq) {
+                    c.users = c.users.saturating_sub(1);
+                }
             }
-        }
-        if let Some(s) = qp.init.srq.and_then(|s| self.srqs.get_mut(&s)) {
-            s.users = s.users.saturating_sub(1);
+            if let Some(s) = qp.init.srq.and_then(|s| self.srqs.get_mut(&s)) {
+                s.users = s.users.saturating_sub(1);
+            }
         }
         self.schedule.retain(|q| *q != qpn);
         self.mcast_forget_qp(qpn);
@@ -763,6 +796,7 @@ impl Engine {
         } else {
             qp_state::QpKind::from(qp.init.qp_type)
         };
+        let mask = xrc::rc_mask(qp.init.qp_type, qp.state, attr.state, mask);
         let next = qp_state::check_modify_kind(kind, qp.state, attr, mask, &limits)?;
         apply_attrs(qp, attr, mask);
         let mut fx = Effects::default();
@@ -808,9 +842,21 @@ impl Engine {
     }
 
     /// Posts a send WR (QS-03: refused in Reset, Init, RTR; flushed in SQE, Error).
+    /// An XRC INI QP takes [`Engine::post_send_xrc`] instead.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbError> {
+        self.post_send_to(qpn, wr, None)
+    }
+
+    /// `post_send` with the XRC SRQ an INI QP's WR goes to (SR-02).
+    fn post_send_to(
+        &mut self,
+        qpn: u32,
+        wr: SendWr,
+        remote_srqn: Option<u32>,
+    ) -> Result<(), VerbError> {
         let max_inline = self.limits.max_inline;
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
+        xrc::check_post(qp.init.qp_type, remote_srqn)?;
         let flush = match qp_state::send_post_outcome(qp.state) {
             qp_state::PostOutcome::Rejected => return Err(VerbError::InvalidWr),
             qp_state::PostOutcome::Queued => false,
@@ -825,6 +871,10 @@ impl Engine {
         }
         let mut fx = Effects::default();
         qp.req.post(wr, qp.init.sq_sig_all);
+        let last = qp.req.wqes.len().wrapping_sub(1);
+        if let (Some(n), Some(w)) = (remote_srqn, qp.req.wqes.get_mut(last)) {
+            w.xrc_srq = n;
+        }
         if flush {
             completer::flush_sq(qp, &mut fx);
         }
@@ -883,7 +933,8 @@ impl Engine {
     /// Posts a receive WR to a QP's own RQ (refused in Reset; flushed in Error).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
-        if qp.init.srq.is_some() {
+        if qp.init.srq.is_some() || qp.init.qp_type.is_xrc() {
+            // SR-02: neither XRC half has a receive queue.
             return Err(VerbError::InvalidWr);
         }
         if !qp_state::can_post_recv(qp.state) {

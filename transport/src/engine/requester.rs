@@ -10,6 +10,7 @@
 use super::completer::{fail, fire_probe, retire};
 use super::link;
 use super::recovery::Recovery;
+use super::xrc;
 use super::{Ctx, Effects, Qp};
 use crate::budget::{Budget, Held, Weigh};
 use crate::psn;
@@ -45,6 +46,8 @@ pub(crate) struct SendWqe {
     /// A WQE the caller could not accept: it fails with this status when the
     /// requester reaches it (see `Engine::post_send_rejected`).
     pub rejected: Option<WcStatus>,
+    /// An XRC INI QP's WQE: the XRC SRQ number its XRCETH carries (WF-06).
+    pub xrc_srq: u32,
 }
 
 /// The host bytes a send WR holds once queued: the WQE and its SGE list or
@@ -173,6 +176,7 @@ impl Requester {
             resp_bytes: 0,
             done: None,
             rejected,
+            xrc_srq: 0,
         });
     }
 
@@ -223,11 +227,13 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
     let ok = match wr.opcode {
         WrOpcode::Send | WrOpcode::SendWithImm => true,
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => t != QpType::Ud,
-        WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => t == QpType::Rc,
+        WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => {
+            matches!(t, QpType::Rc | QpType::XrcIni)
+        }
         // IBA 1.5 MPE: FLUSH and ATOMIC WRITE are RC operations (opcodes 0x1c, 0x1d).
         WrOpcode::Flush | WrOpcode::AtomicWrite => t == QpType::Rc,
         // OP-03: SEND with Invalidate exists for RC (and XRC) only (Table 38).
-        WrOpcode::SendWithInv => t == QpType::Rc,
+        WrOpcode::SendWithInv => matches!(t, QpType::Rc | QpType::XrcIni),
         // MP-07, MP-08: LOCAL_INV and REG_MR send nothing; any service may
         // carry them.
         WrOpcode::LocalInv | WrOpcode::RegMr => true,
@@ -276,7 +282,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     if !run_local_ops(qp, cx) {
         return None;
     }
-    let is_rc = qp.init.qp_type == QpType::Rc;
+    let is_rc = qp.init.qp_type.is_reliable();
     if is_rc && qp.req.rec.probe_due {
         // The probe timer fired and what arrived since acknowledged nothing.
         fire_probe(qp, cx.now, cx.counters);
@@ -616,6 +622,12 @@ fn build_request(
         }
     };
     let w = &qp.req.wqes[i];
+    let (op, ext) = if qp.init.qp_type == QpType::XrcIni {
+        // SR-02, WF-06: the XRC opcode and the target's XRC SRQ.
+        xrc::request(op, ext, w.xrc_srq).ok_or(WcStatus::LocQpOpErr)?
+    } else {
+        (op, ext)
+    };
     let last_pkt = k + adv >= w.npkts;
     let info = op.info();
     let (av, dest_qp) = match &w.wr.ud {
@@ -623,7 +635,7 @@ fn build_request(
         None => (qp.attr.av, qp.attr.dest_qp_num),
     };
     let in_flight = psn::diff(psn::add(psn_k, adv), qp.req.una).max(0) as u32;
-    let ack_req = qp.init.qp_type == QpType::Rc
+    let ack_req = qp.init.qp_type.is_reliable()
         && (last_pkt
             || psn::add(psn_k, 1).is_multiple_of(ACK_REQ_EVERY)
             || qp.req.rec.ack_req_due(in_flight));
@@ -737,7 +749,7 @@ fn build_request(
     if psn::diff(r.next_psn, r.hwm) > 0 {
         r.hwm = r.next_psn;
     }
-    if qp.init.qp_type == QpType::Rc {
+    if qp.init.qp_type.is_reliable() {
         if !new {
             cx.counters.resent_packets += 1;
         }
@@ -746,16 +758,16 @@ fn build_request(
     if w.sent >= w.npkts {
         w.sent = w.npkts;
         r.cur += 1;
-        if qp.init.qp_type != QpType::Rc {
+        if !qp.init.qp_type.is_reliable() {
             // UC/UD complete once sent: nothing will acknowledge them.
             w.done = Some(WcStatus::Success);
             r.una = r.next_psn;
         }
     }
-    if qp.init.qp_type == QpType::Rc && r.ack_deadline.is_none() {
+    if qp.init.qp_type.is_reliable() && r.ack_deadline.is_none() {
         r.ack_deadline = timeout.map(|t| cx.now.plus_ns(t));
     }
-    if qp.init.qp_type != QpType::Rc {
+    if !qp.init.qp_type.is_reliable() {
         retire(qp, cx.fx);
     }
     Ok(len)
@@ -764,7 +776,7 @@ fn build_request(
 /// The opcode of a SEND or WRITE packet by position (Table 38).
 fn data_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
     use WrOpcode::*;
-    let rc = t == QpType::Rc;
+    let rc = t.is_reliable();
     let pick = |rc_op: Opcode, uc_op: Opcode| if rc { rc_op } else { uc_op };
     if t == QpType::Ud {
         return if op == SendWithImm {

@@ -141,6 +141,19 @@ impl Opcode {
         &TABLE[usize::from(INDEX[usize::from(self.0)])]
     }
 
+    /// The XRC opcode of an RC one (0b101 instead of 0b000 in \[7:5\], the
+    /// same operation and position, Table 38: every XRC opcode is its RC
+    /// opcode's low five bits; SR-02, WF-06); `None` for an operation XRC does
+    /// not have (FLUSH, ATOMIC WRITE) or an opcode not of RC.
+    pub fn to_xrc(self) -> Option<Opcode> {
+        if self.info().service != Service::Rc {
+            return None;
+        }
+        let x = Opcode::from_u8(0xa0 | (self.0 & 0x1f))?;
+        (x.info().operation == self.info().operation && x.info().position == self.info().position)
+            .then_some(x)
+    }
+
     /// Every defined opcode, in table order.
     pub fn all() -> impl Iterator<Item = Opcode> {
         TABLE.iter().map(|r| Opcode(r.opcode))
@@ -360,5 +373,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn wf06_every_xrc_opcode_is_its_rc_opcode_with_service_0b101() {
+        let mut mapped = 0;
+        for op in Opcode::all().filter(|o| o.info().service == Service::Rc) {
+            let rc = op.info();
+            match op.to_xrc() {
+                Some(x) => {
+                    mapped += 1;
+                    let xi = x.info();
+                    assert_eq!(x.as_u8() >> 5, 0b101, "{}", rc.name);
+                    assert_eq!(xi.service, Service::Xrc, "{}", rc.name);
+                    assert_eq!((xi.operation, xi.position), (rc.operation, rc.position));
+                    // The same headers, with XRCETH first in requests (WF-06).
+                    let extra = usize::from(xi.direction() == Direction::Request);
+                    assert_eq!(xi.headers.len(), rc.headers.len() + extra, "{}", xi.name);
+                }
+                // IBA 1.5's FLUSH and ATOMIC WRITE have no XRC opcode here.
+                None => assert!(
+                    matches!(rc.operation, Operation::Flush | Operation::AtomicWrite),
+                    "{} has no XRC opcode",
+                    rc.name
+                ),
+            }
+        }
+        // Every XRC opcode of the table is reached from RC.
+        assert_eq!(
+            mapped,
+            Opcode::all()
+                .filter(|o| o.info().service == Service::Xrc)
+                .count()
+        );
+        assert_eq!(Opcode::UD_SEND_ONLY.to_xrc(), None);
     }
 }

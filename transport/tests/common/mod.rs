@@ -524,7 +524,7 @@ pub fn bring_up(
                 | AttrMask::DEST_QPN
                 | AttrMask::RQ_PSN
         }
-        QpType::Rc => RC_RTR_MASK,
+        QpType::Rc | QpType::XrcIni | QpType::XrcTgt => RC_RTR_MASK,
     };
     e.modify_qp(qpn, &a, m_rtr, now).expect("rtr");
     a.state = Some(QpState::Rts);

@@ -321,6 +321,10 @@ abi_enum! {
         /// Detach a QP from a multicast group (AD-08); BAD_PARAM when it was
         /// not attached.
         DetachMcast = 0x0071,
+        /// Open an XRC domain (SR-02).
+        AllocXrcd = 0x0012,
+        /// Close an XRC domain; BUSY while an XRC SRQ or XRC TGT QP is in it.
+        DeallocXrcd = 0x0013,
     }
 }
 
@@ -432,6 +436,8 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::DeallocMw => spec(op, e::<DeallocMwIn>(), None),
             Opcode::AttachMcast => spec(op, e::<McastIn>(), None),
             Opcode::DetachMcast => spec(op, e::<McastIn>(), None),
+            Opcode::AllocXrcd => spec(op, None, e::<AllocXrcdOut>()),
+            Opcode::DeallocXrcd => spec(op, e::<DeallocXrcdIn>(), None),
         })
         .collect()
 }

@@ -175,7 +175,7 @@ abi_struct! {
 
 abi_struct! {
     /// CREATE_SRQ input (mailbox).
-    pub struct CreateSrqIn (40) {
+    pub struct CreateSrqIn (56) {
         pub pdn: u32,
         pub max_wr: u32,
         pub max_sge: u32,
@@ -190,6 +190,14 @@ abi_struct! {
         pub wqe_shift: u8,
         /// The ring.
         pub ring: Pbl,
+        /// `enum vhca_srq_type`.
+        pub srq_type: u8,
+        pub rsvd: [u8; 3],
+        /// XRC SRQ: its XRC domain (SR-02); else zero.
+        pub xrcdn: u32,
+        /// XRC SRQ: the CQ its receives complete on; else zero.
+        pub cqn: u32,
+        pub rsvd2: u32,
     }
 }
 
@@ -289,7 +297,9 @@ abi_struct! {
         /// UAR page of the doorbell slot (`struct vhca_qp_doorbell`).
         pub uar: u32,
         pub db_slot: u16,
-        pub rsvd1: [u8; 6],
+        pub rsvd1: [u8; 2],
+        /// XRC_TGT: its XRC domain (SR-02); else zero.
+        pub xrcdn: u32,
         /// SQ ring.
         pub sq: Pbl,
         /// RQ ring (npages 0 with an SRQ).
@@ -340,6 +350,20 @@ abi_struct! {
         pub recv_cqn: u32,
         pub srqn: u32,
         pub rsvd1: u32,
+    }
+}
+
+abi_struct! {
+    /// ALLOC_XRCD output.
+    pub struct AllocXrcdOut (4) {
+        pub xrcdn: u32,
+    }
+}
+
+abi_struct! {
+    /// DEALLOC_XRCD input.
+    pub struct DeallocXrcdIn (4) {
+        pub xrcdn: u32,
     }
 }
 

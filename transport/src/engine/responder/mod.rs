@@ -30,7 +30,7 @@ use crate::verbs::{
     Access, Completion, Event, FlushSpec, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus,
 };
 use crate::wire::ext::{AethSyndrome, NakCode, RethRepr};
-use crate::wire::opcode::{Opcode, Operation, Position};
+use crate::wire::opcode::{Operation, Position};
 use crate::wire::{PacketRepr, MAX_PAYLOAD};
 
 /// Bytes of GRH space at the start of every UD receive buffer (IBA 11.4.1.2).
@@ -144,6 +144,8 @@ fn recv_completion(qp: &Qp, wqe: &RecvWr, status: WcStatus, byte_len: u64) -> Co
         pkey_index: qp.attr.pkey_index,
         slid: qp.attr.av.dlid,
         sl: qp.attr.av.sl,
+        // SR-02: a TGT QP's receive side is the XRC SRQ bound for the message.
+        xrc_srq: qp.init.srq.filter(|_| qp.init.qp_type == QpType::XrcTgt),
         ..Completion::new(wqe.wr_id, status, WcOpcode::Recv, qp.qpn)
     }
 }
@@ -167,7 +169,16 @@ pub(crate) fn handle_request(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>
     }
     qp.resp.established = true;
     match qp.init.qp_type {
-        QpType::Rc => handle_rc(qp, pkt, cx),
+        QpType::Rc => handle_rc(qp, pkt, cx, true),
+        QpType::XrcTgt => {
+            // o9-24.a1, PV-08: the XRC SRQ of the request, bound if it is
+            // in the QP's domain (`xrc::bind_target`); else NAKed after the
+            // PSN check, as any invalid request is.
+            let xrc_ok = super::xrc::bind_target(qp, pkt, cx.srqs);
+            handle_rc(qp, pkt, cx, xrc_ok)
+        }
+        // `io::check_headers` sends an INI QP responses only.
+        QpType::XrcIni => false,
         QpType::Uc => {
             handle_uc(qp, pkt, cx);
             false
@@ -179,7 +190,9 @@ pub(crate) fn handle_request(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>
     }
 }
 
-fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+/// `xrc_ok`: an XRC TGT QP's request named an XRC SRQ of its domain (always
+/// true for RC).
+fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>, xrc_ok: bool) -> bool {
     let t = &pkt.transport;
     let p = t.bth.psn;
     let info = t.bth.opcode.info();
@@ -205,6 +218,11 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     if d < 0 {
         cx.counters.duplicates_received += 1;
         return duplicate(qp, pkt, cx);
+    }
+    if !xrc_ok {
+        // o9-24.a1 (PV-08): the XRC SRQ is missing or of another domain.
+        nak(qp, cx, p, NakCode::InvalidRequest, NakReason::XrcSrq);
+        return true;
     }
     // 2. Check op sequence (9.7.5.1.2): a message in progress continues, or a new one
     //    starts.
@@ -431,6 +449,7 @@ fn rc_read(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         len,
         sent: 0,
         fresh: true,
+        pd: qp.init.pd,
     });
     advance(qp, p, npkts, false, true);
     true
@@ -450,7 +469,7 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
     }
     // OP-07: 8-byte aligned, else Invalid Request; R_Key and bounds, else Remote
     // Access Error; then execute exactly once and save the result (RL-06).
-    let cmp_swap = t.bth.opcode == Opcode::RC_COMPARE_SWAP;
+    let cmp_swap = t.bth.opcode.info().operation == Operation::CompareSwap;
     let orig = match access::remote_atomic(
         cx.mrs, cx.mem, qp.init.pd, qp.qpn, a.rkey, a.va, cmp_swap, a.compare, a.swap_add,
     ) {

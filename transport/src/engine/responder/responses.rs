@@ -61,6 +61,10 @@ pub(super) enum RespItem {
         /// one of the requester's max_dest_rd_atomic outstanding slots until
         /// its last packet is built (see [`rd_atomic_slot_free`]).
         fresh: bool,
+        /// The PD the data is read under, fixed when the request is taken:
+        /// an XRC TGT QP's is its request's XRC SRQ's, which a later request
+        /// may change before this response is built (SR-02).
+        pd: u32,
     },
     AtomicAck {
         psn: u32,
@@ -222,6 +226,7 @@ pub(super) fn zero_read_response(p: u32, fresh: bool) -> RespItem {
         len: 0,
         sent: 0,
         fresh,
+        pd: 0,
     }
 }
 
@@ -278,6 +283,7 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
                 len: dlen,
                 sent: 0,
                 fresh: false,
+                pd: qp.init.pd,
             });
             if preempted {
                 let last = psn::add(qp.resp.epsn, psn::PSN_MASK);
@@ -354,7 +360,7 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
 
 /// Builds the next response packet of this QP, if any.
 pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-    if qp.init.qp_type != QpType::Rc {
+    if !qp.init.qp_type.is_reliable() {
         return None;
     }
     let item = qp.resp.out.pop_front()?;
@@ -401,6 +407,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             len,
             sent,
             fresh,
+            pd,
         } => {
             let n = (len - sent).min(pmtu) as usize;
             let k = (sent / pmtu) as u32;
@@ -413,7 +420,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                 (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
             };
             // Read from memory into the packet when it is built, below.
-            read = Some((rkey, va.wrapping_add(sent), psn::add(first, k)));
+            read = Some((rkey, va.wrapping_add(sent), psn::add(first, k), pd));
             let mut ext = ExtHeaders::default();
             if op.info().has(crate::wire::ExtKind::Aeth) {
                 // C9-24: AETH in first, last and only, not middle.
@@ -431,10 +438,17 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                     len,
                     sent: sent + n as u64,
                     fresh,
+                    pd,
                 });
             }
             (op, psn::add(first, k), ext, n)
         }
+    };
+    let op = if qp.init.qp_type == QpType::XrcTgt {
+        // SR-02: a TGT QP answers with XRC opcodes.
+        crate::engine::xrc::response(op)
+    } else {
+        op
     };
     let grh = qp.attr.av.grh.map(|g| GrhRepr {
         traffic_class: g.traffic_class,
@@ -477,7 +491,6 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             payload: &[],
         },
     };
-    let pd = qp.init.pd;
     let qpn = qp.qpn;
     let (mrs, mem) = (&*cx.mrs, &*cx.mem);
     let dmac = qp.attr.av.dmac;
@@ -489,7 +502,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         buf,
         payload_len,
         |dst| match read {
-            Some((rkey, va, _)) if !dst.is_empty() => {
+            Some((rkey, va, _, pd)) if !dst.is_empty() => {
                 access::remote_read(mrs, mem, pd, qpn, rkey, va, dst)
             }
             _ => Ok(()),
