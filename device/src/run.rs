@@ -216,6 +216,16 @@ impl Core {
     /// client. The link (and its UDP socket) stays: the fabric address is the
     /// node's, not the VM's.
     fn reset(&mut self) {
+        // The engine goes with the reset (a driver unload, a PCI reset, the
+        // client gone): report what it counted first, or a guest that resets
+        // its device before QEMU exits leaves only zeros in the log.
+        let e = self.hca.port.engine().counters();
+        if e.rx_packets + e.tx_packets > 0 {
+            log::info!(
+                "device: reset; the counters until now:\n{}",
+                self.counters_report()
+            );
+        }
         let engine = Engine::new(self.port_config.clone(), self.limits);
         self.hca.reset(engine);
         self.regs = Regs {
@@ -619,13 +629,8 @@ impl pci::Device for Front {
 
     fn disconnected(&mut self) {
         log::info!("device: client gone; every object and mapping dropped");
-        let mut core = self.shared.lock_front();
-        // The engine goes with the client: report its counters first.
-        log::info!(
-            "device: counters of that client:\n{}",
-            core.counters_report()
-        );
-        core.reset();
+        // The engine goes with the client (`Core::reset` reports its counters).
+        self.shared.lock_front().reset();
     }
 }
 
