@@ -24,6 +24,8 @@ images/vm-tests.sh
 # 6.12 and sid's headers, the provider packages, pingpongs on 6.1 and 6.12.
 images/distro-tests.sh
 images/roce-tests.sh
+# The workloads without rdma_cm (UCX, MPI) over the InfiniBand link layer too.
+images/wl-ib.sh
 images/vm-reload.sh
 images/vm-reboot.sh
 images/pyverbs.sh
