@@ -223,6 +223,12 @@ impl Engine {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            // AD-07: a paced QP's time to send came; the other deadlines
+            // below are the completer's.
+            if qp.req.pace_at.is_some_and(|t| t <= now) {
+                qp.req.pace_at = None;
+                wake.push(qpn);
+            }
             if qp.req.deadline().is_some_and(|d| d <= now)
                 && completer::on_timeout(qp, now, &mut fx, &mut self.counters)
             {

@@ -29,6 +29,8 @@ pub use mcast::{
     is_multicast_gid, is_multicast_lid, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH,
     MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_LID_BASE, MULTICAST_QPN,
 };
+mod pacing;
+pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
 mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
@@ -84,6 +86,9 @@ pub struct PortConfig {
     /// The largest path MTU the port carries (AD-03): 4096 on InfiniBand; on
     /// Ethernet what fits the link's MTU after the IP/UDP/transport headers.
     pub max_mtu: Mtu,
+    /// The port's link bit rate in Mb/s: what static rate control (AD-07)
+    /// paces slower paths against (`pacing`).
+    pub rate_mbps: u32,
 }
 
 /// Bytes a RoCEv2 packet adds to its payload inside the Ethernet MTU, at most:
@@ -118,6 +123,7 @@ impl PortConfig {
             link: LinkLayer::InfiniBand,
             roce_gids: Vec::new(),
             max_mtu: Mtu::M4096,
+            rate_mbps: DEFAULT_PORT_MBPS,
         }
     }
 

@@ -116,6 +116,8 @@ pub(crate) struct Requester {
     pub(super) rewound_to: Option<u32>,
     /// Early loss detection and the congestion window (issue 14).
     pub(super) rec: Recovery,
+    /// Static rate control (AD-07, `pacing`): no request packet before this.
+    pub(super) pace_at: Option<Time>,
 }
 
 impl Requester {
@@ -173,10 +175,15 @@ impl Requester {
 
     /// The next time a timer of this requester fires.
     pub fn deadline(&self) -> Option<Time> {
-        [self.ack_deadline, self.rnr_deadline, self.rec.probe_at]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.ack_deadline,
+            self.rnr_deadline,
+            self.rec.probe_at,
+            self.pace_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Index of the unfinished WQE whose PSN range holds `p`.
@@ -266,6 +273,11 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
 /// Builds the next request packet of this QP, if any.
 pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
+        return None;
+    }
+    // AD-07: a paced path's next packet waits for its time (the timer heap
+    // holds it: `pace_at` is a requester deadline).
+    if qp.req.pace_at.is_some_and(|t| t > cx.now) {
         return None;
     }
     if !run_local_ops(qp, cx) {
@@ -714,6 +726,10 @@ fn build_request(
         }
         EmitWithError::Emit(_) => WcStatus::LocLenErr,
     })?;
+    // AD-07: a path slower than the port spaces its packets (`pacing`).
+    if av.static_rate != 0 {
+        qp.req.pace_at = super::pacing::next_send(cx.port.rate_mbps, av.static_rate, len, cx.now);
+    }
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);
     let r = &mut qp.req;
