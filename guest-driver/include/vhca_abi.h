@@ -2872,8 +2872,11 @@ enum vhca_counter_set {
 	"mcast_no_grh", \
 	"mcast_bad_dgid", \
 	"grh_mismatch", \
-	"bad_grh_gid"
-#define VHCA_COUNTERS_RX_DROP_COUNT 24
+	"bad_grh_gid", \
+	"vl15_not_qp0", \
+	"qp0_not_vl15", \
+	"unsupported_vl"
+#define VHCA_COUNTERS_RX_DROP_COUNT 27
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use transport::engine::DEFAULT_PORT_MBPS;
+use transport::engine::{RxDrop, DEFAULT_DATA_VLS, DEFAULT_PORT_MBPS};
 use transport::verbs::{Access, Mtu, WrOpcode};
 use transport::wire::opcode::Direction;
 use transport::wire::PacketRepr;
@@ -120,4 +120,168 @@ fn ad_07_static_rate_paces_injection() {
             w[0].len
         );
     }
+}
+
+/// Node 0's request packets and node 1's responses, parsed: (SLID, DestQP,
+/// VL, SL).
+fn lanes(net: &Net) -> Vec<(u16, u32, u8, u8)> {
+    net.sniffed
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let p = PacketRepr::parse(b).expect("valid packet");
+            (p.lrh.slid, p.transport.bth.dest_qp, p.lrh.vl, p.lrh.sl)
+        })
+        .collect()
+}
+
+/// Posts a signaled RDMA WRITE of `len` bytes on `qp` of node 0.
+fn write(net: &mut Net, qp: u32, id: u64, len: u32, ka: u32, kb: u32) {
+    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(MEM_BASE, len, ka));
+    w.remote_addr = MEM_BASE + (64 << 10);
+    w.rkey = kb;
+    net.nodes[0].engine.post_send(qp, w).unwrap();
+}
+
+/// AD-06: the LRH's VL is the SL-to-VL table's entry for the path's SL, on
+/// requests and on the responses of the other side (its own table); an SL
+/// the table leaves on VL0 goes on VL0; a table naming a VL the port does not
+/// have (VL15 among them: it is not a data VL) is refused.
+#[test]
+fn ad_06_sl_to_vl_on_the_wire() {
+    let mut net = Net::new(2, 1 << 20, 3);
+    let mut table = [0u8; 16];
+    table[3] = 2;
+    table[5] = 1;
+    for n in &mut net.nodes {
+        n.engine.set_sl2vl(table).unwrap();
+    }
+    let mut bad = table;
+    bad[7] = transport::engine::VL15;
+    assert!(net.nodes[0].engine.set_sl2vl(bad).is_err());
+    bad[7] = transport::engine::DEFAULT_DATA_VLS;
+    assert!(net.nodes[0].engine.set_sl2vl(bad).is_err());
+    assert_eq!(net.nodes[0].engine.port().sl2vl, table);
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let mut qps = Vec::new();
+    for sl in [3u8, 5, 4] {
+        let o = ConnOpts {
+            sl,
+            ..ConnOpts::default()
+        };
+        let p = connect(&mut net, 0, 1, &o);
+        write(&mut net, p.qa, 1, 4096, ka, kb);
+        wait(&mut net, 0, p.cq_a, 1);
+        qps.push((p, sl));
+    }
+    let seen = lanes(&net);
+    for (p, sl) in qps {
+        let vl = table[usize::from(sl)];
+        let req: Vec<_> = seen.iter().filter(|x| x.0 == 1 && x.1 == p.qb).collect();
+        let resp: Vec<_> = seen.iter().filter(|x| x.0 == 2 && x.1 == p.qa).collect();
+        assert!(!req.is_empty() && !resp.is_empty(), "SL {sl}: {seen:?}");
+        for x in req.iter().chain(&resp) {
+            assert_eq!((x.2, x.3), (vl, sl), "SL {sl} goes on VL {vl}: {x:?}");
+        }
+    }
+}
+
+/// AD-06: VL15 carries QP0's packets only and QP0's packets come on VL15
+/// only: a request on VL15 for another QP, one for QP0 on a data VL and one on
+/// a data VL the port does not have are dropped and counted; a packet for QP0
+/// on VL15 passes the VL rules (and finds no QP0 in the engine).
+#[test]
+fn ad_06_vl15_only_for_qp0() {
+    let mut net = Net::new(2, 1 << 20, 5);
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    write(&mut net, p.qa, 1, 512, ka, kb);
+    wait(&mut net, 0, p.cq_a, 1);
+    let wire = net.sniffed.take().unwrap();
+    let req = wire
+        .iter()
+        .find(|b| PacketRepr::parse(b).is_ok_and(|x| x.lrh.slid == 1))
+        .expect("a request")
+        .clone();
+    let count = |net: &Net, r: RxDrop| net.nodes[1].engine.counters().dropped(r);
+    let cases = [
+        (15u8, p.qb, Some(RxDrop::Vl15NotQp0)),
+        (0, 0, Some(RxDrop::Qp0NotVl15)),
+        (3, 0, Some(RxDrop::Qp0NotVl15)),
+        (DEFAULT_DATA_VLS, p.qb, Some(RxDrop::UnsupportedVl)),
+        (14, p.qb, Some(RxDrop::UnsupportedVl)),
+        (15, 0, None),
+    ];
+    for (vl, dest, want) in cases {
+        let mut x = PacketRepr::parse(&req).unwrap();
+        x.lrh.vl = vl;
+        x.transport.bth.dest_qp = dest;
+        let mut buf = vec![0; x.buffer_len()];
+        let n = x.emit(&mut buf).unwrap();
+        let before: Vec<u64> = RxDrop::ALL.iter().map(|r| count(&net, *r)).collect();
+        let node = &mut net.nodes[1];
+        node.engine.handle_packet(&buf[..n], &mut node.mem, net.now);
+        let after: Vec<u64> = RxDrop::ALL.iter().map(|r| count(&net, *r)).collect();
+        let moved: Vec<RxDrop> = RxDrop::ALL
+            .iter()
+            .zip(before.iter().zip(&after))
+            .filter(|(_, (b, a))| a > b)
+            .map(|(r, _)| *r)
+            .collect();
+        let want = want.unwrap_or(RxDrop::UnknownQp);
+        assert_eq!(moved, vec![want], "VL {vl} to QP {dest}");
+    }
+}
+
+/// AD-06: with three QPs on VL0 and one on VL1 all backlogged, the port takes
+/// one packet from each VL in turn (round robin between data VLs), so the
+/// VL1 QP gets half of the wire, not the quarter a round robin over QPs
+/// would give it.
+#[test]
+fn ad_06_vl_arbitration_round_robin() {
+    let mut net = Net::new(2, 1 << 20, 9);
+    let mut table = [0u8; 16];
+    table[1] = 1;
+    for n in &mut net.nodes {
+        n.engine.set_sl2vl(table).unwrap();
+    }
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let mut pairs = Vec::new();
+    for sl in [0u8, 0, 0, 1] {
+        let o = ConnOpts {
+            sl,
+            ..ConnOpts::default()
+        };
+        pairs.push(connect(&mut net, 0, 1, &o));
+    }
+    for p in &pairs {
+        // 16 packets: within a new QP's window (`INITIAL_WINDOW`), so all
+        // are ready at once.
+        write(&mut net, p.qa, 1, 16 << 10, ka, kb);
+    }
+    for p in &pairs {
+        wait(&mut net, 0, p.cq_a, 1);
+    }
+    let vls: Vec<u8> = lanes(&net)
+        .into_iter()
+        .filter(|x| x.0 == 1)
+        .map(|x| x.2)
+        .collect();
+    // 16 packets per QP; while the VL1 QP has packets (its 16), VL1 has
+    // every other one: 16 of the first 32 (round robin over the QPs: 8).
+    assert_eq!(vls.len(), 64, "{vls:?}");
+    let head = &vls[..32];
+    let on_vl1 = head.iter().filter(|&&v| v == 1).count();
+    assert!(on_vl1 >= 15, "VL1 had {on_vl1} of 32: {vls:?}");
+    assert!(
+        head.windows(2).filter(|w| w[0] == w[1]).count() <= 1,
+        "VLs alternate: {vls:?}"
+    );
 }

@@ -35,6 +35,8 @@ mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
 mod responder;
+mod vl;
+pub use vl::{vl_cap, DEFAULT_DATA_VLS, VL15};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -89,6 +91,10 @@ pub struct PortConfig {
     /// The port's link bit rate in Mb/s: what static rate control (AD-07)
     /// paces slower paths against (`pacing`).
     pub rate_mbps: u32,
+    /// SL-to-VL table (AD-06, `vl`): the data VL of each service level.
+    pub sl2vl: [u8; 16],
+    /// Data VLs the port has, VL0..VL(n-1) (AD-06).
+    pub data_vls: u8,
 }
 
 /// Bytes a RoCEv2 packet adds to its payload inside the Ethernet MTU, at most:
@@ -124,6 +130,8 @@ impl PortConfig {
             roce_gids: Vec::new(),
             max_mtu: Mtu::M4096,
             rate_mbps: DEFAULT_PORT_MBPS,
+            sl2vl: [0; 16],
+            data_vls: DEFAULT_DATA_VLS,
         }
     }
 
@@ -298,6 +306,10 @@ pub struct Engine {
     mcast: mcast::McastTable,
     /// The members a multicast packet goes to, reused packet to packet.
     mcast_scratch: Vec<u32>,
+    /// Round robin between data VLs (AD-06, `vl`): on while the SL-to-VL
+    /// table uses another VL than VL0; the VL of the last packet sent.
+    vl_arb: bool,
+    last_vl: u8,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -315,6 +327,8 @@ impl Engine {
         let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
         mrs.set_budget(&budget);
         Engine {
+            vl_arb: !port.is_ethernet() && port.sl2vl.iter().any(|&v| v != 0),
+            last_vl: 0,
             port,
             limits,
             mrs,
@@ -367,6 +381,16 @@ impl Engine {
             .get_mut(index)
             .ok_or(VerbError::InvalidAttr)?;
         *slot = gid;
+        Ok(())
+    }
+
+    /// Sets the port's SL-to-VL table (AD-06): entry `sl` is the data VL of
+    /// service level `sl`. `InvalidAttr` if an entry names a VL the port does
+    /// not have (VL15 included: it is not a data VL).
+    pub fn set_sl2vl(&mut self, table: [u8; 16]) -> Result<(), VerbError> {
+        vl::check_table(&table, self.port.data_vls)?;
+        self.port.sl2vl = table;
+        self.vl_arb = !self.port.is_ethernet() && table.iter().any(|&v| v != 0);
         Ok(())
     }
 

@@ -658,7 +658,7 @@ fn build_request(
         .unwrap_or(0xffff);
     let pkt = PacketRepr {
         lrh: LrhRepr {
-            vl: 0,
+            vl: super::vl::tx_vl(cx.port, qpn, av.sl), // AD-06
             sl: av.sl & 0xf,
             dlid: av.dlid,
             slid: cx.port.lid | u16::from(av.src_path_bits),

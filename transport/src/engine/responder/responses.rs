@@ -429,7 +429,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     );
     let pkt = PacketRepr {
         lrh: LrhRepr {
-            vl: 0,
+            vl: crate::engine::vl::tx_vl(cx.port, qp.qpn, qp.attr.av.sl), // AD-06
             sl: qp.attr.av.sl & 0xf,
             dlid: qp.attr.av.dlid,
             slid: cx.port.lid | u16::from(qp.attr.av.src_path_bits),
