@@ -45,7 +45,8 @@ pub struct Cli {
     /// name, lid, guid and UDP address. It plays the subnet manager: this device
     /// takes its LID and port GUID from its own entry and reaches the others at
     /// theirs. A top-level key_file = "FILE" (relative to the fabric file) or
-    /// key = "HEX" gives the fabric key (see --fabric-key-file).
+    /// key = "HEX" gives the fabric key (see --fabric-key-file); a top-level
+    /// sl2vl = [16 VLs] the ports' SL-to-VL table (data VLs 0-7; default all 0).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 

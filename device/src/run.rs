@@ -745,7 +745,11 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         match &config.mode {
             FabricMode::IbUdp { fabric, node, key } => (
                 ib_udp_link(fabric, node, key.as_ref())?,
-                PortConfig::new(node.lid, node.guid),
+                PortConfig {
+                    // AD-06: the fabric's SL-to-VL table, if it sets one.
+                    sl2vl: fabric.sl2vl().unwrap_or_default(),
+                    ..PortConfig::new(node.lid, node.guid)
+                },
                 LinkType::ErfInfiniband,
                 format!("node {} (LID {:#x})", node.name, node.lid),
             ),
