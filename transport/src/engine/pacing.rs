@@ -8,7 +8,8 @@
 //! then runs at `R / (IPD + 1) <= r`.
 //!
 //! The engine has no clock (ARCHITECTURE.md §3): the requester notes the time
-//! the next packet may go (`Requester::pace_at`), refuses to send before it,
+//! the next packet may go (`Requester::pace_at`; `pace_due` keeps it for the
+//! gap after, see [`PACE_SLACK_NS`]), refuses to send before it,
 //! and that time is a requester deadline in the engine's timer heap, so
 //! `poll_timeout` reports it and `handle_timeout` puts the QP back in the
 //! transmit schedule. A path at the port's rate (static rate 0, the default,
@@ -66,6 +67,24 @@ pub fn ipd(port_mbps: u32, static_rate: u8) -> u32 {
     }
 }
 
+/// How late a paced packet may go and still count from its due time rather
+/// than from when it went: the device wakes for a due packet some tens of
+/// microseconds late (a host's timer and scheduling latency), and counting
+/// each gap from the late wake-up would run the path well below its rate.
+/// Within this slack the lost time is caught up (packets go back to back
+/// until the schedule is met again), so the rate over any longer span is
+/// the path's; beyond it (the QP was idle) the schedule starts afresh.
+pub const PACE_SLACK_NS: u64 = 200_000;
+
+/// The time the next gap counts from: the previous packet's due time `due`
+/// if it went at most [`PACE_SLACK_NS`] after it, else `now`.
+pub(crate) fn base(due: Option<Time>, now: Time) -> Time {
+    match due {
+        Some(d) if d <= now && now.0 - d.0 <= PACE_SLACK_NS => d,
+        _ => now,
+    }
+}
+
 /// When the packet after one of `len` bytes, started at `now` on a path of
 /// `static_rate`, may start; `None` when the path needs no gap.
 pub(crate) fn next_send(port_mbps: u32, static_rate: u8, len: usize, now: Time) -> Option<Time> {
@@ -98,5 +117,16 @@ mod tests {
         assert_eq!(next_send(40_000, 0, 4096, Time(5)), None);
         // 1000 bytes at 40 Gb/s take 200 ns; IPD 3 -> next start 800 ns later.
         assert_eq!(next_send(40_000, 3, 1000, Time(5)), Some(Time(805)));
+    }
+
+    #[test]
+    fn late_packets_catch_up_within_the_slack() {
+        // On time, or late within the slack: the gap counts from the due time.
+        assert_eq!(base(Some(Time(1_000)), Time(1_000)), Time(1_000));
+        assert_eq!(base(Some(Time(1_000)), Time(51_000)), Time(1_000));
+        // Idle past the slack, or never paced: from now.
+        let late = Time(1_000 + PACE_SLACK_NS + 1);
+        assert_eq!(base(Some(Time(1_000)), late), late);
+        assert_eq!(base(None, Time(7)), Time(7));
     }
 }

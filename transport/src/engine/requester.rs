@@ -118,6 +118,8 @@ pub(crate) struct Requester {
     pub(super) rec: Recovery,
     /// Static rate control (AD-07, `pacing`): no request packet before this.
     pub(super) pace_at: Option<Time>,
+    /// The time the last paced packet was due (`pacing::base`).
+    pub(super) pace_due: Option<Time>,
 }
 
 impl Requester {
@@ -728,7 +730,9 @@ fn build_request(
     })?;
     // AD-07: a path slower than the port spaces its packets (`pacing`).
     if av.static_rate != 0 {
-        qp.req.pace_at = super::pacing::next_send(cx.port.rate_mbps, av.static_rate, len, cx.now);
+        let from = super::pacing::base(qp.req.pace_due, cx.now);
+        qp.req.pace_at = super::pacing::next_send(cx.port.rate_mbps, av.static_rate, len, from);
+        qp.req.pace_due = qp.req.pace_at;
     }
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);
