@@ -24,6 +24,16 @@ struct Sent {
 /// packets with the times the link started them (the Net's link model: a
 /// packet starts when it is handed over or when the one before it is done).
 fn write_on_wire(static_rate: u8, bytes: u32) -> Vec<Sent> {
+    data_on_wire(WrOpcode::RdmaWrite, static_rate, bytes)
+}
+
+/// [`write_on_wire`] for `op`: WRITE (node 0's requests carry the data) or
+/// READ (node 1's responses do); returns the data carrier's packets.
+fn data_on_wire(op: WrOpcode, static_rate: u8, bytes: u32) -> Vec<Sent> {
+    let (slid, dir) = match op {
+        WrOpcode::RdmaRead => (2, Direction::Response),
+        _ => (1, Direction::Request),
+    };
     let mut net = Net::new(2, 4 << 20, 7);
     net.link = Some(LinkModel {
         ns_per_kib: NS_PER_KIB,
@@ -43,7 +53,7 @@ fn write_on_wire(static_rate: u8, bytes: u32) -> Vec<Sent> {
     for i in 0..n {
         let mut w = send_wr(
             u64::from(i),
-            WrOpcode::RdmaWrite,
+            op,
             sge(MEM_BASE + u64::from(i * chunk), chunk, ka),
         );
         w.remote_addr = MEM_BASE + u64::from(i * chunk);
@@ -65,7 +75,7 @@ fn write_on_wire(static_rate: u8, bytes: u32) -> Vec<Sent> {
         let wire = net.sniffed.as_ref().unwrap();
         for pkt in &wire[seen..] {
             let r = PacketRepr::parse(pkt).expect("valid packet");
-            if r.lrh.slid != 1 || r.transport.bth.opcode.info().direction() != Direction::Request {
+            if r.lrh.slid != slid || r.transport.bth.opcode.info().direction() != dir {
                 continue;
             }
             let start = link_free.max(now);
@@ -341,5 +351,22 @@ fn ad_07_static_rate_holds_with_a_coarse_clock() {
     assert!(
         (rate / want - 1.0).abs() <= 0.10,
         "{rate:.3} B/ns over {span} ns, want {want:.3} (a quarter of the port)"
+    );
+}
+
+/// AD-07: READ responses to a paced path are paced too (the responder sends
+/// on the same path): a 10 Gb/s path's READ responses leave at a quarter of
+/// the rate of an unpaced path's.
+#[test]
+fn ad_07_static_rate_paces_read_responses() {
+    const IBV_RATE_10_GBPS: u8 = 3;
+    let full = data_on_wire(WrOpcode::RdmaRead, 0, 1 << 20);
+    let paced = data_on_wire(WrOpcode::RdmaRead, IBV_RATE_10_GBPS, 1 << 20);
+    assert_eq!(full.len(), paced.len());
+    assert!(full.len() >= 256, "{} packets", full.len());
+    let ratio = rate(&paced) / rate(&full);
+    assert!(
+        (0.225..=0.275).contains(&ratio),
+        "READ responses: paced / unpaced = {ratio:.3}, want 0.25 +- 10 %"
     );
 }

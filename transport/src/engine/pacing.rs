@@ -15,12 +15,29 @@
 //! transmit schedule. A path at the port's rate (static rate 0, the default,
 //! or any rate not below the port's) costs one comparison per packet.
 //!
-//! The gate is per QP, not per destination LID: a connected QP has one
-//! destination; a UD QP's WQEs may name several, and each waits for the gap
+//! The gate is per QP, not per destination LID, and covers the QP's
+//! responses (READ responses, ACKs) as well as its requests: a connected QP
+//! has one destination; a UD QP's WQEs may name several, and each waits for the gap
 //! its predecessor's path asked for (a UD QP mixing rates is paced at least as
 //! much as the spec asks, never less).
 
+use super::requester::Requester;
+use super::PortConfig;
 use crate::verbs::Time;
+
+/// Whether the QP's next packet must wait (its time has not come).
+pub(crate) fn waiting(req: &Requester, now: Time) -> bool {
+    req.pace_at.is_some_and(|t| t > now)
+}
+
+/// After the QP sent a packet of `len` bytes at `now` on a path of
+/// `static_rate`: when the next may go (nothing for a path at the port's
+/// rate: the caller tests `static_rate != 0` first, the unpaced fast path).
+pub(crate) fn sent(req: &mut Requester, port: &PortConfig, static_rate: u8, len: usize, now: Time) {
+    let from = base(req.pace_due, now);
+    req.pace_at = next_send(port.rate_mbps, static_rate, len, from);
+    req.pace_due = req.pace_at;
+}
 
 /// The port's bit rate when its configuration says nothing else: 4x QDR,
 /// 40 Gb/s, what QUERY_PORT reports (active width 4x, speed QDR).

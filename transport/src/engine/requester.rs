@@ -279,7 +279,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     }
     // AD-07: a paced path's next packet waits for its time (the timer heap
     // holds it: `pace_at` is a requester deadline).
-    if qp.req.pace_at.is_some_and(|t| t > cx.now) {
+    if super::pacing::waiting(&qp.req, cx.now) {
         return None;
     }
     if !run_local_ops(qp, cx) {
@@ -730,9 +730,7 @@ fn build_request(
     })?;
     // AD-07: a path slower than the port spaces its packets (`pacing`).
     if av.static_rate != 0 {
-        let from = super::pacing::base(qp.req.pace_due, cx.now);
-        qp.req.pace_at = super::pacing::next_send(cx.port.rate_mbps, av.static_rate, len, from);
-        qp.req.pace_due = qp.req.pace_at;
+        super::pacing::sent(&mut qp.req, cx.port, av.static_rate, len, cx.now);
     }
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);

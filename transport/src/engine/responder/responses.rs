@@ -341,6 +341,11 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     if qp.init.qp_type != QpType::Rc {
         return None;
     }
+    // AD-07: responses to a paced path wait their turn like requests (one
+    // gate per QP: its path is one destination).
+    if crate::engine::pacing::waiting(&qp.req, cx.now) {
+        return None;
+    }
     let item = qp.resp.out.pop_front()?;
     let mut read = None;
     let mut cont = None;
@@ -478,6 +483,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         Ok(len) => {
             if let Some(c) = cont {
                 qp.resp.out.push_front(c);
+            }
+            let rate = qp.attr.av.static_rate;
+            if rate != 0 {
+                crate::engine::pacing::sent(&mut qp.req, cx.port, rate, len, cx.now);
             }
             Some(len)
         }
