@@ -323,6 +323,18 @@ pub(crate) struct Effects {
 impl Engine {
     /// An engine serving `port`.
     pub fn new(port: PortConfig, limits: Limits) -> Engine {
+        let mut port = port;
+        if vl::check_table(&port.sl2vl, port.data_vls).is_err() {
+            // AD-06: a table naming a VL the port lacks would send packets
+            // every receiver drops; such a port keeps every SL on VL0.
+            log::warn!(
+                "SL-to-VL table {:?} names a VL past the port's {}: all SLs on VL0",
+                port.sl2vl,
+                port.data_vls
+            );
+            port.sl2vl = [0; 16];
+            port.data_vls = port.data_vls.clamp(1, 15);
+        }
         let budget = Budget::new(limits.mem_budget);
         let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
         mrs.set_budget(&budget);

@@ -80,3 +80,28 @@ pub fn vl_cap(data_vls: u8) -> u8 {
         _ => 5,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Engine, Limits};
+
+    /// AD-06: a port configured with a table past its data VLs is not
+    /// trusted: every SL goes on VL0 (and the engine does not panic).
+    #[test]
+    fn a_bad_configured_table_falls_back_to_vl0() {
+        let mut port = PortConfig::new(1, 1);
+        port.sl2vl[4] = 9;
+        let e = Engine::new(port, Limits::default());
+        assert_eq!(e.port().sl2vl, [0; 16]);
+        assert_eq!(tx_vl(e.port(), 5, 4), 0);
+        assert_eq!(tx_vl(e.port(), 0, 4), VL15);
+        let mut port = PortConfig::new(1, 1);
+        port.sl2vl[4] = 3;
+        let e = Engine::new(port, Limits::default());
+        assert_eq!(tx_vl(e.port(), 5, 4), 3);
+        assert_eq!(vl_cap(8), 4);
+        assert_eq!(vl_cap(1), 1);
+        assert_eq!(vl_cap(15), 5);
+    }
+}
