@@ -147,6 +147,9 @@ pub struct Options {
     /// blocked on a device that stopped answering fails instead of hanging
     /// (`$VHCA_TEST_TIMEOUT` seconds, default 300).
     pub watchdog: Duration,
+    /// Top-level lines of the fabric file before the nodes (e.g. the
+    /// SL-to-VL table, `sl2vl = [...]`, AD-06).
+    pub fabric_header: String,
 }
 
 impl Default for Options {
@@ -167,6 +170,7 @@ impl Default for Options {
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(300),
             ),
+            fabric_header: String::new(),
         }
     }
 }
@@ -191,6 +195,12 @@ impl Options {
 
     pub fn capture(mut self) -> Options {
         self.capture = true;
+        self
+    }
+
+    /// Top-level fabric file lines (`fabric_header`).
+    pub fn fabric_header(mut self, text: &str) -> Options {
+        self.fabric_header = text.to_string();
         self
     }
 }
@@ -328,7 +338,8 @@ impl Vhca {
             })
             .collect();
         let fabric = dir.path().join("fabric.toml");
-        std::fs::write(&fabric, fabric_toml(&nodes)).expect("write the fabric file");
+        let text = format!("{}\n{}", opts.fabric_header, fabric_toml(&nodes));
+        std::fs::write(&fabric, text).expect("write the fabric file");
         let watch = Arc::new(Watch::default());
         watch.start(opts.watchdog);
         let mut v = Vhca {
