@@ -50,6 +50,8 @@ pub struct Cli {
     /// (its P_Key table, bit 15 = full member; a top-level pkeys is every
     /// node's). The port is active while other nodes are heard (a keepalive
     /// each second; down after 5 s of silence, see --peer-silence-ms).
+    /// A top-level sl2vl = [16 VLs] is the ports' SL-to-VL table (data VLs
+    /// 0-7; default all 0).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 

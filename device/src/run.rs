@@ -759,8 +759,12 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
             FabricMode::IbUdp { fabric, node, key } => (
                 ib_udp_link(fabric, node, key.as_ref(), config.liveness)?,
                 {
-                    // AD-01, AD-05: the LMC and P_Key table the fabric file gives.
-                    let mut p = PortConfig::new(node.lid, node.guid);
+                    // AD-01, AD-05: the LMC and P_Key table the fabric file
+                    // gives; AD-06: its SL-to-VL table, if it sets one.
+                    let mut p = PortConfig {
+                        sl2vl: fabric.sl2vl().unwrap_or_default(),
+                        ..PortConfig::new(node.lid, node.guid)
+                    };
                     if let Some(a) = fabric.port_attrs(&node.name) {
                         p.lmc = a.lmc;
                         p.pkeys = a.pkeys.clone();

@@ -684,16 +684,20 @@ fn set_gid_mirrors_the_roce_gid_table() {
         (Status::NotSupported, Syndrome::Unsupported as u32),
         "InfiniBand port"
     );
-    d.hca.port.set_engine(Engine::new(
-        PortConfig::ethernet(MAC).with_ethernet_mtu(1500),
-        Limits::default(),
-    ));
     let q = QueryPortIn {
         port: 1,
         rsvd: [0; 3],
     };
+    // AD-06: an InfiniBand port has 8 data VLs (VLCap 4: VL0-7).
+    let p: PortAttr = d.call(Opcode::QueryPort, &q).unwrap();
+    assert_eq!(p.max_vl_num, 4, "VL0-7");
+    d.hca.port.set_engine(Engine::new(
+        PortConfig::ethernet(MAC).with_ethernet_mtu(1500),
+        Limits::default(),
+    ));
     let p: PortAttr = d.call(Opcode::QueryPort, &q).unwrap();
     assert_eq!(p.link_layer, 2, "IBV_LINK_LAYER_ETHERNET");
+    assert_eq!(p.max_vl_num, 1, "RoCE: VL0 only");
     assert_eq!(p.mac, MAC);
     assert_eq!(
         p.gid_tbl_len as usize,

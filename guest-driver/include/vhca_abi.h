@@ -1523,7 +1523,12 @@ struct vhca_port_attr {
 	__u8 active_width;
 	/* `IB_SPEED_*`. */
 	__u8 active_speed;
-	__u8 rsvd[3];
+	/*
+	 * Data VLs (AD-06), as PortInfo:VLCap encodes them: 1 = VL0, 2 = VL0-1, 3 =
+	 * VL0-3, 4 = VL0-7, 5 = VL0-14.
+	 */
+	__u8 max_vl_num;
+	__u8 rsvd[2];
 	/* P_Key table; index 0 is normally 0xFFFF (AD-05). */
 	__u16 pkeys[64];
 	/*
@@ -1551,7 +1556,8 @@ _Static_assert(offsetof(struct vhca_port_attr, sm_sl) == 49, "vhca_port_attr.sm_
 _Static_assert(offsetof(struct vhca_port_attr, link_layer) == 50, "vhca_port_attr.link_layer");
 _Static_assert(offsetof(struct vhca_port_attr, active_width) == 51, "vhca_port_attr.active_width");
 _Static_assert(offsetof(struct vhca_port_attr, active_speed) == 52, "vhca_port_attr.active_speed");
-_Static_assert(offsetof(struct vhca_port_attr, rsvd) == 53, "vhca_port_attr.rsvd");
+_Static_assert(offsetof(struct vhca_port_attr, max_vl_num) == 53, "vhca_port_attr.max_vl_num");
+_Static_assert(offsetof(struct vhca_port_attr, rsvd) == 54, "vhca_port_attr.rsvd");
 _Static_assert(offsetof(struct vhca_port_attr, pkeys) == 56, "vhca_port_attr.pkeys");
 _Static_assert(offsetof(struct vhca_port_attr, mac) == 184, "vhca_port_attr.mac");
 _Static_assert(offsetof(struct vhca_port_attr, rsvd2) == 190, "vhca_port_attr.rsvd2");
@@ -2972,8 +2978,11 @@ enum vhca_counter_set {
 	"mcast_no_grh", \
 	"mcast_bad_dgid", \
 	"grh_mismatch", \
-	"bad_grh_gid"
-#define VHCA_COUNTERS_RX_DROP_COUNT 24
+	"bad_grh_gid", \
+	"vl15_not_qp0", \
+	"qp0_not_vl15", \
+	"unsupported_vl"
+#define VHCA_COUNTERS_RX_DROP_COUNT 27
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \

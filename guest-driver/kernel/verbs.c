@@ -238,7 +238,8 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 	a->sm_lid = pa->sm_lid;
 	a->lmc = pa->lmc;
 	a->sm_sl = pa->sm_sl;
-	a->max_vl_num = 1;	/* VL0 only */
+	/* AD-06: the device's data VLs (0 from a device without them: VL0). */
+	a->max_vl_num = pa->max_vl_num ? pa->max_vl_num : 1;
 	a->active_width = pa->active_width;
 	a->active_speed = pa->active_speed;
 	a->phys_state = pa->phys_state;

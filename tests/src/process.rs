@@ -154,6 +154,9 @@ pub struct Options {
     pub node_toml: HashMap<usize, String>,
     /// Top-level lines of the fabric file (a `pkeys` for every node).
     pub top_toml: String,
+    /// Top-level lines of the fabric file before the nodes (e.g. the
+    /// SL-to-VL table, `sl2vl = [...]`, AD-06).
+    pub fabric_header: String,
 }
 
 impl Default for Options {
@@ -177,6 +180,7 @@ impl Default for Options {
             lids: HashMap::new(),
             node_toml: HashMap::new(),
             top_toml: String::new(),
+            fabric_header: String::new(),
         }
     }
 }
@@ -201,6 +205,12 @@ impl Options {
 
     pub fn capture(mut self) -> Options {
         self.capture = true;
+        self
+    }
+
+    /// Top-level fabric file lines (`fabric_header`).
+    pub fn fabric_header(mut self, text: &str) -> Options {
+        self.fabric_header = text.to_string();
         self
     }
 }
@@ -348,7 +358,11 @@ impl Vhca {
             })
             .collect();
         let fabric = dir.path().join("fabric.toml");
-        let text = fabric_toml_with(&nodes, &opts.top_toml, &opts.node_toml);
+        let text = format!(
+            "{}\n{}",
+            opts.fabric_header,
+            fabric_toml_with(&nodes, &opts.top_toml, &opts.node_toml)
+        );
         std::fs::write(&fabric, text).expect("write the fabric file");
         let watch = Arc::new(Watch::default());
         watch.start(opts.watchdog);

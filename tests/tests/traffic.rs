@@ -438,6 +438,8 @@ fn ud_send_to_peer_and_to_own_lid() {
         .expect("UD to RTS");
     b.hca.qp_to_rts_from_reset(ub, None, &o).expect("UD to RTS");
     let mtu = 128usize << a.hca.port_attr().active_mtu;
+    // AD-06: the InfiniBand port reports its 8 data VLs (VLCap 4: VL0-7).
+    assert_eq!(a.hca.port_attr().max_vl_num, 4);
     let grh = 40;
     let src = a.region(mtu, Layout::Contiguous, 0);
     let rb = b.region(grh + mtu + 64, Layout::Scattered, 0);

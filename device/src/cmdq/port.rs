@@ -126,6 +126,13 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
         link_layer,
         active_width: ACTIVE_WIDTH,
         active_speed: ACTIVE_SPEED,
+        // AD-06: the engine's data VLs; VLs are an InfiniBand link's, a RoCE
+        // port reports VL0 only.
+        max_vl_num: if p.is_ethernet() {
+            1
+        } else {
+            transport::engine::vl_cap(p.data_vls)
+        },
         mac,
         ..out
     })

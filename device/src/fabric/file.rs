@@ -22,6 +22,10 @@
 //! `key = "<64 hex digits>"` in the file itself (which then must be kept as
 //! private as a key file). Without either, datagrams are not authenticated.
 //!
+//! Also at the top, optionally, the ports' SL-to-VL table (AD-06):
+//! `sl2vl = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7]`, the data VL of
+//! SL0..SL15 (VL0..VL7); without it every SL goes on VL0.
+//!
 //! The file is written by people, so every error is one line naming the file, the
 //! node and the problem; the receive path later trusts this table to decide which
 //! datagrams come from the fabric at all (ARCHITECTURE.md §9), so duplicates and
@@ -39,7 +43,7 @@ use super::partition::{self, PortAttrs};
 use super::FabricKey;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 4] = ["node", "key", "key_file", "pkeys"];
+const TOP_KEYS: [&str; 5] = ["node", "key", "key_file", "pkeys", "sl2vl"];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
@@ -80,6 +84,8 @@ pub struct FabricFile {
     by_address: HashMap<SocketAddr, usize>,
     /// The fabric key, if the file names one (`key` or `key_file`).
     key: Option<FabricKey>,
+    /// The ports' SL-to-VL table, if the file sets one (AD-06).
+    sl2vl: Option<[u8; 16]>,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -201,6 +207,9 @@ pub enum FabricFileError {
         node: String,
         message: String,
     },
+    /// An `sl2vl` table that is not 16 data VLs of the port (AD-06).
+    #[error("{file}: sl2vl: {why}")]
+    BadSl2vl { file: String, why: String },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -344,6 +353,7 @@ impl FabricFile {
         }
         let mut fabric = FabricFile::validated(file, nodes, ports)?;
         fabric.key = key;
+        fabric.sl2vl = sl2vl_from_toml(file, &table)?;
         Ok(fabric)
     }
 
@@ -597,6 +607,7 @@ impl FabricFile {
             ports,
             by_address,
             key: None,
+            sl2vl: None,
         })
     }
 
@@ -613,6 +624,12 @@ impl FabricFile {
     /// The fabric key the file names (`key` or `key_file`), if any.
     pub fn key(&self) -> Option<&FabricKey> {
         self.key.as_ref()
+    }
+
+    /// The SL-to-VL table every node's port uses (AD-06), if the file sets
+    /// one; without, every SL goes on VL0.
+    pub fn sl2vl(&self) -> Option<[u8; 16]> {
+        self.sl2vl
     }
 
     /// The node called `name`.
@@ -635,6 +652,40 @@ impl FabricFile {
     pub fn by_address(&self, addr: &SocketAddr) -> Option<&Node> {
         self.by_address.get(addr).map(|&i| &self.nodes[i])
     }
+}
+
+/// AD-06: the top-level `sl2vl = [vl of SL0, ..., vl of SL15]`, the table a
+/// subnet manager would program into every port (seed 002 "虚拟通道"): 16
+/// data VLs of the engine's ports (VL15 is not one).
+fn sl2vl_from_toml(file: &str, table: &toml::Table) -> Result<Option<[u8; 16]>, FabricFileError> {
+    let Some(v) = table.get("sl2vl") else {
+        return Ok(None);
+    };
+    let bad = |why: String| FabricFileError::BadSl2vl {
+        file: file.to_string(),
+        why,
+    };
+    let a = v
+        .as_array()
+        .ok_or_else(|| bad("not an array of 16 VLs".into()))?;
+    if a.len() != 16 {
+        return Err(bad(format!("{} entries, not 16 (one per SL)", a.len())));
+    }
+    let vls = transport::engine::DEFAULT_DATA_VLS;
+    let mut out = [0u8; 16];
+    for (sl, (slot, e)) in out.iter_mut().zip(a).enumerate() {
+        *slot = e
+            .as_integer()
+            .and_then(|x| u8::try_from(x).ok())
+            .filter(|&x| x < vls)
+            .ok_or_else(|| {
+                let got = e
+                    .as_integer()
+                    .map_or("a non-integer".into(), |x| x.to_string());
+                bad(format!("SL {sl}: {got} is not a data VL (0..={})", vls - 1))
+            })?;
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]
@@ -663,5 +714,42 @@ mod tests {
         assert_eq!(line_of("a\nb\nc", 0), 1);
         assert_eq!(line_of("a\nb\nc", 2), 2);
         assert_eq!(line_of("a\nb\nc", 99), 3);
+    }
+    /// AD-06: the fabric file's `sl2vl` table: absent, every SL on VL0; set,
+    /// 16 data VLs; anything else refused with one line naming the problem.
+    #[test]
+    fn ad_06_sl2vl_table() {
+        let node = "[[node]]\nname = \"a\"\nlid = 1\nguid = 1\naddress = \"127.0.0.1:1\"\n";
+        let f = FabricFile::parse("f", node).unwrap();
+        assert_eq!(f.sl2vl(), None);
+        let text = format!("sl2vl = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7]\n{node}");
+        let f = FabricFile::parse("f", &text).unwrap();
+        assert_eq!(
+            f.sl2vl(),
+            Some([0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7])
+        );
+        for (table, why) in [
+            ("[0, 1]", "2 entries, not 16"),
+            (
+                "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15]",
+                "SL 15: 15 is not a data VL",
+            ),
+            (
+                "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1]",
+                "SL 15: -1 is not",
+            ),
+            (
+                "[0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0]",
+                "SL 8: 8 is not",
+            ),
+            ("\"x\"", "not an array"),
+        ] {
+            let text = format!("sl2vl = {table}\n{node}");
+            let e = FabricFile::parse("f", &text).unwrap_err().to_string();
+            assert!(
+                e.starts_with("f: sl2vl: ") && e.contains(why),
+                "{table}: {e}"
+            );
+        }
     }
 }

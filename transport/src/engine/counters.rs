@@ -78,6 +78,12 @@ reasons! {
         /// SGID is not the path's remote GID (reserved, loopback or multicast
         /// GIDs included; C9-47.1.1; PV-04).
         BadGrhGid,
+        /// A packet on VL15 not for QP0 (AD-06; VL15 is management only).
+        Vl15NotQp0,
+        /// A packet for QP0 on a data VL (AD-06; SMPs use VL15 only).
+        Qp0NotVl15,
+        /// A packet on a data VL the port does not have (AD-06).
+        UnsupportedVl,
     }
 }
 

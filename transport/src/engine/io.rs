@@ -118,6 +118,9 @@ impl Engine {
     ) -> Option<usize> {
         let mut fx = Effects::default();
         let mut out = None;
+        if self.vl_arb {
+            self.vl_pick();
+        }
         let n = self.schedule.len();
         for _ in 0..n {
             let Some(qpn) = self.schedule.pop_front() else {
@@ -149,6 +152,10 @@ impl Engine {
             }
             self.arm(qpn);
             if let Some(len) = built {
+                if self.vl_arb {
+                    // LRH byte 0 holds the VL the packet went on (AD-06).
+                    self.last_vl = buf.first().map_or(0, |b| b >> 4);
+                }
                 self.schedule.push_back(qpn);
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += len as u64;
@@ -158,6 +165,29 @@ impl Engine {
         }
         self.finish(fx);
         out
+    }
+
+    /// VL arbitration (AD-06, `vl`): moves to the front of the schedule the
+    /// first QP of the data VL next after the last packet's, round robin over
+    /// the VLs that have a scheduled QP. O(scheduled QPs), only while the
+    /// SL-to-VL table uses more than VL0.
+    fn vl_pick(&mut self) {
+        let mut best: Option<(u8, usize)> = None;
+        for (i, qpn) in self.schedule.iter().enumerate() {
+            let Some(qp) = self.qps.get(qpn) else {
+                continue;
+            };
+            let vl = super::vl::tx_vl(&self.port, *qpn, super::vl::next_sl(qp));
+            let d = super::vl::rr_distance(self.last_vl, vl);
+            if best.is_none_or(|(bd, _)| d < bd) {
+                best = Some((d, i));
+            }
+        }
+        if let Some((_, i)) = best.filter(|&(_, i)| i > 0) {
+            if let Some(q) = self.schedule.remove(i) {
+                self.schedule.push_front(q);
+            }
+        }
     }
 
     /// The earliest time [`Self::handle_timeout`] may have work: O(1). It is
@@ -223,6 +253,12 @@ impl Engine {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            // AD-07: a paced QP's time to send came; the other deadlines
+            // below are the completer's.
+            if qp.req.pace_at.is_some_and(|t| t <= now) {
+                qp.req.pace_at = None;
+                wake.push(qpn);
+            }
             if qp.req.deadline().is_some_and(|d| d <= now)
                 && completer::on_timeout(qp, now, &mut fx, &mut self.counters)
             {
@@ -454,6 +490,7 @@ fn xrc_direction_ok(info: &crate::wire::opcode::OpcodeInfo, t: QpType) -> bool {
 /// name). The connected-service rules on top (C9-53..C9-56) are
 /// `check_headers`'.
 fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> Result<(), RxDrop> {
+    super::vl::check_rx(port, pkt)?; // AD-06
     let lrh = &pkt.lrh;
     let mask = !((1u16 << port.lmc.min(7)) - 1);
     // PV-07: a multicast LID is a valid DLID for a multicast packet (C9-54

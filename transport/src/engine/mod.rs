@@ -30,11 +30,15 @@ pub use mcast::{
     is_multicast_gid, is_multicast_lid, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH,
     MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_LID_BASE, MULTICAST_QPN,
 };
+mod pacing;
+pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
 mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
 mod responder;
+mod vl;
 mod xrc;
+pub use vl::{vl_cap, DEFAULT_DATA_VLS, VL15};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -86,6 +90,13 @@ pub struct PortConfig {
     /// The largest path MTU the port carries (AD-03): 4096 on InfiniBand; on
     /// Ethernet what fits the link's MTU after the IP/UDP/transport headers.
     pub max_mtu: Mtu,
+    /// The port's link bit rate in Mb/s: what static rate control (AD-07)
+    /// paces slower paths against (`pacing`).
+    pub rate_mbps: u32,
+    /// SL-to-VL table (AD-06, `vl`): the data VL of each service level.
+    pub sl2vl: [u8; 16],
+    /// Data VLs the port has, VL0..VL(n-1) (AD-06).
+    pub data_vls: u8,
 }
 
 /// Bytes a RoCEv2 packet adds to its payload inside the Ethernet MTU, at most:
@@ -120,6 +131,9 @@ impl PortConfig {
             link: LinkLayer::InfiniBand,
             roce_gids: Vec::new(),
             max_mtu: Mtu::M4096,
+            rate_mbps: DEFAULT_PORT_MBPS,
+            sl2vl: [0; 16],
+            data_vls: DEFAULT_DATA_VLS,
         }
     }
 
@@ -303,6 +317,10 @@ pub struct Engine {
     mcast_scratch: Vec<u32>,
     /// XRC domains (SR-02).
     xrcds: xrc::Xrcds,
+    /// Round robin between data VLs (AD-06, `vl`): on while the SL-to-VL
+    /// table uses another VL than VL0; the VL of the last packet sent.
+    vl_arb: bool,
+    last_vl: u8,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -316,10 +334,24 @@ pub(crate) struct Effects {
 impl Engine {
     /// An engine serving `port`.
     pub fn new(port: PortConfig, limits: Limits) -> Engine {
+        let mut port = port;
+        if vl::check_table(&port.sl2vl, port.data_vls).is_err() {
+            // AD-06: a table naming a VL the port lacks would send packets
+            // every receiver drops; such a port keeps every SL on VL0.
+            log::warn!(
+                "SL-to-VL table {:?} names a VL past the port's {}: all SLs on VL0",
+                port.sl2vl,
+                port.data_vls
+            );
+            port.sl2vl = [0; 16];
+            port.data_vls = port.data_vls.clamp(1, 15);
+        }
         let budget = Budget::new(limits.mem_budget);
         let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
         mrs.set_budget(&budget);
         Engine {
+            vl_arb: !port.is_ethernet() && port.sl2vl.iter().any(|&v| v != 0),
+            last_vl: 0,
             port,
             limits,
             mrs,
@@ -373,6 +405,16 @@ impl Engine {
             .get_mut(index)
             .ok_or(VerbError::InvalidAttr)?;
         *slot = gid;
+        Ok(())
+    }
+
+    /// Sets the port's SL-to-VL table (AD-06): entry `sl` is the data VL of
+    /// service level `sl`. `InvalidAttr` if an entry names a VL the port does
+    /// not have (VL15 included: it is not a data VL).
+    pub fn set_sl2vl(&mut self, table: [u8; 16]) -> Result<(), VerbError> {
+        vl::check_table(&table, self.port.data_vls)?;
+        self.port.sl2vl = table;
+        self.vl_arb = !self.port.is_ethernet() && table.iter().any(|&v| v != 0);
         Ok(())
     }
 

@@ -121,6 +121,10 @@ pub(crate) struct Requester {
     pub(super) rec: Recovery,
     /// End-to-end credits (RL-13).
     pub(super) credits: super::credits::Credits,
+    /// Static rate control (AD-07, `pacing`): no request packet before this.
+    pub(super) pace_at: Option<Time>,
+    /// The time the last paced packet was due (`pacing::base`).
+    pub(super) pace_due: Option<Time>,
 }
 
 impl Requester {
@@ -182,10 +186,15 @@ impl Requester {
 
     /// The next time a timer of this requester fires.
     pub fn deadline(&self) -> Option<Time> {
-        [self.ack_deadline, self.rnr_deadline, self.rec.probe_at]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.ack_deadline,
+            self.rnr_deadline,
+            self.rec.probe_at,
+            self.pace_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Index of the unfinished WQE whose PSN range holds `p`.
@@ -277,6 +286,11 @@ pub(crate) fn validate_wr(qp: &Qp, wr: &SendWr, max_inline: u32) -> Result<(), V
 /// Builds the next request packet of this QP, if any.
 pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
+        return None;
+    }
+    // AD-07: a paced path's next packet waits for its time (the timer heap
+    // holds it: `pace_at` is a requester deadline).
+    if super::pacing::waiting(&qp.req, cx.now) {
         return None;
     }
     if !run_local_ops(qp, cx) {
@@ -666,7 +680,7 @@ fn build_request(
         .unwrap_or(0xffff);
     let pkt = PacketRepr {
         lrh: LrhRepr {
-            vl: 0,
+            vl: super::vl::tx_vl(cx.port, qpn, av.sl), // AD-06
             sl: av.sl & 0xf,
             dlid: av.dlid,
             slid: cx.port.slid(av.src_path_bits),
@@ -734,6 +748,10 @@ fn build_request(
         }
         EmitWithError::Emit(_) => WcStatus::LocLenErr,
     })?;
+    // AD-07: a path slower than the port spaces its packets (`pacing`).
+    if av.static_rate != 0 {
+        super::pacing::sent(&mut qp.req, cx.port, av.static_rate, len, cx.now);
+    }
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);
     let r = &mut qp.req;

@@ -423,6 +423,9 @@ pub struct ConnOpts {
     pub max_rd_atomic: u8,
     pub srq: [Option<Handle>; 2],
     pub max_wr: u32,
+    /// The path's service level (AD-06) and static rate (AD-07, `ibv_rate`).
+    pub sl: u8,
+    pub static_rate: u8,
 }
 
 impl Default for ConnOpts {
@@ -439,6 +442,8 @@ impl Default for ConnOpts {
             max_rd_atomic: 4,
             srq: [None, None],
             max_wr: 1024,
+            sl: 0,
+            static_rate: 0,
         }
     }
 }
@@ -506,7 +511,8 @@ pub fn bring_up(
     a.min_rnr_timer = o.min_rnr_timer;
     a.av = AddressVector {
         dlid: remote_lid,
-        sl: 0,
+        sl: o.sl,
+        static_rate: o.static_rate,
         ..AddressVector::default()
     };
     if net.nodes[node].engine.port().is_ethernet() {

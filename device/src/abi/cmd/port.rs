@@ -94,7 +94,10 @@ abi_struct! {
         pub active_width: u8,
         /// `IB_SPEED_*`.
         pub active_speed: u8,
-        pub rsvd: [u8; 3],
+        /// Data VLs (AD-06), as PortInfo:VLCap encodes them: 1 = VL0,
+        /// 2 = VL0-1, 3 = VL0-3, 4 = VL0-7, 5 = VL0-14.
+        pub max_vl_num: u8,
+        pub rsvd: [u8; 2],
         /// P_Key table; index 0 is normally 0xFFFF (AD-05).
         pub pkeys: [u16; 64],
         /// Ethernet port: its MAC, which the driver matches to the guest's netdev

@@ -363,6 +363,11 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     if !qp.init.qp_type.is_reliable() {
         return None;
     }
+    // AD-07: responses to a paced path wait their turn like requests (one
+    // gate per QP: its path is one destination).
+    if crate::engine::pacing::waiting(&qp.req, cx.now) {
+        return None;
+    }
     let item = qp.resp.out.pop_front()?;
     let mut read = None;
     let mut cont = None;
@@ -464,7 +469,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     );
     let pkt = PacketRepr {
         lrh: LrhRepr {
-            vl: 0,
+            vl: crate::engine::vl::tx_vl(cx.port, qp.qpn, qp.attr.av.sl), // AD-06
             sl: qp.attr.av.sl & 0xf,
             dlid: qp.attr.av.dlid,
             slid: cx.port.slid(qp.attr.av.src_path_bits),
@@ -512,6 +517,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         Ok(len) => {
             if let Some(c) = cont {
                 qp.resp.out.push_front(c);
+            }
+            let rate = qp.attr.av.static_rate;
+            if rate != 0 {
+                crate::engine::pacing::sent(&mut qp.req, cx.port, rate, len, cx.now);
             }
             Some(len)
         }

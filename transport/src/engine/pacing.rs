@@ -1,0 +1,149 @@
+//! Static rate control (AD-07; IBA 9.11, seed 002 "静态速率控制"): a port
+//! faster than a path's slowest link waits between the packets it sends on
+//! that path, so it does not inject more than the path carries. The wait is
+//! the inter-packet delay (IPD) of the spec: with `R` the port's rate and `r`
+//! the path's, `IPD = ceil(R / r) - 1`, and after a packet that takes `T` at
+//! the port's rate the next one to the same destination goes no sooner than
+//! `IPD * T` after its end, that is `(IPD + 1) * T` after its start: the path
+//! then runs at `R / (IPD + 1) <= r`.
+//!
+//! The engine has no clock (ARCHITECTURE.md §3): the requester notes the time
+//! the next packet may go (`Requester::pace_at`; `pace_due` keeps it for the
+//! gap after, see [`PACE_SLACK_NS`]), refuses to send before it,
+//! and that time is a requester deadline in the engine's timer heap, so
+//! `poll_timeout` reports it and `handle_timeout` puts the QP back in the
+//! transmit schedule. A path at the port's rate (static rate 0, the default,
+//! or any rate not below the port's) costs one comparison per packet.
+//!
+//! The gate is per QP, not per destination LID, and covers the QP's
+//! responses (READ responses, ACKs) as well as its requests: a connected QP
+//! has one destination; a UD QP's WQEs may name several, and each waits for the gap
+//! its predecessor's path asked for (a UD QP mixing rates is paced at least as
+//! much as the spec asks, never less).
+
+use super::requester::Requester;
+use super::PortConfig;
+use crate::verbs::Time;
+
+/// Whether the QP's next packet must wait (its time has not come).
+pub(crate) fn waiting(req: &Requester, now: Time) -> bool {
+    req.pace_at.is_some_and(|t| t > now)
+}
+
+/// After the QP sent a packet of `len` bytes at `now` on a path of
+/// `static_rate`: when the next may go (nothing for a path at the port's
+/// rate: the caller tests `static_rate != 0` first, the unpaced fast path).
+pub(crate) fn sent(req: &mut Requester, port: &PortConfig, static_rate: u8, len: usize, now: Time) {
+    let from = base(req.pace_due, now);
+    req.pace_at = next_send(port.rate_mbps, static_rate, len, from);
+    req.pace_due = req.pace_at;
+}
+
+/// The port's bit rate when its configuration says nothing else: 4x QDR,
+/// 40 Gb/s, what QUERY_PORT reports (active width 4x, speed QDR).
+pub const DEFAULT_PORT_MBPS: u32 = 40_000;
+
+/// The bit rate, in Mb/s, of a static rate as verbs encode it (`enum ibv_rate`,
+/// the encoding of IBA 15.2.5.16 PathRecord:Rate that `ibv_rate_to_mbps`
+/// decodes). `None` for 0 (the port's rate) and for values that name no rate:
+/// those are not paced.
+pub fn rate_mbps(static_rate: u8) -> Option<u32> {
+    Some(match static_rate {
+        2 => 2_500,
+        3 => 10_000,
+        4 => 30_000,
+        5 => 5_000,
+        6 => 20_000,
+        7 => 40_000,
+        8 => 60_000,
+        9 => 80_000,
+        10 => 120_000,
+        11 => 14_062,
+        12 => 56_250,
+        13 => 112_500,
+        14 => 168_750,
+        15 => 25_781,
+        16 => 103_125,
+        17 => 206_250,
+        18 => 309_375,
+        19 => 28_125,
+        20 => 53_125,
+        21 => 425_000,
+        22 => 637_500,
+        _ => return None,
+    })
+}
+
+/// The inter-packet delay of a path of static rate `static_rate` from a port
+/// of `port_mbps` (IBA 9.11: `ceil(port / path) - 1`); 0 when the path is not
+/// slower than the port.
+pub fn ipd(port_mbps: u32, static_rate: u8) -> u32 {
+    match rate_mbps(static_rate) {
+        Some(path) if path < port_mbps => port_mbps.div_ceil(path) - 1,
+        _ => 0,
+    }
+}
+
+/// How late a paced packet may go and still count from its due time rather
+/// than from when it went: the device wakes for a due packet some tens of
+/// microseconds late (a host's timer and scheduling latency), and counting
+/// each gap from the late wake-up would run the path well below its rate.
+/// Within this slack the lost time is caught up (packets go back to back
+/// until the schedule is met again), so the rate over any longer span is
+/// the path's; beyond it (the QP was idle) the schedule starts afresh.
+pub const PACE_SLACK_NS: u64 = 200_000;
+
+/// The time the next gap counts from: the previous packet's due time `due`
+/// if it went at most [`PACE_SLACK_NS`] after it, else `now`.
+pub(crate) fn base(due: Option<Time>, now: Time) -> Time {
+    match due {
+        Some(d) if d <= now && now.0 - d.0 <= PACE_SLACK_NS => d,
+        _ => now,
+    }
+}
+
+/// When the packet after one of `len` bytes, started at `now` on a path of
+/// `static_rate`, may start; `None` when the path needs no gap.
+pub(crate) fn next_send(port_mbps: u32, static_rate: u8, len: usize, now: Time) -> Option<Time> {
+    let ipd = ipd(port_mbps, static_rate);
+    if ipd == 0 {
+        return None;
+    }
+    // T = len * 8 bits / (port_mbps * 1e6 bit/s), in ns; rounded up so the
+    // path never runs faster than R / (IPD + 1).
+    let t_ns = (len as u64 * 8_000).div_ceil(u64::from(port_mbps.max(1)));
+    Some(now.plus_ns(t_ns.saturating_mul(u64::from(ipd) + 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipd_formula() {
+        // 40 Gb/s port: a 10 Gb/s path waits 3 packet times, 2.5 Gb/s 15.
+        assert_eq!(ipd(40_000, 3), 3);
+        assert_eq!(ipd(40_000, 2), 15);
+        // 30 Gb/s path: ceil(4/3) - 1 = 1 (the path then runs at 20 Gb/s).
+        assert_eq!(ipd(40_000, 4), 1);
+        // Not slower than the port, the port's own rate, or no rate: no gap.
+        assert_eq!(ipd(40_000, 7), 0);
+        assert_eq!(ipd(40_000, 9), 0);
+        assert_eq!(ipd(40_000, 0), 0);
+        assert_eq!(ipd(40_000, 200), 0);
+        assert_eq!(next_send(40_000, 0, 4096, Time(5)), None);
+        // 1000 bytes at 40 Gb/s take 200 ns; IPD 3 -> next start 800 ns later.
+        assert_eq!(next_send(40_000, 3, 1000, Time(5)), Some(Time(805)));
+    }
+
+    #[test]
+    fn late_packets_catch_up_within_the_slack() {
+        // On time, or late within the slack: the gap counts from the due time.
+        assert_eq!(base(Some(Time(1_000)), Time(1_000)), Time(1_000));
+        assert_eq!(base(Some(Time(1_000)), Time(51_000)), Time(1_000));
+        // Idle past the slack, or never paced: from now.
+        let late = Time(1_000 + PACE_SLACK_NS + 1);
+        assert_eq!(base(Some(Time(1_000)), late), late);
+        assert_eq!(base(None, Time(7)), Time(7));
+    }
+}

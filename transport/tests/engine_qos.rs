@@ -1,0 +1,372 @@
+//! Quality of service on the wire: static rate control (AD-07) and SL-to-VL
+//! mapping (AD-06), each test named after its feature (docs/FEATURES.md).
+
+mod common;
+
+use common::*;
+use transport::engine::{RxDrop, DEFAULT_DATA_VLS, DEFAULT_PORT_MBPS};
+use transport::verbs::{Access, Mtu, WrOpcode};
+use transport::wire::opcode::Direction;
+use transport::wire::PacketRepr;
+
+/// Bytes the egress link carries in `NS_PER_KIB` ns: the port's rate, so an
+/// unpaced QP runs at the port's rate, as on a real link.
+const NS_PER_KIB: u64 = 1024 * 8 * 1000 / DEFAULT_PORT_MBPS as u64;
+
+/// A request packet node 0 put on its link: when it started and its length.
+struct Sent {
+    start: u64,
+    len: u64,
+}
+
+/// Runs `bytes` of RDMA WRITEs from node 0 to node 1 over a path of
+/// `static_rate` on a link at the port's rate; returns node 0's request
+/// packets with the times the link started them (the Net's link model: a
+/// packet starts when it is handed over or when the one before it is done).
+fn write_on_wire(static_rate: u8, bytes: u32) -> Vec<Sent> {
+    data_on_wire(WrOpcode::RdmaWrite, static_rate, bytes)
+}
+
+/// [`write_on_wire`] for `op`: WRITE (node 0's requests carry the data) or
+/// READ (node 1's responses do); returns the data carrier's packets.
+fn data_on_wire(op: WrOpcode, static_rate: u8, bytes: u32) -> Vec<Sent> {
+    let (slid, dir) = match op {
+        WrOpcode::RdmaRead => (2, Direction::Response),
+        _ => (1, Direction::Request),
+    };
+    let mut net = Net::new(2, 4 << 20, 7);
+    net.link = Some(LinkModel {
+        ns_per_kib: NS_PER_KIB,
+        queue_bytes: 8192,
+    });
+    net.sniffed = Some(Vec::new());
+    let o = ConnOpts {
+        mtu: Mtu::M4096,
+        static_rate,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let chunk = 64 << 10;
+    let n = bytes / chunk;
+    for i in 0..n {
+        let mut w = send_wr(
+            u64::from(i),
+            op,
+            sge(MEM_BASE + u64::from(i * chunk), chunk, ka),
+        );
+        w.remote_addr = MEM_BASE + u64::from(i * chunk);
+        w.rkey = kb;
+        net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    }
+    let mut sent = Vec::new();
+    let mut seen = 0;
+    let mut link_free = 0u64;
+    let mut done = 0;
+    for _ in 0..1_000_000 {
+        if done == n as usize {
+            break;
+        }
+        if !net.step() {
+            break;
+        }
+        let now = net.now.0;
+        let wire = net.sniffed.as_ref().unwrap();
+        for pkt in &wire[seen..] {
+            let r = PacketRepr::parse(pkt).expect("valid packet");
+            if r.lrh.slid != slid || r.transport.bth.opcode.info().direction() != dir {
+                continue;
+            }
+            let start = link_free.max(now);
+            link_free = start + pkt.len() as u64 * NS_PER_KIB / 1024;
+            sent.push(Sent {
+                start,
+                len: pkt.len() as u64,
+            });
+        }
+        seen = wire.len();
+        while net.poll(0, p.cq_a).is_some() {
+            done += 1;
+        }
+    }
+    assert_eq!(done, n as usize, "all WRITEs complete");
+    sent
+}
+
+/// Bytes per ns from the first packet's start to the last one's end.
+fn rate(sent: &[Sent]) -> f64 {
+    let first = sent.first().expect("packets").start;
+    let last = sent.last().expect("packets");
+    let end = last.start + last.len * NS_PER_KIB / 1024;
+    sent.iter().map(|s| s.len).sum::<u64>() as f64 / (end - first) as f64
+}
+
+/// AD-07: a QP whose path runs at 10 Gb/s from a 40 Gb/s port (IPD 3, IBA
+/// 9.11) puts its packets on the wire at a quarter of the rate of a QP whose
+/// path runs at the port's rate, within 10 %; its packets are evenly spaced
+/// (each (IPD + 1) packet times after the one before), not sent in bursts.
+#[test]
+fn ad_07_static_rate_paces_injection() {
+    const IBV_RATE_10_GBPS: u8 = 3;
+    let bytes = 1 << 20;
+    let full = write_on_wire(0, bytes);
+    let paced = write_on_wire(IBV_RATE_10_GBPS, bytes);
+    assert_eq!(full.len(), paced.len());
+    assert!(full.len() >= 256, "{} packets", full.len());
+    let (rf, rp) = (rate(&full), rate(&paced));
+    let ratio = rp / rf;
+    assert!(
+        (0.225..=0.275).contains(&ratio),
+        "paced {rp:.3} B/ns vs unpaced {rf:.3} B/ns: ratio {ratio:.3}, want 0.25 +- 10 %"
+    );
+    // Each gap between full packets' starts is 4 packet times (no bursts).
+    for w in paced.windows(2) {
+        let t = w[0].len * 8_000 / u64::from(DEFAULT_PORT_MBPS);
+        let gap = w[1].start - w[0].start;
+        assert!(
+            gap + 2 >= 4 * t,
+            "gap {gap} ns after a {}-byte packet",
+            w[0].len
+        );
+    }
+}
+
+/// Node 0's request packets and node 1's responses, parsed: (SLID, DestQP,
+/// VL, SL).
+fn lanes(net: &Net) -> Vec<(u16, u32, u8, u8)> {
+    net.sniffed
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let p = PacketRepr::parse(b).expect("valid packet");
+            (p.lrh.slid, p.transport.bth.dest_qp, p.lrh.vl, p.lrh.sl)
+        })
+        .collect()
+}
+
+/// Posts a signaled RDMA WRITE of `len` bytes on `qp` of node 0.
+fn write(net: &mut Net, qp: u32, id: u64, len: u32, ka: u32, kb: u32) {
+    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(MEM_BASE, len, ka));
+    w.remote_addr = MEM_BASE + (64 << 10);
+    w.rkey = kb;
+    net.nodes[0].engine.post_send(qp, w).unwrap();
+}
+
+/// AD-06: the LRH's VL is the SL-to-VL table's entry for the path's SL, on
+/// requests and on the responses of the other side (its own table); an SL
+/// the table leaves on VL0 goes on VL0; a table naming a VL the port does not
+/// have (VL15 among them: it is not a data VL) is refused.
+#[test]
+fn ad_06_sl_to_vl_on_the_wire() {
+    let mut net = Net::new(2, 1 << 20, 3);
+    let mut table = [0u8; 16];
+    table[3] = 2;
+    table[5] = 1;
+    for n in &mut net.nodes {
+        n.engine.set_sl2vl(table).unwrap();
+    }
+    let mut bad = table;
+    bad[7] = transport::engine::VL15;
+    assert!(net.nodes[0].engine.set_sl2vl(bad).is_err());
+    bad[7] = transport::engine::DEFAULT_DATA_VLS;
+    assert!(net.nodes[0].engine.set_sl2vl(bad).is_err());
+    assert_eq!(net.nodes[0].engine.port().sl2vl, table);
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let mut qps = Vec::new();
+    for sl in [3u8, 5, 4] {
+        let o = ConnOpts {
+            sl,
+            ..ConnOpts::default()
+        };
+        let p = connect(&mut net, 0, 1, &o);
+        write(&mut net, p.qa, 1, 4096, ka, kb);
+        wait(&mut net, 0, p.cq_a, 1);
+        qps.push((p, sl));
+    }
+    let seen = lanes(&net);
+    for (p, sl) in qps {
+        let vl = table[usize::from(sl)];
+        let req: Vec<_> = seen.iter().filter(|x| x.0 == 1 && x.1 == p.qb).collect();
+        let resp: Vec<_> = seen.iter().filter(|x| x.0 == 2 && x.1 == p.qa).collect();
+        assert!(!req.is_empty() && !resp.is_empty(), "SL {sl}: {seen:?}");
+        for x in req.iter().chain(&resp) {
+            assert_eq!((x.2, x.3), (vl, sl), "SL {sl} goes on VL {vl}: {x:?}");
+        }
+    }
+}
+
+/// AD-06: VL15 carries QP0's packets only and QP0's packets come on VL15
+/// only: a request on VL15 for another QP, one for QP0 on a data VL and one on
+/// a data VL the port does not have are dropped and counted; a packet for QP0
+/// on VL15 passes the VL rules (and finds no QP0 in the engine).
+#[test]
+fn ad_06_vl15_only_for_qp0() {
+    let mut net = Net::new(2, 1 << 20, 5);
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    write(&mut net, p.qa, 1, 512, ka, kb);
+    wait(&mut net, 0, p.cq_a, 1);
+    let wire = net.sniffed.take().unwrap();
+    let req = wire
+        .iter()
+        .find(|b| PacketRepr::parse(b).is_ok_and(|x| x.lrh.slid == 1))
+        .expect("a request")
+        .clone();
+    let count = |net: &Net, r: RxDrop| net.nodes[1].engine.counters().dropped(r);
+    let cases = [
+        (15u8, p.qb, Some(RxDrop::Vl15NotQp0)),
+        (0, 0, Some(RxDrop::Qp0NotVl15)),
+        (3, 0, Some(RxDrop::Qp0NotVl15)),
+        (DEFAULT_DATA_VLS, p.qb, Some(RxDrop::UnsupportedVl)),
+        (14, p.qb, Some(RxDrop::UnsupportedVl)),
+        (15, 0, None),
+    ];
+    for (vl, dest, want) in cases {
+        let mut x = PacketRepr::parse(&req).unwrap();
+        x.lrh.vl = vl;
+        x.transport.bth.dest_qp = dest;
+        let mut buf = vec![0; x.buffer_len()];
+        let n = x.emit(&mut buf).unwrap();
+        let before: Vec<u64> = RxDrop::ALL.iter().map(|r| count(&net, *r)).collect();
+        let node = &mut net.nodes[1];
+        node.engine.handle_packet(&buf[..n], &mut node.mem, net.now);
+        let after: Vec<u64> = RxDrop::ALL.iter().map(|r| count(&net, *r)).collect();
+        let moved: Vec<RxDrop> = RxDrop::ALL
+            .iter()
+            .zip(before.iter().zip(&after))
+            .filter(|(_, (b, a))| a > b)
+            .map(|(r, _)| *r)
+            .collect();
+        let want = want.unwrap_or(RxDrop::UnknownQp);
+        assert_eq!(moved, vec![want], "VL {vl} to QP {dest}");
+    }
+}
+
+/// AD-06: with three QPs on VL0 and one on VL1 all backlogged, the port takes
+/// one packet from each VL in turn (round robin between data VLs), so the
+/// VL1 QP gets half of the wire, not the quarter a round robin over QPs
+/// would give it.
+#[test]
+fn ad_06_vl_arbitration_round_robin() {
+    let mut net = Net::new(2, 1 << 20, 9);
+    let mut table = [0u8; 16];
+    table[1] = 1;
+    for n in &mut net.nodes {
+        n.engine.set_sl2vl(table).unwrap();
+    }
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let mut pairs = Vec::new();
+    for sl in [0u8, 0, 0, 1] {
+        let o = ConnOpts {
+            sl,
+            ..ConnOpts::default()
+        };
+        pairs.push(connect(&mut net, 0, 1, &o));
+    }
+    for p in &pairs {
+        // 16 packets: within a new QP's window (`INITIAL_WINDOW`), so all
+        // are ready at once.
+        write(&mut net, p.qa, 1, 16 << 10, ka, kb);
+    }
+    for p in &pairs {
+        wait(&mut net, 0, p.cq_a, 1);
+    }
+    let vls: Vec<u8> = lanes(&net)
+        .into_iter()
+        .filter(|x| x.0 == 1)
+        .map(|x| x.2)
+        .collect();
+    // 16 packets per QP; while the VL1 QP has packets (its 16), VL1 has
+    // every other one: 16 of the first 32 (round robin over the QPs: 8).
+    assert_eq!(vls.len(), 64, "{vls:?}");
+    let head = &vls[..32];
+    let on_vl1 = head.iter().filter(|&&v| v == 1).count();
+    assert!(on_vl1 >= 15, "VL1 had {on_vl1} of 32: {vls:?}");
+    assert!(
+        head.windows(2).filter(|w| w[0] == w[1]).count() <= 1,
+        "VLs alternate: {vls:?}"
+    );
+}
+
+/// AD-07 with a coarse clock: a driver that runs the engines only every 5 us
+/// (a device's timer and wake-up latency), longer than the 3.3 us gap of a
+/// 4 KiB packet at a quarter of 40 Gb/s. The packets that wake late catch up
+/// (`pacing::PACE_SLACK_NS`), so the path still runs at a quarter of the
+/// port's rate within 10 % rather than at one packet per wake-up (2/3 of it).
+#[test]
+fn ad_07_static_rate_holds_with_a_coarse_clock() {
+    const IBV_RATE_10_GBPS: u8 = 3;
+    const QUANTUM_NS: u64 = 5_000;
+    let mut net = Net::new(2, 4 << 20, 11);
+    let o = ConnOpts {
+        mtu: Mtu::M4096,
+        static_rate: IBV_RATE_10_GBPS,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, 1 << 20, ka));
+    w.remote_addr = MEM_BASE + (2 << 20);
+    w.rkey = kb;
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    let mut buf = vec![0u8; 8192];
+    let mut sent: Vec<(u64, u64)> = Vec::new();
+    let mut done = false;
+    for k in 1..100_000u64 {
+        let now = transport::verbs::Time(k * QUANTUM_NS);
+        for i in 0..2 {
+            net.nodes[i].engine.handle_timeout(now);
+            loop {
+                let n = &mut net.nodes[i];
+                let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) else {
+                    break;
+                };
+                if i == 0 {
+                    sent.push((now.0, len as u64));
+                }
+                let peer = &mut net.nodes[1 - i];
+                peer.engine.handle_packet(&buf[..len], &mut peer.mem, now);
+            }
+        }
+        if net.poll(0, p.cq_a).is_some() {
+            done = true;
+            break;
+        }
+    }
+    assert!(done, "the WRITE completes");
+    let t = |len: u64| len * 8_000 / u64::from(DEFAULT_PORT_MBPS);
+    let (first, last) = (sent[0], sent[sent.len() - 1]);
+    let span = last.0 + t(last.1) - first.0;
+    let rate = sent.iter().map(|s| s.1).sum::<u64>() as f64 / span as f64;
+    let want = f64::from(DEFAULT_PORT_MBPS) / 8_000.0 / 4.0;
+    assert!(
+        (rate / want - 1.0).abs() <= 0.10,
+        "{rate:.3} B/ns over {span} ns, want {want:.3} (a quarter of the port)"
+    );
+}
+
+/// AD-07: READ responses to a paced path are paced too (the responder sends
+/// on the same path): a 10 Gb/s path's READ responses leave at a quarter of
+/// the rate of an unpaced path's.
+#[test]
+fn ad_07_static_rate_paces_read_responses() {
+    const IBV_RATE_10_GBPS: u8 = 3;
+    let full = data_on_wire(WrOpcode::RdmaRead, 0, 1 << 20);
+    let paced = data_on_wire(WrOpcode::RdmaRead, IBV_RATE_10_GBPS, 1 << 20);
+    assert_eq!(full.len(), paced.len());
+    assert!(full.len() >= 256, "{} packets", full.len());
+    let ratio = rate(&paced) / rate(&full);
+    assert!(
+        (0.225..=0.275).contains(&ratio),
+        "READ responses: paced / unpaced = {ratio:.3}, want 0.25 +- 10 %"
+    );
+}
