@@ -165,6 +165,14 @@ pub struct Cli {
     /// promise more. At least 4M.
     #[arg(long, value_name = "SIZE", default_value = "256M")]
     pub mem_budget: String,
+
+    /// RC request packets the port keeps in flight over all its QPs (0: no
+    /// bound). Each QP has its own window; this bounds their sum, so that
+    /// many active QPs do not overflow the peer's receive socket buffer
+    /// (ARCHITECTURE.md §3). The default, 512 full-MTU packets, fits the
+    /// buffer the UDP link asks for and is twice one QP's largest window.
+    #[arg(long, value_name = "PACKETS", default_value_t = transport::engine::DEFAULT_PORT_WINDOW)]
+    pub port_window: u32,
 }
 
 /// The man page vhca(1) in roff, from the same definition as `--help`
@@ -237,6 +245,8 @@ pub struct Config {
     pub loss_go_back_bound: bool,
     /// Host bytes the device may hold for its guest (`--mem-budget`).
     pub mem_budget: u64,
+    /// `--port-window`.
+    pub port_window: u32,
 }
 
 /// A problem with the command line, as one line.
@@ -433,6 +443,7 @@ impl Cli {
             counters_every,
             counters_format,
             counters_file: self.counters_file.clone(),
+            port_window: self.port_window,
         })
     }
 }

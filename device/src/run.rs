@@ -784,6 +784,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         adaptive_probe_floor: config.loss_probe_adapt,
         bounded_go_back: config.loss_go_back_bound,
         mem_budget: config.mem_budget,
+        port_window: config.port_window,
         ..Limits::default()
     };
     let caps = Caps::from_limits(&limits);

@@ -29,6 +29,8 @@ pub use mcast::{
     is_multicast_gid, is_multicast_lid, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH,
     MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_LID_BASE, MULTICAST_QPN,
 };
+mod port_window;
+pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
@@ -211,6 +213,8 @@ pub struct Limits {
     pub max_mcast_qp_attach: usize,
     /// Multicast attachments over all groups (AD-08).
     pub max_total_mcast_qp_attach: usize,
+    /// RC request packets in flight over all QPs (`port_window`; 0: no bound).
+    pub port_window: u32,
 }
 
 impl Default for Limits {
@@ -235,6 +239,7 @@ impl Default for Limits {
             max_mcast_grp: MAX_MCAST_GRP,
             max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
             max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
+            port_window: DEFAULT_PORT_WINDOW,
         }
     }
 }
@@ -261,6 +266,8 @@ pub(crate) struct Qp {
     /// The QP's fixed state and its responder's bounded queues, reserved in
     /// the budget for the QP's life (see `responder::state_bound`).
     _reserved: Charge,
+    /// Its part in the port window (`port_window`).
+    pub(crate) port: port_window::Share,
 }
 
 /// The engine.
@@ -292,6 +299,8 @@ pub struct Engine {
     mcast: mcast::McastTable,
     /// The members a multicast packet goes to, reused packet to packet.
     mcast_scratch: Vec<u32>,
+    /// RC packets in flight over all QPs and the QPs waiting for room.
+    port_window: port_window::PortWindow,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -325,6 +334,7 @@ impl Engine {
             budget,
             mcast: mcast::McastTable::default(),
             mcast_scratch: Vec::new(),
+            port_window: port_window::PortWindow::new(limits.port_window),
         }
     }
 
@@ -653,6 +663,7 @@ impl Engine {
                 req_turn: false,
                 timer_at: None,
                 _reserved: reserved,
+                port: port_window::Share::default(),
             },
         );
         Ok(qpn)
@@ -687,6 +698,7 @@ impl Engine {
         }
         self.schedule.retain(|q| *q != qpn);
         self.mcast_forget_qp(qpn);
+        self.port_forget(&qp);
         Ok(())
     }
 
