@@ -169,8 +169,9 @@ pub struct Cli {
     /// RC request packets the port keeps in flight over all its QPs (0: no
     /// bound). Each QP has its own window; this bounds their sum, so that
     /// many active QPs do not overflow the peer's receive socket buffer
-    /// (ARCHITECTURE.md §3). The default, 512 full-MTU packets, fits the
-    /// buffer the UDP link asks for and is twice one QP's largest window.
+    /// (ARCHITECTURE.md §3). The default, 1024 full-MTU packets, is what the
+    /// UDP link sizes its receive buffer for (4 MiB), four times one QP's
+    /// largest window.
     #[arg(long, value_name = "PACKETS", default_value_t = transport::engine::DEFAULT_PORT_WINDOW)]
     pub port_window: u32,
 }

@@ -68,8 +68,8 @@ impl WireCount {
 /// `n` QPs from node 0 to node 1, each with one signaled WRITE of `len`
 /// bytes; runs until every QP completed. Returns the steps each QP took to
 /// complete, the most packets in flight on the wire and by the engine's own
-/// count, and the time it took.
-fn run(n: usize, len: u32, limits: Limits, drop: f64) -> (Vec<usize>, u32, u32, u64) {
+/// count, the time it took and the requester's probes.
+fn run(n: usize, len: u32, limits: Limits, drop: f64) -> (Vec<usize>, u32, u32, u64, u64) {
     let mut net = Net::with_limits(2, 1 << 20, 7, limits);
     net.faults.drop = drop;
     let ka = net.reg_all(0, ALL_ACCESS);
@@ -109,7 +109,8 @@ fn run(n: usize, len: u32, limits: Limits, drop: f64) -> (Vec<usize>, u32, u32, 
     assert_eq!(left, 0, "{left} QPs starved");
     assert_eq!(net.nodes[0].engine.port_in_flight(), 0, "all acknowledged");
     let steps = done_at.into_iter().map(Option::unwrap).collect();
-    (steps, wire.max, engine_max, net.now.0 - start.0)
+    let probes = net.nodes[0].engine.counters().probes;
+    (steps, wire.max, engine_max, net.now.0 - start.0, probes)
 }
 
 #[test]
@@ -120,7 +121,10 @@ fn a_thousand_qps_stay_under_the_port_window_and_all_complete() {
         ..Limits::default()
     };
     // 1024 QPs x 4 packets (4 KiB at a 1 KiB MTU): 4096 packets, 64 at a time.
-    let (steps, wire_max, engine_max, _) = run(1024, 4096, limits, 0.0);
+    let (steps, wire_max, engine_max, _, probes) = run(1024, 4096, limits, 0.0);
+    // Nothing is lost, so nothing waits for a probe: a QP held back has asked
+    // for the ACK of what it sent (ARCHITECTURE.md §3).
+    assert_eq!(probes, 0);
     assert!(
         wire_max <= bound,
         "{wire_max} packets in flight on the wire"
@@ -143,7 +147,7 @@ fn without_a_port_window_the_same_load_puts_every_packet_in_flight() {
         port_window: 0,
         ..Limits::default()
     };
-    let (_, wire_max, _, _) = run(1024, 4096, limits, 0.0);
+    let (_, wire_max, _, _, _) = run(1024, 4096, limits, 0.0);
     assert!(wire_max >= 1024, "{wire_max}");
 }
 
@@ -155,8 +159,8 @@ fn one_qp_alone_is_not_slowed_by_the_default_port_window() {
         port_window: 0,
         ..Limits::default()
     };
-    let (_, w0, _, t0) = run(1, 512 << 10, unbounded, 0.0);
-    let (_, w1, _, t1) = run(1, 512 << 10, Limits::default(), 0.0);
+    let (_, w0, _, t0, _) = run(1, 512 << 10, unbounded, 0.0);
+    let (_, w1, _, t1, _) = run(1, 512 << 10, Limits::default(), 0.0);
     assert_eq!(t0, t1, "the same time with the default window as without");
     assert_eq!(w0, w1);
 }
@@ -170,7 +174,7 @@ fn loss_recovery_goes_on_under_a_full_port_window() {
         port_window: bound,
         ..Limits::default()
     };
-    let (_, _, engine_max, _) = run(64, 8192, limits, 0.02);
+    let (_, _, engine_max, _, _) = run(64, 8192, limits, 0.02);
     assert!(engine_max <= bound, "{engine_max}");
 }
 

@@ -23,6 +23,13 @@
 //!   oldest first. Each wait costs one push and one pop: no scan of the QPs
 //!   (issue 12's cost rule), and no QP starves (round robin by waiting order).
 //!
+//! - Once the port is half full, every new packet asks for an ACK (AckReq,
+//!   RL-08): a QP's window asks only every half window, and packets that
+//!   wait for an ACK request behind a QP held back would pin the port's room
+//!   until that QP's next turn (with 1024 QPs, until a probe). A QP held
+//!   back with such packets (sent while the port was under half full) waits
+//!   at the front: its next packet asks for their ACK.
+//!
 //! The bound is above one QP's send window (RL-17), so one QP alone is never
 //! slowed by it. 0 means no bound.
 
@@ -32,11 +39,12 @@ use super::{Engine, Qp};
 use crate::psn;
 use crate::verbs::{QpState, QpType};
 
-/// The default port window in packets: 512 full 4 KiB packets take about
-/// 4 MiB of a receiving socket's buffer (the kernel's accounting of a
-/// datagram is about twice its payload), half of what the device's UDP link
-/// asks for, and twice the largest per-QP send window (256).
-pub const DEFAULT_PORT_WINDOW: u32 = 512;
+/// The default port window in packets: what the device's UDP link sizes its
+/// receive socket buffer for (`SOCKET_BUFFER`, 4 MiB: 1024 full-PMTU
+/// packets; the kernel grants twice that for its per-datagram overhead), so
+/// a full window from one peer fits it; four times the largest per-QP send
+/// window (256, RL-17).
+pub const DEFAULT_PORT_WINDOW: u32 = 1024;
 
 /// One QP's part in the port window.
 #[derive(Debug, Default, Clone, Copy)]
@@ -46,10 +54,14 @@ pub(crate) struct Share {
     /// The port had room when the transmit schedule polled this QP
     /// (set before each poll, read by the requester).
     room: bool,
+    /// The port was at least half full then: a new packet asks for an ACK.
+    tight: bool,
     /// The requester was refused a new packet in this poll.
     refused: bool,
     /// In the port's FIFO of waiting QPs.
     waiting: bool,
+    /// Refused while holding packets whose ACK it has not asked for.
+    owed: bool,
 }
 
 /// The port's packets in flight and the QPs waiting for room.
@@ -79,10 +91,17 @@ impl PortWindow {
 /// The requester's check before it builds a packet: a new one (at the
 /// high-water mark) needs room in the port window; a resend does not.
 pub(super) fn may_start(qp: &mut Qp) -> bool {
-    if qp.port.room || psn::diff(qp.req.next_psn, qp.req.hwm) < 0 {
+    let new = psn::diff(qp.req.next_psn, qp.req.hwm) >= 0;
+    if qp.port.room || !new {
+        if new && qp.port.tight {
+            // Packets held without AckReq would hold the port's room until
+            // their QP's next turn: the ACK is asked for now (RL-08).
+            qp.req.rec.force_ack_req = true;
+        }
         return true;
     }
     qp.port.refused = true;
+    qp.port.owed = qp.req.unacked() > 0 && qp.req.rec.ack_req_owed();
     false
 }
 
@@ -101,6 +120,7 @@ impl PortWindow {
     /// may go.
     pub(super) fn before_poll(&self, qp: &mut Qp) {
         qp.port.room = self.has_room();
+        qp.port.tight = self.bound != 0 && self.in_flight >= self.bound / 2;
         qp.port.refused = false;
     }
 }
@@ -114,7 +134,13 @@ impl Engine {
         };
         if qp.port.refused && !qp.port.waiting {
             qp.port.waiting = true;
-            self.port_window.waiting.push_back(qpn);
+            if qp.port.owed {
+                // Its next packet asks for the ACK that releases the ones
+                // it holds: it goes first (once; then it queues as all do).
+                self.port_window.waiting.push_front(qpn);
+            } else {
+                self.port_window.waiting.push_back(qpn);
+            }
         }
         qp.port.refused = false;
     }

@@ -260,6 +260,12 @@ impl Recovery {
         self.force_ack_req || in_flight >= w || self.since_ack_req + 1 >= (w / 2).max(1)
     }
 
+    /// Packets went since the last one with AckReq: their ACK is not asked
+    /// for yet (the port window serves such a QP first, `port_window`).
+    pub fn ack_req_owed(&self) -> bool {
+        self.since_ack_req > 0
+    }
+
     /// The probe timeout: 2 x SRTT, at least SRTT + 4 x RTTVAR and the QP's
     /// learned floor, at most half the ACK timeout, doubled per unanswered
     /// probe.
