@@ -21,7 +21,8 @@
 //! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check);
 //! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_SCALE_QPS=N`
 //! sets figure 5's object count (default 10 000); `VHCA_BENCH_PINGPONGS=N`
-//! sets the ping-pong count; `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments
+//! sets the ping-pong count; `VHCA_BENCH_FIG6_MSGS=N` sets figure 6's
+//! messages per row (default 6 000); `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments
 //! (e.g. `--busy-poll-us 50`).
 
 use std::net::UdpSocket;
@@ -404,7 +405,13 @@ fn main() {
             // At least 4 messages per QP; 32 in flight in all (2 MiB, as
             // figure 1's 16 per QP roughly), spread over the QPs, at least one
             // each (1024 with 1024 QPs; A's CQ holds 4096).
-            let total = (if quick() { 1_000 } else { 6_000 }).max(4 * n);
+            // `VHCA_BENCH_FIG6_MSGS=N`: messages per row (default 6 000; more
+            // for steadier figures on a busy host).
+            let msgs = std::env::var("VHCA_BENCH_FIG6_MSGS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(6_000);
+            let total = (if quick() { 1_000 } else { msgs }).max(4 * n);
             let per_qp = (32 / n).max(1);
             let drops_before = udp_rcvbuf_errors();
             let rate = transfer_rate(
