@@ -169,6 +169,8 @@ impl Engine {
     pub fn poll_timeout(&self) -> Option<Time> {
         #[cfg(debug_assertions)]
         self.check_timers();
+        #[cfg(debug_assertions)]
+        self.check_port_window();
         self.timers.peek().map(|Reverse((t, _))| *t)
     }
 

@@ -191,6 +191,21 @@ impl Engine {
         self.port_wake();
     }
 
+    /// Debug builds, few QPs: every QP's share is up to date and the port's
+    /// total is their sum (what [`Self::port_sync`] keeps between inputs).
+    #[cfg(debug_assertions)]
+    pub(super) fn check_port_window(&self) {
+        if self.qps.len() > 64 {
+            return;
+        }
+        let mut sum = 0;
+        for qp in self.qps.values() {
+            assert_eq!(qp.port.counted, share_of(qp), "QP {} share", qp.qpn);
+            sum += qp.port.counted;
+        }
+        assert_eq!(sum, self.port_window.in_flight, "port total");
+    }
+
     /// RC request packets in flight over all the port's QPs (what the port
     /// window bounds).
     pub fn port_in_flight(&self) -> u32 {
