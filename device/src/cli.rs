@@ -188,6 +188,15 @@ pub struct Cli {
     /// 100..=3600000.
     #[arg(long, value_name = "MSECS", default_value_t = 5000)]
     pub peer_silence_ms: u64,
+
+    /// RC request packets the port keeps in flight over all its QPs (0: no
+    /// bound). Each QP has its own window; this bounds their sum, so that
+    /// many active QPs do not overflow the peer's receive socket buffer
+    /// (ARCHITECTURE.md §3). The default, 1024 full-MTU packets, is what the
+    /// UDP link sizes its receive buffer for (4 MiB), four times one QP's
+    /// largest window.
+    #[arg(long, value_name = "PACKETS", default_value_t = transport::engine::DEFAULT_PORT_WINDOW)]
+    pub port_window: u32,
 }
 
 /// The man page vhca(1) in roff, from the same definition as `--help`
@@ -265,6 +274,8 @@ pub struct Config {
     /// `--peer-silence-ms` (AE-01): the keepalive period and the silence
     /// after which the ib-udp port is down; `None`: never down.
     pub liveness: Option<(Duration, Duration)>,
+    /// `--port-window`.
+    pub port_window: u32,
 }
 
 /// A problem with the command line, as one line.
@@ -475,6 +486,7 @@ impl Cli {
             counters_every,
             counters_format,
             counters_file: self.counters_file.clone(),
+            port_window: self.port_window,
         })
     }
 }

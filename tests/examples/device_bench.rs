@@ -23,7 +23,8 @@
 //! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check);
 //! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_SCALE_QPS=N`
 //! sets figure 5's object count (default 10 000); `VHCA_BENCH_PINGPONGS=N`
-//! sets the ping-pong count; `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments
+//! sets the ping-pong count; `VHCA_BENCH_FIG6_MSGS=N` sets figure 6's
+//! messages per row (default 6 000); `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments
 //! (e.g. `--busy-poll-us 50`).
 
 use std::net::UdpSocket;
@@ -464,8 +465,15 @@ fn main() {
             // At least 4 messages per QP; 32 in flight in all (2 MiB, as
             // figure 1's 16 per QP roughly), spread over the QPs, at least one
             // each (1024 with 1024 QPs; A's CQ holds 4096).
-            let total = (if quick() { 1_000 } else { 6_000 }).max(4 * n);
+            // `VHCA_BENCH_FIG6_MSGS=N`: messages per row (default 6 000; more
+            // for steadier figures on a busy host).
+            let msgs = std::env::var("VHCA_BENCH_FIG6_MSGS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(6_000);
+            let total = (if quick() { 1_000 } else { msgs }).max(4 * n);
             let per_qp = (32 / n).max(1);
+            let drops_before = udp_rcvbuf_errors();
             let rate = transfer_rate(
                 &mut a,
                 &qa_all[..n],
@@ -477,7 +485,12 @@ fn main() {
                 total,
                 per_qp,
             );
-            out.push((n, rate));
+            // Datagrams the kernel dropped for a full receive buffer (both
+            // devices' sockets, and anything else on the host) during the run.
+            let drops = udp_rcvbuf_errors()
+                .zip(drops_before)
+                .map(|(a, b)| a.saturating_sub(b));
+            out.push((n, rate, drops));
         }
         Some(out)
     } else {
@@ -576,7 +589,14 @@ fn main() {
         let one = rates[0].1;
         let list: Vec<String> = rates
             .iter()
-            .map(|(n, r)| format!("{n} QPs {:.3} GB/s ({:.2}x)", r / 1e9, r / one))
+            .map(|(n, r, d)| {
+                let d = d.map_or("?".into(), |d| d.to_string());
+                format!(
+                    "{n} QPs {:.3} GB/s ({:.2}x, {d} RcvbufErrors)",
+                    r / 1e9,
+                    r / one
+                )
+            })
             .collect();
         println!(
             "6. aggregate RC WRITE 64 KiB: {} (target: 1024 QPs >= 0.9x of one)",
@@ -590,4 +610,14 @@ fn main() {
         );
     }
     let _ = (qb, &b);
+}
+
+/// The host's Udp RcvbufErrors (`/proc/net/snmp`): datagrams dropped because
+/// a socket's receive buffer was full.
+fn udp_rcvbuf_errors() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
 }

@@ -129,6 +129,7 @@ impl Engine {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            self.port_window.before_poll(qp);
             let mut ctx = Ctx {
                 mrs: &mut self.mrs,
                 mem,
@@ -150,6 +151,7 @@ impl Engine {
             if built.is_none() {
                 qp.scheduled = false;
             }
+            self.port_after_poll(qpn);
             self.arm(qpn);
             if let Some(len) = built {
                 if self.vl_arb {
@@ -197,6 +199,8 @@ impl Engine {
     pub fn poll_timeout(&self) -> Option<Time> {
         #[cfg(debug_assertions)]
         self.check_timers();
+        #[cfg(debug_assertions)]
+        self.check_port_window();
         self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
@@ -274,13 +278,15 @@ impl Engine {
         }
     }
 
-    /// Keeps the timer heap covering `qpn`'s requester deadline after an input
-    /// touched the QP. A later deadline (the ACK timer restarted by progress,
+    /// Keeps the timer heap covering `qpn`'s requester deadline (and the port
+    /// window's count, `port_window`) after an input touched the QP. A later deadline (the ACK timer restarted by progress,
     /// the common case) costs nothing: the earlier entry fires, finds the
     /// deadline ahead and re-arms. Only an earlier one is pushed, which leaves
     /// the older entry stale; when stale entries outnumber live ones the heap
     /// is rebuilt, so its size stays O(QPs) whatever a peer sends.
     pub(super) fn arm(&mut self, qpn: u32) {
+        // The same moments change the QP's packets in flight.
+        self.port_sync(qpn);
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };

@@ -32,6 +32,8 @@ pub use mcast::{
 };
 mod pacing;
 pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
+mod port_window;
+pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
@@ -231,6 +233,8 @@ pub struct Limits {
     /// queue and requesters keep to what their peer reports. Off, ACKs carry
     /// no count (code 31) and counts received are ignored.
     pub credits: bool,
+    /// RC request packets in flight over all QPs (`port_window`; 0: no bound).
+    pub port_window: u32,
 }
 
 impl Default for Limits {
@@ -256,6 +260,7 @@ impl Default for Limits {
             max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
             max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
             credits: true,
+            port_window: DEFAULT_PORT_WINDOW,
         }
     }
 }
@@ -284,6 +289,8 @@ pub(crate) struct Qp {
     _reserved: Charge,
     /// An XRC TGT QP's XRC domain (SR-02, PV-08); `None` for other QPs.
     pub xrcd: Option<Handle>,
+    /// Its part in the port window (`port_window`).
+    pub(crate) port: port_window::Share,
 }
 
 /// The engine.
@@ -321,6 +328,8 @@ pub struct Engine {
     /// table uses another VL than VL0; the VL of the last packet sent.
     vl_arb: bool,
     last_vl: u8,
+    /// RC packets in flight over all QPs and the QPs waiting for room.
+    port_window: port_window::PortWindow,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -369,6 +378,7 @@ impl Engine {
             mcast: mcast::McastTable::default(),
             mcast_scratch: Vec::new(),
             xrcds: xrc::Xrcds::default(),
+            port_window: port_window::PortWindow::new(limits.port_window),
         }
     }
 
@@ -729,6 +739,7 @@ impl Engine {
                 timer_at: None,
                 _reserved: reserved,
                 xrcd,
+                port: port_window::Share::default(),
             },
         );
         Ok(qpn)
@@ -777,6 +788,7 @@ impl Engine {
         }
         self.schedule.retain(|q| *q != qpn);
         self.mcast_forget_qp(qpn);
+        self.port_forget(&qp);
         Ok(())
     }
 

@@ -76,6 +76,11 @@
 //!   so ACKs keep the window moving (RL-08).
 //!   After an RNR wait (RL-11) only the NAKed request goes until it is
 //!   answered, so a receiver without buffers is not flooded by retries.
+//! - **Port window.** The windows above bound each QP; their sum over the
+//!   port is bounded by `port_window` (`Limits::port_window`, vhca policy,
+//!   ARCHITECTURE.md §3): a new packet waits for room there too, a probe or
+//!   a go-back resend never does, and once the port is half full each new
+//!   packet asks for an ACK (`Recovery::force_ack_req`).
 //!
 //! UC and UD never retransmit and are not windowed.
 
@@ -258,6 +263,12 @@ impl Recovery {
     pub fn ack_req_due(&self, in_flight: u32) -> bool {
         let w = self.window();
         self.force_ack_req || in_flight >= w || self.since_ack_req + 1 >= (w / 2).max(1)
+    }
+
+    /// Packets went since the last one with AckReq: their ACK is not asked
+    /// for yet (the port window serves such a QP first, `port_window`).
+    pub fn ack_req_owed(&self) -> bool {
+        self.since_ack_req > 0
     }
 
     /// The probe timeout: 2 x SRTT, at least SRTT + 4 x RTTVAR and the QP's

@@ -317,6 +317,9 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     if is_rc && !qp.req.rec.may_send(qp.req.outstanding()) {
         return None;
     }
+    if is_rc && !super::port_window::may_start(qp) {
+        return None; // ARCHITECTURE.md §3: the port window
+    }
     // A go-back passes over what needs no resend (`completer::resent_from`),
     // and over local operations: those that ran are skipped, those that did
     // not run now (or must wait) before anything after them is sent.
