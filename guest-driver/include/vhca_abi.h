@@ -2550,7 +2550,7 @@ enum vhca_eqe_type {
 	VHCA_EQE_COMM_EST = 4,
 	/* object = QPN (QS-05). */
 	VHCA_EQE_SQ_DRAINED = 5,
-	/* object = QPN; not sent (AD-10). */
+	/* object = QPN (AD-10). */
 	VHCA_EQE_PATH_MIG = 6,
 	/* object = QPN; not sent (AD-10). */
 	VHCA_EQE_PATH_MIG_ERR = 7,

@@ -17,6 +17,7 @@
 //! transmit, timers and events.
 
 mod access;
+mod apm;
 mod completer;
 mod counters;
 mod cq;
@@ -231,6 +232,10 @@ pub struct Limits {
     /// queue and requesters keep to what their peer reports. Off, ACKs carry
     /// no count (code 31) and counts received are ignored.
     pub credits: bool,
+    /// ACK timeouts in a row without progress after which an Armed RC
+    /// requester migrates to its alternate path (AD-10, `apm`; vhca policy);
+    /// 0: never on its own.
+    pub apm_timeouts: u8,
 }
 
 impl Default for Limits {
@@ -256,6 +261,7 @@ impl Default for Limits {
             max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
             max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
             credits: true,
+            apm_timeouts: 2,
         }
     }
 }
@@ -284,6 +290,8 @@ pub(crate) struct Qp {
     _reserved: Charge,
     /// An XRC TGT QP's XRC domain (SR-02, PV-08); `None` for other QPs.
     pub xrcd: Option<Handle>,
+    /// Automatic path migration state (AD-10, `apm`).
+    pub apm: apm::Apm,
 }
 
 /// The engine.
@@ -729,6 +737,10 @@ impl Engine {
                 timer_at: None,
                 _reserved: reserved,
                 xrcd,
+                apm: apm::Apm {
+                    after_timeouts: self.limits.apm_timeouts,
+                    ..apm::Apm::default()
+                },
             },
         );
         Ok(qpn)
@@ -840,8 +852,10 @@ impl Engine {
         };
         let mask = xrc::rc_mask(qp.init.qp_type, qp.state, attr.state, mask);
         let next = qp_state::check_modify_kind(kind, qp.state, attr, mask, &limits)?;
+        apm::check_modify(qp, &self.port, attr, mask)?;
         apply_attrs(qp, attr, mask);
         let mut fx = Effects::default();
+        apm::apply_modify(qp, attr, mask, &mut fx, &mut self.counters);
         let from = qp.state;
         match next {
             QpState::Reset => {
@@ -850,6 +864,10 @@ impl Engine {
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
                 qp.resp = Responder::new(self.limits.credits);
                 qp.attr = QpAttr::default();
+                qp.apm = apm::Apm {
+                    after_timeouts: qp.apm.after_timeouts,
+                    ..apm::Apm::default()
+                };
             }
             QpState::Error => {}
             QpState::Rtr if from == QpState::Init => {
