@@ -384,3 +384,37 @@ fn ad_10_modify_validation_of_alt_path_and_migration_state() {
     assert_eq!(a.path_mig_state, MigState::Migrated);
     assert_eq!(a.alt_av, AddressVector::default());
 }
+
+#[test]
+fn ad_10_migration_with_loss_probes_on_and_a_write() {
+    // The default limits (loss probes before the ACK timeout, issue 14):
+    // the probes go to the dead path too, the ACK timeouts still migrate.
+    let port = |lid: u16| {
+        let mut p = PortConfig::new(lid, 0x0002_c903_0000_0000 + u64::from(lid));
+        p.lmc = 1;
+        p
+    };
+    let mut net = Net::with_ports(
+        vec![port(LID_A), port(LID_B)],
+        0x40_0000,
+        9,
+        Limits::default(),
+    );
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    load_alt(&mut net, 0, p.qa, LID_B, MigState::Armed);
+    load_alt(&mut net, 1, p.qb, LID_A, MigState::Armed);
+    kill_primary(&mut net);
+    let ka = net.reg_all(p.a, ALL_ACCESS);
+    let kb = net.reg_all(p.b, ALL_ACCESS);
+    fill(&mut net, p.a, SRC, LEN, 0x33);
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(SRC, LEN as u32, ka));
+    w.remote_addr = DST;
+    w.rkey = kb;
+    net.nodes[p.a].engine.post_send(p.qa, w).expect("write");
+    assert_eq!(wait_cqe(&mut net, p.a, p.cq_a).status, WcStatus::Success);
+    assert_eq!(bytes(&net, p.b, DST, LEN), bytes(&net, p.a, SRC, LEN));
+    assert_eq!(mig_state(&net, 0, p.qa), (MigState::Migrated, LID_B + 1));
+    assert_eq!(mig_state(&net, 1, p.qb), (MigState::Migrated, LID_A + 1));
+    assert_eq!(events(&mut net, 0), vec![Event::PathMigrated { qpn: p.qa }]);
+    assert_eq!(events(&mut net, 1), vec![Event::PathMigrated { qpn: p.qb }]);
+}
