@@ -295,6 +295,7 @@ impl Hca {
                 qpn: qp.qpn,
                 attr_mask: mask,
                 attr: *attr,
+                alt: device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]),
             },
         )?;
         if mask & m::STATE != 0 && attr.qp_state == QpState::Reset.raw() {
