@@ -2963,8 +2963,9 @@ enum vhca_counter_set {
 	"mcast_own_skipped", \
 	"credit_waits", \
 	"credit_probes", \
-	"credit_acks_sent"
-#define VHCA_COUNTERS_PORT_COUNT 24
+	"credit_acks_sent", \
+	"path_migrations"
+#define VHCA_COUNTERS_PORT_COUNT 25
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \
