@@ -418,3 +418,75 @@ fn ad_10_migration_with_loss_probes_on_and_a_write() {
     assert_eq!(events(&mut net, 0), vec![Event::PathMigrated { qpn: p.qa }]);
     assert_eq!(events(&mut net, 1), vec![Event::PathMigrated { qpn: p.qb }]);
 }
+
+/// RTS -> RTS arming the alternate path `av`.
+fn arm_with(net: &mut Net, node: usize, qpn: u32, av: AddressVector) {
+    let now = net.now;
+    let a = QpAttr {
+        alt_av: av,
+        ..alt_attr(0, MigState::Rearm)
+    };
+    net.nodes[node]
+        .engine
+        .modify_qp(qpn, &a, AttrMask::ALT_PATH | AttrMask::PATH_MIG_STATE, now)
+        .expect("arm");
+}
+
+#[test]
+fn ad_10_alternate_path_with_grh_passes_the_alternate_gid_checks() {
+    // Primary paths without a GRH, alternate paths with one (C9-47.1.1 DGID
+    // steps 6-7, SGID steps 5-6): a GRH packet is valid only on the
+    // alternate path, and only while Armed.
+    let mut net = net(2);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    let global = |net: &Net, remote: usize, dlid: u16| AddressVector {
+        dlid: dlid + 1,
+        src_path_bits: 1,
+        grh: Some(transport::verbs::GlobalRoute {
+            dgid: net.nodes[remote].engine.port().gid(),
+            hop_limit: 1,
+            ..Default::default()
+        }),
+        ..AddressVector::default()
+    };
+    let (alt_a, alt_b) = (global(&net, 1, LID_B), global(&net, 0, LID_A));
+    arm_with(&mut net, 0, p.qa, alt_a);
+    arm_with(&mut net, 1, p.qb, alt_b);
+    kill_primary(&mut net);
+    send(&mut net, &p);
+    assert_eq!(wait_cqe(&mut net, p.a, p.cq_a).status, WcStatus::Success);
+    assert_eq!(wait_cqe(&mut net, p.b, p.cq_b).status, WcStatus::Success);
+    assert_eq!(bytes(&net, p.b, DST, LEN), bytes(&net, p.a, SRC, LEN));
+    assert_eq!(mig_state(&net, 1, p.qb), (MigState::Migrated, LID_A + 1));
+    assert_eq!(
+        net.nodes[1].engine.counters().dropped(RxDrop::GrhMismatch),
+        0
+    );
+    assert_eq!(events(&mut net, 1), vec![Event::PathMigrated { qpn: p.qb }]);
+    let sent = wire(&mut net);
+    assert!(sent.iter().any(|&(d, m)| d == LID_B + 1 && m));
+}
+
+#[test]
+fn ad_10_roce_migration_to_the_alternate_gid() {
+    // RoCE (WF-10): the primary path is the peers' IPv4 GIDs, the alternate
+    // their IPv6 GIDs (A17.4.5 addresses, checked per path while Armed).
+    let mut net = Net::new_roce(2, 0x40_0000, 5);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    arm_with(&mut net, 0, p.qa, roce_av(2, 1));
+    arm_with(&mut net, 1, p.qb, roce_av(1, 1));
+    // Lose every IPv4 frame to node 2 (10.0.0.2): A's primary path.
+    net.lose = Some(Box::new(|b: &[u8]| {
+        b.get(12..14) == Some(&[0x08, 0x00][..]) && b.get(30..34) == Some(&[10, 0, 0, 2][..])
+    }));
+    send(&mut net, &p);
+    assert_eq!(wait_cqe(&mut net, p.a, p.cq_a).status, WcStatus::Success);
+    assert_eq!(wait_cqe(&mut net, p.b, p.cq_b).status, WcStatus::Success);
+    assert_eq!(bytes(&net, p.b, DST, LEN), bytes(&net, p.a, SRC, LEN));
+    for (n, q) in [(0, p.qa), (1, p.qb)] {
+        let (_, a, _) = net.nodes[n].engine.query_qp(q).unwrap();
+        assert_eq!(a.path_mig_state, MigState::Migrated);
+        assert_eq!(a.av.grh.map(|g| g.sgid_index), Some(1), "on the IPv6 GIDs");
+        assert_eq!(events(&mut net, n), vec![Event::PathMigrated { qpn: q }]);
+    }
+}
