@@ -810,6 +810,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         bounded_go_back: config.loss_go_back_bound,
         mem_budget: config.mem_budget,
         credits: config.credits,
+        apm_timeouts: config.apm_timeouts,
         ..Limits::default()
     };
     let caps = Caps::from_limits(&limits);
