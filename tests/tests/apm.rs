@@ -98,3 +98,44 @@ fn ad_10_guest_arms_the_alternate_path_migrates_and_the_peer_follows_with_an_eve
             == EqeType::PathMig.raw())
         .is_none());
 }
+
+#[test]
+fn ad_10_a_dead_primary_path_migrates_with_nothing_lost_and_both_guests_see_the_event() {
+    // A's packets to B's base LID (the primary path) are all lost; B's LID
+    // 0x29 (the alternate path) stays reachable.
+    let opts = Options {
+        lids: HashMap::from([(0, LID_A), (1, LID_B)]),
+        node_toml: HashMap::from([(0, "lmc = 1".to_string()), (1, "lmc = 1".to_string())]),
+        faults: HashMap::from([(0, format!("drop_dlid={LID_B}"))]),
+        ..Options::nodes(2)
+    };
+    let v = Vhca::spawn(opts);
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let arm = m::ALT_PATH | m::PATH_MIG_STATE;
+    a.hca
+        .modify_qp_alt(qa, arm, &mig(2), &alt_to(LID_B + 1))
+        .expect("arm a");
+    b.hca
+        .modify_qp_alt(qb, arm, &mig(2), &alt_to(LID_A + 1))
+        .expect("arm b");
+    let len = 1 << 20;
+    let src = a.region(len, Layout::Contiguous, 0);
+    let dst = b.region(len, Layout::Contiguous, 0);
+    a.write(&src, 0, &vhca_tests::util::pattern(5, len));
+    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
+    a.hca.post_send(qa, &w).unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_eq!(b.read(&dst, 0, len), vhca_tests::util::pattern(5, len));
+    for (n, q, peer) in [(&mut a, qa, LID_B), (&mut b, qb, LID_A)] {
+        let e = n
+            .hca
+            .wait_async_event(T, |e| e.kind == EqeType::PathMig.raw())
+            .expect("path migrated event");
+        assert_eq!(e.object, q.qpn);
+        let s = n.hca.query_qp(q).unwrap();
+        assert_eq!((s.attr.path_mig_state, s.attr.ah_attr.dlid), (0, peer + 1));
+    }
+    assert!(a.hca.counter(CounterSet::Port, "timeouts").unwrap() >= Some(2));
+}
