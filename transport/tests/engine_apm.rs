@@ -490,3 +490,33 @@ fn ad_10_roce_migration_to_the_alternate_gid() {
         assert_eq!(events(&mut net, n), vec![Event::PathMigrated { qpn: q }]);
     }
 }
+
+#[test]
+fn ad_10_uc_responder_follows_a_migration_of_its_peer() {
+    // UC has alternate paths too (seed 001: RC, UC) but no ACK timer: only
+    // the consumer's migration moves the requester, the MigReq its peer.
+    let mut net = net(2);
+    let o = ConnOpts {
+        qp_type: QpType::Uc,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    load_alt(&mut net, 0, p.qa, LID_B, MigState::Armed);
+    load_alt(&mut net, 1, p.qb, LID_A, MigState::Armed);
+    let now = net.now;
+    let m = QpAttr {
+        path_mig_state: MigState::Migrated,
+        ..QpAttr::default()
+    };
+    net.nodes[0]
+        .engine
+        .modify_qp(p.qa, &m, AttrMask::PATH_MIG_STATE, now)
+        .expect("migrate");
+    kill_primary(&mut net);
+    send(&mut net, &p);
+    assert_eq!(wait_cqe(&mut net, p.b, p.cq_b).status, WcStatus::Success);
+    assert_eq!(bytes(&net, p.b, DST, LEN), bytes(&net, p.a, SRC, LEN));
+    assert_eq!(mig_state(&net, 1, p.qb), (MigState::Migrated, LID_A + 1));
+    assert_eq!(events(&mut net, 1), vec![Event::PathMigrated { qpn: p.qb }]);
+    assert!(wire(&mut net).iter().all(|&(d, m)| d == LID_B + 1 && m));
+}
