@@ -99,7 +99,8 @@ pub struct Cli {
 
     /// Inject faults on this device's link, for tests and demos:
     /// comma-separated key=value from drop, dup, reorder, corrupt (rates 0..1),
-    /// delay (e.g. 100us, 2ms), delay_rate (0..1), seed (integer).
+    /// delay (e.g. 100us, 2ms), delay_rate (0..1), seed (integer),
+    /// drop_dlid (a LID: every InfiniBand packet to it is lost, a dead path).
     /// Example: --fault drop=0.05,dup=0.02,reorder=0.02,seed=7
     #[arg(long, value_name = "SPEC", verbatim_doc_comment)]
     pub fault: Option<String>,
@@ -149,6 +150,13 @@ pub struct Cli {
     /// peer's (for comparison).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub credits: String,
+
+    /// Automatic path migration (AD-10): an RC QP whose alternate path is
+    /// armed moves to it after this many local ACK timeouts in a row on its
+    /// primary path (at the latest at the one that would exhaust its retry
+    /// count); 0: only when its peer or the guest migrates it. 0..=8.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=8))]
+    pub apm_timeouts: u8,
 
     /// The least time (microseconds) without an acknowledgement before a loss
     /// probe, whatever the measured round trip. A busy host that deschedules
@@ -264,6 +272,8 @@ pub struct Config {
     pub loss_probes: bool,
     /// `--credits on`.
     pub credits: bool,
+    /// `--apm-timeouts` (AD-10).
+    pub apm_timeouts: u8,
     pub loss_probe_min: Duration,
     /// `--loss-probe-adapt on`.
     pub loss_probe_adapt: bool,
@@ -475,6 +485,7 @@ impl Cli {
             busy_poll: Duration::from_micros(self.busy_poll_us),
             loss_probes: self.loss_probes == "on",
             credits: self.credits == "on",
+            apm_timeouts: self.apm_timeouts,
             loss_probe_min: Duration::from_micros(self.loss_probe_min_us),
             loss_probe_adapt: self.loss_probe_adapt == "on",
             loss_go_back_bound: self.loss_go_back_bound == "on",

@@ -8,7 +8,7 @@
 use transport::verbs::{self as tv, AddressVector, Completion, GlobalRoute, NetworkHdr};
 
 use crate::abi;
-use crate::abi::cmd::{Av, QpAttr, QpCap};
+use crate::abi::cmd::{AltPath, Av, QpAttr, QpCap};
 use crate::abi::layout::Field;
 use crate::abi::verbs::num;
 
@@ -96,12 +96,23 @@ pub fn av_to_abi(av: &tv::AddressVector) -> Av {
 }
 
 /// The ABI form of a QP's attributes (QUERY_QP).
+/// A QP's alternate path as QUERY_QP reports it (AD-10).
+pub fn alt_path_to_abi(a: &tv::QpAttr) -> AltPath {
+    AltPath {
+        ah_attr: av_to_abi(&a.alt_av),
+        pkey_index: a.alt_pkey_index,
+        port_num: a.alt_port_num,
+        timeout: a.alt_timeout,
+        rsvd: 0,
+    }
+}
+
 pub fn qp_attr_to_abi(state: tv::QpState, a: &tv::QpAttr, cap: &tv::QpCap) -> QpAttr {
     QpAttr {
         qp_state: state as u8,
         cur_qp_state: state as u8,
         path_mtu: a.path_mtu as u8,
-        path_mig_state: 0,
+        path_mig_state: a.path_mig_state as u8,
         qkey: a.qkey,
         rq_psn: a.rq_psn,
         sq_psn: a.sq_psn,

@@ -918,7 +918,8 @@ impl Hca {
                 | Event::QpRequestError { qpn }
                 | Event::QpAccessError { qpn }
                 | Event::CommEstablished { qpn }
-                | Event::SqDrained { qpn } => qpn,
+                | Event::SqDrained { qpn }
+                | Event::PathMigrated { qpn } => qpn,
                 Event::SrqLimitReached { srq } => srq,
                 Event::PortActive | Event::PortError => 1,
             };

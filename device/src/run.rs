@@ -811,6 +811,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         mem_budget: config.mem_budget,
         credits: config.credits,
         port_window: config.port_window,
+        apm_timeouts: config.apm_timeouts,
         ..Limits::default()
     };
     let caps = Caps::from_limits(&limits);

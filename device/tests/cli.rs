@@ -437,3 +437,28 @@ fn ae_01_peer_silence_sets_the_liveness_or_turns_it_off() {
         assert!(e.contains("--peer-silence-ms") && !e.contains('\n'), "{e}");
     }
 }
+
+#[test]
+fn ad_10_apm_timeouts_default_two_and_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let f = fabric_file(d.path());
+    let sock = d.path().join("a.sock");
+    let base = [
+        "--socket",
+        sock.to_str().unwrap(),
+        "--fabric",
+        f.to_str().unwrap(),
+        "--node",
+        "a",
+    ];
+    assert_eq!(check(&base).unwrap().apm_timeouts, 2);
+    let with = |n: &'static str| {
+        let mut v = base.to_vec();
+        v.extend(["--apm-timeouts", n]);
+        check(&v)
+    };
+    assert_eq!(with("0").unwrap().apm_timeouts, 0);
+    assert_eq!(with("5").unwrap().apm_timeouts, 5);
+    let e = with("9").unwrap_err();
+    assert!(e.contains("--apm-timeouts"), "{e}");
+}

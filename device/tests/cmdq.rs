@@ -456,6 +456,7 @@ impl Dev {
                 qpn,
                 attr_mask,
                 attr,
+                alt: device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]),
             },
         )
     }
@@ -1343,6 +1344,7 @@ fn unknown_numbers_are_refused_for_their_kind() {
         qpn: 999,
         attr_mask: m::STATE,
         attr: init_attr(),
+        alt: device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]),
     };
     assert_eq!(d.refuse(Opcode::ModifyQp, &m).0, Status::NotFound);
     let s = ModifySrqIn {
@@ -1525,7 +1527,8 @@ fn a_refused_modify_leaves_the_qp_as_it_was() {
         (RTR_MASK, state, Status::BadParam),
         (RTR_MASK | m::ACCESS_FLAGS, acc, Status::BadParam),
         (RTR_MASK | 1 << 25, rtr_attr(5), Status::BadParam),
-        (RTR_MASK | m::ALT_PATH, rtr_attr(5), Status::NotSupported),
+        // A zeroed alternate path names port 0 (AD-10).
+        (RTR_MASK | m::ALT_PATH, rtr_attr(5), Status::BadParam),
         (RTR_MASK | m::CAP, rtr_attr(5), Status::NotSupported),
         (RTR_MASK | m::SQ_PSN, rtr_attr(5), Status::BadState),
         (RTR_MASK & !m::DEST_QPN, rtr_attr(5), Status::BadState),
@@ -1537,6 +1540,53 @@ fn a_refused_modify_leaves_the_qp_as_it_was() {
     // The right one goes through.
     d.modify(qpn, RTR_MASK, rtr_attr(5)).unwrap();
     assert_eq!(d.state(qpn), QpState::Rtr);
+}
+
+#[test]
+fn ad_10_modify_qp_takes_the_alternate_path_and_query_qp_reports_it() {
+    let mut d = Dev::new();
+    let pdn = d.pd();
+    let cqn = d.cq(0);
+    let qpn = d.qp(QpType::Rc, pdn, cqn, None);
+    d.connect_rc(qpn, qpn).unwrap();
+    let mut alt = device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]);
+    alt.ah_attr.dlid = LID;
+    alt.ah_attr.sl = 3;
+    alt.port_num = 1;
+    alt.timeout = 12;
+    let arm = QpAttr {
+        path_mig_state: 1, // Rearm: the device arms it at once
+        ..QpAttr::default()
+    };
+    let modify = |mask: u32, attr: QpAttr, alt| ModifyQpIn {
+        qpn,
+        attr_mask: mask,
+        attr,
+        alt,
+    };
+    // Arming without an alternate path, a bad migration state: refused.
+    let zero = device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]);
+    let r = d.call_in(Opcode::ModifyQp, &modify(m::PATH_MIG_STATE, arm, zero));
+    assert_eq!(r, Err(Status::BadParam));
+    let bad = QpAttr {
+        path_mig_state: 3,
+        ..QpAttr::default()
+    };
+    let r = d.call_in(
+        Opcode::ModifyQp,
+        &modify(m::PATH_MIG_STATE | m::ALT_PATH, bad, alt),
+    );
+    assert_eq!(r, Err(Status::BadParam));
+    d.call_in(
+        Opcode::ModifyQp,
+        &modify(m::PATH_MIG_STATE | m::ALT_PATH, arm, alt),
+    )
+    .unwrap();
+    let q = d.query_qp(qpn).unwrap();
+    assert_eq!(q.attr.path_mig_state, 2, "Armed");
+    assert_eq!(q.alt.ah_attr.sl, 3);
+    assert_eq!(q.alt.ah_attr.dlid, LID);
+    assert_eq!((q.alt.port_num, q.alt.timeout), (1, 12));
 }
 
 #[test]
@@ -2547,6 +2597,7 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
                 qpn: pick(r, &live.qps),
                 attr_mask: mask,
                 attr,
+                alt: device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]),
             })
         }
         Opcode::QueryQp => bytes(&QueryQpIn {

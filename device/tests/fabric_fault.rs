@@ -55,6 +55,7 @@ fn fault_spec_section6_parses_the_cli_string() {
             delay_rate: 1.0,
             seed: 7,
             panic_after: 0,
+            drop_dlid: 0,
         }
     );
     // Any order, spaces, hex seed, missing keys default to no fault.
@@ -258,4 +259,20 @@ fn fault_stage_section6_over_udp_corrupt_packets_are_dropped_by_parse() {
     // parsed. (The LID checks of what b got are the engine's, ARCHITECTURE.md §2.)
     let c = b.counters();
     assert_eq!(got + a.inner().counters().dropped(), 20, "{c:?}");
+}
+
+#[test]
+fn fault_stage_drop_dlid_loses_every_packet_to_that_lid_only() {
+    // AD-10's dead path: ud_packet(slid 1, dlid 2, ...) all lost, dlid 3 kept.
+    let s = spec("drop_dlid=2");
+    assert_eq!(s.drop_dlid, 2);
+    assert_eq!(spec(&s.to_string()), s);
+    assert_eq!(spec("drop_dlid=0x29").drop_dlid, 0x29);
+    assert!("drop_dlid=65536".parse::<FaultSpec>().is_err());
+    let f = run(&s, 100);
+    assert_eq!(f.counters().dropped, 100);
+    assert!(f.inner().sent.is_empty());
+    let mut f = FaultLink::new(RecordingLink::default(), s);
+    f.send(T0, &ud_packet(1, 3, 0, b"kept")).unwrap();
+    assert_eq!(f.inner().sent.len(), 1);
 }

@@ -424,6 +424,7 @@ fn cmdq() {
             qpn: q,
             attr_mask: mask,
             attr,
+            alt: device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]),
         };
         let init = QpAttr {
             qp_state: QpState::Init.raw(),

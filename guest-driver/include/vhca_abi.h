@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 3.1.
+ * vhca_abi.h: the vhca device ABI, version 3.2.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -64,9 +64,13 @@ typedef uint64_t __u64;
  * start at 16; a producer index needs its summary bit) and fast-registration
  * MRs (MP-08: REG_MR's FAST flag, the REG_MR WQE, DeviceAttr's
  * max_fast_reg_pages). Minor 1: UD multicast (ATTACH_MCAST, DETACH_MCAST,
- * DeviceAttr's max_mcast_*; AD-08).
+ * DeviceAttr's max_mcast_*; AD-08). Minor 2: XRC (ALLOC/DEALLOC_XRCD,
+ * CreateSrqIn's XRC fields, CreateQpIn's xrcdn, the send WQE's XRC segment,
+ * the CQE's srqn; SR-02), memory windows of type 2A (MP-07), QueryPortOut's
+ * max_vl_num (AD-06), the alternate path in ModifyQpIn / QueryQpOut (AD-10)
+ * and new counter names: each in reserved bytes or appended.
  */
-#define VHCA_ABI_VERSION             0x00030001U
+#define VHCA_ABI_VERSION             0x00030002U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -823,8 +827,8 @@ enum vhca_atomic_cap {
 
 /*
  * QP attribute mask (`enum ibv_qp_attr_mask` bits) of MODIFY_QP; the device
- * checks it against the transition table (QS-02) and refuses ALT_PATH,
- * PATH_MIG_STATE and CAP with `VHCA_STATUS_NOT_SUPPORTED`.
+ * checks it against the transition table (QS-02) and refuses CAP with
+ * `VHCA_STATUS_NOT_SUPPORTED`. ALT_PATH reads `ModifyQpIn::alt` (AD-10).
  */
 #define VHCA_QP_ATTR_STATE               (1U << 0)
 #define VHCA_QP_ATTR_CUR_STATE           (1U << 1)
@@ -1259,6 +1263,28 @@ _Static_assert(offsetof(struct vhca_av, dmac) == 32, "vhca_av.dmac");
 _Static_assert(offsetof(struct vhca_av, rsvd2) == 38, "vhca_av.rsvd2");
 
 /*
+ * A QP's alternate path (AD-10; `ibv_qp_attr`'s `alt_ah_attr`,
+ * `alt_pkey_index`, `alt_port_num`, `alt_timeout`), valid where the attribute
+ * mask has `ALT_PATH`.
+ */
+struct vhca_alt_path {
+	struct vhca_av ah_attr;
+	__u16 pkey_index;
+	/* Port (1). */
+	__u8 port_num;
+	/* Local ACK timeout on the alternate path (as `timeout`). */
+	__u8 timeout;
+	/* Zero. */
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_alt_path) == 48, "vhca_alt_path: size");
+_Static_assert(offsetof(struct vhca_alt_path, ah_attr) == 0, "vhca_alt_path.ah_attr");
+_Static_assert(offsetof(struct vhca_alt_path, pkey_index) == 40, "vhca_alt_path.pkey_index");
+_Static_assert(offsetof(struct vhca_alt_path, port_num) == 42, "vhca_alt_path.port_num");
+_Static_assert(offsetof(struct vhca_alt_path, timeout) == 43, "vhca_alt_path.timeout");
+_Static_assert(offsetof(struct vhca_alt_path, rsvd) == 44, "vhca_alt_path.rsvd");
+
+/*
  * QP sizes (`struct ibv_qp_cap`): asked for at CREATE_QP, granted in its
  * output.
  */
@@ -1286,7 +1312,10 @@ struct vhca_qp_attr {
 	__u8 cur_qp_state;
 	/* `enum vhca_mtu`. */
 	__u8 path_mtu;
-	/* Path migration (AD-10): unsupported, zero. */
+	/*
+	 * Path migration state (AD-10): `enum ibv_mig_state` (0 Migrated, 1 Rearm, 2
+	 * Armed); the device arms a Rearm at once.
+	 */
 	__u8 path_mig_state;
 	__u32 qkey;
 	/* Expected PSN of the responder (24 bits). */
@@ -1932,11 +1961,14 @@ struct vhca_modify_qp_in {
 	/* `VHCA_QP_ATTR_*` (`ibv_qp_attr_mask` bits). */
 	__u32 attr_mask;
 	struct vhca_qp_attr attr;
+	/* With `VHCA_QP_ATTR_ALT_PATH` (AD-10). */
+	struct vhca_alt_path alt;
 };
-_Static_assert(sizeof(struct vhca_modify_qp_in) == 104, "vhca_modify_qp_in: size");
+_Static_assert(sizeof(struct vhca_modify_qp_in) == 152, "vhca_modify_qp_in: size");
 _Static_assert(offsetof(struct vhca_modify_qp_in, qpn) == 0, "vhca_modify_qp_in.qpn");
 _Static_assert(offsetof(struct vhca_modify_qp_in, attr_mask) == 4, "vhca_modify_qp_in.attr_mask");
 _Static_assert(offsetof(struct vhca_modify_qp_in, attr) == 8, "vhca_modify_qp_in.attr");
+_Static_assert(offsetof(struct vhca_modify_qp_in, alt) == 104, "vhca_modify_qp_in.alt");
 
 /* QUERY_QP input. */
 struct vhca_query_qp_in {
@@ -1959,8 +1991,10 @@ struct vhca_query_qp_out {
 	__u32 recv_cqn;
 	__u32 srqn;
 	__u32 rsvd1;
+	/* The alternate path (AD-10); after a migration the former primary. */
+	struct vhca_alt_path alt;
 };
-_Static_assert(sizeof(struct vhca_query_qp_out) == 120, "vhca_query_qp_out: size");
+_Static_assert(sizeof(struct vhca_query_qp_out) == 168, "vhca_query_qp_out: size");
 _Static_assert(offsetof(struct vhca_query_qp_out, attr) == 0, "vhca_query_qp_out.attr");
 _Static_assert(offsetof(struct vhca_query_qp_out, qp_type) == 96, "vhca_query_qp_out.qp_type");
 _Static_assert(offsetof(struct vhca_query_qp_out, sq_sig_all) == 97, "vhca_query_qp_out.sq_sig_all");
@@ -1970,6 +2004,7 @@ _Static_assert(offsetof(struct vhca_query_qp_out, send_cqn) == 104, "vhca_query_
 _Static_assert(offsetof(struct vhca_query_qp_out, recv_cqn) == 108, "vhca_query_qp_out.recv_cqn");
 _Static_assert(offsetof(struct vhca_query_qp_out, srqn) == 112, "vhca_query_qp_out.srqn");
 _Static_assert(offsetof(struct vhca_query_qp_out, rsvd1) == 116, "vhca_query_qp_out.rsvd1");
+_Static_assert(offsetof(struct vhca_query_qp_out, alt) == 120, "vhca_query_qp_out.alt");
 
 /* DESTROY_QP input. */
 struct vhca_destroy_qp_in {
@@ -2550,7 +2585,7 @@ enum vhca_eqe_type {
 	VHCA_EQE_COMM_EST = 4,
 	/* object = QPN (QS-05). */
 	VHCA_EQE_SQ_DRAINED = 5,
-	/* object = QPN; not sent (AD-10). */
+	/* object = QPN (AD-10). */
 	VHCA_EQE_PATH_MIG = 6,
 	/* object = QPN; not sent (AD-10). */
 	VHCA_EQE_PATH_MIG_ERR = 7,
@@ -2932,8 +2967,9 @@ enum vhca_counter_set {
 	"mcast_own_skipped", \
 	"credit_waits", \
 	"credit_probes", \
-	"credit_acks_sent"
-#define VHCA_COUNTERS_PORT_COUNT 24
+	"credit_acks_sent", \
+	"path_migrations"
+#define VHCA_COUNTERS_PORT_COUNT 25
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

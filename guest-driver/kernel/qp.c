@@ -535,6 +535,17 @@ int vhca_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			return ret;
 		}
 	}
+	/* AD-10: the alternate path, in the mailbox after the attributes. */
+	if (mask & IB_QP_ALT_PATH) {
+		ret = vhca_ah_to_av(dev, &attr->alt_ah_attr, &in->alt.ah_attr);
+		if (ret) {
+			kfree(in);
+			return ret;
+		}
+		in->alt.pkey_index = attr->alt_pkey_index;
+		in->alt.port_num = attr->alt_port_num;
+		in->alt.timeout = attr->alt_timeout;
+	}
 	if (mask & IB_QP_CAP) {
 		a->cap.max_send_wr = attr->cap.max_send_wr;
 		a->cap.max_recv_wr = attr->cap.max_recv_wr;
@@ -580,7 +591,7 @@ int vhca_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->qp_state = a->qp_state;
 	attr->cur_qp_state = a->qp_state;
 	attr->path_mtu = a->path_mtu;
-	attr->path_mig_state = IB_MIG_MIGRATED;
+	attr->path_mig_state = a->path_mig_state; /* AD-10: ib_mig_state numbers */
 	attr->qkey = a->qkey;
 	attr->rq_psn = a->rq_psn;
 	attr->sq_psn = a->sq_psn;
@@ -592,8 +603,14 @@ int vhca_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->cap.max_recv_sge = a->cap.max_recv_sge;
 	attr->cap.max_inline_data = a->cap.max_inline_data;
 	if (qp->type == VHCA_QPT_RC || qp->type == VHCA_QPT_UC ||
-	    qp->type == VHCA_QPT_XRC_INI || qp->type == VHCA_QPT_XRC_TGT)
+	    qp->type == VHCA_QPT_XRC_INI || qp->type == VHCA_QPT_XRC_TGT) {
 		vhca_av_to_ah(dev, &a->ah_attr, &attr->ah_attr);
+		/* AD-10: after a migration, the former primary path. */
+		vhca_av_to_ah(dev, &out->alt.ah_attr, &attr->alt_ah_attr);
+		attr->alt_pkey_index = out->alt.pkey_index;
+		attr->alt_port_num = out->alt.port_num;
+		attr->alt_timeout = out->alt.timeout;
+	}
 	attr->pkey_index = a->pkey_index;
 	attr->port_num = a->port_num;
 	attr->en_sqd_async_notify = a->en_sqd_async_notify;

@@ -523,6 +523,31 @@ pub struct QpAttr {
     /// RNR retries, 0..=7; 7 means infinite (RL-11).
     pub rnr_retry: u8,
     pub en_sqd_async_notify: bool,
+    /// The alternate path (AD-10, `ALT_PATH`; seed 001 "Alternate Path
+    /// Address Information", RC and UC): its address vector, ...
+    pub alt_av: AddressVector,
+    /// ... its P_Key index, ...
+    pub alt_pkey_index: u16,
+    /// ... its port, ...
+    pub alt_port_num: u8,
+    /// ... and its Local ACK Timeout exponent (as `timeout`).
+    pub alt_timeout: u8,
+    /// Path migration state (AD-10, `PATH_MIG_STATE`; IBA 17.2.8).
+    pub path_mig_state: MigState,
+}
+
+/// Path migration states (IBA 17.2.8; AD-10), numbered as `ibv_mig_state`.
+/// Migrated: the QP uses its (primary) path and has no armed alternate.
+/// Rearm: the consumer loaded an alternate path and asks to arm it. Armed:
+/// both ends may migrate to the alternate path (vhca arms a Rearm request at
+/// once: loading the alternate path needs no work of the CA, `engine::apm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum MigState {
+    #[default]
+    Migrated = 0,
+    Rearm = 1,
+    Armed = 2,
 }
 
 /// QP sizes asked for at creation (`struct ibv_qp_cap`).
@@ -584,7 +609,9 @@ pub enum VerbError {
 /// QP or SRQ, or the port. Completion events of armed CQs (CQ-02) and the CQ
 /// error of an overflow (CQ-03) are not among them: a CQ's arming and depth
 /// belong to its consumer, the device's CQ ring (ARCHITECTURE.md §4 "who owns
-/// what").
+/// what"). `PathMigrated`: the QP moved to its alternate path (AD-10,
+/// `IBV_EVENT_PATH_MIG`), its requester after ACK timeouts on the primary path
+/// or its responder on a MigReq packet on the alternate path (IBA 17.2.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
     QpFatal { qpn: u32 },
@@ -595,6 +622,7 @@ pub enum Event {
     SrqLimitReached { srq: Handle },
     PortActive,
     PortError,
+    PathMigrated { qpn: u32 },
 }
 
 /// The GRH of a received UD message, as `ibv_grh` puts it in the receive buffer's

@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 24] = [
+const PORT_COUNTERS: [&str; 25] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -107,6 +107,7 @@ const PORT_COUNTERS: [&str; 24] = [
     "credit_waits",
     "credit_probes",
     "credit_acks_sent",
+    "path_migrations",
 ];
 
 /// The port set's values, in the order of its names.
@@ -140,6 +141,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         credit_waits,
         credit_probes,
         credit_acks_sent,
+        path_migrations,
     } = c;
     [
         *rx_packets,
@@ -166,6 +168,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *credit_waits,
         *credit_probes,
         *credit_acks_sent,
+        *path_migrations,
     ]
 }
 

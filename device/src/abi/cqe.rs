@@ -124,7 +124,7 @@ abi_enum! {
         CommEst = 4,
         /// object = QPN (QS-05).
         SqDrained = 5,
-        /// object = QPN; not sent (AD-10).
+        /// object = QPN (AD-10).
         PathMig = 6,
         /// object = QPN; not sent (AD-10).
         PathMigErr = 7,
@@ -173,6 +173,7 @@ impl EqeType {
             Event::SrqLimitReached { .. } => EqeType::SrqLimitReached,
             Event::PortActive => EqeType::PortActive,
             Event::PortError => EqeType::PortErr,
+            Event::PathMigrated { .. } => EqeType::PathMig,
         }
     }
 }

@@ -31,7 +31,12 @@ abi_consts! {
         /// and fast-registration MRs (MP-08: REG_MR's FAST flag, the REG_MR
         /// WQE, DeviceAttr's max_fast_reg_pages). Minor 1: UD multicast
         /// (ATTACH_MCAST, DETACH_MCAST, DeviceAttr's max_mcast_*; AD-08).
-        ABI_VERSION = 0x0003_0001,
+        /// Minor 2: XRC (ALLOC/DEALLOC_XRCD, CreateSrqIn's XRC fields,
+        /// CreateQpIn's xrcdn, the send WQE's XRC segment, the CQE's srqn;
+        /// SR-02), memory windows of type 2A (MP-07), QueryPortOut's
+        /// max_vl_num (AD-06), the alternate path in ModifyQpIn / QueryQpOut
+        /// (AD-10) and new counter names: each in reserved bytes or appended.
+        ABI_VERSION = 0x0003_0002,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

@@ -231,8 +231,8 @@ abi_consts! {
 
 abi_consts! {
     /// QP attribute mask (`enum ibv_qp_attr_mask` bits) of MODIFY_QP; the device
-    /// checks it against the transition table (QS-02) and refuses ALT_PATH,
-    /// PATH_MIG_STATE and CAP with `VHCA_STATUS_NOT_SUPPORTED`.
+    /// checks it against the transition table (QS-02) and refuses CAP with
+    /// `VHCA_STATUS_NOT_SUPPORTED`. ALT_PATH reads `ModifyQpIn::alt` (AD-10).
     pub mod qp_attr_mask: u32 = "VHCA_QP_ATTR" {
         STATE = 1 << 0,
         CUR_STATE = 1 << 1,

@@ -4,8 +4,8 @@
 use transport::verbs as tv;
 
 use crate::abi::cmd::{
-    Av, CreateQpIn, CreateQpOut, DestroyQpIn, ModifyQpIn, Pbl, QpAttr, QueryQpIn, QueryQpOut,
-    Status,
+    AltPath, Av, CreateQpIn, CreateQpOut, DestroyQpIn, ModifyQpIn, Pbl, QpAttr, QueryQpIn,
+    QueryQpOut, Status,
 };
 use crate::abi::verbs::{num, qp_attr_mask, Mtu, QpState, QpType};
 use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg, XrcSeg};
@@ -214,14 +214,18 @@ fn av_from_abi(av: &Av) -> Result<tv::AddressVector, Fail> {
 
 /// The engine's attributes and mask of a MODIFY_QP: only the attributes the
 /// mask names are read (ibverbs), each checked here or by the engine's table.
-fn qp_attr_from_abi(a: &QpAttr, mask: u32) -> Result<(tv::QpAttr, tv::AttrMask), Fail> {
+fn qp_attr_from_abi(
+    a: &QpAttr,
+    alt: &AltPath,
+    mask: u32,
+) -> Result<(tv::QpAttr, tv::AttrMask), Fail> {
     use qp_attr_mask as m;
     let known = (m::DEST_QPN << 1) - 1;
     if mask & !known != 0 {
         return Err(fail(Status::BadParam, Syndrome::AttrMask));
     }
-    // Alternate paths and migration (AD-10), resizing: not implemented.
-    if mask & (m::ALT_PATH | m::PATH_MIG_STATE | m::CAP) != 0 {
+    // Resizing: not implemented.
+    if mask & m::CAP != 0 {
         return Err(fail(Status::NotSupported, Syndrome::Unsupported));
     }
     reserved(a.rsvd == 0)?;
@@ -281,6 +285,23 @@ fn qp_attr_from_abi(a: &QpAttr, mask: u32) -> Result<(tv::QpAttr, tv::AttrMask),
     if has(m::DEST_QPN) {
         t.dest_qp_num = a.dest_qp_num;
     }
+    // AD-10: the engine checks the alternate path's values and whether
+    // arming has one (`engine::apm`).
+    if has(m::ALT_PATH) {
+        reserved(alt.rsvd == 0)?;
+        t.alt_av = av_from_abi(&alt.ah_attr)?;
+        t.alt_pkey_index = alt.pkey_index;
+        t.alt_port_num = alt.port_num;
+        t.alt_timeout = alt.timeout;
+    }
+    if has(m::PATH_MIG_STATE) {
+        t.path_mig_state = match a.path_mig_state {
+            0 => tv::MigState::Migrated,
+            1 => tv::MigState::Rearm,
+            2 => tv::MigState::Armed,
+            _ => return Err(fail(Status::BadParam, Syndrome::AttrValue)),
+        };
+    }
     Ok((t, tv::AttrMask(mask)))
 }
 
@@ -288,7 +309,7 @@ pub(super) fn modify_qp(x: &mut Exec<'_>, i: ModifyQpIn) -> Result<(), Fail> {
     if !x.hca.qps.contains_key(&i.qpn) && !x.hca.xrc_tgts.contains_key(&i.qpn) {
         return Err(fail(Status::NotFound, Syndrome::NoQp));
     }
-    let (attr, mask) = qp_attr_from_abi(&i.attr, i.attr_mask)?;
+    let (attr, mask) = qp_attr_from_abi(&i.attr, &i.alt, i.attr_mask)?;
     let now = time(x.now);
     // The engine's transition table checks the transition, the mask and the
     // values, and changes nothing on a refusal (QS-02).
@@ -327,6 +348,7 @@ pub(super) fn query_qp(x: &mut Exec<'_>, i: QueryQpIn) -> Result<QueryQpOut, Fai
         recv_cqn: qp.recv_cqn,
         srqn: qp.srqn.unwrap_or(num::NONE),
         rsvd1: 0,
+        alt: crate::convert::alt_path_to_abi(&attr),
     })
 }
 

@@ -77,6 +77,7 @@ pub(super) fn query_tgt_qp(x: &mut Exec<'_>, qpn: u32) -> Result<QueryQpOut, Fai
         recv_cqn: num::NONE,
         srqn: num::NONE,
         rsvd1: 0,
+        alt: crate::convert::alt_path_to_abi(&attr),
     })
 }
 

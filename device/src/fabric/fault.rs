@@ -54,6 +54,9 @@ pub struct FaultSpec {
     /// an internal bug turns into a FATAL device the guest can reset, not a
     /// hung one (issue 13).
     pub panic_after: u64,
+    /// Every native packet to this DLID is lost (0: none): a dead path of a
+    /// node with LMC > 0, whose other LIDs stay reachable (AD-10 tests).
+    pub drop_dlid: u16,
 }
 
 impl Default for FaultSpec {
@@ -68,6 +71,7 @@ impl Default for FaultSpec {
             delay_rate: 1.0,
             seed: 0,
             panic_after: 0,
+            drop_dlid: 0,
         }
     }
 }
@@ -82,7 +86,7 @@ pub enum FaultSpecError {
     #[error("fault spec item `{0}` is not key=value")]
     NotKeyValue(String),
     /// A key this stage does not know.
-    #[error("unknown fault `{0}` (known: drop, dup, reorder, corrupt, delay, delay_rate, seed)")]
+    #[error("unknown fault `{0}` (known: drop, dup, reorder, corrupt, delay, delay_rate, seed, drop_dlid)")]
     UnknownKey(String),
     /// A key given twice.
     #[error("fault `{0}` given twice")]
@@ -178,6 +182,11 @@ impl std::str::FromStr for FaultSpec {
                 "delay" => spec.delay = parse_delay(value)?,
                 "seed" => spec.seed = parse_seed(value)?,
                 "panic_after" => spec.panic_after = parse_seed(value)?,
+                "drop_dlid" => {
+                    spec.drop_dlid = parse_seed(value)?
+                        .try_into()
+                        .map_err(|_| FaultSpecError::BadSeed(value.to_string()))?
+                }
                 _ => return Err(FaultSpecError::UnknownKey(key.to_string())),
             }
             seen.push(key);
@@ -191,7 +200,7 @@ impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "drop={},dup={},reorder={},corrupt={},delay={}ns,delay_rate={},seed={},panic_after={}",
+            "drop={},dup={},reorder={},corrupt={},delay={}ns,delay_rate={},seed={},panic_after={},drop_dlid={}",
             self.drop,
             self.dup,
             self.reorder,
@@ -199,7 +208,8 @@ impl fmt::Display for FaultSpec {
             self.delay.as_nanos(),
             self.delay_rate,
             self.seed,
-            self.panic_after
+            self.panic_after,
+            self.drop_dlid
         )
     }
 }
@@ -369,7 +379,11 @@ impl<L: Link> Link for FaultLink<L> {
         if self.counters.packets == self.spec.panic_after {
             panic!("fault injection: panic_after={}", self.spec.panic_after);
         }
-        if self.rng.chance(self.spec.drop) {
+        // LRH bytes 2-3: the DLID (InfiniBand ports only: on a RoCE port
+        // these are destination MAC bytes, so `drop_dlid` is not for them).
+        let to_dead = self.spec.drop_dlid != 0
+            && packet.get(2..4) == Some(&self.spec.drop_dlid.to_be_bytes()[..]);
+        if to_dead || self.rng.chance(self.spec.drop) {
             self.counters.dropped += 1;
             return released;
         }

@@ -289,12 +289,25 @@ impl Hca {
     /// MODIFY_QP with a raw mask and attributes. Going to Reset forgets the
     /// WQEs the driver had posted (the device discards them too).
     pub fn modify_qp(&mut self, qp: QpH, mask: u32, attr: &QpAttr) -> Result<(), CmdError> {
+        let alt = device::abi::cmd::AltPath::from_bytes(&[0; device::abi::cmd::AltPath::SIZE]);
+        self.modify_qp_alt(qp, mask, attr, &alt)
+    }
+
+    /// MODIFY_QP with an alternate path too (AD-10; read with `ALT_PATH`).
+    pub fn modify_qp_alt(
+        &mut self,
+        qp: QpH,
+        mask: u32,
+        attr: &QpAttr,
+        alt: &device::abi::cmd::AltPath,
+    ) -> Result<(), CmdError> {
         self.cmd::<_, Nothing>(
             Opcode::ModifyQp,
             &ModifyQpIn {
                 qpn: qp.qpn,
                 attr_mask: mask,
                 attr: *attr,
+                alt: *alt,
             },
         )?;
         if mask & m::STATE != 0 && attr.qp_state == QpState::Reset.raw() {

@@ -641,6 +641,9 @@ pub(crate) fn on_timeout(qp: &mut Qp, now: Time, fx: &mut Effects, c: &mut Count
     }
     c.timeouts += 1;
     c.recovery_stall_us += qp.req.rec.stalled_ns(now) / 1000;
+    // AD-10: an Armed QP may move to its alternate path here (restarting
+    // its retry count); the resend below then goes on the new path.
+    super::apm::on_ack_timeout(qp, fx, c);
     if qp.req.retry_left == 0 {
         // RL-10: seven means seven; then RETRY_EXC_ERR and the QP goes to Error.
         let una = qp.req.una;

@@ -180,6 +180,10 @@ pub struct Limits {
     /// queue and requesters keep to what their peer reports. Off, ACKs carry
     /// no count (code 31) and counts received are ignored.
     pub credits: bool,
+    /// ACK timeouts in a row without progress after which an Armed RC
+    /// requester migrates to its alternate path (AD-10, `apm`; vhca policy);
+    /// 0: never on its own.
+    pub apm_timeouts: u8,
     /// RC request packets in flight over all QPs (`port_window`; 0: no bound).
     pub port_window: u32,
 }
@@ -207,6 +211,7 @@ impl Default for Limits {
             max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
             max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
             credits: true,
+            apm_timeouts: 2,
             port_window: DEFAULT_PORT_WINDOW,
         }
     }

@@ -206,6 +206,8 @@ pub struct Counters {
     /// RC responder: unsolicited ACKs sent to report credits after a zero
     /// count, when a receive WQE was posted (RL-13).
     pub credit_acks_sent: u64,
+    /// QPs that migrated to their alternate path (AD-10), either side.
+    pub path_migrations: u64,
 }
 
 impl Counters {

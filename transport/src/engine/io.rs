@@ -81,6 +81,7 @@ impl Engine {
             }
         };
         let mut fx = Effects::default();
+        super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
         let mut ctx = Ctx {
             mrs: &mut self.mrs,
@@ -379,10 +380,15 @@ pub(super) fn check_headers(
     let pkey_ok = match qp.qpn {
         0 => true,
         1 => port.pkey_slot(bth.pkey).is_some(),
-        _ => port
-            .pkeys
-            .get(usize::from(qp.attr.pkey_index))
-            .is_some_and(|&own| pkey_match(bth.pkey, own)),
+        _ => {
+            // AD-10: an Armed QP's alternate path has its own P_Key index.
+            let alt = super::apm::alt_active(qp).then_some(qp.attr.alt_pkey_index);
+            core::iter::once(qp.attr.pkey_index).chain(alt).any(|i| {
+                port.pkeys
+                    .get(usize::from(i))
+                    .is_some_and(|&own| pkey_match(bth.pkey, own))
+            })
+        }
     };
     if !pkey_ok {
         return Err(RxDrop::BadPkey);
@@ -403,7 +409,9 @@ pub(super) fn check_headers(
         if lrh.dlid == PERMISSIVE_LID {
             return Err(RxDrop::BadDlid);
         }
-        if lrh.slid != qp.attr.av.dlid {
+        // C9-54 items 3 and 4: the primary path's remote LID, or the
+        // alternate's while Armed (AD-10).
+        if !super::apm::rx_paths(qp).any(|p| p.dlid == lrh.slid) {
             return Err(RxDrop::BadSlid);
         }
     } else {
@@ -422,10 +430,27 @@ pub(super) fn check_headers(
 /// to need it or not); when there, the DGID must be this port's GID and the
 /// SGID the path's remote GID, either also with the default prefix
 /// 0xFE80::/64 in front of the same low 64 bits; reserved (::), loopback
-/// (::1) and multicast GIDs are never valid (C9-47.1.1). No APM: the
-/// alternate GIDs of steps 6 and 7 do not exist.
+/// (::1) and multicast GIDs are never valid (C9-47.1.1). While the QP is
+/// Armed its alternate path's GIDs are valid too (DGID steps 6-7, SGID steps
+/// 5-6; AD-10): the packet passes when it matches either path.
 fn check_grh(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
-    let (grh, path) = match (pkt.grh.as_ref(), qp.attr.av.grh.as_ref()) {
+    let mut last = Err(RxDrop::GrhMismatch);
+    for av in super::apm::rx_paths(qp) {
+        last = check_grh_path(port, av.grh.as_ref(), pkt);
+        if last.is_ok() {
+            return last;
+        }
+    }
+    last
+}
+
+/// [`check_grh`] against one path.
+fn check_grh_path(
+    port: &PortConfig,
+    path: Option<&crate::verbs::GlobalRoute>,
+    pkt: &PacketRepr<'_>,
+) -> Result<(), RxDrop> {
+    let (grh, path) = match (pkt.grh.as_ref(), path) {
         (None, None) => return Ok(()),
         (Some(g), Some(p)) => (g, p),
         _ => return Err(RxDrop::GrhMismatch),
@@ -531,10 +556,13 @@ fn check_roce_addresses(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Res
         }
         return Ok(());
     }
-    let Some(path) = qp.attr.av.grh.as_ref() else {
-        return Err(RxDrop::BadGid);
-    };
-    if grh.sgid != path.dgid || link::source_gid(port, path.sgid_index) != Some(grh.dgid) {
+    // AD-10: the alternate path's GIDs too while Armed.
+    let ok = super::apm::rx_paths(qp)
+        .filter_map(|av| av.grh.as_ref())
+        .any(|path| {
+            grh.sgid == path.dgid && link::source_gid(port, path.sgid_index) == Some(grh.dgid)
+        });
+    if !ok {
         return Err(RxDrop::BadGid);
     }
     Ok(())

@@ -17,6 +17,7 @@
 //! transmit, timers and events.
 
 mod access;
+mod apm;
 mod completer;
 mod config;
 mod counters;
@@ -91,6 +92,8 @@ pub(crate) struct Qp {
     pub xrcd: Option<Handle>,
     /// Its part in the port window (`port_window`).
     pub(crate) port: port_window::Share,
+    /// Automatic path migration state (AD-10, `apm`).
+    pub apm: apm::Apm,
 }
 
 /// The engine.
@@ -540,6 +543,10 @@ impl Engine {
                 _reserved: reserved,
                 xrcd,
                 port: port_window::Share::default(),
+                apm: apm::Apm {
+                    after_timeouts: self.limits.apm_timeouts,
+                    ..apm::Apm::default()
+                },
             },
         );
         Ok(qpn)
@@ -652,8 +659,10 @@ impl Engine {
         };
         let mask = xrc::rc_mask(qp.init.qp_type, qp.state, attr.state, mask);
         let next = qp_state::check_modify_kind(kind, qp.state, attr, mask, &limits)?;
+        apm::check_modify(qp, &self.port, attr, mask)?;
         apply_attrs(qp, attr, mask);
         let mut fx = Effects::default();
+        apm::apply_modify(qp, attr, mask, &mut fx, &mut self.counters);
         let from = qp.state;
         match next {
             QpState::Reset => {
@@ -662,6 +671,10 @@ impl Engine {
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
                 qp.resp = Responder::new(self.limits.credits);
                 qp.attr = QpAttr::default();
+                qp.apm = apm::Apm {
+                    after_timeouts: qp.apm.after_timeouts,
+                    ..apm::Apm::default()
+                };
             }
             QpState::Error => {}
             QpState::Rtr if from == QpState::Init => {

@@ -693,7 +693,7 @@ fn build_request(
             bth: BthRepr {
                 opcode: op,
                 solicited,
-                mig_req: false,
+                mig_req: qp.apm.migreq, // AD-10, 9.2.4
                 pkey,
                 fecn: false,
                 becn: false,

@@ -456,6 +456,7 @@ pub fn section() -> Section {
         Entry::Consts(pbl_const::layout()),
         Entry::Struct(entry::<Pbl>()),
         Entry::Struct(entry::<Av>()),
+        Entry::Struct(entry::<AltPath>()),
         Entry::Struct(entry::<QpCap>()),
         Entry::Struct(entry::<QpAttr>()),
         Entry::Consts(reg_mr_flags::layout()),

@@ -52,6 +52,22 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// A QP's alternate path (AD-10; `ibv_qp_attr`'s `alt_ah_attr`,
+    /// `alt_pkey_index`, `alt_port_num`, `alt_timeout`), valid where the
+    /// attribute mask has `ALT_PATH`.
+    pub struct AltPath (48) {
+        pub ah_attr: Av,
+        pub pkey_index: u16,
+        /// Port (1).
+        pub port_num: u8,
+        /// Local ACK timeout on the alternate path (as `timeout`).
+        pub timeout: u8,
+        /// Zero.
+        pub rsvd: u32,
+    }
+}
+
+abi_struct! {
     /// QP attributes (`struct ibv_qp_attr`), valid where the attribute mask says.
     pub struct QpAttr (96) {
         /// `enum vhca_qp_state`.
@@ -60,7 +76,8 @@ abi_struct! {
         pub cur_qp_state: u8,
         /// `enum vhca_mtu`.
         pub path_mtu: u8,
-        /// Path migration (AD-10): unsupported, zero.
+        /// Path migration state (AD-10): `enum ibv_mig_state` (0 Migrated,
+        /// 1 Rearm, 2 Armed); the device arms a Rearm at once.
         pub path_mig_state: u8,
         pub qkey: u32,
         /// Expected PSN of the responder (24 bits).
@@ -322,11 +339,13 @@ abi_struct! {
     /// QP's doorbell slot as the point from which WQEs are new, as CREATE_QP
     /// does: WQEs posted and not yet fetched are dropped, and the driver's
     /// free-running indices need not restart at zero.
-    pub struct ModifyQpIn (104) {
+    pub struct ModifyQpIn (152) {
         pub qpn: u32,
         /// `VHCA_QP_ATTR_*` (`ibv_qp_attr_mask` bits).
         pub attr_mask: u32,
         pub attr: QpAttr,
+        /// With `VHCA_QP_ATTR_ALT_PATH` (AD-10).
+        pub alt: AltPath,
     }
 }
 
@@ -339,7 +358,7 @@ abi_struct! {
 
 abi_struct! {
     /// QUERY_QP output (mailbox): every attribute, and the creation parameters.
-    pub struct QueryQpOut (120) {
+    pub struct QueryQpOut (168) {
         pub attr: QpAttr,
         /// `enum vhca_qp_type`.
         pub qp_type: u8,
@@ -350,6 +369,8 @@ abi_struct! {
         pub recv_cqn: u32,
         pub srqn: u32,
         pub rsvd1: u32,
+        /// The alternate path (AD-10); after a migration the former primary.
+        pub alt: AltPath,
     }
 }
 

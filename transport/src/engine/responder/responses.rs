@@ -479,7 +479,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             bth: BthRepr {
                 opcode: op,
                 solicited: false,
-                mig_req: false,
+                mig_req: qp.apm.migreq, // AD-10, 9.2.4
                 pkey: cx
                     .port
                     .pkeys

@@ -1,0 +1,141 @@
+//! Automatic path migration (AD-10) between real `vhca` processes: the
+//! guest loads an alternate path through MODIFY_QP (`ModifyQpIn::alt`), arms
+//! it, QUERY_QP reports it; a migration the guest asks of one side moves its
+//! requests onto the alternate path with MigReq, the other side follows, and
+//! its guest gets the path migrated event (`VHCA_EQE_PATH_MIG`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use vhca_tests::abi::cmd::{AltPath, Av, QpAttr};
+use vhca_tests::abi::counters::CounterSet;
+use vhca_tests::abi::cqe::EqeType;
+use vhca_tests::abi::verbs::{qp_attr_mask as m, QpType};
+use vhca_tests::fixture::{assert_success, connect_pair, wait_n, Node};
+use vhca_tests::{Layout, Options, SendWr, Vhca};
+
+const T: Duration = Duration::from_secs(20);
+/// n0: LIDs 0x20..=0x21, n1: 0x28..=0x29 (LMC 1): the alternate paths use
+/// the second LIDs.
+const LID_A: u16 = 0x20;
+const LID_B: u16 = 0x28;
+
+fn alt_to(dlid: u16) -> AltPath {
+    let mut alt = AltPath::from_bytes(&[0; AltPath::SIZE]);
+    alt.ah_attr = Av {
+        dlid,
+        src_path_bits: 1,
+        port_num: 1,
+        ..Av::default()
+    };
+    alt.port_num = 1;
+    alt.timeout = 14;
+    alt
+}
+
+fn mig(state: u8) -> QpAttr {
+    QpAttr {
+        path_mig_state: state,
+        ..QpAttr::default()
+    }
+}
+
+#[test]
+fn ad_10_guest_arms_the_alternate_path_migrates_and_the_peer_follows_with_an_event() {
+    let opts = Options {
+        lids: HashMap::from([(0, LID_A), (1, LID_B)]),
+        node_toml: HashMap::from([(0, "lmc = 1".to_string()), (1, "lmc = 1".to_string())]),
+        ..Options::nodes(2)
+    };
+    let v = Vhca::spawn(opts);
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    // Rearm (1) with the alternate path: the device arms it (2).
+    let arm = m::ALT_PATH | m::PATH_MIG_STATE;
+    a.hca
+        .modify_qp_alt(qa, arm, &mig(1), &alt_to(LID_B + 1))
+        .expect("arm a");
+    b.hca
+        .modify_qp_alt(qb, arm, &mig(1), &alt_to(LID_A + 1))
+        .expect("arm b");
+    let q = a.hca.query_qp(qa).unwrap();
+    assert_eq!(q.attr.path_mig_state, 2, "Armed");
+    assert_eq!((q.alt.ah_attr.dlid, q.alt.timeout), (LID_B + 1, 14));
+    // The guest migrates A (Migrated, 0): no event on A's side.
+    a.hca
+        .modify_qp(qa, m::PATH_MIG_STATE, &mig(0))
+        .expect("migrate a");
+    let q = a.hca.query_qp(qa).unwrap();
+    assert_eq!((q.attr.path_mig_state, q.attr.ah_attr.dlid), (0, LID_B + 1));
+    assert_eq!(
+        q.alt.ah_attr.dlid, LID_B,
+        "the old primary is the alternate"
+    );
+    // A WRITE goes on the new path; B follows on its MigReq.
+    let len = 64 << 10;
+    let src = a.region(len, Layout::Contiguous, 0);
+    let dst = b.region(len, Layout::Contiguous, 0);
+    a.write(&src, 0, &vhca_tests::util::pattern(3, len));
+    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
+    a.hca.post_send(qa, &w).unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_eq!(b.read(&dst, 0, len), vhca_tests::util::pattern(3, len));
+    let e = b
+        .hca
+        .wait_async_event(T, |e| e.kind == EqeType::PathMig.raw())
+        .expect("path migrated event at B");
+    assert_eq!(e.object, qb.qpn);
+    let q = b.hca.query_qp(qb).unwrap();
+    assert_eq!((q.attr.path_mig_state, q.attr.ah_attr.dlid), (0, LID_A + 1));
+    assert_eq!(
+        b.hca.counter(CounterSet::Port, "path_migrations").unwrap(),
+        Some(1)
+    );
+    assert!(a
+        .hca
+        .wait_async_event(Duration::from_millis(200), |e| e.kind
+            == EqeType::PathMig.raw())
+        .is_none());
+}
+
+#[test]
+fn ad_10_a_dead_primary_path_migrates_with_nothing_lost_and_both_guests_see_the_event() {
+    // A's packets to B's base LID (the primary path) are all lost; B's LID
+    // 0x29 (the alternate path) stays reachable.
+    let opts = Options {
+        lids: HashMap::from([(0, LID_A), (1, LID_B)]),
+        node_toml: HashMap::from([(0, "lmc = 1".to_string()), (1, "lmc = 1".to_string())]),
+        faults: HashMap::from([(0, format!("drop_dlid={LID_B}"))]),
+        ..Options::nodes(2)
+    };
+    let v = Vhca::spawn(opts);
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let arm = m::ALT_PATH | m::PATH_MIG_STATE;
+    a.hca
+        .modify_qp_alt(qa, arm, &mig(2), &alt_to(LID_B + 1))
+        .expect("arm a");
+    b.hca
+        .modify_qp_alt(qb, arm, &mig(2), &alt_to(LID_A + 1))
+        .expect("arm b");
+    let len = 1 << 20;
+    let src = a.region(len, Layout::Contiguous, 0);
+    let dst = b.region(len, Layout::Contiguous, 0);
+    a.write(&src, 0, &vhca_tests::util::pattern(5, len));
+    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
+    a.hca.post_send(qa, &w).unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_eq!(b.read(&dst, 0, len), vhca_tests::util::pattern(5, len));
+    for (n, q, peer) in [(&mut a, qa, LID_B), (&mut b, qb, LID_A)] {
+        let e = n
+            .hca
+            .wait_async_event(T, |e| e.kind == EqeType::PathMig.raw())
+            .expect("path migrated event");
+        assert_eq!(e.object, q.qpn);
+        let s = n.hca.query_qp(q).unwrap();
+        assert_eq!((s.attr.path_mig_state, s.attr.ah_attr.dlid), (0, peer + 1));
+    }
+    assert!(a.hca.counter(CounterSet::Port, "timeouts").unwrap() >= Some(2));
+}
