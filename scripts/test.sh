@@ -23,6 +23,8 @@ images/vm-tests.sh
 # Other guest kernels and rdma-core releases (issue 17): vhca.ko against 6.1,
 # 6.12 and sid's headers, the provider packages, pingpongs on 6.1 and 6.12.
 images/distro-tests.sh
+# README's "Your own QEMU" section followed as written: two VMs, ibv_rc_pingpong.
+images/own-qemu.sh
 images/roce-tests.sh
 # The workloads without rdma_cm (UCX, MPI) over the InfiniBand link layer too.
 images/wl-ib.sh
