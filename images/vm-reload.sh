@@ -4,7 +4,7 @@
 # device) after each load; meanwhile the host samples the vhca process's file
 # descriptors and anonymous RSS (shared guest-memory pages the device touches
 # count as RssShmem/RssFile, not as a leak). Passes when every reload works,
-# the fd count ends where it started (+-2) and RssAnon grew by less than 4 MiB.
+# the fd count grew by at most 2 and RssAnon by less than 4 MiB.
 #
 # Usage: images/vm-reload.sh [vm-pair.sh options]
 set -euo pipefail
@@ -53,8 +53,14 @@ pid=$(awk 'NF==3{print $1; exit}' "$samples")
 # moment before QEMU connects, with fewer fds), not the very first sample.
 read -r fd0 rss0 < <(awk -v p="$pid" '$1==p && NF==3{n++; f[n]=$2; r[n]=$3}
     END{q=int((n+3)/4); m=0; for(i=1;i<=q;i++) if(f[i]>m){m=f[i]; mr=r[i]}; print m, mr}' "$samples")
-read -r fd1 rss1 < <(awk -v p="$pid" '$1==p && NF==3{a=$2; b=$3} END{print a, b}' "$samples")
+# The end figure is the largest count of the last quarter, for the same
+# reason: the last samples may fall after the guest powered off and QEMU
+# closed its connection (the count then drops to the bare process's, which
+# is no leak: a run failed on "17 -> 10" that way). A leak is growth: one fd
+# kept per reload would add 20 by the end.
+read -r fd1 rss1 < <(awk -v p="$pid" '$1==p && NF==3{n++; f[n]=$2; r[n]=$3}
+    END{q=int((n+3)/4); m=0; for(i=n-q+1;i<=n;i++) if(f[i]>m){m=f[i]; mr=r[i]}; print m, mr}' "$samples")
 echo "vm-reload: 20 reloads with traffic OK; vhca fds $fd0 -> $fd1, RssAnon $rss0 -> $rss1 KiB"
-[ $((fd1 - fd0)) -le 2 ] && [ $((fd0 - fd1)) -le 2 ] || fail "fd count moved from $fd0 to $fd1"
+[ $((fd1 - fd0)) -le 2 ] || fail "fd count grew from $fd0 to $fd1"
 [ $((rss1 - rss0)) -lt 4096 ] || fail "RssAnon grew from $rss0 to $rss1 KiB"
 echo "vm-reload: OK"
