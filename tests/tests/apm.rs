@@ -139,3 +139,49 @@ fn ad_10_a_dead_primary_path_migrates_with_nothing_lost_and_both_guests_see_the_
     }
     assert!(a.hca.counter(CounterSet::Port, "timeouts").unwrap() >= Some(2));
 }
+
+#[test]
+fn ad_10_a_guest_not_armed_gets_the_path_migration_error_event() {
+    // A's primary path is dead and A is Armed: A migrates and asks B to
+    // follow (MigReq = 1 on B's alternate path). B holds that alternate path
+    // but is not Armed: it refuses, and its guest gets VHCA_EQE_PATH_MIG_ERR.
+    let opts = Options {
+        lids: HashMap::from([(0, LID_A), (1, LID_B)]),
+        node_toml: HashMap::from([(0, "lmc = 1".to_string()), (1, "lmc = 1".to_string())]),
+        faults: HashMap::from([(0, format!("drop_dlid={LID_B}"))]),
+        ..Options::nodes(2)
+    };
+    let v = Vhca::spawn(opts);
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let arm = m::ALT_PATH | m::PATH_MIG_STATE;
+    a.hca
+        .modify_qp_alt(qa, arm, &mig(2), &alt_to(LID_B + 1))
+        .expect("arm a");
+    b.hca
+        .modify_qp_alt(qb, arm, &mig(0), &alt_to(LID_A + 1))
+        .expect("load b's alternate path, not armed");
+    let len = 4096;
+    let src = a.region(len, Layout::Contiguous, 0);
+    let dst = b.region(len, Layout::Contiguous, 0);
+    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
+    a.hca.post_send(qa, &w).unwrap();
+    let e = b
+        .hca
+        .wait_async_event(T, |e| e.kind == EqeType::PathMigErr.raw())
+        .expect("path migration error event at B");
+    assert_eq!(e.object, qb.qpn);
+    let q = b.hca.query_qp(qb).unwrap();
+    assert_eq!((q.attr.path_mig_state, q.attr.ah_attr.dlid), (0, LID_A));
+    assert_eq!(
+        b.hca
+            .counter(CounterSet::Port, "path_migration_errors")
+            .unwrap(),
+        Some(1)
+    );
+    assert!(a
+        .hca
+        .wait_async_event(T, |e| e.kind == EqeType::PathMig.raw())
+        .is_some());
+}

@@ -203,6 +203,47 @@ fn ad_10_responder_not_armed_drops_the_alternate_path() {
 }
 
 #[test]
+fn ad_10_not_armed_responder_raises_the_path_migration_error_event_once() {
+    // A migrates (its primary path dies) and asks B to follow with MigReq = 1
+    // on B's alternate path; B holds that path but is not Armed, so it cannot
+    // migrate: it drops every such packet (C9-54, C9-57) and raises the path
+    // migration error event once, not once per resent packet.
+    let mut net = net(2);
+    let o = ConnOpts {
+        retry_cnt: 3,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    load_alt(&mut net, 0, p.qa, LID_B, MigState::Armed);
+    load_alt(&mut net, 1, p.qb, LID_A, MigState::Migrated);
+    kill_primary(&mut net);
+    send(&mut net, &p);
+    assert_eq!(
+        wait_cqe(&mut net, p.a, p.cq_a).status,
+        WcStatus::RetryExcErr
+    );
+    let refused = wire(&mut net)
+        .iter()
+        .filter(|&&(d, m)| d == LID_B + 1 && m)
+        .count();
+    assert!(refused > 1, "A resent its migrated request ({refused})");
+    let c = net.nodes[1].engine.counters();
+    assert!(c.dropped(RxDrop::BadSlid) >= refused as u64);
+    assert_eq!(c.path_migration_errors, 1);
+    assert_eq!(c.path_migrations, 0);
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::PathMigrationError { qpn: p.qb }]
+    );
+    assert_eq!(mig_state(&net, 1, p.qb), (MigState::Migrated, LID_A));
+    // The requester side migrated (its event) and raised no error event.
+    let ea = events(&mut net, 0);
+    assert!(ea.contains(&Event::PathMigrated { qpn: p.qa }));
+    assert!(!ea.contains(&Event::PathMigrationError { qpn: p.qa }));
+    assert_eq!(net.nodes[0].engine.counters().path_migration_errors, 0);
+}
+
+#[test]
 fn ad_10_migrate_on_request_swaps_paths_without_event() {
     let mut net = net(2);
     let p = connect(&mut net, 0, 1, &ConnOpts::default());
