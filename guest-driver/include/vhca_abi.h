@@ -331,6 +331,12 @@ typedef uint64_t __u64;
  * XRC_TGT QPs.
  */
 #define VHCA_DEV_CAP_XRC           (1U << 16)
+/*
+ * Automatic path migration (AD-10; the kernel's IB_DEVICE_AUTO_PATH_MIG and
+ * IB_PORT_AUTO_MIGR_SUP): MODIFY_QP's ALT_PATH and PATH_MIG_STATE, the
+ * PATH_MIG and PATH_MIG_ERR events.
+ */
+#define VHCA_DEV_CAP_APM           (1U << 17)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
