@@ -124,9 +124,9 @@ mp=$(echo "$dv" | sed -n 's/^[[:space:]]*max_pkeys:[[:space:]]*//p')
 pl=$(echo "$dv" | sed -n 's/^[[:space:]]*pkey_tbl_len:[[:space:]]*//p')
 [ -n "$mp" ] && [ "$mp" -ge 1 ] && [ "$mp" = "$pl" ] ||
     { echo "devinfo_caps: max_pkeys '$mp' is not pkey_tbl_len '$pl'"; ok=0; }
-# IBA PortInfo:CapabilityMask IsAutomaticMigrationSupported (bit 23).
+# IBA PortInfo:CapabilityMask IsAutomaticMigrationSupported (bit 5).
 pc=$(echo "$dv" | sed -n 's/^[[:space:]]*port_cap_flags:[[:space:]]*//p')
-[ -n "$pc" ] && [ $(( pc & 0x00800000 )) != 0 ] ||
+[ -n "$pc" ] && [ $(( pc & 0x20 )) != 0 ] ||
     { echo "devinfo_caps: port_cap_flags '$pc' without AUTO_MIGR_SUP"; ok=0; }
 [ $ok = 1 ]
 EOF
