@@ -179,8 +179,9 @@ static void connect_qp(const struct ibv_port_attr *me, const struct info *mine,
 		fail("not armed, yet path_mig_state is not MIGRATED");
 }
 
-/* Waits for IBV_EVENT_PATH_MIG of our QP; any other event fails. */
-static void expect_migrated(uint16_t new_dlid)
+/* Waits for IBV_EVENT_PATH_MIG of our QP; any other event fails. Then the
+ * QP must be MIGRATED and on path `want` (the former alternate). */
+static void expect_migrated(const struct ibv_ah_attr *want)
 {
 	double end = now() + 20;
 	struct ibv_qp_attr q;
@@ -210,11 +211,12 @@ static void expect_migrated(uint16_t new_dlid)
 	}
 	if (ibv_query_qp(qp, &q, IBV_QP_PATH_MIG_STATE | IBV_QP_AV, &qi))
 		die("ibv_query_qp");
-	printf("%s: after the event: path to LID %#x, path_mig_state %d\n", role,
-	       q.ah_attr.dlid, q.path_mig_state);
+	printf("%s: after the event: path to LID %#x path bits %d, path_mig_state %d\n",
+	       role, q.ah_attr.dlid, q.ah_attr.src_path_bits, q.path_mig_state);
 	if (q.path_mig_state != IBV_MIG_MIGRATED)
 		fail("path_mig_state is not MIGRATED after the event");
-	if (q.ah_attr.dlid != new_dlid)
+	if (q.ah_attr.dlid != want->dlid ||
+	    q.ah_attr.src_path_bits != want->src_path_bits)
 		fail("the QP's path is not the former alternate path");
 }
 
@@ -322,7 +324,7 @@ int main(int argc, char **argv)
 	struct ibv_port_attr pa;
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	struct info mine, peer;
-	uint16_t alt_dlid;
+	struct ibv_ah_attr alt;
 	char b;
 
 	while ((c = getopt(argc, argv, "d:n:p:s:SU")) != -1) {
@@ -402,7 +404,7 @@ int main(int argc, char **argv)
 		xfer(s, &mine, sizeof(mine), 1);
 		xfer(s, &peer, sizeof(peer), 0);
 		connect_qp(&pa, &mine, &peer, arm, swap);
-		alt_dlid = path(&pa, &peer, swap ? 1 : 0).dlid;
+		alt = path(&pa, &peer, swap ? 1 : 0);
 		for (i = 0; i < n; i++)
 			for (k = 0; k < size; k++)
 				buf[i * size + k] = pattern(i, k);
@@ -413,12 +415,12 @@ int main(int argc, char **argv)
 		complete(n, 0, 1, IBV_WC_SEND, refill, s);
 		printf("%s: %d messages of %zu bytes completed\n", role, n, size);
 		xfer(s, "W", 1, 1);
-		expect_migrated(alt_dlid);
+		expect_migrated(&alt);
 		xfer(s, &b, 1, 0);
 		if (b != 'K')
 			fail("the client failed");
 		printf("%s: PASS: migrated to LID %#x, nothing lost\n", role,
-		       alt_dlid);
+		       alt.dlid);
 		return 0;
 	} else { /* client: the responder */
 		if (inet_pton(AF_INET, argv[optind], &sa.sin_addr) != 1)
@@ -431,7 +433,7 @@ int main(int argc, char **argv)
 		xfer(fd, &peer, sizeof(peer), 0);
 		xfer(fd, &mine, sizeof(mine), 1);
 		connect_qp(&pa, &mine, &peer, arm, swap);
-		alt_dlid = path(&pa, &peer, swap ? 1 : 0).dlid;
+		alt = path(&pa, &peer, swap ? 1 : 0);
 		for (i = 1; i < n; i += 2)
 			post_recv(i);
 		xfer(fd, "R", 1, 1);
@@ -441,7 +443,7 @@ int main(int argc, char **argv)
 		check_data(0, 2, "RDMA WRITE data");
 		printf("%s: %d SENDs and %d WRITEs byte-exact\n", role, n / 2,
 		       n - n / 2);
-		expect_migrated(alt_dlid);
+		expect_migrated(&alt);
 		xfer(fd, "K", 1, 1);
 		printf("%s: PASS\n", role);
 		return 0;
