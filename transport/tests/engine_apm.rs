@@ -189,6 +189,38 @@ fn ad_10_not_armed_responder_raises_the_path_migration_error_event_once() {
 }
 
 #[test]
+fn ad_10_path_migration_error_event_again_after_a_new_alternate_path() {
+    // One event per refused migration: loading a new alternate path (still
+    // not armed) re-enables it, and A's next resent MigReq raises it again.
+    let mut net = net(7);
+    let o = ConnOpts {
+        retry_cnt: 7,
+        ..ConnOpts::default()
+    };
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Armed, MigState::Migrated);
+    kill_primary(&mut net);
+    send(&mut net, &p);
+    let errors = |n: &mut Net| n.nodes[1].engine.counters().path_migration_errors;
+    assert!(net.run_until(1_000_000, |n| errors(n) == 1));
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::PathMigrationError { qpn: p.qb }]
+    );
+    load_alt(&mut net, 1, p.qb, LID_A, MigState::Migrated);
+    assert!(net.run_until(1_000_000, |n| errors(n) == 2));
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::PathMigrationError { qpn: p.qb }]
+    );
+    assert_eq!(
+        wait_cqe(&mut net, p.a, p.cq_a).status,
+        WcStatus::RetryExcErr
+    );
+    assert_eq!(errors(&mut net), 2);
+    assert!(events(&mut net, 1).is_empty());
+}
+
+#[test]
 fn ad_10_migrate_on_request_swaps_paths_without_event() {
     let mut net = net(2);
     let o = ConnOpts::default();
