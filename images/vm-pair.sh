@@ -37,6 +37,10 @@
 #                     and the pair's status is A's alone
 #   --fabric-top TOML lines at the top of the fabric file (e.g. a P_Key table
 #                     for both nodes: 'pkeys = ["0xffff", "0x8001"]', AD-05)
+#   --node-toml N:LINE  one more TOML line in node N's table (N: a or b;
+#                     repeatable), e.g. 'b:lmc = 1': b owns LIDs 2 and 3
+#                     (AD-01, the APM test's second path; a's LID 1 can
+#                     have no LMC: a base LID is a multiple of 2^lmc)
 #   --ready REGEX     start guest B once guest A's console matches REGEX
 #                     (grep -E; default: what ibv_*_pingpong and perftest
 #                     servers print just before they listen: 'local address:|
@@ -61,7 +65,7 @@ set -euo pipefail
 
 out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0
 ready='local address:|Waiting for client' release=trixie provider_deb=0
-vhca_args=() extra_ov=() fab_top=''
+vhca_args=() extra_ov=() fab_top='' node_a_toml='' node_b_toml=''
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -76,6 +80,13 @@ while [ $# -gt 0 ]; do
         --release) need "$@"; release=$2; shift 2;;
         --provider-deb) provider_deb=1; shift;;
         --fabric-top) need "$@"; fab_top=$2; shift 2;;
+        --node-toml) need "$@"
+            case "$2" in
+                a:*) node_a_toml+="${2#a:}"$'\n';;
+                b:*) node_b_toml+="${2#b:}"$'\n';;
+                *) vhca_die "--node-toml: a:LINE or b:LINE";;
+            esac
+            shift 2;;
         --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
@@ -127,12 +138,13 @@ name = "a"
 lid = 1
 guid = "0x0200000000000a01"
 address = "127.0.0.1:$fab_a"
-
+$node_a_toml
 [[node]]
 name = "b"
 lid = 2
 guid = "0x0200000000000a02"
 address = "127.0.0.1:$fab_b"
+$node_b_toml
 EOF
 
 ov="$out/overlay"

@@ -22,14 +22,30 @@
 # PV-07: images/vt/ud-mcast.c, built in the tool root: two QPs of guest A
 # attached to a group and one not, guest B's SENDs to the group reach the
 # attached two, and after a detach only the other one; no subnet manager);
-# ibv_xsrq_pingpong and ib_send_bw -c XRC (SR-02).
+# ibv_xsrq_pingpong and ib_send_bw -c XRC (SR-02); APM failover (AD-10:
+# images/vt/apm-failover.c, built in the tool root: an armed RC QP pair on
+# its primary path, guest B's second LID, which the fault below kills in the
+# middle of a stream of WRITEs and SENDs; both sides must see the path
+# migrated event, every message complete, the data byte-exact and query_qp
+# MIGRATED); devinfo_caps (issue 16: `ibv_devinfo -v` on both guests shows
+# AUTO_PATH_MIG, XRC, MEM_WINDOW, MEM_WINDOW_TYPE_2B, the AUTO_MIGR_SUP port
+# capability, multicast limits > 0, max_pkeys = pkey_tbl_len, max_vl_num
+# 8 (4), atomic_cap ATOMIC_HCA, max_ee and max_rdd 0).
+#
+# The fabric gives node b LMC 1 (LIDs 2 and 3, AD-01) and both devices
+# `--fault drop_dlid=3,drop_dlid_after=$VHCA_VM_TESTS_APM_AFTER` (default
+# 1500): guest A's packets to LID 3 are lost once 1500 went through. Only
+# apm_failover sends to LID 3 (the other tools use the port's LID, 2), so
+# its primary path dies mid-stream and the rest of the suite is untouched.
 #
 # Prints one "PASS name" / "FAIL name" line per tool; exit 0 iff all pass.
 # The guests' consoles and the vhca logs stay in --out (default: a new
 # $VHCA_CACHE/run/pair.XXXXXX, printed at the end).
 #
 # Environment: VHCA_VM_TESTS_N (pingpong iterations, default 50),
-# VHCA_VM_TESTS_PERF_N (perftest iterations, default 100).
+# VHCA_VM_TESTS_PERF_N (perftest iterations, default 100),
+# VHCA_VM_TESTS_APM_AFTER (packets of apm_failover's primary path before it
+# dies, default 1500 of its 4096).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . images/lib.sh
@@ -48,6 +64,7 @@ vhca_need_root
 
 N=${VHCA_VM_TESTS_N:-50}
 PN=${VHCA_VM_TESTS_PERF_N:-100}
+APM_AFTER=${VHCA_VM_TESTS_APM_AFTER:-1500}
 D='-d vhca0'
 P="-d vhca0 -F -n $PN"
 # name|server and client arguments (the client adds $SERVER_IP; both get -p PORT)
@@ -70,7 +87,9 @@ ib_send_bw_UD|ib_send_bw $P -c UD -s 1024
 ib_write_bw_UC|ib_write_bw $P -c UC
 ud_mcast|vhca-ud-mcast $D -n 20
 xsrq_pingpong|ibv_xsrq_pingpong $D -g 0 -n $N
-ib_send_bw_XRC|ib_send_bw $P -c XRC"
+ib_send_bw_XRC|ib_send_bw $P -c XRC
+apm_failover|vhca-apm-failover $D -n 64 -s 65536
+devinfo_caps|vhca-devinfo-caps"
 if [ -n "$only" ]; then
     tests=$(printf '%s\n' "$tests" | grep -E "^($only)\|") || vhca_die "--only $only matches no tool"
 fi
@@ -85,6 +104,33 @@ printf '%s\n' "$tests" >"$ov/usr/share/vhca-tests/list"
 VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
     -o "$ov/usr/bin/vhca-ud-mcast" "$VHCA_REPO/images/vt/ud-mcast.c" -libverbs ||
     vhca_die "building images/vt/ud-mcast.c failed"
+VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
+    -o "$ov/usr/bin/vhca-apm-failover" "$VHCA_REPO/images/vt/apm-failover.c" -libverbs ||
+    vhca_die "building images/vt/apm-failover.c failed"
+# Issue 16: what ibv_devinfo -v must show (the device does all of it). Both
+# sides run it; the arguments (-p PORT [SERVER_IP]) are the list's, unused.
+cat >"$ov/usr/bin/vhca-devinfo-caps" <<'EOF'
+#!/bin/sh
+dv=$(ibv_devinfo -v -d vhca0 2>&1); echo "$dv"
+ok=1
+for re in '^[[:space:]]+AUTO_PATH_MIG$' '^[[:space:]]+XRC$' '^[[:space:]]+MEM_WINDOW$' \
+          '^[[:space:]]+MEM_WINDOW_TYPE_2B$' 'max_mcast_grp:[[:space:]]+[1-9]' \
+          'max_mcast_qp_attach:[[:space:]]+[1-9]' 'max_total_mcast_qp_attach:[[:space:]]+[1-9]' \
+          'max_vl_num:[[:space:]]+8 \(4\)$' 'atomic_cap:[[:space:]]+ATOMIC_HCA' \
+          'max_ee:[[:space:]]+0$' 'max_rdd:[[:space:]]+0$'; do
+    echo "$dv" | grep -Eq "$re" || { echo "devinfo_caps: missing /$re/"; ok=0; }
+done
+mp=$(echo "$dv" | sed -n 's/^[[:space:]]*max_pkeys:[[:space:]]*//p')
+pl=$(echo "$dv" | sed -n 's/^[[:space:]]*pkey_tbl_len:[[:space:]]*//p')
+[ -n "$mp" ] && [ "$mp" -ge 1 ] && [ "$mp" = "$pl" ] ||
+    { echo "devinfo_caps: max_pkeys '$mp' is not pkey_tbl_len '$pl'"; ok=0; }
+# IBA PortInfo:CapabilityMask IsAutomaticMigrationSupported (bit 5).
+pc=$(echo "$dv" | sed -n 's/^[[:space:]]*port_cap_flags:[[:space:]]*//p')
+[ -n "$pc" ] && [ $(( pc & 0x20 )) != 0 ] ||
+    { echo "devinfo_caps: port_cap_flags '$pc' without AUTO_MIGR_SUP"; ok=0; }
+[ $ok = 1 ]
+EOF
+chmod +x "$ov/usr/bin/vhca-devinfo-caps"
 
 cat >"$ov/usr/share/vhca-tests/server.sh" <<'EOF'
 #!/bin/sh
@@ -156,7 +202,8 @@ if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
 else mkdir -p "$VHCA_RUN"; out=$(mktemp -d "$VHCA_RUN/pair.XXXXXX"); fi
 log="$out/vm-tests.out"
 start=$(date +%s)
-images/vm-pair.sh --out "$out" --timeout 900 --ready '' --overlay "$ov" "${pair_opts[@]}" \
+images/vm-pair.sh --out "$out" --timeout 900 --ready '' --overlay "$ov" \
+    --node-toml 'b:lmc = 1' --vhca-arg "--fault=drop_dlid=3,drop_dlid_after=$APM_AFTER" "${pair_opts[@]}" \
     'sh /usr/share/vhca-tests/server.sh' 'sh /usr/share/vhca-tests/client.sh' >"$log" 2>&1
 prc=$?
 echo "vm-pair.sh exit $prc after $(( $(date +%s) - start )) s; output in $log"

@@ -98,7 +98,8 @@ impl Caps {
                 | dev_cap::ATOMIC_WRITE
                 | dev_cap::FAST_REG_MR
                 | dev_cap::MW_TYPE2A
-                | dev_cap::XRC,
+                | dev_cap::XRC
+                | dev_cap::APM,
         }
     }
 }

@@ -100,7 +100,8 @@ pub struct Cli {
     /// Inject faults on this device's link, for tests and demos:
     /// comma-separated key=value from drop, dup, reorder, corrupt (rates 0..1),
     /// delay (e.g. 100us, 2ms), delay_rate (0..1), seed (integer),
-    /// drop_dlid (a LID: every InfiniBand packet to it is lost, a dead path).
+    /// drop_dlid (a LID: every InfiniBand packet to it is lost, a dead path),
+    /// drop_dlid_after (N: the path to drop_dlid dies after N packets to it).
     /// Example: --fault drop=0.05,dup=0.02,reorder=0.02,seed=7
     #[arg(long, value_name = "SPEC", verbatim_doc_comment)]
     pub fault: Option<String>,

@@ -919,7 +919,8 @@ impl Hca {
                 | Event::QpAccessError { qpn }
                 | Event::CommEstablished { qpn }
                 | Event::SqDrained { qpn }
-                | Event::PathMigrated { qpn } => qpn,
+                | Event::PathMigrated { qpn }
+                | Event::PathMigrationError { qpn } => qpn,
                 Event::SrqLimitReached { srq } => srq,
                 Event::PortActive | Event::PortError => 1,
             };

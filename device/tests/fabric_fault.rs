@@ -56,6 +56,7 @@ fn fault_spec_section6_parses_the_cli_string() {
             seed: 7,
             panic_after: 0,
             drop_dlid: 0,
+            drop_dlid_after: 0,
         }
     );
     // Any order, spaces, hex seed, missing keys default to no fault.
@@ -275,4 +276,27 @@ fn fault_stage_drop_dlid_loses_every_packet_to_that_lid_only() {
     let mut f = FaultLink::new(RecordingLink::default(), s);
     f.send(T0, &ud_packet(1, 3, 0, b"kept")).unwrap();
     assert_eq!(f.inner().sent.len(), 1);
+}
+
+#[test]
+fn fault_stage_drop_dlid_after_kills_the_path_after_n_packets_to_it() {
+    // AD-10's VM test: the path dies while a stream runs on it.
+    let s = spec("drop_dlid=2,drop_dlid_after=5");
+    assert_eq!((s.drop_dlid, s.drop_dlid_after), (2, 5));
+    assert_eq!(spec(&s.to_string()), s);
+    let mut f = FaultLink::new(RecordingLink::default(), s);
+    for i in 0..20u8 {
+        f.send(T0, &ud_packet(1, 2, 0, &[i])).unwrap();
+        // Other DLIDs neither count nor die.
+        f.send(T0, &ud_packet(1, 3, 0, b"other")).unwrap();
+    }
+    let to_2 = f
+        .inner()
+        .sent
+        .iter()
+        .filter(|(_, p)| p.get(2..4) == Some(&[0, 2][..]))
+        .count();
+    assert_eq!(to_2, 5);
+    assert_eq!(f.inner().sent.len(), 25);
+    assert_eq!((f.counters().to_drop_dlid, f.counters().dropped), (20, 15));
 }

@@ -331,6 +331,12 @@ typedef uint64_t __u64;
  * XRC_TGT QPs.
  */
 #define VHCA_DEV_CAP_XRC           (1U << 16)
+/*
+ * Automatic path migration (AD-10; the kernel's IB_DEVICE_AUTO_PATH_MIG and
+ * IB_PORT_AUTO_MIGR_SUP): MODIFY_QP's ALT_PATH and PATH_MIG_STATE, the
+ * PATH_MIG and PATH_MIG_ERR events.
+ */
+#define VHCA_DEV_CAP_APM           (1U << 17)
 
 /* FATAL_SYNDROME values. */
 enum vhca_fatal {
@@ -2587,7 +2593,10 @@ enum vhca_eqe_type {
 	VHCA_EQE_SQ_DRAINED = 5,
 	/* object = QPN (AD-10). */
 	VHCA_EQE_PATH_MIG = 6,
-	/* object = QPN; not sent (AD-10). */
+	/*
+	 * object = QPN: a MigReq on the QP's alternate path while it was not Armed,
+	 * so the migration the peer asked for failed (AD-10).
+	 */
 	VHCA_EQE_PATH_MIG_ERR = 7,
 	/* object = 0. */
 	VHCA_EQE_DEVICE_FATAL = 8,
@@ -2968,8 +2977,9 @@ enum vhca_counter_set {
 	"credit_waits", \
 	"credit_probes", \
 	"credit_acks_sent", \
-	"path_migrations"
-#define VHCA_COUNTERS_PORT_COUNT 25
+	"path_migrations", \
+	"path_migration_errors"
+#define VHCA_COUNTERS_PORT_COUNT 26
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

@@ -130,6 +130,13 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 	if (caps & VHCA_DEV_CAP_RC)
 		a->device_cap_flags |= IB_DEVICE_RC_RNR_NAK_GEN;
 	/*
+	 * AD-10: alternate paths, migration states and their events; not on a
+	 * RoCE port, where ib_core refuses IB_QP_ALT_PATH (the device's RoCE
+	 * APM has no guest verbs path).
+	 */
+	if ((caps & VHCA_DEV_CAP_APM) && !dev->roce)
+		a->device_cap_flags |= IB_DEVICE_AUTO_PATH_MIG;
+	/*
 	 * Memory windows (MP-06, MP-07): ibverbs reads MEM_WINDOW as "type 1"
 	 * and TYPE_2B for type 2; a window is counted against the MR keys.
 	 */
@@ -174,7 +181,12 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 					IB_ATOMIC_GLOB : IB_ATOMIC_HCA;
 	else
 		a->atomic_cap = IB_ATOMIC_NONE;
+	/* Masked atomics are not IBA operations: the device has none. */
 	a->masked_atomic_cap = IB_ATOMIC_NONE;
+	/*
+	 * max_ee and max_rdd stay 0 (memset): Reliable Datagram (AD-11) has no
+	 * Linux verbs, so no EE context or RDD is exposed to ib_core.
+	 */
 	/* Address handles live in the driver: bounded by memory only. */
 	a->max_ah = (caps & VHCA_DEV_CAP_UD) ? INT_MAX : 0;
 	if (caps & VHCA_DEV_CAP_SRQ) {
@@ -233,6 +245,12 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 	/* The GSI QP is what ib_cm needs (ARCHITECTURE.md §7). */
 	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI)
 		a->port_cap_flags = IB_PORT_CM_SUP;
+	/*
+	 * AD-10: the port takes alternate paths (IBA PortInfo:CapabilityMask
+	 * IsAutomaticMigrationSupported); InfiniBand only, as above.
+	 */
+	if ((dev->attr.cap_flags & VHCA_DEV_CAP_APM) && !dev->roce)
+		a->port_cap_flags |= IB_PORT_AUTO_MIGR_SUP;
 	a->max_msg_sz = pa->max_msg_sz;
 	a->lid = pa->lid;
 	a->sm_lid = pa->sm_lid;

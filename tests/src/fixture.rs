@@ -301,3 +301,45 @@ pub fn clean_transfer(n: &mut Node) {
     // The SEND overwrote the first 100 bytes with the same bytes.
     assert_bytes(&n.read(&dst, 0, len), &d, "clean QP after the fuzzing");
 }
+
+/// AD-10 between two nodes whose ports have LMC 1 (AD-01): base LIDs `lids`
+/// (multiples of 2), each node owning its base LID and base LID + 1, so a
+/// QP pair has two paths; `fault_a`: node 0's `--fault` (e.g. a dead path,
+/// `drop_dlid=LID`).
+pub fn lmc_pair_options(lids: (u16, u16), fault_a: Option<String>) -> crate::Options {
+    crate::Options {
+        lids: [(0, lids.0), (1, lids.1)].into(),
+        node_toml: [(0, "lmc = 1".to_string()), (1, "lmc = 1".to_string())].into(),
+        faults: fault_a.into_iter().map(|f| (0, f)).collect(),
+        ..crate::Options::nodes(2)
+    }
+}
+
+/// The alternate path to `dlid` from this port's second LID (source path
+/// bits 1), Local ACK Timeout 14.
+pub fn alt_path(dlid: u16) -> device::abi::cmd::AltPath {
+    use device::abi::cmd::{AltPath, Av};
+    let mut alt = AltPath::from_bytes(&[0; AltPath::SIZE]);
+    alt.ah_attr = Av {
+        dlid,
+        src_path_bits: 1,
+        port_num: 1,
+        ..Av::default()
+    };
+    alt.port_num = 1;
+    alt.timeout = 14;
+    alt
+}
+
+/// RTS -> RTS loading QP `q`'s alternate path to `dlid` (see [`alt_path`])
+/// with path migration state `state` (0 Migrated, 1 Rearm, 2 Armed).
+pub fn load_alt(n: &mut Node, q: QpH, state: u8, dlid: u16) {
+    use device::abi::verbs::qp_attr_mask as m;
+    let a = device::abi::cmd::QpAttr {
+        path_mig_state: state,
+        ..device::abi::cmd::QpAttr::default()
+    };
+    n.hca
+        .modify_qp_alt(q, m::ALT_PATH | m::PATH_MIG_STATE, &a, &alt_path(dlid))
+        .expect("load the alternate path");
+}

@@ -4,34 +4,21 @@
 //! requests onto the alternate path with MigReq, the other side follows, and
 //! its guest gets the path migrated event (`VHCA_EQE_PATH_MIG`).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use vhca_tests::abi::cmd::{AltPath, Av, QpAttr};
+use vhca_tests::abi::cmd::QpAttr;
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::cqe::EqeType;
 use vhca_tests::abi::verbs::{qp_attr_mask as m, QpType};
-use vhca_tests::fixture::{assert_success, connect_pair, wait_n, Node};
-use vhca_tests::{Layout, Options, SendWr, Vhca};
+use vhca_tests::fixture::{assert_success, connect_pair, lmc_pair_options, load_alt, wait_n, Node};
+use vhca_tests::hca::QpH;
+use vhca_tests::{Layout, SendWr, Vhca};
 
 const T: Duration = Duration::from_secs(20);
 /// n0: LIDs 0x20..=0x21, n1: 0x28..=0x29 (LMC 1): the alternate paths use
 /// the second LIDs.
 const LID_A: u16 = 0x20;
 const LID_B: u16 = 0x28;
-
-fn alt_to(dlid: u16) -> AltPath {
-    let mut alt = AltPath::from_bytes(&[0; AltPath::SIZE]);
-    alt.ah_attr = Av {
-        dlid,
-        src_path_bits: 1,
-        port_num: 1,
-        ..Av::default()
-    };
-    alt.port_num = 1;
-    alt.timeout = 14;
-    alt
-}
 
 fn mig(state: u8) -> QpAttr {
     QpAttr {
@@ -40,25 +27,24 @@ fn mig(state: u8) -> QpAttr {
     }
 }
 
-#[test]
-fn ad_10_guest_arms_the_alternate_path_migrates_and_the_peer_follows_with_an_event() {
-    let opts = Options {
-        lids: HashMap::from([(0, LID_A), (1, LID_B)]),
-        node_toml: HashMap::from([(0, "lmc = 1".to_string()), (1, "lmc = 1".to_string())]),
-        ..Options::nodes(2)
-    };
-    let v = Vhca::spawn(opts);
+/// Two guests on LMC 1 nodes (A's packets to B's base LID lost with
+/// `dead_primary`), an RC pair, the alternate paths loaded with migration
+/// states `mig_a` and `mig_b`.
+fn pair(dead_primary: bool, mig_a: u8, mig_b: u8) -> (Vhca, Node, Node, QpH, QpH) {
+    let fault = dead_primary.then(|| format!("drop_dlid={LID_B}"));
+    let v = Vhca::spawn(lmc_pair_options((LID_A, LID_B), fault));
     let mut a = Node::connect(&v, 0);
     let mut b = Node::connect(&v, 1);
     let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    load_alt(&mut a, qa, mig_a, LID_B + 1);
+    load_alt(&mut b, qb, mig_b, LID_A + 1);
+    (v, a, b, qa, qb)
+}
+
+#[test]
+fn ad_10_guest_arms_the_alternate_path_migrates_and_the_peer_follows_with_an_event() {
     // Rearm (1) with the alternate path: the device arms it (2).
-    let arm = m::ALT_PATH | m::PATH_MIG_STATE;
-    a.hca
-        .modify_qp_alt(qa, arm, &mig(1), &alt_to(LID_B + 1))
-        .expect("arm a");
-    b.hca
-        .modify_qp_alt(qb, arm, &mig(1), &alt_to(LID_A + 1))
-        .expect("arm b");
+    let (_v, mut a, mut b, qa, qb) = pair(false, 1, 1);
     let q = a.hca.query_qp(qa).unwrap();
     assert_eq!(q.attr.path_mig_state, 2, "Armed");
     assert_eq!((q.alt.ah_attr.dlid, q.alt.timeout), (LID_B + 1, 14));
@@ -103,23 +89,7 @@ fn ad_10_guest_arms_the_alternate_path_migrates_and_the_peer_follows_with_an_eve
 fn ad_10_a_dead_primary_path_migrates_with_nothing_lost_and_both_guests_see_the_event() {
     // A's packets to B's base LID (the primary path) are all lost; B's LID
     // 0x29 (the alternate path) stays reachable.
-    let opts = Options {
-        lids: HashMap::from([(0, LID_A), (1, LID_B)]),
-        node_toml: HashMap::from([(0, "lmc = 1".to_string()), (1, "lmc = 1".to_string())]),
-        faults: HashMap::from([(0, format!("drop_dlid={LID_B}"))]),
-        ..Options::nodes(2)
-    };
-    let v = Vhca::spawn(opts);
-    let mut a = Node::connect(&v, 0);
-    let mut b = Node::connect(&v, 1);
-    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
-    let arm = m::ALT_PATH | m::PATH_MIG_STATE;
-    a.hca
-        .modify_qp_alt(qa, arm, &mig(2), &alt_to(LID_B + 1))
-        .expect("arm a");
-    b.hca
-        .modify_qp_alt(qb, arm, &mig(2), &alt_to(LID_A + 1))
-        .expect("arm b");
+    let (_v, mut a, mut b, qa, qb) = pair(true, 2, 2);
     let len = 1 << 20;
     let src = a.region(len, Layout::Contiguous, 0);
     let dst = b.region(len, Layout::Contiguous, 0);
@@ -138,4 +108,35 @@ fn ad_10_a_dead_primary_path_migrates_with_nothing_lost_and_both_guests_see_the_
         assert_eq!((s.attr.path_mig_state, s.attr.ah_attr.dlid), (0, peer + 1));
     }
     assert!(a.hca.counter(CounterSet::Port, "timeouts").unwrap() >= Some(2));
+}
+
+#[test]
+fn ad_10_a_guest_not_armed_gets_the_path_migration_error_event() {
+    // A's primary path is dead and A is Armed: A migrates and asks B to
+    // follow (MigReq = 1 on B's alternate path). B holds that alternate path
+    // but is not Armed: it refuses, and its guest gets VHCA_EQE_PATH_MIG_ERR.
+    // B's alternate path loaded, not armed (0).
+    let (_v, mut a, mut b, qa, qb) = pair(true, 2, 0);
+    let len = 4096;
+    let src = a.region(len, Layout::Contiguous, 0);
+    let dst = b.region(len, Layout::Contiguous, 0);
+    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
+    a.hca.post_send(qa, &w).unwrap();
+    let e = b
+        .hca
+        .wait_async_event(T, |e| e.kind == EqeType::PathMigErr.raw())
+        .expect("path migration error event at B");
+    assert_eq!(e.object, qb.qpn);
+    let q = b.hca.query_qp(qb).unwrap();
+    assert_eq!((q.attr.path_mig_state, q.attr.ah_attr.dlid), (0, LID_A));
+    assert_eq!(
+        b.hca
+            .counter(CounterSet::Port, "path_migration_errors")
+            .unwrap(),
+        Some(1)
+    );
+    assert!(a
+        .hca
+        .wait_async_event(T, |e| e.kind == EqeType::PathMig.raw())
+        .is_some());
 }

@@ -612,6 +612,9 @@ pub enum VerbError {
 /// what"). `PathMigrated`: the QP moved to its alternate path (AD-10,
 /// `IBV_EVENT_PATH_MIG`), its requester after ACK timeouts on the primary path
 /// or its responder on a MigReq packet on the alternate path (IBA 17.2.8).
+/// `PathMigrationError`: the peer asked for a migration (MigReq = 1 on this
+/// QP's alternate path) that the QP could not take, not being Armed
+/// (`IBV_EVENT_PATH_MIG_ERR`; AD-10, AE-01).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
     QpFatal { qpn: u32 },
@@ -623,6 +626,7 @@ pub enum Event {
     PortActive,
     PortError,
     PathMigrated { qpn: u32 },
+    PathMigrationError { qpn: u32 },
 }
 
 /// The GRH of a received UD message, as `ibv_grh` puts it in the receive buffer's

@@ -6,73 +6,29 @@
 
 mod common;
 
+use common::apm::*;
 use common::*;
-use transport::engine::{Limits, PortConfig, RxDrop};
+use transport::engine::{Limits, RxDrop};
 use transport::verbs::{
     AddressVector, AttrMask, Event, MigState, QpAttr, QpState, QpType, RecvWr, Sge, VerbError,
     WcStatus, WrOpcode,
 };
-use transport::wire::PacketRepr;
 
 /// Node 0's base LID (LIDs 2 and 3) and node 1's (LIDs 4 and 5).
 const LID_A: u16 = 2;
 const LID_B: u16 = 4;
+const LIDS: (u16, u16) = (LID_A, LID_B);
 const LEN: usize = 10_000;
 const SRC: u64 = MEM_BASE;
 const DST: u64 = MEM_BASE + 0x10_0000;
 
 fn net(apm_timeouts: u8) -> Net {
-    let port = |lid: u16| {
-        let mut p = PortConfig::new(lid, 0x0002_c903_0000_0000 + u64::from(lid));
-        p.lmc = 1;
-        p
-    };
     let limits = Limits {
         loss_probes: false,
         apm_timeouts,
         ..Limits::default()
     };
-    Net::with_ports(vec![port(LID_A), port(LID_B)], 0x40_0000, 7, limits)
-}
-
-/// The alternate path to the node of base LID `remote`: its second LID, from
-/// this node's second LID.
-fn alt_attr(remote: u16, mig: MigState) -> QpAttr {
-    QpAttr {
-        alt_av: AddressVector {
-            dlid: remote + 1,
-            src_path_bits: 1,
-            ..AddressVector::default()
-        },
-        alt_port_num: 1,
-        alt_pkey_index: 0,
-        alt_timeout: ConnOpts::default().timeout,
-        path_mig_state: mig,
-        ..QpAttr::default()
-    }
-}
-
-/// RTS -> RTS loading the alternate path and setting the migration state.
-fn load_alt(net: &mut Net, node: usize, qpn: u32, remote: u16, mig: MigState) {
-    let now = net.now;
-    net.nodes[node]
-        .engine
-        .modify_qp(
-            qpn,
-            &alt_attr(remote, mig),
-            AttrMask::ALT_PATH | AttrMask::PATH_MIG_STATE,
-            now,
-        )
-        .expect("alt path");
-}
-
-fn mig_state(net: &Net, node: usize, qpn: u32) -> (MigState, u16) {
-    let (_, a, _) = net.nodes[node].engine.query_qp(qpn).expect("query");
-    (a.path_mig_state, a.av.dlid)
-}
-
-fn events(net: &mut Net, node: usize) -> Vec<Event> {
-    std::iter::from_fn(|| net.nodes[node].engine.poll_event()).collect()
+    lmc_net(LID_A, LID_B, 7, limits)
 }
 
 /// Posts a receive at B and a SEND of `LEN` bytes at A.
@@ -102,29 +58,27 @@ fn send(net: &mut Net, p: &Pair) {
 
 /// Every packet to the primary path's DLID of A's requests is lost.
 fn kill_primary(net: &mut Net) {
-    net.sniffed = Some(Vec::new());
-    net.lose = Some(Box::new(|b: &[u8]| {
-        PacketRepr::parse(b).is_ok_and(|p| p.lrh.dlid == LID_B)
-    }));
+    kill_dlid(net, LID_B);
 }
 
-/// (DLID, MigReq) of every packet sniffed.
-fn wire(net: &mut Net) -> Vec<(u16, bool)> {
-    net.sniffed
-        .take()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|b| PacketRepr::parse(b).ok())
-        .map(|p| (p.lrh.dlid, p.transport.bth.mig_req))
-        .collect()
+/// The consumer migrates A's Armed QP (Modify QP to Migrated).
+fn migrate_on_request(net: &mut Net, qa: u32) {
+    let now = net.now;
+    let m = QpAttr {
+        path_mig_state: MigState::Migrated,
+        ..QpAttr::default()
+    };
+    net.nodes[0]
+        .engine
+        .modify_qp(qa, &m, AttrMask::PATH_MIG_STATE, now)
+        .expect("migrate");
 }
 
 #[test]
 fn ad_10_armed_requester_migrates_when_primary_path_dies_and_message_completes() {
     let mut net = net(2);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
-    load_alt(&mut net, 0, p.qa, LID_B, MigState::Rearm);
-    load_alt(&mut net, 1, p.qb, LID_A, MigState::Armed);
+    let o = ConnOpts::default();
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Rearm, MigState::Armed);
     // Rearm arms at once (vhca policy): both ends report Armed.
     assert_eq!(mig_state(&net, 0, p.qa), (MigState::Armed, LID_B));
     assert_eq!(mig_state(&net, 1, p.qb), (MigState::Armed, LID_A));
@@ -137,10 +91,7 @@ fn ad_10_armed_requester_migrates_when_primary_path_dies_and_message_completes()
     assert_eq!(cb.byte_len, LEN as u32);
     assert_eq!(bytes(&net, p.b, DST, LEN), bytes(&net, p.a, SRC, LEN));
     // Both ends now use the former alternate path and report Migrated.
-    assert_eq!(mig_state(&net, 0, p.qa), (MigState::Migrated, LID_B + 1));
-    assert_eq!(mig_state(&net, 1, p.qb), (MigState::Migrated, LID_A + 1));
-    assert_eq!(events(&mut net, 0), vec![Event::PathMigrated { qpn: p.qa }]);
-    assert_eq!(events(&mut net, 1), vec![Event::PathMigrated { qpn: p.qb }]);
+    assert_both_migrated(&mut net, &p, LIDS);
     for n in 0..2 {
         assert_eq!(net.nodes[n].engine.counters().path_migrations, 1);
     }
@@ -164,10 +115,8 @@ fn ad_10_qp_not_armed_does_not_migrate_and_exceeds_retries() {
         retry_cnt: 2,
         ..ConnOpts::default()
     };
-    let p = connect(&mut net, 0, 1, &o);
     // An alternate path loaded but not armed.
-    load_alt(&mut net, 0, p.qa, LID_B, MigState::Migrated);
-    load_alt(&mut net, 1, p.qb, LID_A, MigState::Migrated);
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Migrated, MigState::Migrated);
     kill_primary(&mut net);
     send(&mut net, &p);
     let ca = wait_cqe(&mut net, p.a, p.cq_a);
@@ -186,11 +135,9 @@ fn ad_10_responder_not_armed_drops_the_alternate_path() {
         retry_cnt: 3,
         ..ConnOpts::default()
     };
-    let p = connect(&mut net, 0, 1, &o);
-    load_alt(&mut net, 0, p.qa, LID_B, MigState::Armed);
     // B holds the alternate path but is not armed: C9-54 takes only the
     // primary remote LID then.
-    load_alt(&mut net, 1, p.qb, LID_A, MigState::Migrated);
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Armed, MigState::Migrated);
     kill_primary(&mut net);
     send(&mut net, &p);
     let ca = wait_cqe(&mut net, p.a, p.cq_a);
@@ -203,20 +150,82 @@ fn ad_10_responder_not_armed_drops_the_alternate_path() {
 }
 
 #[test]
+fn ad_10_not_armed_responder_raises_the_path_migration_error_event_once() {
+    // A migrates (its primary path dies) and asks B to follow with MigReq = 1
+    // on B's alternate path; B holds that path but is not Armed, so it cannot
+    // migrate: it drops every such packet (C9-54, C9-57) and raises the path
+    // migration error event once, not once per resent packet.
+    let mut net = net(2);
+    let o = ConnOpts {
+        retry_cnt: 3,
+        ..ConnOpts::default()
+    };
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Armed, MigState::Migrated);
+    kill_primary(&mut net);
+    send(&mut net, &p);
+    assert_eq!(
+        wait_cqe(&mut net, p.a, p.cq_a).status,
+        WcStatus::RetryExcErr
+    );
+    let refused = wire(&mut net)
+        .iter()
+        .filter(|&&(d, m)| d == LID_B + 1 && m)
+        .count();
+    assert!(refused > 1, "A resent its migrated request ({refused})");
+    let c = net.nodes[1].engine.counters();
+    assert!(c.dropped(RxDrop::BadSlid) >= refused as u64);
+    assert_eq!(c.path_migration_errors, 1);
+    assert_eq!(c.path_migrations, 0);
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::PathMigrationError { qpn: p.qb }]
+    );
+    assert_eq!(mig_state(&net, 1, p.qb), (MigState::Migrated, LID_A));
+    // The requester side migrated (its event) and raised no error event.
+    let ea = events(&mut net, 0);
+    assert!(ea.contains(&Event::PathMigrated { qpn: p.qa }));
+    assert!(!ea.contains(&Event::PathMigrationError { qpn: p.qa }));
+    assert_eq!(net.nodes[0].engine.counters().path_migration_errors, 0);
+}
+
+#[test]
+fn ad_10_path_migration_error_event_again_after_a_new_alternate_path() {
+    // One event per refused migration: loading a new alternate path (still
+    // not armed) re-enables it, and A's next resent MigReq raises it again.
+    let mut net = net(7);
+    let o = ConnOpts {
+        retry_cnt: 7,
+        ..ConnOpts::default()
+    };
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Armed, MigState::Migrated);
+    kill_primary(&mut net);
+    send(&mut net, &p);
+    let errors = |n: &mut Net| n.nodes[1].engine.counters().path_migration_errors;
+    assert!(net.run_until(1_000_000, |n| errors(n) == 1));
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::PathMigrationError { qpn: p.qb }]
+    );
+    load_alt(&mut net, 1, p.qb, LID_A, MigState::Migrated);
+    assert!(net.run_until(1_000_000, |n| errors(n) == 2));
+    assert_eq!(
+        events(&mut net, 1),
+        vec![Event::PathMigrationError { qpn: p.qb }]
+    );
+    assert_eq!(
+        wait_cqe(&mut net, p.a, p.cq_a).status,
+        WcStatus::RetryExcErr
+    );
+    assert_eq!(errors(&mut net), 2);
+    assert!(events(&mut net, 1).is_empty());
+}
+
+#[test]
 fn ad_10_migrate_on_request_swaps_paths_without_event() {
     let mut net = net(2);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
-    load_alt(&mut net, 0, p.qa, LID_B, MigState::Armed);
-    load_alt(&mut net, 1, p.qb, LID_A, MigState::Armed);
-    let now = net.now;
-    let m = QpAttr {
-        path_mig_state: MigState::Migrated,
-        ..QpAttr::default()
-    };
-    net.nodes[0]
-        .engine
-        .modify_qp(p.qa, &m, AttrMask::PATH_MIG_STATE, now)
-        .expect("migrate");
+    let o = ConnOpts::default();
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Armed, MigState::Armed);
+    migrate_on_request(&mut net, p.qa);
     assert_eq!(mig_state(&net, 0, p.qa), (MigState::Migrated, LID_B + 1));
     let (_, a, _) = net.nodes[0].engine.query_qp(p.qa).unwrap();
     assert_eq!(a.alt_av.dlid, LID_B, "the old primary is the alternate");
@@ -389,20 +398,9 @@ fn ad_10_modify_validation_of_alt_path_and_migration_state() {
 fn ad_10_migration_with_loss_probes_on_and_a_write() {
     // The default limits (loss probes before the ACK timeout, issue 14):
     // the probes go to the dead path too, the ACK timeouts still migrate.
-    let port = |lid: u16| {
-        let mut p = PortConfig::new(lid, 0x0002_c903_0000_0000 + u64::from(lid));
-        p.lmc = 1;
-        p
-    };
-    let mut net = Net::with_ports(
-        vec![port(LID_A), port(LID_B)],
-        0x40_0000,
-        9,
-        Limits::default(),
-    );
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
-    load_alt(&mut net, 0, p.qa, LID_B, MigState::Armed);
-    load_alt(&mut net, 1, p.qb, LID_A, MigState::Armed);
+    let mut net = lmc_net(LID_A, LID_B, 9, Limits::default());
+    let o = ConnOpts::default();
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Armed, MigState::Armed);
     kill_primary(&mut net);
     let ka = net.reg_all(p.a, ALL_ACCESS);
     let kb = net.reg_all(p.b, ALL_ACCESS);
@@ -413,23 +411,7 @@ fn ad_10_migration_with_loss_probes_on_and_a_write() {
     net.nodes[p.a].engine.post_send(p.qa, w).expect("write");
     assert_eq!(wait_cqe(&mut net, p.a, p.cq_a).status, WcStatus::Success);
     assert_eq!(bytes(&net, p.b, DST, LEN), bytes(&net, p.a, SRC, LEN));
-    assert_eq!(mig_state(&net, 0, p.qa), (MigState::Migrated, LID_B + 1));
-    assert_eq!(mig_state(&net, 1, p.qb), (MigState::Migrated, LID_A + 1));
-    assert_eq!(events(&mut net, 0), vec![Event::PathMigrated { qpn: p.qa }]);
-    assert_eq!(events(&mut net, 1), vec![Event::PathMigrated { qpn: p.qb }]);
-}
-
-/// RTS -> RTS arming the alternate path `av`.
-fn arm_with(net: &mut Net, node: usize, qpn: u32, av: AddressVector) {
-    let now = net.now;
-    let a = QpAttr {
-        alt_av: av,
-        ..alt_attr(0, MigState::Rearm)
-    };
-    net.nodes[node]
-        .engine
-        .modify_qp(qpn, &a, AttrMask::ALT_PATH | AttrMask::PATH_MIG_STATE, now)
-        .expect("arm");
+    assert_both_migrated(&mut net, &p, LIDS);
 }
 
 #[test]
@@ -500,18 +482,8 @@ fn ad_10_uc_responder_follows_a_migration_of_its_peer() {
         qp_type: QpType::Uc,
         ..ConnOpts::default()
     };
-    let p = connect(&mut net, 0, 1, &o);
-    load_alt(&mut net, 0, p.qa, LID_B, MigState::Armed);
-    load_alt(&mut net, 1, p.qb, LID_A, MigState::Armed);
-    let now = net.now;
-    let m = QpAttr {
-        path_mig_state: MigState::Migrated,
-        ..QpAttr::default()
-    };
-    net.nodes[0]
-        .engine
-        .modify_qp(p.qa, &m, AttrMask::PATH_MIG_STATE, now)
-        .expect("migrate");
+    let p = alt_pair(&mut net, &o, LIDS, MigState::Armed, MigState::Armed);
+    migrate_on_request(&mut net, p.qa);
     kill_primary(&mut net);
     send(&mut net, &p);
     assert_eq!(wait_cqe(&mut net, p.b, p.cq_b).status, WcStatus::Success);

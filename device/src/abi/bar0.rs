@@ -188,6 +188,10 @@ abi_consts! {
         /// XRC (SR-02; the kernel's IB_DEVICE_XRC): ALLOC_XRCD, XRC SRQs,
         /// XRC_INI and XRC_TGT QPs.
         XRC = 1 << 16,
+        /// Automatic path migration (AD-10; the kernel's
+        /// IB_DEVICE_AUTO_PATH_MIG and IB_PORT_AUTO_MIGR_SUP): MODIFY_QP's
+        /// ALT_PATH and PATH_MIG_STATE, the PATH_MIG and PATH_MIG_ERR events.
+        APM = 1 << 17,
     }
 }
 

@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 25] = [
+const PORT_COUNTERS: [&str; 26] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -108,6 +108,7 @@ const PORT_COUNTERS: [&str; 25] = [
     "credit_probes",
     "credit_acks_sent",
     "path_migrations",
+    "path_migration_errors",
 ];
 
 /// The port set's values, in the order of its names.
@@ -142,6 +143,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         credit_probes,
         credit_acks_sent,
         path_migrations,
+        path_migration_errors,
     } = c;
     [
         *rx_packets,
@@ -169,6 +171,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *credit_probes,
         *credit_acks_sent,
         *path_migrations,
+        *path_migration_errors,
     ]
 }
 

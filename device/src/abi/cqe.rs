@@ -126,7 +126,8 @@ abi_enum! {
         SqDrained = 5,
         /// object = QPN (AD-10).
         PathMig = 6,
-        /// object = QPN; not sent (AD-10).
+        /// object = QPN: a MigReq on the QP's alternate path while it was
+        /// not Armed, so the migration the peer asked for failed (AD-10).
         PathMigErr = 7,
         /// object = 0.
         DeviceFatal = 8,
@@ -174,6 +175,7 @@ impl EqeType {
             Event::PortActive => EqeType::PortActive,
             Event::PortError => EqeType::PortErr,
             Event::PathMigrated { .. } => EqeType::PathMig,
+            Event::PathMigrationError { .. } => EqeType::PathMigErr,
         }
     }
 }

@@ -57,6 +57,10 @@ pub struct FaultSpec {
     /// Every native packet to this DLID is lost (0: none): a dead path of a
     /// node with LMC > 0, whose other LIDs stay reachable (AD-10 tests).
     pub drop_dlid: u16,
+    /// The path to `drop_dlid` dies only after this many packets to it went
+    /// through (0: dead from the start): a path that fails while a stream
+    /// runs on it, on a device that was up for a while (AD-10 VM test).
+    pub drop_dlid_after: u64,
 }
 
 impl Default for FaultSpec {
@@ -72,6 +76,7 @@ impl Default for FaultSpec {
             seed: 0,
             panic_after: 0,
             drop_dlid: 0,
+            drop_dlid_after: 0,
         }
     }
 }
@@ -86,7 +91,7 @@ pub enum FaultSpecError {
     #[error("fault spec item `{0}` is not key=value")]
     NotKeyValue(String),
     /// A key this stage does not know.
-    #[error("unknown fault `{0}` (known: drop, dup, reorder, corrupt, delay, delay_rate, seed, drop_dlid)")]
+    #[error("unknown fault `{0}` (known: drop, dup, reorder, corrupt, delay, delay_rate, seed, drop_dlid, drop_dlid_after)")]
     UnknownKey(String),
     /// A key given twice.
     #[error("fault `{0}` given twice")]
@@ -187,6 +192,7 @@ impl std::str::FromStr for FaultSpec {
                         .try_into()
                         .map_err(|_| FaultSpecError::BadSeed(value.to_string()))?
                 }
+                "drop_dlid_after" => spec.drop_dlid_after = parse_seed(value)?,
                 _ => return Err(FaultSpecError::UnknownKey(key.to_string())),
             }
             seen.push(key);
@@ -200,7 +206,7 @@ impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "drop={},dup={},reorder={},corrupt={},delay={}ns,delay_rate={},seed={},panic_after={},drop_dlid={}",
+            "drop={},dup={},reorder={},corrupt={},delay={}ns,delay_rate={},seed={},panic_after={},drop_dlid={},drop_dlid_after={}",
             self.drop,
             self.dup,
             self.reorder,
@@ -209,7 +215,8 @@ impl fmt::Display for FaultSpec {
             self.delay_rate,
             self.seed,
             self.panic_after,
-            self.drop_dlid
+            self.drop_dlid,
+            self.drop_dlid_after
         )
     }
 }
@@ -263,6 +270,9 @@ pub struct FaultCounters {
     pub drop_delay_full: u64,
     /// Packets handed to the inner link (duplicates count twice).
     pub forwarded: u64,
+    /// Packets to `drop_dlid` seen (sent while fewer than `drop_dlid_after`,
+    /// dropped after).
+    pub to_drop_dlid: u64,
 }
 
 /// A [`Link`] with faults injected into what is sent through it.
@@ -381,8 +391,19 @@ impl<L: Link> Link for FaultLink<L> {
         }
         // LRH bytes 2-3: the DLID (InfiniBand ports only: on a RoCE port
         // these are destination MAC bytes, so `drop_dlid` is not for them).
-        let to_dead = self.spec.drop_dlid != 0
+        let to_dlid = self.spec.drop_dlid != 0
             && packet.get(2..4) == Some(&self.spec.drop_dlid.to_be_bytes()[..]);
+        let to_dead = to_dlid && {
+            self.counters.to_drop_dlid += 1;
+            if self.counters.to_drop_dlid == self.spec.drop_dlid_after + 1 {
+                log::warn!(
+                    "fault injection: the path to DLID {:#x} dies now, after {} packets",
+                    self.spec.drop_dlid,
+                    self.spec.drop_dlid_after
+                );
+            }
+            self.counters.to_drop_dlid > self.spec.drop_dlid_after
+        };
         if to_dead || self.rng.chance(self.spec.drop) {
             self.counters.dropped += 1;
             return released;

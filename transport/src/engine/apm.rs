@@ -21,6 +21,14 @@
 //!   9.2.4) until the consumer re-arms it; a QP that never migrated sends 0, as
 //!   before APM.
 //!
+//! * A packet with MigReq = 1 that comes on the alternate path of a QP that is
+//!   not Armed (Migrated: never armed, or migrated and not re-armed) asks for
+//!   a migration the QP cannot make: the header checks drop it (C9-54, C9-57)
+//!   and the QP raises the path migration error event
+//!   (`IBV_EVENT_PATH_MIG_ERR`, AE-01), once until the QP is armed again or
+//!   given a new alternate path (the peer resends that request at every ACK
+//!   timeout; one event tells the consumer, the drop counter counts them).
+//!
 //! The trigger (17.2.8 leaves it to the CA): vhca policy, an Armed requester
 //! whose ACK timer fires [`Limits::apm_timeouts`](super::Limits) times in a
 //! row without progress on the primary path migrates, resends from the oldest
@@ -42,6 +50,9 @@ pub(crate) struct Apm {
     pub migreq: bool,
     /// ACK timeouts in a row on an Armed QP before it migrates (0: never).
     pub after_timeouts: u8,
+    /// The path migration error event was raised since the QP was last
+    /// armed or given an alternate path (one event per refused migration).
+    pub mig_err_raised: bool,
 }
 
 /// The checks of a Modify QP's APM attributes that the pure mask table
@@ -99,12 +110,14 @@ pub(super) fn apply_modify(
         qp.attr.alt_port_num = attr.alt_port_num;
         qp.attr.alt_timeout = attr.alt_timeout;
         qp.apm.alt_loaded = true;
+        qp.apm.mig_err_raised = false;
     }
     if mask.contains(AttrMask::PATH_MIG_STATE) {
         match attr.path_mig_state {
             MigState::Rearm | MigState::Armed => {
                 qp.attr.path_mig_state = MigState::Armed;
                 qp.apm.migreq = false;
+                qp.apm.mig_err_raised = false;
             }
             MigState::Migrated if qp.attr.path_mig_state == MigState::Armed => {
                 migrate(qp, fx, c, false);
@@ -170,6 +183,44 @@ pub(super) fn on_receive(
     {
         migrate(qp, fx, c, true);
     }
+}
+
+/// A received packet failed the header checks: if it is a migration request
+/// (MigReq = 1) on the alternate path of a connected QP that is not Armed, the
+/// migration the peer asked for failed here, and the QP raises the path
+/// migration error event (AD-10, AE-01), once per arming (module docs). The
+/// packet stays dropped (C9-57). Returns whether an event was raised.
+pub(super) fn on_rejected(
+    qp: &mut Qp,
+    pkt: &PacketRepr<'_>,
+    ethernet: bool,
+    port: &PortConfig,
+    fx: &mut Effects,
+    c: &mut Counters,
+) -> bool {
+    let alt_pkey_ok = || {
+        port.pkeys
+            .get(usize::from(qp.attr.alt_pkey_index))
+            .is_some_and(|&own| super::io::pkey_match(pkt.transport.bth.pkey, own))
+    };
+    if qp.attr.path_mig_state == MigState::Armed
+        || !qp.apm.alt_loaded
+        || qp.apm.mig_err_raised
+        || !pkt.transport.bth.mig_req
+        || !crate::qp_state::receives_packets(qp.state)
+        || !on_alternate(qp, pkt, ethernet)
+        || !alt_pkey_ok()
+    {
+        return false;
+    }
+    qp.apm.mig_err_raised = true;
+    c.path_migration_errors += 1;
+    log::warn!(
+        "QP {}: MigReq on the alternate path while not Armed: path migration error (AD-10)",
+        qp.qpn
+    );
+    fx.events.push(Event::PathMigrationError { qpn: qp.qpn });
+    true
 }
 
 /// Whether an Armed QP's alternate path may carry packets to it now.

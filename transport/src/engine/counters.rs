@@ -208,6 +208,10 @@ pub struct Counters {
     pub credit_acks_sent: u64,
     /// QPs that migrated to their alternate path (AD-10), either side.
     pub path_migrations: u64,
+    /// Path migration error events raised (AD-10): MigReq = 1 packets on
+    /// the alternate path of a QP that was not Armed (each also counted as
+    /// the header check's drop).
+    pub path_migration_errors: u64,
 }
 
 impl Counters {

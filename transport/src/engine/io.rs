@@ -77,6 +77,14 @@ impl Engine {
             Err(r) => {
                 log::debug!("drop packet to QP {dest}: {r:?}");
                 self.counters.drop(r);
+                // AD-10: a refused migration request raises its event.
+                if let Some(qp) = self.qps.get_mut(&dest) {
+                    let mut fx = Effects::default();
+                    let (port, c) = (&self.port, &mut self.counters);
+                    if super::apm::on_rejected(qp, &pkt, roce.is_some(), port, &mut fx, c) {
+                        self.finish(fx);
+                    }
+                }
                 return;
             }
         };

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod apm;
+
 use std::collections::BinaryHeap;
 
 use transport::engine::{Engine, Limits, LinkLayer, PortConfig};
