@@ -156,8 +156,7 @@ impl Engine {
             self.arm(qpn);
             if let Some(len) = built {
                 if self.vl_arb {
-                    // LRH byte 0 holds the VL the packet went on (AD-06).
-                    self.last_vl = buf.first().map_or(0, |b| b >> 4);
+                    self.vl_sent(buf, len);
                 }
                 self.schedule.push_back(qpn);
                 self.counters.tx_packets += 1;
@@ -168,29 +167,6 @@ impl Engine {
         }
         self.finish(fx);
         out
-    }
-
-    /// VL arbitration (AD-06, `vl`): moves to the front of the schedule the
-    /// first QP of the data VL next after the last packet's, round robin over
-    /// the VLs that have a scheduled QP. O(scheduled QPs), only while the
-    /// SL-to-VL table uses more than VL0.
-    fn vl_pick(&mut self) {
-        let mut best: Option<(u8, usize)> = None;
-        for (i, qpn) in self.schedule.iter().enumerate() {
-            let Some(qp) = self.qps.get(qpn) else {
-                continue;
-            };
-            let vl = super::vl::tx_vl(&self.port, *qpn, super::vl::next_sl(qp));
-            let d = super::vl::rr_distance(self.last_vl, vl);
-            if best.is_none_or(|(bd, _)| d < bd) {
-                best = Some((d, i));
-            }
-        }
-        if let Some((_, i)) = best.filter(|&(_, i)| i > 0) {
-            if let Some(q) = self.schedule.remove(i) {
-                self.schedule.push_front(q);
-            }
-        }
     }
 
     /// The earliest time [`Self::handle_timeout`] may have work: O(1). It is
