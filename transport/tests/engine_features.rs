@@ -395,6 +395,7 @@ fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
             },
             remote_qpn: dqp,
             remote_qkey: 0x1111_1111,
+            pkey_index: None,
         });
         net.nodes[0].engine.post_send(qa, w).unwrap();
     }
@@ -430,6 +431,7 @@ fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
         },
         remote_qpn: qb,
         remote_qkey: 0x1111_1111,
+        pkey_index: None,
     });
     net.nodes[0].engine.post_send(qa, w).unwrap();
     assert_eq!(wait(&mut net, 0, cqa, 1)[0].status, WcStatus::LocLenErr);
@@ -1029,6 +1031,7 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
             },
             remote_qpn: 1,
             remote_qkey: qkey,
+            pkey_index: None,
         });
         net.nodes[0].engine.post_send(1, w).unwrap();
     }

@@ -94,6 +94,7 @@ fn send_to_group(
         av,
         remote_qpn: MULTICAST_QPN,
         remote_qkey: QKEY,
+        pkey_index: None,
     });
     net.nodes[node].engine.post_send(qp, w).unwrap();
 }
@@ -721,6 +722,7 @@ fn pv_04_ud_unicast_grh_is_not_checked() {
             },
             remote_qpn: r,
             remote_qkey: QKEY,
+            pkey_index: None,
         });
         net.nodes[0].engine.post_send(s, w).unwrap();
     }

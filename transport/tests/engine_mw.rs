@@ -252,6 +252,7 @@ fn mp_06_bind_errors_complete_with_mw_bind_err_and_fail_the_qp() {
         av: Default::default(),
         remote_qpn: u.qa,
         remote_qkey: 0,
+        pkey_index: None,
     });
     assert_eq!(
         net.nodes[1].engine.post_send(u.qb, w),

@@ -341,6 +341,7 @@ fn ud_backlog_on_wire(tables: Option<VlArbTables>, sls: &[u8], n: u64) -> Vec<(u
                 },
                 remote_qpn: p.qb,
                 remote_qkey: 0x1111_1111,
+                pkey_index: None,
             });
             net.nodes[0].engine.post_send(p.qa, w).unwrap();
         }
