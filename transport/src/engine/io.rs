@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 
 use super::mcast::{is_multicast_gid, is_multicast_lid, MULTICAST_QPN};
 use super::{completer, link, requester, responder};
-use super::{Ctx, Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
+use super::{Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
 use crate::memory::Memory;
 use crate::qp_state;
 use crate::verbs::{Event, QpType, Time};
@@ -83,16 +83,7 @@ impl Engine {
         let mut fx = Effects::default();
         super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
-        let mut ctx = Ctx {
-            mrs: &mut self.mrs,
-            mem,
-            srqs: &mut self.srqs,
-            counters: &mut self.counters,
-            fx: &mut fx,
-            port: &self.port,
-            now,
-            roce,
-        };
+        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
         use crate::wire::opcode::Direction;
         let wants_tx = match info.direction() {
             Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
@@ -131,16 +122,7 @@ impl Engine {
                 continue;
             };
             self.port_window.before_poll(qp);
-            let mut ctx = Ctx {
-                mrs: &mut self.mrs,
-                mem,
-                srqs: &mut self.srqs,
-                counters: &mut self.counters,
-                fx: &mut fx,
-                port: &self.port,
-                now,
-                roce: None,
-            };
+            let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, None);
             let built = if qp.req_turn {
                 requester::poll_transmit(qp, &mut ctx, buf)
                     .or_else(|| responder::poll_transmit(qp, &mut ctx, buf))

@@ -895,6 +895,27 @@ pub(crate) struct Ctx<'a> {
     pub roce: Option<link::RoceRx>,
 }
 
+/// The one constructor of a [`Ctx`] over engine `$e`'s parts (its MRs,
+/// SRQs, counters and port) for a QP's handlers: unicast delivery and
+/// transmit (`io`), multicast delivery (`mcast`). A macro rather than a
+/// method so that it borrows those fields alone, and the QP, taken from
+/// `$e.qps`, stays borrowed beside it.
+macro_rules! engine_ctx {
+    ($e:expr, $mem:expr, $fx:expr, $now:expr, $roce:expr) => {
+        $crate::engine::Ctx {
+            mrs: &mut $e.mrs,
+            mem: $mem,
+            srqs: &mut $e.srqs,
+            counters: &mut $e.counters,
+            fx: $fx,
+            port: &$e.port,
+            now: $now,
+            roce: $roce,
+        }
+    };
+}
+pub(crate) use engine_ctx;
+
 fn apply_attrs(qp: &mut Qp, a: &QpAttr, m: AttrMask) {
     let t = &mut qp.attr;
     if m.contains(AttrMask::ACCESS_FLAGS) {
