@@ -139,11 +139,8 @@ fn ad_01_pv_03_rc_over_path_bits_in_a_shared_partition_limited_pair_dropped() {
     assert!(bad_pkeys(&mut b.hca) >= 2, "each try dropped");
 }
 
-#[test]
-fn pv_03_ad_01_qp1_takes_any_partition_of_the_port_table() {
-    let (_v, mut a, mut b) = fabric();
-    let src = a.region(4096, Layout::Contiguous, 0);
-    let dst = b.region(8192, Layout::Contiguous, 0);
+/// A UD QP on `a` and QP1 on `b`, both at RTS with the GSI's Q_Key.
+fn ud_to_qp1(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
     let o = ConnOpts {
         qkey: GSI_QKEY,
         ..ConnOpts::default()
@@ -156,6 +153,15 @@ fn pv_03_ad_01_qp1_takes_any_partition_of_the_port_table() {
     b.hca.qp_to_rts_from_reset(gsi, None, &o).unwrap();
     let ud = a.qp(QpType::Ud);
     a.hca.qp_to_rts_from_reset(ud, None, &o).unwrap();
+    (ud, gsi)
+}
+
+#[test]
+fn pv_03_ad_01_qp1_takes_any_partition_of_the_port_table() {
+    let (_v, mut a, mut b) = fabric();
+    let src = a.region(4096, Layout::Contiguous, 0);
+    let dst = b.region(8192, Layout::Contiguous, 0);
+    let (ud, gsi) = ud_to_qp1(&mut a, &mut b);
     for id in 0..4 {
         let sge = dst.mr.sge(&dst.buf, id * 1024, 1024);
         b.hca
@@ -209,17 +215,7 @@ fn ad_05_pv_03_qp1_answers_at_the_wqe_pkey_index() {
     let (_v, mut a, mut b) = fabric();
     let src = a.region(8192, Layout::Contiguous, 0);
     let dst = b.region(8192, Layout::Contiguous, 0);
-    let o = ConnOpts {
-        qkey: GSI_QKEY,
-        ..ConnOpts::default()
-    };
-    let gsi = b
-        .hca
-        .create_qp(&QpInit::new(QpType::Gsi, b.pd, b.cq))
-        .expect("QP1");
-    b.hca.qp_to_rts_from_reset(gsi, None, &o).unwrap();
-    let ud = a.qp(QpType::Ud);
-    a.hca.qp_to_rts_from_reset(ud, None, &o).unwrap();
+    let (ud, gsi) = ud_to_qp1(&mut a, &mut b);
     repath(&mut a.hca, ud, 1, None);
     let sge = dst.mr.sge(&dst.buf, 0, 1024);
     b.hca.post_recv(gsi, &RecvWr::new(1, vec![sge])).unwrap();

@@ -9,8 +9,7 @@ mod common;
 use common::*;
 use transport::engine::{Limits, PortConfig, RxDrop, GSI_QKEY};
 use transport::verbs::{
-    AddressVector, AttrMask, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendWr, UdDest,
-    WcStatus, WrOpcode,
+    AddressVector, AttrMask, QpAttr, QpState, QpType, RecvWr, SendWr, UdDest, WcStatus, WrOpcode,
 };
 use transport::wire::opcode::Opcode;
 use transport::wire::PacketRepr;
@@ -93,11 +92,10 @@ fn ad_05_pv_03_each_qp_sends_its_entry_and_limited_members_do_not_meet() {
         pkey_index(&mut net, 1, p.qb, idx);
         net.sniffed = Some(Vec::new());
         let off = 0x100 * idx as u64;
-        net.nodes[0]
-            .engine
-            .post_send(p.qa, write(1, off, ka, kb))
-            .unwrap();
-        assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+        assert_eq!(
+            post_wait(&mut net, 0, p.qa, p.cq_a, write(1, off, ka, kb)).status,
+            WcStatus::Success
+        );
         assert_eq!(
             bytes(&net, 1, REMOTE + off, 64),
             bytes(&net, 0, MEM_BASE + off, 64)
@@ -115,12 +113,8 @@ fn ad_05_pv_03_each_qp_sends_its_entry_and_limited_members_do_not_meet() {
     let p = connect(&mut net, 0, 1, &o);
     pkey_index(&mut net, 0, p.qa, 3);
     pkey_index(&mut net, 1, p.qb, 3);
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write(1, 0x800, ka, kb))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, write(1, 0x800, ka, kb)).status,
         WcStatus::RetryExcErr
     );
     assert_eq!(net.nodes[1].engine.counters().dropped(RxDrop::BadPkey), 2);
@@ -128,23 +122,9 @@ fn ad_05_pv_03_each_qp_sends_its_entry_and_limited_members_do_not_meet() {
 }
 
 fn ud_qp(net: &mut Net, node: usize, gsi: bool, qkey: u32) -> (u32, u32) {
+    let cq = net.nodes[node].engine.create_cq().unwrap();
+    let init = qp_init(net, node, QpType::Ud, cq, qp_cap(16, 1, 0), false);
     let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq().unwrap();
-    let init = QpInit {
-        qp_type: QpType::Ud,
-        pd: n.pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-    };
     let qpn = if gsi {
         n.engine.create_gsi_qp(init).unwrap()
     } else {
@@ -216,11 +196,17 @@ fn pv_03_qp1_takes_any_partition_of_the_port_table() {
     ] {
         let before = net.nodes[1].engine.counters().dropped(RxDrop::BadPkey);
         pkey_index(&mut net, 0, qa, idx);
-        net.nodes[0]
-            .engine
-            .post_send(qa, ud_send(u64::from(idx), 2, 0, 1, GSI_QKEY, ka))
-            .unwrap();
-        assert_eq!(wait(&mut net, 0, cq_a, 1)[0].status, WcStatus::Success);
+        assert_eq!(
+            post_wait(
+                &mut net,
+                0,
+                qa,
+                cq_a,
+                ud_send(u64::from(idx), 2, 0, 1, GSI_QKEY, ka)
+            )
+            .status,
+            WcStatus::Success
+        );
         net.run_until(10_000, |_| false);
         let got = net.poll(1, gsi_cq);
         let dropped = net.nodes[1].engine.counters().dropped(RxDrop::BadPkey) - before;
@@ -265,11 +251,10 @@ fn ad_01_path_bits_pick_the_slid_and_every_lid_of_the_port_is_taken() {
     repath(&mut net, 0, p.qa, av(13, 2), AttrMask::AV);
     repath(&mut net, 1, p.qb, av(10, 1), AttrMask::AV);
     net.sniffed = Some(Vec::new());
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write(1, 0, ka, kb))
-        .unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, write(1, 0, ka, kb)).status,
+        WcStatus::Success
+    );
     assert_eq!(bytes(&net, 1, REMOTE, 64), bytes(&net, 0, MEM_BASE, 64));
     let h = headers(&mut net);
     assert!(
@@ -298,11 +283,17 @@ fn ad_01_path_bits_pick_the_slid_and_every_lid_of_the_port_is_taken() {
             sges: sge(REMOTE + 0x1000, 0x100, kb),
         };
         net.nodes[1].engine.post_recv(qb, r).unwrap();
-        net.nodes[0]
-            .engine
-            .post_send(qa, ud_send(i as u64, dlid, bits, qb, 0x77, ka))
-            .unwrap();
-        assert_eq!(wait(&mut net, 0, cq_a, 1)[0].status, WcStatus::Success);
+        assert_eq!(
+            post_wait(
+                &mut net,
+                0,
+                qa,
+                cq_a,
+                ud_send(i as u64, dlid, bits, qb, 0x77, ka)
+            )
+            .status,
+            WcStatus::Success
+        );
         let c = wait(&mut net, 1, cq_b, 1);
         assert_eq!(c[0].status, WcStatus::Success);
         assert_eq!((c[0].slid, c[0].dlid_path_bits), (slid, (dlid & 1) as u8));
@@ -348,8 +339,10 @@ fn ad_05_pv_03_gsi_send_carries_the_wr_pkey_index() {
     for (idx, pkey, b_idx, b_pkey) in [(1u16, 0x8005u16, 1u16, 0x0005u16), (2, 0x0006, 2, 0x8006)] {
         net.sniffed = Some(Vec::new());
         let w = gsi_send(u64::from(idx), 2, ka, Some(idx));
-        net.nodes[0].engine.post_send(gsi_a, w).unwrap();
-        assert_eq!(wait(&mut net, 0, cq_a, 1)[0].status, WcStatus::Success);
+        assert_eq!(
+            post_wait(&mut net, 0, gsi_a, cq_a, w).status,
+            WcStatus::Success
+        );
         let got = wait(&mut net, 1, cq_b, 1);
         assert_eq!(
             (got[0].status, got[0].pkey_index),
@@ -374,11 +367,15 @@ fn ad_05_pv_03_gsi_send_carries_the_wr_pkey_index() {
     // No index: the QP's own entry (0, 0xFFFF). A UD QP other than QP1:
     // its own entry whatever the WR says.
     let w = gsi_send(3, 2, ka, None);
-    net.nodes[0].engine.post_send(gsi_a, w).unwrap();
-    assert_eq!(wait(&mut net, 0, cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, gsi_a, cq_a, w).status,
+        WcStatus::Success
+    );
     let w = gsi_send(4, 2, ka, Some(1));
-    net.nodes[0].engine.post_send(ud_a, w).unwrap();
-    assert_eq!(wait(&mut net, 0, cq_ud, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, ud_a, cq_ud, w).status,
+        WcStatus::Success
+    );
     assert_eq!(wait(&mut net, 1, cq_b, 2).len(), 2);
     let h = headers(&mut net);
     assert_eq!(
