@@ -51,7 +51,9 @@ pub struct Cli {
     /// node's). The port is active while other nodes are heard (a keepalive
     /// each second; down after 5 s of silence, see --peer-silence-ms).
     /// A top-level sl2vl = [16 VLs] is the ports' SL-to-VL table (data VLs
-    /// 0-7; default all 0).
+    /// 0-7; default all 0), a [vl_arb] table with high = [[VL, weight], ...],
+    /// low = [...] (weights in 64-byte units) and high_limit (4 KiB units)
+    /// their VL arbitration (default: VLs in turn).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 

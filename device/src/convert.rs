@@ -89,7 +89,7 @@ pub fn av_to_abi(av: &tv::AddressVector) -> Av {
         hop_limit: g.hop_limit,
         traffic_class: g.traffic_class,
         port_num: num::PORT as u8,
-        rsvd: 0,
+        pkey_index: 0,
         dmac: av.dmac,
         rsvd2: [0; 2],
     }

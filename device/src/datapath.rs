@@ -216,6 +216,8 @@ pub fn decode_send(
             av: av_from_abi(&u.av),
             remote_qpn: u.remote_qpn & 0xff_ffff,
             remote_qkey: u.remote_qkey,
+            // AD-05, PV-03: a GSI WR names its P_Key's entry.
+            pkey_index: (t == T::Gsi).then_some(u.av.pkey_index),
         })
     } else {
         None

@@ -760,7 +760,8 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
                 ib_udp_link(fabric, node, key.as_ref(), config.liveness)?,
                 {
                     // AD-01, AD-05: the LMC and P_Key table the fabric file
-                    // gives; AD-06: its SL-to-VL table, if it sets one.
+                    // gives; AD-06: its SL-to-VL and VL arbitration
+                    // tables, if it sets them.
                     let mut p = PortConfig {
                         sl2vl: fabric.sl2vl().unwrap_or_default(),
                         ..PortConfig::new(node.lid, node.guid)
@@ -768,6 +769,9 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
                     if let Some(a) = fabric.port_attrs(&node.name) {
                         p.lmc = a.lmc;
                         p.pkeys = a.pkeys.clone();
+                    }
+                    if let Some(t) = fabric.vl_arb() {
+                        p.vl_arb = t.clone(); // AD-06
                     }
                     p
                 },

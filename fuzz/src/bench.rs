@@ -272,6 +272,7 @@ impl Bench {
                 av: av(self.roce, false),
                 remote_qpn: PEER_QPN,
                 remote_qkey: QKEY,
+                pkey_index: None,
             }),
         }
     }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 3.2.
+ * vhca_abi.h: the vhca device ABI, version 3.3.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -68,9 +68,11 @@ typedef uint64_t __u64;
  * CreateSrqIn's XRC fields, CreateQpIn's xrcdn, the send WQE's XRC segment,
  * the CQE's srqn; SR-02), memory windows of type 2A (MP-07), QueryPortOut's
  * max_vl_num (AD-06), the alternate path in ModifyQpIn / QueryQpOut (AD-10)
- * and new counter names: each in reserved bytes or appended.
+ * and new counter names: each in reserved bytes or appended. Minor 3: the
+ * address vector's pkey_index (reserved bytes before), a GSI send WQE's P_Key
+ * index (AD-05, PV-03).
  */
-#define VHCA_ABI_VERSION             0x00030002U
+#define VHCA_ABI_VERSION             0x00030003U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -1241,8 +1243,13 @@ struct vhca_av {
 	__u8 traffic_class;
 	/* Port (1); 0 means the QP's port. */
 	__u8 port_num;
-	/* Zero. */
-	__u16 rsvd;
+	/*
+	 * Zero, but in the UD segment of a GSI (QP1) send WQE: the index of the port
+	 * P_Key table entry the send carries (`ib_ud_wr.pkey_index`, the partition
+	 * the GSI answers in; AD-05, PV-03); past the table, the WQE completes with
+	 * VHCA_WC_LOC_QP_OP_ERR. Ignored elsewhere.
+	 */
+	__u16 pkey_index;
 	/*
 	 * RoCE port: the destination MAC (the next hop for `dgid`, which the driver
 	 * resolves, as ib_core's `ah_attr.roce.dmac`); zero on an InfiniBand port
@@ -1264,7 +1271,7 @@ _Static_assert(offsetof(struct vhca_av, sgid_index) == 26, "vhca_av.sgid_index")
 _Static_assert(offsetof(struct vhca_av, hop_limit) == 27, "vhca_av.hop_limit");
 _Static_assert(offsetof(struct vhca_av, traffic_class) == 28, "vhca_av.traffic_class");
 _Static_assert(offsetof(struct vhca_av, port_num) == 29, "vhca_av.port_num");
-_Static_assert(offsetof(struct vhca_av, rsvd) == 30, "vhca_av.rsvd");
+_Static_assert(offsetof(struct vhca_av, pkey_index) == 30, "vhca_av.pkey_index");
 _Static_assert(offsetof(struct vhca_av, dmac) == 32, "vhca_av.dmac");
 _Static_assert(offsetof(struct vhca_av, rsvd2) == 38, "vhca_av.rsvd2");
 

@@ -737,6 +737,13 @@ static int vhca_build_send(struct vhca_qp *qp, const struct ib_send_wr *wr)
 		seg->remote_qpn = ud->remote_qpn;
 		seg->remote_qkey = ud->remote_qkey;
 		seg->av = to_vah(ud->ah)->av;
+		/*
+		 * AD-05, PV-03: a GSI send carries the P_Key of the entry the MAD
+		 * layer names (the partition the request came in, from the
+		 * receive's wc.pkey_index); other UD QPs send their own.
+		 */
+		if (qp->type == VHCA_QPT_GSI)
+			seg->av.pkey_index = ud->pkey_index;
 		off += sizeof(*seg);
 	}
 	switch (op) {

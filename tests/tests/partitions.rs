@@ -139,11 +139,8 @@ fn ad_01_pv_03_rc_over_path_bits_in_a_shared_partition_limited_pair_dropped() {
     assert!(bad_pkeys(&mut b.hca) >= 2, "each try dropped");
 }
 
-#[test]
-fn pv_03_ad_01_qp1_takes_any_partition_of_the_port_table() {
-    let (_v, mut a, mut b) = fabric();
-    let src = a.region(4096, Layout::Contiguous, 0);
-    let dst = b.region(8192, Layout::Contiguous, 0);
+/// A UD QP on `a` and QP1 on `b`, both at RTS with the GSI's Q_Key.
+fn ud_to_qp1(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
     let o = ConnOpts {
         qkey: GSI_QKEY,
         ..ConnOpts::default()
@@ -156,6 +153,15 @@ fn pv_03_ad_01_qp1_takes_any_partition_of_the_port_table() {
     b.hca.qp_to_rts_from_reset(gsi, None, &o).unwrap();
     let ud = a.qp(QpType::Ud);
     a.hca.qp_to_rts_from_reset(ud, None, &o).unwrap();
+    (ud, gsi)
+}
+
+#[test]
+fn pv_03_ad_01_qp1_takes_any_partition_of_the_port_table() {
+    let (_v, mut a, mut b) = fabric();
+    let src = a.region(4096, Layout::Contiguous, 0);
+    let dst = b.region(8192, Layout::Contiguous, 0);
+    let (ud, gsi) = ud_to_qp1(&mut a, &mut b);
     for id in 0..4 {
         let sge = dst.mr.sge(&dst.buf, id * 1024, 1024);
         b.hca
@@ -195,4 +201,49 @@ fn pv_03_ad_01_qp1_takes_any_partition_of_the_port_table() {
             }
         }
     }
+}
+
+/// AD-05, PV-03 (IBA 11.4.1.1, C9-42, C9-43): QP1 answers in the partition
+/// a request came in. n0's UD QP at P_Key index 1 (0x8005) sends to n1's
+/// QP1, which takes it at its entry 1 (0x0005); n1 answers from QP1 with a
+/// send WQE whose UD segment names that entry (`av.pkey_index`, Linux's
+/// `ib_ud_wr.pkey_index`): the answer carries 0x0005, which n0's QP takes
+/// (with QP1's own entry, 0xFFFF, n0 would drop it: not its partition). An
+/// index past n1's table of three completes with LOC_QP_OP_ERR.
+#[test]
+fn ad_05_pv_03_qp1_answers_at_the_wqe_pkey_index() {
+    let (_v, mut a, mut b) = fabric();
+    let src = a.region(8192, Layout::Contiguous, 0);
+    let dst = b.region(8192, Layout::Contiguous, 0);
+    let (ud, gsi) = ud_to_qp1(&mut a, &mut b);
+    repath(&mut a.hca, ud, 1, None);
+    let sge = dst.mr.sge(&dst.buf, 0, 1024);
+    b.hca.post_recv(gsi, &RecvWr::new(1, vec![sge])).unwrap();
+    let sge = src.mr.sge(&src.buf, 4096, 1024);
+    a.hca.post_recv(ud, &RecvWr::new(2, vec![sge])).unwrap();
+    let w = SendWr::send(3)
+        .sge(src.mr.sge(&src.buf, 0, 32))
+        .ud(ud_dest(0x28, 1, GSI_QKEY));
+    a.hca.post_send(ud, &w).unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    let c = wait_n(&mut b.hca, b.cq, 1, T);
+    assert_success(&c);
+    assert_eq!(c[0].pkey_index, 1);
+    let before = bad_pkeys(&mut a.hca);
+    let answer = |id: u64, pkey_index: u16| {
+        let mut dest = ud_dest(0x20, ud.qpn, GSI_QKEY);
+        dest.av.pkey_index = pkey_index;
+        SendWr::send(id)
+            .sge(dst.mr.sge(&dst.buf, 2048, 32))
+            .ud(dest)
+    };
+    b.hca.post_send(gsi, &answer(4, c[0].pkey_index)).unwrap();
+    assert_success(&wait_n(&mut b.hca, b.cq, 1, T));
+    let got = wait_n(&mut a.hca, a.cq, 1, T);
+    assert_success(&got);
+    assert_eq!((got[0].wr_id, got[0].src_qp), (2, 1));
+    assert_eq!(bad_pkeys(&mut a.hca), before);
+    b.hca.post_send(gsi, &answer(5, 3)).unwrap();
+    let c = wait_n(&mut b.hca, b.cq, 1, T);
+    assert_eq!((c[0].wr_id, c[0].status), (5, WcStatus::LocQpOpErr.raw()));
 }

@@ -279,6 +279,13 @@ pub struct UdDest {
     pub av: AddressVector,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
+    /// QP1 (GSI) only: the port P_Key table entry whose P_Key the send
+    /// carries (IBA 11.4.1.1 Post Send's P_Key index of a GSI WR; Linux's
+    /// `ib_ud_wr.pkey_index`), so that the GSI answers in the partition a
+    /// request came in (PV-03, C9-42); `None`, and on any other QP, the
+    /// QP's own P_Key index (AD-05). An index past the table completes the
+    /// WR with `LocQpOpErr`.
+    pub pkey_index: Option<u16>,
 }
 
 /// A send work request.

@@ -758,6 +758,7 @@ fn pv_05_controlled_qkey_is_taken_from_the_qp_context() {
             av,
             remote_qpn: b.p.qb,
             remote_qkey: qkey,
+            pkey_index: None,
         });
         b.net.nodes[A].engine.post_send(b.p.qa, w).unwrap();
     }
@@ -1864,6 +1865,7 @@ fn qs_06_ud_send_error_enters_sqe_and_the_rq_keeps_working() {
         av,
         remote_qpn: b.p.qb,
         remote_qkey: 0x1111_1111,
+        pkey_index: None,
     });
     b.net.nodes[A].engine.post_send(b.p.qa, w).unwrap();
     assert!(pump(&mut b.net).is_empty());
@@ -1888,6 +1890,7 @@ fn qs_06_ud_send_error_enters_sqe_and_the_rq_keeps_working() {
         },
         remote_qpn: b.p.qa,
         remote_qkey: 0x1111_1111,
+        pkey_index: None,
     });
     b.net.nodes[B].engine.post_send(b.p.qb, w).unwrap();
     pump(&mut b.net);

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use transport::psn;
 use transport::verbs::{
-    AddressVector, Completion, Event, Mtu, QpCap, QpInit, QpType, RecvWr, SendFlags, Sge, UdDest,
+    AddressVector, Completion, Event, Mtu, QpInit, QpType, RecvWr, SendFlags, Sge, UdDest,
     VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
@@ -32,25 +32,8 @@ fn wait(net: &mut Net, node: usize, cq: u32, n: usize) -> Vec<Completion> {
     got
 }
 
-fn recv(net: &mut Net, node: usize, qp: u32, id: u64, addr: u64, len: u32, key: u32) {
-    net.nodes[node]
-        .engine
-        .post_recv(
-            qp,
-            RecvWr {
-                wr_id: id,
-                sges: sge(addr, len, key),
-            },
-        )
-        .unwrap();
-}
-
 fn setup(seed: u64, o: &ConnOpts) -> (Net, Pair, u32, u32) {
-    let mut net = Net::new(2, 1 << 22, seed);
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
-    let p = connect(&mut net, 0, 1, o);
-    (net, p, ka, kb)
+    pair_setup(seed, 1 << 22, ALL_ACCESS, o)
 }
 
 #[test]
@@ -344,35 +327,6 @@ fn cq_04_resize_srq_keeps_its_entries_and_refuses_too_small() {
     assert_eq!(e.query_srq(srq).unwrap().0, 2);
 }
 
-fn ud_qp(net: &mut Net, node: usize) -> (u32, u32) {
-    let o = ConnOpts {
-        qp_type: QpType::Ud,
-        ..ConnOpts::default()
-    };
-    let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq().unwrap();
-    let qp = n
-        .engine
-        .create_qp(QpInit {
-            qp_type: QpType::Ud,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 64,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap();
-    bring_up(net, node, qp, &o, 0, 0, 0x123, 0);
-    (qp, cq)
-}
-
 #[test]
 fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
     let mut net = Net::new(2, 1 << 20, 18);
@@ -395,6 +349,7 @@ fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
             },
             remote_qpn: dqp,
             remote_qkey: 0x1111_1111,
+            pkey_index: None,
         });
         net.nodes[0].engine.post_send(qa, w).unwrap();
     }
@@ -430,9 +385,12 @@ fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
         },
         remote_qpn: qb,
         remote_qkey: 0x1111_1111,
+        pkey_index: None,
     });
-    net.nodes[0].engine.post_send(qa, w).unwrap();
-    assert_eq!(wait(&mut net, 0, cqa, 1)[0].status, WcStatus::LocLenErr);
+    assert_eq!(
+        post_wait(&mut net, 0, qa, cqa, w).status,
+        WcStatus::LocLenErr
+    );
 }
 
 #[test]
@@ -536,24 +494,9 @@ fn rl_01_psns_wrap_past_0xffffff() {
 #[test]
 fn qs_09_create_qp_result_codes() {
     let mut net = Net::new(1, 1 << 16, 31);
-    let pd = net.nodes[0].pd;
+    let cq = net.nodes[0].engine.create_cq().unwrap();
+    let init = qp_init(&net, 0, QpType::Rc, cq, qp_cap(16, 1, 0), false);
     let e = &mut net.nodes[0].engine;
-    let cq = e.create_cq().unwrap();
-    let init = QpInit {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-    };
     assert_eq!(
         e.create_qp(QpInit { pd: 999, ..init }),
         Err(VerbError::InvalidPd)
@@ -781,8 +724,10 @@ fn mp_03_scattered_pages_translate_at_odd_offsets_on_the_wire() {
     let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(MEM_BASE, len as u32, ka));
     w.remote_addr = iova;
     w.rkey = k;
-    net.nodes[0].engine.post_send(p.qa, w).unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, w).status,
+        WcStatus::Success
+    );
     let src = bytes(&net, 0, MEM_BASE, len as usize);
     let mut at = 0usize;
     for (i, page) in phys.iter().enumerate() {
@@ -911,9 +856,8 @@ fn op_03_send_with_invalidate_of_an_unknown_key_is_a_remote_invalid_request() {
     recv(&mut net, 1, p.qb, 9, MEM_BASE + 0x10000, 64, kb);
     let mut w = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
     w.imm_or_inv = 0x1234;
-    net.nodes[0].engine.post_send(p.qa, w).unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, w).status,
         WcStatus::RemInvReqErr
     );
     let c = wait(&mut net, 1, p.cq_b, 1);
@@ -976,23 +920,9 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
     let kb = net.reg_all(1, ALL_ACCESS);
     let mut gsi_cq = Vec::new();
     for node in 0..2 {
+        let cq = net.nodes[node].engine.create_cq().unwrap();
+        let init = qp_init(&net, node, QpType::Ud, cq, qp_cap(16, 1, 0), true);
         let n = &mut net.nodes[node];
-        let cq = n.engine.create_cq().unwrap();
-        let init = QpInit {
-            qp_type: QpType::Ud,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        };
         assert_eq!(n.engine.create_gsi_qp(init), Ok(1));
         assert_eq!(n.engine.create_gsi_qp(init), Err(VerbError::Busy));
         let t = transport::verbs::Time(0);
@@ -1029,6 +959,7 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
             },
             remote_qpn: 1,
             remote_qkey: qkey,
+            pkey_index: None,
         });
         net.nodes[0].engine.post_send(1, w).unwrap();
     }

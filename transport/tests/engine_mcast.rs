@@ -7,8 +7,8 @@ mod common;
 use common::*;
 use transport::engine::{Limits, RxDrop, MULTICAST_QPN};
 use transport::verbs::{
-    AddressVector, AttrMask, Completion, GlobalRoute, QpAttr, QpCap, QpInit, QpState, QpType,
-    RecvWr, Sge, UdDest, VerbError, WcFlags, WcStatus, WrOpcode,
+    AddressVector, AttrMask, Completion, GlobalRoute, QpAttr, QpState, QpType, RecvWr, Sge, UdDest,
+    VerbError, WcFlags, WcStatus, WrOpcode,
 };
 use transport::wire::crc::{icrc_native, vcrc};
 use transport::wire::opcode::Opcode;
@@ -22,47 +22,10 @@ const MGID: [u8; 16] = [
 const MLID: u16 = 0xc001;
 const QKEY: u32 = 0x1111_1111;
 
-fn ud_qp(net: &mut Net, node: usize) -> (u32, u32) {
-    let o = ConnOpts {
-        qp_type: QpType::Ud,
-        ..ConnOpts::default()
-    };
-    let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq().unwrap();
-    let qp = n
-        .engine
-        .create_qp(QpInit {
-            qp_type: QpType::Ud,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 64,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap();
-    bring_up(net, node, qp, &o, 0, 0, 0x123, 0);
-    (qp, cq)
-}
-
 fn post_recvs(net: &mut Net, node: usize, qp: u32, key: u32, n: u64) {
     for i in 0..n {
-        net.nodes[node]
-            .engine
-            .post_recv(
-                qp,
-                RecvWr {
-                    wr_id: 1000 + i,
-                    sges: sge(MEM_BASE + 0x10000 + i * 0x1000, 0x1000, key),
-                },
-            )
-            .unwrap();
+        let addr = MEM_BASE + 0x10000 + i * 0x1000;
+        recv(net, node, qp, 1000 + i, addr, 0x1000, key);
     }
 }
 
@@ -94,6 +57,7 @@ fn send_to_group(
         av,
         remote_qpn: MULTICAST_QPN,
         remote_qkey: QKEY,
+        pkey_index: None,
     });
     net.nodes[node].engine.post_send(qp, w).unwrap();
 }
@@ -257,27 +221,7 @@ fn ad_08_attach_rules_and_limits() {
     let (a, _) = ud_qp(&mut net, 0);
     let (b, _) = ud_qp(&mut net, 0);
     let (c, _) = ud_qp(&mut net, 0);
-    let rc = {
-        let n = &mut net.nodes[0];
-        let cq = n.engine.create_cq().unwrap();
-        n.engine
-            .create_qp(QpInit {
-                qp_type: QpType::Rc,
-                pd: n.pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: true,
-            })
-            .unwrap()
-    };
+    let (rc, _) = new_qp(&mut net, 0, QpType::Rc, qp_cap(4, 1, 0), true);
     let e = &mut net.nodes[0].engine;
     let g = |i: u8| {
         let mut g = MGID;
@@ -414,27 +358,7 @@ fn rc_up(net: &mut Net, node: usize, qp: u32, remote: u16, rqp: u32, dgid: Optio
 }
 
 fn rc_qp(net: &mut Net, node: usize) -> (u32, u32) {
-    let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq().unwrap();
-    let qp = n
-        .engine
-        .create_qp(QpInit {
-            qp_type: QpType::Rc,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap();
-    (qp, cq)
+    new_qp(net, node, QpType::Rc, qp_cap(16, 1, 0), true)
 }
 
 /// A crafted RC SEND ONLY from node 0 (LID 1) to `qp` on node 1 at PSN 100,
@@ -721,6 +645,7 @@ fn pv_04_ud_unicast_grh_is_not_checked() {
             },
             remote_qpn: r,
             remote_qkey: QKEY,
+            pkey_index: None,
         });
         net.nodes[0].engine.post_send(s, w).unwrap();
     }

@@ -7,8 +7,7 @@ mod common;
 
 use common::*;
 use transport::verbs::{
-    Access, MwBind, MwType, QpState, RecvWr, SendData, SendWr, VerbError, WcFlags, WcOpcode,
-    WcStatus, WrOpcode,
+    Access, MwType, QpState, RecvWr, SendData, VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 const RW: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
@@ -16,34 +15,10 @@ const RW: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
 const WIN: u64 = MEM_BASE + 0x4000;
 const WIN_LEN: u64 = 0x1000;
 
-fn bind_wr(id: u64, mw: u32, new: u32, mr: u32, addr: u64, len: u64, access: Access) -> SendWr {
-    let mut w = send_wr(id, WrOpcode::BindMw, Vec::new());
-    w.data = SendData::Bind(MwBind {
-        mw_rkey: mw,
-        new_rkey: new,
-        mr_lkey: mr,
-        addr,
-        length: len,
-        access,
-    });
-    w
-}
-
-fn write_wr(id: u64, lkey: u32, len: u32, rkey: u32, raddr: u64) -> SendWr {
-    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(MEM_BASE, len, lkey));
-    w.rkey = rkey;
-    w.remote_addr = raddr;
-    w
-}
-
 /// Two nodes, one RC pair, MRs over all memory with MW_BIND.
 fn setup(seed: u64) -> (Net, Pair, u32, u32) {
-    let mut net = Net::new(2, 1 << 20, seed);
     let all = Access(ALL_ACCESS.0 | Access::MW_BIND.0);
-    let ka = net.reg_all(0, all);
-    let kb = net.reg_all(1, all);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
-    (net, p, ka, kb)
+    pair_setup(seed, 1 << 20, all, &ConnOpts::default())
 }
 
 /// Node 1 allocates a window of `ty` and binds it through QP `qpn` over
@@ -107,12 +82,8 @@ fn mp_07_type2_window_write_then_local_inv_refuses_the_key() {
         .unwrap()
         .binding()
         .is_none());
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(4, ka, 8, rkey, WIN))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(4, ka, 8, rkey, WIN)).status,
         WcStatus::RemAccessErr
     );
     assert_eq!(
@@ -130,12 +101,8 @@ fn mp_07_type2_window_refuses_another_qp_of_the_same_pd() {
     let p2 = connect(&mut net, 0, 1, &ConnOpts::default());
     let rkey = bind_on_b(&mut net, &p, p.qb, MwType::Type2, kb);
     // Through the second pair: the window is bound to p.qb, not p2.qb.
-    net.nodes[0]
-        .engine
-        .post_send(p2.qa, write_wr(1, ka, 8, rkey, WIN))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p2.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p2.qa, p2.cq_a, write_wr(1, ka, 8, rkey, WIN)).status,
         WcStatus::RemAccessErr
     );
     assert_eq!(
@@ -149,48 +116,56 @@ fn mp_07_type2_window_refuses_another_qp_of_the_same_pd() {
     let mut r = send_wr(2, WrOpcode::RdmaRead, sge(MEM_BASE + 0x8000, 64, ka));
     r.rkey = rkey;
     r.remote_addr = WIN;
-    net.nodes[0].engine.post_send(p.qa, r).unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, r).status,
+        WcStatus::Success
+    );
 }
 
 #[test]
 fn mp_06_type1_window_rebind_and_zero_length_unbind() {
     let (mut net, p, ka, kb) = setup(4);
     let k1 = bind_on_b(&mut net, &p, p.qb, MwType::Type1, kb);
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(1, ka, 8, k1, WIN))
-        .unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(1, ka, 8, k1, WIN)).status,
+        WcStatus::Success
+    );
     // Type 1 cannot be invalidated (seed 003): LOCAL_INV fails.
     // Rebind with a new key: the old key fails, the new one works.
     let k2 = (k1 & !0xff) | ((k1 + 1) & 0xff);
-    net.nodes[1]
-        .engine
-        .post_send(p.qb, bind_wr(2, k1, k2, kb, WIN, 64, RW))
-        .unwrap();
-    assert_eq!(wait(&mut net, 1, p.cq_b, 1)[0].status, WcStatus::Success);
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(3, ka, 8, k2, WIN + 8))
-        .unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(
+            &mut net,
+            1,
+            p.qb,
+            p.cq_b,
+            bind_wr(2, k1, k2, kb, WIN, 64, RW)
+        )
+        .status,
+        WcStatus::Success
+    );
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(3, ka, 8, k2, WIN + 8)).status,
+        WcStatus::Success
+    );
     // Zero-length bind: unbound, still allocated.
     let k3 = (k2 & !0xff) | ((k2 + 1) & 0xff);
-    net.nodes[1]
-        .engine
-        .post_send(p.qb, bind_wr(4, k2, k3, 0, 0, 0, Access(0)))
-        .unwrap();
-    assert_eq!(wait(&mut net, 1, p.cq_b, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(
+            &mut net,
+            1,
+            p.qb,
+            p.cq_b,
+            bind_wr(4, k2, k3, 0, 0, 0, Access(0))
+        )
+        .status,
+        WcStatus::Success
+    );
     let mw = net.nodes[1].engine.mr_table().mw(k3).unwrap();
     assert!(mw.binding().is_none());
     assert_eq!(net.nodes[1].engine.mr_table().mr(kb).unwrap().windows(), 0);
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(5, ka, 8, k1, WIN))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(5, ka, 8, k1, WIN)).status,
         WcStatus::RemAccessErr
     );
 }
@@ -252,6 +227,7 @@ fn mp_06_bind_errors_complete_with_mw_bind_err_and_fail_the_qp() {
         av: Default::default(),
         remote_qpn: u.qa,
         remote_qkey: 0,
+        pkey_index: None,
     });
     assert_eq!(
         net.nodes[1].engine.post_send(u.qb, w),
@@ -320,8 +296,10 @@ fn op_03_send_with_invalidate_frees_the_window_and_flags_the_receive() {
     // Multi-packet: SEND First, SEND Last with Invalidate (IETH on the last).
     let mut s = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 1500, ka));
     s.imm_or_inv = rkey;
-    net.nodes[0].engine.post_send(p.qa, s).unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, s).status,
+        WcStatus::Success
+    );
     let c = wait(&mut net, 1, p.cq_b, 1);
     assert_eq!(c[0].status, WcStatus::Success);
     assert_eq!(c[0].opcode, WcOpcode::Recv);
@@ -336,12 +314,8 @@ fn op_03_send_with_invalidate_frees_the_window_and_flags_the_receive() {
         .binding()
         .is_none());
     assert_eq!(net.nodes[1].engine.mr_table().mr(kb).unwrap().windows(), 0);
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(2, ka, 8, rkey, WIN))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(2, ka, 8, rkey, WIN)).status,
         WcStatus::RemAccessErr
     );
 }
@@ -362,9 +336,8 @@ fn op_03_send_with_invalidate_of_an_mr_key_is_a_remote_invalid_request() {
     // o9-5.2.2 3): an MR's R_Key cannot be invalidated remotely.
     let mut s = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
     s.imm_or_inv = kb;
-    net.nodes[0].engine.post_send(p.qa, s).unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, s).status,
         WcStatus::RemInvReqErr
     );
     let c = wait(&mut net, 1, p.cq_b, 1);

@@ -10,8 +10,7 @@ mod common;
 use common::*;
 use transport::engine::NakReason;
 use transport::verbs::{
-    Access, MwBind, MwType, QpState, RecvWr, SendData, SendWr, VerbError, WcOpcode, WcStatus,
-    WrOpcode,
+    Access, MwType, QpState, RecvWr, SendWr, VerbError, WcOpcode, WcStatus, WrOpcode,
 };
 use transport::wire::{AethSyndrome, NakCode, PacketRepr};
 
@@ -19,12 +18,10 @@ const RW: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
 const WIN: u64 = MEM_BASE + 0x4000;
 const WIN_LEN: u64 = 0x1000;
 
+/// Two nodes, two RC pairs, MRs over all memory with MW_BIND.
 fn setup(seed: u64) -> (Net, Pair, Pair, u32, u32) {
-    let mut net = Net::new(2, 1 << 20, seed);
     let all = Access(ALL_ACCESS.0 | Access::MW_BIND.0);
-    let ka = net.reg_all(0, all);
-    let kb = net.reg_all(1, all);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    let (mut net, p, ka, kb) = pair_setup(seed, 1 << 20, all, &ConnOpts::default());
     let p2 = connect(&mut net, 0, 1, &ConnOpts::default());
     (net, p, p2, ka, kb)
 }
@@ -35,15 +32,7 @@ fn bind(net: &mut Net, qpn: u32, cq: transport::verbs::Handle, ty: MwType, kb: u
     let pd = net.nodes[1].pd;
     let mw = net.nodes[1].engine.alloc_mw(pd, ty).unwrap();
     let new = (mw & !0xff) | ((mw + 0x21) & 0xff);
-    let mut w = send_wr(50, WrOpcode::BindMw, Vec::new());
-    w.data = SendData::Bind(MwBind {
-        mw_rkey: mw,
-        new_rkey: new,
-        mr_lkey: kb,
-        addr: WIN,
-        length: WIN_LEN,
-        access: RW,
-    });
+    let w = bind_wr(50, mw, new, kb, WIN, WIN_LEN, RW);
     net.nodes[1].engine.post_send(qpn, w).unwrap();
     let c = wait(net, 1, cq, 1);
     assert_eq!(
@@ -51,13 +40,6 @@ fn bind(net: &mut Net, qpn: u32, cq: transport::verbs::Handle, ty: MwType, kb: u
         (WcStatus::Success, WcOpcode::BindMw)
     );
     new
-}
-
-fn write_wr(id: u64, lkey: u32, len: u32, rkey: u32, raddr: u64) -> SendWr {
-    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(MEM_BASE, len, lkey));
-    w.rkey = rkey;
-    w.remote_addr = raddr;
-    w
 }
 
 fn local_inv(id: u64, rkey: u32) -> SendWr {
@@ -96,11 +78,17 @@ fn mp_07_type2a_window_serves_its_qp_and_another_qp_gets_a_remote_access_nak() {
     let rkey = bind(&mut net, p.qb, p.cq_b, MwType::Type2A, kb);
     net.sniffed = Some(Vec::new());
     fill(&mut net, 0, MEM_BASE, 128, 3);
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(1, ka, 128, rkey, WIN + 0x40))
-        .unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(
+            &mut net,
+            0,
+            p.qa,
+            p.cq_a,
+            write_wr(1, ka, 128, rkey, WIN + 0x40)
+        )
+        .status,
+        WcStatus::Success
+    );
     assert_eq!(
         bytes(&net, 1, WIN + 0x40, 128),
         bytes(&net, 0, MEM_BASE, 128)
@@ -109,12 +97,8 @@ fn mp_07_type2a_window_serves_its_qp_and_another_qp_gets_a_remote_access_nak() {
         .iter()
         .all(|s| matches!(s, AethSyndrome::Ack { .. })));
     // Same PD, same R_Key, another QP: the association is the QP (seed 003).
-    net.nodes[0]
-        .engine
-        .post_send(p2.qa, write_wr(2, ka, 8, rkey, WIN))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p2.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p2.qa, p2.cq_a, write_wr(2, ka, 8, rkey, WIN)).status,
         WcStatus::RemAccessErr
     );
     assert_eq!(
@@ -184,11 +168,10 @@ fn mp_07_local_inv_of_a_type2a_window_through_another_qp_is_a_protection_error()
     );
     // The window is untouched: its own QP still reaches memory through it.
     assert!(bound(&net, rkey));
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(2, ka, 8, rkey, WIN))
-        .unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(2, ka, 8, rkey, WIN)).status,
+        WcStatus::Success
+    );
 }
 
 /// A SEND with Invalidate of `rkey` from node 0's `qa` to node 1's `qb` (one
@@ -244,12 +227,8 @@ fn mp_07_send_with_invalidate_of_a_type2a_window_works_only_on_its_qp() {
     assert_eq!((a, b), (WcStatus::Success, WcStatus::Success));
     assert!(matches!(syn[..], [AethSyndrome::Ack { .. }]), "{syn:?}");
     assert!(!bound(&net, rkey));
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write_wr(2, ka, 8, rkey, WIN))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(2, ka, 8, rkey, WIN)).status,
         WcStatus::RemAccessErr
     );
 }

@@ -9,8 +9,7 @@ mod common;
 use common::*;
 use transport::engine::{Limits, PortConfig, RxDrop, GSI_QKEY};
 use transport::verbs::{
-    AddressVector, AttrMask, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendWr, UdDest,
-    WcStatus, WrOpcode,
+    AddressVector, AttrMask, QpAttr, QpState, QpType, RecvWr, SendWr, UdDest, WcStatus, WrOpcode,
 };
 use transport::wire::opcode::Opcode;
 use transport::wire::PacketRepr;
@@ -93,11 +92,10 @@ fn ad_05_pv_03_each_qp_sends_its_entry_and_limited_members_do_not_meet() {
         pkey_index(&mut net, 1, p.qb, idx);
         net.sniffed = Some(Vec::new());
         let off = 0x100 * idx as u64;
-        net.nodes[0]
-            .engine
-            .post_send(p.qa, write(1, off, ka, kb))
-            .unwrap();
-        assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+        assert_eq!(
+            post_wait(&mut net, 0, p.qa, p.cq_a, write(1, off, ka, kb)).status,
+            WcStatus::Success
+        );
         assert_eq!(
             bytes(&net, 1, REMOTE + off, 64),
             bytes(&net, 0, MEM_BASE + off, 64)
@@ -115,12 +113,8 @@ fn ad_05_pv_03_each_qp_sends_its_entry_and_limited_members_do_not_meet() {
     let p = connect(&mut net, 0, 1, &o);
     pkey_index(&mut net, 0, p.qa, 3);
     pkey_index(&mut net, 1, p.qb, 3);
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write(1, 0x800, ka, kb))
-        .unwrap();
     assert_eq!(
-        wait(&mut net, 0, p.cq_a, 1)[0].status,
+        post_wait(&mut net, 0, p.qa, p.cq_a, write(1, 0x800, ka, kb)).status,
         WcStatus::RetryExcErr
     );
     assert_eq!(net.nodes[1].engine.counters().dropped(RxDrop::BadPkey), 2);
@@ -128,23 +122,9 @@ fn ad_05_pv_03_each_qp_sends_its_entry_and_limited_members_do_not_meet() {
 }
 
 fn ud_qp(net: &mut Net, node: usize, gsi: bool, qkey: u32) -> (u32, u32) {
+    let cq = net.nodes[node].engine.create_cq().unwrap();
+    let init = qp_init(net, node, QpType::Ud, cq, qp_cap(16, 1, 0), false);
     let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq().unwrap();
-    let init = QpInit {
-        qp_type: QpType::Ud,
-        pd: n.pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-    };
     let qpn = if gsi {
         n.engine.create_gsi_qp(init).unwrap()
     } else {
@@ -179,6 +159,7 @@ fn ud_send(id: u64, dlid: u16, path_bits: u8, qpn: u32, qkey: u32, lkey: u32) ->
         },
         remote_qpn: qpn,
         remote_qkey: qkey,
+        pkey_index: None,
     });
     s
 }
@@ -215,11 +196,17 @@ fn pv_03_qp1_takes_any_partition_of_the_port_table() {
     ] {
         let before = net.nodes[1].engine.counters().dropped(RxDrop::BadPkey);
         pkey_index(&mut net, 0, qa, idx);
-        net.nodes[0]
-            .engine
-            .post_send(qa, ud_send(u64::from(idx), 2, 0, 1, GSI_QKEY, ka))
-            .unwrap();
-        assert_eq!(wait(&mut net, 0, cq_a, 1)[0].status, WcStatus::Success);
+        assert_eq!(
+            post_wait(
+                &mut net,
+                0,
+                qa,
+                cq_a,
+                ud_send(u64::from(idx), 2, 0, 1, GSI_QKEY, ka)
+            )
+            .status,
+            WcStatus::Success
+        );
         net.run_until(10_000, |_| false);
         let got = net.poll(1, gsi_cq);
         let dropped = net.nodes[1].engine.counters().dropped(RxDrop::BadPkey) - before;
@@ -264,11 +251,10 @@ fn ad_01_path_bits_pick_the_slid_and_every_lid_of_the_port_is_taken() {
     repath(&mut net, 0, p.qa, av(13, 2), AttrMask::AV);
     repath(&mut net, 1, p.qb, av(10, 1), AttrMask::AV);
     net.sniffed = Some(Vec::new());
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, write(1, 0, ka, kb))
-        .unwrap();
-    assert_eq!(wait(&mut net, 0, p.cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        post_wait(&mut net, 0, p.qa, p.cq_a, write(1, 0, ka, kb)).status,
+        WcStatus::Success
+    );
     assert_eq!(bytes(&net, 1, REMOTE, 64), bytes(&net, 0, MEM_BASE, 64));
     let h = headers(&mut net);
     assert!(
@@ -297,14 +283,111 @@ fn ad_01_path_bits_pick_the_slid_and_every_lid_of_the_port_is_taken() {
             sges: sge(REMOTE + 0x1000, 0x100, kb),
         };
         net.nodes[1].engine.post_recv(qb, r).unwrap();
-        net.nodes[0]
-            .engine
-            .post_send(qa, ud_send(i as u64, dlid, bits, qb, 0x77, ka))
-            .unwrap();
-        assert_eq!(wait(&mut net, 0, cq_a, 1)[0].status, WcStatus::Success);
+        assert_eq!(
+            post_wait(
+                &mut net,
+                0,
+                qa,
+                cq_a,
+                ud_send(i as u64, dlid, bits, qb, 0x77, ka)
+            )
+            .status,
+            WcStatus::Success
+        );
         let c = wait(&mut net, 1, cq_b, 1);
         assert_eq!(c[0].status, WcStatus::Success);
         assert_eq!((c[0].slid, c[0].dlid_path_bits), (slid, (dlid & 1) as u8));
     }
     assert_eq!(net.nodes[1].engine.counters().dropped(RxDrop::BadDlid), 0);
+}
+
+/// AD-05, PV-03 (IBA 11.4.1.1, C9-42): a GSI (QP1) send carries the P_Key
+/// of the port table entry its work request names (Linux's
+/// `ib_ud_wr.pkey_index`), not its QP's, so the GSI answers in the partition
+/// a request came in: A's QP1 sends at index 1 (0x8005) and 2 (0x0006); B's
+/// QP1 takes each at its matching entry (1: 0x0005, 2: 0x8006) and answers
+/// at that index, which A's QP1 takes. Without an index the QP's own entry
+/// goes; another UD QP ignores the WR's index; an index past the table
+/// completes the WR with a local QP operation error and sends nothing.
+#[test]
+fn ad_05_pv_03_gsi_send_carries_the_wr_pkey_index() {
+    let a = port(1, 0, &[0xffff, 0x8005, 0x0006]);
+    let b = port(2, 0, &[0xffff, 0x0005, 0x8006]);
+    let mut net = Net::with_ports(vec![a, b], 1 << 22, 8, Limits::default());
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let (gsi_a, cq_a) = ud_qp(&mut net, 0, true, GSI_QKEY);
+    let (gsi_b, cq_b) = ud_qp(&mut net, 1, true, GSI_QKEY);
+    let (ud_a, cq_ud) = ud_qp(&mut net, 0, false, GSI_QKEY);
+    for (node, qp, key) in [(0, gsi_a, ka), (1, gsi_b, kb)] {
+        for id in 0..8 {
+            let r = RecvWr {
+                wr_id: id,
+                sges: sge(REMOTE + id * 0x100, 0x100, key),
+            };
+            net.nodes[node].engine.post_recv(qp, r).unwrap();
+        }
+    }
+    let gsi_send = |id, dlid, lkey, pkey_index| {
+        let mut w = ud_send(id, dlid, 0, 1, GSI_QKEY, lkey);
+        if let Some(u) = w.ud.as_mut() {
+            u.pkey_index = pkey_index;
+        }
+        w
+    };
+    // (index A names, P_Key on the wire, B's matching entry, its P_Key).
+    for (idx, pkey, b_idx, b_pkey) in [(1u16, 0x8005u16, 1u16, 0x0005u16), (2, 0x0006, 2, 0x8006)] {
+        net.sniffed = Some(Vec::new());
+        let w = gsi_send(u64::from(idx), 2, ka, Some(idx));
+        assert_eq!(
+            post_wait(&mut net, 0, gsi_a, cq_a, w).status,
+            WcStatus::Success
+        );
+        let got = wait(&mut net, 1, cq_b, 1);
+        assert_eq!(
+            (got[0].status, got[0].pkey_index),
+            (WcStatus::Success, b_idx)
+        );
+        // B answers in that partition, as the MAD layer does.
+        let w = gsi_send(9, 1, kb, Some(got[0].pkey_index));
+        net.nodes[1].engine.post_send(gsi_b, w).unwrap();
+        let got = wait(&mut net, 1, cq_b, 1);
+        assert_eq!(got[0].status, WcStatus::Success);
+        let got = wait(&mut net, 0, cq_a, 1);
+        assert_eq!((got[0].status, got[0].pkey_index), (WcStatus::Success, idx));
+        let h = headers(&mut net);
+        assert_eq!(
+            h,
+            [
+                (1, 2, pkey, Opcode::UD_SEND_ONLY),
+                (2, 1, b_pkey, Opcode::UD_SEND_ONLY)
+            ]
+        );
+    }
+    // No index: the QP's own entry (0, 0xFFFF). A UD QP other than QP1:
+    // its own entry whatever the WR says.
+    let w = gsi_send(3, 2, ka, None);
+    assert_eq!(
+        post_wait(&mut net, 0, gsi_a, cq_a, w).status,
+        WcStatus::Success
+    );
+    let w = gsi_send(4, 2, ka, Some(1));
+    assert_eq!(
+        post_wait(&mut net, 0, ud_a, cq_ud, w).status,
+        WcStatus::Success
+    );
+    assert_eq!(wait(&mut net, 1, cq_b, 2).len(), 2);
+    let h = headers(&mut net);
+    assert_eq!(
+        h.iter().map(|x| x.2).collect::<Vec<_>>(),
+        [0xffff, 0xffff],
+        "{h:?}"
+    );
+    // Past A's table of three: an error completion, nothing on the wire.
+    let w = gsi_send(5, 2, ka, Some(3));
+    net.nodes[0].engine.post_send(gsi_a, w).unwrap();
+    let c = wait(&mut net, 0, cq_a, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (5, WcStatus::LocQpOpErr));
+    net.run_until(10_000, |_| false);
+    assert_eq!(headers(&mut net), []);
 }

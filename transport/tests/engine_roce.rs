@@ -193,6 +193,7 @@ fn wf_10_ud_receive_holds_the_ip_header_and_reports_smac() {
             av: roce_av(2, gid_index),
             remote_qpn: p.qb,
             remote_qkey: 0x1111_1111,
+            pkey_index: None,
         });
         net.nodes[0].engine.post_send(p.qa, wr).unwrap();
         let c = wait_cqe(&mut net, 1, p.cq_b);

@@ -217,6 +217,7 @@ fn qs_05_ud_and_uc_drain_without_acks() {
                     },
                     remote_qpn: p.qb,
                     remote_qkey: 0x1111_1111,
+                    pkey_index: None,
                 });
             }
             net.nodes[0].engine.post_send(p.qa, s).unwrap();

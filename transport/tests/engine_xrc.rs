@@ -415,26 +415,7 @@ fn sr02_rc_request_to_a_tgt_qp_is_dropped() {
     let mut net = Net::new(2, 1 << 20, 6);
     let ka = net.reg_all(0, ALL_ACCESS);
     let (_, t) = setup(&mut net);
-    let n = &mut net.nodes[0];
-    let cq = n.engine.create_cq().unwrap();
-    let rc = n
-        .engine
-        .create_qp(QpInit {
-            qp_type: QpType::Rc,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let (rc, cq) = new_qp(&mut net, 0, QpType::Rc, qp_cap(4, 1, 0), false);
     let o = ConnOpts {
         retry_cnt: 1,
         timeout: 1,

@@ -810,6 +810,7 @@ impl Sim {
             },
             remote_qpn: f.dst_qp,
             remote_qkey: QKEY,
+            pkey_index: None,
         });
         SendWr {
             wr_id: i as u64,

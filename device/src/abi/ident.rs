@@ -36,7 +36,9 @@ abi_consts! {
         /// SR-02), memory windows of type 2A (MP-07), QueryPortOut's
         /// max_vl_num (AD-06), the alternate path in ModifyQpIn / QueryQpOut
         /// (AD-10) and new counter names: each in reserved bytes or appended.
-        ABI_VERSION = 0x0003_0002,
+        /// Minor 3: the address vector's pkey_index (reserved bytes before),
+        /// a GSI send WQE's P_Key index (AD-05, PV-03).
+        ABI_VERSION = 0x0003_0003,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

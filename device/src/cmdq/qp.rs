@@ -198,7 +198,8 @@ fn mtu_from_abi(raw: u8) -> Result<tv::Mtu, Fail> {
 /// An address vector from MODIFY_QP, every field in range (the data path's
 /// conversion masks instead, for WQEs it cannot refuse).
 fn av_from_abi(av: &Av) -> Result<tv::AddressVector, Fail> {
-    reserved(av.rsvd == 0 && av.rsvd2 == [0; 2])?;
+    // pkey_index is a GSI send WQE's only (AD-05): reserved in a QP's path.
+    reserved(av.pkey_index == 0 && av.rsvd2 == [0; 2])?;
     // 0: the QP's port; there is one.
     if u32::from(av.port_num) > num::PORT {
         return Err(fail(Status::BadParam, Syndrome::Port));

@@ -24,7 +24,9 @@
 //!
 //! Also at the top, optionally, the ports' SL-to-VL table (AD-06):
 //! `sl2vl = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7]`, the data VL of
-//! SL0..SL15 (VL0..VL7); without it every SL goes on VL0.
+//! SL0..SL15 (VL0..VL7); without it every SL goes on VL0. And the VL
+//! arbitration tables, `[vl_arb]` with `high`, `low` and `high_limit`
+//! (`vl_arb.rs`); without them every data VL takes its turn.
 //!
 //! The file is written by people, so every error is one line naming the file, the
 //! node and the problem; the receive path later trusts this table to decide which
@@ -40,10 +42,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::partition::{self, PortAttrs};
+use super::vl_arb;
 use super::FabricKey;
+use transport::engine::VlArbTables;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 5] = ["node", "key", "key_file", "pkeys", "sl2vl"];
+const TOP_KEYS: [&str; 6] = ["node", "key", "key_file", "pkeys", "sl2vl", "vl_arb"];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
@@ -86,6 +90,8 @@ pub struct FabricFile {
     key: Option<FabricKey>,
     /// The ports' SL-to-VL table, if the file sets one (AD-06).
     sl2vl: Option<[u8; 16]>,
+    /// The ports' VL arbitration tables, if the file sets them (AD-06).
+    vl_arb: Option<VlArbTables>,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -109,7 +115,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys)"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb])"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -210,6 +216,9 @@ pub enum FabricFileError {
     /// An `sl2vl` table that is not 16 data VLs of the port (AD-06).
     #[error("{file}: sl2vl: {why}")]
     BadSl2vl { file: String, why: String },
+    /// A `[vl_arb]` table the ports cannot arbitrate with (AD-06, `vl_arb.rs`).
+    #[error("{file}: vl_arb: {why}")]
+    BadVlArb { file: String, why: String },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -354,6 +363,12 @@ impl FabricFile {
         let mut fabric = FabricFile::validated(file, nodes, ports)?;
         fabric.key = key;
         fabric.sl2vl = sl2vl_from_toml(file, &table)?;
+        if let Some(v) = table.get("vl_arb") {
+            let sl2vl = fabric.sl2vl.unwrap_or_default();
+            let tables = vl_arb::parse(v, &sl2vl)
+                .map_err(|why| FabricFileError::BadVlArb { file: f(), why })?;
+            fabric.vl_arb = Some(tables);
+        }
         Ok(fabric)
     }
 
@@ -608,6 +623,7 @@ impl FabricFile {
             by_address,
             key: None,
             sl2vl: None,
+            vl_arb: None,
         })
     }
 
@@ -630,6 +646,12 @@ impl FabricFile {
     /// one; without, every SL goes on VL0.
     pub fn sl2vl(&self) -> Option<[u8; 16]> {
         self.sl2vl
+    }
+
+    /// The VL arbitration tables every node's port uses (AD-06), if the file
+    /// sets them (`[vl_arb]`); without, every data VL in turn.
+    pub fn vl_arb(&self) -> Option<&VlArbTables> {
+        self.vl_arb.as_ref()
     }
 
     /// The node called `name`.
@@ -751,5 +773,69 @@ mod tests {
                 "{table}: {e}"
             );
         }
+    }
+
+    /// AD-06: the fabric file's `[vl_arb]` tables: absent, none (every data
+    /// VL in turn); set, the (VL, weight) entries and LimitOfHighPriority as
+    /// written; a table the ports cannot arbitrate with is refused with one
+    /// line naming the problem.
+    #[test]
+    fn ad_06_vl_arb_tables() {
+        use transport::engine::VlArbEntry;
+        let node = "[[node]]\nname = \"a\"\nlid = 1\nguid = 1\naddress = \"127.0.0.1:1\"\n";
+        let f = FabricFile::parse("f", node).unwrap();
+        assert_eq!(f.vl_arb(), None);
+        let sl2vl = "sl2vl = [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]\n";
+        let good = "[vl_arb]\nhigh = [[2, 8]]\nlow = [[0, 48], [1, 16]]\nhigh_limit = 4\n";
+        let f = FabricFile::parse("f", &format!("{sl2vl}{node}{good}")).unwrap();
+        let e = |vl, weight| VlArbEntry { vl, weight };
+        assert_eq!(
+            f.vl_arb(),
+            Some(&VlArbTables {
+                high: vec![e(2, 8)],
+                low: vec![e(0, 48), e(1, 16)],
+                high_limit: 4,
+            })
+        );
+        let many = format!("low = [{}]", vec!["[0, 1]"; 65].join(", "));
+        for (table, why) in [
+            (
+                "low = [[0, 1], [1, 1]]",
+                "SL 15 goes on VL 2, which no entry",
+            ),
+            ("low = [[0, 1], [2, 1], [1, 0]]", "SL 1 goes on VL 1"),
+            (
+                "low = [[0, 1], [1, 1], [2, 1], [15, 1]]",
+                "low entry 3: VL 15 is not 0..=7",
+            ),
+            (
+                "low = [[0, 1], [1, 1], [2, 256]]",
+                "low entry 2: weight 256 is not 0..=255",
+            ),
+            ("high = [[0, -1]]", "high entry 0: weight -1 is not"),
+            (
+                "high = [0, 1]",
+                "high entry 0: 0 is not a [VL, weight] pair",
+            ),
+            ("high = [[0, 1, 2]]", "is not a [VL, weight] pair"),
+            ("low = 3", "low: not an array"),
+            (&many, "low: 65 entries, at most 64"),
+            (
+                "low = [[0, 1], [1, 1], [2, 1]]\nhigh_limit = 256",
+                "high_limit: 256 is not",
+            ),
+            ("weights = [[0, 1]]", "unknown key `weights`"),
+        ] {
+            let text = format!("{sl2vl}{node}[vl_arb]\n{table}\n");
+            let e = FabricFile::parse("f", &text).unwrap_err().to_string();
+            assert!(
+                e.starts_with("f: vl_arb: ") && e.contains(why),
+                "{table}: {e}"
+            );
+        }
+        let e = FabricFile::parse("f", &format!("vl_arb = 1\n{node}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("f: vl_arb: not a table"), "{e}");
     }
 }

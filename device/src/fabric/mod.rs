@@ -31,6 +31,7 @@ mod tap;
 mod tap_sys;
 mod udp;
 mod udp_sys;
+mod vl_arb;
 
 pub use auth::{
     AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, REPLAY_WINDOW, SEQ_LEN, TAG_LEN,

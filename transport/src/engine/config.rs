@@ -1,9 +1,11 @@
 //! What an engine is configured with: its port (LID, GUID, GIDs, link layer,
-//! P_Key table, LMC, SL-to-VL table, rate) and its limits (queue depths, the
+//! P_Key table, LMC, SL-to-VL table, VL arbitration, rate) and its limits (queue depths, the
 //! send and port windows, loss probes, credits, multicast, the memory budget).
-//! Fixed for the engine's life but for the RoCE GID table and the SL-to-VL
-//! table (`Engine::set_roce_gid`, `Engine::set_sl2vl`).
+//! Fixed for the engine's life but for the RoCE GID table, the SL-to-VL
+//! table and the VL arbitration tables (`Engine::set_roce_gid`,
+//! `Engine::set_sl2vl`, `Engine::set_vl_arb`).
 
+use super::VlArbTables;
 use super::{
     recovery, DEFAULT_DATA_VLS, DEFAULT_PORT_MBPS, DEFAULT_PORT_WINDOW, MAX_MCAST_GRP,
     MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH,
@@ -46,6 +48,8 @@ pub struct PortConfig {
     pub sl2vl: [u8; 16],
     /// Data VLs the port has, VL0..VL(n-1) (AD-06).
     pub data_vls: u8,
+    /// VL arbitration between the data VLs (AD-06, `vl`; IBA 7.6.9).
+    pub vl_arb: VlArbTables,
 }
 
 /// Bytes a RoCEv2 packet adds to its payload inside the Ethernet MTU, at most:
@@ -83,6 +87,7 @@ impl PortConfig {
             rate_mbps: DEFAULT_PORT_MBPS,
             sl2vl: [0; 16],
             data_vls: DEFAULT_DATA_VLS,
+            vl_arb: VlArbTables::fair(DEFAULT_DATA_VLS),
         }
     }
 

@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 
 use super::mcast::{is_multicast_gid, is_multicast_lid, MULTICAST_QPN};
 use super::{completer, link, requester, responder};
-use super::{Ctx, Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
+use super::{Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
 use crate::memory::Memory;
 use crate::qp_state;
 use crate::verbs::{Event, QpType, Time};
@@ -91,16 +91,7 @@ impl Engine {
         let mut fx = Effects::default();
         super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
-        let mut ctx = Ctx {
-            mrs: &mut self.mrs,
-            mem,
-            srqs: &mut self.srqs,
-            counters: &mut self.counters,
-            fx: &mut fx,
-            port: &self.port,
-            now,
-            roce,
-        };
+        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
         use crate::wire::opcode::Direction;
         let wants_tx = match info.direction() {
             Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
@@ -139,16 +130,7 @@ impl Engine {
                 continue;
             };
             self.port_window.before_poll(qp);
-            let mut ctx = Ctx {
-                mrs: &mut self.mrs,
-                mem,
-                srqs: &mut self.srqs,
-                counters: &mut self.counters,
-                fx: &mut fx,
-                port: &self.port,
-                now,
-                roce: None,
-            };
+            let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, None);
             let built = if qp.req_turn {
                 requester::poll_transmit(qp, &mut ctx, buf)
                     .or_else(|| responder::poll_transmit(qp, &mut ctx, buf))
@@ -164,8 +146,7 @@ impl Engine {
             self.arm(qpn);
             if let Some(len) = built {
                 if self.vl_arb {
-                    // LRH byte 0 holds the VL the packet went on (AD-06).
-                    self.last_vl = buf.first().map_or(0, |b| b >> 4);
+                    self.vl_sent(buf, len);
                 }
                 self.schedule.push_back(qpn);
                 self.counters.tx_packets += 1;
@@ -176,29 +157,6 @@ impl Engine {
         }
         self.finish(fx);
         out
-    }
-
-    /// VL arbitration (AD-06, `vl`): moves to the front of the schedule the
-    /// first QP of the data VL next after the last packet's, round robin over
-    /// the VLs that have a scheduled QP. O(scheduled QPs), only while the
-    /// SL-to-VL table uses more than VL0.
-    fn vl_pick(&mut self) {
-        let mut best: Option<(u8, usize)> = None;
-        for (i, qpn) in self.schedule.iter().enumerate() {
-            let Some(qp) = self.qps.get(qpn) else {
-                continue;
-            };
-            let vl = super::vl::tx_vl(&self.port, *qpn, super::vl::next_sl(qp));
-            let d = super::vl::rr_distance(self.last_vl, vl);
-            if best.is_none_or(|(bd, _)| d < bd) {
-                best = Some((d, i));
-            }
-        }
-        if let Some((_, i)) = best.filter(|&(_, i)| i > 0) {
-            if let Some(q) = self.schedule.remove(i) {
-                self.schedule.push_front(q);
-            }
-        }
     }
 
     /// The earliest time [`Self::handle_timeout`] may have work: O(1). It is

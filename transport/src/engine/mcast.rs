@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv6Addr;
 
-use super::{Ctx, Effects, Engine, PortConfig, RxDrop};
+use super::{Effects, Engine, PortConfig, RxDrop};
 use crate::memory::Memory;
 use crate::verbs::{QpType, Time, VerbError};
 use crate::wire::PacketRepr;
@@ -214,16 +214,7 @@ impl Engine {
                 continue;
             }
             self.counters.mcast_rx_copies += 1;
-            let mut ctx = Ctx {
-                mrs: &mut self.mrs,
-                mem,
-                srqs: &mut self.srqs,
-                counters: &mut self.counters,
-                fx: &mut fx,
-                port: &self.port,
-                now,
-                roce,
-            };
+            let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
             super::responder::handle_request(qp, pkt, &mut ctx);
         }
         self.mcast_scratch = members;

@@ -42,7 +42,10 @@ mod requester;
 mod responder;
 mod vl;
 mod xrc;
-pub use vl::{vl_cap, DEFAULT_DATA_VLS, VL15};
+pub use vl::{
+    vl_cap, VlArbEntry, VlArbError, VlArbTables, DEFAULT_DATA_VLS, HIGH_LIMIT_UNLIMITED,
+    MAX_VL_ARB_ENTRIES, VL15,
+};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -127,10 +130,10 @@ pub struct Engine {
     mcast_scratch: Vec<u32>,
     /// XRC domains (SR-02).
     xrcds: xrc::Xrcds,
-    /// Round robin between data VLs (AD-06, `vl`): on while the SL-to-VL
-    /// table uses another VL than VL0; the VL of the last packet sent.
+    /// Arbitration between data VLs (AD-06, `vl`): on while the SL-to-VL
+    /// table uses another VL than VL0; the arbiter's state.
     vl_arb: bool,
-    last_vl: u8,
+    arbiter: vl::Arbiter,
     /// RC packets in flight over all QPs and the QPs waiting for room.
     port_window: port_window::PortWindow,
 }
@@ -158,12 +161,17 @@ impl Engine {
             port.sl2vl = [0; 16];
             port.data_vls = port.data_vls.clamp(1, 15);
         }
+        if let Err(e) = port.vl_arb.check(port.data_vls, &port.sl2vl) {
+            // AD-06: a table that starves a VL in use would hang its QPs.
+            log::warn!("VL arbitration tables refused ({e}): every data VL in turn");
+            port.vl_arb = VlArbTables::fair(port.data_vls);
+        }
         let budget = Budget::new(limits.mem_budget);
         let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
         mrs.set_budget(&budget);
         Engine {
             vl_arb: !port.is_ethernet() && port.sl2vl.iter().any(|&v| v != 0),
-            last_vl: 0,
+            arbiter: vl::Arbiter::new(port.vl_arb.clone()),
             port,
             limits,
             mrs,
@@ -223,11 +231,27 @@ impl Engine {
 
     /// Sets the port's SL-to-VL table (AD-06): entry `sl` is the data VL of
     /// service level `sl`. `InvalidAttr` if an entry names a VL the port does
-    /// not have (VL15 included: it is not a data VL).
+    /// not have (VL15 included: it is not a data VL) or one the VL
+    /// arbitration tables do not serve.
     pub fn set_sl2vl(&mut self, table: [u8; 16]) -> Result<(), VerbError> {
         vl::check_table(&table, self.port.data_vls)?;
+        self.port
+            .vl_arb
+            .check(self.port.data_vls, &table)
+            .map_err(|_| VerbError::InvalidAttr)?;
         self.port.sl2vl = table;
         self.vl_arb = !self.port.is_ethernet() && table.iter().any(|&v| v != 0);
+        Ok(())
+    }
+
+    /// Sets the port's VL arbitration tables (AD-06, IBA 7.6.9) and restarts
+    /// the arbiter at their first entries; refused (and nothing changes) if
+    /// [`VlArbTables::check`] finds them bad for the port's data VLs and
+    /// SL-to-VL table.
+    pub fn set_vl_arb(&mut self, tables: VlArbTables) -> Result<(), VlArbError> {
+        tables.check(self.port.data_vls, &self.port.sl2vl)?;
+        self.arbiter = vl::Arbiter::new(tables.clone());
+        self.port.vl_arb = tables;
         Ok(())
     }
 
@@ -870,6 +894,27 @@ pub(crate) struct Ctx<'a> {
     /// What the RoCE frame being handled carried besides its packet.
     pub roce: Option<link::RoceRx>,
 }
+
+/// The one constructor of a [`Ctx`] over engine `$e`'s parts (its MRs,
+/// SRQs, counters and port) for a QP's handlers: unicast delivery and
+/// transmit (`io`), multicast delivery (`mcast`). A macro rather than a
+/// method so that it borrows those fields alone, and the QP, taken from
+/// `$e.qps`, stays borrowed beside it.
+macro_rules! engine_ctx {
+    ($e:expr, $mem:expr, $fx:expr, $now:expr, $roce:expr) => {
+        $crate::engine::Ctx {
+            mrs: &mut $e.mrs,
+            mem: $mem,
+            srqs: &mut $e.srqs,
+            counters: &mut $e.counters,
+            fx: $fx,
+            port: &$e.port,
+            now: $now,
+            roce: $roce,
+        }
+    };
+}
+pub(crate) use engine_ctx;
 
 fn apply_attrs(qp: &mut Qp, a: &QpAttr, m: AttrMask) {
     let t = &mut qp.attr;

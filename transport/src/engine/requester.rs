@@ -675,12 +675,22 @@ fn build_request(
         dgid: g.dgid,
     });
     let udp_sport = link::udp_source_port(av.grh.map_or(0, |g| g.flow_label), qp.qpn, dest_qp);
-    let pkey = cx
-        .port
-        .pkeys
-        .get(usize::from(qp.attr.pkey_index))
-        .copied()
-        .unwrap_or(0xffff);
+    // AD-05, PV-03: a GSI WR may name the entry of its P_Key (IBA 11.4.1.1;
+    // the partition a request came in); an index past the table is a WR the
+    // QP cannot carry out.
+    let pkey = match w.wr.ud.and_then(|u| u.pkey_index).filter(|_| qpn == 1) {
+        Some(i) => *cx
+            .port
+            .pkeys
+            .get(usize::from(i))
+            .ok_or(WcStatus::LocQpOpErr)?,
+        None => cx
+            .port
+            .pkeys
+            .get(usize::from(qp.attr.pkey_index))
+            .copied()
+            .unwrap_or(0xffff),
+    };
     let pkt = PacketRepr {
         lrh: LrhRepr {
             vl: super::vl::tx_vl(cx.port, qpn, av.sl), // AD-06

@@ -5,14 +5,16 @@
 #![allow(dead_code)]
 
 pub mod apm;
+mod setup;
+pub use setup::*;
 
 use std::collections::BinaryHeap;
 
 use transport::engine::{Engine, Limits, LinkLayer, PortConfig};
 use transport::memory::VecMemory;
 use transport::verbs::{
-    Access, AddressVector, AttrMask, Completion, Handle, Mtu, QpAttr, QpCap, QpInit, QpState,
-    QpType, SendData, SendFlags, SendWr, Sge, Time, WrOpcode,
+    Access, AddressVector, AttrMask, Completion, Handle, Mtu, QpAttr, QpInit, QpState, QpType,
+    SendData, SendFlags, SendWr, Sge, Time, WrOpcode,
 };
 use transport::wire::Lrh;
 
@@ -453,26 +455,12 @@ impl Default for ConnOpts {
 pub const ALL_ACCESS: Access = Access(1 | 2 | 4 | 8);
 
 fn create(net: &mut Net, node: usize, o: &ConnOpts, srq: Option<Handle>) -> (u32, Handle) {
-    let n = &mut net.nodes[node];
-    let cq = n.engine.create_cq().expect("cq");
-    let qp = n
-        .engine
-        .create_qp(QpInit {
-            qp_type: o.qp_type,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq,
-            cap: QpCap {
-                max_send_wr: o.max_wr,
-                max_recv_wr: o.max_wr,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 64,
-            },
-            sq_sig_all: false,
-        })
-        .expect("qp");
+    let cq = net.nodes[node].engine.create_cq().expect("cq");
+    let init = QpInit {
+        srq,
+        ..qp_init(net, node, o.qp_type, cq, qp_cap(o.max_wr, 4, 64), false)
+    };
+    let qp = net.nodes[node].engine.create_qp(init).expect("qp");
     (qp, cq)
 }
 

@@ -29,8 +29,11 @@ abi_struct! {
         pub traffic_class: u8,
         /// Port (1); 0 means the QP's port.
         pub port_num: u8,
-        /// Zero.
-        pub rsvd: u16,
+        /// Zero, but in the UD segment of a GSI (QP1) send WQE: the index of
+        /// the port P_Key table entry the send carries (`ib_ud_wr.pkey_index`,
+        /// the partition the GSI answers in; AD-05, PV-03); past the table,
+        /// the WQE completes with VHCA_WC_LOC_QP_OP_ERR. Ignored elsewhere.
+        pub pkey_index: u16,
         /// RoCE port: the destination MAC (the next hop for `dgid`, which the
         /// driver resolves, as ib_core's `ah_attr.roce.dmac`); zero on an
         /// InfiniBand port (A17.4.5).

@@ -1,0 +1,112 @@
+//! Set-ups the engine tests share: a registered node pair, QPs of given sizes,
+//! a UD QP at RTS, and the work requests several test files build alike.
+
+use transport::verbs::{
+    Access, Completion, Handle, MwBind, QpCap, QpInit, QpType, RecvWr, SendData, SendWr, WrOpcode,
+};
+
+use super::{bring_up, connect, send_wr, sge, ConnOpts, Net, Pair, MEM_BASE};
+
+/// Two nodes of `mem_len` bytes each, all of each node's memory registered
+/// with `access`, and one pair connected with `o`: (bench, pair, node 0's
+/// key, node 1's key).
+pub fn pair_setup(
+    seed: u64,
+    mem_len: usize,
+    access: Access,
+    o: &ConnOpts,
+) -> (Net, Pair, u32, u32) {
+    let mut net = Net::new(2, mem_len, seed);
+    let ka = net.reg_all(0, access);
+    let kb = net.reg_all(1, access);
+    let p = connect(&mut net, 0, 1, o);
+    (net, p, ka, kb)
+}
+
+/// Queue sizes: `wr` work requests and `sge` SGEs each way, `inline` bytes
+/// of inline data.
+pub fn qp_cap(wr: u32, sge: u32, inline: u32) -> QpCap {
+    QpCap {
+        max_send_wr: wr,
+        max_recv_wr: wr,
+        max_send_sge: sge,
+        max_recv_sge: sge,
+        max_inline_data: inline,
+    }
+}
+
+/// What creates a QP of type `t` in node `node`'s PD whose sends and
+/// receives complete on `cq`; `sig_all`: every send signaled.
+pub fn qp_init(net: &Net, node: usize, t: QpType, cq: Handle, cap: QpCap, sig_all: bool) -> QpInit {
+    QpInit {
+        qp_type: t,
+        pd: net.nodes[node].pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap,
+        sq_sig_all: sig_all,
+    }
+}
+
+/// A new CQ on node `node` and a QP of type `t` on it ([`qp_init`]), in
+/// Reset: (QPN, CQ).
+pub fn new_qp(net: &mut Net, node: usize, t: QpType, cap: QpCap, sig_all: bool) -> (u32, Handle) {
+    let cq = net.nodes[node].engine.create_cq().expect("cq");
+    let init = qp_init(net, node, t, cq, cap, sig_all);
+    let qp = net.nodes[node].engine.create_qp(init).expect("qp");
+    (qp, cq)
+}
+
+/// A UD QP on node `node` (64 WRs, 2 SGEs, 64 bytes inline, every send
+/// signaled) at RTS with Q_Key 0x11111111: (QPN, CQ).
+pub fn ud_qp(net: &mut Net, node: usize) -> (u32, Handle) {
+    let o = ConnOpts {
+        qp_type: QpType::Ud,
+        ..ConnOpts::default()
+    };
+    let (qp, cq) = new_qp(net, node, QpType::Ud, qp_cap(64, 2, 64), true);
+    bring_up(net, node, qp, &o, 0, 0, 0x123, 0);
+    (qp, cq)
+}
+
+/// Posts a receive of `len` bytes at `addr` (key `key`) on node `node`'s QP.
+pub fn recv(net: &mut Net, node: usize, qp: u32, id: u64, addr: u64, len: u32, key: u32) {
+    let r = RecvWr {
+        wr_id: id,
+        sges: sge(addr, len, key),
+    };
+    net.nodes[node].engine.post_recv(qp, r).unwrap();
+}
+
+/// A signaled RDMA WRITE of `len` bytes from `MEM_BASE` (key `lkey`) to
+/// `raddr` (key `rkey`).
+pub fn write_wr(id: u64, lkey: u32, len: u32, rkey: u32, raddr: u64) -> SendWr {
+    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(MEM_BASE, len, lkey));
+    w.rkey = rkey;
+    w.remote_addr = raddr;
+    w
+}
+
+/// A BIND_MW of window `mw` to `[addr, addr + len)` of MR `mr` with
+/// `access`, the window's key becoming `new` (MP-06, MP-07).
+pub fn bind_wr(id: u64, mw: u32, new: u32, mr: u32, addr: u64, len: u64, access: Access) -> SendWr {
+    let mut w = send_wr(id, WrOpcode::BindMw, Vec::new());
+    w.data = SendData::Bind(MwBind {
+        mw_rkey: mw,
+        new_rkey: new,
+        mr_lkey: mr,
+        addr,
+        length: len,
+        access,
+    });
+    w
+}
+
+/// Posts `wr` on node `node`'s QP `qp` and runs the bench until its CQ `cq`
+/// holds one completion; returns it.
+pub fn post_wait(net: &mut Net, node: usize, qp: u32, cq: Handle, wr: SendWr) -> Completion {
+    net.nodes[node].engine.post_send(qp, wr).unwrap();
+    let mut c = super::wait(net, node, cq, 1);
+    c.remove(0)
+}
