@@ -25,6 +25,7 @@ mod cq;
 mod credits;
 #[cfg(test)]
 mod handle_tests;
+mod ids;
 mod io;
 pub mod link;
 mod mcast;
@@ -45,7 +46,7 @@ mod xrc;
 pub use vl::{vl_cap, DEFAULT_DATA_VLS, VL15};
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 pub use config::*;
 pub use counters::{Counters, NakReason, RxDrop};
@@ -106,7 +107,8 @@ pub struct Engine {
     /// out visits, instead of every CQ ([`Engine::ready_cqs`]).
     ready_cqs: BTreeSet<Handle>,
     srqs: HashMap<Handle, Srq>,
-    pub(crate) qps: BTreeMap<u32, Qp>,
+    /// The QPs by QPN (a hash map: `ids`).
+    pub(crate) qps: ids::IdMap<u32, Qp>,
     next_handle: Handle,
     next_qpn: u32,
     events: VecDeque<Event>,
@@ -170,7 +172,7 @@ impl Engine {
             cqs: HashMap::new(),
             ready_cqs: BTreeSet::new(),
             srqs: HashMap::new(),
-            qps: BTreeMap::new(),
+            qps: ids::IdMap::default(),
             next_handle: 1,
             next_qpn: 2,
             events: VecDeque::new(),
