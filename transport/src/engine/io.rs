@@ -152,7 +152,7 @@ impl Engine {
             if built.is_none() {
                 qp.scheduled = false;
             }
-            self.port_after_poll(qpn);
+            self.port_after_poll(qpn, built.is_some());
             self.arm(qpn);
             if let Some(len) = built {
                 if self.vl_arb {

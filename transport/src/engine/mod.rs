@@ -163,6 +163,7 @@ impl Engine {
         let budget = Budget::new(limits.mem_budget);
         let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
         mrs.set_budget(&budget);
+        let ethernet = port.is_ethernet();
         Engine {
             vl_arb: !port.is_ethernet() && port.sl2vl.iter().any(|&v| v != 0),
             last_vl: 0,
@@ -183,7 +184,7 @@ impl Engine {
             mcast: mcast::McastTable::default(),
             mcast_scratch: Vec::new(),
             xrcds: xrc::Xrcds::default(),
-            port_window: port_window::PortWindow::new(limits.port_window),
+            port_window: port_window::PortWindow::new(limits.port_window, ethernet),
         }
     }
 
