@@ -70,8 +70,20 @@ impl WireCount {
 /// complete, the most packets in flight on the wire and by the engine's own
 /// count, the time it took and the requester's probes.
 fn run(n: usize, len: u32, limits: Limits, drop: f64) -> (Vec<usize>, u32, u32, u64, u64) {
+    run_on(n, len, limits, drop, None)
+}
+
+/// [`run`] with egress links of this model (packets queue at the sender).
+fn run_on(
+    n: usize,
+    len: u32,
+    limits: Limits,
+    drop: f64,
+    link: Option<LinkModel>,
+) -> (Vec<usize>, u32, u32, u64, u64) {
     let mut net = Net::with_limits(2, 1 << 20, 7, limits);
     net.faults.drop = drop;
+    net.link = link;
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
     let pairs: Vec<Pair> = (0..n)
@@ -142,13 +154,25 @@ fn a_thousand_qps_stay_under_the_port_window_and_all_complete() {
 
 #[test]
 fn without_a_port_window_the_same_load_puts_every_packet_in_flight() {
-    // What the bound prevents (and what the test above would see without it).
-    let limits = Limits {
+    // What the bound prevents (and what the test above would see without
+    // it): a sender's egress queue of 4 MiB (a socket buffer) fills with
+    // packets of every QP, each QP within its own window.
+    let link = Some(LinkModel {
+        ns_per_kib: 1_000,
+        queue_bytes: 4 << 20,
+    });
+    let unbounded = Limits {
         port_window: 0,
         ..Limits::default()
     };
-    let (_, wire_max, _, _, _) = run(1024, 4096, limits, 0.0);
+    let (_, wire_max, _, _, _) = run_on(1024, 4096, unbounded, 0.0, link);
     assert!(wire_max >= 1024, "{wire_max}");
+    let bounded = Limits {
+        port_window: 64,
+        ..Limits::default()
+    };
+    let (_, wire_max, _, _, _) = run_on(1024, 4096, bounded, 0.0, link);
+    assert!(wire_max <= 64, "{wire_max}");
 }
 
 #[test]

@@ -133,8 +133,11 @@ pub struct Engine {
     /// table uses another VL than VL0; the VL of the last packet sent.
     vl_arb: bool,
     last_vl: u8,
-    /// RC packets in flight over all QPs and the QPs waiting for room.
+    /// RC packets in flight per destination and the QPs waiting for room.
     port_window: port_window::PortWindow,
+    /// The QP that built the last packets and how many in a row
+    /// (`io::TX_BURST`).
+    tx_burst: (u32, u32),
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -185,6 +188,7 @@ impl Engine {
             mcast_scratch: Vec::new(),
             xrcds: xrc::Xrcds::default(),
             port_window: port_window::PortWindow::new(limits.port_window, ethernet),
+            tx_burst: (0, 0),
         }
     }
 

@@ -284,8 +284,9 @@ impl Engine {
         }
     }
 
-    /// Moves QPs waiting for `d` back to the transmit schedule, one per
-    /// packet of room, oldest first; drops `d`'s entry when it holds nothing.
+    /// Moves QPs waiting for `d` back to the transmit schedule, one per run
+    /// of packets (`io::TX_BURST`) there is room for (at least one), oldest
+    /// first; drops `d`'s entry when it holds nothing.
     fn port_wake(&mut self, d: Dest) {
         let Engine {
             port_window,
@@ -309,7 +310,8 @@ impl Engine {
             };
             qp.port.waiting = None;
             qp.port.woken = Some(d);
-            room -= 1;
+            // A woken QP may send a run of packets (`io::TX_BURST`).
+            room = room.saturating_sub(super::io::TX_BURST as usize);
             if !qp.scheduled {
                 qp.scheduled = true;
                 schedule.push_back(q);
