@@ -200,12 +200,13 @@ pub struct Cli {
     #[arg(long, value_name = "MSECS", default_value_t = 5000)]
     pub peer_silence_ms: u64,
 
-    /// RC request packets the port keeps in flight over all its QPs (0: no
-    /// bound). Each QP has its own window; this bounds their sum, so that
-    /// many active QPs do not overflow the peer's receive socket buffer
-    /// (ARCHITECTURE.md §3). The default, 1024 full-MTU packets, is what the
-    /// UDP link sizes its receive buffer for (4 MiB), four times one QP's
-    /// largest window.
+    /// RC request packets the port keeps in flight to each destination (a
+    /// peer's LID, or GID on RoCE) over all the QPs to it (0: no bound).
+    /// Each QP has its own window; this bounds their sum, so that many
+    /// active QPs do not overflow the peer's receive socket buffer, and a
+    /// dead peer holds only its own share (ARCHITECTURE.md §3). The default,
+    /// 1024 full-MTU packets, is what the UDP link sizes its receive buffer
+    /// for (4 MiB), four times one QP's largest window.
     #[arg(long, value_name = "PACKETS", default_value_t = transport::engine::DEFAULT_PORT_WINDOW)]
     pub port_window: u32,
 }

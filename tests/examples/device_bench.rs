@@ -24,8 +24,9 @@
 //! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_SCALE_QPS=N`
 //! sets figure 5's object count (default 10 000); `VHCA_BENCH_PINGPONGS=N`
 //! sets the ping-pong count; `VHCA_BENCH_FIG6_MSGS=N` sets figure 6's
-//! messages per row (default 6 000); `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments
-//! (e.g. `--busy-poll-us 50`).
+//! messages per row (default 6 000) and `VHCA_BENCH_FIG6_QPS=1,256,1024` its
+//! rows (each row also prints its CPU per GB and packet counts);
+//! `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments (e.g. `--busy-poll-us 50`).
 
 use std::net::UdpSocket;
 use std::process::Command;
@@ -448,14 +449,20 @@ fn main() {
     // ---- 6. Aggregate RC WRITE over many QPs (before 4 and 5: they add
     // idle objects to node A).
     let r6 = if wanted(6) {
-        let counts: &[usize] = if quick() {
-            &[1, 16]
-        } else {
-            &[1, 16, 256, 1024]
+        // `VHCA_BENCH_FIG6_QPS=1,256,1024`: the rows (default 1, 16, 256,
+        // 1024; the first is the baseline of the ratios).
+        let counts: Vec<usize> = match std::env::var("VHCA_BENCH_FIG6_QPS") {
+            Ok(s) if !s.trim().is_empty() => s
+                .split(',')
+                .filter_map(|x| x.trim().parse().ok())
+                .filter(|&n| n > 0)
+                .collect(),
+            _ if quick() => vec![1, 16],
+            _ => vec![1, 16, 256, 1024],
         };
         let mut qa_all = Vec::new();
         let mut out = Vec::new();
-        for &n in counts {
+        for &n in &counts {
             while qa_all.len() < n {
                 let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(32, 4);
                 let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(4, 4);
@@ -474,6 +481,7 @@ fn main() {
             let total = (if quick() { 1_000 } else { msgs }).max(4 * n);
             let per_qp = (32 / n).max(1);
             let drops_before = udp_rcvbuf_errors();
+            let cost = RowCost::start(&v, &mut a, &mut b);
             let rate = transfer_rate(
                 &mut a,
                 &qa_all[..n],
@@ -490,7 +498,8 @@ fn main() {
             let drops = udp_rcvbuf_errors()
                 .zip(drops_before)
                 .map(|(a, b)| a.saturating_sub(b));
-            out.push((n, rate, drops));
+            let cost = cost.finish(&mut a, &mut b, (total * msg) as f64);
+            out.push((n, rate, drops, cost));
         }
         Some(out)
     } else {
@@ -589,7 +598,7 @@ fn main() {
         let one = rates[0].1;
         let list: Vec<String> = rates
             .iter()
-            .map(|(n, r, d)| {
+            .map(|(n, r, d, _)| {
                 let d = d.map_or("?".into(), |d| d.to_string());
                 format!(
                     "{n} QPs {:.3} GB/s ({:.2}x, {d} RcvbufErrors)",
@@ -602,6 +611,9 @@ fn main() {
             "6. aggregate RC WRITE 64 KiB: {} (target: 1024 QPs >= 0.9x of one)",
             list.join(", ")
         );
+        for (n, _, _, c) in &rates {
+            println!("6. {n} QPs: {c}");
+        }
     }
     if let Some((rate, recvs, window)) = r7 {
         println!(
@@ -610,6 +622,100 @@ fn main() {
         );
     }
     let _ = (qb, &b);
+}
+
+/// What one row of figure 6 cost (issue 12): CPU time of both `vhca`
+/// processes and of this driver per GB moved (the sum of their threads'
+/// run time, `/proc/PID/task/*/schedstat`, in ns: the host has no hardware
+/// counters for `perf stat`), and the packets the two engines exchanged
+/// (QUERY_COUNTERS of the port set): A's data packets, B's ACKs, A's resent
+/// packets and loss probes.
+struct RowCost {
+    pids: [u32; 3],
+    cpu_ns: [u64; 3],
+    ports: [Vec<u64>; 2],
+}
+
+/// The finished [`RowCost`].
+struct RowCostOut {
+    /// CPU seconds per GB: A, B, the driver.
+    cpu: [f64; 3],
+    /// A's data packets sent, B's ACKs sent, A's resent packets and probes.
+    packets: [u64; 4],
+}
+
+const PORT_NAMES: [&str; 4] = ["tx_packets", "acks_sent", "resent_packets", "loss_probes"];
+
+/// Run time of all of `pid`'s threads so far, in ns (each thread's
+/// schedstat: on-CPU ns, wait ns, time slices).
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn port_counters(n: &mut Node) -> Vec<u64> {
+    use vhca_tests::abi::counters::CounterSet;
+    let names = CounterSet::Port.names();
+    let v = n.hca.query_counters(CounterSet::Port).unwrap_or_default();
+    PORT_NAMES
+        .iter()
+        .map(|want| {
+            names
+                .iter()
+                .position(|x| x == want)
+                .and_then(|i| v.get(i).copied())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+impl RowCost {
+    fn start(v: &Vhca, a: &mut Node, b: &mut Node) -> RowCost {
+        let pids = [v.pid(0), v.pid(1), std::process::id()];
+        RowCost {
+            pids,
+            cpu_ns: pids.map(cpu_ns),
+            ports: [port_counters(a), port_counters(b)],
+        }
+    }
+
+    fn finish(self, a: &mut Node, b: &mut Node, bytes: f64) -> RowCostOut {
+        let now = self.pids.map(cpu_ns);
+        let gb = bytes / 1e9;
+        let cpu = std::array::from_fn(|i| now[i].saturating_sub(self.cpu_ns[i]) as f64 / 1e9 / gb);
+        let pa = port_counters(a);
+        let pb = port_counters(b);
+        let d = |now: &[u64], then: &[u64], i: usize| {
+            let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+            at(now).saturating_sub(at(then))
+        };
+        let packets = [
+            d(&pa, &self.ports[0], 0),
+            d(&pb, &self.ports[1], 1),
+            d(&pa, &self.ports[0], 2),
+            d(&pa, &self.ports[0], 3),
+        ];
+        RowCostOut { cpu, packets }
+    }
+}
+
+impl std::fmt::Display for RowCostOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, drv] = self.cpu;
+        let [tx, acks, resent, probes] = self.packets;
+        write!(
+            f,
+            "CPU s/GB A {a:.3} + B {b:.3} = {:.3}, driver {drv:.3}; A sent {tx} packets, B {acks} ACKs ({:.3} per packet), {resent} resent, {probes} probes",
+            a + b,
+            acks as f64 / tx.max(1) as f64
+        )
+    }
 }
 
 /// The host's Udp RcvbufErrors (`/proc/net/snmp`): datagrams dropped because

@@ -70,8 +70,20 @@ impl WireCount {
 /// complete, the most packets in flight on the wire and by the engine's own
 /// count, the time it took and the requester's probes.
 fn run(n: usize, len: u32, limits: Limits, drop: f64) -> (Vec<usize>, u32, u32, u64, u64) {
+    run_on(n, len, limits, drop, None)
+}
+
+/// [`run`] with egress links of this model (packets queue at the sender).
+fn run_on(
+    n: usize,
+    len: u32,
+    limits: Limits,
+    drop: f64,
+    link: Option<LinkModel>,
+) -> (Vec<usize>, u32, u32, u64, u64) {
     let mut net = Net::with_limits(2, 1 << 20, 7, limits);
     net.faults.drop = drop;
+    net.link = link;
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
     let pairs: Vec<Pair> = (0..n)
@@ -142,13 +154,25 @@ fn a_thousand_qps_stay_under_the_port_window_and_all_complete() {
 
 #[test]
 fn without_a_port_window_the_same_load_puts_every_packet_in_flight() {
-    // What the bound prevents (and what the test above would see without it).
-    let limits = Limits {
+    // What the bound prevents (and what the test above would see without
+    // it): a sender's egress queue of 4 MiB (a socket buffer) fills with
+    // packets of every QP, each QP within its own window.
+    let link = Some(LinkModel {
+        ns_per_kib: 1_000,
+        queue_bytes: 4 << 20,
+    });
+    let unbounded = Limits {
         port_window: 0,
         ..Limits::default()
     };
-    let (_, wire_max, _, _, _) = run(1024, 4096, limits, 0.0);
+    let (_, wire_max, _, _, _) = run_on(1024, 4096, unbounded, 0.0, link);
     assert!(wire_max >= 1024, "{wire_max}");
+    let bounded = Limits {
+        port_window: 64,
+        ..Limits::default()
+    };
+    let (_, wire_max, _, _, _) = run_on(1024, 4096, bounded, 0.0, link);
+    assert!(wire_max <= 64, "{wire_max}");
 }
 
 #[test]
@@ -221,4 +245,88 @@ fn destroying_qps_releases_their_packets_in_flight() {
         n.engine.destroy_qp(p.qa).unwrap();
     }
     assert_eq!(n.engine.port_in_flight(), 0);
+}
+
+/// A WRITE of `len` bytes on `p` from node 0 into node `p.b`'s memory.
+fn post_write(net: &mut Net, p: &Pair, id: u64, len: u32, ka: u32, kb: u32) {
+    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(MEM_BASE, len, ka));
+    w.remote_addr = MEM_BASE + 0x4_0000;
+    w.rkey = kb;
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+}
+
+/// 64 QPs from node 0 to dead node 1, then one to live node 2 (on RoCE
+/// ports with `roce`: destinations are GIDs there).
+fn dead_peer(roce: bool) {
+    // The bound is per destination (ARCHITECTURE.md §3): 64 QPs to a peer
+    // that stopped answering fill its window and keep it full until their
+    // retries run out (RL-10: 8 ACK timeouts of 4 ms here); a QP to a live
+    // peer still goes at once.
+    let bound = 32;
+    let limits = Limits {
+        port_window: bound,
+        ..Limits::default()
+    };
+    let mut net = if roce {
+        let ports = Net::new_roce(3, 0, 0)
+            .nodes
+            .iter()
+            .map(|n| n.engine.port().clone())
+            .collect();
+        Net::with_ports(ports, 1 << 20, 5, limits)
+    } else {
+        Net::with_limits(3, 1 << 20, 5, limits)
+    };
+    // Node 1 (LID 2) is dead: everything sent to it is lost.
+    net.lose = Some(if roce {
+        Box::new(|p: &[u8]| p.get(..6) == Some(&roce_mac(2)[..]))
+    } else {
+        Box::new(|p: &[u8]| transport::wire::Lrh::new_checked(p).is_ok_and(|l| l.dlid() == 2))
+    });
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let kc = net.reg_all(2, ALL_ACCESS);
+    let dead: Vec<Pair> = (0..64)
+        .map(|_| connect(&mut net, 0, 1, &ConnOpts::default()))
+        .collect();
+    for (i, p) in dead.iter().enumerate() {
+        post_write(&mut net, p, i as u64, 4096, ka, kb);
+    }
+    // The dead peer's window fills (64 QPs x 4 packets want 256).
+    let full = net.run_until(10_000, |n| n.nodes[0].engine.port_in_flight() >= bound);
+    assert!(full, "the dead peer's window filled");
+    let live = connect(&mut net, 0, 2, &ConnOpts::default());
+    post_write(&mut net, &live, 99, 4096, ka, kc);
+    let start = net.now;
+    let mut most = 0;
+    let done = net.run_until(200_000, |n| {
+        most = most.max(n.nodes[0].engine.port_in_flight());
+        n.nodes[0]
+            .engine
+            .poll_cq(live.cq_a)
+            .inspect(|c| assert_eq!(c.status, WcStatus::Success))
+            .is_some()
+    });
+    assert!(done, "the live QP completed");
+    let took = net.now.0 - start.0;
+    // A few round trips (2 us one way), far from the dead QPs' first ACK
+    // timeout (4.2 ms), let alone their last.
+    assert!(took < 100_000, "the live QP took {took} ns");
+    // Each destination stays under the bound: the dead one's full, the live
+    // one's 4 packets on top.
+    assert!(most <= bound + 4, "{most} in flight");
+    // The dead QPs still hold their destination's room: none completed.
+    for p in &dead {
+        assert!(net.poll(0, p.cq_a).is_none());
+    }
+}
+
+#[test]
+fn a_dead_peer_does_not_starve_a_live_one() {
+    dead_peer(false);
+}
+
+#[test]
+fn a_dead_roce_peer_does_not_starve_a_live_one() {
+    dead_peer(true);
 }

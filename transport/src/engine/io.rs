@@ -14,6 +14,19 @@ use crate::verbs::{Event, QpType, Time};
 use crate::wire::opcode::Service;
 use crate::wire::PacketRepr;
 
+/// Packets a QP sends in a row before the transmit schedule moves on to the
+/// next (vhca policy; issue 12, figure 6): one 64 KiB message at a 4 KiB
+/// MTU. Packet by packet round robin over 1024 QPs interleaves their
+/// messages, so each packet a responder receives is another QP's and asks
+/// for its own ACK (the port window asks for one on every packet once a
+/// destination is half full): one ACK per data packet. In runs, the
+/// responder's ACKs for a run's packets received in one batch coalesce into
+/// one (`responder::responses`, RL-08), and the QP's state stays in cache.
+/// A run ends early when the QP has nothing more to send or is held back
+/// (its own window, the port window, credits); VL arbitration (AD-06) still
+/// picks the next packet's VL first.
+pub(super) const TX_BURST: u32 = 16;
+
 impl Engine {
     /// Handles one received packet as the port's link carries them: a native
     /// packet (LRH through VCRC) on InfiniBand, a RoCEv2 frame (Ethernet header
@@ -109,7 +122,8 @@ impl Engine {
     /// [`crate::wire::packet::BUFFER_ALIGN_OFFSET`] bytes past a 16-byte boundary;
     /// it must hold a whole packet:
     /// 8 + 40 + 12 + 28 + 4096 + 6 bytes is always enough); returns its length, or
-    /// `None` when nothing is ready. Round robin over QPs, responses first.
+    /// `None` when nothing is ready. Round robin over QPs, in runs of up to
+    /// [`TX_BURST`] packets of one QP.
     pub fn poll_transmit(
         &mut self,
         mem: &mut dyn Memory,
@@ -142,13 +156,25 @@ impl Engine {
             if built.is_none() {
                 qp.scheduled = false;
             }
-            self.port_after_poll(qpn);
+            self.port_after_poll(qpn, built.is_some());
             self.arm(qpn);
             if let Some(len) = built {
                 if self.vl_arb {
                     self.vl_sent(buf, len);
                 }
-                self.schedule.push_back(qpn);
+                // A QP keeps its turn for up to TX_BURST packets in a row.
+                let run = if self.tx_burst.0 == qpn {
+                    self.tx_burst.1 + 1
+                } else {
+                    1
+                };
+                if run < TX_BURST {
+                    self.tx_burst = (qpn, run);
+                    self.schedule.push_front(qpn);
+                } else {
+                    self.tx_burst = (qpn, 0);
+                    self.schedule.push_back(qpn);
+                }
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += len as u64;
                 out = Some(len);

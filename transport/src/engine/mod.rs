@@ -25,6 +25,7 @@ mod cq;
 mod credits;
 #[cfg(test)]
 mod handle_tests;
+mod ids;
 mod io;
 pub mod link;
 mod mcast;
@@ -48,7 +49,7 @@ pub use vl::{
 };
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 pub use config::*;
 pub use counters::{Counters, NakReason, RxDrop};
@@ -109,7 +110,8 @@ pub struct Engine {
     /// out visits, instead of every CQ ([`Engine::ready_cqs`]).
     ready_cqs: BTreeSet<Handle>,
     srqs: HashMap<Handle, Srq>,
-    pub(crate) qps: BTreeMap<u32, Qp>,
+    /// The QPs by QPN (a hash map: `ids`).
+    pub(crate) qps: ids::IdMap<u32, Qp>,
     next_handle: Handle,
     next_qpn: u32,
     events: VecDeque<Event>,
@@ -134,8 +136,11 @@ pub struct Engine {
     /// table uses another VL than VL0; the arbiter's state.
     vl_arb: bool,
     arbiter: vl::Arbiter,
-    /// RC packets in flight over all QPs and the QPs waiting for room.
+    /// RC packets in flight per destination and the QPs waiting for room.
     port_window: port_window::PortWindow,
+    /// The QP that built the last packets and how many in a row
+    /// (`io::TX_BURST`).
+    tx_burst: (u32, u32),
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -169,6 +174,7 @@ impl Engine {
         let budget = Budget::new(limits.mem_budget);
         let mut mrs = MrTable::new(limits.max_pd as u32, limits.max_mr as u32);
         mrs.set_budget(&budget);
+        let ethernet = port.is_ethernet();
         Engine {
             vl_arb: !port.is_ethernet() && port.sl2vl.iter().any(|&v| v != 0),
             arbiter: vl::Arbiter::new(port.vl_arb.clone()),
@@ -178,7 +184,7 @@ impl Engine {
             cqs: HashMap::new(),
             ready_cqs: BTreeSet::new(),
             srqs: HashMap::new(),
-            qps: BTreeMap::new(),
+            qps: ids::IdMap::default(),
             next_handle: 1,
             next_qpn: 2,
             events: VecDeque::new(),
@@ -189,7 +195,8 @@ impl Engine {
             mcast: mcast::McastTable::default(),
             mcast_scratch: Vec::new(),
             xrcds: xrc::Xrcds::default(),
-            port_window: port_window::PortWindow::new(limits.port_window),
+            port_window: port_window::PortWindow::new(limits.port_window, ethernet),
+            tx_burst: (0, 0),
         }
     }
 

@@ -1,5 +1,6 @@
-//! The port window: a bound on RC request packets in flight over all the
-//! port's QPs (vhca policy, ARCHITECTURE.md §3; issue 12, figure 6).
+//! The port window: a bound on RC request packets in flight from the port to
+//! each destination, over all the QPs whose path leads there (vhca policy,
+//! ARCHITECTURE.md §3; issue 12, figure 6).
 //!
 //! Each RC requester keeps its own congestion window (`recovery`), but
 //! nothing there bounds their sum: 1024 QPs with a message each put 64 MiB in
@@ -10,18 +11,29 @@
 //!
 //! - A QP's share is its packets sent and not acknowledged (`hwm - una`,
 //!   what the ACK timer covers) while it is RTS or SQD; a QP in any other
-//!   state holds none. The port's total is the sum of the shares, kept in
-//!   step in O(1) each time an input touched a QP ([`Engine::arm`] calls
-//!   [`Engine::port_sync`]).
+//!   state holds none. It counts at its destination: the remote port its
+//!   primary path names (the DLID on InfiniBand, the DGID on RoCE; after a
+//!   migration, AD-10, the new path's). A destination's total is the sum of
+//!   its QPs' shares, kept in step in O(1) each time an input touched a QP
+//!   ([`Engine::arm`] calls [`Engine::port_sync`]).
 //! - A requester starts a new packet (a PSN at its high-water mark) only
-//!   while the total is under [`Limits::port_window`](super::Limits); a
-//!   probe or a go-back resend of a PSN already counted is never held back
-//!   (loss recovery must not wait for the loss it recovers from).
-//! - A QP held back joins a FIFO of waiting QPs (at most once) and leaves
-//!   the transmit schedule; when acknowledgements bring the total under the
-//!   bound, as many waiting QPs as there is room for go back to the schedule,
-//!   oldest first. Each wait costs one push and one pop: no scan of the QPs
-//!   (issue 12's cost rule), and no QP starves (round robin by waiting order).
+//!   while its destination's total is under
+//!   [`Limits::port_window`](super::Limits); a probe or a go-back resend of a
+//!   PSN already counted is never held back (loss recovery must not wait for
+//!   the loss it recovers from).
+//! - A QP held back joins its destination's FIFO of waiting QPs (at most
+//!   once) and leaves the transmit schedule; when acknowledgements bring that
+//!   total under the bound, as many of its waiting QPs as there is room for
+//!   go back to the schedule, oldest first. Each wait costs one push and one
+//!   pop: no scan of the QPs (issue 12's cost rule), and no QP starves (round
+//!   robin by waiting order).
+//! - The bound is per destination because what it protects is the
+//!   receiver's buffer, and so that a dead peer cannot starve the others: the
+//!   QPs to a peer that stopped answering hold that peer's room until their
+//!   retries run out (RL-10), never the room of a live one. A destination
+//!   is held only while some QP counts packets at it or waits for it, so
+//!   their number is bounded by the QPs (and their memory by the budget
+//!   that charges QPs).
 //!
 //! - Once the port is half full, every new packet asks for an ACK (AckReq,
 //!   RL-08): a QP's window asks only every half window, and packets that
@@ -35,67 +47,130 @@
 
 use std::collections::VecDeque;
 
+use super::ids::IdMap;
 use super::{Engine, Qp};
 use crate::psn;
-use crate::verbs::{QpState, QpType};
+use crate::verbs::QpState;
 
-/// The default port window in packets: what the device's UDP link sizes its
-/// receive socket buffer for (`SOCKET_BUFFER`, 4 MiB: 1024 full-PMTU
-/// packets; the kernel grants twice that for its per-datagram overhead), so
-/// a full window from one peer fits it; four times the largest per-QP send
-/// window (256, RL-17).
+/// The default port window in packets per destination: what the device's
+/// UDP link sizes its receive socket buffer for (`SOCKET_BUFFER`, 4 MiB:
+/// 1024 full-PMTU packets; the kernel grants twice that for its
+/// per-datagram overhead), so a full window fits the receiver's buffer; four
+/// times the largest per-QP send window (256, RL-17).
 pub const DEFAULT_PORT_WINDOW: u32 = 1024;
+
+/// Where a connected QP's requests go: the remote port of its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Dest {
+    /// InfiniBand: the path's DLID.
+    Lid(u16),
+    /// RoCE: the path's DGID (the peer's IP address).
+    Gid([u8; 16]),
+}
 
 /// One QP's part in the port window.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Share {
-    /// Packets of this QP counted in the port's total.
+    /// Packets of this QP counted in its destination's total.
     counted: u32,
-    /// The port had room when the transmit schedule polled this QP
+    /// The destination they are counted at (`None` while `counted` is 0).
+    at: Option<Dest>,
+    /// The destination had room when the transmit schedule polled this QP
     /// (set before each poll, read by the requester).
     room: bool,
-    /// The port was at least half full then: a new packet asks for an ACK.
+    /// The destination was at least half full then: a new packet asks for
+    /// an ACK.
     tight: bool,
     /// The requester was refused a new packet in this poll.
     refused: bool,
-    /// In the port's FIFO of waiting QPs.
-    waiting: bool,
+    /// The destination whose FIFO of waiting QPs holds this QP.
+    waiting: Option<Dest>,
     /// Refused while holding packets whose ACK it has not asked for.
     owed: bool,
+    /// Woken from the FIFO of this destination and not yet refused again
+    /// or out of packets (see [`Engine::port_after_poll`]).
+    woken: Option<Dest>,
 }
 
-/// The port's packets in flight and the QPs waiting for room.
+/// One destination's packets in flight and the QPs waiting for its room.
 #[derive(Debug, Default)]
-pub(crate) struct PortWindow {
-    /// The bound (0: none).
-    bound: u32,
-    /// The sum of the QPs' shares.
+struct DestWindow {
     in_flight: u32,
     /// QPs refused a new packet, oldest first.
     waiting: VecDeque<u32>,
 }
 
+/// The destinations' windows.
+#[derive(Debug, Default)]
+pub(crate) struct PortWindow {
+    /// The bound per destination (0: none).
+    bound: u32,
+    /// A RoCE port: destinations are GIDs.
+    ethernet: bool,
+    /// The sum over all destinations (what [`Engine::port_in_flight`] reports).
+    in_flight: u32,
+    /// The destinations some QP counts packets at or waits for.
+    dests: IdMap<Dest, DestWindow>,
+}
+
 impl PortWindow {
-    pub(crate) fn new(bound: u32) -> PortWindow {
+    pub(crate) fn new(bound: u32, ethernet: bool) -> PortWindow {
         PortWindow {
             bound,
+            ethernet,
             ..PortWindow::default()
         }
     }
 
-    fn has_room(&self) -> bool {
-        self.bound == 0 || self.in_flight < self.bound
+    /// The destination `qp`'s requests go to now.
+    fn dest_of(&self, qp: &Qp) -> Dest {
+        let av = &qp.attr.av;
+        match av.grh {
+            Some(g) if self.ethernet => Dest::Gid(g.dgid),
+            _ => Dest::Lid(av.dlid),
+        }
+    }
+
+    /// Packets in flight to `d`.
+    fn load(&self, d: &Dest) -> u32 {
+        self.dests.get(d).map_or(0, |w| w.in_flight)
+    }
+
+    /// Drops `d`'s entry once nothing counts at it and nothing waits for it.
+    fn gc(&mut self, d: &Dest) {
+        if self
+            .dests
+            .get(d)
+            .is_some_and(|w| w.in_flight == 0 && w.waiting.is_empty())
+        {
+            self.dests.remove(d);
+        }
+    }
+
+    /// Moves `n` packets of a QP out of `d`'s total (`add`: into it).
+    fn count(&mut self, d: Dest, n: u32, add: bool) {
+        if n == 0 {
+            return;
+        }
+        let w = self.dests.entry(d).or_default();
+        if add {
+            w.in_flight += n;
+            self.in_flight += n;
+        } else {
+            w.in_flight -= n;
+            self.in_flight -= n;
+        }
     }
 }
 
 /// The requester's check before it builds a packet: a new one (at the
-/// high-water mark) needs room in the port window; a resend does not.
+/// high-water mark) needs room at its destination; a resend does not.
 pub(super) fn may_start(qp: &mut Qp) -> bool {
     let new = psn::diff(qp.req.next_psn, qp.req.hwm) >= 0;
     if qp.port.room || !new {
         if new && qp.port.tight {
-            // Packets held without AckReq would hold the port's room until
-            // their QP's next turn: the ACK is asked for now (RL-08).
+            // Packets held without AckReq would hold the destination's room
+            // until their QP's next turn: the ACK is asked for now (RL-08).
             qp.req.rec.force_ack_req = true;
         }
         return true;
@@ -108,7 +183,8 @@ pub(super) fn may_start(qp: &mut Qp) -> bool {
 /// What a QP should count now.
 fn share_of(qp: &Qp) -> u32 {
     let live = matches!(qp.state, QpState::Rts | QpState::Sqd);
-    if qp.init.qp_type == QpType::Rc && live {
+    // An XRC INI QP is an RC requester (SR-02); a TGT QP sends no requests.
+    if qp.init.qp_type.is_reliable() && live {
         qp.req.unacked()
     } else {
         0
@@ -117,36 +193,57 @@ fn share_of(qp: &Qp) -> u32 {
 
 impl PortWindow {
     /// Before the transmit schedule polls `qp`: whether a new request packet
-    /// may go.
+    /// may go to its destination.
     pub(super) fn before_poll(&self, qp: &mut Qp) {
-        qp.port.room = self.has_room();
-        qp.port.tight = self.bound != 0 && self.in_flight >= self.bound / 2;
         qp.port.refused = false;
+        if self.bound == 0 || !qp.init.qp_type.is_reliable() {
+            qp.port.room = true;
+            qp.port.tight = false;
+            return;
+        }
+        let load = self.load(&self.dest_of(qp));
+        qp.port.room = load < self.bound;
+        qp.port.tight = load >= self.bound / 2;
     }
 }
 
 impl Engine {
-    /// After the transmit schedule polled `qpn`: a QP refused for want of
-    /// room waits for it (once in the FIFO, however often refused).
-    pub(super) fn port_after_poll(&mut self, qpn: u32) {
+    /// After the transmit schedule polled `qpn` (`built`: it gave a packet):
+    /// a QP refused for want of room waits for it (once in its
+    /// destination's FIFO, however often refused). A QP woken for room that
+    /// leaves the schedule without being refused did not need it: the next
+    /// waiting QP gets it (else the last waiters of a destination whose
+    /// woken QPs all went idle would wait with nothing in flight to wake
+    /// them).
+    pub(super) fn port_after_poll(&mut self, qpn: u32, built: bool) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        if qp.port.refused && !qp.port.waiting {
-            qp.port.waiting = true;
+        if qp.port.refused {
+            qp.port.woken = None;
+        } else if !built {
+            if let Some(d) = qp.port.woken.take() {
+                self.port_wake(d);
+            }
+            return;
+        }
+        if qp.port.refused && qp.port.waiting.is_none() {
+            let d = self.port_window.dest_of(qp);
+            qp.port.waiting = Some(d);
+            let w = self.port_window.dests.entry(d).or_default();
             if qp.port.owed {
                 // Its next packet asks for the ACK that releases the ones
                 // it holds: it goes first (once; then it queues as all do).
-                self.port_window.waiting.push_front(qpn);
+                w.waiting.push_front(qpn);
             } else {
-                self.port_window.waiting.push_back(qpn);
+                w.waiting.push_back(qpn);
             }
         }
         qp.port.refused = false;
     }
 
-    /// Brings `qpn`'s share of the port total up to date after an input
-    /// touched it, and wakes waiting QPs if that made room. O(1) amortised:
+    /// Brings `qpn`'s share up to date after an input touched it, and wakes
+    /// QPs waiting for its destination if that made room. O(1) amortised:
     /// each QP woken was pushed once when it was refused.
     pub(super) fn port_sync(&mut self, qpn: u32) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -154,60 +251,121 @@ impl Engine {
         };
         let now = share_of(qp);
         let w = &mut self.port_window;
-        w.in_flight = w.in_flight - qp.port.counted + now;
+        let to = (now > 0).then(|| w.dest_of(qp));
+        let (was, counted) = (qp.port.at, qp.port.counted);
+        if (was, counted) == (to, now) {
+            return; // the usual case of a QP with nothing in flight
+        }
+        qp.port.at = to;
         qp.port.counted = now;
-        self.port_wake();
+        if was == to {
+            if let Some(d) = to {
+                w.count(d, counted.abs_diff(now), now > counted);
+            }
+        } else {
+            if let Some(d) = was {
+                w.count(d, counted, false);
+            }
+            if let Some(d) = to {
+                w.count(d, now, true);
+            }
+        }
+        // Room appears where packets left. Waiting QPs are woken on every
+        // change while there is room, not only when a count falls: a QP
+        // refused with packets whose ACK it has not asked for goes to its
+        // FIFO's front, so under steady pressure an earlier such QP is
+        // pushed back by later ones; waking whenever there is room keeps it
+        // from waiting for a loss probe (`engine_port_window` tests).
+        if let Some(d) = was.filter(|_| was != to) {
+            self.port_wake(d);
+        }
+        if let Some(d) = to {
+            self.port_wake(d);
+        }
     }
 
-    /// Moves waiting QPs back to the transmit schedule, one per packet of
-    /// room, oldest first.
-    fn port_wake(&mut self) {
-        let w = &mut self.port_window;
-        let mut room = if w.bound == 0 {
-            usize::MAX
-        } else {
-            w.bound.saturating_sub(w.in_flight) as usize
+    /// Moves QPs waiting for `d` back to the transmit schedule, one per run
+    /// of packets (`io::TX_BURST`) there is room for (at least one), oldest
+    /// first; drops `d`'s entry when it holds nothing.
+    fn port_wake(&mut self, d: Dest) {
+        let Engine {
+            port_window,
+            qps,
+            schedule,
+            ..
+        } = self;
+        let Some(w) = port_window.dests.get_mut(&d) else {
+            return;
+        };
+        let mut room = match port_window.bound {
+            0 => usize::MAX,
+            b => b.saturating_sub(w.in_flight) as usize,
         };
         while room > 0 {
-            let Some(q) = self.port_window.waiting.pop_front() else {
-                return;
+            let Some(q) = w.waiting.pop_front() else {
+                break;
             };
-            let Some(qp) = self.qps.get_mut(&q) else {
+            let Some(qp) = qps.get_mut(&q) else {
                 continue; // destroyed while waiting
             };
-            qp.port.waiting = false;
-            room -= 1;
-            self.schedule_qp(q);
+            qp.port.waiting = None;
+            qp.port.woken = Some(d);
+            // A woken QP may send a run of packets (`io::TX_BURST`).
+            room = room.saturating_sub(super::io::TX_BURST as usize);
+            if !qp.scheduled {
+                qp.scheduled = true;
+                schedule.push_back(q);
+            }
+        }
+        if w.in_flight == 0 && w.waiting.is_empty() {
+            port_window.dests.remove(&d);
         }
     }
 
-    /// A destroyed QP's share leaves the port total (and the QP the FIFO).
+    /// A destroyed QP's share leaves its destination's total (and the QP
+    /// its FIFO).
     pub(super) fn port_forget(&mut self, qp: &Qp) {
         let w = &mut self.port_window;
-        w.in_flight -= qp.port.counted;
-        if qp.port.waiting {
-            w.waiting.retain(|q| *q != qp.qpn);
+        if let Some(d) = qp.port.waiting {
+            if let Some(dw) = w.dests.get_mut(&d) {
+                dw.waiting.retain(|q| *q != qp.qpn);
+            }
+            w.gc(&d);
         }
-        self.port_wake();
+        if let Some(d) = qp.port.at {
+            w.count(d, qp.port.counted, false);
+            self.port_wake(d);
+        }
     }
 
-    /// Debug builds, few QPs: every QP's share is up to date and the port's
-    /// total is their sum (what [`Self::port_sync`] keeps between inputs).
+    /// Debug builds, few QPs: every QP's share is up to date and counted at
+    /// its destination, and each destination's total is their sum (what
+    /// [`Self::port_sync`] keeps between inputs).
     #[cfg(debug_assertions)]
     pub(super) fn check_port_window(&self) {
         if self.qps.len() > 64 {
             return;
         }
-        let mut sum = 0;
+        let w = &self.port_window;
+        let mut sums: std::collections::HashMap<Dest, u32> = Default::default();
         for qp in self.qps.values() {
             assert_eq!(qp.port.counted, share_of(qp), "QP {} share", qp.qpn);
-            sum += qp.port.counted;
+            let at = (qp.port.counted > 0).then(|| w.dest_of(qp));
+            assert_eq!(qp.port.at, at, "QP {} destination", qp.qpn);
+            if let Some(d) = at {
+                *sums.entry(d).or_default() += qp.port.counted;
+            }
         }
-        assert_eq!(sum, self.port_window.in_flight, "port total");
+        for (d, dw) in &w.dests {
+            assert_eq!(sums.remove(d).unwrap_or(0), dw.in_flight, "{d:?} total");
+        }
+        assert!(sums.is_empty(), "totals of unknown destinations {sums:?}");
+        let total: u32 = w.dests.values().map(|d| d.in_flight).sum();
+        assert_eq!(total, w.in_flight, "port total");
     }
 
-    /// RC request packets in flight over all the port's QPs (what the port
-    /// window bounds).
+    /// RC request packets in flight over all the port's QPs and
+    /// destinations (the port window bounds each destination's part).
     pub fn port_in_flight(&self) -> u32 {
         self.port_window.in_flight
     }
