@@ -303,12 +303,17 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
         .ext
         .aeth
         .is_some_and(|a| super::credits::on_aeth(qp, p, a.syndrome, cx.now));
+    // An ACK whose only news is the credit count answers no probe (issue 14).
+    let credit_only = t.ext.aeth.is_some_and(|a| match a.syndrome {
+        AethSyndrome::Ack { credit_code } => qp.req.rec.credit_only(p, a.msn, credit_code),
+        _ => false,
+    });
     // RL-09: only PSNs in the unacknowledged region [una, hwm) count; a
     // duplicate (before una) or ghost (at/after the point of maximum advance) is
     // dropped. Not `next_psn`: after a go-back the responder still answers with
     // its furthest PSN (seed 004 §4).
     if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.hwm) >= 0 {
-        if psn::diff(p, qp.req.una) < 0 && qp.req.rec.on_duplicate(p, cx.now) {
+        if psn::diff(p, qp.req.una) < 0 && !credit_only && qp.req.rec.on_duplicate(p, cx.now) {
             // The answer to a probe whose original was answered too.
             cx.counters.spurious_probes += 1;
         }

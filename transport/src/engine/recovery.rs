@@ -44,7 +44,9 @@
 //!   answer: the original or its ACK was lost) lowers it by an eighth, never
 //!   below the configured one. A go-back after the probe resends packets
 //!   whose duplicate answers look the same, so such a probe is not judged
-//!   either way. Network duplication (a fabric that duplicates an ACK while a
+//!   either way. An ACK that repeats the last one's PSN and MSN with only
+//!   another credit count is the responder's credit update (RL-13), not a
+//!   duplicate answer, and is not judged. Network duplication (a fabric that duplicates an ACK while a
 //!   probe is watched) raises the floor wrongly; useful probes bring it back.
 //!   `Limits::adaptive_probe_floor` off keeps the floor fixed (and still
 //!   counts the spurious probes).
@@ -184,6 +186,9 @@ pub(crate) struct Recovery {
     pub adaptive: bool,
     /// `Limits::bounded_go_back`.
     pub bounded_go_back: bool,
+    /// The last ACK-kind AETH received: its PSN, MSN and credit code, to tell
+    /// a credit update from a duplicate answer ([`Recovery::credit_only`]).
+    last_ack: Option<(u32, u32, u8)>,
 }
 
 impl Default for Recovery {
@@ -215,6 +220,7 @@ impl Default for Recovery {
             last_activity: Time(0),
             adaptive: true,
             bounded_go_back: true,
+            last_ack: None,
         }
     }
 }
@@ -568,6 +574,20 @@ impl Recovery {
         true
     }
 
+    /// An ACK-kind AETH at `p` with `msn` and `credit_code` came; returns
+    /// whether it only updates the credits: the same PSN and MSN as the last
+    /// one received (no progress) with another credit count. That is the
+    /// responder's unsolicited credit ACK (RL-13; seed 004 §2.6.2: the last
+    /// ACK again, sent only to deliver credits), not its duplicate answer to a
+    /// probe (RL-04/05), which repeats PSN, MSN and count alike, so it must
+    /// not be judged by [`Recovery::on_duplicate`]. A probe answered just
+    /// after the count changed looks like one too and goes unjudged: the
+    /// floor is only ever raised on a sure duplicate.
+    pub fn credit_only(&mut self, p: u32, msn: u32, credit_code: u8) -> bool {
+        let last = self.last_ack.replace((p, msn, credit_code));
+        last.is_some_and(|(lp, lm, lc)| lp == p && lm == msn && lc != credit_code)
+    }
+
     /// Nothing left unacknowledged.
     pub fn idle(&mut self) {
         self.probe_at = None;
@@ -725,6 +745,19 @@ mod tests {
         f.on_tail_probe(10, 20, Time(1_000_000), None);
         assert!(f.on_duplicate(19, Time(1_010_000)), "counted");
         assert_eq!(f.floor_ns(), 100_000, "not acted on");
+    }
+
+    #[test]
+    fn an_ack_that_changes_only_the_credit_count_is_a_credit_update() {
+        let mut r = Recovery::default();
+        assert!(!r.credit_only(19, 7, 0), "nothing to compare with");
+        assert!(
+            !r.credit_only(19, 7, 0),
+            "repeated whole: a duplicate answer"
+        );
+        assert!(r.credit_only(19, 7, 1), "same PSN and MSN, new count");
+        assert!(!r.credit_only(19, 8, 2), "the MSN moved");
+        assert!(!r.credit_only(20, 8, 3), "the PSN moved");
     }
 
     #[test]
