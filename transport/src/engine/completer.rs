@@ -470,6 +470,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     let older_lost = ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
     let expect = read_resume_psn(qp, i).unwrap_or(first);
     let d = psn::diff(p, expect);
+    let restarted = qp.req.rec.read_restarted(p, cx.now);
     if d < 0 {
         cx.counters.duplicates_received += 1;
         if qp.req.rec.on_duplicate(p, cx.now) {
@@ -479,8 +480,10 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         return false;
     }
     if d > 0 {
-        // A response was lost: ask again for the rest, once per gap.
-        if qp.req.rewound_to == Some(expect) {
+        // A response was lost: ask again for the rest, once per gap; again
+        // when the re-request's answer lost its first response too (the
+        // responder's stream started over without it, `recovery`).
+        if qp.req.rewound_to == Some(expect) && !restarted {
             qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
             return false;
         }
@@ -489,6 +492,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         qp.req.rec.on_loss(hwm);
         qp.req.rec.end_probe();
         rewind(qp, expect, cx.now);
+        qp.req.rec.read_restarted(p, cx.now);
         return true;
     }
     let pmtu = qp.attr.path_mtu.bytes() as u64;
@@ -548,12 +552,13 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         // again for its rest (RL-14) and so does this one, for what the
         // responder drops when it answers the retry (RL-05).
         let resume = read_resume_psn(qp, lost).unwrap_or(qp.req.wqes[lost].first_psn);
-        if qp.req.rewound_to != Some(resume) {
+        if qp.req.rewound_to != Some(resume) || restarted {
             cx.counters.retransmits += 1;
             let hwm = qp.req.hwm;
             qp.req.rec.on_loss(hwm);
             qp.req.rec.end_probe();
             rewind(qp, resume, cx.now);
+            qp.req.rec.read_restarted(p, cx.now);
         }
     }
     true

@@ -64,6 +64,15 @@
 //!   go-back, no retry counted (RL-10 counts go-backs). A NAK that comes
 //!   later may report a resent packet lost and goes back again.
 //!   `Limits::bounded_go_back` off goes back for every NAK of another PSN.
+//! - **A READ re-request whose answer lost its first response (vhca
+//!   policy).** A gap in READ responses is asked for again once (RL-14);
+//!   more responses after the same gap are the old stream's. A response
+//!   whose PSN came already since that go-back, not right after itself (a
+//!   fabric duplicate), and half the least round trip or more after it, is
+//!   the responder's new stream (it answers a duplicate READ from the
+//!   request's PSN, RL-05; one stream never repeats a PSN, C9-27): its
+//!   first response was lost too, and the requester asks again at once
+//!   instead of a probe timeout later.
 //! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
 //!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
 //!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
@@ -189,7 +198,23 @@ pub(crate) struct Recovery {
     /// The last ACK-kind AETH received: its PSN, MSN and credit code, to tell
     /// a credit update from a duplicate answer ([`Recovery::credit_only`]).
     last_ack: Option<(u32, u32, u8)>,
+    /// The READ response PSNs seen since the last go-back, to see the
+    /// responder restart its response stream ([`Recovery::read_restarted`]).
+    seen: Seen,
 }
+
+/// PSNs seen since a go-back from `from`: the first [`SEEN_PSNS`] of them,
+/// bit per PSN (bounded: a larger READ is not watched past them), and the
+/// last one.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    from: u32,
+    bits: [u64; SEEN_PSNS / 64],
+    last: Option<u32>,
+}
+
+/// How many PSNs after a go-back's start [`Seen`] tracks.
+const SEEN_PSNS: usize = 1024;
 
 impl Default for Recovery {
     fn default() -> Recovery {
@@ -221,6 +246,7 @@ impl Default for Recovery {
             adaptive: true,
             bounded_go_back: true,
             last_ack: None,
+            seen: Seen::default(),
         }
     }
 }
@@ -475,6 +501,10 @@ impl Recovery {
     pub fn on_rewind(&mut self, from: u32, end: u32, now: Time) {
         self.sample = None;
         self.go_back = Some(GoBack { from, end, at: now });
+        self.seen = Seen {
+            from,
+            ..Seen::default()
+        };
         if let Some(w) = &mut self.watch {
             w.resent = true;
         }
@@ -503,6 +533,37 @@ impl Recovery {
                     && psn::diff(p, g.end) < 0
                     && now.0 < g.at.0.saturating_add(within)
             })
+    }
+
+    /// A READ response for `p` came (after any go-back it caused, which
+    /// forgets the earlier ones). Returns whether it shows that the
+    /// responder started its responses again since the last go-back: `p`
+    /// came already since then, and not just before (a duplicate the
+    /// fabric made arrives next to its original), at least half the least
+    /// round trip after the go-back (sooner, no re-request can have been
+    /// answered). One response stream comes in PSN order without repeats
+    /// (C9-27); a duplicate READ's starts again at its request's PSN (RL-05),
+    /// so a repeat is the re-request's stream, and if the requester still
+    /// waits for that request's first response, it was lost on the way.
+    /// vhca policy: ask again at once, not a probe timeout later (issue 14).
+    /// A packet the fabric reordered is no repeat, so it triggers nothing.
+    pub fn read_restarted(&mut self, p: u32, now: Time) -> bool {
+        let s = &mut self.seen;
+        let before = s.last.replace(p);
+        let off = psn::diff(p, s.from);
+        let Ok(off) = usize::try_from(off) else {
+            return false;
+        };
+        if off >= SEEN_PSNS {
+            return false;
+        }
+        let (word, bit) = (off / 64, 1u64 << (off % 64));
+        let repeat = s.bits[word] & bit != 0;
+        s.bits[word] |= bit;
+        let (Some(g), Some(rtt)) = (self.go_back, self.min_rtt_ns) else {
+            return false;
+        };
+        repeat && before != Some(p) && now.0 >= g.at.0.saturating_add(rtt / 2)
     }
 
     /// How long (ns) nothing was sent or acknowledged, at `now` (a probe or
@@ -758,6 +819,43 @@ mod tests {
         assert!(r.credit_only(19, 7, 1), "same PSN and MSN, new count");
         assert!(!r.credit_only(19, 8, 2), "the MSN moved");
         assert!(!r.credit_only(20, 8, 3), "the PSN moved");
+    }
+
+    #[test]
+    fn a_read_stream_that_starts_again_after_a_go_back_is_seen() {
+        let mut r = measured(100_000);
+        // A gap at 10 seen from 14: the go-back re-requests from 10.
+        r.on_rewind(10, 40, Time(1_000_000));
+        assert!(!r.read_restarted(14, Time(1_000_000)), "the first seen");
+        assert!(!r.read_restarted(16, Time(1_010_000)), "the old stream");
+        assert!(!r.read_restarted(15, Time(1_020_000)), "reordered: new");
+        assert!(
+            !r.read_restarted(15, Time(1_020_000)),
+            "the fabric's duplicate, next to its original"
+        );
+        assert!(!r.read_restarted(17, Time(1_020_000)));
+        assert!(
+            r.read_restarted(14, Time(1_030_000)),
+            "the re-request's stream, its first response (10) lost"
+        );
+        r.on_rewind(10, 40, Time(1_040_000));
+        assert!(!r.read_restarted(11, Time(1_050_000)), "forgotten");
+        assert!(
+            !r.read_restarted(11, Time(1_050_001)),
+            "adjacent repeat: a duplicate"
+        );
+        r.on_rewind(10, 40, Time(2_000_000));
+        r.read_restarted(12, Time(2_000_000));
+        r.read_restarted(13, Time(2_000_001));
+        assert!(
+            !r.read_restarted(12, Time(2_000_002)),
+            "within half the least round trip of the go-back"
+        );
+        assert!(!r.read_restarted(9, Time(3_000_000)), "before the go-back");
+        assert!(
+            !r.read_restarted(10 + SEEN_PSNS as u32, Time(3_000_000)),
+            "past what is tracked"
+        );
     }
 
     #[test]
