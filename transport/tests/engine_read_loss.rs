@@ -90,3 +90,70 @@ fn a_re_request_whose_first_response_is_lost_is_asked_again_without_a_probe() {
         "no probe timeout waited for"
     );
 }
+
+/// Two READs of four responses in flight: the first one's last response and
+/// the second one's first are lost. The second one's next response shows
+/// both gaps at once (responses come in PSN order, C9-27): the go-back
+/// starts at the older READ's missing response, not at the newer one's,
+/// else the older one waited for a probe.
+#[test]
+fn a_gap_seen_in_a_later_read_goes_back_to_an_older_reads_missing_response() {
+    let mut net = Net::new(2, 1 << 20, 43);
+    net.latency_ns = 10_000;
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let o = ConnOpts {
+        timeout: 14,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x5c);
+    read(&mut net, &p, ka, kb, 1, PMTU);
+    // READ 2 takes PSNs first..first+3, READ 3 the four after.
+    let first = psn::add(o.psn_a, 1);
+    let (a3, b0) = (psn::add(first, 3), psn::add(first, 4));
+    let mut lost = Vec::new();
+    net.lose = Some(Box::new(move |b: &[u8]| {
+        let Ok(pk) = PacketRepr::parse(b) else {
+            return false;
+        };
+        let bth = pk.transport.bth;
+        let hit = [a3, b0].contains(&bth.psn)
+            && !lost.contains(&bth.psn)
+            && bth.opcode.info().name.contains("READ_RESPONSE");
+        if hit {
+            lost.push(bth.psn);
+        }
+        hit
+    }));
+    net.sniffed = Some(Vec::new());
+    for (id, off) in [(2u64, 0u64), (3, 4)] {
+        let mut r = send_wr(
+            id,
+            WrOpcode::RdmaRead,
+            sge(DST + off * u64::from(PMTU), 4 * PMTU, ka),
+        );
+        r.rkey = kb;
+        r.remote_addr = SRC + off * u64::from(PMTU);
+        net.nodes[0].engine.post_send(p.qa, r).unwrap();
+    }
+    let c = wait(&mut net, 0, p.cq_a, 2);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(2, WcStatus::Success), (3, WcStatus::Success)],
+        "in post order"
+    );
+    assert_eq!(
+        bytes(&net, 0, DST, 8 * PMTU as usize),
+        bytes(&net, 1, SRC, 8 * PMTU as usize),
+        "byte-exact"
+    );
+    assert_eq!(net.dropped, 2);
+    let reqs = read_requests(&net);
+    assert_eq!(reqs[..3], [first, b0, a3], "{reqs:x?}");
+    assert_eq!(
+        net.nodes[0].engine.counters().probes,
+        0,
+        "no probe timeout waited for"
+    );
+}

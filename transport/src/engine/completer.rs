@@ -482,8 +482,14 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     if d > 0 {
         // A response was lost: ask again for the rest, once per gap; again
         // when the re-request's answer lost its first response too (the
-        // responder's stream started over without it, `recovery`).
-        if qp.req.rewound_to == Some(expect) && !restarted {
+        // responder's stream started over without it, `recovery`). An older
+        // READ/ATOMIC still missing a response lost it as well (it came
+        // before this one, C9-27): the go-back starts there, or nothing
+        // would ask for it again before a probe.
+        let from = older_lost
+            .map(|l| read_resume_psn(qp, l).unwrap_or(qp.req.wqes[l].first_psn))
+            .unwrap_or(expect);
+        if qp.req.rewound_to == Some(from) && !restarted {
             qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
             return false;
         }
@@ -491,7 +497,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         let hwm = qp.req.hwm;
         qp.req.rec.on_loss(hwm);
         qp.req.rec.end_probe();
-        rewind(qp, expect, cx.now);
+        rewind(qp, from, cx.now);
         qp.req.rec.read_restarted(p, cx.now);
         return true;
     }

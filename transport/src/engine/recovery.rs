@@ -85,6 +85,15 @@
 //!   and a burst that overflowed the peer's receive buffer is not repeated.
 //!   AckReq goes at least every half window and on the packet that fills it,
 //!   so ACKs keep the window moving (RL-08).
+//! - **READs in flight (vhca policy).** A window smaller than a READ's
+//!   responses lets one READ be outstanding at a time; its lost request or
+//!   last response is then found only by a probe timeout, since no later
+//!   response (C9-27) or sequence NAK (RL-03) shows it. So the window is
+//!   never below one more than the last READ's responses: the next READ
+//!   goes while one is still wholly unanswered, and whichever of two is
+//!   hit, the other's packets show the gap within a round trip. Still
+//!   never above the engine's send window (RL-17).
+//!
 //!   After an RNR wait (RL-11) only the NAKed request goes until it is
 //!   answered, so a receiver without buffers is not flooded by retries.
 //! - **Port window.** The windows above bound each QP; their sum over the
@@ -201,6 +210,9 @@ pub(crate) struct Recovery {
     /// The READ response PSNs seen since the last go-back, to see the
     /// responder restart its response stream ([`Recovery::read_restarted`]).
     seen: Seen,
+    /// The response PSNs of the last READ sent: the window lets a READ go
+    /// while one such READ is outstanding ([`Recovery::window`]).
+    read_span: u32,
 }
 
 /// PSNs seen since a go-back from `from`: the first [`SEEN_PSNS`] of them,
@@ -247,6 +259,7 @@ impl Default for Recovery {
             bounded_go_back: true,
             last_ack: None,
             seen: Seen::default(),
+            read_span: 0,
         }
     }
 }
@@ -265,13 +278,21 @@ impl Recovery {
         }
     }
 
-    /// Packets the requester may have in flight now.
+    /// Packets the requester may have in flight now: the congestion
+    /// window, but at least one more than the last READ's responses (see
+    /// the module doc, "READs in flight").
     pub fn window(&self) -> u32 {
         if self.probing {
             1
         } else {
-            self.cwnd.min(self.cap).max(1)
+            let reads = self.read_span.saturating_add(1);
+            self.cwnd.max(reads).min(self.cap).max(1)
         }
+    }
+
+    /// A READ asking for `npkts` responses goes out for the first time.
+    pub fn on_read_sent(&mut self, npkts: u32) {
+        self.read_span = npkts;
     }
 
     /// Whether another request packet may go with `in_flight` PSNs
@@ -856,6 +877,23 @@ mod tests {
             !r.read_restarted(10 + SEEN_PSNS as u32, Time(3_000_000)),
             "past what is tracked"
         );
+    }
+
+    #[test]
+    fn the_window_lets_a_read_go_while_one_read_is_outstanding() {
+        let mut r = Recovery::default();
+        r.on_timeout(0);
+        assert_eq!(r.window(), MIN_WINDOW);
+        r.on_read_sent(16);
+        assert_eq!(r.window(), 17, "one 16-response READ and a packet more");
+        assert!(r.may_send(16) && !r.may_send(17));
+        r.cap = 12;
+        assert_eq!(r.window(), 12, "never above the engine's window");
+        r.cap = 256;
+        r.on_read_sent(1);
+        assert_eq!(r.window(), MIN_WINDOW, "the last READ's size counts");
+        r.start_probe();
+        assert_eq!(r.window(), 1, "a probe still goes alone");
     }
 
     #[test]

@@ -411,6 +411,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                 _ => (w.len.div_ceil(pmtu as u64)).max(1) as u32,
             };
             w.started = true;
+            if w.wr.opcode == WrOpcode::RdmaRead {
+                let n = w.npkts;
+                qp.req.rec.on_read_sent(n); // `recovery`: READs in flight
+            }
         }
         // A WQE sent again from its start gets the same PSNs: sizes are fixed.
         w.first_psn = qp.req.next_psn;
