@@ -157,3 +157,71 @@ fn a_gap_seen_in_a_later_read_goes_back_to_an_older_reads_missing_response() {
         "no probe timeout waited for"
     );
 }
+
+/// Two READs of four responses: the first one's last two are lost, the
+/// second one's all arrive and show the gap (C9-27) after the old stream
+/// has passed it. The re-request's answer loses its first response (the
+/// third of the READ) again; its next one lies before the response that
+/// showed the gap, so it is the responder's new stream, and the requester
+/// asks again at once instead of waiting for a probe.
+#[test]
+fn a_re_request_answered_after_the_old_stream_ended_is_asked_again_at_once() {
+    let mut net = Net::new(2, 1 << 20, 47);
+    net.latency_ns = 10_000;
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let o = ConnOpts {
+        timeout: 14,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x6e);
+    read(&mut net, &p, ka, kb, 1, PMTU);
+    let first = psn::add(o.psn_a, 1);
+    let (a2, a3) = (psn::add(first, 2), psn::add(first, 3));
+    let mut lost = Vec::new();
+    net.lose = Some(Box::new(move |b: &[u8]| {
+        let Ok(pk) = PacketRepr::parse(b) else {
+            return false;
+        };
+        let bth = pk.transport.bth;
+        let times = lost.iter().filter(|&&q| q == bth.psn).count();
+        let hit = bth.opcode.info().name.contains("READ_RESPONSE")
+            && ((bth.psn == a2 && times < 2) || (bth.psn == a3 && times < 1));
+        if hit {
+            lost.push(bth.psn);
+        }
+        hit
+    }));
+    net.sniffed = Some(Vec::new());
+    for (id, off) in [(2u64, 0u64), (3, 4)] {
+        let mut r = send_wr(
+            id,
+            WrOpcode::RdmaRead,
+            sge(DST + off * u64::from(PMTU), 4 * PMTU, ka),
+        );
+        r.rkey = kb;
+        r.remote_addr = SRC + off * u64::from(PMTU);
+        net.nodes[0].engine.post_send(p.qa, r).unwrap();
+    }
+    let c = wait(&mut net, 0, p.cq_a, 2);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(
+        bytes(&net, 0, DST, 8 * PMTU as usize),
+        bytes(&net, 1, SRC, 8 * PMTU as usize),
+        "byte-exact"
+    );
+    assert_eq!(net.dropped, 3);
+    let reqs = read_requests(&net);
+    assert_eq!(reqs[..3], [first, psn::add(first, 4), a2], "{reqs:x?}");
+    assert_eq!(
+        reqs.iter().filter(|&&r| r == a2).count(),
+        2,
+        "asked again for the lost part: {reqs:x?}"
+    );
+    assert_eq!(
+        net.nodes[0].engine.counters().probes,
+        0,
+        "no probe timeout waited for"
+    );
+}

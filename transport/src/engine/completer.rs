@@ -498,7 +498,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         qp.req.rec.on_loss(hwm);
         qp.req.rec.end_probe();
         rewind(qp, from, cx.now);
-        qp.req.rec.read_restarted(p, cx.now);
+        qp.req.rec.on_read_gap(p, cx.now);
         return true;
     }
     let pmtu = qp.attr.path_mtu.bytes() as u64;
@@ -564,7 +564,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
             qp.req.rec.on_loss(hwm);
             qp.req.rec.end_probe();
             rewind(qp, resume, cx.now);
-            qp.req.rec.read_restarted(p, cx.now);
+            qp.req.rec.on_read_gap(p, cx.now);
         }
     }
     true
@@ -729,9 +729,13 @@ pub(super) fn fire_probe(qp: &mut Qp, now: Time, c: &mut Counters) {
     if read {
         c.probes += 1;
         let resume = oldest_resume_psn(qp);
+        let end = qp
+            .req
+            .open_wqe(una)
+            .map_or(resume, |i| psn::add(qp.req.wqes[i].last_psn(), 1));
         resend_oldest(qp, now);
         // After the go-back: the probe's own resend does not blind its watch.
-        qp.req.rec.on_read_probe(resume, now, timeout);
+        qp.req.rec.on_read_probe(resume, end, now, timeout);
     } else if qp.req.rec.tail_probe_or_go_back(una) {
         // A probe timeout after the tail probe, and what went before it is
         // still not all acknowledged: lost; go back N (9.7.4.1.3).

@@ -72,7 +72,12 @@
 //!   the responder's new stream (it answers a duplicate READ from the
 //!   request's PSN, RL-05; one stream never repeats a PSN, C9-27): its
 //!   first response was lost too, and the requester asks again at once
-//!   instead of a probe timeout later.
+//!   instead of a probe timeout later. So is a response before the one
+//!   that showed the gap (the old stream had passed it). A READ/ATOMIC
+//!   asked for again asks only for what has not come by the time its
+//!   request goes (RL-14), not by the go-back. A READ probe is judged
+//!   spurious only by a duplicate of its own READ's responses: its
+//!   go-back asks for the later READs again too.
 //! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
 //!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
 //!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
@@ -133,6 +138,10 @@ const WATCH_PTOS: u64 = 8;
 struct Watch {
     /// The probed PSN (for a READ, the first response asked for again).
     psn: u32,
+    /// For a READ probe, the PSN after the probed READ's last response: the
+    /// probe's go-back asks for the later READs again too, and their
+    /// duplicate answers say nothing of the probe.
+    end: Option<u32>,
     /// Until when an answer to the probe may still come.
     until: Time,
     /// A go-back resent packets since the probe: their duplicate answers
@@ -216,13 +225,14 @@ pub(crate) struct Recovery {
 }
 
 /// PSNs seen since a go-back from `from`: the first [`SEEN_PSNS`] of them,
-/// bit per PSN (bounded: a larger READ is not watched past them), and the
-/// last one.
+/// bit per PSN (bounded: a larger READ is not watched past them), the last
+/// one, and the response that showed the gap the go-back answers.
 #[derive(Debug, Clone, Default)]
 struct Seen {
     from: u32,
     bits: [u64; SEEN_PSNS / 64],
     last: Option<u32>,
+    trigger: Option<u32>,
 }
 
 /// How many PSNs after a go-back's start [`Seen`] tracks.
@@ -475,8 +485,12 @@ impl Recovery {
     /// A READ's rest is asked for again (its re-request is the probe, RL-14).
     /// Not alone: later requests may follow within the window, or a pause
     /// of the peer would stall the whole queue behind one READ.
-    pub fn on_read_probe(&mut self, resume: u32, now: Time, ack_timeout: Option<u64>) {
+    /// Only a duplicate response of this READ (before `end`) judges it.
+    pub fn on_read_probe(&mut self, resume: u32, end: u32, now: Time, ack_timeout: Option<u64>) {
         self.watch_probe(resume, now, ack_timeout);
+        if let Some(w) = &mut self.watch {
+            w.end = Some(end);
+        }
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
@@ -556,35 +570,45 @@ impl Recovery {
             })
     }
 
-    /// A READ response for `p` came (after any go-back it caused, which
-    /// forgets the earlier ones). Returns whether it shows that the
+    /// A READ response for `p` came. Returns whether it shows that the
     /// responder started its responses again since the last go-back: `p`
-    /// came already since then, and not just before (a duplicate the
-    /// fabric made arrives next to its original), at least half the least
-    /// round trip after the go-back (sooner, no re-request can have been
-    /// answered). One response stream comes in PSN order without repeats
-    /// (C9-27); a duplicate READ's starts again at its request's PSN (RL-05),
-    /// so a repeat is the re-request's stream, and if the requester still
-    /// waits for that request's first response, it was lost on the way.
-    /// vhca policy: ask again at once, not a probe timeout later (issue 14).
-    /// A packet the fabric reordered is no repeat, so it triggers nothing.
+    /// came already since then, or lies before the response whose gap the
+    /// go-back answers (the old stream had passed it: one response stream
+    /// comes in PSN order without repeats, C9-27), and not right after itself
+    /// (a duplicate the fabric made arrives next to its original), at least
+    /// half the least round trip after the go-back (sooner, no re-request
+    /// can have been answered: a packet the fabric reordered). A duplicate
+    /// READ's responses start again at its request's PSN (RL-05), so such a
+    /// response is the re-request's stream, and if the requester still waits
+    /// for that request's first response, it was lost on the way. vhca
+    /// policy: ask again at once, not a probe timeout later (issue 14).
     pub fn read_restarted(&mut self, p: u32, now: Time) -> bool {
         let s = &mut self.seen;
         let before = s.last.replace(p);
+        let behind = s.trigger.is_some_and(|t| psn::diff(p, t) < 0);
         let off = psn::diff(p, s.from);
         let Ok(off) = usize::try_from(off) else {
             return false;
         };
-        if off >= SEEN_PSNS {
-            return false;
-        }
-        let (word, bit) = (off / 64, 1u64 << (off % 64));
-        let repeat = s.bits[word] & bit != 0;
-        s.bits[word] |= bit;
+        let repeat = if off < SEEN_PSNS {
+            let (word, bit) = (off / 64, 1u64 << (off % 64));
+            let r = s.bits[word] & bit != 0;
+            s.bits[word] |= bit;
+            r
+        } else {
+            false
+        };
         let (Some(g), Some(rtt)) = (self.go_back, self.min_rtt_ns) else {
             return false;
         };
-        repeat && before != Some(p) && now.0 >= g.at.0.saturating_add(rtt / 2)
+        (repeat || behind) && before != Some(p) && now.0 >= g.at.0.saturating_add(rtt / 2)
+    }
+
+    /// The READ response for `p` showed a gap, and the go-back for it has
+    /// started ([`Recovery::on_rewind`]).
+    pub fn on_read_gap(&mut self, p: u32, now: Time) {
+        self.read_restarted(p, now);
+        self.seen.trigger = Some(p);
     }
 
     /// How long (ns) nothing was sent or acknowledged, at `now` (a probe or
@@ -607,6 +631,7 @@ impl Recovery {
         self.expire_watch(now);
         self.watch = Some(Watch {
             psn: p,
+            end: None,
             until: now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout)),
             resent: false,
         });
@@ -639,7 +664,7 @@ impl Recovery {
             self.expire_watch(now);
             return false;
         }
-        if w.resent || psn::diff(p, w.psn) < 0 {
+        if w.resent || psn::diff(p, w.psn) < 0 || w.end.is_some_and(|e| psn::diff(p, e) >= 0) {
             return false;
         }
         self.watch = None;
@@ -712,7 +737,7 @@ mod tests {
         r.on_progress(5, 1, 1, Time(101_000), None);
         // One sample: RTTVAR is half of it, so SRTT + 4 x RTTVAR = 3 x RTT.
         assert_eq!(r.pto_ns(None), 300_000, "3 x 100 us");
-        r.on_read_probe(5, Time(0), None);
+        r.on_read_probe(5, 6, Time(0), None);
         // After an RNR wait: one packet until a response.
         r.start_probe();
         assert!(r.probing && r.force_ack_req);
@@ -865,6 +890,16 @@ mod tests {
             !r.read_restarted(11, Time(1_050_001)),
             "adjacent repeat: a duplicate"
         );
+        // The old stream had passed 16 when the go-back started: a
+        // response before it (its first, 10, lost again) is the new stream.
+        r.on_rewind(10, 40, Time(1_500_000));
+        r.on_read_gap(16, Time(1_500_000));
+        assert!(
+            !r.read_restarted(11, Time(1_500_001)),
+            "too soon: reordered"
+        );
+        assert!(r.read_restarted(12, Time(1_520_000)), "behind the gap's");
+        assert!(!r.read_restarted(17, Time(1_520_001)), "the old stream");
         r.on_rewind(10, 40, Time(2_000_000));
         r.read_restarted(12, Time(2_000_000));
         r.read_restarted(13, Time(2_000_001));
@@ -894,6 +929,28 @@ mod tests {
         assert_eq!(r.window(), MIN_WINDOW, "the last READ's size counts");
         r.start_probe();
         assert_eq!(r.window(), 1, "a probe still goes alone");
+    }
+
+    #[test]
+    fn a_read_probe_is_judged_by_its_own_reads_duplicates_only() {
+        let mut r = measured(100_000);
+        // The READ at PSNs 10..26 is asked again from 12; its go-back asks
+        // again for the READ after it (26..42) as well.
+        r.on_read_probe(12, 26, Time(1_000_000), None);
+        assert!(
+            !r.on_duplicate(30, Time(1_010_000)),
+            "a later READ's replay"
+        );
+        assert!(
+            !r.on_duplicate(11, Time(1_010_000)),
+            "before the probed PSN"
+        );
+        assert_eq!(r.floor_ns(), 100_000);
+        assert!(
+            r.on_duplicate(13, Time(1_020_000)),
+            "the probed READ's: spurious"
+        );
+        assert_eq!(r.floor_ns(), 200_000);
     }
 
     #[test]
