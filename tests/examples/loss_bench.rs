@@ -12,6 +12,7 @@
 //! ratios are then to the first one run); `VHCA_BENCH_COUNTERS=1` prints the
 //! requester's recovery counters per run (go-backs by cause, probes, spurious
 //! probes, packets resent, time stalled until a probe or timeout);
+//! `VHCA_BENCH_OPS=read` runs only READ (or `write`);
 //! `VHCA_BENCH_PROBES=off,on` sets which settings run, in which order; an
 //! entry `on:--loss-probe-adapt off` adds vhca arguments to that setting only
 //! (variants alternate within the same minutes).
@@ -84,12 +85,30 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
                     "spurious_probes",
                     "resent_packets",
                     "recovery_stall_us",
+                    "rx_packets",
+                    "duplicates_received",
                 ]
                 .contains(&n.as_str())
             })
             .map(|(n, v)| format!("{n}={v}"))
             .collect();
-        eprintln!("  {op:?} {fault:?} probes {probes}: {}", pick.join(" "));
+        // The responder's: packets it sent (data or responses; a READ's
+        // replays show here) and the duplicate requests it answered.
+        let bvals = b
+            .hca
+            .query_counters(CounterSet::Port)
+            .expect("QUERY_COUNTERS");
+        let peer: Vec<String> = names
+            .iter()
+            .zip(&bvals)
+            .filter(|(n, _)| ["tx_packets", "duplicates_received"].contains(&n.as_str()))
+            .map(|(n, v)| format!("peer_{n}={v}"))
+            .collect();
+        eprintln!(
+            "  {op:?} {fault:?} probes {probes}: {} {}",
+            pick.join(" "),
+            peer.join(" ")
+        );
     }
     drop((a, b));
     drop(v);
@@ -113,7 +132,18 @@ fn main() {
         } else {
             400
         });
-    for op in [Transfer::Write, Transfer::Read] {
+    // `VHCA_BENCH_OPS=read`: only READ (or `write`); default both.
+    let ops = std::env::var("VHCA_BENCH_OPS").unwrap_or_default();
+    let ops: Vec<Transfer> = [Transfer::Write, Transfer::Read]
+        .into_iter()
+        .filter(|op| {
+            ops.is_empty()
+                || ops
+                    .to_lowercase()
+                    .contains(&format!("{op:?}").to_lowercase())
+        })
+        .collect();
+    for op in ops {
         // `VHCA_BENCH_PROBES=off,on`: which settings, in which order.
         let order = std::env::var("VHCA_BENCH_PROBES").unwrap_or_else(|_| "on,off".into());
         for probes in order.split(',').map(str::trim) {

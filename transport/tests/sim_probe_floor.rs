@@ -237,3 +237,52 @@ fn a_probe_that_reaches_a_descheduled_peer_with_its_original_is_spurious() {
     let (_, _, next) = b.probed_round();
     assert_eq!(next, 2 * FLOOR_NS, "doubled");
 }
+
+/// RL-13 beside the learned floor: a useful probe (the original's ACK was
+/// lost) is answered with an ACK reporting zero credits (B has no receive
+/// WQE); while that probe is still watched B posts one, and its unsolicited
+/// credit ACK (the last ACK again, new count only: seed 004 §2.6.2) reaches
+/// A. Same PSN, same MSN, another credit count: not a duplicate answer to
+/// the probe, so neither counted spurious nor raising the floor.
+#[test]
+fn a_credit_only_ack_is_not_the_duplicate_answer_of_a_watched_probe() {
+    let mut b = bench(true);
+    b.clean_round();
+    let (probe, _lost, gap) = b.probed_round();
+    let ack = b.answer(&probe);
+    b.advance(HOP_NS);
+    b.deliver(A, &ack);
+    b.completes();
+    // B's receive queue is empty: the ACKs said zero credits; a WQE posted
+    // now makes B send the last ACK again with the new count.
+    let rq = b.net.nodes[B].engine.post_recv(
+        b.p.qb,
+        transport::verbs::RecvWr {
+            wr_id: 1,
+            sges: vec![Sge {
+                addr: MEM_BASE + 8192,
+                length: 64,
+                lkey: b.kb,
+            }],
+        },
+    );
+    rq.expect("post_recv");
+    let credit = b.out(B);
+    assert_eq!(credit.len(), 1, "the unsolicited credit ACK");
+    let aeth = |pkt: &[u8]| {
+        transport::wire::PacketRepr::parse(pkt)
+            .expect("parse")
+            .transport
+            .ext
+            .aeth
+            .expect("an AETH")
+    };
+    let (old, new) = (aeth(&ack[0]), aeth(&credit[0]));
+    assert_eq!(old.msn, new.msn, "no progress: same MSN");
+    assert_ne!(old.syndrome, new.syndrome, "only the credit count changed");
+    b.advance(HOP_NS);
+    b.deliver(A, &credit);
+    assert_eq!(b.spurious(), 0, "not a spurious probe");
+    let (_, _, next) = b.probed_round();
+    assert_eq!((gap, next), (FLOOR_NS, FLOOR_NS), "the floor stays");
+}

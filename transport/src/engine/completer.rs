@@ -303,12 +303,17 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
         .ext
         .aeth
         .is_some_and(|a| super::credits::on_aeth(qp, p, a.syndrome, cx.now));
+    // An ACK whose only news is the credit count answers no probe (issue 14).
+    let credit_only = t.ext.aeth.is_some_and(|a| match a.syndrome {
+        AethSyndrome::Ack { credit_code } => qp.req.rec.credit_only(p, a.msn, credit_code),
+        _ => false,
+    });
     // RL-09: only PSNs in the unacknowledged region [una, hwm) count; a
     // duplicate (before una) or ghost (at/after the point of maximum advance) is
     // dropped. Not `next_psn`: after a go-back the responder still answers with
     // its furthest PSN (seed 004 §4).
     if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.hwm) >= 0 {
-        if psn::diff(p, qp.req.una) < 0 && qp.req.rec.on_duplicate(p, cx.now) {
+        if psn::diff(p, qp.req.una) < 0 && !credit_only && qp.req.rec.on_duplicate(p, cx.now) {
             // The answer to a probe whose original was answered too.
             cx.counters.spurious_probes += 1;
         }
@@ -465,6 +470,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
     let older_lost = ack_through(qp, psn::add(first, psn::PSN_MASK), cx.now);
     let expect = read_resume_psn(qp, i).unwrap_or(first);
     let d = psn::diff(p, expect);
+    let restarted = qp.req.rec.read_restarted(p, cx.now);
     if d < 0 {
         cx.counters.duplicates_received += 1;
         if qp.req.rec.on_duplicate(p, cx.now) {
@@ -474,8 +480,16 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         return false;
     }
     if d > 0 {
-        // A response was lost: ask again for the rest, once per gap.
-        if qp.req.rewound_to == Some(expect) {
+        // A response was lost: ask again for the rest, once per gap; again
+        // when the re-request's answer lost its first response too (the
+        // responder's stream started over without it, `recovery`). An older
+        // READ/ATOMIC still missing a response lost it as well (it came
+        // before this one, C9-27): the go-back starts there, or nothing
+        // would ask for it again before a probe.
+        let from = older_lost
+            .map(|l| read_resume_psn(qp, l).unwrap_or(qp.req.wqes[l].first_psn))
+            .unwrap_or(expect);
+        if qp.req.rewound_to == Some(from) && !restarted {
             qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
             return false;
         }
@@ -483,7 +497,8 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         let hwm = qp.req.hwm;
         qp.req.rec.on_loss(hwm);
         qp.req.rec.end_probe();
-        rewind(qp, expect, cx.now);
+        rewind(qp, from, cx.now);
+        qp.req.rec.on_read_gap(p, cx.now);
         return true;
     }
     let pmtu = qp.attr.path_mtu.bytes() as u64;
@@ -543,12 +558,13 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         // again for its rest (RL-14) and so does this one, for what the
         // responder drops when it answers the retry (RL-05).
         let resume = read_resume_psn(qp, lost).unwrap_or(qp.req.wqes[lost].first_psn);
-        if qp.req.rewound_to != Some(resume) {
+        if qp.req.rewound_to != Some(resume) || restarted {
             cx.counters.retransmits += 1;
             let hwm = qp.req.hwm;
             qp.req.rec.on_loss(hwm);
             qp.req.rec.end_probe();
             rewind(qp, resume, cx.now);
+            qp.req.rec.on_read_gap(p, cx.now);
         }
     }
     true
@@ -713,9 +729,13 @@ pub(super) fn fire_probe(qp: &mut Qp, now: Time, c: &mut Counters) {
     if read {
         c.probes += 1;
         let resume = oldest_resume_psn(qp);
+        let end = qp
+            .req
+            .open_wqe(una)
+            .map_or(resume, |i| psn::add(qp.req.wqes[i].last_psn(), 1));
         resend_oldest(qp, now);
         // After the go-back: the probe's own resend does not blind its watch.
-        qp.req.rec.on_read_probe(resume, now, timeout);
+        qp.req.rec.on_read_probe(resume, end, now, timeout);
     } else if qp.req.rec.tail_probe_or_go_back(una) {
         // A probe timeout after the tail probe, and what went before it is
         // still not all acknowledged: lost; go back N (9.7.4.1.3).

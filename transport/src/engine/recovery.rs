@@ -44,7 +44,9 @@
 //!   answer: the original or its ACK was lost) lowers it by an eighth, never
 //!   below the configured one. A go-back after the probe resends packets
 //!   whose duplicate answers look the same, so such a probe is not judged
-//!   either way. Network duplication (a fabric that duplicates an ACK while a
+//!   either way. An ACK that repeats the last one's PSN and MSN with only
+//!   another credit count is the responder's credit update (RL-13), not a
+//!   duplicate answer, and is not judged. Network duplication (a fabric that duplicates an ACK while a
 //!   probe is watched) raises the floor wrongly; useful probes bring it back.
 //!   `Limits::adaptive_probe_floor` off keeps the floor fixed (and still
 //!   counts the spurious probes).
@@ -62,6 +64,20 @@
 //!   go-back, no retry counted (RL-10 counts go-backs). A NAK that comes
 //!   later may report a resent packet lost and goes back again.
 //!   `Limits::bounded_go_back` off goes back for every NAK of another PSN.
+//! - **A READ re-request whose answer lost its first response (vhca
+//!   policy).** A gap in READ responses is asked for again once (RL-14);
+//!   more responses after the same gap are the old stream's. A response
+//!   whose PSN came already since that go-back, not right after itself (a
+//!   fabric duplicate), and half the least round trip or more after it, is
+//!   the responder's new stream (it answers a duplicate READ from the
+//!   request's PSN, RL-05; one stream never repeats a PSN, C9-27): its
+//!   first response was lost too, and the requester asks again at once
+//!   instead of a probe timeout later. So is a response before the one
+//!   that showed the gap (the old stream had passed it). A READ/ATOMIC
+//!   asked for again asks only for what has not come by the time its
+//!   request goes (RL-14), not by the go-back. A READ probe is judged
+//!   spurious only by a duplicate of its own READ's responses: its
+//!   go-back asks for the later READs again too.
 //! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
 //!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
 //!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
@@ -74,6 +90,15 @@
 //!   and a burst that overflowed the peer's receive buffer is not repeated.
 //!   AckReq goes at least every half window and on the packet that fills it,
 //!   so ACKs keep the window moving (RL-08).
+//! - **READs in flight (vhca policy).** A window smaller than a READ's
+//!   responses lets one READ be outstanding at a time; its lost request or
+//!   last response is then found only by a probe timeout, since no later
+//!   response (C9-27) or sequence NAK (RL-03) shows it. So the window is
+//!   never below one more than the last READ's responses: the next READ
+//!   goes while one is still wholly unanswered, and whichever of two is
+//!   hit, the other's packets show the gap within a round trip. Still
+//!   never above the engine's send window (RL-17).
+//!
 //!   After an RNR wait (RL-11) only the NAKed request goes until it is
 //!   answered, so a receiver without buffers is not flooded by retries.
 //! - **Port window.** The windows above bound each QP; their sum over the
@@ -113,6 +138,10 @@ const WATCH_PTOS: u64 = 8;
 struct Watch {
     /// The probed PSN (for a READ, the first response asked for again).
     psn: u32,
+    /// For a READ probe, the PSN after the probed READ's last response: the
+    /// probe's go-back asks for the later READs again too, and their
+    /// duplicate answers say nothing of the probe.
+    end: Option<u32>,
     /// Until when an answer to the probe may still come.
     until: Time,
     /// A go-back resent packets since the probe: their duplicate answers
@@ -184,7 +213,30 @@ pub(crate) struct Recovery {
     pub adaptive: bool,
     /// `Limits::bounded_go_back`.
     pub bounded_go_back: bool,
+    /// The last ACK-kind AETH received: its PSN, MSN and credit code, to tell
+    /// a credit update from a duplicate answer ([`Recovery::credit_only`]).
+    last_ack: Option<(u32, u32, u8)>,
+    /// The READ response PSNs seen since the last go-back, to see the
+    /// responder restart its response stream ([`Recovery::read_restarted`]).
+    seen: Seen,
+    /// The response PSNs of the last READ sent: the window lets a READ go
+    /// while one such READ is outstanding ([`Recovery::window`]).
+    read_span: u32,
 }
+
+/// PSNs seen since a go-back from `from`: the first [`SEEN_PSNS`] of them,
+/// bit per PSN (bounded: a larger READ is not watched past them), the last
+/// one, and the response that showed the gap the go-back answers.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    from: u32,
+    bits: [u64; SEEN_PSNS / 64],
+    last: Option<u32>,
+    trigger: Option<u32>,
+}
+
+/// How many PSNs after a go-back's start [`Seen`] tracks.
+const SEEN_PSNS: usize = 1024;
 
 impl Default for Recovery {
     fn default() -> Recovery {
@@ -215,6 +267,9 @@ impl Default for Recovery {
             last_activity: Time(0),
             adaptive: true,
             bounded_go_back: true,
+            last_ack: None,
+            seen: Seen::default(),
+            read_span: 0,
         }
     }
 }
@@ -233,13 +288,21 @@ impl Recovery {
         }
     }
 
-    /// Packets the requester may have in flight now.
+    /// Packets the requester may have in flight now: the congestion
+    /// window, but at least one more than the last READ's responses (see
+    /// the module doc, "READs in flight").
     pub fn window(&self) -> u32 {
         if self.probing {
             1
         } else {
-            self.cwnd.min(self.cap).max(1)
+            let reads = self.read_span.saturating_add(1);
+            self.cwnd.max(reads).min(self.cap).max(1)
         }
+    }
+
+    /// A READ asking for `npkts` responses goes out for the first time.
+    pub fn on_read_sent(&mut self, npkts: u32) {
+        self.read_span = npkts;
     }
 
     /// Whether another request packet may go with `in_flight` PSNs
@@ -422,8 +485,12 @@ impl Recovery {
     /// A READ's rest is asked for again (its re-request is the probe, RL-14).
     /// Not alone: later requests may follow within the window, or a pause
     /// of the peer would stall the whole queue behind one READ.
-    pub fn on_read_probe(&mut self, resume: u32, now: Time, ack_timeout: Option<u64>) {
+    /// Only a duplicate response of this READ (before `end`) judges it.
+    pub fn on_read_probe(&mut self, resume: u32, end: u32, now: Time, ack_timeout: Option<u64>) {
         self.watch_probe(resume, now, ack_timeout);
+        if let Some(w) = &mut self.watch {
+            w.end = Some(end);
+        }
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
@@ -469,6 +536,10 @@ impl Recovery {
     pub fn on_rewind(&mut self, from: u32, end: u32, now: Time) {
         self.sample = None;
         self.go_back = Some(GoBack { from, end, at: now });
+        self.seen = Seen {
+            from,
+            ..Seen::default()
+        };
         if let Some(w) = &mut self.watch {
             w.resent = true;
         }
@@ -499,6 +570,47 @@ impl Recovery {
             })
     }
 
+    /// A READ response for `p` came. Returns whether it shows that the
+    /// responder started its responses again since the last go-back: `p`
+    /// came already since then, or lies before the response whose gap the
+    /// go-back answers (the old stream had passed it: one response stream
+    /// comes in PSN order without repeats, C9-27), and not right after itself
+    /// (a duplicate the fabric made arrives next to its original), at least
+    /// half the least round trip after the go-back (sooner, no re-request
+    /// can have been answered: a packet the fabric reordered). A duplicate
+    /// READ's responses start again at its request's PSN (RL-05), so such a
+    /// response is the re-request's stream, and if the requester still waits
+    /// for that request's first response, it was lost on the way. vhca
+    /// policy: ask again at once, not a probe timeout later (issue 14).
+    pub fn read_restarted(&mut self, p: u32, now: Time) -> bool {
+        let s = &mut self.seen;
+        let before = s.last.replace(p);
+        let behind = s.trigger.is_some_and(|t| psn::diff(p, t) < 0);
+        let off = psn::diff(p, s.from);
+        let Ok(off) = usize::try_from(off) else {
+            return false;
+        };
+        let repeat = if off < SEEN_PSNS {
+            let (word, bit) = (off / 64, 1u64 << (off % 64));
+            let r = s.bits[word] & bit != 0;
+            s.bits[word] |= bit;
+            r
+        } else {
+            false
+        };
+        let (Some(g), Some(rtt)) = (self.go_back, self.min_rtt_ns) else {
+            return false;
+        };
+        (repeat || behind) && before != Some(p) && now.0 >= g.at.0.saturating_add(rtt / 2)
+    }
+
+    /// The READ response for `p` showed a gap, and the go-back for it has
+    /// started ([`Recovery::on_rewind`]).
+    pub fn on_read_gap(&mut self, p: u32, now: Time) {
+        self.read_restarted(p, now);
+        self.seen.trigger = Some(p);
+    }
+
     /// How long (ns) nothing was sent or acknowledged, at `now` (a probe or
     /// the ACK timer fired).
     pub fn stalled_ns(&self, now: Time) -> u64 {
@@ -519,6 +631,7 @@ impl Recovery {
         self.expire_watch(now);
         self.watch = Some(Watch {
             psn: p,
+            end: None,
             until: now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout)),
             resent: false,
         });
@@ -551,7 +664,7 @@ impl Recovery {
             self.expire_watch(now);
             return false;
         }
-        if w.resent || psn::diff(p, w.psn) < 0 {
+        if w.resent || psn::diff(p, w.psn) < 0 || w.end.is_some_and(|e| psn::diff(p, e) >= 0) {
             return false;
         }
         self.watch = None;
@@ -566,6 +679,20 @@ impl Recovery {
             .min(max)
             .max(self.min_pto_ns);
         true
+    }
+
+    /// An ACK-kind AETH at `p` with `msn` and `credit_code` came; returns
+    /// whether it only updates the credits: the same PSN and MSN as the last
+    /// one received (no progress) with another credit count. That is the
+    /// responder's unsolicited credit ACK (RL-13; seed 004 §2.6.2: the last
+    /// ACK again, sent only to deliver credits), not its duplicate answer to a
+    /// probe (RL-04/05), which repeats PSN, MSN and count alike, so it must
+    /// not be judged by [`Recovery::on_duplicate`]. A probe answered just
+    /// after the count changed looks like one too and goes unjudged: the
+    /// floor is only ever raised on a sure duplicate.
+    pub fn credit_only(&mut self, p: u32, msn: u32, credit_code: u8) -> bool {
+        let last = self.last_ack.replace((p, msn, credit_code));
+        last.is_some_and(|(lp, lm, lc)| lp == p && lm == msn && lc != credit_code)
     }
 
     /// Nothing left unacknowledged.
@@ -610,7 +737,7 @@ mod tests {
         r.on_progress(5, 1, 1, Time(101_000), None);
         // One sample: RTTVAR is half of it, so SRTT + 4 x RTTVAR = 3 x RTT.
         assert_eq!(r.pto_ns(None), 300_000, "3 x 100 us");
-        r.on_read_probe(5, Time(0), None);
+        r.on_read_probe(5, 6, Time(0), None);
         // After an RNR wait: one packet until a response.
         r.start_probe();
         assert!(r.probing && r.force_ack_req);
@@ -725,6 +852,105 @@ mod tests {
         f.on_tail_probe(10, 20, Time(1_000_000), None);
         assert!(f.on_duplicate(19, Time(1_010_000)), "counted");
         assert_eq!(f.floor_ns(), 100_000, "not acted on");
+    }
+
+    #[test]
+    fn an_ack_that_changes_only_the_credit_count_is_a_credit_update() {
+        let mut r = Recovery::default();
+        assert!(!r.credit_only(19, 7, 0), "nothing to compare with");
+        assert!(
+            !r.credit_only(19, 7, 0),
+            "repeated whole: a duplicate answer"
+        );
+        assert!(r.credit_only(19, 7, 1), "same PSN and MSN, new count");
+        assert!(!r.credit_only(19, 8, 2), "the MSN moved");
+        assert!(!r.credit_only(20, 8, 3), "the PSN moved");
+    }
+
+    #[test]
+    fn a_read_stream_that_starts_again_after_a_go_back_is_seen() {
+        let mut r = measured(100_000);
+        // A gap at 10 seen from 14: the go-back re-requests from 10.
+        r.on_rewind(10, 40, Time(1_000_000));
+        assert!(!r.read_restarted(14, Time(1_000_000)), "the first seen");
+        assert!(!r.read_restarted(16, Time(1_010_000)), "the old stream");
+        assert!(!r.read_restarted(15, Time(1_020_000)), "reordered: new");
+        assert!(
+            !r.read_restarted(15, Time(1_020_000)),
+            "the fabric's duplicate, next to its original"
+        );
+        assert!(!r.read_restarted(17, Time(1_020_000)));
+        assert!(
+            r.read_restarted(14, Time(1_030_000)),
+            "the re-request's stream, its first response (10) lost"
+        );
+        r.on_rewind(10, 40, Time(1_040_000));
+        assert!(!r.read_restarted(11, Time(1_050_000)), "forgotten");
+        assert!(
+            !r.read_restarted(11, Time(1_050_001)),
+            "adjacent repeat: a duplicate"
+        );
+        // The old stream had passed 16 when the go-back started: a
+        // response before it (its first, 10, lost again) is the new stream.
+        r.on_rewind(10, 40, Time(1_500_000));
+        r.on_read_gap(16, Time(1_500_000));
+        assert!(
+            !r.read_restarted(11, Time(1_500_001)),
+            "too soon: reordered"
+        );
+        assert!(r.read_restarted(12, Time(1_520_000)), "behind the gap's");
+        assert!(!r.read_restarted(17, Time(1_520_001)), "the old stream");
+        r.on_rewind(10, 40, Time(2_000_000));
+        r.read_restarted(12, Time(2_000_000));
+        r.read_restarted(13, Time(2_000_001));
+        assert!(
+            !r.read_restarted(12, Time(2_000_002)),
+            "within half the least round trip of the go-back"
+        );
+        assert!(!r.read_restarted(9, Time(3_000_000)), "before the go-back");
+        assert!(
+            !r.read_restarted(10 + SEEN_PSNS as u32, Time(3_000_000)),
+            "past what is tracked"
+        );
+    }
+
+    #[test]
+    fn the_window_lets_a_read_go_while_one_read_is_outstanding() {
+        let mut r = Recovery::default();
+        r.on_timeout(0);
+        assert_eq!(r.window(), MIN_WINDOW);
+        r.on_read_sent(16);
+        assert_eq!(r.window(), 17, "one 16-response READ and a packet more");
+        assert!(r.may_send(16) && !r.may_send(17));
+        r.cap = 12;
+        assert_eq!(r.window(), 12, "never above the engine's window");
+        r.cap = 256;
+        r.on_read_sent(1);
+        assert_eq!(r.window(), MIN_WINDOW, "the last READ's size counts");
+        r.start_probe();
+        assert_eq!(r.window(), 1, "a probe still goes alone");
+    }
+
+    #[test]
+    fn a_read_probe_is_judged_by_its_own_reads_duplicates_only() {
+        let mut r = measured(100_000);
+        // The READ at PSNs 10..26 is asked again from 12; its go-back asks
+        // again for the READ after it (26..42) as well.
+        r.on_read_probe(12, 26, Time(1_000_000), None);
+        assert!(
+            !r.on_duplicate(30, Time(1_010_000)),
+            "a later READ's replay"
+        );
+        assert!(
+            !r.on_duplicate(11, Time(1_010_000)),
+            "before the probed PSN"
+        );
+        assert_eq!(r.floor_ns(), 100_000);
+        assert!(
+            r.on_duplicate(13, Time(1_020_000)),
+            "the probed READ's: spurious"
+        );
+        assert_eq!(r.floor_ns(), 200_000);
     }
 
     #[test]

@@ -323,11 +323,21 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     // A go-back passes over what needs no resend (`completer::resent_from`),
     // and over local operations: those that ran are skipped, those that did
     // not run now (or must wait) before anything after them is sent.
+    let pmtu_bytes = pmtu_of(qp) as u64;
     while let Some(w) = qp.req.wqes.get(qp.req.cur) {
         if is_local_op(w.wr.opcode) && w.rejected.is_none() {
             if !run_local_ops(qp, cx) {
                 return None;
             }
+            continue;
+        }
+        // A READ/ATOMIC a go-back asks for again asks only for what has not
+        // come by now (RL-14), not by the go-back: responses of the old
+        // stream keep arriving after it (issue 14).
+        let from = super::completer::resent_from(w, pmtu_bytes);
+        if w.is_rd_atomic() && w.sent < from {
+            let cur = qp.req.cur;
+            qp.req.wqes[cur].sent = from;
             continue;
         }
         if !(w.started && w.npkts > 0 && w.sent >= w.npkts) {
@@ -411,6 +421,10 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                 _ => (w.len.div_ceil(pmtu as u64)).max(1) as u32,
             };
             w.started = true;
+            if w.wr.opcode == WrOpcode::RdmaRead {
+                let n = w.npkts;
+                qp.req.rec.on_read_sent(n); // `recovery`: READs in flight
+            }
         }
         // A WQE sent again from its start gets the same PSNs: sizes are fixed.
         w.first_psn = qp.req.next_psn;
