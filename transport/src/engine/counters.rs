@@ -208,6 +208,8 @@ pub struct Counters {
     pub credit_acks_sent: u64,
     /// QPs that migrated to their alternate path (AD-10), either side.
     pub path_migrations: u64,
+    /// Reliable Datagram drops, NAKs and recovery, per reason (AD-11, PV-09).
+    pub rd: super::rd::RdCounters,
 }
 
 impl Counters {

@@ -33,7 +33,9 @@ pub use mcast::{
     MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_LID_BASE, MULTICAST_QPN,
 };
 mod pacing;
+mod rd;
 pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
+pub use rd::{RdCounters, MAX_EEC, MAX_RDD};
 mod port_window;
 pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
@@ -133,6 +135,8 @@ pub struct Engine {
     last_vl: u8,
     /// RC packets in flight over all QPs and the QPs waiting for room.
     port_window: port_window::PortWindow,
+    /// Reliable Datagram: RDDs, EE contexts, RD QPs (AD-11, `rd`).
+    rd: rd::Rd,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -182,6 +186,7 @@ impl Engine {
             mcast_scratch: Vec::new(),
             xrcds: xrc::Xrcds::default(),
             port_window: port_window::PortWindow::new(limits.port_window),
+            rd: rd::Rd::default(),
         }
     }
 
@@ -505,7 +510,7 @@ impl Engine {
         if c.max_inline_data > self.limits.max_inline {
             return Err(VerbError::InvalidAttr);
         }
-        if self.qps.len() >= self.limits.max_qp {
+        if self.qp_total() >= self.limits.max_qp {
             return Err(VerbError::InsufficientResources);
         }
         let qpn = match fixed {
@@ -557,7 +562,8 @@ impl Engine {
         for _ in 0..psn::PSN_SPACE {
             let q = self.next_qpn;
             self.next_qpn = if q >= psn::PSN_MASK - 1 { 2 } else { q + 1 };
-            if !self.qps.contains_key(&q) {
+            // RD QPs (AD-11) share the QPN space: a packet's DestQP names one.
+            if !self.qps.contains_key(&q) && !self.rd.has_qp(q) {
                 return Some(q);
             }
         }
