@@ -505,6 +505,32 @@ fn op_11_resync_follows_a_failed_message() {
         net.nodes[1].engine.query_eec(b.eec).unwrap().1.rq_psn,
         PSN_A + 3
     );
+    // A late copy of that RESYNC (the fabric duplicated it) is ACKed again
+    // and moves the expected PSN nowhere.
+    let copy = net
+        .sniffed
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            PacketRepr::parse(p)
+                .unwrap()
+                .transport
+                .bth
+                .opcode
+                .info()
+                .operation
+                == Operation::Resync
+        })
+        .unwrap()
+        .clone();
+    let acks = net.nodes[1].engine.counters().rd.acks_sent;
+    let now = net.now;
+    let n1 = &mut net.nodes[1];
+    n1.engine.handle_packet(&copy, &mut n1.mem, now);
+    assert_eq!(n1.engine.query_eec(b.eec).unwrap().1.rq_psn, PSN_A + 3);
+    assert_eq!(n1.engine.counters().rd.acks_sent, acks + 1);
+    assert_eq!(n1.engine.counters().rd.resyncs_received, 1);
 }
 
 #[test]

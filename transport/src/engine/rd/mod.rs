@@ -623,6 +623,11 @@ impl Engine {
         match attr.state {
             Reset | Error if from != attr.state => {
                 withdraw(&mut self.rd, qpn);
+                let Rd { eecs, qps, .. } = &mut self.rd;
+                for e in eecs.values_mut() {
+                    // Its receive WQE back in the queue, to flush below.
+                    e.resp.forget(qpn, qps);
+                }
                 if let Some(qp) = self.rd.qps.get_mut(&qpn) {
                     if attr.state == Error {
                         flush_sq(qp, &mut fx);
@@ -655,10 +660,9 @@ impl Engine {
             return Err(VerbError::InvalidHandle);
         }
         withdraw(&mut self.rd, qpn);
-        for e in self.rd.eecs.values_mut() {
-            if e.resp.cur_qpn() == Some(qpn) {
-                e.resp.abort(&mut BTreeMap::new());
-            }
+        let Rd { eecs, qps, .. } = &mut self.rd;
+        for e in eecs.values_mut() {
+            e.resp.forget(qpn, qps);
         }
         let Some(qp) = self.rd.qps.remove(&qpn) else {
             return Err(VerbError::InvalidHandle);

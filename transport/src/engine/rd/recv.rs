@@ -30,6 +30,9 @@ pub(crate) struct EecResp {
     nak_sent: bool,
     out: VecDeque<Out>,
     msn: u32,
+    /// The PSN of the last RESYNC applied: a copy of it (its ACK was lost)
+    /// is answered again without moving the expected PSN back.
+    last_resync: Option<u32>,
 }
 
 /// A multi-packet message in progress.
@@ -98,6 +101,14 @@ impl EecResp {
         }
     }
 
+    /// Drops the message in progress if it is for QP `qpn` (which leaves
+    /// RTS/RTR or goes away), its receive WQE back in that QP's queue.
+    pub fn forget(&mut self, qpn: u32, qps: &mut BTreeMap<u32, RdQp>) {
+        if self.cur_qpn() == Some(qpn) {
+            self.abort(qps);
+        }
+    }
+
     fn queue(&mut self, dest_qp: u32, psn: u32, syndrome: AethSyndrome) {
         // Consecutive ACKs to one QP coalesce into the latest (9.7.5.1.2).
         if let (
@@ -152,8 +163,17 @@ pub(super) fn handle_request(
         return true;
     }
     if info.operation == Operation::Resync {
+        if e.resp.last_resync == Some(p) && psn::diff(p, e.resp.epsn) < 0 {
+            // A copy of the RESYNC applied last (its ACK was lost, or the
+            // fabric duplicated it): ACK it again, move nothing back.
+            cx.counters.rd.duplicates += 1;
+            cx.counters.rd.acks_sent += 1;
+            e.resp.queue(src, p, ACK);
+            return true;
+        }
         // OP-11: the expected PSN becomes the requester's, whatever it was,
         // and a message in progress is dropped; RESYNC takes no WQE.
+        e.resp.last_resync = Some(p);
         e.resp.abort(qps);
         e.resp.epsn = psn::add(p, 1);
         e.resp.nak_sent = false;
