@@ -36,7 +36,10 @@ abi_consts! {
         /// SR-02), memory windows of type 2A (MP-07), QueryPortOut's
         /// max_vl_num (AD-06), the alternate path in ModifyQpIn / QueryQpOut
         /// (AD-10) and new counter names: each in reserved bytes or appended.
-        ABI_VERSION = 0x0003_0002,
+        /// Minor 3: Reliable Datagram (AD-11: ALLOC/DEALLOC_RDD,
+        /// CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in
+        /// CreateQpIn's xrcdn, the send WQE's RD segment).
+        ABI_VERSION = 0x0003_0003,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

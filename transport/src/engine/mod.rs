@@ -804,7 +804,11 @@ impl Engine {
     }
 
     /// Posts a receive WR to a QP's own RQ (refused in Reset; flushed in Error).
+    /// An RD QP's goes to [`Engine::post_recv_rd`] (AD-11).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbError> {
+        if self.rd.has_qp(qpn) {
+            return self.post_recv_rd(qpn, wr);
+        }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
         if qp.init.srq.is_some() || qp.init.qp_type.is_xrc() {
             // SR-02: neither XRC half has a receive queue.

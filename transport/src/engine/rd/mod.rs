@@ -153,6 +153,9 @@ pub(crate) struct RdWqe {
     wr: SendWr,
     dest: RdDest,
     len: u64,
+    /// A WQE the caller could not accept (`post_send_rd_rejected`): it fails
+    /// with this status when it reaches the head of the queue.
+    rejected: Option<WcStatus>,
 }
 
 impl Weigh for RdWqe {
@@ -277,6 +280,12 @@ fn offer_head(rd: &mut Rd, qpn: u32, fx: &mut Effects) {
     let Some(w) = qp.sq.front() else {
         return;
     };
+    if let Some(status) = w.rejected {
+        // QS-06: a WQE that could not be read fails in post order and the QP
+        // stops (SQE, its later WQEs flushed).
+        fail_qp(qp, status, fx);
+        return;
+    }
     let eecn = w.dest.eecn;
     match rd.eecs.get_mut(&eecn) {
         Some(e) if e.state == QpState::Rts && e.rdd == qp.init.rdd => {
@@ -321,6 +330,12 @@ impl Engine {
         }
         rd.rdds.insert(rd.next_rdd, 0);
         Ok(rd.next_rdd)
+    }
+
+    /// How many EECs and RD QPs are in RD domain `rdd`; `None` if it does
+    /// not exist.
+    pub fn query_rdd(&self, rdd: Handle) -> Option<u32> {
+        self.rd.rdds.get(&rdd).copied()
     }
 
     /// Deallocate RD domain: `Busy` while an EEC or RD QP is in it.
@@ -721,7 +736,63 @@ impl Engine {
         if !self.budget.admit(super::requester::wr_weight(&wr)) {
             return Err(VerbError::InsufficientResources);
         }
-        qp.sq.push_back(RdWqe { wr, dest, len });
+        qp.sq.push_back(RdWqe {
+            wr,
+            dest,
+            len,
+            rejected: None,
+        });
+        let mut fx = Effects::default();
+        if flush {
+            flush_sq(qp, &mut fx);
+        } else {
+            offer_head(&mut self.rd, qpn, &mut fx);
+        }
+        self.finish(fx);
+        Ok(())
+    }
+
+    /// Queues a send WQE of an RD QP that the caller read but could not
+    /// accept (as [`Engine::post_send_rejected`]): it completes in post order
+    /// with `status` and the QP goes to SQE (QS-06).
+    pub fn post_send_rd_rejected(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        status: WcStatus,
+    ) -> Result<(), VerbError> {
+        let qp = self.rd.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
+        let flush = match qp.state {
+            QpState::Rts => false,
+            QpState::Sqe | QpState::Error => true,
+            _ => return Err(VerbError::InvalidWr),
+        };
+        if qp.sq.len() >= qp.init.cap.max_send_wr as usize {
+            return Err(VerbError::QueueFull);
+        }
+        let wr = SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            data: SendData::Sges(Vec::new()),
+            imm_or_inv: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare: 0,
+            swap_add: 0,
+            ud: None,
+        };
+        let dest = RdDest {
+            eecn: 0,
+            remote_qpn: 0,
+            remote_qkey: 0,
+        };
+        qp.sq.push_back(RdWqe {
+            wr,
+            dest,
+            len: 0,
+            rejected: Some(status),
+        });
         let mut fx = Effects::default();
         if flush {
             flush_sq(qp, &mut fx);
