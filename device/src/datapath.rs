@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use transport::memory::Memory;
 use transport::verbs::{
-    Access, Event, FastReg, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge, UdDest, VerbError,
-    WcStatus, WrOpcode,
+    Access, Event, FastReg, MwBind, RdDest, RecvWr, SendData, SendFlags, SendWr, Sge, UdDest,
+    VerbError, WcStatus, WrOpcode,
 };
 
 use crate::abi;
@@ -48,6 +48,9 @@ pub enum BadWqe {
     /// An XRC_INI WQE whose XRC segment has a reserved field set or an SRQ
     /// number past 24 bits (SR-02).
     Xrc = 9,
+    /// An RD WQE whose RD segment has a reserved field set or an EECN or QPN
+    /// past 24 bits (AD-11).
+    Rd = 10,
 }
 
 fn seg<T: Field>(wqe: &[u8], at: &mut usize) -> Result<T, BadWqe> {
@@ -117,6 +120,46 @@ pub fn decode_send_xrc(
         return Err((wr.wr_id, BadWqe::Xrc));
     }
     Ok((wr, x.remote_srqn))
+}
+
+/// Decodes a send WQE of an RD QP (AD-11; abi::wqe WQE_LAYOUT): the control
+/// segment, the RD segment (EE context, destination QP, Q_Key), then what an
+/// RC WQE has after its control segment. RD takes SEND, RDMA WRITE (with
+/// immediate) and RDMA READ only.
+pub fn decode_send_rd(
+    wqe: &[u8],
+    max_sge: u32,
+    max_inline: u32,
+) -> Result<(SendWr, RdDest), (u64, BadWqe)> {
+    let ctrl = abi::wqe::SendCtrl::SIZE;
+    let mut at = ctrl;
+    let r: abi::wqe::RdSeg = seg(wqe, &mut at).map_err(|e| (0, e))?;
+    let mut rc = [0u8; 1 << abi::wqe::wqe_const::MAX_WQE_SHIFT];
+    let rest = &wqe[at..];
+    let len = (ctrl + rest.len()).min(rc.len());
+    rc[..ctrl].copy_from_slice(&wqe[..ctrl]);
+    rc[ctrl..len].copy_from_slice(&rest[..len - ctrl]);
+    let wr = decode_send(&rc[..len], abi::verbs::QpType::Rc, max_sge, max_inline)?;
+    let ok_op = matches!(
+        wr.opcode,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm
+            | WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
+            | WrOpcode::RdmaRead
+    );
+    if !ok_op {
+        return Err((wr.wr_id, BadWqe::ServiceOpcode));
+    }
+    if r.rsvd != 0 || r.eecn > 0xff_ffff || r.remote_qpn > 0xff_ffff {
+        return Err((wr.wr_id, BadWqe::Rd));
+    }
+    let dest = RdDest {
+        eecn: r.eecn,
+        remote_qpn: r.remote_qpn,
+        remote_qkey: r.remote_qkey,
+    };
+    Ok((wr, dest))
 }
 
 /// Decodes a send WQE (abi::wqe WQE_LAYOUT) of a QP of type `t`.
@@ -400,8 +443,49 @@ impl Post {
     /// Decodes WQE `idx` and posts it.
     fn take(self, port: &mut Port, counters: &mut HcaCounters, idx: u32, wqe: &[u8]) -> Taken {
         use transport::verbs::QpState as S;
-        let state = |port: &Port, qpn| port.engine().query_qp(qpn).map(|q| q.0);
+        let state = |port: &Port, qpn| {
+            let e = port.engine();
+            e.query_qp(qpn)
+                .map(|q| q.0)
+                .or_else(|_| e.query_rd_qp(qpn).map(|q| q.0)) // AD-11
+        };
         match self {
+            Post::Send {
+                qpn,
+                t: abi::verbs::QpType::Rd,
+                max_sge,
+                max_inline,
+            } => {
+                // AD-11: an RD QP's WQE names its EE context and destination.
+                let e = port.engine_mut();
+                let r = match decode_send_rd(wqe, max_sge, max_inline) {
+                    Ok((wr, dest)) => e.post_send_rd(qpn, wr, dest),
+                    Err((id, why)) => {
+                        counters.bad_wqes += 1;
+                        log::debug!("rd qp {qpn}: send WQE {idx} refused: {why:?}");
+                        e.post_send_rd_rejected(qpn, id, WcStatus::LocQpOpErr)
+                    }
+                };
+                match r {
+                    Ok(()) => Taken::Yes,
+                    Err(VerbError::QueueFull) => Taken::Later,
+                    Err(VerbError::InsufficientResources) => over_budget(counters),
+                    Err(VerbError::InvalidWr)
+                        if !matches!(state(port, qpn), Ok(S::Rts | S::Sqe | S::Error)) =>
+                    {
+                        Taken::Later
+                    }
+                    Err(e) => {
+                        counters.bad_wqes += 1;
+                        log::debug!("rd qp {qpn}: send WQE {idx} refused by the engine: {e:?}");
+                        let id = u64::from_le_bytes(wqe[..8].try_into().expect("8 bytes"));
+                        let _ =
+                            port.engine_mut()
+                                .post_send_rd_rejected(qpn, id, WcStatus::LocQpOpErr);
+                        Taken::Yes
+                    }
+                }
+            }
             Post::Send {
                 qpn,
                 t,
@@ -661,11 +745,21 @@ impl Hca {
             ..Default::default()
         };
         let t = transport::verbs::Time(now.as_nanos() as u64);
-        if let Err(e) =
-            self.port
-                .engine_mut()
-                .modify_qp(qpn, &attr, transport::verbs::AttrMask::STATE, t)
-        {
+        let engine = self.port.engine_mut();
+        let r = if engine.query_rd_qp(qpn).is_ok() {
+            // AD-11: an RD QP is modified through its own verb.
+            engine.modify_rd_qp(
+                qpn,
+                &transport::verbs::RdQpAttr {
+                    state: transport::verbs::QpState::Error,
+                    qkey: None,
+                    access: None,
+                },
+            )
+        } else {
+            engine.modify_qp(qpn, &attr, transport::verbs::AttrMask::STATE, t)
+        };
+        if let Err(e) = r {
             log::warn!("qp {qpn}: cannot move to Error: {e:?}");
         }
     }

@@ -2350,6 +2350,9 @@ struct Live {
     mws: Vec<u32>,
     /// QPs a successful ATTACH_MCAST named (AD-08).
     attached: Vec<u32>,
+    /// RD domains and EE contexts (AD-11).
+    rdds: Vec<u32>,
+    eecs: Vec<u32>,
 }
 
 impl Live {
@@ -2373,6 +2376,8 @@ impl Live {
             Opcode::CreateQp => self.qps.push(n),
             Opcode::RegMr => self.keys.push(n),
             Opcode::AllocMw => self.mws.push(n),
+            Opcode::AllocRdd => self.rdds.push(n),
+            Opcode::CreateEec => self.eecs.push(n),
             _ => {}
         }
     }
@@ -2392,6 +2397,9 @@ impl Live {
         let mut mgid = [0u8; 16];
         mgid[0] = 0xff;
         self.attached = hca.port.engine_mut().mcast_members(&mgid);
+        let e = hca.port.engine();
+        self.rdds.retain(|d| e.query_rdd(*d).is_some());
+        self.eecs.retain(|n| e.query_eec(*n).is_ok());
     }
 }
 
@@ -2419,7 +2427,48 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
     };
     let pick = Live::pick;
     match op {
-        Opcode::Nop | Opcode::QueryDevice | Opcode::AllocPd | Opcode::AllocXrcd => Vec::new(),
+        Opcode::Nop
+        | Opcode::QueryDevice
+        | Opcode::AllocPd
+        | Opcode::AllocXrcd
+        | Opcode::AllocRdd => Vec::new(),
+        // AD-11: RD domain and EE context numbers of a few, attributes
+        // mostly in range.
+        Opcode::DeallocRdd => bytes(&device::abi::cmd::DeallocRddIn {
+            rddn: pick(r, &live.rdds),
+        }),
+        Opcode::CreateEec => bytes(&device::abi::cmd::CreateEecIn {
+            rddn: pick(r, &live.rdds),
+        }),
+        Opcode::QueryEec => bytes(&device::abi::cmd::QueryEecIn {
+            eecn: pick(r, &live.eecs),
+        }),
+        Opcode::DestroyEec => bytes(&device::abi::cmd::DestroyEecIn {
+            eecn: pick(r, &live.eecs),
+        }),
+        Opcode::ModifyEec => bytes(&device::abi::cmd::ModifyEecIn {
+            eecn: pick(r, &live.eecs),
+            rsvd: 0,
+            attr: device::abi::cmd::EecAttr {
+                // Mostly the next state of Reset -> Init -> RTR -> RTS.
+                state: [1, 2, 3, 1, 2, 3, 0, 6, r.below(8) as u8][r.below(9) as usize],
+                path_mtu: 1 + r.below(5) as u8,
+                min_rnr_timer: r.below(32) as u8,
+                timeout: r.below(20) as u8,
+                retry_cnt: r.below(9) as u8,
+                rnr_retry: r.below(9) as u8,
+                pkey_index: u16::from(r.below(8) == 0),
+                remote_eecn: pick(r, &live.eecs),
+                rq_psn: r.next() as u32,
+                sq_psn: r.next() as u32,
+                rsvd: 0,
+                av: device::abi::cmd::Av {
+                    dlid: 1 + r.below(3) as u16,
+                    port_num: 1,
+                    ..Default::default()
+                },
+            },
+        }),
         // An XRC domain number of a few (SR-02).
         Opcode::DeallocXrcd => bytes(&device::abi::cmd::DeallocXrcdIn {
             xrcdn: r.below(4) as u32,
@@ -2521,7 +2570,12 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
         }),
         Opcode::CreateQp => {
             let srq = r.chance(30);
-            let qp_type = if r.chance(80) {
+            // AD-11: some RD QPs, in a live RD domain, without an SRQ.
+            let rd = r.chance(10);
+            let srq = srq && !rd;
+            let qp_type = if rd {
+                QpType::Rd.raw()
+            } else if r.chance(80) {
                 [QpType::Rc, QpType::Uc, QpType::Ud][r.below(3) as usize].raw()
             } else {
                 r.below(6) as u8
@@ -2539,7 +2593,13 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
                 pdn: pick(r, &live.pds),
                 send_cqn: pick(r, &live.cqs),
                 recv_cqn: pick(r, &live.cqs),
-                srqn: if srq { pick(r, &live.srqs) } else { 0 },
+                srqn: if srq {
+                    pick(r, &live.srqs)
+                } else if rd {
+                    device::abi::verbs::num::NONE
+                } else {
+                    0
+                },
                 cap: QpCap {
                     max_send_wr: r.below((1 << sq_log2) + 1) as u32,
                     max_recv_wr: if srq {
@@ -2554,7 +2614,7 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
                 uar: uar(r),
                 db_slot: slot(r),
                 rsvd1: [0; 2],
-                xrcdn: 0,
+                xrcdn: if rd { pick(r, &live.rdds) } else { 0 },
                 sq: fuzz_pbl(r),
                 rq: if srq { Pbl::default() } else { fuzz_pbl(r) },
             })

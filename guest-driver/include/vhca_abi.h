@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 3.3.
+ * vhca_abi.h: the vhca device ABI, version 3.4.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -70,9 +70,11 @@ typedef uint64_t __u64;
  * max_vl_num (AD-06), the alternate path in ModifyQpIn / QueryQpOut (AD-10)
  * and new counter names: each in reserved bytes or appended. Minor 3: the
  * address vector's pkey_index (reserved bytes before), a GSI send WQE's P_Key
- * index (AD-05, PV-03).
+ * index (AD-05, PV-03). Minor 4: Reliable Datagram (AD-11: ALLOC/DEALLOC_RDD,
+ * CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in CreateQpIn's
+ * xrcdn, the send WQE's RD segment).
  */
-#define VHCA_ABI_VERSION             0x00030003U
+#define VHCA_ABI_VERSION             0x00030004U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -640,6 +642,15 @@ enum vhca_qp_type {
 	 * and `port`.
 	 */
 	VHCA_QPT_XRC_TGT = 10,
+	/*
+	 * Reliable Datagram (AD-11; no `ibv_qp_type` number: Linux verbs have no
+	 * RD): in the RD domain CREATE_QP names in `xrcdn`; each send WQE names its
+	 * EE context, destination QP and Q_Key (`struct vhca_rd_seg`); SEND, RDMA
+	 * WRITE (with immediate) and RDMA READ. MODIFY_QP takes the state, Q_Key and
+	 * access flags only (the path, PSNs and timers are the EE context's,
+	 * MODIFY_EEC).
+	 */
+	VHCA_QPT_RD = 11,
 };
 
 /* SRQ types (`enum ibv_srq_type`). */
@@ -1154,6 +1165,25 @@ enum vhca_opcode {
 	VHCA_CMD_ALLOC_XRCD = 0x0012,
 	/* Close an XRC domain; BUSY while an XRC SRQ or XRC TGT QP is in it. */
 	VHCA_CMD_DEALLOC_XRCD = 0x0013,
+	/*
+	 * Allocate a Reliable Datagram domain (AD-11); NO_RESOURCES past the
+	 * device's bound.
+	 */
+	VHCA_CMD_ALLOC_RDD = 0x0014,
+	/* Deallocate an RD domain; BUSY while an EE context or RD QP is in it. */
+	VHCA_CMD_DEALLOC_RDD = 0x0015,
+	/* Create an EE context in an RD domain (AD-11), in Reset. */
+	VHCA_CMD_CREATE_EEC = 0x0080,
+	/*
+	 * Modify an EE context: Reset->Init (P_Key index), Init->RTR (path, MTU,
+	 * remote EECN, receive PSN, RNR timer), RTR->RTS (send PSN, timeout, retry
+	 * counts), RTS->RTS, any->Reset, any->Error.
+	 */
+	VHCA_CMD_MODIFY_EEC = 0x0081,
+	/* EE context attributes and RD domain. */
+	VHCA_CMD_QUERY_EEC = 0x0082,
+	/* Destroy an EE context; the messages it carries fail. */
+	VHCA_CMD_DESTROY_EEC = 0x0083,
 };
 
 /* Page-list (`struct vhca_pbl`) constants. */
@@ -1427,6 +1457,52 @@ enum vhca_gid_type {
 	/* RoCEv2: IPv4-mapped or IPv6 GID, UDP/IP encapsulation (A17). */
 	VHCA_GID_TYPE_ROCE_V2 = 2,
 };
+
+/*
+ * EE context attributes (AD-11; IBA 11.2.x Modify EEC). A MODIFY_EEC to
+ * `state` reads the fields of that transition: Reset->Init `pkey_index`;
+ * Init->RTR `av`, `path_mtu`, `remote_eecn`, `rq_psn`, `min_rnr_timer`;
+ * RTR->RTS `sq_psn`, `timeout`, `retry_cnt`, `rnr_retry`. QUERY_EEC returns
+ * all, with the current send and expected PSNs.
+ */
+struct vhca_eec_attr {
+	/* `enum vhca_qp_state` (no SQD or SQE). */
+	__u8 state;
+	/* `enum vhca_mtu`. */
+	__u8 path_mtu;
+	/* RNR NAK timer code (5 bits). */
+	__u8 min_rnr_timer;
+	/* Local ACK timeout exponent: 4.096 us * 2^timeout; 0 = none. */
+	__u8 timeout;
+	/* 0..=7. */
+	__u8 retry_cnt;
+	/* 0..=7; 7 = infinite. */
+	__u8 rnr_retry;
+	__u16 pkey_index;
+	/* The peer's EE context (24 bits, nonzero). */
+	__u32 remote_eecn;
+	/* Expected PSN (24 bits). */
+	__u32 rq_psn;
+	/* Send PSN (24 bits). */
+	__u32 sq_psn;
+	/* Zero. */
+	__u32 rsvd;
+	/* The path to the peer. */
+	struct vhca_av av;
+};
+_Static_assert(sizeof(struct vhca_eec_attr) == 64, "vhca_eec_attr: size");
+_Static_assert(offsetof(struct vhca_eec_attr, state) == 0, "vhca_eec_attr.state");
+_Static_assert(offsetof(struct vhca_eec_attr, path_mtu) == 1, "vhca_eec_attr.path_mtu");
+_Static_assert(offsetof(struct vhca_eec_attr, min_rnr_timer) == 2, "vhca_eec_attr.min_rnr_timer");
+_Static_assert(offsetof(struct vhca_eec_attr, timeout) == 3, "vhca_eec_attr.timeout");
+_Static_assert(offsetof(struct vhca_eec_attr, retry_cnt) == 4, "vhca_eec_attr.retry_cnt");
+_Static_assert(offsetof(struct vhca_eec_attr, rnr_retry) == 5, "vhca_eec_attr.rnr_retry");
+_Static_assert(offsetof(struct vhca_eec_attr, pkey_index) == 6, "vhca_eec_attr.pkey_index");
+_Static_assert(offsetof(struct vhca_eec_attr, remote_eecn) == 8, "vhca_eec_attr.remote_eecn");
+_Static_assert(offsetof(struct vhca_eec_attr, rq_psn) == 12, "vhca_eec_attr.rq_psn");
+_Static_assert(offsetof(struct vhca_eec_attr, sq_psn) == 16, "vhca_eec_attr.sq_psn");
+_Static_assert(offsetof(struct vhca_eec_attr, rsvd) == 20, "vhca_eec_attr.rsvd");
+_Static_assert(offsetof(struct vhca_eec_attr, av) == 24, "vhca_eec_attr.av");
 
 /*
  * QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
@@ -1924,7 +2000,9 @@ struct vhca_create_qp_in {
 	__u32 uar;
 	__u16 db_slot;
 	__u8 rsvd1[2];
-	/* XRC_TGT: its XRC domain (SR-02); else zero. */
+	/*
+	 * XRC_TGT: its XRC domain (SR-02); RD: its RD domain (AD-11); else zero.
+	 */
 	__u32 xrcdn;
 	/* SQ ring. */
 	struct vhca_pbl sq;
@@ -2153,6 +2231,74 @@ struct vhca_dealloc_xrcd_in {
 _Static_assert(sizeof(struct vhca_dealloc_xrcd_in) == 4, "vhca_dealloc_xrcd_in: size");
 _Static_assert(offsetof(struct vhca_dealloc_xrcd_in, xrcdn) == 0, "vhca_dealloc_xrcd_in.xrcdn");
 
+/* ALLOC_RDD output. */
+struct vhca_alloc_rdd_out {
+	__u32 rddn;
+};
+_Static_assert(sizeof(struct vhca_alloc_rdd_out) == 4, "vhca_alloc_rdd_out: size");
+_Static_assert(offsetof(struct vhca_alloc_rdd_out, rddn) == 0, "vhca_alloc_rdd_out.rddn");
+
+/* DEALLOC_RDD input. */
+struct vhca_dealloc_rdd_in {
+	__u32 rddn;
+};
+_Static_assert(sizeof(struct vhca_dealloc_rdd_in) == 4, "vhca_dealloc_rdd_in: size");
+_Static_assert(offsetof(struct vhca_dealloc_rdd_in, rddn) == 0, "vhca_dealloc_rdd_in.rddn");
+
+/* CREATE_EEC input. */
+struct vhca_create_eec_in {
+	/* The RD domain the EE context belongs to. */
+	__u32 rddn;
+};
+_Static_assert(sizeof(struct vhca_create_eec_in) == 4, "vhca_create_eec_in: size");
+_Static_assert(offsetof(struct vhca_create_eec_in, rddn) == 0, "vhca_create_eec_in.rddn");
+
+/* CREATE_EEC output. */
+struct vhca_create_eec_out {
+	/* 24 bits, nonzero: what the peer's RDETH names. */
+	__u32 eecn;
+};
+_Static_assert(sizeof(struct vhca_create_eec_out) == 4, "vhca_create_eec_out: size");
+_Static_assert(offsetof(struct vhca_create_eec_out, eecn) == 0, "vhca_create_eec_out.eecn");
+
+/* MODIFY_EEC input (mailbox). */
+struct vhca_modify_eec_in {
+	__u32 eecn;
+	/* Zero. */
+	__u32 rsvd;
+	struct vhca_eec_attr attr;
+};
+_Static_assert(sizeof(struct vhca_modify_eec_in) == 72, "vhca_modify_eec_in: size");
+_Static_assert(offsetof(struct vhca_modify_eec_in, eecn) == 0, "vhca_modify_eec_in.eecn");
+_Static_assert(offsetof(struct vhca_modify_eec_in, rsvd) == 4, "vhca_modify_eec_in.rsvd");
+_Static_assert(offsetof(struct vhca_modify_eec_in, attr) == 8, "vhca_modify_eec_in.attr");
+
+/* QUERY_EEC input. */
+struct vhca_query_eec_in {
+	__u32 eecn;
+};
+_Static_assert(sizeof(struct vhca_query_eec_in) == 4, "vhca_query_eec_in: size");
+_Static_assert(offsetof(struct vhca_query_eec_in, eecn) == 0, "vhca_query_eec_in.eecn");
+
+/* QUERY_EEC output (mailbox). */
+struct vhca_query_eec_out {
+	__u32 rddn;
+	/* Zero. */
+	__u32 rsvd;
+	struct vhca_eec_attr attr;
+};
+_Static_assert(sizeof(struct vhca_query_eec_out) == 72, "vhca_query_eec_out: size");
+_Static_assert(offsetof(struct vhca_query_eec_out, rddn) == 0, "vhca_query_eec_out.rddn");
+_Static_assert(offsetof(struct vhca_query_eec_out, rsvd) == 4, "vhca_query_eec_out.rsvd");
+_Static_assert(offsetof(struct vhca_query_eec_out, attr) == 8, "vhca_query_eec_out.attr");
+
+/* DESTROY_EEC input. */
+struct vhca_destroy_eec_in {
+	__u32 eecn;
+};
+_Static_assert(sizeof(struct vhca_destroy_eec_in) == 4, "vhca_destroy_eec_in: size");
+_Static_assert(offsetof(struct vhca_destroy_eec_in, eecn) == 0, "vhca_destroy_eec_in.eecn");
+
 /*
  * Commands: opcode, input, output.
  * VHCA_CMD_NOP: in -; out -.
@@ -2198,6 +2344,14 @@ _Static_assert(offsetof(struct vhca_dealloc_xrcd_in, xrcdn) == 0, "vhca_dealloc_
  * VHCA_CMD_DETACH_MCAST: in struct vhca_mcast_in (inline); out -.
  * VHCA_CMD_ALLOC_XRCD: in -; out struct vhca_alloc_xrcd_out (inline).
  * VHCA_CMD_DEALLOC_XRCD: in struct vhca_dealloc_xrcd_in (inline); out -.
+ * VHCA_CMD_ALLOC_RDD: in -; out struct vhca_alloc_rdd_out (inline).
+ * VHCA_CMD_DEALLOC_RDD: in struct vhca_dealloc_rdd_in (inline); out -.
+ * VHCA_CMD_CREATE_EEC: in struct vhca_create_eec_in (inline); out struct
+ *     vhca_create_eec_out (inline).
+ * VHCA_CMD_MODIFY_EEC: in struct vhca_modify_eec_in (mailbox); out -.
+ * VHCA_CMD_QUERY_EEC: in struct vhca_query_eec_in (inline); out struct
+ *     vhca_query_eec_out (mailbox).
+ * VHCA_CMD_DESTROY_EEC: in struct vhca_destroy_eec_in (inline); out -.
  */
 #define VHCA_CMD_IN_MAILBOX(type) (sizeof(type) > VHCA_CMD_INLINE_SIZE)
 
@@ -2251,24 +2405,24 @@ static inline int vhca_status_errno(unsigned int status)
  * doorbell slot covers it; it has no owner bit.
  *
  * Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP,
- * struct vhca_ud_seg, on an XRC_INI QP, struct vhca_xrc_seg; then for
- * RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ a struct vhca_raddr_seg, and
- * for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a struct vhca_raddr_seg followed
- * by a struct vhca_atomic_seg; for FLUSH and ATOMIC_WRITE (IBA 1.5 Memory
- * Placement Extensions, RC only, ctrl.len = 0, no data) a struct
- * vhca_raddr_seg followed by a struct vhca_atomic_seg whose compare_add is
- * the FLUSH's length or the 8 bytes the ATOMIC WRITE stores (FLUSH:
- * ctrl.imm_or_inv = placement type | selectivity level << 4); for BIND_MW a
- * struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the window's current
- * R_Key); for REG_MR a struct vhca_reg_mr_seg (ctrl.len = 0, ctrl.imm_or_inv
- * = the MR's key after the registration: the index of a fast-registration MR,
- * a new key byte); LOCAL_INV has the control segment only (ctrl.len = 0,
- * ctrl.imm_or_inv = the R_Key to invalidate); then the data: ctrl.len SGEs
- * (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len bytes of inline
- * data. Everything must fit in the stride: a WQE that does not, an unknown
- * opcode, or an opcode the QP's service does not allow completes with an
- * error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the device
- * (ARCHITECTURE.md §2, §9).
+ * struct vhca_ud_seg, on an XRC_INI QP, struct vhca_xrc_seg, on an RD QP,
+ * struct vhca_rd_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ
+ * a struct vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a
+ * struct vhca_raddr_seg followed by a struct vhca_atomic_seg; for FLUSH and
+ * ATOMIC_WRITE (IBA 1.5 Memory Placement Extensions, RC only, ctrl.len = 0,
+ * no data) a struct vhca_raddr_seg followed by a struct vhca_atomic_seg whose
+ * compare_add is the FLUSH's length or the 8 bytes the ATOMIC WRITE stores
+ * (FLUSH: ctrl.imm_or_inv = placement type | selectivity level << 4); for
+ * BIND_MW a struct vhca_bind_seg (ctrl.len = 0, ctrl.imm_or_inv = the
+ * window's current R_Key); for REG_MR a struct vhca_reg_mr_seg (ctrl.len = 0,
+ * ctrl.imm_or_inv = the MR's key after the registration: the index of a
+ * fast-registration MR, a new key byte); LOCAL_INV has the control segment
+ * only (ctrl.len = 0, ctrl.imm_or_inv = the R_Key to invalidate); then the
+ * data: ctrl.len SGEs (struct vhca_sge), or, with VHCA_SEND_INLINE, ctrl.len
+ * bytes of inline data. Everything must fit in the stride: a WQE that does
+ * not, an unknown opcode, or an opcode the QP's service does not allow
+ * completes with an error CQE (VHCA_WC_LOC_QP_OP_ERR) and never crashes the
+ * device (ARCHITECTURE.md §2, §9).
  *
  * Receive WQE (RQ and SRQ): struct vhca_recv_ctrl, then num_sge SGEs. For UD,
  * the first 40 bytes of the buffers receive the GRH (undefined when the CQE
@@ -2345,6 +2499,25 @@ struct vhca_xrc_seg {
 _Static_assert(sizeof(struct vhca_xrc_seg) == 16, "vhca_xrc_seg: size");
 _Static_assert(offsetof(struct vhca_xrc_seg, remote_srqn) == 0, "vhca_xrc_seg.remote_srqn");
 _Static_assert(offsetof(struct vhca_xrc_seg, rsvd) == 4, "vhca_xrc_seg.rsvd");
+
+/*
+ * RD segment (RD QPs, AD-11): the local EE context that carries the message,
+ * the destination QP and the Q_Key it checks (a Q_Key with bit 31 set means
+ * the QP's own, as UD).
+ */
+struct vhca_rd_seg {
+	/* 24 bits. */
+	__u32 eecn;
+	/* 24 bits. */
+	__u32 remote_qpn;
+	__u32 remote_qkey;
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_rd_seg) == 16, "vhca_rd_seg: size");
+_Static_assert(offsetof(struct vhca_rd_seg, eecn) == 0, "vhca_rd_seg.eecn");
+_Static_assert(offsetof(struct vhca_rd_seg, remote_qpn) == 4, "vhca_rd_seg.remote_qpn");
+_Static_assert(offsetof(struct vhca_rd_seg, remote_qkey) == 8, "vhca_rd_seg.remote_qkey");
+_Static_assert(offsetof(struct vhca_rd_seg, rsvd) == 12, "vhca_rd_seg.rsvd");
 
 /* Remote address segment (RDMA and ATOMIC). */
 struct vhca_raddr_seg {

@@ -12,7 +12,7 @@ use device::abi::cqe::{entry_const, owner_bit, Cqe, Eqe, EqeType};
 use device::abi::uar::{cq_arm, uar};
 use device::abi::verbs::{send_flags, QpType, WcOpcode, WcStatus, WrOpcode};
 use device::abi::wqe::{
-    AtomicSeg, BindSeg, RaddrSeg, RecvCtrl, RegMrSeg, SendCtrl, Sge, UdSeg, XrcSeg,
+    AtomicSeg, BindSeg, RaddrSeg, RdSeg, RecvCtrl, RegMrSeg, SendCtrl, Sge, UdSeg, XrcSeg,
 };
 
 use crate::guest;
@@ -42,6 +42,9 @@ pub struct SendWr {
     pub reg: Option<RegMrSeg>,
     /// XRC_INI QPs: the target's XRC SRQ (`struct vhca_xrc_seg`; SR-02).
     pub xrc_srqn: Option<u32>,
+    /// RD QPs: the EE context, destination QP and Q_Key (`struct
+    /// vhca_rd_seg`; AD-11).
+    pub rd: Option<RdSeg>,
 }
 
 impl SendWr {
@@ -59,6 +62,7 @@ impl SendWr {
             bind: None,
             reg: None,
             xrc_srqn: None,
+            rd: None,
         }
     }
 
@@ -205,6 +209,18 @@ impl SendWr {
         self
     }
 
+    /// RD QPs (AD-11): send through EE context `eecn` to QP `remote_qpn`
+    /// with Q_Key `qkey`.
+    pub fn rd(mut self, eecn: u32, remote_qpn: u32, qkey: u32) -> SendWr {
+        self.rd = Some(RdSeg {
+            eecn,
+            remote_qpn,
+            remote_qkey: qkey,
+            rsvd: 0,
+        });
+        self
+    }
+
     /// The XRC SRQ of the target an XRC_INI QP's WR goes to (SR-02).
     pub fn xrc(mut self, srqn: u32) -> SendWr {
         self.xrc_srqn = Some(srqn);
@@ -325,6 +341,9 @@ pub fn encode_send(wr: &SendWr, t: QpType) -> Result<Vec<u8>, PostError> {
             rsvd: [0; 12],
         };
         v.extend_from_slice(&seg.to_bytes());
+    }
+    if t == QpType::Rd {
+        v.extend_from_slice(&wr.rd.ok_or(PostError::NoDestination)?.to_bytes());
     }
     if has_raddr(wr.opcode) {
         let (addr, rkey) = wr.remote.unwrap_or((0, 0));

@@ -639,3 +639,62 @@ pub enum Event {
 /// The GRH of a received UD message, as `ibv_grh` puts it in the receive buffer's
 /// first 40 bytes.
 pub type ReceivedGrh = GrhRepr;
+
+/// Where a Reliable Datagram send WR goes (AD-11; IBA 9.7.x, seed 002 "Reliable
+/// Datagram": every WR names the EE context it travels on): the local EE
+/// context, the destination QP and the Q_Key the destination checks (C9-50).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RdDest {
+    /// The local EE context (EECN) that carries the message.
+    pub eecn: u32,
+    pub remote_qpn: u32,
+    /// A Q_Key with its high bit set means "use the QP's own" (as UD, PV-05).
+    pub remote_qkey: u32,
+}
+
+/// Create-QP parameters of an RD QP (AD-11): as [`QpInit`] for the queues, and
+/// the RD domain it belongs to (seed 001 "invalid RDD": an RD QP is created in
+/// an RDD). No SRQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RdQpInit {
+    pub pd: Handle,
+    pub rdd: Handle,
+    pub send_cq: Handle,
+    pub recv_cq: Handle,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+}
+
+/// What a modify of an RD QP sets (AD-11): the state it moves to, and the
+/// Q_Key and remote access rights it sets on the transitions that take them
+/// (seed 001 table: Q_Key and RDMA enables for RD at Reset->Init and after).
+/// An RD QP has no path, PSNs or timers: those are its EE contexts'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RdQpAttr {
+    pub state: QpState,
+    pub qkey: Option<u32>,
+    pub access: Option<Access>,
+}
+
+/// EE context attributes (AD-11; IBA 11.2.x Modify EEC, seed 001: the EEC moves
+/// through Reset, Init, RTR, RTS and Error like a QP, but has no SQE). A
+/// modify to `state` takes the fields that transition sets: Reset->Init the
+/// P_Key index; Init->RTR the path (`av`, `path_mtu`), the remote EECN, the
+/// receive PSN and the RNR NAK timer; RTR->RTS the send PSN, the local ACK
+/// timeout and the retry counts. Other fields are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct EecAttr {
+    pub pkey_index: u16,
+    pub av: AddressVector,
+    pub path_mtu: Mtu,
+    pub remote_eecn: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout exponent: 4.096 us * 2^timeout; 0 = infinite (RL-10).
+    pub timeout: u8,
+    /// Transport retries, 0..=7 (RL-10).
+    pub retry_cnt: u8,
+    /// RNR retries, 0..=7; 7 means infinite (RL-11).
+    pub rnr_retry: u8,
+}

@@ -144,6 +144,9 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         credit_acks_sent,
         path_migrations,
         path_migration_errors,
+        // AD-11: Reliable Datagram has no guest ABI yet; its counters are in
+        // the engine's report (`counters_out`), not in QUERY_COUNTERS.
+        rd: _,
     } = c;
     [
         *rx_packets,

@@ -38,7 +38,10 @@ abi_consts! {
         /// (AD-10) and new counter names: each in reserved bytes or appended.
         /// Minor 3: the address vector's pkey_index (reserved bytes before),
         /// a GSI send WQE's P_Key index (AD-05, PV-03).
-        ABI_VERSION = 0x0003_0003,
+        /// Minor 4: Reliable Datagram (AD-11: ALLOC/DEALLOC_RDD,
+        /// CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in
+        /// CreateQpIn's xrcdn, the send WQE's RD segment).
+        ABI_VERSION = 0x0003_0004,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

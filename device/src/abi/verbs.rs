@@ -27,6 +27,13 @@ abi_enum! {
         /// names (PV-08); no rings, doorbell slot, PD or CQ: CREATE_QP reads
         /// only `xrcdn` and `port`.
         XrcTgt = 10,
+        /// Reliable Datagram (AD-11; no `ibv_qp_type` number: Linux verbs
+        /// have no RD): in the RD domain CREATE_QP names in `xrcdn`; each send
+        /// WQE names its EE context, destination QP and Q_Key (`struct
+        /// vhca_rd_seg`); SEND, RDMA WRITE (with immediate) and RDMA READ.
+        /// MODIFY_QP takes the state, Q_Key and access flags only (the path,
+        /// PSNs and timers are the EE context's, MODIFY_EEC).
+        Rd = 11,
     }
 }
 

@@ -13,7 +13,7 @@ index) is at byte (i mod size) * stride of the ring's page list. Send strides ar
 basic blocks (VHCA_SQ_MIN_WQE_SHIFT); receive strides start at 32 bytes. A WQE is valid \
 because the producer index in the doorbell slot covers it; it has no owner bit.\n\n\
 Send WQE, in this order: struct vhca_send_ctrl; then, on a UD or GSI QP, struct \
-vhca_ud_seg, on an XRC_INI QP, struct vhca_xrc_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ a struct \
+vhca_ud_seg, on an XRC_INI QP, struct vhca_xrc_seg, on an RD QP, struct vhca_rd_seg; then for RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ a struct \
 vhca_raddr_seg, and for ATOMIC_CMP_SWAP and ATOMIC_FETCH_ADD a struct vhca_raddr_seg \
 followed by a struct vhca_atomic_seg; for FLUSH and ATOMIC_WRITE (IBA 1.5 Memory \
 Placement Extensions, RC only, ctrl.len = 0, no data) a struct vhca_raddr_seg followed by \
@@ -78,6 +78,20 @@ abi_struct! {
         pub remote_qkey: u32,
         /// Where to.
         pub av: Av,
+    }
+}
+
+abi_struct! {
+    /// RD segment (RD QPs, AD-11): the local EE context that carries the
+    /// message, the destination QP and the Q_Key it checks (a Q_Key with bit
+    /// 31 set means the QP's own, as UD).
+    pub struct RdSeg (16) {
+        /// 24 bits.
+        pub eecn: u32,
+        /// 24 bits.
+        pub remote_qpn: u32,
+        pub remote_qkey: u32,
+        pub rsvd: u32,
     }
 }
 
@@ -201,6 +215,7 @@ pub fn section() -> Section {
             Entry::Struct(entry::<SendCtrl>()),
             Entry::Struct(entry::<UdSeg>()),
             Entry::Struct(entry::<XrcSeg>()),
+            Entry::Struct(entry::<RdSeg>()),
             Entry::Struct(entry::<RaddrSeg>()),
             Entry::Struct(entry::<AtomicSeg>()),
             Entry::Struct(entry::<BindSeg>()),

@@ -20,6 +20,7 @@ mod mcast;
 mod mr;
 mod port;
 mod qp;
+mod rd;
 mod srq;
 mod staged;
 mod xrc;
@@ -267,6 +268,8 @@ pub enum Syndrome {
     Budget = 42,
     /// No XRC domain has this number (SR-02).
     NoXrcd = 43,
+    /// No RD domain has this number (AD-11).
+    NoRdd = 44,
     /// The engine refused; the status says why.
     Engine = 0x100,
     /// Not a refusal: the command waits for a heavy piece done without the
@@ -862,5 +865,11 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::DetachMcast => run_in(x, detach_mcast),
         Opcode::AllocXrcd => run_out(x, xrc::alloc_xrcd),
         Opcode::DeallocXrcd => run_in(x, xrc::dealloc_xrcd),
+        Opcode::AllocRdd => run_out(x, rd::alloc_rdd),
+        Opcode::DeallocRdd => run_in(x, rd::dealloc_rdd),
+        Opcode::CreateEec => run(x, rd::create_eec),
+        Opcode::ModifyEec => run_in(x, rd::modify_eec),
+        Opcode::QueryEec => run(x, rd::query_eec),
+        Opcode::DestroyEec => run_in(x, rd::destroy_eec),
     }
 }

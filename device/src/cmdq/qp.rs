@@ -8,7 +8,7 @@ use crate::abi::cmd::{
     QueryQpOut, Status,
 };
 use crate::abi::verbs::{num, qp_attr_mask, Mtu, QpState, QpType};
-use crate::abi::wqe::{wqe_const, RaddrSeg, SendCtrl, Sge, UdSeg, XrcSeg};
+use crate::abi::wqe::{wqe_const, RaddrSeg, RdSeg, SendCtrl, Sge, UdSeg, XrcSeg};
 use crate::convert::{cap_to_abi, qp_attr_to_abi};
 use crate::hca::{Qp, SlotOwner};
 
@@ -30,6 +30,8 @@ fn send_headers(t: QpType) -> u32 {
         QpType::Rc | QpType::Uc => (SendCtrl::SIZE + RaddrSeg::SIZE) as u32,
         // SR-02: the XRC segment after the control segment.
         QpType::XrcIni | QpType::XrcTgt => (SendCtrl::SIZE + XrcSeg::SIZE + RaddrSeg::SIZE) as u32,
+        // AD-11: the RD segment after the control segment.
+        QpType::Rd => (SendCtrl::SIZE + RdSeg::SIZE + RaddrSeg::SIZE) as u32,
     }
 }
 
@@ -37,13 +39,19 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     reserved(i.rsvd0 == 0 && i.rsvd1 == [0; 2])?;
     let caps = x.hca.caps;
     let qp_type = QpType::from_raw(i.qp_type).ok_or(fail(Status::BadParam, Syndrome::QpType))?;
-    if qp_type != QpType::XrcTgt {
+    if !matches!(qp_type, QpType::XrcTgt | QpType::Rd) {
         reserved(i.xrcdn == 0)?;
     }
     let service = match qp_type {
         // SR-02: a TGT QP has nothing of what follows.
         QpType::XrcTgt => return super::xrc::create_tgt_qp(x, &i),
         QpType::XrcIni => tv::QpType::XrcIni,
+        // AD-11: queues as a UD QP's; the engine creates it as RD
+        // (`rd::create_qp`), which its RD domain makes it.
+        QpType::Rd => {
+            super::rd::check_create(x, &i)?;
+            tv::QpType::Ud
+        }
         QpType::Rc => tv::QpType::Rc,
         QpType::Uc => tv::QpType::Uc,
         QpType::Ud | QpType::Gsi => tv::QpType::Ud,
@@ -141,6 +149,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     };
     let qpn = match qp_type {
         QpType::Gsi => x.engine().create_gsi_qp(init)?,
+        QpType::Rd => super::rd::create_qp(x, &init, i.xrcdn)?,
         _ => x.engine().create_qp(init)?,
     };
     let mut qp = Qp {
@@ -171,7 +180,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     })
 }
 
-fn state_from_abi(raw: u8) -> Result<tv::QpState, Fail> {
+pub(super) fn state_from_abi(raw: u8) -> Result<tv::QpState, Fail> {
     let s = QpState::from_raw(raw).ok_or(fail(Status::BadParam, Syndrome::AttrValue))?;
     Ok(match s {
         QpState::Reset => tv::QpState::Reset,
@@ -184,7 +193,7 @@ fn state_from_abi(raw: u8) -> Result<tv::QpState, Fail> {
     })
 }
 
-fn mtu_from_abi(raw: u8) -> Result<tv::Mtu, Fail> {
+pub(super) fn mtu_from_abi(raw: u8) -> Result<tv::Mtu, Fail> {
     let m = Mtu::from_raw(raw).ok_or(fail(Status::BadParam, Syndrome::AttrValue))?;
     Ok(match m {
         Mtu::M256 => tv::Mtu::M256,
@@ -197,7 +206,7 @@ fn mtu_from_abi(raw: u8) -> Result<tv::Mtu, Fail> {
 
 /// An address vector from MODIFY_QP, every field in range (the data path's
 /// conversion masks instead, for WQEs it cannot refuse).
-fn av_from_abi(av: &Av) -> Result<tv::AddressVector, Fail> {
+pub(super) fn av_from_abi(av: &Av) -> Result<tv::AddressVector, Fail> {
     // pkey_index is a GSI send WQE's only (AD-05): reserved in a QP's path.
     reserved(av.pkey_index == 0 && av.rsvd2 == [0; 2])?;
     // 0: the QP's port; there is one.
@@ -311,6 +320,13 @@ pub(super) fn modify_qp(x: &mut Exec<'_>, i: ModifyQpIn) -> Result<(), Fail> {
         return Err(fail(Status::NotFound, Syndrome::NoQp));
     }
     let (attr, mask) = qp_attr_from_abi(&i.attr, &i.alt, i.attr_mask)?;
+    if x.hca
+        .qps
+        .get(&i.qpn)
+        .is_some_and(|q| q.qp_type == QpType::Rd)
+    {
+        return super::rd::modify_qp(x, i.qpn, &attr, mask);
+    }
     let now = time(x.now);
     // The engine's transition table checks the transition, the mask and the
     // values, and changes nothing on a refusal (QS-02).
@@ -335,10 +351,20 @@ pub(super) fn query_qp(x: &mut Exec<'_>, i: QueryQpIn) -> Result<QueryQpOut, Fai
         .qps
         .get(&i.qpn)
         .ok_or(fail(Status::NotFound, Syndrome::NoQp))?;
-    let (state, attr, _) = x.hca.port.engine().query_qp(i.qpn)?;
-    let mut out = qp_attr_to_abi(state, &attr, &qp.cap);
-    // QS-05: SQD's draining substate.
-    out.sq_draining = u8::from(x.hca.port.engine().sq_draining(i.qpn)?);
+    let engine = x.hca.port.engine();
+    let (out, attr) = if qp.qp_type == QpType::Rd {
+        // AD-11: an RD QP has a state and a Q_Key; its path is its EECs'.
+        (
+            super::rd::query_qp(engine, i.qpn, &qp.cap)?,
+            tv::QpAttr::default(),
+        )
+    } else {
+        let (state, attr, _) = engine.query_qp(i.qpn)?;
+        let mut out = qp_attr_to_abi(state, &attr, &qp.cap);
+        // QS-05: SQD's draining substate.
+        out.sq_draining = u8::from(engine.sq_draining(i.qpn)?);
+        (out, attr)
+    };
     Ok(QueryQpOut {
         attr: out,
         qp_type: qp.qp_type.raw(),
@@ -360,7 +386,15 @@ pub(super) fn destroy_qp(x: &mut Exec<'_>, i: DestroyQpIn) -> Result<(), Fail> {
     if !x.hca.qps.contains_key(&i.qpn) {
         return Err(fail(Status::NotFound, Syndrome::NoQp));
     }
-    x.engine().destroy_qp(i.qpn)?;
+    if x.hca
+        .qps
+        .get(&i.qpn)
+        .is_some_and(|q| q.qp_type == QpType::Rd)
+    {
+        x.engine().destroy_rd_qp(i.qpn)?;
+    } else {
+        x.engine().destroy_qp(i.qpn)?;
+    }
     let Some(qp) = x.hca.qps.remove(&i.qpn) else {
         return Ok(());
     };

@@ -644,3 +644,51 @@ impl Hca {
         self.srqs[&srq.srqn].slot
     }
 }
+
+/// Reliable Datagram commands (AD-11): RD domains and EE contexts.
+impl Hca {
+    /// ALLOC_RDD.
+    pub fn alloc_rdd(&mut self) -> Result<u32, CmdError> {
+        let o: device::abi::cmd::AllocRddOut = self.cmd(Opcode::AllocRdd, &Nothing)?;
+        Ok(o.rddn)
+    }
+
+    /// DEALLOC_RDD.
+    pub fn dealloc_rdd(&mut self, rddn: u32) -> Result<(), CmdError> {
+        self.cmd::<_, Nothing>(Opcode::DeallocRdd, &device::abi::cmd::DeallocRddIn { rddn })
+            .map(|_| ())
+    }
+
+    /// CREATE_EEC in RD domain `rddn`; its EECN.
+    pub fn create_eec(&mut self, rddn: u32) -> Result<u32, CmdError> {
+        let o: device::abi::cmd::CreateEecOut =
+            self.cmd(Opcode::CreateEec, &device::abi::cmd::CreateEecIn { rddn })?;
+        Ok(o.eecn)
+    }
+
+    /// MODIFY_EEC to `attr.state` with the fields of that transition.
+    pub fn modify_eec(
+        &mut self,
+        eecn: u32,
+        attr: &device::abi::cmd::EecAttr,
+    ) -> Result<(), CmdError> {
+        let input = device::abi::cmd::ModifyEecIn {
+            eecn,
+            rsvd: 0,
+            attr: *attr,
+        };
+        self.cmd::<_, Nothing>(Opcode::ModifyEec, &input)
+            .map(|_| ())
+    }
+
+    /// QUERY_EEC.
+    pub fn query_eec(&mut self, eecn: u32) -> Result<device::abi::cmd::QueryEecOut, CmdError> {
+        self.cmd(Opcode::QueryEec, &device::abi::cmd::QueryEecIn { eecn })
+    }
+
+    /// DESTROY_EEC.
+    pub fn destroy_eec(&mut self, eecn: u32) -> Result<(), CmdError> {
+        self.cmd::<_, Nothing>(Opcode::DestroyEec, &device::abi::cmd::DestroyEecIn { eecn })
+            .map(|_| ())
+    }
+}

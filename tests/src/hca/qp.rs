@@ -56,6 +56,8 @@ pub struct QpInit {
     pub layout: Layout,
     /// UAR page of the doorbell slot (None: the first free slot).
     pub uar: Option<u32>,
+    /// RD QPs: the RD domain (AD-11; CreateQpIn's `xrcdn`).
+    pub rdd: u32,
 }
 
 impl QpInit {
@@ -74,6 +76,15 @@ impl QpInit {
             sq_sig_all: false,
             layout: Layout::Scattered,
             uar: None,
+            rdd: 0,
+        }
+    }
+
+    /// An RD QP in RD domain `rdd` (AD-11).
+    pub fn rd(pd: Pd, cq: CqH, rdd: u32) -> QpInit {
+        QpInit {
+            rdd,
+            ..QpInit::new(QpType::Rd, pd, cq)
         }
     }
 
@@ -189,7 +200,8 @@ impl Hca {
     pub fn create_qp(&mut self, init: &QpInit) -> Result<QpH, CmdError> {
         let ud = matches!(init.qp_type, QpType::Ud | QpType::Gsi | QpType::Smi);
         let xrc = init.qp_type == QpType::XrcIni;
-        let headers = 16 + if ud { 48 } else { 0 } + if xrc { 16 } else { 0 } + 32;
+        let rd = init.qp_type == QpType::Rd;
+        let headers = 16 + if ud { 48 } else { 0 } + if xrc || rd { 16 } else { 0 } + 32;
         let data = (init.max_send_sge * Sge::SIZE as u32).max(init.max_inline);
         let sq_shift = log2_ceil(u64::from(headers + data)).max(wqe_const::SQ_MIN_WQE_SHIFT);
         assert!(sq_shift <= wqe_const::MAX_WQE_SHIFT, "send WQE too large");
@@ -235,7 +247,7 @@ impl Hca {
             uar: slot.uar,
             db_slot: slot.slot,
             rsvd1: [0; 2],
-            xrcdn: 0,
+            xrcdn: init.rdd,
             sq: sq.pbl,
             rq: rq.as_ref().map_or(Pbl::default(), |r| r.pbl),
         };
@@ -378,6 +390,12 @@ impl Hca {
                 a.qkey = o.qkey;
                 m::STATE | m::PKEY_INDEX | m::QKEY
             }
+            // AD-11: a Q_Key and the remote access rights.
+            QpType::Rd => {
+                a.qkey = o.qkey;
+                a.qp_access_flags = o.access;
+                m::STATE | m::QKEY | m::ACCESS_FLAGS
+            }
         };
         self.modify_qp(qp, mask, &a)
     }
@@ -437,6 +455,9 @@ impl Hca {
             // Linux's qp_state_table: an XRC_TGT QP has no requester attributes.
             a.timeout = o.timeout;
             m::STATE | m::TIMEOUT | m::SQ_PSN
+        } else if qp.qp_type == QpType::Rd {
+            // AD-11: the send PSN is the EE context's (MODIFY_EEC).
+            m::STATE
         } else {
             m::STATE | m::SQ_PSN
         };

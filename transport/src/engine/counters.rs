@@ -212,6 +212,8 @@ pub struct Counters {
     /// the alternate path of a QP that was not Armed (each also counted as
     /// the header check's drop).
     pub path_migration_errors: u64,
+    /// Reliable Datagram drops, NAKs and recovery, per reason (AD-11, PV-09).
+    pub rd: super::rd::RdCounters,
 }
 
 impl Counters {

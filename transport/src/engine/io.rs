@@ -74,6 +74,12 @@ impl Engine {
                 return;
             }
         };
+        if pkt.transport.bth.opcode.info().service == Service::Rd {
+            // WF-07, PV-09: RD packets are demultiplexed by their RDETH's EE
+            // context first (`rd`).
+            self.handle_rd_packet(&pkt, roce, mem, now);
+            return;
+        }
         let dest = pkt.transport.bth.dest_qp;
         if dest == MULTICAST_QPN {
             // PV-07: a copy for every attached QP, each through its checks.
@@ -130,6 +136,13 @@ impl Engine {
         now: Time,
         buf: &mut [u8],
     ) -> Option<usize> {
+        // AD-11: RD's EE contexts and the QPs take turns.
+        let rd_first = self.rd.active() && self.rd.take_turn();
+        if rd_first {
+            if let Some(len) = self.rd_poll_transmit(mem, now, buf) {
+                return Some(len);
+            }
+        }
         let mut fx = Effects::default();
         let mut out = None;
         if self.vl_arb {
@@ -182,6 +195,9 @@ impl Engine {
             }
         }
         self.finish(fx);
+        if out.is_none() && self.rd.active() && !rd_first {
+            out = self.rd_poll_transmit(mem, now, buf);
+        }
         out
     }
 
@@ -194,7 +210,12 @@ impl Engine {
         self.check_timers();
         #[cfg(debug_assertions)]
         self.check_port_window();
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let t = self.timers.peek().map(|Reverse((t, _))| *t);
+        if !self.rd.active() {
+            return t;
+        }
+        // AD-11: the EE contexts' timers.
+        [t, self.rd.next_deadline()].into_iter().flatten().min()
     }
 
     /// Makes [`Self::poll_timeout`] exact: drops the stale entries at the top
@@ -231,6 +252,9 @@ impl Engine {
     /// Fires every timer due at `now`: ACK timeouts (RL-10) and RNR waits (RL-11).
     /// Costs O(log QPs) per heap entry due, nothing per QP that is not.
     pub fn handle_timeout(&mut self, now: Time) {
+        if self.rd.active() {
+            self.rd_handle_timeout(now); // AD-11
+        }
         let mut due = Vec::new();
         while let Some(&Reverse((t, qpn))) = self.timers.peek() {
             if t > now {

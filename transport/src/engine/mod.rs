@@ -34,7 +34,9 @@ pub use mcast::{
     MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_LID_BASE, MULTICAST_QPN,
 };
 mod pacing;
+mod rd;
 pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
+pub use rd::{RdCounters, MAX_EEC, MAX_RDD};
 mod port_window;
 pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
@@ -141,6 +143,8 @@ pub struct Engine {
     /// The QP that built the last packets and how many in a row
     /// (`io::TX_BURST`).
     tx_burst: (u32, u32),
+    /// Reliable Datagram: RDDs, EE contexts, RD QPs (AD-11, `rd`).
+    rd: rd::Rd,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -197,6 +201,7 @@ impl Engine {
             xrcds: xrc::Xrcds::default(),
             port_window: port_window::PortWindow::new(limits.port_window, ethernet),
             tx_burst: (0, 0),
+            rd: rd::Rd::default(),
         }
     }
 
@@ -536,7 +541,7 @@ impl Engine {
         if c.max_inline_data > self.limits.max_inline {
             return Err(VerbError::InvalidAttr);
         }
-        if self.qps.len() >= self.limits.max_qp {
+        if self.qp_total() >= self.limits.max_qp {
             return Err(VerbError::InsufficientResources);
         }
         let qpn = match fixed {
@@ -588,7 +593,8 @@ impl Engine {
         for _ in 0..psn::PSN_SPACE {
             let q = self.next_qpn;
             self.next_qpn = if q >= psn::PSN_MASK - 1 { 2 } else { q + 1 };
-            if !self.qps.contains_key(&q) {
+            // RD QPs (AD-11) share the QPN space: a packet's DestQP names one.
+            if !self.qps.contains_key(&q) && !self.rd.has_qp(q) {
                 return Some(q);
             }
         }
@@ -829,7 +835,11 @@ impl Engine {
     }
 
     /// Posts a receive WR to a QP's own RQ (refused in Reset; flushed in Error).
+    /// An RD QP's goes to [`Engine::post_recv_rd`] (AD-11).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbError> {
+        if self.rd.has_qp(qpn) {
+            return self.post_recv_rd(qpn, wr);
+        }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
         if qp.init.srq.is_some() || qp.init.qp_type.is_xrc() {
             // SR-02: neither XRC half has a receive queue.

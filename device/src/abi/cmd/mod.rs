@@ -13,11 +13,13 @@ mod mcast;
 mod mr;
 mod port;
 mod queues;
+mod rd;
 
 pub use mcast::*;
 pub use mr::*;
 pub use port::*;
 pub use queues::*;
+pub use rd::*;
 
 use transport::verbs::VerbError;
 
@@ -325,6 +327,21 @@ abi_enum! {
         AllocXrcd = 0x0012,
         /// Close an XRC domain; BUSY while an XRC SRQ or XRC TGT QP is in it.
         DeallocXrcd = 0x0013,
+        /// Allocate a Reliable Datagram domain (AD-11); NO_RESOURCES past
+        /// the device's bound.
+        AllocRdd = 0x0014,
+        /// Deallocate an RD domain; BUSY while an EE context or RD QP is in it.
+        DeallocRdd = 0x0015,
+        /// Create an EE context in an RD domain (AD-11), in Reset.
+        CreateEec = 0x0080,
+        /// Modify an EE context: Reset->Init (P_Key index), Init->RTR (path,
+        /// MTU, remote EECN, receive PSN, RNR timer), RTR->RTS (send PSN,
+        /// timeout, retry counts), RTS->RTS, any->Reset, any->Error.
+        ModifyEec = 0x0081,
+        /// EE context attributes and RD domain.
+        QueryEec = 0x0082,
+        /// Destroy an EE context; the messages it carries fail.
+        DestroyEec = 0x0083,
     }
 }
 
@@ -438,6 +455,12 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::DetachMcast => spec(op, e::<McastIn>(), None),
             Opcode::AllocXrcd => spec(op, None, e::<AllocXrcdOut>()),
             Opcode::DeallocXrcd => spec(op, e::<DeallocXrcdIn>(), None),
+            Opcode::AllocRdd => spec(op, None, e::<AllocRddOut>()),
+            Opcode::DeallocRdd => spec(op, e::<DeallocRddIn>(), None),
+            Opcode::CreateEec => spec(op, e::<CreateEecIn>(), e::<CreateEecOut>()),
+            Opcode::ModifyEec => spec(op, e::<ModifyEecIn>(), None),
+            Opcode::QueryEec => spec(op, e::<QueryEecIn>(), e::<QueryEecOut>()),
+            Opcode::DestroyEec => spec(op, e::<DestroyEecIn>(), None),
         })
         .collect()
 }
@@ -463,6 +486,7 @@ pub fn section() -> Section {
         Entry::Consts(rereg::layout()),
         Entry::Enum(MwType::layout()),
         Entry::Enum(GidType::layout()),
+        Entry::Struct(entry::<EecAttr>()),
     ];
     // Parameter structs in opcode order, each once (REG_MR and REREG_MR share
     // their output).

@@ -318,7 +318,8 @@ abi_struct! {
         pub uar: u32,
         pub db_slot: u16,
         pub rsvd1: [u8; 2],
-        /// XRC_TGT: its XRC domain (SR-02); else zero.
+        /// XRC_TGT: its XRC domain (SR-02); RD: its RD domain (AD-11); else
+        /// zero.
         pub xrcdn: u32,
         /// SQ ring.
         pub sq: Pbl,
