@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use transport::verbs::{
-    Access, MwType, QpState, RecvWr, SendData, VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Access, MwType, QpState, SendData, VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 const RW: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
@@ -247,16 +247,7 @@ fn mp_07_bind_waits_for_earlier_wqes_and_later_ones_see_it() {
         .unwrap();
     e.post_send(p.qb, bind_wr(2, mw, new, kb, WIN, WIN_LEN, RW))
         .unwrap();
-    net.nodes[0]
-        .engine
-        .post_recv(
-            p.qa,
-            RecvWr {
-                wr_id: 9,
-                sges: sge(MEM_BASE + 0x9000, 64, ka),
-            },
-        )
-        .unwrap();
+    recv(&mut net, 0, p.qa, 9, MEM_BASE + 0x9000, 64, ka);
     net.nodes[1]
         .engine
         .post_send(p.qb, send_wr(3, WrOpcode::Send, sge(MEM_BASE, 8, kb)))
@@ -283,16 +274,7 @@ fn mp_07_bind_waits_for_earlier_wqes_and_later_ones_see_it() {
 fn op_03_send_with_invalidate_frees_the_window_and_flags_the_receive() {
     let (mut net, p, ka, kb) = setup(8);
     let rkey = bind_on_b(&mut net, &p, p.qb, MwType::Type2, kb);
-    net.nodes[1]
-        .engine
-        .post_recv(
-            p.qb,
-            RecvWr {
-                wr_id: 7,
-                sges: sge(MEM_BASE + 0x9000, 4096, kb),
-            },
-        )
-        .unwrap();
+    recv(&mut net, 1, p.qb, 7, MEM_BASE + 0x9000, 4096, kb);
     // Multi-packet: SEND First, SEND Last with Invalidate (IETH on the last).
     let mut s = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 1500, ka));
     s.imm_or_inv = rkey;
@@ -323,16 +305,7 @@ fn op_03_send_with_invalidate_frees_the_window_and_flags_the_receive() {
 #[test]
 fn op_03_send_with_invalidate_of_an_mr_key_is_a_remote_invalid_request() {
     let (mut net, p, ka, kb) = setup(9);
-    net.nodes[1]
-        .engine
-        .post_recv(
-            p.qb,
-            RecvWr {
-                wr_id: 7,
-                sges: sge(MEM_BASE + 0x9000, 64, kb),
-            },
-        )
-        .unwrap();
+    recv(&mut net, 1, p.qb, 7, MEM_BASE + 0x9000, 64, kb);
     // o9-5.2.2 3): an MR's R_Key cannot be invalidated remotely.
     let mut s = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
     s.imm_or_inv = kb;
