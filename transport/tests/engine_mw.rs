@@ -161,11 +161,17 @@ fn mp_06_type1_window_rebind_and_zero_length_unbind() {
         .status,
         WcStatus::Success
     );
-    let mw = net.nodes[1].engine.mr_table().mw(k3).unwrap();
-    assert!(mw.binding().is_none());
-    assert_eq!(net.nodes[1].engine.mr_table().mr(kb).unwrap().windows(), 0);
+    assert_unbound(&mut net, &p, (ka, kb), k3, k1);
+}
+
+/// Window `mw` on node 1 is bound to nothing, MR `kb` has no window, and a
+/// WRITE from node 0 through `old` (a key the window had) is refused.
+fn assert_unbound(net: &mut Net, p: &Pair, (ka, kb): (u32, u32), mw: u32, old: u32) {
+    let t = net.nodes[1].engine.mr_table();
+    assert!(t.mw(mw).unwrap().binding().is_none());
+    assert_eq!(t.mr(kb).unwrap().windows(), 0);
     assert_eq!(
-        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(5, ka, 8, k1, WIN)).status,
+        post_wait(net, 0, p.qa, p.cq_a, write_wr(5, ka, 8, old, WIN)).status,
         WcStatus::RemAccessErr
     );
 }
@@ -288,18 +294,7 @@ fn op_03_send_with_invalidate_frees_the_window_and_flags_the_receive() {
     assert_eq!(c[0].byte_len, 1500);
     assert!(c[0].flags.contains(WcFlags::WITH_INV));
     assert_eq!(c[0].imm_data, rkey);
-    assert!(net.nodes[1]
-        .engine
-        .mr_table()
-        .mw(rkey)
-        .unwrap()
-        .binding()
-        .is_none());
-    assert_eq!(net.nodes[1].engine.mr_table().mr(kb).unwrap().windows(), 0);
-    assert_eq!(
-        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(2, ka, 8, rkey, WIN)).status,
-        WcStatus::RemAccessErr
-    );
+    assert_unbound(&mut net, &p, (ka, kb), rkey, rkey);
 }
 
 #[test]
