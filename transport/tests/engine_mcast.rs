@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use transport::engine::{Limits, RxDrop, MULTICAST_QPN};
 use transport::verbs::{
-    AddressVector, AttrMask, Completion, GlobalRoute, QpAttr, QpState, QpType, RecvWr, Sge, UdDest,
+    AddressVector, AttrMask, Completion, GlobalRoute, QpAttr, QpType, RecvWr, Sge, UdDest,
     VerbError, WcFlags, WcStatus, WrOpcode,
 };
 use transport::wire::crc::{icrc_native, vcrc};
@@ -316,23 +316,7 @@ fn pv_07_roce_multicast_goes_to_the_groups_mac_and_every_member() {
 /// Brings an RC QP to RTS with a path to `remote` that carries a GRH with
 /// DGID `dgid` when given.
 fn rc_up(net: &mut Net, node: usize, qp: u32, remote: u16, rqp: u32, dgid: Option<[u8; 16]>) {
-    let now = net.now;
-    let e = &mut net.nodes[node].engine;
-    let mut a = QpAttr {
-        state: Some(QpState::Init),
-        port_num: 1,
-        access: ALL_ACCESS,
-        ..QpAttr::default()
-    };
-    let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-    e.modify_qp(qp, &a, m, now).unwrap();
-    a.state = Some(QpState::Rtr);
-    a.path_mtu = transport::verbs::Mtu::M1024;
-    a.dest_qp_num = rqp;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.av = AddressVector {
+    let av = AddressVector {
         dlid: remote,
         grh: dgid.map(|dgid| GlobalRoute {
             dgid,
@@ -341,20 +325,14 @@ fn rc_up(net: &mut Net, node: usize, qp: u32, remote: u16, rqp: u32, dgid: Optio
         }),
         ..AddressVector::default()
     };
-    e.modify_qp(qp, &a, RC_RTR_MASK, now).unwrap();
-    a.state = Some(QpState::Rts);
-    a.sq_psn = 100;
-    a.timeout = 10;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    let m = AttrMask::STATE
-        | AttrMask::TIMEOUT
-        | AttrMask::RETRY_CNT
-        | AttrMask::RNR_RETRY
-        | AttrMask::SQ_PSN
-        | AttrMask::MAX_QP_RD_ATOMIC;
-    e.modify_qp(qp, &a, m, now).unwrap();
+    walk_to_rts(
+        net,
+        node,
+        qp,
+        &rc_attr(av, rqp, 100),
+        RC_RTR_MASK,
+        RC_RTS_MASK,
+    );
 }
 
 fn rc_qp(net: &mut Net, node: usize) -> (u32, u32) {
@@ -432,16 +410,7 @@ fn pv_04_rc_grh_presence_must_match_the_qp() {
     rc_up(&mut net, 1, plain, 1, 50, None);
     rc_up(&mut net, 1, global, 1, 51, Some(ga));
     for qp in [plain, global] {
-        net.nodes[1]
-            .engine
-            .post_recv(
-                qp,
-                RecvWr {
-                    wr_id: 1,
-                    sges: sge(MEM_BASE + 0x1000, 64, kb),
-                },
-            )
-            .unwrap();
+        recv(&mut net, 1, qp, 1, MEM_BASE + 0x1000, 64, kb);
     }
     let grh = GrhRepr {
         traffic_class: 0,
@@ -479,16 +448,7 @@ fn pv_04_rc_grh_gids_are_checked() {
     let (ga, gb) = gids(&net);
     let (qp, cq) = rc_qp(&mut net, 1);
     rc_up(&mut net, 1, qp, 1, 50, Some(ga));
-    net.nodes[1]
-        .engine
-        .post_recv(
-            qp,
-            RecvWr {
-                wr_id: 1,
-                sges: sge(MEM_BASE + 0x1000, 64, kb),
-            },
-        )
-        .unwrap();
+    recv(&mut net, 1, qp, 1, MEM_BASE + 0x1000, 64, kb);
     let good = GrhRepr {
         traffic_class: 0,
         flow_label: 0,

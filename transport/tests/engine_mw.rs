@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use transport::verbs::{
-    Access, MwType, QpState, RecvWr, SendData, VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Access, MwType, QpState, SendData, VerbError, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 const RW: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
@@ -161,11 +161,17 @@ fn mp_06_type1_window_rebind_and_zero_length_unbind() {
         .status,
         WcStatus::Success
     );
-    let mw = net.nodes[1].engine.mr_table().mw(k3).unwrap();
-    assert!(mw.binding().is_none());
-    assert_eq!(net.nodes[1].engine.mr_table().mr(kb).unwrap().windows(), 0);
+    assert_unbound(&mut net, &p, (ka, kb), k3, k1);
+}
+
+/// Window `mw` on node 1 is bound to nothing, MR `kb` has no window, and a
+/// WRITE from node 0 through `old` (a key the window had) is refused.
+fn assert_unbound(net: &mut Net, p: &Pair, (ka, kb): (u32, u32), mw: u32, old: u32) {
+    let t = net.nodes[1].engine.mr_table();
+    assert!(t.mw(mw).unwrap().binding().is_none());
+    assert_eq!(t.mr(kb).unwrap().windows(), 0);
     assert_eq!(
-        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(5, ka, 8, k1, WIN)).status,
+        post_wait(net, 0, p.qa, p.cq_a, write_wr(5, ka, 8, old, WIN)).status,
         WcStatus::RemAccessErr
     );
 }
@@ -247,16 +253,7 @@ fn mp_07_bind_waits_for_earlier_wqes_and_later_ones_see_it() {
         .unwrap();
     e.post_send(p.qb, bind_wr(2, mw, new, kb, WIN, WIN_LEN, RW))
         .unwrap();
-    net.nodes[0]
-        .engine
-        .post_recv(
-            p.qa,
-            RecvWr {
-                wr_id: 9,
-                sges: sge(MEM_BASE + 0x9000, 64, ka),
-            },
-        )
-        .unwrap();
+    recv(&mut net, 0, p.qa, 9, MEM_BASE + 0x9000, 64, ka);
     net.nodes[1]
         .engine
         .post_send(p.qb, send_wr(3, WrOpcode::Send, sge(MEM_BASE, 8, kb)))
@@ -283,16 +280,7 @@ fn mp_07_bind_waits_for_earlier_wqes_and_later_ones_see_it() {
 fn op_03_send_with_invalidate_frees_the_window_and_flags_the_receive() {
     let (mut net, p, ka, kb) = setup(8);
     let rkey = bind_on_b(&mut net, &p, p.qb, MwType::Type2, kb);
-    net.nodes[1]
-        .engine
-        .post_recv(
-            p.qb,
-            RecvWr {
-                wr_id: 7,
-                sges: sge(MEM_BASE + 0x9000, 4096, kb),
-            },
-        )
-        .unwrap();
+    recv(&mut net, 1, p.qb, 7, MEM_BASE + 0x9000, 4096, kb);
     // Multi-packet: SEND First, SEND Last with Invalidate (IETH on the last).
     let mut s = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 1500, ka));
     s.imm_or_inv = rkey;
@@ -306,33 +294,13 @@ fn op_03_send_with_invalidate_frees_the_window_and_flags_the_receive() {
     assert_eq!(c[0].byte_len, 1500);
     assert!(c[0].flags.contains(WcFlags::WITH_INV));
     assert_eq!(c[0].imm_data, rkey);
-    assert!(net.nodes[1]
-        .engine
-        .mr_table()
-        .mw(rkey)
-        .unwrap()
-        .binding()
-        .is_none());
-    assert_eq!(net.nodes[1].engine.mr_table().mr(kb).unwrap().windows(), 0);
-    assert_eq!(
-        post_wait(&mut net, 0, p.qa, p.cq_a, write_wr(2, ka, 8, rkey, WIN)).status,
-        WcStatus::RemAccessErr
-    );
+    assert_unbound(&mut net, &p, (ka, kb), rkey, rkey);
 }
 
 #[test]
 fn op_03_send_with_invalidate_of_an_mr_key_is_a_remote_invalid_request() {
     let (mut net, p, ka, kb) = setup(9);
-    net.nodes[1]
-        .engine
-        .post_recv(
-            p.qb,
-            RecvWr {
-                wr_id: 7,
-                sges: sge(MEM_BASE + 0x9000, 64, kb),
-            },
-        )
-        .unwrap();
+    recv(&mut net, 1, p.qb, 7, MEM_BASE + 0x9000, 64, kb);
     // o9-5.2.2 3): an MR's R_Key cannot be invalidated remotely.
     let mut s = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
     s.imm_or_inv = kb;

@@ -9,9 +9,7 @@ mod common;
 
 use common::*;
 use transport::engine::NakReason;
-use transport::verbs::{
-    Access, MwType, QpState, RecvWr, SendWr, VerbError, WcOpcode, WcStatus, WrOpcode,
-};
+use transport::verbs::{Access, MwType, QpState, SendWr, VerbError, WcOpcode, WcStatus, WrOpcode};
 use transport::wire::{AethSyndrome, NakCode, PacketRepr};
 
 const RW: Access = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0);
@@ -184,16 +182,7 @@ fn send_inv(
     kb: u32,
     rkey: u32,
 ) -> (WcStatus, WcStatus, Vec<AethSyndrome>) {
-    net.nodes[1]
-        .engine
-        .post_recv(
-            pair.qb,
-            RecvWr {
-                wr_id: 9,
-                sges: sge(MEM_BASE + 0x9000, 64, kb),
-            },
-        )
-        .unwrap();
+    recv(net, 1, pair.qb, 9, MEM_BASE + 0x9000, 64, kb);
     net.sniffed = Some(Vec::new());
     let mut s = send_wr(1, WrOpcode::SendWithInv, sge(MEM_BASE, 8, ka));
     s.imm_or_inv = rkey;

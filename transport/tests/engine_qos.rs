@@ -307,22 +307,7 @@ fn ad_06_vl_arbitration_round_robin() {
 /// SL `s` goes on VL `s`; node 0 arbitrates with `tables` (None: the
 /// default, every VL in turn).
 fn ud_backlog_on_wire(tables: Option<VlArbTables>, sls: &[u8], n: u64) -> Vec<(u8, u64)> {
-    let mut net = Net::new(2, 1 << 20, 13);
-    let mut sl2vl = [0u8; 16];
-    for &sl in sls {
-        sl2vl[usize::from(sl)] = sl;
-    }
-    for node in &mut net.nodes {
-        node.engine.set_sl2vl(sl2vl).unwrap();
-    }
-    if let Some(t) = tables {
-        net.nodes[0].engine.set_vl_arb(t).unwrap();
-    }
-    net.link = Some(LinkModel {
-        ns_per_kib: NS_PER_KIB,
-        queue_bytes: 8192,
-    });
-    net.sniffed = Some(Vec::new());
+    let mut net = vl_bench(1 << 20, sls, tables);
     let ka = net.reg_all(0, Access::LOCAL_WRITE);
     let mut cqs = Vec::new();
     for &sl in sls {
@@ -350,6 +335,35 @@ fn ud_backlog_on_wire(tables: Option<VlArbTables>, sls: &[u8], n: u64) -> Vec<(u
     for cq in cqs {
         wait(&mut net, 0, cq, n as usize);
     }
+    node0_on_wire(&mut net)
+}
+
+/// Two nodes of `mem_len` bytes on links at the port's rate (a node is
+/// asked for a packet only when its link has room), sniffed; SL `s` of
+/// `sls` goes on VL `s`; node 0 arbitrates with `tables` (None: the
+/// default, every VL in turn).
+fn vl_bench(mem_len: usize, sls: &[u8], tables: Option<VlArbTables>) -> Net {
+    let mut net = Net::new(2, mem_len, 13);
+    let mut sl2vl = [0u8; 16];
+    for &sl in sls {
+        sl2vl[usize::from(sl)] = sl;
+    }
+    for node in &mut net.nodes {
+        node.engine.set_sl2vl(sl2vl).unwrap();
+    }
+    if let Some(t) = tables {
+        net.nodes[0].engine.set_vl_arb(t).unwrap();
+    }
+    net.link = Some(LinkModel {
+        ns_per_kib: NS_PER_KIB,
+        queue_bytes: 8192,
+    });
+    net.sniffed = Some(Vec::new());
+    net
+}
+
+/// Node 0's packets on the wire so far, as (VL, bytes).
+fn node0_on_wire(net: &mut Net) -> Vec<(u8, u64)> {
     net.sniffed
         .take()
         .unwrap()
@@ -358,6 +372,23 @@ fn ud_backlog_on_wire(tables: Option<VlArbTables>, sls: &[u8], n: u64) -> Vec<(u
         .filter(|(p, _)| p.lrh.slid == 1)
         .map(|(p, len)| (p.lrh.vl, len))
         .collect()
+}
+
+/// VL0's and VL1's weights 3:1 in the low-priority table.
+fn three_to_one() -> VlArbTables {
+    VlArbTables {
+        high: Vec::new(),
+        low: vec![
+            VlArbEntry { vl: 0, weight: 96 },
+            VlArbEntry { vl: 1, weight: 32 },
+        ],
+        high_limit: 0,
+    }
+}
+
+/// Bytes on VL `vl` in `wire`.
+fn bytes_on(wire: &[(u8, u64)], vl: u8) -> u64 {
+    wire.iter().filter(|x| x.0 == vl).map(|x| x.1).sum()
 }
 
 /// The part of `wire` while every VL of it still had packets to come: up to
@@ -379,18 +410,7 @@ fn while_all_backlogged(wire: &[(u8, u64)]) -> &[(u8, u64)] {
 /// wire 3:1 in bytes within 10 %, where the default tables share it 1:1.
 #[test]
 fn ad_06_vl_arbitration_weights_share_the_wire() {
-    let bytes_on = |wire: &[(u8, u64)], vl: u8| -> u64 {
-        wire.iter().filter(|x| x.0 == vl).map(|x| x.1).sum()
-    };
-    let tables = VlArbTables {
-        high: Vec::new(),
-        low: vec![
-            VlArbEntry { vl: 0, weight: 96 },
-            VlArbEntry { vl: 1, weight: 32 },
-        ],
-        high_limit: 0,
-    };
-    for (t, want) in [(Some(tables), 3.0), (None, 1.0)] {
+    for (t, want) in [(Some(three_to_one()), 3.0), (None, 1.0)] {
         let wire = ud_backlog_on_wire(t, &[0, 1], 300);
         assert_eq!(wire.len(), 600);
         let both = while_all_backlogged(&wire);
@@ -526,5 +546,39 @@ fn ad_07_static_rate_paces_read_responses() {
     assert!(
         (0.225..=0.275).contains(&ratio),
         "READ responses: paced / unpaced = {ratio:.3}, want 0.25 +- 10 %"
+    );
+}
+
+/// AD-06 (IBA 7.6.9): RC WRITEs follow the weights too: two QPs on VL0 and
+/// VL1 (weights 96 and 32) with 1 MiB each to send, their windows and ACKs
+/// in play, share node 0's link 3:1 in bytes within 10 % while both send.
+#[test]
+fn ad_06_vl_arbitration_weights_hold_for_rc_writes() {
+    let mut net = vl_bench(4 << 20, &[0, 1], Some(three_to_one()));
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let mut pairs = Vec::new();
+    for sl in [0u8, 1] {
+        let o = ConnOpts {
+            sl,
+            ..ConnOpts::default()
+        };
+        let p = connect(&mut net, 0, 1, &o);
+        for i in 0..16 {
+            let w = write_wr(i, ka, 64 << 10, kb, MEM_BASE + (1 << 20));
+            net.nodes[0].engine.post_send(p.qa, w).unwrap();
+        }
+        pairs.push(p);
+    }
+    for p in &pairs {
+        wait(&mut net, 0, p.cq_a, 16);
+    }
+    let wire = node0_on_wire(&mut net);
+    let both = while_all_backlogged(&wire);
+    assert!(both.len() >= 500, "{} packets while both sent", both.len());
+    let ratio = bytes_on(both, 0) as f64 / bytes_on(both, 1) as f64;
+    assert!(
+        (ratio / 3.0 - 1.0).abs() <= 0.10,
+        "VL0 / VL1 bytes {ratio:.3}, want 3 +- 10 %"
     );
 }

@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use transport::engine::NakReason;
 use transport::verbs::{
-    AddressVector, AttrMask, Handle, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, VerbError,
-    WcOpcode, WcStatus, WrOpcode,
+    AddressVector, AttrMask, Handle, QpCap, QpInit, QpType, RecvWr, VerbError, WcOpcode, WcStatus,
+    WrOpcode,
 };
 use transport::wire::ext::{AethSyndrome, NakCode};
 use transport::wire::opcode::{Direction, Service};
@@ -51,51 +51,19 @@ fn post_srq(net: &mut Net, srq: Handle, wr_id: u64, addr: u64, len: u32, lkey: u
 /// Init -> RTR -> RTS with the masks Linux's `qp_state_table` asks of each
 /// XRC half (an INI QP no responder attributes, a TGT QP no requester ones).
 fn bring_up_xrc(net: &mut Net, node: usize, qpn: u32, ty: QpType, peer_lid: u16, peer_qpn: u32) {
-    let now = net.now;
-    let e = &mut net.nodes[node].engine;
-    let mut a = QpAttr {
-        state: Some(QpState::Init),
-        port_num: 1,
-        access: ALL_ACCESS,
-        ..QpAttr::default()
-    };
-    let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-    e.modify_qp(qpn, &a, init, now).expect("init");
-    a.state = Some(QpState::Rtr);
-    a.path_mtu = transport::verbs::Mtu::M1024;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = 0x10;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.av = AddressVector {
+    let av = AddressVector {
         dlid: peer_lid,
         ..AddressVector::default()
     };
     let rtr =
         AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
-    let rtr = if ty == QpType::XrcTgt {
-        rtr | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER
+    let (rtr, rts) = if ty == QpType::XrcTgt {
+        let rtr = rtr | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+        (rtr, AttrMask::STATE | AttrMask::TIMEOUT | AttrMask::SQ_PSN)
     } else {
-        rtr
+        (rtr, RC_RTS_MASK)
     };
-    e.modify_qp(qpn, &a, rtr, now).expect("rtr");
-    a.state = Some(QpState::Rts);
-    a.sq_psn = 0x10;
-    a.timeout = 10;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    let rts = if ty == QpType::XrcTgt {
-        AttrMask::STATE | AttrMask::TIMEOUT | AttrMask::SQ_PSN
-    } else {
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC
-    };
-    e.modify_qp(qpn, &a, rts, now).expect("rts");
+    walk_to_rts(net, node, qpn, &rc_attr(av, peer_qpn, 0x10), rtr, rts);
 }
 
 fn setup(net: &mut Net) -> (Initiator, Target) {

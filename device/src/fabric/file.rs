@@ -766,12 +766,7 @@ mod tests {
             ),
             ("\"x\"", "not an array"),
         ] {
-            let text = format!("sl2vl = {table}\n{node}");
-            let e = FabricFile::parse("f", &text).unwrap_err().to_string();
-            assert!(
-                e.starts_with("f: sl2vl: ") && e.contains(why),
-                "{table}: {e}"
-            );
+            refused(&format!("sl2vl = {table}\n{node}"), "f: sl2vl: ", why);
         }
     }
 
@@ -827,15 +822,18 @@ mod tests {
             ("weights = [[0, 1]]", "unknown key `weights`"),
         ] {
             let text = format!("{sl2vl}{node}[vl_arb]\n{table}\n");
-            let e = FabricFile::parse("f", &text).unwrap_err().to_string();
-            assert!(
-                e.starts_with("f: vl_arb: ") && e.contains(why),
-                "{table}: {e}"
-            );
+            refused(&text, "f: vl_arb: ", why);
         }
-        let e = FabricFile::parse("f", &format!("vl_arb = 1\n{node}"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("f: vl_arb: not a table"), "{e}");
+        refused(&format!("vl_arb = 1\n{node}"), "f: vl_arb: ", "not a table");
+    }
+
+    /// Asserts that `text` is refused with one line that starts with
+    /// `prefix` and names `why`.
+    fn refused(text: &str, prefix: &str, why: &str) {
+        let e = FabricFile::parse("f", text).unwrap_err().to_string();
+        assert!(
+            e.starts_with(prefix) && e.contains(why) && !e.contains('\n'),
+            "{text}: {e}"
+        );
     }
 }

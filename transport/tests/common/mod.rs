@@ -530,12 +530,7 @@ pub fn bring_up(
     a.rnr_retry = o.rnr_retry;
     a.max_rd_atomic = o.max_rd_atomic;
     let m_rts = if o.qp_type == QpType::Rc {
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC
+        RC_RTS_MASK
     } else {
         AttrMask::STATE | AttrMask::SQ_PSN
     };

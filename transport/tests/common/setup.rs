@@ -2,10 +2,11 @@
 //! a UD QP at RTS, and the work requests several test files build alike.
 
 use transport::verbs::{
-    Access, Completion, Handle, MwBind, QpCap, QpInit, QpType, RecvWr, SendData, SendWr, WrOpcode,
+    Access, AddressVector, AttrMask, Completion, Handle, Mtu, MwBind, QpAttr, QpCap, QpInit,
+    QpState, QpType, RecvWr, SendData, SendWr, WrOpcode,
 };
 
-use super::{bring_up, connect, send_wr, sge, ConnOpts, Net, Pair, MEM_BASE};
+use super::{bring_up, connect, send_wr, sge, ConnOpts, Net, Pair, ALL_ACCESS, MEM_BASE};
 
 /// Two nodes of `mem_len` bytes each, all of each node's memory registered
 /// with `access`, and one pair connected with `o`: (bench, pair, node 0's
@@ -109,4 +110,58 @@ pub fn post_wait(net: &mut Net, node: usize, qp: u32, cq: Handle, wr: SendWr) ->
     net.nodes[node].engine.post_send(qp, wr).unwrap();
     let mut c = super::wait(net, node, cq, 1);
     c.remove(0)
+}
+
+/// What a connected QP's Init, RTR and RTS take on the bench: port 1, P_Key
+/// index 0, every access; path MTU 1024 along `av` to QP `dest_qpn`, `psn`
+/// both ways, 4 READs/atomics each way, RNR timer 1, ACK timeout 10, 7
+/// retries of each kind. The state is [`walk_to_rts`]'s to set.
+pub fn rc_attr(av: AddressVector, dest_qpn: u32, psn: u32) -> QpAttr {
+    QpAttr {
+        port_num: 1,
+        access: ALL_ACCESS,
+        path_mtu: Mtu::M1024,
+        dest_qp_num: dest_qpn,
+        rq_psn: psn,
+        sq_psn: psn,
+        max_dest_rd_atomic: 4,
+        max_rd_atomic: 4,
+        min_rnr_timer: 1,
+        timeout: 10,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        av,
+        ..QpAttr::default()
+    }
+}
+
+/// The attributes an RC QP's RTR -> RTS needs (QS-02).
+pub const RC_RTS_MASK: AttrMask = AttrMask(
+    AttrMask::STATE.0
+        | AttrMask::TIMEOUT.0
+        | AttrMask::RETRY_CNT.0
+        | AttrMask::RNR_RETRY.0
+        | AttrMask::SQ_PSN.0
+        | AttrMask::MAX_QP_RD_ATOMIC.0,
+);
+
+/// Takes node `node`'s QP `qpn` from Reset through Init (state, P_Key
+/// index, port, access) and RTR (mask `rtr`) to RTS (mask `rts`) with the
+/// attributes `a`.
+pub fn walk_to_rts(net: &mut Net, node: usize, qpn: u32, a: &QpAttr, rtr: AttrMask, rts: AttrMask) {
+    let now = net.now;
+    let e = &mut net.nodes[node].engine;
+    let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
+    for (state, mask) in [
+        (QpState::Init, init),
+        (QpState::Rtr, rtr),
+        (QpState::Rts, rts),
+    ] {
+        let a = QpAttr {
+            state: Some(state),
+            ..*a
+        };
+        e.modify_qp(qpn, &a, mask, now)
+            .unwrap_or_else(|err| panic!("QP {qpn} to {state:?}: {err:?}"));
+    }
 }
