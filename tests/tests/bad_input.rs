@@ -62,13 +62,17 @@ fn random_command_slots_all_fail_and_the_device_survives() {
     let mut h = Hca::bring_up_with(g, cfg).expect("bring-up");
     let mut rng = Rng::from_env("command fuzz");
     // Opcodes that succeed whatever their parameters are left out: NOP,
-    // QUERY_DEVICE, ALLOC_PD and ALLOC_XRCD take no input.
+    // QUERY_DEVICE, ALLOC_PD, ALLOC_XRCD and ALLOC_RDD take no input.
     let specs: Vec<_> = commands()
         .into_iter()
         .filter(|c| {
             !matches!(
                 c.opcode,
-                Opcode::Nop | Opcode::QueryDevice | Opcode::AllocPd | Opcode::AllocXrcd
+                Opcode::Nop
+                    | Opcode::QueryDevice
+                    | Opcode::AllocPd
+                    | Opcode::AllocXrcd
+                    | Opcode::AllocRdd
             )
         })
         .collect();
