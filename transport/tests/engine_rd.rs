@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use transport::engine::{MAX_EEC, MAX_RDD};
+use transport::engine::{MAX_EEC, MAX_RDD, RD_WINDOW};
 use transport::verbs::{
     AddressVector, Completion, EecAttr, Handle, Mtu, QpCap, QpState, RdDest, RdQpAttr, RdQpInit,
     RecvWr, SendWr, VerbError, WcOpcode, WcStatus, WrOpcode,
@@ -612,6 +612,103 @@ fn ad_11_rdd_and_eec_tables_are_bounded() {
     assert_eq!(e.dealloc_rdd(rdds[0]), Err(VerbError::Busy));
     e.dealloc_rdd(rdds[1]).unwrap();
     assert_eq!(e.create_eec(rdds[1]), Err(VerbError::InvalidHandle));
+}
+
+#[test]
+fn ad_11_eec_sends_at_most_a_window_before_an_ack() {
+    // 64 KiB at PMTU 256: 256 packets; with nothing acknowledged the EEC
+    // stops at its window, then goes on as ACKs come.
+    let (mut net, a, b) = pair(8, 1, Mtu::M256);
+    let src = MEM_BASE + 0x1_0000;
+    let dst = MEM_BASE + 0x4_0000;
+    fill(&mut net, 0, src, 65536, 3);
+    post_recv(&mut net, &b, b.qps[0], 1, dst, 65536);
+    post(
+        &mut net,
+        &a,
+        a.qps[0],
+        send_wr(1, WrOpcode::Send, sge(src, 65536, a.lkey)),
+        dest(&a, &b, 0),
+    );
+    let mut buf = vec![0u8; 8192];
+    let mut sent = 0;
+    let now = net.now;
+    let n0 = &mut net.nodes[0];
+    while n0
+        .engine
+        .poll_transmit(&mut n0.mem, now, &mut buf)
+        .is_some()
+    {
+        sent += 1;
+        assert!(sent <= 256, "runaway");
+    }
+    assert_eq!(sent, RD_WINDOW);
+    // Delivered normally it all arrives.
+    let r = wait(&mut net, 1, b.rcq, 1);
+    assert_eq!((r[0].status, r[0].byte_len), (WcStatus::Success, 65536));
+    assert_eq!(bytes(&net, 1, dst, 65536), bytes(&net, 0, src, 65536));
+}
+
+#[test]
+fn ad_11_wf_10_rd_over_roce() {
+    let mut net = Net::new_roce(2, 1 << 20, 9);
+    net.sniffed = Some(Vec::new());
+    let a = side(&mut net, 0, 1);
+    let b = side(&mut net, 1, 1);
+    let now = net.now;
+    for (s, peer, sq, rq) in [(&a, &b, PSN_A, PSN_B), (&b, &a, PSN_B, PSN_A)] {
+        let attr = EecAttr {
+            av: roce_av(peer.node + 1, 0),
+            path_mtu: Mtu::M1024,
+            remote_eecn: peer.eec,
+            rq_psn: rq,
+            sq_psn: sq,
+            min_rnr_timer: 1,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            ..EecAttr::default()
+        };
+        let e = &mut net.nodes[s.node].engine;
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            e.modify_eec(s.eec, st, &attr, now).expect("modify eec");
+        }
+    }
+    // A path without a GRH is refused on RoCE (A17.4.5).
+    let c = net.nodes[0].engine.create_eec(a.rdd).unwrap();
+    let e = &mut net.nodes[0].engine;
+    e.modify_eec(c, QpState::Init, &EecAttr::default(), now)
+        .unwrap();
+    let plain = EecAttr {
+        remote_eecn: 1,
+        ..EecAttr::default()
+    };
+    assert_eq!(
+        e.modify_eec(c, QpState::Rtr, &plain, now),
+        Err(VerbError::InvalidAttr)
+    );
+    let src = MEM_BASE + 0x1000;
+    let dst = MEM_BASE + 0x8000;
+    fill(&mut net, 0, src, 3000, 5);
+    post_recv(&mut net, &b, b.qps[0], 7, dst, 4096);
+    post(
+        &mut net,
+        &a,
+        a.qps[0],
+        send_wr(1, WrOpcode::Send, sge(src, 3000, a.lkey)),
+        dest(&a, &b, 0),
+    );
+    assert_eq!(wait(&mut net, 1, b.rcq, 1)[0].byte_len, 3000);
+    assert_eq!(wait(&mut net, 0, a.scq, 1)[0].status, WcStatus::Success);
+    assert_eq!(bytes(&net, 1, dst, 3000), bytes(&net, 0, src, 3000));
+    // RoCEv2 frames (UDP 4791) carrying RD opcodes with RDETH.
+    let frames = net.sniffed.as_ref().unwrap();
+    assert!(!frames.is_empty());
+    for f in frames {
+        let r = transport::wire::roce::RoceRepr::parse(f).expect("RoCEv2 frame");
+        assert_eq!(r.transport.bth.opcode.info().service, Service::Rd);
+        assert!(r.transport.ext.rdeth.is_some());
+    }
 }
 
 /// What the lossy run posted: per message, its sender QP index, receiver QP

@@ -34,6 +34,8 @@ mod io;
 mod recv;
 mod send;
 
+pub use send::RD_WINDOW;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::{Effects, Engine, PortConfig};
@@ -403,6 +405,7 @@ impl Engine {
     ) -> Result<(), VerbError> {
         use QpState::*;
         let port_pkeys = self.port.pkeys.len();
+        let (port_eth, port_gids) = (self.port.is_ethernet(), self.port.roce_gids.len());
         let e = self
             .rd
             .eecs
@@ -428,6 +431,16 @@ impl Engine {
             (Reset | Init, Init) => e.attr.pkey_index = attr.pkey_index,
             (Init, Rtr) => {
                 if attr.remote_eecn == 0 || attr.remote_eecn > psn::PSN_MASK {
+                    return Err(VerbError::InvalidAttr);
+                }
+                // As a QP's path: a RoCE path is global, its SGID an entry of
+                // the GID table (A17.4.5); on InfiniBand the only GID is 0.
+                let gids = if port_eth { port_gids } else { 1 };
+                let av_ok = match attr.av.grh {
+                    Some(g) => usize::from(g.sgid_index) < gids,
+                    None => !port_eth,
+                };
+                if !av_ok {
                     return Err(VerbError::InvalidAttr);
                 }
                 e.attr.av = attr.av;

@@ -21,6 +21,11 @@ use crate::wire::{ExtHeaders, ExtKind, PacketRepr};
 /// AckReq at least every this many packets of a long message.
 const ACK_REQ_EVERY: u32 = 16;
 
+/// Packets of the message in flight sent and not acknowledged, at most: a
+/// message of up to 2^31 bytes (C9-16) is not put on the fabric whole before
+/// its first ACK (vhca policy, as RC's window, RL-17).
+pub const RD_WINDOW: u32 = 128;
+
 /// The EEC's send state.
 #[derive(Debug, Default)]
 pub(crate) struct EecReq {
@@ -164,7 +169,7 @@ pub(super) fn poll_transmit(
             return None;
         }
         let m = e.req.cur?;
-        if m.sent >= m.npkts {
+        if m.sent >= m.npkts || (!m.read && m.sent - m.una >= RD_WINDOW) {
             return None;
         }
         match build(e, qps, m, cx, buf) {
