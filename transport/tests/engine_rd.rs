@@ -711,6 +711,59 @@ fn ad_11_wf_10_rd_over_roce() {
     }
 }
 
+#[test]
+fn ad_11_rnr_nak_waits_for_a_receive_wqe() {
+    // RL-11 on an EEC: a SEND and a WRITE with immediate meet no receive
+    // WQE, are NAKed RNR, and go once node 1 posts one each.
+    let (mut net, a, b) = pair(10, 1, Mtu::M1024);
+    net.sniffed = Some(Vec::new());
+    let src = MEM_BASE + 0x1000;
+    fill(&mut net, 0, src, 2000, 1);
+    post(
+        &mut net,
+        &a,
+        a.qps[0],
+        send_wr(1, WrOpcode::Send, sge(src, 2000, a.lkey)),
+        dest(&a, &b, 0),
+    );
+    let wdst = MEM_BASE + 0x2_0000;
+    let mut wr = send_wr(2, WrOpcode::RdmaWriteWithImm, sge(src, 1500, a.lkey));
+    wr.remote_addr = wdst;
+    wr.rkey = b.lkey;
+    wr.imm_or_inv = 0x1234_5678;
+    post(&mut net, &a, a.qps[0], wr, dest(&a, &b, 0));
+    let rnrs = |n: &Net| {
+        parsed(n)
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.transport.ext.aeth.map(|x| x.syndrome),
+                    Some(AethSyndrome::RnrNak { .. })
+                )
+            })
+            .count()
+    };
+    assert!(
+        net.run_until(100_000, |n| rnrs(n) >= 3),
+        "RNR NAKs sent again"
+    );
+    assert!(
+        net.poll(0, a.scq).is_none(),
+        "nothing completes without a WQE"
+    );
+    let dst = MEM_BASE + 0x8000;
+    post_recv(&mut net, &b, b.qps[0], 10, dst, 4096);
+    post_recv(&mut net, &b, b.qps[0], 11, MEM_BASE + 0x9000, 16);
+    let r = wait(&mut net, 1, b.rcq, 2);
+    assert_eq!((r[0].wr_id, r[0].byte_len), (10, 2000));
+    assert_eq!((r[1].wr_id, r[1].opcode), (11, WcOpcode::RecvRdmaWithImm));
+    assert_eq!((r[1].byte_len, r[1].imm_data), (1500, 0x1234_5678));
+    let s = wait(&mut net, 0, a.scq, 2);
+    assert!(s.iter().all(|c| c.status == WcStatus::Success), "{s:?}");
+    assert_eq!(bytes(&net, 1, dst, 2000), bytes(&net, 0, src, 2000));
+    assert_eq!(bytes(&net, 1, wdst, 1500), bytes(&net, 0, src, 1500));
+}
+
 /// What the lossy run posted: per message, its sender QP index, receiver QP
 /// index, source address and length.
 #[derive(Debug, Clone, Copy)]
