@@ -87,7 +87,7 @@ fn region(n: &mut Node, len: usize) -> Region {
 }
 
 #[test]
-fn ad_11_rd_send_write_read_between_two_devices() {
+fn ad_11_op_07_rd_send_write_read_atomic_between_two_devices() {
     let (_v, mut a, mut b, sa, sb, o) = setup();
     let src = region(&mut a, 16 << 10);
     let dst = region(&mut b, 16 << 10);
@@ -125,14 +125,27 @@ fn ad_11_rd_send_write_read_between_two_devices() {
     assert_eq!(s[1].opcode, WcOpcode::RdmaRead.raw());
     assert_eq!(b.read(&dst, 10_000, wmsg.len()), wmsg);
     assert_eq!(a.read(&src, 12_288, wmsg.len()), wmsg);
-    // QUERY_EEC: node b expected 5 SEND + 3 WRITE + 3 READ PSNs from 0x10.
+    // A FETCH_ADD of 5 on an 8-byte aligned word of node b (OP-07 over RD).
+    let at = 12_000 + ((8 - dst.buf.va(12_000) % 8) % 8) as usize;
+    b.write(&dst, at, &100u64.to_le_bytes());
+    let fa = SendWr::fetch_add(4, dst.buf.va(at), dst.mr.rkey, 5)
+        .sges(vec![src.mr.sge(&src.buf, 15_000, 8)])
+        .rd(sa.eec, sb.qp.qpn, o.qkey);
+    a.hca.post_send(sa.qp, &fa).unwrap();
+    let s = wait_n(&mut a.hca, a.cq, 1, T);
+    assert_success(&s);
+    assert_eq!(s[0].opcode, WcOpcode::FetchAdd.raw());
+    assert_eq!(a.read(&src, 15_000, 8), 100u64.to_le_bytes());
+    assert_eq!(b.read(&dst, at, 8), 105u64.to_le_bytes());
+    // QUERY_EEC: node b expected 5 SEND + 3 WRITE + 3 READ + 1 ATOMIC PSNs
+    // from 0x10.
     let q = b.hca.query_eec(sb.eec).unwrap();
     assert_eq!(q.rddn, sb.rdd);
     assert_eq!(q.attr.state, QpState::Rts.raw());
-    assert_eq!(q.attr.rq_psn, 0x10 + 11);
+    assert_eq!(q.attr.rq_psn, 0x10 + 12);
     assert_eq!(q.attr.remote_eecn, sa.eec);
     let q = a.hca.query_eec(sa.eec).unwrap();
-    assert_eq!(q.attr.sq_psn, 0x10 + 11);
+    assert_eq!(q.attr.sq_psn, 0x10 + 12);
     let qq = a.hca.query_qp(sa.qp).unwrap();
     assert_eq!(qq.qp_type, QpType::Rd.raw());
     assert_eq!(qq.attr.qkey, o.qkey);

@@ -764,6 +764,93 @@ fn ad_11_rnr_nak_waits_for_a_receive_wqe() {
     assert_eq!(bytes(&net, 1, wdst, 1500), bytes(&net, 0, src, 1500));
 }
 
+#[test]
+fn ad_11_op_07_atomics_over_rd_run_once() {
+    let (mut net, a, b) = pair(11, 1, Mtu::M1024);
+    net.sniffed = Some(Vec::new());
+    let target = MEM_BASE + 0x2_0000;
+    let res = MEM_BASE + 0x1000;
+    let n1 = (target - MEM_BASE) as usize;
+    net.nodes[1].mem.bytes[n1..n1 + 8].copy_from_slice(&40u64.to_le_bytes());
+    let mut fa = send_wr(1, WrOpcode::AtomicFetchAdd, sge(res, 8, a.lkey));
+    fa.remote_addr = target;
+    fa.rkey = b.lkey;
+    fa.swap_add = 2;
+    let mut cs = send_wr(2, WrOpcode::AtomicCmpSwap, sge(res + 8, 8, a.lkey));
+    cs.remote_addr = target;
+    cs.rkey = b.lkey;
+    cs.compare = 42;
+    cs.swap_add = 7;
+    post(&mut net, &a, a.qps[0], fa, dest(&a, &b, 0));
+    post(&mut net, &a, a.qps[0], cs, dest(&a, &b, 0));
+    let s = wait(&mut net, 0, a.scq, 2);
+    assert_eq!(
+        (s[0].status, s[0].opcode, s[0].byte_len),
+        (WcStatus::Success, WcOpcode::FetchAdd, 8)
+    );
+    assert_eq!(
+        (s[1].status, s[1].opcode),
+        (WcStatus::Success, WcOpcode::CompSwap)
+    );
+    assert_eq!(bytes(&net, 0, res, 8), 40u64.to_le_bytes());
+    assert_eq!(bytes(&net, 0, res + 8, 8), 42u64.to_le_bytes());
+    assert_eq!(bytes(&net, 1, target, 8), 7u64.to_le_bytes());
+    // On the wire: RD_COMPARE_SWAP with RDETH, DETH and AtomicETH, answered
+    // by RD_ATOMIC_ACKNOWLEDGE.
+    let pkts = parsed(&net);
+    let req = pkts
+        .iter()
+        .find(|p| p.transport.bth.opcode.info().operation == Operation::CompareSwap)
+        .expect("RD_COMPARE_SWAP");
+    assert_eq!(req.transport.bth.opcode.info().service, Service::Rd);
+    assert!(req.transport.ext.rdeth.is_some() && req.transport.ext.deth.is_some());
+    assert_eq!(req.transport.ext.atomic_eth.map(|x| x.compare), Some(42));
+    assert!(pkts.iter().any(|p| {
+        p.transport.bth.opcode.info().operation == Operation::AtomicAcknowledge
+            && p.transport.ext.atomic_ack_eth.map(|x| x.orig_remote_data) == Some(42)
+    }));
+    // A copy of the CMP_SWAP (its ACK lost, say) is answered from the saved
+    // result and not executed again.
+    let copy = net
+        .sniffed
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            PacketRepr::parse(p)
+                .unwrap()
+                .transport
+                .bth
+                .opcode
+                .info()
+                .operation
+                == Operation::CompareSwap
+        })
+        .unwrap()
+        .clone();
+    net.nodes[1].mem.bytes[n1..n1 + 8].copy_from_slice(&42u64.to_le_bytes());
+    net.sniffed = Some(Vec::new());
+    let now = net.now;
+    let n = &mut net.nodes[1];
+    n.engine.handle_packet(&copy, &mut n.mem, now);
+    net.run_until(10_000, |_| false);
+    assert_eq!(
+        bytes(&net, 1, target, 8),
+        42u64.to_le_bytes(),
+        "not run again"
+    );
+    let again = parsed(&net);
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        again[0]
+            .transport
+            .ext
+            .atomic_ack_eth
+            .map(|x| x.orig_remote_data),
+        Some(42)
+    );
+}
+
 /// What the lossy run posted: per message, its sender QP index, receiver QP
 /// index, source address and length.
 #[derive(Debug, Clone, Copy)]
@@ -828,8 +915,18 @@ fn lossy_run(seed: u64) {
         post(&mut net, &a, a.qps[i], wr, dest(&a, &b, 0));
         reads.push((rsrc, rdst, len));
     }
+    // And fetch-adds of 1 on one counter of node 1 (OP-07: each runs once).
+    let counter = MEM_BASE + 0x6_0000;
+    for k in 0..6u64 {
+        let res = sge(MEM_BASE + 0x7_0000 + k * 8, 8, a.lkey);
+        let mut wr = send_wr(2000 + k, WrOpcode::AtomicFetchAdd, res);
+        wr.remote_addr = counter;
+        wr.rkey = b.lkey;
+        wr.swap_add = 1;
+        post(&mut net, &a, a.qps[(k % 3) as usize], wr, dest(&a, &b, 0));
+    }
     let total = msgs.len();
-    let s: Vec<Completion> = wait(&mut net, 0, a.scq, total + 3);
+    let s: Vec<Completion> = wait(&mut net, 0, a.scq, total + 3 + 6);
     let r: Vec<Completion> = wait(&mut net, 1, b.rcq, total);
     assert!(
         s.iter().all(|c| c.status == WcStatus::Success),
@@ -863,6 +960,19 @@ fn lossy_run(seed: u64) {
             "seed {seed}"
         );
     }
+    assert_eq!(
+        bytes(&net, 1, counter, 8),
+        6u64.to_le_bytes(),
+        "seed {seed}"
+    );
+    let mut origs: Vec<u64> = (0..6u64)
+        .map(|k| {
+            let b = bytes(&net, 0, MEM_BASE + 0x7_0000 + k * 8, 8);
+            u64::from_le_bytes(b.try_into().unwrap())
+        })
+        .collect();
+    origs.sort_unstable();
+    assert_eq!(origs, [0, 1, 2, 3, 4, 5], "seed {seed}");
     // Nothing more arrives later (no duplicate delivery).
     net.run_until(200_000, |_| false);
     assert!(net.poll(1, b.rcq).is_none(), "seed {seed}");
