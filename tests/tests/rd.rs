@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use vhca_tests::abi::bar0::{CtxStatus, CtxTable};
 use vhca_tests::abi::cmd::{Av, EecAttr, Status};
 use vhca_tests::abi::verbs::{num, Mtu, QpState, QpType, WcOpcode, WcStatus};
 use vhca_tests::fixture::{assert_success, wait_n, Node, Region};
@@ -149,6 +150,10 @@ fn ad_11_op_07_rd_send_write_read_atomic_between_two_devices() {
     let qq = a.hca.query_qp(sa.qp).unwrap();
     assert_eq!(qq.qp_type, QpType::Rd.raw());
     assert_eq!(qq.attr.qkey, o.qkey);
+    // The BAR0 context window shows the RD QP too.
+    let (st, w) = a.hca.read_context(CtxTable::Qpc, sa.qp.qpn).unwrap();
+    assert_eq!(st, CtxStatus::Ok.raw());
+    assert_eq!(u32::from_le_bytes(w[0..4].try_into().unwrap()), sa.qp.qpn);
 }
 
 #[test]
