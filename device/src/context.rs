@@ -70,7 +70,20 @@ fn shift_of(entry_size: usize) -> u8 {
 
 fn qp(hca: &Hca, db: Option<&dyn Doorbells>, qpn: u32) -> Option<QpContext> {
     let q = hca.qps.get(&qpn)?;
-    let (state, a, _) = hca.port.engine().query_qp(qpn).ok()?;
+    let e = hca.port.engine();
+    let (state, a) = match e.query_qp(qpn) {
+        Ok((state, a, _)) => (state, a),
+        // AD-11: an RD QP has a state and a Q_Key; its path, PSNs and timers
+        // are its EE contexts'.
+        Err(_) => {
+            let (state, qkey, _) = e.query_rd_qp(qpn).ok()?;
+            let a = transport::verbs::QpAttr {
+                qkey,
+                ..Default::default()
+            };
+            (state, a)
+        }
+    };
     let (sq_pi, rq_pi) = words(q.db, db);
     let (log2_rq_size, rq_wqe_shift) = q.rq.as_ref().map_or((0, 0), |r| {
         (r.log_entries() as u8, shift_of(r.entry_size()))

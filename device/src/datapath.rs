@@ -125,7 +125,7 @@ pub fn decode_send_xrc(
 /// Decodes a send WQE of an RD QP (AD-11; abi::wqe WQE_LAYOUT): the control
 /// segment, the RD segment (EE context, destination QP, Q_Key), then what an
 /// RC WQE has after its control segment. RD takes SEND, RDMA WRITE (with
-/// immediate) and RDMA READ only.
+/// immediate), RDMA READ and the two ATOMICs.
 pub fn decode_send_rd(
     wqe: &[u8],
     max_sge: u32,
@@ -147,6 +147,8 @@ pub fn decode_send_rd(
             | WrOpcode::RdmaWrite
             | WrOpcode::RdmaWriteWithImm
             | WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpSwap
+            | WrOpcode::AtomicFetchAdd
     );
     if !ok_op {
         return Err((wr.wr_id, BadWqe::ServiceOpcode));

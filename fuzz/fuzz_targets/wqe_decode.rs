@@ -6,7 +6,7 @@
 #![no_main]
 
 use device::abi::verbs::QpType as AbiQpType;
-use device::datapath::{decode_recv, decode_send, decode_send_xrc};
+use device::datapath::{decode_recv, decode_send, decode_send_rd, decode_send_xrc};
 use libfuzzer_sys::fuzz_target;
 use transport::verbs::{QpState, QpType, SendData};
 use vhca_fuzz::bench::Bench;
@@ -56,6 +56,13 @@ fuzz_target!(|data: &[u8]| {
     // SR-02: the same bytes as an XRC_INI WQE (an XRC segment after the control).
     if let Ok((wr, srqn)) = decode_send_xrc(wqe, max_sge, max_inline) {
         assert!(srqn <= 0xff_ffff);
+        if let SendData::Sges(s) = &wr.data {
+            assert!(s.len() <= max_sge as usize);
+        }
+    }
+    // AD-11: the same bytes as an RD WQE (an RD segment after the control).
+    if let Ok((wr, d)) = decode_send_rd(wqe, max_sge, max_inline) {
+        assert!(d.eecn <= 0xff_ffff && d.remote_qpn <= 0xff_ffff);
         if let SendData::Sges(s) = &wr.data {
             assert!(s.len() <= max_sge as usize);
         }

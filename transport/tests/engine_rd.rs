@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use transport::engine::{MAX_EEC, MAX_RDD};
+use transport::engine::{MAX_EEC, MAX_RDD, RD_WINDOW};
 use transport::verbs::{
     AddressVector, Completion, EecAttr, Handle, Mtu, QpCap, QpState, RdDest, RdQpAttr, RdQpInit,
     RecvWr, SendWr, VerbError, WcOpcode, WcStatus, WrOpcode,
@@ -614,6 +614,243 @@ fn ad_11_rdd_and_eec_tables_are_bounded() {
     assert_eq!(e.create_eec(rdds[1]), Err(VerbError::InvalidHandle));
 }
 
+#[test]
+fn ad_11_eec_sends_at_most_a_window_before_an_ack() {
+    // 64 KiB at PMTU 256: 256 packets; with nothing acknowledged the EEC
+    // stops at its window, then goes on as ACKs come.
+    let (mut net, a, b) = pair(8, 1, Mtu::M256);
+    let src = MEM_BASE + 0x1_0000;
+    let dst = MEM_BASE + 0x4_0000;
+    fill(&mut net, 0, src, 65536, 3);
+    post_recv(&mut net, &b, b.qps[0], 1, dst, 65536);
+    post(
+        &mut net,
+        &a,
+        a.qps[0],
+        send_wr(1, WrOpcode::Send, sge(src, 65536, a.lkey)),
+        dest(&a, &b, 0),
+    );
+    let mut buf = vec![0u8; 8192];
+    let mut sent = 0;
+    let now = net.now;
+    let n0 = &mut net.nodes[0];
+    while n0
+        .engine
+        .poll_transmit(&mut n0.mem, now, &mut buf)
+        .is_some()
+    {
+        sent += 1;
+        assert!(sent <= 256, "runaway");
+    }
+    assert_eq!(sent, RD_WINDOW);
+    // Delivered normally it all arrives.
+    let r = wait(&mut net, 1, b.rcq, 1);
+    assert_eq!((r[0].status, r[0].byte_len), (WcStatus::Success, 65536));
+    assert_eq!(bytes(&net, 1, dst, 65536), bytes(&net, 0, src, 65536));
+}
+
+#[test]
+fn ad_11_wf_10_rd_over_roce() {
+    let mut net = Net::new_roce(2, 1 << 20, 9);
+    net.sniffed = Some(Vec::new());
+    let a = side(&mut net, 0, 1);
+    let b = side(&mut net, 1, 1);
+    let now = net.now;
+    for (s, peer, sq, rq) in [(&a, &b, PSN_A, PSN_B), (&b, &a, PSN_B, PSN_A)] {
+        let attr = EecAttr {
+            av: roce_av(peer.node + 1, 0),
+            path_mtu: Mtu::M1024,
+            remote_eecn: peer.eec,
+            rq_psn: rq,
+            sq_psn: sq,
+            min_rnr_timer: 1,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            ..EecAttr::default()
+        };
+        let e = &mut net.nodes[s.node].engine;
+        for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            e.modify_eec(s.eec, st, &attr, now).expect("modify eec");
+        }
+    }
+    // A path without a GRH is refused on RoCE (A17.4.5).
+    let c = net.nodes[0].engine.create_eec(a.rdd).unwrap();
+    let e = &mut net.nodes[0].engine;
+    e.modify_eec(c, QpState::Init, &EecAttr::default(), now)
+        .unwrap();
+    let plain = EecAttr {
+        remote_eecn: 1,
+        ..EecAttr::default()
+    };
+    assert_eq!(
+        e.modify_eec(c, QpState::Rtr, &plain, now),
+        Err(VerbError::InvalidAttr)
+    );
+    let src = MEM_BASE + 0x1000;
+    let dst = MEM_BASE + 0x8000;
+    fill(&mut net, 0, src, 3000, 5);
+    post_recv(&mut net, &b, b.qps[0], 7, dst, 4096);
+    post(
+        &mut net,
+        &a,
+        a.qps[0],
+        send_wr(1, WrOpcode::Send, sge(src, 3000, a.lkey)),
+        dest(&a, &b, 0),
+    );
+    assert_eq!(wait(&mut net, 1, b.rcq, 1)[0].byte_len, 3000);
+    assert_eq!(wait(&mut net, 0, a.scq, 1)[0].status, WcStatus::Success);
+    assert_eq!(bytes(&net, 1, dst, 3000), bytes(&net, 0, src, 3000));
+    // RoCEv2 frames (UDP 4791) carrying RD opcodes with RDETH.
+    let frames = net.sniffed.as_ref().unwrap();
+    assert!(!frames.is_empty());
+    for f in frames {
+        let r = transport::wire::roce::RoceRepr::parse(f).expect("RoCEv2 frame");
+        assert_eq!(r.transport.bth.opcode.info().service, Service::Rd);
+        assert!(r.transport.ext.rdeth.is_some());
+    }
+}
+
+#[test]
+fn ad_11_rnr_nak_waits_for_a_receive_wqe() {
+    // RL-11 on an EEC: a SEND and a WRITE with immediate meet no receive
+    // WQE, are NAKed RNR, and go once node 1 posts one each.
+    let (mut net, a, b) = pair(10, 1, Mtu::M1024);
+    net.sniffed = Some(Vec::new());
+    let src = MEM_BASE + 0x1000;
+    fill(&mut net, 0, src, 2000, 1);
+    post(
+        &mut net,
+        &a,
+        a.qps[0],
+        send_wr(1, WrOpcode::Send, sge(src, 2000, a.lkey)),
+        dest(&a, &b, 0),
+    );
+    let wdst = MEM_BASE + 0x2_0000;
+    let mut wr = send_wr(2, WrOpcode::RdmaWriteWithImm, sge(src, 1500, a.lkey));
+    wr.remote_addr = wdst;
+    wr.rkey = b.lkey;
+    wr.imm_or_inv = 0x1234_5678;
+    post(&mut net, &a, a.qps[0], wr, dest(&a, &b, 0));
+    let rnrs = |n: &Net| {
+        parsed(n)
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.transport.ext.aeth.map(|x| x.syndrome),
+                    Some(AethSyndrome::RnrNak { .. })
+                )
+            })
+            .count()
+    };
+    assert!(
+        net.run_until(100_000, |n| rnrs(n) >= 3),
+        "RNR NAKs sent again"
+    );
+    assert!(
+        net.poll(0, a.scq).is_none(),
+        "nothing completes without a WQE"
+    );
+    let dst = MEM_BASE + 0x8000;
+    post_recv(&mut net, &b, b.qps[0], 10, dst, 4096);
+    post_recv(&mut net, &b, b.qps[0], 11, MEM_BASE + 0x9000, 16);
+    let r = wait(&mut net, 1, b.rcq, 2);
+    assert_eq!((r[0].wr_id, r[0].byte_len), (10, 2000));
+    assert_eq!((r[1].wr_id, r[1].opcode), (11, WcOpcode::RecvRdmaWithImm));
+    assert_eq!((r[1].byte_len, r[1].imm_data), (1500, 0x1234_5678));
+    let s = wait(&mut net, 0, a.scq, 2);
+    assert!(s.iter().all(|c| c.status == WcStatus::Success), "{s:?}");
+    assert_eq!(bytes(&net, 1, dst, 2000), bytes(&net, 0, src, 2000));
+    assert_eq!(bytes(&net, 1, wdst, 1500), bytes(&net, 0, src, 1500));
+}
+
+#[test]
+fn ad_11_op_07_atomics_over_rd_run_once() {
+    let (mut net, a, b) = pair(11, 1, Mtu::M1024);
+    net.sniffed = Some(Vec::new());
+    let target = MEM_BASE + 0x2_0000;
+    let res = MEM_BASE + 0x1000;
+    let n1 = (target - MEM_BASE) as usize;
+    net.nodes[1].mem.bytes[n1..n1 + 8].copy_from_slice(&40u64.to_le_bytes());
+    let mut fa = send_wr(1, WrOpcode::AtomicFetchAdd, sge(res, 8, a.lkey));
+    fa.remote_addr = target;
+    fa.rkey = b.lkey;
+    fa.swap_add = 2;
+    let mut cs = send_wr(2, WrOpcode::AtomicCmpSwap, sge(res + 8, 8, a.lkey));
+    cs.remote_addr = target;
+    cs.rkey = b.lkey;
+    cs.compare = 42;
+    cs.swap_add = 7;
+    post(&mut net, &a, a.qps[0], fa, dest(&a, &b, 0));
+    post(&mut net, &a, a.qps[0], cs, dest(&a, &b, 0));
+    let s = wait(&mut net, 0, a.scq, 2);
+    assert_eq!(
+        (s[0].status, s[0].opcode, s[0].byte_len),
+        (WcStatus::Success, WcOpcode::FetchAdd, 8)
+    );
+    assert_eq!(
+        (s[1].status, s[1].opcode),
+        (WcStatus::Success, WcOpcode::CompSwap)
+    );
+    assert_eq!(bytes(&net, 0, res, 8), 40u64.to_le_bytes());
+    assert_eq!(bytes(&net, 0, res + 8, 8), 42u64.to_le_bytes());
+    assert_eq!(bytes(&net, 1, target, 8), 7u64.to_le_bytes());
+    // On the wire: RD_COMPARE_SWAP with RDETH, DETH and AtomicETH, answered
+    // by RD_ATOMIC_ACKNOWLEDGE.
+    let pkts = parsed(&net);
+    let req = pkts
+        .iter()
+        .find(|p| p.transport.bth.opcode.info().operation == Operation::CompareSwap)
+        .expect("RD_COMPARE_SWAP");
+    assert_eq!(req.transport.bth.opcode.info().service, Service::Rd);
+    assert!(req.transport.ext.rdeth.is_some() && req.transport.ext.deth.is_some());
+    assert_eq!(req.transport.ext.atomic_eth.map(|x| x.compare), Some(42));
+    assert!(pkts.iter().any(|p| {
+        p.transport.bth.opcode.info().operation == Operation::AtomicAcknowledge
+            && p.transport.ext.atomic_ack_eth.map(|x| x.orig_remote_data) == Some(42)
+    }));
+    // A copy of the CMP_SWAP (its ACK lost, say) is answered from the saved
+    // result and not executed again.
+    let copy = net
+        .sniffed
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            PacketRepr::parse(p)
+                .unwrap()
+                .transport
+                .bth
+                .opcode
+                .info()
+                .operation
+                == Operation::CompareSwap
+        })
+        .unwrap()
+        .clone();
+    net.nodes[1].mem.bytes[n1..n1 + 8].copy_from_slice(&42u64.to_le_bytes());
+    net.sniffed = Some(Vec::new());
+    let now = net.now;
+    let n = &mut net.nodes[1];
+    n.engine.handle_packet(&copy, &mut n.mem, now);
+    net.run_until(10_000, |_| false);
+    assert_eq!(
+        bytes(&net, 1, target, 8),
+        42u64.to_le_bytes(),
+        "not run again"
+    );
+    let again = parsed(&net);
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        again[0]
+            .transport
+            .ext
+            .atomic_ack_eth
+            .map(|x| x.orig_remote_data),
+        Some(42)
+    );
+}
+
 /// What the lossy run posted: per message, its sender QP index, receiver QP
 /// index, source address and length.
 #[derive(Debug, Clone, Copy)]
@@ -623,7 +860,9 @@ struct Sent {
     len: usize,
 }
 
-fn lossy_run(seed: u64) {
+/// What one lossy run cost: packets the fabric lost, and the requester's
+/// retransmissions and ACK timeouts.
+fn lossy_run(seed: u64) -> (u64, u64, u64) {
     let (mut net, a, b) = pair(seed, 3, Mtu::M256);
     net.faults = Faults {
         drop: 0.05,
@@ -678,8 +917,18 @@ fn lossy_run(seed: u64) {
         post(&mut net, &a, a.qps[i], wr, dest(&a, &b, 0));
         reads.push((rsrc, rdst, len));
     }
+    // And fetch-adds of 1 on one counter of node 1 (OP-07: each runs once).
+    let counter = MEM_BASE + 0x6_0000;
+    for k in 0..6u64 {
+        let res = sge(MEM_BASE + 0x7_0000 + k * 8, 8, a.lkey);
+        let mut wr = send_wr(2000 + k, WrOpcode::AtomicFetchAdd, res);
+        wr.remote_addr = counter;
+        wr.rkey = b.lkey;
+        wr.swap_add = 1;
+        post(&mut net, &a, a.qps[(k % 3) as usize], wr, dest(&a, &b, 0));
+    }
     let total = msgs.len();
-    let s: Vec<Completion> = wait(&mut net, 0, a.scq, total + 3);
+    let s: Vec<Completion> = wait(&mut net, 0, a.scq, total + 3 + 6);
     let r: Vec<Completion> = wait(&mut net, 1, b.rcq, total);
     assert!(
         s.iter().all(|c| c.status == WcStatus::Success),
@@ -713,6 +962,19 @@ fn lossy_run(seed: u64) {
             "seed {seed}"
         );
     }
+    assert_eq!(
+        bytes(&net, 1, counter, 8),
+        6u64.to_le_bytes(),
+        "seed {seed}"
+    );
+    let mut origs: Vec<u64> = (0..6u64)
+        .map(|k| {
+            let b = bytes(&net, 0, MEM_BASE + 0x7_0000 + k * 8, 8);
+            u64::from_le_bytes(b.try_into().unwrap())
+        })
+        .collect();
+    origs.sort_unstable();
+    assert_eq!(origs, [0, 1, 2, 3, 4, 5], "seed {seed}");
     // Nothing more arrives later (no duplicate delivery).
     net.run_until(200_000, |_| false);
     assert!(net.poll(1, b.rcq).is_none(), "seed {seed}");
@@ -721,11 +983,18 @@ fn lossy_run(seed: u64) {
         c.retransmits > 0 || c.timeouts > 0,
         "seed {seed}: no loss recovered"
     );
+    (net.dropped, c.retransmits, c.timeouts)
 }
 
 #[test]
 fn ad_11_lossy_fabric_exactly_once_in_order_per_eec() {
+    let mut sum = (0, 0, 0);
     for seed in 0..24 {
-        lossy_run(seed);
+        let (d, r, t) = lossy_run(seed);
+        sum = (sum.0 + d, sum.1 + r, sum.2 + t);
     }
+    eprintln!(
+        "24 seeds: {} packets lost, {} retransmitted, {} ACK timeouts",
+        sum.0, sum.1, sum.2
+    );
 }

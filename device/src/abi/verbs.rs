@@ -30,9 +30,9 @@ abi_enum! {
         /// Reliable Datagram (AD-11; no `ibv_qp_type` number: Linux verbs
         /// have no RD): in the RD domain CREATE_QP names in `xrcdn`; each send
         /// WQE names its EE context, destination QP and Q_Key (`struct
-        /// vhca_rd_seg`); SEND, RDMA WRITE (with immediate) and RDMA READ.
-        /// MODIFY_QP takes the state, Q_Key and access flags only (the path,
-        /// PSNs and timers are the EE context's, MODIFY_EEC).
+        /// vhca_rd_seg`); SEND, RDMA WRITE (with immediate), RDMA READ and the
+        /// ATOMICs. MODIFY_QP takes the state, Q_Key and access flags only
+        /// (the path, PSNs and timers are the EE context's, MODIFY_EEC).
         Rd = 11,
     }
 }

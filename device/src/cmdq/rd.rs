@@ -61,11 +61,8 @@ pub(super) fn modify_eec(x: &mut Exec<'_>, i: ModifyEecIn) -> Result<(), Fail> {
         retry_cnt: a.retry_cnt,
         rnr_retry: a.rnr_retry,
     };
-    if rtr && x.engine().port().is_ethernet() != attr.av.grh.is_some() {
-        // A RoCE path is global (A17.4); an InfiniBand EEC's GRH is not
-        // checked against a GID table here: IB has only GID 0.
-        return Err(fail(Status::BadParam, Syndrome::AttrValue));
-    }
+    // The engine checks the path against the port (a RoCE path is global,
+    // its SGID index in the GID table) and changes nothing on a refusal.
     let now = time(x.now);
     Ok(x.engine().modify_eec(i.eecn, state, &attr, now)?)
 }

@@ -223,7 +223,9 @@ pub(super) fn headers(
     let av = &e.attr.av;
     PacketRepr {
         lrh: LrhRepr {
-            vl: crate::engine::vl::tx_vl(port, e.eecn | 2, av.sl),
+            // AD-06: the SL's data VL (an EEC is never QP0, which alone
+            // goes on VL15; any QPN but 0 says so).
+            vl: crate::engine::vl::tx_vl(port, u32::MAX, av.sl),
             sl: av.sl & 0xf,
             dlid: av.dlid,
             slid: port.slid(av.src_path_bits),

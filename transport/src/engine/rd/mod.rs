@@ -23,8 +23,12 @@
 //! seed 000 "RESYNC"); so is the first message after an EEC came back from
 //! Error through Reset.
 //!
-//! Not implemented: RD atomics, SEND with Invalidate, SQD of EECs, alternate
-//! paths (APM) of EECs, an SRQ for RD QPs.
+//! Atomics (OP-07) run once: the responder's EEC keeps the last one's PSN
+//! and original value and answers a duplicate from them (seed 000: "for RD
+//! the saved state is in the EE context").
+//!
+//! Not implemented: SEND with Invalidate, SQD of EECs, alternate paths (APM)
+//! of EECs, an SRQ for RD QPs.
 //!
 //! Bounds: at most [`MAX_RDD`] RDDs and [`MAX_EEC`] EECs per engine, RD QPs
 //! count against `Limits::max_qp` with the other QPs, and an EEC's responses
@@ -33,6 +37,8 @@
 mod io;
 mod recv;
 mod send;
+
+pub use send::RD_WINDOW;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -217,6 +223,8 @@ fn wc_opcode(op: WrOpcode) -> WcOpcode {
     match op {
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
         WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+        WrOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
+        WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
         _ => WcOpcode::Send,
     }
 }
@@ -231,7 +239,11 @@ fn complete_head(qp: &mut RdQp, status: WcStatus, fx: &mut Effects) {
     let signaled = qp.init.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
     if signaled || status != WcStatus::Success {
         let mut c = Completion::new(w.wr.wr_id, status, wc_opcode(w.wr.opcode), qp.qpn);
-        if w.wr.opcode == WrOpcode::RdmaRead && status == WcStatus::Success {
+        let reads = matches!(
+            w.wr.opcode,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+        );
+        if reads && status == WcStatus::Success {
             c.byte_len = w.len as u32;
         }
         fx.completions.push((qp.init.send_cq, c));
@@ -403,6 +415,7 @@ impl Engine {
     ) -> Result<(), VerbError> {
         use QpState::*;
         let port_pkeys = self.port.pkeys.len();
+        let (port_eth, port_gids) = (self.port.is_ethernet(), self.port.roce_gids.len());
         let e = self
             .rd
             .eecs
@@ -428,6 +441,16 @@ impl Engine {
             (Reset | Init, Init) => e.attr.pkey_index = attr.pkey_index,
             (Init, Rtr) => {
                 if attr.remote_eecn == 0 || attr.remote_eecn > psn::PSN_MASK {
+                    return Err(VerbError::InvalidAttr);
+                }
+                // As a QP's path: a RoCE path is global, its SGID an entry of
+                // the GID table (A17.4.5); on InfiniBand the only GID is 0.
+                let gids = if port_eth { port_gids } else { 1 };
+                let av_ok = match attr.av.grh {
+                    Some(g) => usize::from(g.sgid_index) < gids,
+                    None => !port_eth,
+                };
+                if !av_ok {
                     return Err(VerbError::InvalidAttr);
                 }
                 e.attr.av = attr.av;
@@ -692,10 +715,11 @@ impl Engine {
     }
 
     /// Posts a send WR to an RD QP (AD-11): SEND (with immediate), RDMA WRITE
-    /// (with immediate) or RDMA READ to `dest`. Refused in Reset, Init and RTR
-    /// (QS-03), flushed in SQE and Error. Messages are at most 2^31 bytes
-    /// (C9-9, C9-16, C9-22). Atomics and SEND with Invalidate are not
-    /// implemented for RD (`NotSupported`).
+    /// (with immediate), RDMA READ or an ATOMIC (8 bytes of gather list for
+    /// the original value) to `dest`. Refused in Reset, Init and RTR (QS-03),
+    /// flushed in SQE and Error. Messages are at most 2^31 bytes (C9-9,
+    /// C9-16, C9-22). SEND with Invalidate, FLUSH and ATOMIC WRITE are not
+    /// RD operations here (`NotSupported`).
     pub fn post_send_rd(&mut self, qpn: u32, wr: SendWr, dest: RdDest) -> Result<(), VerbError> {
         let max_inline = self.limits.max_inline;
         let qp = self.rd.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
@@ -709,9 +733,15 @@ impl Engine {
             | WrOpcode::SendWithImm
             | WrOpcode::RdmaWrite
             | WrOpcode::RdmaWriteWithImm
-            | WrOpcode::RdmaRead => {}
+            | WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpSwap
+            | WrOpcode::AtomicFetchAdd => {}
             _ => return Err(VerbError::NotSupported),
         }
+        let atomic = matches!(
+            wr.opcode,
+            WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+        );
         let len = match &wr.data {
             SendData::Sges(s) => {
                 if s.len() > qp.init.cap.max_send_sge as usize {
@@ -727,7 +757,8 @@ impl Engine {
             }
             _ => return Err(VerbError::InvalidWr),
         };
-        if len > 1 << 31 {
+        // OP-07: an atomic returns 8 bytes into its gather list.
+        if len > 1 << 31 || (atomic && (len != 8 || matches!(wr.data, SendData::Inline(_)))) {
             return Err(VerbError::InvalidWr);
         }
         if qp.sq.len() >= qp.init.cap.max_send_wr as usize {

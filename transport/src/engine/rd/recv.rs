@@ -15,7 +15,7 @@ use crate::engine::Ctx;
 use crate::mr::RemoteAccess;
 use crate::psn;
 use crate::verbs::{Access, Completion, QpState, RecvWr, WcFlags, WcOpcode, WcStatus};
-use crate::wire::ext::{AethRepr, AethSyndrome, NakCode, CREDIT_CODE_INVALID};
+use crate::wire::ext::{AethRepr, AethSyndrome, AtomicAckEthRepr, NakCode, CREDIT_CODE_INVALID};
 use crate::wire::opcode::Opcode;
 use crate::wire::opcode::{Operation, Position};
 use crate::wire::{ExtHeaders, PacketRepr};
@@ -33,6 +33,10 @@ pub(crate) struct EecResp {
     /// The PSN of the last RESYNC applied: a copy of it (its ACK was lost)
     /// is answered again without moving the expected PSN back.
     last_resync: Option<u32>,
+    /// The last atomic executed: its PSN and original value, for a duplicate
+    /// (OP-07; seed 000: for RD the saved state is the EE context's; one
+    /// message at a time makes one entry enough).
+    last_atomic: Option<(u32, u64)>,
 }
 
 /// A multi-packet message in progress.
@@ -62,6 +66,8 @@ enum Out {
         psn: u32,
         syndrome: AethSyndrome,
     },
+    /// An atomic's ACK with the original value (OP-07).
+    AtomicAck { dest_qp: u32, psn: u32, orig: u64 },
     Read {
         dest_qp: u32,
         qpn: u32,
@@ -258,8 +264,9 @@ pub(super) fn handle_request(
         Operation::Send | Operation::SendWithImmediate => on_send(e, qp, pkt, cx),
         Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => on_write(e, qp, pkt, cx),
         Operation::RdmaReadRequest => on_read(e, qp, pkt, cx),
+        Operation::CompareSwap | Operation::FetchAdd => on_atomic(e, qp, pkt, cx),
         _ => {
-            // RD atomics are not implemented (module doc).
+            // Not an RD operation here (module doc).
             nak(e, cx, src, p, NakCode::InvalidRequest);
             true
         }
@@ -281,6 +288,24 @@ fn duplicate(
     if t.bth.opcode.info().operation == Operation::RdmaReadRequest {
         return match qps.get_mut(&t.bth.dest_qp) {
             Some(qp) if qp.init.rdd == e.rdd => on_read(e, qp, pkt, cx),
+            _ => false,
+        };
+    }
+    if matches!(
+        t.bth.opcode.info().operation,
+        Operation::CompareSwap | Operation::FetchAdd
+    ) {
+        // OP-07: never executed twice; the saved result is sent again when
+        // the PSN is the saved one's, else the duplicate is dropped.
+        return match e.resp.last_atomic {
+            Some((psn, orig)) if psn == t.bth.psn => {
+                e.resp.out.push_back(Out::AtomicAck {
+                    dest_qp: src,
+                    psn,
+                    orig,
+                });
+                true
+            }
             _ => false,
         };
     }
@@ -479,6 +504,39 @@ fn on_write(e: &mut Eec, qp: &mut RdQp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) 
     accepted(e, cx, pkt, src)
 }
 
+/// An ATOMIC request (OP-07): 8-byte aligned, on an MR with remote atomic
+/// access, executed once; its result is kept for a duplicate.
+fn on_atomic(e: &mut Eec, qp: &mut RdQp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
+    let t = &pkt.transport;
+    let p = t.bth.psn;
+    let src = t.ext.deth.map_or(0, |d| d.src_qp);
+    let Some(a) = t.ext.atomic_eth else {
+        return false;
+    };
+    if !qp.access.contains(Access::REMOTE_ATOMIC) {
+        nak(e, cx, src, p, NakCode::InvalidRequest); // MP-04
+        return true;
+    }
+    let cmp_swap = t.bth.opcode.info().operation == Operation::CompareSwap;
+    let r = access::remote_atomic(
+        cx.mrs, cx.mem, qp.init.pd, qp.qpn, a.rkey, a.va, cmp_swap, a.compare, a.swap_add,
+    );
+    match r {
+        Ok(orig) => {
+            e.resp.last_atomic = Some((p, orig));
+            e.resp.out.push_back(Out::AtomicAck {
+                dest_qp: src,
+                psn: p,
+                orig,
+            });
+            e.resp.epsn = psn::add(p, 1);
+            e.resp.nak_sent = false;
+        }
+        Err(err) => nak(e, cx, src, p, err.nak()), // misaligned: Invalid Request
+    }
+    true
+}
+
 /// An RDMA READ request (new, or a duplicate executed again): checked whole,
 /// then answered a packet at a time from `poll_transmit`.
 fn on_read(e: &mut Eec, qp: &mut RdQp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
@@ -556,6 +614,26 @@ pub(super) fn poll_transmit(e: &mut Eec, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                 let pkt = headers(cx.port, e, Opcode::RD_ACKNOWLEDGE, dest_qp, psn, false, ext);
                 let r = emit(cx.port, e, &pkt, buf, 0, |_| Ok::<(), ()>(()));
                 if let Ok(len) = r {
+                    return Some(len);
+                }
+            }
+            Out::AtomicAck { dest_qp, psn, orig } => {
+                let (dest_qp, psn, orig) = (*dest_qp, *psn, *orig);
+                e.resp.out.pop_front();
+                e.resp.msn = (e.resp.msn + 1) & psn::PSN_MASK;
+                let ext = ExtHeaders {
+                    aeth: Some(AethRepr {
+                        syndrome: ACK,
+                        msn: e.resp.msn,
+                    }),
+                    atomic_ack_eth: Some(AtomicAckEthRepr {
+                        orig_remote_data: orig,
+                    }),
+                    ..ExtHeaders::default()
+                };
+                let op = Opcode::RD_ATOMIC_ACKNOWLEDGE;
+                let pkt = headers(cx.port, e, op, dest_qp, psn, false, ext);
+                if let Ok(len) = emit(cx.port, e, &pkt, buf, 0, |_| Ok::<(), ()>(())) {
                     return Some(len);
                 }
             }

@@ -12,7 +12,7 @@ use super::{ack_timeout_ns, fail_qp, Eec, RdCounters, RdQp};
 use crate::engine::{access::local_status, Ctx, Effects};
 use crate::psn;
 use crate::verbs::{QpState, SendData, SendFlags, Time, WcStatus, WrOpcode};
-use crate::wire::ext::{AethSyndrome, DethRepr, NakCode, RethRepr};
+use crate::wire::ext::{AethSyndrome, AtomicEthRepr, DethRepr, NakCode, RethRepr};
 use crate::wire::opcode::Opcode;
 use crate::wire::opcode::{Operation, Position};
 use crate::wire::packet::EmitWithError;
@@ -20,6 +20,11 @@ use crate::wire::{ExtHeaders, ExtKind, PacketRepr};
 
 /// AckReq at least every this many packets of a long message.
 const ACK_REQ_EVERY: u32 = 16;
+
+/// Packets of the message in flight sent and not acknowledged, at most: a
+/// message of up to 2^31 bytes (C9-16) is not put on the fabric whole before
+/// its first ACK (vhca policy, as RC's window, RL-17).
+pub const RD_WINDOW: u32 = 128;
 
 /// The EEC's send state.
 #[derive(Debug, Default)]
@@ -53,6 +58,8 @@ pub(crate) struct Msg {
     dest_qpn: u32,
     pub resync: bool,
     read: bool,
+    /// An ATOMIC (OP-07 on RD): one request, answered by an atomic ACK.
+    atomic: bool,
     first_psn: u32,
     /// PSNs the message takes: its packets, or a READ's responses (9.7.3.1).
     npkts: u32,
@@ -115,7 +122,11 @@ fn start_next(e: &mut Eec, qps: &BTreeMap<u32, RdQp>) -> bool {
         let r = &mut e.req;
         let resync = r.resync_pending;
         let read = w.wr.opcode == WrOpcode::RdmaRead;
-        let npkts = if resync {
+        let atomic = matches!(
+            w.wr.opcode,
+            WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd
+        );
+        let npkts = if resync || atomic {
             1
         } else if read {
             psn::read_packets(w.len, pmtu as usize)
@@ -132,6 +143,7 @@ fn start_next(e: &mut Eec, qps: &BTreeMap<u32, RdQp>) -> bool {
             dest_qpn: w.dest.remote_qpn,
             resync,
             read: read && !resync,
+            atomic: atomic && !resync,
             first_psn: r.next_psn,
             npkts,
             sent: 0,
@@ -164,7 +176,7 @@ pub(super) fn poll_transmit(
             return None;
         }
         let m = e.req.cur?;
-        if m.sent >= m.npkts {
+        if m.sent >= m.npkts || (!m.read && m.sent - m.una >= RD_WINDOW) {
             return None;
         }
         match build(e, qps, m, cx, buf) {
@@ -211,6 +223,24 @@ fn build(
             ..ExtHeaders::default()
         };
         (Opcode::RD_RESYNC, 0, ext, 1)
+    } else if m.atomic {
+        // OP-07: RDETH, DETH and AtomicETH (Table 38, 0b010).
+        let ext = ExtHeaders {
+            deth,
+            atomic_eth: Some(AtomicEthRepr {
+                va: w.wr.remote_addr,
+                rkey: w.wr.rkey,
+                swap_add: w.wr.swap_add,
+                compare: w.wr.compare,
+            }),
+            ..ExtHeaders::default()
+        };
+        let op = if w.wr.opcode == WrOpcode::AtomicCmpSwap {
+            Opcode::RD_COMPARE_SWAP
+        } else {
+            Opcode::RD_FETCH_ADD
+        };
+        (op, 0, ext, 1)
     } else if m.read {
         // One request for the rest of the READ (as RL-14 for RC).
         let done = u64::from(k) * pmtu;
@@ -360,7 +390,7 @@ pub(super) fn handle_response(
             }
             let off = off as u32;
             match aeth.syndrome {
-                AethSyndrome::Ack { .. } if m.read => {
+                AethSyndrome::Ack { .. } if m.read || m.atomic => {
                     cx.counters.rd.unexpected_response += 1;
                     false
                 }
@@ -415,6 +445,30 @@ pub(super) fn handle_response(
             }
         }
         Operation::RdmaReadResponse if m.read => on_read_response(e, qps, m, pkt, off, cx),
+        Operation::AtomicAcknowledge if m.atomic && in_flight => {
+            // OP-07: the original value lands in the WQE's buffer in host
+            // order, as on RC.
+            let orig = pkt
+                .transport
+                .ext
+                .atomic_ack_eth
+                .map_or(0, |a| a.orig_remote_data);
+            let Some(qp) = qps.get(&m.qpn) else {
+                return false;
+            };
+            let placed = match qp.sq.front().map(|w| &w.wr.data) {
+                Some(SendData::Sges(sges)) => {
+                    cx.mrs
+                        .scatter(cx.mem, qp.init.pd, sges, 0, &orig.to_le_bytes())
+                }
+                _ => Ok(()),
+            };
+            match placed {
+                Ok(()) => finish(e, qps, m, cx.fx),
+                Err(err) => fail(e, qps, m, local_status(err), cx.fx),
+            }
+            true
+        }
         _ => {
             cx.counters.rd.unexpected_response += 1;
             false
