@@ -157,8 +157,10 @@ impl PortWindow {
             w.in_flight += n;
             self.in_flight += n;
         } else {
-            w.in_flight -= n;
-            self.in_flight -= n;
+            // Saturating: a miscount must not wrap into a destination that
+            // is full forever (the debug check catches it in tests).
+            w.in_flight = w.in_flight.saturating_sub(n);
+            self.in_flight = self.in_flight.saturating_sub(n);
         }
     }
 }
