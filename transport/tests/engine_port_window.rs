@@ -165,13 +165,14 @@ fn without_a_port_window_the_same_load_puts_every_packet_in_flight() {
         port_window: 0,
         ..Limits::default()
     };
-    let (_, wire_max, _, _, _) = run_on(1024, 4096, unbounded, 0.0, link);
+    // 256 QPs x 16 packets (16 KiB at a 1 KiB MTU).
+    let (_, wire_max, _, _, _) = run_on(256, 16 << 10, unbounded, 0.0, link);
     assert!(wire_max >= 1024, "{wire_max}");
     let bounded = Limits {
         port_window: 64,
         ..Limits::default()
     };
-    let (_, wire_max, _, _, _) = run_on(1024, 4096, bounded, 0.0, link);
+    let (_, wire_max, _, _, _) = run_on(256, 16 << 10, bounded, 0.0, link);
     assert!(wire_max <= 64, "{wire_max}");
 }
 
@@ -329,4 +330,47 @@ fn a_dead_peer_does_not_starve_a_live_one() {
 #[test]
 fn a_dead_roce_peer_does_not_starve_a_live_one() {
     dead_peer(true);
+}
+
+#[test]
+fn a_run_of_packets_is_acknowledged_once() {
+    // The transmit schedule gives a QP up to 16 packets in a row (one 64 KiB
+    // message at 4 KiB; io::TX_BURST): with many QPs sharing a tight port
+    // window, every packet asks for an ACK, and a run's packets, received
+    // together, are acknowledged together (RL-08). Packet by packet round
+    // robin gave one ACK per data packet.
+    let limits = Limits {
+        port_window: 256,
+        ..Limits::default()
+    };
+    let mut net = Net::with_limits(2, 1 << 20, 9, limits);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let pairs: Vec<Pair> = (0..64)
+        .map(|_| connect(&mut net, 0, 1, &ConnOpts::default()))
+        .collect();
+    // 64 QPs x 4 WRITEs of 16 packets (16 KiB at a 1 KiB MTU).
+    for (i, p) in pairs.iter().enumerate() {
+        for k in 0..4 {
+            post_write(&mut net, p, (i * 4 + k) as u64, 16 << 10, ka, kb);
+        }
+    }
+    let mut left = 64 * 4;
+    let done = net.run_until(1_000_000, |n| {
+        for p in &pairs {
+            while let Some(c) = n.poll(0, p.cq_a) {
+                assert_eq!(c.status, WcStatus::Success);
+                left -= 1;
+            }
+        }
+        left == 0
+    });
+    assert!(done, "{left} WRITEs left");
+    let data = net.nodes[0].engine.counters().tx_packets;
+    let acks = net.nodes[1].engine.counters().acks_sent;
+    assert!(data >= 64 * 4 * 16, "{data} packets");
+    assert!(
+        acks * 8 <= data,
+        "{acks} ACKs for {data} data packets (at most one per 8)"
+    );
 }

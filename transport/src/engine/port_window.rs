@@ -22,11 +22,13 @@
 //!   PSN already counted is never held back (loss recovery must not wait for
 //!   the loss it recovers from).
 //! - A QP held back joins its destination's FIFO of waiting QPs (at most
-//!   once) and leaves the transmit schedule; when acknowledgements bring that
-//!   total under the bound, as many of its waiting QPs as there is room for
-//!   go back to the schedule, oldest first. Each wait costs one push and one
-//!   pop: no scan of the QPs (issue 12's cost rule), and no QP starves (round
-//!   robin by waiting order).
+//!   once) and leaves the transmit schedule; while that total is under the
+//!   bound, its waiting QPs go back to the schedule, one per run of packets
+//!   (`io::TX_BURST`) there is room for, oldest first (checked at every
+//!   change of the total, so room another QP took first is not lost to
+//!   the waiters). Each wait costs one push and one pop: no scan of the QPs
+//!   (issue 12's cost rule), and no QP starves (round robin by waiting
+//!   order).
 //! - The bound is per destination because what it protects is the
 //!   receiver's buffer, and so that a dead peer cannot starve the others: the
 //!   QPs to a peer that stopped answering hold that peer's room until their
@@ -35,12 +37,12 @@
 //!   their number is bounded by the QPs (and their memory by the budget
 //!   that charges QPs).
 //!
-//! - Once the port is half full, every new packet asks for an ACK (AckReq,
-//!   RL-08): a QP's window asks only every half window, and packets that
-//!   wait for an ACK request behind a QP held back would pin the port's room
-//!   until that QP's next turn (with 1024 QPs, until a probe). A QP held
-//!   back with such packets (sent while the port was under half full) waits
-//!   at the front: its next packet asks for their ACK.
+//! - Once a destination is half full, every new packet to it asks for an
+//!   ACK (AckReq, RL-08): a QP's window asks only every half window, and
+//!   packets that wait for an ACK request behind a QP held back would pin
+//!   the room until that QP's next turn (with 1024 QPs, until a probe). A
+//!   QP held back with such packets (sent while under half full) waits at
+//!   the front: its next packet asks for their ACK.
 //!
 //! The bound is above one QP's send window (RL-17), so one QP alone is never
 //! slowed by it. 0 means no bound.
@@ -157,8 +159,10 @@ impl PortWindow {
             w.in_flight += n;
             self.in_flight += n;
         } else {
-            w.in_flight -= n;
-            self.in_flight -= n;
+            // Saturating: a miscount must not wrap into a destination that
+            // is full forever (the debug check catches it in tests).
+            w.in_flight = w.in_flight.saturating_sub(n);
+            self.in_flight = self.in_flight.saturating_sub(n);
         }
     }
 }
