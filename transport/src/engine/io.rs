@@ -210,6 +210,8 @@ impl Engine {
         self.check_timers();
         #[cfg(debug_assertions)]
         self.check_port_window();
+        #[cfg(debug_assertions)]
+        self.rd.check_timers();
         let t = self.timers.peek().map(|Reverse((t, _))| *t);
         if !self.rd.active() {
             return t;

@@ -5,7 +5,7 @@
 
 use super::{eec_pkey, offer_head, Eec};
 use super::{recv, send, Rd};
-use crate::engine::{Ctx, Effects, Engine, PortConfig};
+use crate::engine::{Effects, Engine, PortConfig};
 use crate::memory::Memory;
 use crate::verbs::{QpState, Time};
 use crate::wire::opcode::Direction;
@@ -43,16 +43,7 @@ impl Engine {
             return;
         }
         let mut fx = Effects::default();
-        let mut ctx = Ctx {
-            mrs: &mut self.mrs,
-            mem,
-            srqs: &mut self.srqs,
-            counters: &mut self.counters,
-            fx: &mut fx,
-            port: &self.port,
-            now,
-            roce,
-        };
+        let mut ctx = crate::engine::engine_ctx!(self, mem, &mut fx, now, roce);
         let Rd { eecs, qps, .. } = &mut self.rd;
         let Some(e) = eecs.get_mut(&eecn) else {
             return;
@@ -70,6 +61,7 @@ impl Engine {
         if wake {
             self.rd.schedule(eecn);
         }
+        self.rd.arm(eecn); // a response restarts or stops the ACK timer
         self.finish(fx);
     }
 
@@ -87,16 +79,7 @@ impl Engine {
             let Some(eecn) = self.rd.sched.pop_front() else {
                 break;
             };
-            let mut ctx = Ctx {
-                mrs: &mut self.mrs,
-                mem,
-                srqs: &mut self.srqs,
-                counters: &mut self.counters,
-                fx: &mut fx,
-                port: &self.port,
-                now,
-                roce: None,
-            };
+            let mut ctx = crate::engine::engine_ctx!(self, mem, &mut fx, now, None);
             let Rd { eecs, qps, .. } = &mut self.rd;
             let Some(e) = eecs.get_mut(&eecn) else {
                 continue;
@@ -113,6 +96,7 @@ impl Engine {
                 offer_head(&mut self.rd, q, &mut fx);
             }
             if let Some(len) = built {
+                self.rd.arm(eecn); // a request sent starts the ACK timer
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += len as u64;
                 out = Some(len);
@@ -126,19 +110,16 @@ impl Engine {
     /// Fires the EEC timers due at `now`: ACK timeouts (RL-10) and RNR waits
     /// (RL-11) of the message in flight.
     pub(crate) fn rd_handle_timeout(&mut self, now: Time) {
-        let due: Vec<u32> = self
-            .rd
-            .eecs
-            .values()
-            .filter(|e| e.req.deadline.is_some_and(|d| d <= now))
-            .map(|e| e.eecn)
-            .collect();
+        let due = self.rd.take_due(now);
         let mut fx = Effects::default();
-        for eecn in due {
+        for &eecn in &due {
             let Rd { eecs, qps, .. } = &mut self.rd;
             let Some(e) = eecs.get_mut(&eecn) else {
                 continue;
             };
+            if e.req.deadline.is_none_or(|d| d > now) {
+                continue; // moved later since it was armed: re-armed below
+            }
             let out = send::on_timeout(e, qps, now, &mut self.counters.rd, &mut fx);
             let next = e.req.finished.take();
             match out {
@@ -156,6 +137,9 @@ impl Engine {
             if let Some(q) = next {
                 offer_head(&mut self.rd, q, &mut fx);
             }
+        }
+        for eecn in due {
+            self.rd.arm(eecn);
         }
         self.finish(fx);
     }

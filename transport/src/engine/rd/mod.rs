@@ -40,7 +40,8 @@ mod send;
 
 pub use send::RD_WINDOW;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
 use super::{Effects, Engine, PortConfig};
 use crate::budget::{Held, Weigh};
@@ -122,6 +123,11 @@ pub(crate) struct Rd {
     /// RD goes first in the next `poll_transmit` (RD and the other QPs take
     /// turns, so neither starves the other).
     turn: bool,
+    /// The EECs' deadlines (ACK timer RL-10, RNR wait RL-11) as a min-heap
+    /// of (time, EECN), kept like the QPs' (`io.rs` `arm`): an entry is live
+    /// while it equals its EEC's `timer_at`, so the next deadline is O(1)
+    /// and a round costs nothing per EEC that has no timer due (issue 12).
+    timers: BinaryHeap<Reverse<(Time, u32)>>,
 }
 
 /// An EE context.
@@ -135,6 +141,8 @@ pub(crate) struct Eec {
     /// returns to RTS is preceded by a RESYNC (OP-11).
     errored: bool,
     scheduled: bool,
+    /// The time of this EEC's live entry in `Rd::timers`.
+    timer_at: Option<Time>,
     req: send::EecReq,
     resp: recv::EecResp,
 }
@@ -199,10 +207,77 @@ impl Rd {
         }
     }
 
-    /// The earliest EEC deadline (ACK timer or RNR wait): O(EECs), at most
-    /// [`MAX_EEC`].
+    /// The earliest EEC deadline (ACK timer or RNR wait), O(1). Never later
+    /// than an EEC's deadline; may be earlier (an entry whose deadline moved
+    /// later fires as a no-op that re-arms it).
     pub(crate) fn next_deadline(&self) -> Option<Time> {
-        self.eecs.values().filter_map(|e| e.req.deadline).min()
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Keeps the heap covering `eecn`'s deadline after an input touched the
+    /// EEC. Only an earlier deadline is pushed; when stale entries outnumber
+    /// live ones the heap is rebuilt, so it stays O(EECs) whatever a peer
+    /// sends.
+    pub(crate) fn arm(&mut self, eecn: u32) {
+        let Some(e) = self.eecs.get_mut(&eecn) else {
+            return;
+        };
+        let Some(d) = e.req.deadline else {
+            return;
+        };
+        if e.timer_at.is_some_and(|t| t <= d) {
+            return;
+        }
+        e.timer_at = Some(d);
+        self.timers.push(Reverse((d, eecn)));
+        if self.timers.len() > 2 * self.eecs.len() + 16 {
+            let live = self
+                .eecs
+                .values()
+                .filter_map(|e| e.timer_at.map(|t| Reverse((t, e.eecn))));
+            self.timers = live.collect();
+        }
+    }
+
+    /// Debug builds: every EEC deadline is covered by a live heap entry no
+    /// later than it (the invariant [`Self::arm`] keeps).
+    #[cfg(debug_assertions)]
+    pub(crate) fn check_timers(&self) {
+        for e in self.eecs.values() {
+            let Some(d) = e.req.deadline else { continue };
+            let t = e
+                .timer_at
+                .unwrap_or_else(|| panic!("EEC {} has a deadline {d:?} and no timer", e.eecn));
+            assert!(
+                t <= d,
+                "EEC {} timer {t:?} after its deadline {d:?}",
+                e.eecn
+            );
+            assert!(
+                self.timers.iter().any(|Reverse(x)| *x == (t, e.eecn)),
+                "EEC {}: no heap entry at {t:?}",
+                e.eecn
+            );
+        }
+    }
+
+    /// Pops the heap entries due at `now` and returns their EECs (each
+    /// once); their `timer_at` is cleared, so the caller re-arms them.
+    pub(crate) fn take_due(&mut self, now: Time) -> Vec<u32> {
+        let mut due = Vec::new();
+        while let Some(&Reverse((t, eecn))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(e) = self.eecs.get_mut(&eecn) {
+                if e.timer_at == Some(t) {
+                    e.timer_at = None;
+                    due.push(eecn);
+                }
+            }
+        }
+        due
     }
 }
 
@@ -390,6 +465,7 @@ impl Engine {
                 attr: EecAttr::default(),
                 errored: false,
                 scheduled: false,
+                timer_at: None,
                 req: send::EecReq::default(),
                 resp: recv::EecResp::default(),
             },
