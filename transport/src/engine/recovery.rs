@@ -77,7 +77,11 @@
 //!   asked for again asks only for what has not come by the time its
 //!   request goes (RL-14), not by the go-back. A READ probe is judged
 //!   spurious only by a duplicate of its own READ's responses: its
-//!   go-back asks for the later READs again too.
+//!   go-back asks for the later READs again too. When the old stream
+//!   reaches the point of maximum advance and the re-request is still
+//!   unanswered, the responder never saw it (it would have stopped that
+//!   stream and answered next, RL-05): the probe is due a probe timeout
+//!   without the floor after the re-request ([`Recovery::on_old_stream_end`]).
 //! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
 //!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
 //!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
@@ -604,6 +608,31 @@ impl Recovery {
         (repeat || behind) && before != Some(p) && now.0 >= g.at.0.saturating_add(rtt / 2)
     }
 
+    /// The response to the last PSN ever asked for (the point of maximum
+    /// advance) came, from the stream the responder sent before the go-back
+    /// under way, whose re-request is still unanswered. The responder stops
+    /// that stream when the re-request reaches it (RL-05, seed 004
+    /// §3.3.2.2) and answers it next: either the answer follows within a
+    /// round trip of the re-request, or the re-request was lost. So the
+    /// probe (a re-request again) is due a probe timeout without the floor
+    /// after the re-request went, and at least the least round trip from
+    /// now (vhca policy, issue 14: the floor is for a peer's scheduling
+    /// noise, and a peer that was only slow answers both re-requests in one
+    /// batch, the second preempting the first's queued answer, RL-05).
+    pub fn on_old_stream_end(&mut self, now: Time) {
+        let (Some(g), Some(srtt), Some(min)) = (self.go_back, self.srtt_ns, self.min_rtt_ns) else {
+            return;
+        };
+        if !self.probes {
+            return;
+        }
+        let base = (2 * srtt).max(srtt + 4 * self.rttvar_ns);
+        let due = g.at.plus_ns(base).max(now.plus_ns(min));
+        if self.probe_at.is_none_or(|t| t > due) {
+            self.probe_at = Some(due);
+        }
+    }
+
     /// The READ response for `p` showed a gap, and the go-back for it has
     /// started ([`Recovery::on_rewind`]).
     pub fn on_read_gap(&mut self, p: u32, now: Time) {
@@ -951,6 +980,33 @@ mod tests {
             "the probed READ's: spurious"
         );
         assert_eq!(r.floor_ns(), 200_000);
+    }
+
+    #[test]
+    fn the_old_streams_end_brings_the_probe_of_an_unanswered_re_request_forward() {
+        let mut r = measured(1_000_000);
+        // RTT 10 us: SRTT 10, RTTVAR 5; the PTO's base is 30 us, the floor 1 ms.
+        r.on_send(20, true, true, Time(5_000_000), None);
+        r.on_rewind(10, 40, Time(5_000_000));
+        assert_eq!(r.probe_at, Some(Time(6_000_000)), "the floor");
+        r.on_old_stream_end(Time(5_005_000));
+        assert_eq!(r.probe_at, Some(Time(5_030_000)), "30 us after the go-back");
+        r.on_old_stream_end(Time(5_100_000));
+        assert_eq!(r.probe_at, Some(Time(5_030_000)), "never later than it was");
+        let mut late = measured(1_000_000);
+        late.on_send(20, true, true, Time(5_000_000), None);
+        late.on_rewind(10, 40, Time(5_000_000));
+        late.on_old_stream_end(Time(5_200_000));
+        assert_eq!(
+            late.probe_at,
+            Some(Time(5_210_000)),
+            "the least round trip from now at the earliest"
+        );
+        let mut off = measured(1_000_000);
+        off.probes = false;
+        off.on_rewind(10, 40, Time(5_000_000));
+        off.on_old_stream_end(Time(5_005_000));
+        assert_eq!(off.probe_at, None, "probes off");
     }
 
     #[test]
