@@ -41,8 +41,9 @@
 //!   RL-04/05, tells it). Each spurious probe doubles that QP's floor, up to
 //!   [`MAX_FLOOR_FACTOR`] times the configured one; each probe that proves
 //!   useful (watched for [`WATCH_PTOS`] probe timeouts without a duplicate
-//!   answer: the original or its ACK was lost) lowers it by an eighth, never
-//!   below the configured one. A go-back after the probe resends packets
+//!   answer: the original or its ACK was lost; or followed by a go-back,
+//!   what went before it still unacknowledged a probe timeout later) lowers
+//!   it by an eighth, never below the configured one. A go-back after the probe resends packets
 //!   whose duplicate answers look the same, so such a probe is not judged
 //!   either way. An ACK that repeats the last one's PSN and MSN with only
 //!   another credit count is the responder's credit update (RL-13), not a
@@ -479,7 +480,15 @@ impl Recovery {
     /// A probe timeout after a tail probe found `una` still short of what was
     /// sent before the probe: that was lost. The window is cut and the caller
     /// goes back to `una` (9.7.4.1.3), not as a retry (RL-10).
+    ///
+    /// The probe was useful (it found a loss), so a raised floor comes down
+    /// by an eighth, as when a probe's watch runs out: under loss most
+    /// probes end in such a go-back, and a floor that only spurious probes
+    /// moved (up) would stay raised for the QP's life (vhca policy).
     pub fn on_tail_lost(&mut self, hwm: u32, now: Time, ack_timeout: Option<u64>) {
+        if self.adaptive {
+            self.floor_ns = (self.floor_ns - self.floor_ns / 8).max(self.min_pto_ns);
+        }
         self.on_loss(hwm);
         self.probe_hwm = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
@@ -1007,6 +1016,24 @@ mod tests {
         off.on_rewind(10, 40, Time(5_000_000));
         off.on_old_stream_end(Time(5_005_000));
         assert_eq!(off.probe_at, None, "probes off");
+    }
+
+    #[test]
+    fn a_probe_that_finds_a_loss_lowers_a_raised_floor() {
+        let mut r = measured(100_000);
+        r.on_tail_probe(10, 20, Time(1_000_000), None);
+        assert!(r.on_duplicate(15, Time(1_010_000)));
+        assert_eq!(r.floor_ns(), 200_000, "raised by a spurious probe");
+        // The next probe's answer leaves the tail unacknowledged: go back.
+        r.on_tail_probe(20, 30, Time(2_000_000), None);
+        r.on_tail_lost(30, Time(2_400_000), None);
+        assert_eq!(r.floor_ns(), 175_000, "an eighth down");
+        for k in 0..20u64 {
+            let t = Time(3_000_000 + k * 1_000_000);
+            r.on_tail_probe(30, 40, t, None);
+            r.on_tail_lost(40, t.plus_ns(500_000), None);
+        }
+        assert_eq!(r.floor_ns(), 100_000, "never below the configured one");
     }
 
     #[test]
