@@ -21,7 +21,9 @@
 //!   RL-03). A spurious probe (the peer was only slow) costs one packet. If a
 //!   probe timeout later what was sent before the probe is still not all
 //!   acknowledged, the rest was lost: go-back-N (9.7.4.1.3) resends it and the
-//!   window is cut. For a READ the probe is a re-request of the READ's rest
+//!   window is cut. So it does at once when an ACK half the least round trip
+//!   or more after the probe (its answer) leaves the tail unacknowledged
+//!   (vhca policy). For a READ the probe is a re-request of the READ's rest
 //!   (RL-14). A probe is not a retry: `retry_cnt` still counts ACK timeouts
 //!   and sequence NAKs only (RL-10), and the ACK timer keeps running, so a
 //!   peer that is gone still fails the QP in the time the spec gives. Probes
@@ -183,6 +185,8 @@ pub(crate) struct Recovery {
     pub probing: bool,
     /// The probe's packet went.
     probe_sent: bool,
+    /// When the last tail probe was decided.
+    probe_sent_at: Option<Time>,
     /// The next packet carries AckReq whatever its place in the message.
     pub force_ack_req: bool,
     /// Packets sent since the last one with AckReq.
@@ -255,6 +259,7 @@ impl Default for Recovery {
             backoff: 0,
             probing: false,
             probe_sent: false,
+            probe_sent_at: None,
             force_ack_req: false,
             since_ack_req: 0,
             cwnd: INITIAL_WINDOW,
@@ -400,6 +405,17 @@ impl Recovery {
         self.last_activity = now;
         self.expire_watch(now);
         self.probe_covered(psn::add(last_acked, 1));
+        // A tail probe's answer that leaves the tail unacknowledged: the
+        // responder answered the probe (a duplicate with its newest PSN,
+        // RL-04; or the packet it waited for, after which it had dropped
+        // the rest, RL-03), so what followed was lost: go back at once, not
+        // a probe timeout later (vhca policy). An ACK sooner than half the
+        // least round trip after the probe answers no probe.
+        let answered = match (self.probe_hwm, self.probe_sent_at, self.min_rtt_ns) {
+            (Some(_), Some(t), Some(rtt)) => now.0 >= t.0.saturating_add(rtt / 2),
+            _ => false,
+        };
+        let go_back_now = self.probes && answered;
         if let Some(r) = self.recover {
             if psn::diff(last_acked, r) >= 0 {
                 self.recover = None;
@@ -418,6 +434,9 @@ impl Recovery {
             self.cwnd = self.cwnd.min(self.cap.max(MIN_WINDOW));
         }
         self.probe_at = (self.probes && unacked > 0).then(|| now.plus_ns(self.pto_ns(ack_timeout)));
+        if go_back_now && unacked > 0 {
+            self.probe_due = true;
+        }
     }
 
     fn rtt_sample(&mut self, r: u64) {
@@ -472,6 +491,7 @@ impl Recovery {
         self.watch_probe(una, now, ack_timeout);
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
+        self.probe_sent_at = Some(now);
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
