@@ -548,10 +548,13 @@ impl Recovery {
     }
 
     /// A response says where to resume: the window applies again.
+    /// A go-back starts with it (a sequence NAK, a READ response gap), so a
+    /// probe that came due meanwhile is moot too.
     pub fn end_probe(&mut self) {
         self.probing = false;
         self.probe_hwm = None;
         self.pending_probe = None;
+        self.probe_due = false;
     }
 
     /// A response came that acknowledges nothing new (a READ response after a
@@ -1054,6 +1057,20 @@ mod tests {
             r.on_tail_lost(40, t.plus_ns(500_000), None);
         }
         assert_eq!(r.floor_ns(), 100_000, "never below the configured one");
+    }
+
+    #[test]
+    fn a_probes_partial_answer_makes_the_go_back_due_unless_one_started() {
+        let mut r = measured(1_000_000);
+        r.on_tail_probe(10, 20, Time(2_000_000), None);
+        r.on_progress(12, 3, 8, Time(2_001_000), None);
+        assert!(!r.probe_due, "sooner than half the least round trip");
+        r.on_progress(14, 2, 6, Time(2_020_000), None);
+        assert!(r.probe_due, "the answer leaves 15..20: go back now");
+        assert!(r.tail_probe_or_go_back(15));
+        // A sequence NAK's go-back came first: nothing more is due.
+        r.end_probe();
+        assert!(!r.probe_due && !r.tail_probe_or_go_back(15));
     }
 
     #[test]
