@@ -101,7 +101,8 @@
 //!   responses lets one READ be outstanding at a time; its lost request or
 //!   last response is then found only by a probe timeout, since no later
 //!   response (C9-27) or sequence NAK (RL-03) shows it. So the window is
-//!   never below one more than the last READ's responses: the next READ
+//!   never below one more than the last READ's responses (while READs are
+//!   what the QP sends: another message resets it): the next READ
 //!   goes while one is still wholly unanswered, and whichever of two is
 //!   hit, the other's packets show the gap within a round trip. Still
 //!   never above the engine's send window (RL-17).
@@ -310,7 +311,9 @@ impl Recovery {
         }
     }
 
-    /// A READ asking for `npkts` responses goes out for the first time.
+    /// A message goes out for the first time: a READ asking for `npkts`
+    /// responses, or another message (0: the window is the congestion
+    /// window alone again, so a QP that read once keeps its AIMD).
     pub fn on_read_sent(&mut self, npkts: u32) {
         self.read_span = npkts;
     }
@@ -988,6 +991,13 @@ mod tests {
         r.cap = 256;
         r.on_read_sent(1);
         assert_eq!(r.window(), MIN_WINDOW, "the last READ's size counts");
+        r.on_read_sent(16);
+        r.on_read_sent(0);
+        assert_eq!(
+            r.window(),
+            MIN_WINDOW,
+            "another message after it: AIMD alone"
+        );
         r.start_probe();
         assert_eq!(r.window(), 1, "a probe still goes alone");
     }
