@@ -104,10 +104,27 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
             .filter(|(n, _)| ["tx_packets", "duplicates_received"].contains(&n.as_str()))
             .map(|(n, v)| format!("peer_{n}={v}"))
             .collect();
+        // Both sides' transport drops, per reason (nonzero ones).
+        let drops = |n: &mut Node, who: &str| -> Vec<String> {
+            let names = CounterSet::RxDrop.names();
+            let vals = n
+                .hca
+                .query_counters(CounterSet::RxDrop)
+                .expect("QUERY_COUNTERS");
+            names
+                .iter()
+                .zip(&vals)
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| format!("{who}_{k}={v}"))
+                .collect()
+        };
+        let mut dropped = drops(&mut a, "drop");
+        dropped.extend(drops(&mut b, "peer_drop"));
         eprintln!(
-            "  {op:?} {fault:?} probes {probes}: {} {}",
+            "  {op:?} {fault:?} probes {probes}: {} {} {}",
             pick.join(" "),
-            peer.join(" ")
+            peer.join(" "),
+            dropped.join(" ")
         );
     }
     drop((a, b));

@@ -225,3 +225,77 @@ fn a_re_request_answered_after_the_old_stream_ended_is_asked_again_at_once() {
         "no probe timeout waited for"
     );
 }
+
+/// Two READs of four responses; the first one's second response is lost,
+/// the third shows the gap, and the re-request for the rest is lost too.
+/// The old stream runs to the last PSN asked for (the responder never saw
+/// the re-request that would have stopped it), and nothing else comes: the
+/// re-request goes again a probe timeout without the floor after the first
+/// one, well before the floor (1 ms here).
+#[test]
+fn a_lost_re_request_is_sent_again_soon_after_the_old_stream_ends() {
+    let limits = transport::engine::Limits {
+        min_probe_timeout_ns: 1_000_000,
+        ..transport::engine::Limits::default()
+    };
+    let mut net = Net::with_limits(2, 1 << 20, 53, limits);
+    net.latency_ns = 10_000;
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let o = ConnOpts {
+        timeout: 14,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x7f);
+    read(&mut net, &p, ka, kb, 1, PMTU);
+    let first = psn::add(o.psn_a, 1);
+    let a1 = psn::add(first, 1);
+    let (mut resp_lost, mut req_lost) = (false, false);
+    net.lose = Some(Box::new(move |b: &[u8]| {
+        let Ok(pk) = PacketRepr::parse(b) else {
+            return false;
+        };
+        let bth = pk.transport.bth;
+        let name = bth.opcode.info().name;
+        if bth.psn != a1 {
+            return false;
+        }
+        if name.contains("READ_RESPONSE") && !resp_lost {
+            resp_lost = true;
+            return true;
+        }
+        if name.contains("READ_REQUEST") && !req_lost {
+            req_lost = true;
+            return true;
+        }
+        false
+    }));
+    net.sniffed = Some(Vec::new());
+    let t0 = net.now;
+    for (id, off) in [(2u64, 0u64), (3, 4)] {
+        let mut r = send_wr(
+            id,
+            WrOpcode::RdmaRead,
+            sge(DST + off * u64::from(PMTU), 4 * PMTU, ka),
+        );
+        r.rkey = kb;
+        r.remote_addr = SRC + off * u64::from(PMTU);
+        net.nodes[0].engine.post_send(p.qa, r).unwrap();
+    }
+    let c = wait(&mut net, 0, p.cq_a, 2);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(
+        bytes(&net, 0, DST, 8 * PMTU as usize),
+        bytes(&net, 1, SRC, 8 * PMTU as usize),
+        "byte-exact"
+    );
+    assert_eq!(net.dropped, 2);
+    let reqs = read_requests(&net);
+    assert_eq!(reqs.iter().filter(|&&r| r == a1).count(), 2, "{reqs:x?}");
+    let took = net.now.0 - t0.0;
+    assert!(
+        took < 500_000,
+        "done {took} ns after posting, not a floor later"
+    );
+}

@@ -146,8 +146,9 @@ fn seeds() -> Vec<u64> {
     }
 }
 
-/// Runs every seed lossless and at 5% loss; asserts the goodput ratios.
-fn goodput_at_5_percent_loss(op: Op) {
+/// Runs every seed lossless and at 5% loss; asserts the goodput ratios:
+/// over the seeds at least `overall_min`, each seed at least `seed_min`.
+fn goodput_at_5_percent_loss(op: Op, overall_min: f64, seed_min: f64) {
     let mut ratios = Vec::new();
     let (mut lossless_ns, mut lossy_ns) = (0u64, 0u64);
     let (mut timeouts, mut retransmits, mut probes) = (0u64, 0u64, 0u64);
@@ -181,9 +182,12 @@ fn goodput_at_5_percent_loss(op: Op) {
         ratios[ratios.len() / 2].0,
         ratios[ratios.len() - 1].0,
     );
-    assert!(overall >= 0.5, "{op:?}: goodput {overall:.3}x of lossless");
     assert!(
-        ratios[0].0 >= 0.25,
+        overall >= overall_min,
+        "{op:?}: goodput {overall:.3}x of lossless"
+    );
+    assert!(
+        ratios[0].0 >= seed_min,
         "{op:?}: seed {} at {:.3}x",
         ratios[0].1,
         ratios[0].0
@@ -192,12 +196,14 @@ fn goodput_at_5_percent_loss(op: Op) {
 
 #[test]
 fn rl_10_write_64k_keeps_half_its_goodput_at_5_percent_loss() {
-    goodput_at_5_percent_loss(Op::Write);
+    goodput_at_5_percent_loss(Op::Write, 0.5, 0.25);
 }
 
 #[test]
 fn rl_14_read_64k_keeps_half_its_goodput_at_5_percent_loss() {
-    goodput_at_5_percent_loss(Op::Read);
+    // Raised with the READ recovery of ARCHITECTURE.md §3 (was 0.50 / 0.25;
+    // measured 0.548 / 0.468 at 2f76f80).
+    goodput_at_5_percent_loss(Op::Read, 0.52, 0.4);
 }
 
 /// Duplication and reordering: the sum over the seeds of packets resent,

@@ -491,6 +491,9 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
             .unwrap_or(expect);
         if qp.req.rewound_to == Some(from) && !restarted {
             qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
+            if psn::add(p, 1) == qp.req.hwm {
+                qp.req.rec.on_old_stream_end(cx.now);
+            }
             return false;
         }
         cx.counters.retransmits += 1;
@@ -565,6 +568,8 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
             qp.req.rec.end_probe();
             rewind(qp, resume, cx.now);
             qp.req.rec.on_read_gap(p, cx.now);
+        } else if psn::add(p, 1) == qp.req.hwm {
+            qp.req.rec.on_old_stream_end(cx.now);
         }
     }
     true

@@ -21,7 +21,9 @@
 //!   RL-03). A spurious probe (the peer was only slow) costs one packet. If a
 //!   probe timeout later what was sent before the probe is still not all
 //!   acknowledged, the rest was lost: go-back-N (9.7.4.1.3) resends it and the
-//!   window is cut. For a READ the probe is a re-request of the READ's rest
+//!   window is cut. So it does at once when an ACK half the least round trip
+//!   or more after the probe (its answer) leaves the tail unacknowledged
+//!   (vhca policy). For a READ the probe is a re-request of the READ's rest
 //!   (RL-14). A probe is not a retry: `retry_cnt` still counts ACK timeouts
 //!   and sequence NAKs only (RL-10), and the ACK timer keeps running, so a
 //!   peer that is gone still fails the QP in the time the spec gives. Probes
@@ -41,8 +43,9 @@
 //!   RL-04/05, tells it). Each spurious probe doubles that QP's floor, up to
 //!   [`MAX_FLOOR_FACTOR`] times the configured one; each probe that proves
 //!   useful (watched for [`WATCH_PTOS`] probe timeouts without a duplicate
-//!   answer: the original or its ACK was lost) lowers it by an eighth, never
-//!   below the configured one. A go-back after the probe resends packets
+//!   answer: the original or its ACK was lost; or followed by a go-back,
+//!   what went before it still unacknowledged a probe timeout later) lowers
+//!   it by an eighth, never below the configured one. A go-back after the probe resends packets
 //!   whose duplicate answers look the same, so such a probe is not judged
 //!   either way. An ACK that repeats the last one's PSN and MSN with only
 //!   another credit count is the responder's credit update (RL-13), not a
@@ -77,7 +80,11 @@
 //!   asked for again asks only for what has not come by the time its
 //!   request goes (RL-14), not by the go-back. A READ probe is judged
 //!   spurious only by a duplicate of its own READ's responses: its
-//!   go-back asks for the later READs again too.
+//!   go-back asks for the later READs again too. When the old stream
+//!   reaches the point of maximum advance and the re-request is still
+//!   unanswered, the responder never saw it (it would have stopped that
+//!   stream and answered next, RL-05): the probe is due a probe timeout
+//!   without the floor after the re-request ([`Recovery::on_old_stream_end`]).
 //! - **Window.** Packets in flight (PSNs between the oldest unacknowledged and
 //!   the next to send) are limited by a congestion window, AIMD as TCP Reno:
 //!   slow start from [`INITIAL_WINDOW`], one more packet per window acknowledged
@@ -94,7 +101,8 @@
 //!   responses lets one READ be outstanding at a time; its lost request or
 //!   last response is then found only by a probe timeout, since no later
 //!   response (C9-27) or sequence NAK (RL-03) shows it. So the window is
-//!   never below one more than the last READ's responses: the next READ
+//!   never below one more than the last READ's responses (while READs are
+//!   what the QP sends: another message resets it): the next READ
 //!   goes while one is still wholly unanswered, and whichever of two is
 //!   hit, the other's packets show the gap within a round trip. Still
 //!   never above the engine's send window (RL-17).
@@ -178,6 +186,8 @@ pub(crate) struct Recovery {
     pub probing: bool,
     /// The probe's packet went.
     probe_sent: bool,
+    /// When the last tail probe was decided.
+    probe_sent_at: Option<Time>,
     /// The next packet carries AckReq whatever its place in the message.
     pub force_ack_req: bool,
     /// Packets sent since the last one with AckReq.
@@ -250,6 +260,7 @@ impl Default for Recovery {
             backoff: 0,
             probing: false,
             probe_sent: false,
+            probe_sent_at: None,
             force_ack_req: false,
             since_ack_req: 0,
             cwnd: INITIAL_WINDOW,
@@ -300,7 +311,9 @@ impl Recovery {
         }
     }
 
-    /// A READ asking for `npkts` responses goes out for the first time.
+    /// A message goes out for the first time: a READ asking for `npkts`
+    /// responses, or another message (0: the window is the congestion
+    /// window alone again, so a QP that read once keeps its AIMD).
     pub fn on_read_sent(&mut self, npkts: u32) {
         self.read_span = npkts;
     }
@@ -395,6 +408,17 @@ impl Recovery {
         self.last_activity = now;
         self.expire_watch(now);
         self.probe_covered(psn::add(last_acked, 1));
+        // A tail probe's answer that leaves the tail unacknowledged: the
+        // responder answered the probe (a duplicate with its newest PSN,
+        // RL-04; or the packet it waited for, after which it had dropped
+        // the rest, RL-03), so what followed was lost: go back at once, not
+        // a probe timeout later (vhca policy). An ACK sooner than half the
+        // least round trip after the probe answers no probe.
+        let answered = match (self.probe_hwm, self.probe_sent_at, self.min_rtt_ns) {
+            (Some(_), Some(t), Some(rtt)) => now.0 >= t.0.saturating_add(rtt / 2),
+            _ => false,
+        };
+        let go_back_now = self.probes && answered;
         if let Some(r) = self.recover {
             if psn::diff(last_acked, r) >= 0 {
                 self.recover = None;
@@ -413,6 +437,9 @@ impl Recovery {
             self.cwnd = self.cwnd.min(self.cap.max(MIN_WINDOW));
         }
         self.probe_at = (self.probes && unacked > 0).then(|| now.plus_ns(self.pto_ns(ack_timeout)));
+        if go_back_now && unacked > 0 {
+            self.probe_due = true;
+        }
     }
 
     fn rtt_sample(&mut self, r: u64) {
@@ -467,6 +494,7 @@ impl Recovery {
         self.watch_probe(una, now, ack_timeout);
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
+        self.probe_sent_at = Some(now);
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
@@ -475,7 +503,15 @@ impl Recovery {
     /// A probe timeout after a tail probe found `una` still short of what was
     /// sent before the probe: that was lost. The window is cut and the caller
     /// goes back to `una` (9.7.4.1.3), not as a retry (RL-10).
+    ///
+    /// The probe was useful (it found a loss), so a raised floor comes down
+    /// by an eighth, as when a probe's watch runs out: under loss most
+    /// probes end in such a go-back, and a floor that only spurious probes
+    /// moved (up) would stay raised for the QP's life (vhca policy).
     pub fn on_tail_lost(&mut self, hwm: u32, now: Time, ack_timeout: Option<u64>) {
+        if self.adaptive {
+            self.floor_ns = (self.floor_ns - self.floor_ns / 8).max(self.min_pto_ns);
+        }
         self.on_loss(hwm);
         self.probe_hwm = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
@@ -515,10 +551,13 @@ impl Recovery {
     }
 
     /// A response says where to resume: the window applies again.
+    /// A go-back starts with it (a sequence NAK, a READ response gap), so a
+    /// probe that came due meanwhile is moot too.
     pub fn end_probe(&mut self) {
         self.probing = false;
         self.probe_hwm = None;
         self.pending_probe = None;
+        self.probe_due = false;
     }
 
     /// A response came that acknowledges nothing new (a READ response after a
@@ -602,6 +641,31 @@ impl Recovery {
             return false;
         };
         (repeat || behind) && before != Some(p) && now.0 >= g.at.0.saturating_add(rtt / 2)
+    }
+
+    /// The response to the last PSN ever asked for (the point of maximum
+    /// advance) came, from the stream the responder sent before the go-back
+    /// under way, whose re-request is still unanswered. The responder stops
+    /// that stream when the re-request reaches it (RL-05, seed 004
+    /// §3.3.2.2) and answers it next: either the answer follows within a
+    /// round trip of the re-request, or the re-request was lost. So the
+    /// probe (a re-request again) is due a probe timeout without the floor
+    /// after the re-request went, and at least the least round trip from
+    /// now (vhca policy, issue 14: the floor is for a peer's scheduling
+    /// noise, and a peer that was only slow answers both re-requests in one
+    /// batch, the second preempting the first's queued answer, RL-05).
+    pub fn on_old_stream_end(&mut self, now: Time) {
+        let (Some(g), Some(srtt), Some(min)) = (self.go_back, self.srtt_ns, self.min_rtt_ns) else {
+            return;
+        };
+        if !self.probes {
+            return;
+        }
+        let base = (2 * srtt).max(srtt + 4 * self.rttvar_ns);
+        let due = g.at.plus_ns(base).max(now.plus_ns(min));
+        if self.probe_at.is_none_or(|t| t > due) {
+            self.probe_at = Some(due);
+        }
     }
 
     /// The READ response for `p` showed a gap, and the go-back for it has
@@ -927,6 +991,13 @@ mod tests {
         r.cap = 256;
         r.on_read_sent(1);
         assert_eq!(r.window(), MIN_WINDOW, "the last READ's size counts");
+        r.on_read_sent(16);
+        r.on_read_sent(0);
+        assert_eq!(
+            r.window(),
+            MIN_WINDOW,
+            "another message after it: AIMD alone"
+        );
         r.start_probe();
         assert_eq!(r.window(), 1, "a probe still goes alone");
     }
@@ -951,6 +1022,65 @@ mod tests {
             "the probed READ's: spurious"
         );
         assert_eq!(r.floor_ns(), 200_000);
+    }
+
+    #[test]
+    fn the_old_streams_end_brings_the_probe_of_an_unanswered_re_request_forward() {
+        let mut r = measured(1_000_000);
+        // RTT 10 us: SRTT 10, RTTVAR 5; the PTO's base is 30 us, the floor 1 ms.
+        r.on_send(20, true, true, Time(5_000_000), None);
+        r.on_rewind(10, 40, Time(5_000_000));
+        assert_eq!(r.probe_at, Some(Time(6_000_000)), "the floor");
+        r.on_old_stream_end(Time(5_005_000));
+        assert_eq!(r.probe_at, Some(Time(5_030_000)), "30 us after the go-back");
+        r.on_old_stream_end(Time(5_100_000));
+        assert_eq!(r.probe_at, Some(Time(5_030_000)), "never later than it was");
+        let mut late = measured(1_000_000);
+        late.on_send(20, true, true, Time(5_000_000), None);
+        late.on_rewind(10, 40, Time(5_000_000));
+        late.on_old_stream_end(Time(5_200_000));
+        assert_eq!(
+            late.probe_at,
+            Some(Time(5_210_000)),
+            "the least round trip from now at the earliest"
+        );
+        let mut off = measured(1_000_000);
+        off.probes = false;
+        off.on_rewind(10, 40, Time(5_000_000));
+        off.on_old_stream_end(Time(5_005_000));
+        assert_eq!(off.probe_at, None, "probes off");
+    }
+
+    #[test]
+    fn a_probe_that_finds_a_loss_lowers_a_raised_floor() {
+        let mut r = measured(100_000);
+        r.on_tail_probe(10, 20, Time(1_000_000), None);
+        assert!(r.on_duplicate(15, Time(1_010_000)));
+        assert_eq!(r.floor_ns(), 200_000, "raised by a spurious probe");
+        // The next probe's answer leaves the tail unacknowledged: go back.
+        r.on_tail_probe(20, 30, Time(2_000_000), None);
+        r.on_tail_lost(30, Time(2_400_000), None);
+        assert_eq!(r.floor_ns(), 175_000, "an eighth down");
+        for k in 0..20u64 {
+            let t = Time(3_000_000 + k * 1_000_000);
+            r.on_tail_probe(30, 40, t, None);
+            r.on_tail_lost(40, t.plus_ns(500_000), None);
+        }
+        assert_eq!(r.floor_ns(), 100_000, "never below the configured one");
+    }
+
+    #[test]
+    fn a_probes_partial_answer_makes_the_go_back_due_unless_one_started() {
+        let mut r = measured(1_000_000);
+        r.on_tail_probe(10, 20, Time(2_000_000), None);
+        r.on_progress(12, 3, 8, Time(2_001_000), None);
+        assert!(!r.probe_due, "sooner than half the least round trip");
+        r.on_progress(14, 2, 6, Time(2_020_000), None);
+        assert!(r.probe_due, "the answer leaves 15..20: go back now");
+        assert!(r.tail_probe_or_go_back(15));
+        // A sequence NAK's go-back came first: nothing more is due.
+        r.end_probe();
+        assert!(!r.probe_due && !r.tail_probe_or_go_back(15));
     }
 
     #[test]

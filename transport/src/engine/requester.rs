@@ -421,10 +421,13 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                 _ => (w.len.div_ceil(pmtu as u64)).max(1) as u32,
             };
             w.started = true;
-            if w.wr.opcode == WrOpcode::RdmaRead {
-                let n = w.npkts;
-                qp.req.rec.on_read_sent(n); // `recovery`: READs in flight
-            }
+            // `recovery`: READs in flight (0 for another message).
+            let n = if w.wr.opcode == WrOpcode::RdmaRead {
+                w.npkts
+            } else {
+                0
+            };
+            qp.req.rec.on_read_sent(n);
         }
         // A WQE sent again from its start gets the same PSNs: sizes are fixed.
         w.first_psn = qp.req.next_psn;

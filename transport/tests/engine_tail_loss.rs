@@ -1,0 +1,72 @@
+//! A lost tail of RC WRITE packets (issue 14, `engine::recovery`): the tail
+//! probe's answer that leaves the tail unacknowledged shows the rest lost,
+//! and the requester goes back at once instead of a probe timeout later.
+
+mod common;
+
+use common::*;
+use transport::engine::Limits;
+use transport::psn;
+use transport::verbs::{WcStatus, WrOpcode};
+use transport::wire::PacketRepr;
+
+const PMTU: u32 = 1024;
+const FLOOR_NS: u64 = 1_000_000;
+
+/// A WRITE of four packets whose last one (the only one asking for an ACK)
+/// is lost once: the responder has the first three and sends nothing. A
+/// probe timeout later the requester probes the oldest packet; the
+/// responder answers the duplicate with its newest PSN, the third (RL-04),
+/// short of the tail: the fourth was lost and goes again at once.
+#[test]
+fn a_probe_answer_short_of_the_tail_goes_back_at_once() {
+    let limits = Limits {
+        min_probe_timeout_ns: FLOOR_NS,
+        ..Limits::default()
+    };
+    let mut net = Net::with_limits(2, 1 << 20, 59, limits);
+    net.latency_ns = 10_000;
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let o = ConnOpts {
+        timeout: 14,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    let (src, dst) = (MEM_BASE, MEM_BASE + 0x4_0000);
+    fill(&mut net, 0, src, 4 * PMTU as usize, 0x21);
+    let post = |net: &mut Net, id: u64, len: u32| {
+        let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(src, len, ka));
+        w.rkey = kb;
+        w.remote_addr = dst;
+        net.nodes[0].engine.post_send(p.qa, w).unwrap();
+        let c = wait(net, 0, p.cq_a, 1);
+        assert_eq!((c[0].wr_id, c[0].status), (id, WcStatus::Success));
+    };
+    // A clean one-packet WRITE first: the round trip is measured.
+    post(&mut net, 1, PMTU);
+    let last = psn::add(o.psn_a, 4);
+    let mut lost = false;
+    net.lose = Some(Box::new(move |b: &[u8]| {
+        let Ok(pk) = PacketRepr::parse(b) else {
+            return false;
+        };
+        let bth = pk.transport.bth;
+        let hit = !lost && bth.psn == last && bth.opcode.info().name.contains("WRITE");
+        lost |= hit;
+        hit
+    }));
+    let t0 = net.now;
+    post(&mut net, 2, 4 * PMTU);
+    assert_eq!(net.dropped, 1);
+    assert_eq!(
+        bytes(&net, 1, dst, 4 * PMTU as usize),
+        bytes(&net, 0, src, 4 * PMTU as usize)
+    );
+    let took = net.now.0 - t0.0;
+    assert!(
+        took < FLOOR_NS + FLOOR_NS / 2,
+        "done {took} ns after posting: one probe timeout and a round trip, not two"
+    );
+    assert_eq!(net.nodes[0].engine.counters().probe_go_backs, 1);
+}
