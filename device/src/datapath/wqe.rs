@@ -78,6 +78,27 @@ fn decode_reg_mr(wqe: &[u8], at: &mut usize, ctrl: &abi::wqe::SendCtrl) -> Resul
     })
 }
 
+/// A send WQE whose control segment is followed by one service segment
+/// (XRC's, RD's) and then what an RC WQE has after its control segment:
+/// the segment and the WR decoded from the RC layout of the same WQE (at
+/// most a stride, 4 KiB, copied on the stack).
+fn decode_with_seg<T: Field>(
+    wqe: &[u8],
+    max_sge: u32,
+    max_inline: u32,
+) -> Result<(T, SendWr), (u64, BadWqe)> {
+    let ctrl = abi::wqe::SendCtrl::SIZE;
+    let mut at = ctrl;
+    let x: T = seg(wqe, &mut at).map_err(|e| (0, e))?;
+    let mut rc = [0u8; 1 << abi::wqe::wqe_const::MAX_WQE_SHIFT];
+    let rest = &wqe[at..];
+    let len = (ctrl + rest.len()).min(rc.len());
+    rc[..ctrl].copy_from_slice(&wqe[..ctrl]);
+    rc[ctrl..len].copy_from_slice(&rest[..len - ctrl]);
+    let wr = decode_send(&rc[..len], abi::verbs::QpType::Rc, max_sge, max_inline)?;
+    Ok((x, wr))
+}
+
 /// Decodes a send WQE of an XRC_INI QP (SR-02; abi::wqe WQE_LAYOUT): the
 /// control segment, the XRC segment with the target's XRC SRQ (WF-06), then
 /// what an RC WQE has after its control segment. Returns the WR and the SRQ
@@ -87,17 +108,7 @@ pub fn decode_send_xrc(
     max_sge: u32,
     max_inline: u32,
 ) -> Result<(SendWr, u32), (u64, BadWqe)> {
-    let ctrl = abi::wqe::SendCtrl::SIZE;
-    let mut at = ctrl;
-    let x: abi::wqe::XrcSeg = seg(wqe, &mut at).map_err(|e| (0, e))?;
-    // The RC layout of the same WQE: its control segment, then what follows
-    // the XRC segment (at most a stride, 4 KiB, on the stack).
-    let mut rc = [0u8; 1 << abi::wqe::wqe_const::MAX_WQE_SHIFT];
-    let rest = &wqe[at..];
-    let len = (ctrl + rest.len()).min(rc.len());
-    rc[..ctrl].copy_from_slice(&wqe[..ctrl]);
-    rc[ctrl..len].copy_from_slice(&rest[..len - ctrl]);
-    let wr = decode_send(&rc[..len], abi::verbs::QpType::Rc, max_sge, max_inline)?;
+    let (x, wr): (abi::wqe::XrcSeg, _) = decode_with_seg(wqe, max_sge, max_inline)?;
     if x.rsvd != [0; 12] || x.remote_srqn > 0xff_ffff {
         return Err((wr.wr_id, BadWqe::Xrc));
     }
@@ -113,15 +124,7 @@ pub fn decode_send_rd(
     max_sge: u32,
     max_inline: u32,
 ) -> Result<(SendWr, RdDest), (u64, BadWqe)> {
-    let ctrl = abi::wqe::SendCtrl::SIZE;
-    let mut at = ctrl;
-    let r: abi::wqe::RdSeg = seg(wqe, &mut at).map_err(|e| (0, e))?;
-    let mut rc = [0u8; 1 << abi::wqe::wqe_const::MAX_WQE_SHIFT];
-    let rest = &wqe[at..];
-    let len = (ctrl + rest.len()).min(rc.len());
-    rc[..ctrl].copy_from_slice(&wqe[..ctrl]);
-    rc[ctrl..len].copy_from_slice(&rest[..len - ctrl]);
-    let wr = decode_send(&rc[..len], abi::verbs::QpType::Rc, max_sge, max_inline)?;
+    let (r, wr): (abi::wqe::RdSeg, _) = decode_with_seg(wqe, max_sge, max_inline)?;
     let ok_op = matches!(
         wr.opcode,
         WrOpcode::Send

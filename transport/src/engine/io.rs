@@ -3,8 +3,6 @@
 //! events, and the header checks a received packet passes before any QP state is
 //! touched (9.6; PV-02, PV-03, PV-05, PV-06, PV-10).
 
-use std::cmp::Reverse;
-
 use super::mcast::{is_multicast_gid, is_multicast_lid, MULTICAST_QPN};
 use super::{completer, link, requester, responder};
 use super::{Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
@@ -212,7 +210,7 @@ impl Engine {
         self.check_port_window();
         #[cfg(debug_assertions)]
         self.rd.check_timers();
-        let t = self.timers.peek().map(|Reverse((t, _))| *t);
+        let t = self.timers.peek().map(|(t, _)| t);
         if !self.rd.active() {
             return t;
         }
@@ -227,7 +225,7 @@ impl Engine {
     /// disarms: a wake-up per message, and on a host whose CPUs the guests'
     /// vCPUs fill, each preempts one). Amortised O(log QPs) per entry pushed.
     pub fn settle_timers(&mut self) {
-        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+        while let Some((t, qpn)) = self.timers.peek() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 self.timers.pop();
                 continue;
@@ -241,7 +239,7 @@ impl Engine {
                 Some(d) => {
                     self.timers.pop();
                     qp.timer_at = Some(d);
-                    self.timers.push(Reverse((d, qpn)));
+                    self.timers.push(d, qpn);
                 }
                 None => {
                     self.timers.pop();
@@ -257,19 +255,14 @@ impl Engine {
         if self.rd.active() {
             self.rd_handle_timeout(now); // AD-11
         }
-        let mut due = Vec::new();
-        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
-            if t > now {
-                break;
+        let qps = &mut self.qps;
+        let due = self.timers.take_due(now, |qpn, t| match qps.get_mut(&qpn) {
+            Some(qp) if qp.timer_at == Some(t) => {
+                qp.timer_at = None;
+                true
             }
-            self.timers.pop();
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                if qp.timer_at == Some(t) {
-                    qp.timer_at = None;
-                    due.push(qpn);
-                }
-            }
-        }
+            _ => false,
+        });
         let mut fx = Effects::default();
         let mut wake = Vec::new();
         for &qpn in &due {
@@ -312,17 +305,12 @@ impl Engine {
         let Some(d) = qp.req.deadline() else {
             return;
         };
-        if qp.timer_at.is_some_and(|t| t <= d) {
-            return;
-        }
-        qp.timer_at = Some(d);
-        self.timers.push(Reverse((d, qpn)));
-        if self.timers.len() > 2 * self.qps.len() + 16 {
+        if self.timers.arm(&mut qp.timer_at, d, qpn) {
             let live = self
                 .qps
                 .values()
-                .filter_map(|q| q.timer_at.map(|t| Reverse((t, q.qpn))));
-            self.timers = live.collect();
+                .filter_map(|q| q.timer_at.map(|t| (t, q.qpn)));
+            self.timers.compact(self.qps.len(), live);
         }
     }
 
@@ -340,7 +328,7 @@ impl Engine {
                     .unwrap_or_else(|| panic!("QP {} has a deadline {d:?} and no timer", qp.qpn));
                 assert!(t <= d, "QP {} timer {t:?} after its deadline {d:?}", qp.qpn);
                 assert!(
-                    self.timers.iter().any(|Reverse(e)| *e == (t, qp.qpn)),
+                    self.timers.holds(t, qp.qpn),
                     "QP {} timer {t:?} not in the heap",
                     qp.qpn
                 );

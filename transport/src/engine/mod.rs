@@ -43,6 +43,7 @@ mod recovery;
 pub use recovery::INITIAL_WINDOW;
 mod requester;
 mod responder;
+mod timer_heap;
 mod vl;
 mod xrc;
 pub use vl::{
@@ -50,8 +51,7 @@ pub use vl::{
     MAX_VL_ARB_ENTRIES, VL15,
 };
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 pub use config::*;
 pub use counters::{Counters, NakReason, RxDrop};
@@ -124,7 +124,7 @@ pub struct Engine {
     /// O(log QPs) per due timer, whatever the number of QPs. An entry is live
     /// while its time equals its QP's `timer_at`; others are dropped when they
     /// reach the top (or when the heap is compacted, see [`Engine::arm`]).
-    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    timers: timer_heap::TimerHeap,
     pub(crate) counters: Counters,
     /// Host bytes held for the guest (ARCHITECTURE.md §9).
     budget: Budget,
@@ -193,7 +193,7 @@ impl Engine {
             next_qpn: 2,
             events: VecDeque::new(),
             schedule: VecDeque::new(),
-            timers: BinaryHeap::new(),
+            timers: timer_heap::TimerHeap::default(),
             counters: Counters::default(),
             budget,
             mcast: mcast::McastTable::default(),
@@ -848,15 +848,7 @@ impl Engine {
         if !qp_state::can_post_recv(qp.state) {
             return Err(VerbError::InvalidWr);
         }
-        if wr.sges.len() > qp.init.cap.max_recv_sge as usize {
-            return Err(VerbError::MaxSgeExceeded);
-        }
-        if qp.rq.len() >= qp.init.cap.max_recv_wr as usize {
-            return Err(VerbError::QueueFull);
-        }
-        if !self.budget.admit(wr.weight()) {
-            return Err(VerbError::InsufficientResources);
-        }
+        admit_recv(&qp.init.cap, qp.rq.len(), &wr, &self.budget)?;
         qp.rq.push_back(wr);
         if qp.state == QpState::Error {
             let mut fx = Effects::default();
@@ -993,6 +985,27 @@ fn flush_all(qp: &mut Qp, fx: &mut Effects) {
     completer::flush_sq(qp, fx);
     responder::abort_message(qp);
     flush_rq(qp, fx);
+}
+
+/// The checks a receive WR passes before it is queued (RC/UC/UD and RD
+/// alike): its SGEs and the queue within the QP's caps, its memory within the
+/// engine's budget (admitted here).
+fn admit_recv(
+    cap: &crate::verbs::QpCap,
+    queued: usize,
+    wr: &RecvWr,
+    budget: &Budget,
+) -> Result<(), VerbError> {
+    if wr.sges.len() > cap.max_recv_sge as usize {
+        return Err(VerbError::MaxSgeExceeded);
+    }
+    if queued >= cap.max_recv_wr as usize {
+        return Err(VerbError::QueueFull);
+    }
+    if !budget.admit(wr.weight()) {
+        return Err(VerbError::InsufficientResources);
+    }
+    Ok(())
 }
 
 fn flush_rq(qp: &mut Qp, fx: &mut Effects) {

@@ -40,8 +40,7 @@ mod send;
 
 pub use send::RD_WINDOW;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::{Effects, Engine, PortConfig};
 use crate::budget::{Held, Weigh};
@@ -127,7 +126,7 @@ pub(crate) struct Rd {
     /// of (time, EECN), kept like the QPs' (`io.rs` `arm`): an entry is live
     /// while it equals its EEC's `timer_at`, so the next deadline is O(1)
     /// and a round costs nothing per EEC that has no timer due (issue 12).
-    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    timers: super::timer_heap::TimerHeap,
 }
 
 /// An EE context.
@@ -211,7 +210,7 @@ impl Rd {
     /// than an EEC's deadline; may be earlier (an entry whose deadline moved
     /// later fires as a no-op that re-arms it).
     pub(crate) fn next_deadline(&self) -> Option<Time> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        self.timers.peek().map(|(t, _)| t)
     }
 
     /// Keeps the heap covering `eecn`'s deadline after an input touched the
@@ -225,17 +224,12 @@ impl Rd {
         let Some(d) = e.req.deadline else {
             return;
         };
-        if e.timer_at.is_some_and(|t| t <= d) {
-            return;
-        }
-        e.timer_at = Some(d);
-        self.timers.push(Reverse((d, eecn)));
-        if self.timers.len() > 2 * self.eecs.len() + 16 {
+        if self.timers.arm(&mut e.timer_at, d, eecn) {
             let live = self
                 .eecs
                 .values()
-                .filter_map(|e| e.timer_at.map(|t| Reverse((t, e.eecn))));
-            self.timers = live.collect();
+                .filter_map(|e| e.timer_at.map(|t| (t, e.eecn)));
+            self.timers.compact(self.eecs.len(), live);
         }
     }
 
@@ -254,7 +248,7 @@ impl Rd {
                 e.eecn
             );
             assert!(
-                self.timers.iter().any(|Reverse(x)| *x == (t, e.eecn)),
+                self.timers.holds(t, e.eecn),
                 "EEC {}: no heap entry at {t:?}",
                 e.eecn
             );
@@ -264,20 +258,15 @@ impl Rd {
     /// Pops the heap entries due at `now` and returns their EECs (each
     /// once); their `timer_at` is cleared, so the caller re-arms them.
     pub(crate) fn take_due(&mut self, now: Time) -> Vec<u32> {
-        let mut due = Vec::new();
-        while let Some(&Reverse((t, eecn))) = self.timers.peek() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            if let Some(e) = self.eecs.get_mut(&eecn) {
-                if e.timer_at == Some(t) {
+        let eecs = &mut self.eecs;
+        self.timers
+            .take_due(now, |eecn, t| match eecs.get_mut(&eecn) {
+                Some(e) if e.timer_at == Some(t) => {
                     e.timer_at = None;
-                    due.push(eecn);
+                    true
                 }
-            }
-        }
-        due
+                _ => false,
+            })
     }
 }
 
@@ -916,15 +905,7 @@ impl Engine {
         if qp.state == QpState::Reset {
             return Err(VerbError::InvalidWr);
         }
-        if wr.sges.len() > qp.init.cap.max_recv_sge as usize {
-            return Err(VerbError::MaxSgeExceeded);
-        }
-        if qp.rq.len() >= qp.init.cap.max_recv_wr as usize {
-            return Err(VerbError::QueueFull);
-        }
-        if !self.budget.admit(wr.weight()) {
-            return Err(VerbError::InsufficientResources);
-        }
+        super::admit_recv(&qp.init.cap, qp.rq.len(), &wr, &self.budget)?;
         qp.rq.push_back(wr);
         if qp.state == QpState::Error {
             let mut fx = Effects::default();
