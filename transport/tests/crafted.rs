@@ -2469,6 +2469,49 @@ fn rl_11_rnr_naks_for_one_psn_coalesce() {
     assert_one_ack(&b.drain(B), e);
 }
 
+/// WRITEs received in one batch, each asking for an ACK: the responder
+/// coalesces their ACKs into one (RL-08); once the QP saw loss (it sent a
+/// sequence NAK, RL-03) into the two newest, kept as two packets (vhca
+/// policy, issue 14): one lost on the way leaves the other, so the
+/// requester's window still moves without waiting for a probe.
+#[test]
+fn rl_08_a_batch_of_acks_coalesces_into_its_two_newest_after_a_loss() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    let write = |b: &mut Bench, p: u32| {
+        let pkt = b
+            .request(Opcode::RC_RDMA_WRITE_ONLY, psn::add(e, p))
+            .reth(TARGET + 0x400 + u64::from(p) * 4, b.kb, 4)
+            .payload(&[7; 4])
+            .bytes();
+        b.inject(B, &pkt);
+    };
+    let acks = |out: &[Seen]| -> Vec<u32> {
+        out.iter()
+            .filter(|s| matches!(s.syndrome, Some(AethSyndrome::Ack { .. })))
+            .map(|s| s.psn)
+            .collect()
+    };
+    for p in 0..4 {
+        write(&mut b, p);
+    }
+    let out = b.drain(B);
+    assert_eq!(
+        acks(&out),
+        vec![psn::add(e, 3)],
+        "lossless: one ACK, {out:?}"
+    );
+    // PSN e+4 lost: e+5 provokes a sequence NAK.
+    write(&mut b, 5);
+    assert_one_nak(&b.drain(B), psn::add(e, 4), NakCode::PsnSequenceError);
+    for p in 4..8 {
+        write(&mut b, p);
+    }
+    let out = b.drain(B);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(acks(&out), vec![psn::add(e, 6), psn::add(e, 7)]);
+}
+
 /// A flood of valid duplicate and new requests (ATOMIC replays, SEND and WRITE
 /// re-ACKs, a SEND that finds no receive WQE) from a peer that never reads its
 /// responses: the QP's queue of unsent responses stays within its bound

@@ -96,7 +96,10 @@
 //!   above the engine's send window (RL-17). Go-back-N then resends little,
 //!   and a burst that overflowed the peer's receive buffer is not repeated.
 //!   AckReq goes at least every half window and on the packet that fills it,
-//!   so ACKs keep the window moving (RL-08).
+//!   so ACKs keep the window moving (RL-08). A responder that saw loss on
+//!   the QP (a sequence NAK sent, a duplicate answered) coalesces a batch's
+//!   ACKs into its two newest, not one, so a lost ACK leaves another (vhca
+//!   policy, `responder::responses::queue_aeth`).
 //! - **READs in flight (vhca policy).** A window smaller than a READ's
 //!   responses lets one READ be outstanding at a time; its lost request or
 //!   last response is then found only by a probe timeout, since no later

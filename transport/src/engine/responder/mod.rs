@@ -74,6 +74,9 @@ pub(crate) struct Responder {
     advertised: Option<u8>,
     /// `Limits::credits` off: ACKs carry no count.
     pub(crate) credits_off: bool,
+    /// This QP saw loss (it sent a sequence NAK or answered a duplicate):
+    /// its ACKs coalesce into the two newest (`responses::queue_aeth`).
+    lossy: bool,
 }
 
 impl Responder {
@@ -211,6 +214,7 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>, xrc_ok: bool) 
             return false;
         }
         qp.resp.nak_sent = true;
+        qp.resp.lossy = true;
         let e = qp.resp.epsn;
         nak(qp, cx, e, NakCode::PsnSequenceError, NakReason::PsnSequence);
         return true;

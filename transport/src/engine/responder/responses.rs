@@ -117,7 +117,8 @@ pub(super) fn rd_atomic_slot_free(qp: &Qp) -> bool {
     busy < depth
 }
 
-/// Queues an ACK or NAK; consecutive ACKs coalesce into the newest (RL-08).
+/// Queues an ACK or NAK; consecutive ACKs coalesce into the newest, or the
+/// two newest once the QP saw loss (RL-08).
 pub(super) fn queue_aeth(qp: &mut Qp, psn: u32, syndrome: AethSyndrome) {
     queue_aeth_as(qp, psn, syndrome, false);
 }
@@ -137,16 +138,26 @@ fn queue_aeth_as(qp: &mut Qp, psn: u32, syndrome: AethSyndrome, dup: bool) {
         }
     }
     if let AethSyndrome::Ack { .. } = syndrome {
-        if let Some(RespItem::Aeth {
-            syndrome: AethSyndrome::Ack { .. },
-            psn: p,
-            dup: d,
-        }) = qp.resp.out.back_mut()
-        {
-            if *d == dup {
+        // Coalesced into the newest; on a QP that saw loss (a sequence NAK
+        // sent, a duplicate answered) into the two newest, kept as two
+        // packets (vhca policy, issue 14; RL-08 allows coalescing, it does
+        // not require it): one lost leaves the other, so a lost ACK after a
+        // batch of requests does not hold the requester's window until a
+        // probe. A lossless QP keeps one ACK per batch (issue 12). A
+        // duplicate's answer coalesces into the one queued (a flood of
+        // duplicates queues one).
+        qp.resp.lossy |= dup;
+        let two = qp.resp.lossy && !dup;
+        let n = qp.resp.out.len();
+        let is_ack = |it: &RespItem| matches!(it, RespItem::Aeth { syndrome: AethSyndrome::Ack { .. }, dup: d, .. } if *d == dup);
+        let last_is_ack = n >= 1 && is_ack(&qp.resp.out[n - 1]);
+        if two && last_is_ack && n >= 2 && is_ack(&qp.resp.out[n - 2]) {
+            qp.resp.out.remove(n - 2);
+        } else if last_is_ack && !two {
+            if let Some(RespItem::Aeth { psn: p, .. }) = qp.resp.out.back_mut() {
                 *p = psn;
-                return;
             }
+            return;
         }
     }
     qp.resp.out.push_back(RespItem::Aeth { psn, syndrome, dup });
