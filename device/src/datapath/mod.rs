@@ -116,62 +116,37 @@ impl Post {
         match self {
             Post::Send {
                 qpn,
-                t: abi::verbs::QpType::Rd,
-                max_sge,
-                max_inline,
-            } => {
-                // AD-11: an RD QP's WQE names its EE context and destination.
-                let e = port.engine_mut();
-                let r = match decode_send_rd(wqe, max_sge, max_inline) {
-                    Ok((wr, dest)) => e.post_send_rd(qpn, wr, dest),
-                    Err((id, why)) => {
-                        counters.bad_wqes += 1;
-                        log::debug!("rd qp {qpn}: send WQE {idx} refused: {why:?}");
-                        e.post_send_rd_rejected(qpn, id, WcStatus::LocQpOpErr)
-                    }
-                };
-                match r {
-                    Ok(()) => Taken::Yes,
-                    Err(VerbError::QueueFull) => Taken::Later,
-                    Err(VerbError::InsufficientResources) => over_budget(counters),
-                    Err(VerbError::InvalidWr)
-                        if !matches!(state(port, qpn), Ok(S::Rts | S::Sqe | S::Error)) =>
-                    {
-                        Taken::Later
-                    }
-                    Err(e) => {
-                        counters.bad_wqes += 1;
-                        log::debug!("rd qp {qpn}: send WQE {idx} refused by the engine: {e:?}");
-                        let id = u64::from_le_bytes(wqe[..8].try_into().expect("8 bytes"));
-                        let _ =
-                            port.engine_mut()
-                                .post_send_rd_rejected(qpn, id, WcStatus::LocQpOpErr);
-                        Taken::Yes
-                    }
-                }
-            }
-            Post::Send {
-                qpn,
                 t,
                 max_sge,
                 max_inline,
             } => {
-                let e = port.engine_mut();
-                let decoded = if t == abi::verbs::QpType::XrcIni {
-                    decode_send_xrc(wqe, max_sge, max_inline).map(|(wr, n)| (wr, Some(n)))
-                } else {
-                    decode_send(wqe, t, max_sge, max_inline).map(|wr| (wr, None))
-                };
-                let r = match decoded {
-                    Ok((wr, None)) => e.post_send(qpn, wr),
-                    // SR-02: the XRC SRQ goes into the XRCETH of its packets.
-                    Ok((wr, Some(srqn))) => e.post_send_xrc(qpn, wr, srqn),
-                    Err((id, why)) => {
-                        counters.bad_wqes += 1;
-                        log::debug!("qp {qpn}: send WQE {idx} refused: {why:?}");
+                // AD-11: an RD QP's WQEs are the RD engine's, with their own
+                // decoder (EE context, destination) and rejection queue.
+                let rd = t == abi::verbs::QpType::Rd;
+                let reject = |port: &mut Port, id| {
+                    let e = port.engine_mut();
+                    if rd {
+                        e.post_send_rd_rejected(qpn, id, WcStatus::LocQpOpErr)
+                    } else {
                         e.post_send_rejected(qpn, id, WcStatus::LocQpOpErr)
                     }
                 };
+                let e = port.engine_mut();
+                let posted = if rd {
+                    decode_send_rd(wqe, max_sge, max_inline)
+                        .map(|(wr, dest)| e.post_send_rd(qpn, wr, dest))
+                } else if t == abi::verbs::QpType::XrcIni {
+                    // SR-02: the XRC SRQ goes into the XRCETH of its packets.
+                    decode_send_xrc(wqe, max_sge, max_inline)
+                        .map(|(wr, srqn)| e.post_send_xrc(qpn, wr, srqn))
+                } else {
+                    decode_send(wqe, t, max_sge, max_inline).map(|wr| e.post_send(qpn, wr))
+                };
+                let r = posted.unwrap_or_else(|(id, why)| {
+                    counters.bad_wqes += 1;
+                    log::debug!("qp {qpn}: send WQE {idx} refused: {why:?}");
+                    reject(port, id)
+                });
                 match r {
                     Ok(()) => Taken::Yes,
                     // The engine holds max_send_wr WQEs: the rest wait in the ring.
@@ -189,9 +164,7 @@ impl Post {
                         counters.bad_wqes += 1;
                         log::debug!("qp {qpn}: send WQE {idx} refused by the engine: {e:?}");
                         let id = u64::from_le_bytes(wqe[..8].try_into().expect("8 bytes"));
-                        let _ = port
-                            .engine_mut()
-                            .post_send_rejected(qpn, id, WcStatus::LocQpOpErr);
+                        let _ = reject(port, id);
                         Taken::Yes
                     }
                 }
