@@ -36,9 +36,8 @@ fn read(net: &mut Net, p: &Pair, ka: u32, kb: u32, id: u64, len: u32) {
     let mut r = send_wr(id, WrOpcode::RdmaRead, sge(DST, len, ka));
     r.rkey = kb;
     r.remote_addr = SRC;
-    net.nodes[0].engine.post_send(p.qa, r).unwrap();
-    let c = wait(net, 0, p.cq_a, 1);
-    assert_eq!((c[0].wr_id, c[0].status), (id, WcStatus::Success));
+    let c = post_wait(net, 0, p.qa, p.cq_a, r);
+    assert_eq!((c.wr_id, c.status), (id, WcStatus::Success));
     assert_eq!(
         bytes(net, 0, DST, len as usize),
         bytes(net, 1, SRC, len as usize),

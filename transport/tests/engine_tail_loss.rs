@@ -7,7 +7,7 @@ mod common;
 use common::loss::{lose_when, loss_pair};
 use common::*;
 use transport::psn;
-use transport::verbs::{WcStatus, WrOpcode};
+use transport::verbs::WcStatus;
 
 const PMTU: u32 = 1024;
 const FLOOR_NS: u64 = 1_000_000;
@@ -22,13 +22,10 @@ fn a_probe_answer_short_of_the_tail_goes_back_at_once() {
     let (mut net, p, o, ka, kb) = loss_pair(59, Some(FLOOR_NS));
     let (src, dst) = (MEM_BASE, MEM_BASE + 0x4_0000);
     fill(&mut net, 0, src, 4 * PMTU as usize, 0x21);
+    // `write_wr` writes from MEM_BASE, `src`.
     let post = |net: &mut Net, id: u64, len: u32| {
-        let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(src, len, ka));
-        w.rkey = kb;
-        w.remote_addr = dst;
-        net.nodes[0].engine.post_send(p.qa, w).unwrap();
-        let c = wait(net, 0, p.cq_a, 1);
-        assert_eq!((c[0].wr_id, c[0].status), (id, WcStatus::Success));
+        let c = post_wait(net, 0, p.qa, p.cq_a, write_wr(id, ka, len, kb, dst));
+        assert_eq!((c.wr_id, c.status), (id, WcStatus::Success));
     };
     // A clean one-packet WRITE first: the round trip is measured.
     post(&mut net, 1, PMTU);
