@@ -32,47 +32,16 @@
  *   -S  the paths swapped (the primary is the one the fault does not touch):
  *       nothing fails, no migration, no event.
  */
-#include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "vt.h"
 
 #define MAXN 4096
 #define INFLIGHT 16
 /* Local ACK Timeout 4.096 us * 2^16 = 268 ms: far above the TCG hosts'
  * scheduling hiccups, so no migration happens before the fault. */
 #define ACK_TIMEOUT 16
-
-static const char *role = "apm-failover";
-
-static int die(const char *what)
-{
-	fprintf(stderr, "%s: %s: %s\n", role, what, strerror(errno));
-	exit(1);
-}
-
-static void fail(const char *what)
-{
-	fprintf(stderr, "%s: FAIL %s\n", role, what);
-	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 /* What the two sides exchange over TCP (both guests are x86-64). */
 struct info {
@@ -85,22 +54,9 @@ struct info {
 	uint64_t addr;
 };
 
-static struct ibv_context *ctx;
-static struct ibv_pd *pd;
-static struct ibv_cq *cq;
 static struct ibv_qp *qp;
-static struct ibv_mr *mr;
-static uint8_t *buf;
 static int n = 64;
 static size_t size = 65536;
-
-static void xfer(int fd, void *p, size_t len, int out)
-{
-	ssize_t r = out ? write(fd, p, len) : read(fd, p, len);
-
-	if (r != (ssize_t)len)
-		fail(out ? "tcp write" : "tcp read");
-}
 
 static uint8_t pattern(int msg, size_t i)
 {
@@ -319,14 +275,13 @@ int main(int argc, char **argv)
 {
 	const char *dev = NULL;
 	int port = 0, c, fd, i, arm = 1, swap = 0;
-	struct ibv_device **l;
 	struct ibv_device_attr da;
 	struct ibv_port_attr pa;
-	struct sockaddr_in sa = { .sin_family = AF_INET };
 	struct info mine, peer;
 	struct ibv_ah_attr alt;
 	char b;
 
+	role = "apm-failover";
 	while ((c = getopt(argc, argv, "d:n:p:s:SU")) != -1) {
 		if (c == 'd')
 			dev = optarg;
@@ -346,28 +301,15 @@ int main(int argc, char **argv)
 	if (!port || n < 2 || n > MAXN || size < 1 || size > (1 << 20))
 		return 2;
 	role = optind == argc ? "apm-failover server" : "apm-failover client";
-	l = ibv_get_device_list(NULL);
-	for (i = 0; l && l[i]; i++)
-		if (!dev || !strcmp(ibv_get_device_name(l[i]), dev))
-			break;
-	if (!l || !l[i])
-		fail("no such device");
-	ctx = ibv_open_device(l[i]);
-	if (!ctx || ibv_query_port(ctx, 1, &pa) || ibv_query_device(ctx, &da))
+	vt_open(dev, &pa);
+	if (ibv_query_device(ctx, &da))
 		die("open");
 	if (!(da.device_cap_flags & IBV_DEVICE_AUTO_PATH_MIG))
 		fail("the device does not report IBV_DEVICE_AUTO_PATH_MIG");
 	if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND)
 		fail("not an InfiniBand port");
-	pd = ibv_alloc_pd(ctx);
-	cq = ibv_create_cq(ctx, 2 * INFLIGHT + 8 + n, NULL, NULL, 0);
-	buf = calloc(n, size);
-	if (!pd || !cq || !buf)
-		die("pd/cq/buffer");
-	mr = ibv_reg_mr(pd, buf, n * size,
-			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!mr)
-		die("ibv_reg_mr");
+	vt_alloc(2 * INFLIGHT + 8 + n, n * size,
+		 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	{
 		struct ibv_qp_init_attr ia = {
 			.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
@@ -383,24 +325,16 @@ int main(int argc, char **argv)
 	mine = (struct info){ .lid = pa.lid, .lmc = pa.lmc, .qpn = qp->qp_num,
 			      .psn = lrand48() & 0xffffff, .rkey = mr->rkey,
 			      .addr = (uintptr_t)buf };
-	sa.sin_port = htons(port);
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0)
-		die("socket");
 
 	if (optind == argc) { /* server: the requester */
-		int one = 1, s;
+		int s;
 		size_t k;
 
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1))
-			die("listen");
+		fd = vt_listen(port);
 		printf("Waiting for client on port %d (LID %#x LMC %d, QP %#x)\n",
 		       port, pa.lid, pa.lmc, qp->qp_num);
 		fflush(stdout);
-		s = accept(fd, NULL, NULL);
-		if (s < 0)
-			die("accept");
+		s = vt_accept(fd);
 		xfer(s, &mine, sizeof(mine), 1);
 		xfer(s, &peer, sizeof(peer), 0);
 		connect_qp(&pa, &mine, &peer, arm, swap);
@@ -423,13 +357,7 @@ int main(int argc, char **argv)
 		       alt.dlid);
 		return 0;
 	} else { /* client: the responder */
-		if (inet_pton(AF_INET, argv[optind], &sa.sin_addr) != 1)
-			fail("bad server address");
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-			fprintf(stderr, "%s: couldn't connect: %s\n", role,
-				strerror(errno));
-			return 1;
-		}
+		fd = vt_connect(argv[optind], port);
 		xfer(fd, &peer, sizeof(peer), 0);
 		xfer(fd, &mine, sizeof(mine), 1);
 		connect_qp(&pa, &mine, &peer, arm, swap);

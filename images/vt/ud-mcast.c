@@ -16,17 +16,7 @@
  * Then the server detaches its second QP and the client sends N more: only
  * the first QP receives them. Exit 0 on success.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <netinet/in.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
+#include "vt.h"
 
 #define QKEY 0x11111111u
 #define GRH 40
@@ -34,31 +24,6 @@
 #define SLOT (GRH + MSG)
 #define MAXN 256
 
-static int die(const char *what)
-{
-	fprintf(stderr, "ud-mcast: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static void fail(const char *what)
-{
-	fprintf(stderr, "ud-mcast: FAIL %s\n", what);
-	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static struct ibv_context *ctx;
-static struct ibv_pd *pd;
-static struct ibv_cq *cq;
-static struct ibv_mr *mr;
-static uint8_t *buf;
 static union ibv_gid mgid;
 static uint16_t mlid;
 
@@ -98,14 +63,6 @@ static void post_recv(struct ibv_qp *qp, int q, int k)
 
 	if (ibv_post_recv(qp, &w, &bad))
 		die("ibv_post_recv");
-}
-
-static void xfer(int fd, void *p, size_t n, int out)
-{
-	ssize_t r = out ? write(fd, p, n) : read(fd, p, n);
-
-	if (r != (ssize_t)n)
-		fail(out ? "tcp write" : "tcp read");
 }
 
 /* Waits for `want` receives on QP index 0 (and the same on 1 if `both`);
@@ -190,10 +147,9 @@ int main(int argc, char **argv)
 {
 	const char *dev = NULL;
 	int n = 20, port = 0, c, fd, i;
-	struct ibv_device **l;
 	struct ibv_port_attr pa;
-	struct sockaddr_in sa = { .sin_family = AF_INET };
 
+	role = "ud-mcast";
 	while ((c = getopt(argc, argv, "d:n:p:")) != -1) {
 		if (c == 'd')
 			dev = optarg;
@@ -206,23 +162,8 @@ int main(int argc, char **argv)
 	}
 	if (!port || n < 1 || n > MAXN / 2)
 		return 2;
-	l = ibv_get_device_list(NULL);
-	for (i = 0; l && l[i]; i++)
-		if (!dev || !strcmp(ibv_get_device_name(l[i]), dev))
-			break;
-	if (!l || !l[i])
-		fail("no such device");
-	ctx = ibv_open_device(l[i]);
-	if (!ctx || ibv_query_port(ctx, 1, &pa))
-		die("open");
-	pd = ibv_alloc_pd(ctx);
-	cq = ibv_create_cq(ctx, 4 * MAXN, NULL, NULL, 0);
-	buf = calloc(3 * 2 * MAXN, SLOT);
-	if (!pd || !cq || !buf)
-		die("pd/cq");
-	mr = ibv_reg_mr(pd, buf, 3 * 2 * MAXN * SLOT, IBV_ACCESS_LOCAL_WRITE);
-	if (!mr)
-		die("ibv_reg_mr");
+	vt_open(dev, &pa);
+	vt_alloc(4 * MAXN, 3 * 2 * MAXN * SLOT, IBV_ACCESS_LOCAL_WRITE);
 	/* The group: an IBA MGID and MLID (InfiniBand only: vm-tests.sh's
 	 * fabric; on RoCE rdma_cm's joins need no SM, see mckey). */
 	if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND)
@@ -233,15 +174,11 @@ int main(int argc, char **argv)
 		memcpy(mgid.raw, g, 16);
 		mlid = 0xc000 | (port & 0x3fff);
 	}
-	sa.sin_port = htons(port);
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0)
-		die("socket");
 
 	if (optind == argc) { /* server */
 		struct ibv_qp *q[3];
 		uint32_t src;
-		int one = 1, s;
+		int s;
 
 		for (i = 0; i < 3; i++) {
 			int k;
@@ -253,15 +190,11 @@ int main(int argc, char **argv)
 		for (i = 0; i < 2; i++)
 			if (ibv_attach_mcast(q[i], &mgid, mlid))
 				die("ibv_attach_mcast");
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1))
-			die("listen");
+		fd = vt_listen(port);
 		printf("Waiting for client on port %d (QPs %#x %#x, unattached %#x)\n",
 		       port, q[0]->qp_num, q[1]->qp_num, q[2]->qp_num);
 		fflush(stdout);
-		s = accept(fd, NULL, NULL);
-		if (s < 0)
-			die("accept");
+		s = vt_accept(fd);
 		xfer(s, &src, 4, 0);
 		xfer(s, "R", 1, 1);
 		expect(n, 1, src, 1);
@@ -284,12 +217,7 @@ int main(int argc, char **argv)
 
 		if (!ah)
 			die("ibv_create_ah");
-		if (inet_pton(AF_INET, argv[optind], &sa.sin_addr) != 1)
-			fail("bad server address");
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-			fprintf(stderr, "ud-mcast: couldn't connect: %s\n", strerror(errno));
-			return 1;
-		}
+		fd = vt_connect(argv[optind], port);
 		xfer(fd, &me, 4, 1);
 		xfer(fd, &b, 1, 0);
 		send_n(qp, ah, n, 1);

@@ -41,6 +41,31 @@ fn pair(dead_primary: bool, mig_a: u8, mig_b: u8) -> (Vhca, Node, Node, QpH, QpH
     (v, a, b, qa, qb)
 }
 
+/// A WRITE of `len` bytes of pattern `seed` from A's QP `qa` into a region
+/// of B: waits for its completion and checks B's copy.
+fn write_checked(a: &mut Node, b: &mut Node, qa: QpH, len: usize, seed: u64) {
+    let src = a.region(len, Layout::Contiguous, 0);
+    let dst = b.region(len, Layout::Contiguous, 0);
+    a.write(&src, 0, &vhca_tests::util::pattern(seed, len));
+    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
+    a.hca.post_send(qa, &w).unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_eq!(b.read(&dst, 0, len), vhca_tests::util::pattern(seed, len));
+}
+
+/// Waits for node `n`'s async event `kind` (`what` if it does not come),
+/// which must name QP `q`; then QUERY_QP: the QP's (path migration state,
+/// primary path DLID).
+fn event_then_path(n: &mut Node, kind: EqeType, q: QpH, what: &str) -> (u8, u16) {
+    let e = n
+        .hca
+        .wait_async_event(T, |e| e.kind == kind.raw())
+        .expect(what);
+    assert_eq!(e.object, q.qpn);
+    let s = n.hca.query_qp(q).unwrap();
+    (s.attr.path_mig_state, s.attr.ah_attr.dlid)
+}
+
 #[test]
 fn ad_10_guest_arms_the_alternate_path_migrates_and_the_peer_follows_with_an_event() {
     // Rearm (1) with the alternate path: the device arms it (2).
@@ -59,21 +84,9 @@ fn ad_10_guest_arms_the_alternate_path_migrates_and_the_peer_follows_with_an_eve
         "the old primary is the alternate"
     );
     // A WRITE goes on the new path; B follows on its MigReq.
-    let len = 64 << 10;
-    let src = a.region(len, Layout::Contiguous, 0);
-    let dst = b.region(len, Layout::Contiguous, 0);
-    a.write(&src, 0, &vhca_tests::util::pattern(3, len));
-    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
-    a.hca.post_send(qa, &w).unwrap();
-    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
-    assert_eq!(b.read(&dst, 0, len), vhca_tests::util::pattern(3, len));
-    let e = b
-        .hca
-        .wait_async_event(T, |e| e.kind == EqeType::PathMig.raw())
-        .expect("path migrated event at B");
-    assert_eq!(e.object, qb.qpn);
-    let q = b.hca.query_qp(qb).unwrap();
-    assert_eq!((q.attr.path_mig_state, q.attr.ah_attr.dlid), (0, LID_A + 1));
+    write_checked(&mut a, &mut b, qa, 64 << 10, 3);
+    let path = event_then_path(&mut b, EqeType::PathMig, qb, "path migrated event at B");
+    assert_eq!(path, (0, LID_A + 1));
     assert_eq!(
         b.hca.counter(CounterSet::Port, "path_migrations").unwrap(),
         Some(1)
@@ -90,22 +103,10 @@ fn ad_10_a_dead_primary_path_migrates_with_nothing_lost_and_both_guests_see_the_
     // A's packets to B's base LID (the primary path) are all lost; B's LID
     // 0x29 (the alternate path) stays reachable.
     let (_v, mut a, mut b, qa, qb) = pair(true, 2, 2);
-    let len = 1 << 20;
-    let src = a.region(len, Layout::Contiguous, 0);
-    let dst = b.region(len, Layout::Contiguous, 0);
-    a.write(&src, 0, &vhca_tests::util::pattern(5, len));
-    let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
-    a.hca.post_send(qa, &w).unwrap();
-    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
-    assert_eq!(b.read(&dst, 0, len), vhca_tests::util::pattern(5, len));
+    write_checked(&mut a, &mut b, qa, 1 << 20, 5);
     for (n, q, peer) in [(&mut a, qa, LID_B), (&mut b, qb, LID_A)] {
-        let e = n
-            .hca
-            .wait_async_event(T, |e| e.kind == EqeType::PathMig.raw())
-            .expect("path migrated event");
-        assert_eq!(e.object, q.qpn);
-        let s = n.hca.query_qp(q).unwrap();
-        assert_eq!((s.attr.path_mig_state, s.attr.ah_attr.dlid), (0, peer + 1));
+        let path = event_then_path(n, EqeType::PathMig, q, "path migrated event");
+        assert_eq!(path, (0, peer + 1));
     }
     assert!(a.hca.counter(CounterSet::Port, "timeouts").unwrap() >= Some(2));
 }
@@ -122,13 +123,9 @@ fn ad_10_a_guest_not_armed_gets_the_path_migration_error_event() {
     let dst = b.region(len, Layout::Contiguous, 0);
     let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len));
     a.hca.post_send(qa, &w).unwrap();
-    let e = b
-        .hca
-        .wait_async_event(T, |e| e.kind == EqeType::PathMigErr.raw())
-        .expect("path migration error event at B");
-    assert_eq!(e.object, qb.qpn);
-    let q = b.hca.query_qp(qb).unwrap();
-    assert_eq!((q.attr.path_mig_state, q.attr.ah_attr.dlid), (0, LID_A));
+    let what = "path migration error event at B";
+    let path = event_then_path(&mut b, EqeType::PathMigErr, qb, what);
+    assert_eq!(path, (0, LID_A));
     assert_eq!(
         b.hca
             .counter(CounterSet::Port, "path_migration_errors")

@@ -11,7 +11,7 @@ use common::*;
 use transport::engine::{MAX_EEC, MAX_RDD, RD_WINDOW};
 use transport::verbs::{
     AddressVector, Completion, EecAttr, Handle, Mtu, QpCap, QpState, RdDest, RdQpAttr, RdQpInit,
-    RecvWr, SendWr, VerbError, WcOpcode, WcStatus, WrOpcode,
+    RecvWr, SendWr, Sge, VerbError, WcOpcode, WcStatus, WrOpcode,
 };
 use transport::wire::ext::{AethSyndrome, NakCode};
 use transport::wire::opcode::{Direction, Operation, Service};
@@ -151,6 +151,70 @@ fn post(net: &mut Net, s: &Side, qp: u32, wr: SendWr, d: RdDest) {
         .expect("post send rd");
 }
 
+/// Posts `wr` on `a`'s first QP to `b`'s first QP.
+fn post0(net: &mut Net, a: &Side, b: &Side, wr: SendWr) {
+    post(net, a, a.qps[0], wr, dest(a, b, 0));
+}
+
+/// Posts a signaled SEND of `len` bytes at `src` (`s`'s key) on `s`'s QP
+/// `qp` (an index) to `d`.
+fn send(net: &mut Net, s: &Side, qp: usize, d: RdDest, id: u64, src: u64, len: u32) {
+    let wr = send_wr(id, WrOpcode::Send, sge(src, len, s.lkey));
+    post(net, s, s.qps[qp], wr, d);
+}
+
+/// A signaled `op` of the local `sges` on the peer's `raddr` under `rkey`.
+fn remote_wr(id: u64, op: WrOpcode, sges: Vec<Sge>, raddr: u64, rkey: u32) -> SendWr {
+    let mut wr = send_wr(id, op, sges);
+    wr.remote_addr = raddr;
+    wr.rkey = rkey;
+    wr
+}
+
+/// Runs the bench until `s`'s send CQ holds one completion; takes it.
+fn sent(net: &mut Net, s: &Side) -> Completion {
+    wait(net, s.node, s.scq, 1).remove(0)
+}
+
+/// Moves `s`'s first QP (in SQE after a failed WR) back to RTS, its Q_Key
+/// and access kept.
+fn qp0_to_rts(net: &mut Net, s: &Side) {
+    let rts = RdQpAttr {
+        state: QpState::Rts,
+        qkey: None,
+        access: None,
+    };
+    let e = &mut net.nodes[s.node].engine;
+    e.modify_rd_qp(s.qps[0], &rts).expect("QP back to RTS");
+}
+
+/// [`pair`] of one QP each, keeping a copy of every packet on the wire.
+fn sniffed_pair(seed: u64, mtu: Mtu) -> (Net, Side, Side) {
+    let (mut net, a, b) = pair(seed, 1, mtu);
+    net.sniffed = Some(Vec::new());
+    (net, a, b)
+}
+
+/// The first sniffed packet of operation `op`, as it was on the wire.
+fn sniffed_copy(net: &Net, op: Operation) -> Vec<u8> {
+    net.sniffed
+        .as_ref()
+        .expect("sniffing")
+        .iter()
+        .find(|p| {
+            PacketRepr::parse(p)
+                .unwrap()
+                .transport
+                .bth
+                .opcode
+                .info()
+                .operation
+                == op
+        })
+        .expect("sniffed packet of the operation")
+        .clone()
+}
+
 /// Every sniffed packet, parsed.
 fn parsed(net: &Net) -> Vec<PacketRepr<'_>> {
     net.sniffed
@@ -173,8 +237,7 @@ fn nak_codes(net: &Net) -> Vec<NakCode> {
 
 #[test]
 fn ad_11_wf_07_send_write_read_over_one_eec() {
-    let (mut net, a, b) = pair(1, 1, Mtu::M256);
-    net.sniffed = Some(Vec::new());
+    let (mut net, a, b) = sniffed_pair(1, Mtu::M256);
     let (qa, qb) = (a.qps[0], b.qps[0]);
     let src = MEM_BASE + 0x1000;
     let dst = MEM_BASE + 0x8000;
@@ -183,7 +246,7 @@ fn ad_11_wf_07_send_write_read_over_one_eec() {
     post_recv(&mut net, &b, qb, 50, dst, 1024);
     let mut wr = send_wr(1, WrOpcode::SendWithImm, sge(src, 700, a.lkey));
     wr.imm_or_inv = 0xabcd;
-    post(&mut net, &a, qa, wr, dest(&a, &b, 0));
+    post0(&mut net, &a, &b, wr);
     let r = wait(&mut net, 1, b.rcq, 1);
     assert_eq!(r[0].status, WcStatus::Success);
     assert_eq!(
@@ -191,22 +254,17 @@ fn ad_11_wf_07_send_write_read_over_one_eec() {
         (700, qa, 0xabcd)
     );
     assert_eq!(r[0].qp_num, qb);
-    let s = wait(&mut net, 0, a.scq, 1);
-    assert_eq!(
-        (s[0].status, s[0].opcode),
-        (WcStatus::Success, WcOpcode::Send)
-    );
+    let s = sent(&mut net, &a);
+    assert_eq!((s.status, s.opcode), (WcStatus::Success, WcOpcode::Send));
     assert_eq!(bytes(&net, 1, dst, 700), bytes(&net, 0, src, 700));
     // RDMA WRITE of 600 bytes into node 1.
     let wdst = MEM_BASE + 0x2_0000;
     fill(&mut net, 0, src, 600, 9);
-    let mut wr = send_wr(2, WrOpcode::RdmaWrite, sge(src, 600, a.lkey));
-    wr.remote_addr = wdst;
-    wr.rkey = b.lkey;
-    post(&mut net, &a, qa, wr, dest(&a, &b, 0));
-    let s = wait(&mut net, 0, a.scq, 1);
+    let wr = remote_wr(2, WrOpcode::RdmaWrite, sge(src, 600, a.lkey), wdst, b.lkey);
+    post0(&mut net, &a, &b, wr);
+    let s = sent(&mut net, &a);
     assert_eq!(
-        (s[0].status, s[0].opcode),
+        (s.status, s.opcode),
         (WcStatus::Success, WcOpcode::RdmaWrite)
     );
     assert_eq!(bytes(&net, 1, wdst, 600), bytes(&net, 0, src, 600));
@@ -214,12 +272,10 @@ fn ad_11_wf_07_send_write_read_over_one_eec() {
     let rsrc = MEM_BASE + 0x3_0000;
     let rdst = MEM_BASE + 0x4_0000;
     fill(&mut net, 1, rsrc, 900, 33);
-    let mut wr = send_wr(3, WrOpcode::RdmaRead, sge(rdst, 900, a.lkey));
-    wr.remote_addr = rsrc;
-    wr.rkey = b.lkey;
-    post(&mut net, &a, qa, wr, dest(&a, &b, 0));
-    let s = wait(&mut net, 0, a.scq, 1);
-    assert_eq!((s[0].status, s[0].byte_len), (WcStatus::Success, 900));
+    let wr = remote_wr(3, WrOpcode::RdmaRead, sge(rdst, 900, a.lkey), rsrc, b.lkey);
+    post0(&mut net, &a, &b, wr);
+    let s = sent(&mut net, &a);
+    assert_eq!((s.status, s.byte_len), (WcStatus::Success, 900));
     assert_eq!(bytes(&net, 0, rdst, 900), bytes(&net, 1, rsrc, 900));
 
     // WF-07 on the wire: every packet is RD; requests carry RDETH with the
@@ -294,13 +350,7 @@ fn ad_11_several_qps_share_one_eec_in_order() {
             post_recv(&mut net, &b, b.qps[to], 100 + id, addr, 2048);
             let src = MEM_BASE + 0x8_0000 + id * 0x800;
             fill(&mut net, 0, src, 1000, id as u8);
-            post(
-                &mut net,
-                &a,
-                a.qps[i],
-                send_wr(id, WrOpcode::Send, sge(src, 1000, a.lkey)),
-                dest(&a, &b, to),
-            );
+            send(&mut net, &a, i, dest(&a, &b, to), id, src, 1000);
             id += 1;
         }
     }
@@ -327,8 +377,7 @@ fn ad_11_several_qps_share_one_eec_in_order() {
 
 #[test]
 fn pv_09_destination_qp_of_another_rdd_is_naked_invalid_rd_request() {
-    let (mut net, a, b) = pair(3, 1, Mtu::M1024);
-    net.sniffed = Some(Vec::new());
+    let (mut net, a, b) = sniffed_pair(3, Mtu::M1024);
     // A QP on node 1 in a second RD domain: the EEC's RDD is not its.
     let e = &mut net.nodes[1].engine;
     let other = e.alloc_rdd().expect("rdd");
@@ -339,15 +388,8 @@ fn pv_09_destination_qp_of_another_rdd_is_naked_invalid_rd_request() {
         remote_qpn: stranger,
         ..dest(&a, &b, 0)
     };
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(1, WrOpcode::Send, sge(src, 32, a.lkey)),
-        d,
-    );
-    let s = wait(&mut net, 0, a.scq, 1);
-    assert_eq!(s[0].status, WcStatus::RemInvRdReqErr);
+    send(&mut net, &a, 0, d, 1, src, 32);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::RemInvRdReqErr);
     assert_eq!(net.nodes[1].engine.counters().rd.rdd_mismatch, 1);
     assert_eq!(nak_codes(&net), [NakCode::InvalidRdRequest]);
     assert!(net.poll(1, b.rcq).is_none(), "nothing delivered");
@@ -358,23 +400,15 @@ fn pv_09_destination_qp_of_another_rdd_is_naked_invalid_rd_request() {
 
 #[test]
 fn pv_09_wrong_qkey_is_naked_and_the_psn_kept() {
-    let (mut net, a, b) = pair(4, 1, Mtu::M1024);
-    net.sniffed = Some(Vec::new());
+    let (mut net, a, b) = sniffed_pair(4, Mtu::M1024);
     post_recv(&mut net, &b, b.qps[0], 9, MEM_BASE + 0x1000, 64);
     let src = MEM_BASE + 0x2000;
     let d = RdDest {
         remote_qkey: QKEY ^ 1,
         ..dest(&a, &b, 0)
     };
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(1, WrOpcode::Send, sge(src, 32, a.lkey)),
-        d,
-    );
-    let s = wait(&mut net, 0, a.scq, 1);
-    assert_eq!(s[0].status, WcStatus::RemInvRdReqErr);
+    send(&mut net, &a, 0, d, 1, src, 32);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::RemInvRdReqErr);
     let c = &net.nodes[1].engine.counters().rd;
     assert_eq!((c.bad_qkey, c.rdd_mismatch), (1, 0));
     // C9-50: the NAK carries the bad request's PSN; the EEC's PSN stays.
@@ -396,17 +430,10 @@ fn pv_09_wrong_qkey_is_naked_and_the_psn_kept() {
 
 #[test]
 fn pv_09_unknown_eecn_and_foreign_pkey_are_dropped_and_counted() {
-    let (mut net, a, b) = pair(5, 1, Mtu::M1024);
-    net.sniffed = Some(Vec::new());
+    let (mut net, a, b) = sniffed_pair(5, Mtu::M1024);
     post_recv(&mut net, &b, b.qps[0], 9, MEM_BASE + 0x1000, 64);
     let src = MEM_BASE + 0x2000;
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(1, WrOpcode::Send, sge(src, 32, a.lkey)),
-        dest(&a, &b, 0),
-    );
+    send(&mut net, &a, 0, dest(&a, &b, 0), 1, src, 32);
     wait(&mut net, 1, b.rcq, 1);
     wait(&mut net, 0, a.scq, 1);
     net.run_until(100_000, |_| false);
@@ -446,39 +473,24 @@ fn pv_09_unknown_eecn_and_foreign_pkey_are_dropped_and_counted() {
 
 #[test]
 fn op_11_resync_follows_a_failed_message() {
-    let (mut net, a, b) = pair(6, 1, Mtu::M1024);
-    net.sniffed = Some(Vec::new());
+    let (mut net, a, b) = sniffed_pair(6, Mtu::M1024);
     post_recv(&mut net, &b, b.qps[0], 9, MEM_BASE + 0x1000, 64);
     let src = MEM_BASE + 0x2000;
     // A WRITE to a bad R_Key fails at node 1 (Remote Access Error) ...
-    let mut wr = send_wr(1, WrOpcode::RdmaWrite, sge(src, 32, a.lkey));
-    wr.remote_addr = MEM_BASE;
-    wr.rkey = b.lkey ^ 0x100;
-    post(&mut net, &a, a.qps[0], wr, dest(&a, &b, 0));
-    let s = wait(&mut net, 0, a.scq, 1);
-    assert_eq!(s[0].status, WcStatus::RemAccessErr);
+    let wr = remote_wr(
+        1,
+        WrOpcode::RdmaWrite,
+        sge(src, 32, a.lkey),
+        MEM_BASE,
+        b.lkey ^ 0x100,
+    );
+    post0(&mut net, &a, &b, wr);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::RemAccessErr);
     // ... the QP is moved back to RTS and sends again: a RESYNC goes first,
     // with the EEC's next PSN, and node 1 takes it as its expected PSN.
-    net.nodes[0]
-        .engine
-        .modify_rd_qp(
-            a.qps[0],
-            &RdQpAttr {
-                state: QpState::Rts,
-                qkey: None,
-                access: None,
-            },
-        )
-        .unwrap();
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(2, WrOpcode::Send, sge(src, 32, a.lkey)),
-        dest(&a, &b, 0),
-    );
-    let s = wait(&mut net, 0, a.scq, 1);
-    assert_eq!(s[0].status, WcStatus::Success);
+    qp0_to_rts(&mut net, &a);
+    send(&mut net, &a, 0, dest(&a, &b, 0), 2, src, 32);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::Success);
     assert_eq!(wait(&mut net, 1, b.rcq, 1)[0].byte_len, 32);
     let reqs: Vec<(Operation, u32)> = parsed(&net)
         .iter()
@@ -507,23 +519,7 @@ fn op_11_resync_follows_a_failed_message() {
     );
     // A late copy of that RESYNC (the fabric duplicated it) is ACKed again
     // and moves the expected PSN nowhere.
-    let copy = net
-        .sniffed
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            PacketRepr::parse(p)
-                .unwrap()
-                .transport
-                .bth
-                .opcode
-                .info()
-                .operation
-                == Operation::Resync
-        })
-        .unwrap()
-        .clone();
+    let copy = sniffed_copy(&net, Operation::Resync);
     let acks = net.nodes[1].engine.counters().rd.acks_sent;
     let now = net.now;
     let n1 = &mut net.nodes[1];
@@ -539,38 +535,17 @@ fn op_11_resync_after_the_eec_comes_back_from_error() {
     // Node 1 unreachable: the EEC runs out of retries and goes to Error.
     net.lose = Some(Box::new(|_| true));
     let src = MEM_BASE + 0x2000;
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(1, WrOpcode::Send, sge(src, 32, a.lkey)),
-        dest(&a, &b, 0),
-    );
-    let s = wait(&mut net, 0, a.scq, 1);
-    assert_eq!(s[0].status, WcStatus::RetryExcErr);
+    send(&mut net, &a, 0, dest(&a, &b, 0), 1, src, 32);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::RetryExcErr);
     assert_eq!(
         net.nodes[0].engine.query_eec(a.eec).unwrap().0,
         QpState::Error
     );
     assert_eq!(net.nodes[0].engine.counters().rd.timeouts, 8);
     // A WR naming an EEC in Error fails and puts its QP in SQE (seed 001).
-    let rts = RdQpAttr {
-        state: QpState::Rts,
-        qkey: None,
-        access: None,
-    };
-    net.nodes[0].engine.modify_rd_qp(a.qps[0], &rts).unwrap();
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(2, WrOpcode::Send, sge(src, 32, a.lkey)),
-        dest(&a, &b, 0),
-    );
-    assert_eq!(
-        wait(&mut net, 0, a.scq, 1)[0].status,
-        WcStatus::InvEecStateErr
-    );
+    qp0_to_rts(&mut net, &a);
+    send(&mut net, &a, 0, dest(&a, &b, 0), 2, src, 32);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::InvEecStateErr);
     // Back through Reset with a new send PSN node 1 does not know.
     net.lose = None;
     net.sniffed = Some(Vec::new());
@@ -580,16 +555,10 @@ fn op_11_resync_after_the_eec_comes_back_from_error() {
         .modify_eec(a.eec, QpState::Reset, &EecAttr::default(), now)
         .unwrap();
     eec_up(&mut net, &a, &b, Mtu::M1024, 0x777, PSN_B);
-    net.nodes[0].engine.modify_rd_qp(a.qps[0], &rts).unwrap();
+    qp0_to_rts(&mut net, &a);
     post_recv(&mut net, &b, b.qps[0], 9, MEM_BASE + 0x1000, 64);
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(3, WrOpcode::Send, sge(src, 32, a.lkey)),
-        dest(&a, &b, 0),
-    );
-    assert_eq!(wait(&mut net, 0, a.scq, 1)[0].status, WcStatus::Success);
+    send(&mut net, &a, 0, dest(&a, &b, 0), 3, src, 32);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::Success);
     assert_eq!(wait(&mut net, 1, b.rcq, 1)[0].wr_id, 9);
     let first = PacketRepr::parse(&net.sniffed.as_ref().unwrap()[0]).unwrap();
     assert_eq!(
@@ -623,13 +592,7 @@ fn ad_11_eec_sends_at_most_a_window_before_an_ack() {
     let dst = MEM_BASE + 0x4_0000;
     fill(&mut net, 0, src, 65536, 3);
     post_recv(&mut net, &b, b.qps[0], 1, dst, 65536);
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(1, WrOpcode::Send, sge(src, 65536, a.lkey)),
-        dest(&a, &b, 0),
-    );
+    send(&mut net, &a, 0, dest(&a, &b, 0), 1, src, 65536);
     let mut buf = vec![0u8; 8192];
     let mut sent = 0;
     let now = net.now;
@@ -691,15 +654,9 @@ fn ad_11_wf_10_rd_over_roce() {
     let dst = MEM_BASE + 0x8000;
     fill(&mut net, 0, src, 3000, 5);
     post_recv(&mut net, &b, b.qps[0], 7, dst, 4096);
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(1, WrOpcode::Send, sge(src, 3000, a.lkey)),
-        dest(&a, &b, 0),
-    );
+    send(&mut net, &a, 0, dest(&a, &b, 0), 1, src, 3000);
     assert_eq!(wait(&mut net, 1, b.rcq, 1)[0].byte_len, 3000);
-    assert_eq!(wait(&mut net, 0, a.scq, 1)[0].status, WcStatus::Success);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::Success);
     assert_eq!(bytes(&net, 1, dst, 3000), bytes(&net, 0, src, 3000));
     // RoCEv2 frames (UDP 4791) carrying RD opcodes with RDETH.
     let frames = net.sniffed.as_ref().unwrap();
@@ -715,23 +672,20 @@ fn ad_11_wf_10_rd_over_roce() {
 fn ad_11_rnr_nak_waits_for_a_receive_wqe() {
     // RL-11 on an EEC: a SEND and a WRITE with immediate meet no receive
     // WQE, are NAKed RNR, and go once node 1 posts one each.
-    let (mut net, a, b) = pair(10, 1, Mtu::M1024);
-    net.sniffed = Some(Vec::new());
+    let (mut net, a, b) = sniffed_pair(10, Mtu::M1024);
     let src = MEM_BASE + 0x1000;
     fill(&mut net, 0, src, 2000, 1);
-    post(
-        &mut net,
-        &a,
-        a.qps[0],
-        send_wr(1, WrOpcode::Send, sge(src, 2000, a.lkey)),
-        dest(&a, &b, 0),
-    );
+    send(&mut net, &a, 0, dest(&a, &b, 0), 1, src, 2000);
     let wdst = MEM_BASE + 0x2_0000;
-    let mut wr = send_wr(2, WrOpcode::RdmaWriteWithImm, sge(src, 1500, a.lkey));
-    wr.remote_addr = wdst;
-    wr.rkey = b.lkey;
+    let mut wr = remote_wr(
+        2,
+        WrOpcode::RdmaWriteWithImm,
+        sge(src, 1500, a.lkey),
+        wdst,
+        b.lkey,
+    );
     wr.imm_or_inv = 0x1234_5678;
-    post(&mut net, &a, a.qps[0], wr, dest(&a, &b, 0));
+    post0(&mut net, &a, &b, wr);
     let rnrs = |n: &Net| {
         parsed(n)
             .iter()
@@ -766,23 +720,30 @@ fn ad_11_rnr_nak_waits_for_a_receive_wqe() {
 
 #[test]
 fn ad_11_op_07_atomics_over_rd_run_once() {
-    let (mut net, a, b) = pair(11, 1, Mtu::M1024);
-    net.sniffed = Some(Vec::new());
+    let (mut net, a, b) = sniffed_pair(11, Mtu::M1024);
     let target = MEM_BASE + 0x2_0000;
     let res = MEM_BASE + 0x1000;
     let n1 = (target - MEM_BASE) as usize;
     net.nodes[1].mem.bytes[n1..n1 + 8].copy_from_slice(&40u64.to_le_bytes());
-    let mut fa = send_wr(1, WrOpcode::AtomicFetchAdd, sge(res, 8, a.lkey));
-    fa.remote_addr = target;
-    fa.rkey = b.lkey;
+    let mut fa = remote_wr(
+        1,
+        WrOpcode::AtomicFetchAdd,
+        sge(res, 8, a.lkey),
+        target,
+        b.lkey,
+    );
     fa.swap_add = 2;
-    let mut cs = send_wr(2, WrOpcode::AtomicCmpSwap, sge(res + 8, 8, a.lkey));
-    cs.remote_addr = target;
-    cs.rkey = b.lkey;
+    let mut cs = remote_wr(
+        2,
+        WrOpcode::AtomicCmpSwap,
+        sge(res + 8, 8, a.lkey),
+        target,
+        b.lkey,
+    );
     cs.compare = 42;
     cs.swap_add = 7;
-    post(&mut net, &a, a.qps[0], fa, dest(&a, &b, 0));
-    post(&mut net, &a, a.qps[0], cs, dest(&a, &b, 0));
+    post0(&mut net, &a, &b, fa);
+    post0(&mut net, &a, &b, cs);
     let s = wait(&mut net, 0, a.scq, 2);
     assert_eq!(
         (s[0].status, s[0].opcode, s[0].byte_len),
@@ -811,23 +772,7 @@ fn ad_11_op_07_atomics_over_rd_run_once() {
     }));
     // A copy of the CMP_SWAP (its ACK lost, say) is answered from the saved
     // result and not executed again.
-    let copy = net
-        .sniffed
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            PacketRepr::parse(p)
-                .unwrap()
-                .transport
-                .bth
-                .opcode
-                .info()
-                .operation
-                == Operation::CompareSwap
-        })
-        .unwrap()
-        .clone();
+    let copy = sniffed_copy(&net, Operation::CompareSwap);
     net.nodes[1].mem.bytes[n1..n1 + 8].copy_from_slice(&42u64.to_le_bytes());
     net.sniffed = Some(Vec::new());
     let now = net.now;
@@ -888,13 +833,7 @@ fn lossy_run(seed: u64) -> (u64, u64, u64) {
             );
             let raddr = MEM_BASE + 0x8_0000 + id * 0x800;
             post_recv(&mut net, &b, b.qps[to], id, raddr, 2048);
-            post(
-                &mut net,
-                &a,
-                a.qps[i],
-                send_wr(id, WrOpcode::Send, sge(src, len as u32, a.lkey)),
-                dest(&a, &b, to),
-            );
+            send(&mut net, &a, i, dest(&a, &b, to), id, src, len as u32);
             msgs.push(Sent { to, src, len });
             id += 1;
             let _ = round;
@@ -907,13 +846,8 @@ fn lossy_run(seed: u64) -> (u64, u64, u64) {
         let rsrc = MEM_BASE + 0x4_0000 + i as u64 * 0x1000;
         let rdst = MEM_BASE + 0x5_0000 + i as u64 * 0x1000;
         fill(&mut net, 1, rsrc, len, 0x40 + i as u8);
-        let mut wr = send_wr(
-            1000 + i as u64,
-            WrOpcode::RdmaRead,
-            sge(rdst, len as u32, a.lkey),
-        );
-        wr.remote_addr = rsrc;
-        wr.rkey = b.lkey;
+        let local = sge(rdst, len as u32, a.lkey);
+        let wr = remote_wr(1000 + i as u64, WrOpcode::RdmaRead, local, rsrc, b.lkey);
         post(&mut net, &a, a.qps[i], wr, dest(&a, &b, 0));
         reads.push((rsrc, rdst, len));
     }
@@ -921,9 +855,7 @@ fn lossy_run(seed: u64) -> (u64, u64, u64) {
     let counter = MEM_BASE + 0x6_0000;
     for k in 0..6u64 {
         let res = sge(MEM_BASE + 0x7_0000 + k * 8, 8, a.lkey);
-        let mut wr = send_wr(2000 + k, WrOpcode::AtomicFetchAdd, res);
-        wr.remote_addr = counter;
-        wr.rkey = b.lkey;
+        let mut wr = remote_wr(2000 + k, WrOpcode::AtomicFetchAdd, res, counter, b.lkey);
         wr.swap_add = 1;
         post(&mut net, &a, a.qps[(k % 3) as usize], wr, dest(&a, &b, 0));
     }

@@ -4,9 +4,10 @@
 
 mod common;
 
+use common::loss::{lose_when, loss_pair};
 use common::*;
 use transport::psn;
-use transport::verbs::{WcStatus, WrOpcode};
+use transport::verbs::{Completion, WcStatus, WrOpcode};
 use transport::wire::PacketRepr;
 
 const PMTU: u32 = 1024;
@@ -35,13 +36,44 @@ fn read(net: &mut Net, p: &Pair, ka: u32, kb: u32, id: u64, len: u32) {
     let mut r = send_wr(id, WrOpcode::RdmaRead, sge(DST, len, ka));
     r.rkey = kb;
     r.remote_addr = SRC;
-    net.nodes[0].engine.post_send(p.qa, r).unwrap();
-    let c = wait(net, 0, p.cq_a, 1);
-    assert_eq!((c[0].wr_id, c[0].status), (id, WcStatus::Success));
+    let c = post_wait(net, 0, p.qa, p.cq_a, r);
+    assert_eq!((c.wr_id, c.status), (id, WcStatus::Success));
     assert_eq!(
         bytes(net, 0, DST, len as usize),
         bytes(net, 1, SRC, len as usize),
         "READ data byte-exact"
+    );
+}
+
+/// Posts READs 2 and 3 of four responses each (the first and the second
+/// half of SRC to DST) and runs the bench until both complete; the data
+/// must have arrived byte-exact. Their completions.
+fn two_reads(net: &mut Net, p: &Pair, ka: u32, kb: u32) -> Vec<Completion> {
+    for (id, off) in [(2u64, 0u64), (3, 4)] {
+        let mut r = send_wr(
+            id,
+            WrOpcode::RdmaRead,
+            sge(DST + off * u64::from(PMTU), 4 * PMTU, ka),
+        );
+        r.rkey = kb;
+        r.remote_addr = SRC + off * u64::from(PMTU);
+        net.nodes[0].engine.post_send(p.qa, r).unwrap();
+    }
+    let c = wait(net, 0, p.cq_a, 2);
+    assert_eq!(
+        bytes(net, 0, DST, 8 * PMTU as usize),
+        bytes(net, 1, SRC, 8 * PMTU as usize),
+        "byte-exact"
+    );
+    c
+}
+
+/// The requester never waited for a probe timeout.
+fn assert_no_probe(net: &Net) {
+    assert_eq!(
+        net.nodes[0].engine.counters().probes,
+        0,
+        "no probe timeout waited for"
     );
 }
 
@@ -53,29 +85,17 @@ fn read(net: &mut Net, p: &Pair, ka: u32, kb: u32, id: u64, len: u32) {
 /// that response for more of the old stream and waited for a probe.
 #[test]
 fn a_re_request_whose_first_response_is_lost_is_asked_again_without_a_probe() {
-    let mut net = Net::new(2, 1 << 20, 41);
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
-    let o = ConnOpts {
-        timeout: 14,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, 0, 1, &o);
+    let (mut net, p, o, ka, kb) = loss_pair(41, None);
     fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x3c);
     // A clean READ first: the requester measures the round trip.
     read(&mut net, &p, ka, kb, 1, PMTU);
     let first = psn::add(o.psn_a, 1);
     let mut lost = 0;
-    net.lose = Some(Box::new(move |b: &[u8]| {
-        let Ok(pk) = PacketRepr::parse(b) else {
-            return false;
-        };
-        let bth = pk.transport.bth;
-        let hit = lost < 2 && bth.psn == first && bth.opcode.info().name.contains("READ_RESPONSE");
+    lose_when(&mut net, move |psn, name| {
+        let hit = lost < 2 && psn == first && name.contains("READ_RESPONSE");
         lost += u32::from(hit);
         hit
-    }));
+    });
     net.sniffed = Some(Vec::new());
     read(&mut net, &p, ka, kb, 2, 8 * PMTU);
     assert_eq!(net.dropped, 2, "the first response, twice");
@@ -84,11 +104,7 @@ fn a_re_request_whose_first_response_is_lost_is_asked_again_without_a_probe() {
         vec![first, first, first],
         "the READ, its re-request, and the re-request again"
     );
-    assert_eq!(
-        net.nodes[0].engine.counters().probes,
-        0,
-        "no probe timeout waited for"
-    );
+    assert_no_probe(&net);
 }
 
 /// Two READs of four responses in flight: the first one's last response and
@@ -98,64 +114,31 @@ fn a_re_request_whose_first_response_is_lost_is_asked_again_without_a_probe() {
 /// else the older one waited for a probe.
 #[test]
 fn a_gap_seen_in_a_later_read_goes_back_to_an_older_reads_missing_response() {
-    let mut net = Net::new(2, 1 << 20, 43);
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
-    let o = ConnOpts {
-        timeout: 14,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, 0, 1, &o);
+    let (mut net, p, o, ka, kb) = loss_pair(43, None);
     fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x5c);
     read(&mut net, &p, ka, kb, 1, PMTU);
     // READ 2 takes PSNs first..first+3, READ 3 the four after.
     let first = psn::add(o.psn_a, 1);
     let (a3, b0) = (psn::add(first, 3), psn::add(first, 4));
     let mut lost = Vec::new();
-    net.lose = Some(Box::new(move |b: &[u8]| {
-        let Ok(pk) = PacketRepr::parse(b) else {
-            return false;
-        };
-        let bth = pk.transport.bth;
-        let hit = [a3, b0].contains(&bth.psn)
-            && !lost.contains(&bth.psn)
-            && bth.opcode.info().name.contains("READ_RESPONSE");
+    lose_when(&mut net, move |psn, name| {
+        let hit = [a3, b0].contains(&psn) && !lost.contains(&psn) && name.contains("READ_RESPONSE");
         if hit {
-            lost.push(bth.psn);
+            lost.push(psn);
         }
         hit
-    }));
+    });
     net.sniffed = Some(Vec::new());
-    for (id, off) in [(2u64, 0u64), (3, 4)] {
-        let mut r = send_wr(
-            id,
-            WrOpcode::RdmaRead,
-            sge(DST + off * u64::from(PMTU), 4 * PMTU, ka),
-        );
-        r.rkey = kb;
-        r.remote_addr = SRC + off * u64::from(PMTU);
-        net.nodes[0].engine.post_send(p.qa, r).unwrap();
-    }
-    let c = wait(&mut net, 0, p.cq_a, 2);
+    let c = two_reads(&mut net, &p, ka, kb);
     assert_eq!(
         c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         vec![(2, WcStatus::Success), (3, WcStatus::Success)],
         "in post order"
     );
-    assert_eq!(
-        bytes(&net, 0, DST, 8 * PMTU as usize),
-        bytes(&net, 1, SRC, 8 * PMTU as usize),
-        "byte-exact"
-    );
     assert_eq!(net.dropped, 2);
     let reqs = read_requests(&net);
     assert_eq!(reqs[..3], [first, b0, a3], "{reqs:x?}");
-    assert_eq!(
-        net.nodes[0].engine.counters().probes,
-        0,
-        "no probe timeout waited for"
-    );
+    assert_no_probe(&net);
 }
 
 /// Two READs of four responses: the first one's last two are lost, the
@@ -166,51 +149,24 @@ fn a_gap_seen_in_a_later_read_goes_back_to_an_older_reads_missing_response() {
 /// asks again at once instead of waiting for a probe.
 #[test]
 fn a_re_request_answered_after_the_old_stream_ended_is_asked_again_at_once() {
-    let mut net = Net::new(2, 1 << 20, 47);
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
-    let o = ConnOpts {
-        timeout: 14,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, 0, 1, &o);
+    let (mut net, p, o, ka, kb) = loss_pair(47, None);
     fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x6e);
     read(&mut net, &p, ka, kb, 1, PMTU);
     let first = psn::add(o.psn_a, 1);
     let (a2, a3) = (psn::add(first, 2), psn::add(first, 3));
     let mut lost = Vec::new();
-    net.lose = Some(Box::new(move |b: &[u8]| {
-        let Ok(pk) = PacketRepr::parse(b) else {
-            return false;
-        };
-        let bth = pk.transport.bth;
-        let times = lost.iter().filter(|&&q| q == bth.psn).count();
-        let hit = bth.opcode.info().name.contains("READ_RESPONSE")
-            && ((bth.psn == a2 && times < 2) || (bth.psn == a3 && times < 1));
+    lose_when(&mut net, move |psn, name| {
+        let times = lost.iter().filter(|&&q| q == psn).count();
+        let hit = name.contains("READ_RESPONSE")
+            && ((psn == a2 && times < 2) || (psn == a3 && times < 1));
         if hit {
-            lost.push(bth.psn);
+            lost.push(psn);
         }
         hit
-    }));
+    });
     net.sniffed = Some(Vec::new());
-    for (id, off) in [(2u64, 0u64), (3, 4)] {
-        let mut r = send_wr(
-            id,
-            WrOpcode::RdmaRead,
-            sge(DST + off * u64::from(PMTU), 4 * PMTU, ka),
-        );
-        r.rkey = kb;
-        r.remote_addr = SRC + off * u64::from(PMTU);
-        net.nodes[0].engine.post_send(p.qa, r).unwrap();
-    }
-    let c = wait(&mut net, 0, p.cq_a, 2);
+    let c = two_reads(&mut net, &p, ka, kb);
     assert!(c.iter().all(|c| c.status == WcStatus::Success));
-    assert_eq!(
-        bytes(&net, 0, DST, 8 * PMTU as usize),
-        bytes(&net, 1, SRC, 8 * PMTU as usize),
-        "byte-exact"
-    );
     assert_eq!(net.dropped, 3);
     let reqs = read_requests(&net);
     assert_eq!(reqs[..3], [first, psn::add(first, 4), a2], "{reqs:x?}");
@@ -219,11 +175,7 @@ fn a_re_request_answered_after_the_old_stream_ended_is_asked_again_at_once() {
         2,
         "asked again for the lost part: {reqs:x?}"
     );
-    assert_eq!(
-        net.nodes[0].engine.counters().probes,
-        0,
-        "no probe timeout waited for"
-    );
+    assert_no_probe(&net);
 }
 
 /// Two READs of four responses; the first one's second response is lost,
@@ -234,31 +186,14 @@ fn a_re_request_answered_after_the_old_stream_ended_is_asked_again_at_once() {
 /// one, well before the floor (1 ms here).
 #[test]
 fn a_lost_re_request_is_sent_again_soon_after_the_old_stream_ends() {
-    let limits = transport::engine::Limits {
-        min_probe_timeout_ns: 1_000_000,
-        ..transport::engine::Limits::default()
-    };
-    let mut net = Net::with_limits(2, 1 << 20, 53, limits);
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
-    let o = ConnOpts {
-        timeout: 14,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, 0, 1, &o);
+    let (mut net, p, o, ka, kb) = loss_pair(53, Some(1_000_000));
     fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x7f);
     read(&mut net, &p, ka, kb, 1, PMTU);
     let first = psn::add(o.psn_a, 1);
     let a1 = psn::add(first, 1);
     let (mut resp_lost, mut req_lost) = (false, false);
-    net.lose = Some(Box::new(move |b: &[u8]| {
-        let Ok(pk) = PacketRepr::parse(b) else {
-            return false;
-        };
-        let bth = pk.transport.bth;
-        let name = bth.opcode.info().name;
-        if bth.psn != a1 {
+    lose_when(&mut net, move |psn, name| {
+        if psn != a1 {
             return false;
         }
         if name.contains("READ_RESPONSE") && !resp_lost {
@@ -270,26 +205,11 @@ fn a_lost_re_request_is_sent_again_soon_after_the_old_stream_ends() {
             return true;
         }
         false
-    }));
+    });
     net.sniffed = Some(Vec::new());
     let t0 = net.now;
-    for (id, off) in [(2u64, 0u64), (3, 4)] {
-        let mut r = send_wr(
-            id,
-            WrOpcode::RdmaRead,
-            sge(DST + off * u64::from(PMTU), 4 * PMTU, ka),
-        );
-        r.rkey = kb;
-        r.remote_addr = SRC + off * u64::from(PMTU);
-        net.nodes[0].engine.post_send(p.qa, r).unwrap();
-    }
-    let c = wait(&mut net, 0, p.cq_a, 2);
+    let c = two_reads(&mut net, &p, ka, kb);
     assert!(c.iter().all(|c| c.status == WcStatus::Success));
-    assert_eq!(
-        bytes(&net, 0, DST, 8 * PMTU as usize),
-        bytes(&net, 1, SRC, 8 * PMTU as usize),
-        "byte-exact"
-    );
     assert_eq!(net.dropped, 2);
     let reqs = read_requests(&net);
     assert_eq!(reqs.iter().filter(|&&r| r == a1).count(), 2, "{reqs:x?}");

@@ -4,11 +4,10 @@
 
 mod common;
 
+use common::loss::{lose_when, loss_pair};
 use common::*;
-use transport::engine::Limits;
 use transport::psn;
-use transport::verbs::{WcStatus, WrOpcode};
-use transport::wire::PacketRepr;
+use transport::verbs::WcStatus;
 
 const PMTU: u32 = 1024;
 const FLOOR_NS: u64 = 1_000_000;
@@ -20,42 +19,23 @@ const FLOOR_NS: u64 = 1_000_000;
 /// short of the tail: the fourth was lost and goes again at once.
 #[test]
 fn a_probe_answer_short_of_the_tail_goes_back_at_once() {
-    let limits = Limits {
-        min_probe_timeout_ns: FLOOR_NS,
-        ..Limits::default()
-    };
-    let mut net = Net::with_limits(2, 1 << 20, 59, limits);
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
-    let o = ConnOpts {
-        timeout: 14,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, 0, 1, &o);
+    let (mut net, p, o, ka, kb) = loss_pair(59, Some(FLOOR_NS));
     let (src, dst) = (MEM_BASE, MEM_BASE + 0x4_0000);
     fill(&mut net, 0, src, 4 * PMTU as usize, 0x21);
+    // `write_wr` writes from MEM_BASE, `src`.
     let post = |net: &mut Net, id: u64, len: u32| {
-        let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(src, len, ka));
-        w.rkey = kb;
-        w.remote_addr = dst;
-        net.nodes[0].engine.post_send(p.qa, w).unwrap();
-        let c = wait(net, 0, p.cq_a, 1);
-        assert_eq!((c[0].wr_id, c[0].status), (id, WcStatus::Success));
+        let c = post_wait(net, 0, p.qa, p.cq_a, write_wr(id, ka, len, kb, dst));
+        assert_eq!((c.wr_id, c.status), (id, WcStatus::Success));
     };
     // A clean one-packet WRITE first: the round trip is measured.
     post(&mut net, 1, PMTU);
     let last = psn::add(o.psn_a, 4);
     let mut lost = false;
-    net.lose = Some(Box::new(move |b: &[u8]| {
-        let Ok(pk) = PacketRepr::parse(b) else {
-            return false;
-        };
-        let bth = pk.transport.bth;
-        let hit = !lost && bth.psn == last && bth.opcode.info().name.contains("WRITE");
+    lose_when(&mut net, move |psn, name| {
+        let hit = !lost && psn == last && name.contains("WRITE");
         lost |= hit;
         hit
-    }));
+    });
     let t0 = net.now;
     post(&mut net, 2, 4 * PMTU);
     assert_eq!(net.dropped, 1);
