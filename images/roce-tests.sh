@@ -470,12 +470,47 @@ tail_race() { # SERVER_RC CLIENT_RC (uses $a, $b: the pair's server and client s
     fi
 }
 # A failed check's stall diagnostics (the guests' "--- diag" sections, see
-# setup.sh's run), into the CI log as "#" lines.
-stall_report() { # NAME (uses $log)
-    local side
+# setup.sh's run), into the CI log as "#" lines, and its QPs' last frames.
+stall_report() { # NAME (uses $log, $d)
+    local side q qs=()
     for side in server client; do
         output $side "$1" | sed -n '/^--- diag /,/^--- diag end/p' | sed "s/^/# $pair\/$1 $side: /"
+        q=$(output $side "$1" | sed -n 's/.*local address:.*QPN \(0x[0-9a-fA-F]*\).*/\1/p' | head -1)
+        [ -n "$q" ] && qs+=("$q")
     done
+    [ ${#qs[@]} = 2 ] && stall_frames "$d" "${qs[0]}" "${qs[1]}" | sed "s/^/# $pair\/$1 frames: /"
+}
+# The last 16 frames of two QPs on br0 (roce.pcap: before the loss rule), each
+# marked with whether the receiver's TAP got it (roce-taps.pcapng: after the
+# rule). A is 10.99.0.1 (roce-pair.sh).
+stall_frames() { # DIR QPN QPN
+    [ -s "$1/roce.pcap" ] && [ -s "$1/roce-taps.pcapng" ] || return 0
+    local y="infiniband.bth.destqp == $2 || infiniband.bth.destqp == $3"
+    local f=(-d udp.port==4791,infiniband -Y "$y" -T fields -e frame.time_epoch -e ip.src
+             -e infiniband.bth.opcode -e infiniband.bth.destqp -e infiniband.bth.psn
+             -e infiniband.bth.a -e infiniband.aeth.syndrome -e infiniband.aeth.msn)
+    { tshark -r "$1/roce-taps.pcapng" "${f[@]}" -e frame.interface_name 2>/dev/null | sed 's/^/T\t/'
+      tshark -r "$1/roce.pcap" "${f[@]}" 2>/dev/null | tail -16 | sed 's/^/B\t/'; } |
+    awk -F'\t' '
+        function key() { return $3 "/" $4 "/" $5 "/" $6 "/" $8 "/" $9 }
+        $1 == "T" && (($10 == "ta" && $3 == "10.99.0.2") || ($10 == "tb" && $3 == "10.99.0.1")) {
+            k = key(); n[k]++; t[k, n[k]] = $2; next }
+        $1 == "B" {
+            if (t0 == "") t0 = $2
+            # The copy on the TAP: the nearest unused one within 200 us (the bridge
+            # forwards and captures a frame in one pass: a few us apart; a
+            # resent copy comes a round trip later).
+            k = key(); got = 0; best = 0.0002
+            for (i = 1; i <= n[k]; i++) {
+                dt = t[k, i] - $2; if (dt < 0) dt = -dt
+                if (!used[k, i] && dt <= best) { best = dt; got = i }
+            }
+            if (got) used[k, got] = 1
+            op = ($4 == 0) ? "SEND_FIRST" : ($4 == 1) ? "SEND_MIDDLE" : ($4 == 2) ? "SEND_LAST" : ($4 == 4) ? "SEND_ONLY" : ($4 == 17) ? "ACK" : "opcode " $4
+            ack = ($4 == 17) ? sprintf(" syndrome 0x%02x msn %s", $8, $9) : ($7 == 1 ? " AckReq" : "")
+            printf "%9.3f ms %s qp %s %s psn %s%s: %s\n", ($2 - t0) * 1000, ($3 == "10.99.0.1") ? "A->B" : "B->A",
+                $5, op, $6, ack, got ? "delivered" : "DROPPED by the loss rule"
+        }'
 }
 # rxe's lost completion under loss (see the header): both sides stalled, and
 # their stall diagnostics prove it. Sets rxe_why.
