@@ -470,11 +470,13 @@ tail_race() { # SERVER_RC CLIENT_RC (uses $a, $b: the pair's server and client s
     fi
 }
 # A failed check's stall diagnostics (the guests' "--- diag" sections, see
-# setup.sh's run), into the CI log as "#" lines, and its QPs' last frames.
-stall_report() { # NAME (uses $log, $d)
+# setup.sh's run), into the CI log as "#" lines, and its QPs' last frames
+# (only those for a classified stall: its "#" line has the state it proves).
+stall_report() { # NAME [frames] (uses $log, $d): with "frames", only the frames
     local side q qs=()
     for side in server client; do
-        output $side "$1" | sed -n '/^--- diag /,/^--- diag end/p' | sed "s/^/# $pair\/$1 $side: /"
+        [ "${2:-}" = frames ] ||
+            output $side "$1" | sed -n '/^--- diag /,/^--- diag end/p' | sed "s/^/# $pair\/$1 $side: /"
         q=$(output $side "$1" | sed -n 's/.*local address:.*QPN \(0x[0-9a-fA-F]*\).*/\1/p' | head -1)
         [ -n "$q" ] && qs+=("$q")
     done
@@ -610,7 +612,7 @@ run_pair() { # PAIR DIR: one boot of the pair, its checks into $lines
             result PASS "$pair/$name"
         elif [ ${#lopt[@]} -gt 0 ] && [ "$name" = rc_pingpong ] && rxe_stall "$s" "$c"; then
             echo "# $pair/rc_pingpong: server $s, client $c: rxe's lost completion (see --help); $rxe_why"
-            stall_report "$name"
+            stall_report "$name" frames
             result PASS "$pair/$name"
         else
             result FAIL "$pair/$name" "server ${s:-no result}, client ${c:-no result}"
