@@ -47,7 +47,7 @@
 #                     FILE (pcap, dumpcap in the namespace). br0 sees a frame
 #                     before the --loss rule (forward hook) drops it
 #   --capture-taps FILE  also capture the RoCE frames on ta and tb into FILE
-#                     (pcapng, one interface each, the first 160 bytes of a
+#                     (pcapng, one interface each, the first 96 bytes of a
 #                     frame: every header): what each side sent, and what the
 #                     bridge delivered to it after the --loss rule, so a
 #                     frame dropped by the rule is in --capture's file and
@@ -248,7 +248,7 @@ fi
 if [ -n "$capture_taps" ]; then
     # After br0's: vhca_netns_capture sets VHCA_CAPTURE_PID, kept for br0's.
     rm -f "$capture_taps"
-    ip netns exec "$NS" dumpcap -q -i ta -s 160 -f 'udp port 4791' -i tb -s 160 -f 'udp port 4791' \
+    ip netns exec "$NS" dumpcap -q -i ta -s 96 -f 'udp port 4791' -i tb -s 96 -f 'udp port 4791' \
         -w "$capture_taps" 2>"$capture_taps.log" &
     taps_pid=$!
     for _ in $(seq 100); do
