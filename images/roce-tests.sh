@@ -38,8 +38,10 @@
 #   retries no more ("no point in retrying", rxe_comp.c) nor re-arms its
 #   timer: the SEND never completes, rc_pingpong waits until its timeout on
 #   both sides. Shown by the stall diagnostics (ROCE_TESTS_STALL) in CI of
-#   loss-rxe-vhca at iteration ~28; rxe's own responder ACKs a duplicate with
-#   its latest PSN just as vhca's does, so rxe-rxe can stall the same way. It
+#   loss-rxe-vhca at iteration ~28. The ACK is the spec's: a duplicate SEND
+#   is ACKed with the responder's latest PSN (RL-04), and a requester takes
+#   an ACK past the PSN it resent, up to its high-water mark (RL-09, IBA
+#   9.7.5.1); rxe's own responder ACKs that way too, so rxe-rxe can stall. It
 #   passes (a "#" line) only when both sides' state at the stall proves it:
 #   rxe's QP has a send WQE outstanding with req_psn == comp_psn and its
 #   retry timer expired; vhca's QP is in RTS with every PSN of the peer
