@@ -44,7 +44,14 @@
 #                     (default 1500); 9000 gives RoCE a 4096-byte path MTU on
 #                     both vhca (its TAP's MTU) and rxe (its netdev's)
 #   --capture FILE    capture the RoCE frames (udp port 4791) crossing br0 into
-#                     FILE (pcap, dumpcap in the namespace)
+#                     FILE (pcap, dumpcap in the namespace). br0 sees a frame
+#                     before the --loss rule (forward hook) drops it
+#   --capture-taps FILE  also capture the RoCE frames on ta and tb into FILE
+#                     (pcapng, one interface each, the first 96 bytes of a
+#                     frame: every header): what each side sent, and what the
+#                     bridge delivered to it after the --loss rule, so a
+#                     frame dropped by the rule is in --capture's file and
+#                     missing from its TAP here
 #   --out DIR         keep consoles, vhca logs, overlays in DIR (default: a new
 #                     $VHCA_CACHE/run/roce.XXXXXX, kept)
 #   --timeout S       per-guest timeout (default 300)
@@ -69,7 +76,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-side_a=vhca side_b=vhca loss=0 mtu=1500 capture='' out='' timeout=300 mem=1G bin='' vhca_log=info
+side_a=vhca side_b=vhca loss=0 mtu=1500 capture='' capture_taps='' out='' timeout=300 mem=1G bin='' vhca_log=info
 verbose=0 ready='local address:|Waiting for client'
 vhca_args=() extra_ov=()
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
@@ -80,6 +87,7 @@ while [ $# -gt 0 ]; do
         --loss) need "$@"; loss=$2; shift 2;;
         --mtu) need "$@"; mtu=$2; shift 2;;
         --capture) need "$@"; capture=$2; shift 2;;
+        --capture-taps) need "$@"; capture_taps=$2; shift 2;;
         --out) need "$@"; out=$2; shift 2;;
         --timeout) need "$@"; timeout=$2; shift 2;;
         --mem) need "$@"; mem=$2; shift 2;;
@@ -134,6 +142,7 @@ else
     out=$(realpath "$out")
 fi
 [ -z "$capture" ] || capture=$(realpath -m "$capture")
+[ -z "$capture_taps" ] || capture_taps=$(realpath -m "$capture_taps")
 
 if [ "$any_vhca" = 1 ]; then
     ovv="$out/overlay-vhca"
@@ -197,13 +206,19 @@ hook_overlay b "$side_b" 10.99.0.2 10.99.0.1
 
 # --- teardown ----------------------------------------------------------------
 NS='' pids=() socks=()
-VHCA_CAPTURE_PID=
+VHCA_CAPTURE_PID= taps_pid=
 cleanup() {
     local p
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
     pids=()
     vhca_netns_capture_stop
+    if [ -n "$taps_pid" ]; then
+        local keep=$VHCA_CAPTURE_PID
+        VHCA_CAPTURE_PID=$taps_pid
+        vhca_netns_capture_stop
+        VHCA_CAPTURE_PID=$keep taps_pid=
+    fi
     if [ -n "$NS" ]; then
         if [ "$loss" != 0 ]; then
             vhca_log "loss rule dropped $(vhca_netns_loss_count "$NS" || true) frames"
@@ -230,6 +245,19 @@ if [ "$mtu" != 1500 ]; then
 fi
 [ "$loss" = 0 ] || vhca_netns_loss "$NS" "$loss"
 [ -z "$capture" ] || vhca_netns_capture "$NS" br0 "$capture" 'udp port 4791'
+if [ -n "$capture_taps" ]; then
+    # After br0's: vhca_netns_capture sets VHCA_CAPTURE_PID, kept for br0's.
+    rm -f "$capture_taps"
+    ip netns exec "$NS" dumpcap -q -i ta -s 96 -f 'udp port 4791' -i tb -s 96 -f 'udp port 4791' \
+        -w "$capture_taps" 2>"$capture_taps.log" &
+    taps_pid=$!
+    for _ in $(seq 100); do
+        [ -s "$capture_taps" ] && break
+        kill -0 "$taps_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ -s "$capture_taps" ] || { cat "$capture_taps.log" >&2; vhca_die "dumpcap did not start capturing on ta, tb in $NS"; }
+fi
 echo "$NS" >"$out/netns"
 lmsg=''
 [ "$loss" = 0 ] || lmsg=", random loss $loss %"

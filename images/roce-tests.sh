@@ -30,6 +30,33 @@
 #   failing side is an rxe killed by the check's timeout. Either outcome passes
 #   (and is printed as a "#" line) only when the other side completed all its
 #   iterations with checked data (-c).
+#   rxe's lost completion: rxe's completer takes an ACK of the last PSN of
+#   the SEND it is resending, while that SEND is not all resent yet, as
+#   acknowledging PSNs only (comp.psn moves past it, the WQE stays "not
+#   pending", no completion); when the later ACK of that PSN never comes (the
+#   resent last packet or its ACK is lost), rxe has req.psn == comp.psn and
+#   retries no more ("no point in retrying", rxe_comp.c) nor re-arms its
+#   timer: the SEND never completes, rc_pingpong waits until its timeout on
+#   both sides. Shown by the stall diagnostics (ROCE_TESTS_STALL) in CI of
+#   loss-rxe-vhca at iteration ~28. The ACK is the spec's: a duplicate SEND
+#   is ACKed with the responder's latest PSN (RL-04), and a requester takes
+#   an ACK past the PSN it resent, up to its high-water mark (RL-09, IBA
+#   9.7.5.1); rxe's own responder ACKs that way too, so rxe-rxe can stall. It
+#   passes (a "#" line) only when both sides' state at the stall proves it:
+#   rxe's QP has a send WQE outstanding with req_psn == comp_psn and its
+#   retry timer expired; vhca's QP is in RTS with every PSN of the peer
+#   received both ways (its rq-psn = rxe's req_psn, rxe's rq-psn = its
+#   sq-psn), no send WQE left in its SQ, and its CQ has exactly one CQE per
+#   message sent and received, every one of them taken by the tool (pi = ci).
+#   Any other state (a vhca CQE missing or not taken, a vhca send not
+#   acknowledged, a PSN not received) fails.
+# Stall diagnostics (ROCE_TESTS_STALL, the loss set): a check's tool still
+#   running 20 s after its device's counters stopped moving prints, in the
+#   guest, its device's QPs, CQs and counters, rxe's QP internals (an fprobe
+#   on rxe_qp_to_attr, by BTF) or vhca's QP and CQ contexts (its debugfs);
+#   a failed check prints them as "#" lines. Under loss the TAPs are captured
+#   too (roce-taps.pcapng: what the loss rule let through, roce-pair.sh
+#   --capture-taps).
 # Workload set: ucx_devices (ucx_info lists rc_verbs and ud_verbs on $DEV:1);
 #   UCX's UCT transports between the guests with ucx_perftest (-P 0: its own
 #   TCP exchange, no MPI): rc_verbs put_bw 64 KiB (zero copy) and am_lat 8 B,
@@ -78,6 +105,10 @@
 # Environment: ROCE_TESTS_N (pingpong iterations, default 50),
 # ROCE_TESTS_NVME_ROUNDS (NVMe-oF connect/fio/disconnect rounds, default 10),
 # ROCE_TESTS_CHECKS (a regex: run only the checks whose names match),
+# ROCE_TESTS_STALL (seconds of still counters that make a stall; default 20
+# for the loss set, 0 = off for the others), ROCE_TESTS_STALL_KILL (1: end a
+# stalled tool after its diagnostics), ROCE_TESTS_LOSS_RETRY (0: no second
+# boot for a failed loss pair),
 # ROCE_TESTS_PERF_N (perftest iterations, default 100), ROCE_TESTS_LOSS_N
 # (iterations under loss, default 200), ROCE_TESTS_PAIR_TIMEOUT (per guest,
 # default 300 s; twice that for the loss pairs), ROCE_TESTS_OUTS (perftest -o, default 16).
@@ -189,10 +220,12 @@ else mkdir -p "$VHCA_RUN"; out=$(mktemp -d "$VHCA_RUN/roce-tests.XXXXXX"); fi
 # client waits up to S + 30 s for its server to start (the check barrier), each
 # client try runs under S - 10 s, a client retries for up to 30 s; a whole
 # guest under ROCE_TESTS_PAIR_TIMEOUT.
-mk_overlay() { # DIR LIST S
+mk_overlay() { # DIR LIST S STALL
     mkdir -p "$1/usr/share/roce-tests"
     printf '%s\n' "$2" >"$1/usr/share/roce-tests/list"
     echo "$3" >"$1/usr/share/roce-tests/timeout"
+    echo "$4" >"$1/usr/share/roce-tests/stall"
+    [ -z "${ROCE_TESTS_STALL_KILL:-}" ] || touch "$1/usr/share/roce-tests/stall-kill"
     cat >"$1/usr/share/roce-tests/setup.sh" <<'EOF'
 # Both guests (sourced; ROLE=S in A, C in B): the device, its port, the GID.
 setup() {
@@ -203,6 +236,95 @@ setup() {
         echo "$dv" | grep -Eq 'state:[[:space:]]*PORT_ACTIVE'
 }
 setup; echo "RT-$ROLE setup $?"
+
+# Stall diagnostics (ROCE_TESTS_STALL): a check's tool that still runs after
+# its device's counters (rdma statistic) moved and then stayed still for
+# $STALL s is stalled; diag prints this side's state for that check inside
+# the check's output (between "--- diag" and "--- diag end"), so a CI log
+# keeps both sides' state of a hung check: the QPs (rdma res: state, PSNs),
+# CQs and counters; rxe's QP internals (rxe_state) or vhca's QP and CQ
+# contexts (vhca_state, its debugfs).
+STALL=$(cat /usr/share/roce-tests/stall 2>/dev/null || echo 0)
+TR=/sys/kernel/tracing
+# rxe's requester/completer PSNs and retry state are in no verbs attribute:
+# an fprobe (else kprobe) event on rxe_qp_to_attr (what `rdma res show qp`
+# calls per QP) reads them by BTF. Defined at setup, so a kernel without
+# it says so at once.
+rxe_probe() {
+    [ "$DEV" = rxe0 ] && [ "$STALL" -gt 0 ] 2>/dev/null || return 0
+    [ -e $TR/dynamic_events ] || mount -t tracefs nodev $TR 2>/dev/null
+    [ -e $TR/dynamic_events ] || { echo "rxe probe: no tracefs"; return 0; }
+    local f g h a k
+    f='qpn=qp->ibqp.qp_num req_psn=qp->req.psn comp_psn=qp->comp.psn resp_psn=qp->resp.psn'
+    g='comp_opcode=qp->comp.opcode retry_cnt=qp->comp.retry_cnt started_retry=qp->comp.started_retry timeout=qp->comp.timeout timeout_retry=qp->comp.timeout_retry need_retry=qp->req.need_retry wait_psn=qp->req.wait_psn'
+    h='sq_prod=qp->sq.queue->buf->producer_index sq_cons=qp->sq.queue->buf->consumer_index timer_expires=qp->retrans_timer.expires'
+    for a in "$f $g $h" "$f $g" "$f"; do
+        for k in f p; do
+            if echo "$k:rxediag/qp rxe_qp_to_attr $a" >>$TR/dynamic_events 2>/dev/null; then
+                echo "rxe probe: $k rxe_qp_to_attr $a"
+                return 0
+            fi
+        done
+    done
+    echo "rxe probe: not defined: $(tail -4 $TR/error_log 2>/dev/null | tr '\n' ' ')"
+}
+rxe_probe
+rxe_state() {
+    [ -e $TR/events/rxediag/qp/enable ] || return 0
+    echo >$TR/trace
+    echo 1 >$TR/events/rxediag/qp/enable
+    rdma res show qp link "$DEV/1" >/dev/null 2>&1
+    echo 0 >$TR/events/rxediag/qp/enable
+    echo "rxe jiffies now: $(awk '/^jiffies:/ {print $2; exit}' /proc/timer_list 2>/dev/null)"
+    grep -o 'qpn=.*' $TR/trace | sed 's/^/rxe qp: /'
+}
+vhca_state() {
+    local v n
+    for v in /sys/kernel/debug/vhca/*; do
+        [ -e "$v/objects" ] || continue
+        echo "vhca $v:"; cat "$v/objects"
+        for n in $(sed -n 's/^qpn://p' "$v/objects"); do
+            echo "$n" >"$v/qp" && sed '/^raw:/,$d' "$v/qp" | tr -s ' ' | tr '\n' ' '; echo
+        done
+        for n in $(sed -n 's/^cqn://p' "$v/objects"); do
+            echo "$n" >"$v/cq" && sed '/^raw:/,$d' "$v/cq" | tr -s ' ' | tr '\n' ' '; echo
+        done
+        grep -E '^(DEV_STATUS|FATAL_SYNDROME|cmdq|eq )' "$v/regs"
+    done
+}
+diag() { # NAME SECONDS
+    echo "--- diag $ROLE $1: $DEV counters still for $2 s (uptime $(cut -d' ' -f1 /proc/uptime))"
+    rdma res show qp link "$DEV/1" 2>&1
+    rdma res show cq dev "$DEV" 2>&1
+    rdma statistic show link "$DEV/1" 2>&1 | tr -s ' '
+    rxe_state
+    vhca_state
+    echo "--- diag end"
+}
+# run NAME TIMEOUT COMMAND: COMMAND (eval'd here, as the lists' commands use
+# $PORT etc.) under `timeout TIMEOUT`; with $STALL, watched for a stall (diag
+# once; /usr/share/roce-tests/stall-kill: then ended). Its exit status.
+run() {
+    [ "$STALL" -gt 0 ] 2>/dev/null || { eval "timeout $2 $3" </dev/null 2>&1; return; }
+    local rp rn=0 rlast='' rnow rmoved=0 rstill=0 rtold=0
+    eval "exec timeout $2 $3" </dev/null 2>&1 &
+    rp=$!
+    rlast=$(rdma statistic show link "$DEV/1" 2>/dev/null)
+    while kill -0 "$rp" 2>/dev/null; do
+        sleep 1
+        rn=$((rn + 1))
+        [ $((rn % 5)) = 0 ] || continue
+        rnow=$(rdma statistic show link "$DEV/1" 2>/dev/null)
+        if [ "$rnow" != "$rlast" ]; then rmoved=1 rstill=0 rlast=$rnow
+        elif [ $rmoved = 1 ]; then rstill=$((rstill + 5)); fi
+        if [ $rtold = 0 ] && [ $rstill -ge "$STALL" ]; then
+            rtold=1
+            diag "$1" "$rstill"
+            [ -e /usr/share/roce-tests/stall-kill ] && kill "$rp" 2>/dev/null
+        fi
+    done
+    wait "$rp"
+}
 EOF
     cat >"$1/usr/share/roce-tests/server.sh" <<'EOF'
 #!/bin/sh
@@ -218,7 +340,7 @@ while IFS='|' read -r name scmd _; do
     # hung server does not fail the checks after it.
     (echo "$name" | timeout $((T + 60)) nc -l -p $((PORT + 200)) >/dev/null 2>&1 &)
     echo "--- server $name: $(eval echo "$scmd")"
-    eval "timeout $T $scmd" </dev/null 2>&1
+    run "$name" "$T" "$scmd"
     echo "RT-S $name $?"
 done </usr/share/roce-tests/list
 # The end barrier: B stays up until every server here is done (its CM must
@@ -246,7 +368,7 @@ while IFS='|' read -r name _ ccmd; do
     while :; do
         try=$((try + 1))
         echo "--- client $name (try $try): $(eval echo "$ccmd")"
-        eval "timeout $((T - 10)) $ccmd" </dev/null 2>&1; rc=$?
+        run "$name" "$((T - 10))" "$ccmd"; rc=$?
         [ $rc = 0 ] && break
         [ $(($(date +%s) - t0)) -ge 30 ] && break
         sleep 1
@@ -261,9 +383,9 @@ until timeout 10 nc "$SERVER_IP" 18999 </dev/null 2>/dev/null | grep -q done; do
 done
 EOF
 }
-mk_overlay "$out/ov-full" "$full" 60
-mk_overlay "$out/ov-loss" "$lossy" 120
-mk_overlay "$out/ov-wl" "$wl" 900
+mk_overlay "$out/ov-full" "$full" 60 "${ROCE_TESTS_STALL:-0}"
+mk_overlay "$out/ov-loss" "$lossy" 120 "${ROCE_TESTS_STALL:-20}"
+mk_overlay "$out/ov-wl" "$wl" 900 "${ROCE_TESTS_STALL:-0}"
 mkdir -p "$out/ov-wl/usr/share/wl" && cp images/wl/*.sh "$out/ov-wl/usr/share/wl/"
 wl_tree=''
 case ",$pairs," in *,wl-*) wl_tree=$(images/workloads.sh) || vhca_die "images/workloads.sh failed";; esac
@@ -349,6 +471,104 @@ tail_race() { # SERVER_RC CLIENT_RC (uses $a, $b: the pair's server and client s
         return 1
     fi
 }
+# A failed check's stall diagnostics (the guests' "--- diag" sections, see
+# setup.sh's run), into the CI log as "#" lines, and its QPs' last frames
+# (only those for a classified stall: its "#" line has the state it proves).
+stall_report() { # NAME [frames] (uses $log, $d): with "frames", only the frames
+    local side q qs=()
+    for side in server client; do
+        [ "${2:-}" = frames ] ||
+            output $side "$1" | sed -n '/^--- diag /,/^--- diag end/p' | sed "s/^/# $pair\/$1 $side: /"
+        q=$(output $side "$1" | sed -n 's/.*local address:.*QPN \(0x[0-9a-fA-F]*\).*/\1/p' | head -1)
+        [ -n "$q" ] && qs+=("$q")
+    done
+    [ ${#qs[@]} = 2 ] && stall_frames "$d" "${qs[0]}" "${qs[1]}" | sed "s/^/# $pair\/$1 frames: /"
+}
+# The last 16 frames of two QPs on br0 (roce.pcap: before the loss rule), each
+# marked with whether the receiver's TAP got it (roce-taps.pcapng: after the
+# rule). A is 10.99.0.1 (roce-pair.sh).
+stall_frames() { # DIR QPN QPN
+    [ -s "$1/roce.pcap" ] && [ -s "$1/roce-taps.pcapng" ] || return 0
+    local y="infiniband.bth.destqp == $2 || infiniband.bth.destqp == $3"
+    local f=(-d udp.port==4791,infiniband -Y "$y" -T fields -e frame.time_epoch -e ip.src
+             -e infiniband.bth.opcode -e infiniband.bth.destqp -e infiniband.bth.psn
+             -e infiniband.bth.a -e infiniband.aeth.syndrome -e infiniband.aeth.msn)
+    { tshark -r "$1/roce-taps.pcapng" "${f[@]}" -e frame.interface_name 2>/dev/null | sed 's/^/T\t/'
+      tshark -r "$1/roce.pcap" "${f[@]}" 2>/dev/null | tail -16 | sed 's/^/B\t/'; } |
+    awk -F'\t' '
+        function key() { return $3 "/" $4 "/" $5 "/" $6 "/" $8 "/" $9 }
+        $1 == "T" && (($10 == "ta" && $3 == "10.99.0.2") || ($10 == "tb" && $3 == "10.99.0.1")) {
+            k = key(); n[k]++; t[k, n[k]] = $2; next }
+        $1 == "B" {
+            if (t0 == "") t0 = $2
+            # The copy on the TAP: the nearest unused one within 200 us (the bridge
+            # forwards and captures a frame in one pass: a few us apart; a
+            # resent copy comes a round trip later).
+            k = key(); got = 0; best = 0.0002
+            for (i = 1; i <= n[k]; i++) {
+                dt = t[k, i] - $2; if (dt < 0) dt = -dt
+                if (!used[k, i] && dt <= best) { best = dt; got = i }
+            }
+            if (got) used[k, got] = 1
+            op = ($4 == 0) ? "SEND_FIRST" : ($4 == 1) ? "SEND_MIDDLE" : ($4 == 2) ? "SEND_LAST" : ($4 == 4) ? "SEND_ONLY" : ($4 == 17) ? "ACK" : "opcode " $4
+            ack = ($4 == 17) ? sprintf(" syndrome 0x%02x msn %s", $8, $9) : ($7 == 1 ? " AckReq" : "")
+            printf "%9.3f ms %s qp %s %s psn %s%s: %s\n", ($2 - t0) * 1000, ($3 == "10.99.0.1") ? "A->B" : "B->A",
+                $5, op, $6, ack, got ? "delivered" : "DROPPED by the loss rule"
+        }'
+}
+# rxe's lost completion under loss (see the header): both sides stalled, and
+# their stall diagnostics prove it. Sets rxe_why.
+psn_diff() { echo $(((($1) - ($2)) & 0xffffff)); }
+kv() { sed -n "s/.*[ (]$1[= ]\(-\{0,1\}[0-9][0-9]*\).*/\1/p" | head -1; }  # KEY < TEXT
+rxe_stall() { # SERVER_RC CLIENT_RC (uses $a, $b)
+    local rs vs
+    if [ "$a" = rxe ] && [ "$b" = vhca ]; then rs=server vs=client
+    elif [ "$a" = vhca ] && [ "$b" = rxe ]; then rs=client vs=server
+    else return 1; fi
+    [ "$1" != 0 ] && [ "$2" != 0 ] || return 1
+    local rout vout
+    rout=$(output $rs rc_pingpong) vout=$(output $vs rc_pingpong)
+    grep -q '^--- diag ' <<<"$rout" && grep -q '^--- diag ' <<<"$vout" || return 1
+    # The QPNs and first PSNs (the tool's "local address" line, first try).
+    local rq r0 vq v0
+    read -r rq r0 < <(sed -n 's/.*local address:.*QPN \(0x[0-9a-f]*\), PSN \(0x[0-9a-f]*\).*/\1 \2/p' <<<"$rout" | head -1)
+    read -r vq v0 < <(sed -n 's/.*local address:.*QPN \(0x[0-9a-f]*\), PSN \(0x[0-9a-f]*\).*/\1 \2/p' <<<"$vout" | head -1)
+    [ -n "$rq" ] && [ -n "$vq" ] || return 1
+    rq=$((rq)) r0=$((r0)) vq=$((vq)) v0=$((v0))
+    # rxe: its QP's internals (rxe_state) and rdma res line.
+    local rl rres req comp rrq prod cons nr jnow texp
+    rl=$(grep "^rxe qp: qpn=$rq " <<<"$rout" | head -1)
+    rres=$(grep " lqpn $rq rqpn $vq type RC state RTS " <<<"$rout" | head -1)
+    [ -n "$rl" ] && [ -n "$rres" ] || return 1
+    req=$(kv req_psn <<<"$rl") comp=$(kv comp_psn <<<"$rl") nr=$(kv need_retry <<<"$rl")
+    prod=$(kv sq_prod <<<"$rl") cons=$(kv sq_cons <<<"$rl") texp=$(kv timer_expires <<<"$rl")
+    jnow=$(sed -n 's/^rxe jiffies now: \([0-9]*\)$/\1/p' <<<"$rout" | head -1)
+    rrq=$(kv rq-psn <<<"$rres")
+    [ -n "$req" ] && [ "$req" = "$comp" ] && [ "$nr" = 0 ] && [ -n "$prod" ] && [ "$prod" != "$cons" ] &&
+        [ -n "$jnow" ] && [ -n "$texp" ] && [ $((jnow - texp)) -gt 0 ] || return 1
+    # vhca: its QP (rdma res, debugfs context) and the QP's CQ (one for both
+    # queues, as rc_pingpong makes it).
+    local vres vctx vrq vsq scq rcq spi sci mtu cq cpi cci
+    vres=$(grep " lqpn $vq rqpn $rq type RC state RTS " <<<"$vout" | head -1)
+    vctx=$(grep "^qp $vq: ok " <<<"$vout" | head -1)
+    [ -n "$vres" ] && [ -n "$vctx" ] || return 1
+    vrq=$(kv rq-psn <<<"$vres") vsq=$(kv sq-psn <<<"$vres")
+    scq=$(kv send_cqn <<<"$vctx") rcq=$(kv recv_cqn <<<"$vctx")
+    spi=$(kv sq_pi <<<"$vctx") sci=$(kv sq_ci <<<"$vctx") mtu=$(kv path_mtu <<<"$vctx")
+    [ "$vrq" = "$req" ] && [ "$vsq" = "$rrq" ] && [ -n "$spi" ] && [ "$spi" = "$sci" ] &&
+        [ -n "$scq" ] && [ "$scq" = "$rcq" ] && [ -n "$mtu" ] && [ "$mtu" -ge 1 ] || return 1
+    cq=$(grep "^cq $scq: ok " <<<"$vout" | head -1)
+    cpi=$(kv pi <<<"$cq") cci=$(kv ci <<<"$cq")
+    # One CQE per message each way: rc_pingpong's messages are 4096 bytes
+    # (no -s in the list), ceil(4096 / path MTU) packets each (enum ibv_mtu:
+    # 1 = 256 ... 5 = 4096).
+    local ppm dv dr
+    ppm=$(((4096 + (128 << mtu) - 1) / (128 << mtu)))
+    dv=$(psn_diff "$vsq" "$v0") dr=$(psn_diff "$req" "$r0")
+    [ -n "$cpi" ] && [ "$cpi" = "$cci" ] && [ $((dv % ppm)) = 0 ] && [ $((dr % ppm)) = 0 ] &&
+        [ "$cpi" = $((dv / ppm + dr / ppm)) ] || return 1
+    rxe_why="rxe QP $rq: req_psn = comp_psn = $req with a send WQE outstanding (sq_prod $prod, sq_cons $cons), retry timer expired $((jnow - texp)) jiffies ago and not re-armed; vhca QP $vq: RTS, rq-psn $vrq, sq-psn $vsq = rxe's rq-psn, SQ empty ($spi fetched of $spi), CQ $scq: $cpi CQEs = $((dv / ppm)) sends + $((dr / ppm)) receives, all taken (ci $cci)"
+}
 t_all=$(date +%s)
 IFS=',' read -r -a plist <<<"$pairs"
 run_pair() { # PAIR DIR: one boot of the pair, its checks into $lines
@@ -369,6 +589,8 @@ run_pair() { # PAIR DIR: one boot of the pair, its checks into $lines
     if [ ${#wlopt[@]} -gt 0 ]; then
         touch "$d/.sampling"; sample_vhca "$d" & sampler=$!
     fi
+    # Under loss also the TAPs: which frames the loss rule dropped (stall_report).
+    [ ${#lopt[@]} -gt 0 ] && lopt+=(--capture-taps "$d/roce-taps.pcapng")
     images/roce-pair.sh --a "$a" --b "$b" "${lopt[@]}" --out "$d" --capture "$d/roce.pcap" \
         --timeout "$pt" --ready '' --overlay "$ov" "${wlopt[@]}" "${pair_opts[@]}" \
         'sh /usr/share/roce-tests/server.sh' 'sh /usr/share/roce-tests/client.sh' \
@@ -390,7 +612,14 @@ run_pair() { # PAIR DIR: one boot of the pair, its checks into $lines
         elif [ ${#lopt[@]} -gt 0 ] && [ "$name" = rc_pingpong ] && tail_race "$s" "$c"; then
             echo "# $pair/rc_pingpong: server $s, client $c: the tail race (see --help); $tail_why"
             result PASS "$pair/$name"
-        else result FAIL "$pair/$name" "server ${s:-no result}, client ${c:-no result}"; fi
+        elif [ ${#lopt[@]} -gt 0 ] && [ "$name" = rc_pingpong ] && rxe_stall "$s" "$c"; then
+            echo "# $pair/rc_pingpong: server $s, client $c: rxe's lost completion (see --help); $rxe_why"
+            stall_report "$name" frames
+            result PASS "$pair/$name"
+        else
+            result FAIL "$pair/$name" "server ${s:-no result}, client ${c:-no result}"
+            stall_report "$name"
+        fi
     done <<<"$list"
     if [ ${#wlopt[@]} -gt 0 ]; then
         if [ "$a" = vhca ] && [ "$b" = vhca ]; then
@@ -431,7 +660,7 @@ run_pair() { # PAIR DIR: one boot of the pair, its checks into $lines
 }
 for pair in "${plist[@]}"; do
     run_pair "$pair" "$out/$pair"
-    if [ "$afail" -gt 0 ] && [ "$pair" != "${pair#loss-}" ]; then
+    if [ "$afail" -gt 0 ] && [ "$pair" != "${pair#loss-}" ] && [ "${ROCE_TESTS_LOSS_RETRY:-1}" = 1 ]; then
         # A loss pair's tools run at 5 % loss on a TCG guest: on a slow or
         # busy host one can run into its timeout. Such a pair gets one more
         # boot, and the first attempt stays on record (RETRY lines).

@@ -98,7 +98,8 @@ fn qp(hca: &Hca, db: Option<&dyn Doorbells>, qpn: u32) -> Option<QpContext> {
         qkey: a.qkey,
         access: a.access.0,
         sq_psn: a.sq_psn,
-        sq_una_psn: 0,
+        // RD QPs have none (their EECs hold the PSNs): 0.
+        sq_una_psn: e.sq_una_psn(qpn).unwrap_or(0),
         rq_psn: a.rq_psn,
         sq_pi,
         sq_ci: q.sq_fetched,

@@ -2,17 +2,21 @@
 //! regions, bring-up by abi::bar0's rules, QUERY_DEVICE and QUERY_PORT with sane
 //! values, command completion events, RESET, and the fatal configurations.
 
-use std::time::Duration;
+use std::mem::offset_of;
+use std::time::{Duration, Instant};
 
 use vhca_tests::abi::bar0::{dev_ctrl, dev_status, reg, CtxStatus, CtxTable, Fatal};
 use vhca_tests::abi::cmd::{Opcode, Status};
+use vhca_tests::abi::context::QpContext;
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::cqe::EqeType;
 use vhca_tests::abi::ident::{bar, ident};
 use vhca_tests::abi::uar::uar;
 use vhca_tests::abi::verbs::{PortState, QpType};
-use vhca_tests::fixture::Node;
-use vhca_tests::{Guest, GuestOptions, Hca, HcaConfig, Options, QpInit, Vhca};
+use vhca_tests::fixture::{assert_success, connect_loopback, connect_pair, Node};
+use vhca_tests::{
+    ConnOpts, Guest, GuestOptions, Hca, HcaConfig, Layout, Options, QpInit, RecvWr, SendWr, Vhca,
+};
 
 const PCIE_CAP: u8 = 0x10;
 const MSIX_CAP: u8 = 0x11;
@@ -222,6 +226,73 @@ fn commands_complete_with_events_on_vector_0() {
         .take_events()
         .iter()
         .all(|e| e.kind != EqeType::CommandDone.raw()));
+}
+
+/// `sq_psn` and `sq_una_psn` of a QP in the context window.
+fn window_psns(h: &mut Hca, qpn: u32) -> (u32, u32) {
+    let (st, w) = h.read_context(CtxTable::Qpc, qpn).unwrap();
+    assert_eq!(st, CtxStatus::Ok.raw(), "QP {qpn} in the window");
+    let at = |off: usize| u32::from_le_bytes(w[off..off + 4].try_into().unwrap());
+    (
+        at(offset_of!(QpContext, sq_psn)),
+        at(offset_of!(QpContext, sq_una_psn)),
+    )
+}
+
+/// The QP context window's `sq_una_psn` is the requester's oldest
+/// unacknowledged PSN (ARCHITECTURE.md §4; roce-tests' stall diagnostics read
+/// it): `sq_psn` once a SEND is acknowledged, the SEND's own PSN while node 1
+/// receives it and every ACK it sends is lost (`--fault drop=1`).
+#[test]
+fn context_window_sq_una_psn() {
+    let mut o = Options::nodes(2);
+    o.faults.insert(1, "drop=1".into());
+    let v = Vhca::spawn(o);
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let src = a.region(4096, Layout::Scattered, 0);
+    // Acknowledged: a loopback pair on node 0.
+    let (q1, q2) = (a.qp(QpType::Rc), a.qp(QpType::Rc));
+    connect_loopback(&mut a.hca, q1, q2, &ConnOpts::default());
+    let p1 = window_psns(&mut a.hca, q1.qpn).0;
+    a.hca
+        .post_recv(q2, &RecvWr::new(1, vec![src.mr.sge(&src.buf, 0, 64)]))
+        .unwrap();
+    a.hca
+        .post_send(q1, &SendWr::send(2).sge(src.mr.sge(&src.buf, 64, 64)))
+        .unwrap();
+    assert_success(&a.cqes(2, Duration::from_secs(10)));
+    let next = (p1 + 1) & 0xff_ffff;
+    assert_eq!(
+        window_psns(&mut a.hca, q1.qpn),
+        (next, next),
+        "acknowledged"
+    );
+    // Outstanding: node 1 takes the SEND; its ACKs never arrive.
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let pa = window_psns(&mut a.hca, qa.qpn).0;
+    let next = (pa + 1) & 0xff_ffff;
+    let dst = b.region(4096, Layout::Scattered, 0);
+    b.hca
+        .post_recv(qb, &RecvWr::new(3, vec![dst.mr.sge(&dst.buf, 0, 64)]))
+        .unwrap();
+    a.hca
+        .post_send(qa, &SendWr::send(4).sge(src.mr.sge(&src.buf, 0, 64)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sent = loop {
+        let p = window_psns(&mut a.hca, qa.qpn);
+        if p.0 == next {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the SEND never left node 0");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(sent, (next, pa), "sent, not acknowledged");
+    assert_success(&b.cqes(1, Duration::from_secs(10)));
+    // Still unacknowledged after ACK timeouts (4.096 us * 2^14 each) and resends.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(window_psns(&mut a.hca, qa.qpn).1, pa, "still outstanding");
 }
 
 #[test]

@@ -655,6 +655,14 @@ impl Engine {
         Ok(qp.state == QpState::Sqd && qp.req.wqes.iter().any(|w| w.started))
     }
 
+    /// The requester's oldest unacknowledged PSN, `sq_psn` once every request
+    /// is acknowledged: the QP context window's `sq_una_psn` (ARCHITECTURE.md
+    /// §4), what tells a stalled QP waiting for an ACK from an idle one.
+    pub fn sq_una_psn(&self, qpn: u32) -> Result<u32, VerbError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbError::InvalidHandle)?;
+        Ok(qp.req.una)
+    }
+
     /// Modify QP (QS-01, QS-02): checked against the transition table first; a
     /// refused modify changes nothing.
     pub fn modify_qp(
