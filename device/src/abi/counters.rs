@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 26] = [
+const PORT_COUNTERS: [&str; 31] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -109,6 +109,11 @@ const PORT_COUNTERS: [&str; 26] = [
     "credit_acks_sent",
     "path_migrations",
     "path_migration_errors",
+    "reorder_held",
+    "reorder_in_order",
+    "reorder_overtaken",
+    "reorder_expired",
+    "reorder_full",
 ];
 
 /// The port set's values, in the order of its names.
@@ -147,6 +152,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         // AD-11: Reliable Datagram has no guest ABI yet; its counters are in
         // the engine's report (`counters_out`), not in QUERY_COUNTERS.
         rd: _,
+        reorder,
     } = c;
     [
         *rx_packets,
@@ -175,6 +181,11 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *credit_acks_sent,
         *path_migrations,
         *path_migration_errors,
+        reorder.held,
+        reorder.in_order,
+        reorder.overtaken,
+        reorder.expired,
+        reorder.full,
     ]
 }
 
