@@ -3163,8 +3163,9 @@ enum vhca_counter_set {
 	"reorder_in_order", \
 	"reorder_overtaken", \
 	"reorder_expired", \
-	"reorder_full"
-#define VHCA_COUNTERS_PORT_COUNT 31
+	"reorder_full", \
+	"dup_reads_queued"
+#define VHCA_COUNTERS_PORT_COUNT 32
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

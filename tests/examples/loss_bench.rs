@@ -115,6 +115,7 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
                     "reorder_in_order",
                     "reorder_overtaken",
                     "reorder_expired",
+                    "dup_reads_queued",
                 ]
                 .contains(&n.as_str())
             })

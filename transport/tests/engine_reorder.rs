@@ -358,3 +358,45 @@ fn in_order_traffic_holds_nothing() {
         assert_eq!(n.engine.counters().reorder, Default::default());
     }
 }
+
+/// Two READ requests (eight responses each) and a fabric duplicate of the
+/// first that arrives after the second, before any response went: the
+/// first READ's answer is still queued and not begun, and answers the
+/// duplicate too (RL-05: read from memory when it goes). The second READ
+/// is not preempted, so the requester asks for nothing again and the
+/// responder sends each response once.
+#[test]
+fn a_duplicate_read_request_behind_a_later_one_preempts_nothing() {
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    let first = b.o.psn_a;
+    let mut done = false;
+    post_read(&mut b, 1, 0, 8 * PMTU);
+    post_read(&mut b, 2, 8 * PMTU as u64, 8 * PMTU);
+    let got = finish(&mut b, 2, &mut |from, out| {
+        if from != 0 || done {
+            return;
+        }
+        if let Some(i) = out.iter().position(|p| psn_of(p) == first) {
+            if out.len() >= 2 {
+                let dup = out[i].clone();
+                out.push(dup);
+                done = true;
+            }
+        }
+    });
+    assert!(done, "both requests went in one round");
+    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(
+        bytes(&b.net, 0, A_MEM, 16 * PMTU as usize),
+        bytes(&b.net, 1, B_MEM, 16 * PMTU as usize),
+        "READ data byte-exact"
+    );
+    let (req, resp) = (
+        b.net.nodes[0].engine.counters(),
+        b.net.nodes[1].engine.counters(),
+    );
+    assert_eq!(resp.duplicates_received, 1);
+    assert_eq!(resp.reorder.dup_reads_queued, 1);
+    assert_eq!(resp.tx_packets, 16, "each response once");
+    assert_eq!(req.retransmits, 0, "nothing asked for again");
+}

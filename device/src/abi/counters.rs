@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 31] = [
+const PORT_COUNTERS: [&str; 32] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -114,6 +114,7 @@ const PORT_COUNTERS: [&str; 31] = [
     "reorder_overtaken",
     "reorder_expired",
     "reorder_full",
+    "dup_reads_queued",
 ];
 
 /// The port set's values, in the order of its names.
@@ -186,6 +187,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         reorder.overtaken,
         reorder.expired,
         reorder.full,
+        reorder.dup_reads_queued,
     ]
 }
 

@@ -69,6 +69,10 @@ pub struct ReorderCounters {
     pub expired: u64,
     /// Packets one PSN ahead processed at once because every slot was in use.
     pub full: u64,
+    /// Duplicate READ requests (a fabric's duplicate, RL-05) answered by the
+    /// same READ's answer still queued and not begun, not a second one
+    /// (`responder::responses::duplicate`).
+    pub dup_reads_queued: u64,
 }
 
 /// Which processing a held packet waits for.
