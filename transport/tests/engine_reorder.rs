@@ -400,3 +400,44 @@ fn a_duplicate_read_request_behind_a_later_one_preempts_nothing() {
     assert_eq!(resp.tx_packets, 16, "each response once");
     assert_eq!(req.retransmits, 0, "nothing asked for again");
 }
+
+/// A process descheduled past the hold: the held packet's hold ran out
+/// before the receiver ran again, and the missing packet waits in its next
+/// batch. That batch is read before anything held is processed, so the
+/// missing packet still goes first: no NAK (as a due probe waits for what
+/// arrived, `recovery`).
+#[test]
+fn a_hold_that_ran_out_while_descheduled_still_takes_the_missing_packet_first() {
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    post_write(&mut b, 1, 0, 4 * PMTU);
+    let mut buf = vec![0u8; 8192];
+    let mut out = Vec::new();
+    {
+        let n = &mut b.net.nodes[0];
+        while let Some(len) = n.engine.poll_transmit(&mut n.mem, b.net.now, &mut buf) {
+            out.push(buf[..len].to_vec());
+        }
+    }
+    assert_eq!(out.len(), 4);
+    // The last two swap; the third comes only after twice the hold.
+    let now = b.net.now;
+    let to = &mut b.net.nodes[1];
+    for p in [&out[0], &out[1], &out[3]] {
+        to.engine.handle_packet(p, &mut to.mem, now);
+    }
+    assert_eq!(to.engine.counters().reorder.held, 1);
+    let late = now.plus_ns(2 * DEFAULT_REORDER_HOLD_NS);
+    assert!(to.engine.poll_timeout().is_some_and(|t| t <= late));
+    to.engine.handle_timeout(late);
+    to.engine.handle_packet(&out[2], &mut to.mem, late);
+    b.net.now = late;
+    let got = finish(&mut b, 1, &mut |_, _| {});
+    assert_eq!(got, [(1, WcStatus::Success)]);
+    assert_eq!(
+        bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
+        bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
+    );
+    let resp = b.net.nodes[1].engine.counters();
+    assert_eq!(resp.naks_sent, 0);
+    assert_eq!((resp.reorder.in_order, resp.reorder.expired), (1, 0));
+}

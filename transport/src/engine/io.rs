@@ -54,8 +54,11 @@ impl Engine {
     ) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += buf.len() as u64;
-        // What was held longer came first.
-        self.release_expired(mem, now);
+        // Held packets whose hold ran out are not processed here, before
+        // this one: a process descheduled past the hold reads the missing
+        // packet in its next batch, which then still goes first (as a due
+        // probe waits for what arrived, `recovery`). `poll_transmit`, after
+        // the batch, processes what is still held.
         // The receive reorder hold (`reorder`, vhca policy): a packet one
         // PSN ahead may wait for the one it overtook.
         match self.receive(buf, src_lid, mem, now, true) {
@@ -71,9 +74,9 @@ impl Engine {
         }
     }
 
-    /// Processes the held packets whose hold ran out by `now` (`reorder`):
-    /// from the receive path and from [`Self::poll_transmit`], which every
-    /// caller runs after [`Self::handle_timeout`] (the hold's expiry is in
+    /// Processes the held packets whose hold ran out by `now` (`reorder`),
+    /// from [`Self::poll_transmit`], which every caller runs after
+    /// [`Self::handle_timeout`] and the packets it received (the hold's expiry is in
     /// [`Self::poll_timeout`]; processing a packet needs guest memory, which
     /// the timer entry point does not have). O(1) when none is due.
     fn release_expired(&mut self, mem: &mut dyn Memory, now: Time) {
