@@ -441,3 +441,70 @@ fn a_hold_that_ran_out_while_descheduled_still_takes_the_missing_packet_first() 
     assert_eq!(resp.naks_sent, 0);
     assert_eq!((resp.reorder.in_order, resp.reorder.expired), (1, 0));
 }
+
+/// The hold is bounded per engine, not per QP: with 17 QPs each missing
+/// its first packet, 16 second packets are held (`REORDER_HOLD_SLOTS`) and
+/// the 17th is processed at once (a sequence NAK, RL-03, counted as
+/// `full`). When the first packets come, the 16 held go in order, and every
+/// WRITE completes byte-exact.
+#[test]
+fn the_hold_is_bounded_per_engine() {
+    use transport::engine::REORDER_HOLD_SLOTS;
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    let n = REORDER_HOLD_SLOTS + 1;
+    let mut pairs = vec![b.p];
+    for _ in 1..n {
+        pairs.push(connect(&mut b.net, 0, 1, &b.o));
+    }
+    for (i, p) in pairs.iter().enumerate() {
+        let off = i as u64 * 2 * u64::from(PMTU);
+        let mut w = send_wr(
+            i as u64,
+            WrOpcode::RdmaWrite,
+            sge(A_MEM + off, 2 * PMTU, b.ka),
+        );
+        w.rkey = b.kb;
+        w.remote_addr = B_MEM + off;
+        b.net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    }
+    let mut buf = vec![0u8; 8192];
+    let mut out = Vec::new();
+    {
+        let node = &mut b.net.nodes[0];
+        while let Some(len) = node
+            .engine
+            .poll_transmit(&mut node.mem, b.net.now, &mut buf)
+        {
+            out.push(buf[..len].to_vec());
+        }
+    }
+    assert_eq!(out.len(), 2 * n);
+    let first = b.o.psn_a;
+    let (firsts, seconds): (Vec<_>, Vec<_>) = out.into_iter().partition(|p| psn_of(p) == first);
+    let now = b.net.now;
+    let to = &mut b.net.nodes[1];
+    for p in seconds.iter().chain(&firsts) {
+        to.engine.handle_packet(p, &mut to.mem, now);
+    }
+    let c = to.engine.counters().reorder.clone();
+    assert_eq!((c.held, c.full), (REORDER_HOLD_SLOTS as u64, 1));
+    assert_eq!(c.in_order, REORDER_HOLD_SLOTS as u64);
+    assert_eq!(
+        to.engine.counters().naks_sent,
+        1,
+        "the one not held is NAKed"
+    );
+    let mut done = 0;
+    let cqs: Vec<_> = pairs.iter().map(|p| p.cq_a).collect();
+    pump(&mut b.net, &mut |_, _| {}, 20_000, |net| {
+        for &cq in &cqs {
+            while let Some(c) = net.poll(0, cq) {
+                assert_eq!(c.status, WcStatus::Success);
+                done += 1;
+            }
+        }
+        done == n
+    });
+    let len = n * 2 * PMTU as usize;
+    assert_eq!(bytes(&b.net, 1, B_MEM, len), bytes(&b.net, 0, A_MEM, len));
+}
