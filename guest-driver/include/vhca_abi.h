@@ -3164,8 +3164,9 @@ enum vhca_counter_set {
 	"reorder_overtaken", \
 	"reorder_expired", \
 	"reorder_full", \
-	"dup_reads_queued"
-#define VHCA_COUNTERS_PORT_COUNT 32
+	"dup_reads_queued", \
+	"reorder_skipped"
+#define VHCA_COUNTERS_PORT_COUNT 33
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

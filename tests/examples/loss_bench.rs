@@ -92,6 +92,7 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
                     "reorder_overtaken",
                     "reorder_expired",
                     "reorder_full",
+                    "reorder_skipped",
                 ]
                 .contains(&n.as_str())
             })

@@ -508,3 +508,79 @@ fn the_hold_is_bounded_per_engine() {
     let len = n * 2 * PMTU as usize;
     assert_eq!(bytes(&b.net, 1, B_MEM, len), bytes(&b.net, 0, A_MEM, len));
 }
+
+/// A path that loses packets but does not reorder them: after `MISS_LIMIT`
+/// holds in a row that ended otherwise than in order (each lost packet's
+/// successor was overtaken by the next), most candidates are processed at
+/// once (`skipped`), so loss does not pay a packet time per NAK. Every
+/// loss is still NAKed and the data byte-exact. When the path reorders
+/// again, the one candidate in `PROBE_EVERY` still held ends in order and
+/// holding resumes: the next swap costs no NAK.
+#[test]
+fn a_path_that_only_loses_mostly_skips_the_hold_until_it_reorders() {
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    // Phase 1: WRITEs of four packets, one after the other, each losing the
+    // first transmission of its second packet.
+    let mut next = b.o.psn_a;
+    let mut id = 1;
+    let losses = transport::engine::REORDER_MISS_LIMIT as usize + 4;
+    for _ in 0..losses {
+        let lost = psn::add(next, 1);
+        let mut gone = false;
+        post_write(&mut b, id, 0, 4 * PMTU);
+        let got = finish(&mut b, 1, &mut |from, out| {
+            if from == 0 && !gone {
+                let before = out.len();
+                out.retain(|p| psn_of(p) != lost);
+                gone = out.len() != before;
+            }
+        });
+        assert_eq!(got, [(id, WcStatus::Success)]);
+        assert_eq!(
+            bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
+            bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
+        );
+        next = psn::add(next, 4);
+        id += 1;
+    }
+    let c = b.net.nodes[1].engine.counters().clone();
+    assert_eq!(c.naks_sent, losses as u64, "every loss NAKed (RL-03)");
+    assert_eq!(c.reorder.in_order, 0);
+    assert_eq!(
+        (c.reorder.held, c.reorder.skipped),
+        (u64::from(transport::engine::REORDER_MISS_LIMIT), 4),
+        "{:?}",
+        c.reorder
+    );
+    // Phase 2: WRITEs of four packets whose middle two swap, until a hold
+    // ends in order (at most PROBE_EVERY of them); then one more swap is
+    // held too.
+    let swapped_write = |b: &mut Bench, next: &mut u32, id: &mut u64| {
+        let mut swap = swap_at(psn::add(*next, 1));
+        post_write(b, *id, 0, 4 * PMTU);
+        let got = finish(b, 1, &mut |from, out| {
+            if from == 0 {
+                swap(out)
+            }
+        });
+        assert_eq!(got, [(*id, WcStatus::Success)]);
+        *next = psn::add(*next, 4);
+        *id += 1;
+    };
+    let in_order = |b: &Bench| b.net.nodes[1].engine.counters().reorder.in_order;
+    for _ in 0..transport::engine::REORDER_PROBE_EVERY {
+        swapped_write(&mut b, &mut next, &mut id);
+        if in_order(&b) == 1 {
+            break;
+        }
+    }
+    assert_eq!(in_order(&b), 1, "a probe hold ended in order");
+    let naks = b.net.nodes[1].engine.counters().naks_sent;
+    swapped_write(&mut b, &mut next, &mut id);
+    assert_eq!(in_order(&b), 2);
+    assert_eq!(b.net.nodes[1].engine.counters().naks_sent, naks, "no NAK");
+    assert_eq!(
+        bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
+        bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
+    );
+}

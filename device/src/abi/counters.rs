@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 32] = [
+const PORT_COUNTERS: [&str; 33] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -115,6 +115,7 @@ const PORT_COUNTERS: [&str; 32] = [
     "reorder_expired",
     "reorder_full",
     "dup_reads_queued",
+    "reorder_skipped",
 ];
 
 /// The port set's values, in the order of its names.
@@ -188,6 +189,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         reorder.expired,
         reorder.full,
         reorder.dup_reads_queued,
+        reorder.skipped,
     ]
 }
 

@@ -84,7 +84,7 @@ impl Engine {
             return;
         }
         for n in self.hold.expired(now) {
-            self.counters.reorder.expired += 1;
+            self.hold.on_expired(&mut self.counters.reorder);
             self.release_held(n, mem, now);
         }
     }

@@ -43,7 +43,8 @@ mod recovery;
 mod reorder;
 pub use recovery::INITIAL_WINDOW;
 pub use reorder::{
-    ReorderCounters, DEFAULT_HOLD_NS as DEFAULT_REORDER_HOLD_NS, SLOTS as REORDER_HOLD_SLOTS,
+    ReorderCounters, DEFAULT_HOLD_NS as DEFAULT_REORDER_HOLD_NS, MISS_LIMIT as REORDER_MISS_LIMIT,
+    PROBE_EVERY as REORDER_PROBE_EVERY, SLOTS as REORDER_HOLD_SLOTS,
 };
 mod requester;
 mod responder;

@@ -28,6 +28,14 @@
 //! (RL-03), a gap in READ responses still asked for again (RL-14), only a
 //! packet time or the hold time later.
 //!
+//! A path that loses packets but does not reorder them pays for each hold:
+//! the packet after a lost one waits for the next before its NAK goes. So
+//! once [`MISS_LIMIT`] holds in a row ended otherwise than in order
+//! (overtaken or expired), the engine holds only one candidate in
+//! [`PROBE_EVERY`] (`reorder_skipped` counts the others), until a hold ends
+//! in order again: a reordering path keeps the hold, a lossy one mostly
+//! skips it.
+//!
 //! Bounded: at most [`SLOTS`] packets are held per engine, one per QP and
 //! direction, in buffers allocated on the first hold; with every slot in use
 //! the packet is processed at once (`reorder_full`). Nothing is held while
@@ -50,6 +58,13 @@ pub const SLOTS: usize = 16;
 /// same or the next batch of the receive path.
 pub const DEFAULT_HOLD_NS: u64 = 50_000;
 
+/// Holds in a row not ended in order after which most candidates are
+/// processed at once.
+pub const MISS_LIMIT: u32 = 8;
+/// Past [`MISS_LIMIT`], one candidate in this many is still held, so that a
+/// path that starts to reorder is noticed.
+pub const PROBE_EVERY: u32 = 8;
+
 /// Packets longer than this are never held (a native packet with a GRH and a
 /// 4 KiB payload, or a RoCE frame, fits).
 const MAX_LEN: usize = 4096 + 256;
@@ -69,6 +84,10 @@ pub struct ReorderCounters {
     pub expired: u64,
     /// Packets one PSN ahead processed at once because every slot was in use.
     pub full: u64,
+    /// Packets one PSN ahead processed at once because the last
+    /// [`MISS_LIMIT`] holds or more ended otherwise than in order (a path
+    /// that loses rather than reorders).
+    pub skipped: u64,
     /// Duplicate READ requests (a fabric's duplicate, RL-05) answered by the
     /// same READ's answer still queued and not begun, not a second one
     /// (`responder::responses::duplicate`).
@@ -118,6 +137,10 @@ pub(crate) struct ReorderHold {
     next: Option<Time>,
     /// A released packet's buffer, kept for the next hold.
     spare: Vec<u8>,
+    /// Holds in a row that ended otherwise than in order.
+    misses: u32,
+    /// Candidates seen since `misses` reached [`MISS_LIMIT`].
+    candidates: u32,
 }
 
 impl ReorderHold {
@@ -164,12 +187,14 @@ impl ReorderHold {
             let d = psn::diff(p, missing);
             return if d == 0 {
                 c.in_order += 1;
+                self.misses = 0;
                 Arrival::ThenHeld(n)
             } else if d < 0 {
                 // A duplicate of something older: the gap is still open.
                 Arrival::Process
             } else {
                 c.overtaken += 1;
+                self.misses = self.misses.saturating_add(1);
                 Arrival::HeldFirst(n)
             };
         }
@@ -178,6 +203,13 @@ impl ReorderHold {
         };
         if hold_ns == 0 || buf.len() > MAX_LEN {
             return Arrival::Process;
+        }
+        if self.misses >= MISS_LIMIT {
+            self.candidates = self.candidates.wrapping_add(1);
+            if !self.candidates.is_multiple_of(PROBE_EVERY) {
+                c.skipped += 1;
+                return Arrival::Process;
+            }
         }
         if self.slots.is_empty() {
             self.slots.resize_with(SLOTS, || None);
@@ -219,6 +251,12 @@ impl ReorderHold {
         if buf.capacity() > self.spare.capacity() {
             self.spare = buf;
         }
+    }
+
+    /// Counts a hold that ran out (its packet is processed now).
+    pub(super) fn on_expired(&mut self, c: &mut ReorderCounters) {
+        c.expired += 1;
+        self.misses = self.misses.saturating_add(1);
     }
 
     /// The slots whose hold ran out at `now`.
