@@ -209,6 +209,14 @@ pub struct Cli {
     /// for (4 MiB), four times one QP's largest window.
     #[arg(long, value_name = "PACKETS", default_value_t = transport::engine::DEFAULT_PORT_WINDOW)]
     pub port_window: u32,
+
+    /// RC/XRC receive reorder hold (microseconds; 0: off): a packet that
+    /// arrives one PSN ahead of the one its QP expects waits this long for
+    /// the packet it overtook, so that a swap of two packets on the fabric
+    /// costs no sequence NAK and go-back (or READ re-request). At most 16
+    /// packets are held per port. 0..=10000.
+    #[arg(long, value_name = "USECS", default_value_t = transport::engine::DEFAULT_REORDER_HOLD_NS / 1000)]
+    pub reorder_hold_us: u64,
 }
 
 /// The man page vhca(1) in roff, from the same definition as `--help`
@@ -290,6 +298,8 @@ pub struct Config {
     pub liveness: Option<(Duration, Duration)>,
     /// `--port-window`.
     pub port_window: u32,
+    /// `--reorder-hold-us`.
+    pub reorder_hold: Duration,
 }
 
 /// A problem with the command line, as one line.
@@ -457,6 +467,12 @@ impl Cli {
                 self.loss_probe_min_us
             )));
         }
+        if self.reorder_hold_us > 10_000 {
+            return Err(CliError(format!(
+                "--reorder-hold-us {}: from 0 to 10000",
+                self.reorder_hold_us
+            )));
+        }
         if self.busy_poll_us > 1_000_000 {
             return Err(CliError(format!(
                 "--busy-poll-us {}: at most 1000000 (one second)",
@@ -502,6 +518,7 @@ impl Cli {
             counters_format,
             counters_file: self.counters_file.clone(),
             port_window: self.port_window,
+            reorder_hold: Duration::from_micros(self.reorder_hold_us),
         })
     }
 }

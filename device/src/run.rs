@@ -816,6 +816,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         credits: config.credits,
         port_window: config.port_window,
         apm_timeouts: config.apm_timeouts,
+        reorder_hold_ns: config.reorder_hold.as_nanos() as u64,
         ..Limits::default()
     };
     let caps = Caps::from_limits(&limits);

@@ -462,3 +462,29 @@ fn ad_10_apm_timeouts_default_two_and_bounded() {
     let e = with("9").unwrap_err();
     assert!(e.contains("--apm-timeouts"), "{e}");
 }
+
+#[test]
+fn reorder_hold_defaults_to_50_us_and_is_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let f = fabric_file(d.path());
+    let sock = d.path().join("a.sock");
+    let base = [
+        "--socket",
+        sock.to_str().unwrap(),
+        "--fabric",
+        f.to_str().unwrap(),
+        "--node",
+        "a",
+    ];
+    let us = std::time::Duration::from_micros;
+    assert_eq!(check(&base).unwrap().reorder_hold, us(50));
+    let with = |n: &'static str| {
+        let mut v = base.to_vec();
+        v.extend(["--reorder-hold-us", n]);
+        check(&v)
+    };
+    assert_eq!(with("0").unwrap().reorder_hold, us(0));
+    assert_eq!(with("10000").unwrap().reorder_hold, us(10_000));
+    let e = with("10001").unwrap_err();
+    assert!(e.contains("--reorder-hold-us") && !e.contains('\n'), "{e}");
+}

@@ -3158,8 +3158,15 @@ enum vhca_counter_set {
 	"credit_probes", \
 	"credit_acks_sent", \
 	"path_migrations", \
-	"path_migration_errors"
-#define VHCA_COUNTERS_PORT_COUNT 26
+	"path_migration_errors", \
+	"reorder_held", \
+	"reorder_in_order", \
+	"reorder_overtaken", \
+	"reorder_expired", \
+	"reorder_full", \
+	"dup_reads_queued", \
+	"reorder_skipped"
+#define VHCA_COUNTERS_PORT_COUNT 33
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

@@ -87,6 +87,12 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
                     "recovery_stall_us",
                     "rx_packets",
                     "duplicates_received",
+                    "reorder_held",
+                    "reorder_in_order",
+                    "reorder_overtaken",
+                    "reorder_expired",
+                    "reorder_full",
+                    "reorder_skipped",
                 ]
                 .contains(&n.as_str())
             })
@@ -101,7 +107,19 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
         let peer: Vec<String> = names
             .iter()
             .zip(&bvals)
-            .filter(|(n, _)| ["tx_packets", "duplicates_received"].contains(&n.as_str()))
+            .filter(|(n, _)| {
+                [
+                    "tx_packets",
+                    "duplicates_received",
+                    "naks_sent",
+                    "reorder_held",
+                    "reorder_in_order",
+                    "reorder_overtaken",
+                    "reorder_expired",
+                    "dup_reads_queued",
+                ]
+                .contains(&n.as_str())
+            })
             .map(|(n, v)| format!("peer_{n}={v}"))
             .collect();
         // Both sides' transport drops, per reason (nonzero ones).

@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 26] = [
+const PORT_COUNTERS: [&str; 33] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -109,6 +109,13 @@ const PORT_COUNTERS: [&str; 26] = [
     "credit_acks_sent",
     "path_migrations",
     "path_migration_errors",
+    "reorder_held",
+    "reorder_in_order",
+    "reorder_overtaken",
+    "reorder_expired",
+    "reorder_full",
+    "dup_reads_queued",
+    "reorder_skipped",
 ];
 
 /// The port set's values, in the order of its names.
@@ -147,6 +154,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         // AD-11: Reliable Datagram has no guest ABI yet; its counters are in
         // the engine's report (`counters_out`), not in QUERY_COUNTERS.
         rd: _,
+        reorder,
     } = c;
     [
         *rx_packets,
@@ -175,6 +183,13 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         *credit_acks_sent,
         *path_migrations,
         *path_migration_errors,
+        reorder.held,
+        reorder.in_order,
+        reorder.overtaken,
+        reorder.expired,
+        reorder.full,
+        reorder.dup_reads_queued,
+        reorder.skipped,
     ]
 }
 

@@ -191,6 +191,9 @@ pub struct Limits {
     pub apm_timeouts: u8,
     /// RC request packets in flight over all QPs (`port_window`; 0: no bound).
     pub port_window: u32,
+    /// How long an RC/XRC packet one PSN ahead of its QP's expected one is
+    /// held for the packet it overtook (`reorder`, vhca policy); 0: never.
+    pub reorder_hold_ns: u64,
 }
 
 impl Default for Limits {
@@ -218,6 +221,7 @@ impl Default for Limits {
             credits: true,
             apm_timeouts: 2,
             port_window: DEFAULT_PORT_WINDOW,
+            reorder_hold_ns: super::reorder::DEFAULT_HOLD_NS,
         }
     }
 }

@@ -214,6 +214,8 @@ pub struct Counters {
     pub path_migration_errors: u64,
     /// Reliable Datagram drops, NAKs and recovery, per reason (AD-11, PV-09).
     pub rd: super::rd::RdCounters,
+    /// The receive reorder hold (`reorder`, vhca policy).
+    pub reorder: super::reorder::ReorderCounters,
 }
 
 impl Counters {

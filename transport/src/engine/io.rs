@@ -4,6 +4,7 @@
 //! touched (9.6; PV-02, PV-03, PV-05, PV-06, PV-10).
 
 use super::mcast::{is_multicast_gid, is_multicast_lid, MULTICAST_QPN};
+use super::reorder::Arrival;
 use super::{completer, link, requester, responder};
 use super::{Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
 use crate::memory::Memory;
@@ -53,6 +54,60 @@ impl Engine {
     ) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += buf.len() as u64;
+        // Held packets whose hold ran out are not processed here, before
+        // this one: a process descheduled past the hold reads the missing
+        // packet in its next batch, which then still goes first (as a due
+        // probe waits for what arrived, `recovery`). `poll_transmit`, after
+        // the batch, processes what is still held.
+        // The receive reorder hold (`reorder`, vhca policy): a packet one
+        // PSN ahead may wait for the one it overtook.
+        match self.receive(buf, src_lid, mem, now, true) {
+            Arrival::Process | Arrival::Held => {}
+            Arrival::ThenHeld(n) => self.release_held(n, mem, now),
+            Arrival::HeldFirst(n) => {
+                self.release_held(n, mem, now);
+                // Its QP holds nothing now: this one is processed (or held
+                // in turn, when it is one ahead of the new expected PSN).
+                let again = self.receive(buf, src_lid, mem, now, true);
+                debug_assert!(matches!(again, Arrival::Process | Arrival::Held));
+            }
+        }
+    }
+
+    /// Processes the held packets whose hold ran out by `now` (`reorder`),
+    /// from [`Self::poll_transmit`], which every caller runs after
+    /// [`Self::handle_timeout`] and the packets it received (the hold's expiry is in
+    /// [`Self::poll_timeout`]; processing a packet needs guest memory, which
+    /// the timer entry point does not have). O(1) when none is due.
+    fn release_expired(&mut self, mem: &mut dyn Memory, now: Time) {
+        if self.hold.next_expiry().is_none_or(|t| t > now) {
+            return;
+        }
+        for n in self.hold.expired(now) {
+            self.hold.on_expired(&mut self.counters.reorder);
+            self.release_held(n, mem, now);
+        }
+    }
+
+    /// Processes the packet held in slot `n` of the reorder hold.
+    fn release_held(&mut self, n: usize, mem: &mut dyn Memory, now: Time) {
+        if let Some((held, src_lid)) = self.hold.take(n) {
+            self.receive(&held, src_lid, mem, now, false);
+            self.hold.put_back(held);
+        }
+    }
+
+    /// One received packet through the checks to its QP; `may_hold`: the
+    /// reorder hold may keep it (`reorder`), or, when it releases a held
+    /// packet of the same QP, say which goes first.
+    fn receive(
+        &mut self,
+        buf: &[u8],
+        src_lid: Option<u16>,
+        mem: &mut dyn Memory,
+        now: Time,
+        may_hold: bool,
+    ) -> Arrival {
         let parsed = link::parse(&self.port, buf).and_then(|(pkt, roce)| {
             if roce.is_none() {
                 check_lids(&self.port, &pkt, src_lid).map_err(link::Drop::Rx)?;
@@ -64,25 +119,25 @@ impl Engine {
             Err(link::Drop::Wire(d)) => {
                 log::debug!("drop: {d}");
                 self.counters.wire_drops.count(d);
-                return;
+                return Arrival::Process;
             }
             Err(link::Drop::Rx(r)) => {
                 log::debug!("drop: {r:?}");
                 self.counters.drop(r);
-                return;
+                return Arrival::Process;
             }
         };
         if pkt.transport.bth.opcode.info().service == Service::Rd {
             // WF-07, PV-09: RD packets are demultiplexed by their RDETH's EE
             // context first (`rd`).
             self.handle_rd_packet(&pkt, roce, mem, now);
-            return;
+            return Arrival::Process;
         }
         let dest = pkt.transport.bth.dest_qp;
         if dest == MULTICAST_QPN {
             // PV-07: a copy for every attached QP, each through its checks.
             self.deliver_multicast(&pkt, roce, mem, now);
-            return;
+            return Arrival::Process;
         }
         // One QP lookup serves the header checks and the handling.
         let checked = match self.qps.get_mut(&dest) {
@@ -102,9 +157,20 @@ impl Engine {
                         self.finish(fx);
                     }
                 }
-                return;
+                return Arrival::Process;
             }
         };
+        let arrival = if may_hold {
+            let hold_ns = self.limits.reorder_hold_ns;
+            let c = &mut self.counters.reorder;
+            self.hold
+                .on_arrival(c, hold_ns, qp, &pkt, buf, src_lid, now)
+        } else {
+            Arrival::Process
+        };
+        if matches!(arrival, Arrival::Held | Arrival::HeldFirst(_)) {
+            return arrival;
+        }
         let mut fx = Effects::default();
         super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
@@ -120,6 +186,7 @@ impl Engine {
         if wants_tx {
             self.schedule_qp(dest);
         }
+        arrival
     }
 
     /// Builds the next packet to send into `buf` (for speed, starting
@@ -134,6 +201,9 @@ impl Engine {
         now: Time,
         buf: &mut [u8],
     ) -> Option<usize> {
+        // Held packets whose time came are processed before anything is
+        // built: their answers may be what goes out (`reorder`).
+        self.release_expired(mem, now);
         // AD-11: RD's EE contexts and the QPs take turns.
         let rd_first = self.rd.active() && self.rd.take_turn();
         if rd_first {
@@ -211,6 +281,8 @@ impl Engine {
         #[cfg(debug_assertions)]
         self.rd.check_timers();
         let t = self.timers.peek().map(|(t, _)| t);
+        // The reorder hold's earliest expiry (`reorder`).
+        let t = [t, self.hold.next_expiry()].into_iter().flatten().min();
         if !self.rd.active() {
             return t;
         }

@@ -40,7 +40,12 @@ pub use rd::{RdCounters, MAX_EEC, MAX_RDD, RD_WINDOW};
 mod port_window;
 pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
+mod reorder;
 pub use recovery::INITIAL_WINDOW;
+pub use reorder::{
+    ReorderCounters, DEFAULT_HOLD_NS as DEFAULT_REORDER_HOLD_NS, MISS_LIMIT as REORDER_MISS_LIMIT,
+    PROBE_EVERY as REORDER_PROBE_EVERY, SLOTS as REORDER_HOLD_SLOTS,
+};
 mod requester;
 mod responder;
 mod timer_heap;
@@ -145,6 +150,8 @@ pub struct Engine {
     tx_burst: (u32, u32),
     /// Reliable Datagram: RDDs, EE contexts, RD QPs (AD-11, `rd`).
     rd: rd::Rd,
+    /// Received packets held one PSN ahead (`reorder`, vhca policy).
+    hold: reorder::ReorderHold,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -202,6 +209,7 @@ impl Engine {
             port_window: port_window::PortWindow::new(limits.port_window, ethernet),
             tx_burst: (0, 0),
             rd: rd::Rd::default(),
+            hold: reorder::ReorderHold::default(),
         }
     }
 
@@ -633,6 +641,7 @@ impl Engine {
         self.schedule.retain(|q| *q != qpn);
         self.mcast_forget_qp(qpn);
         self.port_forget(&qp);
+        self.hold.forget(qpn);
         Ok(())
     }
 

@@ -65,7 +65,7 @@ pub(crate) struct Responder {
     pub msn: u32,
     /// A NAK (sequence or RNR) went out for `epsn`; later packets are dropped
     /// silently until it arrives (RL-03).
-    nak_sent: bool,
+    pub(super) nak_sent: bool,
     cur: Option<InMsg>,
     resources: VecDeque<Resource>,
     out: VecDeque<RespItem>,

@@ -269,6 +269,21 @@ pub(super) fn duplicate(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> 
                 cx.counters.drop(RxDrop::UnmatchedDuplicate);
                 return false;
             }
+            // The same READ asked again while its answer is queued and not
+            // begun (a fabric duplicate, or a retry that caught up with its
+            // original): that answer, read from memory when it goes, is the
+            // re-execution RL-05 asks for, in order (C9-27). Answering it
+            // twice, or preempting the later READs queued behind it, would
+            // only make the requester ask for those again (vhca policy,
+            // issue 14).
+            let queued = qp.resp.out.iter().any(|it| {
+                matches!(it, RespItem::Read { psn: q, va: v, rkey: k, len: l, sent: 0, .. }
+                    if *q == p && *v == dva && *k == rkey && *l == dlen)
+            });
+            if queued {
+                cx.counters.reorder.dup_reads_queued += 1;
+                return true;
+            }
             // A newer duplicate preempts responses still queued for later PSNs
             // (RL-05). An ACK among them is sent again after the READ's responses,
             // never before them (C9-27), so the requester still gets it.
