@@ -22,7 +22,8 @@
 # Env: BENCH_BW_N (default 500), BENCH_PP_N (default 500), BENCH_TOOL_T
 # (seconds per tool before it counts as stalled, default 150), BENCH_TOOLS
 # (which tools run, default "write read pp"; e.g. "write" alone, so that the
-# counters below are WRITE's).
+# counters below are WRITE's), BENCH_VHCA_BIN (a prebuilt vhca binary, e.g.
+# another tree's, to compare in the same minutes; default: built here).
 #
 # For a vhca stack each boot also prints both vhca processes' recovery
 # counters (their reports at a device reset and at exit, summed: a reset
@@ -89,6 +90,7 @@ one() {
         cli+="r $t $cmd \$SERVER_IP; echo tool-exit $tool \$?; "
     done
     mkdir -p "$d"
+    [ -n "${BENCH_VHCA_BIN:-}" ] && opts+=(--vhca "$BENCH_VHCA_BIN")
     images/roce-pair.sh --a "$s" --b "$s" --out "$d" --timeout $((TT * 3 + 400)) --ready '' "${opts[@]}" \
         "ip -br addr; $srv" "$cli" >"$d/pair.out" 2>&1
     local rc=$? o w rdv p

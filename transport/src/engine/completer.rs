@@ -387,7 +387,8 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
             match code {
                 NakCode::PsnSequenceError => {
                     // RL-03/RL-10: go back to the PSN the responder expects, at once.
-                    if qp.req.rec.repeated_nak(p) || qp.req.rewound_to == Some(p) {
+                    let una = qp.req.una;
+                    if qp.req.rec.repeated_nak(p, una) || qp.req.rewound_to == Some(p) {
                         return false;
                     }
                     if qp.req.rec.absorbs_nak(p, cx.now) {

@@ -642,8 +642,13 @@ impl Recovery {
     /// PSN once and then waits for it; its next NAK, once that PSN came,
     /// names a later one (RL-03; its expected PSN never goes back). So a NAK
     /// at or before the newest one taken asks for nothing: no go-back, no
-    /// retry counted (RL-10).
-    pub fn repeated_nak(&mut self, p: u32) -> bool {
+    /// retry counted (RL-10). The newest is forgotten once `una` passed it
+    /// (a NAK before `una` is dropped as a duplicate anyway, RL-09), or a
+    /// long-lived QP would compare PSNs more than half the PSN space apart.
+    pub fn repeated_nak(&mut self, p: u32, una: u32) -> bool {
+        if self.last_seq_nak.is_some_and(|q| psn::diff(q, una) < 0) {
+            self.last_seq_nak = None;
+        }
         match self.last_seq_nak {
             Some(q) if psn::diff(p, q) <= 0 => true,
             _ => {
@@ -845,15 +850,22 @@ mod tests {
     #[test]
     fn a_sequence_nak_at_or_before_the_newest_taken_is_a_repeat() {
         let mut r = Recovery::default();
-        assert!(!r.repeated_nak(100), "the first NAK is taken");
-        assert!(r.repeated_nak(100), "its copy is not");
-        assert!(!r.repeated_nak(103), "a later PSN is a new NAK");
-        assert!(r.repeated_nak(101), "an older one came late (reordered)");
+        assert!(!r.repeated_nak(100, 100), "the first NAK is taken");
+        assert!(r.repeated_nak(100, 100), "its copy is not");
+        assert!(!r.repeated_nak(103, 101), "a later PSN is a new NAK");
+        assert!(
+            r.repeated_nak(101, 101),
+            "an older one came late (reordered)"
+        );
         let mut r = Recovery::default();
         let top = psn::PSN_MASK;
-        assert!(!r.repeated_nak(top - 1));
-        assert!(!r.repeated_nak(2), "later across the PSN wrap");
-        assert!(r.repeated_nak(top), "before it across the wrap");
+        assert!(!r.repeated_nak(top - 1, top - 1));
+        assert!(!r.repeated_nak(2, 0), "later across the PSN wrap");
+        assert!(r.repeated_nak(top, 0), "before it across the wrap");
+        // Half the PSN space later the old NAK is forgotten (`una` passed
+        // it), so a new NAK there is not taken for an older one.
+        let far = psn::add(2, 1 << 23);
+        assert!(!r.repeated_nak(far, far), "a NAK half the PSN space on");
     }
 
     #[test]
