@@ -20,7 +20,15 @@
 # Usage: scripts/bench-vm-loss.sh [--rounds N] [--stacks "vhca rxe"]
 #                                 [--conditions "0 1 5 10 dupreord"] [--out DIR]
 # Env: BENCH_BW_N (default 500), BENCH_PP_N (default 500), BENCH_TOOL_T
-# (seconds per tool before it counts as stalled, default 150).
+# (seconds per tool before it counts as stalled, default 150), BENCH_TOOLS
+# (which tools run, default "write read pp"; e.g. "write" alone, so that the
+# counters below are WRITE's), BENCH_VHCA_BIN (a prebuilt vhca binary, e.g.
+# another tree's, to compare in the same minutes; default: built here).
+#
+# For a vhca stack each boot also prints both vhca processes' recovery
+# counters (their reports at a device reset and at exit, summed: a reset
+# starts the engine's counters again): A is the server (the WRITE's
+# responder), B the client (the requester of WRITE and READ).
 #
 # Output: one line per boot with MiB/s and usec/iter, then per stack and
 # condition "RATIO stack cond write X read Y pingpong-time Z" against the
@@ -47,6 +55,8 @@ for s in $stacks; do case "$s" in vhca|rxe) ;; *) vhca_die "--stacks: vhca and/o
 for c in $conds; do
     case "$c" in dupreord) ;; ''|*[!0-9]*) vhca_die "--conditions: percentages or dupreord";; esac
 done
+TOOLS=${BENCH_TOOLS:-write read pp}
+for t in $TOOLS; do case "$t" in write|read|pp) ;; *) vhca_die "BENCH_TOOLS: write, read and/or pp";; esac; done
 BW_N=${BENCH_BW_N:-500}
 PP_N=${BENCH_PP_N:-500}
 TT=${BENCH_TOOL_T:-150}
@@ -73,9 +83,14 @@ one() {
     local retry='r() { i=0; while :; do i=$((i+1)); "$@" </dev/null && return 0; e=$?; [ $e = 124 ] || [ $e = 143 ] && return $e; [ $i -ge 30 ] && return 1; sleep 1; done; }; '
     # Each tool's status is printed ("tool-exit NAME RC") so a stall (124) is
     # told apart from a failure; the server goes on to the next tool either way.
-    local srv="${pre}$t $wr </dev/null; echo tool-exit write \$?; $t $rd </dev/null; echo tool-exit read \$?; $t $pp </dev/null; echo tool-exit pp \$?"
-    local cli="${pre}${retry}r $t $wr \$SERVER_IP; echo tool-exit write \$?; r $t $rd \$SERVER_IP; echo tool-exit read \$?; r $t $pp \$SERVER_IP; echo tool-exit pp \$?"
+    local srv="$pre" cli="${pre}${retry}" tool cmd
+    for tool in $TOOLS; do
+        case "$tool" in write) cmd=$wr;; read) cmd=$rd;; pp) cmd=$pp;; esac
+        srv+="$t $cmd </dev/null; echo tool-exit $tool \$?; "
+        cli+="r $t $cmd \$SERVER_IP; echo tool-exit $tool \$?; "
+    done
     mkdir -p "$d"
+    [ -n "${BENCH_VHCA_BIN:-}" ] && opts+=(--vhca "$BENCH_VHCA_BIN")
     images/roce-pair.sh --a "$s" --b "$s" --out "$d" --timeout $((TT * 3 + 400)) --ready '' "${opts[@]}" \
         "ip -br addr; $srv" "$cli" >"$d/pair.out" 2>&1
     local rc=$? o w rdv p
@@ -99,6 +114,24 @@ one() {
     [ -n "$p" ] || p=$(stall pp)
     echo "$w $rdv $p $rc $d"
 }
+# counters DIR: both vhca processes' recovery counters of the boot in DIR.
+counters() {
+    local x f
+    for x in a b; do
+        f="$1/vhca-$x.log"
+        [ -f "$f" ] || continue
+        awk -v side="$x" '/engine: Counters \{/ {
+                n = split($0, kv, /[{},] */)
+                for (i = 1; i <= n; i++) if (split(kv[i], p, ": ") == 2 && p[2] ~ /^[0-9]+$/) sum[p[1]] += p[2]
+            }
+            END {
+                split("tx_packets rx_packets naks_sent acks_sent duplicates_received timeouts probes seq_nak_go_backs seq_naks_absorbed probe_go_backs spurious_probes resent_packets recovery_stall_us", k, " ")
+                line = ""
+                for (i = 1; i in k; i++) line = line " " k[i] "=" (sum[k[i]] + 0)
+                print "  vhca " toupper(side) ":" line
+            }' "$f"
+    done
+}
 num() { case "$1" in ''|NA|stall) return 1;; esac; }
 # ratio A B: A/B, or "stall"/NA.
 ratio() {
@@ -110,7 +143,7 @@ ratios="$out/ratios"
 keep() { num "$2" && echo "$1 $2" >>"$ratios"; }
 
 echo "bench-vm-loss: $rounds round(s), stacks: $stacks, conditions: $conds;" \
-    "ib_write_bw/ib_read_bw -s 65536 -n $BW_N, ibv_rc_pingpong -s 4096 -n $PP_N; logs in $out"
+    "tools: $TOOLS (ib_write_bw/ib_read_bw -s 65536 -n $BW_N, ibv_rc_pingpong -s 4096 -n $PP_N); logs in $out"
 fail=0
 for r in $(seq "$rounds"); do
     for s in $stacks; do
@@ -118,9 +151,14 @@ for r in $(seq "$rounds"); do
         for c in $conds; do
             read -r w rd p rc d < <(one "$s" "$c" "$r")
             echo "round $r $s loss=$c: ib_write_bw $w MiB/s, ib_read_bw $rd MiB/s, rc_pingpong $p usec/iter (exit $rc, $d)"
+            [ "$s" = vhca ] && counters "$d"
             if [ "$c" = 0 ]; then
                 base_w=$w base_r=$rd base_p=$p
-                num "$w" && num "$rd" && num "$p" || { fail=1; echo "  lossless $s boot failed"; }
+                ok=1
+                for t in $TOOLS; do
+                    case "$t" in write) num "$w";; read) num "$rd";; pp) num "$p";; esac || ok=0
+                done
+                [ "$ok" = 1 ] || { fail=1; echo "  lossless $s boot failed"; }
                 keep "BASE:$s:write_MiB/s" "$w"; keep "BASE:$s:read_MiB/s" "$rd"; keep "BASE:$s:pp_usec" "$p"
                 continue
             fi

@@ -387,7 +387,8 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
             match code {
                 NakCode::PsnSequenceError => {
                     // RL-03/RL-10: go back to the PSN the responder expects, at once.
-                    if qp.req.rewound_to == Some(p) {
+                    let una = qp.req.una;
+                    if qp.req.rec.repeated_nak(p, una) || qp.req.rewound_to == Some(p) {
                         return false;
                     }
                     if qp.req.rec.absorbs_nak(p, cx.now) {
@@ -417,6 +418,13 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                         idx.and_then(|i| read_resume_psn(qp, i)).unwrap_or(p)
                     };
                     rewind(qp, resume, cx.now);
+                    // The responder now drops all but `resume` silently
+                    // (RL-03): its first packet goes twice
+                    // (`Recovery::copy_first`), unless a READ or ATOMIC.
+                    let first = qp.req.wqes.get(qp.req.cur);
+                    if resume == p && first.is_some_and(|w| !w.is_rd_atomic() && w.contains(p)) {
+                        qp.req.rec.copy_first(p);
+                    }
                     true
                 }
                 NakCode::InvalidRequest => {

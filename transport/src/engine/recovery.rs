@@ -67,6 +67,18 @@
 //!   go-back, no retry counted (RL-10 counts go-backs). A NAK that comes
 //!   later may report a resent packet lost and goes back again.
 //!   `Limits::bounded_go_back` off goes back for every NAK of another PSN.
+//! - **Two copies of what the responder's silence hinges on (vhca
+//!   policy).** After a sequence NAK the responder drops everything but the
+//!   PSN it expects, without another NAK (RL-03; seed 004 §3.4). A lost
+//!   NAK, or a lost first packet of the go-back it started, then left
+//!   nothing to come back until a probe timeout: on the device tier at 5 %
+//!   loss these were most of WRITE's probes, each costing the 1 ms floor.
+//!   So the responder sends a sequence NAK after a SEND/WRITE packet twice
+//!   (the requester goes back once for both: the copy names the PSN it
+//!   went back to), and the requester sends the first packet of a go-back a
+//!   sequence NAK started twice ([`Recovery::copy_first`]; the copy is a
+//!   duplicate the responder answers, RL-04). Not for READ or ATOMIC
+//!   requests (a duplicate READ is executed again, RL-05).
 //! - **A READ re-request whose answer lost its first response (vhca
 //!   policy).** A gap in READ responses is asked for again once (RL-14);
 //!   more responses after the same gap are the old stream's. A response
@@ -235,6 +247,14 @@ pub(crate) struct Recovery {
     /// The response PSNs of the last READ sent: the window lets a READ go
     /// while one such READ is outstanding ([`Recovery::window`]).
     read_span: u32,
+    /// The first packet of the go-back under way, to go twice when it is
+    /// resent ([`Recovery::copy_first`]).
+    copy_psn: Option<u32>,
+    /// That packet's copy, to send next (outside the send sequence).
+    pub pending_copy: Option<u32>,
+    /// The PSN of the newest PSN Sequence Error NAK taken
+    /// ([`Recovery::repeated_nak`]).
+    last_seq_nak: Option<u32>,
 }
 
 /// PSNs seen since a go-back from `from`: the first [`SEEN_PSNS`] of them,
@@ -284,6 +304,9 @@ impl Default for Recovery {
             last_ack: None,
             seen: Seen::default(),
             read_span: 0,
+            copy_psn: None,
+            pending_copy: None,
+            last_seq_nak: None,
         }
     }
 }
@@ -548,6 +571,8 @@ impl Recovery {
     /// One packet, with AckReq, until a response comes (a probe, or the
     /// request an RNR NAK named after its wait).
     pub fn start_probe(&mut self) {
+        self.copy_psn = None;
+        self.pending_copy = None;
         self.probing = true;
         self.probe_sent = false;
         self.force_ack_req = true;
@@ -584,6 +609,52 @@ impl Recovery {
         };
         if let Some(w) = &mut self.watch {
             w.resent = true;
+        }
+    }
+
+    /// The go-back a sequence NAK just started resends SEND/WRITE packets
+    /// from `from`: that first one goes twice (vhca policy, issue 14). After
+    /// a sequence NAK the responder drops every request but the one it
+    /// expects, without another NAK (RL-03; seed 004 §3.4), so a lost first
+    /// resend left
+    /// nothing to come back until a probe timeout (the host's floor, ten or
+    /// more round trips); with two copies one lost leaves the other, and
+    /// the second is a duplicate the responder answers with an ACK (RL-04).
+    /// Not for a READ or ATOMIC request: a duplicate READ is executed again
+    /// (RL-05), and the ATOMIC's replay is for a lost response.
+    pub fn copy_first(&mut self, from: u32) {
+        self.copy_psn = (!self.probing).then_some(from);
+        self.pending_copy = None;
+    }
+
+    /// A packet of the send sequence went again (a go-back's resend): if it
+    /// is the go-back's first, its copy goes next ([`Recovery::copy_first`]).
+    pub fn on_resend(&mut self, p: u32) {
+        if self.copy_psn == Some(p) {
+            self.copy_psn = None;
+            self.pending_copy = (!self.probing).then_some(p);
+        }
+    }
+
+    /// A PSN Sequence Error NAK for `p` came: whether it repeats one taken
+    /// before or is older (the responder's copy, see the module doc, or the
+    /// fabric's duplicate, reordered or not). A responder NAKs its expected
+    /// PSN once and then waits for it; its next NAK, once that PSN came,
+    /// names a later one (RL-03; its expected PSN never goes back). So a NAK
+    /// at or before the newest one taken asks for nothing: no go-back, no
+    /// retry counted (RL-10). The newest is forgotten once `una` passed it
+    /// (a NAK before `una` is dropped as a duplicate anyway, RL-09), or a
+    /// long-lived QP would compare PSNs more than half the PSN space apart.
+    pub fn repeated_nak(&mut self, p: u32, una: u32) -> bool {
+        if self.last_seq_nak.is_some_and(|q| psn::diff(q, una) < 0) {
+            self.last_seq_nak = None;
+        }
+        match self.last_seq_nak {
+            Some(q) if psn::diff(p, q) <= 0 => true,
+            _ => {
+                self.last_seq_nak = Some(p);
+                false
+            }
         }
     }
 
@@ -764,6 +835,8 @@ impl Recovery {
 
     /// Nothing left unacknowledged.
     pub fn idle(&mut self) {
+        self.copy_psn = None;
+        self.pending_copy = None;
         self.probe_at = None;
         self.probe_due = false;
         self.end_probe();
@@ -773,6 +846,27 @@ impl Recovery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sequence_nak_at_or_before_the_newest_taken_is_a_repeat() {
+        let mut r = Recovery::default();
+        assert!(!r.repeated_nak(100, 100), "the first NAK is taken");
+        assert!(r.repeated_nak(100, 100), "its copy is not");
+        assert!(!r.repeated_nak(103, 101), "a later PSN is a new NAK");
+        assert!(
+            r.repeated_nak(101, 101),
+            "an older one came late (reordered)"
+        );
+        let mut r = Recovery::default();
+        let top = psn::PSN_MASK;
+        assert!(!r.repeated_nak(top - 1, top - 1));
+        assert!(!r.repeated_nak(2, 0), "later across the PSN wrap");
+        assert!(r.repeated_nak(top, 0), "before it across the wrap");
+        // Half the PSN space later the old NAK is forgotten (`una` passed
+        // it), so a new NAK there is not taken for an older one.
+        let far = psn::add(2, 1 << 23);
+        assert!(!r.repeated_nak(far, far), "a NAK half the PSN space on");
+    }
 
     #[test]
     fn slow_start_then_additive_increase_and_one_decrease_per_episode() {

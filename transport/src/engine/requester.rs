@@ -314,6 +314,21 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             }
         }
     }
+    if is_rc {
+        if let Some(p) = qp.req.rec.pending_copy.take() {
+            // The second copy of a go-back's first packet
+            // (`Recovery::copy_first`), outside the send sequence and the
+            // window, unless something acknowledged it meanwhile.
+            if psn::diff(p, qp.req.una) >= 0 {
+                if let Some(i) = qp.req.open_wqe(p) {
+                    let k = psn::diff(p, qp.req.wqes[i].first_psn).max(0) as u32;
+                    if let Ok(len) = build_request(qp, i, k, false, cx, buf) {
+                        return Some(len);
+                    }
+                }
+            }
+        }
+    }
     if is_rc && !qp.req.rec.may_send(qp.req.outstanding()) {
         return None;
     }
@@ -802,6 +817,9 @@ fn build_request(
             cx.counters.resent_packets += 1;
         }
         r.rec.on_send(psn_k, ack_req, new, cx.now, timeout);
+        if !new {
+            r.rec.on_resend(psn_k);
+        }
     }
     if w.sent >= w.npkts {
         w.sent = w.npkts;

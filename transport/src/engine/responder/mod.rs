@@ -217,6 +217,23 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>, xrc_ok: bool) 
         qp.resp.lossy = true;
         let e = qp.resp.epsn;
         nak(qp, cx, e, NakCode::PsnSequenceError, NakReason::PsnSequence);
+        // After a SEND or WRITE packet the NAK goes twice (vhca policy,
+        // issue 14): this QP now drops everything but `e` without another
+        // NAK (RL-03), so a lost NAK left the requester nothing to act on
+        // but a probe timeout. The copy is the same NAK; the requester goes
+        // back once for both (RL-10 counts one retry). Not after a READ or
+        // ATOMIC request: a READ stream showed no gain in the simulation
+        // (its requester also sees response gaps), only a packet more.
+        if !matches!(
+            info.operation,
+            Operation::RdmaReadRequest
+                | Operation::CompareSwap
+                | Operation::FetchAdd
+                | Operation::Flush
+                | Operation::AtomicWrite
+        ) {
+            responses::queue_aeth(qp, e, AethSyndrome::Nak(NakCode::PsnSequenceError));
+        }
         return true;
     }
     if d < 0 {
