@@ -10,8 +10,8 @@
 
 mod common;
 
+use common::loss::loss_pair;
 use common::*;
-use transport::engine::Limits;
 use transport::psn;
 use transport::verbs::{Handle, WcStatus, WrOpcode};
 use transport::wire::{AethSyndrome, NakCode, PacketRepr};
@@ -38,19 +38,7 @@ const DST: u64 = MEM_BASE + 0x4_0000;
 /// Two nodes, 10 us apart, an RC QP with perftest's timeout, and one clean
 /// one-packet WRITE so the round trip is measured.
 fn setup(seed: u64) -> Setup {
-    let limits = Limits {
-        min_probe_timeout_ns: FLOOR_NS,
-        ..Limits::default()
-    };
-    let mut net = Net::with_limits(2, 1 << 20, seed, limits);
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
-    let o = ConnOpts {
-        timeout: 14,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, 0, 1, &o);
+    let (mut net, p, o, ka, kb) = loss_pair(seed, Some(FLOOR_NS));
     fill(&mut net, 0, SRC, (PKTS * PMTU) as usize, 0x5a);
     let mut s = Setup {
         net,
