@@ -3214,8 +3214,9 @@ enum vhca_counter_set {
 	"bad_grh_gid", \
 	"vl15_not_qp0", \
 	"qp0_not_vl15", \
-	"unsupported_vl"
-#define VHCA_COUNTERS_RX_DROP_COUNT 27
+	"unsupported_vl", \
+	"read_response_after_gap"
+#define VHCA_COUNTERS_RX_DROP_COUNT 28
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_NAK_SENT_NAMES \

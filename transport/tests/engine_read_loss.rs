@@ -219,3 +219,36 @@ fn a_lost_re_request_is_sent_again_soon_after_the_old_stream_ends() {
         "done {took} ns after posting, not a floor later"
     );
 }
+
+/// A READ of eight responses whose third is lost once: the fourth shows the
+/// gap and the requester asks again for the rest (RL-14); the old stream's
+/// fifth to eighth responses, already on the wire, carry data the answer
+/// brings again (it starts over at the gap, RL-05) and are dropped, each
+/// counted as such (every drop has its counter), not silently.
+#[test]
+fn old_stream_read_responses_after_a_gap_are_dropped_and_counted() {
+    use transport::engine::RxDrop;
+    let (mut net, p, o, ka, kb) = loss_pair(61, None);
+    fill(&mut net, 1, SRC, 8 * PMTU as usize, 0x6d);
+    read(&mut net, &p, ka, kb, 1, PMTU);
+    let third = psn::add(o.psn_a, 3);
+    let mut lost = false;
+    lose_when(&mut net, move |psn, name| {
+        let hit = !lost && psn == third && name.contains("READ_RESPONSE");
+        lost |= hit;
+        hit
+    });
+    let before = net.nodes[0]
+        .engine
+        .counters()
+        .dropped(RxDrop::ReadResponseAfterGap);
+    read(&mut net, &p, ka, kb, 2, 8 * PMTU);
+    assert_eq!(net.dropped, 1);
+    let c = net.nodes[0].engine.counters();
+    assert_eq!(
+        c.dropped(RxDrop::ReadResponseAfterGap) - before,
+        4,
+        "the old stream's fifth to eighth responses: {c:?}"
+    );
+    assert_no_probe(&net);
+}

@@ -498,6 +498,7 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
             .map(|l| read_resume_psn(qp, l).unwrap_or(qp.req.wqes[l].first_psn))
             .unwrap_or(expect);
         if qp.req.rewound_to == Some(from) && !restarted {
+            cx.counters.drop(RxDrop::ReadResponseAfterGap);
             qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
             if psn::add(p, 1) == qp.req.hwm {
                 qp.req.rec.on_old_stream_end(cx.now);

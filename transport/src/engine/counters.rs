@@ -84,6 +84,10 @@ reasons! {
         Qp0NotVl15,
         /// A packet on a data VL the port does not have (AD-06).
         UnsupportedVl,
+        /// A READ response of the stream before a gap the requester has
+        /// already asked again for (RL-14): its data comes again in the
+        /// answer to the re-request, which starts over at the gap (RL-05).
+        ReadResponseAfterGap,
     }
 }
 
