@@ -573,6 +573,16 @@ impl Recovery {
     /// timeout. The window is not cut: the probe finds out whether anything
     /// was lost.
     pub fn on_tail_probe(&mut self, una: u32, hwm: u32, now: Time, ack_timeout: Option<u64>) {
+        log::debug!(
+            "tail probe psn {una}: unacked {} srtt {:?} rttvar {} floor {} tail floor {} backoff {} stalled {} ns",
+            self.unacked,
+            self.srtt_ns,
+            self.rttvar_ns,
+            self.floor_ns,
+            self.tail_floor_ns,
+            self.backoff,
+            self.stalled_ns(now)
+        );
         self.watch_probe(una, now, ack_timeout);
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
