@@ -3,7 +3,8 @@
 //! original was answered too (the responder answers the probe as a duplicate,
 //! RL-04) was spurious and doubles that QP's probe floor; a probe whose answer
 //! is the only one (the original's ACK was lost) was useful and leaves it.
-//! The floor is observed as the time from a request to its probe.
+//! The floor is observed as the time from a request to its probe; a
+//! one-packet request is a tail, so the floor learned is the tail floor.
 
 mod common;
 
@@ -13,8 +14,12 @@ use transport::verbs::{Sge, WcStatus, WrOpcode};
 
 const A: usize = 0;
 const B: usize = 1;
-const FLOOR_NS: u64 = 100_000;
-/// One way, far below the floor, so the floor sets the probe timeout.
+const FLOOR_NS: u64 = 800_000;
+/// A one-packet WRITE is a tail (`engine::recovery`, "A tail's floor"):
+/// its probe goes at the tail floor, an eighth of the configured one, and
+/// that is the floor these probes teach.
+const TAIL_NS: u64 = FLOOR_NS / 8;
+/// One way, far below the (tail) floor, so the floor sets the probe timeout.
 const HOP_NS: u64 = 5_000;
 
 struct Bench {
@@ -184,15 +189,15 @@ fn spurious_then_next_gap(adaptive: bool) -> (u64, u64, u64) {
 #[test]
 fn a_spurious_probe_doubles_the_qps_probe_floor() {
     let (gap, spurious, next) = spurious_then_next_gap(true);
-    assert_eq!(gap, FLOOR_NS, "the configured floor first");
+    assert_eq!(gap, TAIL_NS, "the configured floor first");
     assert_eq!(spurious, 1);
-    assert_eq!(next, 2 * FLOOR_NS, "doubled");
+    assert_eq!(next, 2 * TAIL_NS, "doubled");
 }
 
 #[test]
 fn a_spurious_probe_is_counted_but_a_fixed_floor_stays() {
     let (gap, spurious, next) = spurious_then_next_gap(false);
-    assert_eq!((gap, spurious, next), (FLOOR_NS, 1, FLOOR_NS));
+    assert_eq!((gap, spurious, next), (TAIL_NS, 1, TAIL_NS));
 }
 
 /// The original's ACK was lost: the probe's answer is the only one. The
@@ -210,7 +215,7 @@ fn a_useful_probe_leaves_the_floor() {
     // Long after: the probe's watch has run out.
     b.advance(100 * FLOOR_NS);
     let (_, _, next) = b.probed_round();
-    assert_eq!((gap, next), (FLOOR_NS, FLOOR_NS));
+    assert_eq!((gap, next), (TAIL_NS, TAIL_NS));
 }
 
 /// The peer was descheduled past the probe timeout: the request and its
@@ -235,7 +240,7 @@ fn a_probe_that_reaches_a_descheduled_peer_with_its_original_is_spurious() {
     b.completes();
     assert_eq!(b.spurious(), 1);
     let (_, _, next) = b.probed_round();
-    assert_eq!(next, 2 * FLOOR_NS, "doubled");
+    assert_eq!(next, 2 * TAIL_NS, "doubled");
 }
 
 /// RL-13 beside the learned floor: a useful probe (the original's ACK was
@@ -284,5 +289,5 @@ fn a_credit_only_ack_is_not_the_duplicate_answer_of_a_watched_probe() {
     b.deliver(A, &credit);
     assert_eq!(b.spurious(), 0, "not a spurious probe");
     let (_, _, next) = b.probed_round();
-    assert_eq!((gap, next), (FLOOR_NS, FLOOR_NS), "the floor stays");
+    assert_eq!((gap, next), (TAIL_NS, TAIL_NS), "the floor stays");
 }

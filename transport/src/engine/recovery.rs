@@ -53,6 +53,19 @@
 //!   probe is watched) raises the floor wrongly; useful probes bring it back.
 //!   `Limits::adaptive_probe_floor` off keeps the floor fixed (and still
 //!   counts the spurious probes).
+//! - **A tail's floor (vhca policy).** The floor guards against spurious
+//!   probes whose cost is the go-back that may follow them: a window's
+//!   packets sent again and the window cut. With at most [`TAIL_PKTS`]
+//!   packets unacknowledged (a small message, one in flight, as
+//!   ibv_rc_pingpong sends; the end of a burst) a spurious probe, or the
+//!   go-back after it, resends a packet or a few, while a lost last packet
+//!   or ACK (nothing follows to provoke a NAK, RL-03) otherwise costs the
+//!   whole floor, many times such a message's round trip. So a tail probes
+//!   at its own floor: it starts at the configured one divided by
+//!   [`TAIL_FLOOR_DIV`] (not below [`MIN_PTO_NS`]), is learned as the other (a tail probe's verdict
+//!   moves the tail floor only, so noise a tail's probes meet never delays
+//!   a window's), and never exceeds the QP's floor. The round trip still
+//!   bounds it from below (2 x SRTT, SRTT + 4 x RTTVAR).
 //! - **At most one go-back per NAK burst (vhca policy).** On a PSN Sequence
 //!   Error NAK the requester resends from the NAK's PSN (RL-03; seed 004
 //!   §3.4: the responder NAKs once, then drops silently until that PSN
@@ -154,6 +167,24 @@ const MAX_FLOOR_FACTOR: u64 = 32;
 /// peer descheduled for longer than a probe timeout answers late.
 const WATCH_PTOS: u64 = 8;
 
+/// A tail of at most this many unacknowledged packets probes at its own,
+/// lower floor (see the module doc, "A tail's floor"): a 4 KiB message at
+/// path MTU 1024, the ping-pong's whole flight.
+pub(super) const TAIL_PKTS: u32 = 4;
+/// The tail floor starts at (and never goes below) the configured floor
+/// divided by this, but not below [`MIN_PTO_NS`] ([`tail_min_ns`]).
+const TAIL_FLOOR_DIV: u64 = 8;
+
+/// Where a tail floor starts and what it never goes below, for a configured
+/// floor of `min_pto_ns`: an eighth of it, at least [`MIN_PTO_NS`] (below
+/// that a probe races ordinary ACKs, and packets queued behind other QPs'
+/// at the port, ARCHITECTURE.md §3), at most the configured floor itself.
+fn tail_min_ns(min_pto_ns: u64) -> u64 {
+    (min_pto_ns / TAIL_FLOOR_DIV)
+        .max(MIN_PTO_NS)
+        .min(min_pto_ns)
+}
+
 /// A probe whose answer is being watched: if the responder answers both the
 /// original and the probe (a duplicate response for a PSN at or after the
 /// probed one), nothing had been lost and the probe was spurious.
@@ -167,6 +198,8 @@ struct Watch {
     end: Option<u32>,
     /// Until when an answer to the probe may still come.
     until: Time,
+    /// The probe went at the tail floor: its verdict moves that floor.
+    tail: bool,
     /// A go-back resent packets since the probe: their duplicate answers
     /// cannot be told from the probe's, so the probe is not judged.
     resent: bool,
@@ -232,6 +265,14 @@ pub(crate) struct Recovery {
     watch: Option<Watch>,
     /// The go-back under way, for sequence NAKs it already answers.
     go_back: Option<GoBack>,
+    /// The tail floor: the probe timeout's floor while at most [`TAIL_PKTS`]
+    /// packets are unacknowledged; learned like `floor_ns`, between
+    /// [`tail_min_ns`] and `floor_ns`.
+    tail_floor_ns: u64,
+    /// Packets unacknowledged (the caller's count, set before
+    /// [`Recovery::on_send`] and by [`Recovery::on_progress`]): whether the
+    /// tail floor applies.
+    pub unacked: u32,
     /// The last packet sent or acknowledgement received.
     last_activity: Time,
     /// `Limits::adaptive_probe_floor`.
@@ -296,6 +337,8 @@ impl Default for Recovery {
             probes: true,
             min_pto_ns: MIN_PTO_NS,
             floor_ns: MIN_PTO_NS,
+            tail_floor_ns: tail_min_ns(MIN_PTO_NS),
+            unacked: 0,
             watch: None,
             go_back: None,
             last_activity: Time(0),
@@ -319,6 +362,7 @@ impl Recovery {
             probes: limits.loss_probes,
             min_pto_ns: limits.min_probe_timeout_ns,
             floor_ns: limits.min_probe_timeout_ns,
+            tail_floor_ns: tail_min_ns(limits.min_probe_timeout_ns),
             adaptive: limits.adaptive_probe_floor,
             bounded_go_back: limits.bounded_go_back,
             ..Recovery::default()
@@ -374,18 +418,29 @@ impl Recovery {
     }
 
     /// The probe timeout: 2 x SRTT, at least SRTT + 4 x RTTVAR and the QP's
-    /// learned floor, at most half the ACK timeout, doubled per unanswered
-    /// probe.
+    /// learned floor (the tail floor for a tail), at most half the ACK
+    /// timeout, doubled per unanswered probe.
     pub fn pto_ns(&self, ack_timeout_ns: Option<u64>) -> u64 {
         let base = match self.srtt_ns {
             Some(s) => (2 * s).max(s + 4 * self.rttvar_ns),
             None => INITIAL_PTO_NS,
         };
-        let t = (base.max(self.floor_ns)) << self.backoff.min(MAX_BACKOFF);
+        let floor = if self.is_tail() {
+            self.tail_floor_ns.min(self.floor_ns)
+        } else {
+            self.floor_ns
+        };
+        let t = (base.max(floor)) << self.backoff.min(MAX_BACKOFF);
         match ack_timeout_ns {
             Some(a) => t.min(a / 2).max(1),
             None => t,
         }
+    }
+
+    /// Whether at most [`TAIL_PKTS`] packets are unacknowledged: a spurious
+    /// probe or the go-back after it resends no more than that.
+    fn is_tail(&self) -> bool {
+        (1..=TAIL_PKTS).contains(&self.unacked)
     }
 
     /// A request packet went out; `new` when its PSN was never sent before.
@@ -422,6 +477,7 @@ impl Recovery {
         now: Time,
         ack_timeout: Option<u64>,
     ) {
+        self.unacked = unacked;
         if let Some((p, sent)) = self.sample {
             if psn::diff(last_acked, p) >= 0 {
                 self.sample = None;
@@ -517,6 +573,16 @@ impl Recovery {
     /// timeout. The window is not cut: the probe finds out whether anything
     /// was lost.
     pub fn on_tail_probe(&mut self, una: u32, hwm: u32, now: Time, ack_timeout: Option<u64>) {
+        log::debug!(
+            "tail probe psn {una}: unacked {} srtt {:?} rttvar {} floor {} tail floor {} backoff {} stalled {} ns",
+            self.unacked,
+            self.srtt_ns,
+            self.rttvar_ns,
+            self.floor_ns,
+            self.tail_floor_ns,
+            self.backoff,
+            self.stalled_ns(now)
+        );
         self.watch_probe(una, now, ack_timeout);
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
@@ -536,7 +602,8 @@ impl Recovery {
     /// moved (up) would stay raised for the QP's life (vhca policy).
     pub fn on_tail_lost(&mut self, hwm: u32, now: Time, ack_timeout: Option<u64>) {
         if self.adaptive {
-            self.floor_ns = (self.floor_ns - self.floor_ns / 8).max(self.min_pto_ns);
+            let tail = self.watch.map_or(self.is_tail(), |w| w.tail);
+            self.lower_floor(tail);
         }
         self.on_loss(hwm);
         self.probe_hwm = None;
@@ -761,6 +828,23 @@ impl Recovery {
         self.floor_ns
     }
 
+    /// The QP's current tail floor (ns).
+    #[cfg(test)]
+    pub fn tail_floor_ns(&self) -> u64 {
+        self.tail_floor_ns
+    }
+
+    /// A useful probe: the floor it went at comes down by an eighth, never
+    /// below where it starts.
+    fn lower_floor(&mut self, tail: bool) {
+        if tail {
+            let min = tail_min_ns(self.min_pto_ns);
+            self.tail_floor_ns = (self.tail_floor_ns - self.tail_floor_ns / 8).max(min);
+        } else {
+            self.floor_ns = (self.floor_ns - self.floor_ns / 8).max(self.min_pto_ns);
+        }
+    }
+
     /// A probe of `p` goes: watch for a duplicate answer.
     fn watch_probe(&mut self, p: u32, now: Time, ack_timeout: Option<u64>) {
         // The last probe's watch, if it ran out, proved it useful; if not, a
@@ -771,6 +855,7 @@ impl Recovery {
             psn: p,
             end: None,
             until: now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout)),
+            tail: self.is_tail(),
             resent: false,
         });
     }
@@ -783,7 +868,7 @@ impl Recovery {
         if let Some(w) = self.watch.filter(|w| w.until <= now) {
             self.watch = None;
             if self.adaptive && !w.resent {
-                self.floor_ns = (self.floor_ns - self.floor_ns / 8).max(self.min_pto_ns);
+                self.lower_floor(w.tail);
             }
         }
     }
@@ -808,6 +893,17 @@ impl Recovery {
         self.watch = None;
         if !self.adaptive {
             // Counted, not acted on.
+            return true;
+        }
+        if w.tail {
+            // A tail's spurious probe cost a packet or a few: the tail floor
+            // doubles, up to the QP's floor; the bulk floor stays.
+            let min = tail_min_ns(self.min_pto_ns);
+            self.tail_floor_ns = self
+                .tail_floor_ns
+                .saturating_mul(2)
+                .min(self.floor_ns)
+                .max(min);
             return true;
         }
         let max = self.min_pto_ns.saturating_mul(MAX_FLOOR_FACTOR);
@@ -953,6 +1049,36 @@ mod tests {
         r.on_send(1, true, true, Time(0), None);
         r.on_progress(1, 1, 0, Time(10_000), None);
         r
+    }
+
+    #[test]
+    fn a_tail_probes_at_its_own_floor_and_its_verdicts_move_only_that() {
+        let mut r = measured(800_000);
+        let tail = 800_000 / TAIL_FLOOR_DIV;
+        r.unacked = 5;
+        assert_eq!(r.pto_ns(None), 800_000, "five packets: the QP's floor");
+        r.unacked = TAIL_PKTS;
+        assert_eq!(r.pto_ns(None), tail, "a tail: the tail floor");
+        // A spurious tail probe doubles the tail floor, not the QP's.
+        r.on_tail_probe(10, 14, Time(1_000_000), None);
+        r.on_progress(13, 4, 0, Time(1_050_000), None);
+        assert!(r.on_duplicate(13, Time(1_060_000)), "spurious");
+        assert_eq!((r.tail_floor_ns(), r.floor_ns()), (2 * tail, 800_000));
+        r.unacked = 1;
+        assert_eq!(r.pto_ns(None), 2 * tail);
+        // Never above the QP's floor.
+        for k in 0..10u64 {
+            let t = Time(2_000_000 + k * 100_000_000);
+            r.unacked = 2;
+            r.on_tail_probe(20, 22, t, None);
+            r.on_duplicate(21, t.plus_ns(1_000));
+        }
+        assert_eq!((r.tail_floor_ns(), r.floor_ns()), (800_000, 800_000));
+        // A useful tail probe (its watch runs out) lowers it by an eighth.
+        r.on_tail_probe(30, 32, Time(3_000_000_000), None);
+        r.on_progress(31, 2, 0, Time(30_000_000_000), None);
+        assert_eq!(r.tail_floor_ns(), 700_000);
+        assert_eq!(r.floor_ns(), 800_000);
     }
 
     #[test]

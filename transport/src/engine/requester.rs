@@ -802,6 +802,8 @@ fn build_request(
     let r = &mut qp.req;
     if !advance {
         cx.counters.resent_packets += 1;
+        let unacked = r.unacked();
+        r.rec.unacked = unacked;
         r.rec.on_send(psn_k, ack_req, false, cx.now, timeout);
         return Ok(len);
     }
@@ -816,6 +818,9 @@ fn build_request(
         if !new {
             cx.counters.resent_packets += 1;
         }
+        // The probe timeout's floor depends on what is unacknowledged
+        // (recovery.rs, "A tail's floor").
+        r.rec.unacked = psn::diff(r.hwm, r.una).max(0) as u32;
         r.rec.on_send(psn_k, ack_req, new, cx.now, timeout);
         if !new {
             r.rec.on_resend(psn_k);
