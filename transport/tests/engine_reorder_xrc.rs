@@ -7,27 +7,8 @@ mod common;
 use common::*;
 use transport::engine::Limits;
 use transport::psn;
-use transport::verbs::{
-    AddressVector, AttrMask, QpCap, QpInit, QpType, RecvWr, WcStatus, WrOpcode,
-};
+use transport::verbs::{QpCap, QpInit, QpType, RecvWr, WcStatus, WrOpcode};
 use transport::wire::PacketRepr;
-
-/// Init -> RTR -> RTS with the masks each XRC half needs (as engine_xrc.rs).
-fn bring_up_xrc(net: &mut Net, node: usize, qpn: u32, ty: QpType, peer_lid: u16, peer_qpn: u32) {
-    let av = AddressVector {
-        dlid: peer_lid,
-        ..AddressVector::default()
-    };
-    let rtr =
-        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
-    let (rtr, rts) = if ty == QpType::XrcTgt {
-        let rtr = rtr | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
-        (rtr, AttrMask::STATE | AttrMask::TIMEOUT | AttrMask::SQ_PSN)
-    } else {
-        (rtr, RC_RTS_MASK)
-    };
-    walk_to_rts(net, node, qpn, &rc_attr(av, peer_qpn, 0x10), rtr, rts);
-}
 
 #[test]
 fn an_adjacent_swap_of_xrc_send_packets_costs_no_sequence_nak() {

@@ -8,8 +8,7 @@ mod common;
 use common::*;
 use transport::engine::NakReason;
 use transport::verbs::{
-    AddressVector, AttrMask, Handle, QpCap, QpInit, QpType, RecvWr, VerbError, WcOpcode, WcStatus,
-    WrOpcode,
+    Handle, QpCap, QpInit, QpType, RecvWr, VerbError, WcOpcode, WcStatus, WrOpcode,
 };
 use transport::wire::ext::{AethSyndrome, NakCode};
 use transport::wire::opcode::{Direction, Service};
@@ -46,24 +45,6 @@ fn post_srq(net: &mut Net, srq: Handle, wr_id: u64, addr: u64, len: u32, lkey: u
             },
         )
         .expect("post srq recv");
-}
-
-/// Init -> RTR -> RTS with the masks Linux's `qp_state_table` asks of each
-/// XRC half (an INI QP no responder attributes, a TGT QP no requester ones).
-fn bring_up_xrc(net: &mut Net, node: usize, qpn: u32, ty: QpType, peer_lid: u16, peer_qpn: u32) {
-    let av = AddressVector {
-        dlid: peer_lid,
-        ..AddressVector::default()
-    };
-    let rtr =
-        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
-    let (rtr, rts) = if ty == QpType::XrcTgt {
-        let rtr = rtr | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
-        (rtr, AttrMask::STATE | AttrMask::TIMEOUT | AttrMask::SQ_PSN)
-    } else {
-        (rtr, RC_RTS_MASK)
-    };
-    walk_to_rts(net, node, qpn, &rc_attr(av, peer_qpn, 0x10), rtr, rts);
 }
 
 fn setup(net: &mut Net) -> (Initiator, Target) {

@@ -165,3 +165,28 @@ pub fn walk_to_rts(net: &mut Net, node: usize, qpn: u32, a: &QpAttr, rtr: AttrMa
             .unwrap_or_else(|err| panic!("QP {qpn} to {state:?}: {err:?}"));
     }
 }
+
+/// Init -> RTR -> RTS with the masks Linux's `qp_state_table` asks of each
+/// XRC half (an INI QP no responder attributes, a TGT QP no requester ones).
+pub fn bring_up_xrc(
+    net: &mut Net,
+    node: usize,
+    qpn: u32,
+    ty: QpType,
+    peer_lid: u16,
+    peer_qpn: u32,
+) {
+    let av = AddressVector {
+        dlid: peer_lid,
+        ..AddressVector::default()
+    };
+    let rtr =
+        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
+    let (rtr, rts) = if ty == QpType::XrcTgt {
+        let rtr = rtr | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+        (rtr, AttrMask::STATE | AttrMask::TIMEOUT | AttrMask::SQ_PSN)
+    } else {
+        (rtr, RC_RTS_MASK)
+    };
+    walk_to_rts(net, node, qpn, &rc_attr(av, peer_qpn, 0x10), rtr, rts);
+}
