@@ -54,13 +54,13 @@ impl Engine {
     ) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += buf.len() as u64;
-        // Held packets whose hold ran out are not processed here, before
-        // this one: a process descheduled past the hold reads the missing
-        // packet in its next batch, which then still goes first (as a due
-        // probe waits for what arrived, `recovery`). `poll_transmit`, after
-        // the batch, processes what is still held.
         // The receive reorder hold (`reorder`, vhca policy): a packet one
-        // PSN ahead may wait for the one it overtook.
+        // PSN ahead may wait for the one it overtook. Held packets whose
+        // hold ran out are not processed here, before this one: a process
+        // descheduled past the hold reads the missing packet in its next
+        // batch, which then still goes first (as a due probe waits for what
+        // arrived, `recovery`). `poll_transmit`, after the batch, processes
+        // what is still held.
         match self.receive(buf, src_lid, mem, now, true) {
             Arrival::Process | Arrival::Held => {}
             Arrival::ThenHeld(n) => self.release_held(n, mem, now),
@@ -80,10 +80,9 @@ impl Engine {
     /// [`Self::poll_timeout`]; processing a packet needs guest memory, which
     /// the timer entry point does not have). O(1) when none is due.
     fn release_expired(&mut self, mem: &mut dyn Memory, now: Time) {
-        if self.hold.next_expiry().is_none_or(|t| t > now) {
-            return;
-        }
-        for n in self.hold.expired(now) {
+        // Releasing never holds again (`receive` without `may_hold`), so
+        // this ends once every due slot is empty.
+        while let Some(n) = self.hold.first_expired(now) {
             self.hold.on_expired(&mut self.counters.reorder);
             self.release_held(n, mem, now);
         }

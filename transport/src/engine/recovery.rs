@@ -269,10 +269,10 @@ pub(crate) struct Recovery {
     /// packets are unacknowledged; learned like `floor_ns`, between
     /// [`tail_min_ns`] and `floor_ns`.
     tail_floor_ns: u64,
-    /// Packets unacknowledged (the caller's count, set before
-    /// [`Recovery::on_send`] and by [`Recovery::on_progress`]): whether the
+    /// Packets unacknowledged (the caller's count, given to
+    /// [`Recovery::on_send`] and [`Recovery::on_progress`]): whether the
     /// tail floor applies.
-    pub unacked: u32,
+    unacked: u32,
     /// The last packet sent or acknowledgement received.
     last_activity: Time,
     /// `Limits::adaptive_probe_floor`.
@@ -443,15 +443,18 @@ impl Recovery {
         (1..=TAIL_PKTS).contains(&self.unacked)
     }
 
-    /// A request packet went out; `new` when its PSN was never sent before.
+    /// A request packet went out; `new` when its PSN was never sent before;
+    /// `unacked` packets are unacknowledged now.
     pub fn on_send(
         &mut self,
         p: u32,
         ack_req: bool,
         new: bool,
+        unacked: u32,
         now: Time,
         ack_timeout: Option<u64>,
     ) {
+        self.unacked = unacked;
         if ack_req && new && self.sample.is_none() {
             self.sample = Some((p, now));
         }
@@ -990,7 +993,7 @@ mod tests {
     #[test]
     fn probe_timeout_follows_rtt_backs_off_and_stays_under_the_ack_timeout() {
         let mut r = Recovery::default();
-        r.on_send(5, true, true, Time(1_000), None);
+        r.on_send(5, true, true, r.unacked, Time(1_000), None);
         r.on_progress(5, 1, 1, Time(101_000), None);
         // One sample: RTTVAR is half of it, so SRTT + 4 x RTTVAR = 3 x RTT.
         assert_eq!(r.pto_ns(None), 300_000, "3 x 100 us");
@@ -1000,7 +1003,7 @@ mod tests {
         assert!(r.probing && r.force_ack_req);
         assert_eq!(r.window(), 1, "one packet while a probe is out");
         assert!(r.may_send(40), "the probe goes whatever is in flight");
-        r.on_send(9, true, false, Time(0), None);
+        r.on_send(9, true, false, r.unacked, Time(0), None);
         assert!(!r.may_send(0), "and nothing after it");
         assert_eq!(r.pto_ns(None), 600_000, "doubled");
         assert_eq!(r.pto_ns(Some(500_000)), 250_000, "half the ACK timeout");
@@ -1033,7 +1036,7 @@ mod tests {
     #[test]
     fn a_resent_psn_is_never_timed() {
         let mut r = Recovery::default();
-        r.on_send(5, true, true, Time(0), None);
+        r.on_send(5, true, true, r.unacked, Time(0), None);
         r.on_rewind(5, 6, Time(0));
         r.on_progress(5, 1, 0, Time(5_000_000), None);
         assert_eq!(r.pto_ns(None), INITIAL_PTO_NS, "no sample taken");
@@ -1046,7 +1049,7 @@ mod tests {
             floor_ns,
             ..Recovery::default()
         };
-        r.on_send(1, true, true, Time(0), None);
+        r.on_send(1, true, true, r.unacked, Time(0), None);
         r.on_progress(1, 1, 0, Time(10_000), None);
         r
     }
@@ -1251,7 +1254,7 @@ mod tests {
     fn the_old_streams_end_brings_the_probe_of_an_unanswered_re_request_forward() {
         let mut r = measured(1_000_000);
         // RTT 10 us: SRTT 10, RTTVAR 5; the PTO's base is 30 us, the floor 1 ms.
-        r.on_send(20, true, true, Time(5_000_000), None);
+        r.on_send(20, true, true, r.unacked, Time(5_000_000), None);
         r.on_rewind(10, 40, Time(5_000_000));
         assert_eq!(r.probe_at, Some(Time(6_000_000)), "the floor");
         r.on_old_stream_end(Time(5_005_000));
@@ -1259,7 +1262,7 @@ mod tests {
         r.on_old_stream_end(Time(5_100_000));
         assert_eq!(r.probe_at, Some(Time(5_030_000)), "never later than it was");
         let mut late = measured(1_000_000);
-        late.on_send(20, true, true, Time(5_000_000), None);
+        late.on_send(20, true, true, late.unacked, Time(5_000_000), None);
         late.on_rewind(10, 40, Time(5_000_000));
         late.on_old_stream_end(Time(5_200_000));
         assert_eq!(

@@ -259,17 +259,14 @@ impl ReorderHold {
         self.misses = self.misses.saturating_add(1);
     }
 
-    /// The slots whose hold ran out at `now`.
-    pub(super) fn expired(&self, now: Time) -> Vec<usize> {
+    /// The first slot whose hold ran out at `now` (O(1) when none has).
+    pub(super) fn first_expired(&self, now: Time) -> Option<usize> {
         if self.next.is_none_or(|t| t > now) {
-            return Vec::new();
+            return None;
         }
         self.slots
             .iter()
-            .enumerate()
-            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.until <= now))
-            .map(|(i, _)| i)
-            .collect()
+            .position(|s| s.as_ref().is_some_and(|s| s.until <= now))
     }
 
     /// Drops what is held for `qpn` (the QP is destroyed or reset: its

@@ -803,12 +803,11 @@ fn build_request(
     if !advance {
         cx.counters.resent_packets += 1;
         let unacked = r.unacked();
-        r.rec.unacked = unacked;
-        r.rec.on_send(psn_k, ack_req, false, cx.now, timeout);
+        r.rec
+            .on_send(psn_k, ack_req, false, unacked, cx.now, timeout);
         return Ok(len);
     }
-    let w = &mut r.wqes[i];
-    w.sent += adv;
+    r.wqes[i].sent += adv;
     r.next_psn = psn::add(psn_k, adv);
     let new = psn::diff(psn_k, r.hwm) >= 0;
     if psn::diff(r.next_psn, r.hwm) > 0 {
@@ -818,14 +817,13 @@ fn build_request(
         if !new {
             cx.counters.resent_packets += 1;
         }
-        // The probe timeout's floor depends on what is unacknowledged
-        // (recovery.rs, "A tail's floor").
-        r.rec.unacked = psn::diff(r.hwm, r.una).max(0) as u32;
-        r.rec.on_send(psn_k, ack_req, new, cx.now, timeout);
+        let unacked = r.unacked();
+        r.rec.on_send(psn_k, ack_req, new, unacked, cx.now, timeout);
         if !new {
             r.rec.on_resend(psn_k);
         }
     }
+    let w = &mut r.wqes[i];
     if w.sent >= w.npkts {
         w.sent = w.npkts;
         r.cur += 1;
