@@ -10,7 +10,7 @@ set -u
 NS=vhcanetA
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 VHCA=${VHCA:-$REPO/target/debug/vhca}
-RUN=/var/cache/vhca/run
+RUN=${VHCA_CACHE:-/var/cache/vhca}/run
 MAC=52:54:00:aa:00:02
 cleanup() {
     [ -n "${VPID:-}" ] && kill "$VPID" 2>/dev/null; wait "${VPID:-}" 2>/dev/null

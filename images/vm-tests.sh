@@ -16,7 +16,10 @@
 # names, and the sysfs port counters (port_xmit_packets ...) and the device's
 # hw counters (send_wqes, cqes) are > 0.
 #
-# Tools: ibv_{rc,uc,ud,srq}_pingpong -c, each with and without -e; over RC
+# Tools: ibv_{rc,uc,ud,srq}_pingpong -c, each with and without -e;
+# ibv_rc_pingpong -N (the extended QP's ibv_wr_* API: libibverbs finds the
+# ibv_qp_ex inside the provider's verbs_qp, so a provider built with another
+# release's structure layout fails here, issue 24); over RC
 # ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat
 # ib_read_lat; ib_send_bw -c UD; ib_write_bw -c UC; UD multicast (AD-08,
 # PV-07: images/vt/ud-mcast.c, built in the tool root: two QPs of guest A
@@ -70,6 +73,7 @@ P="-d vhca0 -F -n $PN"
 # name|server and client arguments (the client adds $SERVER_IP; both get -p PORT)
 tests="rc_pingpong|ibv_rc_pingpong $D -g 0 -c -n $N
 rc_pingpong_e|ibv_rc_pingpong $D -g 0 -c -e -n $N
+rc_pingpong_N|ibv_rc_pingpong $D -g 0 -c -N -n $N
 uc_pingpong|ibv_uc_pingpong $D -g 0 -c -n $N
 uc_pingpong_e|ibv_uc_pingpong $D -g 0 -c -e -n $N
 ud_pingpong|ibv_ud_pingpong $D -g 0 -c -s 1024 -n $N

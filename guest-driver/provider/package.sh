@@ -14,24 +14,37 @@
 #
 # Steps (run as root on the host; the builds run in the release's root:
 # trixie = the host tool root, bookworm = images/distro-root.sh's):
-#   1. rdma-core's source at the root's libibverbs1 version (bookworm 44.0,
-#      trixie 56.1): `apt-get source --print-uris` inside the root, the
-#      tarballs checked by SHA256, Debian's patches applied; kept in
-#      $VHCA_CACHE/rdma-core-src-<version>. A mirror without the orig
-#      tarball: env VHCA_RDMA_CORE_GIT=<clone of linux-rdma/rdma-core>, whose
-#      tag v<upstream> is archived instead.
+#   1. rdma-core's source: always trixie's (56.1), whatever the release, from
+#      the trixie root: `apt-get source --print-uris`, the tarballs checked by
+#      SHA256, Debian's patches applied; kept in
+#      $VHCA_CACHE/rdma-core-src-<version>. Bookworm's own 44.0 source cannot
+#      be had here (the mirror has no rdma-core_44.0.orig tarball; issue 24),
+#      and it is not needed: a provider is loaded by the private ABI its file
+#      name carries, and both releases' libibverbs load providers of private
+#      ABI 34 (`*-rdmav34.so`; IBVERBS_PABI_VERSION is 34 in both trees).
 #   2. A git tree of it; `git am` of patches/*.patch (0001 adds
 #      providers/vhca and its kernel header, wired into CMake; 0002 names it in
 #      debian/); the applied files must equal guest-driver/provider's and
 #      the ABI headers.
-#   3. cmake + ninja inside the root, only the vhca-rdmav<PABI> target;
-#      warnings in providers/vhca fail the build.
-#   4. dpkg-deb: libvhca-rdmav<PABI>.so in the libibverbs provider folder and
-#      /etc/libibverbs.d/vhca.driver; Depends on libibverbs1 of the same
+#   3. cmake + ninja inside the release's root, only the vhca-rdmav<PABI>
+#      target; warnings in providers/vhca fail the build. When the release's
+#      libibverbs1 is not the source's version (bookworm: 44.0), the provider
+#      is compiled against that release's public headers (its libibverbs-dev,
+#      downloaded in the root, VHCA_IBVERBS_INCLUDE in CMakeLists.txt): the
+#      structures the provider and the library share (ibv_qp_ex grew a member
+#      after 44, moving verbs_qp's own fields) then have the loading
+#      library's layout, and compat.h leaves out what 44 lacks. The root's
+#      libibverbs must export verbs_register_driver_<PABI>.
+#   4. The check that it loads: in the release's root, a small program
+#      dlopen()s libibverbs.so.1 and then the provider with RTLD_NOW, so every
+#      symbol the provider imports (IBVERBS_PRIVATE_<PABI> included) must
+#      resolve in the release's own library, or the build fails.
+#   5. dpkg-deb: libvhca-rdmav<PABI>.so in the libibverbs provider folder and
+#      /etc/libibverbs.d/vhca.driver; Depends on libibverbs1 of the release's
 #      rdma-core major version (the provider ABI is private to a release).
 #      gzip members, so busybox's dpkg can install it too.
 #   Cached in $VHCA_CACHE/provider-deb-<key>, key = this script, the patches,
-#   the sources and the version.
+#   the sources and both versions.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -51,9 +64,14 @@ case "$release" in trixie|bookworm) ;; *) vhca_die "--release: bookworm or trixi
 vhca_need_root
 command -v git >/dev/null || vhca_die "git is needed on the host (the patch series)"
 root=$("$VHCA_IMAGES/distro-root.sh" "$release")
-ver=$(vhca_chroot "$root" dpkg-query -W -f='${Version}' libibverbs1) ||
-    vhca_die "no libibverbs1 in the $release root"
+src_root=$("$VHCA_IMAGES/distro-root.sh" trixie)
+# The source's version (trixie's) and the loading library's (the release's).
+ver=$(vhca_chroot "$src_root" dpkg-query -W -f='${Version}' libibverbs1) ||
+    vhca_die "no libibverbs1 in the trixie root"
 upstream=${ver%-*}
+lib_ver=$(vhca_chroot "$root" dpkg-query -W -f='${Version}' libibverbs1) ||
+    vhca_die "no libibverbs1 in the $release root"
+lib_upstream=${lib_ver%-*}
 SRCS=("$HERE"/CMakeLists.txt "$HERE"/*.[ch])
 ABI_H="$REPO/guest-driver/include/vhca_abi.h"
 UABI_H="$REPO/guest-driver/kernel/vhca-abi-user.h"
@@ -68,14 +86,14 @@ mkdir -p "$src_base"
 exec 9>"$src_base/.lock"
 flock 9
 if [ ! -e "$src_base/.complete" ]; then
-    vhca_log "fetching rdma-core $ver's source (in the $release root)"
+    vhca_log "fetching rdma-core $ver's source (in the trixie root)"
     find "$src_base" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} +
     # As build.sh: the mirror may lack the .dsc, so not `apt-get source` but
     # its URI list (with SHA256s) and apt-helper, in the root (its apt
     # sources); then, here, what dpkg-source -x does: orig tarball, Debian
     # tarball over it, debian/patches/series.
     # shellcheck disable=SC2016  # expanded inside the root
-    vhca_chroot "$root" bash -ec '
+    vhca_chroot "$src_root" bash -ec '
         cd "$1"
         apt-get source --print-uris "rdma-core=$2" 2>/dev/null |
             sed -n "s/^.\([^ ]*\). \([^ ]*\) [0-9]* \(SHA256:[0-9a-f]*\)\$/\1 \2 \3/p" |
@@ -89,17 +107,8 @@ if [ ! -e "$src_base/.complete" ]; then
     (
         cd "$src_base"
         set -e
-        if ! ls rdma-core_"$upstream".orig.tar.* >/dev/null 2>&1; then
-            # Some mirrors drop old orig tarballs (bookworm's 44.0 on this
-            # machine's): upstream's release tag, from a clone of
-            # github.com/linux-rdma/rdma-core named by VHCA_RDMA_CORE_GIT,
-            # is the same tree.
-            [ -n "${VHCA_RDMA_CORE_GIT:-}" ] ||
-                vhca_die "no rdma-core_$upstream.orig tarball on the mirror; set VHCA_RDMA_CORE_GIT to a clone of github.com/linux-rdma/rdma-core"
-            vhca_log "orig tarball from $VHCA_RDMA_CORE_GIT, tag v$upstream"
-            git -C "$VHCA_RDMA_CORE_GIT" archive --format=tar --prefix="rdma-core-$upstream/" \
-                "v$upstream" | gzip -n >"rdma-core_$upstream.orig.tar.gz"
-        fi
+        ls rdma-core_"$upstream".orig.tar.* >/dev/null 2>&1 ||
+            vhca_die "no rdma-core_$upstream.orig tarball (see $src_base/get.log)"
         ls rdma-core_"$ver".debian.tar.* >/dev/null || vhca_die "no rdma-core_$ver.debian tarball"
         mkdir unpack
         tar -xf rdma-core_"$upstream".orig.tar.* -C unpack
@@ -179,7 +188,7 @@ fi
 # --- 2. the patched tree --------------------------------------------------------
 PATCHES=("$HERE"/patches/*.patch)
 [ -e "${PATCHES[0]}" ] || vhca_die "no patches in $HERE/patches (--update-patches)"
-key=$( (cat "$0" "${PATCHES[@]}" "${SRCS[@]}" "$ABI_H" "$UABI_H"; echo "$ver") |
+key=$( (cat "$0" "${PATCHES[@]}" "${SRCS[@]}" "$ABI_H" "$UABI_H"; echo "$ver $lib_ver") |
     sha256sum | cut -c1-16)
 out="$VHCA_CACHE/provider-deb-$key"
 if [ -e "$out/.complete" ]; then
@@ -207,24 +216,79 @@ done
 pabi=$(sed -n 's/^set(IBVERBS_PABI_VERSION "\([0-9]*\)")$/\1/p' "$tmp/rdma-core/CMakeLists.txt")
 [ -n "$pabi" ] || vhca_die "no IBVERBS_PABI_VERSION in rdma-core's CMakeLists.txt"
 target="vhca-rdmav$pabi"
-vhca_log "building $target in rdma-core $ver ($release root)"
+libdir=/usr/lib/x86_64-linux-gnu
+# The release's library must load providers of this tree's private ABI.
+vhca_chroot "$root" sh -c "objdump -T $libdir/libibverbs.so.1 | grep -q ' verbs_register_driver_$pabi\$'" ||
+    vhca_die "libibverbs $lib_ver ($release) does not load providers of private ABI $pabi (rdma-core $ver's)"
+cmake_extra=()
+if [ "$lib_upstream" != "$upstream" ]; then
+    # That release's public headers, from its libibverbs-dev (not installed in
+    # the root: downloaded and unpacked here, the root stays as built).
+    vhca_log "compiling against libibverbs $lib_ver's public headers (rdma-core $ver's tree, private ABI $pabi)"
+    mkdir -p "$tmp/dev"
+    # shellcheck disable=SC2016  # expanded inside the root
+    vhca_chroot "$root" sh -ec 'cd "$1" && apt-get download -q "libibverbs-dev=$2" >download.log 2>&1 &&
+        dpkg-deb -x libibverbs-dev_*.deb x' sh "$tmp/dev" "$lib_ver" ||
+        { cat "$tmp/dev/download.log" >&2; vhca_die "could not get libibverbs-dev $lib_ver in the $release root"; }
+    # Only infiniband/: the kernel's uAPI headers (rdma/) are append-only and
+    # stay the tree's.
+    mkdir -p "$tmp/ibverbs-include"
+    cp -a "$tmp/dev/x/usr/include/infiniband" "$tmp/ibverbs-include/"
+    [ -e "$tmp/ibverbs-include/infiniband/verbs.h" ] || vhca_die "no infiniband/verbs.h in libibverbs-dev $lib_ver"
+    [ ! -e "$tmp/ibverbs-include/infiniband/driver.h" ] ||
+        vhca_die "libibverbs-dev $lib_ver ships driver.h: decide which one the provider takes"
+    cmake_extra=(-DVHCA_IBVERBS_INCLUDE="$tmp/ibverbs-include" -DVHCA_IBVERBS_VERSION="$lib_upstream")
+fi
+vhca_log "building $target in rdma-core $ver ($release root, for libibverbs $lib_ver)"
 # shellcheck disable=SC2016  # expanded inside the root
 vhca_chroot "$root" sh -ec '
-    mkdir -p "$1/build" && cd "$1/build"
+    dir=$1 target=$2; shift 2
+    mkdir -p "$dir/build" && cd "$dir/build"
     cmake -G Ninja -DNO_PYVERBS=1 -DNO_MAN_PAGES=1 -DENABLE_RESOLVE_NEIGH=0 \
-        -DCMAKE_SKIP_RPATH=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo ../rdma-core >configure.log 2>&1 ||
+        -DCMAKE_SKIP_RPATH=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" ../rdma-core >configure.log 2>&1 ||
         { tail -30 configure.log; exit 1; }
-    ninja "$2" >ninja.log 2>&1 || { grep -B2 -A12 -m5 "error" ninja.log || tail -40 ninja.log; exit 1; }
-' sh "$tmp" "$target" >&2 || vhca_die "the provider does not build in rdma-core $ver"
+    ninja "$target" >ninja.log 2>&1 || { grep -B2 -A12 -m5 "error" ninja.log || tail -40 ninja.log; exit 1; }
+' sh "$tmp" "$target" "${cmake_extra[@]}" >&2 || vhca_die "the provider does not build in rdma-core $ver"
 if grep -q 'providers/vhca/.*warning:' "$tmp/build/ninja.log"; then
     grep -A6 'providers/vhca/.*warning:' "$tmp/build/ninja.log" >&2
     vhca_die "warnings in the provider (rdma-core $ver)"
 fi
+if [ ${#cmake_extra[@]} -gt 0 ] &&
+    ! grep -q -- "-I$tmp/ibverbs-include" "$tmp/build/build.ninja"; then
+    vhca_die "the provider was not compiled against libibverbs $lib_ver's headers"
+fi
 
-# --- 4. the package ----------------------------------------------------------------
-major=${upstream%%.*}
+# --- 4. the load check ----------------------------------------------------------
+# The release's libibverbs, then the provider with every symbol bound now: a
+# symbol the provider imports that this libibverbs lacks fails here, not in a
+# user's ibv_devices.
+cat >"$tmp/loadcheck.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+	if (argc != 2 || !dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL)) {
+		fprintf(stderr, "libibverbs.so.1: %s\n", dlerror());
+		return 1;
+	}
+	if (!dlopen(argv[1], RTLD_NOW | RTLD_LOCAL)) {
+		fprintf(stderr, "%s\n", dlerror());
+		return 1;
+	}
+	puts("loaded");
+	return 0;
+}
+C
+# shellcheck disable=SC2016  # expanded inside the root
+vhca_chroot "$root" sh -ec 'gcc -O0 -o "$1/loadcheck" "$1/loadcheck.c" -ldl && "$1/loadcheck" "$1/build/lib/lib$2.so"' \
+    sh "$tmp" "$target" >"$tmp/loadcheck.log" 2>&1 ||
+    { cat "$tmp/loadcheck.log" >&2; vhca_die "libibverbs $lib_ver ($release) cannot load the provider"; }
+vhca_log "libibverbs $lib_ver loads lib$target.so (every symbol bound)"
+
+# --- 5. the package ----------------------------------------------------------------
+major=${lib_upstream%%.*}
 vhca_ver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"$/\1/p' "$REPO/guest-driver/kernel/dkms.conf")
-pkgver="$vhca_ver+rdma$upstream"
+pkgver="$vhca_ver+rdma$lib_upstream"
 st="$tmp/stage"
 mkdir -p "$st/DEBIAN" "$st/usr/lib/x86_64-linux-gnu/libibverbs" "$st/etc/libibverbs.d" \
     "$st/usr/share/doc/ibverbs-provider-vhca"
@@ -237,13 +301,14 @@ Package: ibverbs-provider-vhca
 Version: $pkgver
 Architecture: amd64
 Maintainer: vhca <vhca@localhost>
-Depends: libc6, libibverbs1 (>= $upstream), libibverbs1 (<< $((major + 1))~)
+Depends: libc6, libibverbs1 (>= $lib_upstream), libibverbs1 (<< $((major + 1))~)
 Section: net
 Priority: optional
 Description: libibverbs provider for vhca, the virtual PCIe InfiniBand HCA
  libvhca-rdmav$pabi.so and /etc/libibverbs.d/vhca.driver, built from
  rdma-core $ver with providers/vhca applied (the patch series is in
- /usr/share/doc/ibverbs-provider-vhca). Needs the vhca.ko kernel driver.
+ /usr/share/doc/ibverbs-provider-vhca), for libibverbs $lib_upstream (provider
+ ABI $pabi). Needs the vhca.ko kernel driver.
 EOF
 printf '/etc/libibverbs.d/vhca.driver\n' >"$st/DEBIAN/conffiles"
 deb="$tmp/ibverbs-provider-vhca_${pkgver}_amd64.deb"
@@ -251,7 +316,8 @@ dpkg-deb --root-owner-group -Zgzip --build "$st" "$deb" >/dev/null ||
     vhca_die "dpkg-deb failed"
 cp "$tmp/build/ninja.log" "$tmp/build.log"
 echo "$ver" >"$tmp/rdma-core-version"
-rm -rf "$tmp/stage" "$tmp/rdma-core" "$tmp/build"
+echo "$lib_ver" >"$tmp/libibverbs-version"
+rm -rf "$tmp/stage" "$tmp/rdma-core" "$tmp/build" "$tmp/dev" "$tmp/ibverbs-include" "$tmp/loadcheck"
 touch "$tmp/.complete"
 rm -rf "$out"
 mv "$tmp" "$out"
