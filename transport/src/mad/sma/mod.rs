@@ -455,8 +455,8 @@ impl Sma {
     }
 
     fn trap_interval(&self) -> u64 {
-        let ns = 4096u64 << self.port.info.subnet_timeout.min(31);
-        (ns / 1000).max(MIN_TRAP_RESEND_NS)
+        // 4.096 us = 4096 ns.
+        (4096u64 << self.port.info.subnet_timeout.min(31)).max(MIN_TRAP_RESEND_NS)
     }
 
     /// A TrapRepress names the trap by its TID (IBA 13.4.8.1): that trap stops.

@@ -112,11 +112,13 @@ pub(crate) struct PortInfoChanges {
 /// The logical state the SM may move a port to (IBA 14.2.5.6 PortState; the
 /// transitions of IBA 7.2, figure 36): Down from any state; Armed only from Init;
 /// Active only from Armed. Init is not the SM's to set (the link sets it). Asking
-/// for the state the port is already in (Armed in Armed, Active in Active) is
-/// accepted as no change, so a re-sweeping SM that repeats its Set is not refused.
+/// for the state the port is already in (Init in Init, Armed in Armed, Active in
+/// Active) is accepted as no change, as ibsim does, so that an SM echoing what it read
+/// or repeating its Set on a re-sweep is not refused.
 pub(crate) fn sm_port_transition(cur: u8, req: u8) -> Option<u8> {
     match req {
         port_state::NO_CHANGE => Some(cur),
+        r if r == cur && r != port_state::DOWN => Some(cur),
         port_state::DOWN => Some(port_state::DOWN),
         port_state::ARMED if cur == port_state::INIT || cur == port_state::ARMED => {
             Some(port_state::ARMED)
@@ -141,11 +143,13 @@ pub(crate) fn set_port_info(
         Some(s) => s,
         None => return invalid,
     };
-    // PortPhysicalState: 0 no change, 2 Polling, 3 Disabled are the settable values.
+    // PortPhysicalState: 0 no change, 2 Polling, 3 Disabled are the settable values;
+    // the current state echoed back is no change too.
     if !matches!(
         req.port_physical_state,
         phys_state::NO_CHANGE | phys_state::POLLING | phys_state::DISABLED
-    ) {
+    ) && req.port_physical_state != cur.port_physical_state
+    {
         return invalid;
     }
     // LinkDownDefaultState: 0 no change, 1 Sleep, 2 Polling.
