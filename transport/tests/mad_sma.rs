@@ -504,7 +504,14 @@ fn ad_09_status_codes_for_version_method_and_attribute() {
 fn ad_09_sminfo_and_responses_go_to_the_nodes_sm() {
     let mut s = sma();
     let req = smp(method::GET, attr_id::SM_INFO, 0, 0, [0; 64]);
-    assert_eq!(s.handle_mad(&req.to_bytes(), &CTX, T0), SmaOutput::Nothing);
+    // No SM on this port: answered as an unclaimed request.
+    let r = ask(&mut s, &req, T0).0;
+    assert_eq!(
+        (r[3], status_of(&r)),
+        (method::GET_RESP, status::UNSUPPORTED_METHOD_ATTR)
+    );
+    let resp = smp(method::GET_RESP, attr_id::NODE_INFO, 0, 0, [7; 64]);
+    assert_eq!(s.handle_mad(&resp.to_bytes(), &CTX, T0), SmaOutput::Nothing);
     assert_eq!(s.counters().drops(SmaDrop::NoSm), 1);
     let mask = s.port().info.capability_mask | cap::IS_SM;
     s.set_capability_mask(mask);
@@ -512,7 +519,6 @@ fn ad_09_sminfo_and_responses_go_to_the_nodes_sm() {
         SmaOutput::ToSm(b) => assert_eq!(*b, req.to_bytes()),
         o => panic!("{o:?}"),
     }
-    let resp = smp(method::GET_RESP, attr_id::NODE_INFO, 0, 0, [7; 64]);
     assert!(matches!(
         s.handle_mad(&resp.to_bytes(), &CTX, T0),
         SmaOutput::ToSm(_)

@@ -134,7 +134,7 @@ pub enum SmaDrop {
     BadMkey,
     /// A bad version in a method that has no response.
     BadVersion,
-    /// A response, trap or SMInfo for the node's SM, but the port is not an SM
+    /// A response or trap for the node's SM, but the port is not an SM
     /// (PortInfo:CapabilityMask.IsSM clear).
     NoSm,
     /// A TrapRepress that names no pending trap.
@@ -266,6 +266,12 @@ impl Sma {
             return self.reply(smp, status::BAD_VERSION, None, ctx);
         }
         if smp.attr_id == attr_id::SM_INFO {
+            // SMInfo is the SM's (IBA 14.2.5.13, guarded by its SM_Key, not the
+            // M_Key). With no SM on the port the request is answered as Linux's MAD
+            // layer answers a request no agent claims: UNSUPPORTED_METHOD_ATTR.
+            if self.port.info.capability_mask & cap::IS_SM == 0 {
+                return self.reply(smp, status::UNSUPPORTED_METHOD_ATTR, None, ctx);
+            }
             return self.pass_to_sm(&smp);
         }
         let Some(mkey_matched) = self.check_mkey(&smp, now) else {
