@@ -149,3 +149,36 @@ fn ad_09_directed_route_never_panics_on_any_pointer_and_count() {
         }
     }
 }
+
+/// SM on HCA A (LID 1) LID-routes to switch S1, which starts the directed part (one
+/// hop, out 3) to switch S2, which ends it and LID-routes on to HCA B (LID 9); the
+/// response retraces the same three parts.
+#[test]
+fn ad_09_directed_route_with_lid_routed_head_and_tail() {
+    let mut dr = path(&[3]);
+    dr.dr_slid = 1;
+    dr.dr_dlid = 9;
+    // C14-9:1 is S1's, not A's: A sends LID-routed with the pointer at 0.
+    assert_eq!(hca_send(&mut dr, 1), Ok(HcaSend::LidRouted));
+    assert_eq!(dr.hop_ptr, 0);
+    assert_eq!(switch_hop(&mut dr, 2, 8), Ok(SwitchHop::Forward(3)));
+    assert_eq!(dr.hop_ptr, 1);
+    // C14-9:3 at S2 with a LID DrDLID: on by LID.
+    assert_eq!(switch_hop(&mut dr, 4, 8), Ok(SwitchHop::LidRoute(9)));
+    assert_eq!((dr.hop_ptr, dr.return_path[1]), (2, 4));
+    // C14-9:4 at B, which answers LID-routed (to S2, the request's LRH:SLID).
+    assert_eq!(hca_receive(&mut dr, 1), Ok(HcaDeliver::Sma));
+    assert_eq!(hca_respond(&mut dr, 1), Ok(HcaSend::LidRouted));
+    assert_eq!(dr.hop_ptr, 2);
+    // C14-13:1 at S2: back out the port the request came in on.
+    assert_eq!(switch_hop(&mut dr, 6, 8), Ok(SwitchHop::Forward(4)));
+    assert_eq!(dr.hop_ptr, 1);
+    // C14-13:3 at S1 with a LID DrSLID: LID-routed to the SM.
+    assert_eq!(switch_hop(&mut dr, 3, 8), Ok(SwitchHop::LidRoute(1)));
+    assert_eq!(dr.hop_ptr, 0);
+    // C14-13:4 at A.
+    assert_eq!(hca_receive(&mut dr, 1), Ok(HcaDeliver::Sm));
+    // Without a LID-routed head a pointer of 0 at a switch is still a drop (C14-9:1).
+    let mut bad = path(&[3]);
+    assert_eq!(switch_hop(&mut bad, 2, 8), Err(DrDrop::BadHopPointer));
+}

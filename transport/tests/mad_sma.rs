@@ -8,7 +8,7 @@ use transport::mad::dr::{hca_receive, hca_send, switch_hop};
 use transport::mad::header::{CLASS_SUBN_DIRECTED_ROUTE, CLASS_SUBN_LID_ROUTED};
 use transport::mad::portinfo::{cap, phys_state, port_state};
 use transport::mad::{
-    attr_id, method, status, BadMkeyDetails, DrFields, HcaDeliver, HcaSend, MadContext,
+    attr_id, method, status, BadMkeyDetails, DrDrop, DrFields, HcaDeliver, HcaSend, MadContext,
     NodeDescription, NodeIdentity, NoticeRepr, PortInfoRepr, PortState, ReplyRoute, Sma, SmaDrop,
     SmaEvent, SmaOutput, Smp, SmpRepr, SmpRoute, SwitchHop, MAD_LEN, PERMISSIVE_LID,
 };
@@ -605,6 +605,44 @@ fn ad_09_directed_route_hop_count_zero_answers_the_local_sm() {
 }
 
 #[test]
+fn ad_09_directed_route_through_a_lid_routed_tail_answers_by_lid() {
+    let mut s = sma();
+    let mut initial_path = [0u8; 64];
+    initial_path[1] = 3;
+    let mut return_path = [0u8; 64];
+    return_path[1] = 4;
+    let mut req = smp(method::GET, attr_id::NODE_DESCRIPTION, 0, 0, [0; 64]);
+    // The directed part (one hop) ended at a switch that LID-routed it here.
+    req.route = SmpRoute::Directed(DrFields {
+        direction: false,
+        hop_ptr: 2,
+        hop_cnt: 1,
+        dr_slid: PERMISSIVE_LID,
+        dr_dlid: 5,
+        initial_path,
+        return_path,
+    });
+    let ctx = MadContext {
+        in_port: 1,
+        slid: 0x0030,
+    };
+    let SmaOutput::Reply { mad, route } = s.handle_mad(&req.to_bytes(), &ctx, T0) else {
+        panic!("no reply");
+    };
+    assert_eq!(
+        route,
+        ReplyRoute::Lid(0x0030),
+        "back to the switch that ended the DR part"
+    );
+    assert_eq!(
+        (mad[4], mad[6], mad[7]),
+        (0x80, 2, 1),
+        "D set, pointer left for the switch"
+    );
+    assert_eq!(&mad[64..75], b"vhca0 HCA-1");
+}
+
+#[test]
 fn ad_09_bad_directed_route_and_hostile_bytes_are_counted_drops() {
     let mut s = sma();
     let mut req = smp(method::GET, attr_id::NODE_INFO, 0, 0, [0; 64]);
@@ -619,6 +657,11 @@ fn ad_09_bad_directed_route_and_hostile_bytes_are_counted_drops() {
     });
     assert_eq!(s.handle_mad(&req.to_bytes(), &CTX, T0), SmaOutput::Nothing);
     assert_eq!(s.counters().drops(SmaDrop::BadDrPath), 1);
+    assert_eq!(
+        s.counters().dr_drops(DrDrop::BadHopPointer),
+        1,
+        "an HCA is no intermediate hop"
+    );
     assert_eq!(s.handle_mad(&[1u8; 100], &CTX, T0), SmaOutput::Nothing);
     assert_eq!(s.counters().drops(SmaDrop::Truncated), 1);
     let mut b = req.to_bytes();

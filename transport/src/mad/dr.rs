@@ -11,6 +11,13 @@
 //! the SM has it. Linux's `drivers/infiniband/core/smi.c` splits the same checks into
 //! a receive and a send half; here an HCA endpoint and a switch hop are each one call.
 //!
+//! A directed part may have LID-routed parts around it (DrSLID / DrDLID not
+//! permissive, IBA 14.2.1.2): the node that ends the head starts the directed part
+//! (C14-9:1 there), the node that ends the directed part LID-routes on to DrDLID,
+//! and the response retraces both (C14-13:1 where its LID-routed part ends,
+//! C14-13:3 LID-routing to DrSLID). OpenSM and the diags use permissive LIDs only;
+//! ibsim rejects the rest.
+//!
 //! A bad hop pointer or count is a [`DrDrop`], for the caller to count: never a panic
 //! (every index is bounded by `hop_cnt < 64` first).
 
@@ -61,6 +68,22 @@ pub enum SwitchHop {
     Local,
     /// The directed part ends here; LID-route to this LID (DrDLID out, DrSLID back).
     LidRoute(u16),
+}
+
+impl DrDrop {
+    /// Every reason, in counter order.
+    pub const ALL: [DrDrop; 5] = [
+        DrDrop::HopCountTooLarge,
+        DrDrop::BadHopPointer,
+        DrDrop::WrongPort,
+        DrDrop::NoSuchPort,
+        DrDrop::NotPermissive,
+    ];
+
+    /// This reason's index in [`DrDrop::ALL`].
+    pub fn index(self) -> usize {
+        DrDrop::ALL.iter().position(|d| *d == self).unwrap_or(0)
+    }
 }
 
 fn check_count(dr: &DrFields) -> Result<(), DrDrop> {
@@ -118,6 +141,12 @@ pub enum HcaSend {
     /// Back to this node itself (hop count 0): the SMA for an outgoing SMP, the SM
     /// for a response.
     Local,
+    /// LID-routed: a request whose directed part starts at another node (DrSLID
+    /// not permissive: LID-route it there, pointer still 0), or a response to a
+    /// request that reached this node through a LID-routed tail (back to the
+    /// request's LRH:SLID, the node that ended the directed part; pointer still
+    /// `hop_cnt + 1` for that node's C14-13:1).
+    LidRouted,
 }
 
 /// The SMA turns the request it took into its response: sets D and moves the pointer
@@ -138,6 +167,10 @@ pub fn hca_send(dr: &mut DrFields, out_port: u8) -> Result<HcaSend, DrDrop> {
         if ptr != 0 {
             return Err(DrDrop::BadHopPointer);
         }
+        if dr.dr_slid != PERMISSIVE_LID && cnt > 0 {
+            // A LID-routed head: the node at its end takes C14-9:1 (see switch_hop).
+            return Ok(HcaSend::LidRouted);
+        }
         dr.hop_ptr = 1;
         if cnt == 0 {
             // C14-9:3 at the origin: the directed part is empty.
@@ -150,6 +183,9 @@ pub fn hca_send(dr: &mut DrFields, out_port: u8) -> Result<HcaSend, DrDrop> {
             return Err(DrDrop::WrongPort);
         }
         Ok(HcaSend::Port)
+    } else if cnt > 0 && ptr == cnt + 1 && dr.dr_dlid != PERMISSIVE_LID {
+        // The request came through a LID-routed tail (C14-9:4): answer LID-routed.
+        Ok(HcaSend::LidRouted)
     } else if cnt > 0 && ptr == cnt + 1 {
         dr.hop_ptr = cnt;
         if dr.return_path[usize::from(cnt)] != out_port {
@@ -200,6 +236,15 @@ pub fn switch_hop(dr: &mut DrFields, in_port: u8, num_ports: u8) -> Result<Switc
             } else {
                 SwitchHop::LidRoute(dr.dr_dlid)
             })
+        } else if ptr == 0 && cnt > 0 && dr.dr_slid != PERMISSIVE_LID {
+            // The LID-routed head ends here: this switch starts the directed part
+            // (C14-9:1 as the first node of the directed part).
+            let out = dr.initial_path[1];
+            if !valid(out) {
+                return Err(DrDrop::NoSuchPort);
+            }
+            dr.hop_ptr = 1;
+            Ok(SwitchHop::Forward(out))
         } else {
             // hop_ptr 0 with a directed part: the sender did not advance it (C14-9:1);
             // past hop_cnt: the SMP is in its LID-routed tail and is not ours to
@@ -220,6 +265,15 @@ pub fn switch_hop(dr: &mut DrFields, in_port: u8, num_ports: u8) -> Result<Switc
         } else {
             SwitchHop::LidRoute(dr.dr_slid)
         })
+    } else if cnt > 0 && ptr == cnt + 1 && dr.dr_dlid != PERMISSIVE_LID {
+        // The response's LID-routed part ends at the node that ended the directed
+        // part: the way back starts here (C14-13:1).
+        let out = dr.return_path[usize::from(cnt)];
+        if !valid(out) {
+            return Err(DrDrop::NoSuchPort);
+        }
+        dr.hop_ptr = cnt;
+        Ok(SwitchHop::Forward(out))
     } else {
         Err(DrDrop::BadHopPointer)
     }

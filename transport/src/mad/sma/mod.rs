@@ -167,8 +167,8 @@ impl SmaDrop {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SmaCounters {
     drops: [u64; SmaDrop::ALL.len()],
-    /// Directed-route drops by reason.
-    pub dr_drops: u64,
+    /// [`SmaDrop::BadDrPath`] split by reason.
+    dr_drops: [u64; DrDrop::ALL.len()],
     /// Responses sent with a non-zero status.
     pub error_replies: u64,
     /// M_Key leases that ran out (protection cleared).
@@ -183,6 +183,10 @@ impl SmaCounters {
     /// The count for one drop reason.
     pub fn drops(&self, why: SmaDrop) -> u64 {
         self.drops[why.index()]
+    }
+    /// Directed-route drops for one reason.
+    pub fn dr_drops(&self, why: DrDrop) -> u64 {
+        self.dr_drops[why.index()]
     }
     fn count(&mut self, why: SmaDrop) {
         self.drops[why.index()] += 1;
@@ -335,6 +339,7 @@ impl Sma {
             SmpRoute::Directed(dr) => match dr::hca_respond(dr, ctx.in_port) {
                 Ok(HcaSend::Port) => ReplyRoute::Directed(ctx.in_port),
                 Ok(HcaSend::Local) => ReplyRoute::LocalSm,
+                Ok(HcaSend::LidRouted) => ReplyRoute::Lid(ctx.slid),
                 Err(e) => return self.dr_drop(e),
             },
         };
@@ -361,7 +366,7 @@ impl Sma {
 
     fn dr_drop(&mut self, e: DrDrop) -> SmaOutput {
         log::debug!("SMA: directed-route SMP dropped: {e}");
-        self.counters.dr_drops += 1;
+        self.counters.dr_drops[e.index()] += 1;
         self.drop(SmaDrop::BadDrPath)
     }
 
