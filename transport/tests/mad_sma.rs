@@ -3,6 +3,9 @@
 //! SM, directed route end to end, M_Key protection and its lease, traps and
 //! TrapRepress, events out. Assertions are on the bytes of the response MAD.
 
+mod common;
+
+use common::Rng;
 use transport::mad::attr::{node_type, trap};
 use transport::mad::dr::{hca_receive, hca_send, switch_hop};
 use transport::mad::header::{CLASS_SUBN_DIRECTED_ROUTE, CLASS_SUBN_LID_ROUTED};
@@ -670,14 +673,11 @@ fn ad_09_bad_directed_route_and_hostile_bytes_are_counted_drops() {
     assert_eq!(s.counters().drops(SmaDrop::NotSmp), 1);
     // Random SMPs of both classes: answered or counted, never a panic, and the
     // pending traps and events stay bounded.
-    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut rng = Rng::new(26);
     for i in 0..20_000 {
         let mut b = [0u8; MAD_LEN];
         for byte in b.iter_mut() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *byte = x as u8;
+            *byte = rng.next() as u8;
         }
         b[0] = 1;
         b[1] = if i % 2 == 0 {
