@@ -5,7 +5,7 @@
 use super::{MadError, SMP_DATA_LEN};
 use crate::wire::field::{be16, be24, be32, be64, set_be16, set_be24, set_be32, set_be64};
 
-/// Attribute IDs of the subnet management class (IBA 14.2.5, table 138).
+/// Attribute IDs of the subnet management class (IBA 14.2.5).
 pub mod attr_id {
     /// Notice (0x0002): traps and TrapRepress.
     pub const NOTICE: u16 = 0x0002;
@@ -71,7 +71,7 @@ pub mod node_type {
     pub const ROUTER: u8 = 3;
 }
 
-/// NodeInfo (0x0011), 40 bytes (IBA 14.2.5.3, table 141).
+/// NodeInfo (0x0011), 40 bytes (IBA 14.2.5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NodeInfoRepr {
     pub base_version: u8,
@@ -280,7 +280,7 @@ impl SmInfoRepr {
     }
 }
 
-/// Notice:Type (IBA 13.4.8.2, table 104).
+/// Notice:Type (IBA 13.4.8.2).
 pub mod notice_type {
     pub const FATAL: u8 = 0;
     pub const URGENT: u8 = 1;
@@ -289,7 +289,7 @@ pub mod notice_type {
     pub const INFO: u8 = 4;
 }
 
-/// Generic trap numbers an SMA sends (IBA 14.2.5.1, table 139).
+/// Generic trap numbers an SMA sends (IBA 14.2.5.1).
 pub mod trap {
     /// Link state of at least one port of a switch changed (switches only).
     pub const LINK_STATE_CHANGE: u16 = 128;
@@ -298,7 +298,7 @@ pub mod trap {
 }
 
 /// Notice (0x0002) as an SMP carries it: the 64 bytes up to the data details; the
-/// IssuerGID (bytes 64..80) exists only in SA reports (IBA 13.4.8.2, table 103).
+/// IssuerGID (bytes 64..80) exists only in SA reports (IBA 13.4.8.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NoticeRepr {
     pub is_generic: bool,
@@ -355,7 +355,7 @@ pub fn trap128_details(switch_lid: u16) -> [u8; 54] {
     d
 }
 
-/// Trap 256's data details (IBA 14.2.5.1, table 139 "Bad M_Key"), as libibmad and
+/// Trap 256's data details (IBA 14.2.5.1), as libibmad and
 /// OpenSM's `ntc_256` lay them out: reserved(2) LIDADDR(2) DRSLID(2) Method(1)
 /// reserved(1) AttributeID(2) AttributeModifier(4) M_Key(8) reserved(1)
 /// DRNotice|DRPathTruncated|DRHopCount(1) DRNoticeReturnPath(30).

@@ -32,7 +32,7 @@ mod field {
     pub const RETURN_PATH: Range<usize> = 192..256;
 }
 
-/// Management class of a LID-routed SMP (IBA 13.4.4, table 97).
+/// Management class of a LID-routed SMP (IBA 13.4.4).
 pub const CLASS_SUBN_LID_ROUTED: u8 = 0x01;
 /// Management class of a directed-route SMP.
 pub const CLASS_SUBN_DIRECTED_ROUTE: u8 = 0x81;
@@ -41,7 +41,7 @@ pub const BASE_VERSION: u8 = 1;
 /// The only class version of the subnet management class (IBA 14.2.1).
 pub const SMP_CLASS_VERSION: u8 = 1;
 
-/// Subnet management methods (IBA 14.2.2, table 136).
+/// Subnet management methods (IBA 14.2.2).
 pub mod method {
     pub const GET: u8 = 0x01;
     pub const SET: u8 = 0x02;
@@ -52,7 +52,7 @@ pub mod method {
     pub const RESPONSE: u8 = 0x80;
 }
 
-/// MAD status codes (IBA 13.4.7, table 100): bits 4:2 are the invalid-field code.
+/// MAD status codes (IBA 13.4.7): bits 4:2 are the invalid-field code.
 pub mod status {
     pub const OK: u16 = 0;
     /// Bad base or class version (code 1).
@@ -203,7 +203,7 @@ pub enum SmpRoute {
     Directed(DrFields),
 }
 
-/// The directed-route fields of an SMP (IBA 14.2.1.2, figure 168).
+/// The directed-route fields of an SMP (IBA 14.2.1.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DrFields {
     /// D: false on the way out (SM to node), true on the way back.

@@ -1,4 +1,4 @@
-//! PortInfo (attribute 0x0015, IBA 14.2.5.6, table 145): 64 bytes, every field.
+//! PortInfo (attribute 0x0015, IBA 14.2.5.6): 64 bytes, every field.
 //!
 //! The bit positions are the ones libibmad's `fields.c` reads (`IB_PORT_*_F`, true
 //! bit offsets from the start of the attribute, most significant bit first): LID at
@@ -31,7 +31,7 @@ pub mod phys_state {
     pub const PHY_TEST: u8 = 7;
 }
 
-/// PortInfo:CapabilityMask bits (IBA 14.2.5.6, table 146; Linux `ib_port_cap_flags`).
+/// PortInfo:CapabilityMask bits (IBA 14.2.5.6; Linux `ib_port_cap_flags`).
 pub mod cap {
     pub const IS_SM: u32 = 1 << 1;
     pub const IS_NOTICE_SUPPORTED: u32 = 1 << 2;
@@ -43,7 +43,7 @@ pub mod cap {
     pub const IS_CLIENT_REREGISTRATION_SUPPORTED: u32 = 1 << 25;
 }
 
-/// Every PortInfo field (IBA 14.2.5.6, table 145), in wire order.
+/// Every PortInfo field (IBA 14.2.5.6), in wire order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PortInfoRepr {
     pub mkey: u64,

@@ -38,7 +38,7 @@ pub(super) struct AttrHandler {
     pub set: Option<SetFn>,
 }
 
-/// The attributes an HCA's SMA answers (IBA 14.2.5, table 138, "CA" column).
+/// The attributes an HCA's SMA answers (IBA 14.2.5, the CA column).
 /// SMInfo is not here: the SMA hands it to the node's SM.
 pub(super) const TABLE: &[AttrHandler] = &[
     AttrHandler {

@@ -110,7 +110,7 @@ pub(crate) struct PortInfoChanges {
 }
 
 /// The logical state the SM may move a port to (IBA 14.2.5.6 PortState; the
-/// transitions of IBA 7.2, figure 36): Down from any state; Armed only from Init;
+/// transitions of IBA 7.2): Down from any state; Armed only from Init;
 /// Active only from Armed. Init is not the SM's to set (the link sets it). Asking
 /// for the state the port is already in (Init in Init, Armed in Armed, Active in
 /// Active) is accepted as no change, as ibsim does, so that an SM echoing what it read
@@ -131,7 +131,7 @@ pub(crate) fn sm_port_transition(cur: u8, req: u8) -> Option<u8> {
 }
 
 /// Checks a SubnSet(PortInfo) against the port and, only if every field is valid,
-/// applies its writable fields (read-only ones are ignored, IBA 14.2.5.6 table 145
+/// applies its writable fields (read-only ones are ignored, IBA 14.2.5.6
 /// "RO"). An invalid value changes nothing and answers INVALID_FIELD (IBA 13.4.7).
 pub(crate) fn set_port_info(
     port: &mut PortState,
