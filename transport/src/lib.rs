@@ -9,6 +9,8 @@
 //!   table, [`verbs`] its API types, [`memory`] the guest-memory trait,
 //!   [`budget`] the host memory a guest may make it hold (ARCHITECTURE.md §9),
 //!   [`psn`] 24-bit sequence arithmetic.
+//! - [`mad`]: the management plane's core: MAD and SMP codecs, directed route and
+//!   the Subnet Management Agent of a port (issue 26; AD-09, AD-12).
 //!
 //! Nothing here does I/O, reads a clock or touches guest memory other than
 //! through the caller's [`memory::Memory`].
@@ -17,6 +19,7 @@
 
 pub mod budget;
 pub mod engine;
+pub mod mad;
 pub mod memory;
 pub mod mr;
 pub mod psn;

@@ -7,7 +7,7 @@
 //! transport layer check before any queue pair is looked at, and returns a typed
 //! [`DropReason`] reason for a bad packet; it never panics on any input.
 
-mod field;
+pub(crate) mod field;
 
 pub mod bth;
 pub mod corpus;

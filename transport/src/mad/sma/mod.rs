@@ -1,0 +1,642 @@
+//! The Subnet Management Agent of one HCA port (IBA 14.2; AD-09, AD-12), sans-IO in
+//! quinn-proto's shape: [`Sma::handle_mad`] takes an SMP that arrived on QP0 with
+//! the port's context and `now` and returns what to send back; [`Sma::poll_transmit`]
+//! gives the traps to send, [`Sma::poll_timeout`] / [`Sma::handle_timeout`] drive the
+//! M_Key lease and the trap resends, [`Sma::poll_event`] the changes the SM made
+//! (the device turns them into async events). Local commands ([`Sma::link_up`],
+//! [`Sma::link_down`], [`Sma::data_packet_received`], [`Sma::set_capability_mask`])
+//! are the link's and the host's inputs.
+//!
+//! Order of the checks on a request, each failure counted: the SMP's length and
+//! class; the directed route (IBA 14.2.2); responses and traps go to the node's SM;
+//! base and class version (BAD_VERSION); SMInfo to the SM; the M_Key (IBA 14.2.4);
+//! the method (UNSUPPORTED_METHOD); the attribute (UNSUPPORTED_METHOD_ATTR) and its
+//! handler (INVALID_FIELD).
+
+mod handlers;
+pub mod port;
+
+use std::collections::VecDeque;
+
+use super::attr::{
+    attr_id, node_type, notice_type, trap, trap128_details, BadMkeyDetails, NodeDescription,
+    NoticeRepr,
+};
+use super::dr::{self, DrDrop, HcaDeliver, HcaSend};
+use super::header::{method, status, Smp, SmpRepr, SmpRoute, BASE_VERSION, SMP_CLASS_VERSION};
+use super::portinfo::{cap, phys_state, port_state};
+use super::{MadError, MAD_LEN, SMP_DATA_LEN};
+use crate::verbs::Time;
+use handlers::{Req, SetEffects};
+pub use port::PortState;
+
+/// Traps waiting for the SM's TrapRepress at most; a new one beyond is dropped and
+/// counted ([`SmaDrop::TrapQueueFull`]).
+pub const MAX_PENDING_TRAPS: usize = 8;
+
+/// Shortest interval between two sends of an unrepressed trap. The interval is
+/// otherwise PortInfo:SubnetTimeOut's 4.096 us x 2^n, the subnet's propagation bound
+/// the SM programs (OpenSM: 18, about 1 s); the floor keeps a zero from flooding.
+pub const MIN_TRAP_RESEND_NS: u64 = 10_000_000;
+
+/// Who the node is: what NodeInfo and NodeDescription report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// [`node_type`]: CA for an HCA; a switch's SMA (issue 26 item 3) will say SWITCH.
+    pub node_type: u8,
+    pub num_ports: u8,
+    pub system_image_guid: u64,
+    pub node_guid: u64,
+    pub device_id: u16,
+    pub revision: u32,
+    /// 24 bits (an IEEE OUI).
+    pub vendor_id: u32,
+    pub description: NodeDescription,
+}
+
+/// Where an SMP came from, as the device's QP0 saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MadContext {
+    /// The port it arrived on (1 for a one-port HCA).
+    pub in_port: u8,
+    /// LRH:SLID: where a LID-routed response goes.
+    pub slid: u16,
+}
+
+/// How a response leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyRoute {
+    /// LID-routed to this LID (the request's SLID).
+    Lid(u16),
+    /// Directed route out of this port (LRH DLID and SLID permissive).
+    Directed(u8),
+    /// To this node's own SM (a directed-route SMP with hop count 0).
+    LocalSm,
+}
+
+/// What [`Sma::handle_mad`] asks the caller to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SmaOutput {
+    /// Send this response.
+    Reply {
+        mad: Box<[u8; MAD_LEN]>,
+        route: ReplyRoute,
+    },
+    /// Hand these bytes (directed-route fields updated) to the node's SM on QP0:
+    /// a response or trap for it, or an SMInfo request (the SMA passes SMInfo on).
+    ToSm(Box<[u8; MAD_LEN]>),
+    /// Nothing to send: consumed (a TrapRepress) or dropped (counted).
+    Nothing,
+}
+
+/// A trap to send to the SM: LID-routed to `dlid` at service level `sl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrapOut {
+    pub mad: Box<[u8; MAD_LEN]>,
+    pub dlid: u16,
+    pub sl: u8,
+}
+
+/// What the SM (or the link) changed, for the device to report (AE-01 events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmaEvent {
+    /// PortInfo:LID or LMC (IB_EVENT_LID_CHANGE).
+    LidChanged { lid: u16, lmc: u8 },
+    /// PortInfo:MasterSMLID or MasterSMSL (IB_EVENT_SM_CHANGE).
+    SmChanged { sm_lid: u16, sm_sl: u8 },
+    /// PortInfo:PortState (IB_EVENT_PORT_ACTIVE / PORT_ERR).
+    PortStateChanged(u8),
+    /// A P_KeyTable entry (IB_EVENT_PKEY_CHANGE).
+    PkeyTableChanged,
+    /// PortInfo:GIDPrefix (IB_EVENT_GID_CHANGE).
+    GidPrefixChanged(u64),
+    /// PortInfo:ClientReregister was set (IB_EVENT_CLIENT_REREGISTER).
+    ClientReregister,
+}
+
+impl SmaEvent {
+    fn same_kind(&self, o: &SmaEvent) -> bool {
+        core::mem::discriminant(self) == core::mem::discriminant(o)
+    }
+}
+
+/// Why the SMA dropped an SMP without answering (each has a counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SmaDrop {
+    /// Shorter than 256 bytes.
+    Truncated,
+    /// Not management class 0x01 or 0x81.
+    NotSmp,
+    /// A directed-route check failed (C14-6, C14-9, C14-13).
+    BadDrPath,
+    /// Failed the M_Key check (IBA 14.2.4, AD-12): no response, M_KeyViolations
+    /// counted, trap 256 queued.
+    BadMkey,
+    /// A bad version in a method that has no response.
+    BadVersion,
+    /// A response or trap for the node's SM, but the port is not an SM
+    /// (PortInfo:CapabilityMask.IsSM clear).
+    NoSm,
+    /// A TrapRepress that names no pending trap.
+    UnmatchedRepress,
+    /// A trap that found the pending queue full.
+    TrapQueueFull,
+    /// A trap with no SM to send it to (MasterSMLID 0).
+    NoSmLid,
+}
+
+impl SmaDrop {
+    /// Every reason, in counter order.
+    pub const ALL: [SmaDrop; 9] = [
+        SmaDrop::Truncated,
+        SmaDrop::NotSmp,
+        SmaDrop::BadDrPath,
+        SmaDrop::BadMkey,
+        SmaDrop::BadVersion,
+        SmaDrop::NoSm,
+        SmaDrop::UnmatchedRepress,
+        SmaDrop::TrapQueueFull,
+        SmaDrop::NoSmLid,
+    ];
+    fn index(self) -> usize {
+        SmaDrop::ALL.iter().position(|d| *d == self).unwrap_or(0)
+    }
+}
+
+/// The SMA's counters.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SmaCounters {
+    drops: [u64; SmaDrop::ALL.len()],
+    /// [`SmaDrop::BadDrPath`] split by reason.
+    dr_drops: [u64; DrDrop::ALL.len()],
+    /// Responses sent with a non-zero status.
+    pub error_replies: u64,
+    /// M_Key leases that ran out (protection cleared).
+    pub lease_expiries: u64,
+    /// Trap sends, resends included.
+    pub traps_sent: u64,
+    /// Traps the SM repressed.
+    pub traps_repressed: u64,
+}
+
+impl SmaCounters {
+    /// The count for one drop reason.
+    pub fn drops(&self, why: SmaDrop) -> u64 {
+        self.drops[why.index()]
+    }
+    /// Directed-route drops for one reason.
+    pub fn dr_drops(&self, why: DrDrop) -> u64 {
+        self.dr_drops[why.index()]
+    }
+    fn count(&mut self, why: SmaDrop) {
+        self.drops[why.index()] += 1;
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PendingTrap {
+    tid: u64,
+    notice: NoticeRepr,
+    next_send: Time,
+}
+
+/// The SMA of one HCA port.
+#[derive(Debug, Clone)]
+pub struct Sma {
+    node: NodeIdentity,
+    port: PortState,
+    /// When the M_Key lease runs out (started by a failed check, IBA 14.2.4.2).
+    lease_deadline: Option<Time>,
+    traps: VecDeque<PendingTrap>,
+    next_trap_tid: u64,
+    /// At most one pending event of each kind (the latest value): bounded.
+    events: VecDeque<SmaEvent>,
+    counters: SmaCounters,
+}
+
+impl Sma {
+    pub fn new(node: NodeIdentity, port: PortState) -> Sma {
+        Sma {
+            node,
+            port,
+            lease_deadline: None,
+            traps: VecDeque::new(),
+            next_trap_tid: 1,
+            events: VecDeque::new(),
+            counters: SmaCounters::default(),
+        }
+    }
+
+    /// The port as the SM has set it.
+    pub fn port(&self) -> &PortState {
+        &self.port
+    }
+
+    pub fn node(&self) -> &NodeIdentity {
+        &self.node
+    }
+
+    pub fn counters(&self) -> &SmaCounters {
+        &self.counters
+    }
+
+    /// Handles one SMP that arrived on QP0. Never panics; every drop is counted.
+    pub fn handle_mad(&mut self, mad: &[u8], ctx: &MadContext, now: Time) -> SmaOutput {
+        self.expire_lease(now);
+        let view = match Smp::new_checked(mad) {
+            Ok(v) => v,
+            Err(_) => return self.drop(SmaDrop::Truncated),
+        };
+        let mut smp = match SmpRepr::parse(&view) {
+            Ok(s) => s,
+            Err(MadError::NotSmp) => return self.drop(SmaDrop::NotSmp),
+            Err(_) => return self.drop(SmaDrop::Truncated),
+        };
+        if let SmpRoute::Directed(dr) = &mut smp.route {
+            match dr::hca_receive(dr, ctx.in_port) {
+                Ok(HcaDeliver::Sma) => {}
+                Ok(HcaDeliver::Sm) => return self.pass_to_sm(&smp),
+                Err(e) => return self.dr_drop(e),
+            }
+        }
+        if smp.method & method::RESPONSE != 0 || smp.method == method::TRAP {
+            return self.pass_to_sm(&smp);
+        }
+        let is_request = matches!(smp.method, method::GET | method::SET);
+        if smp.base_version != BASE_VERSION || smp.class_version != SMP_CLASS_VERSION {
+            if !is_request {
+                return self.drop(SmaDrop::BadVersion);
+            }
+            return self.reply(smp, status::BAD_VERSION, None, ctx);
+        }
+        if smp.attr_id == attr_id::SM_INFO {
+            // SMInfo is the SM's (IBA 14.2.5.13, guarded by its SM_Key, not the
+            // M_Key). With no SM on the port the request is answered as Linux's MAD
+            // layer answers a request no agent claims: UNSUPPORTED_METHOD_ATTR.
+            if self.port.info.capability_mask & cap::IS_SM == 0 {
+                return self.reply(smp, status::UNSUPPORTED_METHOD_ATTR, None, ctx);
+            }
+            return self.pass_to_sm(&smp);
+        }
+        let Some(mkey_matched) = self.check_mkey(&smp, now) else {
+            return self.drop(SmaDrop::BadMkey);
+        };
+        match smp.method {
+            method::GET | method::SET => self.get_or_set(smp, mkey_matched, ctx),
+            method::TRAP_REPRESS => {
+                self.repress(&smp);
+                SmaOutput::Nothing
+            }
+            _ => self.reply(smp, status::UNSUPPORTED_METHOD, None, ctx),
+        }
+    }
+
+    fn get_or_set(&mut self, smp: SmpRepr, mkey_matched: bool, ctx: &MadContext) -> SmaOutput {
+        let Some(h) = handlers::lookup(smp.attr_id) else {
+            return self.reply(smp, status::UNSUPPORTED_METHOD_ATTR, None, ctx);
+        };
+        let req = Req {
+            attr_mod: smp.attr_mod,
+            data: &smp.data,
+            in_port: ctx.in_port,
+            mkey_matched,
+        };
+        let mut st = status::OK;
+        if smp.method == method::SET {
+            let Some(set) = h.set else {
+                return self.reply(smp, status::UNSUPPORTED_METHOD_ATTR, None, ctx);
+            };
+            let mut fx = SetEffects::default();
+            if let Err(e) = set(self, &req, &mut fx) {
+                st = e;
+            }
+            self.set_effects(fx);
+        }
+        // A SubnGetResp to a Set carries the attribute as it is now (IBA 14.2.2).
+        match (h.get)(self, &req) {
+            Ok(data) => self.reply(smp, st, Some(data), ctx),
+            Err(e) => self.reply(smp, if st != status::OK { st } else { e }, None, ctx),
+        }
+    }
+
+    /// Builds the SubnGetResp: the request with method GetResp, the status, the
+    /// attribute (or the request's data on failure) and, for a directed-route SMP, D
+    /// set and the pointer moved for the way back.
+    fn reply(
+        &mut self,
+        mut smp: SmpRepr,
+        st: u16,
+        data: Option<[u8; SMP_DATA_LEN]>,
+        ctx: &MadContext,
+    ) -> SmaOutput {
+        smp.method = method::GET_RESP;
+        smp.status = st;
+        if let Some(d) = data {
+            smp.data = d;
+        }
+        let route = match &mut smp.route {
+            SmpRoute::Lid => ReplyRoute::Lid(ctx.slid),
+            SmpRoute::Directed(dr) => match dr::hca_respond(dr, ctx.in_port) {
+                Ok(HcaSend::Port) => ReplyRoute::Directed(ctx.in_port),
+                Ok(HcaSend::Local) => ReplyRoute::LocalSm,
+                Ok(HcaSend::LidRouted) => ReplyRoute::Lid(ctx.slid),
+                Err(e) => return self.dr_drop(e),
+            },
+        };
+        if st != status::OK {
+            self.counters.error_replies += 1;
+        }
+        SmaOutput::Reply {
+            mad: Box::new(smp.to_bytes()),
+            route,
+        }
+    }
+
+    fn pass_to_sm(&mut self, smp: &SmpRepr) -> SmaOutput {
+        if self.port.info.capability_mask & cap::IS_SM == 0 {
+            return self.drop(SmaDrop::NoSm);
+        }
+        SmaOutput::ToSm(Box::new(smp.to_bytes()))
+    }
+
+    fn drop(&mut self, why: SmaDrop) -> SmaOutput {
+        self.counters.count(why);
+        SmaOutput::Nothing
+    }
+
+    fn dr_drop(&mut self, e: DrDrop) -> SmaOutput {
+        log::debug!("SMA: directed-route SMP dropped: {e}");
+        self.counters.dr_drops[e.index()] += 1;
+        self.drop(SmaDrop::BadDrPath)
+    }
+
+    // ---- M_Key (IBA 14.2.4; AD-12) ----
+
+    /// The M_Key check. `Some(matched)` lets the request on; `None` fails it: at
+    /// protect level 0 and 1 only a Set or TrapRepress with the wrong key fails, at 2
+    /// and 3 a Get too. A port M_Key of 0 matches everything. A failure counts
+    /// M_KeyViolations (saturating), starts the lease timer if the lease period is
+    /// not 0 and it is not running, and sends trap 256; a matching Get, Set or
+    /// TrapRepress stops the timer.
+    fn check_mkey(&mut self, smp: &SmpRepr, now: Time) -> Option<bool> {
+        let pi = &mut self.port.info;
+        let matched = pi.mkey == 0 || smp.mkey == pi.mkey;
+        if matched {
+            self.lease_deadline = None;
+            return Some(true);
+        }
+        let fails = match smp.method {
+            method::GET => pi.mkey_protect_bits >= 2,
+            method::SET | method::TRAP_REPRESS => true,
+            _ => false,
+        };
+        if !fails {
+            return Some(false);
+        }
+        pi.mkey_violations = pi.mkey_violations.saturating_add(1);
+        if self.lease_deadline.is_none() && pi.mkey_lease_period != 0 {
+            let ns = u64::from(pi.mkey_lease_period) * 1_000_000_000;
+            self.lease_deadline = Some(now.plus_ns(ns));
+        }
+        // The return path keeps the SMP's indexing (entry i = hop i, entry 0 unused),
+        // cut at 30 bytes (DRPathTruncated then set by `emit`).
+        let (dr_notice, dr_slid, dr_hop_cnt, dr_return_path) = match &smp.route {
+            SmpRoute::Lid => (false, 0, 0, [0u8; 30]),
+            SmpRoute::Directed(dr) => {
+                let mut p = [0u8; 30];
+                let n = (usize::from(dr.hop_cnt) + 1).min(30);
+                p[..n].copy_from_slice(&dr.return_path[..n]);
+                (true, dr.dr_slid, dr.hop_cnt, p)
+            }
+        };
+        let details = BadMkeyDetails {
+            lid: self.port.info.lid,
+            dr_slid,
+            method: smp.method,
+            attr_id: smp.attr_id,
+            attr_mod: smp.attr_mod,
+            mkey: smp.mkey,
+            dr_notice,
+            dr_hop_cnt,
+            dr_return_path,
+        }
+        .emit();
+        self.queue_trap(notice_type::SECURITY, trap::BAD_MKEY, details, now);
+        None
+    }
+
+    /// Clears M_KeyProtectBits once the lease has run out (IBA 14.2.4.2).
+    fn expire_lease(&mut self, now: Time) {
+        if let Some(t) = self.lease_deadline {
+            if now >= t {
+                self.lease_deadline = None;
+                self.port.info.mkey_protect_bits = 0;
+                self.counters.lease_expiries += 1;
+            }
+        }
+    }
+
+    // ---- traps (IBA 14.2.5.1, 13.4.8) ----
+
+    fn queue_trap(&mut self, ty: u8, number: u16, details: [u8; 54], now: Time) {
+        if self.port.info.master_sm_lid == 0 {
+            self.counters.count(SmaDrop::NoSmLid);
+            return;
+        }
+        if self.traps.len() >= MAX_PENDING_TRAPS {
+            self.counters.count(SmaDrop::TrapQueueFull);
+            return;
+        }
+        let tid = self.next_trap_tid;
+        self.next_trap_tid = self.next_trap_tid.wrapping_add(1).max(1);
+        self.traps.push_back(PendingTrap {
+            tid,
+            notice: NoticeRepr {
+                is_generic: true,
+                notice_type: ty,
+                producer_type: u32::from(self.node.node_type),
+                trap_number: number,
+                issuer_lid: self.port.info.lid,
+                toggle: false,
+                count: 0,
+                data_details: details,
+            },
+            next_send: now,
+        });
+    }
+
+    fn trap_interval(&self) -> u64 {
+        // 4.096 us = 4096 ns.
+        (4096u64 << self.port.info.subnet_timeout.min(31)).max(MIN_TRAP_RESEND_NS)
+    }
+
+    /// A TrapRepress names the trap by its TID (IBA 13.4.8.1): that trap stops.
+    fn repress(&mut self, smp: &SmpRepr) {
+        if smp.attr_id != attr_id::NOTICE {
+            self.counters.count(SmaDrop::UnmatchedRepress);
+            return;
+        }
+        match self.traps.iter().position(|t| t.tid == smp.tid) {
+            Some(i) => {
+                self.traps.remove(i);
+                self.counters.traps_repressed += 1;
+            }
+            None => self.counters.count(SmaDrop::UnmatchedRepress),
+        }
+    }
+
+    /// The next trap due at `now` (first send or a resend), LID-routed to the SM.
+    /// Call until `None`.
+    pub fn poll_transmit(&mut self, now: Time) -> Option<TrapOut> {
+        self.expire_lease(now);
+        let interval = self.trap_interval();
+        let (mkey, dlid, sl) = (
+            self.port.info.mkey,
+            self.port.info.master_sm_lid,
+            self.port.info.master_sm_sl,
+        );
+        let t = self.traps.iter_mut().find(|t| t.next_send <= now)?;
+        t.next_send = now.plus_ns(interval);
+        let mut data = [0u8; SMP_DATA_LEN];
+        // The notice was built from in-range values; emit cannot fail on 64 bytes.
+        let _ = t.notice.emit(&mut data);
+        let smp = SmpRepr {
+            base_version: BASE_VERSION,
+            class_version: SMP_CLASS_VERSION,
+            method: method::TRAP,
+            status: 0,
+            tid: t.tid,
+            attr_id: attr_id::NOTICE,
+            attr_mod: 0,
+            mkey,
+            route: SmpRoute::Lid,
+            data,
+        };
+        self.counters.traps_sent += 1;
+        Some(TrapOut {
+            mad: Box::new(smp.to_bytes()),
+            dlid,
+            sl,
+        })
+    }
+
+    /// Traps sent and not yet repressed.
+    pub fn pending_traps(&self) -> usize {
+        self.traps.len()
+    }
+
+    /// When [`Sma::handle_timeout`] (or `poll_transmit`) next has work.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let trap = self.traps.iter().map(|t| t.next_send).min();
+        match (self.lease_deadline, trap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs the timers due at `now`: the M_Key lease. Trap resends come out of
+    /// [`Sma::poll_transmit`].
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.expire_lease(now);
+    }
+
+    // ---- events ----
+
+    /// The next change for the device to report.
+    pub fn poll_event(&mut self) -> Option<SmaEvent> {
+        self.events.pop_front()
+    }
+
+    fn push_event(&mut self, e: SmaEvent) {
+        if let Some(slot) = self.events.iter_mut().find(|x| x.same_kind(&e)) {
+            *slot = e;
+        } else {
+            self.events.push_back(e);
+        }
+    }
+
+    fn set_effects(&mut self, fx: SetEffects) {
+        let pi = self.port.info;
+        if let Some(ch) = fx.port_info {
+            if ch.lid {
+                self.push_event(SmaEvent::LidChanged {
+                    lid: pi.lid,
+                    lmc: pi.lmc,
+                });
+            }
+            if ch.sm {
+                self.push_event(SmaEvent::SmChanged {
+                    sm_lid: pi.master_sm_lid,
+                    sm_sl: pi.master_sm_sl,
+                });
+            }
+            if ch.gid_prefix {
+                self.push_event(SmaEvent::GidPrefixChanged(pi.gid_prefix));
+            }
+            if ch.state {
+                self.push_event(SmaEvent::PortStateChanged(pi.port_state));
+            }
+            if ch.client_reregister {
+                self.push_event(SmaEvent::ClientReregister);
+            }
+        }
+        if fx.pkeys_changed {
+            self.push_event(SmaEvent::PkeyTableChanged);
+        }
+    }
+
+    // ---- local commands: the link and the host ----
+
+    fn local_state_change(&mut self, state: u8, phys: u8, now: Time) {
+        let pi = &mut self.port.info;
+        let changed = pi.port_state != state;
+        pi.port_state = state;
+        pi.port_physical_state = phys;
+        if changed {
+            self.push_event(SmaEvent::PortStateChanged(state));
+            // Trap 128 is a switch's (IBA 14.2.5.1): an HCA's neighbour reports it.
+            if self.node.node_type == node_type::SWITCH {
+                let details = trap128_details(self.port.info.lid);
+                self.queue_trap(notice_type::URGENT, trap::LINK_STATE_CHANGE, details, now);
+            }
+        }
+    }
+
+    /// The link trained (physical LinkUp): a Down port goes to Init and waits for the
+    /// SM (IBA 7.2). A Disabled port stays down until the SM sets Polling.
+    pub fn link_up(&mut self, now: Time) {
+        let pi = self.port.info;
+        if pi.port_physical_state == phys_state::DISABLED || pi.port_state != port_state::DOWN {
+            return;
+        }
+        self.local_state_change(port_state::INIT, phys_state::LINK_UP, now);
+    }
+
+    /// The link went away: the port is Down, the PHY back in its default down state.
+    pub fn link_down(&mut self, now: Time) {
+        let pi = self.port.info;
+        if pi.port_physical_state == phys_state::DISABLED {
+            return;
+        }
+        let phys = if pi.link_down_default_state == phys_state::SLEEP {
+            phys_state::SLEEP
+        } else {
+            phys_state::POLLING
+        };
+        self.local_state_change(port_state::DOWN, phys, now);
+    }
+
+    /// A packet other than an SMP arrived: an Armed port becomes Active (IBA 7.2,
+    /// the Armed state's exit on the first data packet).
+    pub fn data_packet_received(&mut self, now: Time) {
+        if self.port.info.port_state == port_state::ARMED {
+            self.local_state_change(port_state::ACTIVE, phys_state::LINK_UP, now);
+        }
+    }
+
+    /// The host (the guest's SM or verbs' modify port) sets the capability mask,
+    /// for example IsSM when an SM starts on this port.
+    pub fn set_capability_mask(&mut self, mask: u32) {
+        self.port.info.capability_mask = mask;
+    }
+}
