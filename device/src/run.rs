@@ -673,6 +673,8 @@ impl Core {
             link: self.hca.port.link().report(),
             net: self.net.as_ref().map(|n| n.to_string()),
             cmdq,
+            // Filled in by `CountersOutput`, which writes the file.
+            counters_file: None,
         }
     }
 }
