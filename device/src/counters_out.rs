@@ -15,13 +15,19 @@
 //!   (`abi::counters`, one source for both);
 //! - `link`: one object per link stage (`udp`, `tap`, `auth`) with the counters
 //!   of its log line; `vhost_user_net` likewise in RoCE mode;
-//! - `cmdq`: how command batches were split.
+//! - `cmdq`: how command batches were split;
+//! - `counters_file` (with `--counters-file`): its rewrites `written`,
+//!   `failed`, and `skipped` because the last one was still in progress (the
+//!   file is written by a thread of its own, never by the data path).
 //!
 //! Nothing here takes the device's lock or knows its threads: the data path
 //! hands a [`Snapshot`] taken under its lock.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use transport::engine::Counters;
@@ -69,6 +75,9 @@ pub struct Snapshot {
     pub net: Option<String>,
     /// The command queue's split (name, value).
     pub cmdq: Vec<(&'static str, u64)>,
+    /// The counters file's rewrites (`--counters-file`; set by
+    /// `CountersOutput`, which writes it).
+    pub counters_file: Option<FileCounters>,
 }
 
 fn json_str(out: &mut String, s: &str) {
@@ -201,6 +210,13 @@ impl Snapshot {
         let cmdq: Vec<String> = self.cmdq.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         let _ = writeln!(s, "cmdq: CmdStats {{ {} }}", cmdq.join(", "));
         let _ = write!(s, "hca: {:?}", self.hca);
+        if let Some(f) = &self.counters_file {
+            let _ = write!(
+                s,
+                "\ncounters-file: written {} failed {} skipped {}",
+                f.written, f.failed, f.skipped
+            );
+        }
         s
     }
 
@@ -248,6 +264,17 @@ impl Snapshot {
         }
         s.push_str(",\"cmdq\":");
         json_object(&mut s, self.cmdq.iter().copied());
+        if let Some(f) = &self.counters_file {
+            s.push_str(",\"counters_file\":");
+            json_object(
+                &mut s,
+                [
+                    ("written", f.written),
+                    ("failed", f.failed),
+                    ("skipped", f.skipped),
+                ],
+            );
+        }
         s.push('}');
         s
     }
@@ -261,38 +288,181 @@ impl Snapshot {
     }
 }
 
+/// What became of the counters file's rewrites (the `counters_file` key of
+/// the JSON report): a rewrite still in progress when the next one is due is
+/// not queued but skipped (issue 25 item 5: a slow or stuck file system never
+/// holds up the data path nor piles up copies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileCounters {
+    /// Rewrites that replaced the file.
+    pub written: u64,
+    /// Rewrites that failed (logged once until one succeeds).
+    pub failed: u64,
+    /// Periods skipped because the previous rewrite was still in progress.
+    pub skipped: u64,
+}
+
+/// How one rewrite is done: [`write_atomically`], or a stand-in in tests.
+type WriteFn = dyn Fn(&Path, &str) -> std::io::Result<()> + Send + Sync;
+
+/// The state the counters file's writer thread shares with the data path.
+#[derive(Debug, Default)]
+struct WriterState {
+    /// Set when a rewrite is handed over, cleared by the writer when it is done.
+    busy: AtomicBool,
+    written: AtomicU64,
+    failed: AtomicU64,
+    skipped: AtomicU64,
+}
+
+/// The thread that rewrites the counters file, so that the data path never
+/// does file I/O (issue 25 item 5): one rewrite at a time, at most one handed
+/// over and none queued. The thread ends when the last clone of its
+/// `CountersOutput` is dropped.
+#[derive(Debug)]
+struct FileWriter {
+    path: PathBuf,
+    /// The rendered objects for the writer; `None` if it could not start.
+    jobs: Option<SyncSender<String>>,
+    state: Arc<WriterState>,
+}
+
+impl FileWriter {
+    fn spawn(path: PathBuf, write: Arc<WriteFn>) -> Arc<FileWriter> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(1);
+        let state = Arc::new(WriterState::default());
+        let st = Arc::clone(&state);
+        let p = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vhca-counters".into())
+            .spawn(move || {
+                // Logged once until a rewrite succeeds again.
+                let mut failing = false;
+                for text in rx {
+                    match write(&p, &text) {
+                        Ok(()) => {
+                            st.written.fetch_add(1, Ordering::Relaxed);
+                            failing = false;
+                        }
+                        Err(e) => {
+                            st.failed.fetch_add(1, Ordering::Relaxed);
+                            if !failing {
+                                log::warn!("--counters-file {}: {e}", p.display());
+                            }
+                            failing = true;
+                        }
+                    }
+                    st.busy.store(false, Ordering::Release);
+                }
+            });
+        let jobs = match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                log::warn!("--counters-file {}: no writer thread: {e}", path.display());
+                None
+            }
+        };
+        Arc::new(FileWriter { path, jobs, state })
+    }
+
+    fn counters(&self) -> FileCounters {
+        let s = &self.state;
+        FileCounters {
+            written: s.written.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
+            skipped: s.skipped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Hands `text` to the writer, or counts a skip if it is still busy with
+    /// the last one. Never waits.
+    fn offer(&self, text: String) -> bool {
+        let s = &self.state;
+        if s.busy.swap(true, Ordering::AcqRel) {
+            if s.skipped.fetch_add(1, Ordering::Relaxed) == 0 {
+                log::warn!(
+                    "--counters-file {}: the last rewrite is still in progress; \
+                     rewrites are skipped until it ends",
+                    self.path.display()
+                );
+            }
+            return false;
+        }
+        // `busy` was clear, so the channel's one slot is free.
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(text).is_ok());
+        if !sent {
+            // No writer: nothing else would clear `busy`.
+            s.busy.store(false, Ordering::Release);
+            s.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Waits up to `within` for the writer to be idle.
+    fn idle_within(&self, within: Duration) -> bool {
+        let t = Instant::now();
+        while self.state.busy.load(Ordering::Acquire) {
+            if t.elapsed() >= within {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+}
+
+/// How long the exit report waits for the counters file's last rewrite: a
+/// stuck file system delays the exit by this much, not forever.
+const EXIT_WRITE_WAIT: Duration = Duration::from_secs(1);
+
 /// Where and when the counters go: the data path calls [`tick`](Self::tick)
-/// every round, the exit paths [`report`](Self::report).
+/// every round, the exit paths [`report`](Self::report). The file is written
+/// by a thread of its own (`FileWriter`), shared by the clones.
 #[derive(Debug, Clone)]
 pub struct CountersOutput {
     log_every: Option<Duration>,
     format: CountersFormat,
-    file: Option<PathBuf>,
+    file: Option<Arc<FileWriter>>,
     file_every: Duration,
     last_log: Instant,
     /// `None` until the first write, which comes at the first round so that
     /// the file exists as soon as the device serves.
     last_file: Option<Instant>,
-    /// A failed write is logged once, not every period.
-    file_failed: bool,
 }
 
 impl CountersOutput {
     /// `every`: the period of the stderr log (none without it) and of the
     /// file (`FILE_EVERY` without it).
     pub fn new(every: Option<Duration>, format: CountersFormat, file: Option<PathBuf>) -> Self {
+        Self::with_writer(every, format, file, Arc::new(write_atomically))
+    }
+
+    fn with_writer(
+        every: Option<Duration>,
+        format: CountersFormat,
+        file: Option<PathBuf>,
+        write: Arc<WriteFn>,
+    ) -> Self {
         CountersOutput {
             log_every: every,
             format,
-            file,
+            file: file.map(|p| FileWriter::spawn(p, write)),
             file_every: every.unwrap_or(FILE_EVERY),
             last_log: Instant::now(),
             last_file: None,
-            file_failed: false,
         }
     }
 
-    /// Prints and writes what is due; `snapshot` is called only then.
+    /// What became of the file's rewrites so far (`None` without a file).
+    pub fn file_counters(&self) -> Option<FileCounters> {
+        self.file.as_ref().map(|f| f.counters())
+    }
+
+    /// Prints and hands over what is due; `snapshot` is called only then.
+    /// Never waits for the file (`FileWriter`).
     pub fn tick(&mut self, snapshot: impl FnOnce() -> Snapshot) {
         let now = Instant::now();
         let log_due = self
@@ -305,44 +475,86 @@ impl CountersOutput {
         if !log_due && !file_due {
             return;
         }
-        let s = snapshot();
+        let mut s = snapshot();
+        s.counters_file = self.file_counters();
         if log_due {
             self.last_log = now;
             eprintln!("{}", s.render(self.format));
         }
         if file_due {
             self.last_file = Some(now);
-            self.write_file(&s);
+            if let Some(f) = &self.file {
+                f.offer(s.json() + "\n");
+            }
         }
     }
 
-    /// The exit report: to stderr in the chosen format, and the file once more.
+    /// The exit report: to stderr in the chosen format, and the file once
+    /// more, waiting for that rewrite at most `EXIT_WRITE_WAIT` in all.
     pub fn report(&mut self, s: &Snapshot) {
+        let mut s = s.clone();
+        s.counters_file = self.file_counters();
         eprintln!("{}", s.render(self.format));
-        self.write_file(s);
-    }
-
-    fn write_file(&mut self, s: &Snapshot) {
-        let Some(path) = &self.file else { return };
-        match write_atomically(path, &(s.json() + "\n")) {
-            Ok(()) => self.file_failed = false,
-            Err(e) if !self.file_failed => {
-                self.file_failed = true;
-                log::warn!("--counters-file {}: {e}", path.display());
-            }
-            Err(_) => {}
+        let Some(f) = &self.file else { return };
+        let t = Instant::now();
+        if !f.idle_within(EXIT_WRITE_WAIT) {
+            f.state.skipped.fetch_add(1, Ordering::Relaxed);
+        } else if f.offer(s.json() + "\n") {
+            f.idle_within(EXIT_WRITE_WAIT.saturating_sub(t.elapsed()));
         }
     }
 }
 
 /// Writes `text` to `path` so that a reader sees the old or the new content,
-/// never a part: into `path.tmp` in the same folder, then renamed over `path`.
+/// never a part: into a new file of a random name in the same folder, then
+/// renamed over `path`. The new file is created with O_EXCL and O_NOFOLLOW
+/// (issue 25 item 5: vhca often runs as root, and a fixed temporary name is a
+/// place where anyone who can write the folder plants a symlink to a file of
+/// root's, or a FIFO that blocks the writer forever); a name taken is retried
+/// with another. The rename replaces whatever is at `path` (a symlink or FIFO
+/// there included) without opening it.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut tries = 0;
+    let (tmp, mut f) = loop {
+        // RandomState is seeded from the OS's random source once per thread
+        // and differs at every call: unpredictable without an RNG crate.
+        let r = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let mut n = std::ffi::OsString::from(".");
+        n.push(name);
+        n.push(format!(".{r:016x}.tmp"));
+        let tmp = dir.join(n);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let done = f
+        .write_all(text.as_bytes())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
 }
 
 #[cfg(test)]
@@ -461,6 +673,85 @@ mod tests {
         assert!(lines[5].starts_with("hca: HcaCounters { send_wqes: 0,"));
         assert_eq!(lines.len(), 6);
         assert_eq!(s.render(CountersFormat::Text), t);
+    }
+
+    /// Issue 25 item 5: the data path hands the file over and never waits;
+    /// while a rewrite is stuck, the rounds due are skipped and counted, and
+    /// the exit report waits a bounded time.
+    #[test]
+    fn a_stuck_counters_file_write_skips_rounds_and_counts_them() {
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let stuck = std::sync::Mutex::new(stuck);
+        let dir = tempfile::tempdir().unwrap();
+        let mut out = CountersOutput::with_writer(
+            None,
+            CountersFormat::Json,
+            Some(dir.path().join("c.json")),
+            Arc::new(move |p: &Path, t: &str| {
+                // The first rewrite blocks until released (a FIFO, a hung
+                // file system), the later ones do not.
+                let _ = stuck.lock().unwrap().recv();
+                write_atomically(p, t)
+            }),
+        );
+        out.file_every = Duration::ZERO;
+        let t = Instant::now();
+        for _ in 0..5 {
+            out.tick(Snapshot::default);
+        }
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        let c = out.file_counters().unwrap();
+        assert_eq!((c.written, c.skipped), (0, 4), "{c:?}");
+        let t = Instant::now();
+        out.report(&Snapshot::default());
+        let waited = t.elapsed();
+        assert!(
+            waited >= EXIT_WRITE_WAIT && waited < EXIT_WRITE_WAIT * 3,
+            "{waited:?}"
+        );
+        drop(release);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.file_counters().unwrap().written == 0 {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        out.tick(Snapshot::default);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.file_counters().unwrap().written < 2 {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let text = std::fs::read_to_string(dir.path().join("c.json")).unwrap();
+        assert!(
+            text.contains("\"counters_file\":{\"written\":1,\"failed\":0,\"skipped\":"),
+            "{text}"
+        );
+    }
+
+    /// The temporary file is a new one of a random name: a file, link or
+    /// FIFO at any name main used is left alone.
+    #[test]
+    fn the_temporary_file_is_created_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("c.json.tmp")).unwrap();
+        write_atomically(&path, "new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        // A symlink at the path itself is replaced, not followed.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        write_atomically(&path, "newer\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["c.json", "c.json.tmp", "victim"]);
     }
 
     #[test]

@@ -319,6 +319,14 @@ impl Shared {
     }
 }
 
+/// The message of a caught panic (its `&str` or `String` payload).
+pub(crate) fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| e.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
 /// Runs the data path; a panic in it (a bug) must not leave a hung device that
 /// the guest waits on forever: the device goes FATAL (`Shared::internal_fault`)
 /// and the data path starts again, idle until the driver resets the device.
@@ -328,11 +336,7 @@ fn supervise_data_path(shared: Arc<Shared>, every: CountersOutput, busy: Duratio
         let e = every.clone();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| data_path(s, e, busy)));
         let Err(e) = r else { return };
-        let what = e
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| e.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
+        let what = panic_text(&*e);
         log::error!("device: internal error in the data path ({what}): FATAL until RESET");
         shared.internal_fault();
         if shared.stop.load(Ordering::Acquire) {
@@ -673,6 +677,8 @@ impl Core {
             link: self.hca.port.link().report(),
             net: self.net.as_ref().map(|n| n.to_string()),
             cmdq,
+            // Filled in by `CountersOutput`, which writes the file.
+            counters_file: None,
         }
     }
 }

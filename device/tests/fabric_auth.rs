@@ -15,8 +15,8 @@ use clap::Parser;
 use common::{drain, recv_within, ud_packet, RecordingLink};
 use device::cli::{Cli, FabricMode};
 use device::fabric::{
-    AuthCounters, AuthLink, FabricFile, FabricKey, Link, LinkError, Received, MAX_PACKET_LEN,
-    MIN_PACKET_LEN, REPLAY_WINDOW, TAG_LEN, TRAILER_LEN,
+    AuthCounters, AuthLink, FabricFile, FabricKey, Link, LinkError, Received, MAX_AHEAD,
+    MAX_PACKET_LEN, MIN_PACKET_LEN, REPLAY_WINDOW, TAG_LEN, TRAILER_LEN,
 };
 
 const T0: Duration = Duration::from_secs(1_700_000_000);
@@ -42,11 +42,20 @@ fn take_sent(from: &mut AuthLink<RecordingLink>) -> Vec<Vec<u8>> {
 
 /// Hands `datagrams` to `to` and returns the packets it delivers.
 fn deliver(to: &mut AuthLink<RecordingLink>, datagrams: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    deliver_at(to, T0, datagrams)
+}
+
+/// [`deliver`] with the receiver's clock at `now`.
+fn deliver_at(
+    to: &mut AuthLink<RecordingLink>,
+    now: Duration,
+    datagrams: &[Vec<u8>],
+) -> Vec<Vec<u8>> {
     to.inner_mut().inbox.extend(datagrams.iter().cloned());
     let mut buf = vec![0; MAX_PACKET_LEN];
     let mut out = Vec::new();
     loop {
-        match to.recv(T0, &mut buf).unwrap() {
+        match to.recv(now, &mut buf).unwrap() {
             Some(n) => out.push(buf[..n].to_vec()),
             None if to.inner().inbox.is_empty() => break,
             // A call stops after a budget of drops, so that a flood cannot hold
@@ -230,6 +239,74 @@ fn auth_a_restarted_sender_numbers_above_its_earlier_run() {
     a2.send(later, &ud_packet(1, 2, 1, b"after reset")).unwrap();
     assert_eq!(a2.next_seq(), before + 1);
     assert_eq!(deliver(&mut b, &take_sent(&mut a2)).len(), 1);
+}
+
+/// Issue 25 item 4: a node holding the key forges the victim's address and
+/// LRH:SLID on one datagram numbered near 2^64. It is dropped and counted
+/// (more than MAX_AHEAD ahead of the receiver's clock) before it moves the
+/// victim's window, so the victim's genuine datagrams, before and after it,
+/// are still accepted.
+#[test]
+fn auth_a_forged_far_future_sequence_number_does_not_shut_out_the_victim() {
+    let k = key();
+    let mut victim = queue_stage(&k);
+    let mut b = queue_stage(&k);
+    victim.send(T0, &ud_packet(1, 2, 0, b"before")).unwrap();
+    assert_eq!(deliver(&mut b, &take_sent(&mut victim)).len(), 1);
+    // The forger's stage with its clock near the end of time numbers its
+    // datagram u64::MAX - 10; the packet names the victim (SLID 1).
+    let mut forger = queue_stage(&k);
+    forger
+        .send(
+            Duration::from_nanos(u64::MAX - 10),
+            &ud_packet(1, 2, 0, b"forged"),
+        )
+        .unwrap();
+    let forged = take_sent(&mut forger);
+    assert!(deliver(&mut b, &forged).is_empty());
+    let c = *b.counters();
+    assert_eq!((c.drop_rx_future, c.dropped()), (1, 1), "{c:?}");
+    // The device set counts it with the replay window's refusals.
+    let h = c.into_device(Default::default());
+    assert_eq!(h.fabric_key_rx_replay, 1);
+    // The victim goes on, a millisecond later and at its next numbers.
+    let after: Vec<Vec<u8>> = (1..20u32).map(|i| ud_packet(1, 2, i, b"after")).collect();
+    let later = T0 + Duration::from_millis(1);
+    for p in &after {
+        victim.send(later, p).unwrap();
+    }
+    assert_eq!(
+        deliver_at(&mut b, later, &take_sent(&mut victim)),
+        after,
+        "{:?}",
+        b.counters()
+    );
+    assert_eq!(b.counters().dropped(), 1);
+    assert!(b.report().unwrap().contains("drop_rx_future 1"));
+}
+
+/// Issue 25 item 4: a forged number within MAX_AHEAD of the receiver's clock
+/// passes (nothing tells it from a sender with a clock ahead) and holds the
+/// victim's datagrams back, but only until the victim's numbers, which follow
+/// its clock, pass it: at most MAX_AHEAD, not until a restart.
+#[test]
+fn auth_a_forged_number_within_the_bound_holds_the_victim_back_at_most_max_ahead() {
+    let k = key();
+    let mut victim = queue_stage(&k);
+    let mut b = queue_stage(&k);
+    let mut forger = queue_stage(&k);
+    let edge = T0 + MAX_AHEAD;
+    forger.send(edge, &ud_packet(1, 2, 0, b"forged")).unwrap();
+    assert_eq!(deliver(&mut b, &take_sent(&mut forger)).len(), 1);
+    // Held back meanwhile: older than the window below the forged number.
+    victim.send(T0, &ud_packet(1, 2, 1, b"held")).unwrap();
+    assert!(deliver(&mut b, &take_sent(&mut victim)).is_empty());
+    assert_eq!(b.counters().drop_rx_replay, 1);
+    // Once the victim's clock has passed it, its datagrams flow again.
+    let t = edge + Duration::from_millis(1);
+    let p = ud_packet(1, 2, 2, b"flows");
+    victim.send(t, &p).unwrap();
+    assert_eq!(deliver_at(&mut b, t, &take_sent(&mut victim)), vec![p]);
 }
 
 #[test]
@@ -520,7 +597,8 @@ fn auth_a_datagram_replayed_from_another_nodes_address_is_dropped_and_spares_the
     // and node 3's window does not jump to node 1's numbers.
     let k = key();
     let mut one = queue_stage(&k);
-    let later = T0 + Duration::from_secs(60);
+    // Numbers above node 3's, within MAX_AHEAD of the receiver's clock (T0).
+    let later = T0 + Duration::from_secs(1);
     one.send(later, &ud_packet(1, 2, 1, b"from one")).unwrap();
     let d = take_sent(&mut one).pop().unwrap();
     let mut three = queue_stage(&k);

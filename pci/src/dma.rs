@@ -31,9 +31,10 @@ pub enum DmaError {
     Misaligned { addr: u64 },
 }
 
-/// Why a DMA map was refused.
+/// Why a DMA map (or a vhost-user memory region, [`seal_and_check_size`]) was
+/// refused.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum MapError {
+pub enum MapError {
     #[error("empty or overflowing range")]
     Range,
     #[error("offset 0x{offset:x} + size 0x{size:x} is past the end of the file ({len} bytes)")]
@@ -196,27 +197,7 @@ impl DmaMemory {
             .filter(|_| size > 0)
             .ok_or(MapError::Range)?;
         let len = usize::try_from(size).map_err(|_| MapError::Range)?;
-        // An access to a mapped page past the end of its file raises SIGBUS,
-        // which would kill the process. A file that can change size (a
-        // regular file; memfds are) is sealed against shrinking first, so
-        // the client cannot truncate it under the mapping later (issue 13;
-        // ARCHITECTURE.md §5, §9), then checked against the size it can no
-        // longer go below. One that cannot be sealed is refused: every
-        // device access would otherwise be at the client's mercy. Devices
-        // (DAX, ...) have no size to shrink.
-        let meta = file.metadata().map_err(MapError::Stat)?;
-        if meta.is_file() {
-            seal_shrink(&file).map_err(MapError::Unsealable)?;
-        }
-        let meta = file.metadata().map_err(MapError::Stat)?;
-        let file_end = offset.checked_add(size).ok_or(MapError::Range)?;
-        if meta.is_file() && file_end > meta.len() {
-            return Err(MapError::PastEof {
-                offset,
-                size,
-                len: meta.len(),
-            });
-        }
+        seal_and_check_size(&file, offset, size)?;
         let share = if writable {
             libc::MAP_SHARED
         } else {
@@ -273,6 +254,33 @@ impl DmaMemory {
         self.shared.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
+}
+
+/// Makes `size` bytes of `file` at `offset` safe to map and access for as
+/// long as the mapping lives, or says why not. An access to a mapped page
+/// past the end of its file raises SIGBUS, which would kill the process. A
+/// file that can change size (a regular file; memfds are) is sealed against
+/// shrinking first, so the client cannot truncate it under the mapping later
+/// (issue 13; ARCHITECTURE.md §5, §9), then checked against the size it can no
+/// longer go below. One that cannot be sealed is refused: every device access
+/// would otherwise be at the client's mercy. Devices (DAX, ...) have no size
+/// to shrink. Used for vfio-user DMA maps and for the vhost-user-net
+/// backend's memory regions (issue 25 item 2): the same rules for both.
+pub fn seal_and_check_size(file: &File, offset: u64, size: u64) -> Result<(), MapError> {
+    let meta = file.metadata().map_err(MapError::Stat)?;
+    if meta.is_file() {
+        seal_shrink(file).map_err(MapError::Unsealable)?;
+    }
+    let meta = file.metadata().map_err(MapError::Stat)?;
+    let file_end = offset.checked_add(size).ok_or(MapError::Range)?;
+    if meta.is_file() && file_end > meta.len() {
+        return Err(MapError::PastEof {
+            offset,
+            size,
+            len: meta.len(),
+        });
+    }
+    Ok(())
 }
 
 /// Adds `F_SEAL_SHRINK` to `file` unless it has it: from then on nobody

@@ -28,6 +28,7 @@ pub mod process;
 pub mod sys;
 pub mod util;
 pub mod verbs;
+pub mod vhost_net;
 
 pub use device::abi;
 pub use guest::{Buf, Guest, GuestOptions, Layout};

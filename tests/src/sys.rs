@@ -188,3 +188,17 @@ pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Makes a FIFO at `path` (a hostile host file for `--counters-file`).
+pub fn mkfifo(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; mkfifo
+    // reads it and touches no other memory of ours.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

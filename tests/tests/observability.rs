@@ -176,3 +176,85 @@ fn a_running_devices_capture_reads_whole_once_idle() {
         assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 2);
     }
 }
+
+/// Options for one node keeping its counters in `file`.
+fn with_counters_file(file: &Path) -> Options {
+    let mut opts = Options::nodes(1);
+    opts.extra_args = vec!["--counters-file".into(), file.to_str().unwrap().into()];
+    opts
+}
+
+/// Issue 25 item 5: the counters file's temporary file is created, never
+/// opened: a symlink planted at the temporary name main used
+/// (`FILE.tmp`) is not followed, and the file it points to is untouched
+/// (vhca often runs as root).
+#[test]
+fn counters_file_does_not_follow_a_symlink_planted_at_its_temporary_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("n0.counters.json");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "root's file\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("n0.counters.json.tmp")).unwrap();
+    let mut v = Vhca::spawn(with_counters_file(&file));
+    // Two rewrites: the first at once, the next a second later.
+    let first = wait_counters(&file, Duration::from_secs(5), |_| true);
+    let t0 = first["time"].as_f64().unwrap();
+    wait_counters(&file, Duration::from_secs(5), |c| {
+        c["time"].as_f64().unwrap() > t0
+    });
+    v.assert_alive(0);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert!(meta.file_type().is_file(), "{:?}", meta.file_type());
+    // The planted link is still there, still pointing at the victim.
+    assert_eq!(
+        std::fs::read_link(dir.path().join("n0.counters.json.tmp")).unwrap(),
+        victim
+    );
+}
+
+/// Issue 25 item 5: a FIFO at the counters file's path and one at the
+/// temporary name main used (`FILE.tmp`) do not stop the data path: the device moves
+/// traffic within a bounded wait and the FIFO at the path is replaced by the
+/// counters object without being opened.
+#[test]
+fn a_fifo_at_the_counters_file_or_its_temporary_name_does_not_stall_the_data_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("n0.counters.json");
+    for p in [file.clone(), dir.path().join("n0.counters.json.tmp")] {
+        vhca_tests::sys::mkfifo(&p).unwrap_or_else(|e| panic!("mkfifo {p:?}: {e}"));
+    }
+    let v = Vhca::spawn(with_counters_file(&file));
+    // The traffic runs on a thread of its own so that a stalled data path
+    // fails this test within the wait rather than at the watchdog.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let v = std::sync::Arc::new(std::sync::Mutex::new(v));
+    let t = {
+        let v = std::sync::Arc::clone(&v);
+        std::thread::spawn(move || {
+            let mut a = Node::connect(&v.lock().unwrap(), 0);
+            clean_transfer(&mut a);
+            let _ = tx.send(());
+        })
+    };
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => t.join().unwrap(),
+        Err(e) => {
+            // Unblock the device so the thread and the process end.
+            v.lock().unwrap().kill(0);
+            panic!("no 1 MiB transfer within 60 s with FIFOs at the counters file: {e:?}");
+        }
+    }
+    // The FIFO at the path was replaced (by rename) with a whole object.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::symlink_metadata(&file)
+        .unwrap()
+        .file_type()
+        .is_file()
+    {
+        assert!(Instant::now() < deadline, "the FIFO at the path stayed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_counters(&file, Duration::from_secs(5), |_| true);
+    v.lock().unwrap().assert_alive(0);
+}

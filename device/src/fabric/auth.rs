@@ -20,12 +20,20 @@
 //! yield a MAC that means something elsewhere). A 128-bit tag leaves a forger a
 //! 2^-128 chance per try.
 //!
-//! Replay: each sender numbers its datagrams from the time of its first send in
-//! nanoseconds since the Unix epoch, one up per datagram (to every destination),
-//! so a restarted sender starts above everything it sent before (it would have
-//! to send faster than one datagram per nanosecond not to, or have its clock
-//! stepped back across the restart: then its peers drop its datagrams as
-//! replays, counted, until they restart too). The receiver keeps,
+//! Replay: each sender numbers its datagrams by its clock, in nanoseconds since
+//! the Unix epoch: each datagram (to every destination) gets the time of its
+//! send or one more than the last number, whichever is higher. So a restarted
+//! sender starts above everything it sent before (it would have to send faster
+//! than one datagram per nanosecond not to, or have its clock stepped back
+//! across the restart: then its peers drop its datagrams as replays, counted,
+//! until they restart too), and a sender's numbers keep up with its clock.
+//! A number more than [`MAX_AHEAD`] ahead of the receiver's own clock is
+//! dropped before it moves any window (issue 25 item 4): a node holding the
+//! key that forged a victim's address and a number near 2^64 would otherwise
+//! stop every later datagram of the victim until the receiver restarts; now
+//! one forgery holds a victim's datagrams back for at most [`MAX_AHEAD`] plus
+//! the clocks' difference, and the nodes' clocks must agree within
+//! [`MAX_AHEAD`] (NTP does far better). The receiver keeps,
 //! per sender (LRH:SLID, which the tag covers), the highest number seen and a
 //! sliding window of [`REPLAY_WINDOW`] numbers below it, as IPsec ESP (RFC 4303
 //! §3.4.3) and WireGuard do (a ring of bitmap words, RFC 6479): a datagram seen
@@ -69,6 +77,13 @@ const WINDOW_WORDS: usize = 32;
 /// How many sequence numbers below the highest seen a datagram may carry and
 /// still be accepted (once): reordering deeper than this is dropped as a replay.
 pub const REPLAY_WINDOW: u64 = ((WINDOW_WORDS - 1) * 64) as u64;
+
+/// How far ahead of the receiver's clock a sender's sequence number (its
+/// clock, module comment) may be and still be accepted: the clocks'
+/// difference and the numbers a burst takes beyond its send time. Also the
+/// longest a forged number (from a node holding the key) keeps a sender's own
+/// datagrams out, as they are older than the window until its clock passes it.
+pub const MAX_AHEAD: Duration = Duration::from_secs(10);
 
 /// Datagrams one [`Link::recv_batch`] call of an [`AuthLink`] drops at most
 /// before it returns, so that a flood of forgeries cannot hold the caller's
@@ -277,6 +292,11 @@ pub struct AuthCounters {
     /// Receive: a good tag on a sequence number seen before, or older than the
     /// replay window: a replay (or reordering deeper than [`REPLAY_WINDOW`]).
     pub drop_rx_replay: u64,
+    /// Receive: a good tag on a sequence number more than [`MAX_AHEAD`] ahead
+    /// of this node's clock: a forgery by a node holding the key (or a
+    /// sender whose clock is that far ahead). Dropped before it moves the
+    /// window.
+    pub drop_rx_future: u64,
 }
 
 impl AuthCounters {
@@ -289,6 +309,7 @@ impl AuthCounters {
             + self.drop_rx_bad_tag
             + self.drop_rx_wrong_sender
             + self.drop_rx_replay
+            + self.drop_rx_future
     }
 }
 
@@ -305,7 +326,9 @@ impl AuthCounters {
         h.fabric_key_rx_short = self.drop_rx_short;
         h.fabric_key_rx_bad_tag = self.drop_rx_bad_tag;
         h.fabric_key_rx_wrong_sender = self.drop_rx_wrong_sender;
-        h.fabric_key_rx_replay = self.drop_rx_replay;
+        // A number too far ahead is a refusal of the replay window too; the
+        // link's report counts it apart (`drop_rx_future`).
+        h.fabric_key_rx_replay = self.drop_rx_replay + self.drop_rx_future;
         h.fabric_key_tx_dropped = self.drop_tx_oversized + self.drop_tx_not_lent;
         h
     }
@@ -317,7 +340,7 @@ impl fmt::Display for AuthCounters {
             f,
             "tx_tagged {} rx_verified {} drop_tx_oversized {} drop_tx_not_lent {} \
              drop_rx_untagged {} drop_rx_short {} drop_rx_bad_tag {} \
-             drop_rx_wrong_sender {} drop_rx_replay {}",
+             drop_rx_wrong_sender {} drop_rx_replay {} drop_rx_future {}",
             self.tx_tagged,
             self.rx_verified,
             self.drop_tx_oversized,
@@ -326,7 +349,8 @@ impl fmt::Display for AuthCounters {
             self.drop_rx_short,
             self.drop_rx_bad_tag,
             self.drop_rx_wrong_sender,
-            self.drop_rx_replay
+            self.drop_rx_replay,
+            self.drop_rx_future
         )
     }
 }
@@ -339,6 +363,7 @@ enum Refused {
     BadTag,
     WrongSender,
     Replay,
+    Future,
 }
 
 /// One sender's replay window: the highest sequence number seen and a ring of
@@ -394,9 +419,9 @@ fn tag(mac_key: &[u8; 32], data: &[u8]) -> [u8; TAG_LEN] {
 
 impl Checks {
     /// Checks datagram `d`, which the inner link took from the node with LID
-    /// `src_lid` when it knows it; the length of the packet in it if it is to
-    /// be delivered.
-    fn open(&mut self, d: &[u8], src_lid: Option<u16>) -> Result<usize, Refused> {
+    /// `src_lid` when it knows it, at `now` (since the Unix epoch); the length
+    /// of the packet in it if it is to be delivered.
+    fn open(&mut self, d: &[u8], src_lid: Option<u16>, now: Duration) -> Result<usize, Refused> {
         let n = d.len();
         let own_len = transport::wire::Lrh::new_checked(d)
             .ok()
@@ -429,6 +454,12 @@ impl Checks {
         let mut seq = [0u8; SEQ_LEN];
         seq.copy_from_slice(&d[m..body]);
         let seq = u64::from_be_bytes(seq);
+        // Before the window: a number past the bound must not move it (module
+        // comment, issue 25 item 4).
+        let limit = u64::try_from((now + MAX_AHEAD).as_nanos()).unwrap_or(u64::MAX);
+        if seq > limit {
+            return Err(Refused::Future);
+        }
         if !self.windows.entry(slid).or_default().accept(seq) {
             return Err(Refused::Replay);
         }
@@ -452,6 +483,11 @@ impl Checks {
                 "from another node's address than its LRH:SLID (replayed from a forged address?)",
             ),
             Refused::Replay => (&mut c.drop_rx_replay, "replayed (sequence number seen)"),
+            Refused::Future => (
+                &mut c.drop_rx_future,
+                "numbered more than MAX_AHEAD ahead of this node's clock \
+                 (forged by a key holder, or the sender's clock is ahead)",
+            ),
         };
         *count += 1;
         // The first of each reason is worth a warning (a misconfigured peer or
@@ -478,9 +514,9 @@ pub struct AuthLink<L> {
     inner: L,
     checks: Checks,
     key_id: String,
-    /// The next sequence number; set from `now` at the first send.
+    /// The least number the next datagram gets (module comment: at least
+    /// the send's time).
     next_seq: u64,
-    started: bool,
     /// The packet and its trailer being sent by [`Link::send`] (the caller's
     /// slice is read-only).
     scratch: Vec<u8>,
@@ -516,7 +552,6 @@ impl<L: Link> AuthLink<L> {
             },
             key_id: key.id(),
             next_seq: 0,
-            started: false,
             scratch: Vec::with_capacity(MAX_PACKET_LEN),
             lent: None,
             more: false,
@@ -548,15 +583,14 @@ impl<L: Link> AuthLink<L> {
         self.next_seq
     }
 
-    /// Takes the sequence number of the datagram being sent.
+    /// Takes the sequence number of the datagram being sent: the send's
+    /// time in nanoseconds since the epoch, or one more than the last number
+    /// if that is higher (module comment). Following the clock keeps the
+    /// numbers above every earlier run of this node, and brings them past a
+    /// number a key holder forged in this node's name within [`MAX_AHEAD`].
     fn take_seq(&mut self, now: Duration) -> u64 {
-        if !self.started {
-            // Above every number an earlier run of this node sent (module
-            // comment): nanoseconds since the epoch at the first send.
-            self.started = true;
-            let t = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX / 2);
-            self.next_seq = self.next_seq.max(t);
-        }
+        let t = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX / 2);
+        self.next_seq = self.next_seq.max(t);
         let seq = self.next_seq;
         self.next_seq = self.next_seq.saturating_add(1);
         seq
@@ -642,21 +676,22 @@ impl<L: Link> Link for AuthLink<L> {
                 return Ok(delivered);
             }
             let ask = (max - delivered).min(RECV_BUDGET - refused);
-            let got =
-                inner.recv_batch(now, ask, &mut |r| match checks.open(r.packet, r.src_lid) {
-                    Ok(m) => {
-                        checks.counters.rx_verified += 1;
-                        delivered += 1;
-                        deliver(Received {
-                            packet: &r.packet[..m],
-                            src_lid: r.src_lid,
-                        });
-                    }
-                    Err(why) => {
-                        refused += 1;
-                        checks.count(why, r.packet.len());
-                    }
-                })?;
+            let got = inner.recv_batch(now, ask, &mut |r| match checks
+                .open(r.packet, r.src_lid, now)
+            {
+                Ok(m) => {
+                    checks.counters.rx_verified += 1;
+                    delivered += 1;
+                    deliver(Received {
+                        packet: &r.packet[..m],
+                        src_lid: r.src_lid,
+                    });
+                }
+                Err(why) => {
+                    refused += 1;
+                    checks.count(why, r.packet.len());
+                }
+            })?;
             if got == 0 {
                 break;
             }

@@ -34,8 +34,8 @@ mod udp_sys;
 mod vl_arb;
 
 pub use auth::{
-    AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, REPLAY_WINDOW, SEQ_LEN, TAG_LEN,
-    TRAILER_LEN,
+    AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, MAX_AHEAD, REPLAY_WINDOW, SEQ_LEN,
+    TAG_LEN, TRAILER_LEN,
 };
 pub use capture::{CaptureCounters, CaptureLink, FLUSH_AFTER as CAPTURE_FLUSH_AFTER};
 pub use fault::{

@@ -8,10 +8,11 @@
 //! (the data path read frames for the guest from the TAP).
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
@@ -19,7 +20,9 @@ use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_MTU, VIRTIO_NET_F_STATUS, VIRTIO_NET_S_LINK_UP,
 };
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -98,7 +101,10 @@ type Mem = GuestMemoryAtomic<GuestMemoryMmap>;
 /// Per-connection state, under one lock (the worker thread is the only user but
 /// for the handler's calls on the protocol thread).
 struct State {
-    mem: Option<Mem>,
+    /// The guest memory the frames use: a map whose every region passed
+    /// [`checked_memory`], held whole (not the crate's shared handle, which
+    /// holds a new table before it is checked).
+    mem: Option<Arc<GuestMemoryMmap>>,
     acked: u64,
     event_idx: bool,
     /// A frame taken from the to-guest queue that did not fit the posted buffers
@@ -114,6 +120,10 @@ pub struct NetBackend {
     counters: Arc<NetCounters>,
     state: Mutex<State>,
     exit: Mutex<Option<EventNotifier>>,
+    /// Ends the connection (after a panic in the worker, [`Self::handle_event`]).
+    shutdown: Mutex<Option<ShutdownHandle>>,
+    /// A panic in the worker: nothing more is done for this connection.
+    failed: AtomicBool,
 }
 
 impl NetBackend {
@@ -129,7 +139,19 @@ impl NetBackend {
                 tx_buf: vec![0; VNET_HDR_LEN + MAX_FRAME_LEN].into_boxed_slice(),
             }),
             exit: Mutex::new(None),
+            shutdown: Mutex::new(None),
+            failed: AtomicBool::new(false),
         }
+    }
+
+    /// How to end the connection being served (`super::serve_one`).
+    pub fn set_shutdown(&self, h: Option<ShutdownHandle>) {
+        *self.shutdown.lock().unwrap_or_else(|p| p.into_inner()) = h;
+    }
+
+    /// Whether a panic in the worker ended this connection.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -162,7 +184,6 @@ impl NetBackend {
         if !ring_ready(vring) {
             return;
         }
-        let mem = mem.memory();
         let event_idx = st.event_idx;
         let tap = &self.tap;
         loop {
@@ -176,14 +197,21 @@ impl NetBackend {
             });
             drop(v);
             if n > 0 {
-                signal(vring);
+                signal(vring, &mem);
             }
             if n >= frames::BUDGET {
                 continue;
             }
             // Re-enable kicks; frames posted meanwhile are picked up here
-            // (virtio 1.2 §2.7.10, the EVENT_IDX race).
-            if !event_idx || !vring.enable_notification().unwrap_or(false) {
+            // (virtio 1.2 §2.7.10, the EVENT_IDX race). On the checked map,
+            // not the vring's own handle (`State::mem`).
+            if !event_idx
+                || !virtio_queue::QueueT::enable_notification(
+                    vring.get_mut().get_queue_mut(),
+                    &*mem,
+                )
+                .unwrap_or(false)
+            {
                 break;
             }
         }
@@ -195,7 +223,6 @@ impl NetBackend {
         if !ring_ready(vring) {
             return;
         }
-        let mem = mem.memory();
         let mode = RxMode {
             mergeable: st.acked & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0,
             guest_csum: st.acked & (1 << VIRTIO_NET_F_GUEST_CSUM) != 0,
@@ -220,7 +247,7 @@ impl NetBackend {
             }
         }
         if delivered > 0 {
-            signal(vring);
+            signal(vring, &mem);
         }
         if st.pending.is_none() && !to_guest.is_empty() {
             // Budget spent with frames left: come back through the event.
@@ -235,9 +262,11 @@ fn ring_ready(vring: &VringRwLock<Mem>) -> bool {
     v.is_enabled() && virtio_queue::QueueT::ready(v.get_queue())
 }
 
-/// Interrupts the guest if the ring asks for it (EVENT_IDX: used_event).
-fn signal(vring: &VringRwLock<Mem>) {
-    if vring.needs_notification().unwrap_or(true) {
+/// Interrupts the guest if the ring asks for it (EVENT_IDX: used_event, read
+/// in `mem`, the checked map).
+fn signal(vring: &VringRwLock<Mem>, mem: &GuestMemoryMmap) {
+    let needs = virtio_queue::QueueT::needs_notification(vring.get_mut().get_queue_mut(), mem);
+    if needs.unwrap_or(true) {
         if let Err(e) = vring.signal_used_queue() {
             log::debug!("net: signal used queue: {e}");
         }
@@ -293,7 +322,20 @@ impl VhostUserBackend for NetBackend {
     }
 
     fn update_memory(&self, mem: Mem) -> io::Result<()> {
-        self.state().mem = Some(mem);
+        let map = mem.memory().into_inner();
+        if let Err(e) = checked_memory(&map) {
+            // The frames keep no memory of this client: none of its table is
+            // used, and the error ends the connection (the vhost crate drops
+            // a client whose request fails).
+            self.state().mem = None;
+            self.detach();
+            self.counters
+                .mem_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            log::warn!("net: vhost-user memory table refused: {e}; connection dropped");
+            return Err(io::Error::other(e));
+        }
+        self.state().mem = Some(map);
         // The guest's driver started the device (QEMU sends the memory table at
         // vhost start): frames may queue for it from now on.
         self.tap.to_guest().set_attached(true);
@@ -324,11 +366,66 @@ impl VhostUserBackend for NetBackend {
         _thread_id: usize,
     ) -> io::Result<()> {
         // Never an error for anything the guest did: an error ends the worker.
+        // A panic (a bug) is contained as on the device's other threads: it
+        // costs this connection, reported and counted, never the process,
+        // whose HCA keeps serving (issue 25 item 2; `run::supervise_data_path`).
+        if self.failed() {
+            return Ok(());
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.handle(device_event, vrings)
+        }));
+        if let Err(e) = r {
+            self.failed.store(true, Ordering::Release);
+            self.counters
+                .worker_panics
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            log::error!(
+                "net: internal error in the vhost-user-net worker ({}): connection dropped",
+                crate::run::panic_text(&*e)
+            );
+            self.state().mem = None;
+            self.detach();
+            if let Some(h) = self
+                .shutdown
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            {
+                h.shutdown();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether every region of `map` is safe to touch for as long as the map
+/// lives: file-backed, sealed against shrinking and as long as it says, the
+/// rules of the vfio-user path (`pci::seal_and_check_size`). A client that
+/// declares 16 MiB backed by a 1 MiB memfd, or truncates it later, would
+/// otherwise kill the process with SIGBUS on the first descriptor there
+/// (issue 25 item 2).
+fn checked_memory(map: &GuestMemoryMmap) -> Result<(), String> {
+    for r in map.iter() {
+        let at = r.start_addr().0;
+        let Some(f) = r.file_offset() else {
+            return Err(format!("region at {at:#x}: not backed by a file"));
+        };
+        pci::seal_and_check_size(f.file(), f.start(), r.len())
+            .map_err(|e| format!("region at {at:#x} (+{:#x}): {e}", r.len()))?;
+    }
+    Ok(())
+}
+
+impl NetBackend {
+    /// [`VhostUserBackend::handle_event`]'s work.
+    fn handle(&self, device_event: u16, vrings: &[VringRwLock<Mem>]) {
+        test_panic(device_event);
         let (Some(rx), Some(tx)) = (
             vrings.get(usize::from(RX_QUEUE)),
             vrings.get(usize::from(TX_QUEUE)),
         ) else {
-            return Ok(());
+            return;
         };
         match device_event {
             RX_QUEUE => self.process_rx(rx),
@@ -342,6 +439,20 @@ impl VhostUserBackend for NetBackend {
             }
             _ => {}
         }
-        Ok(())
+    }
+}
+
+/// Test-only (issue 25 item 2, as `VHCA_TEST_PANIC` elsewhere): with
+/// `VHCA_TEST_PANIC=net:tx` in the environment, the first TX kick panics in
+/// the worker, once, so that tests can show how the panic is contained.
+/// Unset, it costs a load and a compare.
+fn test_panic(device_event: u16) {
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<bool> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    let armed =
+        *ARMED.get_or_init(|| std::env::var("VHCA_TEST_PANIC").is_ok_and(|v| v == "net:tx"));
+    if armed && device_event == TX_QUEUE && !FIRED.swap(true, Ordering::AcqRel) {
+        panic!("VHCA_TEST_PANIC: a test panic in the vhost-user-net worker");
     }
 }

@@ -68,6 +68,12 @@ pub struct NetCounters {
     /// RX: frames dropped because the guest's RX ring went away (driver stopped,
     /// disconnect) while they waited.
     pub drop_rx_detached: AtomicU64,
+    /// Memory tables refused (a region not file-backed, not sealable, or
+    /// longer than its file; issue 25 item 2): each cost its connection.
+    pub mem_refused: AtomicU64,
+    /// Panics contained in the backend's worker (a bug): each cost its
+    /// connection, never the process.
+    pub worker_panics: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -104,7 +110,7 @@ impl std::fmt::Display for NetCounters {
             f,
             "tx {} ({} B) rx {} ({} B) dropped {}: tx_bad_desc {} tx_short {} \
              tx_oversized {} tx_bad_hdr {} tx_tap_error {} rx_bad_desc {} rx_too_big {} \
-             rx_write_error {} rx_detached {}",
+             rx_write_error {} rx_detached {} mem_refused {} worker_panics {}",
             get(&self.tx_frames),
             get(&self.tx_bytes),
             get(&self.rx_frames),
@@ -119,6 +125,8 @@ impl std::fmt::Display for NetCounters {
             get(&self.drop_rx_too_big),
             get(&self.drop_rx_write_error),
             get(&self.drop_rx_detached),
+            get(&self.mem_refused),
+            get(&self.worker_panics),
         )
     }
 }

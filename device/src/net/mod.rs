@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
@@ -51,7 +52,11 @@ pub fn spawn(tap: Arc<Tap>, path: &Path) -> std::io::Result<Arc<NetCounters>> {
         .name("vhca-net".into())
         .spawn(move || loop {
             match serve_one(&tap, &c, &path) {
-                Ok(()) => log::info!("net: vhost-user-net client gone; serving again"),
+                Ok(Ok(())) => log::info!("net: vhost-user-net client gone; serving again"),
+                // A client's fault (a refused memory table, a bad message) or
+                // a contained panic: logged, and the next client is served at
+                // once.
+                Ok(Err(e)) => log::warn!("net: vhost-user-net client dropped: {e}; serving again"),
                 Err(e) => {
                     log::warn!("net: vhost-user-net on {}: {e}", path.display());
                     std::thread::sleep(RETRY_PAUSE);
@@ -61,8 +66,14 @@ pub fn spawn(tap: Arc<Tap>, path: &Path) -> std::io::Result<Arc<NetCounters>> {
     Ok(counters)
 }
 
-/// Serves one QEMU connection, from accept to disconnect.
-fn serve_one(tap: &Arc<Tap>, counters: &Arc<NetCounters>, path: &PathBuf) -> Result<(), String> {
+/// Serves one QEMU connection, from accept to disconnect: `Err` if no client
+/// could be accepted (the caller pauses), `Ok(Err)` if the connection ended
+/// in an error.
+fn serve_one(
+    tap: &Arc<Tap>,
+    counters: &Arc<NetCounters>,
+    path: &PathBuf,
+) -> Result<Result<(), String>, String> {
     let backend = Arc::new(NetBackend::new(Arc::clone(tap), Arc::clone(counters)));
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon = VhostUserDaemon::new("vhca-net-vu".into(), Arc::clone(&backend), mem)
@@ -75,8 +86,21 @@ fn serve_one(tap: &Arc<Tap>, counters: &Arc<NetCounters>, path: &PathBuf) -> Res
         )
         .map_err(|e| format!("epoll: {e}"))?;
     }
-    let r = daemon.serve(path).map_err(|e| e.to_string());
+    // `VhostUserDaemon::serve`, in its steps, so that the backend holds the
+    // connection's shutdown handle (a panic in the worker ends it).
+    let mut listener = Listener::new(path, true).map_err(|e| e.to_string())?;
+    daemon.start(&mut listener).map_err(|e| e.to_string())?;
+    backend.set_shutdown(daemon.shutdown_handle());
+    let r = daemon.wait();
+    backend.set_shutdown(None);
     backend.detach();
     backend.stop_worker();
-    r
+    Ok(match r {
+        _ if backend.failed() => Err("a panic in its worker".into()),
+        Ok(())
+        | Err(vhost_user_backend::Error::HandleRequest(
+            VhostUserError::Disconnected | VhostUserError::PartialMessage,
+        )) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    })
 }
