@@ -41,8 +41,9 @@ STAGES=(
     "setup|ensure_rust; ensure_tshark (scripts/lib.sh)"
     "fmt|cargo fmt --all -- --check"
     "clippy|cargo clippy --workspace --all-targets --quiet -- -D warnings"
-    # The tshark conformance test fails instead of skipping when tshark is missing.
-    "cargo-test|VHCA_REQUIRE_TSHARK=1 cargo test --workspace"
+    # The tshark conformance tests and the TAP tests fail instead of skipping
+    # when tshark or CAP_NET_ADMIN is missing (the suite runs as root).
+    "cargo-test|VHCA_REQUIRE_TSHARK=1 VHCA_REQUIRE_TAP=1 cargo test --workspace"
     # Every target for a short bounded time (fuzz/README.md has the long run).
     "fuzz|scripts/fuzz.sh --seconds 15"
     # The device under a real QEMU (host root and guest are cached in $VHCA_CACHE).
