@@ -175,9 +175,11 @@ pub(crate) fn handle_request(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>
         QpType::Rc => handle_rc(qp, pkt, cx, true),
         QpType::XrcTgt => {
             // o9-24.a1, PV-08: the XRC SRQ of the request, bound if it is
-            // in the QP's domain (`xrc::bind_target`); else NAKed after the
-            // PSN check, as any invalid request is.
-            let xrc_ok = super::xrc::bind_target(qp, pkt, cx.srqs);
+            // in the QP's domain and the request starts a message, or the one
+            // bound if it continues one (`xrc::bind_target`); else NAKed
+            // after the PSN check, as any invalid request is.
+            let in_message = qp.resp.cur.is_some();
+            let xrc_ok = super::xrc::bind_target(qp, pkt, in_message, cx.srqs);
             handle_rc(qp, pkt, cx, xrc_ok)
         }
         // `io::check_headers` sends an INI QP responses only.
@@ -241,7 +243,8 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>, xrc_ok: bool) 
         return duplicate(qp, pkt, cx);
     }
     if !xrc_ok {
-        // o9-24.a1 (PV-08): the XRC SRQ is missing or of another domain.
+        // o9-24.a1 (PV-08): the XRC SRQ is missing or of another domain, or
+        // not the one the message's first packet bound.
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::XrcSrq);
         return true;
     }
