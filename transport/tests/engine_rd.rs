@@ -930,3 +930,80 @@ fn ad_11_lossy_fabric_exactly_once_in_order_per_eec() {
         sum.0, sum.1, sum.2
     );
 }
+
+/// Every packet node `node` has to send now, in order.
+fn take_sent(net: &mut Net, node: usize) -> Vec<Vec<u8>> {
+    let now = net.now;
+    let mut buf = vec![0u8; 8192];
+    let mut out = Vec::new();
+    let n = &mut net.nodes[node];
+    while let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) {
+        out.push(buf[..len].to_vec());
+    }
+    out
+}
+
+/// `bytes` parsed, changed by `f` and emitted again with its CRCs redone.
+fn reemit(bytes: &[u8], f: impl FnOnce(&mut PacketRepr<'_>)) -> Vec<u8> {
+    let mut p = PacketRepr::parse(bytes).expect("a valid packet");
+    f(&mut p);
+    let mut buf = vec![0; p.buffer_len()];
+    let n = p.emit(&mut buf).expect("emit");
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn ad_11_send_first_then_only_or_bad_length_keeps_the_receive_wqe() {
+    // Issue 25 item 3: a SEND First takes node 1's receive WQE; the next
+    // packet is a SEND Only (a new message inside the first) or a Middle
+    // of the wrong length. Both are NAKed Invalid Request, and the WQE is
+    // not lost: it goes back to its queue, so moving the QP to Error
+    // flushes it (a completion for the guest's buffer).
+    for only in [true, false] {
+        let (mut net, a, b) = pair(11, 1, Mtu::M256);
+        post_recv(&mut net, &b, b.qps[0], 9, MEM_BASE + 0x1000, 4096);
+        send(&mut net, &a, 0, dest(&a, &b, 0), 1, MEM_BASE + 0x8000, 600);
+        let reqs = take_sent(&mut net, 0);
+        assert_eq!(reqs.len(), 3, "First, Middle, Last");
+        let second = if only {
+            reemit(&reqs[2], |p| {
+                p.transport.bth.opcode = transport::wire::opcode::Opcode::RD_SEND_ONLY;
+                p.transport.bth.psn = PSN_A + 1;
+            })
+        } else {
+            reemit(&reqs[1], |p| {
+                p.transport.payload = &p.transport.payload[..100]
+            })
+        };
+        let now = net.now;
+        let n1 = &mut net.nodes[1];
+        n1.engine.handle_packet(&reqs[0], &mut n1.mem, now);
+        n1.engine.handle_packet(&second, &mut n1.mem, now);
+        let naks: Vec<_> = take_sent(&mut net, 1)
+            .iter()
+            .filter_map(|b| match PacketRepr::parse(b).unwrap().transport.ext.aeth {
+                Some(a) => match a.syndrome {
+                    AethSyndrome::Nak(c) => Some(c),
+                    _ => None,
+                },
+                None => None,
+            })
+            .collect();
+        assert_eq!(naks, vec![NakCode::InvalidRequest], "only {only}");
+        assert!(net.poll(1, b.rcq).is_none(), "only {only}");
+        let e1 = &mut net.nodes[1].engine;
+        let err = RdQpAttr {
+            state: QpState::Error,
+            qkey: None,
+            access: None,
+        };
+        e1.modify_rd_qp(b.qps[0], &err).unwrap();
+        let c = net.poll(1, b.rcq).expect("the WQE is flushed, not lost");
+        assert_eq!(
+            (c.wr_id, c.status, c.qp_num),
+            (9, WcStatus::WrFlushErr, b.qps[0]),
+            "only {only}"
+        );
+    }
+}

@@ -720,6 +720,11 @@ impl Engine {
         let from = qp.state;
         match next {
             QpState::Reset => {
+                if let Some((h, w)) = responder::take_srq_wqe(qp) {
+                    if let Some(s) = self.srqs.get_mut(&h) {
+                        s.wqes.push_front(w);
+                    }
+                }
                 qp.rq.clear();
                 qp.req =
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
@@ -1000,7 +1005,7 @@ pub(crate) fn to_error(qp: &mut Qp, fx: &mut Effects) {
 
 fn flush_all(qp: &mut Qp, fx: &mut Effects) {
     completer::flush_sq(qp, fx);
-    responder::abort_message(qp);
+    responder::abort_message(qp, fx);
     flush_rq(qp, fx);
 }
 
