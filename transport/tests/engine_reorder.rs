@@ -584,3 +584,65 @@ fn a_path_that_only_loses_mostly_skips_the_hold_until_it_reorders() {
         bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
     );
 }
+
+/// Issue 25 item 6: the hold's record of misses is each QP's. One QP's
+/// path only loses, past `MISS_LIMIT` holds (it now mostly skips the
+/// hold); another QP between the same nodes (another peer QP, as a peer
+/// node's would be) swaps two packets: its first swap is still held and
+/// costs no sequence NAK.
+#[test]
+fn a_lossy_qp_does_not_switch_the_hold_off_for_another() {
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    let other = connect(&mut b.net, 0, 1, &b.o);
+    let mut next = b.o.psn_a;
+    let mut id = 1;
+    let losses = transport::engine::REORDER_MISS_LIMIT as usize + 4;
+    for _ in 0..losses {
+        let lost = psn::add(next, 1);
+        let mut gone = false;
+        post_write(&mut b, id, 0, 4 * PMTU);
+        let got = finish(&mut b, 1, &mut |from, out| {
+            if from == 0 && !gone {
+                let before = out.len();
+                out.retain(|p| psn_of(p) != lost);
+                gone = out.len() != before;
+            }
+        });
+        assert_eq!(got, [(id, WcStatus::Success)]);
+        next = psn::add(next, 4);
+        id += 1;
+    }
+    let c = b.net.nodes[1].engine.counters().clone();
+    assert_eq!(c.reorder.skipped, 4, "the lossy QP skips: {:?}", c.reorder);
+    // The other QP: a WRITE of four packets whose middle two swap.
+    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(A_MEM, 4 * PMTU, b.ka));
+    w.rkey = b.kb;
+    w.remote_addr = B_MEM + 0x8000;
+    b.net.nodes[0].engine.post_send(other.qa, w).unwrap();
+    let mut swap = swap_at(psn::add(b.o.psn_a, 1));
+    let mut got = Vec::new();
+    pump(
+        &mut b.net,
+        &mut |from, out| {
+            if from == 0 {
+                swap(out)
+            }
+        },
+        20_000,
+        |net| {
+            while let Some(c) = net.poll(0, other.cq_a) {
+                got.push((c.wr_id, c.status));
+            }
+            !got.is_empty()
+        },
+    );
+    assert_eq!(got, [(id, WcStatus::Success)]);
+    let after = b.net.nodes[1].engine.counters().clone();
+    assert_eq!(after.reorder.in_order, 1, "{:?}", after.reorder);
+    assert_eq!(after.reorder.skipped, c.reorder.skipped);
+    assert_eq!(after.naks_sent, c.naks_sent, "no sequence NAK");
+    assert_eq!(
+        bytes(&b.net, 1, B_MEM + 0x8000, 4 * PMTU as usize),
+        bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
+    );
+}

@@ -83,7 +83,10 @@ impl Engine {
         // Releasing never holds again (`receive` without `may_hold`), so
         // this ends once every due slot is empty.
         while let Some(n) = self.hold.first_expired(now) {
-            self.hold.on_expired(&mut self.counters.reorder);
+            let qpn = self.hold.on_expired(n, &mut self.counters.reorder);
+            if let Some(qp) = qpn.and_then(|q| self.qps.get_mut(&q)) {
+                qp.hold_misses.miss();
+            }
             self.release_held(n, mem, now);
         }
     }
@@ -162,8 +165,12 @@ impl Engine {
         let arrival = if may_hold {
             let hold_ns = self.limits.reorder_hold_ns;
             let c = &mut self.counters.reorder;
-            self.hold
-                .on_arrival(c, hold_ns, qp, &pkt, buf, src_lid, now)
+            let mut m = qp.hold_misses;
+            let a = self
+                .hold
+                .on_arrival(c, hold_ns, qp, &mut m, &pkt, buf, src_lid, now);
+            qp.hold_misses = m;
+            a
         } else {
             Arrival::Process
         };

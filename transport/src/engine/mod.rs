@@ -105,6 +105,8 @@ pub(crate) struct Qp {
     pub(crate) port: port_window::Share,
     /// Automatic path migration state (AD-10, `apm`).
     pub apm: apm::Apm,
+    /// How this QP's reorder holds ended lately (`reorder`).
+    pub(crate) hold_misses: reorder::Misses,
 }
 
 /// The engine.
@@ -591,6 +593,7 @@ impl Engine {
                     after_timeouts: self.limits.apm_timeouts,
                     ..apm::Apm::default()
                 },
+                hold_misses: reorder::Misses::default(),
             },
         );
         Ok(qpn)
