@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use transport::engine::{Limits, DEFAULT_REORDER_HOLD_NS};
 use transport::psn;
-use transport::verbs::{Time, WcStatus, WrOpcode};
+use transport::verbs::{AttrMask, QpAttr, QpState, Time, WcStatus, WrOpcode};
 use transport::wire::PacketRepr;
 
 const PMTU: u32 = 1024;
@@ -645,4 +645,49 @@ fn a_lossy_qp_does_not_switch_the_hold_off_for_another() {
         bytes(&b.net, 1, B_MEM + 0x8000, 4 * PMTU as usize),
         bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
     );
+}
+
+/// Issue 25 item 6: a QP moved to Reset drops what the hold kept for it
+/// (`forget`, as on destroy): the packet belonged to the connection being
+/// reset and is neither processed nor left waiting for its expiry.
+#[test]
+fn a_reset_qp_forgets_its_held_packet() {
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    post_write(&mut b, 1, 0, 4 * PMTU);
+    let mut buf = vec![0u8; 8192];
+    let mut out = Vec::new();
+    {
+        let n = &mut b.net.nodes[0];
+        while let Some(len) = n.engine.poll_transmit(&mut n.mem, b.net.now, &mut buf) {
+            out.push(buf[..len].to_vec());
+        }
+    }
+    let ahead = out
+        .iter()
+        .find(|p| psn_of(p) == psn::add(b.o.psn_a, 1))
+        .expect("the second packet")
+        .clone();
+    let now = b.net.now;
+    let n1 = &mut b.net.nodes[1];
+    n1.engine.handle_packet(&ahead, &mut n1.mem, now);
+    assert_eq!(n1.engine.counters().reorder.held, 1);
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    n1.engine
+        .modify_qp(b.p.qb, &reset, AttrMask::STATE, now)
+        .unwrap();
+    assert_eq!(n1.engine.poll_timeout(), None, "nothing held, no timer");
+    let later = now.plus_ns(10 * DEFAULT_REORDER_HOLD_NS);
+    n1.engine.handle_timeout(later);
+    while n1
+        .engine
+        .poll_transmit(&mut n1.mem, later, &mut buf)
+        .is_some()
+    {}
+    let c = n1.engine.counters().clone();
+    assert_eq!(c.reorder.expired, 0, "{:?}", c.reorder);
+    let dropped: u64 = c.rx_drops.iter().sum();
+    assert_eq!(dropped, 0, "the held packet was never processed");
 }

@@ -728,6 +728,11 @@ impl Engine {
                         s.wqes.push_front(w);
                     }
                 }
+                // A packet held for the QP (`reorder`) belongs to the
+                // connection being reset: processed later, it would meet the
+                // next one (issue 25).
+                self.hold.forget(qpn);
+                qp.hold_misses = reorder::Misses::default();
                 qp.rq.clear();
                 qp.req =
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
