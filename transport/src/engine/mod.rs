@@ -36,7 +36,7 @@ pub use mcast::{
 mod pacing;
 mod rd;
 pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
-pub use rd::{RdCounters, MAX_EEC, MAX_RDD, RD_WINDOW};
+pub use rd::{rd_qp_bytes, RdCounters, MAX_EEC, MAX_RDD, RD_WINDOW};
 mod port_window;
 pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
