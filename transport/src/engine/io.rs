@@ -219,14 +219,18 @@ impl Engine {
         }
         let mut fx = Effects::default();
         let mut out = None;
-        if self.vl_arb {
-            self.vl_pick();
-        }
-        let n = self.schedule.len();
+        let picked = self.vl_pick();
+        // Each scheduled QP is taken at most twice (once more if it was in
+        // another VL's lane, `next_scheduled`): a QP that builds nothing
+        // leaves the schedule.
+        let n = 2 * self.schedule.len();
         for _ in 0..n {
-            let Some(qpn) = self.schedule.pop_front() else {
+            let Some((qpn, moved)) = self.next_scheduled(picked) else {
                 break;
             };
+            if moved {
+                continue;
+            }
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
@@ -255,12 +259,15 @@ impl Engine {
                 } else {
                     1
                 };
-                if run < TX_BURST {
-                    self.tx_burst = (qpn, run);
-                    self.schedule.push_front(qpn);
-                } else {
-                    self.tx_burst = (qpn, 0);
-                    self.schedule.push_back(qpn);
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    let lane = super::vl::lane(self.vl_arb, &self.port, qp);
+                    if run < TX_BURST {
+                        self.tx_burst = (qpn, run);
+                        self.schedule.push_front(&mut qp.sched, lane, qpn);
+                    } else {
+                        self.tx_burst = (qpn, 0);
+                        self.schedule.push_back(&mut qp.sched, lane, qpn);
+                    }
                 }
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += len as u64;

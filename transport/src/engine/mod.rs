@@ -41,6 +41,7 @@ mod port_window;
 pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
 mod reorder;
+mod schedule;
 pub use recovery::INITIAL_WINDOW;
 pub use reorder::{
     ReorderCounters, DEFAULT_HOLD_NS as DEFAULT_REORDER_HOLD_NS, MISS_LIMIT as REORDER_MISS_LIMIT,
@@ -89,6 +90,8 @@ pub(crate) struct Qp {
     pub resp: Responder,
     /// In the transmit schedule.
     pub scheduled: bool,
+    /// Its live entry in the transmit schedule (`schedule`).
+    pub(crate) sched: schedule::Mark,
     /// The requester goes first next time: responses and requests of one QP
     /// take turns, so a long READ response stream does not starve the QP's own
     /// send queue until its ACK timer runs out of retries (RL-10).
@@ -124,8 +127,9 @@ pub struct Engine {
     next_handle: Handle,
     next_qpn: u32,
     events: VecDeque<Event>,
-    /// QPs that may have a packet to send, round robin.
-    schedule: VecDeque<u32>,
+    /// QPs that may have a packet to send, round robin, a lane per VL
+    /// (`schedule`).
+    schedule: schedule::Schedule,
     /// Requester timers (ACK timeout RL-10, RNR wait RL-11) as a min-heap of
     /// (time, QPN), so the next deadline costs O(1) and firing costs
     /// O(log QPs) per due timer, whatever the number of QPs. An entry is live
@@ -201,7 +205,7 @@ impl Engine {
             next_handle: 1,
             next_qpn: 2,
             events: VecDeque::new(),
-            schedule: VecDeque::new(),
+            schedule: schedule::Schedule::default(),
             timers: timer_heap::TimerHeap::default(),
             counters: Counters::default(),
             budget,
@@ -263,6 +267,7 @@ impl Engine {
             .map_err(|_| VerbError::InvalidAttr)?;
         self.port.sl2vl = table;
         self.vl_arb = !self.port.is_ethernet() && table.iter().any(|&v| v != 0);
+        self.relane();
         Ok(())
     }
 
@@ -274,6 +279,7 @@ impl Engine {
         tables.check(self.port.data_vls, &self.port.sl2vl)?;
         self.arbiter = vl::Arbiter::new(tables.clone());
         self.port.vl_arb = tables;
+        self.relane();
         Ok(())
     }
 
@@ -584,6 +590,7 @@ impl Engine {
                 req: Requester::new(c.max_send_wr as usize, &self.budget, &self.limits),
                 resp: Responder::new(self.limits.credits),
                 scheduled: false,
+                sched: schedule::Mark::default(),
                 req_turn: false,
                 timer_at: None,
                 _reserved: reserved,
@@ -641,7 +648,7 @@ impl Engine {
                 s.users = s.users.saturating_sub(1);
             }
         }
-        self.schedule.retain(|q| *q != qpn);
+        // Its schedule entry is dead now (`schedule::Mark`): passed over.
         self.mcast_forget_qp(qpn);
         self.port_forget(&qp);
         self.hold.forget(qpn);
@@ -895,11 +902,15 @@ impl Engine {
     // ------------------------------------------------------------------ effects
     // (here, not in io.rs: the verbs schedule QPs and apply effects too)
 
+    /// Puts a QP in the transmit schedule, in the lane of its next packet's
+    /// VL (`schedule`); a QP already there whose VL changed (a UD WQE of
+    /// another SL posted to an empty queue) is queued again in its new lane.
     fn schedule_qp(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
-            if !qp.scheduled {
+            let lane = vl::lane(self.vl_arb, &self.port, qp);
+            if !qp.scheduled || qp.sched.lane != lane {
                 qp.scheduled = true;
-                self.schedule.push_back(qpn);
+                self.schedule.push_back(&mut qp.sched, lane, qpn);
             }
         }
     }
