@@ -166,9 +166,19 @@ impl Engine {
             let hold_ns = self.limits.reorder_hold_ns;
             let c = &mut self.counters.reorder;
             let mut m = qp.hold_misses;
+            // The sender: on RoCE its source address, else its LID (which
+            // `check_lids` held against the link's).
+            let peer = match (&roce, &pkt.grh) {
+                (Some(_), Some(g)) => g.sgid,
+                _ => {
+                    let mut p = [0u8; 16];
+                    p[..2].copy_from_slice(&pkt.lrh.slid.to_be_bytes());
+                    p
+                }
+            };
             let a = self
                 .hold
-                .on_arrival(c, hold_ns, qp, &mut m, &pkt, buf, src_lid, now);
+                .on_arrival(c, hold_ns, qp, &mut m, peer, &pkt, buf, src_lid, now);
             qp.hold_misses = m;
             a
         } else {

@@ -45,7 +45,8 @@ mod schedule;
 pub use recovery::INITIAL_WINDOW;
 pub use reorder::{
     ReorderCounters, DEFAULT_HOLD_NS as DEFAULT_REORDER_HOLD_NS, MISS_LIMIT as REORDER_MISS_LIMIT,
-    PROBE_EVERY as REORDER_PROBE_EVERY, SLOTS as REORDER_HOLD_SLOTS,
+    PEER_SLOTS as REORDER_PEER_SLOTS, PROBE_EVERY as REORDER_PROBE_EVERY,
+    SLOTS as REORDER_HOLD_SLOTS,
 };
 mod requester;
 mod responder;

@@ -39,8 +39,11 @@
 //! miss on purpose) switches the hold off for its own QPs only (issue 25).
 //!
 //! Bounded: at most [`SLOTS`] packets are held per engine, one per QP and
-//! direction, in buffers allocated on the first hold; with every slot in use
-//! the packet is processed at once (`reorder_full`). Nothing is held while
+//! direction, and at most [`PEER_SLOTS`] from one peer (its source LID, or
+//! on RoCE its source GID), in buffers allocated on the first hold; with
+//! every slot in use, or every slot its peer may take, the packet is
+//! processed at once (`reorder_full`): a peer with many QPs cannot take the
+//! hold from the others (issue 25). Nothing is held while
 //! nothing arrives out of order: a lossless stream pays one branch per
 //! packet. The earliest expiry is kept, so [`super::Engine::poll_timeout`]
 //! stays O(1).
@@ -53,6 +56,10 @@ use crate::wire::PacketRepr;
 
 /// Packets held at most, over all QPs of an engine.
 pub const SLOTS: usize = 16;
+
+/// Packets held at most from one peer: half the slots, so that the others
+/// always have the other half.
+pub const PEER_SLOTS: usize = SLOTS / 2;
 
 /// Default hold (`Limits::reorder_hold_ns`): well under a round trip of the
 /// slowest path vhca runs on (two processes on one host: 50-100 us), and
@@ -113,6 +120,8 @@ struct Slot {
     missing: u32,
     until: Time,
     src_lid: Option<u16>,
+    /// The sender ([`PEER_SLOTS`]).
+    peer: [u8; 16],
     buf: Vec<u8>,
 }
 
@@ -187,8 +196,9 @@ impl ReorderHold {
     }
 
     /// Decides what happens to `pkt` (raw bytes `buf`, from `src_lid`) for
-    /// `qp`, which passed the header checks; `m` is the QP's record
-    /// (`Qp::hold_misses`). `hold_ns` 0: never hold.
+    /// `qp`, which passed the header checks, sent by `peer` (its source LID
+    /// or GID, [`PEER_SLOTS`]); `m` is the QP's record (`Qp::hold_misses`).
+    /// `hold_ns` 0: never hold.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_arrival(
         &mut self,
@@ -196,6 +206,7 @@ impl ReorderHold {
         hold_ns: u64,
         qp: &Qp,
         m: &mut Misses,
+        peer: [u8; 16],
         pkt: &PacketRepr<'_>,
         buf: &[u8],
         src_lid: Option<u16>,
@@ -241,6 +252,11 @@ impl ReorderHold {
             c.full += 1;
             return Arrival::Process;
         };
+        let of_peer = self.slots.iter().flatten().filter(|s| s.peer == peer);
+        if of_peer.count() >= PEER_SLOTS {
+            c.full += 1;
+            return Arrival::Process;
+        }
         let until = now.plus_ns(hold_ns);
         // A slot keeps its buffer's allocation from one hold to the next
         // (`take` hands it back through `put_back`).
@@ -253,6 +269,7 @@ impl ReorderHold {
             missing,
             until,
             src_lid,
+            peer,
             buf: bytes,
         });
         self.used += 1;
