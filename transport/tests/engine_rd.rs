@@ -940,28 +940,6 @@ fn ad_11_lossy_fabric_exactly_once_in_order_per_eec() {
     );
 }
 
-/// Every packet node `node` has to send now, in order.
-fn take_sent(net: &mut Net, node: usize) -> Vec<Vec<u8>> {
-    let now = net.now;
-    let mut buf = vec![0u8; 8192];
-    let mut out = Vec::new();
-    let n = &mut net.nodes[node];
-    while let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) {
-        out.push(buf[..len].to_vec());
-    }
-    out
-}
-
-/// `bytes` parsed, changed by `f` and emitted again with its CRCs redone.
-fn reemit(bytes: &[u8], f: impl FnOnce(&mut PacketRepr<'_>)) -> Vec<u8> {
-    let mut p = PacketRepr::parse(bytes).expect("a valid packet");
-    f(&mut p);
-    let mut buf = vec![0; p.buffer_len()];
-    let n = p.emit(&mut buf).expect("emit");
-    buf.truncate(n);
-    buf
-}
-
 #[test]
 fn ad_11_send_first_then_only_or_bad_length_keeps_the_receive_wqe() {
     // Issue 25 item 3: a SEND First takes node 1's receive WQE; the next

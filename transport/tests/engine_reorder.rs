@@ -477,12 +477,7 @@ fn seconds_first(qps: &[usize]) -> (Net, Vec<Vec<Pair>>, ReorderCounters) {
             w.remote_addr = peer_dst(peer) + off;
             net.nodes[peer].engine.post_send(p.qa, w).unwrap();
         }
-        let mut buf = vec![0u8; 8192];
-        let now = net.now;
-        let node = &mut net.nodes[peer];
-        while let Some(len) = node.engine.poll_transmit(&mut node.mem, now, &mut buf) {
-            out.push(buf[..len].to_vec());
-        }
+        out.extend(take_sent(&mut net, peer));
         pairs.push(ps);
     }
     let total: usize = qps.iter().sum();
@@ -549,6 +544,31 @@ fn one_peer_cannot_take_every_slot_of_the_hold() {
     assert_eq!(bytes(&net, 0, peer_dst(1), len), bytes(&net, 1, A_MEM, len));
 }
 
+/// `n` WRITEs of four packets on the bench's pair, one after the other,
+/// each losing the first transmission of its second packet; `next` and
+/// `id` are the next PSN and WR id, moved on.
+fn lossy_writes(b: &mut Bench, n: usize, next: &mut u32, id: &mut u64) {
+    for _ in 0..n {
+        let lost = psn::add(*next, 1);
+        let mut gone = false;
+        post_write(b, *id, 0, 4 * PMTU);
+        let got = finish(b, 1, &mut |from, out| {
+            if from == 0 && !gone {
+                let before = out.len();
+                out.retain(|p| psn_of(p) != lost);
+                gone = out.len() != before;
+            }
+        });
+        assert_eq!(got, [(*id, WcStatus::Success)]);
+        assert_eq!(
+            bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
+            bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
+        );
+        *next = psn::add(*next, 4);
+        *id += 1;
+    }
+}
+
 /// A path that loses packets but does not reorder them: after `MISS_LIMIT`
 /// holds in a row that ended otherwise than in order (each lost packet's
 /// successor was overtaken by the next), most candidates are processed at
@@ -564,25 +584,7 @@ fn a_path_that_only_loses_mostly_skips_the_hold_until_it_reorders() {
     let mut next = b.o.psn_a;
     let mut id = 1;
     let losses = transport::engine::REORDER_MISS_LIMIT as usize + 4;
-    for _ in 0..losses {
-        let lost = psn::add(next, 1);
-        let mut gone = false;
-        post_write(&mut b, id, 0, 4 * PMTU);
-        let got = finish(&mut b, 1, &mut |from, out| {
-            if from == 0 && !gone {
-                let before = out.len();
-                out.retain(|p| psn_of(p) != lost);
-                gone = out.len() != before;
-            }
-        });
-        assert_eq!(got, [(id, WcStatus::Success)]);
-        assert_eq!(
-            bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
-            bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
-        );
-        next = psn::add(next, 4);
-        id += 1;
-    }
+    lossy_writes(&mut b, losses, &mut next, &mut id);
     let c = b.net.nodes[1].engine.counters().clone();
     assert_eq!(c.naks_sent, losses as u64, "every loss NAKed (RL-03)");
     assert_eq!(c.reorder.in_order, 0);
@@ -637,21 +639,7 @@ fn a_lossy_qp_does_not_switch_the_hold_off_for_another() {
     let mut next = b.o.psn_a;
     let mut id = 1;
     let losses = transport::engine::REORDER_MISS_LIMIT as usize + 4;
-    for _ in 0..losses {
-        let lost = psn::add(next, 1);
-        let mut gone = false;
-        post_write(&mut b, id, 0, 4 * PMTU);
-        let got = finish(&mut b, 1, &mut |from, out| {
-            if from == 0 && !gone {
-                let before = out.len();
-                out.retain(|p| psn_of(p) != lost);
-                gone = out.len() != before;
-            }
-        });
-        assert_eq!(got, [(id, WcStatus::Success)]);
-        next = psn::add(next, 4);
-        id += 1;
-    }
+    lossy_writes(&mut b, losses, &mut next, &mut id);
     let c = b.net.nodes[1].engine.counters().clone();
     assert_eq!(c.reorder.skipped, 4, "the lossy QP skips: {:?}", c.reorder);
     // The other QP: a WRITE of four packets whose middle two swap.
@@ -694,14 +682,7 @@ fn a_lossy_qp_does_not_switch_the_hold_off_for_another() {
 fn a_reset_qp_forgets_its_held_packet() {
     let mut b = bench(DEFAULT_REORDER_HOLD_NS);
     post_write(&mut b, 1, 0, 4 * PMTU);
-    let mut buf = vec![0u8; 8192];
-    let mut out = Vec::new();
-    {
-        let n = &mut b.net.nodes[0];
-        while let Some(len) = n.engine.poll_transmit(&mut n.mem, b.net.now, &mut buf) {
-            out.push(buf[..len].to_vec());
-        }
-    }
+    let out = take_sent(&mut b.net, 0);
     let ahead = out
         .iter()
         .find(|p| psn_of(p) == psn::add(b.o.psn_a, 1))
@@ -720,6 +701,7 @@ fn a_reset_qp_forgets_its_held_packet() {
         .unwrap();
     assert_eq!(n1.engine.poll_timeout(), None, "nothing held, no timer");
     let later = now.plus_ns(10 * DEFAULT_REORDER_HOLD_NS);
+    let mut buf = vec![0u8; 8192];
     n1.engine.handle_timeout(later);
     while n1
         .engine

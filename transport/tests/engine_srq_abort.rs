@@ -11,28 +11,10 @@ use transport::engine::NakReason;
 use transport::verbs::{
     AttrMask, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, WcStatus, WrOpcode,
 };
-use transport::wire::PacketRepr;
-
-/// Every packet node `node` has to send now, in order.
-fn take_sent(net: &mut Net, node: usize) -> Vec<Vec<u8>> {
-    let now = net.now;
-    let mut buf = vec![0u8; 8192];
-    let mut out = Vec::new();
-    let n = &mut net.nodes[node];
-    while let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) {
-        out.push(buf[..len].to_vec());
-    }
-    out
-}
 
 /// A Middle packet cut to 100 bytes (C9-11: a Middle is a full PMTU).
 fn short(bytes: &[u8]) -> Vec<u8> {
-    let mut p = PacketRepr::parse(bytes).expect("a valid packet");
-    p.transport.payload = &p.transport.payload[..100];
-    let mut buf = vec![0; p.buffer_len()];
-    let n = p.emit(&mut buf).expect("emit");
-    buf.truncate(n);
-    buf
+    reemit(bytes, |p| p.transport.payload = &p.transport.payload[..100])
 }
 
 fn deliver(net: &mut Net, node: usize, pkts: &[Vec<u8>]) {

@@ -466,26 +466,11 @@ fn srq_of_another_pd(net: &mut Net, t: &Target, wr_id: u64) -> (Handle, Handle, 
     (srq, cq, buf)
 }
 
-/// Every packet node 0 has to send now, in order.
-fn take_sent(net: &mut Net) -> Vec<Vec<u8>> {
-    let now = net.now;
-    let mut buf = vec![0u8; 8192];
-    let mut out = Vec::new();
-    let n0 = &mut net.nodes[0];
-    while let Some(len) = n0.engine.poll_transmit(&mut n0.mem, now, &mut buf) {
-        out.push(buf[..len].to_vec());
-    }
-    out
-}
-
 /// A request packet with its XRCETH naming `srq` instead, CRCs redone.
 fn renamed(bytes: &[u8], srq: u32) -> Vec<u8> {
-    let mut p = PacketRepr::parse(bytes).expect("a valid packet");
-    p.transport.ext.xrceth = Some(transport::wire::ext::XrcethRepr { xrc_srq: srq });
-    let mut buf = vec![0; p.buffer_len()];
-    let n = p.emit(&mut buf).expect("emit");
-    buf.truncate(n);
-    buf
+    reemit(bytes, |p| {
+        p.transport.ext.xrceth = Some(transport::wire::ext::XrcethRepr { xrc_srq: srq })
+    })
 }
 
 #[test]
@@ -516,7 +501,7 @@ fn pv08_xrc_continuation_naming_another_srq_is_naked_and_binds_nothing() {
             a,
         )
         .unwrap();
-    let mut reqs = take_sent(&mut net);
+    let mut reqs = take_sent(&mut net, 0);
     assert_eq!(reqs.len(), 3, "First, Middle, Last");
     reqs[2] = renamed(&reqs[2], b);
     net.sniffed = Some(Vec::new());
