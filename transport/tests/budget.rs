@@ -201,3 +201,52 @@ fn qp_creation_is_refused_when_the_budget_is_spent() {
     println!("{n} QPs created in {} bytes", b.limit());
     assert!(n > 10 && b.used() <= b.limit());
 }
+
+/// Issue 25 item 6: an RD QP (AD-11) reserves its state as every QP does:
+/// creation stops at the budget's limit (a refusal counted, well before
+/// `Limits::max_qp`), and destroying one gives its bytes back.
+#[test]
+fn rd_qp_creation_is_charged_and_refused_when_the_budget_is_spent() {
+    use transport::engine::rd_qp_bytes;
+    use transport::verbs::{QpCap, RdQpInit};
+    let limit = 64 << 10;
+    let mut net = net_with_budget(limit);
+    let pd = net.nodes[B].pd;
+    let e = &mut net.nodes[B].engine;
+    let rdd = e.alloc_rdd().unwrap();
+    let cq = e.create_cq().unwrap();
+    let init = RdQpInit {
+        pd,
+        rdd,
+        send_cq: cq,
+        recv_cq: cq,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    let before = e.budget().used();
+    let first = e.create_rd_qp(init).unwrap();
+    assert_eq!(e.budget().used(), before + rd_qp_bytes());
+    let mut qps = vec![first];
+    let err = loop {
+        match e.create_rd_qp(init) {
+            Ok(q) => qps.push(q),
+            Err(err) => break err,
+        }
+        assert!(qps.len() < 10_000, "never refused");
+    };
+    assert_eq!(err, VerbError::InsufficientResources);
+    let b = e.budget().clone();
+    assert_eq!(b.refusals(), 1, "refused by the budget, not by max_qp");
+    assert!(b.used() <= limit);
+    assert!(qps.len() as u64 >= (limit - before) / rd_qp_bytes() - 1);
+    for q in qps {
+        e.destroy_rd_qp(q).unwrap();
+    }
+    assert_eq!(b.used(), before);
+}

@@ -612,10 +612,11 @@ fn ad_11_eec_sends_at_most_a_window_before_an_ack() {
     assert_eq!(bytes(&net, 1, dst, 65536), bytes(&net, 0, src, 65536));
 }
 
-#[test]
-fn ad_11_wf_10_rd_over_roce() {
-    let mut net = Net::new_roce(2, 1 << 20, 9);
-    net.sniffed = Some(Vec::new());
+/// Nodes 0 and 1 on RoCE ports with one RD QP each and one EEC pair
+/// between them, each EEC's path from its port's GID 0 (IPv4) to the
+/// peer's.
+fn roce_pair(seed: u64) -> (Net, Side, Side) {
+    let mut net = Net::new_roce(2, 1 << 20, seed);
     let a = side(&mut net, 0, 1);
     let b = side(&mut net, 1, 1);
     let now = net.now;
@@ -637,6 +638,14 @@ fn ad_11_wf_10_rd_over_roce() {
             e.modify_eec(s.eec, st, &attr, now).expect("modify eec");
         }
     }
+    (net, a, b)
+}
+
+#[test]
+fn ad_11_wf_10_rd_over_roce() {
+    let (mut net, a, b) = roce_pair(9);
+    net.sniffed = Some(Vec::new());
+    let now = net.now;
     // A path without a GRH is refused on RoCE (A17.4.5).
     let c = net.nodes[0].engine.create_eec(a.rdd).unwrap();
     let e = &mut net.nodes[0].engine;
@@ -929,4 +938,82 @@ fn ad_11_lossy_fabric_exactly_once_in_order_per_eec() {
         "24 seeds: {} packets lost, {} retransmitted, {} ACK timeouts",
         sum.0, sum.1, sum.2
     );
+}
+
+#[test]
+fn ad_11_send_first_then_only_or_bad_length_keeps_the_receive_wqe() {
+    // Issue 25 item 3: a SEND First takes node 1's receive WQE; the next
+    // packet is a SEND Only (a new message inside the first) or a Middle
+    // of the wrong length. Both are NAKed Invalid Request, and the WQE is
+    // not lost: it goes back to its queue, so moving the QP to Error
+    // flushes it (a completion for the guest's buffer).
+    for only in [true, false] {
+        let (mut net, a, b) = pair(11, 1, Mtu::M256);
+        post_recv(&mut net, &b, b.qps[0], 9, MEM_BASE + 0x1000, 4096);
+        send(&mut net, &a, 0, dest(&a, &b, 0), 1, MEM_BASE + 0x8000, 600);
+        let reqs = take_sent(&mut net, 0);
+        assert_eq!(reqs.len(), 3, "First, Middle, Last");
+        let second = if only {
+            reemit(&reqs[2], |p| {
+                p.transport.bth.opcode = transport::wire::opcode::Opcode::RD_SEND_ONLY;
+                p.transport.bth.psn = PSN_A + 1;
+            })
+        } else {
+            reemit(&reqs[1], |p| {
+                p.transport.payload = &p.transport.payload[..100]
+            })
+        };
+        let now = net.now;
+        let n1 = &mut net.nodes[1];
+        n1.engine.handle_packet(&reqs[0], &mut n1.mem, now);
+        n1.engine.handle_packet(&second, &mut n1.mem, now);
+        let naks: Vec<_> = take_sent(&mut net, 1)
+            .iter()
+            .filter_map(|b| match PacketRepr::parse(b).unwrap().transport.ext.aeth {
+                Some(a) => match a.syndrome {
+                    AethSyndrome::Nak(c) => Some(c),
+                    _ => None,
+                },
+                None => None,
+            })
+            .collect();
+        assert_eq!(naks, vec![NakCode::InvalidRequest], "only {only}");
+        assert!(net.poll(1, b.rcq).is_none(), "only {only}");
+        let e1 = &mut net.nodes[1].engine;
+        let err = RdQpAttr {
+            state: QpState::Error,
+            qkey: None,
+            access: None,
+        };
+        e1.modify_rd_qp(b.qps[0], &err).unwrap();
+        let c = net.poll(1, b.rcq).expect("the WQE is flushed, not lost");
+        assert_eq!(
+            (c.wr_id, c.status, c.qp_num),
+            (9, WcStatus::WrFlushErr, b.qps[0]),
+            "only {only}"
+        );
+    }
+}
+
+/// Issue 25 item 6 (A17.4.5, as RC and UD): an RD frame on RoCE is taken
+/// only when its destination IP is the GID its EEC's path sends from, one
+/// of the port's own: with node 1's GID 0 gone, node 0's SEND is dropped
+/// and counted (`bad_path`), nothing is delivered; with it back, the
+/// retransmission is.
+#[test]
+fn ad_11_rd_over_roce_to_an_address_not_the_ports_is_dropped() {
+    let (mut net, a, b) = roce_pair(12);
+    let dst = MEM_BASE + 0x8000;
+    post_recv(&mut net, &b, b.qps[0], 7, dst, 4096);
+    net.nodes[1].engine.set_roce_gid(0, None).unwrap();
+    send(&mut net, &a, 0, dest(&a, &b, 0), 1, MEM_BASE + 0x1000, 64);
+    net.run_until(20_000, |n| n.nodes[1].engine.counters().rd.bad_path > 0);
+    assert!(net.nodes[1].engine.counters().rd.bad_path > 0);
+    assert!(net.poll(1, b.rcq).is_none(), "nothing delivered");
+    net.nodes[1]
+        .engine
+        .set_roce_gid(0, Some(roce_gid_v4(2)))
+        .unwrap();
+    assert_eq!(wait(&mut net, 1, b.rcq, 1)[0].byte_len, 64);
+    assert_eq!(sent(&mut net, &a).status, WcStatus::Success);
 }

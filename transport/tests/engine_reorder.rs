@@ -8,9 +8,9 @@
 mod common;
 
 use common::*;
-use transport::engine::{Limits, DEFAULT_REORDER_HOLD_NS};
+use transport::engine::{Limits, ReorderCounters, DEFAULT_REORDER_HOLD_NS};
 use transport::psn;
-use transport::verbs::{Time, WcStatus, WrOpcode};
+use transport::verbs::{AttrMask, QpAttr, QpState, Time, WcStatus, WrOpcode};
 use transport::wire::PacketRepr;
 
 const PMTU: u32 = 1024;
@@ -447,66 +447,126 @@ fn a_hold_that_ran_out_while_descheduled_still_takes_the_missing_packet_first() 
 /// the 17th is processed at once (a sequence NAK, RL-03, counted as
 /// `full`). When the first packets come, the 16 held go in order, and every
 /// WRITE completes byte-exact.
-#[test]
-fn the_hold_is_bounded_per_engine() {
-    use transport::engine::REORDER_HOLD_SLOTS;
-    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
-    let n = REORDER_HOLD_SLOTS + 1;
-    let mut pairs = vec![b.p];
-    for _ in 1..n {
-        pairs.push(connect(&mut b.net, 0, 1, &b.o));
-    }
-    for (i, p) in pairs.iter().enumerate() {
-        let off = i as u64 * 2 * u64::from(PMTU);
-        let mut w = send_wr(
-            i as u64,
-            WrOpcode::RdmaWrite,
-            sge(A_MEM + off, 2 * PMTU, b.ka),
-        );
-        w.rkey = b.kb;
-        w.remote_addr = B_MEM + off;
-        b.net.nodes[0].engine.post_send(p.qa, w).unwrap();
-    }
-    let mut buf = vec![0u8; 8192];
+/// Node 0 receives from peers 1.. (`qps[p - 1]` QPs of peer `p`, in
+/// order), each QP a two-packet WRITE whose second packet arrives first:
+/// every peer's second packets, peer by peer, then every first packet.
+/// Returns the bench, the pairs by peer, and node 0's reorder counters
+/// right after (before anything is sent back).
+fn seconds_first(qps: &[usize]) -> (Net, Vec<Vec<Pair>>, ReorderCounters) {
+    let limits = Limits {
+        reorder_hold_ns: DEFAULT_REORDER_HOLD_NS,
+        ..Limits::default()
+    };
+    let mut net = Net::with_limits(1 + qps.len(), 1 << 20, 7, limits);
+    let k0 = net.reg_all(0, ALL_ACCESS);
+    let o = ConnOpts {
+        timeout: 14,
+        ..ConnOpts::default()
+    };
+    let mut pairs = Vec::new();
     let mut out = Vec::new();
-    {
-        let node = &mut b.net.nodes[0];
-        while let Some(len) = node
-            .engine
-            .poll_transmit(&mut node.mem, b.net.now, &mut buf)
-        {
-            out.push(buf[..len].to_vec());
+    for (i, &n) in qps.iter().enumerate() {
+        let peer = i + 1;
+        let k = net.reg_all(peer, ALL_ACCESS);
+        fill(&mut net, peer, A_MEM, 64 * 1024, 0x30 + peer as u8);
+        let ps: Vec<Pair> = (0..n).map(|_| connect(&mut net, peer, 0, &o)).collect();
+        for (j, p) in ps.iter().enumerate() {
+            let off = j as u64 * 2 * u64::from(PMTU);
+            let mut w = send_wr(j as u64, WrOpcode::RdmaWrite, sge(A_MEM + off, 2 * PMTU, k));
+            w.rkey = k0;
+            w.remote_addr = peer_dst(peer) + off;
+            net.nodes[peer].engine.post_send(p.qa, w).unwrap();
         }
+        out.extend(take_sent(&mut net, peer));
+        pairs.push(ps);
     }
-    assert_eq!(out.len(), 2 * n);
-    let first = b.o.psn_a;
-    let (firsts, seconds): (Vec<_>, Vec<_>) = out.into_iter().partition(|p| psn_of(p) == first);
-    let now = b.net.now;
-    let to = &mut b.net.nodes[1];
+    let total: usize = qps.iter().sum();
+    assert_eq!(out.len(), 2 * total);
+    let (firsts, seconds): (Vec<_>, Vec<_>) = out.into_iter().partition(|p| psn_of(p) == o.psn_a);
+    let now = net.now;
+    let to = &mut net.nodes[0];
     for p in seconds.iter().chain(&firsts) {
         to.engine.handle_packet(p, &mut to.mem, now);
     }
     let c = to.engine.counters().reorder.clone();
-    assert_eq!((c.held, c.full), (REORDER_HOLD_SLOTS as u64, 1));
-    assert_eq!(c.in_order, REORDER_HOLD_SLOTS as u64);
-    assert_eq!(
-        to.engine.counters().naks_sent,
-        1,
-        "the one not held is NAKed"
-    );
-    let mut done = 0;
-    let cqs: Vec<_> = pairs.iter().map(|p| p.cq_a).collect();
-    pump(&mut b.net, &mut |_, _| {}, 20_000, |net| {
-        for &cq in &cqs {
-            while let Some(c) = net.poll(0, cq) {
-                assert_eq!(c.status, WcStatus::Success);
-                done += 1;
-            }
+    (net, pairs, c)
+}
+
+/// Where peer `peer`'s WRITEs land on node 0.
+fn peer_dst(peer: usize) -> u64 {
+    B_MEM + peer as u64 * 0x1_0000
+}
+
+/// Runs until every WRITE completed; returns the go-backs each peer's QPs
+/// made (a sequence NAK each: their second packet was not held).
+fn go_backs(net: &mut Net, pairs: &[Vec<Pair>]) -> Vec<u64> {
+    for ps in pairs {
+        for p in ps {
+            assert_eq!(wait_cqe(net, p.a, p.cq_a).status, WcStatus::Success);
         }
-        done == n
-    });
-    let len = n * 2 * PMTU as usize;
-    assert_eq!(bytes(&b.net, 1, B_MEM, len), bytes(&b.net, 0, A_MEM, len));
+    }
+    (1..=pairs.len())
+        .map(|n| net.nodes[n].engine.counters().seq_nak_go_backs)
+        .collect()
+}
+
+/// The hold is bounded per engine: two peers each fill the half of the
+/// slots one peer may take (`REORDER_PEER_SLOTS`), and a third peer's
+/// packet one PSN ahead is processed at once (`full`) and NAKed; so is
+/// each of the first two's one over its half.
+#[test]
+fn the_hold_is_bounded_per_engine() {
+    use transport::engine::{REORDER_HOLD_SLOTS, REORDER_PEER_SLOTS};
+    let half = REORDER_PEER_SLOTS;
+    assert_eq!(2 * half, REORDER_HOLD_SLOTS);
+    let (mut net, pairs, c) = seconds_first(&[half + 1, half + 1, 1]);
+    assert_eq!((c.held, c.full), (REORDER_HOLD_SLOTS as u64, 3));
+    assert_eq!(c.in_order, REORDER_HOLD_SLOTS as u64);
+    assert_eq!(go_backs(&mut net, &pairs), [1, 1, 1]);
+}
+
+/// Issue 25 item 6: one peer cannot take the whole hold. A peer with more
+/// QPs than there are slots gets `REORDER_PEER_SLOTS` held, the rest
+/// processed at once; another peer's packet is still held and its swap
+/// costs no sequence NAK.
+#[test]
+fn one_peer_cannot_take_every_slot_of_the_hold() {
+    use transport::engine::{REORDER_HOLD_SLOTS, REORDER_PEER_SLOTS};
+    let many = REORDER_HOLD_SLOTS + 1;
+    let (mut net, pairs, c) = seconds_first(&[many, 1]);
+    let held = REORDER_PEER_SLOTS as u64;
+    assert_eq!((c.held, c.in_order), (held + 1, held + 1), "{c:?}");
+    assert_eq!(c.full, many as u64 - held);
+    assert_eq!(go_backs(&mut net, &pairs), [many as u64 - held, 0]);
+    let len = 2 * PMTU as usize;
+    assert_eq!(bytes(&net, 0, peer_dst(2), len), bytes(&net, 2, A_MEM, len));
+    let len = many * 2 * PMTU as usize;
+    assert_eq!(bytes(&net, 0, peer_dst(1), len), bytes(&net, 1, A_MEM, len));
+}
+
+/// `n` WRITEs of four packets on the bench's pair, one after the other,
+/// each losing the first transmission of its second packet; `next` and
+/// `id` are the next PSN and WR id, moved on.
+fn lossy_writes(b: &mut Bench, n: usize, next: &mut u32, id: &mut u64) {
+    for _ in 0..n {
+        let lost = psn::add(*next, 1);
+        let mut gone = false;
+        post_write(b, *id, 0, 4 * PMTU);
+        let got = finish(b, 1, &mut |from, out| {
+            if from == 0 && !gone {
+                let before = out.len();
+                out.retain(|p| psn_of(p) != lost);
+                gone = out.len() != before;
+            }
+        });
+        assert_eq!(got, [(*id, WcStatus::Success)]);
+        assert_eq!(
+            bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
+            bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
+        );
+        *next = psn::add(*next, 4);
+        *id += 1;
+    }
 }
 
 /// A path that loses packets but does not reorder them: after `MISS_LIMIT`
@@ -524,25 +584,7 @@ fn a_path_that_only_loses_mostly_skips_the_hold_until_it_reorders() {
     let mut next = b.o.psn_a;
     let mut id = 1;
     let losses = transport::engine::REORDER_MISS_LIMIT as usize + 4;
-    for _ in 0..losses {
-        let lost = psn::add(next, 1);
-        let mut gone = false;
-        post_write(&mut b, id, 0, 4 * PMTU);
-        let got = finish(&mut b, 1, &mut |from, out| {
-            if from == 0 && !gone {
-                let before = out.len();
-                out.retain(|p| psn_of(p) != lost);
-                gone = out.len() != before;
-            }
-        });
-        assert_eq!(got, [(id, WcStatus::Success)]);
-        assert_eq!(
-            bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
-            bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
-        );
-        next = psn::add(next, 4);
-        id += 1;
-    }
+    lossy_writes(&mut b, losses, &mut next, &mut id);
     let c = b.net.nodes[1].engine.counters().clone();
     assert_eq!(c.naks_sent, losses as u64, "every loss NAKed (RL-03)");
     assert_eq!(c.reorder.in_order, 0);
@@ -583,4 +625,91 @@ fn a_path_that_only_loses_mostly_skips_the_hold_until_it_reorders() {
         bytes(&b.net, 1, B_MEM, 4 * PMTU as usize),
         bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
     );
+}
+
+/// Issue 25 item 6: the hold's record of misses is each QP's. One QP's
+/// path only loses, past `MISS_LIMIT` holds (it now mostly skips the
+/// hold); another QP between the same nodes (another peer QP, as a peer
+/// node's would be) swaps two packets: its first swap is still held and
+/// costs no sequence NAK.
+#[test]
+fn a_lossy_qp_does_not_switch_the_hold_off_for_another() {
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    let other = connect(&mut b.net, 0, 1, &b.o);
+    let mut next = b.o.psn_a;
+    let mut id = 1;
+    let losses = transport::engine::REORDER_MISS_LIMIT as usize + 4;
+    lossy_writes(&mut b, losses, &mut next, &mut id);
+    let c = b.net.nodes[1].engine.counters().clone();
+    assert_eq!(c.reorder.skipped, 4, "the lossy QP skips: {:?}", c.reorder);
+    // The other QP: a WRITE of four packets whose middle two swap.
+    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(A_MEM, 4 * PMTU, b.ka));
+    w.rkey = b.kb;
+    w.remote_addr = B_MEM + 0x8000;
+    b.net.nodes[0].engine.post_send(other.qa, w).unwrap();
+    let mut swap = swap_at(psn::add(b.o.psn_a, 1));
+    let mut got = Vec::new();
+    pump(
+        &mut b.net,
+        &mut |from, out| {
+            if from == 0 {
+                swap(out)
+            }
+        },
+        20_000,
+        |net| {
+            while let Some(c) = net.poll(0, other.cq_a) {
+                got.push((c.wr_id, c.status));
+            }
+            !got.is_empty()
+        },
+    );
+    assert_eq!(got, [(id, WcStatus::Success)]);
+    let after = b.net.nodes[1].engine.counters().clone();
+    assert_eq!(after.reorder.in_order, 1, "{:?}", after.reorder);
+    assert_eq!(after.reorder.skipped, c.reorder.skipped);
+    assert_eq!(after.naks_sent, c.naks_sent, "no sequence NAK");
+    assert_eq!(
+        bytes(&b.net, 1, B_MEM + 0x8000, 4 * PMTU as usize),
+        bytes(&b.net, 0, A_MEM, 4 * PMTU as usize)
+    );
+}
+
+/// Issue 25 item 6: a QP moved to Reset drops what the hold kept for it
+/// (`forget`, as on destroy): the packet belonged to the connection being
+/// reset and is neither processed nor left waiting for its expiry.
+#[test]
+fn a_reset_qp_forgets_its_held_packet() {
+    let mut b = bench(DEFAULT_REORDER_HOLD_NS);
+    post_write(&mut b, 1, 0, 4 * PMTU);
+    let out = take_sent(&mut b.net, 0);
+    let ahead = out
+        .iter()
+        .find(|p| psn_of(p) == psn::add(b.o.psn_a, 1))
+        .expect("the second packet")
+        .clone();
+    let now = b.net.now;
+    let n1 = &mut b.net.nodes[1];
+    n1.engine.handle_packet(&ahead, &mut n1.mem, now);
+    assert_eq!(n1.engine.counters().reorder.held, 1);
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    n1.engine
+        .modify_qp(b.p.qb, &reset, AttrMask::STATE, now)
+        .unwrap();
+    assert_eq!(n1.engine.poll_timeout(), None, "nothing held, no timer");
+    let later = now.plus_ns(10 * DEFAULT_REORDER_HOLD_NS);
+    let mut buf = vec![0u8; 8192];
+    n1.engine.handle_timeout(later);
+    while n1
+        .engine
+        .poll_transmit(&mut n1.mem, later, &mut buf)
+        .is_some()
+    {}
+    let c = n1.engine.counters().clone();
+    assert_eq!(c.reorder.expired, 0, "{:?}", c.reorder);
+    let dropped: u64 = c.rx_drops.iter().sum();
+    assert_eq!(dropped, 0, "the held packet was never processed");
 }

@@ -448,3 +448,92 @@ fn sr02_xrc_read_response_uses_the_pd_of_its_own_request() {
     );
     assert_eq!(wait_cqe(&mut net, 1, t.cq).wr_id, 5);
 }
+
+/// Node 1's second XRC SRQ in the target's domain, of another PD and with
+/// its own CQ, with one WQE posted into an MR of that PD: (SRQ, CQ, buffer).
+fn srq_of_another_pd(net: &mut Net, t: &Target, wr_id: u64) -> (Handle, Handle, u64) {
+    let buf = MEM_BASE + 0x8_0000;
+    let n = &mut net.nodes[1];
+    let pd = n.engine.mrs().alloc_pd().unwrap();
+    let cq = n.engine.create_cq().unwrap();
+    let srq = n.engine.create_xrc_srq(pd, t.xrcd, cq, 16, 1, 0).unwrap();
+    let key = n
+        .engine
+        .mrs()
+        .reg_mr(pd, buf, 4096, ALL_ACCESS, 4096, vec![buf])
+        .unwrap();
+    post_srq(net, srq, wr_id, buf, 4096, key);
+    (srq, cq, buf)
+}
+
+/// A request packet with its XRCETH naming `srq` instead, CRCs redone.
+fn renamed(bytes: &[u8], srq: u32) -> Vec<u8> {
+    reemit(bytes, |p| {
+        p.transport.ext.xrceth = Some(transport::wire::ext::XrcethRepr { xrc_srq: srq })
+    })
+}
+
+#[test]
+fn pv08_xrc_continuation_naming_another_srq_is_naked_and_binds_nothing() {
+    // Issue 25 item 1: a SEND First names SRQ A; its Last names SRQ B of the
+    // same domain but another PD and CQ. The message stays A's: the Last is
+    // NAKed Invalid Request, nothing is written under B's PD and nothing
+    // completes on B's CQ.
+    let mut net = Net::new(2, 1 << 20, 8);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let (i, t) = setup(&mut net);
+    let a = xrc_srq(&mut net, t.xrcd, t.cq);
+    let a_buf = MEM_BASE + 0x1_0000;
+    post_srq(&mut net, a, 11, a_buf, 8192, kb);
+    let (b, b_cq, b_buf) = srq_of_another_pd(&mut net, &t, 22);
+    fill(&mut net, 1, a_buf, 8192, 0);
+    fill(&mut net, 1, b_buf, 4096, 0);
+    let a_before = bytes(&net, 1, a_buf, 8192);
+    let b_before = bytes(&net, 1, b_buf, 4096);
+
+    fill(&mut net, 0, MEM_BASE, 3000, 5);
+    net.nodes[0]
+        .engine
+        .post_send_xrc(
+            i.ini,
+            send_wr(1, WrOpcode::Send, sge(MEM_BASE, 3000, ka)),
+            a,
+        )
+        .unwrap();
+    let mut reqs = take_sent(&mut net, 0);
+    assert_eq!(reqs.len(), 3, "First, Middle, Last");
+    reqs[2] = renamed(&reqs[2], b);
+    net.sniffed = Some(Vec::new());
+    let now = net.now;
+    let n1 = &mut net.nodes[1];
+    for r in &reqs {
+        n1.engine.handle_packet(r, &mut n1.mem, now);
+    }
+    net.run_until(10_000, |_| false);
+
+    // B's CQ completes nothing, B's buffer and WQE are untouched.
+    assert!(net.poll(1, b_cq).is_none(), "A's WQE completed on B's CQ");
+    assert_eq!(bytes(&net, 1, b_buf, 4096), b_before);
+    assert_eq!(net.nodes[1].engine.query_srq(b).unwrap().0, 1);
+    // The Last is refused as a request naming the wrong SRQ (PV-08).
+    assert_eq!(net.nodes[1].engine.counters().naked(NakReason::XrcSrq), 1);
+    let pkts = seen(&mut net);
+    let naks: Vec<_> = pkts
+        .iter()
+        .filter(|p| p.2 == Direction::Response)
+        .filter_map(|p| p.4)
+        .filter(|s| matches!(s, AethSyndrome::Nak(_)))
+        .collect();
+    assert_eq!(naks, vec![AethSyndrome::Nak(NakCode::InvalidRequest)]);
+    // A's buffer holds the First and Middle (two 1024-byte packets) and
+    // nothing of the Last.
+    let a_now = bytes(&net, 1, a_buf, 8192);
+    assert_eq!(a_now[..2048], bytes(&net, 0, MEM_BASE, 2048)[..]);
+    assert_eq!(a_now[2048..], a_before[2048..]);
+    // Whatever A's WQE completes with, it completes on A's CQ.
+    while let Some(c) = net.poll(1, t.cq) {
+        assert_eq!(c.wr_id, 11, "{c:?}");
+        assert_ne!(c.status, WcStatus::Success, "{c:?}");
+    }
+}

@@ -147,7 +147,8 @@ reasons! {
         /// remotely, or not registered yet (MP-08, o9-5.2.2).
         RegionInvalidated,
         /// XRC: the request's XRCETH names no XRC SRQ of the TGT QP's XRC
-        /// domain (o9-24.a1; PV-08).
+        /// domain (o9-24.a1; PV-08), or a packet continuing a message names
+        /// another SRQ than its first packet did.
         XrcSrq,
     }
 }

@@ -83,7 +83,10 @@ impl Engine {
         // Releasing never holds again (`receive` without `may_hold`), so
         // this ends once every due slot is empty.
         while let Some(n) = self.hold.first_expired(now) {
-            self.hold.on_expired(&mut self.counters.reorder);
+            let qpn = self.hold.on_expired(n, &mut self.counters.reorder);
+            if let Some(qp) = qpn.and_then(|q| self.qps.get_mut(&q)) {
+                qp.hold_misses.miss();
+            }
             self.release_held(n, mem, now);
         }
     }
@@ -162,8 +165,22 @@ impl Engine {
         let arrival = if may_hold {
             let hold_ns = self.limits.reorder_hold_ns;
             let c = &mut self.counters.reorder;
-            self.hold
-                .on_arrival(c, hold_ns, qp, &pkt, buf, src_lid, now)
+            let mut m = qp.hold_misses;
+            // The sender: on RoCE its source address, else its LID (which
+            // `check_lids` held against the link's).
+            let peer = match (&roce, &pkt.grh) {
+                (Some(_), Some(g)) => g.sgid,
+                _ => {
+                    let mut p = [0u8; 16];
+                    p[..2].copy_from_slice(&pkt.lrh.slid.to_be_bytes());
+                    p
+                }
+            };
+            let a = self
+                .hold
+                .on_arrival(c, hold_ns, qp, &mut m, peer, &pkt, buf, src_lid, now);
+            qp.hold_misses = m;
+            a
         } else {
             Arrival::Process
         };
@@ -212,14 +229,18 @@ impl Engine {
         }
         let mut fx = Effects::default();
         let mut out = None;
-        if self.vl_arb {
-            self.vl_pick();
-        }
-        let n = self.schedule.len();
+        let picked = self.vl_pick();
+        // Each scheduled QP is taken at most twice (once more if it was in
+        // another VL's lane, `next_scheduled`): a QP that builds nothing
+        // leaves the schedule.
+        let n = 2 * self.schedule.len();
         for _ in 0..n {
-            let Some(qpn) = self.schedule.pop_front() else {
+            let Some((qpn, moved)) = self.next_scheduled(picked) else {
                 break;
             };
+            if moved {
+                continue;
+            }
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
@@ -248,12 +269,15 @@ impl Engine {
                 } else {
                     1
                 };
-                if run < TX_BURST {
-                    self.tx_burst = (qpn, run);
-                    self.schedule.push_front(qpn);
-                } else {
-                    self.tx_burst = (qpn, 0);
-                    self.schedule.push_back(qpn);
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    let lane = super::vl::lane(self.vl_arb, &self.port, qp);
+                    if run < TX_BURST {
+                        self.tx_burst = (qpn, run);
+                        self.schedule.push_front(&mut qp.sched, lane, qpn);
+                    } else {
+                        self.tx_burst = (qpn, 0);
+                        self.schedule.push_back(&mut qp.sched, lane, qpn);
+                    }
                 }
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += len as u64;

@@ -36,15 +36,17 @@ pub use mcast::{
 mod pacing;
 mod rd;
 pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
-pub use rd::{RdCounters, MAX_EEC, MAX_RDD, RD_WINDOW};
+pub use rd::{rd_qp_bytes, RdCounters, MAX_EEC, MAX_RDD, RD_WINDOW};
 mod port_window;
 pub use port_window::DEFAULT_PORT_WINDOW;
 mod recovery;
 mod reorder;
+mod schedule;
 pub use recovery::INITIAL_WINDOW;
 pub use reorder::{
     ReorderCounters, DEFAULT_HOLD_NS as DEFAULT_REORDER_HOLD_NS, MISS_LIMIT as REORDER_MISS_LIMIT,
-    PROBE_EVERY as REORDER_PROBE_EVERY, SLOTS as REORDER_HOLD_SLOTS,
+    PEER_SLOTS as REORDER_PEER_SLOTS, PROBE_EVERY as REORDER_PROBE_EVERY,
+    SLOTS as REORDER_HOLD_SLOTS,
 };
 mod requester;
 mod responder;
@@ -89,6 +91,8 @@ pub(crate) struct Qp {
     pub resp: Responder,
     /// In the transmit schedule.
     pub scheduled: bool,
+    /// Its live entry in the transmit schedule (`schedule`).
+    pub(crate) sched: schedule::Mark,
     /// The requester goes first next time: responses and requests of one QP
     /// take turns, so a long READ response stream does not starve the QP's own
     /// send queue until its ACK timer runs out of retries (RL-10).
@@ -105,6 +109,8 @@ pub(crate) struct Qp {
     pub(crate) port: port_window::Share,
     /// Automatic path migration state (AD-10, `apm`).
     pub apm: apm::Apm,
+    /// How this QP's reorder holds ended lately (`reorder`).
+    pub(crate) hold_misses: reorder::Misses,
 }
 
 /// The engine.
@@ -122,8 +128,9 @@ pub struct Engine {
     next_handle: Handle,
     next_qpn: u32,
     events: VecDeque<Event>,
-    /// QPs that may have a packet to send, round robin.
-    schedule: VecDeque<u32>,
+    /// QPs that may have a packet to send, round robin, a lane per VL
+    /// (`schedule`).
+    schedule: schedule::Schedule,
     /// Requester timers (ACK timeout RL-10, RNR wait RL-11) as a min-heap of
     /// (time, QPN), so the next deadline costs O(1) and firing costs
     /// O(log QPs) per due timer, whatever the number of QPs. An entry is live
@@ -199,7 +206,7 @@ impl Engine {
             next_handle: 1,
             next_qpn: 2,
             events: VecDeque::new(),
-            schedule: VecDeque::new(),
+            schedule: schedule::Schedule::default(),
             timers: timer_heap::TimerHeap::default(),
             counters: Counters::default(),
             budget,
@@ -261,6 +268,7 @@ impl Engine {
             .map_err(|_| VerbError::InvalidAttr)?;
         self.port.sl2vl = table;
         self.vl_arb = !self.port.is_ethernet() && table.iter().any(|&v| v != 0);
+        self.relane();
         Ok(())
     }
 
@@ -272,6 +280,7 @@ impl Engine {
         tables.check(self.port.data_vls, &self.port.sl2vl)?;
         self.arbiter = vl::Arbiter::new(tables.clone());
         self.port.vl_arb = tables;
+        self.relane();
         Ok(())
     }
 
@@ -582,6 +591,7 @@ impl Engine {
                 req: Requester::new(c.max_send_wr as usize, &self.budget, &self.limits),
                 resp: Responder::new(self.limits.credits),
                 scheduled: false,
+                sched: schedule::Mark::default(),
                 req_turn: false,
                 timer_at: None,
                 _reserved: reserved,
@@ -591,6 +601,7 @@ impl Engine {
                     after_timeouts: self.limits.apm_timeouts,
                     ..apm::Apm::default()
                 },
+                hold_misses: reorder::Misses::default(),
             },
         );
         Ok(qpn)
@@ -638,7 +649,7 @@ impl Engine {
                 s.users = s.users.saturating_sub(1);
             }
         }
-        self.schedule.retain(|q| *q != qpn);
+        // Its schedule entry is dead now (`schedule::Mark`): passed over.
         self.mcast_forget_qp(qpn);
         self.port_forget(&qp);
         self.hold.forget(qpn);
@@ -720,6 +731,16 @@ impl Engine {
         let from = qp.state;
         match next {
             QpState::Reset => {
+                if let Some((h, w)) = responder::take_srq_wqe(qp) {
+                    if let Some(s) = self.srqs.get_mut(&h) {
+                        s.wqes.push_front(w);
+                    }
+                }
+                // A packet held for the QP (`reorder`) belongs to the
+                // connection being reset: processed later, it would meet the
+                // next one (issue 25).
+                self.hold.forget(qpn);
+                qp.hold_misses = reorder::Misses::default();
                 qp.rq.clear();
                 qp.req =
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
@@ -882,11 +903,15 @@ impl Engine {
     // ------------------------------------------------------------------ effects
     // (here, not in io.rs: the verbs schedule QPs and apply effects too)
 
+    /// Puts a QP in the transmit schedule, in the lane of its next packet's
+    /// VL (`schedule`); a QP already there whose VL changed (a UD WQE of
+    /// another SL posted to an empty queue) is queued again in its new lane.
     fn schedule_qp(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
-            if !qp.scheduled {
+            let lane = vl::lane(self.vl_arb, &self.port, qp);
+            if !qp.scheduled || qp.sched.lane != lane {
                 qp.scheduled = true;
-                self.schedule.push_back(qpn);
+                self.schedule.push_back(&mut qp.sched, lane, qpn);
             }
         }
     }
@@ -1000,7 +1025,7 @@ pub(crate) fn to_error(qp: &mut Qp, fx: &mut Effects) {
 
 fn flush_all(qp: &mut Qp, fx: &mut Effects) {
     completer::flush_sq(qp, fx);
-    responder::abort_message(qp);
+    responder::abort_message(qp, fx);
     flush_rq(qp, fx);
 }
 

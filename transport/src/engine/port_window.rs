@@ -296,6 +296,8 @@ impl Engine {
             port_window,
             qps,
             schedule,
+            port,
+            vl_arb,
             ..
         } = self;
         let Some(w) = port_window.dests.get_mut(&d) else {
@@ -318,7 +320,8 @@ impl Engine {
             room = room.saturating_sub(super::io::TX_BURST as usize);
             if !qp.scheduled {
                 qp.scheduled = true;
-                schedule.push_back(q);
+                let lane = super::vl::lane(*vl_arb, port, qp);
+                schedule.push_back(&mut qp.sched, lane, q);
             }
         }
         if w.in_flight == 0 && w.waiting.is_empty() {

@@ -30,15 +30,20 @@
 //!
 //! A path that loses packets but does not reorder them pays for each hold:
 //! the packet after a lost one waits for the next before its NAK goes. So
-//! once [`MISS_LIMIT`] holds in a row ended otherwise than in order
-//! (overtaken or expired), the engine holds only one candidate in
-//! [`PROBE_EVERY`] (`reorder_skipped` counts the others), until a hold ends
-//! in order again: a reordering path keeps the hold, a lossy one mostly
-//! skips it.
+//! once [`MISS_LIMIT`] holds of a QP in a row ended otherwise than in order
+//! (overtaken or expired), that QP holds only one candidate in
+//! [`PROBE_EVERY`] (`reorder_skipped` counts the others), until a hold of it
+//! ends in order again: a reordering path keeps the hold, a lossy one mostly
+//! skips it. The record is the QP's ([`Misses`], two counters in each QP),
+//! not the engine's, so a peer whose path loses (or that makes its holds
+//! miss on purpose) switches the hold off for its own QPs only (issue 25).
 //!
 //! Bounded: at most [`SLOTS`] packets are held per engine, one per QP and
-//! direction, in buffers allocated on the first hold; with every slot in use
-//! the packet is processed at once (`reorder_full`). Nothing is held while
+//! direction, and at most [`PEER_SLOTS`] from one peer (its source LID, or
+//! on RoCE its source GID), in buffers allocated on the first hold; with
+//! every slot in use, or every slot its peer may take, the packet is
+//! processed at once (`reorder_full`): a peer with many QPs cannot take the
+//! hold from the others (issue 25). Nothing is held while
 //! nothing arrives out of order: a lossless stream pays one branch per
 //! packet. The earliest expiry is kept, so [`super::Engine::poll_timeout`]
 //! stays O(1).
@@ -51,6 +56,10 @@ use crate::wire::PacketRepr;
 
 /// Packets held at most, over all QPs of an engine.
 pub const SLOTS: usize = 16;
+
+/// Packets held at most from one peer: half the slots, so that the others
+/// always have the other half.
+pub const PEER_SLOTS: usize = SLOTS / 2;
 
 /// Default hold (`Limits::reorder_hold_ns`): well under a round trip of the
 /// slowest path vhca runs on (two processes on one host: 50-100 us), and
@@ -111,6 +120,8 @@ struct Slot {
     missing: u32,
     until: Time,
     src_lid: Option<u16>,
+    /// The sender ([`PEER_SLOTS`]).
+    peer: [u8; 16],
     buf: Vec<u8>,
 }
 
@@ -137,10 +148,32 @@ pub(crate) struct ReorderHold {
     next: Option<Time>,
     /// A released packet's buffer, kept for the next hold.
     spare: Vec<u8>,
+}
+
+/// How a QP's holds ended lately (kept in the QP: see the module doc).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Misses {
     /// Holds in a row that ended otherwise than in order.
     misses: u32,
     /// Candidates seen since `misses` reached [`MISS_LIMIT`].
     candidates: u32,
+}
+
+impl Misses {
+    /// A hold of the QP ended otherwise than in order.
+    pub(super) fn miss(&mut self) {
+        self.misses = self.misses.saturating_add(1);
+    }
+
+    /// Whether a candidate of the QP is processed at once rather than held:
+    /// past [`MISS_LIMIT`] misses, all but one in [`PROBE_EVERY`].
+    fn skip(&mut self) -> bool {
+        if self.misses < MISS_LIMIT {
+            return false;
+        }
+        self.candidates = self.candidates.wrapping_add(1);
+        !self.candidates.is_multiple_of(PROBE_EVERY)
+    }
 }
 
 impl ReorderHold {
@@ -163,13 +196,17 @@ impl ReorderHold {
     }
 
     /// Decides what happens to `pkt` (raw bytes `buf`, from `src_lid`) for
-    /// `qp`, which passed the header checks. `hold_ns` 0: never hold.
+    /// `qp`, which passed the header checks, sent by `peer` (its source LID
+    /// or GID, [`PEER_SLOTS`]); `m` is the QP's record (`Qp::hold_misses`).
+    /// `hold_ns` 0: never hold.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_arrival(
         &mut self,
         c: &mut ReorderCounters,
         hold_ns: u64,
         qp: &Qp,
+        m: &mut Misses,
+        peer: [u8; 16],
         pkt: &PacketRepr<'_>,
         buf: &[u8],
         src_lid: Option<u16>,
@@ -187,14 +224,14 @@ impl ReorderHold {
             let d = psn::diff(p, missing);
             return if d == 0 {
                 c.in_order += 1;
-                self.misses = 0;
+                m.misses = 0;
                 Arrival::ThenHeld(n)
             } else if d < 0 {
                 // A duplicate of something older: the gap is still open.
                 Arrival::Process
             } else {
                 c.overtaken += 1;
-                self.misses = self.misses.saturating_add(1);
+                m.miss();
                 Arrival::HeldFirst(n)
             };
         }
@@ -204,12 +241,9 @@ impl ReorderHold {
         if hold_ns == 0 || buf.len() > MAX_LEN {
             return Arrival::Process;
         }
-        if self.misses >= MISS_LIMIT {
-            self.candidates = self.candidates.wrapping_add(1);
-            if !self.candidates.is_multiple_of(PROBE_EVERY) {
-                c.skipped += 1;
-                return Arrival::Process;
-            }
+        if m.skip() {
+            c.skipped += 1;
+            return Arrival::Process;
         }
         if self.slots.is_empty() {
             self.slots.resize_with(SLOTS, || None);
@@ -218,6 +252,11 @@ impl ReorderHold {
             c.full += 1;
             return Arrival::Process;
         };
+        let of_peer = self.slots.iter().flatten().filter(|s| s.peer == peer);
+        if of_peer.count() >= PEER_SLOTS {
+            c.full += 1;
+            return Arrival::Process;
+        }
         let until = now.plus_ns(hold_ns);
         // A slot keeps its buffer's allocation from one hold to the next
         // (`take` hands it back through `put_back`).
@@ -230,6 +269,7 @@ impl ReorderHold {
             missing,
             until,
             src_lid,
+            peer,
             buf: bytes,
         });
         self.used += 1;
@@ -253,10 +293,12 @@ impl ReorderHold {
         }
     }
 
-    /// Counts a hold that ran out (its packet is processed now).
-    pub(super) fn on_expired(&mut self, c: &mut ReorderCounters) {
+    /// Counts a hold that ran out (its packet is processed now); returns
+    /// the QP of slot `n`, whose record ([`Misses::miss`]) the caller
+    /// updates.
+    pub(super) fn on_expired(&mut self, n: usize, c: &mut ReorderCounters) -> Option<u32> {
         c.expired += 1;
-        self.misses = self.misses.saturating_add(1);
+        self.slots.get(n)?.as_ref().map(|s| s.qpn)
     }
 
     /// The first slot whose hold ran out at `now` (O(1) when none has).

@@ -12,7 +12,8 @@
 //!
 //! How a TGT QP uses the SRQ (ARCHITECTURE.md §3): before the responder runs,
 //! [`bind_target`] points the QP's receive side (`QpInit::srq`, `pd`,
-//! `recv_cq`) at the SRQ its request names, so that the RC responder serves XRC
+//! `recv_cq`) at the SRQ the first packet of a message names (the rest of the
+//! message must name the same one), so that the RC responder serves XRC
 //! unchanged: a SEND takes the SRQ's WQE, scatters under the SRQ's PD and
 //! completes on the SRQ's CQ; an RDMA or atomic request is checked against the
 //! SRQ's PD (a TGT QP has no PD of its own in Linux verbs, `ib_create_qp` for
@@ -211,14 +212,24 @@ pub(crate) fn response(op: Opcode) -> Opcode {
 /// the QP's receive side is that SRQ's (see the module doc). Returns whether
 /// the check passed; on failure nothing changes and the caller NAKs Invalid
 /// Request.
+///
+/// The binding is made at a message's first packet only (`in_message`
+/// false and a First/Only opcode): the rest of a message scatters under the
+/// PD and completes on the CQ its first packet chose, so a packet of it
+/// (or a duplicate arriving in between) that names another SRQ fails the
+/// check and changes nothing (issue 25; a message is one WQE's, 9.3.8).
 pub(crate) fn bind_target(
     qp: &mut Qp,
     pkt: &PacketRepr<'_>,
+    in_message: bool,
     srqs: &std::collections::HashMap<Handle, super::Srq>,
 ) -> bool {
     let Some(x) = pkt.transport.ext.xrceth else {
         return false;
     };
+    if in_message || !pkt.transport.bth.opcode.info().starts_message() {
+        return qp.init.srq == Some(x.xrc_srq);
+    }
     let Some(srq) = srqs.get(&x.xrc_srq) else {
         return false;
     };

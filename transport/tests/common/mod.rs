@@ -670,3 +670,27 @@ pub const RC_RTR_MASK: AttrMask = AttrMask(
         | AttrMask::MAX_DEST_RD_ATOMIC.0
         | AttrMask::MIN_RNR_TIMER.0,
 );
+
+/// Every packet node `node` has to send now, in order, taken off it (for a
+/// test that delivers them itself).
+pub fn take_sent(net: &mut Net, node: usize) -> Vec<Vec<u8>> {
+    let now = net.now;
+    let mut buf = vec![0u8; 8192];
+    let mut out = Vec::new();
+    let n = &mut net.nodes[node];
+    while let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) {
+        out.push(buf[..len].to_vec());
+    }
+    out
+}
+
+/// A packet the engine built, parsed, changed by `f` and emitted again with
+/// its CRCs redone.
+pub fn reemit(bytes: &[u8], f: impl FnOnce(&mut transport::wire::PacketRepr<'_>)) -> Vec<u8> {
+    let mut p = transport::wire::PacketRepr::parse(bytes).expect("a valid packet");
+    f(&mut p);
+    let mut buf = vec![0; p.buffer_len()];
+    let n = p.emit(&mut buf).expect("emit");
+    buf.truncate(n);
+    buf
+}

@@ -172,9 +172,15 @@ fn check_eec(port: &PortConfig, e: &Eec, pkt: &PacketRepr<'_>, request: bool) ->
     }
     let path = &e.attr.av;
     if port.is_ethernet() {
-        // RoCE: the addresses stand for the LIDs (A17.4.5).
+        // RoCE: the addresses stand for the LIDs (A17.4.5), both ways as for
+        // a connected QP (`io::check_roce_addresses`): from the path's DGID,
+        // to the port's GID the path sends from (so to one of the port's
+        // GIDs at all; issue 25: only the source was checked).
         let ok = match (pkt.grh.as_ref(), path.grh.as_ref()) {
-            (Some(g), Some(p)) => g.sgid == p.dgid,
+            (Some(g), Some(p)) => {
+                g.sgid == p.dgid
+                    && crate::engine::link::source_gid(port, p.sgid_index) == Some(g.dgid)
+            }
             _ => false,
         };
         return if ok { Ok(()) } else { Err(Bad::Path) };

@@ -43,7 +43,7 @@ pub use send::RD_WINDOW;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::{Effects, Engine, PortConfig};
-use crate::budget::{Held, Weigh};
+use crate::budget::{Charge, Held, Weigh};
 use crate::psn;
 use crate::verbs::{
     Access, Completion, EecAttr, Handle, QpState, RdDest, RdQpAttr, RdQpInit, RecvWr, SendData,
@@ -158,6 +158,15 @@ pub(crate) struct RdQp {
     rq: Held<RecvWr>,
     /// Its head WQE was offered to (or runs on) its EEC.
     offered: bool,
+    /// Its fixed state, reserved in the budget for its life as every QP's
+    /// is (ARCHITECTURE.md §9; an RD QP's responder state is its EECs').
+    _reserved: Charge,
+}
+
+/// What an RD QP reserves in the engine's budget at creation: its state
+/// (its WQEs are charged as they are posted).
+pub fn rd_qp_bytes() -> u64 {
+    std::mem::size_of::<RdQp>() as u64
 }
 
 /// A send WQE of an RD QP.
@@ -669,6 +678,12 @@ impl Engine {
             return Err(VerbError::InsufficientResources);
         }
         let qpn = self.alloc_qpn().ok_or(VerbError::InsufficientResources)?;
+        // Issue 25: RD QPs count against the host memory a guest may hold
+        // as other QPs do (`Engine::create_qp`), refused past the limit.
+        let reserved = self
+            .budget
+            .reserve(rd_qp_bytes())
+            .ok_or(VerbError::InsufficientResources)?;
         self.mrs.pd_ref(init.pd)?;
         self.cq_use(init.send_cq, true);
         self.cq_use(init.recv_cq, true);
@@ -687,6 +702,7 @@ impl Engine {
                 sq: Held::new(&budget),
                 rq: Held::new(&budget),
                 offered: false,
+                _reserved: reserved,
             },
         );
         Ok(qpn)

@@ -256,7 +256,10 @@ pub(super) fn handle_request(
         Position::Only => len <= pmtu,
     };
     if !seq_ok || !len_ok {
-        e.resp.cur = None;
+        // The message in progress ends unexecuted; a SEND's receive WQE goes
+        // back to its QP's queue, unused, as a RESYNC leaves it (issue 25:
+        // dropped, it was a guest buffer lost with no completion).
+        e.resp.abort(qps);
         nak(e, cx, src, p, NakCode::InvalidRequest);
         return true;
     }

@@ -23,11 +23,12 @@ use responses::{
 pub(crate) use responses::{poll_transmit, unsolicited_credit_ack};
 
 use super::access::{self, local_status, RemoteErr};
-use super::{Ctx, NakReason, Qp, RxDrop};
+use super::{Ctx, Effects, NakReason, Qp, RxDrop};
 use crate::mr::RemoteAccess;
 use crate::psn;
 use crate::verbs::{
-    Access, Completion, Event, FlushSpec, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus,
+    Access, Completion, Event, FlushSpec, Handle, QpState, QpType, RecvWr, WcFlags, WcOpcode,
+    WcStatus,
 };
 use crate::wire::ext::{AethSyndrome, NakCode, RethRepr};
 use crate::wire::opcode::{Operation, Position};
@@ -102,18 +103,50 @@ pub fn state_bound(max_rd_atomic: u8) -> u64 {
         + out * std::mem::size_of::<RespItem>()) as u64
 }
 
-/// Aborts a message in progress when the QP leaves service; its receive WQE goes
-/// back to its queue to be flushed.
-pub(crate) fn abort_message(qp: &mut Qp) {
-    if let Some(InMsg::Send {
-        wqe,
-        from_srq: false,
-        ..
-    }) = qp.resp.cur.take()
-    {
-        qp.rq.push_front(wqe);
+/// Aborts a message in progress when the QP goes to Error: a receive WQE of
+/// its own queue goes back there to be flushed; one taken from an SRQ (the
+/// SRQ's WQEs are not the QP's to flush) completes flushed on the QP's
+/// receive CQ, which for an XRC TGT QP is the one its message bound
+/// (issue 25: dropped, it was a guest buffer lost with no completion).
+pub(crate) fn abort_message(qp: &mut Qp, fx: &mut Effects) {
+    match qp.resp.cur.take() {
+        Some(InMsg::Send {
+            wqe,
+            from_srq: false,
+            ..
+        }) => qp.rq.push_front(wqe),
+        Some(InMsg::Send {
+            wqe,
+            from_srq: true,
+            ..
+        }) => {
+            let c = Completion {
+                xrc_srq: qp.init.srq.filter(|_| qp.init.qp_type == QpType::XrcTgt),
+                ..Completion::new(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.qpn)
+            };
+            fx.completions.push((qp.init.recv_cq, c));
+        }
+        _ => {}
     }
     qp.resp.out.clear();
+}
+
+/// The receive WQE a message in progress took from an SRQ, and the SRQ,
+/// taken off the QP: a QP moved to Reset gives it back to the SRQ, which
+/// outlives the QP's state (its own queue's WQEs are discarded).
+pub(crate) fn take_srq_wqe(qp: &mut Qp) -> Option<(Handle, RecvWr)> {
+    let srq = qp.init.srq?;
+    match qp.resp.cur.take() {
+        Some(InMsg::Send {
+            wqe,
+            from_srq: true,
+            ..
+        }) => Some((srq, wqe)),
+        other => {
+            qp.resp.cur = other;
+            None
+        }
+    }
 }
 
 fn take_recv(qp: &mut Qp, cx: &mut Ctx<'_>) -> Option<(RecvWr, bool)> {
@@ -175,9 +208,11 @@ pub(crate) fn handle_request(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>
         QpType::Rc => handle_rc(qp, pkt, cx, true),
         QpType::XrcTgt => {
             // o9-24.a1, PV-08: the XRC SRQ of the request, bound if it is
-            // in the QP's domain (`xrc::bind_target`); else NAKed after the
-            // PSN check, as any invalid request is.
-            let xrc_ok = super::xrc::bind_target(qp, pkt, cx.srqs);
+            // in the QP's domain and the request starts a message, or the one
+            // bound if it continues one (`xrc::bind_target`); else NAKed
+            // after the PSN check, as any invalid request is.
+            let in_message = qp.resp.cur.is_some();
+            let xrc_ok = super::xrc::bind_target(qp, pkt, in_message, cx.srqs);
             handle_rc(qp, pkt, cx, xrc_ok)
         }
         // `io::check_headers` sends an INI QP responses only.
@@ -241,7 +276,8 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>, xrc_ok: bool) 
         return duplicate(qp, pkt, cx);
     }
     if !xrc_ok {
-        // o9-24.a1 (PV-08): the XRC SRQ is missing or of another domain.
+        // o9-24.a1 (PV-08): the XRC SRQ is missing or of another domain, or
+        // not the one the message's first packet bound.
         nak(qp, cx, p, NakCode::InvalidRequest, NakReason::XrcSrq);
         return true;
     }
