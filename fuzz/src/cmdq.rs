@@ -6,10 +6,10 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use device::abi::bar0::CtxTable;
+use device::abi::bar0::{CtxTable, Fatal};
 use device::abi::cmd::{cmd_owner, pbl_const, Cmd, Opcode, Pbl};
 use device::abi::uar::uar;
-use device::cmdq::{execute_staged, Budget, CmdQueue};
+use device::cmdq::{execute_staged, Budget, CmdDone, CmdQueue, Prepared};
 use device::context::snapshot_with_doorbells;
 use device::fabric::{Link, LinkError, Received};
 use device::glue::VecDoorbells;
@@ -233,7 +233,7 @@ pub struct Dev {
     /// Steps the staged commands took (a command that waited at least once).
     pub steps: u64,
     /// Prepared pieces of a staged command kept across a reset (`reset`).
-    pub stale: Option<device::cmdq::Prepared>,
+    pub stale: Option<Prepared>,
 }
 
 fn engine() -> Engine {
@@ -322,10 +322,7 @@ impl Dev {
 
     /// Posts `slot` and runs the queue; `false` when the queue went fatal.
     pub fn submit(&mut self, slot: &[u8]) -> bool {
-        let at = self.slot_addr(self.pi);
-        self.mem.write(at, slot).unwrap();
-        self.mem.write(at + 6, &[cmd_owner::DEVICE]).unwrap();
-        self.pi = self.pi.wrapping_add(1);
+        let at = self.post(slot);
         // Staged (the running device's way, device/src/run): a heavy command
         // stops with a ticket, whose pieces are prepared (without the lock
         // there) and handed to the next batch; a two-ring command takes two
@@ -333,16 +330,7 @@ impl Dev {
         let mut pre = self.stale.take();
         let mut r = Ok(Vec::new());
         for step in 0..8 {
-            r = execute_staged(
-                &mut self.hca,
-                &mut self.q,
-                self.pi,
-                &mut self.mem,
-                &self.db,
-                self.now,
-                Budget::default(),
-                pre.take(),
-            );
+            r = self.batch(pre.take());
             let Some(t) = self.q.take_waiting() else {
                 break;
             };
@@ -370,6 +358,30 @@ impl Dev {
         }
     }
 
+    /// Writes `slot` at PI with the owner bit set and moves PI on; the slot's
+    /// address.
+    fn post(&mut self, slot: &[u8]) -> u64 {
+        let at = self.slot_addr(self.pi);
+        self.mem.write(at, slot).unwrap();
+        self.mem.write(at + 6, &[cmd_owner::DEVICE]).unwrap();
+        self.pi = self.pi.wrapping_add(1);
+        at
+    }
+
+    /// One batch of the queue up to PI, with the prepared pieces `pre`.
+    fn batch(&mut self, pre: Option<Prepared>) -> Result<Vec<CmdDone>, Fatal> {
+        execute_staged(
+            &mut self.hca,
+            &mut self.q,
+            self.pi,
+            &mut self.mem,
+            &self.db,
+            self.now,
+            Budget::default(),
+            pre,
+        )
+    }
+
     /// Posts the command of `op` (a command record) and runs one batch only: a
     /// staged command that waits stays in progress, its pieces prepared into
     /// `stale` (for a reset to interrupt). `false` when the queue went fatal.
@@ -378,20 +390,8 @@ impl Dev {
             Op::Cmd { .. } | Op::Slot(_) => self.slot_of(op),
             other => return self.apply(other),
         };
-        let at = self.slot_addr(self.pi);
-        self.mem.write(at, &slot).unwrap();
-        self.mem.write(at + 6, &[cmd_owner::DEVICE]).unwrap();
-        self.pi = self.pi.wrapping_add(1);
-        let r = execute_staged(
-            &mut self.hca,
-            &mut self.q,
-            self.pi,
-            &mut self.mem,
-            &self.db,
-            self.now,
-            Budget::default(),
-            None,
-        );
+        self.post(&slot);
+        let r = self.batch(None);
         if let Some(t) = self.q.take_waiting() {
             self.stale = Some(t.prepare(&mut self.mem));
         }
