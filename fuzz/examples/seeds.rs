@@ -13,9 +13,10 @@ use std::fs;
 use std::path::Path;
 
 use device::abi::cmd::{
-    pbl_const, AllocPdOut, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn,
-    CreateQpOut, CreateSrqIn, CreateSrqOut, ModifyQpIn, Opcode, Pbl, QpAttr, QpCap, QueryQpIn,
-    RegMrIn, RegMrOut,
+    pbl_const, AllocPdOut, AllocRddOut, AllocXrcdOut, CreateCqIn, CreateCqOut, CreateEecIn,
+    CreateEecOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut, CreateSrqIn, CreateSrqOut,
+    DeallocRddIn, DeallocXrcdIn, DestroyEecIn, EecAttr, McastIn, ModifyEecIn, ModifyQpIn, Opcode,
+    Pbl, QpAttr, QpCap, QueryEecIn, QueryQpIn, RegMrIn, RegMrOut,
 };
 use device::abi::layout::{AbiStruct, Field};
 use device::abi::uar::uar;
@@ -557,11 +558,152 @@ fn cmdq() {
         s.run(r);
     }
     write("cmdq", "bring-up-write-send", &s.out);
+    // The device reset target: the same records, reset at a few points
+    // (during the bring-up, between the posts, after the doorbells).
+    let n = Ops(&s.out).count();
+    for at in [3, n / 2, n - 6, n - 2] {
+        let mut r = vec![at as u8];
+        r.extend_from_slice(&s.out);
+        write(
+            "device_reset",
+            &format!("bring-up-write-send-reset-at-{at}"),
+            &r,
+        );
+    }
+    later_objects();
     let mut q = vec![];
     for op in [Opcode::QueryDevice, Opcode::Nop] {
         q.extend_from_slice(&[tag(op), 0, 32, 0, 0, 0]);
     }
     write("cmdq", "queries", &q);
+}
+
+/// The commands issue 25 item 7 added to the cmdq target, each once with a
+/// good input: XRC and RD domains, an EE context through Init, RTR and RTS,
+/// a multicast attach and detach of a UD QP; and the staged path: staging on
+/// (the guest rewriting the slot between steps), then a REG_MR whose page list
+/// is past what runs inline, so that it takes a step.
+fn later_objects() {
+    let mut s = Script {
+        dev: Dev::new(),
+        out: Vec::new(),
+    };
+    let tag = |op: Opcode| OPCODES.iter().position(|o| *o == op).unwrap() as u8;
+    s.run(vec![tag(Opcode::AllocPd), 0, 32, 0, 0, 0]);
+    let pdn = get::<AllocPdOut>(&s.dev.last_out()).pdn;
+    s.run(vec![tag(Opcode::AllocXrcd), 0, 32, 0, 0, 0]);
+    assert_eq!(s.dev.last_status(), 0, "ALLOC_XRCD");
+    let xrcdn = get::<AllocXrcdOut>(&s.dev.last_out()).xrcdn;
+    s.cmd_out(Opcode::DeallocXrcd, &DeallocXrcdIn { xrcdn });
+    s.run(vec![tag(Opcode::AllocRdd), 0, 32, 0, 0, 0]);
+    assert_eq!(s.dev.last_status(), 0, "ALLOC_RDD");
+    let rddn = get::<AllocRddOut>(&s.dev.last_out()).rddn;
+    let eecn = get::<CreateEecOut>(&s.cmd_out(Opcode::CreateEec, &CreateEecIn { rddn })).eecn;
+    for (state, st) in [(QpState::Init, 0), (QpState::Rtr, 1), (QpState::Rts, 2)] {
+        let mut attr = EecAttr {
+            state: state.raw(),
+            path_mtu: Mtu::M1024.raw(),
+            min_rnr_timer: 1,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            remote_eecn: eecn,
+            rq_psn: 100 + st,
+            sq_psn: 100,
+            ..EecAttr::default()
+        };
+        attr.av.dlid = 7;
+        attr.av.port_num = 1;
+        s.cmd_out(
+            Opcode::ModifyEec,
+            &ModifyEecIn {
+                eecn,
+                rsvd: 0,
+                attr,
+            },
+        );
+    }
+    let mut r = vec![tag(Opcode::QueryEec), 0];
+    r.extend_from_slice(&4096u16.to_le_bytes());
+    r.extend_from_slice(&4u16.to_le_bytes());
+    r.extend_from_slice(&bytes(&QueryEecIn { eecn }));
+    s.run(r);
+    assert_eq!(s.dev.last_status(), 0, "QUERY_EEC");
+    s.cmd_out(Opcode::DestroyEec, &DestroyEecIn { eecn });
+    s.cmd_out(Opcode::DeallocRdd, &DeallocRddIn { rddn });
+    // A UD QP in a multicast group and out again.
+    let cqn = get::<CreateCqOut>(&s.cmd_out(
+        Opcode::CreateCq,
+        &CreateCqIn {
+            ring: contiguous(0x11000, 1),
+            eqn: 0,
+            uar: 1,
+            db_slot: uar::FIRST_SLOT as u16,
+            log2_entries: 4,
+            rsvd: [0; 5],
+        },
+    ))
+    .cqn;
+    let ud = get::<CreateQpOut>(&s.cmd_out(
+        Opcode::CreateQp,
+        &CreateQpIn {
+            qp_type: QpType::Ud.raw(),
+            sq_sig_all: 0,
+            sq_wqe_shift: 7,
+            rq_wqe_shift: 5,
+            log2_sq_size: 4,
+            log2_rq_size: 4,
+            port: 1,
+            rsvd0: 0,
+            pdn,
+            send_cqn: cqn,
+            recv_cqn: cqn,
+            srqn: num::NONE,
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            uar: 1,
+            db_slot: uar::FIRST_SLOT as u16 + 1,
+            rsvd1: [0; 2],
+            xrcdn: 0,
+            sq: contiguous(0x14000, 1),
+            rq: contiguous(0x15000, 1),
+        },
+    ))
+    .qpn;
+    let mut gid = [0u8; 16];
+    gid[..4].copy_from_slice(&[0xff, 0x12, 0x40, 0x1b]);
+    gid[15] = 1;
+    let g = McastIn {
+        qpn: ud,
+        mlid: 0xc001,
+        rsvd: 0,
+        gid,
+    };
+    s.cmd_out(Opcode::AttachMcast, &g);
+    s.cmd_out(Opcode::DetachMcast, &g);
+    // Staging on, the slot rewritten between steps; a REG_MR of 80 pages
+    // (more than run inline) over a contiguous page list.
+    s.run(vec![0x86, 3]);
+    let steps = s.dev.steps;
+    s.cmd_out(
+        Opcode::RegMr,
+        &RegMrIn {
+            pdn,
+            access: access::LOCAL_WRITE,
+            iova: 0x7000_0000,
+            length: 80 * 4096,
+            flags: 0,
+            rsvd: 0,
+            pbl: contiguous(0x20000, 80),
+        },
+    );
+    assert!(s.dev.steps > steps, "the REG_MR took no step");
+    write("cmdq", "later-objects-staged", &s.out);
 }
 
 // ------------------------------------------------------------------ device text and frames

@@ -6,10 +6,10 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use device::abi::bar0::CtxTable;
+use device::abi::bar0::{CtxTable, Fatal};
 use device::abi::cmd::{cmd_owner, pbl_const, Cmd, Opcode, Pbl};
 use device::abi::uar::uar;
-use device::cmdq::{execute_pending, Budget, CmdQueue};
+use device::cmdq::{execute_staged, Budget, CmdDone, CmdQueue, Prepared};
 use device::context::snapshot_with_doorbells;
 use device::fabric::{Link, LinkError, Received};
 use device::glue::VecDoorbells;
@@ -77,7 +77,10 @@ impl Interrupts for NoIrq {
     fn trigger(&self, _vector: u16) {}
 }
 
-pub const OPCODES: [Opcode; 27] = [
+/// The commands a record's tag names (`tag % len`); issue 25 item 7 appended
+/// the multicast, XRC domain, RD domain and EE context commands (appended, so
+/// the tags of the older seeds keep their meaning).
+pub const OPCODES: [Opcode; 37] = [
     Opcode::Nop,
     Opcode::QueryDevice,
     Opcode::QueryPort,
@@ -105,6 +108,16 @@ pub const OPCODES: [Opcode; 27] = [
     Opcode::AllocMw,
     Opcode::DeallocMw,
     Opcode::AllocPd,
+    Opcode::AttachMcast,
+    Opcode::DetachMcast,
+    Opcode::AllocXrcd,
+    Opcode::DeallocXrcd,
+    Opcode::AllocRdd,
+    Opcode::DeallocRdd,
+    Opcode::CreateEec,
+    Opcode::ModifyEec,
+    Opcode::QueryEec,
+    Opcode::DestroyEec,
 ];
 
 /// One operation of the input. The encoding is a plain record format (not the
@@ -115,7 +128,10 @@ pub const OPCODES: [Opcode; 27] = [
 /// - `0x81` a whole 64-byte slot; `0x82` poke: addr u32, len u16, bytes;
 /// - `0x83` doorbell: uar u8, word u16 (4-byte words of the page), value u32;
 ///   `0x84` rounds: n u8;
-/// - `0x85` context window: table u8, index u32.
+/// - `0x85` context window: table u8, index u32;
+/// - `0x86` staging: mode u8 (bit 0 heavy commands run in steps, as the
+///   running device does, `CmdQueue::set_staged`; bit 1 the guest rewrites the
+///   slot of a command in progress between its steps); `0x87..` as `0x85`.
 pub enum Op<'a> {
     Cmd {
         opcode: u16,
@@ -138,6 +154,7 @@ pub enum Op<'a> {
         table: u8,
         index: u32,
     },
+    Staged(u8),
 }
 
 /// Reads the records of an input; a short record ends it.
@@ -195,6 +212,7 @@ impl<'a> Iterator for Ops<'a> {
                 value: self.u32()?,
             }),
             0x84 => Some(Op::Run(self.u8()?)),
+            0x86 => Some(Op::Staged(self.u8()?)),
             _ => Some(Op::Context {
                 table: self.u8()?,
                 index: self.u32()?,
@@ -210,6 +228,16 @@ pub struct Dev {
     db: VecDoorbells,
     pi: u32,
     now: Duration,
+    /// `Op::Staged`'s mode.
+    staged: u8,
+    /// Steps the staged commands took (a command that waited at least once).
+    pub steps: u64,
+    /// Prepared pieces of a staged command kept across a reset (`reset`).
+    pub stale: Option<Prepared>,
+}
+
+fn engine() -> Engine {
+    Engine::new(PortConfig::new(LID, GUID), Limits::default())
 }
 
 impl Default for Dev {
@@ -222,12 +250,24 @@ impl Dev {
     pub fn new() -> Dev {
         let mem = VecMemory::new(0, MEM);
         let q = CmdQueue::new(&mem, CMDQ, CMDQ_LOG2, 10).unwrap();
-        let port = Port::new(
-            Engine::new(PortConfig::new(LID, GUID), Limits::default()),
-            Box::new(Loop::default()),
-        );
-        let mut hca = Hca::new(port);
-        // EQ 0, as BAR0's ENABLE installs it.
+        let port = Port::new(engine(), Box::new(Loop::default()));
+        let mut d = Dev {
+            hca: Hca::new(port),
+            q,
+            mem,
+            db: VecDoorbells::new(UARS),
+            pi: 0,
+            now: Duration::from_secs(1),
+            staged: 0,
+            steps: 0,
+            stale: None,
+        };
+        d.install_eq0();
+        d
+    }
+
+    /// EQ 0, as BAR0's ENABLE installs it.
+    fn install_eq0(&mut self) {
         let pbl = Pbl {
             addr: EQ0_RING,
             npages: 1,
@@ -235,12 +275,12 @@ impl Dev {
             levels: pbl_const::CONTIGUOUS as u8,
             rsvd: 0,
         };
-        let ring = Ring::new(&mem, vec![EQ0_RING], 12, 4, 6, 16).unwrap();
+        let ring = Ring::new(&self.mem, vec![EQ0_RING], 12, 4, 6, 16).unwrap();
         let slot = DbSlot {
             uar: 0,
             slot: uar::EQ0_SLOT as u16,
         };
-        hca.eqs.insert(
+        self.hca.eqs.insert(
             0,
             Eq {
                 ring,
@@ -253,15 +293,27 @@ impl Dev {
                 pbl,
             },
         );
-        hca.slots.insert(slot, SlotOwner::Eq(0));
-        Dev {
-            hca,
-            q,
-            mem,
-            db: VecDoorbells::new(UARS),
-            pi: 0,
-            now: Duration::from_secs(1),
+        self.hca.slots.insert(slot, SlotOwner::Eq(0));
+    }
+
+    /// A device reset (DEV_CTRL.RESET, a PCI reset, a new client) as
+    /// device/src/run.rs `Core::reset` does it: a new engine, every object
+    /// dropped, the command queue gone; then the driver enables the device
+    /// again (a new queue over the same ring, EQ 0). The link and whatever it
+    /// holds in flight stay: packets sent before the reset arrive after it. A
+    /// staged command's prepared pieces from before (`stale`) are handed to
+    /// the first batch after, which must drop them (another queue).
+    pub fn reset(&mut self) {
+        self.hca.reset(engine());
+        self.q = CmdQueue::new(&self.mem, CMDQ, CMDQ_LOG2, 10).unwrap();
+        self.q.set_staged(self.staged & 1 != 0);
+        // The driver starts the new queue at slot 0 with every slot its own.
+        self.pi = 0;
+        for i in 0..(1u32 << CMDQ_LOG2) {
+            let at = self.slot_addr(i);
+            self.mem.write(at + 6, &[0]).unwrap();
         }
+        self.install_eq0();
     }
 
     pub fn slot_addr(&self, i: u32) -> u64 {
@@ -270,19 +322,30 @@ impl Dev {
 
     /// Posts `slot` and runs the queue; `false` when the queue went fatal.
     pub fn submit(&mut self, slot: &[u8]) -> bool {
-        let at = self.slot_addr(self.pi);
-        self.mem.write(at, slot).unwrap();
-        self.mem.write(at + 6, &[cmd_owner::DEVICE]).unwrap();
-        self.pi = self.pi.wrapping_add(1);
-        match execute_pending(
-            &mut self.hca,
-            &mut self.q,
-            self.pi,
-            &mut self.mem,
-            &self.db,
-            self.now,
-            Budget::default(),
-        ) {
+        let at = self.post(slot);
+        // Staged (the running device's way, device/src/run): a heavy command
+        // stops with a ticket, whose pieces are prepared (without the lock
+        // there) and handed to the next batch; a two-ring command takes two
+        // steps. Bounded: every step answers at least one piece.
+        let mut pre = self.stale.take();
+        let mut r = Ok(Vec::new());
+        for step in 0..8 {
+            r = self.batch(pre.take());
+            let Some(t) = self.q.take_waiting() else {
+                break;
+            };
+            assert!(step < 7, "a staged command still waits after 7 steps");
+            self.steps += 1;
+            if self.staged & 2 != 0 {
+                // The guest rewrites the slot (not its owner byte) meanwhile:
+                // the command was read once, so this changes nothing.
+                let mut junk = [0xa5u8; 64];
+                junk[6] = cmd_owner::DEVICE;
+                self.mem.write(at, &junk).unwrap();
+            }
+            pre = Some(t.prepare(&mut self.mem));
+        }
+        match r {
             Ok(_) => {
                 // One command posted, one completed, its slot handed back.
                 assert_eq!(self.q.ci(), self.pi, "command not completed");
@@ -295,37 +358,53 @@ impl Dev {
         }
     }
 
+    /// Writes `slot` at PI with the owner bit set and moves PI on; the slot's
+    /// address.
+    fn post(&mut self, slot: &[u8]) -> u64 {
+        let at = self.slot_addr(self.pi);
+        self.mem.write(at, slot).unwrap();
+        self.mem.write(at + 6, &[cmd_owner::DEVICE]).unwrap();
+        self.pi = self.pi.wrapping_add(1);
+        at
+    }
+
+    /// One batch of the queue up to PI, with the prepared pieces `pre`.
+    fn batch(&mut self, pre: Option<Prepared>) -> Result<Vec<CmdDone>, Fatal> {
+        execute_staged(
+            &mut self.hca,
+            &mut self.q,
+            self.pi,
+            &mut self.mem,
+            &self.db,
+            self.now,
+            Budget::default(),
+            pre,
+        )
+    }
+
+    /// Posts the command of `op` (a command record) and runs one batch only: a
+    /// staged command that waits stays in progress, its pieces prepared into
+    /// `stale` (for a reset to interrupt). `false` when the queue went fatal.
+    pub fn begin(&mut self, op: Op<'_>) -> bool {
+        let slot = match op {
+            Op::Cmd { .. } | Op::Slot(_) => self.slot_of(op),
+            other => return self.apply(other),
+        };
+        self.post(&slot);
+        let r = self.batch(None);
+        if let Some(t) = self.q.take_waiting() {
+            self.stale = Some(t.prepare(&mut self.mem));
+        }
+        r.is_ok()
+    }
+
     /// Runs one operation; `false` when the command queue went fatal (the device
     /// stops taking commands then, abi::bar0 FATAL).
     pub fn apply(&mut self, op: Op<'_>) -> bool {
         match op {
-            Op::Cmd {
-                opcode,
-                flags,
-                input,
-                out_len,
-            } => {
-                let mut c = Cmd {
-                    opcode,
-                    flags,
-                    ..Cmd::default()
-                };
-                let input = &input[..input.len().min(4096)];
-                if input.len() <= c.data.len() {
-                    c.data[..input.len()].copy_from_slice(input);
-                } else {
-                    self.mem.write(IN_MB, input).unwrap();
-                    c.in_mailbox = IN_MB;
-                    c.in_len = input.len() as u16;
-                }
-                if usize::from(out_len) > c.data.len() {
-                    c.out_mailbox = OUT_MB;
-                    c.out_len = out_len % 4097;
-                }
-                return self.submit(&c.to_bytes());
-            }
-            Op::Slot(s) => {
-                return self.submit(s);
+            Op::Cmd { .. } | Op::Slot(_) => {
+                let slot = self.slot_of(op);
+                return self.submit(&slot);
             }
             Op::Poke { addr, bytes } => {
                 let a = u64::from(addr) % MEM as u64;
@@ -353,6 +432,10 @@ impl Dev {
                     self.hca.run_once(&mut self.mem, &self.db, &NoIrq, self.now);
                 }
             }
+            Op::Staged(mode) => {
+                self.staged = mode;
+                self.q.set_staged(mode & 1 != 0);
+            }
             Op::Context { table, index } => {
                 if let Some(t) = CtxTable::from_raw(u32::from(table % 8)) {
                     let _ = snapshot_with_doorbells(&self.hca, &self.db, t, index);
@@ -360,6 +443,40 @@ impl Dev {
             }
         }
         true
+    }
+
+    /// The slot of a command record (its input in the inbound mailbox when
+    /// longer than the slot's inline data).
+    fn slot_of(&mut self, op: Op<'_>) -> Vec<u8> {
+        match op {
+            Op::Cmd {
+                opcode,
+                flags,
+                input,
+                out_len,
+            } => {
+                let mut c = Cmd {
+                    opcode,
+                    flags,
+                    ..Cmd::default()
+                };
+                let input = &input[..input.len().min(4096)];
+                if input.len() <= c.data.len() {
+                    c.data[..input.len()].copy_from_slice(input);
+                } else {
+                    self.mem.write(IN_MB, input).unwrap();
+                    c.in_mailbox = IN_MB;
+                    c.in_len = input.len() as u16;
+                }
+                if usize::from(out_len) > c.data.len() {
+                    c.out_mailbox = OUT_MB;
+                    c.out_len = out_len % 4097;
+                }
+                c.to_bytes().to_vec()
+            }
+            Op::Slot(s) => s.to_vec(),
+            _ => Vec::new(),
+        }
     }
 
     /// The final rounds: whatever the operations left in flight moves on.
