@@ -281,6 +281,34 @@ fn ad_09_switch_bad_modifiers_get_the_mad_status() {
         st(&mut sw, GET, attr_id::NODE_DESCRIPTION, 1),
         status::INVALID_FIELD
     );
+    // P_KeyTable: port 0's 64 P_Keys are blocks 0..=1 (modifier: port << 16 |
+    // block); an external port has none (PartitionEnforcementCap 0).
+    assert_eq!(st(&mut sw, GET, attr_id::P_KEY_TABLE, 1), status::OK);
+    assert_eq!(
+        st(&mut sw, GET, attr_id::P_KEY_TABLE, 2),
+        status::INVALID_FIELD
+    );
+    assert_eq!(
+        st(&mut sw, GET, attr_id::P_KEY_TABLE, 1 << 16),
+        status::INVALID_FIELD
+    );
+    assert_eq!(
+        st(&mut sw, GET, attr_id::P_KEY_TABLE, 21 << 16),
+        status::INVALID_FIELD
+    );
+    // VLArbitrationTable: block 1..=4 << 16 | port 0..=20.
+    assert_eq!(
+        st(&mut sw, GET, attr_id::VL_ARBITRATION, 4 << 16 | 20),
+        status::OK
+    );
+    assert_eq!(
+        st(&mut sw, GET, attr_id::VL_ARBITRATION, 5 << 16),
+        status::INVALID_FIELD
+    );
+    assert_eq!(
+        st(&mut sw, GET, attr_id::VL_ARBITRATION, 1 << 16 | 21),
+        status::INVALID_FIELD
+    );
     // A LinearFDBTop past the table is refused whole.
     let r = set_switch_info(&mut sw, |si| {
         si.linear_fdb_top = 256;
@@ -295,7 +323,7 @@ fn ad_09_switch_bad_modifiers_get_the_mad_status() {
         status::UNSUPPORTED_METHOD_ATTR
     );
     assert_eq!(
-        st(&mut sw, GET, attr_id::P_KEY_TABLE, 0),
+        st(&mut sw, GET, attr_id::SL_TO_VL_TABLE, 0),
         status::UNSUPPORTED_METHOD_ATTR
     );
     assert_eq!(
@@ -317,6 +345,35 @@ fn ad_09_switch_bad_modifiers_get_the_mad_status() {
     let before = sw.counters().sma_error_replies;
     sm(&mut sw, GET, attr_id::PORT_INFO, 22, [0; 64]);
     assert_eq!(sw.counters().sma_error_replies, before + 1);
+}
+
+#[test]
+fn ad_09_switch_port0_pkeys_and_vlarb_per_port_read_back() {
+    let mut sw = switch(4, &[1]);
+    let r = sm(&mut sw, method::GET, attr_id::P_KEY_TABLE, 0, [0; 64]);
+    assert_eq!(
+        &r.data[0..4],
+        &[0xff, 0xff, 0, 0],
+        "the default P_Key alone"
+    );
+    let mut d = [0u8; 64];
+    d[0..6].copy_from_slice(&[0xff, 0xff, 0x80, 0x01, 0x7f, 0xff]);
+    let r = set_ok(&mut sw, attr_id::P_KEY_TABLE, 0, d);
+    assert_eq!(r.data, d);
+    assert_eq!(&sw.port(0).unwrap().pkeys[..3], &[0xffff, 0x8001, 0x7fff]);
+    // VLArbitration low block 1 of port 3: (VL, weight) pairs.
+    let mut d = [0u8; 64];
+    d[0..4].copy_from_slice(&[0x01, 0x40, 0x02, 0x20]);
+    let r = set_ok(&mut sw, attr_id::VL_ARBITRATION, 1 << 16 | 3, d);
+    assert_eq!(&r.data[0..4], &[0x01, 0x40, 0x02, 0x20]);
+    let other = sm(
+        &mut sw,
+        method::GET,
+        attr_id::VL_ARBITRATION,
+        1 << 16 | 2,
+        [0; 64],
+    );
+    assert_ne!(&other.data[0..4], &[0x01, 0x40, 0x02, 0x20], "per port");
 }
 
 #[test]

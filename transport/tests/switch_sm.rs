@@ -271,9 +271,10 @@ fn ad_09_switch_discovered_by_directed_route() {
     );
     assert_eq!(&r.data[18..20], &[0xbf, 0xff], "MulticastFDBTop: none");
 
-    // PortInfo of each switch port: 1 and 2 trained (Init), 3 has no cable (Down).
+    // PortInfo of each switch port: base port 0 is always up (Active, as ibsim's),
+    // 1 and 2 trained (Init), 3 has no cable (Down).
     for (p, st) in [
-        (0u32, port_state::INIT),
+        (0u32, port_state::ACTIVE),
         (1, port_state::INIT),
         (2, port_state::INIT),
         (3, port_state::DOWN),

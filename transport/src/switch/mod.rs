@@ -170,7 +170,7 @@ pub struct Switch {
 
 impl Switch {
     /// A switch as it powers up: every physical port Down (its link not up), port 0
-    /// Init with no LID, the LFT all 255, the MFT empty.
+    /// Active with no LID, the LFT all 255, the MFT empty.
     pub fn new(cfg: &SwitchConfig) -> Switch {
         let n = cfg.num_ports.clamp(1, MAX_PORTS);
         let lft_cap = cfg.linear_fdb_cap.min(MAX_LINEAR_FDB_CAP).div_ceil(64) * 64;
@@ -180,7 +180,10 @@ impl Switch {
         let mut ports: Vec<PortState> = (0..=n)
             .map(|p| PortState::new(p, port_guid, 1, 64))
             .collect();
-        ports[0].info.port_state = port_state::INIT;
+        // Base port 0 is the switch's own, always up: Active from the start, as
+        // ibsim's switch SMA port; OpenSM only sets its LID and SM fields (the
+        // "base port 0" case of its link manager).
+        ports[0].info.port_state = port_state::ACTIVE;
         ports[0].info.port_physical_state = phys_state::LINK_UP;
         let positions = usize::from(n) / MFT_POSITION_PORTS + 1;
         Switch {

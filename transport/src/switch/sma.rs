@@ -2,12 +2,13 @@
 //! over the switch's state, with the attributes a switch answers (IBA 14.2.5, the
 //! switch column): NodeDescription, NodeInfo (type switch, LocalPortNum = the
 //! ingress port), SwitchInfo, PortInfo per port (modifier = port number, 0 the
-//! management port), LinearForwardingTable, MulticastForwardingTable. A bad modifier
+//! management port), P_KeyTable and VLArbitrationTable per port,
+//! LinearForwardingTable, MulticastForwardingTable. A bad modifier
 //! answers INVALID_FIELD (IBA 13.4.7), an attribute it lacks
 //! UNSUPPORTED_METHOD_ATTR, as the HCA's SMA does.
 
 use super::Switch;
-use crate::mad::attr::attr_id;
+use crate::mad::attr::{attr_id, PkeyBlock, VlArbBlock};
 use crate::mad::header::{method, status, SmpRepr, BASE_VERSION, SMP_CLASS_VERSION};
 use crate::mad::sma::handlers::{self, AttrHandler, Data, Req};
 use crate::mad::sma::port::set_port_info;
@@ -49,6 +50,16 @@ const TABLE: &[H] = &[
         id: attr_id::PORT_INFO,
         get: get_port_info,
         set: Some(set_port_info_attr),
+    },
+    H {
+        id: attr_id::P_KEY_TABLE,
+        get: get_pkey_table,
+        set: Some(set_pkey_table),
+    },
+    H {
+        id: attr_id::VL_ARBITRATION,
+        get: get_vlarb,
+        set: Some(set_vlarb),
     },
     H {
         id: attr_id::LINEAR_FORWARDING_TABLE,
@@ -198,6 +209,74 @@ fn set_port_info_attr(sw: &mut Switch, r: &Req, fx: &mut SwitchSetEffects) -> Re
     let req = PortInfoRepr::parse(r.data).map_err(|_| INVALID)?;
     let ch = set_port_info(&mut sw.ports[p], &req)?;
     fx.port_state_changed |= ch.state;
+    Ok(())
+}
+
+/// P_KeyTable's modifier on a switch: bits 31..16 the port, 15..0 the block
+/// (IBA 14.2.5.7; OpenSM builds it so). Port 0's table is NodeInfo:PartitionCap
+/// long; an external port's SwitchInfo:PartitionEnforcementCap long, which is 0
+/// here (no enforcement), so naming one is INVALID_FIELD.
+fn pkey_at(sw: &Switch, r: &Req) -> Result<(usize, usize), u16> {
+    let (port, block) = ((r.attr_mod >> 16) as usize, (r.attr_mod & 0xffff) as usize);
+    let len = match port {
+        0 => sw.ports[0].pkeys.len(),
+        p if p < sw.ports.len() => usize::from(sw.info.partition_enforcement_cap),
+        _ => return Err(INVALID),
+    };
+    if block * PKEYS_PER_BLOCK >= len.min(sw.ports[port].pkeys.len()) {
+        return Err(INVALID);
+    }
+    Ok((port, block))
+}
+
+const PKEYS_PER_BLOCK: usize = 32;
+
+fn get_pkey_table(sw: &Switch, r: &Req) -> Result<Data, u16> {
+    let (port, block) = pkey_at(sw, r)?;
+    let mut b = PkeyBlock([0; PKEYS_PER_BLOCK]);
+    for (i, v) in b.0.iter_mut().enumerate() {
+        *v = sw.ports[port]
+            .pkeys
+            .get(block * PKEYS_PER_BLOCK + i)
+            .copied()
+            .unwrap_or(0);
+    }
+    let mut d = [0u8; SMP_DATA_LEN];
+    b.emit(&mut d).map_err(|_| INVALID)?;
+    Ok(d)
+}
+
+fn set_pkey_table(sw: &mut Switch, r: &Req, _fx: &mut SwitchSetEffects) -> Result<(), u16> {
+    let (port, block) = pkey_at(sw, r)?;
+    let b = PkeyBlock::parse(r.data).map_err(|_| INVALID)?;
+    for (i, v) in b.0.iter().enumerate() {
+        if let Some(slot) = sw.ports[port].pkeys.get_mut(block * PKEYS_PER_BLOCK + i) {
+            *slot = *v;
+        }
+    }
+    Ok(())
+}
+
+/// VLArbitrationTable's modifier on a switch: bits 31..16 the block 1..=4, 15..0
+/// the port (IBA 14.2.5.9; ibsim reads it so).
+fn vlarb_at(sw: &Switch, r: &Req) -> Result<(usize, usize), u16> {
+    let (block, port) = ((r.attr_mod >> 16) as usize, (r.attr_mod & 0xffff) as usize);
+    if !(1..=4).contains(&block) || port >= sw.ports.len() {
+        return Err(INVALID);
+    }
+    Ok((port, block - 1))
+}
+
+fn get_vlarb(sw: &Switch, r: &Req) -> Result<Data, u16> {
+    let (port, b) = vlarb_at(sw, r)?;
+    let mut d = [0u8; SMP_DATA_LEN];
+    sw.ports[port].vlarb[b].emit(&mut d).map_err(|_| INVALID)?;
+    Ok(d)
+}
+
+fn set_vlarb(sw: &mut Switch, r: &Req, _fx: &mut SwitchSetEffects) -> Result<(), u16> {
+    let (port, b) = vlarb_at(sw, r)?;
+    sw.ports[port].vlarb[b] = VlArbBlock::parse(r.data).map_err(|_| INVALID)?;
     Ok(())
 }
 
