@@ -440,3 +440,42 @@ fn ad_09_switch_every_packet_goes_out_or_is_counted() {
         );
     }
 }
+
+/// A directed part that ends at the switch and a LID-routed tail to B (DrDLID =
+/// B's LID, IBA 14.2.1.2): the switch LID-routes the request on; B answers
+/// LID-routed to the switch, which turns the response back onto the directed
+/// path (C14-13:1) to the SM.
+#[test]
+fn ad_09_switch_lid_routed_tail_and_the_way_back() {
+    let mut f = Fabric::new();
+    f.bring_up();
+    let mut path = dr_path(&[1]);
+    path.dr_dlid = B_LID;
+    let mut req = smp(
+        method::GET,
+        attr_id::NODE_INFO,
+        0,
+        SmpRoute::Directed(path),
+        [0; 64],
+    );
+    let SmpRoute::Directed(d) = &mut req.route else {
+        unreachable!()
+    };
+    assert_eq!(hca_send(d, 1), Ok(HcaSend::Port));
+    let resp = f.inject(
+        packet(15, PERMISSIVE_LID, PERMISSIVE_LID, 0, &req.to_bytes()),
+        1,
+    );
+    assert_eq!(resp.len(), 1, "the response reached the SM");
+    let r = &resp[0];
+    assert_eq!(r.status, status::OK);
+    assert_eq!(r.data[2], node_type::CA);
+    assert_eq!(&r.data[12..20], &0xb00u64.to_be_bytes(), "B answered");
+    let SmpRoute::Directed(d) = r.route else {
+        panic!()
+    };
+    assert!(d.direction);
+    assert_eq!(d.hop_ptr, 0);
+    assert_eq!(d.dr_dlid, B_LID);
+    assert_eq!(f.sw.counters().drops.iter().sum::<u64>(), 0);
+}
