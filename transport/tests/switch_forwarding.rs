@@ -230,6 +230,19 @@ fn ad_09_switch_drops_are_counted_per_reason() {
     .is_empty());
     assert_eq!(c(&sw, SwitchDrop::BadDrPath), 1);
     assert_eq!(sw.counters().dr_drops[DrDrop::BadHopPointer.index()], 1);
+    // Past the end of the directed part with no LID-routed tail (C14-9:5).
+    let mut path = dr_path(&[1]);
+    path.hop_ptr = 2;
+    let req = smp(
+        method::GET,
+        attr_id::NODE_INFO,
+        0,
+        SmpRoute::Directed(path),
+        [0; 64],
+    );
+    let pkt = packet(15, PERMISSIVE_LID, PERMISSIVE_LID, 0, &req.to_bytes());
+    assert!(feed(&mut sw, &pkt, 1).is_empty());
+    assert_eq!(sw.counters().dr_drops[DrDrop::BadHopPointer.index()], 2);
 
     // The receive side counted every packet that got past the link checks.
     let p1 = sw.port_counters(1).unwrap();

@@ -436,7 +436,11 @@ impl Switch {
             SmpRoute::Lid => self.respond(lrh, smp, in_port, out),
             SmpRoute::Directed(d) => {
                 // The end of a LID-routed tail (C14-9:4): the SMP is this switch's.
-                if !d.direction && d.hop_cnt > 0 && d.hop_ptr == d.hop_cnt.wrapping_add(1) {
+                if !d.direction
+                    && d.hop_cnt > 0
+                    && d.hop_ptr == d.hop_cnt.wrapping_add(1)
+                    && d.dr_dlid != PERMISSIVE_LID
+                {
                     return self.respond(lrh, smp, in_port, out);
                 }
                 match dr::switch_hop(d, in_port, self.node.num_ports) {
