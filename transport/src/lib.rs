@@ -24,5 +24,6 @@ pub mod memory;
 pub mod mr;
 pub mod psn;
 pub mod qp_state;
+pub mod switch;
 pub mod verbs;
 pub mod wire;

@@ -25,6 +25,11 @@ pub mod attr_id {
     pub const SL_TO_VL_TABLE: u16 = 0x0017;
     /// VLArbitrationTable (0x0018).
     pub const VL_ARBITRATION: u16 = 0x0018;
+    /// LinearForwardingTable (0x0019): a switch's, 64 LIDs a block (IBA 14.2.5.10).
+    pub const LINEAR_FORWARDING_TABLE: u16 = 0x0019;
+    /// MulticastForwardingTable (0x001B): a switch's, 32 MLIDs x 16 ports a block
+    /// (IBA 14.2.5.12).
+    pub const MULTICAST_FORWARDING_TABLE: u16 = 0x001b;
     /// SMInfo (0x0020): answered by the SM, not the SMA.
     pub const SM_INFO: u16 = 0x0020;
 }

@@ -6,6 +6,8 @@
 //!   class 0x01, directed-route class 0x81, IBA 14.2.1) as a typed view over bytes
 //!   and a value with `parse` / `emit` (smoltcp's shape, as [`crate::wire`]).
 //! - [`attr`], [`portinfo`]: the SMP attributes (IBA 14.2.5).
+//! - [`switch_attr`]: the attributes only a switch has (SwitchInfo, the forwarding
+//!   tables).
 //! - [`dr`]: the directed-route rules (IBA 14.2.2) for an HCA endpoint and for a
 //!   switch hop, as pure functions.
 //! - [`sma`]: the SMA: an attribute table of small handlers over one port's state,
@@ -20,6 +22,7 @@ pub mod dr;
 pub mod header;
 pub mod portinfo;
 pub mod sma;
+pub mod switch_attr;
 
 pub use attr::{
     attr_id, BadMkeyDetails, GuidInfoBlock, NodeDescription, NodeInfoRepr, NoticeRepr, PkeyBlock,

@@ -3,14 +3,14 @@
 //! status (IBA 13.4.7) on failure.
 
 use super::port::{set_port_info, PortInfoChanges};
-use super::Sma;
+use super::{NodeIdentity, Sma};
 use crate::mad::attr::{attr_id, GuidInfoBlock, NodeInfoRepr, PkeyBlock, SlToVlTable, VlArbBlock};
 use crate::mad::header::{status, BASE_VERSION, SMP_CLASS_VERSION};
 use crate::mad::portinfo::PortInfoRepr;
 use crate::mad::SMP_DATA_LEN;
 
-/// What a handler sees of a request.
-pub(super) struct Req<'a> {
+/// What a handler sees of a request (an HCA's SMA and a switch's alike).
+pub(crate) struct Req<'a> {
     pub attr_mod: u32,
     pub data: &'a [u8; SMP_DATA_LEN],
     /// The port the SMP arrived on.
@@ -27,20 +27,30 @@ pub(super) struct SetEffects {
     pub pkeys_changed: bool,
 }
 
-type Data = [u8; SMP_DATA_LEN];
-type GetFn = fn(&Sma, &Req) -> Result<Data, u16>;
-type SetFn = fn(&mut Sma, &Req, &mut SetEffects) -> Result<(), u16>;
+pub(crate) type Data = [u8; SMP_DATA_LEN];
+type GetFn<S> = fn(&S, &Req) -> Result<Data, u16>;
+type SetFn<S, E> = fn(&mut S, &Req, &mut E) -> Result<(), u16>;
 
-pub(super) struct AttrHandler {
+/// One attribute's handlers over an agent's state `S` (the HCA's [`Sma`], or a
+/// switch's), a Set reporting what it changed in `E`.
+pub(crate) struct AttrHandler<S, E> {
     pub id: u16,
-    pub get: GetFn,
+    pub get: GetFn<S>,
     /// `None`: SubnSet of this attribute answers UNSUPPORTED_METHOD_ATTR.
-    pub set: Option<SetFn>,
+    pub set: Option<SetFn<S, E>>,
+}
+
+/// The handlers of attribute `id` in `table`.
+pub(crate) fn lookup<S, E>(
+    table: &'static [AttrHandler<S, E>],
+    id: u16,
+) -> Option<&'static AttrHandler<S, E>> {
+    table.iter().find(|h| h.id == id)
 }
 
 /// The attributes an HCA's SMA answers (IBA 14.2.5, the CA column).
 /// SMInfo is not here: the SMA hands it to the node's SM.
-pub(super) const TABLE: &[AttrHandler] = &[
+pub(super) const TABLE: &[AttrHandler<Sma, SetEffects>] = &[
     AttrHandler {
         id: attr_id::NODE_DESCRIPTION,
         get: get_node_description,
@@ -78,10 +88,6 @@ pub(super) const TABLE: &[AttrHandler] = &[
     },
 ];
 
-pub(super) fn lookup(id: u16) -> Option<&'static AttrHandler> {
-    TABLE.iter().find(|h| h.id == id)
-}
-
 const INVALID: u16 = status::INVALID_FIELD;
 
 fn get_node_description(sma: &Sma, r: &Req) -> Result<Data, u16> {
@@ -92,10 +98,20 @@ fn get_node_description(sma: &Sma, r: &Req) -> Result<Data, u16> {
 }
 
 fn get_node_info(sma: &Sma, r: &Req) -> Result<Data, u16> {
+    node_info(&sma.node, sma.port.guids[0], sma.port.pkeys.len(), r)
+}
+
+/// NodeInfo of a node (an HCA's or a switch's, IBA 14.2.5.3): modifier 0, the
+/// LocalPortNum the port the request arrived on.
+pub(crate) fn node_info(
+    n: &NodeIdentity,
+    port_guid: u64,
+    partition_cap: usize,
+    r: &Req,
+) -> Result<Data, u16> {
     if r.attr_mod != 0 {
         return Err(INVALID);
     }
-    let n = &sma.node;
     let mut d = [0u8; SMP_DATA_LEN];
     NodeInfoRepr {
         base_version: BASE_VERSION,
@@ -104,8 +120,8 @@ fn get_node_info(sma: &Sma, r: &Req) -> Result<Data, u16> {
         num_ports: n.num_ports,
         system_image_guid: n.system_image_guid,
         node_guid: n.node_guid,
-        port_guid: sma.port.guids[0],
-        partition_cap: sma.port.pkeys.len() as u16,
+        port_guid,
+        partition_cap: partition_cap.min(usize::from(u16::MAX)) as u16,
         device_id: n.device_id,
         revision: n.revision,
         local_port_num: r.in_port,

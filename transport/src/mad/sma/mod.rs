@@ -13,7 +13,7 @@
 //! the method (UNSUPPORTED_METHOD); the attribute (UNSUPPORTED_METHOD_ATTR) and its
 //! handler (INVALID_FIELD).
 
-mod handlers;
+pub(crate) mod handlers;
 pub mod port;
 
 use std::collections::VecDeque;
@@ -292,7 +292,7 @@ impl Sma {
     }
 
     fn get_or_set(&mut self, smp: SmpRepr, mkey_matched: bool, ctx: &MadContext) -> SmaOutput {
-        let Some(h) = handlers::lookup(smp.attr_id) else {
+        let Some(h) = handlers::lookup(handlers::TABLE, smp.attr_id) else {
             return self.reply(smp, status::UNSUPPORTED_METHOD_ATTR, None, ctx);
         };
         let req = Req {

@@ -1,0 +1,576 @@
+//! A switch's sans-IO core (issue 26 item 3; AD-09): forwarding by LRH:DLID through
+//! the LinearForwardingTable (unicast) or the MulticastForwardingTable (MLIDs
+//! 0xC000..=0xFFFE), VL15 for subnet management packets (directed route through
+//! [`crate::mad::dr::switch_hop`], the switch's own SMPs answered by its SMA in
+//! [`sma`]), per-port counters in the PortCounters shape, and a counter for every
+//! drop. Not yet driven by any process.
+//!
+//! Interface: [`Switch::handle_packet`] takes a whole native packet (LRH through
+//! VCRC) with the physical port it arrived on and `now`, and appends what goes out
+//! (port and bytes: the same bytes for a forwarded data packet, new ones for an SMP
+//! the switch changed or answered). The link's inputs are [`Switch::link_up`] and
+//! [`Switch::link_down`]; the SM drives the port states through PortInfo.
+
+mod sma;
+
+use crate::mad::attr::{node_type, NodeDescription};
+use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
+use crate::mad::header::{Smp, SmpRepr, SmpRoute};
+use crate::mad::portinfo::{phys_state, port_state};
+use crate::mad::switch_attr::{SwitchInfoRepr, LFT_NO_PORT, MFT_POSITION_PORTS, MLID_BASE};
+use crate::mad::{NodeIdentity, PortState, MAD_LEN};
+use crate::verbs::Time;
+use crate::wire::crc::vcrc;
+use crate::wire::ext::DethRepr;
+use crate::wire::lrh::{Lnh, Lrh, LrhRepr};
+use crate::wire::opcode::Opcode;
+use crate::wire::{ExtHeaders, PacketRepr, TransportRepr};
+
+/// The management lane (IBA 7.6.5): SMPs only.
+pub const VL15: u8 = 15;
+/// The largest LFT a switch may have: every unicast LID (IBA 4.1).
+pub const MAX_LINEAR_FDB_CAP: u16 = 0xc000;
+/// The largest MFT: every multicast LID but the permissive one.
+pub const MAX_MULTICAST_FDB_CAP: u16 = 0x3fff;
+/// The most physical ports: 255 is the LFT's "no port".
+pub const MAX_PORTS: u8 = 254;
+const VCRC_LEN: usize = 2;
+
+/// What a switch is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchConfig {
+    /// Physical ports, 1..=254 (clamped).
+    pub num_ports: u8,
+    pub node_guid: u64,
+    pub system_image_guid: u64,
+    pub device_id: u16,
+    pub vendor_id: u32,
+    pub revision: u32,
+    pub description: NodeDescription,
+    /// LFT entries, rounded up to whole 64-LID blocks, at most 0xC000.
+    pub linear_fdb_cap: u16,
+    /// MFT entries, rounded up to whole 32-MLID blocks, at most 0x3FFF.
+    pub multicast_fdb_cap: u16,
+}
+
+/// Why a packet was not forwarded (the switch counts each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SwitchDrop {
+    /// Shorter than an LRH, LRH:PktLen disagrees with the length, or a bad VCRC
+    /// (counted in the ingress port's PortRcvErrors too).
+    Malformed,
+    /// The ingress port number is not one of this switch's physical ports.
+    NoSuchPort,
+    /// A data packet arrived on a port that is not Armed or Active (IBA 7.2: Init
+    /// and Down pass SMPs only).
+    IngressNotActive,
+    /// No LFT entry (255), a DLID above LinearFDBTop or past the table, LID 0, a
+    /// permissive DLID on a data packet, or an MLID with an empty MFT mask.
+    NoRoute,
+    /// The egress port's link is down (counted in its PortXmitDiscards).
+    EgressDown,
+    /// A data packet's egress port is not Active (counted in its PortXmitDiscards).
+    EgressNotActive,
+    /// A VL15 packet that is not an SMP (IBA 7.6.5: VL15 is for SMPs only).
+    Vl15NotSmp,
+    /// A data packet for the switch's own LID: no agent but the SMA here yet.
+    ToSwitch,
+    /// A directed-route SMP whose path is bad (per reason in `dr_drops`).
+    BadDrPath,
+    /// A response or trap for an SM on this switch: there is none.
+    NoSm,
+}
+
+impl SwitchDrop {
+    /// Every reason, in counter order.
+    pub const ALL: [SwitchDrop; 10] = [
+        SwitchDrop::Malformed,
+        SwitchDrop::NoSuchPort,
+        SwitchDrop::IngressNotActive,
+        SwitchDrop::NoRoute,
+        SwitchDrop::EgressDown,
+        SwitchDrop::EgressNotActive,
+        SwitchDrop::Vl15NotSmp,
+        SwitchDrop::ToSwitch,
+        SwitchDrop::BadDrPath,
+        SwitchDrop::NoSm,
+    ];
+
+    /// This reason's index in [`SwitchDrop::ALL`].
+    pub fn index(self) -> usize {
+        SwitchDrop::ALL.iter().position(|d| *d == self).unwrap_or(0)
+    }
+}
+
+/// One port's counters in the PortCounters shape (IBA 16.1.3.5), for a PerfMgt
+/// agent to report. Data counts 32-bit words from the LRH through the ICRC
+/// (LRH:PktLen). Saturating, as PortCounters are.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PortCounters {
+    pub xmit_packets: u64,
+    pub rcv_packets: u64,
+    pub xmit_data_words: u64,
+    pub rcv_data_words: u64,
+    /// Malformed packets received (PortRcvErrors).
+    pub rcv_errors: u64,
+    /// Packets dropped because this egress port could not take them (PortXmitDiscards).
+    pub xmit_discards: u64,
+    /// VL15 packets dropped on arrival here (VL15Dropped).
+    pub vl15_dropped: u64,
+}
+
+/// The switch-wide counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchCounters {
+    /// By [`SwitchDrop::index`].
+    pub drops: [u64; SwitchDrop::ALL.len()],
+    /// Directed-route drops by [`DrDrop::index`].
+    pub dr_drops: [u64; DrDrop::ALL.len()],
+    /// SMPs the SMA answered / answered with a non-zero status.
+    pub sma_replies: u64,
+    pub sma_error_replies: u64,
+}
+
+impl SwitchCounters {
+    pub fn drop_count(&self, why: SwitchDrop) -> u64 {
+        self.drops[why.index()]
+    }
+}
+
+/// What goes out of a port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Egress {
+    /// The packet as it came in.
+    Same,
+    /// A new or changed packet (LRH through VCRC).
+    New(Box<[u8]>),
+}
+
+/// One packet out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchOut {
+    pub port: u8,
+    pub packet: Egress,
+}
+
+/// A switch: its identity, one [`PortState`] per port (index 0 the management
+/// port), SwitchInfo, the forwarding tables, counters.
+#[derive(Debug, Clone)]
+pub struct Switch {
+    node: NodeIdentity,
+    ports: Vec<PortState>,
+    info: SwitchInfoRepr,
+    /// Egress port per LID.
+    lft: Vec<u8>,
+    /// Port masks per MLID index: `positions` 16-bit masks each.
+    mft: Vec<u16>,
+    counters: SwitchCounters,
+    port_counters: Vec<PortCounters>,
+}
+
+impl Switch {
+    /// A switch as it powers up: every physical port Down (its link not up), port 0
+    /// Active with no LID, the LFT all 255, the MFT empty.
+    pub fn new(cfg: &SwitchConfig) -> Switch {
+        let n = cfg.num_ports.clamp(1, MAX_PORTS);
+        let lft_cap = cfg.linear_fdb_cap.min(MAX_LINEAR_FDB_CAP).div_ceil(64) * 64;
+        let mft_cap = (cfg.multicast_fdb_cap.min(MAX_MULTICAST_FDB_CAP) / 32) * 32;
+        // Every port of a switch has port 0's GUID (IBA 14.2.5.3 PortGUID).
+        let port_guid = cfg.node_guid;
+        let mut ports: Vec<PortState> = (0..=n)
+            .map(|p| PortState::new(p, port_guid, 1, 64))
+            .collect();
+        // Base port 0 is the switch's own, always up: Active from the start, as
+        // ibsim's switch SMA port; OpenSM only sets its LID and SM fields (the
+        // "base port 0" case of its link manager).
+        ports[0].info.port_state = port_state::ACTIVE;
+        ports[0].info.port_physical_state = phys_state::LINK_UP;
+        let positions = usize::from(n) / MFT_POSITION_PORTS + 1;
+        Switch {
+            node: NodeIdentity {
+                node_type: node_type::SWITCH,
+                num_ports: n,
+                system_image_guid: cfg.system_image_guid,
+                node_guid: cfg.node_guid,
+                device_id: cfg.device_id,
+                revision: cfg.revision,
+                vendor_id: cfg.vendor_id & 0xff_ffff,
+                description: cfg.description,
+            },
+            ports,
+            info: SwitchInfoRepr {
+                linear_fdb_cap: lft_cap,
+                multicast_fdb_cap: mft_cap,
+                linear_fdb_top: 0,
+                default_port: 0,
+                default_mcast_primary_port: LFT_NO_PORT,
+                default_mcast_not_primary_port: LFT_NO_PORT,
+                lids_per_port: 0,
+                partition_enforcement_cap: 0,
+                multicast_fdb_top: MLID_BASE - 1,
+                ..SwitchInfoRepr::default()
+            },
+            lft: vec![LFT_NO_PORT; usize::from(lft_cap)],
+            mft: vec![0; usize::from(mft_cap) * positions],
+            counters: SwitchCounters {
+                drops: [0; SwitchDrop::ALL.len()],
+                dr_drops: [0; DrDrop::ALL.len()],
+                sma_replies: 0,
+                sma_error_replies: 0,
+            },
+            port_counters: vec![PortCounters::default(); usize::from(n) + 1],
+        }
+    }
+
+    pub fn num_ports(&self) -> u8 {
+        self.node.num_ports
+    }
+    pub fn counters(&self) -> &SwitchCounters {
+        &self.counters
+    }
+    /// Port `p`'s counters (0 the management port).
+    pub fn port_counters(&self, p: u8) -> Option<&PortCounters> {
+        self.port_counters.get(usize::from(p))
+    }
+    /// Port `p`'s state (0 the management port).
+    pub fn port(&self, p: u8) -> Option<&PortState> {
+        self.ports.get(usize::from(p))
+    }
+    pub fn switch_info(&self) -> &SwitchInfoRepr {
+        &self.info
+    }
+    /// The switch's LID: port 0's (IBA 14.2.5.6, a switch has one LID range).
+    pub fn lid(&self) -> u16 {
+        self.ports[0].info.lid
+    }
+
+    fn mft_positions(&self) -> usize {
+        usize::from(self.node.num_ports) / MFT_POSITION_PORTS + 1
+    }
+    fn mft_mlids(&self) -> usize {
+        usize::from(self.info.multicast_fdb_cap)
+    }
+    fn mft_mask(&self, mlid_idx: usize, position: u8) -> u16 {
+        let i = mlid_idx * self.mft_positions() + usize::from(position);
+        self.mft.get(i).copied().unwrap_or(0)
+    }
+    fn set_mft_mask(&mut self, mlid_idx: usize, position: u8, mask: u16) {
+        let i = mlid_idx * self.mft_positions() + usize::from(position);
+        if let Some(m) = self.mft.get_mut(i) {
+            *m = mask;
+        }
+    }
+
+    fn is_own_lid(&self, dlid: u16) -> bool {
+        let pi = &self.ports[0].info;
+        pi.lid != 0 && dlid >= pi.lid && u32::from(dlid) < u32::from(pi.lid) + (1u32 << pi.lmc)
+    }
+
+    fn drop(&mut self, why: SwitchDrop) {
+        self.counters.drops[why.index()] += 1;
+    }
+
+    fn port_state_changed(&mut self) {
+        // IBA 14.2.5.4: the switch sets PortStateChange when a port's state changes.
+        self.info.port_state_change = true;
+    }
+
+    /// Port `p`'s link trained: Down -> Init, waiting for the SM (IBA 7.2).
+    pub fn link_up(&mut self, p: u8) {
+        let Some(port) = self.ports.get_mut(usize::from(p)).filter(|_| p != 0) else {
+            return;
+        };
+        let pi = &mut port.info;
+        if pi.port_physical_state == phys_state::DISABLED || pi.port_state != port_state::DOWN {
+            return;
+        }
+        pi.port_state = port_state::INIT;
+        pi.port_physical_state = phys_state::LINK_UP;
+        self.port_state_changed();
+    }
+
+    /// Port `p`'s link went away: Down, the PHY polling again.
+    pub fn link_down(&mut self, p: u8) {
+        let Some(port) = self.ports.get_mut(usize::from(p)).filter(|_| p != 0) else {
+            return;
+        };
+        let pi = &mut port.info;
+        if pi.port_physical_state == phys_state::DISABLED || pi.port_state == port_state::DOWN {
+            return;
+        }
+        pi.port_state = port_state::DOWN;
+        pi.port_physical_state = phys_state::POLLING;
+        self.port_state_changed();
+    }
+
+    /// Handles one packet (LRH through VCRC) that arrived on physical port
+    /// `in_port`, appending what goes out to `out`. Never panics; every packet
+    /// either goes out or is counted as a drop.
+    pub fn handle_packet(&mut self, pkt: &[u8], in_port: u8, now: Time, out: &mut Vec<SwitchOut>) {
+        let _ = now;
+        if in_port == 0 || in_port > self.node.num_ports {
+            return self.drop(SwitchDrop::NoSuchPort);
+        }
+        let ip = usize::from(in_port);
+        let Ok(lrh_view) = Lrh::new_checked(pkt) else {
+            self.port_counters[ip].rcv_errors += 1;
+            return self.drop(SwitchDrop::Malformed);
+        };
+        let words = usize::from(lrh_view.pkt_len());
+        // The link layer's checks (IBA 7.7.8, 7.8.2): length, then VCRC. A switch
+        // does not check the ICRC of what it only forwards.
+        if words * 4 + VCRC_LEN != pkt.len()
+            || vcrc(&pkt[..words * 4]).to_le_bytes() != pkt[words * 4..]
+        {
+            self.port_counters[ip].rcv_errors += 1;
+            return self.drop(SwitchDrop::Malformed);
+        }
+        if self.ports[ip].info.port_state == port_state::DOWN {
+            // No link, no packet: a driver bug; counted, not forwarded.
+            return self.drop(SwitchDrop::IngressNotActive);
+        }
+        let pc = &mut self.port_counters[ip];
+        pc.rcv_packets = pc.rcv_packets.saturating_add(1);
+        pc.rcv_data_words = pc.rcv_data_words.saturating_add(words as u64);
+        let dlid = lrh_view.dlid();
+        if lrh_view.vl() == VL15 {
+            return self.handle_vl15(pkt, in_port, out);
+        }
+        let st = self.ports[ip].info.port_state;
+        if st == port_state::ARMED {
+            // IBA 7.2: an Armed port goes Active on the first data packet it receives.
+            self.ports[ip].info.port_state = port_state::ACTIVE;
+            self.port_state_changed();
+        } else if st != port_state::ACTIVE {
+            return self.drop(SwitchDrop::IngressNotActive);
+        }
+        if (MLID_BASE..PERMISSIVE_LID).contains(&dlid) {
+            return self.multicast(dlid, in_port, words, out);
+        }
+        if self.is_own_lid(dlid) {
+            return self.drop(SwitchDrop::ToSwitch);
+        }
+        let Some(port) = self.lft_port(dlid) else {
+            return self.drop(SwitchDrop::NoRoute);
+        };
+        self.send(port, Egress::Same, words, true, out);
+    }
+
+    /// The LFT's egress port for a unicast LID: none for LID 0, the permissive LID,
+    /// a LID above LinearFDBTop or past the table, or an entry naming no physical
+    /// port.
+    fn lft_port(&self, dlid: u16) -> Option<u8> {
+        if dlid == 0 || dlid >= MLID_BASE || dlid > self.info.linear_fdb_top {
+            return None;
+        }
+        let p = *self.lft.get(usize::from(dlid))?;
+        (p != 0 && p <= self.node.num_ports).then_some(p)
+    }
+
+    fn multicast(&mut self, mlid: u16, in_port: u8, words: usize, out: &mut Vec<SwitchOut>) {
+        let idx = usize::from(mlid - MLID_BASE);
+        let ports: Vec<u8> = (1..=self.node.num_ports)
+            .filter(|&p| {
+                let pos = usize::from(p) / MFT_POSITION_PORTS;
+                let bit = usize::from(p) % MFT_POSITION_PORTS;
+                idx < self.mft_mlids()
+                    && p != in_port
+                    && self.mft_mask(idx, pos as u8) & (1 << bit) != 0
+            })
+            .collect();
+        if ports.is_empty() {
+            return self.drop(SwitchDrop::NoRoute);
+        }
+        for p in ports {
+            self.send(p, Egress::Same, words, true, out);
+        }
+    }
+
+    /// Sends by physical port `port`: a data packet only if the port is Active, an
+    /// SMP if its link is up (VL15 passes in Init and Armed, IBA 7.2). A refusal is
+    /// counted per reason and in the port's PortXmitDiscards.
+    fn send(&mut self, port: u8, pkt: Egress, words: usize, data: bool, out: &mut Vec<SwitchOut>) {
+        let p = usize::from(port);
+        let st = self.ports[p].info.port_state;
+        let why = if st == port_state::DOWN {
+            Some(SwitchDrop::EgressDown)
+        } else if data && st != port_state::ACTIVE {
+            Some(SwitchDrop::EgressNotActive)
+        } else {
+            None
+        };
+        let pc = &mut self.port_counters[p];
+        if let Some(why) = why {
+            pc.xmit_discards = pc.xmit_discards.saturating_add(1);
+            return self.drop(why);
+        }
+        pc.xmit_packets = pc.xmit_packets.saturating_add(1);
+        pc.xmit_data_words = pc.xmit_data_words.saturating_add(words as u64);
+        out.push(SwitchOut { port, packet: pkt });
+    }
+
+    fn vl15_drop(&mut self, in_port: u8, why: SwitchDrop) {
+        let pc = &mut self.port_counters[usize::from(in_port)];
+        pc.vl15_dropped = pc.vl15_dropped.saturating_add(1);
+        self.drop(why);
+    }
+
+    /// A VL15 packet: it must be an SMP (UD SEND Only to QP0, a 256-byte MAD of class
+    /// 0x01 or 0x81, IBA 14.2.1). LID-routed: answered if for this switch, else
+    /// forwarded by the LFT. Directed route: through `switch_hop`, unless the LRH
+    /// names another node (a LID-routed part: forwarded by the LFT).
+    fn handle_vl15(&mut self, pkt: &[u8], in_port: u8, out: &mut Vec<SwitchOut>) {
+        let Some((lrh, smp)) = parse_smp(pkt) else {
+            return self.vl15_drop(in_port, SwitchDrop::Vl15NotSmp);
+        };
+        let words = pkt.len() / 4;
+        let for_me = lrh.dlid == PERMISSIVE_LID || self.is_own_lid(lrh.dlid);
+        if !for_me {
+            let Some(port) = self.lft_port(lrh.dlid) else {
+                return self.vl15_drop(in_port, SwitchDrop::NoRoute);
+            };
+            return self.send(port, Egress::Same, words, false, out);
+        }
+        let mut smp = smp;
+        match &mut smp.route {
+            SmpRoute::Lid => self.respond(lrh, smp, in_port, out),
+            SmpRoute::Directed(d) => {
+                // The end of a LID-routed tail (C14-9:4): the SMP is this switch's.
+                if !d.direction
+                    && d.hop_cnt > 0
+                    && d.hop_ptr == d.hop_cnt.wrapping_add(1)
+                    && d.dr_dlid != PERMISSIVE_LID
+                {
+                    return self.respond(lrh, smp, in_port, out);
+                }
+                match dr::switch_hop(d, in_port, self.node.num_ports) {
+                    Ok(SwitchHop::Forward(p)) => self.send_smp(p, lrh, &smp, out),
+                    Ok(SwitchHop::Local) if !d.direction => self.respond(lrh, smp, in_port, out),
+                    Ok(SwitchHop::Local) => self.vl15_drop(in_port, SwitchDrop::NoSm),
+                    Ok(SwitchHop::LidRoute(lid)) => {
+                        let me = self.lid_or_permissive();
+                        self.send_lid_routed(lid, me, &smp, in_port, out)
+                    }
+                    Err(e) => self.dr_drop(in_port, e),
+                }
+            }
+        }
+    }
+
+    fn lid_or_permissive(&self) -> u16 {
+        match self.lid() {
+            0 => PERMISSIVE_LID,
+            l => l,
+        }
+    }
+
+    fn dr_drop(&mut self, in_port: u8, e: DrDrop) {
+        self.counters.dr_drops[e.index()] += 1;
+        self.vl15_drop(in_port, SwitchDrop::BadDrPath);
+    }
+
+    /// The SMA answers; the response goes back the way the request came.
+    fn respond(&mut self, req_lrh: LrhRepr, smp: SmpRepr, in_port: u8, out: &mut Vec<SwitchOut>) {
+        let Some(mut resp) = sma::answer(self, smp, in_port) else {
+            return self.vl15_drop(in_port, SwitchDrop::NoSm);
+        };
+        self.counters.sma_replies += 1;
+        let me = self.lid_or_permissive();
+        match &mut resp.route {
+            SmpRoute::Lid => self.send_lid_routed(req_lrh.slid, me, &resp, in_port, out),
+            SmpRoute::Directed(d) if d.dr_dlid != PERMISSIVE_LID => {
+                // Reached through a LID-routed tail: back LID-routed to the node that
+                // ended the directed part (C14-13:1 happens there).
+                d.direction = true;
+                self.send_lid_routed(req_lrh.slid, me, &resp, in_port, out)
+            }
+            SmpRoute::Directed(d) => match dr::switch_respond(d, self.node.num_ports) {
+                Ok(SwitchHop::Forward(p)) => {
+                    // Directed route: both LRH LIDs permissive, as the HCA's SMA.
+                    let lrh = LrhRepr {
+                        vl: VL15,
+                        sl: 0,
+                        dlid: PERMISSIVE_LID,
+                        slid: PERMISSIVE_LID,
+                    };
+                    self.send_smp(p, lrh, &resp, out)
+                }
+                Ok(_) => self.vl15_drop(in_port, SwitchDrop::NoSm),
+                Err(e) => self.dr_drop(in_port, e),
+            },
+        }
+    }
+
+    /// Sends an SMP LID-routed to `dlid` by the LFT.
+    fn send_lid_routed(
+        &mut self,
+        dlid: u16,
+        slid: u16,
+        smp: &SmpRepr,
+        in_port: u8,
+        out: &mut Vec<SwitchOut>,
+    ) {
+        let lrh = LrhRepr {
+            vl: VL15,
+            sl: 0,
+            dlid,
+            slid,
+        };
+        match self.lft_port(dlid) {
+            Some(p) => self.send_smp(p, lrh, smp, out),
+            None => self.vl15_drop(in_port, SwitchDrop::NoRoute),
+        }
+    }
+
+    /// Sends an SMP with a (possibly) new LRH and MAD: UD SEND Only to QP0 on VL15,
+    /// both CRCs computed again.
+    fn send_smp(&mut self, port: u8, lrh: LrhRepr, smp: &SmpRepr, out: &mut Vec<SwitchOut>) {
+        let mad = smp.to_bytes();
+        let repr = PacketRepr {
+            lrh,
+            grh: None,
+            transport: TransportRepr {
+                bth: crate::wire::BthRepr {
+                    opcode: Opcode::UD_SEND_ONLY,
+                    solicited: false,
+                    mig_req: false,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0,
+                    ack_req: false,
+                    psn: 0,
+                },
+                ext: ExtHeaders {
+                    deth: Some(DethRepr { qkey: 0, src_qp: 0 }),
+                    ..ExtHeaders::default()
+                },
+                payload: &mad,
+            },
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        if repr.emit(&mut buf).is_err() {
+            // Built from parsed, in-range values: cannot happen; counted all the same.
+            return self.drop(SwitchDrop::Malformed);
+        }
+        let words = (buf.len() - VCRC_LEN) / 4;
+        self.send(port, Egress::New(buf.into_boxed_slice()), words, false, out);
+    }
+}
+
+/// The LRH and SMP of a VL15 packet, if it is one: IBA local, UD SEND Only to QP0,
+/// CRCs good, a 256-byte MAD of a subnet management class.
+fn parse_smp(pkt: &[u8]) -> Option<(LrhRepr, SmpRepr)> {
+    let lrh = Lrh::new_checked(pkt).ok()?;
+    if lrh.lnh() != Lnh::IbaLocal {
+        return None;
+    }
+    let p = PacketRepr::parse(pkt).ok()?;
+    let t = &p.transport;
+    if t.bth.opcode != Opcode::UD_SEND_ONLY || t.bth.dest_qp != 0 || t.payload.len() != MAD_LEN {
+        return None;
+    }
+    let view = Smp::new_checked(t.payload).ok()?;
+    let smp = SmpRepr::parse(&view).ok()?;
+    Some((p.lrh, smp))
+}
