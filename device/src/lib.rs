@@ -30,6 +30,7 @@ pub mod fabric;
 pub mod glue;
 pub mod hca;
 pub mod net;
+mod panic_text;
 pub mod port;
 pub mod ring;
 pub mod run;

@@ -27,6 +27,7 @@ use crate::cmdq::{self, CmdQueue};
 use crate::counters_out::{CountersOutput, Snapshot};
 use crate::glue::{BarDoorbells, GuestMem, Msix};
 use crate::hca::{DbSlot, Doorbells, Eq, Hca};
+use crate::panic_text::panic_text;
 use crate::port::Port;
 use crate::ring::Ring;
 
@@ -317,14 +318,6 @@ impl Shared {
         core.regs.dev_status |= dev_status::FATAL;
         core.regs.dev_status &= !dev_status::ENABLED;
     }
-}
-
-/// The message of a caught panic (its `&str` or `String` payload).
-pub(crate) fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
-    e.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| e.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
 }
 
 /// Runs the data path; a panic in it (a bug) must not leave a hung device that

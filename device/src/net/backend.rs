@@ -394,7 +394,7 @@ impl VhostUserBackend for NetBackend {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             log::error!(
                 "net: internal error in the vhost-user-net worker ({}): connection dropped",
-                crate::run::panic_text(&*e)
+                crate::panic_text::panic_text(&*e)
             );
             self.state().mem = None;
             self.detach();
