@@ -4,20 +4,10 @@
 use transport::mad::dr::{
     hca_receive, hca_respond, hca_send, switch_hop, switch_respond, MAX_HOP_CNT,
 };
-use transport::mad::{DrDrop, DrFields, HcaDeliver, HcaSend, SwitchHop, PERMISSIVE_LID};
+use transport::mad::{DrDrop, DrFields, HcaDeliver, HcaSend, SwitchHop};
 
 fn path(hops: &[u8]) -> DrFields {
-    let mut initial_path = [0u8; 64];
-    initial_path[1..=hops.len()].copy_from_slice(hops);
-    DrFields {
-        direction: false,
-        hop_ptr: 0,
-        hop_cnt: hops.len() as u8,
-        dr_slid: PERMISSIVE_LID,
-        dr_dlid: PERMISSIVE_LID,
-        initial_path,
-        return_path: [0u8; 64],
-    }
+    DrFields::outgoing(hops).expect("a path of at most 63 hops")
 }
 
 /// SM on HCA A (port 1) -> switch S1 (in 1, out 3) -> switch S2 (in 2, out 5) ->

@@ -28,6 +28,29 @@ pub const PERMISSIVE_LID: u16 = 0xffff;
 /// Valid hop counts are 0..=63 (C14-6): the paths are 64 bytes with index 0 unused.
 pub const MAX_HOP_CNT: u8 = 63;
 
+impl DrFields {
+    /// The fields of a directed-route SMP an SM sends out of its own port
+    /// along `hops` (the port to leave by at hops 1..=n, IBA 14.2.2), with no
+    /// LID-routed part before or after (DrSLID = DrDLID = permissive), the
+    /// return path still empty. None past [`MAX_HOP_CNT`] hops (C14-6).
+    pub fn outgoing(hops: &[u8]) -> Option<DrFields> {
+        let hop_cnt = u8::try_from(hops.len())
+            .ok()
+            .filter(|&n| n <= MAX_HOP_CNT)?;
+        let mut initial_path = [0u8; 64];
+        initial_path[1..=hops.len()].copy_from_slice(hops);
+        Some(DrFields {
+            direction: false,
+            hop_ptr: 0,
+            hop_cnt,
+            dr_slid: PERMISSIVE_LID,
+            dr_dlid: PERMISSIVE_LID,
+            initial_path,
+            return_path: [0u8; 64],
+        })
+    }
+}
+
 /// Why a directed-route SMP was dropped (the caller counts each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum DrDrop {

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use transport::mad::{DrFields, NodeDescription, Smp, SmpRepr, SmpRoute, PERMISSIVE_LID};
+use transport::mad::{DrFields, NodeDescription, Smp, SmpRepr, SmpRoute};
 use transport::switch::SwitchConfig;
 use transport::wire::ext::DethRepr;
 use transport::wire::opcode::Opcode;
@@ -70,17 +70,7 @@ pub fn smp_of(pkt: &[u8]) -> (LrhRepr, SmpRepr) {
 }
 
 pub fn dr_path(hops: &[u8]) -> DrFields {
-    let mut initial_path = [0u8; 64];
-    initial_path[1..=hops.len()].copy_from_slice(hops);
-    DrFields {
-        direction: false,
-        hop_ptr: 0,
-        hop_cnt: hops.len() as u8,
-        dr_slid: PERMISSIVE_LID,
-        dr_dlid: PERMISSIVE_LID,
-        initial_path,
-        return_path: [0u8; 64],
-    }
+    DrFields::outgoing(hops).expect("a path of at most 63 hops")
 }
 
 pub fn smp(m: u8, attr: u16, modifier: u32, route: SmpRoute, data: [u8; 64]) -> SmpRepr {
