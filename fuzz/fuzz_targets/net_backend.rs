@@ -87,9 +87,17 @@ struct Input {
 }
 
 fn memfd(len: u64) -> File {
+    // Sealable, as QEMU's memory-backend-memfd: `update_memory` seals it
+    // against shrinking (issue 25 item 2) and refuses a file it cannot seal,
+    // so an unsealable one would never reach the rings.
     // SAFETY: memfd_create with a NUL-terminated name and no flags we rely on;
     // the returned descriptor is new and owned by the File alone.
-    let fd = unsafe { libc::memfd_create(c"vhca-fuzz-guest".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::memfd_create(
+            c"vhca-fuzz-guest".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
     assert!(fd >= 0, "memfd_create");
     // SAFETY: `fd` is a fresh descriptor nothing else owns.
     let f = unsafe { File::from_raw_fd(fd) };
