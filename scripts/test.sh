@@ -43,7 +43,7 @@ STAGES=(
     "clippy|cargo clippy --workspace --all-targets --quiet -- -D warnings"
     # The tshark conformance tests and the TAP tests fail instead of skipping
     # when tshark or CAP_NET_ADMIN is missing (the suite runs as root).
-    "cargo-test|VHCA_REQUIRE_TSHARK=1 VHCA_REQUIRE_TAP=1 cargo test --workspace"
+    "cargo-test|VHCA_REQUIRE_TSHARK=1 VHCA_REQUIRE_TAP=1 cargo test --workspace --no-fail-fast"
     # Every target for a short bounded time (fuzz/README.md has the long run).
     "fuzz|scripts/fuzz.sh --seconds 15"
     # The device under a real QEMU (host root and guest are cached in $VHCA_CACHE).
