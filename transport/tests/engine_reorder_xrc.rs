@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use transport::engine::Limits;
 use transport::psn;
-use transport::verbs::{QpCap, QpInit, QpType, RecvWr, WcStatus, WrOpcode};
+use transport::verbs::{RecvWr, WcStatus, WrOpcode};
 use transport::wire::PacketRepr;
 
 #[test]
@@ -15,33 +15,7 @@ fn an_adjacent_swap_of_xrc_send_packets_costs_no_sequence_nak() {
     let mut net = Net::with_limits(2, 1 << 20, 3, Limits::default());
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let (xrcd, tcq, tgt) = {
-        let e = &mut net.nodes[1].engine;
-        let xrcd = e.create_xrcd().expect("xrcd");
-        let cq = e.create_cq().expect("cq");
-        (xrcd, cq, e.create_xrc_tgt_qp(xrcd).expect("tgt qp"))
-    };
-    let (ini, icq) = {
-        let n = &mut net.nodes[0];
-        let cq = n.engine.create_cq().expect("cq");
-        let init = QpInit {
-            qp_type: QpType::XrcIni,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_send_sge: 4,
-                max_inline_data: 64,
-                ..QpCap::default()
-            },
-            sq_sig_all: false,
-        };
-        (n.engine.create_qp(init).expect("ini qp"), cq)
-    };
-    bring_up_xrc(&mut net, 0, ini, QpType::XrcIni, 2, tgt);
-    bring_up_xrc(&mut net, 1, tgt, QpType::XrcTgt, 1, ini);
+    let (XrcInitiator { ini, cq: icq }, XrcTarget { xrcd, cq: tcq, .. }) = xrc_pair(&mut net);
     let srq = {
         let n = &mut net.nodes[1];
         n.engine

@@ -8,9 +8,7 @@ mod common;
 
 use common::*;
 use transport::engine::NakReason;
-use transport::verbs::{
-    AttrMask, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, WcStatus, WrOpcode,
-};
+use transport::verbs::{AttrMask, QpAttr, QpState, RecvWr, WcStatus, WrOpcode};
 
 /// A Middle packet cut to 100 bytes (C9-11: a Middle is a full PMTU).
 fn short(bytes: &[u8]) -> Vec<u8> {
@@ -95,39 +93,16 @@ fn sr_02_xrc_srq_wqe_of_a_message_cut_by_a_qp_error_completes_on_the_srq_cq() {
     let mut net = Net::new(2, 1 << 20, 32);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let (tcq, tgt, srq) = {
+    let (XrcInitiator { ini, .. }, XrcTarget { xrcd, cq: tcq, tgt }) = xrc_pair(&mut net);
+    let srq = {
         let n = &mut net.nodes[1];
-        let xrcd = n.engine.create_xrcd().unwrap();
-        let cq = n.engine.create_cq().unwrap();
-        let tgt = n.engine.create_xrc_tgt_qp(xrcd).unwrap();
-        let srq = n.engine.create_xrc_srq(n.pd, xrcd, cq, 16, 1, 0).unwrap();
-        (cq, tgt, srq)
+        n.engine.create_xrc_srq(n.pd, xrcd, tcq, 16, 1, 0).unwrap()
     };
     let wr = RecvWr {
         wr_id: 7,
         sges: sge(MEM_BASE + 0x1_0000, 4096, kb),
     };
     net.nodes[1].engine.post_srq_recv(srq, wr).unwrap();
-    let ini = {
-        let n = &mut net.nodes[0];
-        let cq = n.engine.create_cq().unwrap();
-        let init = QpInit {
-            qp_type: QpType::XrcIni,
-            pd: n.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_send_sge: 1,
-                ..QpCap::default()
-            },
-            sq_sig_all: false,
-        };
-        n.engine.create_qp(init).unwrap()
-    };
-    bring_up_xrc(&mut net, 0, ini, QpType::XrcIni, 2, tgt);
-    bring_up_xrc(&mut net, 1, tgt, QpType::XrcTgt, 1, ini);
     let w = send_wr(1, WrOpcode::Send, sge(MEM_BASE, 3000, ka));
     net.nodes[0].engine.post_send_xrc(ini, w, srq).unwrap();
     let pkts = take_sent(&mut net, 0);

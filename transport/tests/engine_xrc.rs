@@ -7,25 +7,10 @@ mod common;
 
 use common::*;
 use transport::engine::NakReason;
-use transport::verbs::{
-    Handle, QpCap, QpInit, QpType, RecvWr, VerbError, WcOpcode, WcStatus, WrOpcode,
-};
+use transport::verbs::{Handle, QpType, RecvWr, VerbError, WcOpcode, WcStatus, WrOpcode};
 use transport::wire::ext::{AethSyndrome, NakCode};
 use transport::wire::opcode::{Direction, Service};
 use transport::wire::PacketRepr;
-
-/// Node 1's XRC side: a domain, its CQ, and a TGT QP in it.
-struct Target {
-    xrcd: Handle,
-    cq: Handle,
-    tgt: u32,
-}
-
-/// Node 0's INI QP and its CQ.
-struct Initiator {
-    ini: u32,
-    cq: Handle,
-}
 
 fn xrc_srq(net: &mut Net, xrcd: Handle, cq: Handle) -> Handle {
     let n = &mut net.nodes[1];
@@ -45,41 +30,6 @@ fn post_srq(net: &mut Net, srq: Handle, wr_id: u64, addr: u64, len: u32, lkey: u
             },
         )
         .expect("post srq recv");
-}
-
-fn setup(net: &mut Net) -> (Initiator, Target) {
-    let t = {
-        let e = &mut net.nodes[1].engine;
-        let xrcd = e.create_xrcd().expect("xrcd");
-        let cq = e.create_cq().expect("cq");
-        let tgt = e.create_xrc_tgt_qp(xrcd).expect("tgt qp");
-        Target { xrcd, cq, tgt }
-    };
-    let i = {
-        let n = &mut net.nodes[0];
-        let cq = n.engine.create_cq().expect("cq");
-        let ini = n
-            .engine
-            .create_qp(QpInit {
-                qp_type: QpType::XrcIni,
-                pd: n.pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 64,
-                    max_send_sge: 4,
-                    max_inline_data: 64,
-                    ..QpCap::default()
-                },
-                sq_sig_all: false,
-            })
-            .expect("ini qp");
-        Initiator { ini, cq }
-    };
-    bring_up_xrc(net, 0, i.ini, QpType::XrcIni, 2, t.tgt);
-    bring_up_xrc(net, 1, t.tgt, QpType::XrcTgt, 1, i.ini);
-    (i, t)
 }
 
 /// The sniffed packets, parsed: (opcode byte, service, direction, XRCETH's
@@ -111,7 +61,7 @@ fn sr02_xrc_send_lands_in_the_srq_named_by_xrceth() {
     let mut net = Net::new(2, 1 << 20, 1);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let (i, t) = setup(&mut net);
+    let (i, t) = xrc_pair(&mut net);
     let s1 = xrc_srq(&mut net, t.xrcd, t.cq);
     let s2 = xrc_srq(&mut net, t.xrcd, t.cq);
     post_srq(&mut net, s1, 11, MEM_BASE + 0x1_0000, 8192, kb);
@@ -189,7 +139,7 @@ fn sr02_xrc_write_read_and_atomic_reach_the_srq_pd() {
     let mut net = Net::new(2, 1 << 20, 2);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let (i, t) = setup(&mut net);
+    let (i, t) = xrc_pair(&mut net);
     let s = xrc_srq(&mut net, t.xrcd, t.cq);
     net.sniffed = Some(Vec::new());
 
@@ -245,7 +195,7 @@ fn pv08_xrc_srq_of_another_domain_is_naked() {
     let mut net = Net::new(2, 1 << 20, 3);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let (i, t) = setup(&mut net);
+    let (i, t) = xrc_pair(&mut net);
     // An XRC SRQ in another domain of the same node, with a WQE posted.
     let other = net.nodes[1].engine.create_xrcd().unwrap();
     let foreign = xrc_srq(&mut net, other, t.cq);
@@ -283,7 +233,7 @@ fn pv08_xrc_srq_number_that_is_not_an_xrc_srq_is_naked() {
         let mut net = Net::new(2, 1 << 20, 4);
         let ka = net.reg_all(0, ALL_ACCESS);
         let kb = net.reg_all(1, ALL_ACCESS);
-        let (i, t) = setup(&mut net);
+        let (i, t) = xrc_pair(&mut net);
         // A plain SRQ of the target's node (not XRC), or no SRQ at all.
         let n = &mut net.nodes[1];
         let srqn = if plain {
@@ -314,7 +264,7 @@ fn pv08_xrc_srq_number_that_is_not_an_xrc_srq_is_naked() {
 fn sr02_xrc_objects_and_queue_rules() {
     let mut net = Net::new(2, 1 << 20, 5);
     let ka = net.reg_all(0, ALL_ACCESS);
-    let (i, t) = setup(&mut net);
+    let (i, t) = xrc_pair(&mut net);
     let s = xrc_srq(&mut net, t.xrcd, t.cq);
     let e1 = &mut net.nodes[1].engine;
     assert_eq!(e1.xrc_srq(s), Ok(Some((t.xrcd, t.cq))));
@@ -363,7 +313,7 @@ fn sr02_rc_request_to_a_tgt_qp_is_dropped() {
     // C9-39: an RC SEND addressed to a TGT QP is not of the QP's service.
     let mut net = Net::new(2, 1 << 20, 6);
     let ka = net.reg_all(0, ALL_ACCESS);
-    let (_, t) = setup(&mut net);
+    let (_, t) = xrc_pair(&mut net);
     let (rc, cq) = new_qp(&mut net, 0, QpType::Rc, qp_cap(4, 1, 0), false);
     let o = ConnOpts {
         retry_cnt: 1,
@@ -390,7 +340,7 @@ fn sr02_xrc_read_response_uses_the_pd_of_its_own_request() {
     let mut net = Net::new(2, 1 << 20, 7);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let (i, t) = setup(&mut net);
+    let (i, t) = xrc_pair(&mut net);
     let s_read = xrc_srq(&mut net, t.xrcd, t.cq);
     let other_pd = net.nodes[1].engine.mrs().alloc_pd().unwrap();
     let n = &mut net.nodes[1];
@@ -451,7 +401,7 @@ fn sr02_xrc_read_response_uses_the_pd_of_its_own_request() {
 
 /// Node 1's second XRC SRQ in the target's domain, of another PD and with
 /// its own CQ, with one WQE posted into an MR of that PD: (SRQ, CQ, buffer).
-fn srq_of_another_pd(net: &mut Net, t: &Target, wr_id: u64) -> (Handle, Handle, u64) {
+fn srq_of_another_pd(net: &mut Net, t: &XrcTarget, wr_id: u64) -> (Handle, Handle, u64) {
     let buf = MEM_BASE + 0x8_0000;
     let n = &mut net.nodes[1];
     let pd = n.engine.mrs().alloc_pd().unwrap();
@@ -482,7 +432,7 @@ fn pv08_xrc_continuation_naming_another_srq_is_naked_and_binds_nothing() {
     let mut net = Net::new(2, 1 << 20, 8);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
-    let (i, t) = setup(&mut net);
+    let (i, t) = xrc_pair(&mut net);
     let a = xrc_srq(&mut net, t.xrcd, t.cq);
     let a_buf = MEM_BASE + 0x1_0000;
     post_srq(&mut net, a, 11, a_buf, 8192, kb);

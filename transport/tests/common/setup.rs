@@ -190,3 +190,53 @@ pub fn bring_up_xrc(
     };
     walk_to_rts(net, node, qpn, &rc_attr(av, peer_qpn, 0x10), rtr, rts);
 }
+
+/// Node 1's XRC side: a domain, its CQ, and a TGT QP in it.
+pub struct XrcTarget {
+    pub xrcd: Handle,
+    pub cq: Handle,
+    pub tgt: u32,
+}
+
+/// Node 0's INI QP and its CQ.
+pub struct XrcInitiator {
+    pub ini: u32,
+    pub cq: Handle,
+}
+
+/// An XRC INI QP on node 0 (LID 1) connected to a TGT QP in a new XRC domain
+/// of node 1 (LID 2), both at RTS (SR-02); the XRC SRQs are the test's.
+pub fn xrc_pair(net: &mut Net) -> (XrcInitiator, XrcTarget) {
+    let t = {
+        let e = &mut net.nodes[1].engine;
+        let xrcd = e.create_xrcd().expect("xrcd");
+        let cq = e.create_cq().expect("cq");
+        let tgt = e.create_xrc_tgt_qp(xrcd).expect("tgt qp");
+        XrcTarget { xrcd, cq, tgt }
+    };
+    let i = {
+        let n = &mut net.nodes[0];
+        let cq = n.engine.create_cq().expect("cq");
+        let ini = n
+            .engine
+            .create_qp(QpInit {
+                qp_type: QpType::XrcIni,
+                pd: n.pd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 64,
+                    max_send_sge: 4,
+                    max_inline_data: 64,
+                    ..QpCap::default()
+                },
+                sq_sig_all: false,
+            })
+            .expect("ini qp");
+        XrcInitiator { ini, cq }
+    };
+    bring_up_xrc(net, 0, i.ini, QpType::XrcIni, 2, t.tgt);
+    bring_up_xrc(net, 1, t.tgt, QpType::XrcTgt, 1, i.ini);
+    (i, t)
+}
