@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 3.4.
+ * vhca_abi.h: the vhca device ABI, version 3.5.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -74,7 +74,7 @@ typedef uint64_t __u64;
  * CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in CreateQpIn's
  * xrcdn, the send WQE's RD segment).
  */
-#define VHCA_ABI_VERSION             0x00030004U
+#define VHCA_ABI_VERSION             0x00030005U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -1096,6 +1096,15 @@ enum vhca_opcode {
 	 * InfiniBand port.
 	 */
 	VHCA_CMD_SET_GID = 0x0005,
+	/*
+	 * Hand one subnet-management MAD for the port to the device's SMA (AD-09,
+	 * AD-12; issue 26), as mlx4/mlx5 `process_mad` hand them to firmware
+	 * (MAD_IFC): a SubnGet/SubnSet/SubnTrapRepress (class 0x01 LID-routed or
+	 * 0x81 directed route) that ib_core's SMI takes locally
+	 * (`handle_outgoing_dr_smp`). Output: the SMA's response, if it made one
+	 * (ABI 3.5).
+	 */
+	VHCA_CMD_MAD_IFC = 0x0006,
 	/* Allocate a protection domain (MP-01). */
 	VHCA_CMD_ALLOC_PD = 0x0010,
 	/* Deallocate a PD; BUSY while an MR, QP or SRQ uses it. */
@@ -1458,6 +1467,19 @@ enum vhca_gid_type {
 	VHCA_GID_TYPE_ROCE_V2 = 2,
 };
 
+/* MAD_IFC output flags (`MadIfcOut::flags`). */
+/*
+ * `MadIfcOut::mad` holds a response to send back (ib_core's
+ * IB_MAD_RESULT_REPLY).
+ */
+#define VHCA_MAD_IFC_F_REPLY    (1 << 0)
+/*
+ * The device took the MAD and made no response (a Set it applied silently, a
+ * TrapRepress, or one dropped by M_Key, IBA 14.2.4.2:
+ * IB_MAD_RESULT_CONSUMED).
+ */
+#define VHCA_MAD_IFC_F_CONSUMED (1 << 1)
+
 /*
  * EE context attributes (AD-11; IBA 11.2.x Modify EEC). A MODIFY_EEC to
  * `state` reads the fields of that transition: Reset->Init `pkey_index`;
@@ -1731,6 +1753,46 @@ _Static_assert(offsetof(struct vhca_set_gid_in, valid) == 3, "vhca_set_gid_in.va
 _Static_assert(offsetof(struct vhca_set_gid_in, gid_type) == 4, "vhca_set_gid_in.gid_type");
 _Static_assert(offsetof(struct vhca_set_gid_in, rsvd) == 5, "vhca_set_gid_in.rsvd");
 _Static_assert(offsetof(struct vhca_set_gid_in, gid) == 8, "vhca_set_gid_in.gid");
+
+/*
+ * MAD_IFC input (issue 26, AD-09): one 256-byte MAD as ib_core gives it to
+ * `process_mad`, with where it came from.
+ */
+struct vhca_mad_ifc_in {
+	/* Port (1). */
+	__u8 port;
+	__u8 rsvd0;
+	/*
+	 * The requester's LID (the source of a LID-routed SMP; 0xFFFF, permissive,
+	 * when the guest's own SMI hands it over).
+	 */
+	__u16 slid;
+	__u8 rsvd1[12];
+	/* The MAD, network order, as on the wire. */
+	__u8 mad[256];
+};
+_Static_assert(sizeof(struct vhca_mad_ifc_in) == 272, "vhca_mad_ifc_in: size");
+_Static_assert(offsetof(struct vhca_mad_ifc_in, port) == 0, "vhca_mad_ifc_in.port");
+_Static_assert(offsetof(struct vhca_mad_ifc_in, rsvd0) == 1, "vhca_mad_ifc_in.rsvd0");
+_Static_assert(offsetof(struct vhca_mad_ifc_in, slid) == 2, "vhca_mad_ifc_in.slid");
+_Static_assert(offsetof(struct vhca_mad_ifc_in, rsvd1) == 4, "vhca_mad_ifc_in.rsvd1");
+_Static_assert(offsetof(struct vhca_mad_ifc_in, mad) == 16, "vhca_mad_ifc_in.mad");
+
+/* MAD_IFC output. */
+struct vhca_mad_ifc_out {
+	/*
+	 * `VHCA_MAD_IFC_F_*`; 0: the device does not handle this MAD (not a
+	 * subnet-management request), ib_core goes on as without it.
+	 */
+	__u8 flags;
+	__u8 rsvd0[15];
+	/* The response (valid with `VHCA_MAD_IFC_F_REPLY`). */
+	__u8 mad[256];
+};
+_Static_assert(sizeof(struct vhca_mad_ifc_out) == 272, "vhca_mad_ifc_out: size");
+_Static_assert(offsetof(struct vhca_mad_ifc_out, flags) == 0, "vhca_mad_ifc_out.flags");
+_Static_assert(offsetof(struct vhca_mad_ifc_out, rsvd0) == 1, "vhca_mad_ifc_out.rsvd0");
+_Static_assert(offsetof(struct vhca_mad_ifc_out, mad) == 16, "vhca_mad_ifc_out.mad");
 
 /* ALLOC_PD output. */
 struct vhca_alloc_pd_out {
@@ -2308,6 +2370,8 @@ _Static_assert(offsetof(struct vhca_destroy_eec_in, eecn) == 0, "vhca_destroy_ee
  * VHCA_CMD_QUERY_COUNTERS: in struct vhca_query_counters_in (inline); out
  *     struct vhca_query_counters_out (mailbox).
  * VHCA_CMD_SET_GID: in struct vhca_set_gid_in (inline); out -.
+ * VHCA_CMD_MAD_IFC: in struct vhca_mad_ifc_in (mailbox); out struct
+ *     vhca_mad_ifc_out (mailbox).
  * VHCA_CMD_ALLOC_PD: in -; out struct vhca_alloc_pd_out (inline).
  * VHCA_CMD_DEALLOC_PD: in struct vhca_dealloc_pd_in (inline); out -.
  * VHCA_CMD_CREATE_EQ: in struct vhca_create_eq_in (inline); out struct

@@ -41,7 +41,7 @@ abi_consts! {
         /// Minor 4: Reliable Datagram (AD-11: ALLOC/DEALLOC_RDD,
         /// CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in
         /// CreateQpIn's xrcdn, the send WQE's RD segment).
-        ABI_VERSION = 0x0003_0004,
+        ABI_VERSION = 0x0003_0005,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

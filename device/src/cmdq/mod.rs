@@ -861,6 +861,7 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::AllocMw => run(x, alloc_mw),
         Opcode::DeallocMw => run_in(x, dealloc_mw),
         Opcode::SetGid => run_in(x, set_gid),
+        Opcode::MadIfc => Err(fail(Status::NotSupported, Syndrome::Opcode)),
         Opcode::AttachMcast => run_in(x, attach_mcast),
         Opcode::DetachMcast => run_in(x, detach_mcast),
         Opcode::AllocXrcd => run_out(x, xrc::alloc_xrcd),

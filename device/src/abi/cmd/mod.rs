@@ -268,6 +268,13 @@ abi_enum! {
         /// QP's or AH's `sgid_index` names the source address of its frames.
         /// NOT_SUPPORTED on an InfiniBand port.
         SetGid = 0x0005,
+        /// Hand one subnet-management MAD for the port to the device's SMA
+        /// (AD-09, AD-12; issue 26), as mlx4/mlx5 `process_mad` hand them to
+        /// firmware (MAD_IFC): a SubnGet/SubnSet/SubnTrapRepress (class 0x01
+        /// LID-routed or 0x81 directed route) that ib_core's SMI takes locally
+        /// (`handle_outgoing_dr_smp`). Output: the SMA's response, if it made
+        /// one (ABI 3.5).
+        MadIfc = 0x0006,
         /// Allocate a protection domain (MP-01).
         AllocPd = 0x0010,
         /// Deallocate a PD; BUSY while an MR, QP or SRQ uses it.
@@ -450,6 +457,7 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::DeregMr => spec(op, e::<DeregMrIn>(), None),
             Opcode::AllocMw => spec(op, e::<AllocMwIn>(), e::<AllocMwOut>()),
             Opcode::SetGid => spec(op, e::<SetGidIn>(), None),
+            Opcode::MadIfc => spec(op, e::<MadIfcIn>(), e::<MadIfcOut>()),
             Opcode::DeallocMw => spec(op, e::<DeallocMwIn>(), None),
             Opcode::AttachMcast => spec(op, e::<McastIn>(), None),
             Opcode::DetachMcast => spec(op, e::<McastIn>(), None),
@@ -486,6 +494,7 @@ pub fn section() -> Section {
         Entry::Consts(rereg::layout()),
         Entry::Enum(MwType::layout()),
         Entry::Enum(GidType::layout()),
+        Entry::Consts(mad_ifc_flag::layout()),
         Entry::Struct(entry::<EecAttr>()),
     ];
     // Parameter structs in opcode order, each once (REG_MR and REREG_MR share

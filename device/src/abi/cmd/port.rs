@@ -154,3 +154,44 @@ abi_struct! {
         pub values: [u64; 511],
     }
 }
+
+abi_consts! {
+    /// MAD_IFC output flags (`MadIfcOut::flags`).
+    pub mod mad_ifc_flag: u8 = "VHCA_MAD_IFC_F" {
+        /// `MadIfcOut::mad` holds a response to send back (ib_core's
+        /// IB_MAD_RESULT_REPLY).
+        REPLY = 1 << 0,
+        /// The device took the MAD and made no response (a Set it applied
+        /// silently, a TrapRepress, or one dropped by M_Key, IBA 14.2.4.2:
+        /// IB_MAD_RESULT_CONSUMED).
+        CONSUMED = 1 << 1,
+    }
+}
+
+abi_struct! {
+    /// MAD_IFC input (issue 26, AD-09): one 256-byte MAD as ib_core gives it
+    /// to `process_mad`, with where it came from.
+    pub struct MadIfcIn (272) {
+        /// Port (1).
+        pub port: u8,
+        pub rsvd0: u8,
+        /// The requester's LID (the source of a LID-routed SMP; 0xFFFF,
+        /// permissive, when the guest's own SMI hands it over).
+        pub slid: u16,
+        pub rsvd1: [u8; 12],
+        /// The MAD, network order, as on the wire.
+        pub mad: [u8; 256],
+    }
+}
+
+abi_struct! {
+    /// MAD_IFC output.
+    pub struct MadIfcOut (272) {
+        /// `VHCA_MAD_IFC_F_*`; 0: the device does not handle this MAD (not a
+        /// subnet-management request), ib_core goes on as without it.
+        pub flags: u8,
+        pub rsvd0: [u8; 15],
+        /// The response (valid with `VHCA_MAD_IFC_F_REPLY`).
+        pub mad: [u8; 256],
+    }
+}
