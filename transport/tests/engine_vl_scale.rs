@@ -103,3 +103,60 @@ fn ad_06_vl_arbitration_of_16000_qps_on_two_sls_is_o1_per_packet() {
         assert!(sent == posted, "VL{vl}: QPs out of their order");
     }
 }
+
+/// Issue 25: a QP's schedule entry stays, dead, when the QP is destroyed
+/// while it waits, and is dropped only when it comes up; with nothing sent
+/// (a port that is down: the device does not poll) none comes up. 20 000
+/// rounds of create, post, destroy must not leave 20 000 entries: the
+/// schedule holds at most 2 x QPs + 64, live and dead.
+#[test]
+fn schedule_of_qps_destroyed_while_nothing_is_sent_stays_bounded() {
+    let mut net = Net::new(2, 1 << 20, 43);
+    let ka = net.reg_all(0, Access::LOCAL_WRITE);
+    let cq = net.nodes[0].engine.create_cq().unwrap();
+    let o = ConnOpts {
+        qp_type: QpType::Ud,
+        ..ConnOpts::default()
+    };
+    // Some QPs that stay, with work waiting, so live entries are kept.
+    let mut keep = Vec::new();
+    let ud = |i: u64| {
+        let mut w = send_wr(i, WrOpcode::Send, sge(MEM_BASE, LEN, ka));
+        w.ud = Some(UdDest {
+            av: AddressVector {
+                dlid: 2,
+                ..AddressVector::default()
+            },
+            remote_qpn: 0x77,
+            remote_qkey: 0x1111_1111,
+            pkey_index: None,
+        });
+        w
+    };
+    for i in 0..10 {
+        let init = qp_init(&net, 0, QpType::Ud, cq, qp_cap(1, 1, 0), false);
+        let q = net.nodes[0].engine.create_qp(init).unwrap();
+        bring_up(&mut net, 0, q, &o, 0, 0, 0x123, 0);
+        net.nodes[0].engine.post_send(q, ud(i)).unwrap();
+        keep.push(q);
+    }
+    let mut most = 0;
+    for i in 0..20_000u64 {
+        let init = qp_init(&net, 0, QpType::Ud, cq, qp_cap(1, 1, 0), false);
+        let q = net.nodes[0].engine.create_qp(init).unwrap();
+        bring_up(&mut net, 0, q, &o, 0, 0, 0x123, 0);
+        net.nodes[0].engine.post_send(q, ud(100 + i)).unwrap();
+        net.nodes[0].engine.destroy_qp(q).unwrap();
+        most = most.max(net.nodes[0].engine.schedule_entries());
+    }
+    assert!(most <= 2 * 11 + 64, "{most} schedule entries for 11 QPs");
+    // The kept QPs still send, one packet each, in their order.
+    let n0 = &mut net.nodes[0];
+    let mut buf = vec![0u8; 8192];
+    let mut src = Vec::new();
+    while let Some(len) = n0.engine.poll_transmit(&mut n0.mem, net.now, &mut buf) {
+        let p = PacketRepr::parse(&buf[..len]).expect("a valid packet");
+        src.push(p.transport.ext.deth.expect("a UD packet").src_qp);
+    }
+    assert_eq!(src, keep);
+}

@@ -79,6 +79,10 @@ use crate::verbs::{
     Time, VerbError, WcOpcode, WcStatus,
 };
 
+/// Dead transmit-schedule entries tolerated beyond twice the QPs before the
+/// schedule is rebuilt (`schedule_qp`).
+const SCHEDULE_SLACK: usize = 64;
+
 /// One queue pair.
 #[derive(Debug)]
 pub(crate) struct Qp {
@@ -914,6 +918,23 @@ impl Engine {
                 self.schedule.push_back(&mut qp.sched, lane, qpn);
             }
         }
+        // Dead entries (of QPs destroyed or queued again in another lane)
+        // are passed over when they come up; while nothing is sent (a port
+        // that is down) none comes up, and QPs created, posted to and
+        // destroyed would grow the lanes without bound (issue 25). A QP has
+        // at most one live entry, so past twice the QPs that exist most are
+        // dead: placing the live ones again costs O(entries) once per that
+        // many pushes, O(1) per push.
+        if self.schedule.len() > 2 * self.qps.len() + SCHEDULE_SLACK {
+            self.relane();
+        }
+    }
+
+    /// Entries in the transmit schedule, live and dead: bounded by
+    /// `2 x QPs + 64` (issue 25), whatever happened to QPs while nothing
+    /// was sent.
+    pub fn schedule_entries(&self) -> usize {
+        self.schedule.len()
     }
 
     /// Applies completions and events gathered while handling an input.
