@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
         *) targets+=("$1"); shift ;;
     esac
 done
-all=(wire_parse engine_packets wqe_decode cmdq vfio_user fabric_frames fabric_auth udp_recv device_reset net_backend)
+all=(wire_parse engine_packets wqe_decode cmdq vfio_user fabric_frames fabric_auth udp_recv device_reset net_backend mad_plane)
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 
 # The flags cargo-fuzz passes, all stable: SanitizerCoverage through LLVM's pass

@@ -839,7 +839,81 @@ fn vfio_user() {
     write("vfio_user", "session", &s);
 }
 
+// ------------------------------------------------------------------ mad_plane
+
+/// Seeds of `mad_plane`: SubnGet/SubnSet of each attribute to the SMA, LID-routed
+/// and directed route, with link and time steps between; and directed-route
+/// SMPs into a switch, out a port and back (the target's record format is in
+/// fuzz_targets/mad_plane.rs).
+fn mad_plane() {
+    use transport::mad::attr::attr_id;
+    use transport::mad::{method, DrFields, SmpRepr, SmpRoute};
+    let smp = |m: u8, attr: u16, modifier: u32, route: SmpRoute| {
+        SmpRepr {
+            base_version: 1,
+            class_version: 1,
+            method: m,
+            status: 0,
+            tid: 0x42,
+            attr_id: attr,
+            attr_mod: modifier,
+            mkey: 0,
+            route,
+            data: [0u8; 64],
+        }
+        .to_bytes()
+    };
+    let attrs = [
+        attr_id::NODE_DESCRIPTION,
+        attr_id::NODE_INFO,
+        attr_id::GUID_INFO,
+        attr_id::PORT_INFO,
+        attr_id::P_KEY_TABLE,
+        attr_id::SL_TO_VL_TABLE,
+        attr_id::VL_ARBITRATION,
+        attr_id::SM_INFO,
+        attr_id::SWITCH_INFO,
+        attr_id::LINEAR_FORWARDING_TABLE,
+        attr_id::MULTICAST_FORWARDING_TABLE,
+    ];
+    let local = SmpRoute::Directed(DrFields::outgoing(&[]).unwrap());
+    let out1 = SmpRoute::Directed(DrFields::outgoing(&[1]).unwrap());
+    // SMA: mode byte 0, records op 0 (in_port, slid, 256 bytes).
+    let mut all = vec![0u8];
+    for (i, &a) in attrs.iter().enumerate() {
+        for (m, route) in [(method::GET, SmpRoute::Lid), (method::SET, local)] {
+            let mut one = vec![0u8, 0, 1, 0, 1];
+            one.extend_from_slice(&smp(m, a, 1, route));
+            write("mad_plane", &format!("sma-{m}-{a:04x}"), &one);
+            if i % 2 == 0 {
+                all.extend_from_slice(&one[1..]);
+                // time passes (op 1), events drained (op 3), traps (op 2)
+                all.extend_from_slice(&[1, 0, 0, 0x10, 0, 3, 2]);
+            }
+        }
+    }
+    all.extend_from_slice(&[4 | 0x40, 2, 4, 2, 5]);
+    write("mad_plane", "sma-sequence", &all);
+    // Switch: mode byte 1, 4 ports; op 1|0x80: in_port, len, body, dlid, slid,
+    // CRCs fixed.
+    let mut sw = vec![1u8, 3];
+    for (a, route) in [
+        (attr_id::NODE_INFO, local),
+        (attr_id::SWITCH_INFO, local),
+        (attr_id::PORT_INFO, out1),
+        (attr_id::LINEAR_FORWARDING_TABLE, local),
+    ] {
+        let body = smp(method::GET, a, 1, route);
+        sw.extend_from_slice(&[0x81, 1, 1, 0]);
+        sw.extend_from_slice(&body);
+        sw.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    }
+    sw.extend_from_slice(&[2 | 0x40, 2, 3]);
+    write("mad_plane", "switch-sequence", &sw);
+}
+
 fn main() {
+    mad_plane();
     wire();
     wqe_decode();
     cmdq();
