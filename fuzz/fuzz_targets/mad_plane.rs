@@ -39,7 +39,8 @@ impl<'a> Input<'a> {
         self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
     }
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_be_bytes(b.try_into().unwrap()))
+        self.take(4)
+            .map(|b| u32::from_be_bytes(b.try_into().unwrap()))
     }
     /// Up to `n` bytes (fewer at the end of the input).
     fn upto(&mut self, n: usize) -> &'a [u8] {
@@ -76,9 +77,15 @@ fn sma(mut r: Input) {
         }
         match op % 6 {
             0 => {
-                let (Some(in_port), Some(slid)) = (r.u8(), r.u16()) else { return };
+                let (Some(in_port), Some(slid)) = (r.u8(), r.u16()) else {
+                    return;
+                };
                 // Mostly a whole MAD, sometimes short (the SMA's length check).
-                let len = if op & 0x80 != 0 { usize::from(op & 0x7f) * 2 } else { 256 };
+                let len = if op & 0x80 != 0 {
+                    usize::from(op & 0x7f) * 2
+                } else {
+                    256
+                };
                 let mut mad = r.upto(len).to_vec();
                 if op & 0x80 == 0 {
                     mad.resize(256, 0);
@@ -144,10 +151,7 @@ fn smp_packet(dlid: u16, slid: u16, payload: &[u8]) -> Vec<u8> {
                 psn: 0,
             },
             ext: ExtHeaders {
-                deth: Some(DethRepr {
-                    qkey: 0,
-                    src_qp: 0,
-                }),
+                deth: Some(DethRepr { qkey: 0, src_qp: 0 }),
                 ..ExtHeaders::default()
             },
             payload,
@@ -199,10 +203,14 @@ fn switch(mut r: Input) {
         }
         match op % 4 {
             0 | 1 => {
-                let (Some(in_port), Some(len)) = (r.u8(), r.u16()) else { return };
+                let (Some(in_port), Some(len)) = (r.u8(), r.u16()) else {
+                    return;
+                };
                 let body = r.upto(usize::from(len) % 512);
                 let mut pkt = if op % 4 == 1 {
-                    let (Some(dlid), Some(slid)) = (r.u16(), r.u16()) else { return };
+                    let (Some(dlid), Some(slid)) = (r.u16(), r.u16()) else {
+                        return;
+                    };
                     smp_packet(dlid, slid, body)
                 } else {
                     body.to_vec()
@@ -234,7 +242,9 @@ fn switch(mut r: Input) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     if mode & 1 == 0 {
         sma(Input(rest))
     } else {
