@@ -186,7 +186,7 @@ ln -s /run "$S/var/run"
 # busybox first, applets only where nothing real will be.
 add /usr/bin/busybox
 # Executables of these packages (ELF, or /bin/sh scripts).
-for p in ibverbs-utils perftest rdmacm-utils infiniband-diags pciutils kmod iproute2 strace \
+for p in ibverbs-utils perftest rdmacm-utils infiniband-diags opensm pciutils kmod iproute2 strace \
          iperf3 tcpdump ethtool; do
     for f in $(dpkg -L "$p" | grep -E '/s?bin/[^/]+$'); do
         [ -f "$f" ] || continue

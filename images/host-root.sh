@@ -56,6 +56,8 @@ PACKAGES=(
     # userspace RDMA stack and tools (guest side and host-side builds)
     rdma-core ibverbs-utils ibverbs-providers perftest python3-pyverbs
     rdmacm-utils infiniband-diags libibverbs-dev librdmacm-dev
+    # the subnet manager a guest runs on the native-IB fabric (issue 26)
+    opensm
     # the guest's userland
     busybox-static pciutils kmod iproute2 strace
     # the guest's network tools (RoCE tests and benchmarks: TCP throughput,
