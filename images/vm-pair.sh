@@ -49,6 +49,13 @@
 #                     or bookworm (6.1, its own modules and rdma-core 44;
 #                     vhca.ko built against its headers in its root, the
 #                     provider from its package: --provider-deb is implied)
+#   --subnet MODE     a switched subnet (issue 26): a, b and a third node c
+#                     (a vhca process with no guest, so the subnet has more
+#                     nodes than guests) cabled to ports 1-3 of a 4-port
+#                     `vhca switch` sw0 (LID 100 in static mode), the fabric
+#                     file's `subnet = "MODE"`: sm (the ports wait in Init for
+#                     a subnet manager, e.g. OpenSM in guest A) or static;
+#                     the guests' hook then waits for Init or Active
 #   --provider-deb    install libvhca from the Debian package
 #                     (guest-driver/provider/package.sh --release R) with the
 #                     guest's busybox dpkg (the guests have no apt), instead
@@ -65,7 +72,7 @@ set -euo pipefail
 
 out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0
 ready='local address:|Waiting for client' release=trixie provider_deb=0
-vhca_args=() extra_ov=() fab_top='' node_a_toml='' node_b_toml=''
+vhca_args=() extra_ov=() fab_top='' node_a_toml='' node_b_toml='' subnet=''
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -79,6 +86,8 @@ while [ $# -gt 0 ]; do
         --ready) need "$@"; ready=$2; shift 2;;
         --release) need "$@"; release=$2; shift 2;;
         --provider-deb) provider_deb=1; shift;;
+        --subnet) need "$@"; subnet=$2; shift 2
+            case "$subnet" in sm|static) ;; *) vhca_die "--subnet: sm or static";; esac;;
         --fabric-top) need "$@"; fab_top=$2; shift 2;;
         --node-toml) need "$@"
             case "$2" in
@@ -128,10 +137,14 @@ else
     out=$(realpath "$out")
 fi
 sock_a="$VHCA_RUN/pair-$$-a.sock" sock_b="$VHCA_RUN/pair-$$-b.sock"
+sock_c="$VHCA_RUN/pair-$$-c.sock"
 base=$((20000 + RANDOM % 20000))
 fab_a=$base fab_b=$((base + 1)) net_a=$((base + 2)) net_b=$((base + 3))
+fab_c=$((base + 4)) fab_sw=$((base + 5))   # the switch's ports: fab_sw .. fab_sw + 3
+top=$fab_top
+[ -n "$subnet" ] && top="subnet = \"$subnet\""$'\n'"$fab_top"
 cat >"$out/fabric.toml" <<EOF
-$fab_top
+$top
 
 [[node]]
 name = "a"
@@ -146,6 +159,31 @@ guid = "0x0200000000000a02"
 address = "127.0.0.1:$fab_b"
 $node_b_toml
 EOF
+if [ -n "$subnet" ]; then
+    cat >>"$out/fabric.toml" <<EOF
+[[node]]
+name = "c"
+lid = 3
+guid = "0x0200000000000a03"
+address = "127.0.0.1:$fab_c"
+
+[[switch]]
+name = "sw0"
+guid = "0x0200000000000b00"
+ports = 4
+address = "127.0.0.1:$fab_sw"
+lid = 100
+
+[[link]]
+ends = ["a", "sw0:1"]
+
+[[link]]
+ends = ["b", "sw0:2"]
+
+[[link]]
+ends = ["c", "sw0:3"]
+EOF
+fi
 
 ov="$out/overlay"
 rm -rf "$ov"
@@ -171,13 +209,18 @@ else
     cp "$SO" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
     cp "$PROV/vhca.driver" "$ov/etc/libibverbs.d/vhca.driver"
 fi
+# With --subnet sm a port waits in Init for the SM: the hook waits for that.
+want=ACTIVE
+[ "$subnet" = sm ] && want='INIT|ACTIVE'
+echo "VHCA_HOOK_WANT='$want'" >"$ov/etc/vhca-pair.env"
 cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
 # vm-pair.sh: load the RDMA core, user verbs and vhca; wait for the port.
+. /etc/vhca-pair.env
 modprobe -a ib_core ib_uverbs vhca || echo "vhca-hook: modprobe failed"
 i=0 st=
 while [ $i -lt 200 ]; do
     st=$(cat /sys/class/infiniband/vhca0/ports/1/state 2>/dev/null) || st=
-    case "$st" in *ACTIVE*) break;; esac
+    echo "$st" | grep -Eq "$VHCA_HOOK_WANT" && break
     sleep 0.1
     i=$((i + 1))
 done
@@ -193,7 +236,7 @@ cleanup() {
     local p
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -f "$sock_a" "$sock_b"
+    rm -f "$sock_a" "$sock_b" "$sock_c"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
@@ -206,6 +249,12 @@ start_vhca() { # NODE SOCKET
 }
 start_vhca a "$sock_a"
 start_vhca b "$sock_b"
+if [ -n "$subnet" ]; then
+    start_vhca c "$sock_c"
+    "$bin" switch --fabric "$out/fabric.toml" --switch sw0 --log "$vhca_log" \
+        >"$out/switch-sw0.log" 2>&1 &
+    pids+=($!)
+fi
 for _ in $(seq 100); do [ -S "$sock_a" ] && [ -S "$sock_b" ] && break; sleep 0.1; done
 [ -S "$sock_a" ] && [ -S "$sock_b" ] || vhca_die "vhca did not create its sockets (logs: $out/vhca-*.log)"
 
@@ -245,7 +294,7 @@ if [ "$client_reboot" = 1 ]; then
 else
     wait "$vm_b" || rc_b=$?
 fi
-pids=("${pids[@]:0:2}")   # the VMs are gone; stop the devices
+pids=("${pids[@]:0:$((${#pids[@]} - 2))}")   # the VMs are gone; stop the devices
 cleanup
 pids=()
 
@@ -257,6 +306,6 @@ show() { # NAME LOG
 }
 show "A (server, exit $rc_a)" "$out/console-a.log"
 show "B (client, exit $rc_b)" "$out/console-b.log"
-vhca_log "logs in $out (console-a.log console-b.log vhca-a.log vhca-b.log)"
+vhca_log "logs in $out (console-a.log console-b.log vhca-a.log vhca-b.log${subnet:+ vhca-c.log switch-sw0.log})"
 if [ "$rc_a" != 0 ]; then exit "$rc_a"; fi
 exit "$rc_b"
