@@ -1418,9 +1418,8 @@ fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
     let base = d.qp_in(QpType::Rc, pdn, cqn, None);
     let caps = d.hca.caps;
     type Edit = fn(&mut CreateQpIn);
-    let cases: [(Edit, Status); 16] = [
+    let cases: [(Edit, Status); 15] = [
         (|i| i.qp_type = 9, Status::BadParam),
-        (|i| i.qp_type = QpType::Smi.raw(), Status::NotSupported),
         (|i| i.port = 2, Status::BadParam),
         (|i| i.rsvd1[0] = 1, Status::BadParam),
         (|i| i.cap.max_send_wr = 1 << 20, Status::LimitExceeded),
@@ -1482,6 +1481,13 @@ fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
     let g = d.qp_in(QpType::Gsi, pdn, cqn, None);
     assert_eq!(d.refuse(Opcode::CreateQp, &g).0, Status::Busy);
     assert_eq!(d.hca.qps.len(), 2);
+    // SMI (AD-09): QP 0, once.
+    let s = d.qp_in(QpType::Smi, pdn, cqn, None);
+    let out: CreateQpOut = d.call(Opcode::CreateQp, &s).unwrap();
+    assert_eq!(out.qpn, 0);
+    let s = d.qp_in(QpType::Smi, pdn, cqn, None);
+    assert_eq!(d.refuse(Opcode::CreateQp, &s).0, Status::Busy);
+    assert_eq!(d.hca.qps.len(), 3);
 }
 
 #[test]
