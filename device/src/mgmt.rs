@@ -177,6 +177,66 @@ impl Mgmt {
         &self.counters
     }
 
+    /// Every counter of the management plane and its SMA, named for the
+    /// counter report (`counters_out`, the `mgmt` line / object): this
+    /// module's drops and traffic, the SMA's drops by reason (directed-route
+    /// drops by rule), its error responses, traps and M_Key lease expiries, and
+    /// PortInfo:M_KeyViolations.
+    pub fn counter_pairs(&self) -> Vec<(&'static str, u64)> {
+        use transport::mad::{DrDrop, SmaDrop};
+        let c = &self.counters;
+        let mut v = vec![
+            ("smp_rx", c.smp_rx),
+            ("smp_tx", c.smp_tx),
+            ("smp_to_qp0", c.smp_to_qp0),
+            ("drop_not_smp", c.drop_not_smp),
+            ("drop_bad_dlid", c.drop_bad_dlid),
+            ("drop_no_qp0", c.drop_no_qp0),
+            ("drop_queue_full", c.drop_queue_full),
+            ("drop_unbuildable", c.drop_unbuildable),
+            ("rx_data_not_active", c.rx_data_not_active),
+            ("tx_data_not_active", c.tx_data_not_active),
+            ("sl2vl_refused", c.sl2vl_refused),
+            ("mad_ifc", c.mad_ifc),
+        ];
+        let s = self.sma.counters();
+        for d in SmaDrop::ALL {
+            let name = match d {
+                SmaDrop::Truncated => "sma_drop_truncated",
+                SmaDrop::NotSmp => "sma_drop_not_smp",
+                SmaDrop::BadDrPath => "sma_drop_bad_dr_path",
+                SmaDrop::BadMkey => "sma_drop_bad_mkey",
+                SmaDrop::BadVersion => "sma_drop_bad_version",
+                SmaDrop::NoSm => "sma_drop_no_sm",
+                SmaDrop::UnmatchedRepress => "sma_drop_unmatched_repress",
+                SmaDrop::TrapQueueFull => "sma_drop_trap_queue_full",
+                SmaDrop::NoSmLid => "sma_drop_no_sm_lid",
+            };
+            v.push((name, s.drops(d)));
+        }
+        for d in DrDrop::ALL {
+            let name = match d {
+                DrDrop::HopCountTooLarge => "sma_dr_hop_count_too_large",
+                DrDrop::BadHopPointer => "sma_dr_bad_hop_pointer",
+                DrDrop::WrongPort => "sma_dr_wrong_port",
+                DrDrop::NoSuchPort => "sma_dr_no_such_port",
+                DrDrop::NotPermissive => "sma_dr_not_permissive",
+            };
+            v.push((name, s.dr_drops(d)));
+        }
+        v.extend([
+            ("sma_error_replies", s.error_replies),
+            ("sma_lease_expiries", s.lease_expiries),
+            ("sma_traps_sent", s.traps_sent),
+            ("sma_traps_repressed", s.traps_repressed),
+            (
+                "mkey_violations",
+                u64::from(self.sma.port().info.mkey_violations),
+            ),
+        ]);
+        v
+    }
+
     /// PortInfo:PortState (IBA 14.2.5.6).
     pub fn port_state(&self) -> u8 {
         self.sma.port().info.port_state

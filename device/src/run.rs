@@ -670,6 +670,12 @@ impl Core {
             link: self.hca.port.link().report(),
             net: self.net.as_ref().map(|n| n.to_string()),
             cmdq,
+            mgmt: self
+                .hca
+                .port
+                .mgmt()
+                .map(crate::mgmt::Mgmt::counter_pairs)
+                .unwrap_or_default(),
             // Filled in by `CountersOutput`, which writes the file.
             counters_file: None,
         }

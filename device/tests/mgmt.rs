@@ -528,6 +528,15 @@ fn ad_12_mkey_protected_get_with_a_wrong_key_gets_no_answer_and_a_trap() {
     let s = t.b.port.mgmt().unwrap().sma();
     assert_eq!(s.pending_traps(), 0);
     assert_eq!(s.counters().traps_repressed, 1);
+    // Exported with the device's counters.
+    let pairs = t.b.port.mgmt().unwrap().counter_pairs();
+    for want in [
+        ("sma_drop_bad_mkey", 1),
+        ("mkey_violations", 1),
+        ("sma_traps_repressed", 1),
+    ] {
+        assert!(pairs.contains(&want), "{want:?} in {pairs:?}");
+    }
 }
 
 #[test]
@@ -569,6 +578,14 @@ fn ad_09_nothing_reaches_a_guest_without_qp0_and_vl15_junk_is_counted() {
     assert_eq!(c.drop_not_smp, 1);
     assert_eq!(c.drop_bad_dlid, 1);
     assert_eq!(c.smp_tx, 0, "no answer to either");
+    let pairs = t.b.port.mgmt().unwrap().counter_pairs();
+    for want in [
+        ("drop_no_qp0", 1),
+        ("drop_not_smp", 1),
+        ("drop_bad_dlid", 1),
+    ] {
+        assert!(pairs.contains(&want), "{want:?} in {pairs:?}");
+    }
 }
 
 #[test]
