@@ -75,6 +75,9 @@ pub struct Snapshot {
     pub net: Option<String>,
     /// The command queue's split (name, value).
     pub cmdq: Vec<(&'static str, u64)>,
+    /// The management plane's counters (`mgmt::Mgmt::counter_pairs`): empty on a
+    /// port without an SMA (RoCE), and then not reported.
+    pub mgmt: Vec<(&'static str, u64)>,
     /// The counters file's rewrites (`--counters-file`; set by
     /// `CountersOutput`, which writes it).
     pub counters_file: Option<FileCounters>,
@@ -210,6 +213,10 @@ impl Snapshot {
         let cmdq: Vec<String> = self.cmdq.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         let _ = writeln!(s, "cmdq: CmdStats {{ {} }}", cmdq.join(", "));
         let _ = write!(s, "hca: {:?}", self.hca);
+        if !self.mgmt.is_empty() {
+            let m: Vec<String> = self.mgmt.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = write!(s, "\nmgmt: {}", m.join(" "));
+        }
         if let Some(f) = &self.counters_file {
             let _ = write!(
                 s,
@@ -264,6 +271,10 @@ impl Snapshot {
         }
         s.push_str(",\"cmdq\":");
         json_object(&mut s, self.cmdq.iter().copied());
+        if !self.mgmt.is_empty() {
+            s.push_str(",\"mgmt\":");
+            json_object(&mut s, self.mgmt.iter().copied());
+        }
         if let Some(f) = &self.counters_file {
             s.push_str(",\"counters_file\":");
             json_object(
@@ -647,6 +658,24 @@ mod tests {
             assert!(j.contains(key), "{key} not in {j}");
         }
         assert!(!j.contains('\n'));
+    }
+
+    #[test]
+    fn the_management_planes_counters_are_reported_when_there_is_one() {
+        let s = Snapshot {
+            mgmt: vec![("smp_rx", 3), ("sma_drop_bad_mkey", 1)],
+            ..Snapshot::default()
+        };
+        assert!(s
+            .json()
+            .contains(",\"mgmt\":{\"smp_rx\":3,\"sma_drop_bad_mkey\":1}"));
+        let t = s.text();
+        assert_eq!(t.lines().last(), Some("mgmt: smp_rx 3 sma_drop_bad_mkey 1"));
+        // The line parses as the other counter lines do.
+        assert_eq!(
+            parse_counter_line("smp_rx 3 sma_drop_bad_mkey 1").map(|p| p.len()),
+            Some(2)
+        );
     }
 
     #[test]

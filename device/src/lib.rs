@@ -29,6 +29,7 @@ pub mod datapath;
 pub mod fabric;
 pub mod glue;
 pub mod hca;
+pub mod mgmt;
 pub mod net;
 mod panic_text;
 pub mod port;

@@ -15,6 +15,7 @@ use transport::memory::Memory;
 use transport::verbs::Time;
 
 use crate::fabric::{Link, LinkError, MAX_PACKET_LEN};
+use crate::mgmt::Mgmt;
 
 /// Packets moved per direction in one [`Port::run_once`] at most, so that a
 /// flood in one direction cannot starve the other or the guest's doorbells.
@@ -44,6 +45,9 @@ pub struct Port {
     counters: PortCounters,
     /// The port's state as last seen on the link (AE-01; QUERY_PORT).
     up: bool,
+    /// The management plane of an InfiniBand port (its SMA, `mgmt`); a RoCE
+    /// port has none (no QP0, IBA A17.2).
+    mgmt: Option<Mgmt>,
 }
 
 /// Where packets start in the transmit buffer: payloads then sit 16-byte aligned
@@ -62,14 +66,48 @@ impl Port {
             tx: vec![0; MAX_PACKET_LEN + TX_OFFSET].into_boxed_slice(),
             counters: PortCounters::default(),
             up: true,
+            mgmt: None,
         }
     }
 
+    /// A port with a management plane (an InfiniBand port's SMA): the SM's
+    /// values and port state rule from now on.
+    pub fn with_mgmt(engine: Engine, link: Box<dyn Link + Send>, mgmt: Mgmt) -> Port {
+        let mut p = Port::new(engine, link);
+        p.mgmt = Some(mgmt);
+        p
+    }
+
     /// Replaces the engine (device reset, a new client): every QP, CQ and MR of
-    /// the old one is gone; the link stays.
+    /// the old one is gone; the link stays, and so does what the SM set.
     pub fn set_engine(&mut self, engine: Engine) {
         self.engine = engine;
+        if let Some(m) = &self.mgmt {
+            m.restore(&mut self.engine);
+        }
         self.link.clear();
+    }
+
+    /// The management plane, if the port has one.
+    pub fn mgmt(&self) -> Option<&Mgmt> {
+        self.mgmt.as_ref()
+    }
+
+    /// The next port event for the guest (LID, P_Key, SM, GID changes, client
+    /// reregister), from the SMA.
+    pub fn poll_port_event(&mut self) -> Option<crate::mgmt::PortEvent> {
+        self.mgmt.as_mut()?.poll_event()
+    }
+
+    /// MAD_IFC: the guest's MAD layer hands the SMA a MAD; `None` without one.
+    pub fn mad_ifc(
+        &mut self,
+        mad: &[u8; transport::mad::MAD_LEN],
+        slid: u16,
+        now: Duration,
+    ) -> Option<crate::mgmt::MadIfcResult> {
+        let m = self.mgmt.as_mut()?;
+        Some(m.mad_ifc(mad, slid, to_time(now), &mut self.engine))
     }
 
     pub fn engine(&self) -> &Engine {
@@ -105,10 +143,12 @@ impl Port {
             .engine
             .poll_timeout()
             .map(|t| Duration::from_nanos(t.0));
-        match (e, self.link.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let m = self
+            .mgmt
+            .as_ref()
+            .and_then(Mgmt::poll_timeout)
+            .map(|t| Duration::from_nanos(t.0));
+        [e, self.link.poll_timeout(), m].into_iter().flatten().min()
     }
 
     /// One round as of `now`: due timers, then up to [`BUDGET`] received packets
@@ -119,17 +159,33 @@ impl Port {
         if let Err(e) = self.link.handle_timeout(now) {
             self.link_error("timeout", &e);
         }
-        self.follow_link();
+        self.follow_link(now);
         if self.engine.poll_timeout().is_some_and(|d| d <= t) {
             self.engine.handle_timeout(t);
         }
+        if let Some(m) = &mut self.mgmt {
+            if m.poll_timeout().is_some_and(|d| d <= t) {
+                m.handle_timeout(t, &mut self.engine);
+            }
+        }
         // Received packets go from the link's receive buffers to the engine as
         // lent slices: no copy between the kernel and the engine (ARCHITECTURE.md
-        // §2, "A received packet").
+        // §2, "A received packet"). On an InfiniBand port VL15 goes to the SMA
+        // first (`mgmt`), and data packets pass only while the SM lets them.
         let engine = &mut self.engine;
+        let mgmt = &mut self.mgmt;
         let mut moved = 0;
         let got = self.link.recv_batch(now, BUDGET, &mut |r| {
             moved += 1;
+            if let Some(m) = mgmt.as_mut() {
+                let vl = r.packet.first().map_or(0, |b| b >> 4);
+                if vl == transport::engine::VL15 {
+                    return m.on_vl15(r.packet, t, engine);
+                }
+                if !m.data_packet_received(t, engine) {
+                    return;
+                }
+            }
             engine.handle_packet_from(r.packet, r.src_lid, mem, t)
         });
         // Counted as delivered, also when the link failed after some.
@@ -137,9 +193,31 @@ impl Port {
         if let Err(e) = got {
             self.link_error("receive", &e);
         }
+        // SMPs for the guest's SM or agents, through its QP0 (`mgmt`).
+        if let Some(m) = &mut self.mgmt {
+            while let Some(p) = m.poll_qp0() {
+                self.engine.handle_packet(&p, mem, t);
+            }
+        }
         // The round's packets go to the link as one batch (on UDP one
         // sendmmsg, a GSO send per run of same-size packets; issue 12).
         self.link.begin_sends();
+        let mut smps = 0;
+        while let Some(p) = self
+            .mgmt
+            .as_mut()
+            .and_then(|m| m.poll_wire(t, &self.engine))
+        {
+            moved += 1;
+            smps += 1;
+            self.counters.tx_packets += 1;
+            if let Err(e) = self.link.send(now, &p) {
+                self.link_error("send", &e);
+            }
+            if smps >= BUDGET {
+                break;
+            }
+        }
         for _ in 0..BUDGET {
             // Built in the link's own buffer where it lends one (UDP: queued
             // as built, no copy), else in the port's.
@@ -151,6 +229,15 @@ impl Port {
                 break;
             };
             moved += 1;
+            if let Some(m) = self.mgmt.as_mut() {
+                // IBA 7.2: only an Active port sends data packets; SMPs (VL15)
+                // go in every state with the link up.
+                let vl = buf.first().map_or(0, |b| b >> 4);
+                if vl != transport::engine::VL15 && !m.sends_data() {
+                    m.count_tx_not_active();
+                    continue;
+                }
+            }
             self.counters.tx_packets += 1;
             let sent = if lent {
                 self.link.send_from_buffer(now, len)
@@ -178,7 +265,7 @@ impl Port {
 
     /// AE-01: a change of the link's state becomes the port's, and a port
     /// active or port error event for the driver.
-    fn follow_link(&mut self) {
+    fn follow_link(&mut self, now: Duration) {
         let up = self.link.is_up();
         if up == self.up {
             return;
@@ -186,12 +273,16 @@ impl Port {
         self.up = up;
         if up {
             self.counters.link_up += 1;
-            log::info!("port: link up: port active");
+            log::info!("port: link up");
         } else {
             self.counters.link_down += 1;
-            log::warn!("port: link down: port error");
+            log::warn!("port: link down");
         }
-        self.engine.port_changed(up);
+        match &mut self.mgmt {
+            // The SMA's port state machine decides what the guest hears.
+            Some(m) => m.link_changed(up, to_time(now), &mut self.engine),
+            None => self.engine.port_changed(up),
+        }
     }
 
     fn link_error(&mut self, what: &str, e: &LinkError) {

@@ -670,6 +670,12 @@ impl Core {
             link: self.hca.port.link().report(),
             net: self.net.as_ref().map(|n| n.to_string()),
             cmdq,
+            mgmt: self
+                .hca
+                .port
+                .mgmt()
+                .map(crate::mgmt::Mgmt::counter_pairs)
+                .unwrap_or_default(),
             // Filled in by `CountersOutput`, which writes the file.
             counters_file: None,
         }
@@ -824,7 +830,17 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         config.mem_budget >> 20
     );
     let engine = Engine::new(port_config.clone(), limits);
-    let port = Port::new(engine, link);
+    let port = match &config.mode {
+        // Issue 26: an InfiniBand port has its SMA (`mgmt`); the fabric file's
+        // `subnet` says whether it comes up by itself or waits for an SM.
+        FabricMode::IbUdp { fabric, node, .. } => {
+            let mode = fabric.subnet();
+            log::info!("subnet: {mode:?} (the device's SMA answers on QP0)");
+            let mgmt = crate::mgmt::Mgmt::new(&port_config, &node.name, mode);
+            Port::with_mgmt(engine, link, mgmt)
+        }
+        FabricMode::Roce { .. } => Port::new(engine, link),
+    };
     let function = function(&caps)?;
     let mut server = pci::Server::bind(&config.socket, function)?;
     let handle = server.handle();

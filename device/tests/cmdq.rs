@@ -9,13 +9,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use device::abi::bar0::{dev_cap, CtxStatus, CtxTable, Fatal};
 use device::abi::cmd::{
-    cmd_flags, cmd_owner, pbl_const, reg_mr_flags, rereg, AllocMwIn, AllocMwOut, AllocPdOut, Cmd,
-    CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut, CreateSrqIn,
-    CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn, DestroyQpIn,
-    DestroySrqIn, DeviceAttr, ModifyQpIn, ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap,
-    QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut,
-    RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut, ResizeSrqIn, ResizeSrqOut, SetGidIn,
-    Status,
+    cmd_flags, cmd_owner, mad_ifc_flag, pbl_const, reg_mr_flags, rereg, AllocMwIn, AllocMwOut,
+    AllocPdOut, Cmd, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut,
+    CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn,
+    DestroyQpIn, DestroySrqIn, DeviceAttr, MadIfcIn, MadIfcOut, ModifyQpIn, ModifySrqIn, Opcode,
+    Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn,
+    QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut,
+    ResizeSrqIn, ResizeSrqOut, SetGidIn, Status,
 };
 use device::abi::context::{ctx_flags, CqContext, EqContext, MrContext, QpContext, SrqContext};
 use device::abi::counters::CounterSet;
@@ -63,10 +63,11 @@ fn port() -> Port {
     };
     let fabric = FabricFile::from_nodes(vec![node]).unwrap();
     let link = UdpLink::from_socket(&fabric, "a", sock).unwrap();
-    Port::new(
-        Engine::new(PortConfig::new(LID, GUID), Limits::default()),
-        Box::new(link),
-    )
+    let cfg = PortConfig::new(LID, GUID);
+    // Static subnet, as the fabric file's default: the port is Active with its
+    // LID and its SMA answers MAD_IFC (issue 26).
+    let mgmt = device::mgmt::Mgmt::new(&cfg, "a", device::mgmt::SubnetMode::Static);
+    Port::with_mgmt(Engine::new(cfg, Limits::default()), Box::new(link), mgmt)
 }
 
 fn bytes<T: Field>(v: &T) -> Vec<u8> {
@@ -1418,9 +1419,8 @@ fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
     let base = d.qp_in(QpType::Rc, pdn, cqn, None);
     let caps = d.hca.caps;
     type Edit = fn(&mut CreateQpIn);
-    let cases: [(Edit, Status); 16] = [
+    let cases: [(Edit, Status); 15] = [
         (|i| i.qp_type = 9, Status::BadParam),
-        (|i| i.qp_type = QpType::Smi.raw(), Status::NotSupported),
         (|i| i.port = 2, Status::BadParam),
         (|i| i.rsvd1[0] = 1, Status::BadParam),
         (|i| i.cap.max_send_wr = 1 << 20, Status::LimitExceeded),
@@ -1482,6 +1482,13 @@ fn create_qp_checks_sizes_and_strides_and_leaves_nothing_on_failure() {
     let g = d.qp_in(QpType::Gsi, pdn, cqn, None);
     assert_eq!(d.refuse(Opcode::CreateQp, &g).0, Status::Busy);
     assert_eq!(d.hca.qps.len(), 2);
+    // SMI (AD-09): QP 0, once.
+    let s = d.qp_in(QpType::Smi, pdn, cqn, None);
+    let out: CreateQpOut = d.call(Opcode::CreateQp, &s).unwrap();
+    assert_eq!(out.qpn, 0);
+    let s = d.qp_in(QpType::Smi, pdn, cqn, None);
+    assert_eq!(d.refuse(Opcode::CreateQp, &s).0, Status::Busy);
+    assert_eq!(d.hca.qps.len(), 3);
 }
 
 #[test]
@@ -2729,8 +2736,45 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
                 gid,
             })
         }
-        // Any 272 bytes: the MAD's own checks are the SMA's.
-        Opcode::MadIfc => r.bytes(272),
+        // Mostly an SMP request the SMA answers (a Get or Set of a known
+        // attribute, LID-routed or hop-count-0 directed route), sometimes any
+        // 256 bytes: the MAD's own checks are the SMA's.
+        Opcode::MadIfc => {
+            let mut mad = [0u8; 256];
+            if r.chance(80) {
+                const ATTRS: [u16; 8] = [0x10, 0x11, 0x14, 0x15, 0x16, 0x17, 0x18, 0x20];
+                let mut smp = transport::mad::SmpRepr {
+                    base_version: 1,
+                    class_version: 1,
+                    method: if r.chance(70) { 0x01 } else { 0x02 },
+                    status: 0,
+                    tid: r.next(),
+                    attr_id: ATTRS[r.below(8) as usize],
+                    attr_mod: r.below(4) as u32,
+                    mkey: 0,
+                    route: transport::mad::SmpRoute::Lid,
+                    data: [0; 64],
+                };
+                for b in smp.data.iter_mut() {
+                    *b = r.next() as u8;
+                }
+                if r.chance(50) {
+                    let mut d = transport::mad::DrFields::outgoing(&[]).unwrap();
+                    d.hop_ptr = 1;
+                    smp.route = transport::mad::SmpRoute::Directed(d);
+                }
+                mad = smp.to_bytes();
+            } else {
+                mad.copy_from_slice(&r.bytes(256));
+            }
+            bytes(&MadIfcIn {
+                port: 1,
+                rsvd0: 0,
+                slid: r.next() as u16,
+                rsvd1: [0; 12],
+                mad,
+            })
+        }
     }
 }
 
@@ -2839,12 +2883,7 @@ fn random_commands_never_panic_and_leave_the_device_usable() {
     // attachment, about ten times), and most statuses occurred.
     // SET_GID is for RoCE ports; this device's port is InfiniBand
     // (`set_gid_mirrors_the_roce_gid_table` covers it).
-    // MAD_IFC: not wired to the SMA yet (issue 26); this exclusion goes
-    // when it is.
-    for op in Opcode::ALL
-        .iter()
-        .filter(|&&op| op != Opcode::SetGid && op != Opcode::MadIfc)
-    {
+    for op in Opcode::ALL.iter().filter(|&&op| op != Opcode::SetGid) {
         assert!(ok_by_op.get(&op.raw()).is_some_and(|&n| n >= 5), "{op:?}");
     }
     assert!(!ok_by_op.contains_key(&Opcode::SetGid.raw()));
@@ -2864,4 +2903,200 @@ fn random_commands_never_panic_and_leave_the_device_usable() {
     let qpn = d.call::<_, CreateQpOut>(Opcode::CreateQp, &qi).unwrap().qpn;
     d.connect_rc(qpn, qpn).unwrap();
     assert_eq!(d.state(qpn), QpState::Rts);
+}
+
+// ---------------------------------------------------------------- MAD_IFC
+
+/// A hop-count-0 directed-route SMP from the local SM, as ib_core hands it to
+/// `process_mad` (`handle_outgoing_dr_smp` after `smi_handle_dr_smp_send`:
+/// C14-9:3 moved the hop pointer to 1).
+fn local_dr_smp(m: u8, attr: u16, data: [u8; 64]) -> [u8; 256] {
+    use transport::mad::dr::{hca_send, HcaSend};
+    let mut d = transport::mad::DrFields::outgoing(&[]).unwrap();
+    assert_eq!(hca_send(&mut d, 1), Ok(HcaSend::Local));
+    transport::mad::SmpRepr {
+        base_version: 1,
+        class_version: 1,
+        method: m,
+        status: 0,
+        tid: 0x1234,
+        attr_id: attr,
+        attr_mod: 0,
+        mkey: 0,
+        route: transport::mad::SmpRoute::Directed(d),
+        data,
+    }
+    .to_bytes()
+}
+
+fn mad_ifc(d: &mut Dev, mad: [u8; 256]) -> MadIfcOut {
+    let i = MadIfcIn {
+        port: 1,
+        rsvd0: 0,
+        slid: 0xffff,
+        rsvd1: [0; 12],
+        mad,
+    };
+    d.call(Opcode::MadIfc, &i).unwrap()
+}
+
+fn parse_smp(b: &[u8; 256]) -> transport::mad::SmpRepr {
+    let v = transport::mad::Smp::new_checked(&b[..]).unwrap();
+    transport::mad::SmpRepr::parse(&v).unwrap()
+}
+
+#[test]
+fn ad_09_mad_ifc_hop_count_0_dr_get_nodeinfo_returns_reply_with_the_nodes_values() {
+    use transport::mad::{attr::NodeInfoRepr, attr_id, method, SmpRoute};
+    let mut d = Dev::new();
+    let out = mad_ifc(
+        &mut d,
+        local_dr_smp(method::GET, attr_id::NODE_INFO, [0; 64]),
+    );
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    let r = parse_smp(&out.mad);
+    assert_eq!((r.method, r.status, r.tid), (method::GET_RESP, 0, 0x1234));
+    let ni = NodeInfoRepr::parse(&r.data).unwrap();
+    assert_eq!(
+        (ni.node_guid, ni.port_guid, ni.node_type, ni.num_ports),
+        (GUID, GUID, 1, 1)
+    );
+    // The response is the SM's: D set, the hop pointer back at 0 (C14-13:3).
+    let SmpRoute::Directed(dr) = r.route else {
+        panic!("{r:?}")
+    };
+    assert!(dr.direction);
+    assert_eq!((dr.hop_ptr, dr.hop_cnt), (0, 0));
+    // PortInfo: the fabric file's LID, Active (static subnet).
+    let out = mad_ifc(
+        &mut d,
+        local_dr_smp(method::GET, attr_id::PORT_INFO, [0; 64]),
+    );
+    let pi = transport::mad::PortInfoRepr::parse(&parse_smp(&out.mad).data).unwrap();
+    assert_eq!((pi.lid, pi.port_state), (LID, 4));
+}
+
+#[test]
+fn ad_09_mad_ifc_flags_consumed_and_not_handled() {
+    use transport::mad::{attr_id, method};
+    let mut d = Dev::new();
+    // A TrapRepress the SMA takes without an answer.
+    let out = mad_ifc(
+        &mut d,
+        local_dr_smp(method::TRAP_REPRESS, attr_id::NOTICE, [0; 64]),
+    );
+    assert_eq!(out.flags, mad_ifc_flag::CONSUMED);
+    // A response, and a MAD of another class (PerfMgt, 0x04): ib_core's own.
+    let mut resp = local_dr_smp(method::GET, attr_id::NODE_INFO, [0; 64]);
+    resp[3] = method::GET_RESP;
+    assert_eq!(mad_ifc(&mut d, resp).flags, 0);
+    let mut pma = [0u8; 256];
+    pma[..4].copy_from_slice(&[1, 0x04, 1, method::GET]);
+    assert_eq!(mad_ifc(&mut d, pma).flags, 0);
+    // A bad port or reserved bytes are refused before the SMA.
+    let i = MadIfcIn {
+        port: 2,
+        rsvd0: 0,
+        slid: 0,
+        rsvd1: [0; 12],
+        mad: pma,
+    };
+    assert_eq!(d.refuse(Opcode::MadIfc, &i).0, Status::BadParam);
+    let i = MadIfcIn {
+        port: 1,
+        rsvd1: [1; 12],
+        ..i
+    };
+    assert_eq!(d.refuse(Opcode::MadIfc, &i).0, Status::BadParam);
+    assert_eq!(d.hca.port.mgmt().unwrap().counters().mad_ifc, 3);
+}
+
+#[test]
+fn ad_09_local_sm_sets_its_port_query_port_reports_it_and_eqes_follow() {
+    use device::abi::cqe::{Eqe, EqeType};
+    use transport::mad::{attr_id, method, PortInfoRepr};
+    let mut d = Dev::new();
+    let out = mad_ifc(
+        &mut d,
+        local_dr_smp(method::GET, attr_id::PORT_INFO, [0; 64]),
+    );
+    let mut pi = PortInfoRepr::parse(&parse_smp(&out.mad).data).unwrap();
+    // The SM on this node takes the port over: LID 0x33 (LMC 1), itself as SM at
+    // SL 2, a new P_Key in entry 0 follows through P_KeyTable below.
+    pi.lid = 0x33;
+    pi.lmc = 1;
+    pi.master_sm_lid = 0x33;
+    pi.master_sm_sl = 2;
+    pi.client_reregister = true;
+    pi.port_state = 0;
+    pi.port_physical_state = 0;
+    let mut data = [0u8; 64];
+    pi.emit(&mut data).unwrap();
+    let out = mad_ifc(&mut d, local_dr_smp(method::SET, attr_id::PORT_INFO, data));
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    assert_eq!(parse_smp(&out.mad).status, 0);
+    let mut pk = [0u8; 64];
+    pk[..2].copy_from_slice(&0x8001u16.to_be_bytes());
+    let out = mad_ifc(&mut d, local_dr_smp(method::SET, attr_id::P_KEY_TABLE, pk));
+    assert_eq!(parse_smp(&out.mad).status, 0);
+    let q = QueryPortIn {
+        port: 1,
+        rsvd: [0; 3],
+    };
+    let p: PortAttr = d.call(Opcode::QueryPort, &q).unwrap();
+    assert_eq!(
+        (p.lid, p.lmc, p.sm_lid, p.sm_sl, p.state, p.pkeys[0]),
+        (0x33, 1, 0x33, 2, 4, 0x8001)
+    );
+    // The data path raises the events on EQ 0, object = port 1.
+    d.hca.run_once(&mut d.mem, &d.db, &NoIrq, now());
+    let mut kinds = Vec::new();
+    for k in 0..64u64 {
+        let mut b = [0u8; 16];
+        d.mem.read(EQ0_RING + 16 * k, &mut b).unwrap();
+        let e = Eqe::from_bytes(&b);
+        if e.object == 1 && e.kind >= EqeType::PortActive.raw() {
+            kinds.push(e.kind);
+        }
+    }
+    for want in [
+        EqeType::LidChange,
+        EqeType::SmChange,
+        EqeType::ClientReregister,
+        EqeType::PkeyChange,
+    ] {
+        assert!(kinds.contains(&want.raw()), "{want:?} in {kinds:?}");
+    }
+    // The engine takes packets for the new LIDs now.
+    assert_eq!(d.hca.port.engine().port().lid, 0x33);
+    assert_eq!(d.hca.port.engine().port().pkeys[0], 0x8001);
+}
+
+#[test]
+fn ad_12_hostile_mad_ifc_inputs_never_panic() {
+    // Every byte of the MAD random (and then mostly an SMP class, so the SMA's
+    // deeper checks run): always a completed command, never a panic.
+    let mut d = Dev::new();
+    let mut r = Rng(0x5eed_0026);
+    for k in 0..20_000u32 {
+        let mut mad = [0u8; 256];
+        mad.copy_from_slice(&r.bytes(256));
+        if k % 2 == 0 {
+            mad[0] = 1;
+            mad[1] = if r.chance(50) { 0x01 } else { 0x81 };
+            mad[2] = 1;
+        }
+        let out = mad_ifc(&mut d, mad);
+        assert!(out.flags <= mad_ifc_flag::CONSUMED, "{}", out.flags);
+    }
+    let p: PortAttr = d
+        .call(
+            Opcode::QueryPort,
+            &QueryPortIn {
+                port: 1,
+                rsvd: [0; 3],
+            },
+        )
+        .unwrap();
+    assert!(p.state <= 4);
 }

@@ -263,3 +263,23 @@ fn fabric_file_section6_programmatic_is_validated_alike() {
         Err(FabricFileError::Empty { .. })
     ));
 }
+
+/// Issue 26: `subnet` picks who brings the ports up (static by default).
+#[test]
+fn fabric_file_section6_subnet_mode_static_or_sm() {
+    use device::mgmt::SubnetMode;
+    let f = FabricFile::parse("fab.toml", GOOD).unwrap();
+    assert_eq!(f.subnet(), SubnetMode::Static);
+    let f = FabricFile::parse("fab.toml", &format!("subnet = \"sm\"\n{GOOD}")).unwrap();
+    assert_eq!(f.subnet(), SubnetMode::Sm);
+    let f = FabricFile::parse("fab.toml", &format!("subnet = \"static\"\n{GOOD}")).unwrap();
+    assert_eq!(f.subnet(), SubnetMode::Static);
+    for bad in ["\"opensm\"", "1", "[\"sm\"]"] {
+        let e = err(&format!("subnet = {bad}\n{GOOD}"));
+        assert!(matches!(&e, FabricFileError::BadSubnet { .. }), "{e}");
+        assert!(
+            e.to_string().contains("\"static\" or") || e.to_string().contains("nor \"sm\""),
+            "{e}"
+        );
+    }
+}

@@ -67,9 +67,12 @@ fn counters_of_a_running_device_read_from_its_counters_file_and_json_log() {
         "device",
         "link",
         "cmdq",
+        // Issue 26: the port's SMA and QP0 path (`device::mgmt`).
+        "mgmt",
     ] {
         assert!(before[set].is_object(), "no {set} in {before}");
     }
+    assert_eq!(n(&before, "mgmt", "sma_drop_bad_mkey"), 0);
     assert_eq!(n(&before, "port_set", "tx_packets"), 0);
     assert!(before["link"]["udp"].is_object(), "{before}");
     let t0 = before["time"].as_f64().expect("time");

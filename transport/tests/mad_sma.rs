@@ -513,9 +513,19 @@ fn ad_09_sminfo_and_responses_go_to_the_nodes_sm() {
         (r[3], status_of(&r)),
         (method::GET_RESP, status::UNSUPPORTED_METHOD_ATTR)
     );
+    // A response reaches QP0 without IsSM (the answer to ibnetdiscover's or
+    // smpquery's request), and so does a trap (the device cannot see IsSM set).
     let resp = smp(method::GET_RESP, attr_id::NODE_INFO, 0, 0, [7; 64]);
-    assert_eq!(s.handle_mad(&resp.to_bytes(), &CTX, T0), SmaOutput::Nothing);
-    assert_eq!(s.counters().drops(SmaDrop::NoSm), 1);
+    assert_eq!(
+        s.handle_mad(&resp.to_bytes(), &CTX, T0),
+        SmaOutput::ToSm(Box::new(resp.to_bytes()))
+    );
+    let trap = smp(method::TRAP, attr_id::NOTICE, 0, 0, [0; 64]);
+    assert_eq!(
+        s.handle_mad(&trap.to_bytes(), &CTX, T0),
+        SmaOutput::ToSm(Box::new(trap.to_bytes()))
+    );
+    assert_eq!(s.counters().drops(SmaDrop::NoSm), 0);
     let mask = s.port().info.capability_mask | cap::IS_SM;
     s.set_capability_mask(mask);
     match s.handle_mad(&req.to_bytes(), &CTX, T0) {

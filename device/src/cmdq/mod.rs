@@ -44,7 +44,7 @@ use cq::{create_cq, create_eq, destroy_cq, destroy_eq, resize_cq};
 use mcast::{attach_mcast, detach_mcast};
 use mr::{alloc_mw, alloc_pd, dealloc_mw, dealloc_pd, dereg_mr, reg_mr, rereg_mr};
 pub use port::device_counters;
-use port::{query_counters, query_device, query_port, set_gid};
+use port::{mad_ifc, query_counters, query_device, query_port, set_gid};
 use qp::{create_qp, destroy_qp, modify_qp, query_qp};
 use srq::{create_srq, destroy_srq, modify_srq, query_srq, resize_srq};
 pub use staged::{Prepared, Ticket};
@@ -861,7 +861,7 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::AllocMw => run(x, alloc_mw),
         Opcode::DeallocMw => run_in(x, dealloc_mw),
         Opcode::SetGid => run_in(x, set_gid),
-        Opcode::MadIfc => Err(fail(Status::NotSupported, Syndrome::Opcode)),
+        Opcode::MadIfc => run(x, mad_ifc),
         Opcode::AttachMcast => run_in(x, attach_mcast),
         Opcode::DetachMcast => run_in(x, detach_mcast),
         Opcode::AllocXrcd => run_out(x, xrc::alloc_xrcd),

@@ -4,12 +4,13 @@
 use transport::engine::LinkLayer;
 
 use crate::abi::cmd::{
-    pbl_const, DeviceAttr, GidType, PortAttr, QueryCountersIn, QueryCountersOut, QueryPortIn,
-    SetGidIn, Status,
+    mad_ifc_flag, pbl_const, DeviceAttr, GidType, MadIfcIn, MadIfcOut, PortAttr, QueryCountersIn,
+    QueryCountersOut, QueryPortIn, SetGidIn, Status,
 };
 use crate::abi::counters::CounterSet;
 use crate::abi::ident::ident;
 use crate::abi::verbs::{num, AtomicCap, PortState};
+use crate::mgmt::MadIfcResult;
 
 use super::{check_port, fail, reserved, Exec, Fail, Syndrome};
 
@@ -90,6 +91,22 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
     check_port(i.port)?;
     reserved(i.rsvd == [0; 3])?;
     let up = x.hca.port.is_up();
+    // AE-01: the link's state, or on an InfiniBand port the SMA's (the SM's
+    // values: issue 26; IBA 14.2.5.6 PortState and PortPhysicalState have the
+    // verbs' numbers).
+    let (state, phys_state, sm_lid, sm_sl) = match x.hca.port.mgmt() {
+        Some(m) => {
+            let pi = m.sma().port().info;
+            (
+                pi.port_state,
+                pi.port_physical_state,
+                pi.master_sm_lid,
+                pi.master_sm_sl,
+            )
+        }
+        None if up => (PortState::Active.raw(), PHYS_STATE_LINK_UP, 0, 0),
+        None => (PortState::Down.raw(), PHYS_STATE_POLLING, 0, 0),
+    };
     let p = x.hca.port.engine().port();
     let mut out = PortAttr::default();
     let n = p.pkeys.len().min(out.pkeys.len());
@@ -103,26 +120,18 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
         gid_prefix: p.gid_prefix,
         gid0: p.gid(),
         max_msg_sz: u32::try_from(transport::engine::MAX_MSG_SIZE).unwrap_or(u32::MAX),
+        // The fabric file's or, once an SM set them, the SM's (the engine
+        // applies what the SMA holds, `mgmt`).
         lid: p.lid,
-        // No subnet manager: LIDs come from the fabric file (ARCHITECTURE.md §6).
-        sm_lid: 0,
+        sm_lid,
         pkey_tbl_len: n as u16,
         gid_tbl_len,
-        // AE-01: the link's state (`port::Port::is_up`).
-        state: if up {
-            PortState::Active.raw()
-        } else {
-            PortState::Down.raw()
-        },
-        phys_state: if up {
-            PHYS_STATE_LINK_UP
-        } else {
-            PHYS_STATE_POLLING
-        },
+        state,
+        phys_state,
         max_mtu: p.max_mtu as u8,
         active_mtu: p.max_mtu as u8,
         lmc: p.lmc,
-        sm_sl: 0,
+        sm_sl,
         link_layer,
         active_width: ACTIVE_WIDTH,
         active_speed: ACTIVE_SPEED,
@@ -136,6 +145,29 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
         mac,
         ..out
     })
+}
+
+/// MAD_IFC (issue 26 item 2; AD-09): the guest's MAD layer hands the device's SMA
+/// one MAD, as mlx4/mlx5 `process_mad` hand theirs to firmware (`mgmt::Mgmt::mad_ifc`
+/// says what comes back). `NotSupported` on a port with no SMA (RoCE).
+pub(super) fn mad_ifc(x: &mut Exec<'_>, i: MadIfcIn) -> Result<MadIfcOut, Fail> {
+    check_port(i.port)?;
+    reserved(i.rsvd0 == 0 && i.rsvd1 == [0; 12])?;
+    let r = x
+        .hca
+        .port
+        .mad_ifc(&i.mad, i.slid, x.now)
+        .ok_or(fail(Status::NotSupported, Syndrome::Unsupported))?;
+    let mut out = MadIfcOut::default();
+    match r {
+        MadIfcResult::NotHandled => {}
+        MadIfcResult::Consumed => out.flags = mad_ifc_flag::CONSUMED,
+        MadIfcResult::Reply(mad) => {
+            out.flags = mad_ifc_flag::REPLY;
+            out.mad = *mad;
+        }
+    }
+    Ok(out)
 }
 
 /// SET_GID: one entry of a RoCE port's GID table (WF-10). All or nothing: the

@@ -54,9 +54,8 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
         }
         QpType::Rc => tv::QpType::Rc,
         QpType::Uc => tv::QpType::Uc,
-        QpType::Ud | QpType::Gsi => tv::QpType::Ud,
-        // QP 0: no subnet management agent (AD-09).
-        QpType::Smi => return Err(fail(Status::NotSupported, Syndrome::QpType)),
+        // QP 0 (AD-09): the engine numbers it 0 (`Engine::create_smi_qp`).
+        QpType::Ud | QpType::Gsi | QpType::Smi => tv::QpType::Ud,
     };
     check_port(i.port)?;
     pd_exists(x, i.pdn)?;
@@ -149,6 +148,7 @@ pub(super) fn create_qp(x: &mut Exec<'_>, i: CreateQpIn) -> Result<CreateQpOut, 
     };
     let qpn = match qp_type {
         QpType::Gsi => x.engine().create_gsi_qp(init)?,
+        QpType::Smi => x.engine().create_smi_qp(init)?,
         QpType::Rd => super::rd::create_qp(x, &init, i.xrcdn)?,
         _ => x.engine().create_qp(init)?,
     };

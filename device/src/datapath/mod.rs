@@ -661,6 +661,20 @@ impl Hca {
                 n += 1;
             }
         }
+        // What the SM changed on the port (`mgmt`), object = port 1.
+        while let Some(ev) = self.port.poll_port_event() {
+            use crate::mgmt::PortEvent;
+            let kind = match ev {
+                PortEvent::LidChange => abi::cqe::EqeType::LidChange,
+                PortEvent::PkeyChange => abi::cqe::EqeType::PkeyChange,
+                PortEvent::SmChange => abi::cqe::EqeType::SmChange,
+                PortEvent::ClientReregister => abi::cqe::EqeType::ClientReregister,
+                PortEvent::GidChange => abi::cqe::EqeType::GidChange,
+            };
+            if self.push_eqe(0, kind.raw(), 1, 0, mem, db) {
+                n += 1;
+            }
+        }
         self.raise_interrupts(db, irq);
         n
     }

@@ -44,10 +44,13 @@ use serde::Deserialize;
 use super::partition::{self, PortAttrs};
 use super::vl_arb;
 use super::FabricKey;
+use crate::mgmt::SubnetMode;
 use transport::engine::VlArbTables;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 6] = ["node", "key", "key_file", "pkeys", "sl2vl", "vl_arb"];
+const TOP_KEYS: [&str; 7] = [
+    "node", "key", "key_file", "pkeys", "sl2vl", "vl_arb", "subnet",
+];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
@@ -92,6 +95,8 @@ pub struct FabricFile {
     sl2vl: Option<[u8; 16]>,
     /// The ports' VL arbitration tables, if the file sets them (AD-06).
     vl_arb: Option<VlArbTables>,
+    /// Who brings the ports up: the file (static) or a subnet manager.
+    subnet: SubnetMode,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -115,7 +120,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb])"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet)"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -219,6 +224,9 @@ pub enum FabricFileError {
     /// A `[vl_arb]` table the ports cannot arbitrate with (AD-06, `vl_arb.rs`).
     #[error("{file}: vl_arb: {why}")]
     BadVlArb { file: String, why: String },
+    /// `subnet` other than "static" or "sm" (issue 26: who brings the ports up).
+    #[error("{file}: subnet: {why}")]
+    BadSubnet { file: String, why: String },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -369,6 +377,18 @@ impl FabricFile {
                 .map_err(|why| FabricFileError::BadVlArb { file: f(), why })?;
             fabric.vl_arb = Some(tables);
         }
+        fabric.subnet = match table.get("subnet") {
+            None => SubnetMode::Static,
+            Some(toml::Value::String(v)) if v == "static" => SubnetMode::Static,
+            Some(toml::Value::String(v)) if v == "sm" => SubnetMode::Sm,
+            Some(v) => {
+                let why = match v {
+                    toml::Value::String(s) => format!("\"{s}\" is neither \"static\" nor \"sm\""),
+                    _ => "must be the string \"static\" or \"sm\"".into(),
+                };
+                return Err(FabricFileError::BadSubnet { file: f(), why });
+            }
+        };
         Ok(fabric)
     }
 
@@ -624,6 +644,7 @@ impl FabricFile {
             key: None,
             sl2vl: None,
             vl_arb: None,
+            subnet: SubnetMode::Static,
         })
     }
 
@@ -652,6 +673,11 @@ impl FabricFile {
     /// sets them (`[vl_arb]`); without, every data VL in turn.
     pub fn vl_arb(&self) -> Option<&VlArbTables> {
         self.vl_arb.as_ref()
+    }
+
+    /// Who brings the ports up (`subnet`; ARCHITECTURE.md §6).
+    pub fn subnet(&self) -> SubnetMode {
+        self.subnet
     }
 
     /// The node called `name`.

@@ -516,9 +516,10 @@ pub(super) fn check_headers(
             return Err(RxDrop::BadSlid);
         }
     } else {
-        // C9-48..C9-51: the Q_Key; QP1 uses the well-known one.
+        // C9-48..C9-51: the Q_Key; QP1 uses the well-known one; QP0's is not
+        // checked (C9-48).
         let deth = pkt.transport.ext.deth.map(|d| d.qkey).unwrap_or(0);
-        if deth != qp.attr.qkey {
+        if deth != qp.attr.qkey && qp.qpn != super::SMI_QPN {
             return Err(RxDrop::BadQkey);
         }
     }

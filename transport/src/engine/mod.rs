@@ -50,7 +50,9 @@ pub use reorder::{
 };
 mod requester;
 mod responder;
+mod subnet;
 mod timer_heap;
+pub use subnet::SMI_QPN;
 mod vl;
 mod xrc;
 pub use vl::{
@@ -723,6 +725,8 @@ impl Engine {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::InvalidHandle)?;
         let kind = if qpn == 1 {
             qp_state::QpKind::Gsi
+        } else if qpn == SMI_QPN {
+            qp_state::QpKind::Smi
         } else {
             qp_state::QpKind::from(qp.init.qp_type)
         };

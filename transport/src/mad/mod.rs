@@ -10,6 +10,7 @@
 //!   tables).
 //! - [`dr`]: the directed-route rules (IBA 14.2.2) for an HCA endpoint and for a
 //!   switch hop, as pure functions.
+//! - [`packet`]: an SMP as a native packet (UD SEND Only to QP0 on VL15).
 //! - [`sma`]: the SMA: an attribute table of small handlers over one port's state,
 //!   M_Key protection with its lease, traps, and events out.
 //!
@@ -20,6 +21,7 @@
 pub mod attr;
 pub mod dr;
 pub mod header;
+pub mod packet;
 pub mod portinfo;
 pub mod sma;
 pub mod switch_attr;
@@ -30,6 +32,7 @@ pub use attr::{
 };
 pub use dr::{DrDrop, HcaDeliver, HcaSend, SwitchHop, PERMISSIVE_LID};
 pub use header::{method, status, DrFields, MadHeaderRepr, Smp, SmpRepr, SmpRoute};
+pub use packet::{parse_qp0, smp_packet, Qp0Packet, Qp0PacketError};
 pub use portinfo::PortInfoRepr;
 pub use sma::{
     MadContext, NodeIdentity, PortState, ReplyRoute, Sma, SmaCounters, SmaDrop, SmaEvent,

@@ -134,8 +134,9 @@ pub enum SmaDrop {
     BadMkey,
     /// A bad version in a method that has no response.
     BadVersion,
-    /// A response or trap for the node's SM, but the port is not an SM
-    /// (PortInfo:CapabilityMask.IsSM clear).
+    /// An SMInfo request for the node's SM, but the port is not an SM
+    /// (PortInfo:CapabilityMask.IsSM clear). Responses and traps go to QP0
+    /// whatever the mask (`Sma::for_this_node`).
     NoSm,
     /// A TrapRepress that names no pending trap.
     UnmatchedRepress,
@@ -255,12 +256,12 @@ impl Sma {
         if let SmpRoute::Directed(dr) = &mut smp.route {
             match dr::hca_receive(dr, ctx.in_port) {
                 Ok(HcaDeliver::Sma) => {}
-                Ok(HcaDeliver::Sm) => return self.pass_to_sm(&smp),
+                Ok(HcaDeliver::Sm) => return Self::for_this_node(&smp),
                 Err(e) => return self.dr_drop(e),
             }
         }
         if smp.method & method::RESPONSE != 0 || smp.method == method::TRAP {
-            return self.pass_to_sm(&smp);
+            return Self::for_this_node(&smp);
         }
         let is_request = matches!(smp.method, method::GET | method::SET);
         if smp.base_version != BASE_VERSION || smp.class_version != SMP_CLASS_VERSION {
@@ -350,6 +351,18 @@ impl Sma {
             mad: Box::new(smp.to_bytes()),
             route,
         }
+    }
+
+    /// A response or trap for this node goes to its QP0 whatever the port's
+    /// capability mask, as an HCA's firmware passes every SMP that is not its
+    /// SMA's to the host: a response to whoever here sent the request
+    /// (ibnetdiscover and smpquery send SMPs from a port without IsSM, and
+    /// Linux's MAD layer hands a response to the agent whose TID it carries,
+    /// `drivers/infiniband/core/mad.c` find_mad_agent), a trap to the SM's agent
+    /// if one registered for it (the guest's SM sets IsSM through verbs'
+    /// modify_port, which the device does not see).
+    fn for_this_node(smp: &SmpRepr) -> SmaOutput {
+        SmaOutput::ToSm(Box::new(smp.to_bytes()))
     }
 
     fn pass_to_sm(&mut self, smp: &SmpRepr) -> SmaOutput {
@@ -610,6 +623,18 @@ impl Sma {
             return;
         }
         self.local_state_change(port_state::INIT, phys_state::LINK_UP, now);
+    }
+
+    /// The link trained on a subnet with no SM configured (vhca's static mode,
+    /// ARCHITECTURE.md §6): the LIDs the port holds are final, so the port goes
+    /// on from Init to Active itself, as an SM would have moved it. Once an SM
+    /// has taken the port over (MasterSMLID set) the port waits in Init for it
+    /// as on any subnet ([`Sma::link_up`]).
+    pub fn link_up_static(&mut self, now: Time) {
+        self.link_up(now);
+        if self.port.info.port_state == port_state::INIT && self.port.info.master_sm_lid == 0 {
+            self.local_state_change(port_state::ACTIVE, phys_state::LINK_UP, now);
+        }
     }
 
     /// The link went away: the port is Down, the PHY back in its default down state.
