@@ -41,13 +41,16 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::cabling::{self, Cabling};
 use super::partition::{self, PortAttrs};
 use super::vl_arb;
 use super::FabricKey;
 use transport::engine::VlArbTables;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 6] = ["node", "key", "key_file", "pkeys", "sl2vl", "vl_arb"];
+const TOP_KEYS: [&str; 8] = [
+    "node", "key", "key_file", "pkeys", "sl2vl", "vl_arb", "switch", "link",
+];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
@@ -92,6 +95,8 @@ pub struct FabricFile {
     sl2vl: Option<[u8; 16]>,
     /// The ports' VL arbitration tables, if the file sets them (AD-06).
     vl_arb: Option<VlArbTables>,
+    /// `[[switch]]` and `[[link]]` (`cabling.rs`); empty: all-to-all.
+    cabling: Cabling,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -115,7 +120,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb])"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], [[switch]], [[link]])"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -219,6 +224,9 @@ pub enum FabricFileError {
     /// A `[vl_arb]` table the ports cannot arbitrate with (AD-06, `vl_arb.rs`).
     #[error("{file}: vl_arb: {why}")]
     BadVlArb { file: String, why: String },
+    /// A `[[switch]]` or `[[link]]` that does not cable the fabric (`cabling.rs`).
+    #[error("{file}: {what}")]
+    Cabling { file: String, what: String },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -269,7 +277,7 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn parse_guid(s: &str) -> Option<u64> {
+pub(super) fn parse_guid(s: &str) -> Option<u64> {
     let t = s.trim();
     let t = t
         .strip_prefix("0x")
@@ -369,6 +377,7 @@ impl FabricFile {
                 .map_err(|why| FabricFileError::BadVlArb { file: f(), why })?;
             fabric.vl_arb = Some(tables);
         }
+        fabric.cabling = cabling::parse(file, &table, &fabric.nodes)?;
         Ok(fabric)
     }
 
@@ -624,6 +633,7 @@ impl FabricFile {
             key: None,
             sl2vl: None,
             vl_arb: None,
+            cabling: Cabling::default(),
         })
     }
 
@@ -652,6 +662,11 @@ impl FabricFile {
     /// sets them (`[vl_arb]`); without, every data VL in turn.
     pub fn vl_arb(&self) -> Option<&VlArbTables> {
         self.vl_arb.as_ref()
+    }
+
+    /// The cabling (`[[switch]]`, `[[link]]`); without links, all-to-all.
+    pub fn cabling(&self) -> &Cabling {
+        &self.cabling
     }
 
     /// The node called `name`.
