@@ -31,6 +31,7 @@ mod partition;
 mod tap;
 mod tap_sys;
 mod udp;
+mod udp_counters;
 mod udp_sys;
 mod vl_arb;
 
