@@ -481,3 +481,42 @@ fn ad_09_an_hca_drops_and_counts_a_datagram_not_from_its_cable_peer() {
     v.stop(0, Duration::from_secs(5));
     assert_eq!(udp_counter(&v.stderr(0), "rx_unknown_source"), 3);
 }
+
+#[test]
+fn ad_09_a_keyed_fabric_carries_rc_through_the_switch_and_every_port_checks_the_key() {
+    let sw_ports = free_udp_ports(2).unwrap();
+    let opts = Options {
+        top_toml: star(&sw_ports, 2),
+        fabric_header: format!("key = \"{}\"\n", "5c".repeat(32)),
+        ..Options::nodes(2)
+    };
+    let mut v = Vhca::spawn(opts);
+    let mut sw = SwitchProc::spawn(v.fabric_file(), "sw0", v.dir(), &[]);
+    sw.wait_active(&[1, 2]);
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, _qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let len = 256 << 10;
+    let src = a.region(len, Layout::Scattered, 0);
+    let dst = b.region(len, Layout::Scattered, 0);
+    let data = pattern(0x7e7, len);
+    a.write(&src, 0, &data);
+    a.hca
+        .post_send(
+            qa,
+            &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+        )
+        .unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_bytes(&b.read(&dst, 0, len), &data, "keyed WRITE through sw0");
+    let (_, c) = sw.stop();
+    for p in [1, 2] {
+        let auth = &port(&c, p)["link"]["auth"];
+        assert!(auth["rx_verified"].as_u64().unwrap() > 0, "port {p}: {c}");
+        assert!(auth["tx_tagged"].as_u64().unwrap() > 0, "port {p}: {c}");
+        for (k, n) in auth.as_object().unwrap() {
+            assert!(!k.starts_with("drop_") || n == 0, "port {p} {k}: {c}");
+        }
+    }
+    let _ = v.stop(0, Duration::from_secs(5));
+}
