@@ -441,6 +441,10 @@ fn ad_09_a_raw_port_gets_the_switch_nodeinfo_by_directed_route_and_unknown_dlids
     // A LID-routed data packet to a LID no one has: dropped, counted.
     x.send_to(&packet(0, 0x77, 1, 5, b"nowhere"), port1)
         .unwrap();
+    // A data packet from x with y's SLID: a spoof, dropped before the core;
+    // with x's own, forwarded toward y (whose port is Down: no process).
+    x.send_to(&packet(0, 2, 2, 5, b"as y"), port1).unwrap();
+    x.send_to(&packet(0, 2, 1, 5, b"as x"), port1).unwrap();
     // A datagram from an address that is not port 1's cable peer: dropped
     // by the port's link, counted.
     let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -451,12 +455,14 @@ fn ad_09_a_raw_port_gets_the_switch_nodeinfo_by_directed_route_and_unknown_dlids
     let (status, c) = sw.stop();
     assert!(status.success());
     assert_eq!(c["drops"]["no_route"], 1, "{c}");
+    assert_eq!(c["drops"]["egress_down"], 1, "x's own packet to y: {c}");
     assert_eq!(c["sma"]["replies"], 1, "{c}");
     let p1 = port(&c, 1);
     assert_eq!(p1["link"]["udp"]["rx_unknown_source"], 1, "{c}");
+    assert_eq!(p1["counters"]["spoofed_slid"], 1, "{c}");
     assert_eq!(
-        p1["counters"]["rcv_packets"], 2,
-        "the SMP and the unroutable packet: {c}"
+        p1["counters"]["rcv_packets"], 3,
+        "the SMP, the unroutable packet, x's own: {c}"
     );
 }
 

@@ -24,6 +24,7 @@ mod report;
 
 use std::io::Read;
 use std::net::UdpSocket;
+use std::ops::RangeInclusive;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -140,6 +141,11 @@ struct Port {
     link: Box<dyn Link>,
     /// The cable's other end, for the report.
     peer: String,
+    /// Static mode, a port cabled to a node: the node's LIDs, the only SLIDs
+    /// its data packets may carry (below).
+    slids: Option<RangeInclusive<u16>>,
+    /// Data packets dropped for another SLID.
+    spoofed: u64,
 }
 
 /// The cabled ports of switch `name`, bound and keyed.
@@ -165,11 +171,33 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
             Some(k) => Box::new(AuthLink::new(udp, k)),
             None => Box::new(udp),
         };
+        // ARCHITECTURE.md §9: a node's UDP address is its identity, and an HCA
+        // drops a packet whose SLID is not its sender's. Behind a switch the
+        // HCA cannot tell the sender, so the switch port the node is cabled
+        // to checks instead: in static mode, where the file gives the LIDs,
+        // a data packet must carry one of the node's. (VL15 passes: a
+        // directed-route SMP's SLID is the permissive LID.)
+        let slids = match peer {
+            End::Node(i) if cfg.mode == Mode::Static => {
+                let n = &cfg.fabric.nodes()[i];
+                Some(match cfg.fabric.port_attrs(&n.name) {
+                    Some(a) => a.lids(n.lid),
+                    None => n.lid..=n.lid,
+                })
+            }
+            _ => None,
+        };
         let peer = match peer {
             End::Node(i) => cfg.fabric.nodes()[i].name.clone(),
             End::Port { switch, port } => format!("{}:{port}", c.switches()[switch].name),
         };
-        ports.push(Port { num: p, link, peer });
+        ports.push(Port {
+            num: p,
+            link,
+            peer,
+            slids,
+            spoofed: 0,
+        });
     }
     Ok(ports)
 }
@@ -246,10 +274,20 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         for i in 0..ports.len() {
             let (before, rest) = ports.split_at_mut(i);
             let (me, after) = rest.split_at_mut(1);
-            let me = &mut me[0];
-            let in_port = me.num;
+            let Port {
+                num: in_port,
+                link,
+                slids,
+                spoofed,
+                ..
+            } = &mut me[0];
+            let in_port = *in_port;
             back.clear();
-            let got = me.link.recv_batch(t, PORT_BUDGET, &mut |r| {
+            let got = link.recv_batch(t, PORT_BUDGET, &mut |r| {
+                if slids.as_ref().is_some_and(|l| spoofed_slid(r.packet, l)) {
+                    *spoofed += 1;
+                    return;
+                }
                 out.clear();
                 core.handle_packet(r.packet, in_port, time(t), &mut out);
                 for o in out.drain(..) {
@@ -284,7 +322,7 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
                 Err(e) => log::warn!("switch: port {in_port}: receive: {e}"),
             }
             for b in &back {
-                let _ = me.link.send(t, b);
+                let _ = link.send(t, b);
             }
         }
         for p in ports.iter_mut() {
@@ -320,6 +358,13 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
     }
     counters.report(&report::snapshot(cfg, &core, &ports));
     Ok(())
+}
+
+/// Whether `pkt` is a data packet (not VL15) whose LRH:SLID is not one of
+/// `lids`. A packet too short for an LRH is the core's to drop as malformed.
+fn spoofed_slid(pkt: &[u8], lids: &RangeInclusive<u16>) -> bool {
+    transport::wire::Lrh::new_checked(pkt)
+        .is_ok_and(|l| l.vl() != transport::switch::VL15 && !lids.contains(&l.slid()))
 }
 
 /// Port `p`'s link state into the core: up -> `link_up` (and in static mode

@@ -84,6 +84,8 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
                         ("rcv_errors", pc.rcv_errors),
                         ("xmit_discards", pc.xmit_discards),
                         ("vl15_dropped", pc.vl15_dropped),
+                        // Dropped before the core (ARCHITECTURE.md §9).
+                        ("spoofed_slid", p.spoofed),
                     ],
                     link: p.link.report().unwrap_or_default(),
                 }
