@@ -33,6 +33,9 @@ use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
 ///   -netdev vhost-user,id=n1,chardev=vn
 ///   -device virtio-net-pci,netdev=n1,mac=52:54:00:12:34:56
 /// with guest RAM shared through a memfd backend (share=on).
+///
+/// An InfiniBand switch of a cabled fabric file: vhca switch --fabric FILE
+/// --switch NAME (see vhca switch --help).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
 pub struct Cli {
@@ -53,7 +56,10 @@ pub struct Cli {
     /// A top-level sl2vl = [16 VLs] is the ports' SL-to-VL table (data VLs
     /// 0-7; default all 0), a [vl_arb] table with high = [[VL, weight], ...],
     /// low = [...] (weights in 64-byte units) and high_limit (4 KiB units)
-    /// their VL arbitration (default: VLs in turn).
+    /// their VL arbitration (default: VLs in turn). With [[link]] tables
+    /// (ends = ["a", "sw0:1"]) the file is cabling: the port sends every
+    /// packet to its cable's other end, a node or a `vhca switch` port, and
+    /// hears only from there (examples/fabric-switch.toml).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 

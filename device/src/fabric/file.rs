@@ -28,6 +28,9 @@
 //! arbitration tables, `[vl_arb]` with `high`, `low` and `high_limit`
 //! (`vl_arb.rs`); without them every data VL takes its turn.
 //!
+//! `[[switch]]` and `[[link]]` tables make the file a cabling (`cabling.rs`):
+//! each node's port linked to one other port, a node's or a switch's.
+//!
 //! The file is written by people, so every error is one line naming the file, the
 //! node and the problem; the receive path later trusts this table to decide which
 //! datagrams come from the fabric at all (ARCHITECTURE.md §9), so duplicates and
