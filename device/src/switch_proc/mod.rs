@@ -384,3 +384,126 @@ fn follow_link(core: &mut Switch, p: &Port, mode: Mode) {
         core.link_down(p.num);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FABRIC: &str = r#"
+[[node]]
+name = "a"
+lid = 4
+lmc = 1
+guid = 1
+address = "127.0.0.1:18001"
+[[node]]
+name = "b"
+lid = 6
+guid = 2
+address = "127.0.0.1:18002"
+[[switch]]
+name = "sw0"
+guid = "0x0002c90300009000"
+ports = 3
+address = "127.0.0.1:19000"
+lid = 9
+[[link]]
+ends = ["a", "sw0:3"]
+[[link]]
+ends = ["b", "sw0:1"]
+"#;
+
+    fn lft(sw: &Switch, lid: u16) -> Option<u8> {
+        // What a data packet to `lid` would do, read through the SMA's view.
+        let top = sw.switch_info().linear_fdb_top;
+        (lid <= top).then_some(())?;
+        let mut out = Vec::new();
+        let mut sw = sw.clone();
+        for p in 1..=3 {
+            sw.link_up(p);
+            sw.activate(p);
+        }
+        let pkt = data_packet(lid);
+        sw.handle_packet(&pkt, 2, Time(0), &mut out);
+        out.first().map(|o| o.port)
+    }
+
+    fn data_packet(dlid: u16) -> Vec<u8> {
+        use transport::wire::opcode::Opcode;
+        use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
+        let repr = PacketRepr {
+            lrh: LrhRepr {
+                vl: 0,
+                sl: 0,
+                dlid,
+                slid: 0x20,
+            },
+            grh: None,
+            transport: TransportRepr {
+                bth: BthRepr {
+                    opcode: Opcode::UD_SEND_ONLY,
+                    solicited: false,
+                    mig_req: false,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 5,
+                    ack_req: false,
+                    psn: 0,
+                },
+                ext: ExtHeaders {
+                    deth: Some(DethRepr { qkey: 1, src_qp: 2 }),
+                    ..ExtHeaders::default()
+                },
+                payload: b"x",
+            },
+        };
+        let mut b = vec![0; repr.buffer_len()];
+        repr.emit(&mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn static_mode_routes_every_lid_of_every_node_and_sm_mode_leaves_it_to_the_sm() {
+        let f = FabricFile::parse("f", FABRIC).unwrap();
+        let sw = build_core(&f, "sw0", Mode::Static).unwrap();
+        assert_eq!(sw.lid(), 9);
+        // a's two LIDs (LMC 1) by port 3, b's by port 1.
+        assert_eq!(
+            [4, 5, 6, 7].map(|l| lft(&sw, l)),
+            [Some(3), Some(3), Some(1), None]
+        );
+        let sw = build_core(&f, "sw0", Mode::Sm).unwrap();
+        assert_eq!((sw.lid(), sw.switch_info().linear_fdb_top), (0, 0));
+        assert!(build_core(&f, "sw1", Mode::Static).is_none());
+    }
+
+    #[test]
+    fn a_port_whose_link_comes_up_is_active_in_static_mode_and_init_in_sm_mode() {
+        let f = FabricFile::parse("f", FABRIC).unwrap();
+        for (mode, want) in [
+            (Mode::Static, port_state::ACTIVE),
+            (Mode::Sm, port_state::INIT),
+        ] {
+            let mut core = build_core(&f, "sw0", mode).unwrap();
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let at = sock.local_addr().unwrap();
+            let text = FABRIC.replace(
+                "address = \"127.0.0.1:19000\"",
+                &format!("address = [\"{at}\", \"127.0.0.1:1\", \"127.0.0.1:2\"]"),
+            );
+            let f2 = FabricFile::parse("f", &text).unwrap();
+            let mut link = UdpLink::switch_port(&f2, "sw0", 1, sock, UdpOffloads::NONE).unwrap();
+            link.set_liveness(None); // no keepalives: up from the start
+            let p = Port {
+                num: 1,
+                link: Box::new(link),
+                peer: "b".into(),
+                slids: None,
+                spoofed: 0,
+            };
+            follow_link(&mut core, &p, mode);
+            assert_eq!(core.port(1).unwrap().info.port_state, want, "{mode:?}");
+        }
+    }
+}
