@@ -366,6 +366,40 @@ fn check_socket_path(arg: &str, p: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `--log LEVEL` (`vhca` and `vhca switch`).
+pub(crate) fn check_log(level: &str) -> Result<log::LevelFilter, CliError> {
+    level.parse::<log::LevelFilter>().map_err(|_| {
+        CliError(format!(
+            "--log {level}: not a level (error, warn, info, debug, trace, off)"
+        ))
+    })
+}
+
+/// `--counters-every SECS` (`vhca` and `vhca switch`).
+pub(crate) fn check_counters_every(secs: Option<u64>) -> Result<Option<Duration>, CliError> {
+    match secs {
+        Some(0) => Err(CliError(
+            "--counters-every 0: give a period of at least 1 second".into(),
+        )),
+        s => Ok(s.map(Duration::from_secs)),
+    }
+}
+
+/// `--peer-silence-ms` (AE-01; `vhca` and `vhca switch`): the keepalive
+/// period and the silence after which the link is down, or none.
+pub(crate) fn check_peer_silence(ms: u64) -> Result<Option<(Duration, Duration)>, CliError> {
+    match ms {
+        0 => Ok(None),
+        ms if (100..=3_600_000).contains(&ms) => {
+            let dead = Duration::from_millis(ms);
+            Ok(Some((Duration::from_secs(1).min(dead / 5), dead)))
+        }
+        ms => Err(CliError(format!(
+            "--peer-silence-ms {ms}: 0 (never down) or 100 to 3600000"
+        ))),
+    }
+}
+
 impl Cli {
     /// The fabric mode: `--fabric`/`--node` or `--tap`/`--mac`.
     fn mode(&self) -> Result<FabricMode, CliError> {
@@ -439,21 +473,8 @@ impl Cli {
             ),
             None => None,
         };
-        let log = self.log.parse::<log::LevelFilter>().map_err(|_| {
-            CliError(format!(
-                "--log {}: not a level (error, warn, info, debug, trace, off)",
-                self.log
-            ))
-        })?;
-        let counters_every = match self.counters_every {
-            Some(0) => {
-                return Err(CliError(
-                    "--counters-every 0: give a period of at least 1 second".into(),
-                ))
-            }
-            Some(s) => Some(Duration::from_secs(s)),
-            None => None,
-        };
+        let log = check_log(&self.log)?;
+        let counters_every = check_counters_every(self.counters_every)?;
         let counters_format = self
             .counters_format
             .parse::<CountersFormat>()
@@ -485,18 +506,7 @@ impl Cli {
                 self.busy_poll_us
             )));
         }
-        let liveness = match self.peer_silence_ms {
-            0 => None,
-            ms if (100..=3_600_000).contains(&ms) => {
-                let dead = Duration::from_millis(ms);
-                Some((Duration::from_secs(1).min(dead / 5), dead))
-            }
-            ms => {
-                return Err(CliError(format!(
-                    "--peer-silence-ms {ms}: 0 (never down) or 100 to 3600000"
-                )))
-            }
-        };
+        let liveness = check_peer_silence(self.peer_silence_ms)?;
         let mem_budget =
             parse_size(&self.mem_budget).map_err(|e| CliError(format!("--mem-budget {e}")))?;
         if mem_budget < MIN_MEM_BUDGET {

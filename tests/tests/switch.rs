@@ -153,6 +153,23 @@ fn star(ports: &[u16], nodes: usize) -> String {
     s
 }
 
+/// `nodes` HCAs on a switch of `ports` ports (node i on port i + 1), the
+/// fabric file starting with `header`; returns once every cabled switch port
+/// is Active.
+fn star_fabric(nodes: usize, ports: usize, header: &str) -> (Vhca, SwitchProc) {
+    let sw_ports = free_udp_ports(ports).unwrap();
+    let opts = Options {
+        top_toml: star(&sw_ports, nodes),
+        fabric_header: header.to_string(),
+        ..Options::nodes(nodes)
+    };
+    let v = Vhca::spawn(opts);
+    let mut sw = SwitchProc::spawn(v.fabric_file(), "sw0", v.dir(), &[]);
+    let cabled: Vec<u64> = (1..=nodes as u64).collect();
+    sw.wait_active(&cabled);
+    (v, sw)
+}
+
 /// The value after `name` on the `udp NODE:` line of an exit report.
 fn udp_counter(report: &str, name: &str) -> u64 {
     let line = report
@@ -181,14 +198,7 @@ fn kind(e: EqeType) -> impl Fn(&vhca_tests::abi::cqe::Eqe) -> bool {
 
 #[test]
 fn ad_09_three_hcas_through_one_switch_rc_write_and_send_every_pair_static() {
-    let sw_ports = free_udp_ports(4).unwrap();
-    let opts = Options {
-        top_toml: star(&sw_ports, 3),
-        ..Options::nodes(3)
-    };
-    let mut v = Vhca::spawn(opts);
-    let mut sw = SwitchProc::spawn(v.fabric_file(), "sw0", v.dir(), &[]);
-    sw.wait_active(&[1, 2, 3]);
+    let (mut v, mut sw) = star_fabric(3, 4, "");
     let v0 = sw.counters();
     let listed: Vec<&Value> = v0["ports"]
         .as_array()
@@ -468,14 +478,7 @@ fn ad_09_a_raw_port_gets_the_switch_nodeinfo_by_directed_route_and_unknown_dlids
 
 #[test]
 fn ad_09_an_hca_drops_and_counts_a_datagram_not_from_its_cable_peer() {
-    let sw_ports = free_udp_ports(2).unwrap();
-    let opts = Options {
-        top_toml: star(&sw_ports, 2),
-        ..Options::nodes(2)
-    };
-    let mut v = Vhca::spawn(opts);
-    let mut sw = SwitchProc::spawn(v.fabric_file(), "sw0", v.dir(), &[]);
-    sw.wait_active(&[1, 2]);
+    let (mut v, _sw) = star_fabric(2, 2, "");
     let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
     let to_n0: SocketAddr = format!("127.0.0.1:{}", v.node(0).udp_port).parse().unwrap();
     for _ in 0..3 {
@@ -490,15 +493,7 @@ fn ad_09_an_hca_drops_and_counts_a_datagram_not_from_its_cable_peer() {
 
 #[test]
 fn ad_09_a_keyed_fabric_carries_rc_through_the_switch_and_every_port_checks_the_key() {
-    let sw_ports = free_udp_ports(2).unwrap();
-    let opts = Options {
-        top_toml: star(&sw_ports, 2),
-        fabric_header: format!("key = \"{}\"\n", "5c".repeat(32)),
-        ..Options::nodes(2)
-    };
-    let mut v = Vhca::spawn(opts);
-    let mut sw = SwitchProc::spawn(v.fabric_file(), "sw0", v.dir(), &[]);
-    sw.wait_active(&[1, 2]);
+    let (mut v, mut sw) = star_fabric(2, 2, &format!("key = \"{}\"\n", "5c".repeat(32)));
     let mut a = Node::connect(&v, 0);
     let mut b = Node::connect(&v, 1);
     let (qa, _qb) = connect_pair(&mut a, &mut b, QpType::Rc);

@@ -3,12 +3,11 @@
 //! argument.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Parser;
 
 use super::{Config, Mode};
-use crate::cli::CliError;
+use crate::cli::{check_counters_every, check_log, check_peer_silence, CliError};
 use crate::counters_out::CountersFormat;
 use crate::fabric::{FabricFile, FabricKey};
 
@@ -103,20 +102,8 @@ impl SwitchCli {
             ),
             None => fabric.key().cloned(),
         };
-        let log = self.log.parse::<log::LevelFilter>().map_err(|_| {
-            CliError(format!(
-                "--log {}: not a level (error, warn, info, debug, trace, off)",
-                self.log
-            ))
-        })?;
-        let counters_every = match self.counters_every {
-            Some(0) => {
-                return Err(CliError(
-                    "--counters-every 0: give a period of at least 1 second".into(),
-                ))
-            }
-            s => s.map(Duration::from_secs),
-        };
+        let log = check_log(&self.log)?;
+        let counters_every = check_counters_every(self.counters_every)?;
         let counters_format = self
             .counters_format
             .parse::<CountersFormat>()
@@ -129,18 +116,7 @@ impl SwitchCli {
                 )));
             }
         }
-        let liveness = match self.peer_silence_ms {
-            0 => None,
-            ms if (100..=3_600_000).contains(&ms) => {
-                let dead = Duration::from_millis(ms);
-                Some((Duration::from_secs(1).min(dead / 5), dead))
-            }
-            ms => {
-                return Err(CliError(format!(
-                    "--peer-silence-ms {ms}: 0 (never down) or 100 to 3600000"
-                )))
-            }
-        };
+        let liveness = check_peer_silence(self.peer_silence_ms)?;
         let mode = Mode::of(&fabric);
         Ok(Config {
             fabric,
@@ -153,5 +129,52 @@ impl SwitchCli {
             liveness,
             mode,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn cli(args: &[&str]) -> Result<Config, String> {
+        let example = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/fabric-switch.toml"
+        );
+        let mut argv = vec!["vhca switch", "--fabric", example];
+        argv.extend_from_slice(args);
+        SwitchCli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .check()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn vhca_switch_arguments_are_checked_with_one_line_each() {
+        let c = cli(&["--switch", "sw0"]).unwrap();
+        assert_eq!((c.switch.as_str(), c.mode), ("sw0", Mode::Static));
+        assert_eq!(
+            c.liveness,
+            Some((Duration::from_secs(1), Duration::from_secs(5)))
+        );
+        for (args, why) in [
+            (&["--switch", "sw1"][..], "--switch sw1: not in "),
+            (
+                &["--switch", "sw0", "--peer-silence-ms", "50"],
+                "--peer-silence-ms 50: 0 (never down) or 100",
+            ),
+            (
+                &["--switch", "sw0", "--counters-every", "0"],
+                "--counters-every 0",
+            ),
+            (
+                &["--switch", "sw0", "--log", "loud"],
+                "--log loud: not a level",
+            ),
+        ] {
+            let e = cli(args).unwrap_err();
+            assert!(e.contains(why) && e.lines().count() == 1, "{args:?}: {e}");
+        }
     }
 }
