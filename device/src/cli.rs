@@ -33,6 +33,9 @@ use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
 ///   -netdev vhost-user,id=n1,chardev=vn
 ///   -device virtio-net-pci,netdev=n1,mac=52:54:00:12:34:56
 /// with guest RAM shared through a memfd backend (share=on).
+///
+/// An InfiniBand switch of a cabled fabric file: vhca switch --fabric FILE
+/// --switch NAME (see vhca switch --help).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
 pub struct Cli {
@@ -53,7 +56,10 @@ pub struct Cli {
     /// A top-level sl2vl = [16 VLs] is the ports' SL-to-VL table (data VLs
     /// 0-7; default all 0), a [vl_arb] table with high = [[VL, weight], ...],
     /// low = [...] (weights in 64-byte units) and high_limit (4 KiB units)
-    /// their VL arbitration (default: VLs in turn).
+    /// their VL arbitration (default: VLs in turn). With [[link]] tables
+    /// (ends = ["a", "sw0:1"]) the file is cabling: the port sends every
+    /// packet to its cable's other end, a node or a `vhca switch` port, and
+    /// hears only from there (examples/fabric-switch.toml).
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 
@@ -360,6 +366,40 @@ fn check_socket_path(arg: &str, p: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `--log LEVEL` (`vhca` and `vhca switch`).
+pub(crate) fn check_log(level: &str) -> Result<log::LevelFilter, CliError> {
+    level.parse::<log::LevelFilter>().map_err(|_| {
+        CliError(format!(
+            "--log {level}: not a level (error, warn, info, debug, trace, off)"
+        ))
+    })
+}
+
+/// `--counters-every SECS` (`vhca` and `vhca switch`).
+pub(crate) fn check_counters_every(secs: Option<u64>) -> Result<Option<Duration>, CliError> {
+    match secs {
+        Some(0) => Err(CliError(
+            "--counters-every 0: give a period of at least 1 second".into(),
+        )),
+        s => Ok(s.map(Duration::from_secs)),
+    }
+}
+
+/// `--peer-silence-ms` (AE-01; `vhca` and `vhca switch`): the keepalive
+/// period and the silence after which the link is down, or none.
+pub(crate) fn check_peer_silence(ms: u64) -> Result<Option<(Duration, Duration)>, CliError> {
+    match ms {
+        0 => Ok(None),
+        ms if (100..=3_600_000).contains(&ms) => {
+            let dead = Duration::from_millis(ms);
+            Ok(Some((Duration::from_secs(1).min(dead / 5), dead)))
+        }
+        ms => Err(CliError(format!(
+            "--peer-silence-ms {ms}: 0 (never down) or 100 to 3600000"
+        ))),
+    }
+}
+
 impl Cli {
     /// The fabric mode: `--fabric`/`--node` or `--tap`/`--mac`.
     fn mode(&self) -> Result<FabricMode, CliError> {
@@ -433,21 +473,8 @@ impl Cli {
             ),
             None => None,
         };
-        let log = self.log.parse::<log::LevelFilter>().map_err(|_| {
-            CliError(format!(
-                "--log {}: not a level (error, warn, info, debug, trace, off)",
-                self.log
-            ))
-        })?;
-        let counters_every = match self.counters_every {
-            Some(0) => {
-                return Err(CliError(
-                    "--counters-every 0: give a period of at least 1 second".into(),
-                ))
-            }
-            Some(s) => Some(Duration::from_secs(s)),
-            None => None,
-        };
+        let log = check_log(&self.log)?;
+        let counters_every = check_counters_every(self.counters_every)?;
         let counters_format = self
             .counters_format
             .parse::<CountersFormat>()
@@ -479,18 +506,7 @@ impl Cli {
                 self.busy_poll_us
             )));
         }
-        let liveness = match self.peer_silence_ms {
-            0 => None,
-            ms if (100..=3_600_000).contains(&ms) => {
-                let dead = Duration::from_millis(ms);
-                Some((Duration::from_secs(1).min(dead / 5), dead))
-            }
-            ms => {
-                return Err(CliError(format!(
-                    "--peer-silence-ms {ms}: 0 (never down) or 100 to 3600000"
-                )))
-            }
-        };
+        let liveness = check_peer_silence(self.peer_silence_ms)?;
         let mem_budget =
             parse_size(&self.mem_budget).map_err(|e| CliError(format!("--mem-budget {e}")))?;
         if mem_budget < MIN_MEM_BUDGET {

@@ -83,7 +83,7 @@ pub struct Snapshot {
     pub counters_file: Option<FileCounters>,
 }
 
-fn json_str(out: &mut String, s: &str) {
+pub(crate) fn json_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -99,7 +99,7 @@ fn json_str(out: &mut String, s: &str) {
 }
 
 /// `{"name":value,...}`.
-fn json_object<'a>(out: &mut String, pairs: impl IntoIterator<Item = (&'a str, u64)>) {
+pub(crate) fn json_object<'a>(out: &mut String, pairs: impl IntoIterator<Item = (&'a str, u64)>) {
     out.push('{');
     for (i, (k, v)) in pairs.into_iter().enumerate() {
         if i > 0 {
@@ -173,7 +173,7 @@ pub fn parse_counter_line(text: &str) -> Option<Vec<(String, u64)>> {
 
 /// `{"stage":{...},...}` from a link report (`udp a: ...`, `auth (key X): ...`):
 /// a line that does not parse keeps its text under `"text"`.
-fn json_lines(out: &mut String, report: &str) {
+pub(crate) fn json_lines(out: &mut String, report: &str) {
     out.push('{');
     for (i, line) in report.lines().filter(|l| !l.trim().is_empty()).enumerate() {
         if i > 0 {

@@ -10,6 +10,8 @@
 //! - [`port`]: the transport engine and its link; [`fabric`] the links (UDP,
 //!   TAP) and stages (faults, capture, fabric key; ARCHITECTURE.md §6); [`net`]
 //!   the RoCE port's vhost-user-net backend for the guest's NIC.
+//! - [`switch_proc`]: `vhca switch`, the process that drives the sans-IO
+//!   switch core over UDP (issue 26 item 3).
 //! - [`run`]: threads, BAR0 registers and the sleep protocol; [`glue`] guest
 //!   memory, BAR2 and MSI-X over the `pci` crate; [`cli`] the command line.
 
@@ -35,3 +37,4 @@ mod panic_text;
 pub mod port;
 pub mod ring;
 pub mod run;
+pub mod switch_proc;

@@ -32,7 +32,7 @@ use crate::port::Port;
 use crate::ring::Ring;
 
 mod data_path;
-mod sleep;
+pub(crate) mod sleep;
 use data_path::data_path;
 
 /// How long the data path keeps polling after the last work before it sleeps,

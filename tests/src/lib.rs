@@ -25,6 +25,7 @@ pub mod fixture;
 pub mod guest;
 pub mod hca;
 pub mod process;
+pub mod switch_proc;
 pub mod sys;
 pub mod util;
 pub mod verbs;

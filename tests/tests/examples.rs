@@ -61,6 +61,22 @@ fn the_example_fabric_file_loads_as_vhca_reads_it() {
         ]
     );
     assert!(f.key().is_none(), "the example's key lines stay comments");
+    assert!(!f.cabling().is_cabled(), "the example is all-to-all");
+}
+
+#[test]
+fn the_example_switch_fabric_cables_three_nodes_to_one_switch() {
+    use device::fabric::End;
+    let f = FabricFile::load(repo().join("examples/fabric-switch.toml"))
+        .expect("examples/fabric-switch.toml");
+    let c = f.cabling();
+    assert_eq!(f.nodes().len(), 3);
+    let (s, sw) = c.switch("sw0").expect("switch sw0");
+    assert_eq!((sw.ports, sw.lid), (4, Some(100)));
+    for i in 0..3 {
+        let port = i as u8 + 1;
+        assert_eq!(c.peer(End::Node(i)), Some(End::Port { switch: s, port }));
+    }
 }
 
 #[test]

@@ -99,9 +99,42 @@ fn pv_07_multicast_with_a_fabric_key() {
     three_nodes(opts);
 }
 
+/// PV-07 through `vhca switch` (issue 26 item 3; AD-09): each node sends one
+/// copy down its cable (and loops one back); the switch, with no SM, floods
+/// it out of every other cabled port; the rest is as on the all-to-all
+/// fabric.
+#[test]
+fn pv_07_ad_09_multicast_through_a_switch() {
+    let (v, mut sw) = vhca_tests::switch_proc::star_fabric(3, 3, "");
+    three_nodes_on(&v);
+    let (_, c) = sw.stop();
+    // Node 0's two SENDs in on port 1, out of ports 2 and 3 each.
+    let port = |p: u64| {
+        let all = c["ports"].as_array().unwrap();
+        all.iter().find(|x| x["port"] == p).unwrap()["counters"].clone()
+    };
+    assert_eq!(
+        (
+            port(1)["rcv_packets"].as_u64(),
+            port(1)["xmit_packets"].as_u64()
+        ),
+        (Some(2), Some(0)),
+        "{c}"
+    );
+    for p in [2, 3] {
+        assert_eq!(port(p)["xmit_packets"], 2, "{c}");
+    }
+    for (k, n) in c["drops"].as_object().unwrap() {
+        assert_eq!(n, 0, "switch drop {k}: {c}");
+    }
+}
+
 fn three_nodes(opts: Options) {
-    let v = Vhca::spawn(opts);
-    let mut n: Vec<Node> = (0..3).map(|i| Node::connect(&v, i)).collect();
+    three_nodes_on(&Vhca::spawn(opts));
+}
+
+fn three_nodes_on(v: &Vhca) {
+    let mut n: Vec<Node> = (0..3).map(|i| Node::connect(v, i)).collect();
     let o = ConnOpts::default();
     let attr = n[0].hca.query_device().expect("QUERY_DEVICE");
     assert_eq!(

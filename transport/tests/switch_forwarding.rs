@@ -500,3 +500,51 @@ fn ad_09_switch_armed_port_goes_active_on_the_first_data_packet() {
         vec![3]
     );
 }
+
+/// A switch a static subnet sets up (no SM; `vhca switch` from the fabric
+/// file): its LID, LFT entries, MFT flooding and Active ports through the
+/// start-up interface, read back by an SM as if it had programmed them.
+#[test]
+fn ad_09_switch_static_start_up_routes_floods_and_activates() {
+    let mut sw = Switch::new(&switch_config(4));
+    for p in [1, 2, 3] {
+        sw.link_up(p);
+        sw.activate(p);
+    }
+    sw.activate(4); // Down: stays Down
+    assert_eq!(sw.port(4).unwrap().info.port_state, port_state::DOWN);
+    assert_eq!(sw.port(2).unwrap().info.port_state, port_state::ACTIVE);
+    sw.set_static_lid(9);
+    assert_eq!(sw.lid(), 9);
+    assert!(sw.set_static_route(0x11, 2));
+    assert!(sw.set_static_route(0x12, 3));
+    assert!(!sw.set_static_route(0, 1), "LID 0 has no route");
+    assert!(!sw.set_static_route(0x13, 5), "no port 5");
+    assert!(!sw.set_static_route(0xc000, 1), "past the LFT");
+    assert_eq!(sw.switch_info().linear_fdb_top, 0x12);
+    // Unicast through the entries.
+    let to_12 = packet(0, 0x12, 0x11, 5, b"data");
+    let out = feed(&mut sw, &to_12, 2);
+    assert_eq!((ports(&out), &out[0].packet), (vec![3], &Egress::Same));
+    let out = feed(&mut sw, &packet(0, 0x13, 0x11, 5, b"x"), 2);
+    assert!(out.is_empty());
+    assert_eq!(sw.counters().drop_count(SwitchDrop::NoRoute), 1);
+    // The SM reads the LFT block as programmed.
+    let b = LftBlock::parse(
+        &sm(
+            &mut sw,
+            method::GET,
+            attr_id::LINEAR_FORWARDING_TABLE,
+            0,
+            [0; 64],
+        )
+        .data,
+    )
+    .unwrap();
+    assert_eq!((b.0[0x11], b.0[0x12], b.0[0x13]), (2, 3, 255));
+    // Multicast floods every flooded port but the ingress; port 4 is Down.
+    sw.set_static_flood(&[1, 2, 3, 4]);
+    let out = feed(&mut sw, &packet(0, 0xc001, 0x11, 0xffffff, b"mc"), 2);
+    assert_eq!(ports(&out), vec![1, 3]);
+    assert_eq!(sw.counters().drop_count(SwitchDrop::EgressDown), 1);
+}

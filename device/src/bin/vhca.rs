@@ -1,10 +1,38 @@
 //! `vhca`: serves one virtual InfiniBand HCA to QEMU over vfio-user (see
-//! `vhca --help` and ARCHITECTURE.md).
+//! `vhca --help` and ARCHITECTURE.md); `vhca switch` runs an InfiniBand
+//! switch of a fabric file (see `vhca switch --help`).
 
 use clap::Parser;
 use device::cli::Cli;
+use device::switch_proc::SwitchCli;
+
+fn init_log(level: log::LevelFilter) {
+    env_logger::Builder::new()
+        .filter_level(level)
+        .parse_env("RUST_LOG")
+        .format_timestamp_micros()
+        .init();
+}
 
 fn main() {
+    // `vhca switch ...`: a subcommand in front of the device's own options,
+    // which stay as they are (no `vhca device` to type).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "switch") {
+        let cli = SwitchCli::parse_from(std::env::args_os().skip(1));
+        let config = match cli.check() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("vhca switch: {e}");
+                std::process::exit(2);
+            }
+        };
+        init_log(config.log);
+        if let Err(e) = device::switch_proc::run(&config) {
+            eprintln!("vhca switch: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let cli = Cli::parse();
     let config = match cli.check() {
         Ok(c) => c,
@@ -13,11 +41,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    env_logger::Builder::new()
-        .filter_level(config.log)
-        .parse_env("RUST_LOG")
-        .format_timestamp_micros()
-        .init();
+    init_log(config.log);
     if let Err(e) = device::run::serve(&config) {
         eprintln!("vhca: {e}");
         std::process::exit(1);

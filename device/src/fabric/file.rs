@@ -28,6 +28,9 @@
 //! arbitration tables, `[vl_arb]` with `high`, `low` and `high_limit`
 //! (`vl_arb.rs`); without them every data VL takes its turn.
 //!
+//! `[[switch]]` and `[[link]]` tables make the file a cabling (`cabling.rs`):
+//! each node's port linked to one other port, a node's or a switch's.
+//!
 //! The file is written by people, so every error is one line naming the file, the
 //! node and the problem; the receive path later trusts this table to decide which
 //! datagrams come from the fabric at all (ARCHITECTURE.md §9), so duplicates and
@@ -41,6 +44,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::cabling::{self, Cabling};
 use super::partition::{self, PortAttrs};
 use super::vl_arb;
 use super::FabricKey;
@@ -48,8 +52,8 @@ use crate::mgmt::SubnetMode;
 use transport::engine::VlArbTables;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 7] = [
-    "node", "key", "key_file", "pkeys", "sl2vl", "vl_arb", "subnet",
+const TOP_KEYS: [&str; 9] = [
+    "node", "key", "key_file", "pkeys", "sl2vl", "vl_arb", "subnet", "switch", "link",
 ];
 
 /// Keys a `[[node]]` table may hold.
@@ -97,6 +101,8 @@ pub struct FabricFile {
     vl_arb: Option<VlArbTables>,
     /// Who brings the ports up: the file (static) or a subnet manager.
     subnet: SubnetMode,
+    /// `[[switch]]` and `[[link]]` (`cabling.rs`); empty: all-to-all.
+    cabling: Cabling,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -120,7 +126,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet)"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]])"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -227,6 +233,9 @@ pub enum FabricFileError {
     /// `subnet` other than "static" or "sm" (issue 26: who brings the ports up).
     #[error("{file}: subnet: {why}")]
     BadSubnet { file: String, why: String },
+    /// A `[[switch]]` or `[[link]]` that does not cable the fabric (`cabling.rs`).
+    #[error("{file}: {what}")]
+    Cabling { file: String, what: String },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -277,7 +286,7 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn parse_guid(s: &str) -> Option<u64> {
+pub(super) fn parse_guid(s: &str) -> Option<u64> {
     let t = s.trim();
     let t = t
         .strip_prefix("0x")
@@ -389,6 +398,7 @@ impl FabricFile {
                 return Err(FabricFileError::BadSubnet { file: f(), why });
             }
         };
+        fabric.cabling = cabling::parse(file, &table, &fabric.nodes)?;
         Ok(fabric)
     }
 
@@ -645,6 +655,7 @@ impl FabricFile {
             sl2vl: None,
             vl_arb: None,
             subnet: SubnetMode::Static,
+            cabling: Cabling::default(),
         })
     }
 
@@ -678,6 +689,9 @@ impl FabricFile {
     /// Who brings the ports up (`subnet`; ARCHITECTURE.md §6).
     pub fn subnet(&self) -> SubnetMode {
         self.subnet
+    /// The cabling (`[[switch]]`, `[[link]]`); without links, all-to-all.
+    pub fn cabling(&self) -> &Cabling {
+        &self.cabling
     }
 
     /// The node called `name`.

@@ -126,6 +126,12 @@ impl Liveness {
         Some(death.map_or(beat, |d| d.min(beat)))
     }
 
+    /// Down until [`Liveness::heard`]: a port that has no link until its
+    /// partner is heard (a switch port).
+    pub fn set_down(&mut self) {
+        self.up = false;
+    }
+
     /// Whether the port is up.
     pub fn is_up(&self) -> bool {
         self.up

@@ -22,6 +22,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 mod auth;
+mod cabling;
 mod capture;
 mod fault;
 mod file;
@@ -30,6 +31,7 @@ mod partition;
 mod tap;
 mod tap_sys;
 mod udp;
+mod udp_counters;
 mod udp_sys;
 mod vl_arb;
 
@@ -37,6 +39,7 @@ pub use auth::{
     AuthCounters, AuthLink, FabricKey, FabricKeyError, KEY_LEN, MAX_AHEAD, REPLAY_WINDOW, SEQ_LEN,
     TAG_LEN, TRAILER_LEN,
 };
+pub use cabling::{Cabling, End, SwitchSpec, MAX_SWITCH_PORTS};
 pub use capture::{CaptureCounters, CaptureLink, FLUSH_AFTER as CAPTURE_FLUSH_AFTER};
 pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,

@@ -26,9 +26,12 @@ use std::time::Duration;
 
 use transport::wire::packet::BUFFER_ALIGN_OFFSET;
 
-use super::liveness::{Liveness, LivenessCounters, BEAT, DEAD_AFTER, KEEPALIVE};
+use super::liveness::{Liveness, BEAT, DEAD_AFTER, KEEPALIVE};
+pub use super::udp_counters::{buffer_warning, UdpCounters, SOCKET_BUFFER};
 use super::udp_sys::{send_batch, set_udp_opt, OutMsg, RecvBatch, RecvMeta};
-use super::{dlid_of, FabricFile, Link, LinkError, Node, Received, MAX_PACKET_LEN, MIN_PACKET_LEN};
+use super::{
+    dlid_of, End, FabricFile, Link, LinkError, Node, Received, MAX_PACKET_LEN, MIN_PACKET_LEN,
+};
 
 /// Packets looped back to the node's own LID and not yet received. A sender that
 /// outruns its own receiver loses packets here, as it would in a switch buffer,
@@ -81,133 +84,6 @@ impl UdpOffloads {
         gso: false,
         gro: false,
     };
-}
-
-/// What a [`UdpLink`] did, and every reason it dropped a packet.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UdpCounters {
-    /// Packets sent on the socket.
-    pub tx_packets: u64,
-    /// Bytes sent on the socket.
-    pub tx_bytes: u64,
-    /// GSO sends: runs of packets that left as one super-datagram.
-    pub tx_gso_runs: u64,
-    /// Packets to the node's own LID, looped back without the socket (AD-04).
-    pub loopback_packets: u64,
-    /// Packets received (socket and loopback).
-    pub rx_packets: u64,
-    /// Bytes received (socket and loopback).
-    pub rx_bytes: u64,
-    /// GRO receives: buffers that held a run of coalesced datagrams.
-    pub rx_gro_runs: u64,
-    /// Send: LRH:DLID is no node of the fabric file.
-    pub drop_tx_unknown_dlid: u64,
-    /// Send: shorter than [`MIN_PACKET_LEN`].
-    pub drop_tx_short: u64,
-    /// Send: longer than [`MAX_PACKET_LEN`].
-    pub drop_tx_oversized: u64,
-    /// Send: the socket's send buffer was full.
-    pub drop_tx_would_block: u64,
-    /// Send: the socket refused the datagram (the error is also returned).
-    pub drop_tx_error: u64,
-    /// Send: the loopback queue held [`LOOPBACK_CAPACITY`] packets.
-    pub drop_loopback_full: u64,
-    /// Receive: from an address that is no node of the fabric file.
-    pub drop_rx_unknown_source: u64,
-    /// Receive: longer than [`MAX_PACKET_LEN`] (no receive buffer holds it).
-    pub drop_rx_oversized: u64,
-    /// Receive: the socket reported an error for an earlier datagram (an ICMP
-    /// port-unreachable from a peer that is down); skipped.
-    pub rx_socket_errors: u64,
-    /// Multicast packets sent (a multicast DLID, PV-07): each went to every
-    /// other node of the fabric file and looped back (ARCHITECTURE.md §6).
-    pub tx_multicast: u64,
-    /// Keepalives and port transitions (AE-01, `liveness`).
-    pub liveness: LivenessCounters,
-}
-
-impl UdpCounters {
-    /// All packets dropped, for every reason.
-    pub fn dropped(&self) -> u64 {
-        self.drop_tx_unknown_dlid
-            + self.drop_tx_short
-            + self.drop_tx_oversized
-            + self.drop_tx_would_block
-            + self.drop_tx_error
-            + self.drop_loopback_full
-            + self.drop_rx_unknown_source
-            + self.drop_rx_oversized
-    }
-}
-
-impl std::fmt::Display for UdpCounters {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "tx {} ({} B, {} GSO runs) loopback {} rx {} ({} B, {} GRO runs) dropped {}: \
-             tx_unknown_dlid {} tx_short {} tx_oversized {} tx_would_block {} tx_error {} \
-             loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {} \
-             tx_multicast {} keepalives_tx {} keepalives_rx {} port_down {} port_up {}",
-            self.tx_packets,
-            self.tx_bytes,
-            self.tx_gso_runs,
-            self.loopback_packets,
-            self.rx_packets,
-            self.rx_bytes,
-            self.rx_gro_runs,
-            self.dropped(),
-            self.drop_tx_unknown_dlid,
-            self.drop_tx_short,
-            self.drop_tx_oversized,
-            self.drop_tx_would_block,
-            self.drop_tx_error,
-            self.drop_loopback_full,
-            self.drop_rx_unknown_source,
-            self.drop_rx_oversized,
-            self.rx_socket_errors,
-            self.tx_multicast,
-            self.liveness.keepalives_sent,
-            self.liveness.keepalives_received,
-            self.liveness.went_down,
-            self.liveness.came_up,
-        )
-    }
-}
-
-/// Socket buffer size asked for (bytes): 1024 full-PMTU packets.
-pub const SOCKET_BUFFER: usize = 4 << 20;
-
-/// The warning for socket buffers smaller than asked for, given what the
-/// kernel granted (`SO_RCVBUF`/`SO_SNDBUF` as read back: Linux doubles the
-/// value asked for, after capping it at `net.core.rmem_max`/`wmem_max`):
-/// one line naming the sysctls and the value to set, or `None`.
-pub fn buffer_warning(rx: Option<usize>, tx: Option<usize>) -> Option<String> {
-    let short = |granted: Option<usize>| granted.is_some_and(|g| g < 2 * SOCKET_BUFFER);
-    let mut which = Vec::new();
-    if short(rx) {
-        which.push(("receive", "net.core.rmem_max", rx.unwrap_or(0) / 2));
-    }
-    if short(tx) {
-        which.push(("send", "net.core.wmem_max", tx.unwrap_or(0) / 2));
-    }
-    if which.is_empty() {
-        return None;
-    }
-    let got: Vec<String> = which
-        .iter()
-        .map(|(what, _, g)| format!("{what} {g}"))
-        .collect();
-    let fix: Vec<String> = which
-        .iter()
-        .map(|(_, sysctl, _)| format!("{sysctl}={SOCKET_BUFFER}"))
-        .collect();
-    Some(format!(
-        "UDP socket buffers capped below the {SOCKET_BUFFER} bytes asked for ({} bytes): \
-         bursts of full-MTU packets will overflow them and be resent as losses; \
-         raise the cap: sysctl -w {}",
-        got.join(", "),
-        fix.join(" ")
-    ))
 }
 
 /// A send buffer: room for the longest packet, which starts
@@ -274,6 +150,21 @@ pub struct UdpLink {
     counters: UdpCounters,
     /// Whether the port is up (AE-01).
     live: Liveness,
+    /// In a cabled fabric (`cabling.rs`): the other end of this port's cable,
+    /// where every packet goes and the only address datagrams are taken from.
+    cable: Option<Cable>,
+    /// Whether packets to the node's own LIDs loop back (an HCA port, AD-04);
+    /// not on a switch port, which has no LID of its own.
+    own_lids: bool,
+}
+
+/// The other end of a cabled port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cable {
+    peer: SocketAddr,
+    /// The LID datagrams from the peer are lent with: the peer node's, back
+    /// to back; none through a switch, which forwards every node's packets.
+    peer_lid: Option<u16>,
 }
 
 impl UdpLink {
@@ -308,6 +199,70 @@ impl UdpLink {
         allow: UdpOffloads,
     ) -> Result<UdpLink, LinkError> {
         let me = Self::own_node(fabric, node)?;
+        let c = fabric.cabling();
+        let i = fabric.nodes().iter().position(|n| n.name == me.name);
+        let cable = match i
+            .filter(|_| c.is_cabled())
+            .and_then(|i| c.peer(End::Node(i)))
+        {
+            None => None,
+            Some(peer) => Some(Cable {
+                peer: c
+                    .address(fabric.nodes(), peer)
+                    .ok_or_else(|| LinkError::UnknownNode(node.into()))?,
+                peer_lid: match peer {
+                    End::Node(j) => Some(fabric.nodes()[j].lid),
+                    End::Port { .. } => None,
+                },
+            }),
+        };
+        UdpLink::open(fabric, me, cable, true, socket, allow)
+    }
+
+    /// The link of port `port` of switch `switch` (`vhca switch`): cabled to
+    /// the other end of the port's link, no LID of its own, down until the
+    /// other end is heard (a port without a link partner has no link).
+    pub fn switch_port(
+        fabric: &FabricFile,
+        switch: &str,
+        port: u8,
+        socket: UdpSocket,
+        allow: UdpOffloads,
+    ) -> Result<UdpLink, LinkError> {
+        let name = format!("{switch}:{port}");
+        let c = fabric.cabling();
+        let unknown = || LinkError::UnknownNode(name.clone());
+        let (s, sw) = c.switch(switch).ok_or_else(unknown)?;
+        let here = End::Port { switch: s, port };
+        let address = c.address(fabric.nodes(), here).ok_or_else(unknown)?;
+        let peer = c.peer(here).ok_or_else(unknown)?;
+        let cable = Cable {
+            peer: c.address(fabric.nodes(), peer).ok_or_else(unknown)?,
+            peer_lid: match peer {
+                End::Node(j) => Some(fabric.nodes()[j].lid),
+                End::Port { .. } => None,
+            },
+        };
+        let me = Node {
+            name,
+            lid: 0,
+            guid: sw.guid,
+            address,
+        };
+        let mut l = UdpLink::open(fabric, me, Some(cable), false, socket, allow)?;
+        l.live.set_down();
+        Ok(l)
+    }
+
+    fn open(
+        fabric: &FabricFile,
+        me: Node,
+        cable: Option<Cable>,
+        own_lids: bool,
+        socket: UdpSocket,
+        allow: UdpOffloads,
+    ) -> Result<UdpLink, LinkError> {
+        let node = me.name.as_str();
         let actual = socket.local_addr()?;
         if actual != me.address {
             return Err(LinkError::AddressMismatch {
@@ -346,12 +301,18 @@ impl UdpLink {
             on_off(gro),
         );
         let buf = if gro { GRO_BUF } else { MAX_PACKET_LEN + 1 };
-        let peers = fabric
-            .nodes()
-            .iter()
-            .filter(|n| n.address != me.address)
-            .map(|n| n.address)
-            .collect();
+        let peers = match cable {
+            Some(c) => vec![c.peer],
+            None => fabric
+                .nodes()
+                .iter()
+                .filter(|n| n.address != me.address)
+                .map(|n| n.address)
+                .collect(),
+        };
+        if let Some(c) = cable {
+            log::info!("fabric: {} cabled to udp {}", me.name, c.peer);
+        }
         Ok(UdpLink {
             live: Liveness::new(peers, BEAT, DEAD_AFTER),
             fabric: fabric.clone(),
@@ -370,6 +331,8 @@ impl UdpLink {
             tx_spare: Vec::new(),
             tx_slot: None,
             counters: UdpCounters::default(),
+            cable,
+            own_lids,
         })
     }
 
@@ -399,10 +362,14 @@ impl UdpLink {
     /// without hearing one the port is down (AE-01, `liveness`; defaults
     /// 1 s and 5 s). `None`: no keepalives, the port stays up.
     pub fn set_liveness(&mut self, beat_and_dead_after: Option<(Duration, Duration)>) {
+        let was_up = self.live.is_up() || beat_and_dead_after.is_none();
         self.live = match beat_and_dead_after {
             Some((beat, dead)) => Liveness::new(self.live.peers().to_vec(), beat, dead),
             None => Liveness::off(),
         };
+        if !was_up {
+            self.live.set_down();
+        }
     }
 
     /// What the link did and dropped so far.
@@ -523,11 +490,7 @@ impl UdpLink {
     /// used up: its place in the batch and the sender, or `None` when nothing is
     /// waiting. Skips (and counts) what the link drops, at most [`RECV_SKIP`]
     /// messages' worth per call of the caller's, which `skipped` carries.
-    fn next_rx(
-        &mut self,
-        now: Duration,
-        skipped: &mut usize,
-    ) -> Result<Option<(usize, std::ops::Range<usize>, u16)>, LinkError> {
+    fn next_rx(&mut self, now: Duration, skipped: &mut usize) -> Result<Option<RxAt>, LinkError> {
         while *skipped < RECV_SKIP {
             if self.rx_next >= self.rx_got.len() {
                 self.rx_next = 0;
@@ -553,10 +516,14 @@ impl UdpLink {
             }
             let i = self.rx_next;
             let m = self.rx_got[i];
-            let lid = m
-                .from
-                .and_then(|a| self.fabric.by_address(&a))
-                .map(|p| p.lid);
+            // Cabled: only the cable's other end; else any node of the file.
+            let lid = match self.cable {
+                Some(c) => (m.from == Some(c.peer)).then_some(c.peer_lid),
+                None => m
+                    .from
+                    .and_then(|a| self.fabric.by_address(&a))
+                    .map(|p| Some(p.lid)),
+            };
             let Some(lid) = lid else {
                 self.counters.drop_rx_unknown_source += 1;
                 log::debug!(
@@ -592,7 +559,7 @@ impl UdpLink {
             }
             if end - start > MAX_PACKET_LEN {
                 self.counters.drop_rx_oversized += 1;
-                log::debug!("fabric: dropped oversized datagram from LID {lid:#x}");
+                log::debug!("fabric: dropped oversized datagram from LID {lid:?}");
                 *skipped += 1;
                 continue;
             }
@@ -606,13 +573,19 @@ impl UdpLink {
 /// SLID when that is one of the node's 2^LMC LIDs (AD-01: path bits pick the
 /// source LID), else the base LID, which the engine then finds spoofed
 /// (ARCHITECTURE.md §9).
-fn source_lid(fabric: &FabricFile, base: u16, packet: &[u8]) -> u16 {
-    match super::slid_of(packet) {
+/// `None` for a packet from a switch port, which carries every node's packets.
+fn source_lid(fabric: &FabricFile, base: Option<u16>, packet: &[u8]) -> Option<u16> {
+    let base = base?;
+    Some(match super::slid_of(packet) {
         Some(s) if s == base => base,
         Some(s) if fabric.by_lid(s).is_some_and(|n| n.lid == base) => s,
         _ => base,
-    }
+    })
 }
+
+/// A received packet's place: its message in the batch, its bytes there, and
+/// the sender's LID when the link knows it.
+type RxAt = (usize, std::ops::Range<usize>, Option<u16>);
 
 /// Where a packet to send goes.
 enum Route {
@@ -633,15 +606,21 @@ impl UdpLink {
     /// bounded by the fabric file.
     fn send_multicast(&mut self, packet: &[u8]) -> Result<(), LinkError> {
         self.counters.tx_multicast += 1;
-        self.loop_back(packet);
+        if self.own_lids {
+            self.loop_back(packet);
+        }
         let own = self.node.lid;
         let mut r = Ok(());
-        for i in 0..self.fabric.nodes().len() {
-            let n = &self.fabric.nodes()[i];
-            if n.lid == own {
-                continue;
-            }
-            let to = n.address;
+        // Cabled: one copy to the cable's other end (a switch replicates it
+        // by its multicast forwarding table).
+        let to_all = self.cable.is_none();
+        let count = if to_all { self.fabric.nodes().len() } else { 1 };
+        for i in 0..count {
+            let to = match self.cable {
+                Some(c) => c.peer,
+                None if self.fabric.nodes()[i].lid == own => continue,
+                None => self.fabric.nodes()[i].address,
+            };
             let sent = if self.batching {
                 let mut b = self.tx_spare.pop().unwrap_or_else(TxBuf::new);
                 b.room()[..packet.len()].copy_from_slice(packet);
@@ -713,7 +692,13 @@ impl UdpLink {
             return Route::Multicast;
         }
         let peer = self.fabric.by_lid(dlid);
-        if dlid == self.node.lid || peer.is_some_and(|p| p.name == self.node.name) {
+        let own = dlid == self.node.lid || peer.is_some_and(|p| p.name == self.node.name);
+        if let Some(c) = self.cable.filter(|_| !own || !self.own_lids) {
+            // Cabled: every other DLID (unicast, permissive) goes down the
+            // cable; the other end routes it.
+            return Route::To(c.peer);
+        }
+        if own {
             // AD-04: a packet to the own LID never touches the socket (ARCHITECTURE.md §6).
             self.loop_back(packet);
             return Route::Done;
@@ -833,7 +818,7 @@ impl Link for UdpLink {
             self.counters.rx_bytes += p.len() as u64;
             deliver(Received {
                 packet: &p,
-                src_lid: Some(source_lid(&self.fabric, self.node.lid, &p)),
+                src_lid: source_lid(&self.fabric, Some(self.node.lid), &p),
             });
             n += 1;
             if self.loopback_spare.len() < MMSG_BATCH {
@@ -850,7 +835,7 @@ impl Link for UdpLink {
             let packet = &self.rx.buf(i)[range];
             deliver(Received {
                 packet,
-                src_lid: Some(source_lid(&self.fabric, lid, packet)),
+                src_lid: source_lid(&self.fabric, lid, packet),
             });
             n += 1;
         }
@@ -898,31 +883,5 @@ impl Link for UdpLink {
 
     fn is_up(&self) -> bool {
         self.live.is_up()
-    }
-}
-
-#[cfg(test)]
-mod buffer_tests {
-    use super::*;
-
-    #[test]
-    fn a_capped_buffer_is_one_warning_naming_the_sysctl_and_the_size() {
-        // Granted in full (Linux reads back twice the value): nothing to say.
-        assert_eq!(
-            buffer_warning(Some(2 * SOCKET_BUFFER), Some(2 * SOCKET_BUFFER)),
-            None
-        );
-        assert_eq!(buffer_warning(None, None), None);
-        // Debian's default caps, 208 KiB each.
-        let w = buffer_warning(Some(425_984), Some(2 * SOCKET_BUFFER)).unwrap();
-        assert!(w.contains("sysctl -w net.core.rmem_max=4194304"), "{w}");
-        assert!(w.contains("receive 212992"), "{w}");
-        assert!(!w.contains("wmem_max"), "{w}");
-        let w = buffer_warning(Some(425_984), Some(425_984)).unwrap();
-        assert!(
-            w.contains("net.core.rmem_max=4194304 net.core.wmem_max=4194304"),
-            "{w}"
-        );
-        assert_eq!(w.lines().count(), 1);
     }
 }

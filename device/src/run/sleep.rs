@@ -27,7 +27,7 @@ pub(super) fn ceil_ms(timeout: Duration) -> i32 {
 }
 
 /// Waits on `epoll` for an event or `timeout`; returns how many events.
-pub(super) fn wait(
+pub(crate) fn wait(
     epoll: &Epoll,
     timeout: Duration,
     events: &mut [EpollEvent],

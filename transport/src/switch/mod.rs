@@ -3,7 +3,9 @@
 //! 0xC000..=0xFFFE), VL15 for subnet management packets (directed route through
 //! [`crate::mad::dr::switch_hop`], the switch's own SMPs answered by its SMA in
 //! [`sma`]), per-port counters in the PortCounters shape, and a counter for every
-//! drop. Not yet driven by any process.
+//! drop. Driven by `vhca switch` (`device/src/switch_proc`), which also uses the
+//! start-up interface ([`Switch::set_static_route`], [`Switch::activate`], ...)
+//! to stand in for an SM on a static subnet.
 //!
 //! Interface: [`Switch::handle_packet`] takes a whole native packet (LRH through
 //! VCRC) with the physical port it arrived on and `now`, and appends what goes out
@@ -301,6 +303,62 @@ impl Switch {
         pi.port_state = port_state::DOWN;
         pi.port_physical_state = phys_state::POLLING;
         self.port_state_changed();
+    }
+
+    /// Static subnet (no SM; the fabric file plays it): the switch's own LID
+    /// (port 0's, LMC 0). 0 or a non-unicast LID: no LID.
+    pub fn set_static_lid(&mut self, lid: u16) {
+        self.ports[0].info.lid = if lid < MLID_BASE { lid } else { 0 };
+        self.ports[0].info.lmc = 0;
+    }
+
+    /// Static subnet: the LFT entry for `lid` (as an SM's SubnSet of the
+    /// block holding it would), raising LinearFDBTop to cover it. Refused
+    /// (false) for a LID past the table or a port that is not 0 or physical.
+    pub fn set_static_route(&mut self, lid: u16, port: u8) -> bool {
+        let Some(e) = self.lft.get_mut(usize::from(lid)) else {
+            return false;
+        };
+        if lid == 0 || port > self.node.num_ports {
+            return false;
+        }
+        *e = port;
+        self.info.linear_fdb_top = self.info.linear_fdb_top.max(lid);
+        true
+    }
+
+    /// Static subnet: every MLID of the MFT to `ports` (the flooding a
+    /// subnet without an SM does: every multicast packet to every port but
+    /// the one it came in on). Ports past the switch's are left out.
+    pub fn set_static_flood(&mut self, ports: &[u8]) {
+        let positions = self.mft_positions();
+        for idx in 0..self.mft_mlids() {
+            for pos in 0..positions {
+                let mask = ports
+                    .iter()
+                    .filter(|&&p| p != 0 && p <= self.node.num_ports)
+                    .filter(|&&p| usize::from(p) / MFT_POSITION_PORTS == pos)
+                    .fold(0u16, |m, &p| m | 1 << (usize::from(p) % MFT_POSITION_PORTS));
+                self.set_mft_mask(idx, pos as u8, mask);
+            }
+        }
+        if self.mft_mlids() > 0 {
+            self.info.multicast_fdb_top = MLID_BASE + (self.mft_mlids() - 1) as u16;
+        }
+    }
+
+    /// Static subnet: port `p`, its link up (Init), goes Active as an SM's
+    /// PortInfo Set to Armed and then Active would take it (IBA 7.2); a port
+    /// that is Down stays Down.
+    pub fn activate(&mut self, p: u8) {
+        let Some(port) = self.ports.get_mut(usize::from(p)).filter(|_| p != 0) else {
+            return;
+        };
+        let pi = &mut port.info;
+        if pi.port_state == port_state::INIT || pi.port_state == port_state::ARMED {
+            pi.port_state = port_state::ACTIVE;
+            self.port_state_changed();
+        }
     }
 
     /// Handles one packet (LRH through VCRC) that arrived on physical port

@@ -1,0 +1,256 @@
+//! `vhca switch`'s counters: per port the PortCounters (IBA 16.1.3.5) and
+//! state, the link stages' counters, every `SwitchDrop` and directed-route
+//! drop reason, the SMA's replies; as text lines (`--counters-format text`,
+//! the exit report) or one JSON object (`json`, `--counters-file`).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use transport::mad::dr::DrDrop;
+use transport::mad::portinfo::port_state;
+use transport::switch::{Switch, SwitchDrop};
+
+use super::{Config, Port};
+use crate::counters_out::{
+    json_lines, json_object, json_str, write_atomically, CountersFormat, FILE_EVERY,
+};
+
+/// A counter name: the reason's name in snake case.
+fn snake(d: impl std::fmt::Debug) -> String {
+    let mut s = String::new();
+    for (i, c) in format!("{d:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            s.push('_');
+        }
+        s.push(c.to_ascii_lowercase());
+    }
+    s
+}
+
+fn state_name(st: u8) -> &'static str {
+    match st {
+        port_state::DOWN => "Down",
+        port_state::INIT => "Init",
+        port_state::ARMED => "Armed",
+        port_state::ACTIVE => "Active",
+        _ => "?",
+    }
+}
+
+/// One port in a snapshot.
+#[derive(Debug, Clone)]
+pub struct PortSnap {
+    pub num: u8,
+    pub peer: String,
+    pub state: &'static str,
+    pub counters: Vec<(&'static str, u64)>,
+    /// The link stages' report lines.
+    pub link: String,
+}
+
+/// The switch's counters at one instant.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub time: Duration,
+    pub switch: String,
+    pub mode: &'static str,
+    pub ports: Vec<PortSnap>,
+    pub drops: Vec<(String, u64)>,
+    pub dr_drops: Vec<(String, u64)>,
+    pub sma_replies: u64,
+    pub sma_error_replies: u64,
+}
+
+pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot {
+    let c = core.counters();
+    Snapshot {
+        time: crate::run::now(),
+        switch: cfg.switch.clone(),
+        mode: cfg.mode.name(),
+        ports: ports
+            .iter()
+            .map(|p| {
+                let pc = core.port_counters(p.num).copied().unwrap_or_default();
+                PortSnap {
+                    num: p.num,
+                    peer: p.peer.clone(),
+                    state: state_name(core.port(p.num).map_or(0, |s| s.info.port_state)),
+                    counters: vec![
+                        ("xmit_packets", pc.xmit_packets),
+                        ("rcv_packets", pc.rcv_packets),
+                        ("xmit_data_words", pc.xmit_data_words),
+                        ("rcv_data_words", pc.rcv_data_words),
+                        ("rcv_errors", pc.rcv_errors),
+                        ("xmit_discards", pc.xmit_discards),
+                        ("vl15_dropped", pc.vl15_dropped),
+                        // Dropped before the core (ARCHITECTURE.md §9).
+                        ("spoofed_slid", p.spoofed),
+                    ],
+                    link: p.link.report().unwrap_or_default(),
+                }
+            })
+            .collect(),
+        drops: SwitchDrop::ALL
+            .iter()
+            .map(|d| (snake(d), c.drop_count(*d)))
+            .collect(),
+        dr_drops: DrDrop::ALL
+            .iter()
+            .map(|d| (snake(d), c.dr_drops[d.index()]))
+            .collect(),
+        sma_replies: c.sma_replies,
+        sma_error_replies: c.sma_error_replies,
+    }
+}
+
+impl Snapshot {
+    /// A line per part: the switch's drops, then each port.
+    pub fn text(&self) -> String {
+        let words = |v: &[(String, u64)]| -> String {
+            v.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut s = format!(
+            "switch {} ({}): drops: {}\nswitch {} dr_drops: {} sma_replies {} sma_error_replies {}\n",
+            self.switch,
+            self.mode,
+            words(&self.drops),
+            self.switch,
+            words(&self.dr_drops),
+            self.sma_replies,
+            self.sma_error_replies
+        );
+        for p in &self.ports {
+            let pc: Vec<(String, u64)> = p
+                .counters
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect();
+            let _ = writeln!(
+                s,
+                "port {} ({}, cabled to {}): {}",
+                p.num,
+                p.state,
+                p.peer,
+                words(&pc)
+            );
+            for l in p.link.lines() {
+                let _ = writeln!(s, "port {} {l}", p.num);
+            }
+        }
+        s.trim_end().to_string()
+    }
+
+    /// One JSON object, without a newline: `time`, `switch`, `mode`,
+    /// `drops`, `dr_drops`, `sma`, and `ports`, an array of
+    /// `{"port", "peer", "state", "counters", "link"}`.
+    pub fn json(&self) -> String {
+        let mut s = String::with_capacity(2048);
+        let _ = write!(s, "{{\"time\":{:.6},\"switch\":", self.time.as_secs_f64());
+        json_str(&mut s, &self.switch);
+        s.push_str(",\"mode\":");
+        json_str(&mut s, self.mode);
+        s.push_str(",\"drops\":");
+        json_object(&mut s, self.drops.iter().map(|(k, v)| (k.as_str(), *v)));
+        s.push_str(",\"dr_drops\":");
+        json_object(&mut s, self.dr_drops.iter().map(|(k, v)| (k.as_str(), *v)));
+        s.push_str(",\"sma\":");
+        json_object(
+            &mut s,
+            [
+                ("replies", self.sma_replies),
+                ("error_replies", self.sma_error_replies),
+            ],
+        );
+        s.push_str(",\"ports\":[");
+        for (i, p) in self.ports.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(s, "{{\"port\":{},\"peer\":", p.num);
+            json_str(&mut s, &p.peer);
+            s.push_str(",\"state\":");
+            json_str(&mut s, p.state);
+            s.push_str(",\"counters\":");
+            json_object(&mut s, p.counters.iter().copied());
+            s.push_str(",\"link\":");
+            json_lines(&mut s, &p.link);
+            s.push('}');
+        }
+        s.push_str("]}");
+        s
+    }
+
+    fn render(&self, f: CountersFormat) -> String {
+        match f {
+            CountersFormat::Text => self.text(),
+            CountersFormat::Json => self.json(),
+        }
+    }
+}
+
+/// The periodic log and the counters file. The file is small and written
+/// by the switch's one thread (atomically, `write_atomically`); a failed
+/// write is logged once until one succeeds.
+pub(super) struct Output {
+    every: Option<Duration>,
+    format: CountersFormat,
+    file: Option<PathBuf>,
+    last_log: Instant,
+    last_file: Option<Instant>,
+    failing: bool,
+}
+
+impl Output {
+    pub(super) fn new(cfg: &Config) -> Output {
+        Output {
+            every: cfg.counters_every,
+            format: cfg.counters_format,
+            file: cfg.counters_file.clone(),
+            last_log: Instant::now(),
+            last_file: None,
+            failing: false,
+        }
+    }
+
+    /// Prints and writes what is due; `snap` is called only then.
+    pub(super) fn tick(&mut self, snap: impl FnOnce() -> Snapshot) {
+        let now = Instant::now();
+        let log_due = self.every.is_some_and(|e| now - self.last_log >= e);
+        let period = self.every.unwrap_or(FILE_EVERY);
+        let file_due = self.file.is_some() && self.last_file.is_none_or(|t| now - t >= period);
+        if !log_due && !file_due {
+            return;
+        }
+        let s = snap();
+        if log_due {
+            self.last_log = now;
+            eprintln!("{}", s.render(self.format));
+        }
+        if file_due {
+            self.last_file = Some(now);
+            self.write(&s);
+        }
+    }
+
+    fn write(&mut self, s: &Snapshot) {
+        let Some(f) = &self.file else { return };
+        match write_atomically(f, &(s.json() + "\n")) {
+            Ok(()) => self.failing = false,
+            Err(e) if !self.failing => {
+                self.failing = true;
+                log::warn!("switch: --counters-file {}: {e}", f.display());
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// The exit report: stderr, and the file once more.
+    pub(super) fn report(&mut self, s: &Snapshot) {
+        eprintln!("{}", s.render(self.format));
+        self.write(s);
+    }
+}

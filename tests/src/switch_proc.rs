@@ -1,0 +1,157 @@
+//! `vhca switch` processes (issue 26 item 3): a switch of a fabric file,
+//! its counters file read as JSON, SIGTERM and the exit counters; a star
+//! fabric of `vhca` HCAs cabled to one switch.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::process::{free_udp_ports, vhca_binary, Build, Options, Vhca};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A running `vhca switch`, killed on drop.
+pub struct SwitchProc {
+    child: Option<Child>,
+    stderr: PathBuf,
+    counters: PathBuf,
+}
+
+impl SwitchProc {
+    pub fn spawn(fabric: &Path, name: &str, dir: &Path, extra: &[&str]) -> SwitchProc {
+        let stderr = dir.join(format!("{name}.stderr"));
+        let counters = dir.join(format!("{name}.counters.json"));
+        let _ = std::fs::remove_file(&counters);
+        let child = Command::new(vhca_binary(Build::Debug))
+            .arg("switch")
+            .arg("--fabric")
+            .arg(fabric)
+            .arg("--switch")
+            .arg(name)
+            .arg("--counters-file")
+            .arg(&counters)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&stderr).expect("the switch's stderr"))
+            .spawn()
+            .expect("start vhca switch");
+        SwitchProc {
+            child: Some(child),
+            stderr,
+            counters,
+        }
+    }
+
+    /// The counters file as JSON, once it exists.
+    pub fn counters(&mut self) -> Value {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Ok(t) = std::fs::read_to_string(&self.counters) {
+                if let Ok(v) = serde_json::from_str(&t) {
+                    return v;
+                }
+            }
+            if let Some(s) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("vhca switch exited ({s}): {}", self.stderr_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no counters file: {}",
+                self.stderr_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the counters file shows every port in `ports` Active.
+    pub fn wait_active(&mut self, ports: &[u64]) {
+        let deadline = Instant::now() + T;
+        loop {
+            let v = self.counters();
+            let active = |p: u64| {
+                v["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x["port"] == p && x["state"] == "Active")
+            };
+            if ports.iter().all(|&p| active(p)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "ports not Active: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM; the exit status and the last counters (the exit report's).
+    pub fn stop(&mut self) -> (std::process::ExitStatus, Value) {
+        let mut c = self.child.take().expect("running");
+        crate::sys::kill(c.id(), libc::SIGTERM).expect("SIGTERM");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("vhca switch ignored SIGTERM: {}", self.stderr_text());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        (status, self.counters())
+    }
+
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for SwitchProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `[[switch]]` sw0 with `ports` ports at the given addresses, and a link
+/// from node `n{i}` to port i + 1 for each of `nodes`.
+pub fn star(ports: &[u16], nodes: usize) -> String {
+    let list: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+    let mut s = format!(
+        "[[switch]]\nname = \"sw0\"\nguid = \"0x0002c90300009000\"\nports = {}\naddress = [{}]\nlid = 0x40\n",
+        ports.len(),
+        list.join(", ")
+    );
+    for i in 0..nodes {
+        let _ = write!(s, "[[link]]\nends = [\"n{i}\", \"sw0:{}\"]\n", i + 1);
+    }
+    s
+}
+
+/// `nodes` HCAs on a switch of `ports` ports (node i on port i + 1), the
+/// fabric file starting with `header`; returns once every cabled switch port
+/// is Active.
+pub fn star_fabric(nodes: usize, ports: usize, header: &str) -> (Vhca, SwitchProc) {
+    let sw_ports = free_udp_ports(ports).unwrap();
+    let opts = Options {
+        top_toml: star(&sw_ports, nodes),
+        fabric_header: header.to_string(),
+        ..Options::nodes(nodes)
+    };
+    let v = Vhca::spawn(opts);
+    let mut sw = SwitchProc::spawn(v.fabric_file(), "sw0", v.dir(), &[]);
+    let cabled: Vec<u64> = (1..=nodes as u64).collect();
+    sw.wait_active(&cabled);
+    (v, sw)
+}

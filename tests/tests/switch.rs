@@ -1,0 +1,379 @@
+//! `vhca switch` on real processes (issue 26 item 3; AD-09): three `vhca`
+//! HCAs (no guests but the test driver) cabled to one switch in static mode
+//! move RC WRITE and SEND between every pair, and the switch's per-port
+//! counters add up to what the HCAs sent and received; a cable with no switch
+//! behind it stays down; a datagram from an address that is not the cable
+//! peer is dropped and counted at the switch and at the HCA; a raw UDP socket
+//! standing in for an HCA port gets the switch's NodeInfo by directed route,
+//! and a data packet to an unknown DLID is dropped and counted.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use transport::mad::attr::{node_type, NodeInfoRepr};
+use transport::mad::{attr_id, method, DrFields, Smp, SmpRepr, SmpRoute, PERMISSIVE_LID};
+use transport::wire::opcode::Opcode;
+use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
+use vhca_tests::abi::cqe::EqeType;
+use vhca_tests::abi::verbs::{PortState, QpType};
+use vhca_tests::fixture::{assert_success, connect_pair, wait_n, Node};
+use vhca_tests::process::free_udp_ports;
+use vhca_tests::switch_proc::{star, star_fabric, SwitchProc};
+use vhca_tests::util::{assert_bytes, pattern};
+use vhca_tests::{Layout, Options, RecvWr, SendWr, Vhca};
+
+const T: Duration = Duration::from_secs(30);
+
+/// The value after `name` on the `udp NODE:` line of an exit report.
+fn udp_counter(report: &str, name: &str) -> u64 {
+    let line = report
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("udp "))
+        .unwrap_or_else(|| panic!("no udp line in {report}"));
+    let mut w = line.split_whitespace();
+    w.find(|x| *x == name)
+        .unwrap_or_else(|| panic!("no {name} in {line}"));
+    w.next().unwrap().parse().unwrap()
+}
+
+fn port(v: &Value, p: u64) -> &Value {
+    v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["port"] == p)
+        .unwrap_or_else(|| panic!("no port {p} in {v}"))
+}
+
+fn kind(e: EqeType) -> impl Fn(&vhca_tests::abi::cqe::Eqe) -> bool {
+    move |x| x.kind == e.raw()
+}
+
+#[test]
+fn ad_09_three_hcas_through_one_switch_rc_write_and_send_every_pair_static() {
+    let (mut v, mut sw) = star_fabric(3, 4, "");
+    let v0 = sw.counters();
+    let listed: Vec<&Value> = v0["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["port"])
+        .collect();
+    assert_eq!(
+        listed,
+        [1, 2, 3],
+        "port 4 is not cabled: no socket, not listed"
+    );
+    let mut nodes: Vec<Node> = (0..3).map(|i| Node::connect(&v, i)).collect();
+    for n in nodes.iter_mut() {
+        assert_eq!(n.hca.query_port(1).unwrap().state, PortState::Active.raw());
+    }
+    let len = 64 << 10;
+    for (i, j) in [(0, 1), (0, 2), (1, 2)] {
+        let (lo, hi) = nodes.split_at_mut(j);
+        let (a, b) = (&mut lo[i], &mut hi[0]);
+        let (qa, qb) = connect_pair(a, b, QpType::Rc);
+        // WRITE i -> j.
+        let src = a.region(len, Layout::Scattered, 0);
+        let dst = b.region(len, Layout::Scattered, 0);
+        let data = pattern(0x5000 + (i * 3 + j) as u64, len);
+        a.write(&src, 0, &data);
+        a.hca
+            .post_send(
+                qa,
+                &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+            )
+            .unwrap();
+        assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+        assert_bytes(
+            &b.read(&dst, 0, len),
+            &data,
+            &format!("WRITE n{i} -> n{j} through sw0"),
+        );
+        // SEND j -> i.
+        let inbox = a.region(4096, Layout::Contiguous, 0);
+        a.hca
+            .post_recv(qa, &RecvWr::new(2, vec![inbox.mr.sge(&inbox.buf, 0, 4096)]))
+            .unwrap();
+        let msg = pattern(0x6000 + (i * 3 + j) as u64, 3000);
+        let out = b.region(4096, Layout::Contiguous, 0);
+        b.write(&out, 0, &msg);
+        b.hca
+            .post_send(qb, &SendWr::send(3).sge(out.mr.sge(&out.buf, 0, msg.len())))
+            .unwrap();
+        assert_success(&wait_n(&mut b.hca, b.cq, 1, T));
+        assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+        assert_bytes(
+            &a.read(&inbox, 0, msg.len()),
+            &msg,
+            &format!("SEND n{j} -> n{i} through sw0"),
+        );
+    }
+    drop(nodes);
+    // Every packet each HCA sent came in on its switch port and went out
+    // of another; every packet each received left the switch by its port.
+    let mut reports = Vec::new();
+    for i in 0..3 {
+        v.stop(i, Duration::from_secs(5));
+        reports.push(v.stderr(i));
+    }
+    let (status, c) = sw.stop();
+    assert!(status.success(), "{status}");
+    let (mut rcv, mut xmit) = (0, 0);
+    for (i, r) in reports.iter().enumerate() {
+        let pc = &port(&c, i as u64 + 1)["counters"];
+        let sent = udp_counter(r, "tx");
+        let got = udp_counter(r, "rx") - udp_counter(r, "loopback");
+        assert!(sent > 0 && got > 0, "n{i} sent {sent}, got {got}");
+        assert_eq!(pc["rcv_packets"], sent, "port {} in = n{i} out: {c}", i + 1);
+        assert_eq!(pc["xmit_packets"], got, "port {} out = n{i} in: {c}", i + 1);
+        rcv += sent;
+        xmit += got;
+    }
+    assert_eq!(rcv, xmit, "packets forwarded = packets sent");
+    assert!(
+        rcv > 3 * (len / 4096) as u64,
+        "three 64 KiB WRITEs: {rcv} packets"
+    );
+    for (k, n) in c["drops"].as_object().unwrap() {
+        assert_eq!(n, 0, "switch drop {k}: {c}");
+    }
+    let text = sw.stderr_text();
+    assert!(
+        text.contains("switch sw0 (static): drops: malformed 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("port 1 (Active, cabled to n0): xmit_packets"),
+        "{text}"
+    );
+}
+
+#[test]
+fn ad_09_a_cable_without_its_switch_stays_down_and_comes_up_with_it() {
+    let sw_ports = free_udp_ports(2).unwrap();
+    let opts = Options {
+        top_toml: star(&sw_ports, 2),
+        extra_args: vec!["--peer-silence-ms".into(), "500".into()],
+        ..Options::nodes(2)
+    };
+    let v = Vhca::spawn(opts);
+    let mut a = Node::connect(&v, 0);
+    let _b = Node::connect(&v, 1);
+    // n1 runs and sends keepalives, but to the switch port, not to n0: n0's
+    // cable has no other end, so its port goes and stays Down.
+    a.hca
+        .wait_async_event(Duration::from_secs(5), kind(EqeType::PortErr))
+        .expect("PORT_ERR");
+    std::thread::sleep(Duration::from_millis(1500));
+    let q = a.hca.query_port(1).unwrap();
+    assert_eq!(q.state, PortState::Down.raw());
+    let mut sw = SwitchProc::spawn(
+        v.fabric_file(),
+        "sw0",
+        v.dir(),
+        &["--peer-silence-ms", "500"],
+    );
+    a.hca
+        .wait_async_event(Duration::from_secs(5), kind(EqeType::PortActive))
+        .expect("PORT_ACTIVE with the switch");
+    assert_eq!(a.hca.query_port(1).unwrap().state, PortState::Active.raw());
+    sw.wait_active(&[1, 2]);
+}
+
+/// A native packet: UD SEND Only on `vl` to `dest_qp` (QP0 with Q_Key 0 for
+/// an SMP).
+fn packet(vl: u8, dlid: u16, slid: u16, dest_qp: u32, payload: &[u8]) -> Vec<u8> {
+    let repr = PacketRepr {
+        lrh: LrhRepr {
+            vl,
+            sl: 0,
+            dlid,
+            slid,
+        },
+        grh: None,
+        transport: TransportRepr {
+            bth: BthRepr {
+                opcode: Opcode::UD_SEND_ONLY,
+                solicited: false,
+                mig_req: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp,
+                ack_req: false,
+                psn: 7,
+            },
+            ext: ExtHeaders {
+                deth: Some(DethRepr {
+                    qkey: if dest_qp == 0 { 0 } else { 0x1111_1111 },
+                    src_qp: if dest_qp == 0 { 0 } else { 0x12 },
+                }),
+                ..ExtHeaders::default()
+            },
+            payload,
+        },
+    };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut buf).unwrap();
+    buf
+}
+
+/// The switch alone, port 1 cabled to node "x" whose address is a raw
+/// socket the test drives, port 2 to node "y" (no process); a stranger's
+/// socket too.
+fn raw_port_fabric() -> (tempfile::TempDir, PathBuf, UdpSocket, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let x = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let xa = x.local_addr().unwrap();
+    let p = free_udp_ports(3).unwrap();
+    let text = format!(
+        "[[node]]\nname = \"x\"\nlid = 1\nguid = 1\naddress = \"{xa}\"\n\
+         [[node]]\nname = \"y\"\nlid = 2\nguid = 2\naddress = \"127.0.0.1:{}\"\n\
+         [[switch]]\nname = \"sw0\"\nguid = 0x100\nports = 2\naddress = [\"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n\
+         [[link]]\nends = [\"x\", \"sw0:1\"]\n[[link]]\nends = [\"y\", \"sw0:2\"]\n",
+        p[0], p[1], p[2]
+    );
+    let f = dir.path().join("fabric.toml");
+    std::fs::write(&f, text).unwrap();
+    x.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let port1: SocketAddr = format!("127.0.0.1:{}", p[1]).parse().unwrap();
+    (dir, f, x, port1)
+}
+
+/// The next datagram on `s` that is not a keepalive.
+fn next_packet(s: &UdpSocket) -> Vec<u8> {
+    let mut buf = vec![0u8; 9000];
+    loop {
+        let (n, _) = s.recv_from(&mut buf).expect("a reply within 5 s");
+        if &buf[..n] != b"VHCAlive" {
+            return buf[..n].to_vec();
+        }
+    }
+}
+
+#[test]
+fn ad_09_a_raw_port_gets_the_switch_nodeinfo_by_directed_route_and_unknown_dlids_are_dropped() {
+    let (dir, f, x, port1) = raw_port_fabric();
+    let mut sw = SwitchProc::spawn(&f, "sw0", dir.path(), &[]);
+    // The raw socket is x's port: its keepalive brings switch port 1 up
+    // (again until the switch has bound its socket).
+    let deadline = Instant::now() + T;
+    while port(&sw.counters(), 1)["state"] != "Active" {
+        assert!(
+            Instant::now() < deadline,
+            "port 1 not up: {}",
+            sw.stderr_text()
+        );
+        x.send_to(b"VHCAlive", port1).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SubnGet(NodeInfo) by directed route, one hop: the pointer already
+    // moved by x's SMI (C14-9:1), both LRH LIDs permissive.
+    let mut d = DrFields::outgoing(&[1]).unwrap();
+    d.hop_ptr = 1;
+    let req = SmpRepr {
+        base_version: 1,
+        class_version: 1,
+        method: method::GET,
+        status: 0,
+        tid: 0x1234_5678,
+        attr_id: attr_id::NODE_INFO,
+        attr_mod: 0,
+        mkey: 0,
+        route: SmpRoute::Directed(d),
+        data: [0; 64],
+    };
+    x.send_to(
+        &packet(15, PERMISSIVE_LID, PERMISSIVE_LID, 0, &req.to_bytes()),
+        port1,
+    )
+    .unwrap();
+    let resp = next_packet(&x);
+    let p = PacketRepr::parse(&resp).expect("a valid packet back");
+    assert_eq!((p.lrh.vl, p.lrh.dlid), (15, PERMISSIVE_LID));
+    let smp = SmpRepr::parse(&Smp::new_checked(p.transport.payload).unwrap()).unwrap();
+    assert_eq!(
+        (smp.method, smp.status, smp.tid),
+        (method::GET_RESP, 0, 0x1234_5678)
+    );
+    let ni = NodeInfoRepr::parse(&smp.data).unwrap();
+    assert_eq!(ni.node_type, node_type::SWITCH);
+    assert_eq!((ni.num_ports, ni.node_guid), (2, 0x100));
+    assert_eq!(ni.local_port_num, 1, "the ingress port");
+    // A LID-routed data packet to a LID no one has: dropped, counted.
+    x.send_to(&packet(0, 0x77, 1, 5, b"nowhere"), port1)
+        .unwrap();
+    // A data packet from x with y's SLID: a spoof, dropped before the core;
+    // with x's own, forwarded toward y (whose port is Down: no process).
+    x.send_to(&packet(0, 2, 2, 5, b"as y"), port1).unwrap();
+    x.send_to(&packet(0, 2, 1, 5, b"as x"), port1).unwrap();
+    // A datagram from an address that is not port 1's cable peer: dropped
+    // by the port's link, counted.
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    stranger
+        .send_to(&packet(0, 2, 1, 5, b"spoof"), port1)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, c) = sw.stop();
+    assert!(status.success());
+    assert_eq!(c["drops"]["no_route"], 1, "{c}");
+    assert_eq!(c["drops"]["egress_down"], 1, "x's own packet to y: {c}");
+    assert_eq!(c["sma"]["replies"], 1, "{c}");
+    let p1 = port(&c, 1);
+    assert_eq!(p1["link"]["udp"]["rx_unknown_source"], 1, "{c}");
+    assert_eq!(p1["counters"]["spoofed_slid"], 1, "{c}");
+    assert_eq!(
+        p1["counters"]["rcv_packets"], 3,
+        "the SMP, the unroutable packet, x's own: {c}"
+    );
+}
+
+#[test]
+fn ad_09_an_hca_drops_and_counts_a_datagram_not_from_its_cable_peer() {
+    let (mut v, _sw) = star_fabric(2, 2, "");
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to_n0: SocketAddr = format!("127.0.0.1:{}", v.node(0).udp_port).parse().unwrap();
+    for _ in 0..3 {
+        stranger
+            .send_to(&packet(0, v.lid(0), v.lid(1), 5, b"spoof"), to_n0)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    v.stop(0, Duration::from_secs(5));
+    assert_eq!(udp_counter(&v.stderr(0), "rx_unknown_source"), 3);
+}
+
+#[test]
+fn ad_09_a_keyed_fabric_carries_rc_through_the_switch_and_every_port_checks_the_key() {
+    let (mut v, mut sw) = star_fabric(2, 2, &format!("key = \"{}\"\n", "5c".repeat(32)));
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, _qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let len = 256 << 10;
+    let src = a.region(len, Layout::Scattered, 0);
+    let dst = b.region(len, Layout::Scattered, 0);
+    let data = pattern(0x7e7, len);
+    a.write(&src, 0, &data);
+    a.hca
+        .post_send(
+            qa,
+            &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+        )
+        .unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_bytes(&b.read(&dst, 0, len), &data, "keyed WRITE through sw0");
+    let (_, c) = sw.stop();
+    for p in [1, 2] {
+        let auth = &port(&c, p)["link"]["auth"];
+        assert!(auth["rx_verified"].as_u64().unwrap() > 0, "port {p}: {c}");
+        assert!(auth["tx_tagged"].as_u64().unwrap() > 0, "port {p}: {c}");
+        for (k, n) in auth.as_object().unwrap() {
+            assert!(!k.starts_with("drop_") || n == 0, "port {p} {k}: {c}");
+        }
+    }
+    let _ = v.stop(0, Duration::from_secs(5));
+}
