@@ -329,6 +329,8 @@ static int vhca_hw_up(struct vhca_dev *dev)
 		ret = -EINVAL;
 		goto err_down;
 	}
+	/* Before ib_register_device: it reads the port's SMI capability. */
+	vhca_sma_probe(dev);
 	ret = vhca_ceqs_create(dev);
 	if (ret)
 		goto err_down;
@@ -475,11 +477,12 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 			 dev->nvec, dev->nceqs, dev->attr.cap_flags, dev->mac);
 	else
 		dev_info(&pdev->dev,
-			 "%s: ABI %u.%u, %u UARs, %d MSI-X vectors (%u completion EQs), caps %#x, port LID %u state %u\n",
+			 "%s: ABI %u.%u, %u UARs, %d MSI-X vectors (%u completion EQs), caps %#x, port LID %u state %u, %s\n",
 			 dev_name(&dev->ibdev.dev), VHCA_ABI_VERSION >> 16,
 			 VHCA_ABI_VERSION & 0xffff, dev->caps.num_uars,
 			 dev->nvec, dev->nceqs, dev->attr.cap_flags,
-			 dev->port.attr.lid, dev->port.attr.state);
+			 dev->port.attr.lid, dev->port.attr.state,
+			 dev->sma ? "SMA and QP0" : "no SMA");
 	return 0;
 
 err_hw:

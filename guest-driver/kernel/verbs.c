@@ -270,10 +270,11 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 }
 
 /*
- * Claim in core_cap_flags only what the device does (ARCHITECTURE.md §7). QP0 (SMI)
- * is not supported (AD-09), and ib_mad gives up the whole port, QP1 included,
- * when it cannot create QP0 for a port that claims SMI: so SMI is never
- * claimed; MAD, CM and SA only with the GSI QP.
+ * Claim in core_cap_flags only what the device does (ARCHITECTURE.md §7). ib_mad
+ * gives up the whole port, QP1 included, when it cannot create QP0 for a
+ * port that claims SMI (ib_mad_port_open): so SMI (QP0, AD-09) only from a
+ * device whose SMA answered MAD_IFC at probe (mad.c); MAD, CM and SA only
+ * with the GSI QP.
  */
 int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
 			    struct ib_port_immutable *imm)
@@ -300,9 +301,11 @@ int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
 		return 0;
 	}
 	imm->core_cap_flags = RDMA_CORE_CAP_PROT_IB | RDMA_CORE_CAP_AF_IB;
-	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI)
-		imm->core_cap_flags |= RDMA_CORE_PORT_IBA_IB &
-				       ~RDMA_CORE_CAP_IB_SMI;
+	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI) {
+		imm->core_cap_flags |= RDMA_CORE_PORT_IBA_IB;
+		if (!dev->sma)
+			imm->core_cap_flags &= ~RDMA_CORE_CAP_IB_SMI;
+	}
 	return 0;
 }
 

@@ -4,7 +4,8 @@
  * is vhca_abi.h (generated from device/src/abi); this header holds the
  * driver's own objects. One file per topic: main (PCI, bring-up, ib_device),
  * cmdq, eq, uar (doorbells), pbl (page lists), verbs (device, port, PD, AH,
- * ucontext), cq, qp, srq, mr, debugfs, counters (hw counters and the PMA).
+ * ucontext), cq, qp, srq, mr, debugfs, counters (hw counters and the PMA),
+ * mad (the device's SMA through MAD_IFC, process_mad).
  */
 
 #ifndef VHCA_H
@@ -197,6 +198,11 @@ struct vhca_dev {
 	struct work_struct port_work;
 	unsigned long port_events;	/* pending enum vhca_eqe_type bits */
 	bool registered;
+	/*
+	 * The device has a Subnet Management Agent (MAD_IFC answered at
+	 * probe, mad.c): QP0 and RDMA_CORE_CAP_IB_SMI on the IB port.
+	 */
+	bool sma;
 	/*
 	 * RoCEv2 port (WF-10, roce.c): chosen by QUERY_PORT's link layer at
 	 * probe. ndev, link_active and unpairing change under RTNL only.
@@ -530,6 +536,9 @@ void vhca_debugfs_init(void);
 void vhca_debugfs_exit(void);
 void vhca_debugfs_add(struct vhca_dev *dev);
 void vhca_debugfs_remove(struct vhca_dev *dev);
+
+/* mad.c */
+void vhca_sma_probe(struct vhca_dev *dev);
 
 /* counters.c */
 int vhca_counters_init(void);
