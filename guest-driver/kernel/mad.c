@@ -95,3 +95,114 @@ out:
 	kfree(out);
 	kfree(smp);
 }
+
+/*
+ * An SMP for the SMA (the mlx4/mlx5 rule): a request, SubnGet, SubnSet or
+ * SubnTrapRepress, of the LID-routed or directed-route class. Responses and
+ * traps (an SM on this node hears them on QP0) go on to the MAD layer, and
+ * so does SMInfo, which is the SM's attribute, not the SMA's (IBA 14.4.1;
+ * mlx4's ib_process_mad leaves it out alike). An SMP the MAD layer got on
+ * a QP other than 0 is not the SMA's either (ib_mad's validate_mad drops
+ * those already).
+ */
+static bool vhca_smp_for_sma(const struct ib_wc *in_wc,
+			     const struct ib_mad *in)
+{
+	const struct ib_mad_hdr *h = &in->mad_hdr;
+
+	if (h->method != IB_MGMT_METHOD_GET && h->method != IB_MGMT_METHOD_SET &&
+	    h->method != IB_MGMT_METHOD_TRAP_REPRESS)
+		return false;
+	if (h->attr_id == IB_SMP_ATTR_SM_INFO)
+		return false;
+	return !in_wc || !in_wc->qp || in_wc->qp->qp_num == 0;
+}
+
+/*
+ * An SMP for the port's SMA, through MAD_IFC. ib_mad calls process_mad from
+ * its completion work (the CQ is polled on a workqueue) and, for an SMP
+ * this node's SMI sends to itself, from ib_post_send_mad in the sender's
+ * process context (handle_outgoing_dr_smp): both may sleep, as vhca_cmd
+ * does (mlx4 and mlx5 sleep on their MAD_IFC command there too).
+ */
+static int vhca_sma_process_mad(struct vhca_dev *dev,
+				const struct ib_wc *in_wc,
+				const struct ib_mad *in, struct ib_mad *out,
+				size_t *out_mad_size)
+{
+	struct vhca_mad_ifc_out *o;
+	/* The requester's LID; permissive when ib_core's own SMI hands it over. */
+	u16 slid = in_wc ? ib_lid_cpu16(in_wc->slid) :
+			   be16_to_cpu(IB_LID_PERMISSIVE);
+	u8 status, flags;
+	int ret;
+
+	might_sleep();
+	o = kmalloc(sizeof(*o), GFP_KERNEL);
+	if (!o)
+		return IB_MAD_RESULT_FAILURE;
+	ret = vhca_mad_ifc(dev, slid, in, o, &status);
+	if (ret) {
+		kfree(o);
+		/* A device that stopped answering MAD_IFC: as with no SMA. */
+		if (status == VHCA_STATUS_NOT_SUPPORTED) {
+			if (!READ_ONCE(dev->sma_gone_logged)) {
+				WRITE_ONCE(dev->sma_gone_logged, true);
+				dev_warn(&dev->pdev->dev,
+					 "MAD_IFC not supported any more: SMPs go to the MAD layer unanswered\n");
+			}
+			return IB_MAD_RESULT_SUCCESS;
+		}
+		dev_dbg_ratelimited(&dev->pdev->dev,
+				    "MAD_IFC (class %#x method %#x attr %#x): %d status %u\n",
+				    in->mad_hdr.mgmt_class, in->mad_hdr.method,
+				    be16_to_cpu(in->mad_hdr.attr_id), ret, status);
+		/* No answer, as an SMA that cannot be reached (mlx4 alike). */
+		return IB_MAD_RESULT_FAILURE;
+	}
+	flags = o->flags;
+	if (flags & VHCA_MAD_IFC_F_REPLY) {
+		if (*out_mad_size < sizeof(o->mad)) {
+			kfree(o);
+			return IB_MAD_RESULT_FAILURE;
+		}
+		memcpy(out, o->mad, sizeof(o->mad));
+		kfree(o);
+		/*
+		 * A directed-route response travels the return path: the D bit
+		 * (IBA 14.2.2.1, ib_smi.h IB_SMP_DIRECTION) is set, by the SMA
+		 * or here, as mlx4 sets it on its firmware's responses; ib_mad's
+		 * SMI then walks the hops back (smi_handle_dr_smp_send).
+		 */
+		if (in->mad_hdr.mgmt_class == IB_MGMT_CLASS_SUBN_DIRECTED_ROUTE)
+			out->mad_hdr.status |= IB_SMP_DIRECTION;
+		return IB_MAD_RESULT_SUCCESS | IB_MAD_RESULT_REPLY;
+	}
+	kfree(o);
+	if (flags & VHCA_MAD_IFC_F_CONSUMED)
+		return IB_MAD_RESULT_SUCCESS | IB_MAD_RESULT_CONSUMED;
+	return IB_MAD_RESULT_SUCCESS;
+}
+
+/*
+ * ib_core's process_mad: subnet-management requests to the device's SMA
+ * (above), everything else to the PMA (counters.c), which answers PerfMgt
+ * Gets and leaves the rest to the MAD layer.
+ */
+int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
+		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
+		     const struct ib_mad *in, struct ib_mad *out,
+		     size_t *out_mad_size, u16 *out_mad_pkey_index)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	u8 class = in->mad_hdr.mgmt_class;
+
+	if (class == IB_MGMT_CLASS_SUBN_LID_ROUTED ||
+	    class == IB_MGMT_CLASS_SUBN_DIRECTED_ROUTE) {
+		if (!dev->sma || port != VHCA_PORT ||
+		    !vhca_smp_for_sma(in_wc, in))
+			return IB_MAD_RESULT_SUCCESS;
+		return vhca_sma_process_mad(dev, in_wc, in, out, out_mad_size);
+	}
+	return vhca_pma_process_mad(dev, port, in, out, out_mad_size);
+}

@@ -203,6 +203,7 @@ struct vhca_dev {
 	 * probe, mad.c): QP0 and RDMA_CORE_CAP_IB_SMI on the IB port.
 	 */
 	bool sma;
+	bool sma_gone_logged;	/* MAD_IFC NOT_SUPPORTED after probe: once */
 	/*
 	 * RoCEv2 port (WF-10, roce.c): chosen by QUERY_PORT's link layer at
 	 * probe. ndev, link_active and unpairing change under RTNL only.
@@ -539,6 +540,10 @@ void vhca_debugfs_remove(struct vhca_dev *dev);
 
 /* mad.c */
 void vhca_sma_probe(struct vhca_dev *dev);
+int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
+		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
+		     const struct ib_mad *in, struct ib_mad *out,
+		     size_t *out_mad_size, u16 *out_mad_pkey_index);
 
 /* counters.c */
 int vhca_counters_init(void);
@@ -549,9 +554,8 @@ struct rdma_hw_stats *vhca_alloc_hw_port_stats(struct ib_device *ibdev,
 struct rdma_hw_stats *vhca_alloc_hw_device_stats(struct ib_device *ibdev);
 int vhca_get_hw_stats(struct ib_device *ibdev, struct rdma_hw_stats *stats,
 		      u32 port, int index);
-int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
-		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
-		     const struct ib_mad *in, struct ib_mad *out,
-		     size_t *out_mad_size, u16 *out_mad_pkey_index);
+int vhca_pma_process_mad(struct vhca_dev *dev, u32 port,
+			 const struct ib_mad *in, struct ib_mad *out,
+			 size_t *out_mad_size);
 
 #endif /* VHCA_H */
