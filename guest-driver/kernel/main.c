@@ -210,6 +210,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.get_port_immutable = vhca_get_port_immutable,
 	.map_mr_sg = vhca_map_mr_sg,
 	.mmap = vhca_mmap,
+	.modify_port = vhca_modify_port,
 	.modify_qp = vhca_modify_qp,
 	.modify_srq = vhca_modify_srq,
 	.poll_cq = vhca_poll_cq,

@@ -150,6 +150,12 @@ struct vhca_kring {
 struct vhca_port_cache {
 	spinlock_t lock;
 	struct vhca_port_attr attr;
+	/*
+	 * PortInfo:CapabilityMask bits ib_core's agents set and clear through
+	 * modify_port (IB_PORT_CM_SUP from ib_cm, IB_PORT_SM from ib_umad's
+	 * issm): the driver's only, the device does not hear of them.
+	 */
+	u32 sw_cap_flags;
 };
 
 /*
@@ -437,6 +443,8 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		      struct ib_udata *udata);
 int vhca_query_port(struct ib_device *ibdev, u32 port,
 		    struct ib_port_attr *attr);
+int vhca_modify_port(struct ib_device *ibdev, u32 port, int mask,
+		     struct ib_port_modify *props);
 int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
 			    struct ib_port_immutable *imm);
 enum rdma_link_layer vhca_get_link_layer(struct ib_device *ibdev, u32 port);
