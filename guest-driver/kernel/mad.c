@@ -87,7 +87,7 @@ out:
 		dev_dbg(&dev->pdev->dev, "subnet management agent: yes\n");
 	else if (status == VHCA_STATUS_NOT_SUPPORTED)
 		dev_info(&dev->pdev->dev,
-			 "the device has no subnet management agent (MAD_IFC not supported): no QP0, the port is not SM-managed\n");
+			 "the device has no subnet management agent (MAD_IFC not supported): no QP0, ib_mad on QP1 only\n");
 	else
 		dev_warn(&dev->pdev->dev,
 			 "MAD_IFC probe failed (%d, status %u): no QP0\n", ret,
