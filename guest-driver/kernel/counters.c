@@ -288,17 +288,16 @@ static void vhca_pma_port_counters_ext(const struct vhca_counters *c, u8 port,
 }
 
 /*
- * The PMA: PerfMgt Get of ClassPortInfo, PortCounters and
+ * The PMA (process_mad, mad.c, hands it every MAD but the subnet-management
+ * classes): PerfMgt Get of ClassPortInfo, PortCounters and
  * PortCountersExtended on this port. Everything else (other classes,
  * methods, attributes) is left to the MAD layer: IB_MAD_RESULT_SUCCESS
  * without REPLY, which hands it to the agents or answers "unsupported".
  */
-int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
-		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
-		     const struct ib_mad *in, struct ib_mad *out,
-		     size_t *out_mad_size, u16 *out_mad_pkey_index)
+int vhca_pma_process_mad(struct vhca_dev *dev, u32 port,
+			 const struct ib_mad *in, struct ib_mad *out,
+			 size_t *out_mad_size)
 {
-	struct vhca_dev *dev = to_vdev(ibdev);
 	const struct ib_pma_mad *pin = (const struct ib_pma_mad *)in;
 	struct ib_pma_mad *pout = (struct ib_pma_mad *)out;
 	__be16 attr = in->mad_hdr.attr_id;

@@ -210,6 +210,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.get_port_immutable = vhca_get_port_immutable,
 	.map_mr_sg = vhca_map_mr_sg,
 	.mmap = vhca_mmap,
+	.modify_port = vhca_modify_port,
 	.modify_qp = vhca_modify_qp,
 	.modify_srq = vhca_modify_srq,
 	.poll_cq = vhca_poll_cq,
@@ -329,6 +330,8 @@ static int vhca_hw_up(struct vhca_dev *dev)
 		ret = -EINVAL;
 		goto err_down;
 	}
+	/* Before ib_register_device: it reads the port's SMI capability. */
+	vhca_sma_probe(dev);
 	ret = vhca_ceqs_create(dev);
 	if (ret)
 		goto err_down;
@@ -475,11 +478,12 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 			 dev->nvec, dev->nceqs, dev->attr.cap_flags, dev->mac);
 	else
 		dev_info(&pdev->dev,
-			 "%s: ABI %u.%u, %u UARs, %d MSI-X vectors (%u completion EQs), caps %#x, port LID %u state %u\n",
+			 "%s: ABI %u.%u, %u UARs, %d MSI-X vectors (%u completion EQs), caps %#x, port LID %u state %u, %s\n",
 			 dev_name(&dev->ibdev.dev), VHCA_ABI_VERSION >> 16,
 			 VHCA_ABI_VERSION & 0xffff, dev->caps.num_uars,
 			 dev->nvec, dev->nceqs, dev->attr.cap_flags,
-			 dev->port.attr.lid, dev->port.attr.state);
+			 dev->port.attr.lid, dev->port.attr.state,
+			 dev->sma ? "SMA and QP0" : "no SMA");
 	return 0;
 
 err_hw:

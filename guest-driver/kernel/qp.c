@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * Queue pairs: RC, UC, UD and the GSI QP (QS-01..09), and the kernel's
- * post_send / post_recv.
+ * Queue pairs: RC, UC, UD, the GSI QP (QS-01..09) and, from a device with
+ * a subnet management agent, the SMI QP (QP0, AD-09; mad.c), and the
+ * kernel's post_send / post_recv.
  *
  * A kernel QP's SQ and RQ are coherent rings of fixed-stride WQEs laid out as
  * vhca_abi.h "Work queue entries" says; posting writes WQEs at the producer
@@ -72,6 +73,7 @@ static u32 vhca_sq_headers(u8 type)
 {
 	switch (type) {
 	case VHCA_QPT_UD:
+	case VHCA_QPT_SMI:
 	case VHCA_QPT_GSI:
 		return sizeof(struct vhca_send_ctrl) + sizeof(struct vhca_ud_seg);
 	case VHCA_QPT_UC:
@@ -251,6 +253,13 @@ static int vhca_qp_type(struct vhca_dev *dev, enum ib_qp_type t, u8 *out)
 	case IB_QPT_UD:
 		*out = VHCA_QPT_UD;
 		return (caps & VHCA_DEV_CAP_UD) ? 0 : -EOPNOTSUPP;
+	case IB_QPT_SMI:
+		/*
+		 * QP0 (AD-09): only from a device with an SMA (mad.c), the one
+		 * case where the port claims SMI and ib_mad asks for it.
+		 */
+		*out = VHCA_QPT_SMI;
+		return dev->sma ? 0 : -EOPNOTSUPP;
 	case IB_QPT_GSI:
 		/* Asked of the device even without CAP_GSI (ARCHITECTURE.md §7). */
 		*out = VHCA_QPT_GSI;
@@ -262,7 +271,7 @@ static int vhca_qp_type(struct vhca_dev *dev, enum ib_qp_type t, u8 *out)
 		*out = VHCA_QPT_XRC_TGT;
 		return (caps & VHCA_DEV_CAP_XRC) ? 0 : -EOPNOTSUPP;
 	default:
-		/* SMI (QP0, AD-09), raw: not supported. */
+		/* Raw packet QPs: not supported. */
 		return -EOPNOTSUPP;
 	}
 }
@@ -283,6 +292,9 @@ int vhca_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		return ret;
 	if (init->create_flags)
 		return -EOPNOTSUPP;
+	/* QP0 is the port's own: ib_mad names the port (one per device). */
+	if (init->qp_type == IB_QPT_SMI && init->port_num != VHCA_PORT)
+		return -EINVAL;
 	/*
 	 * SR-02: a TGT QP has no rings (ib_core creates it for user space as a
 	 * kernel QP); an INI QP sends from user space only (no kernel user of
@@ -730,7 +742,13 @@ static int vhca_build_send(struct vhca_qp *qp, const struct ib_send_wr *wr)
 		return 0;
 	}
 
-	if (qp->type == VHCA_QPT_UD || qp->type == VHCA_QPT_GSI) {
+	/*
+	 * QP0 sends as QP1 does (AD-09): the UD segment names the SMP's
+	 * destination (a permissive DLID for a directed-route SMP); the device
+	 * puts it on VL15 and checks no P_Key or Q_Key for QP0.
+	 */
+	if (qp->type == VHCA_QPT_UD || qp->type == VHCA_QPT_GSI ||
+	    qp->type == VHCA_QPT_SMI) {
 		const struct ib_ud_wr *ud = ud_wr(wr);
 		struct vhca_ud_seg *seg = (struct vhca_ud_seg *)(w + off);
 
@@ -738,11 +756,12 @@ static int vhca_build_send(struct vhca_qp *qp, const struct ib_send_wr *wr)
 		seg->remote_qkey = ud->remote_qkey;
 		seg->av = to_vah(ud->ah)->av;
 		/*
-		 * AD-05, PV-03: a GSI send carries the P_Key of the entry the MAD
-		 * layer names (the partition the request came in, from the
-		 * receive's wc.pkey_index); other UD QPs send their own.
+		 * AD-05, PV-03: a GSI (or SMI) send carries the P_Key of the
+		 * entry the MAD layer names (the partition the request came in,
+		 * from the receive's wc.pkey_index); other UD QPs send their
+		 * own.
 		 */
-		if (qp->type == VHCA_QPT_GSI)
+		if (qp->type == VHCA_QPT_GSI || qp->type == VHCA_QPT_SMI)
 			seg->av.pkey_index = ud->pkey_index;
 		off += sizeof(*seg);
 	}

@@ -218,6 +218,7 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 {
 	struct vhca_dev *dev = to_vdev(ibdev);
 	struct vhca_port_attr *pa;
+	unsigned long flags;
 	int ret;
 
 	if (port != VHCA_PORT)
@@ -251,6 +252,9 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 	 */
 	if ((dev->attr.cap_flags & VHCA_DEV_CAP_APM) && !dev->roce)
 		a->port_cap_flags |= IB_PORT_AUTO_MIGR_SUP;
+	spin_lock_irqsave(&dev->port.lock, flags);
+	a->port_cap_flags |= dev->port.sw_cap_flags;
+	spin_unlock_irqrestore(&dev->port.lock, flags);
 	a->max_msg_sz = pa->max_msg_sz;
 	a->lid = pa->lid;
 	a->sm_lid = pa->sm_lid;
@@ -270,10 +274,40 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 }
 
 /*
- * Claim in core_cap_flags only what the device does (ARCHITECTURE.md §7). QP0 (SMI)
- * is not supported (AD-09), and ib_mad gives up the whole port, QP1 included,
- * when it cannot create QP0 for a port that claims SMI: so SMI is never
- * claimed; MAD, CM and SA only with the GSI QP.
+ * The capability bits ib_core's agents announce for the port: ib_cm sets
+ * IB_PORT_CM_SUP on every port it serves and gives the port up when it
+ * cannot (cm_add_one), ib_umad's issm sets IB_PORT_SM while an SM holds it
+ * open. ib_core fakes success only on a RoCE port; on an InfiniBand port
+ * without this op both fail (EOPNOTSUPP). The bits are kept here and shown
+ * by query_port; the device's SMA does not learn them (its
+ * PortInfo:CapabilityMask has no way in through the ABI yet). Shutting the
+ * port down, its init type and resetting the Q_Key violation counter are
+ * not the driver's to do.
+ */
+int vhca_modify_port(struct ib_device *ibdev, u32 port, int mask,
+		     struct ib_port_modify *props)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	unsigned long flags;
+
+	if (port != VHCA_PORT)
+		return -EINVAL;
+	if (mask)
+		return -EOPNOTSUPP;
+	spin_lock_irqsave(&dev->port.lock, flags);
+	dev->port.sw_cap_flags = (dev->port.sw_cap_flags |
+				  props->set_port_cap_mask) &
+				 ~props->clr_port_cap_mask;
+	spin_unlock_irqrestore(&dev->port.lock, flags);
+	return 0;
+}
+
+/*
+ * Claim in core_cap_flags only what the device does (ARCHITECTURE.md §7). ib_mad
+ * gives up the whole port, QP1 included, when it cannot create QP0 for a
+ * port that claims SMI (ib_mad_port_open): so SMI (QP0, AD-09) only from a
+ * device whose SMA answered MAD_IFC at probe (mad.c); MAD, CM and SA only
+ * with the GSI QP.
  */
 int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
 			    struct ib_port_immutable *imm)
@@ -300,9 +334,11 @@ int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
 		return 0;
 	}
 	imm->core_cap_flags = RDMA_CORE_CAP_PROT_IB | RDMA_CORE_CAP_AF_IB;
-	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI)
-		imm->core_cap_flags |= RDMA_CORE_PORT_IBA_IB &
-				       ~RDMA_CORE_CAP_IB_SMI;
+	if (dev->attr.cap_flags & VHCA_DEV_CAP_GSI) {
+		imm->core_cap_flags |= RDMA_CORE_PORT_IBA_IB;
+		if (!dev->sma)
+			imm->core_cap_flags &= ~RDMA_CORE_CAP_IB_SMI;
+	}
 	return 0;
 }
 

@@ -4,7 +4,8 @@
  * is vhca_abi.h (generated from device/src/abi); this header holds the
  * driver's own objects. One file per topic: main (PCI, bring-up, ib_device),
  * cmdq, eq, uar (doorbells), pbl (page lists), verbs (device, port, PD, AH,
- * ucontext), cq, qp, srq, mr, debugfs, counters (hw counters and the PMA).
+ * ucontext), cq, qp, srq, mr, debugfs, counters (hw counters and the PMA),
+ * mad (the device's SMA through MAD_IFC, process_mad).
  */
 
 #ifndef VHCA_H
@@ -149,6 +150,12 @@ struct vhca_kring {
 struct vhca_port_cache {
 	spinlock_t lock;
 	struct vhca_port_attr attr;
+	/*
+	 * PortInfo:CapabilityMask bits ib_core's agents set and clear through
+	 * modify_port (IB_PORT_CM_SUP from ib_cm, IB_PORT_SM from ib_umad's
+	 * issm): the driver's only, the device does not hear of them.
+	 */
+	u32 sw_cap_flags;
 };
 
 /*
@@ -197,6 +204,12 @@ struct vhca_dev {
 	struct work_struct port_work;
 	unsigned long port_events;	/* pending enum vhca_eqe_type bits */
 	bool registered;
+	/*
+	 * The device has a Subnet Management Agent (MAD_IFC answered at
+	 * probe, mad.c): QP0 and RDMA_CORE_CAP_IB_SMI on the IB port.
+	 */
+	bool sma;
+	bool sma_gone_logged;	/* MAD_IFC NOT_SUPPORTED after probe: once */
 	/*
 	 * RoCEv2 port (WF-10, roce.c): chosen by QUERY_PORT's link layer at
 	 * probe. ndev, link_active and unpairing change under RTNL only.
@@ -430,6 +443,8 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		      struct ib_udata *udata);
 int vhca_query_port(struct ib_device *ibdev, u32 port,
 		    struct ib_port_attr *attr);
+int vhca_modify_port(struct ib_device *ibdev, u32 port, int mask,
+		     struct ib_port_modify *props);
 int vhca_get_port_immutable(struct ib_device *ibdev, u32 port,
 			    struct ib_port_immutable *imm);
 enum rdma_link_layer vhca_get_link_layer(struct ib_device *ibdev, u32 port);
@@ -531,6 +546,13 @@ void vhca_debugfs_exit(void);
 void vhca_debugfs_add(struct vhca_dev *dev);
 void vhca_debugfs_remove(struct vhca_dev *dev);
 
+/* mad.c */
+void vhca_sma_probe(struct vhca_dev *dev);
+int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
+		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
+		     const struct ib_mad *in, struct ib_mad *out,
+		     size_t *out_mad_size, u16 *out_mad_pkey_index);
+
 /* counters.c */
 int vhca_counters_init(void);
 void vhca_counters_exit(void);
@@ -540,9 +562,8 @@ struct rdma_hw_stats *vhca_alloc_hw_port_stats(struct ib_device *ibdev,
 struct rdma_hw_stats *vhca_alloc_hw_device_stats(struct ib_device *ibdev);
 int vhca_get_hw_stats(struct ib_device *ibdev, struct rdma_hw_stats *stats,
 		      u32 port, int index);
-int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
-		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
-		     const struct ib_mad *in, struct ib_mad *out,
-		     size_t *out_mad_size, u16 *out_mad_pkey_index);
+int vhca_pma_process_mad(struct vhca_dev *dev, u32 port,
+			 const struct ib_mad *in, struct ib_mad *out,
+			 size_t *out_mad_size);
 
 #endif /* VHCA_H */

@@ -8,7 +8,10 @@
  * (retired by later signaled CQEs), RDMA WRITE through the PD's global rkey,
  * resize_cq with CQEs not polled, fast registration (MP-08: alloc_mr,
  * map_mr_sg, REG_MR, SEND with Invalidate, LOCAL_INV), query_qp / query_srq / modify_srq, flush in the error state, back through
- * RESET and working again, then teardown. Results go to the kernel
+ * RESET and working again, then teardown. First the MAD layer's QPs: an
+ * agent on QP1, and on QP0 (when the port claims SMI) a directed-route
+ * SubnGet(NodeInfo) the device's SMA answers (kt_smi; expect_sma=1 or 0
+ * says which the device must be). Results go to the kernel
  * log ("vhca_ktest: PASS" or "vhca_ktest: FAIL ...").
  *
  *   make -C /lib/modules/$K/build M=$PWD/guest-driver/kernel/test
@@ -21,10 +24,17 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <rdma/ib_cache.h>
+#include <rdma/ib_mad.h>
+#include <rdma/ib_smi.h>
 #include <rdma/ib_verbs.h>
 
 MODULE_DESCRIPTION("vhca kernel verbs self-test");
 MODULE_LICENSE("Dual MIT/GPL");
+
+static int expect_sma = -1;
+module_param(expect_sma, int, 0444);
+MODULE_PARM_DESC(expect_sma,
+		 "1: the device has a subnet management agent (QP0 must answer), 0: it has none, -1: either (default)");
 
 #define BUF_SIZE 8192
 
@@ -261,6 +271,142 @@ out:
 	return ret;
 }
 
+struct kt_smp {
+	struct completion done;
+	u8 resp[sizeof(struct ib_smp)];
+};
+
+static void kt_smp_sent(struct ib_mad_agent *agent,
+			struct ib_mad_send_wc *wc)
+{
+	ib_free_send_mad(wc->send_buf);
+}
+
+static void kt_smp_recv(struct ib_mad_agent *agent,
+			struct ib_mad_send_buf *send_buf,
+			struct ib_mad_recv_wc *wc)
+{
+	struct kt_smp *k = agent->context;
+
+	memcpy(k->resp, wc->recv_buf.mad, sizeof(k->resp));
+	ib_free_recv_mad(wc);
+	complete(&k->done);
+}
+
+/*
+ * Subnet management (issue 26 item 2, AD-09), through ib_mad as smpquery
+ * uses it: QP1 takes an agent (a port with the GSI QP). With RDMA_CORE_CAP_IB_SMI (vhca.ko
+ * claims it only when the device's SMA answered MAD_IFC at load), QP0 takes
+ * one too, and a directed-route SubnGet(NodeInfo) with hop count 0 (the
+ * node itself: ib_mad's SMI hands it to process_mad, vhca.ko to the SMA by
+ * MAD_IFC) comes back as a GetResp with the D bit, NodeType CA, one port
+ * and the node GUID the device reports. Without SMI, no agent on QP0.
+ * expect_sma says which of the two the device must be. Returns 0 or -EIO
+ * after a FAIL line.
+ */
+static noinline_for_stack int kt_smi(struct ib_device *dev)
+{
+	struct ib_mad_agent *agent;
+	struct ib_mad_send_buf *sb;
+	struct rdma_ah_attr aa = {};
+	struct ib_ah *ah = NULL;
+	struct ib_smp *smp, *r;
+	struct kt_smp *k;
+	bool smi = rdma_cap_ib_smi(dev, 1);
+	__be64 guid;
+	int ret = -EIO;
+
+	k = kzalloc(sizeof(*k), GFP_KERNEL);
+	CHECK(k, "kzalloc\n");
+	init_completion(&k->done);
+	if (rdma_cap_ib_mad(dev, 1)) {
+		agent = ib_register_mad_agent(dev, 1, IB_QPT_GSI, NULL, 0,
+					      kt_smp_sent, kt_smp_recv, k, 0);
+		CHECK(!IS_ERR(agent), "no MAD agent on QP1: %ld\n",
+		      PTR_ERR(agent));
+		ib_unregister_mad_agent(agent);
+	}
+	CHECK(expect_sma < 0 || smi == !!expect_sma,
+	      "SMI capability %d, expect_sma=%d\n", smi, expect_sma);
+	agent = ib_register_mad_agent(dev, 1, IB_QPT_SMI, NULL, 0,
+				      kt_smp_sent, kt_smp_recv, k, 0);
+	if (!smi) {
+		if (!IS_ERR(agent)) {
+			ib_unregister_mad_agent(agent);
+			CHECK(0, "a MAD agent on QP0 without SMI\n");
+		}
+		pr_info("vhca_ktest: %s no SMA: QP1 only\n", dev_name(&dev->dev));
+		ret = 0;
+		goto out;
+	}
+	CHECK(!IS_ERR(agent), "no MAD agent on QP0: %ld\n", PTR_ERR(agent));
+	/*
+	 * ib_mad answers this SMP locally and never sends it, but an address
+	 * (the permissive LID) makes a wrong turn a send, not a NULL AH.
+	 */
+	rdma_ah_set_dlid(&aa, be16_to_cpu(IB_LID_PERMISSIVE));
+	rdma_ah_set_port_num(&aa, 1);
+	aa.type = RDMA_AH_ATTR_TYPE_IB;
+	ah = rdma_create_ah(agent->qp->pd, &aa, RDMA_CREATE_AH_SLEEPABLE);
+	if (IS_ERR(ah)) {
+		pr_err("vhca_ktest: FAIL create_ah %ld\n", PTR_ERR(ah));
+		ah = NULL;
+		goto unreg;
+	}
+	sb = ib_create_send_mad(agent, 0, 0, 0, IB_MGMT_MAD_HDR,
+				IB_MGMT_MAD_DATA, GFP_KERNEL,
+				IB_MGMT_BASE_VERSION);
+	if (IS_ERR(sb)) {
+		pr_err("vhca_ktest: FAIL create_send_mad %ld\n", PTR_ERR(sb));
+		goto unreg;
+	}
+	sb->ah = ah;
+	smp = sb->mad;
+	smp->base_version = IB_MGMT_BASE_VERSION;
+	smp->mgmt_class = IB_MGMT_CLASS_SUBN_DIRECTED_ROUTE;
+	smp->class_version = 1;
+	smp->method = IB_MGMT_METHOD_GET;
+	smp->attr_id = IB_SMP_ATTR_NODE_INFO;
+	smp->tid = cpu_to_be64(((u64)agent->hi_tid << 32) | 0x5a);
+	smp->dr_slid = IB_LID_PERMISSIVE;
+	smp->dr_dlid = IB_LID_PERMISSIVE;
+	ret = ib_post_send_mad(sb, NULL);
+	if (ret) {
+		ib_free_send_mad(sb);
+		pr_err("vhca_ktest: FAIL post_send_mad %d\n", ret);
+		ret = -EIO;
+		goto unreg;
+	}
+	ret = -EIO;
+	if (!wait_for_completion_timeout(&k->done, msecs_to_jiffies(5000))) {
+		pr_err("vhca_ktest: FAIL no answer to SubnGet(NodeInfo) on QP0\n");
+		goto unreg;
+	}
+	r = (struct ib_smp *)k->resp;
+	memcpy(&guid, r->data + 12, sizeof(guid));	/* NodeInfo:NodeGUID */
+	if (r->method != IB_MGMT_METHOD_GET_RESP ||
+	    r->attr_id != IB_SMP_ATTR_NODE_INFO ||
+	    r->status != IB_SMP_DIRECTION || r->data[2] != 1 ||
+	    r->data[3] != 1 || guid != dev->node_guid) {
+		pr_err("vhca_ktest: FAIL NodeInfo: method %#x attr %#x status %#x type %u ports %u GUID %016llx (device %016llx)\n",
+		       r->method, be16_to_cpu(r->attr_id),
+		       be16_to_cpu(r->status), r->data[2], r->data[3],
+		       be64_to_cpu(guid), be64_to_cpu(dev->node_guid));
+		goto unreg;
+	}
+	pr_info("vhca_ktest: %s SMA: NodeInfo through QP0, GUID %016llx\n",
+		dev_name(&dev->dev), be64_to_cpu(guid));
+	ret = 0;
+unreg:
+	/* Waits for the send's completion (kt_smp_sent frees it). */
+	ib_unregister_mad_agent(agent);
+	if (ah)
+		rdma_destroy_ah(ah, RDMA_DESTROY_AH_SLEEPABLE);
+out:
+	kfree(k);
+	return ret;
+}
+
 static void kt_run(struct ib_device *dev)
 {
 	struct kt t = { .dev = dev };
@@ -278,6 +424,8 @@ static void kt_run(struct ib_device *dev)
 	ret = ib_query_port(dev, 1, &pa);
 	CHECK(!ret, "query_port %d\n", ret);
 	t.lid = pa.lid;
+	if (kt_smi(dev))
+		goto out;
 	if (rdma_protocol_roce(dev, 1)) {
 		struct net_device *ndev = ib_device_get_netdev(dev, 1);
 
