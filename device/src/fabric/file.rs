@@ -689,6 +689,8 @@ impl FabricFile {
     /// Who brings the ports up (`subnet`; ARCHITECTURE.md §6).
     pub fn subnet(&self) -> SubnetMode {
         self.subnet
+    }
+
     /// The cabling (`[[switch]]`, `[[link]]`); without links, all-to-all.
     pub fn cabling(&self) -> &Cabling {
         &self.cabling

@@ -43,6 +43,7 @@ pub use cli::SwitchCli;
 
 use crate::counters_out::CountersFormat;
 use crate::fabric::{AuthLink, End, FabricFile, FabricKey, Link, UdpLink, UdpOffloads};
+use crate::mgmt::SubnetMode;
 
 /// Packets one port hands the core per round before the next port's turn,
 /// so that one busy port cannot starve the others.
@@ -67,11 +68,13 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The fabric file's mode. The `subnet = "static" | "sm"` key is another
-    /// change's (issue 26 item 1); until the file has it, every fabric is
-    /// static, as today's fabrics are.
-    pub fn of(_fabric: &FabricFile) -> Mode {
-        Mode::Static
+    /// The fabric file's mode (`subnet = "static" | "sm"`, the same line
+    /// that decides the HCAs' ports, `mgmt::SubnetMode`).
+    pub fn of(fabric: &FabricFile) -> Mode {
+        match fabric.subnet() {
+            SubnetMode::Static => Mode::Static,
+            SubnetMode::Sm => Mode::Sm,
+        }
     }
 
     fn name(self) -> &'static str {
