@@ -275,7 +275,7 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
 
 /*
  * The capability bits ib_core's agents announce for the port: ib_cm sets
- * IB_PORT_CM_SUP on every port it serves and gives the port up when it
+ * IB_PORT_CM_SUP on every port it serves and gives the device up when it
  * cannot (cm_add_one), ib_umad's issm sets IB_PORT_SM while an SM holds it
  * open. ib_core fakes success only on a RoCE port; on an InfiniBand port
  * without this op both fail (EOPNOTSUPP). The bits are kept here and shown
