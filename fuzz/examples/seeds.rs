@@ -714,6 +714,13 @@ fn fabric_frames() {
         "fabric-file",
         b"\x02[[node]]\nname = \"a\"\nlid = 1\nguid = \"0x0002c90300000001\"\naddress = \"127.0.0.1:4791\"\n\n[[node]]\nname = \"b\"\nlid = 2\nguid = 0x0002c90300000002\naddress = \"127.0.0.1:4792\"\n",
     );
+    // A cabled fabric (issue 26): two nodes on a switch, a list of port
+    // addresses, a switch LID.
+    write(
+        "fabric_frames",
+        "fabric-file-cabled",
+        b"\x02[[node]]\nname = \"a\"\nlid = 1\nguid = 1\naddress = \"127.0.0.1:4791\"\n[[node]]\nname = \"b\"\nlid = 2\nguid = 2\naddress = \"127.0.0.1:4792\"\n[[switch]]\nname = \"sw0\"\nguid = 0x100\nports = 3\naddress = [\"127.0.0.1:4800\", \"127.0.0.1:4801\", \"127.0.0.1:4805\"]\nlid = 9\n[[link]]\nends = [\"a\", \"sw0:1\"]\n[[link]]\nends = [\"sw0:3\", \"b\"]\n",
+    );
     write(
         "fabric_frames",
         "fault-spec",

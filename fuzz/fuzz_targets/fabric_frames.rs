@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::Parser;
 use device::cli::{parse_mac, Cli};
 use device::fabric::{classify, vnet_hdr_ok, Tap, TapLink, VNET_HDR_LEN};
-use device::fabric::{FabricFile, FaultSpec, Link, MAX_PACKET_LEN};
+use device::fabric::{End, FabricFile, FaultSpec, Link, MAX_PACKET_LEN};
 use libfuzzer_sys::fuzz_target;
 use socket2::{Domain, Socket, Type};
 
@@ -143,6 +143,24 @@ fuzz_target!(|data: &[u8]| {
                         assert!(f.by_name(&n.name).is_some());
                         assert!(f.by_lid(n.lid).is_some());
                         assert!(f.by_address(&n.address).is_some());
+                    }
+                    // Cabling (issue 26): links pair their ends both ways, a
+                    // cabled fabric leaves no node out, and the static LFT of
+                    // every switch is computed without a panic.
+                    let c = f.cabling();
+                    for &(x, y) in c.links() {
+                        assert_eq!((c.peer(x), c.peer(y)), (Some(y), Some(x)));
+                        assert!(c.address(f.nodes(), x).is_some());
+                    }
+                    if c.is_cabled() {
+                        for i in 0..f.nodes().len() {
+                            assert!(c.peer(End::Node(i)).is_some());
+                        }
+                    }
+                    for s in 0..c.switches().len() {
+                        let lft = c.static_lft(s, f.nodes().len(), |i| vec![f.nodes()[i].lid]);
+                        let ports = c.switches()[s].ports;
+                        assert!(lft.iter().all(|&(_, p)| p <= ports));
                     }
                 }
             }

@@ -18,13 +18,26 @@ use transport::wire::opcode::Opcode;
 use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
 use vhca_tests::abi::cqe::EqeType;
 use vhca_tests::abi::verbs::{PortState, QpType};
-use vhca_tests::fixture::{assert_success, connect_pair, wait_n, Node};
+use vhca_tests::fixture::{assert_success, connect_pair_with, wait_n, Node};
 use vhca_tests::process::free_udp_ports;
 use vhca_tests::switch_proc::{star, star_fabric, SwitchProc};
 use vhca_tests::util::{assert_bytes, pattern};
-use vhca_tests::{Layout, Options, RecvWr, SendWr, Vhca};
+use vhca_tests::{ConnOpts, Layout, Options, QpInit, RecvWr, SendWr, Vhca};
 
 const T: Duration = Duration::from_secs(30);
+
+/// An RC pair whose local ACK timeout (4.096 us * 2^17, about 0.5 s; eight
+/// tries) outlasts a debug-built switch process descheduled on a loaded
+/// two-CPU host, where the default 67 ms ran out of retries once.
+fn rc_pair(a: &mut Node, b: &mut Node) -> (vhca_tests::QpH, vhca_tests::QpH) {
+    let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
+    let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
+    let o = ConnOpts {
+        timeout: 17,
+        ..ConnOpts::default()
+    };
+    connect_pair_with(a, &ia, b, &ib, &o)
+}
 
 /// The value after `name` on the `udp NODE:` line of an exit report.
 fn udp_counter(report: &str, name: &str) -> u64 {
@@ -75,7 +88,7 @@ fn ad_09_three_hcas_through_one_switch_rc_write_and_send_every_pair_static() {
     for (i, j) in [(0, 1), (0, 2), (1, 2)] {
         let (lo, hi) = nodes.split_at_mut(j);
         let (a, b) = (&mut lo[i], &mut hi[0]);
-        let (qa, qb) = connect_pair(a, b, QpType::Rc);
+        let (qa, qb) = rc_pair(a, b);
         // WRITE i -> j.
         let src = a.region(len, Layout::Scattered, 0);
         let dst = b.region(len, Layout::Scattered, 0);
@@ -352,7 +365,7 @@ fn ad_09_a_keyed_fabric_carries_rc_through_the_switch_and_every_port_checks_the_
     let (mut v, mut sw) = star_fabric(2, 2, &format!("key = \"{}\"\n", "5c".repeat(32)));
     let mut a = Node::connect(&v, 0);
     let mut b = Node::connect(&v, 1);
-    let (qa, _qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let (qa, _qb) = rc_pair(&mut a, &mut b);
     let len = 256 << 10;
     let src = a.region(len, Layout::Scattered, 0);
     let dst = b.region(len, Layout::Scattered, 0);
