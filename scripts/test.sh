@@ -57,6 +57,9 @@ STAGES=(
     "roce-tests|images/roce-tests.sh"
     # The workloads without rdma_cm (UCX, MPI) over the InfiniBand link layer too.
     "wl-ib|images/wl-ib.sh"
+    # A switched InfiniBand subnet brought up by OpenSM in a guest, the diags,
+    # IPoIB and rdma_cm over it (issue 26).
+    "subnet|images/subnet-tests.sh"
     "vm-reload|images/vm-reload.sh"
     "vm-reboot|images/vm-reboot.sh"
     "pyverbs-ib|images/pyverbs.sh"

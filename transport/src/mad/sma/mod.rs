@@ -24,7 +24,7 @@ use super::attr::{
 };
 use super::dr::{self, DrDrop, HcaDeliver, HcaSend};
 use super::header::{method, status, Smp, SmpRepr, SmpRoute, BASE_VERSION, SMP_CLASS_VERSION};
-use super::portinfo::{cap, phys_state, port_state};
+use super::portinfo::{phys_state, port_state};
 use super::{MadError, MAD_LEN, SMP_DATA_LEN};
 use crate::verbs::Time;
 use handlers::{Req, SetEffects};
@@ -272,12 +272,14 @@ impl Sma {
         }
         if smp.attr_id == attr_id::SM_INFO {
             // SMInfo is the SM's (IBA 14.2.5.13, guarded by its SM_Key, not the
-            // M_Key). With no SM on the port the request is answered as Linux's MAD
-            // layer answers a request no agent claims: UNSUPPORTED_METHOD_ATTR.
-            if self.port.info.capability_mask & cap::IS_SM == 0 {
-                return self.reply(smp, status::UNSUPPORTED_METHOD_ATTR, None, ctx);
-            }
-            return self.pass_to_sm(&smp);
+            // M_Key), and goes to QP0 whatever the capability mask says: the
+            // guest's SM sets IsSM through verbs' modify_port, which the device
+            // does not see, so the SMA cannot know whether one listens. As
+            // mlx4's firmware path passes SMInfo to the host (`ib_process_mad`:
+            // "the SMA can't handle them"), the guest's MAD layer gives it to
+            // its SM's agent (`sminfo` against OpenSM) or, with none, answers
+            // UNSUPPORTED_METHOD_ATTR itself (mad.c, an unclaimed request).
+            return Self::for_this_node(&smp);
         }
         let Some(mkey_matched) = self.check_mkey(&smp, now) else {
             return self.drop(SmaDrop::BadMkey);
@@ -362,13 +364,6 @@ impl Sma {
     /// if one registered for it (the guest's SM sets IsSM through verbs'
     /// modify_port, which the device does not see).
     fn for_this_node(smp: &SmpRepr) -> SmaOutput {
-        SmaOutput::ToSm(Box::new(smp.to_bytes()))
-    }
-
-    fn pass_to_sm(&mut self, smp: &SmpRepr) -> SmaOutput {
-        if self.port.info.capability_mask & cap::IS_SM == 0 {
-            return self.drop(SmaDrop::NoSm);
-        }
         SmaOutput::ToSm(Box::new(smp.to_bytes()))
     }
 
