@@ -285,22 +285,24 @@ impl Mgmt {
     }
 
     /// A packet that arrived on VL15: to the SMA; its answer queued for the wire
-    /// or the guest's QP0.
-    pub fn on_vl15(&mut self, pkt: &[u8], now: Time, engine: &mut Engine) {
+    /// or the guest's QP0. True when it goes on to QP0 (the engine will count
+    /// it as received).
+    pub fn on_vl15(&mut self, pkt: &[u8], now: Time, engine: &mut Engine) -> bool {
         let p = match parse_qp0(pkt) {
             Ok(p) => p,
             Err(e) => {
                 log::debug!("mgmt: VL15 packet dropped: {e}");
                 self.counters.drop_not_smp += 1;
-                return;
+                return false;
             }
         };
         let me = engine.port();
         let mask = !((1u16 << me.lmc.min(7)) - 1);
         if p.lrh.dlid != PERMISSIVE_LID && p.lrh.dlid & mask != me.lid & mask {
             self.counters.drop_bad_dlid += 1;
-            return;
+            return false;
         }
+        let queued = self.to_qp0.len();
         self.counters.smp_rx += 1;
         let ctx = MadContext {
             in_port: 1,
@@ -315,6 +317,7 @@ impl Mgmt {
             SmaOutput::Nothing => {}
         }
         self.apply(engine);
+        self.to_qp0.len() > queued
     }
 
     /// Queues a response of the SMA for the wire (or, routed to this node's own

@@ -180,9 +180,15 @@ impl Port {
             if let Some(m) = mgmt.as_mut() {
                 let vl = r.packet.first().map_or(0, |b| b >> 4);
                 if vl == transport::engine::VL15 {
-                    return m.on_vl15(r.packet, t, engine);
+                    // One count per packet: the engine counts what goes on
+                    // to QP0 when it gets it.
+                    if !m.on_vl15(r.packet, t, engine) {
+                        engine.count_rx_elsewhere(r.packet.len());
+                    }
+                    return;
                 }
                 if !m.data_packet_received(t, engine) {
+                    engine.count_rx_elsewhere(r.packet.len());
                     return;
                 }
             }
@@ -211,6 +217,7 @@ impl Port {
             moved += 1;
             smps += 1;
             self.counters.tx_packets += 1;
+            self.engine.count_tx_elsewhere(p.len());
             if let Err(e) = self.link.send(now, &p) {
                 self.link_error("send", &e);
             }

@@ -344,6 +344,12 @@ fn ad_09_sm_gets_nodeinfo_and_portinfo_lid_routed() {
     }
     let c = t.b.port.mgmt().unwrap().counters();
     assert_eq!((c.smp_rx, c.smp_tx), (3, 3));
+    // The port's packet counters (QUERY_COUNTERS' Port set) count them too.
+    let e = t.b.port.engine().counters();
+    assert_eq!((e.rx_packets, e.tx_packets), (3, 3));
+    // A's: three sent by its QP0, three answers received once each.
+    let e = t.a.port.engine().counters();
+    assert_eq!((e.rx_packets, e.tx_packets), (3, 3));
 }
 
 #[test]
@@ -397,7 +403,11 @@ fn ad_09_sm_mode_port_waits_in_init_and_refuses_data_until_the_sm_activates_it()
     t.a.port.engine_mut().post_send(aud, w).unwrap();
     t.run(2);
     assert_eq!(t.b.port.mgmt().unwrap().counters().rx_data_not_active, 1);
-    assert_eq!(t.b.port.engine().counters().rx_packets, 0);
+    // Counted as received by the port, never seen by the engine (which would
+    // have dropped it for its unknown QP).
+    let e = t.b.port.engine().counters();
+    assert_eq!(e.rx_packets, 1);
+    assert_eq!(e.dropped(transport::engine::RxDrop::UnknownQp), 0);
 
     // The SM (A) reads B's PortInfo by directed route and sets LID 2, SM LID 1,
     // SM SL 3, Armed.
@@ -460,17 +470,7 @@ fn ad_09_sm_mode_port_waits_in_init_and_refuses_data_until_the_sm_activates_it()
 #[test]
 fn ad_09_sm_activates_by_set_and_static_mode_needs_no_sm() {
     let mut t = Bench::new(2, SubnetMode::Sm);
-    let r = t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2);
-    let mut pi = port_info(&r);
-    assert_eq!(pi.port_state, port_state::INIT);
-    pi.port_physical_state = phys_state::NO_CHANGE;
-    let mut data = [0u8; 64];
-    for st in [port_state::ARMED, port_state::ACTIVE] {
-        pi.port_state = st;
-        pi.emit(&mut data).unwrap();
-        let r = t.ask(&smp(method::SET, attr_id::PORT_INFO, 0, data), 2);
-        assert_eq!(port_info(&r).port_state, st);
-    }
+    activate_b(&mut t);
     let (_, ee) = events(&mut t.b.port);
     assert_eq!(ee, vec![Event::PortActive]);
     // Static: Active from the start, no SM needed.
@@ -529,13 +529,37 @@ fn ad_12_mkey_protected_get_with_a_wrong_key_gets_no_answer_and_a_trap() {
     assert_eq!(s.pending_traps(), 0);
     assert_eq!(s.counters().traps_repressed, 1);
     // Exported with the device's counters.
-    let pairs = t.b.port.mgmt().unwrap().counter_pairs();
-    for want in [
-        ("sma_drop_bad_mkey", 1),
-        ("mkey_violations", 1),
-        ("sma_traps_repressed", 1),
-    ] {
-        assert!(pairs.contains(&want), "{want:?} in {pairs:?}");
+    assert_exported(
+        &t.b.port,
+        &[
+            ("sma_drop_bad_mkey", 1),
+            ("mkey_violations", 1),
+            ("sma_traps_repressed", 1),
+        ],
+    );
+}
+
+/// These values are among the port's exported management counters.
+fn assert_exported(p: &Port, want: &[(&str, u64)]) {
+    let pairs = p.mgmt().unwrap().counter_pairs();
+    for w in want {
+        assert!(pairs.contains(w), "{w:?} in {pairs:?}");
+    }
+}
+
+/// The SM (A) moves B from Init to Armed to Active by SubnSet(PortInfo),
+/// LID-routed to LID 2.
+fn activate_b(t: &mut Bench) {
+    let r = t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2);
+    let mut pi = port_info(&r);
+    assert_eq!(pi.port_state, port_state::INIT);
+    pi.port_physical_state = phys_state::NO_CHANGE;
+    let mut data = [0u8; 64];
+    for st in [port_state::ARMED, port_state::ACTIVE] {
+        pi.port_state = st;
+        pi.emit(&mut data).unwrap();
+        let r = t.ask(&smp(method::SET, attr_id::PORT_INFO, 0, data), 2);
+        assert_eq!(port_info(&r).port_state, st);
     }
 }
 
@@ -578,14 +602,14 @@ fn ad_09_nothing_reaches_a_guest_without_qp0_and_vl15_junk_is_counted() {
     assert_eq!(c.drop_not_smp, 1);
     assert_eq!(c.drop_bad_dlid, 1);
     assert_eq!(c.smp_tx, 0, "no answer to either");
-    let pairs = t.b.port.mgmt().unwrap().counter_pairs();
-    for want in [
-        ("drop_no_qp0", 1),
-        ("drop_not_smp", 1),
-        ("drop_bad_dlid", 1),
-    ] {
-        assert!(pairs.contains(&want), "{want:?} in {pairs:?}");
-    }
+    assert_exported(
+        &t.b.port,
+        &[
+            ("drop_no_qp0", 1),
+            ("drop_not_smp", 1),
+            ("drop_bad_dlid", 1),
+        ],
+    );
 }
 
 #[test]
@@ -594,15 +618,7 @@ fn ad_09_the_link_drives_the_port_state_static_back_to_active_sm_mode_to_init() 
         let mut t = Bench::new(2, mode);
         if mode == SubnetMode::Sm {
             // An SM activated B once.
-            let r = t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2);
-            let mut pi = port_info(&r);
-            pi.port_physical_state = phys_state::NO_CHANGE;
-            let mut data = [0u8; 64];
-            for st in [port_state::ARMED, port_state::ACTIVE] {
-                pi.port_state = st;
-                pi.emit(&mut data).unwrap();
-                t.ask(&smp(method::SET, attr_id::PORT_INFO, 0, data), 2);
-            }
+            activate_b(&mut t);
             events(&mut t.b.port);
         }
         *t.up.lock().unwrap() = false;

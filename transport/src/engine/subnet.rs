@@ -57,6 +57,23 @@ impl Engine {
         };
     }
 
+    /// Counts a packet the port received that the caller took before the
+    /// engine: an SMP for the management plane (VL15), or a data packet the
+    /// port's state refused (the caller counts why). The port's received
+    /// packets and bytes count every packet it took, as a real port's
+    /// PortRcvPkts does.
+    pub fn count_rx_elsewhere(&mut self, len: usize) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += len as u64;
+    }
+
+    /// Counts a packet the port sent that the engine did not build (an SMA's
+    /// response or trap).
+    pub fn count_tx_elsewhere(&mut self, len: usize) {
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += len as u64;
+    }
+
     /// Sets the port's GID prefix (PortInfo:GIDPrefix).
     pub fn set_gid_prefix(&mut self, prefix: u64) {
         self.port.gid_prefix = prefix;
