@@ -6,7 +6,10 @@
 # through the devices' SMAs and the switch's, assigns LIDs, programs the
 # switch and activates every port; then the standard diags run against the
 # subnet from A, IPoIB comes up on both guests (ib0, datagram mode) and B
-# pings A and runs iperf3 and rdma_cm tools (rping, ib_write_bw -R) over it.
+# pings A and runs iperf3 and rdma_cm tools (rping, ib_write_bw -R) over it,
+# and NVMe over Fabrics over IB: nvmet-rdma in A, nvme-rdma with fio's
+# verification in B (images/wl/nvmet.sh, nvme-host.sh; the workloads overlay
+# of images/workloads.sh).
 #
 # Usage: images/subnet-tests.sh [--out DIR] [--timeout S]
 # Prints one "PASS name" / "FAIL name" line per check; exit 0 iff all pass.
@@ -29,7 +32,9 @@ mkdir -p "$VHCA_RUN"
 mkdir -p "$out"
 ov=$(mktemp -d /tmp/subnet-ov.XXXXXX)
 trap 'rm -rf "$ov"' EXIT
-mkdir -p "$ov/usr/share/sn"
+mkdir -p "$ov/usr/share/sn" "$ov/usr/share/wl"
+cp images/wl/nvmet.sh images/wl/nvme-host.sh "$ov/usr/share/wl/"
+wl_tree=$(images/workloads.sh) || vhca_die "images/workloads.sh failed"
 
 # A: OpenSM, the diags, then the servers B's clients use; waits for B's "done".
 cat >"$ov/usr/share/sn/a.sh" <<'S'
@@ -80,9 +85,13 @@ iperf3 -s -1 >/tmp/iperf3.log 2>&1 &
 rping -s -a 10.98.0.1 -C 10 >/tmp/rping.log 2>&1 &
 ib_write_bw -R -d vhca0 -s 65536 -n 100 >/tmp/wbw.log 2>&1 &
 ibping -S >/dev/null 2>&1 &
+# NVMe over Fabrics over IB: the target on A's IPoIB address until B says done.
+SERVER_IP=10.98.0.1 DEV=vhca0 sh /usr/share/wl/nvmet.sh 18998 >/tmp/nvmet.log 2>&1 &
+nvmet=$!
 echo SN-READY
 timeout 600 nc -l -p 18999 >/dev/null 2>&1
-echo "--- servers"; cat /tmp/iperf3.log /tmp/rping.log /tmp/wbw.log
+wait "$nvmet"; echo "SN nvmet_rdma_target $?"
+echo "--- servers"; cat /tmp/iperf3.log /tmp/rping.log /tmp/wbw.log /tmp/nvmet.log
 echo "--- opensm log (SUBNET UP, errors)"; grep -E 'SUBNET UP|ERR|rror' /tmp/opensm.log | head -40
 S
 # B: waits for Active, then IPoIB and rdma_cm over the subnet.
@@ -90,7 +99,7 @@ cat >"$ov/usr/share/sn/b.sh" <<'C'
 check() {
     name=$1; shift
     echo "--- $name: $*"
-    timeout 120 "$@" 2>&1; rc=$?
+    timeout "${T:-120}" "$@" 2>&1; rc=$?
     echo "SN $name $rc"
 }
 modprobe -a ib_umad ib_ipoib rdma_ucm || echo "modprobe failed"
@@ -106,12 +115,13 @@ A_GUID=0x0200000000000a01
 check ibping ibping -c 3 -G "$A_GUID"
 check b_saquery saquery
 check b_perfquery perfquery
+T=600 check nvmeof_ib sh /usr/share/wl/nvme-host.sh 10.98.0.1 18998 1
 echo done | nc 10.99.0.1 18999
 C
 
 rc=0
 images/vm-pair.sh --subnet sm --out "$out" --timeout "$timeout" --ready 'SN-READY' \
-    --overlay "$ov" -- 'sh /usr/share/sn/a.sh' 'sh /usr/share/sn/b.sh' >"$out/pair.log" 2>&1 || rc=$?
+    --overlay "$ov" --overlay "$wl_tree" -- 'sh /usr/share/sn/a.sh' 'sh /usr/share/sn/b.sh' >"$out/pair.log" 2>&1 || rc=$?
 con() { tr -d '\r' <"$out/console-$1.log" 2>/dev/null; }
 fail=0
 for g in a b; do
@@ -132,7 +142,8 @@ else
     echo "FAIL ibnetdiscover_topology (CAs $n_ca, switches $n_sw, switch links '$links')"; fail=1
 fi
 ran=$(con a; con b)
-for name in opensm_subnet_up port_active ipoib_ping rping ib_write_bw_R b_port_active; do
+for name in opensm_subnet_up port_active ipoib_ping rping ib_write_bw_R b_port_active \
+    nvmeof_ib nvmet_rdma_target; do
     grep -q "^SN $name " <<<"$ran" || { echo "FAIL $name (never ran)"; fail=1; }
 done
 [ "$rc" = 0 ] || echo "note: vm-pair.sh exit $rc (logs: $out)"

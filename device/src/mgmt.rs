@@ -207,7 +207,6 @@ impl Mgmt {
                 SmaDrop::BadDrPath => "sma_drop_bad_dr_path",
                 SmaDrop::BadMkey => "sma_drop_bad_mkey",
                 SmaDrop::BadVersion => "sma_drop_bad_version",
-                SmaDrop::NoSm => "sma_drop_no_sm",
                 SmaDrop::UnmatchedRepress => "sma_drop_unmatched_repress",
                 SmaDrop::TrapQueueFull => "sma_drop_trap_queue_full",
                 SmaDrop::NoSmLid => "sma_drop_no_sm_lid",

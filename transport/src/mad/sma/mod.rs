@@ -134,10 +134,6 @@ pub enum SmaDrop {
     BadMkey,
     /// A bad version in a method that has no response.
     BadVersion,
-    /// An SMInfo request for the node's SM, but the port is not an SM
-    /// (PortInfo:CapabilityMask.IsSM clear). Responses and traps go to QP0
-    /// whatever the mask (`Sma::for_this_node`).
-    NoSm,
     /// A TrapRepress that names no pending trap.
     UnmatchedRepress,
     /// A trap that found the pending queue full.
@@ -148,13 +144,12 @@ pub enum SmaDrop {
 
 impl SmaDrop {
     /// Every reason, in counter order.
-    pub const ALL: [SmaDrop; 9] = [
+    pub const ALL: [SmaDrop; 8] = [
         SmaDrop::Truncated,
         SmaDrop::NotSmp,
         SmaDrop::BadDrPath,
         SmaDrop::BadMkey,
         SmaDrop::BadVersion,
-        SmaDrop::NoSm,
         SmaDrop::UnmatchedRepress,
         SmaDrop::TrapQueueFull,
         SmaDrop::NoSmLid,
