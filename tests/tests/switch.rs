@@ -200,6 +200,19 @@ fn ad_09_a_cable_without_its_switch_stays_down_and_comes_up_with_it() {
 /// A native packet: UD SEND Only on `vl` to `dest_qp` (QP0 with Q_Key 0 for
 /// an SMP).
 fn packet(vl: u8, dlid: u16, slid: u16, dest_qp: u32, payload: &[u8]) -> Vec<u8> {
+    let qkey = if dest_qp == 0 { 0 } else { 0x1111_1111 };
+    packet_with_qkey(vl, dlid, slid, dest_qp, qkey, payload)
+}
+
+/// [`packet`] with a given Q_Key (0x80010000 for a GMP to QP1).
+fn packet_with_qkey(
+    vl: u8,
+    dlid: u16,
+    slid: u16,
+    dest_qp: u32,
+    qkey: u32,
+    payload: &[u8],
+) -> Vec<u8> {
     let repr = PacketRepr {
         lrh: LrhRepr {
             vl,
@@ -222,7 +235,7 @@ fn packet(vl: u8, dlid: u16, slid: u16, dest_qp: u32, payload: &[u8]) -> Vec<u8>
             },
             ext: ExtHeaders {
                 deth: Some(DethRepr {
-                    qkey: if dest_qp == 0 { 0 } else { 0x1111_1111 },
+                    qkey,
                     src_qp: if dest_qp == 0 { 0 } else { 0x12 },
                 }),
                 ..ExtHeaders::default()
@@ -246,7 +259,7 @@ fn raw_port_fabric() -> (tempfile::TempDir, PathBuf, UdpSocket, SocketAddr) {
     let text = format!(
         "[[node]]\nname = \"x\"\nlid = 1\nguid = 1\naddress = \"{xa}\"\n\
          [[node]]\nname = \"y\"\nlid = 2\nguid = 2\naddress = \"127.0.0.1:{}\"\n\
-         [[switch]]\nname = \"sw0\"\nguid = 0x100\nports = 2\naddress = [\"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n\
+         [[switch]]\nname = \"sw0\"\nguid = 0x100\nlid = 3\nports = 2\naddress = [\"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n\
          [[link]]\nends = [\"x\", \"sw0:1\"]\n[[link]]\nends = [\"y\", \"sw0:2\"]\n",
         p[0], p[1], p[2]
     );
@@ -268,12 +281,9 @@ fn next_packet(s: &UdpSocket) -> Vec<u8> {
     }
 }
 
-#[test]
-fn ad_09_a_raw_port_gets_the_switch_nodeinfo_by_directed_route_and_unknown_dlids_are_dropped() {
-    let (dir, f, x, port1) = raw_port_fabric();
-    let mut sw = SwitchProc::spawn(&f, "sw0", dir.path(), &[]);
-    // The raw socket is x's port: its keepalive brings switch port 1 up
-    // (again until the switch has bound its socket).
+/// The raw socket is x's port: its keepalive brings switch port 1 up (again
+/// until the switch has bound its socket).
+fn port1_up(sw: &mut SwitchProc, x: &UdpSocket, port1: SocketAddr) {
     let deadline = Instant::now() + T;
     while port(&sw.counters(), 1)["state"] != "Active" {
         assert!(
@@ -284,6 +294,49 @@ fn ad_09_a_raw_port_gets_the_switch_nodeinfo_by_directed_route_and_unknown_dlids
         x.send_to(b"VHCAlive", port1).unwrap();
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn ad_09_a_raw_port_gets_perfmgt_port_counters_from_the_switch_lid() {
+    let (dir, f, x, port1) = raw_port_fabric();
+    let mut sw = SwitchProc::spawn(&f, "sw0", dir.path(), &[]);
+    port1_up(&mut sw, &x, port1);
+    // What perfquery 3 1 sends: PerfMgt (class 0x04) Get(PortCounters),
+    // PortSelect 1, to QP1 of the switch's LID 3 with the GSI Q_Key.
+    let mut mad = [0u8; 256];
+    mad[..4].copy_from_slice(&[1, 0x04, 1, method::GET]);
+    mad[8..16].copy_from_slice(&0x77_0001u64.to_be_bytes());
+    mad[16..18].copy_from_slice(&0x0012u16.to_be_bytes());
+    mad[65] = 1;
+    let req = packet_with_qkey(0, 3, 1, 1, 0x8001_0000, &mad);
+    x.send_to(&req, port1).unwrap();
+    let resp = next_packet(&x);
+    let p = PacketRepr::parse(&resp).expect("a valid packet back");
+    assert_eq!((p.lrh.dlid, p.lrh.slid), (1, 3));
+    let t = &p.transport;
+    assert_eq!(
+        (t.bth.dest_qp, t.ext.deth.map(|d| d.qkey)),
+        (0x12, Some(0x8001_0000))
+    );
+    let r = t.payload;
+    assert_eq!(r[3], method::GET_RESP);
+    assert_eq!(&r[4..6], &[0, 0], "status");
+    assert_eq!(&r[8..16], &0x77_0001u64.to_be_bytes(), "the request's TID");
+    // PortRcvPkts counts the request itself (and nothing else has come in).
+    assert_eq!(
+        u32::from_be_bytes(r[64 + 36..64 + 40].try_into().unwrap()),
+        1
+    );
+    let (status, c) = sw.stop();
+    assert!(status.success());
+    assert_eq!(c["drops"]["to_switch"], 0, "{c}");
+}
+
+#[test]
+fn ad_09_a_raw_port_gets_the_switch_nodeinfo_by_directed_route_and_unknown_dlids_are_dropped() {
+    let (dir, f, x, port1) = raw_port_fabric();
+    let mut sw = SwitchProc::spawn(&f, "sw0", dir.path(), &[]);
+    port1_up(&mut sw, &x, port1);
     // SubnGet(NodeInfo) by directed route, one hop: the pointer already
     // moved by x's SMI (C14-9:1), both LRH LIDs permissive.
     let mut d = DrFields::outgoing(&[1]).unwrap();

@@ -2,9 +2,9 @@
 //! the LinearForwardingTable (unicast) or the MulticastForwardingTable (MLIDs
 //! 0xC000..=0xFFFE), VL15 for subnet management packets (directed route through
 //! [`crate::mad::dr::switch_hop`], the switch's own SMPs answered by its SMA in
-//! [`sma`]), per-port counters in the PortCounters shape, and a counter for every
-//! drop. Driven by `vhca switch` (`device/src/switch_proc`), which also uses the
-//! start-up interface ([`Switch::set_static_route`], [`Switch::activate`], ...)
+//! [`sma`]), per-port counters in the PortCounters shape read by its PerfMgt agent
+//! on QP1 ([`pma`]), and a counter for every drop. Driven by `vhca switch`
+//! (`device/src/switch_proc`), which also uses the start-up interface ([`Switch::set_static_route`], [`Switch::activate`], ...)
 //! to stand in for an SM on a static subnet.
 //!
 //! Interface: [`Switch::handle_packet`] takes a whole native packet (LRH through
@@ -13,6 +13,7 @@
 //! the switch changed or answered). The link's inputs are [`Switch::link_up`] and
 //! [`Switch::link_down`]; the SM drives the port states through PortInfo.
 
+pub mod pma;
 mod sma;
 
 use crate::mad::attr::{node_type, NodeDescription};
@@ -75,7 +76,8 @@ pub enum SwitchDrop {
     EgressNotActive,
     /// A VL15 packet that is not an SMP (IBA 7.6.5: VL15 is for SMPs only).
     Vl15NotSmp,
-    /// A data packet for the switch's own LID: no agent but the SMA here yet.
+    /// A data packet for the switch's own LID that no agent takes: not a
+    /// PerfMgt GMP to QP1 (the only GSI class here, [`pma`]), or a response.
     ToSwitch,
     /// A directed-route SMP whose path is bad (per reason in `dr_drops`).
     BadDrPath,
@@ -131,6 +133,9 @@ pub struct SwitchCounters {
     /// SMPs the SMA answered / answered with a non-zero status.
     pub sma_replies: u64,
     pub sma_error_replies: u64,
+    /// PerfMgt GMPs the PMA answered / answered with a non-zero status.
+    pub pma_replies: u64,
+    pub pma_error_replies: u64,
 }
 
 impl SwitchCounters {
@@ -219,6 +224,8 @@ impl Switch {
                 dr_drops: [0; DrDrop::ALL.len()],
                 sma_replies: 0,
                 sma_error_replies: 0,
+                pma_replies: 0,
+                pma_error_replies: 0,
             },
             port_counters: vec![PortCounters::default(); usize::from(n) + 1],
         }
@@ -406,7 +413,7 @@ impl Switch {
             return self.multicast(dlid, in_port, words, out);
         }
         if self.is_own_lid(dlid) {
-            return self.drop(SwitchDrop::ToSwitch);
+            return self.for_switch(pkt, in_port, out);
         }
         let Some(port) = self.lft_port(dlid) else {
             return self.drop(SwitchDrop::NoRoute);
@@ -465,6 +472,37 @@ impl Switch {
         pc.xmit_packets = pc.xmit_packets.saturating_add(1);
         pc.xmit_data_words = pc.xmit_data_words.saturating_add(words as u64);
         out.push(SwitchOut { port, packet: pkt });
+    }
+
+    /// A data packet for the switch's own LID: a PerfMgt GMP to QP1 goes to the
+    /// PMA, whose GetResp goes back to the requester's SLID and QP (the DETH's
+    /// source QP) with the request's SL, VL and P_Key, by the LFT (or out of the
+    /// ingress port if the LFT has no entry for the requester). Anything else is
+    /// counted as `ToSwitch`.
+    fn for_switch(&mut self, pkt: &[u8], in_port: u8, out: &mut Vec<SwitchOut>) {
+        let Some(req) = parse_gmp(pkt) else {
+            return self.drop(SwitchDrop::ToSwitch);
+        };
+        let Some(mad) = pma::answer(req.transport.payload, &mut self.port_counters) else {
+            return self.drop(SwitchDrop::ToSwitch);
+        };
+        self.counters.pma_replies += 1;
+        if mad[4..6] != [0, 0] {
+            self.counters.pma_error_replies += 1;
+        }
+        let src_qp = req.transport.ext.deth.map_or(0, |d| d.src_qp);
+        let lrh = LrhRepr {
+            vl: req.lrh.vl,
+            sl: req.lrh.sl,
+            dlid: req.lrh.slid,
+            slid: req.lrh.dlid,
+        };
+        let deth = DethRepr {
+            qkey: pma::GSI_QKEY,
+            src_qp: pma::GSI_QP,
+        };
+        let port = self.lft_port(req.lrh.slid).unwrap_or(in_port);
+        self.send_mad(port, lrh, (req.transport.bth.pkey, src_qp), deth, &mad, out);
     }
 
     fn vl15_drop(&mut self, in_port: u8, why: SwitchDrop) {
@@ -584,6 +622,22 @@ impl Switch {
     /// both CRCs computed again.
     fn send_smp(&mut self, port: u8, lrh: LrhRepr, smp: &SmpRepr, out: &mut Vec<SwitchOut>) {
         let mad = smp.to_bytes();
+        let deth = DethRepr { qkey: 0, src_qp: 0 };
+        self.send_mad(port, lrh, (0xffff, 0), deth, &mad, out);
+    }
+
+    /// Sends a MAD as a UD SEND Only with `lrh`, the BTH's (P_Key, DestQP) and
+    /// `deth`, both CRCs computed; a data packet unless on VL15.
+    fn send_mad(
+        &mut self,
+        port: u8,
+        lrh: LrhRepr,
+        (pkey, dest_qp): (u16, u32),
+        deth: DethRepr,
+        mad: &[u8],
+        out: &mut Vec<SwitchOut>,
+    ) {
+        let data = lrh.vl != VL15;
         let repr = PacketRepr {
             lrh,
             grh: None,
@@ -592,18 +646,18 @@ impl Switch {
                     opcode: Opcode::UD_SEND_ONLY,
                     solicited: false,
                     mig_req: false,
-                    pkey: 0xffff,
+                    pkey,
                     fecn: false,
                     becn: false,
-                    dest_qp: 0,
+                    dest_qp,
                     ack_req: false,
                     psn: 0,
                 },
                 ext: ExtHeaders {
-                    deth: Some(DethRepr { qkey: 0, src_qp: 0 }),
+                    deth: Some(deth),
                     ..ExtHeaders::default()
                 },
-                payload: &mad,
+                payload: mad,
             },
         };
         let mut buf = vec![0u8; repr.buffer_len()];
@@ -612,8 +666,26 @@ impl Switch {
             return self.drop(SwitchDrop::Malformed);
         }
         let words = (buf.len() - VCRC_LEN) / 4;
-        self.send(port, Egress::New(buf.into_boxed_slice()), words, false, out);
+        self.send(port, Egress::New(buf.into_boxed_slice()), words, data, out);
     }
+}
+
+/// A GMP for the switch's GSI: IBA local, UD SEND Only to QP1 with the GSI Q_Key
+/// (IBA 13.5.1: a datagram to QP1 with another Q_Key is dropped), CRCs good, a
+/// 256-byte MAD.
+fn parse_gmp(pkt: &[u8]) -> Option<PacketRepr<'_>> {
+    let lrh = Lrh::new_checked(pkt).ok()?;
+    if lrh.lnh() != Lnh::IbaLocal {
+        return None;
+    }
+    let p = PacketRepr::parse(pkt).ok()?;
+    let t = &p.transport;
+    let qkey_ok = t.ext.deth.is_some_and(|d| d.qkey == pma::GSI_QKEY);
+    (t.bth.opcode == Opcode::UD_SEND_ONLY
+        && t.bth.dest_qp == pma::GSI_QP
+        && qkey_ok
+        && t.payload.len() == MAD_LEN)
+        .then_some(p)
 }
 
 /// The LRH and SMP of a VL15 packet, if it is one: IBA local, UD SEND Only to QP0,
