@@ -118,8 +118,10 @@ fn ad_01_pv_03_rc_over_path_bits_in_a_shared_partition_limited_pair_dropped() {
         QpInit::new(QpType::Rc, b.pd, b.cq),
     );
     // Partition 5 (full on n0, limited on n1), n0's LID 0x23 to n1's 0x29
-    // and back: the WRITE lands.
-    let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &o);
+    // and back: the WRITE lands. With the default retries: two tries of
+    // 67 ms are too few for a host busy enough to hold an ACK back that
+    // long (the ACK then finds the QP in Error, counted QpNotReceiving).
+    let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
     repath(&mut a.hca, qa, 1, path(0x29, 3));
     repath(&mut b.hca, qb, 1, path(0x23, 1));
     let w = SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, 8192));
