@@ -45,6 +45,73 @@ fn committed_header_is_the_generated_one() {
     );
 }
 
+/// The provider's patch series (guest-driver/provider/patches/) carries copies
+/// of the provider's sources, the ABI header and vhca.ko's uverbs header as new
+/// files; `package.sh` refuses a series whose copies differ, but only when a
+/// package is built (the VM stages). Checked here too, so a header change
+/// without `package.sh --update-patches` fails `cargo test`.
+#[test]
+fn provider_patch_series_carries_the_current_files() {
+    let ws = workspace();
+    let dir = ws.join("guest-driver/provider/patches");
+    let mut files = std::collections::BTreeMap::<String, String>::new();
+    for e in std::fs::read_dir(&dir).expect("patches/") {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        // A new file: "+++ b/PATH", "@@ -0,0 +1,N @@", then N lines of "+".
+        let mut lines = text.lines();
+        while let Some(l) = lines.next() {
+            let Some(path) = l.strip_prefix("+++ b/") else {
+                continue;
+            };
+            let Some(hunk) = lines.next() else { break };
+            if !hunk.starts_with("@@ -0,0 +1") {
+                continue;
+            }
+            let n: usize = hunk
+                .trim_start_matches("@@ -0,0 +1")
+                .trim_start_matches(',')
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            let body: Vec<&str> = lines
+                .by_ref()
+                .take(n)
+                .map(|l| l.strip_prefix('+').unwrap_or(l))
+                .collect();
+            files.insert(path.to_string(), body.join("\n") + "\n");
+        }
+    }
+    let ours = |name: &str| -> Option<PathBuf> {
+        match name {
+            "kernel-headers/rdma/vhca-abi-user.h" => {
+                Some(ws.join("guest-driver/kernel/vhca-abi-user.h"))
+            }
+            "providers/vhca/vhca_abi.h" => Some(ws.join(HEADER_PATH)),
+            n => n
+                .strip_prefix("providers/vhca/")
+                .map(|f| ws.join("guest-driver/provider").join(f)),
+        }
+    };
+    let mut checked = 0;
+    for (name, body) in &files {
+        let Some(path) = ours(name) else { continue };
+        let now = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{name} in the series, {}: {e}", path.display()));
+        assert!(
+            now == *body,
+            "guest-driver/provider/patches/ carries an old {name}: run \
+             guest-driver/provider/package.sh --update-patches"
+        );
+        checked += 1;
+    }
+    assert!(
+        files.contains_key("providers/vhca/vhca_abi.h") && checked >= 5,
+        "the series carries the provider: {:?}",
+        files.keys().collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn header_is_deterministic() {
     assert_eq!(c_header(), c_header());
