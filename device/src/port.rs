@@ -178,8 +178,7 @@ impl Port {
         let got = self.link.recv_batch(now, BUDGET, &mut |r| {
             moved += 1;
             if let Some(m) = mgmt.as_mut() {
-                let vl = r.packet.first().map_or(0, |b| b >> 4);
-                if vl == transport::engine::VL15 {
+                if transport::wire::vl_of(r.packet) == transport::engine::VL15 {
                     // One count per packet: the engine counts what goes on
                     // to QP0 when it gets it.
                     if !m.on_vl15(r.packet, t, engine) {
@@ -239,8 +238,7 @@ impl Port {
             if let Some(m) = self.mgmt.as_mut() {
                 // IBA 7.2: only an Active port sends data packets; SMPs (VL15)
                 // go in every state with the link up.
-                let vl = buf.first().map_or(0, |b| b >> 4);
-                if vl != transport::engine::VL15 && !m.sends_data() {
+                if transport::wire::vl_of(buf) != transport::engine::VL15 && !m.sends_data() {
                     m.count_tx_not_active();
                     continue;
                 }

@@ -392,7 +392,7 @@ impl Engine {
     /// Charges a packet just built into `buf[..len]` to the arbiter: LRH
     /// byte 0 holds the VL it goes on (AD-06).
     pub(crate) fn vl_sent(&mut self, buf: &[u8], len: usize) {
-        let vl = buf.first().map_or(0, |b| b >> 4);
+        let vl = crate::wire::vl_of(buf);
         self.arbiter.sent(vl, len);
     }
 }

@@ -118,6 +118,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Lrh<T> {
     }
 }
 
+/// LRH:VL of a native packet (the high nibble of its first byte; 0 for an
+/// empty buffer): what the data path reads to tell VL15 from data before any
+/// parsing (IBA 7.6.4).
+pub fn vl_of(pkt: &[u8]) -> u8 {
+    pkt.first().map_or(0, |b| b >> 4)
+}
+
 /// A validated LRH. LVer (always 0), LNH and PktLen are derived when a whole packet
 /// is written, so they are not fields here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -27,7 +27,7 @@ pub use ext::{
     RdethRepr, Reth, RethRepr, Xrceth, XrcethRepr,
 };
 pub use grh::{Grh, GrhRepr};
-pub use lrh::{Lnh, Lrh, LrhRepr};
+pub use lrh::{vl_of, Lnh, Lrh, LrhRepr};
 pub use opcode::{ExtKind, OpcodeInfo, Operation, Position, Service};
 pub use packet::{PacketRepr, TransportRepr};
 
