@@ -1,27 +1,38 @@
 #!/bin/bash
 # images/subnet-tests.sh — a real InfiniBand subnet over vhca (issue 26): two
-# guests and a third node with no guest (c), cabled to one `vhca switch`, the
-# fabric in SM mode (images/vm-pair.sh --subnet sm: every port waits in Init
-# for a subnet manager). Guest A runs Debian's OpenSM, which sweeps the subnet
-# through the devices' SMAs and the switch's, assigns LIDs, programs the
-# switch and activates every port; then the standard diags run against the
-# subnet from A, IPoIB comes up on both guests (ib0, datagram mode) and B
-# pings A and runs iperf3 and rdma_cm tools (rping, ib_write_bw -R) over it,
-# and NVMe over Fabrics over IB: nvmet-rdma in A, nvme-rdma with fio's
-# verification in B (images/wl/nvmet.sh, nvme-host.sh; the workloads overlay
-# of images/workloads.sh).
+# guests on one `vhca switch` (sw0), a third node with no guest (c) on a
+# second switch (sw1) that two parallel cables join to sw0, the fabric in SM
+# mode (images/vm-pair.sh --subnet sm: every port waits in Init for a subnet
+# manager). Guest A first checks that its port stays in Init with no SM and
+# that the tools say so, then runs Debian's OpenSM, which sweeps the subnet
+# through the devices' SMAs and the switches', assigns LIDs, programs the
+# switches and activates every port; then the standard diags run against the
+# subnet from A, IPoIB comes up on both guests (ib0) and B pings A and runs
+# iperf3 (datagram mode, then connected mode) and rdma_cm tools (rping,
+# ucmatose, mckey, ib_write_bw -R) over it, and NVMe over Fabrics over IB:
+# nvmet-rdma in A, nvme-rdma with fio's verification in B (images/wl/nvmet.sh,
+# nvme-host.sh; the workloads overlay of images/workloads.sh). While B's first
+# RC stream runs, A kills OpenSM and starts it again: the new SM re-sweeps
+# and the stream loses nothing. Last, A takes down the sw0 port that carries
+# c's route (`ibportstate ... disable`, as an admin would) and OpenSM routes
+# c's LID through the other cable; the port is enabled again after.
 #
-# Usage: images/subnet-tests.sh [--out DIR] [--timeout S]
+# With --bench, B also measures TCP throughput (iperf3, 3 rounds of 10 s,
+# alternated) over IPoIB and over the guests' virtio-net link, and prints
+# "BENCH ipoib|virtio Mbit/s" lines (scripts/bench-ipoib.sh reads them).
+#
+# Usage: images/subnet-tests.sh [--out DIR] [--timeout S] [--bench]
 # Prints one "PASS name" / "FAIL name" line per check; exit 0 iff all pass.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . images/lib.sh
 
-out='' timeout=900
+out='' timeout=900 bench=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) out=$2; shift 2;;
         --timeout) timeout=$2; shift 2;;
+        --bench) bench=1; shift;;
         -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         *) vhca_die "unknown argument $1 (try --help)";;
     esac
@@ -36,7 +47,8 @@ mkdir -p "$ov/usr/share/sn" "$ov/usr/share/wl"
 cp images/wl/nvmet.sh images/wl/nvme-host.sh "$ov/usr/share/wl/"
 wl_tree=$(images/workloads.sh) || vhca_die "images/workloads.sh failed"
 
-# A: OpenSM, the diags, then the servers B's clients use; waits for B's "done".
+# A: the no-SM checks, OpenSM, the diags, the servers B's clients use, the SM
+# restart under B's stream; after B's "done", the reroute.
 cat >"$ov/usr/share/sn/a.sh" <<'S'
 check() { # NAME CMD...: runs CMD (60 s at most), prints its output and "SN name rc"
     name=$1; shift
@@ -44,33 +56,55 @@ check() { # NAME CMD...: runs CMD (60 s at most), prints its output and "SN name
     timeout 60 "$@" 2>&1; rc=$?
     echo "SN $name $rc"
 }
+fails() { # NAME CMD...: as check, but passes when CMD fails
+    name=$1; shift
+    echo "--- $name (must fail): $*"
+    timeout 60 "$@" 2>&1 && rc=1 || rc=0
+    echo "SN $name $rc"
+}
+wait_for() { # TRIES CMD...: CMD every 0.5 s until it succeeds; its status
+    n=$1; shift
+    i=0
+    until "$@" >/dev/null 2>&1 || [ $i -ge "$n" ]; do sleep 0.5; i=$((i + 1)); done
+    "$@" >/dev/null 2>&1
+}
+state() { cat /sys/class/infiniband/vhca0/ports/1/state; }
+sm_gone() { # OpenSM exited (gone, or a zombie this shell has not reaped)
+    st=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$sm/status" 2>/dev/null)
+    [ -z "$st" ] || [ "$st" = Z ]
+}
 modprobe -a ib_umad ib_ipoib rdma_ucm || echo "modprobe failed"
 mkdir -p /var/log /var/cache/opensm /etc/opensm
-echo "port: $(cat /sys/class/infiniband/vhca0/ports/1/state) before the SM"
-# A flushed log, so the checks below read it as OpenSM writes it.
-printf 'force_log_flush TRUE\n' >/etc/opensm/opensm.conf
+# No SM yet: the port waits in Init (as a real port whose link trained), and
+# the tools say so.
+echo "port: $(state) before the SM"
+sleep 3
+check no_sm_port_stays_init grep -q INIT /sys/class/infiniband/vhca0/ports/1/state
+check no_sm_ibstat_says_initializing sh -c 'ibstat vhca0 | tee /dev/stderr | grep -q "State: Initializing"'
+check no_sm_ibv_devinfo_says_init sh -c 'ibv_devinfo -d vhca0 | tee /dev/stderr | grep -q PORT_INIT'
+fails no_sm_sminfo_finds_none sminfo
+# A flushed log, so the checks below read it as OpenSM writes it; a short
+# sweep interval, so a cabling change is seen within seconds.
+printf 'force_log_flush TRUE\nsweep_interval 3\n' >/etc/opensm/opensm.conf
 opensm -F /etc/opensm/opensm.conf -f /tmp/opensm.log >/tmp/opensm.out 2>&1 &
-i=0
-until grep -q 'SUBNET UP' /tmp/opensm.log 2>/dev/null || [ $i -ge 240 ]; do sleep 0.5; i=$((i + 1)); done
-grep -q 'SUBNET UP' /tmp/opensm.log; echo "SN opensm_subnet_up $?"
-i=0
-until grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state || [ $i -ge 60 ]; do sleep 0.5; i=$((i + 1)); done
-grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state; echo "SN port_active $?"
+sm=$!
+wait_for 240 grep -q 'SUBNET UP' /tmp/opensm.log; echo "SN opensm_subnet_up $?"
+wait_for 60 grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state; echo "SN port_active $?"
 LID=$(cat /sys/class/infiniband/vhca0/ports/1/lid)
-echo "port: $(cat /sys/class/infiniband/vhca0/ports/1/state) lid $LID sm_lid $(cat /sys/class/infiniband/vhca0/ports/1/sm_lid)"
+echo "port: $(state) lid $LID sm_lid $(cat /sys/class/infiniband/vhca0/ports/1/sm_lid)"
 check ibstat ibstat vhca0
 check sminfo sminfo
 echo IBND-BEGIN; timeout 60 ibnetdiscover 2>&1; echo "SN ibnetdiscover $?"; echo IBND-END
 check iblinkinfo iblinkinfo
-SW=$(ibswitches 2>/dev/null | sed -n 's/.* lid \([0-9]*\) .*/\1/p' | head -1)
-B=$(ibhosts 2>/dev/null | grep 0200000000000a02 >/dev/null && smpquery -D nodeinfo 0,1,2 >/dev/null 2>&1 && echo ok)
-echo "switch lid ${SW:-?}"
+SW=$(ibswitches 2>/dev/null | grep 0200000000000b00 | sed -n 's/.* lid \([0-9]*\) .*/\1/p' | head -1)
+echo "sw0 lid ${SW:-?}"
 check smpquery_nodeinfo smpquery nodeinfo "$LID"
 check smpquery_portinfo smpquery portinfo "$LID"
 check smpquery_pkeys smpquery pkeys "$LID"
 check smpquery_sl2vl smpquery sl2vl "$LID"
 check smpquery_vlarb smpquery vlarb "$LID"
 check smpquery_dr_nodeinfo_b smpquery -D nodeinfo 0,1,2
+check smpquery_dr_nodeinfo_c smpquery -D nodeinfo 0,1,4,1
 check smpquery_switchinfo smpquery switchinfo "${SW:-0}"
 check saquery saquery
 check saquery_pathrecord saquery -p
@@ -78,23 +112,98 @@ check perfquery perfquery
 check perfquery_switch_port perfquery "${SW:-0}" 2
 check ibroute ibroute "${SW:-0}"
 check ibtracert ibtracert "$LID" "${SW:-0}"
-# IPoIB (datagram mode) and the servers of B's checks.
+# IPoIB (connected mode here; B starts in datagram mode and switches later)
+# and the servers of B's checks.
+echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || echo "ib0: no connected mode"
 ip link set ib0 up && ip addr add 10.98.0.1/24 dev ib0
 check ipoib_up ip -o addr show dev ib0
-iperf3 -s -1 >/tmp/iperf3.log 2>&1 &
+iperf3 -s >/tmp/iperf3.log 2>&1 &
+iperf=$!
 rping -s -a 10.98.0.1 -C 10 >/tmp/rping.log 2>&1 &
 ib_write_bw -R -d vhca0 -s 65536 -n 100 >/tmp/wbw.log 2>&1 &
+ucmatose -b 10.98.0.1 >/tmp/ucmatose.log 2>&1 &
+ucm=$!
 ibping -S >/dev/null 2>&1 &
+# The SM restart: B's first check is a 30 s RC stream (ib_write_bw -D over
+# the switch); once it flows, OpenSM is killed and started again.
+timeout 600 ib_write_bw -d vhca0 -D 30 -s 65536 -p 18997 >/tmp/wbw-d.log 2>&1 &
+wbwd=$!
+rcv() { cat /sys/class/infiniband/vhca0/ports/1/counters/port_rcv_data 2>/dev/null || echo 0; }
+flowing() { [ "$(rcv)" -gt $((r0 + 2500000)) ]; }   # 10 MB more received (4-byte words)
+r0=$(rcv)
+(
+    # Once the stream has carried 10 MB (A's port counters: the data is
+    # WRITEs into A), stop OpenSM under it.
+    wait_for 600 flowing; echo "SN opensm_restart_stream_flowing $?"
+    echo "port_rcv_data $(rcv) (was $r0)"
+    kill "$sm"; wait_for 60 sm_gone
+    echo "SN opensm_killed $?"
+    : >/tmp/sm-killed
+    sleep 2
+    grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state; echo "SN port_active_without_sm $?"
+    opensm -F /etc/opensm/opensm.conf -f /tmp/opensm2.log >/tmp/opensm2.out 2>&1 &
+    wait_for 240 grep -q 'SUBNET UP' /tmp/opensm2.log; echo "SN opensm_restart_subnet_up $?"
+    [ "$(cat /sys/class/infiniband/vhca0/ports/1/lid)" = "$LID" ]; echo "SN opensm_restart_keeps_lid $?"
+    # mckey's receiver joins under the new SM: a client reregister (the new
+    # SM's first sweep sets PortInfo:ClientReregister) ends the joins made
+    # before with a multicast error event, and mckey does not join again.
+    timeout 600 mckey -m 239.1.2.3 -b 10.98.0.1 -C 5 >/tmp/mckey.log 2>&1 &
+    echo $! >/tmp/mckey.pid
+    sleep 2
+    # B's next checks need the SA: tell B the new SM is up.
+    i=0
+    until echo up | nc 10.99.0.2 18996 >/dev/null 2>&1 || [ $i -ge 300 ]; do sleep 1; i=$((i + 1)); done
+) &
+restart=$!
 # NVMe over Fabrics over IB: the target on A's IPoIB address until B says done.
 SERVER_IP=10.98.0.1 DEV=vhca0 sh /usr/share/wl/nvmet.sh 18998 >/tmp/nvmet.log 2>&1 &
 nvmet=$!
 echo SN-READY
-timeout 600 nc -l -p 18999 >/dev/null 2>&1
+wait "$wbwd"; echo "SN opensm_restart_stream_server $?"
+# The SM was down while the stream still ran (not after it).
+[ -e /tmp/sm-killed ]; echo "SN opensm_killed_during_stream $?"
+wait "$restart"
+timeout 900 nc -l -p 18999 >/dev/null 2>&1
 wait "$nvmet"; echo "SN nvmet_rdma_target $?"
-echo "--- servers"; cat /tmp/iperf3.log /tmp/rping.log /tmp/wbw.log /tmp/nvmet.log
-echo "--- opensm log (SUBNET UP, errors)"; grep -E 'SUBNET UP|ERR|rror' /tmp/opensm.log | head -40
+mck=$(cat /tmp/mckey.pid 2>/dev/null)
+if [ -n "$mck" ]; then
+    # Not this shell's child (the restart subshell started it): its log.
+    wait_for 600 grep -q 'test complete' /tmp/mckey.log || { kill "$mck"; echo "mckey: still waiting"; }
+    grep -q 'test complete' /tmp/mckey.log && ! grep -q ERROR /tmp/mckey.log
+    echo "SN mckey_receiver $?"
+fi
+kill "$iperf" "$ucm" 2>/dev/null
+echo "--- servers"; cat /tmp/iperf3.log /tmp/rping.log /tmp/wbw.log /tmp/wbw-d.log /tmp/ucmatose.log /tmp/mckey.log /tmp/nvmet.log
+# The reroute: c (LID C) hangs off sw1, which two cables join to sw0's ports
+# 4 and 5. Take down the one sw0 routes C through; OpenSM sees the change in
+# its next sweep and routes C through the other.
+C=$(smpquery -D portinfo 0,1,4,1 2>/dev/null | sed -n 's/^Lid:\.*\([0-9]*\)$/\1/p')
+route() { ibroute "$SW" "$C" "$C" 2>/dev/null | awk -v l="$(printf '0x%04x' "$C")" '$1 == l { print $2 + 0 }'; }
+routes_to() { [ "$(route)" = "$1" ]; }
+sw_port_active() { ibportstate "$SW" "$1" | grep -q 'LinkState:.*Active'; }
+P=$(route)
+echo "c lid ${C:-?}, sw0 routes it to port ${P:-?}"
+if [ "$P" = 4 ] || [ "$P" = 5 ]; then
+    O=$((9 - P))
+    check link_disable ibportstate "$SW" "$P" disable
+    wait_for 180 routes_to "$O"
+    echo "SN reroute_lft_to_other_cable $?"
+    echo "sw0 routes c to port $(route) now"
+    check reroute_lid_routed_smp smpquery nodeinfo "$C"
+    check reroute_ibtracert sh -c "ibtracert $LID $C | tee /dev/stderr | grep -q '\\[$O\\]'"
+    check reroute_smpquery_portinfo smpquery portinfo "$C"
+    check link_enable ibportstate "$SW" "$P" enable
+    wait_for 120 sw_port_active "$P"
+    echo "SN link_back_active $?"
+    ibportstate "$SW" "$P"
+    check ibnetdiscover_after ibnetdiscover
+else
+    echo "SN reroute_found_route 1"
+fi
+echo "--- opensm log (SUBNET UP, errors)"; grep -E 'SUBNET UP|ERR|rror' /tmp/opensm.log /tmp/opensm2.log | head -40
 S
-# B: waits for Active, then IPoIB and rdma_cm over the subnet.
+# B: waits for Active, then the stream under the SM restart, IPoIB and rdma_cm
+# over the subnet.
 cat >"$ov/usr/share/sn/b.sh" <<'C'
 check() {
     name=$1; shift
@@ -102,22 +211,59 @@ check() {
     timeout "${T:-120}" "$@" 2>&1; rc=$?
     echo "SN $name $rc"
 }
+ip_stat() { # NAME: a counter of /proc/net/snmp's Ip line
+    awk -v k="$1" '/^Ip:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == k) c = i; h = 1 } else print $c }' /proc/net/snmp
+}
 modprobe -a ib_umad ib_ipoib rdma_ucm || echo "modprobe failed"
 i=0
 until grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state || [ $i -ge 120 ]; do sleep 0.5; i=$((i + 1)); done
 grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state; echo "SN b_port_active $?"
+# One RC stream across the switch while A restarts OpenSM (the address
+# exchange over the virtio-net link, the data over IB).
+T=300 check opensm_restart_stream ib_write_bw -d vhca0 -D 30 -s 65536 -p 18997 10.99.0.1
+timeout 300 nc -l -p 18996 >/dev/null 2>&1; echo "SN b_heard_sm_restarted $?"
 ip link set ib0 up && ip addr add 10.98.0.2/24 dev ib0
 check ipoib_ping ping -c 3 -W 5 10.98.0.1
 check ipoib_iperf3 iperf3 -c 10.98.0.1 -t 5
 check rping rping -c -a 10.98.0.1 -C 10 -v
 check ib_write_bw_R ib_write_bw -R -d vhca0 -s 65536 -n 100 10.98.0.1
+check ucmatose ucmatose -s 10.98.0.1 -b 10.98.0.2
+# mckey exits 0 even when its join fails: its output must show no error.
+check mckey_sender sh -c 'o=$(mckey -m 239.1.2.3 -b 10.98.0.2 -s -C 5 2>&1); rc=$?
+    echo "$o"; [ $rc = 0 ] && ! echo "$o" | grep -q ERROR'
 A_GUID=0x0200000000000a01
 check ibping ibping -c 3 -G "$A_GUID"
 check b_saquery saquery
 check b_perfquery perfquery
 T=600 check nvmeof_ib sh /usr/share/wl/nvme-host.sh 10.98.0.1 18998 1
+# IPoIB connected mode (RC QPs between the two ib0s; A is connected from the
+# start, MTU 65520): a 30 000-byte ping and its replies cross unfragmented
+# (no IP fragment made or reassembled here), which only RC can carry (UD's
+# MTU is 4 KiB at most).
+echo connected >/sys/class/net/ib0/mode; echo "SN ipoib_cm_mode $?"
+ip link set ib0 mtu 65520
+f0=$(ip_stat FragCreates) q0=$(ip_stat ReasmReqds)
+check ipoib_cm_ping_large ping -c 3 -W 5 -s 30000 10.98.0.1
+f1=$(ip_stat FragCreates) q1=$(ip_stat ReasmReqds)
+echo "IP fragments made $f0 -> $f1, reassemblies $q0 -> $q1"
+[ "$f0" = "$f1" ] && [ "$q0" = "$q1" ]; echo "SN ipoib_cm_unfragmented $?"
+check ipoib_cm_iperf3 iperf3 -c 10.98.0.1 -t 5
+if [ -f /etc/sn-bench ]; then
+    for r in 1 2 3; do
+        for path in ipoib:10.98.0.1 virtio:10.99.0.1; do
+            v=$(iperf3 -c "${path#*:}" -t 10 -f m 2>/dev/null | awk '/receiver/ { print $(NF-2) }')
+            echo "BENCH ${path%%:*} ${v:-0} round $r (ib0 $(cat /sys/class/net/ib0/mode))"
+        done
+    done
+    echo datagram >/sys/class/net/ib0/mode
+    for r in 1 2 3; do
+        v=$(iperf3 -c 10.98.0.1 -t 10 -f m 2>/dev/null | awk '/receiver/ { print $(NF-2) }')
+        echo "BENCH ipoib-datagram ${v:-0} round $r"
+    done
+fi
 echo done | nc 10.99.0.1 18999
 C
+if [ "$bench" = 1 ]; then mkdir -p "$ov/etc" && : >"$ov/etc/sn-bench"; fi
 
 rc=0
 images/vm-pair.sh --subnet sm --out "$out" --timeout "$timeout" --ready 'SN-READY' \
@@ -129,21 +275,34 @@ for g in a b; do
         if [ "$code" = 0 ]; then echo "PASS $name"; else echo "FAIL $name (exit $code)"; fail=1; fi
     done < <(con "$g" | grep -E '^SN [A-Za-z0-9_]+ [0-9]+$')
 done
-# ibnetdiscover lists exactly the file's nodes and cables: three CAs, one
-# switch, a on port 1, b on port 2, c on port 3.
+# ibnetdiscover lists exactly the file's nodes and cables: three CAs, two
+# switches; sw0: a on port 1, b on port 2, sw1 on ports 4 and 5 (its ports 4
+# and 5); sw1: c on port 1, sw0 on 4 and 5.
 ibnd=$(con a | sed -n '/^IBND-BEGIN/,/^IBND-END/p')
 n_ca=$(echo "$ibnd" | grep -c '^Ca')
 n_sw=$(echo "$ibnd" | grep -c '^Switch')
-links=$(echo "$ibnd" | grep -oE '^\[[0-9]+\][[:space:]]+"H-0200000000000a0[0-9]"' | tr -s '\t ' ' ' | sort | tr '\n' ';')
-want='[1] "H-0200000000000a01";[2] "H-0200000000000a02";[3] "H-0200000000000a03";'
-if [ "$n_ca" = 3 ] && [ "$n_sw" = 1 ] && [ "$links" = "$want" ]; then
+links=$(echo "$ibnd" | awk '
+    /^Switch/ { match($0, /"S-[0-9a-f]+"/); sw = substr($0, RSTART + 3, RLENGTH - 4) }
+    /^$/ { sw = "" }
+    sw != "" && /^\[[0-9]+\][ \t]+"[HS]-[0-9a-f]+"\[[0-9]+\]/ {
+        match($0, /^\[[0-9]+\]/); p = substr($0, 2, RLENGTH - 2)
+        match($0, /"[HS]-[0-9a-f]+"\[[0-9]+\]/); peer = substr($0, RSTART + 1, RLENGTH - 1)
+        print substr(sw, length(sw) - 3) ":" p "=" peer
+    }' | sort | tr '\n' ';')
+want='0b00:1=H-0200000000000a01"[1];0b00:2=H-0200000000000a02"[1];0b00:4=S-0200000000000b01"[4];0b00:5=S-0200000000000b01"[5];0b01:1=H-0200000000000a03"[1];0b01:4=S-0200000000000b00"[4];0b01:5=S-0200000000000b00"[5];'
+if [ "$n_ca" = 3 ] && [ "$n_sw" = 2 ] && [ "$links" = "$want" ]; then
     echo "PASS ibnetdiscover_topology"
 else
     echo "FAIL ibnetdiscover_topology (CAs $n_ca, switches $n_sw, switch links '$links')"; fail=1
 fi
 ran=$(con a; con b)
-for name in opensm_subnet_up port_active ipoib_ping rping ib_write_bw_R b_port_active \
-    nvmeof_ib nvmet_rdma_target; do
+for name in no_sm_port_stays_init no_sm_sminfo_finds_none opensm_subnet_up port_active \
+    opensm_restart_stream opensm_restart_stream_server opensm_restart_stream_flowing \
+    opensm_killed_during_stream \
+    opensm_restart_subnet_up b_heard_sm_restarted \
+    opensm_restart_keeps_lid ipoib_ping ipoib_cm_ping_large rping ucmatose mckey_sender \
+    mckey_receiver ib_write_bw_R b_port_active nvmeof_ib nvmet_rdma_target ipoib_cm_unfragmented \
+    reroute_lft_to_other_cable reroute_lid_routed_smp link_back_active; do
     grep -q "^SN $name " <<<"$ran" || { echo "FAIL $name (never ran)"; fail=1; }
 done
 [ "$rc" = 0 ] || echo "note: vm-pair.sh exit $rc (logs: $out)"

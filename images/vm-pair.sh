@@ -49,13 +49,16 @@
 #                     or bookworm (6.1, its own modules and rdma-core 44;
 #                     vhca.ko built against its headers in its root, the
 #                     provider from its package: --provider-deb is implied)
-#   --subnet MODE     a switched subnet (issue 26): a, b and a third node c
-#                     (a vhca process with no guest, so the subnet has more
-#                     nodes than guests) cabled to ports 1-3 of a 4-port
-#                     `vhca switch` sw0 (LID 100 in static mode), the fabric
-#                     file's `subnet = "MODE"`: sm (the ports wait in Init for
-#                     a subnet manager, e.g. OpenSM in guest A) or static;
-#                     the guests' hook then waits for Init or Active
+#   --subnet MODE     a switched subnet (issue 26): a and b on ports 1 and 2
+#                     of a 5-port `vhca switch` sw0 (one switch hop between
+#                     the guests), a third node c (a vhca process with no
+#                     guest, so the subnet has more nodes than guests) on
+#                     port 1 of a second switch sw1, and two parallel cables
+#                     sw0:4-sw1:4 and sw0:5-sw1:5 (a path to reroute to when
+#                     one goes down); switch LIDs 100 and 101 in static mode;
+#                     the fabric file's `subnet = "MODE"`: sm (the ports wait
+#                     in Init for a subnet manager, e.g. OpenSM in guest A) or
+#                     static; the guests' hook then waits for Init or Active
 #   --provider-deb    install libvhca from the Debian package
 #                     (guest-driver/provider/package.sh --release R) with the
 #                     guest's busybox dpkg (the guests have no apt), instead
@@ -140,7 +143,8 @@ sock_a="$VHCA_RUN/pair-$$-a.sock" sock_b="$VHCA_RUN/pair-$$-b.sock"
 sock_c="$VHCA_RUN/pair-$$-c.sock"
 base=$((20000 + RANDOM % 20000))
 fab_a=$base fab_b=$((base + 1)) net_a=$((base + 2)) net_b=$((base + 3))
-fab_c=$((base + 4)) fab_sw=$((base + 5))   # the switch's ports: fab_sw .. fab_sw + 3
+fab_c=$((base + 4)) fab_sw=$((base + 5))   # sw0's ports: fab_sw .. fab_sw + 4
+fab_sw1=$((base + 10))                      # sw1's ports: fab_sw1 .. fab_sw1 + 4
 top=$fab_top
 [ -n "$subnet" ] && top="subnet = \"$subnet\""$'\n'"$fab_top"
 cat >"$out/fabric.toml" <<EOF
@@ -170,9 +174,16 @@ address = "127.0.0.1:$fab_c"
 [[switch]]
 name = "sw0"
 guid = "0x0200000000000b00"
-ports = 4
+ports = 5
 address = "127.0.0.1:$fab_sw"
 lid = 100
+
+[[switch]]
+name = "sw1"
+guid = "0x0200000000000b01"
+ports = 5
+address = "127.0.0.1:$fab_sw1"
+lid = 101
 
 [[link]]
 ends = ["a", "sw0:1"]
@@ -181,7 +192,13 @@ ends = ["a", "sw0:1"]
 ends = ["b", "sw0:2"]
 
 [[link]]
-ends = ["c", "sw0:3"]
+ends = ["c", "sw1:1"]
+
+[[link]]
+ends = ["sw0:4", "sw1:4"]
+
+[[link]]
+ends = ["sw0:5", "sw1:5"]
 EOF
 fi
 
@@ -251,9 +268,11 @@ start_vhca a "$sock_a"
 start_vhca b "$sock_b"
 if [ -n "$subnet" ]; then
     start_vhca c "$sock_c"
-    "$bin" switch --fabric "$out/fabric.toml" --switch sw0 --log "$vhca_log" \
-        >"$out/switch-sw0.log" 2>&1 &
-    pids+=($!)
+    for sw in sw0 sw1; do
+        "$bin" switch --fabric "$out/fabric.toml" --switch "$sw" --log "$vhca_log" \
+            >"$out/switch-$sw.log" 2>&1 &
+        pids+=($!)
+    done
 fi
 for _ in $(seq 100); do [ -S "$sock_a" ] && [ -S "$sock_b" ] && break; sleep 0.1; done
 [ -S "$sock_a" ] && [ -S "$sock_b" ] || vhca_die "vhca did not create its sockets (logs: $out/vhca-*.log)"
@@ -306,6 +325,6 @@ show() { # NAME LOG
 }
 show "A (server, exit $rc_a)" "$out/console-a.log"
 show "B (client, exit $rc_b)" "$out/console-b.log"
-vhca_log "logs in $out (console-a.log console-b.log vhca-a.log vhca-b.log${subnet:+ vhca-c.log switch-sw0.log})"
+vhca_log "logs in $out (console-a.log console-b.log vhca-a.log vhca-b.log${subnet:+ vhca-c.log switch-sw0.log switch-sw1.log})"
 if [ "$rc_a" != 0 ]; then exit "$rc_a"; fi
 exit "$rc_b"

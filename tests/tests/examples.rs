@@ -80,6 +80,31 @@ fn the_example_switch_fabric_cables_three_nodes_to_one_switch() {
 }
 
 #[test]
+fn the_example_subnet_has_two_switches_with_a_spare_cable_and_waits_for_an_sm() {
+    use device::fabric::End;
+    let f = FabricFile::load(repo().join("examples/fabric-subnet.toml"))
+        .expect("examples/fabric-subnet.toml");
+    assert_eq!(f.subnet(), device::mgmt::SubnetMode::Sm);
+    let c = f.cabling();
+    let (s0, _) = c.switch("sw0").expect("switch sw0");
+    let (s1, _) = c.switch("sw1").expect("switch sw1");
+    let port = |switch, port| Some(End::Port { switch, port });
+    assert_eq!(c.peer(End::Node(0)), port(s0, 1));
+    assert_eq!(c.peer(End::Node(1)), port(s0, 2));
+    assert_eq!(c.peer(End::Node(2)), port(s1, 1));
+    // Two parallel cables between the switches: a path to reroute to.
+    for p in [4, 5] {
+        assert_eq!(
+            c.peer(End::Port {
+                switch: s0,
+                port: p
+            }),
+            port(s1, p)
+        );
+    }
+}
+
+#[test]
 fn the_readme_vhca_commands_pass_the_cli_checks() {
     let section = own_qemu_section();
     let dir = tempfile::tempdir().unwrap();
