@@ -383,8 +383,8 @@ impl Hca {
 
     /// Drops every object: a reset or a new client (nothing of the previous one
     /// survives, issue: the device, "reconnect").
-    pub fn reset(&mut self, engine: transport::engine::Engine) {
-        self.port.set_engine(engine);
+    pub fn reset(&mut self, engine: transport::engine::Engine, now: std::time::Duration) {
+        self.port.set_engine(engine, now);
         self.eqs.clear();
         self.cqs.clear();
         self.qps.clear();

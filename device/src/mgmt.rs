@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use transport::engine::{Engine, PortConfig};
 use transport::mad::attr::node_type;
 use transport::mad::header::{CLASS_SUBN_DIRECTED_ROUTE, CLASS_SUBN_LID_ROUTED};
-use transport::mad::portinfo::port_state;
+use transport::mad::portinfo::{cap, port_state};
 use transport::mad::{
     parse_qp0, smp_packet, MadContext, NodeDescription, NodeIdentity, PortState, ReplyRoute, Sma,
     SmaEvent, SmaOutput, MAD_LEN, PERMISSIVE_LID,
@@ -114,6 +114,16 @@ pub struct Mgmt {
     active: bool,
     /// The last SL-to-VL table the engine refused.
     refused_sl2vl: Option<[u8; 16]>,
+    /// What the guest may change, as it was before any guest changed it.
+    defaults: HostDefaults,
+}
+
+/// The host-settable capability bits and the node description a port starts
+/// with, which a device reset brings back ([`Mgmt::guest_gone`]).
+#[derive(Debug, Clone, Copy)]
+struct HostDefaults {
+    caps: u32,
+    description: NodeDescription,
 }
 
 impl Mgmt {
@@ -144,6 +154,14 @@ impl Mgmt {
         st.info.operational_vls = st.info.vl_cap;
         st.sl2vl = transport::mad::SlToVlTable(port.sl2vl);
         st.info.port_state = port_state::DOWN;
+        // The guest's agents and description reach the SMA (SET_PORT_CAPS,
+        // SET_NODE_DESC), and their changes are trapped: trap 144 for both.
+        st.info.capability_mask |=
+            cap::IS_CAPABILITY_MASK_NOTICE_SUPPORTED | cap::IS_OTHER_LOCAL_CHANGES_NOTICE_SUPPORTED;
+        let defaults = HostDefaults {
+            caps: st.info.capability_mask & cap::HOST_SETTABLE,
+            description: node.description,
+        };
         let mut sma = Sma::new(node, st);
         let now = Time(0);
         match mode {
@@ -162,6 +180,7 @@ impl Mgmt {
             events: VecDeque::new(),
             active,
             refused_sl2vl: None,
+            defaults,
         }
     }
 
@@ -450,6 +469,42 @@ impl Mgmt {
             SmaOutput::ToSm(_) => MadIfcResult::NotHandled,
             SmaOutput::Nothing => MadIfcResult::Consumed,
         }
+    }
+
+    /// SET_PORT_CAPS: the guest's ib_core announces or withdraws its agents
+    /// (`modify_port`: IsSM from ib_umad's issm, IsCM from ib_cm), as mlx4 with
+    /// SET_PORT; the SMA's PortInfo:CapabilityMask shows them and a change traps
+    /// to the SM (`Sma::modify_host_capabilities`). Returns the mask now.
+    pub fn set_port_caps(
+        &mut self,
+        set: u32,
+        clear: u32,
+        now: Time,
+    ) -> Result<u32, transport::mad::HostCapError> {
+        self.sma.modify_host_capabilities(set, clear, now)
+    }
+
+    /// SET_NODE_DESC: the guest's node description (sysfs `node_desc`,
+    /// ib_core's `modify_device`), as mlx4 with SET_NODE; NodeDescription
+    /// answers it and a change traps to the SM (`Sma::set_node_description`).
+    pub fn set_node_description(&mut self, desc: NodeDescription, now: Time) -> bool {
+        self.sma.set_node_description(desc, now)
+    }
+
+    /// The guest's driver is gone (a device reset, a new client): the agents
+    /// it announced and the description it set go with it, as a real HCA's
+    /// firmware forgets them when its driver resets it. An SM hears of the
+    /// change through trap 144, as of any other (an IsSM left set would name
+    /// an SM that no longer runs).
+    pub fn guest_gone(&mut self, now: Time) {
+        let cur = self.sma.port().info.capability_mask & cap::HOST_SETTABLE;
+        let want = self.defaults.caps;
+        // Both masks are host-settable and disjoint: never refused.
+        let _ = self
+            .sma
+            .modify_host_capabilities(want & !cur, cur & !want, now);
+        self.sma
+            .set_node_description(self.defaults.description, now);
     }
 
     /// The next change to raise as an async event.

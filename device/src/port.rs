@@ -80,10 +80,12 @@ impl Port {
 
     /// Replaces the engine (device reset, a new client): every QP, CQ and MR of
     /// the old one is gone; the link stays, and so does what the SM set.
-    pub fn set_engine(&mut self, engine: Engine) {
+    /// What the guest's driver told the SMA goes with it (`Mgmt::guest_gone`).
+    pub fn set_engine(&mut self, engine: Engine, now: Duration) {
         self.engine = engine;
-        if let Some(m) = &self.mgmt {
+        if let Some(m) = &mut self.mgmt {
             m.restore(&mut self.engine);
+            m.guest_gone(to_time(now));
         }
         self.link.clear();
     }
@@ -108,6 +110,29 @@ impl Port {
     ) -> Option<crate::mgmt::MadIfcResult> {
         let m = self.mgmt.as_mut()?;
         Some(m.mad_ifc(mad, slid, to_time(now), &mut self.engine))
+    }
+
+    /// SET_PORT_CAPS: the guest's agents to the SMA's CapabilityMask; `None`
+    /// without an SMA.
+    pub fn set_port_caps(
+        &mut self,
+        set: u32,
+        clear: u32,
+        now: Duration,
+    ) -> Option<Result<u32, transport::mad::HostCapError>> {
+        let m = self.mgmt.as_mut()?;
+        Some(m.set_port_caps(set, clear, to_time(now)))
+    }
+
+    /// SET_NODE_DESC: the guest's node description to the SMA; `None` without
+    /// one.
+    pub fn set_node_description(
+        &mut self,
+        desc: transport::mad::NodeDescription,
+        now: Duration,
+    ) -> Option<bool> {
+        let m = self.mgmt.as_mut()?;
+        Some(m.set_node_description(desc, to_time(now)))
     }
 
     pub fn engine(&self) -> &Engine {

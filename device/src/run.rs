@@ -228,7 +228,7 @@ impl Core {
             );
         }
         let engine = Engine::new(self.port_config.clone(), self.limits);
-        self.hca.reset(engine);
+        self.hca.reset(engine, now());
         self.regs = Regs {
             dev_status: dev_status::READY,
             ctx_window: vec![0; reg::CTX_WINDOW_SIZE as usize],

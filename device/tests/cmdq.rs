@@ -9,13 +9,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use device::abi::bar0::{dev_cap, CtxStatus, CtxTable, Fatal};
 use device::abi::cmd::{
-    cmd_flags, cmd_owner, mad_ifc_flag, pbl_const, reg_mr_flags, rereg, AllocMwIn, AllocMwOut,
-    AllocPdOut, Cmd, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn, CreateQpOut,
-    CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn, DestroyEqIn,
-    DestroyQpIn, DestroySrqIn, DeviceAttr, MadIfcIn, MadIfcOut, ModifyQpIn, ModifySrqIn, Opcode,
-    Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn, QueryCountersOut, QueryPortIn, QueryQpIn,
-    QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut,
-    ResizeSrqIn, ResizeSrqOut, SetGidIn, Status,
+    cmd_flags, cmd_owner, mad_ifc_flag, pbl_const, port_cap, reg_mr_flags, rereg, AllocMwIn,
+    AllocMwOut, AllocPdOut, Cmd, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, CreateQpIn,
+    CreateQpOut, CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn,
+    DestroyEqIn, DestroyQpIn, DestroySrqIn, DeviceAttr, MadIfcIn, MadIfcOut, ModifyQpIn,
+    ModifySrqIn, Opcode, Pbl, PortAttr, QpAttr, QpCap, QueryCountersIn, QueryCountersOut,
+    QueryPortIn, QueryQpIn, QueryQpOut, QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut, ReregMrIn,
+    ResizeCqIn, ResizeCqOut, ResizeSrqIn, ResizeSrqOut, SetGidIn, SetNodeDescIn, SetPortCapsIn,
+    SetPortCapsOut, Status,
 };
 use device::abi::context::{ctx_flags, CqContext, EqContext, MrContext, QpContext, SrqContext};
 use device::abi::counters::CounterSet;
@@ -693,10 +694,13 @@ fn set_gid_mirrors_the_roce_gid_table() {
     // AD-06: an InfiniBand port has 8 data VLs (VLCap 4: VL0-7).
     let p: PortAttr = d.call(Opcode::QueryPort, &q).unwrap();
     assert_eq!(p.max_vl_num, 4, "VL0-7");
-    d.hca.port.set_engine(Engine::new(
-        PortConfig::ethernet(MAC).with_ethernet_mtu(1500),
-        Limits::default(),
-    ));
+    d.hca.port.set_engine(
+        Engine::new(
+            PortConfig::ethernet(MAC).with_ethernet_mtu(1500),
+            Limits::default(),
+        ),
+        now(),
+    );
     let p: PortAttr = d.call(Opcode::QueryPort, &q).unwrap();
     assert_eq!(p.link_layer, 2, "IBV_LINK_LAYER_ETHERNET");
     assert_eq!(p.max_vl_num, 1, "RoCE: VL0 only");
@@ -2775,6 +2779,41 @@ fn template(op: Opcode, r: &mut Rng, live: &Live) -> Vec<u8> {
                 mad,
             })
         }
+        // Mostly host-settable bits, sometimes any (BAD_PARAM).
+        Opcode::SetPortCaps => {
+            let bits = |r: &mut Rng| {
+                let b = r.next() as u32;
+                if r.chance(80) {
+                    b & port_cap::HOST_SETTABLE
+                } else {
+                    b
+                }
+            };
+            let (set, clear) = (bits(r), bits(r));
+            bytes(&SetPortCapsIn {
+                port: 1,
+                rsvd0: [0; 3],
+                set,
+                clear: if r.chance(70) { clear & !set } else { clear },
+                rsvd1: 0,
+            })
+        }
+        // A description of any length up to past 64, mostly NUL padded.
+        Opcode::SetNodeDesc => {
+            let len = r.below(70) as u8;
+            let mut desc = [0u8; 64];
+            for b in desc.iter_mut().take(usize::from(len)) {
+                *b = 1 + r.below(255) as u8;
+            }
+            if r.chance(20) {
+                desc[r.below(64) as usize] = r.next() as u8;
+            }
+            bytes(&SetNodeDescIn {
+                len,
+                rsvd: [0; 7],
+                desc,
+            })
+        }
     }
 }
 
@@ -3099,4 +3138,191 @@ fn ad_12_hostile_mad_ifc_inputs_never_panic() {
         )
         .unwrap();
     assert!(p.state <= 4);
+}
+
+// ------------------------------------------------- SET_PORT_CAPS, SET_NODE_DESC
+
+/// PortInfo:CapabilityMask as the SMA answers SubnGet(PortInfo): bytes 20..24
+/// of the attribute (IBA 14.2.5.6; libibmad's IB_PORT_CAPMASK_F at bit 160).
+fn sma_capability_mask(d: &mut Dev) -> u32 {
+    use transport::mad::{attr_id, method};
+    let out = mad_ifc(d, local_dr_smp(method::GET, attr_id::PORT_INFO, [0; 64]));
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    let r = parse_smp(&out.mad);
+    assert_eq!(r.status, 0);
+    u32::from_be_bytes(r.data[20..24].try_into().unwrap())
+}
+
+/// NodeDescription's 64 bytes as the SMA answers SubnGet(NodeDescription).
+fn sma_node_description(d: &mut Dev) -> [u8; 64] {
+    use transport::mad::{attr_id, method};
+    let out = mad_ifc(
+        d,
+        local_dr_smp(method::GET, attr_id::NODE_DESCRIPTION, [0; 64]),
+    );
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    let r = parse_smp(&out.mad);
+    assert_eq!(r.status, 0);
+    r.data
+}
+
+fn caps_in(set: u32, clear: u32) -> SetPortCapsIn {
+    SetPortCapsIn {
+        port: 1,
+        rsvd0: [0; 3],
+        set,
+        clear,
+        rsvd1: 0,
+    }
+}
+
+fn desc_in(text: &[u8]) -> SetNodeDescIn {
+    let mut desc = [0u8; 64];
+    desc[..text.len()].copy_from_slice(text);
+    SetNodeDescIn {
+        len: text.len() as u8,
+        rsvd: [0; 7],
+        desc,
+    }
+}
+
+#[test]
+fn ad_09_set_port_caps_is_sm_reaches_the_smas_portinfo_capability_mask() {
+    let mut d = Dev::new();
+    let before = sma_capability_mask(&mut d);
+    assert_eq!(before & port_cap::IS_SM, 0, "{before:#x}");
+    // ib_umad's issm open: set_port_cap_mask = IB_PORT_SM.
+    let out: SetPortCapsOut = d
+        .call(Opcode::SetPortCaps, &caps_in(port_cap::IS_SM, 0))
+        .unwrap();
+    assert_eq!(out.capability_mask, before | port_cap::IS_SM);
+    assert_eq!(sma_capability_mask(&mut d), before | port_cap::IS_SM);
+    // ib_cm gone (clear IsCM) and an agent of the vendor class at once.
+    let out: SetPortCapsOut = d
+        .call(
+            Opcode::SetPortCaps,
+            &caps_in(port_cap::IS_VENDOR_CLASS, port_cap::IS_CM),
+        )
+        .unwrap();
+    let want = (before | port_cap::IS_SM | port_cap::IS_VENDOR_CLASS) & !port_cap::IS_CM;
+    assert_eq!(out.capability_mask, want);
+    assert_eq!(sma_capability_mask(&mut d), want);
+    // issm closed: IsSM goes; nothing else moves.
+    let _: SetPortCapsOut = d
+        .call(Opcode::SetPortCaps, &caps_in(0, port_cap::IS_SM))
+        .unwrap();
+    assert_eq!(sma_capability_mask(&mut d), want & !port_cap::IS_SM);
+}
+
+#[test]
+fn ad_09_set_port_caps_refuses_bits_that_are_not_the_hosts_and_changes_nothing() {
+    use device::cmdq::Syndrome;
+    let mut d = Dev::new();
+    let before = sma_capability_mask(&mut d);
+    let bad = |s| (Status::BadParam, s as u32);
+    // IsTrapSupported (bit 3) is the SMA's, not the host's; so is bit 31.
+    for (set, clear) in [(1 << 3, 0), (0, 1 << 3), (port_cap::IS_SM | 1 << 31, 0)] {
+        assert_eq!(
+            d.refuse(Opcode::SetPortCaps, &caps_in(set, clear)),
+            bad(Syndrome::PortCaps),
+            "{set:#x} {clear:#x}"
+        );
+    }
+    // A bit both set and cleared.
+    assert_eq!(
+        d.refuse(
+            Opcode::SetPortCaps,
+            &caps_in(port_cap::IS_SM, port_cap::IS_SM)
+        ),
+        bad(Syndrome::PortCaps)
+    );
+    // Port 2, reserved bytes.
+    let i = SetPortCapsIn {
+        port: 2,
+        ..caps_in(port_cap::IS_SM, 0)
+    };
+    assert_eq!(d.refuse(Opcode::SetPortCaps, &i), bad(Syndrome::Port));
+    let i = SetPortCapsIn {
+        rsvd1: 1,
+        ..caps_in(port_cap::IS_SM, 0)
+    };
+    assert_eq!(d.refuse(Opcode::SetPortCaps, &i), bad(Syndrome::Reserved));
+    assert_eq!(sma_capability_mask(&mut d), before);
+}
+
+#[test]
+fn ad_09_set_node_desc_is_what_nodedescription_answers() {
+    let mut d = Dev::new();
+    // The device's own until the guest sets one: "vhca <node name>".
+    let own = sma_node_description(&mut d);
+    assert_eq!(&own[..7], b"vhca a\0");
+    // rdma-ndd's "<hostname> <device>".
+    let text = b"guest-a vhca0";
+    d.call_in(Opcode::SetNodeDesc, &desc_in(text)).unwrap();
+    let nd = sma_node_description(&mut d);
+    assert_eq!(&nd[..text.len()], text);
+    assert!(nd[text.len()..].iter().all(|&b| b == 0), "{nd:?}");
+    // 64 bytes fill the attribute: no NUL at all (IBA 14.2.5.2).
+    let full = [b'x'; 64];
+    d.call_in(Opcode::SetNodeDesc, &desc_in(&full)).unwrap();
+    assert_eq!(sma_node_description(&mut d), full);
+    // The empty description.
+    d.call_in(Opcode::SetNodeDesc, &desc_in(b"")).unwrap();
+    assert_eq!(sma_node_description(&mut d), [0; 64]);
+}
+
+#[test]
+fn ad_09_set_node_desc_refuses_a_bad_length_or_padding_and_changes_nothing() {
+    use device::cmdq::Syndrome;
+    let mut d = Dev::new();
+    d.call_in(Opcode::SetNodeDesc, &desc_in(b"kept")).unwrap();
+    let bad = (Status::BadParam, Syndrome::NodeDesc as u32);
+    // A length past 64.
+    let mut i = desc_in(&[b'y'; 64]);
+    i.len = 65;
+    assert_eq!(d.refuse(Opcode::SetNodeDesc, &i), bad);
+    i.len = 255;
+    assert_eq!(d.refuse(Opcode::SetNodeDesc, &i), bad);
+    // Not NUL-terminated: a byte after the length.
+    let mut i = desc_in(b"abc");
+    i.desc[10] = b'z';
+    assert_eq!(d.refuse(Opcode::SetNodeDesc, &i), bad);
+    let mut i = desc_in(b"abc");
+    i.desc[3] = b'd';
+    assert_eq!(d.refuse(Opcode::SetNodeDesc, &i), bad);
+    // A NUL within the length.
+    let i = desc_in(b"ab\0cd");
+    assert_eq!(d.refuse(Opcode::SetNodeDesc, &i), bad);
+    // Reserved bytes.
+    let mut i = desc_in(b"abc");
+    i.rsvd[6] = 1;
+    assert_eq!(
+        d.refuse(Opcode::SetNodeDesc, &i),
+        (Status::BadParam, Syndrome::Reserved as u32)
+    );
+    assert_eq!(&sma_node_description(&mut d)[..5], b"kept\0");
+}
+
+#[test]
+fn ad_09_a_device_reset_forgets_the_guests_caps_and_description() {
+    let mut d = Dev::new();
+    let before = sma_capability_mask(&mut d);
+    let own = sma_node_description(&mut d);
+    let _: SetPortCapsOut = d
+        .call(
+            Opcode::SetPortCaps,
+            &caps_in(port_cap::IS_SM, port_cap::IS_CM),
+        )
+        .unwrap();
+    d.call_in(Opcode::SetNodeDesc, &desc_in(b"guest-a"))
+        .unwrap();
+    assert_ne!(sma_capability_mask(&mut d), before);
+    // The driver goes (DEV_CTRL.RESET, a new client): its SM and its
+    // description with it.
+    d.hca.reset(
+        Engine::new(PortConfig::new(LID, GUID), Limits::default()),
+        now(),
+    );
+    assert_eq!(sma_capability_mask(&mut d), before);
+    assert_eq!(sma_node_description(&mut d), own);
 }

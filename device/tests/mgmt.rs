@@ -13,11 +13,12 @@ use device::fabric::{Link, LinkError, Received};
 use device::mgmt::{Mgmt, PortEvent, SubnetMode};
 use device::port::Port;
 use transport::engine::{Engine, Limits, PortConfig};
-use transport::mad::attr::NodeInfoRepr;
+use transport::mad::attr::{trap144_change, NodeInfoRepr};
 use transport::mad::dr::{hca_send, HcaSend};
-use transport::mad::portinfo::{phys_state, port_state};
+use transport::mad::portinfo::{cap, phys_state, port_state};
 use transport::mad::{
-    attr_id, method, status, DrFields, PortInfoRepr, SmpRepr, SmpRoute, MAD_LEN, PERMISSIVE_LID,
+    attr_id, method, status, DrFields, NodeDescription, NoticeRepr, PortInfoRepr, SmpRepr,
+    SmpRoute, Trap144Details, MAD_LEN, PERMISSIVE_LID,
 };
 use transport::memory::{Memory, VecMemory};
 use transport::verbs::{
@@ -636,4 +637,135 @@ fn ad_09_the_link_drives_the_port_state_static_back_to_active_sm_mode_to_init() 
         assert_eq!(t.b.port.mgmt().unwrap().port_state(), want_state);
         assert_eq!(events(&mut t.b.port).1, want_events, "{mode:?}");
     }
+}
+
+/// The SM (A, LID 1) takes B (LID 2) over: MasterSMLID 1, so B's traps go to A.
+fn sm_takes_b_over(t: &mut Bench) {
+    let r = t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2);
+    let mut pi = port_info(&r);
+    pi.master_sm_lid = 1;
+    pi.port_state = port_state::NO_CHANGE;
+    pi.port_physical_state = phys_state::NO_CHANGE;
+    let mut data = [0u8; 64];
+    pi.emit(&mut data).unwrap();
+    let r = t.ask(&smp(method::SET, attr_id::PORT_INFO, 0, data), 2);
+    assert_eq!(r.status, status::OK);
+}
+
+/// The one trap 144 A's SM received, its data details' bytes checked at
+/// OpenSM's `ntc_144` offsets (Notice bytes 10.. are the details: LIDADDR at
+/// 2, OtherLocalChanges in byte 5's low bit, CapabilityMask at 6, ChangeFlags
+/// at 10), then repressed.
+fn trap_144(t: &mut Bench) -> Trap144Details {
+    t.run(2);
+    let got = t.sm_received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let s = got[0];
+    assert_eq!((s.method, s.attr_id), (method::TRAP, attr_id::NOTICE));
+    let n = NoticeRepr::parse(&s.data).unwrap();
+    // Generic, Informational (IBA 13.4.8.2), from a CA, LID 2.
+    assert!(n.is_generic);
+    assert_eq!(
+        (n.notice_type, n.producer_type, n.trap_number, n.issuer_lid),
+        (4, 1, 144, 2)
+    );
+    let d = Trap144Details::parse(&n.data_details);
+    assert_eq!(u16::from_be_bytes([s.data[12], s.data[13]]), d.lid);
+    assert_eq!(s.data[15] & 1 != 0, d.other_local_changes);
+    assert_eq!(
+        u32::from_be_bytes(s.data[16..20].try_into().unwrap()),
+        d.capability_mask
+    );
+    assert_eq!(u16::from_be_bytes([s.data[20], s.data[21]]), d.change_flags);
+    let mut rep = s;
+    rep.method = method::TRAP_REPRESS;
+    t.sm_send(&rep, 2);
+    t.run(2);
+    assert!(t.sm_received().is_empty());
+    d
+}
+
+#[test]
+fn ad_09_the_guests_is_sm_reaches_portinfo_and_the_sm_hears_trap_144() {
+    let mut t = Bench::new(2, SubnetMode::Static);
+    let before = port_info(&t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2));
+    assert_eq!(before.capability_mask & cap::IS_SM, 0);
+    // The port says it sends trap 144 for both kinds of change.
+    let notices =
+        cap::IS_CAPABILITY_MASK_NOTICE_SUPPORTED | cap::IS_OTHER_LOCAL_CHANGES_NOTICE_SUPPORTED;
+    assert_eq!(before.capability_mask & notices, notices);
+    // OpenSM opens issm on B before any SM has the subnet: IsSM shows on the
+    // wire; the trap has no SM to go to (dropped, counted).
+    let now = t.now;
+    let mask = t.b.port.set_port_caps(cap::IS_SM, 0, now).unwrap().unwrap();
+    assert_eq!(mask, before.capability_mask | cap::IS_SM);
+    t.run(2);
+    assert!(t.sm_received().is_empty());
+    assert_exported(&t.b.port, &[("sma_drop_no_sm_lid", 1)]);
+    let r = t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2);
+    let wire = u32::from_be_bytes(r.data[20..24].try_into().unwrap());
+    assert_eq!(wire, before.capability_mask | cap::IS_SM, "IsSM at bit 1");
+    // With A as the SM, B's SM stopping (issm closed) traps to A.
+    sm_takes_b_over(&mut t);
+    let now = t.now;
+    t.b.port.set_port_caps(0, cap::IS_SM, now).unwrap().unwrap();
+    let d = trap_144(&mut t);
+    assert_eq!(
+        d,
+        Trap144Details {
+            lid: 2,
+            other_local_changes: false,
+            capability_mask: before.capability_mask,
+            change_flags: 0,
+            capability_mask2: before.capability_mask2,
+        }
+    );
+    // Clearing it again changes nothing: no trap.
+    let now = t.now;
+    t.b.port.set_port_caps(0, cap::IS_SM, now).unwrap().unwrap();
+    t.run(2);
+    assert!(t.sm_received().is_empty());
+    // A bit that is the SMA's own is refused, and nothing changes.
+    let now = t.now;
+    assert!(t
+        .b
+        .port
+        .set_port_caps(cap::IS_TRAP_SUPPORTED, 0, now)
+        .unwrap()
+        .is_err());
+    let r = t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2);
+    assert_eq!(port_info(&r).capability_mask, before.capability_mask);
+}
+
+#[test]
+fn ad_09_the_guests_node_description_is_what_the_sm_reads_after_trap_144() {
+    let mut t = Bench::new(2, SubnetMode::Static);
+    sm_takes_b_over(&mut t);
+    let r = t.ask(&smp(method::GET, attr_id::NODE_DESCRIPTION, 0, [0; 64]), 2);
+    assert_eq!(&r.data[..7], b"vhca b\0");
+    let mask =
+        port_info(&t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2)).capability_mask;
+    // rdma-ndd on B writes "<host> <device>" (sysfs node_desc).
+    let now = t.now;
+    let nd = NodeDescription::from_text("guest-b vhca0");
+    assert_eq!(t.b.port.set_node_description(nd, now), Some(true));
+    // Trap 144 with OtherLocalChanges and NodeDescriptionChange, the mask as
+    // it is (OpenSM re-reads NodeDescription without a heavy sweep).
+    let d = trap_144(&mut t);
+    assert!(d.other_local_changes);
+    assert_eq!(d.change_flags, trap144_change::NODE_DESCRIPTION);
+    assert_eq!((d.lid, d.capability_mask), (2, mask));
+    // What the SM reads now, LID-routed and by directed route.
+    let r = t.ask(&smp(method::GET, attr_id::NODE_DESCRIPTION, 0, [0; 64]), 2);
+    assert_eq!(r.data, nd.0);
+    let r = t.ask(
+        &dr(smp(method::GET, attr_id::NODE_DESCRIPTION, 0, [0; 64])),
+        PERMISSIVE_LID,
+    );
+    assert_eq!(r.data, nd.0);
+    // The same description again: no change, no trap.
+    let now = t.now;
+    assert_eq!(t.b.port.set_node_description(nd, now), Some(false));
+    t.run(2);
+    assert!(t.sm_received().is_empty());
 }

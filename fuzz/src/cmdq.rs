@@ -304,7 +304,7 @@ impl Dev {
     /// staged command's prepared pieces from before (`stale`) are handed to
     /// the first batch after, which must drop them (another queue).
     pub fn reset(&mut self) {
-        self.hca.reset(engine());
+        self.hca.reset(engine(), self.now);
         self.q = CmdQueue::new(&self.mem, CMDQ, CMDQ_LOG2, 10).unwrap();
         self.q.set_staged(self.staged & 1 != 0);
         // The driver starts the new queue at slot 0 with every slot its own.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 3.5.
+ * vhca_abi.h: the vhca device ABI, version 3.6.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -72,9 +72,11 @@ typedef uint64_t __u64;
  * address vector's pkey_index (reserved bytes before), a GSI send WQE's P_Key
  * index (AD-05, PV-03). Minor 4: Reliable Datagram (AD-11: ALLOC/DEALLOC_RDD,
  * CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in CreateQpIn's
- * xrcdn, the send WQE's RD segment).
+ * xrcdn, the send WQE's RD segment). Minor 5: the SMA's MAD_IFC (AD-09).
+ * Minor 6: SET_PORT_CAPS and SET_NODE_DESC (the guest's capability bits and
+ * node description in the SMA).
  */
-#define VHCA_ABI_VERSION             0x00030005U
+#define VHCA_ABI_VERSION             0x00030006U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -1105,6 +1107,26 @@ enum vhca_opcode {
 	 * (ABI 3.5).
 	 */
 	VHCA_CMD_MAD_IFC = 0x0006,
+	/*
+	 * Set and clear the port's host-settable PortInfo:CapabilityMask bits
+	 * (`VHCA_PORT_CAP_HOST_SETTABLE`) in the device's SMA, as mlx4's SET_PORT
+	 * does from `modify_port`: the driver passes ib_core's set/clr_port_cap_mask
+	 * (IsSM while an SM holds issm, IsCM from ib_cm). A change sends trap 144 to
+	 * the SM (AD-09; ABI 3.6). BAD_PARAM for another bit or one both set and
+	 * cleared (nothing changes); NOT_SUPPORTED on a port with no SMA (RoCE).
+	 * Output: the CapabilityMask now.
+	 */
+	VHCA_CMD_SET_PORT_CAPS = 0x0007,
+	/*
+	 * Set the node's NodeDescription in the device's SMA, as mlx4's SET_NODE
+	 * does from `modify_device` (sysfs `node_desc`, rdma-ndd): what
+	 * SubnGet(NodeDescription) answers from then on; a change sends trap 144
+	 * with NodeDescriptionChange (AD-09; ABI 3.6). BAD_PARAM for a length past
+	 * 64, a NUL within it or a byte after it that is not NUL; NOT_SUPPORTED on a
+	 * port with no SMA. A device reset brings back the device's own description
+	 * and capability bits.
+	 */
+	VHCA_CMD_SET_NODE_DESC = 0x0008,
 	/* Allocate a protection domain (MP-01). */
 	VHCA_CMD_ALLOC_PD = 0x0010,
 	/* Deallocate a PD; BUSY while an MR, QP or SRQ uses it. */
@@ -1481,6 +1503,28 @@ enum vhca_gid_type {
 #define VHCA_MAD_IFC_F_CONSUMED (1 << 1)
 
 /*
+ * PortInfo:CapabilityMask bits SET_PORT_CAPS takes (IBA 14.2.5.6; the
+ * kernel's `IB_PORT_*` capability bits have the same values): the agents the
+ * host runs, not what the port's hardware does.
+ */
+/* IsSM: an SM runs on the port (ib_umad while `issm` is held open). */
+#define VHCA_PORT_CAP_IS_SM           (1U << 1)
+/* IsSMdisabled: an SM is present but disabled. */
+#define VHCA_PORT_CAP_IS_SM_DISABLED  (1U << 10)
+/* IsCommunicationManagementSupported (ib_cm). */
+#define VHCA_PORT_CAP_IS_CM           (1U << 16)
+/* IsSNMPTunnelingSupported. */
+#define VHCA_PORT_CAP_IS_SNMP_TUNNEL  (1U << 17)
+/* IsDeviceManagementSupported. */
+#define VHCA_PORT_CAP_IS_DEVICE_MGMT  (1U << 19)
+/* IsVendorClassSupported. */
+#define VHCA_PORT_CAP_IS_VENDOR_CLASS (1U << 20)
+/* IsBootManagementSupported. */
+#define VHCA_PORT_CAP_IS_BOOT_MGMT    (1U << 23)
+/* Every bit above: what SET_PORT_CAPS may set or clear. */
+#define VHCA_PORT_CAP_HOST_SETTABLE   0x9b0402U
+
+/*
  * EE context attributes (AD-11; IBA 11.2.x Modify EEC). A MODIFY_EEC to
  * `state` reads the fields of that transition: Reset->Init `pkey_index`;
  * Init->RTR `av`, `path_mtu`, `remote_eecn`, `rq_psn`, `min_rnr_timer`;
@@ -1793,6 +1837,60 @@ _Static_assert(sizeof(struct vhca_mad_ifc_out) == 272, "vhca_mad_ifc_out: size")
 _Static_assert(offsetof(struct vhca_mad_ifc_out, flags) == 0, "vhca_mad_ifc_out.flags");
 _Static_assert(offsetof(struct vhca_mad_ifc_out, rsvd0) == 1, "vhca_mad_ifc_out.rsvd0");
 _Static_assert(offsetof(struct vhca_mad_ifc_out, mad) == 16, "vhca_mad_ifc_out.mad");
+
+/*
+ * SET_PORT_CAPS input: `set` then `clear`, both within
+ * `VHCA_PORT_CAP_HOST_SETTABLE` and disjoint (ib_core's `struct
+ * ib_port_modify` set/clr_port_cap_mask).
+ */
+struct vhca_set_port_caps_in {
+	/* Port (1). */
+	__u8 port;
+	__u8 rsvd0[3];
+	/* `VHCA_PORT_CAP_*` bits to set. */
+	__u32 set;
+	/* `VHCA_PORT_CAP_*` bits to clear. */
+	__u32 clear;
+	__u32 rsvd1;
+};
+_Static_assert(sizeof(struct vhca_set_port_caps_in) == 16, "vhca_set_port_caps_in: size");
+_Static_assert(offsetof(struct vhca_set_port_caps_in, port) == 0, "vhca_set_port_caps_in.port");
+_Static_assert(offsetof(struct vhca_set_port_caps_in, rsvd0) == 1, "vhca_set_port_caps_in.rsvd0");
+_Static_assert(offsetof(struct vhca_set_port_caps_in, set) == 4, "vhca_set_port_caps_in.set");
+_Static_assert(offsetof(struct vhca_set_port_caps_in, clear) == 8, "vhca_set_port_caps_in.clear");
+_Static_assert(offsetof(struct vhca_set_port_caps_in, rsvd1) == 12, "vhca_set_port_caps_in.rsvd1");
+
+/* SET_PORT_CAPS output. */
+struct vhca_set_port_caps_out {
+	/*
+	 * PortInfo:CapabilityMask after the command, every bit (the SMA's own too),
+	 * as SubnGet(PortInfo) reports it.
+	 */
+	__u32 capability_mask;
+	__u32 rsvd;
+};
+_Static_assert(sizeof(struct vhca_set_port_caps_out) == 8, "vhca_set_port_caps_out: size");
+_Static_assert(offsetof(struct vhca_set_port_caps_out, capability_mask) == 0, "vhca_set_port_caps_out.capability_mask");
+_Static_assert(offsetof(struct vhca_set_port_caps_out, rsvd) == 4, "vhca_set_port_caps_out.rsvd");
+
+/*
+ * SET_NODE_DESC input (mailbox): the description as ib_core's
+ * `ib_device_modify` node_desc holds it, UTF-8 padded with NULs (IBA
+ * 14.2.5.2; 64 bytes hold no NUL at all).
+ */
+struct vhca_set_node_desc_in {
+	/*
+	 * Bytes of the description, at most 64: none of them NUL, every byte of
+	 * `desc` after them NUL.
+	 */
+	__u8 len;
+	__u8 rsvd[7];
+	__u8 desc[64];
+};
+_Static_assert(sizeof(struct vhca_set_node_desc_in) == 72, "vhca_set_node_desc_in: size");
+_Static_assert(offsetof(struct vhca_set_node_desc_in, len) == 0, "vhca_set_node_desc_in.len");
+_Static_assert(offsetof(struct vhca_set_node_desc_in, rsvd) == 1, "vhca_set_node_desc_in.rsvd");
+_Static_assert(offsetof(struct vhca_set_node_desc_in, desc) == 8, "vhca_set_node_desc_in.desc");
 
 /* ALLOC_PD output. */
 struct vhca_alloc_pd_out {
@@ -2372,6 +2470,10 @@ _Static_assert(offsetof(struct vhca_destroy_eec_in, eecn) == 0, "vhca_destroy_ee
  * VHCA_CMD_SET_GID: in struct vhca_set_gid_in (inline); out -.
  * VHCA_CMD_MAD_IFC: in struct vhca_mad_ifc_in (mailbox); out struct
  *     vhca_mad_ifc_out (mailbox).
+ * VHCA_CMD_SET_PORT_CAPS: in struct vhca_set_port_caps_in (inline); out
+ *     struct vhca_set_port_caps_out (inline).
+ * VHCA_CMD_SET_NODE_DESC: in struct vhca_set_node_desc_in (mailbox); out
+ *     -.
  * VHCA_CMD_ALLOC_PD: in -; out struct vhca_alloc_pd_out (inline).
  * VHCA_CMD_DEALLOC_PD: in struct vhca_dealloc_pd_in (inline); out -.
  * VHCA_CMD_CREATE_EQ: in struct vhca_create_eq_in (inline); out struct

@@ -46,6 +46,33 @@ static int vhca_mad_ifc(struct vhca_dev *dev, u16 slid, const void *mad,
 }
 
 /*
+ * A SubnGet of `attr`, LID-routed, from the permissive LID as ib_core's own
+ * SMI would hand it over: it changes nothing in the SMA. *out holds the
+ * command's output; *status the device's raw status.
+ */
+static int vhca_sma_get(struct vhca_dev *dev, __be16 attr, u64 tid,
+			struct vhca_mad_ifc_out *out, u8 *status)
+{
+	struct ib_smp *smp;
+	int ret;
+
+	*status = 0xff;
+	smp = kzalloc(sizeof(struct ib_mad), GFP_KERNEL);
+	if (!smp)
+		return -ENOMEM;
+	smp->base_version = IB_MGMT_BASE_VERSION;
+	smp->mgmt_class = IB_MGMT_CLASS_SUBN_LID_ROUTED;
+	smp->class_version = 1;
+	smp->method = IB_MGMT_METHOD_GET;
+	smp->attr_id = attr;
+	smp->tid = cpu_to_be64(tid);
+	ret = vhca_mad_ifc(dev, be16_to_cpu(IB_LID_PERMISSIVE), smp, out,
+			   status);
+	kfree(smp);
+	return ret;
+}
+
+/*
  * Does the device have an SMA? Asked once, before ib_register_device (which
  * reads the port's capabilities through get_port_immutable). A RoCE port
  * has no subnet management (IBA A17: no QP0, no SMPs).
@@ -53,33 +80,22 @@ static int vhca_mad_ifc(struct vhca_dev *dev, u16 slid, const void *mad,
 void vhca_sma_probe(struct vhca_dev *dev)
 {
 	struct vhca_mad_ifc_out *out;
-	struct ib_smp *smp;
 	u8 status = 0xff;
 	int ret;
 
 	dev->sma = false;
 	if (dev->roce)
 		return;
-	smp = kzalloc(sizeof(struct ib_mad), GFP_KERNEL);
 	out = kzalloc(sizeof(*out), GFP_KERNEL);
-	if (!smp || !out) {
+	if (!out) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	/*
-	 * SubnGet(NodeInfo), LID-routed, from the permissive LID as ib_core's
-	 * own SMI would hand it over: it changes nothing in the SMA, and an
-	 * SMA answers it (or, at M_Key protection level 3, drops it: also a
-	 * successful command, IBA 14.2.4.1).
+	 * SubnGet(NodeInfo): an SMA answers it (or, at M_Key protection level
+	 * 3, drops it: also a successful command, IBA 14.2.4.1).
 	 */
-	smp->base_version = IB_MGMT_BASE_VERSION;
-	smp->mgmt_class = IB_MGMT_CLASS_SUBN_LID_ROUTED;
-	smp->class_version = 1;
-	smp->method = IB_MGMT_METHOD_GET;
-	smp->attr_id = IB_SMP_ATTR_NODE_INFO;
-	smp->tid = cpu_to_be64(1);
-	ret = vhca_mad_ifc(dev, be16_to_cpu(IB_LID_PERMISSIVE), smp, out,
-			   &status);
+	ret = vhca_sma_get(dev, IB_SMP_ATTR_NODE_INFO, 1, out, &status);
 	if (!ret)
 		dev->sma = true;
 out:
@@ -93,7 +109,6 @@ out:
 			 "MAD_IFC probe failed (%d, status %u): no QP0\n", ret,
 			 status);
 	kfree(out);
-	kfree(smp);
 }
 
 /*
@@ -205,4 +220,125 @@ int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
 		return vhca_sma_process_mad(dev, in_wc, in, out, out_mad_size);
 	}
 	return vhca_pma_process_mad(dev, port, in, out, out_mad_size);
+}
+
+/*
+ * The agents ib_core announces for the port (modify_port's set and clear
+ * masks: IB_PORT_SM while ib_umad's issm is open, IB_PORT_CM_SUP from ib_cm)
+ * to the SMA's PortInfo:CapabilityMask, as mlx4 passes them to its firmware
+ * with SET_PORT: `smpquery portinfo` and other SMs see IsSM, and the SM hears
+ * of a change through trap 144. The kernel's IB_PORT_* bits are PortInfo's;
+ * the device takes VHCA_PORT_CAP_HOST_SETTABLE (BAD_PARAM, -EINVAL, for any
+ * other). Called under dev->sma_lock.
+ */
+int vhca_sma_set_port_caps(struct vhca_dev *dev, u32 set, u32 clear)
+{
+	struct vhca_set_port_caps_in in = {
+		.port = VHCA_PORT,
+		.set = set,
+		.clear = clear,
+	};
+	struct vhca_set_port_caps_out out;
+	u8 status;
+	int ret;
+
+	BUILD_BUG_ON(VHCA_PORT_CAP_IS_SM != IB_PORT_SM);
+	BUILD_BUG_ON(VHCA_PORT_CAP_IS_CM != IB_PORT_CM_SUP);
+	lockdep_assert_held(&dev->sma_lock);
+	ret = vhca_cmd(dev, VHCA_CMD_SET_PORT_CAPS, &in, sizeof(in), &out,
+		       sizeof(out), &status);
+	if (ret)
+		dev_dbg(&dev->pdev->dev,
+			"SET_PORT_CAPS set %#x clear %#x: %d status %u\n", set,
+			clear, ret, status);
+	else
+		dev_dbg(&dev->pdev->dev, "SMA CapabilityMask %#x\n",
+			out.capability_mask);
+	return ret;
+}
+
+/*
+ * The node description (sysfs node_desc, written by rdma-ndd) to the SMA's
+ * NodeDescription, as mlx4 passes it to its firmware with SET_NODE "so it
+ * can generate a 144 trap": ibnetdiscover and smpquery nodedesc show it and
+ * the SM re-reads it. ib_core's node_desc is 64 bytes, NUL padded when
+ * shorter (IBA 14.2.5.2); the device wants exactly that, with its length.
+ * Called under dev->sma_lock.
+ */
+static int vhca_sma_set_node_desc(struct vhca_dev *dev, const char *desc)
+{
+	struct vhca_set_node_desc_in *in;
+	size_t len = strnlen(desc, IB_DEVICE_NODE_DESC_MAX);
+	u8 status;
+	int ret;
+
+	BUILD_BUG_ON(sizeof(in->desc) != IB_DEVICE_NODE_DESC_MAX);
+	lockdep_assert_held(&dev->sma_lock);
+	in = kzalloc(sizeof(*in), GFP_KERNEL);
+	if (!in)
+		return -ENOMEM;
+	in->len = len;
+	memcpy(in->desc, desc, len);
+	ret = vhca_cmd(dev, VHCA_CMD_SET_NODE_DESC, in, sizeof(*in), NULL, 0,
+		       &status);
+	if (ret)
+		dev_dbg(&dev->pdev->dev, "SET_NODE_DESC: %d status %u\n", ret,
+			status);
+	kfree(in);
+	return ret;
+}
+
+/*
+ * ib_core's modify_device: only the node description (the system image GUID
+ * is the device's, as mlx4 refuses it too). With an SMA the device takes it
+ * first, so that what the guest shows and what the subnet reads agree; a
+ * RoCE port (no SMA) keeps it here only, as rxe does.
+ */
+int vhca_modify_device(struct ib_device *ibdev, int mask,
+		       struct ib_device_modify *props)
+{
+	struct vhca_dev *dev = to_vdev(ibdev);
+	int ret = 0;
+
+	if (mask & ~IB_DEVICE_MODIFY_NODE_DESC)
+		return -EOPNOTSUPP;
+	if (!(mask & IB_DEVICE_MODIFY_NODE_DESC))
+		return 0;
+	mutex_lock(&dev->sma_lock);
+	if (dev->sma)
+		ret = vhca_sma_set_node_desc(dev, props->node_desc);
+	if (!ret)
+		memcpy(ibdev->node_desc, props->node_desc,
+		       IB_DEVICE_NODE_DESC_MAX);
+	mutex_unlock(&dev->sma_lock);
+	return ret;
+}
+
+/*
+ * The node description the guest starts with: the SMA's (NodeDescription,
+ * "vhca <node>" from the fabric file), read through MAD_IFC as mlx4 reads
+ * its firmware's at probe (init_node_data), so that sysfs node_desc and the
+ * subnet agree before rdma-ndd sets one; "vhca" without an SMA.
+ */
+void vhca_sma_init_node_desc(struct vhca_dev *dev)
+{
+	struct vhca_mad_ifc_out *out;
+	u8 status;
+
+	strscpy(dev->ibdev.node_desc, "vhca", sizeof(dev->ibdev.node_desc));
+	if (!dev->sma)
+		return;
+	out = kzalloc(sizeof(*out), GFP_KERNEL);
+	if (!out)
+		return;
+	/* M_Key level 3 drops the Get (CONSUMED, no reply): keep "vhca". */
+	if (!vhca_sma_get(dev, IB_SMP_ATTR_NODE_DESC, 2, out, &status) &&
+	    (out->flags & VHCA_MAD_IFC_F_REPLY)) {
+		struct ib_smp *r = (struct ib_smp *)out->mad;
+
+		if (!r->status)
+			memcpy(dev->ibdev.node_desc, r->data,
+			       IB_DEVICE_NODE_DESC_MAX);
+	}
+	kfree(out);
 }

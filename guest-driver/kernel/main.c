@@ -210,6 +210,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.get_port_immutable = vhca_get_port_immutable,
 	.map_mr_sg = vhca_map_mr_sg,
 	.mmap = vhca_mmap,
+	.modify_device = vhca_modify_device,
 	.modify_port = vhca_modify_port,
 	.modify_qp = vhca_modify_qp,
 	.modify_srq = vhca_modify_srq,
@@ -246,7 +247,7 @@ static int vhca_ib_register(struct vhca_dev *dev)
 	int ret;
 
 	ibdev->node_type = RDMA_NODE_IB_CA;
-	strscpy(ibdev->node_desc, "vhca", sizeof(ibdev->node_desc));
+	vhca_sma_init_node_desc(dev);
 	ibdev->node_guid = cpu_to_be64(dev->attr.node_guid);
 	ibdev->phys_port_cnt = 1;
 	ibdev->num_comp_vectors = max_t(u32, dev->nceqs, 1);
@@ -419,6 +420,7 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	spin_lock_init(&dev->port.lock);
 	INIT_WORK(&dev->port_work, vhca_port_work);
 	mutex_init(&dev->ctx_lock);
+	mutex_init(&dev->sma_lock);
 	vhca_counters_dev_init(dev);
 	vhca_uar_init(&dev->kuar, VHCA_UAR_KERNEL_UAR);
 

@@ -278,28 +278,38 @@ int vhca_query_port(struct ib_device *ibdev, u32 port,
  * IB_PORT_CM_SUP on every port it serves and gives the device up when it
  * cannot (cm_add_one), ib_umad's issm sets IB_PORT_SM while an SM holds it
  * open. ib_core fakes success only on a RoCE port; on an InfiniBand port
- * without this op both fail (EOPNOTSUPP). The bits are kept here and shown
- * by query_port; the device's SMA does not learn them (its
- * PortInfo:CapabilityMask has no way in through the ABI yet). Shutting the
- * port down, its init type and resetting the Q_Key violation counter are
- * not the driver's to do.
+ * without this op both fail (EOPNOTSUPP). With an SMA the device takes them
+ * first (SET_PORT_CAPS, mad.c), as mlx4's firmware does with SET_PORT, so
+ * that the subnet sees IsSM; a bit the device does not let the host set is
+ * -EINVAL and changes nothing. The bits are also kept here and shown by
+ * query_port (a RoCE port keeps them here only). Shutting the port down, its
+ * init type and resetting the Q_Key violation counter are not the driver's
+ * to do.
  */
 int vhca_modify_port(struct ib_device *ibdev, u32 port, int mask,
 		     struct ib_port_modify *props)
 {
 	struct vhca_dev *dev = to_vdev(ibdev);
 	unsigned long flags;
+	int ret = 0;
 
 	if (port != VHCA_PORT)
 		return -EINVAL;
 	if (mask)
 		return -EOPNOTSUPP;
-	spin_lock_irqsave(&dev->port.lock, flags);
-	dev->port.sw_cap_flags = (dev->port.sw_cap_flags |
-				  props->set_port_cap_mask) &
-				 ~props->clr_port_cap_mask;
-	spin_unlock_irqrestore(&dev->port.lock, flags);
-	return 0;
+	mutex_lock(&dev->sma_lock);
+	if (dev->sma)
+		ret = vhca_sma_set_port_caps(dev, props->set_port_cap_mask,
+					     props->clr_port_cap_mask);
+	if (!ret) {
+		spin_lock_irqsave(&dev->port.lock, flags);
+		dev->port.sw_cap_flags = (dev->port.sw_cap_flags |
+					  props->set_port_cap_mask) &
+					 ~props->clr_port_cap_mask;
+		spin_unlock_irqrestore(&dev->port.lock, flags);
+	}
+	mutex_unlock(&dev->sma_lock);
+	return ret;
 }
 
 /*

@@ -153,7 +153,7 @@ struct vhca_port_cache {
 	/*
 	 * PortInfo:CapabilityMask bits ib_core's agents set and clear through
 	 * modify_port (IB_PORT_CM_SUP from ib_cm, IB_PORT_SM from ib_umad's
-	 * issm): the driver's only, the device does not hear of them.
+	 * issm), as the device's SMA took them (SET_PORT_CAPS, mad.c).
 	 */
 	u32 sw_cap_flags;
 };
@@ -210,6 +210,11 @@ struct vhca_dev {
 	 */
 	bool sma;
 	bool sma_gone_logged;	/* MAD_IFC NOT_SUPPORTED after probe: once */
+	/*
+	 * SET_PORT_CAPS and SET_NODE_DESC with what they change here
+	 * (port.sw_cap_flags, ibdev.node_desc), in one order (mad.c).
+	 */
+	struct mutex sma_lock;
 	/*
 	 * RoCEv2 port (WF-10, roce.c): chosen by QUERY_PORT's link layer at
 	 * probe. ndev, link_active and unpairing change under RTNL only.
@@ -548,6 +553,10 @@ void vhca_debugfs_remove(struct vhca_dev *dev);
 
 /* mad.c */
 void vhca_sma_probe(struct vhca_dev *dev);
+void vhca_sma_init_node_desc(struct vhca_dev *dev);
+int vhca_sma_set_port_caps(struct vhca_dev *dev, u32 set, u32 clear);
+int vhca_modify_device(struct ib_device *ibdev, int mask,
+		       struct ib_device_modify *props);
 int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
 		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
 		     const struct ib_mad *in, struct ib_mad *out,

@@ -6,14 +6,16 @@
 mod common;
 
 use common::Rng;
-use transport::mad::attr::{node_type, trap};
+use transport::mad::attr::{node_type, trap, trap144_change};
 use transport::mad::dr::{hca_receive, hca_send, switch_hop};
 use transport::mad::header::{CLASS_SUBN_DIRECTED_ROUTE, CLASS_SUBN_LID_ROUTED};
 use transport::mad::portinfo::{cap, phys_state, port_state};
+use transport::mad::HostCapError;
 use transport::mad::{
     attr_id, method, status, BadMkeyDetails, DrDrop, DrFields, HcaDeliver, HcaSend, MadContext,
     NodeDescription, NodeIdentity, NoticeRepr, PortInfoRepr, PortState, ReplyRoute, Sma, SmaDrop,
-    SmaEvent, SmaOutput, Smp, SmpRepr, SmpRoute, SwitchHop, MAD_LEN, PERMISSIVE_LID,
+    SmaEvent, SmaOutput, Smp, SmpRepr, SmpRoute, SwitchHop, Trap144Details, MAD_LEN,
+    PERMISSIVE_LID,
 };
 use transport::verbs::Time;
 
@@ -515,7 +517,7 @@ fn ad_09_sminfo_and_responses_go_to_the_nodes_sm() {
         SmaOutput::ToSm(Box::new(req.to_bytes()))
     );
     // A response reaches QP0 without IsSM (the answer to ibnetdiscover's or
-    // smpquery's request), and so does a trap (the device cannot see IsSM set).
+    // smpquery's request), and so does a trap (as mlx4's firmware passes it).
     let resp = smp(method::GET_RESP, attr_id::NODE_INFO, 0, 0, [7; 64]);
     assert_eq!(
         s.handle_mad(&resp.to_bytes(), &CTX, T0),
@@ -949,4 +951,69 @@ fn ad_09_switch_link_state_change_sends_trap_128() {
     configure(&mut h);
     h.link_down(T0);
     assert!(h.poll_transmit(T0).is_none());
+}
+
+/// The trap 144 `s` sends now, as its Notice's data details.
+fn sent_trap_144(s: &mut Sma) -> Trap144Details {
+    let t = s.poll_transmit(T0).expect("trap 144");
+    assert_eq!(t.dlid, 1);
+    let v = Smp::new_checked(&t.mad[..]).unwrap();
+    let smp = SmpRepr::parse(&v).unwrap();
+    assert_eq!((smp.method, smp.attr_id), (method::TRAP, attr_id::NOTICE));
+    let n = NoticeRepr::parse(&smp.data).unwrap();
+    assert_eq!((n.trap_number, n.notice_type), (trap::LOCAL_CHANGES, 4));
+    assert!(s.poll_transmit(T0).is_none(), "one trap");
+    Trap144Details::parse(&n.data_details)
+}
+
+/// The host's agents (ib_core's modify_port) in CapabilityMask; trap 144 only
+/// from a port that advertises it (IsCapabilityMaskNoticeSupported,
+/// IsOtherLocalChangesNoticeSupported), and refusals that change nothing.
+#[test]
+fn ad_09_host_capabilities_and_node_description_trap_144_when_the_port_supports_it() {
+    let mut s = sma();
+    configure(&mut s);
+    let base = s.port().info.capability_mask;
+    // This port does not advertise trap 144: the change, no trap.
+    assert_eq!(
+        s.modify_host_capabilities(cap::IS_SM, 0, T0),
+        Ok(base | cap::IS_SM)
+    );
+    assert!(!s.set_node_description(NodeDescription::from_text("vhca0 HCA-1"), T0));
+    assert!(s.set_node_description(NodeDescription::from_text("x"), T0));
+    assert!(s.poll_transmit(T0).is_none());
+    assert_eq!(&get(&mut s, attr_id::NODE_DESCRIPTION, 0)[64..66], b"x\0");
+    // Advertised: a CapabilityMask change sends the new mask ...
+    let notices =
+        cap::IS_CAPABILITY_MASK_NOTICE_SUPPORTED | cap::IS_OTHER_LOCAL_CHANGES_NOTICE_SUPPORTED;
+    s.set_capability_mask(base | cap::IS_SM | notices);
+    let m = s.modify_host_capabilities(cap::IS_VENDOR_CLASS_SUPPORTED, cap::IS_SM, T0);
+    assert_eq!(m, Ok(base | notices | cap::IS_VENDOR_CLASS_SUPPORTED));
+    let d = sent_trap_144(&mut s);
+    assert_eq!(
+        (
+            d.lid,
+            d.other_local_changes,
+            d.capability_mask,
+            d.change_flags
+        ),
+        (5, false, base | notices | cap::IS_VENDOR_CLASS_SUPPORTED, 0)
+    );
+    // ... a NodeDescription change OtherLocalChanges and its flag.
+    assert!(s.set_node_description(NodeDescription::from_text("y"), T0));
+    let d = sent_trap_144(&mut s);
+    assert!(d.other_local_changes);
+    assert_eq!(d.change_flags, trap144_change::NODE_DESCRIPTION);
+    // Refused: an SMA bit, a bit both set and cleared; nothing changes.
+    let before = s.port().info.capability_mask;
+    assert_eq!(
+        s.modify_host_capabilities(cap::IS_TRAP_SUPPORTED, 0, T0),
+        Err(HostCapError::NotHostSettable(cap::IS_TRAP_SUPPORTED))
+    );
+    assert_eq!(
+        s.modify_host_capabilities(cap::IS_SM, cap::IS_SM, T0),
+        Err(HostCapError::SetAndClear(cap::IS_SM))
+    );
+    assert_eq!(s.port().info.capability_mask, before);
+    assert!(s.poll_transmit(T0).is_none());
 }

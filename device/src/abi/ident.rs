@@ -41,7 +41,10 @@ abi_consts! {
         /// Minor 4: Reliable Datagram (AD-11: ALLOC/DEALLOC_RDD,
         /// CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in
         /// CreateQpIn's xrcdn, the send WQE's RD segment).
-        ABI_VERSION = 0x0003_0005,
+        /// Minor 5: the SMA's MAD_IFC (AD-09). Minor 6: SET_PORT_CAPS and
+        /// SET_NODE_DESC (the guest's capability bits and node description
+        /// in the SMA).
+        ABI_VERSION = 0x0003_0006,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

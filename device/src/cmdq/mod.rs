@@ -44,7 +44,9 @@ use cq::{create_cq, create_eq, destroy_cq, destroy_eq, resize_cq};
 use mcast::{attach_mcast, detach_mcast};
 use mr::{alloc_mw, alloc_pd, dealloc_mw, dealloc_pd, dereg_mr, reg_mr, rereg_mr};
 pub use port::device_counters;
-use port::{mad_ifc, query_counters, query_device, query_port, set_gid};
+use port::{
+    mad_ifc, query_counters, query_device, query_port, set_gid, set_node_desc, set_port_caps,
+};
 use qp::{create_qp, destroy_qp, modify_qp, query_qp};
 use srq::{create_srq, destroy_srq, modify_srq, query_srq, resize_srq};
 pub use staged::{Prepared, Ticket};
@@ -270,6 +272,12 @@ pub enum Syndrome {
     NoXrcd = 43,
     /// No RD domain has this number (AD-11).
     NoRdd = 44,
+    /// SET_PORT_CAPS: a bit the host may not change, or one both set and
+    /// cleared.
+    PortCaps = 45,
+    /// SET_NODE_DESC: a length past 64, a NUL within the description or a
+    /// byte after it that is not NUL.
+    NodeDesc = 46,
     /// The engine refused; the status says why.
     Engine = 0x100,
     /// Not a refusal: the command waits for a heavy piece done without the
@@ -862,6 +870,8 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::DeallocMw => run_in(x, dealloc_mw),
         Opcode::SetGid => run_in(x, set_gid),
         Opcode::MadIfc => run(x, mad_ifc),
+        Opcode::SetPortCaps => run(x, set_port_caps),
+        Opcode::SetNodeDesc => run_in(x, set_node_desc),
         Opcode::AttachMcast => run_in(x, attach_mcast),
         Opcode::DetachMcast => run_in(x, detach_mcast),
         Opcode::AllocXrcd => run_out(x, xrc::alloc_xrcd),

@@ -1,11 +1,11 @@
-//! Commands about the device and its port: QUERY_DEVICE, QUERY_PORT, SET_GID
-//! and QUERY_COUNTERS.
+//! Commands about the device and its port: QUERY_DEVICE, QUERY_PORT, SET_GID,
+//! QUERY_COUNTERS, MAD_IFC, SET_PORT_CAPS and SET_NODE_DESC.
 
 use transport::engine::LinkLayer;
 
 use crate::abi::cmd::{
     mad_ifc_flag, pbl_const, DeviceAttr, GidType, MadIfcIn, MadIfcOut, PortAttr, QueryCountersIn,
-    QueryCountersOut, QueryPortIn, SetGidIn, Status,
+    QueryCountersOut, QueryPortIn, SetGidIn, SetNodeDescIn, SetPortCapsIn, SetPortCapsOut, Status,
 };
 use crate::abi::counters::CounterSet;
 use crate::abi::ident::ident;
@@ -168,6 +168,47 @@ pub(super) fn mad_ifc(x: &mut Exec<'_>, i: MadIfcIn) -> Result<MadIfcOut, Fail> 
         }
     }
     Ok(out)
+}
+
+/// SET_PORT_CAPS (AD-09): the guest's `modify_port` capability bits to the
+/// SMA's PortInfo:CapabilityMask, as mlx4's SET_PORT. Bits the host may not
+/// change, or both set and cleared, are BAD_PARAM and change nothing
+/// (`Sma::modify_host_capabilities`).
+pub(super) fn set_port_caps(x: &mut Exec<'_>, i: SetPortCapsIn) -> Result<SetPortCapsOut, Fail> {
+    check_port(i.port)?;
+    reserved(i.rsvd0 == [0; 3] && i.rsvd1 == 0)?;
+    let mask = x
+        .hca
+        .port
+        .set_port_caps(i.set, i.clear, x.now)
+        .ok_or(fail(Status::NotSupported, Syndrome::Unsupported))?
+        .map_err(|e| {
+            log::debug!("SET_PORT_CAPS refused: {e}");
+            fail(Status::BadParam, Syndrome::PortCaps)
+        })?;
+    Ok(SetPortCapsOut {
+        capability_mask: mask,
+        rsvd: 0,
+    })
+}
+
+/// SET_NODE_DESC (AD-09): the guest's node description to the SMA's
+/// NodeDescription, as mlx4's SET_NODE. The description is `len` bytes with no
+/// NUL, the rest of the 64 NUL (IBA 14.2.5.2: NUL padded); anything else is
+/// BAD_PARAM and changes nothing.
+pub(super) fn set_node_desc(x: &mut Exec<'_>, i: SetNodeDescIn) -> Result<(), Fail> {
+    reserved(i.rsvd == [0; 7])?;
+    let len = usize::from(i.len);
+    let bad = fail(Status::BadParam, Syndrome::NodeDesc);
+    let (text, pad) = i.desc.split_at_checked(len).ok_or(bad)?;
+    if text.contains(&0) || pad.iter().any(|&b| b != 0) {
+        return Err(bad);
+    }
+    x.hca
+        .port
+        .set_node_description(transport::mad::NodeDescription(i.desc), x.now)
+        .ok_or(fail(Status::NotSupported, Syndrome::Unsupported))?;
+    Ok(())
 }
 
 /// SET_GID: one entry of a RoCE port's GID table (WF-10). All or nothing: the

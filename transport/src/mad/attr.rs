@@ -298,6 +298,10 @@ pub mod notice_type {
 pub mod trap {
     /// Link state of at least one port of a switch changed (switches only).
     pub const LINK_STATE_CHANGE: u16 = 128;
+    /// The port's CapabilityMask changed, or (OtherLocalChanges set) another
+    /// local attribute its ChangeFlags name, such as NodeDescription (IBA 1.2.1
+    /// 14.2.5.1; [`Trap144Details`]).
+    pub const LOCAL_CHANGES: u16 = 144;
     /// A SubnGet/SubnSet/TrapRepress failed the M_Key check (AD-12).
     pub const BAD_MKEY: u16 = 256;
 }
@@ -358,6 +362,51 @@ pub fn trap128_details(switch_lid: u16) -> [u8; 54] {
     let mut d = [0u8; 54];
     set_be16(&mut d[0..2], switch_lid);
     d
+}
+
+/// Trap 144's ChangeFlags (the low bits of its data details' bytes 10..12;
+/// OpenSM's `TRAP_144_MASK_*`).
+pub mod trap144_change {
+    pub const NODE_DESCRIPTION: u16 = 1 << 0;
+    pub const LINK_WIDTH_ENABLED: u16 = 1 << 1;
+    pub const LINK_SPEED_ENABLED: u16 = 1 << 2;
+}
+
+/// Trap 144's data details (IBA 1.2.1 14.2.5.1), as OpenSM's `ntc_144` and
+/// infiniband-diags' `ibsendtrap` lay them out: reserved(2) LIDADDR(2)
+/// reserved(1) 7 reserved bits and OtherLocalChanges(1) CapabilityMask(4)
+/// ChangeFlags(2) CapabilityMask2(2). With OtherLocalChanges clear the trap
+/// reports a new CapabilityMask; set, the change is what ChangeFlags name
+/// ([`trap144_change`]) and CapabilityMask is the current one (OpenSM then
+/// re-reads NodeDescription without a heavy sweep when only that changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Trap144Details {
+    pub lid: u16,
+    pub other_local_changes: bool,
+    pub capability_mask: u32,
+    pub change_flags: u16,
+    pub capability_mask2: u16,
+}
+
+impl Trap144Details {
+    pub fn parse(d: &[u8; 54]) -> Trap144Details {
+        Trap144Details {
+            lid: be16(&d[2..4]),
+            other_local_changes: d[5] & 1 != 0,
+            capability_mask: be32(&d[6..10]),
+            change_flags: be16(&d[10..12]),
+            capability_mask2: be16(&d[12..14]),
+        }
+    }
+    pub fn emit(&self) -> [u8; 54] {
+        let mut d = [0u8; 54];
+        set_be16(&mut d[2..4], self.lid);
+        d[5] = u8::from(self.other_local_changes);
+        set_be32(&mut d[6..10], self.capability_mask);
+        set_be16(&mut d[10..12], self.change_flags);
+        set_be16(&mut d[12..14], self.capability_mask2);
+        d
+    }
 }
 
 /// Trap 256's data details (IBA 14.2.5.1), as libibmad and

@@ -28,15 +28,15 @@ pub mod switch_attr;
 
 pub use attr::{
     attr_id, BadMkeyDetails, GuidInfoBlock, NodeDescription, NodeInfoRepr, NoticeRepr, PkeyBlock,
-    SlToVlTable, SmInfoRepr, VlArbBlock, VlArbEntry,
+    SlToVlTable, SmInfoRepr, Trap144Details, VlArbBlock, VlArbEntry,
 };
 pub use dr::{DrDrop, HcaDeliver, HcaSend, SwitchHop, PERMISSIVE_LID};
 pub use header::{method, status, DrFields, MadHeaderRepr, Smp, SmpRepr, SmpRoute};
 pub use packet::{parse_qp0, smp_packet, Qp0Packet, Qp0PacketError};
 pub use portinfo::PortInfoRepr;
 pub use sma::{
-    MadContext, NodeIdentity, PortState, ReplyRoute, Sma, SmaCounters, SmaDrop, SmaEvent,
-    SmaOutput, TrapOut,
+    HostCapError, MadContext, NodeIdentity, PortState, ReplyRoute, Sma, SmaCounters, SmaDrop,
+    SmaEvent, SmaOutput, TrapOut,
 };
 
 /// Every MAD is 256 bytes (IBA 13.4.1).

@@ -38,9 +38,35 @@ pub mod cap {
     pub const IS_TRAP_SUPPORTED: u32 = 1 << 3;
     pub const IS_AUTOMATIC_MIGRATION_SUPPORTED: u32 = 1 << 5;
     pub const IS_SL_MAPPING_SUPPORTED: u32 = 1 << 6;
+    pub const IS_SM_DISABLED: u32 = 1 << 10;
     pub const IS_SYSTEM_IMAGE_GUID_SUPPORTED: u32 = 1 << 11;
     pub const IS_CM_SUPPORTED: u32 = 1 << 16;
+    pub const IS_SNMP_TUNNELING_SUPPORTED: u32 = 1 << 17;
+    pub const IS_DEVICE_MANAGEMENT_SUPPORTED: u32 = 1 << 19;
+    pub const IS_VENDOR_CLASS_SUPPORTED: u32 = 1 << 20;
+    /// The port sends trap 144 when its CapabilityMask changes.
+    pub const IS_CAPABILITY_MASK_NOTICE_SUPPORTED: u32 = 1 << 22;
+    pub const IS_BOOT_MANAGEMENT_SUPPORTED: u32 = 1 << 23;
     pub const IS_CLIENT_REREGISTRATION_SUPPORTED: u32 = 1 << 25;
+    /// The port sends trap 144 with OtherLocalChanges for the changes its
+    /// ChangeFlags name (NodeDescription; IBA 1.2.1; Linux
+    /// `IB_PORT_OTHER_LOCAL_CHANGES_SUP`).
+    pub const IS_OTHER_LOCAL_CHANGES_NOTICE_SUPPORTED: u32 = 1 << 26;
+
+    /// The bits the host sets and clears (ib_core's `ib_modify_port`
+    /// set/clr_port_cap_mask; mlx4's SET_PORT, mlx5's vport context): they say
+    /// which agents run in software on the node, not what the port's hardware
+    /// does. ib_umad's issm sets IsSM while an SM holds it open, ib_cm sets
+    /// IsCommunicationManagementSupported; the others are the management
+    /// classes a host agent may serve (IsSMdisabled: an SM present but
+    /// disabled). Every other bit is the SMA's own.
+    pub const HOST_SETTABLE: u32 = IS_SM
+        | IS_SM_DISABLED
+        | IS_CM_SUPPORTED
+        | IS_SNMP_TUNNELING_SUPPORTED
+        | IS_DEVICE_MANAGEMENT_SUPPORTED
+        | IS_VENDOR_CLASS_SUPPORTED
+        | IS_BOOT_MANAGEMENT_SUPPORTED;
 }
 
 /// Every PortInfo field (IBA 14.2.5.6), in wire order.

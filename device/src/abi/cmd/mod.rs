@@ -275,6 +275,23 @@ abi_enum! {
         /// (`handle_outgoing_dr_smp`). Output: the SMA's response, if it made
         /// one (ABI 3.5).
         MadIfc = 0x0006,
+        /// Set and clear the port's host-settable PortInfo:CapabilityMask bits
+        /// (`VHCA_PORT_CAP_HOST_SETTABLE`) in the device's SMA, as mlx4's
+        /// SET_PORT does from `modify_port`: the driver passes ib_core's
+        /// set/clr_port_cap_mask (IsSM while an SM holds issm, IsCM from
+        /// ib_cm). A change sends trap 144 to the SM (AD-09; ABI 3.6).
+        /// BAD_PARAM for another bit or one both set and cleared (nothing
+        /// changes); NOT_SUPPORTED on a port with no SMA (RoCE). Output: the
+        /// CapabilityMask now.
+        SetPortCaps = 0x0007,
+        /// Set the node's NodeDescription in the device's SMA, as mlx4's
+        /// SET_NODE does from `modify_device` (sysfs `node_desc`, rdma-ndd): what
+        /// SubnGet(NodeDescription) answers from then on; a change sends trap
+        /// 144 with NodeDescriptionChange (AD-09; ABI 3.6). BAD_PARAM for a
+        /// length past 64, a NUL within it or a byte after it that is not NUL;
+        /// NOT_SUPPORTED on a port with no SMA. A device reset brings back the
+        /// device's own description and capability bits.
+        SetNodeDesc = 0x0008,
         /// Allocate a protection domain (MP-01).
         AllocPd = 0x0010,
         /// Deallocate a PD; BUSY while an MR, QP or SRQ uses it.
@@ -458,6 +475,8 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::AllocMw => spec(op, e::<AllocMwIn>(), e::<AllocMwOut>()),
             Opcode::SetGid => spec(op, e::<SetGidIn>(), None),
             Opcode::MadIfc => spec(op, e::<MadIfcIn>(), e::<MadIfcOut>()),
+            Opcode::SetPortCaps => spec(op, e::<SetPortCapsIn>(), e::<SetPortCapsOut>()),
+            Opcode::SetNodeDesc => spec(op, e::<SetNodeDescIn>(), None),
             Opcode::DeallocMw => spec(op, e::<DeallocMwIn>(), None),
             Opcode::AttachMcast => spec(op, e::<McastIn>(), None),
             Opcode::DetachMcast => spec(op, e::<McastIn>(), None),
@@ -495,6 +514,7 @@ pub fn section() -> Section {
         Entry::Enum(MwType::layout()),
         Entry::Enum(GidType::layout()),
         Entry::Consts(mad_ifc_flag::layout()),
+        Entry::Consts(port_cap::layout()),
         Entry::Struct(entry::<EecAttr>()),
     ];
     // Parameter structs in opcode order, each once (REG_MR and REREG_MR share

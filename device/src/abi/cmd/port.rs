@@ -1,5 +1,6 @@
 //! Parameters of the commands about the device and its port: QUERY_DEVICE,
-//! QUERY_PORT, SET_GID and QUERY_COUNTERS.
+//! QUERY_PORT, SET_GID, QUERY_COUNTERS, MAD_IFC, SET_PORT_CAPS and
+//! SET_NODE_DESC.
 
 abi_struct! {
     /// QUERY_DEVICE output (`struct ibv_device_attr`, with what the driver needs).
@@ -195,3 +196,89 @@ abi_struct! {
         pub mad: [u8; 256],
     }
 }
+
+abi_consts! {
+    /// PortInfo:CapabilityMask bits SET_PORT_CAPS takes (IBA 14.2.5.6; the
+    /// kernel's `IB_PORT_*` capability bits have the same values): the agents
+    /// the host runs, not what the port's hardware does.
+    pub mod port_cap: u32 = "VHCA_PORT_CAP" {
+        /// IsSM: an SM runs on the port (ib_umad while `issm` is held open).
+        IS_SM = 1 << 1,
+        /// IsSMdisabled: an SM is present but disabled.
+        IS_SM_DISABLED = 1 << 10,
+        /// IsCommunicationManagementSupported (ib_cm).
+        IS_CM = 1 << 16,
+        /// IsSNMPTunnelingSupported.
+        IS_SNMP_TUNNEL = 1 << 17,
+        /// IsDeviceManagementSupported.
+        IS_DEVICE_MGMT = 1 << 19,
+        /// IsVendorClassSupported.
+        IS_VENDOR_CLASS = 1 << 20,
+        /// IsBootManagementSupported.
+        IS_BOOT_MGMT = 1 << 23,
+        /// Every bit above: what SET_PORT_CAPS may set or clear.
+        HOST_SETTABLE = transport::mad::portinfo::cap::HOST_SETTABLE,
+    }
+}
+
+abi_struct! {
+    /// SET_PORT_CAPS input: `set` then `clear`, both within
+    /// `VHCA_PORT_CAP_HOST_SETTABLE` and disjoint (ib_core's
+    /// `struct ib_port_modify` set/clr_port_cap_mask).
+    pub struct SetPortCapsIn (16) {
+        /// Port (1).
+        pub port: u8,
+        pub rsvd0: [u8; 3],
+        /// `VHCA_PORT_CAP_*` bits to set.
+        pub set: u32,
+        /// `VHCA_PORT_CAP_*` bits to clear.
+        pub clear: u32,
+        pub rsvd1: u32,
+    }
+}
+
+abi_struct! {
+    /// SET_PORT_CAPS output.
+    pub struct SetPortCapsOut (8) {
+        /// PortInfo:CapabilityMask after the command, every bit (the SMA's own
+        /// too), as SubnGet(PortInfo) reports it.
+        pub capability_mask: u32,
+        pub rsvd: u32,
+    }
+}
+
+abi_struct! {
+    /// SET_NODE_DESC input (mailbox): the description as ib_core's
+    /// `ib_device_modify` node_desc holds it, UTF-8 padded with NULs (IBA
+    /// 14.2.5.2; 64 bytes hold no NUL at all).
+    pub struct SetNodeDescIn (72) {
+        /// Bytes of the description, at most 64: none of them NUL, every byte
+        /// of `desc` after them NUL.
+        pub len: u8,
+        pub rsvd: [u8; 7],
+        pub desc: [u8; 64],
+    }
+}
+
+// The ABI's bits are PortInfo's (the SMA checks against `cap::HOST_SETTABLE`):
+// every one named, none else.
+const _: () = {
+    use transport::mad::portinfo::cap;
+    assert!(port_cap::IS_SM == cap::IS_SM);
+    assert!(port_cap::IS_SM_DISABLED == cap::IS_SM_DISABLED);
+    assert!(port_cap::IS_CM == cap::IS_CM_SUPPORTED);
+    assert!(port_cap::IS_SNMP_TUNNEL == cap::IS_SNMP_TUNNELING_SUPPORTED);
+    assert!(port_cap::IS_DEVICE_MGMT == cap::IS_DEVICE_MANAGEMENT_SUPPORTED);
+    assert!(port_cap::IS_VENDOR_CLASS == cap::IS_VENDOR_CLASS_SUPPORTED);
+    assert!(port_cap::IS_BOOT_MGMT == cap::IS_BOOT_MANAGEMENT_SUPPORTED);
+    assert!(
+        port_cap::HOST_SETTABLE
+            == port_cap::IS_SM
+                | port_cap::IS_SM_DISABLED
+                | port_cap::IS_CM
+                | port_cap::IS_SNMP_TUNNEL
+                | port_cap::IS_DEVICE_MGMT
+                | port_cap::IS_VENDOR_CLASS
+                | port_cap::IS_BOOT_MGMT
+    );
+};

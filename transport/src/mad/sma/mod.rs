@@ -4,8 +4,9 @@
 //! gives the traps to send, [`Sma::poll_timeout`] / [`Sma::handle_timeout`] drive the
 //! M_Key lease and the trap resends, [`Sma::poll_event`] the changes the SM made
 //! (the device turns them into async events). Local commands ([`Sma::link_up`],
-//! [`Sma::link_down`], [`Sma::data_packet_received`], [`Sma::set_capability_mask`])
-//! are the link's and the host's inputs.
+//! [`Sma::link_down`], [`Sma::data_packet_received`], [`Sma::set_capability_mask`],
+//! [`Sma::modify_host_capabilities`], [`Sma::set_node_description`]) are the
+//! link's and the host's inputs.
 //!
 //! Order of the checks on a request, each failure counted: the SMP's length and
 //! class; the directed route (IBA 14.2.2); responses and traps go to the node's SM;
@@ -19,12 +20,12 @@ pub mod port;
 use std::collections::VecDeque;
 
 use super::attr::{
-    attr_id, node_type, notice_type, trap, trap128_details, BadMkeyDetails, NodeDescription,
-    NoticeRepr,
+    attr_id, node_type, notice_type, trap, trap128_details, trap144_change, BadMkeyDetails,
+    NodeDescription, NoticeRepr, Trap144Details,
 };
 use super::dr::{self, DrDrop, HcaDeliver, HcaSend};
 use super::header::{method, status, Smp, SmpRepr, SmpRoute, BASE_VERSION, SMP_CLASS_VERSION};
-use super::portinfo::{phys_state, port_state};
+use super::portinfo::{cap, phys_state, port_state};
 use super::{MadError, MAD_LEN, SMP_DATA_LEN};
 use crate::verbs::Time;
 use handlers::{Req, SetEffects};
@@ -267,9 +268,7 @@ impl Sma {
         }
         if smp.attr_id == attr_id::SM_INFO {
             // SMInfo is the SM's (IBA 14.2.5.13, guarded by its SM_Key, not the
-            // M_Key), and goes to QP0 whatever the capability mask says: the
-            // guest's SM sets IsSM through verbs' modify_port, which the device
-            // does not see, so the SMA cannot know whether one listens. As
+            // M_Key), and goes to QP0 whatever the capability mask says: as
             // mlx4's firmware path passes SMInfo to the host (`ib_process_mad`:
             // "the SMA can't handle them"), the guest's MAD layer gives it to
             // its SM's agent (`sminfo` against OpenSM) or, with none, answers
@@ -356,8 +355,7 @@ impl Sma {
     /// (ibnetdiscover and smpquery send SMPs from a port without IsSM, and
     /// Linux's MAD layer hands a response to the agent whose TID it carries,
     /// `drivers/infiniband/core/mad.c` find_mad_agent), a trap to the SM's agent
-    /// if one registered for it (the guest's SM sets IsSM through verbs'
-    /// modify_port, which the device does not see).
+    /// if one registered for it (as mlx4's firmware, whatever IsSM says).
     fn for_this_node(smp: &SmpRepr) -> SmaOutput {
         SmaOutput::ToSm(Box::new(smp.to_bytes()))
     }
@@ -649,9 +647,88 @@ impl Sma {
         }
     }
 
-    /// The host (the guest's SM or verbs' modify port) sets the capability mask,
-    /// for example IsSM when an SM starts on this port.
+    /// Sets the whole capability mask, with no trap: what the port supports, as
+    /// its maker configures it before the port is up.
     pub fn set_capability_mask(&mut self, mask: u32) {
         self.port.info.capability_mask = mask;
     }
+
+    /// The host announces or withdraws the agents it runs (ib_core's
+    /// `ib_modify_port`: ib_umad's issm sets IsSM while an SM holds it, ib_cm
+    /// sets IsCommunicationManagementSupported; mlx4 passes them to its
+    /// firmware with SET_PORT): `set` then `clear` bits of
+    /// PortInfo:CapabilityMask. Only [`cap::HOST_SETTABLE`] bits, and no bit in
+    /// both masks; anything else is refused and nothing changes. A change
+    /// queues trap 144 with the new mask (IBA 14.2.5.1, OtherLocalChanges clear)
+    /// when the port advertises IsCapabilityMaskNoticeSupported, as qib's
+    /// `qib_cap_mask_chg` sends it; with no SM yet (MasterSMLID 0) the trap is
+    /// dropped and counted ([`SmaDrop::NoSmLid`]). Returns the mask now.
+    pub fn modify_host_capabilities(
+        &mut self,
+        set: u32,
+        clear: u32,
+        now: Time,
+    ) -> Result<u32, HostCapError> {
+        let foreign = (set | clear) & !cap::HOST_SETTABLE;
+        if foreign != 0 {
+            return Err(HostCapError::NotHostSettable(foreign));
+        }
+        if set & clear != 0 {
+            return Err(HostCapError::SetAndClear(set & clear));
+        }
+        let old = self.port.info.capability_mask;
+        let new = (old | set) & !clear;
+        self.port.info.capability_mask = new;
+        if new != old && new & cap::IS_CAPABILITY_MASK_NOTICE_SUPPORTED != 0 {
+            self.queue_local_changes(false, 0, now);
+        }
+        Ok(new)
+    }
+
+    /// The host sets the node's description (ib_core's `ib_modify_device` with
+    /// IB_DEVICE_MODIFY_NODE_DESC, from sysfs `node_desc` that rdma-ndd writes;
+    /// mlx4 passes it to its firmware "so it can generate a 144 trap"): what
+    /// NodeDescription answers from now on. A change queues trap 144 with
+    /// OtherLocalChanges and the NodeDescription change flag (IBA 1.2.1
+    /// 14.2.5.1; OpenSM's trap receiver then re-reads NodeDescription, "IB Spec
+    /// v1.2.1 pg 823"; qib's `qib_node_desc_chg` and ibsendtrap's
+    /// `node_desc_change` send the same) when the port advertises
+    /// IsOtherLocalChangesNoticeSupported. Returns whether it changed.
+    pub fn set_node_description(&mut self, desc: NodeDescription, now: Time) -> bool {
+        if self.node.description == desc {
+            return false;
+        }
+        self.node.description = desc;
+        if self.port.info.capability_mask & cap::IS_OTHER_LOCAL_CHANGES_NOTICE_SUPPORTED != 0 {
+            self.queue_local_changes(true, trap144_change::NODE_DESCRIPTION, now);
+        }
+        true
+    }
+
+    /// Queues trap 144 (a Notice of type Informational, as qib and ibsendtrap
+    /// send it) carrying the current CapabilityMask.
+    fn queue_local_changes(&mut self, other: bool, flags: u16, now: Time) {
+        let pi = &self.port.info;
+        let details = Trap144Details {
+            lid: pi.lid,
+            other_local_changes: other,
+            capability_mask: pi.capability_mask,
+            change_flags: flags,
+            capability_mask2: pi.capability_mask2,
+        }
+        .emit();
+        self.queue_trap(notice_type::INFO, trap::LOCAL_CHANGES, details, now);
+    }
+}
+
+/// Why [`Sma::modify_host_capabilities`] refused (nothing changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HostCapError {
+    /// Bits the host may not set or clear: the SMA's own (not in
+    /// [`cap::HOST_SETTABLE`]).
+    #[error("capability bits {0:#010x} are not the host's to change")]
+    NotHostSettable(u32),
+    /// Bits both to set and to clear.
+    #[error("capability bits {0:#010x} both set and cleared")]
+    SetAndClear(u32),
 }
