@@ -80,8 +80,8 @@ mkdir -p /var/log /var/cache/opensm /etc/opensm
 echo "port: $(state) before the SM"
 sleep 3
 check no_sm_port_stays_init grep -q INIT /sys/class/infiniband/vhca0/ports/1/state
-check no_sm_ibstat_says_initializing sh -c 'ibstat vhca0 | tee /dev/stderr | grep -q "State: Initializing"'
-check no_sm_ibv_devinfo_says_init sh -c 'ibv_devinfo -d vhca0 | tee /dev/stderr | grep -q PORT_INIT'
+check no_sm_ibstat_says_initializing sh -c 'ibstat vhca0 | tee /proc/self/fd/2 | grep -q "State: Initializing"'
+check no_sm_ibv_devinfo_says_init sh -c 'ibv_devinfo -d vhca0 | tee /proc/self/fd/2 | grep -q PORT_INIT'
 fails no_sm_sminfo_finds_none sminfo
 # A flushed log, so the checks below read it as OpenSM writes it; a short
 # sweep interval, so a cabling change is seen within seconds.
@@ -106,6 +106,14 @@ check smpquery_vlarb smpquery vlarb "$LID"
 check smpquery_dr_nodeinfo_b smpquery -D nodeinfo 0,1,2
 check smpquery_dr_nodeinfo_c smpquery -D nodeinfo 0,1,4,1
 check smpquery_switchinfo smpquery switchinfo "${SW:-0}"
+# What the guest's kernel knows reaches its SMA: OpenSM's ib_umad issm file
+# sets IsSM (modify_port -> SET_PORT_CAPS), so PortInfo and the SA's
+# PortInfoRecords of SM ports show it; a node description written to sysfs
+# (modify_device -> SET_NODE_DESC) is what NodeDescription answers.
+check is_sm_in_portinfo sh -c "smpquery portinfo $LID | tee /proc/self/fd/2 | grep -q '^[[:space:]]*IsSM$'"
+check saquery_sm_ports sh -c "saquery -s | tee /proc/self/fd/2 | grep -qi PortInfoRecord"
+echo "vhca guest A" >/sys/class/infiniband/vhca0/node_desc
+check nodedesc_from_guest sh -c "smpquery nodedesc $LID | tee /proc/self/fd/2 | grep -q 'vhca guest A'"
 check saquery saquery
 check saquery_pathrecord saquery -p
 check perfquery perfquery
@@ -190,7 +198,7 @@ if [ "$P" = 4 ] || [ "$P" = 5 ]; then
     echo "SN reroute_lft_to_other_cable $?"
     echo "sw0 routes c to port $(route) now"
     check reroute_lid_routed_smp smpquery nodeinfo "$C"
-    check reroute_ibtracert sh -c "ibtracert $LID $C | tee /dev/stderr | grep -q '\\[$O\\]'"
+    check reroute_ibtracert sh -c "ibtracert $LID $C | tee /proc/self/fd/2 | grep -q '\\[$O\\]'"
     check reroute_smpquery_portinfo smpquery portinfo "$C"
     check link_enable ibportstate "$SW" "$P" enable
     wait_for 120 sw_port_active "$P"
@@ -302,7 +310,8 @@ for name in no_sm_port_stays_init no_sm_sminfo_finds_none opensm_subnet_up port_
     opensm_restart_subnet_up b_heard_sm_restarted \
     opensm_restart_keeps_lid ipoib_ping ipoib_cm_ping_large rping ucmatose mckey_sender \
     mckey_receiver ib_write_bw_R b_port_active nvmeof_ib nvmet_rdma_target ipoib_cm_unfragmented \
-    reroute_lft_to_other_cable reroute_lid_routed_smp link_back_active; do
+    reroute_lft_to_other_cable reroute_lid_routed_smp link_back_active is_sm_in_portinfo \
+    nodedesc_from_guest; do
     grep -q "^SN $name " <<<"$ran" || { echo "FAIL $name (never ran)"; fail=1; }
 done
 [ "$rc" = 0 ] || echo "note: vm-pair.sh exit $rc (logs: $out)"

@@ -39,18 +39,6 @@ use data_path::data_path;
 /// unless `--busy-poll-us` says otherwise.
 pub const BUSY_POLL: Duration = Duration::from_micros(500);
 
-/// A yield that kept the data path off the CPU this long means other threads
-/// want this CPU (a guest's spinning vCPU, under TCG): a context switch alone
-/// takes ~10 us even on a slow host, a scheduler time slice is ~1-3 ms.
-const YIELD_LOST: Duration = Duration::from_micros(200);
-
-/// After such a yield the data path does not busy-poll for this long: it
-/// sleeps as soon as it is idle and comes back on WAKE or a packet, woken as a
-/// sleeper (which the scheduler runs at once) instead of queued behind the
-/// spinning thread for a whole slice (ib_send_lat between two TCG guests:
-/// 2.7-4 ms typical with polling, 66-82 us without).
-const CONTENDED_FOR: Duration = Duration::from_millis(100);
-
 /// What one batch of commands may do under the core lock, on the BAR0 write
 /// of CMDQ_PI or on the data path: QEMU waits for the lock on every BAR0
 /// access (its reply timeout is 5 s, a vCPU stalls meanwhile) and the data

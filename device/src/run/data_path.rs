@@ -3,6 +3,7 @@
 //! then asleep on epoll with the `asleep` word set in every doorbell page
 //! (abi::uar DOORBELL_PROTOCOL; ARCHITECTURE.md §2).
 
+use super::sleep::BusyPoll;
 use super::*;
 
 /// Stores `value` in the `asleep` word of every doorbell page (abi::uar).
@@ -44,11 +45,9 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
         }
     }
     let num_uars = (db.len() / u64::from(abi::uar::uar::PAGE_SIZE)) as u32;
-    let mut last_work = Instant::now();
+    let mut busy = BusyPoll::new(busy_poll);
     // The last round that scanned the doorbell summaries.
     let mut last_scan;
-    // Busy polling is off until this instant (after a lost yield).
-    let mut contended_until = Instant::now();
     let mut events = vec![EpollEvent::default(); 4];
     // A heavy command in progress: its pieces, done here without the lock
     // (cmdq::staged; issue 13, MMIO stall).
@@ -103,22 +102,10 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
             std::thread::sleep(LINK_ERROR_BACKOFF);
         }
         if work {
-            last_work = Instant::now();
+            busy.worked();
             continue;
         }
-        let idle_from = Instant::now();
-        if idle_from >= contended_until
-            && idle_from.saturating_duration_since(last_work) < busy_poll
-        {
-            // Poll, but give the CPU to anything else runnable: on a small host
-            // the guest's vCPU (or the test driver) may be waiting for this very
-            // core, and a pure spin would make it wait a whole time slice.
-            std::thread::yield_now();
-            let lost = idle_from.elapsed();
-            if lost >= YIELD_LOST {
-                log::debug!("device: CPU contended (a yield took {lost:?}): sleep when idle");
-                contended_until = Instant::now() + CONTENDED_FOR;
-            }
+        if busy.poll_again("device") {
             continue;
         }
         // Sleep protocol: asleep in every page, fence, rescan the doorbell
@@ -185,7 +172,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
         }
         set_asleep(&db, num_uars, abi::uar::uar::AWAKE);
         if woken {
-            last_work = Instant::now();
+            busy.worked();
         }
     }
     shared.lock().hca.port.flush_link();

@@ -3,6 +3,7 @@
 //! argument.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -70,6 +71,14 @@ pub struct SwitchCli {
     /// cabled port up from the start; else 100..=3600000.
     #[arg(long, value_name = "MSECS", default_value_t = 5000)]
     pub peer_silence_ms: u64,
+
+    /// How long (microseconds) the switch keeps polling its ports after the
+    /// last packet before it sleeps on epoll: a packet that finds the switch
+    /// awake saves a wake-up per hop (0 = sleep as soon as idle; polling
+    /// yields the CPU each turn and stops while the CPU is contended). At
+    /// most 1000000.
+    #[arg(long, value_name = "USECS", default_value_t = 500)]
+    pub busy_poll_us: u64,
 }
 
 impl SwitchCli {
@@ -117,6 +126,12 @@ impl SwitchCli {
             }
         }
         let liveness = check_peer_silence(self.peer_silence_ms)?;
+        if self.busy_poll_us > 1_000_000 {
+            return Err(CliError(format!(
+                "--busy-poll-us {}: at most 1000000 (one second)",
+                self.busy_poll_us
+            )));
+        }
         let mode = Mode::of(&fabric);
         Ok(Config {
             fabric,
@@ -128,6 +143,7 @@ impl SwitchCli {
             counters_file: self.counters_file.clone(),
             liveness,
             mode,
+            busy_poll: Duration::from_micros(self.busy_poll_us),
         })
     }
 }
@@ -158,8 +174,15 @@ mod tests {
             c.liveness,
             Some((Duration::from_secs(1), Duration::from_secs(5)))
         );
+        assert_eq!(c.busy_poll, Duration::from_micros(500));
+        let c = cli(&["--switch", "sw0", "--busy-poll-us", "0"]).unwrap();
+        assert_eq!(c.busy_poll, Duration::ZERO);
         for (args, why) in [
-            (&["--switch", "sw1"][..], "--switch sw1: not in "),
+            (
+                &["--switch", "sw0", "--busy-poll-us", "1000001"][..],
+                "--busy-poll-us 1000001: at most 1000000",
+            ),
+            (&["--switch", "sw1"], "--switch sw1: not in "),
             (
                 &["--switch", "sw0", "--peer-silence-ms", "50"],
                 "--peer-silence-ms 50: 0 (never down) or 100",

@@ -98,6 +98,8 @@ pub struct Config {
     /// Keepalive period and silence after which a port is Down.
     pub liveness: Option<(Duration, Duration)>,
     pub mode: Mode,
+    /// How long the loop polls after its last packet before it sleeps.
+    pub busy_poll: Duration,
 }
 
 /// The switch core as the fabric file describes switch `name` and `mode`
@@ -255,6 +257,7 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         core.num_ports()
     );
     let mut events = vec![EpollEvent::default(); ports.len() + 1];
+    let mut busy = crate::run::sleep::BusyPoll::new(cfg.busy_poll);
     let mut out: Vec<SwitchOut> = Vec::new();
     let mut back: Vec<Vec<u8>> = Vec::new();
     // Which `ports` index is port number p.
@@ -335,6 +338,10 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         }
         counters.tick(|| report::snapshot(cfg, &core, &ports));
         if work {
+            busy.worked();
+            continue;
+        }
+        if busy.poll_again("switch") {
             continue;
         }
         let wake = ports
