@@ -11,14 +11,21 @@
 //! VCRC) with the physical port it arrived on and `now`, and appends what goes out
 //! (port and bytes: the same bytes for a forwarded data packet, new ones for an SMP
 //! the switch changed or answered). The link's inputs are [`Switch::link_up`] and
-//! [`Switch::link_down`]; the SM drives the port states through PortInfo.
+//! [`Switch::link_down`]; the SM drives the port states through PortInfo. A
+//! port the SM Disabled ([`Switch::port_disabled`]) has no link: the driver
+//! stops its keepalives and the core drops what still arrives on it. Trap 128
+//! to the SM comes out of [`Switch::handle_timeout`] ([`trap`]), due by
+//! [`Switch::poll_timeout`].
 
 pub mod pma;
 mod sma;
+mod trap;
+
+pub use trap::{TrapCounters, MAX_TRAP_SENDS};
 
 use crate::mad::attr::{node_type, NodeDescription};
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
-use crate::mad::header::{Smp, SmpRepr, SmpRoute};
+use crate::mad::header::{method, Smp, SmpRepr, SmpRoute};
 use crate::mad::portinfo::{phys_state, port_state};
 use crate::mad::switch_attr::{SwitchInfoRepr, LFT_NO_PORT, MFT_POSITION_PORTS, MLID_BASE};
 use crate::mad::{NodeIdentity, PortState, MAD_LEN};
@@ -83,11 +90,16 @@ pub enum SwitchDrop {
     BadDrPath,
     /// A response or trap for an SM on this switch: there is none.
     NoSm,
+    /// Arrived on a port whose PortPhysicalState the SM set to Disabled (IBA
+    /// 14.2.5.6): the port has no link, so nothing it hears is taken.
+    PortDisabled,
+    /// A TrapRepress that names no outstanding trap of this switch.
+    UnmatchedRepress,
 }
 
 impl SwitchDrop {
     /// Every reason, in counter order.
-    pub const ALL: [SwitchDrop; 10] = [
+    pub const ALL: [SwitchDrop; 12] = [
         SwitchDrop::Malformed,
         SwitchDrop::NoSuchPort,
         SwitchDrop::IngressNotActive,
@@ -98,6 +110,8 @@ impl SwitchDrop {
         SwitchDrop::ToSwitch,
         SwitchDrop::BadDrPath,
         SwitchDrop::NoSm,
+        SwitchDrop::PortDisabled,
+        SwitchDrop::UnmatchedRepress,
     ];
 
     /// This reason's index in [`SwitchDrop::ALL`].
@@ -173,6 +187,7 @@ pub struct Switch {
     mft: Vec<u16>,
     counters: SwitchCounters,
     port_counters: Vec<PortCounters>,
+    traps: trap::Traps,
 }
 
 impl Switch {
@@ -228,6 +243,7 @@ impl Switch {
                 pma_error_replies: 0,
             },
             port_counters: vec![PortCounters::default(); usize::from(n) + 1],
+            traps: trap::Traps::default(),
         }
     }
 
@@ -251,6 +267,59 @@ impl Switch {
     /// The switch's LID: port 0's (IBA 14.2.5.6, a switch has one LID range).
     pub fn lid(&self) -> u16 {
         self.ports[0].info.lid
+    }
+    /// Whether an SM set physical port `p`'s PortPhysicalState to Disabled (IBA
+    /// 14.2.5.6): its link is down until the SM sets Polling, so the driver
+    /// sends nothing on it, keepalives included, and its link partner goes Down.
+    pub fn port_disabled(&self, p: u8) -> bool {
+        p != 0
+            && self
+                .ports
+                .get(usize::from(p))
+                .is_some_and(|s| s.info.port_physical_state == phys_state::DISABLED)
+    }
+    /// What the trap 128 machinery did.
+    pub fn trap_counters(&self) -> &TrapCounters {
+        &self.traps.counters
+    }
+    /// Whether a trap 128 waits for the SM's TrapRepress.
+    pub fn trap_outstanding(&self) -> bool {
+        self.traps.outstanding()
+    }
+
+    fn trap_target(&self) -> trap::TrapTarget {
+        let pi = &self.ports[0].info;
+        trap::TrapTarget {
+            switch_lid: pi.lid,
+            sm_lid: pi.master_sm_lid,
+            subnet_timeout: pi.subnet_timeout,
+            mkey: pi.mkey,
+        }
+    }
+
+    /// When [`Switch::handle_timeout`] has work: a trap to send or resend.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.traps.deadline(&self.trap_target())
+    }
+
+    /// Runs the timers due at `now`: trap 128's first send or resend, LID-routed
+    /// to port 0's MasterSMLID at MasterSMSL by the LFT, appended to `out`.
+    pub fn handle_timeout(&mut self, now: Time, out: &mut Vec<SwitchOut>) {
+        let t = self.trap_target();
+        let Some(smp) = self.traps.poll(now, &t) else {
+            return;
+        };
+        let lrh = LrhRepr {
+            vl: VL15,
+            sl: self.ports[0].info.master_sm_sl,
+            dlid: t.sm_lid,
+            slid: t.switch_lid,
+        };
+        match self.lft_port(t.sm_lid) {
+            Some(p) => self.send_smp(p, lrh, &smp, out),
+            // No route to the SM yet: counted; the resend timer tries again.
+            None => self.vl15_drop(0, SwitchDrop::NoRoute),
+        }
     }
 
     fn mft_positions(&self) -> usize {
@@ -284,6 +353,13 @@ impl Switch {
         self.info.port_state_change = true;
     }
 
+    /// The link state machine moved a port (Down -> Init, or to Down): the
+    /// transitions IBA 14.2.5.4 sets PortStateChange for, and trap 128's.
+    fn link_state_changed(&mut self) {
+        self.port_state_changed();
+        self.traps.link_state_changed();
+    }
+
     /// Port `p`'s link trained: Down -> Init, waiting for the SM (IBA 7.2).
     pub fn link_up(&mut self, p: u8) {
         let Some(port) = self.ports.get_mut(usize::from(p)).filter(|_| p != 0) else {
@@ -295,7 +371,7 @@ impl Switch {
         }
         pi.port_state = port_state::INIT;
         pi.port_physical_state = phys_state::LINK_UP;
-        self.port_state_changed();
+        self.link_state_changed();
     }
 
     /// Port `p`'s link went away: Down, the PHY polling again.
@@ -309,7 +385,7 @@ impl Switch {
         }
         pi.port_state = port_state::DOWN;
         pi.port_physical_state = phys_state::POLLING;
-        self.port_state_changed();
+        self.link_state_changed();
     }
 
     /// Static subnet (no SM; the fabric file plays it): the switch's own LID
@@ -377,6 +453,11 @@ impl Switch {
             return self.drop(SwitchDrop::NoSuchPort);
         }
         let ip = usize::from(in_port);
+        if self.port_disabled(in_port) {
+            // IBA 14.2.5.6: a Disabled port's PHY is off; what its partner
+            // sent before it noticed is not received.
+            return self.drop(SwitchDrop::PortDisabled);
+        }
         let Ok(lrh_view) = Lrh::new_checked(pkt) else {
             self.port_counters[ip].rcv_errors += 1;
             return self.drop(SwitchDrop::Malformed);
@@ -526,6 +607,13 @@ impl Switch {
                 return self.vl15_drop(in_port, SwitchDrop::NoRoute);
             };
             return self.send(port, Egress::Same, words, false, out);
+        }
+        if smp.method == method::TRAP_REPRESS {
+            // The SM stops a trap of ours (IBA 13.4.8.1); no response.
+            if !self.traps.repress(&smp) {
+                self.vl15_drop(in_port, SwitchDrop::UnmatchedRepress);
+            }
+            return;
         }
         let mut smp = smp;
         match &mut smp.route {

@@ -209,6 +209,11 @@ fn set_port_info_attr(sw: &mut Switch, r: &Req, fx: &mut SwitchSetEffects) -> Re
     let req = PortInfoRepr::parse(r.data).map_err(|_| INVALID)?;
     let ch = set_port_info(&mut sw.ports[p], &req)?;
     fx.port_state_changed |= ch.state;
+    if ch.state && sw.port_disabled(p as u8) {
+        // Disabled took the link down (IBA 14.2.5.6): a link state change,
+        // reported to the SM by trap 128 as one the link made.
+        sw.traps.link_state_changed();
+    }
     Ok(())
 }
 
