@@ -616,12 +616,35 @@ fn ad_09_a_switch_port_disabled_by_the_sm_takes_the_link_down_at_both_ends_and_p
         si.data,
     );
     assert_eq!(r.data[11] & 0x04, 0, "PortStateChange cleared");
+    // x is sw0's SM (port 0's MasterSMLID; the static LFT routes LID 1 to port 1).
+    let mut p0 = port_info(&x, port1, &[1], 0);
+    p0.master_sm_lid = 1;
+    let mut d = [0u8; 64];
+    p0.emit(&mut d).unwrap();
+    dr_smp(&x, port1, &[1], method::SET, attr_id::PORT_INFO, 0, d);
 
     let pi = set_phys(&x, port1, 4, phys_state::DISABLED);
     assert_eq!(
         (pi.port_state, pi.port_physical_state),
         (port_state::DOWN, phys_state::DISABLED)
     );
+    // sw0 tells its SM: trap 128 (OpenSM sweeps on it), LID-routed from
+    // sw0's LID; the SM represses it.
+    let (lrh, trap) = loop {
+        let p = next_packet(&x);
+        let p = PacketRepr::parse(&p).expect("a valid packet");
+        let smp = SmpRepr::parse(&Smp::new_checked(p.transport.payload).unwrap()).unwrap();
+        if smp.method == method::TRAP {
+            break (p.lrh, smp);
+        }
+    };
+    assert_eq!((lrh.vl, lrh.dlid, lrh.slid), (15, 1, 3));
+    assert_eq!(trap.attr_id, attr_id::NOTICE);
+    assert_eq!(&trap.data[4..8], &[0, 128, 0, 3], "trap 128 from LID 3");
+    let mut repress = trap;
+    repress.method = method::TRAP_REPRESS;
+    x.send_to(&packet(15, 3, 1, 0, &repress.to_bytes()), port1)
+        .unwrap();
     // sw0 stops talking on port 4: sw1's end goes Down after its silence,
     // and its SwitchInfo says a port changed (what OpenSM's light sweep reads).
     wait_state(&mut sw1, 4, "Down");
@@ -671,6 +694,8 @@ fn ad_09_a_switch_port_disabled_by_the_sm_takes_the_link_down_at_both_ends_and_p
     assert!(s0.success() && s1.success());
     // Nothing reached sw0's core on the disabled port: the link dropped it.
     assert_eq!(c0["drops"]["port_disabled"], 0, "{c0}");
+    assert_eq!(c0["traps"]["repressed"], 1, "{c0}");
+    assert_eq!(c0["drops"]["unmatched_repress"], 0, "{c0}");
     assert_eq!(port(&c1, 4)["link"]["udp"]["port_down"], 1, "{c1}");
     // Up at the start, and again after the enable.
     assert_eq!(port(&c1, 4)["link"]["udp"]["port_up"], 2, "{c1}");
