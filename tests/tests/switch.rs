@@ -276,11 +276,14 @@ fn raw_port_fabric() -> (tempfile::TempDir, PathBuf, UdpSocket, SocketAddr) {
 /// The next datagram on `s` that is not a keepalive.
 fn next_packet(s: &UdpSocket) -> Vec<u8> {
     let mut buf = vec![0u8; 9000];
+    // Keepalives keep coming: the 5 s are for the packet, not the socket.
+    let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (n, _) = s.recv_from(&mut buf).expect("a reply within 5 s");
         if &buf[..n] != b"VHCAlive" {
             return buf[..n].to_vec();
         }
+        assert!(Instant::now() < deadline, "no packet within 5 s");
     }
 }
 
