@@ -246,6 +246,18 @@ fn ad_09_switch_bad_modifiers_get_the_mad_status() {
         st(&mut sw, GET, attr_id::VL_ARBITRATION, 1 << 16 | 21),
         status::INVALID_FIELD
     );
+    // SLtoVLMappingTable: input port 0..=20 << 8 | output port 0..=20.
+    assert_eq!(
+        st(&mut sw, GET, attr_id::SL_TO_VL_TABLE, 20 << 8 | 20),
+        status::OK
+    );
+    for bad in [21 << 8, 21, 1 << 16] {
+        assert_eq!(
+            st(&mut sw, GET, attr_id::SL_TO_VL_TABLE, bad),
+            status::INVALID_FIELD,
+            "{bad:#x}"
+        );
+    }
     // A LinearFDBTop past the table is refused whole.
     let r = set_switch_info(&mut sw, |si| {
         si.linear_fdb_top = 256;
@@ -257,10 +269,6 @@ fn ad_09_switch_bad_modifiers_get_the_mad_status() {
     // Attributes and methods a switch does not have.
     assert_eq!(
         st(&mut sw, SET, attr_id::NODE_INFO, 0),
-        status::UNSUPPORTED_METHOD_ATTR
-    );
-    assert_eq!(
-        st(&mut sw, GET, attr_id::SL_TO_VL_TABLE, 0),
         status::UNSUPPORTED_METHOD_ATTR
     );
     assert_eq!(

@@ -23,7 +23,7 @@ mod trap;
 
 pub use trap::{TrapCounters, MAX_TRAP_SENDS};
 
-use crate::mad::attr::{node_type, NodeDescription};
+use crate::mad::attr::{node_type, NodeDescription, SlToVlTable};
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
 use crate::mad::header::{method, Smp, SmpRepr, SmpRoute};
 use crate::mad::portinfo::{phys_state, port_state};
@@ -95,11 +95,16 @@ pub enum SwitchDrop {
     PortDisabled,
     /// A TrapRepress that names no outstanding trap of this switch.
     UnmatchedRepress,
+    /// The SLtoVLMappingTable of (ingress, egress) maps the data packet's SL
+    /// to VL15 or to a VL the egress port does not operate (PortInfo:
+    /// OperationalVLs): discarded (IBA 7.6.6, 14.2.5.8). Counted in the egress
+    /// port's PortXmitDiscards too.
+    EgressVlNotOperational,
 }
 
 impl SwitchDrop {
     /// Every reason, in counter order.
-    pub const ALL: [SwitchDrop; 12] = [
+    pub const ALL: [SwitchDrop; 13] = [
         SwitchDrop::Malformed,
         SwitchDrop::NoSuchPort,
         SwitchDrop::IngressNotActive,
@@ -112,6 +117,7 @@ impl SwitchDrop {
         SwitchDrop::NoSm,
         SwitchDrop::PortDisabled,
         SwitchDrop::UnmatchedRepress,
+        SwitchDrop::EgressVlNotOperational,
     ];
 
     /// This reason's index in [`SwitchDrop::ALL`].
@@ -188,6 +194,9 @@ pub struct Switch {
     counters: SwitchCounters,
     port_counters: Vec<PortCounters>,
     traps: trap::Traps,
+    /// SLtoVLMappingTable per (input port, output port), ports 0..=N each:
+    /// index `in * (N + 1) + out` (IBA 14.2.5.8).
+    sl2vl: Vec<SlToVlTable>,
 }
 
 impl Switch {
@@ -244,6 +253,9 @@ impl Switch {
             },
             port_counters: vec![PortCounters::default(); usize::from(n) + 1],
             traps: trap::Traps::default(),
+            // Every SL on VL0 until the SM programs it, as an HCA port's
+            // table starts (the one data VL every port has).
+            sl2vl: vec![SlToVlTable::default(); (usize::from(n) + 1).pow(2)],
         }
     }
 
@@ -491,7 +503,7 @@ impl Switch {
             return self.drop(SwitchDrop::IngressNotActive);
         }
         if (MLID_BASE..PERMISSIVE_LID).contains(&dlid) {
-            return self.multicast(dlid, in_port, words, out);
+            return self.multicast(pkt, dlid, in_port, words, out);
         }
         if self.is_own_lid(dlid) {
             return self.for_switch(pkt, in_port, out);
@@ -499,7 +511,52 @@ impl Switch {
         let Some(port) = self.lft_port(dlid) else {
             return self.drop(SwitchDrop::NoRoute);
         };
-        self.send(port, Egress::Same, words, true, out);
+        self.send_data(pkt, in_port, port, words, out);
+    }
+
+    /// The SLtoVLMappingTable of (`in_port`, `out_port`) (IBA 14.2.5.8), if
+    /// both are ports of the switch.
+    pub fn sl2vl(&self, in_port: u8, out_port: u8) -> Option<&SlToVlTable> {
+        let n = usize::from(self.node.num_ports) + 1;
+        let (i, o) = (usize::from(in_port), usize::from(out_port));
+        (i < n && o < n).then(|| &self.sl2vl[i * n + o])
+    }
+
+    fn sl2vl_mut(&mut self, in_port: u8, out_port: u8) -> Option<&mut SlToVlTable> {
+        let n = usize::from(self.node.num_ports) + 1;
+        let (i, o) = (usize::from(in_port), usize::from(out_port));
+        (i < n && o < n).then(|| &mut self.sl2vl[i * n + o])
+    }
+
+    /// Forwards a data packet from `in_port` out of `out_port` on the VL the
+    /// (in, out) SLtoVLMappingTable gives its LRH:SL (IBA 7.6.6): the same
+    /// bytes if the VL stays, else LRH:VL rewritten and the VCRC (which covers
+    /// it; the ICRC does not) computed again. A VL the egress port does not
+    /// operate, or VL15, discards it.
+    fn send_data(
+        &mut self,
+        pkt: &[u8],
+        in_port: u8,
+        out_port: u8,
+        words: usize,
+        out: &mut Vec<SwitchOut>,
+    ) {
+        let sl = usize::from(pkt[1] >> 4);
+        let vl = self.sl2vl(in_port, out_port).map_or(VL15, |t| t.0[sl]);
+        let ops = data_vls(self.ports[usize::from(out_port)].info.operational_vls);
+        if vl == VL15 || vl >= ops {
+            let pc = &mut self.port_counters[usize::from(out_port)];
+            pc.xmit_discards = pc.xmit_discards.saturating_add(1);
+            return self.drop(SwitchDrop::EgressVlNotOperational);
+        }
+        if vl == pkt[0] >> 4 {
+            return self.send(out_port, Egress::Same, words, true, out);
+        }
+        let mut b = pkt.to_vec().into_boxed_slice();
+        b[0] = vl << 4 | (b[0] & 0x0f);
+        let crc = vcrc(&b[..words * 4]).to_le_bytes();
+        b[words * 4..].copy_from_slice(&crc);
+        self.send(out_port, Egress::New(b), words, true, out);
     }
 
     /// The LFT's egress port for a unicast LID: none for LID 0, the permissive LID,
@@ -513,7 +570,14 @@ impl Switch {
         (p != 0 && p <= self.node.num_ports).then_some(p)
     }
 
-    fn multicast(&mut self, mlid: u16, in_port: u8, words: usize, out: &mut Vec<SwitchOut>) {
+    fn multicast(
+        &mut self,
+        pkt: &[u8],
+        mlid: u16,
+        in_port: u8,
+        words: usize,
+        out: &mut Vec<SwitchOut>,
+    ) {
         let idx = usize::from(mlid - MLID_BASE);
         let ports: Vec<u8> = (1..=self.node.num_ports)
             .filter(|&p| {
@@ -528,7 +592,7 @@ impl Switch {
             return self.drop(SwitchDrop::NoRoute);
         }
         for p in ports {
-            self.send(p, Egress::Same, words, true, out);
+            self.send_data(pkt, in_port, p, words, out);
         }
     }
 
@@ -755,6 +819,16 @@ impl Switch {
         }
         let words = (buf.len() - VCRC_LEN) / 4;
         self.send(port, Egress::New(buf.into_boxed_slice()), words, data, out);
+    }
+}
+
+/// The data VLs a PortInfo:OperationalVLs (or VLCap) value names (IBA
+/// 14.2.5.6: 1 VL0, 2 VL0-1, 3 VL0-3, 4 VL0-7, 5 VL0-14; others none).
+fn data_vls(code: u8) -> u8 {
+    match code {
+        1..=4 => 1 << (code - 1),
+        5 => 15,
+        _ => 0,
     }
 }
 
