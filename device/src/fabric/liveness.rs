@@ -156,7 +156,12 @@ impl Liveness {
         if disabled && self.up {
             self.counters.went_down += 1;
         }
-        self.up = false;
+        // With no one to hear (a fabric of one node, or liveness off) the
+        // link is up again as soon as it is enabled: nothing would bring it up.
+        self.up = !disabled && self.peers.is_empty();
+        if self.up {
+            self.counters.came_up += 1;
+        }
         self.last_heard = None;
         self.next_beat = None;
     }
@@ -236,5 +241,14 @@ mod tests {
         assert_eq!(l.deadline(), None);
         assert!(Liveness::is_keepalive(b"VHCAlive"));
         assert!(!Liveness::is_keepalive(b"VHCAlive!"));
+        // Disabled and enabled again: up at once, there is no one to hear.
+        l.set_disabled(true);
+        assert!(!l.is_up());
+        l.set_disabled(false);
+        assert!(l.is_up());
+        let mut off = Liveness::off();
+        off.set_disabled(true);
+        off.set_disabled(false);
+        assert!(off.is_up());
     }
 }
