@@ -546,6 +546,10 @@ fn dr_smp(
     }
 }
 
+fn switch_info(x: &UdpSocket, to: SocketAddr, hops: &[u8]) -> SmpRepr {
+    dr_smp(x, to, hops, method::GET, attr_id::SWITCH_INFO, 0, [0; 64])
+}
+
 fn port_info(x: &UdpSocket, to: SocketAddr, hops: &[u8], p: u8) -> PortInfoRepr {
     let r = dr_smp(
         x,
@@ -600,15 +604,7 @@ fn ad_09_a_switch_port_disabled_by_the_sm_takes_the_link_down_at_both_ends_and_p
         port_state::ACTIVE
     );
     // The SM clears sw1's PortStateChange (writes 1).
-    let si = dr_smp(
-        &x,
-        port1,
-        &via5,
-        method::GET,
-        attr_id::SWITCH_INFO,
-        0,
-        [0; 64],
-    );
+    let si = switch_info(&x, port1, &via5);
     let r = dr_smp(
         &x,
         port1,
@@ -656,15 +652,7 @@ fn ad_09_a_switch_port_disabled_by_the_sm_takes_the_link_down_at_both_ends_and_p
         (pi.port_state, pi.port_physical_state),
         (port_state::DOWN, phys_state::POLLING)
     );
-    let si = dr_smp(
-        &x,
-        port1,
-        &via5,
-        method::GET,
-        attr_id::SWITCH_INFO,
-        0,
-        [0; 64],
-    );
+    let si = switch_info(&x, port1, &via5);
     assert_eq!(si.data[11] & 0x04, 0x04, "sw1's PortStateChange");
     assert_eq!(
         port_info(&x, port1, &via5, 5).port_state,

@@ -9,10 +9,11 @@
 
 mod switch_util;
 
-use switch_util::{feed, packet, set_ok, set_port, set_switch_info, smp, smp_of, switch, SW_LID};
+use switch_util::{
+    feed, packet, set_port, set_routes, set_switch_info, smp, smp_of, switch, SW_LID,
+};
 use transport::mad::attr::node_type;
 use transport::mad::portinfo::{phys_state, port_state};
-use transport::mad::switch_attr::LftBlock;
 use transport::mad::{attr_id, method, NoticeRepr, SmpRoute};
 use transport::switch::{Egress, Switch, SwitchDrop, SwitchOut, MAX_TRAP_SENDS};
 use transport::verbs::Time;
@@ -22,17 +23,6 @@ const SM_SL: u8 = 3;
 /// OpenSM's default SubnetTimeOut: 4.096 us x 2^18, about 1.07 s.
 const SUBNET_TIMEOUT: u8 = 18;
 const INTERVAL: u64 = 4096 << 18;
-
-/// LID `lid` -> port `port` in the LFT's block 0, the rest as given.
-fn route(sw: &mut Switch, routes: &[(u16, u8)]) {
-    let mut lft = LftBlock([0xff; 64]);
-    for &(lid, port) in routes {
-        lft.0[usize::from(lid)] = port;
-    }
-    let mut d = [0u8; 64];
-    lft.emit(&mut d).unwrap();
-    set_ok(sw, attr_id::LINEAR_FORWARDING_TABLE, 0, d);
-}
 
 fn clear_port_state_change(sw: &mut Switch) {
     set_switch_info(sw, |si| si.port_state_change = true);
@@ -47,7 +37,7 @@ fn state(sw: &Switch, p: u8) -> (u8, u8) {
 #[test]
 fn ad_09_switch_port_the_sm_disables_has_no_link_until_it_sets_polling() {
     let mut sw = switch(3, &[1, 2]);
-    route(&mut sw, &[(2, 2), (3, 1)]);
+    set_routes(&mut sw, &[(2, 2), (3, 1)]);
     let to_2 = packet(0, 2, 3, 0x22, b"to port 2");
     assert_eq!(feed(&mut sw, &to_2, 1).len(), 1, "routed while Active");
     clear_port_state_change(&mut sw);
@@ -105,7 +95,7 @@ fn ad_09_switch_port_the_sm_disables_has_no_link_until_it_sets_polling() {
 /// The switch with LID 1, its SM at LID 5 through port 1.
 fn switch_with_sm() -> Switch {
     let mut sw = switch(3, &[1, 2]);
-    route(&mut sw, &[(SM_LID, 1)]);
+    set_routes(&mut sw, &[(SM_LID, 1)]);
     // The link changes before the SM took the switch over: nobody to tell.
     let mut out = vec![];
     sw.handle_timeout(Time(0), &mut out);

@@ -8,61 +8,21 @@
 
 mod switch_util;
 
-use switch_util::{feed, set_ok, set_port, sm, switch};
+use switch_util::{feed, packet_sl, set_ok, set_port, set_routes, sm, switch};
 use transport::mad::attr_id;
 use transport::mad::method;
-use transport::mad::switch_attr::LftBlock;
 use transport::switch::{Egress, Switch, SwitchDrop};
-use transport::wire::ext::DethRepr;
-use transport::wire::opcode::Opcode;
-use transport::wire::{BthRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
+use transport::wire::PacketRepr;
 
 /// A UD SEND on `vl` at service level `sl` to `dlid`.
 fn data(vl: u8, sl: u8, dlid: u16) -> Vec<u8> {
-    let repr = PacketRepr {
-        lrh: LrhRepr {
-            vl,
-            sl,
-            dlid,
-            slid: 9,
-        },
-        grh: None,
-        transport: TransportRepr {
-            bth: BthRepr {
-                opcode: Opcode::UD_SEND_ONLY,
-                solicited: false,
-                mig_req: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: 0x22,
-                ack_req: false,
-                psn: 3,
-            },
-            ext: ExtHeaders {
-                deth: Some(DethRepr {
-                    qkey: 0x11,
-                    src_qp: 0x33,
-                }),
-                ..ExtHeaders::default()
-            },
-            payload: b"sl2vl",
-        },
-    };
-    let mut b = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut b).unwrap();
-    b
+    packet_sl(vl, sl, dlid, 9, 0x22, b"sl2vl")
 }
 
 /// Ports 1..=3 Active, LID 2 by port 2, LID 3 by port 3.
 fn fabric() -> Switch {
     let mut sw = switch(4, &[1, 2, 3]);
-    let mut lft = LftBlock([0xff; 64]);
-    lft.0[2] = 2;
-    lft.0[3] = 3;
-    let mut d = [0u8; 64];
-    lft.emit(&mut d).unwrap();
-    set_ok(&mut sw, attr_id::LINEAR_FORWARDING_TABLE, 0, d);
+    set_routes(&mut sw, &[(2, 2), (3, 3)]);
     sw
 }
 

@@ -39,13 +39,13 @@ pub fn switch_config(num_ports: u8) -> SwitchConfig {
 
 /// A whole native packet: UD SEND Only on `vl` (QP0 with Q_Key 0 for an SMP).
 pub fn packet(vl: u8, dlid: u16, slid: u16, dest_qp: u32, payload: &[u8]) -> Vec<u8> {
+    packet_sl(vl, 0, dlid, slid, dest_qp, payload)
+}
+
+/// [`packet`] at service level `sl`.
+pub fn packet_sl(vl: u8, sl: u8, dlid: u16, slid: u16, dest_qp: u32, payload: &[u8]) -> Vec<u8> {
     let repr = PacketRepr {
-        lrh: LrhRepr {
-            vl,
-            sl: 0,
-            dlid,
-            slid,
-        },
+        lrh: LrhRepr { vl, sl, dlid, slid },
         grh: None,
         transport: TransportRepr {
             bth: BthRepr {
@@ -179,4 +179,16 @@ pub fn switch(n: u8, linked: &[u8]) -> Switch {
         }
     }
     sw
+}
+
+/// LID `lid` -> port `port` in the LFT's block 0 (LIDs 0..=63), every other
+/// entry 255, by the SM's SubnSet.
+pub fn set_routes(sw: &mut Switch, routes: &[(u16, u8)]) {
+    let mut lft = transport::mad::switch_attr::LftBlock([0xff; 64]);
+    for &(lid, port) in routes {
+        lft.0[usize::from(lid)] = port;
+    }
+    let mut d = [0u8; 64];
+    lft.emit(&mut d).unwrap();
+    set_ok(sw, attr_id::LINEAR_FORWARDING_TABLE, 0, d);
 }
