@@ -48,6 +48,8 @@ pub struct Port {
     /// The management plane of an InfiniBand port (its SMA, `mgmt`); a RoCE
     /// port has none (no QP0, IBA A17.2).
     mgmt: Option<Mgmt>,
+    /// What the link was last told of the SM's PortPhysicalState Disabled.
+    disabled: bool,
 }
 
 /// Where packets start in the transmit buffer: payloads then sit 16-byte aligned
@@ -67,6 +69,7 @@ impl Port {
             counters: PortCounters::default(),
             up: true,
             mgmt: None,
+            disabled: false,
         }
     }
 
@@ -181,6 +184,8 @@ impl Port {
     /// packets moved, so a caller polling adaptively knows whether there was work.
     pub fn run_once(&mut self, mem: &mut dyn Memory, now: Duration) -> usize {
         let t = to_time(now);
+        // A Set by MAD_IFC (the guest's own SM) since the last round.
+        self.follow_disabled();
         if let Err(e) = self.link.handle_timeout(now) {
             self.link_error("timeout", &e);
         }
@@ -281,6 +286,9 @@ impl Port {
         if let Err(e) = self.link.end_sends() {
             self.link_error("send", &e);
         }
+        // After the round's sends: the response to the SubnSet that disabled
+        // the port has gone out (as a real port answers, then turns off).
+        self.follow_disabled();
         // The data path sleeps until `next_deadline`: not for a disarmed timer.
         self.engine.settle_timers();
         moved
@@ -312,6 +320,25 @@ impl Port {
             // The SMA's port state machine decides what the guest hears.
             Some(m) => m.link_changed(up, to_time(now), &mut self.engine),
             None => self.engine.port_changed(up),
+        }
+    }
+
+    /// The SM's PortPhysicalState into the link (IBA 14.2.5.6): Disabled turns
+    /// the PHY off (no keepalives, nothing sent or taken, the link partner goes
+    /// down after its silence; `follow_link` then sees the link down), Polling
+    /// on again (up, and the port in Init, when the partner is heard).
+    fn follow_disabled(&mut self) {
+        let disabled = self
+            .mgmt
+            .as_ref()
+            .is_some_and(|m| m.phys_state() == transport::mad::portinfo::phys_state::DISABLED);
+        if disabled != self.disabled {
+            log::info!(
+                "port: {} by the SM",
+                if disabled { "disabled" } else { "enabled" }
+            );
+            self.link.set_disabled(disabled);
+            self.disabled = disabled;
         }
     }
 

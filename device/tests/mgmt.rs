@@ -41,6 +41,10 @@ const GUID_B: u64 = 0x0002_c903_0000_0002;
 struct CableEnd {
     wires: Wires,
     up: Arc<Mutex<bool>>,
+    /// Which ends the SM disabled (`Link::set_disabled`): a disabled end
+    /// sends and takes nothing, and the cable is down at both ends (the
+    /// partner's liveness timeout, without the wait).
+    disabled: Arc<Mutex<[bool; 2]>>,
     me: usize,
     /// Every packet sent from this end.
     sent: Arc<Mutex<Vec<Vec<u8>>>>,
@@ -51,9 +55,11 @@ type Wires = Arc<Mutex<[VecDeque<Vec<u8>>; 2]>>;
 fn cable() -> (CableEnd, CableEnd, Arc<Mutex<bool>>, Wires) {
     let wires = Arc::new(Mutex::new([VecDeque::new(), VecDeque::new()]));
     let up = Arc::new(Mutex::new(true));
+    let disabled = Arc::new(Mutex::new([false; 2]));
     let end = |me| CableEnd {
         wires: Arc::clone(&wires),
         up: Arc::clone(&up),
+        disabled: Arc::clone(&disabled),
         me,
         sent: Arc::default(),
     };
@@ -62,8 +68,11 @@ fn cable() -> (CableEnd, CableEnd, Arc<Mutex<bool>>, Wires) {
 
 impl Link for CableEnd {
     fn send(&mut self, _now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        if self.disabled.lock().unwrap()[self.me] {
+            return Ok(());
+        }
         self.sent.lock().unwrap().push(packet.to_vec());
-        if *self.up.lock().unwrap() {
+        if self.is_up() {
             self.wires.lock().unwrap()[1 - self.me].push_back(packet.to_vec());
         }
         Ok(())
@@ -79,6 +88,9 @@ impl Link for CableEnd {
             let Some(p) = self.wires.lock().unwrap()[self.me].pop_front() else {
                 break;
             };
+            if self.disabled.lock().unwrap()[self.me] {
+                continue;
+            }
             deliver(Received {
                 packet: &p,
                 src_lid: None,
@@ -97,7 +109,10 @@ impl Link for CableEnd {
         Ok(())
     }
     fn is_up(&self) -> bool {
-        *self.up.lock().unwrap()
+        *self.up.lock().unwrap() && *self.disabled.lock().unwrap() == [false; 2]
+    }
+    fn set_disabled(&mut self, disabled: bool) {
+        self.disabled.lock().unwrap()[self.me] = disabled;
     }
 }
 
@@ -768,4 +783,90 @@ fn ad_09_the_guests_node_description_is_what_the_sm_reads_after_trap_144() {
     assert_eq!(t.b.port.set_node_description(nd, now), Some(false));
     t.run(2);
     assert!(t.sm_received().is_empty());
+}
+
+/// B's PortInfo with PortPhysicalState `phys`, the rest as `pi`.
+fn with_phys(mut pi: PortInfoRepr, phys: u8) -> [u8; 64] {
+    pi.port_state = port_state::NO_CHANGE;
+    pi.port_physical_state = phys;
+    let mut data = [0u8; 64];
+    pi.emit(&mut data).unwrap();
+    data
+}
+
+#[test]
+fn ad_09_an_hca_port_the_sm_disables_takes_its_link_down_until_polling() {
+    let mut t = Bench::new(2, SubnetMode::Static);
+    let pi = port_info(&t.ask(
+        &dr(smp(method::GET, attr_id::PORT_INFO, 0, [0; 64])),
+        PERMISSIVE_LID,
+    ));
+    events(&mut t.b.port);
+    events(&mut t.a.port);
+    // ibportstate on B's port: Disabled. The answer still leaves B (a port
+    // answers, then its PHY goes off).
+    let r = t.ask(
+        &dr(smp(
+            method::SET,
+            attr_id::PORT_INFO,
+            0,
+            with_phys(pi, phys_state::DISABLED),
+        )),
+        PERMISSIVE_LID,
+    );
+    assert_eq!(r.status, status::OK);
+    assert_eq!(
+        (port_info(&r).port_state, port_info(&r).port_physical_state),
+        (port_state::DOWN, phys_state::DISABLED)
+    );
+    t.run(1);
+    let m = t.b.port.mgmt().unwrap();
+    assert_eq!(
+        (m.port_state(), m.phys_state()),
+        (port_state::DOWN, phys_state::DISABLED)
+    );
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortError]);
+    // The link is down at both ends: A, the partner, goes Down too.
+    assert!(!t.b.port.link().is_up());
+    assert_eq!(t.a.port.mgmt().unwrap().port_state(), port_state::DOWN);
+    assert_eq!(events(&mut t.a.port).1, vec![Event::PortError]);
+    // Nothing leaves B: an SMP from A gets no answer.
+    let sent = t.b.sent.lock().unwrap().len();
+    t.sm_send(
+        &dr(smp(method::GET, attr_id::NODE_INFO, 0, [0; 64])),
+        PERMISSIVE_LID,
+    );
+    t.run(2);
+    assert!(t.sm_received().is_empty());
+    assert_eq!(t.b.sent.lock().unwrap().len(), sent);
+
+    // B's own SM (MAD_IFC, no wire needed) sets Polling: the link trains,
+    // both ports come back (static mode: Active with no SM to wait for).
+    let mut set = smp(
+        method::SET,
+        attr_id::PORT_INFO,
+        0,
+        with_phys(pi, phys_state::POLLING),
+    );
+    set.route = SmpRoute::Lid;
+    let mad: [u8; MAD_LEN] = set.to_bytes()[..].try_into().unwrap();
+    let now = t.now;
+    assert!(matches!(
+        t.b.port.mad_ifc(&mad, 2, now),
+        Some(device::mgmt::MadIfcResult::Reply(_))
+    ));
+    t.run(1);
+    assert!(t.b.port.link().is_up());
+    let m = t.b.port.mgmt().unwrap();
+    assert_eq!(
+        (m.port_state(), m.phys_state()),
+        (port_state::ACTIVE, phys_state::LINK_UP)
+    );
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortActive]);
+    assert_eq!(t.a.port.mgmt().unwrap().port_state(), port_state::ACTIVE);
+    let r = t.ask(
+        &dr(smp(method::GET, attr_id::PORT_INFO, 0, [0; 64])),
+        PERMISSIVE_LID,
+    );
+    assert_eq!(port_info(&r).port_state, port_state::ACTIVE);
 }

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use transport::mad::attr::{node_type, NodeInfoRepr};
-use transport::mad::{attr_id, method, DrFields, Smp, SmpRepr, SmpRoute, PERMISSIVE_LID};
+use transport::mad::portinfo::{phys_state, port_state};
+use transport::mad::{
+    attr_id, method, DrFields, PortInfoRepr, Smp, SmpRepr, SmpRoute, PERMISSIVE_LID,
+};
 use transport::wire::opcode::Opcode;
 use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
 use vhca_tests::abi::cqe::EqeType;
@@ -273,11 +276,14 @@ fn raw_port_fabric() -> (tempfile::TempDir, PathBuf, UdpSocket, SocketAddr) {
 /// The next datagram on `s` that is not a keepalive.
 fn next_packet(s: &UdpSocket) -> Vec<u8> {
     let mut buf = vec![0u8; 9000];
+    // Keepalives keep coming: the 5 s are for the packet, not the socket.
+    let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (n, _) = s.recv_from(&mut buf).expect("a reply within 5 s");
         if &buf[..n] != b"VHCAlive" {
             return buf[..n].to_vec();
         }
+        assert!(Instant::now() < deadline, "no packet within 5 s");
     }
 }
 
@@ -442,4 +448,246 @@ fn ad_09_a_keyed_fabric_carries_rc_through_the_switch_and_every_port_checks_the_
         }
     }
     let _ = v.stop(0, Duration::from_secs(5));
+}
+
+/// Two switches joined by two parallel cables (sw0:4-sw1:4, sw0:5-sw1:5),
+/// port 1 of sw0 cabled to node "x", a raw socket the test drives as the SM.
+fn two_switch_fabric() -> (tempfile::TempDir, PathBuf, UdpSocket, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let x = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let xa = x.local_addr().unwrap();
+    let p = free_udp_ports(10).unwrap();
+    let addrs = |ports: &[u16]| -> String {
+        let a: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+        a.join(", ")
+    };
+    let text = format!(
+        "[[node]]\nname = \"x\"\nlid = 1\nguid = 1\naddress = \"{xa}\"\n\
+         [[switch]]\nname = \"sw0\"\nguid = 0x100\nlid = 3\nports = 5\naddress = [{}]\n\
+         [[switch]]\nname = \"sw1\"\nguid = 0x200\nlid = 4\nports = 5\naddress = [{}]\n\
+         [[link]]\nends = [\"x\", \"sw0:1\"]\n\
+         [[link]]\nends = [\"sw0:4\", \"sw1:4\"]\n\
+         [[link]]\nends = [\"sw0:5\", \"sw1:5\"]\n",
+        addrs(&p[..5]),
+        addrs(&p[5..]),
+    );
+    let f = dir.path().join("fabric.toml");
+    std::fs::write(&f, text).unwrap();
+    x.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let port1: SocketAddr = format!("127.0.0.1:{}", p[0]).parse().unwrap();
+    (dir, f, x, port1)
+}
+
+/// Keepalives from `x` to sw0's port 1 every 100 ms until dropped, so that
+/// the port stays up under a 500 ms silence limit while the test waits.
+struct Heartbeat(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Heartbeat {
+    fn start(x: &UdpSocket, to: SocketAddr) -> Heartbeat {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = x.try_clone().unwrap();
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = s.send_to(b"VHCAlive", to);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Heartbeat(stop)
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A directed-route SMP from x along `hops` (x's own port first), and the
+/// switch's GetResp to it.
+fn dr_smp(
+    x: &UdpSocket,
+    to: SocketAddr,
+    hops: &[u8],
+    m: u8,
+    attr: u16,
+    modifier: u32,
+    data: [u8; 64],
+) -> SmpRepr {
+    static TID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x5e00);
+    let tid = TID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut d = DrFields::outgoing(hops).unwrap();
+    d.hop_ptr = 1; // moved by x's SMI (C14-9:1)
+    let req = SmpRepr {
+        base_version: 1,
+        class_version: 1,
+        method: m,
+        status: 0,
+        tid,
+        attr_id: attr,
+        attr_mod: modifier,
+        mkey: 0,
+        route: SmpRoute::Directed(d),
+        data,
+    };
+    x.send_to(
+        &packet(15, PERMISSIVE_LID, PERMISSIVE_LID, 0, &req.to_bytes()),
+        to,
+    )
+    .unwrap();
+    loop {
+        let p = next_packet(x);
+        let p = PacketRepr::parse(&p).expect("a valid packet back");
+        let smp = SmpRepr::parse(&Smp::new_checked(p.transport.payload).unwrap()).unwrap();
+        if smp.tid == tid {
+            assert_eq!((smp.method, smp.status), (method::GET_RESP, 0), "{smp:?}");
+            return smp;
+        }
+    }
+}
+
+fn switch_info(x: &UdpSocket, to: SocketAddr, hops: &[u8]) -> SmpRepr {
+    dr_smp(x, to, hops, method::GET, attr_id::SWITCH_INFO, 0, [0; 64])
+}
+
+fn port_info(x: &UdpSocket, to: SocketAddr, hops: &[u8], p: u8) -> PortInfoRepr {
+    let r = dr_smp(
+        x,
+        to,
+        hops,
+        method::GET,
+        attr_id::PORT_INFO,
+        p.into(),
+        [0; 64],
+    );
+    PortInfoRepr::parse(&r.data).unwrap()
+}
+
+/// `ibportstate 3 4 disable` / `enable` from x: SubnSet(PortInfo:4) with
+/// PortPhysicalState 3 / 2 (IBA 14.2.5.6), the rest as read.
+fn set_phys(x: &UdpSocket, to: SocketAddr, p: u8, phys: u8) -> PortInfoRepr {
+    let mut pi = port_info(x, to, &[1], p);
+    pi.port_state = 0; // no change
+    pi.port_physical_state = phys;
+    let mut d = [0u8; 64];
+    pi.emit(&mut d).unwrap();
+    let r = dr_smp(x, to, &[1], method::SET, attr_id::PORT_INFO, p.into(), d);
+    PortInfoRepr::parse(&r.data).unwrap()
+}
+
+fn wait_state(sw: &mut SwitchProc, p: u64, want: &str) {
+    let deadline = Instant::now() + T;
+    loop {
+        let c = sw.counters();
+        if port(&c, p)["state"] == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "port {p} not {want}: {c}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn ad_09_a_switch_port_disabled_by_the_sm_takes_the_link_down_at_both_ends_and_polling_brings_it_back(
+) {
+    let (dir, f, x, port1) = two_switch_fabric();
+    let silence = ["--peer-silence-ms", "500"];
+    let mut sw0 = SwitchProc::spawn(&f, "sw0", dir.path(), &silence);
+    let mut sw1 = SwitchProc::spawn(&f, "sw1", dir.path(), &silence);
+    let _beat = Heartbeat::start(&x, port1);
+    sw0.wait_active(&[1, 4, 5]);
+    sw1.wait_active(&[4, 5]);
+    // sw1, seen through the other cable (x -> sw0:5 -> sw1).
+    let via5 = [1, 5];
+    assert_eq!(
+        port_info(&x, port1, &via5, 4).port_state,
+        port_state::ACTIVE
+    );
+    // The SM clears sw1's PortStateChange (writes 1).
+    let si = switch_info(&x, port1, &via5);
+    let r = dr_smp(
+        &x,
+        port1,
+        &via5,
+        method::SET,
+        attr_id::SWITCH_INFO,
+        0,
+        si.data,
+    );
+    assert_eq!(r.data[11] & 0x04, 0, "PortStateChange cleared");
+    // x is sw0's SM (port 0's MasterSMLID; the static LFT routes LID 1 to port 1).
+    let mut p0 = port_info(&x, port1, &[1], 0);
+    p0.master_sm_lid = 1;
+    let mut d = [0u8; 64];
+    p0.emit(&mut d).unwrap();
+    dr_smp(&x, port1, &[1], method::SET, attr_id::PORT_INFO, 0, d);
+
+    let pi = set_phys(&x, port1, 4, phys_state::DISABLED);
+    assert_eq!(
+        (pi.port_state, pi.port_physical_state),
+        (port_state::DOWN, phys_state::DISABLED)
+    );
+    // sw0 tells its SM: trap 128 (OpenSM sweeps on it), LID-routed from
+    // sw0's LID; the SM represses it.
+    let (lrh, trap) = loop {
+        let p = next_packet(&x);
+        let p = PacketRepr::parse(&p).expect("a valid packet");
+        let smp = SmpRepr::parse(&Smp::new_checked(p.transport.payload).unwrap()).unwrap();
+        if smp.method == method::TRAP {
+            break (p.lrh, smp);
+        }
+    };
+    assert_eq!((lrh.vl, lrh.dlid, lrh.slid), (15, 1, 3));
+    assert_eq!(trap.attr_id, attr_id::NOTICE);
+    assert_eq!(&trap.data[4..8], &[0, 128, 0, 3], "trap 128 from LID 3");
+    let mut repress = trap;
+    repress.method = method::TRAP_REPRESS;
+    x.send_to(&packet(15, 3, 1, 0, &repress.to_bytes()), port1)
+        .unwrap();
+    // sw0 stops talking on port 4: sw1's end goes Down after its silence,
+    // and its SwitchInfo says a port changed (what OpenSM's light sweep reads).
+    wait_state(&mut sw1, 4, "Down");
+    let pi = port_info(&x, port1, &via5, 4);
+    assert_eq!(
+        (pi.port_state, pi.port_physical_state),
+        (port_state::DOWN, phys_state::POLLING)
+    );
+    let si = switch_info(&x, port1, &via5);
+    assert_eq!(si.data[11] & 0x04, 0x04, "sw1's PortStateChange");
+    assert_eq!(
+        port_info(&x, port1, &via5, 5).port_state,
+        port_state::ACTIVE
+    );
+    // sw1's keepalives keep coming in on sw0:4, which takes none of them.
+    std::thread::sleep(Duration::from_millis(600));
+    let c0 = sw0.counters();
+    let link = &port(&c0, 4)["link"]["udp"];
+    assert!(link["rx_disabled"].as_u64().unwrap() > 0, "{c0}");
+    assert_eq!(port(&c0, 4)["state"], "Down", "{c0}");
+
+    // ibportstate 3 4 enable: keepalives again; both ends train and (static
+    // mode, no SM to wait for) go Active.
+    let pi = set_phys(&x, port1, 4, phys_state::POLLING);
+    assert_eq!(pi.port_physical_state, phys_state::POLLING);
+    sw0.wait_active(&[4]);
+    sw1.wait_active(&[4]);
+    assert_eq!(
+        port_info(&x, port1, &via5, 4).port_state,
+        port_state::ACTIVE
+    );
+    let pi = port_info(&x, port1, &[1], 4);
+    assert_eq!(
+        (pi.port_state, pi.port_physical_state),
+        (port_state::ACTIVE, phys_state::LINK_UP)
+    );
+    let (s0, c0) = sw0.stop();
+    let (s1, c1) = sw1.stop();
+    assert!(s0.success() && s1.success());
+    // Nothing reached sw0's core on the disabled port: the link dropped it.
+    assert_eq!(c0["drops"]["port_disabled"], 0, "{c0}");
+    assert_eq!(c0["traps"]["repressed"], 1, "{c0}");
+    assert_eq!(c0["drops"]["unmatched_repress"], 0, "{c0}");
+    assert_eq!(port(&c1, 4)["link"]["udp"]["port_down"], 1, "{c1}");
+    // Up at the start, and again after the enable.
+    assert_eq!(port(&c1, 4)["link"]["udp"]["port_up"], 2, "{c1}");
 }

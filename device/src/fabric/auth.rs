@@ -728,6 +728,9 @@ impl<L: Link> Link for AuthLink<L> {
     fn is_up(&self) -> bool {
         self.inner.is_up()
     }
+    fn set_disabled(&mut self, disabled: bool) {
+        self.inner.set_disabled(disabled)
+    }
 
     fn report(&self) -> Option<String> {
         let mine = format!("auth (key {}): {}", self.key_id, self.checks.counters);

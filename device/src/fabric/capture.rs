@@ -217,6 +217,9 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
     fn is_up(&self) -> bool {
         self.inner.is_up()
     }
+    fn set_disabled(&mut self, disabled: bool) {
+        self.inner.set_disabled(disabled)
+    }
 
     fn clear(&mut self) {
         // A device reset (the driver unloaded): the data path may not run

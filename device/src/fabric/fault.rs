@@ -470,6 +470,9 @@ impl<L: Link> Link for FaultLink<L> {
     fn is_up(&self) -> bool {
         self.inner.is_up()
     }
+    fn set_disabled(&mut self, disabled: bool) {
+        self.inner.set_disabled(disabled)
+    }
 
     fn clear(&mut self) {
         self.held = None;

@@ -49,6 +49,9 @@ pub struct Liveness {
     last_heard: Option<Duration>,
     next_beat: Option<Duration>,
     up: bool,
+    /// The SM set PortPhysicalState Disabled (IBA 14.2.5.6): the PHY is off,
+    /// so no keepalive goes out and nothing heard counts.
+    disabled: bool,
     pub counters: LivenessCounters,
 }
 
@@ -62,6 +65,7 @@ impl Liveness {
             last_heard: None,
             next_beat: None,
             up: true,
+            disabled: false,
             counters: LivenessCounters::default(),
         }
     }
@@ -84,6 +88,9 @@ impl Liveness {
 
     /// A datagram came from a fabric node at `now`.
     pub fn heard(&mut self, now: Duration) {
+        if self.disabled {
+            return;
+        }
         self.last_heard = Some(self.last_heard.map_or(now, |t| t.max(now)));
         if !self.up {
             self.up = true;
@@ -94,7 +101,7 @@ impl Liveness {
     /// Advances to `now`: the port goes down after [`DEAD_AFTER`] of silence.
     /// Returns whether keepalives are due (the caller sends one to each peer).
     pub fn tick(&mut self, now: Duration) -> bool {
-        if self.peers.is_empty() {
+        if self.peers.is_empty() || self.disabled {
             return false;
         }
         let heard = *self.last_heard.get_or_insert(now);
@@ -113,7 +120,7 @@ impl Liveness {
 
     /// When [`Liveness::tick`] has work next: a beat, or the port's death.
     pub fn deadline(&self) -> Option<Duration> {
-        if self.peers.is_empty() {
+        if self.peers.is_empty() || self.disabled {
             return None;
         }
         let Some(beat) = self.next_beat else {
@@ -135,6 +142,33 @@ impl Liveness {
     /// Whether the port is up.
     pub fn is_up(&self) -> bool {
         self.up
+    }
+
+    /// The SM disabled the port (IBA 14.2.5.6 PortPhysicalState 3): down, no
+    /// keepalives, deaf, so the link partner goes down after its silence; or
+    /// set it Polling again: still down, a keepalive at once, and up when the
+    /// partner is heard (the link trains).
+    pub fn set_disabled(&mut self, disabled: bool) {
+        if disabled == self.disabled {
+            return;
+        }
+        self.disabled = disabled;
+        if disabled && self.up {
+            self.counters.went_down += 1;
+        }
+        // With no one to hear (a fabric of one node, or liveness off) the
+        // link is up again as soon as it is enabled: nothing would bring it up.
+        self.up = !disabled && self.peers.is_empty();
+        if self.up {
+            self.counters.came_up += 1;
+        }
+        self.last_heard = None;
+        self.next_beat = None;
+    }
+
+    /// Whether the SM disabled the port.
+    pub fn is_disabled(&self) -> bool {
+        self.disabled
     }
 }
 
@@ -170,6 +204,36 @@ mod tests {
     }
 
     #[test]
+    fn ae_01_a_disabled_port_is_down_silent_and_deaf_until_polling() {
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut l = Liveness::new(vec![peer], S, 3 * S);
+        let t0 = Duration::from_secs(1000);
+        assert!(l.tick(t0));
+        l.heard(t0);
+        l.set_disabled(true);
+        assert!(!l.is_up() && l.is_disabled());
+        assert_eq!(l.counters.went_down, 1);
+        assert_eq!(
+            l.deadline(),
+            None,
+            "no keepalive to send, no death to wait for"
+        );
+        assert!(!l.tick(t0 + 10 * S), "no keepalives");
+        l.heard(t0 + 10 * S);
+        assert!(!l.is_up(), "deaf");
+        assert_eq!(l.counters.came_up, 0);
+        // Polling: a keepalive at once, up when the partner is heard.
+        l.set_disabled(false);
+        assert!(!l.is_up());
+        assert_eq!(l.deadline(), Some(Duration::ZERO));
+        assert!(l.tick(t0 + 11 * S));
+        assert!(!l.is_up(), "not before the partner is heard");
+        l.heard(t0 + 11 * S);
+        assert!(l.is_up());
+        assert_eq!(l.counters.came_up, 1);
+    }
+
+    #[test]
     fn ae_01_a_single_node_fabric_is_always_up() {
         let mut l = Liveness::new(vec![], S, 3 * S);
         assert!(!l.tick(Duration::from_secs(1 << 20)));
@@ -177,5 +241,14 @@ mod tests {
         assert_eq!(l.deadline(), None);
         assert!(Liveness::is_keepalive(b"VHCAlive"));
         assert!(!Liveness::is_keepalive(b"VHCAlive!"));
+        // Disabled and enabled again: up at once, there is no one to hear.
+        l.set_disabled(true);
+        assert!(!l.is_up());
+        l.set_disabled(false);
+        assert!(l.is_up());
+        let mut off = Liveness::off();
+        off.set_disabled(true);
+        off.set_disabled(false);
+        assert!(off.is_up());
     }
 }

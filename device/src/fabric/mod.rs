@@ -237,6 +237,14 @@ pub trait Link {
     fn is_up(&self) -> bool {
         true
     }
+
+    /// The SM set the port's PortPhysicalState to Disabled (true) or Polling
+    /// (false) (IBA 14.2.5.6): a disabled link sends nothing, keepalives
+    /// included, drops what arrives (counted) and is down, so its partner
+    /// goes down after its silence; enabled again it trains when the partner
+    /// is heard. Stages forward it; nothing by default (a link with no PHY
+    /// state of its own).
+    fn set_disabled(&mut self, _disabled: bool) {}
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -289,6 +297,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn is_up(&self) -> bool {
         (**self).is_up()
+    }
+    fn set_disabled(&mut self, disabled: bool) {
+        (**self).set_disabled(disabled)
     }
 }
 

@@ -536,8 +536,6 @@ impl UdpLink {
                 *skipped += 1;
                 continue;
             };
-            // AE-01: any datagram from a fabric node says it is alive.
-            self.live.heard(now);
             if self.rx_off == 0 && m.segment.is_some() {
                 self.counters.rx_gro_runs += 1;
             }
@@ -551,6 +549,15 @@ impl UdpLink {
             } else {
                 self.rx_off = end;
             }
+            if self.live.is_disabled() {
+                // IBA 14.2.5.6: a Disabled port hears nothing, keepalives
+                // included (its partner's, until the partner goes down).
+                self.counters.drop_rx_disabled += 1;
+                *skipped += 1;
+                continue;
+            }
+            // AE-01: any datagram from a fabric node says it is alive.
+            self.live.heard(now);
             if Liveness::is_keepalive(&self.rx.buf(i)[start..end]) {
                 self.live.counters.keepalives_received += 1;
                 self.counters.liveness = self.live.counters;
@@ -675,6 +682,11 @@ impl UdpLink {
     /// Where a packet to send goes (see [`Route`]).
     fn route(&mut self, packet: &[u8]) -> Route {
         let c = &mut self.counters;
+        if self.live.is_disabled() {
+            // IBA 14.2.5.6: a Disabled port's PHY is off.
+            c.drop_tx_disabled += 1;
+            return Route::Done;
+        }
         if packet.len() < MIN_PACKET_LEN {
             c.drop_tx_short += 1;
             return Route::Done;
@@ -883,5 +895,10 @@ impl Link for UdpLink {
 
     fn is_up(&self) -> bool {
         self.live.is_up()
+    }
+
+    fn set_disabled(&mut self, disabled: bool) {
+        self.live.set_disabled(disabled);
+        self.counters.liveness = self.live.counters;
     }
 }

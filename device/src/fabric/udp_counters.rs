@@ -44,6 +44,10 @@ pub struct UdpCounters {
     pub tx_multicast: u64,
     /// Keepalives and port transitions (AE-01, `liveness`).
     pub liveness: LivenessCounters,
+    /// Send: the SM disabled the port (IBA 14.2.5.6), the PHY is off.
+    pub drop_tx_disabled: u64,
+    /// Receive: the SM disabled the port; datagrams and keepalives alike.
+    pub drop_rx_disabled: u64,
 }
 
 impl UdpCounters {
@@ -57,6 +61,8 @@ impl UdpCounters {
             + self.drop_loopback_full
             + self.drop_rx_unknown_source
             + self.drop_rx_oversized
+            + self.drop_tx_disabled
+            + self.drop_rx_disabled
     }
 }
 
@@ -67,7 +73,8 @@ impl std::fmt::Display for UdpCounters {
             "tx {} ({} B, {} GSO runs) loopback {} rx {} ({} B, {} GRO runs) dropped {}: \
              tx_unknown_dlid {} tx_short {} tx_oversized {} tx_would_block {} tx_error {} \
              loopback_full {} rx_unknown_source {} rx_oversized {} rx_socket_errors {} \
-             tx_multicast {} keepalives_tx {} keepalives_rx {} port_down {} port_up {}",
+             tx_multicast {} keepalives_tx {} keepalives_rx {} port_down {} port_up {} \
+             tx_disabled {} rx_disabled {}",
             self.tx_packets,
             self.tx_bytes,
             self.tx_gso_runs,
@@ -90,6 +97,8 @@ impl std::fmt::Display for UdpCounters {
             self.liveness.keepalives_received,
             self.liveness.went_down,
             self.liveness.came_up,
+            self.drop_tx_disabled,
+            self.drop_rx_disabled,
         )
     }
 }

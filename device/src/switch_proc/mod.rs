@@ -151,6 +151,8 @@ struct Port {
     slids: Option<RangeInclusive<u16>>,
     /// Data packets dropped for another SLID.
     spoofed: u64,
+    /// What the link was last told of the SM's PortPhysicalState Disabled.
+    disabled: bool,
 }
 
 /// The cabled ports of switch `name`, bound and keyed.
@@ -202,6 +204,7 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
             peer,
             slids,
             spoofed: 0,
+            disabled: false,
         });
     }
     Ok(ports)
@@ -268,6 +271,7 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
     loop {
         let t = now();
         for p in ports.iter_mut() {
+            follow_disabled(&core, p);
             if let Err(e) = p.link.handle_timeout(t) {
                 log::debug!("switch: port {}: {e}", p.num);
             }
@@ -275,6 +279,18 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         }
         for p in ports.iter_mut() {
             p.link.begin_sends();
+        }
+        // Trap 128 to the SM (first send or resend), out of the port the
+        // LFT names.
+        out.clear();
+        core.handle_timeout(time(t), &mut out);
+        for o in out.drain(..) {
+            let j = index.get(usize::from(o.port)).copied();
+            if let (Some(p), Egress::New(b)) = (j.and_then(|j| ports.get_mut(j)), &o.packet) {
+                if let Err(err) = p.link.send(t, b) {
+                    log::debug!("switch: port {}: {err}", p.num);
+                }
+            }
         }
         let mut work = false;
         for i in 0..ports.len() {
@@ -344,9 +360,11 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         if busy.poll_again("switch") {
             continue;
         }
+        let trap = core.poll_timeout().map(|d| Duration::from_nanos(d.0));
         let wake = ports
             .iter()
             .filter_map(|p| p.link.poll_timeout())
+            .chain(trap)
             .min()
             .map_or(MAX_SLEEP, |d| d.saturating_sub(now()))
             .min(MAX_SLEEP);
@@ -375,6 +393,24 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
 fn spoofed_slid(pkt: &[u8], lids: &RangeInclusive<u16>) -> bool {
     transport::wire::Lrh::new_checked(pkt)
         .is_ok_and(|l| l.vl() != transport::switch::VL15 && !lids.contains(&l.slid()))
+}
+
+/// The SM's PortPhysicalState into port `p`'s link (IBA 14.2.5.6): Disabled
+/// turns the PHY off (no keepalives, nothing sent or taken, the partner goes
+/// Down after its silence), Polling on again (the link trains when the
+/// partner is heard, then `follow_link` brings the port to Init).
+fn follow_disabled(core: &Switch, p: &mut Port) {
+    let disabled = core.port_disabled(p.num);
+    if disabled != p.disabled {
+        log::info!(
+            "switch: port {} {} by the SM (cabled to {})",
+            p.num,
+            if disabled { "disabled" } else { "enabled" },
+            p.peer
+        );
+        p.link.set_disabled(disabled);
+        p.disabled = disabled;
+    }
 }
 
 /// Port `p`'s link state into the core: up -> `link_up` (and in static mode
@@ -511,6 +547,7 @@ ends = ["b", "sw0:1"]
                 peer: "b".into(),
                 slids: None,
                 spoofed: 0,
+                disabled: false,
             };
             follow_link(&mut core, &p, mode);
             assert_eq!(core.port(1).unwrap().info.port_state, want, "{mode:?}");

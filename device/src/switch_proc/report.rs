@@ -1,6 +1,6 @@
 //! `vhca switch`'s counters: per port the PortCounters (IBA 16.1.3.5) and
 //! state, the link stages' counters, every `SwitchDrop` and directed-route
-//! drop reason, the SMA's replies; as text lines (`--counters-format text`,
+//! drop reason, the SMA's replies, trap 128's sends; as text lines (`--counters-format text`,
 //! the exit report) or one JSON object (`json`, `--counters-file`).
 
 use std::fmt::Write as _;
@@ -60,6 +60,8 @@ pub struct Snapshot {
     pub dr_drops: Vec<(String, u64)>,
     pub sma_replies: u64,
     pub sma_error_replies: u64,
+    /// Trap 128 (`transport::switch::TrapCounters`).
+    pub traps: [(&'static str, u64); 4],
 }
 
 pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot {
@@ -101,6 +103,15 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
             .collect(),
         sma_replies: c.sma_replies,
         sma_error_replies: c.sma_error_replies,
+        traps: {
+            let t = core.trap_counters();
+            [
+                ("sent", t.sent),
+                ("repressed", t.repressed),
+                ("abandoned", t.abandoned),
+                ("no_sm", t.no_sm),
+            ]
+        },
     }
 }
 
@@ -114,14 +125,17 @@ impl Snapshot {
                 .join(" ")
         };
         let mut s = format!(
-            "switch {} ({}): drops: {}\nswitch {} dr_drops: {} sma_replies {} sma_error_replies {}\n",
+            "switch {} ({}): drops: {}\nswitch {} dr_drops: {} sma_replies {} sma_error_replies {}\n\
+             switch {} traps: {}\n",
             self.switch,
             self.mode,
             words(&self.drops),
             self.switch,
             words(&self.dr_drops),
             self.sma_replies,
-            self.sma_error_replies
+            self.sma_error_replies,
+            self.switch,
+            words(&self.traps.map(|(k, v)| (k.to_string(), v)))
         );
         for p in &self.ports {
             let pc: Vec<(String, u64)> = p
@@ -145,7 +159,7 @@ impl Snapshot {
     }
 
     /// One JSON object, without a newline: `time`, `switch`, `mode`,
-    /// `drops`, `dr_drops`, `sma`, and `ports`, an array of
+    /// `drops`, `dr_drops`, `sma`, `traps`, and `ports`, an array of
     /// `{"port", "peer", "state", "counters", "link"}`.
     pub fn json(&self) -> String {
         let mut s = String::with_capacity(2048);
@@ -165,6 +179,8 @@ impl Snapshot {
                 ("error_replies", self.sma_error_replies),
             ],
         );
+        s.push_str(",\"traps\":");
+        json_object(&mut s, self.traps.iter().copied());
         s.push_str(",\"ports\":[");
         for (i, p) in self.ports.iter().enumerate() {
             if i > 0 {

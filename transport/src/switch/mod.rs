@@ -11,14 +11,21 @@
 //! VCRC) with the physical port it arrived on and `now`, and appends what goes out
 //! (port and bytes: the same bytes for a forwarded data packet, new ones for an SMP
 //! the switch changed or answered). The link's inputs are [`Switch::link_up`] and
-//! [`Switch::link_down`]; the SM drives the port states through PortInfo.
+//! [`Switch::link_down`]; the SM drives the port states through PortInfo. A
+//! port the SM Disabled ([`Switch::port_disabled`]) has no link: the driver
+//! stops its keepalives and the core drops what still arrives on it. Trap 128
+//! to the SM comes out of [`Switch::handle_timeout`] ([`trap`]), due by
+//! [`Switch::poll_timeout`].
 
 pub mod pma;
 mod sma;
+mod trap;
 
-use crate::mad::attr::{node_type, NodeDescription};
+pub use trap::{TrapCounters, MAX_TRAP_SENDS};
+
+use crate::mad::attr::{node_type, NodeDescription, SlToVlTable};
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
-use crate::mad::header::{Smp, SmpRepr, SmpRoute};
+use crate::mad::header::{method, Smp, SmpRepr, SmpRoute};
 use crate::mad::portinfo::{phys_state, port_state};
 use crate::mad::switch_attr::{SwitchInfoRepr, LFT_NO_PORT, MFT_POSITION_PORTS, MLID_BASE};
 use crate::mad::{NodeIdentity, PortState, MAD_LEN};
@@ -83,11 +90,21 @@ pub enum SwitchDrop {
     BadDrPath,
     /// A response or trap for an SM on this switch: there is none.
     NoSm,
+    /// Arrived on a port whose PortPhysicalState the SM set to Disabled (IBA
+    /// 14.2.5.6): the port has no link, so nothing it hears is taken.
+    PortDisabled,
+    /// A TrapRepress that names no outstanding trap of this switch.
+    UnmatchedRepress,
+    /// The SLtoVLMappingTable of (ingress, egress) maps the data packet's SL
+    /// to VL15 or to a VL the egress port does not operate (PortInfo:
+    /// OperationalVLs): discarded (IBA 7.6.6, 14.2.5.8). Counted in the egress
+    /// port's PortXmitDiscards too.
+    EgressVlNotOperational,
 }
 
 impl SwitchDrop {
     /// Every reason, in counter order.
-    pub const ALL: [SwitchDrop; 10] = [
+    pub const ALL: [SwitchDrop; 13] = [
         SwitchDrop::Malformed,
         SwitchDrop::NoSuchPort,
         SwitchDrop::IngressNotActive,
@@ -98,6 +115,9 @@ impl SwitchDrop {
         SwitchDrop::ToSwitch,
         SwitchDrop::BadDrPath,
         SwitchDrop::NoSm,
+        SwitchDrop::PortDisabled,
+        SwitchDrop::UnmatchedRepress,
+        SwitchDrop::EgressVlNotOperational,
     ];
 
     /// This reason's index in [`SwitchDrop::ALL`].
@@ -173,6 +193,10 @@ pub struct Switch {
     mft: Vec<u16>,
     counters: SwitchCounters,
     port_counters: Vec<PortCounters>,
+    traps: trap::Traps,
+    /// SLtoVLMappingTable per (input port, output port), ports 0..=N each:
+    /// index `in * (N + 1) + out` (IBA 14.2.5.8).
+    sl2vl: Vec<SlToVlTable>,
 }
 
 impl Switch {
@@ -228,6 +252,10 @@ impl Switch {
                 pma_error_replies: 0,
             },
             port_counters: vec![PortCounters::default(); usize::from(n) + 1],
+            traps: trap::Traps::default(),
+            // Every SL on VL0 until the SM programs it, as an HCA port's
+            // table starts (the one data VL every port has).
+            sl2vl: vec![SlToVlTable::default(); (usize::from(n) + 1).pow(2)],
         }
     }
 
@@ -251,6 +279,59 @@ impl Switch {
     /// The switch's LID: port 0's (IBA 14.2.5.6, a switch has one LID range).
     pub fn lid(&self) -> u16 {
         self.ports[0].info.lid
+    }
+    /// Whether an SM set physical port `p`'s PortPhysicalState to Disabled (IBA
+    /// 14.2.5.6): its link is down until the SM sets Polling, so the driver
+    /// sends nothing on it, keepalives included, and its link partner goes Down.
+    pub fn port_disabled(&self, p: u8) -> bool {
+        p != 0
+            && self
+                .ports
+                .get(usize::from(p))
+                .is_some_and(|s| s.info.port_physical_state == phys_state::DISABLED)
+    }
+    /// What the trap 128 machinery did.
+    pub fn trap_counters(&self) -> &TrapCounters {
+        &self.traps.counters
+    }
+    /// Whether a trap 128 waits for the SM's TrapRepress.
+    pub fn trap_outstanding(&self) -> bool {
+        self.traps.outstanding()
+    }
+
+    fn trap_target(&self) -> trap::TrapTarget {
+        let pi = &self.ports[0].info;
+        trap::TrapTarget {
+            switch_lid: pi.lid,
+            sm_lid: pi.master_sm_lid,
+            subnet_timeout: pi.subnet_timeout,
+            mkey: pi.mkey,
+        }
+    }
+
+    /// When [`Switch::handle_timeout`] has work: a trap to send or resend.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.traps.deadline(&self.trap_target())
+    }
+
+    /// Runs the timers due at `now`: trap 128's first send or resend, LID-routed
+    /// to port 0's MasterSMLID at MasterSMSL by the LFT, appended to `out`.
+    pub fn handle_timeout(&mut self, now: Time, out: &mut Vec<SwitchOut>) {
+        let t = self.trap_target();
+        let Some(smp) = self.traps.poll(now, &t) else {
+            return;
+        };
+        let lrh = LrhRepr {
+            vl: VL15,
+            sl: self.ports[0].info.master_sm_sl,
+            dlid: t.sm_lid,
+            slid: t.switch_lid,
+        };
+        match self.lft_port(t.sm_lid) {
+            Some(p) => self.send_smp(p, lrh, &smp, out),
+            // No route to the SM yet: counted; the resend timer tries again.
+            None => self.vl15_drop(0, SwitchDrop::NoRoute),
+        }
     }
 
     fn mft_positions(&self) -> usize {
@@ -284,6 +365,13 @@ impl Switch {
         self.info.port_state_change = true;
     }
 
+    /// The link state machine moved a port (Down -> Init, or to Down): the
+    /// transitions IBA 14.2.5.4 sets PortStateChange for, and trap 128's.
+    fn link_state_changed(&mut self) {
+        self.port_state_changed();
+        self.traps.link_state_changed();
+    }
+
     /// Port `p`'s link trained: Down -> Init, waiting for the SM (IBA 7.2).
     pub fn link_up(&mut self, p: u8) {
         let Some(port) = self.ports.get_mut(usize::from(p)).filter(|_| p != 0) else {
@@ -295,7 +383,7 @@ impl Switch {
         }
         pi.port_state = port_state::INIT;
         pi.port_physical_state = phys_state::LINK_UP;
-        self.port_state_changed();
+        self.link_state_changed();
     }
 
     /// Port `p`'s link went away: Down, the PHY polling again.
@@ -309,7 +397,7 @@ impl Switch {
         }
         pi.port_state = port_state::DOWN;
         pi.port_physical_state = phys_state::POLLING;
-        self.port_state_changed();
+        self.link_state_changed();
     }
 
     /// Static subnet (no SM; the fabric file plays it): the switch's own LID
@@ -377,6 +465,11 @@ impl Switch {
             return self.drop(SwitchDrop::NoSuchPort);
         }
         let ip = usize::from(in_port);
+        if self.port_disabled(in_port) {
+            // IBA 14.2.5.6: a Disabled port's PHY is off; what its partner
+            // sent before it noticed is not received.
+            return self.drop(SwitchDrop::PortDisabled);
+        }
         let Ok(lrh_view) = Lrh::new_checked(pkt) else {
             self.port_counters[ip].rcv_errors += 1;
             return self.drop(SwitchDrop::Malformed);
@@ -410,7 +503,7 @@ impl Switch {
             return self.drop(SwitchDrop::IngressNotActive);
         }
         if (MLID_BASE..PERMISSIVE_LID).contains(&dlid) {
-            return self.multicast(dlid, in_port, words, out);
+            return self.multicast(pkt, dlid, in_port, words, out);
         }
         if self.is_own_lid(dlid) {
             return self.for_switch(pkt, in_port, out);
@@ -418,7 +511,52 @@ impl Switch {
         let Some(port) = self.lft_port(dlid) else {
             return self.drop(SwitchDrop::NoRoute);
         };
-        self.send(port, Egress::Same, words, true, out);
+        self.send_data(pkt, in_port, port, words, out);
+    }
+
+    /// The SLtoVLMappingTable of (`in_port`, `out_port`) (IBA 14.2.5.8), if
+    /// both are ports of the switch.
+    pub fn sl2vl(&self, in_port: u8, out_port: u8) -> Option<&SlToVlTable> {
+        let n = usize::from(self.node.num_ports) + 1;
+        let (i, o) = (usize::from(in_port), usize::from(out_port));
+        (i < n && o < n).then(|| &self.sl2vl[i * n + o])
+    }
+
+    fn sl2vl_mut(&mut self, in_port: u8, out_port: u8) -> Option<&mut SlToVlTable> {
+        let n = usize::from(self.node.num_ports) + 1;
+        let (i, o) = (usize::from(in_port), usize::from(out_port));
+        (i < n && o < n).then(|| &mut self.sl2vl[i * n + o])
+    }
+
+    /// Forwards a data packet from `in_port` out of `out_port` on the VL the
+    /// (in, out) SLtoVLMappingTable gives its LRH:SL (IBA 7.6.6): the same
+    /// bytes if the VL stays, else LRH:VL rewritten and the VCRC (which covers
+    /// it; the ICRC does not) computed again. A VL the egress port does not
+    /// operate, or VL15, discards it.
+    fn send_data(
+        &mut self,
+        pkt: &[u8],
+        in_port: u8,
+        out_port: u8,
+        words: usize,
+        out: &mut Vec<SwitchOut>,
+    ) {
+        let sl = usize::from(pkt[1] >> 4);
+        let vl = self.sl2vl(in_port, out_port).map_or(VL15, |t| t.0[sl]);
+        let ops = data_vls(self.ports[usize::from(out_port)].info.operational_vls);
+        if vl == VL15 || vl >= ops {
+            let pc = &mut self.port_counters[usize::from(out_port)];
+            pc.xmit_discards = pc.xmit_discards.saturating_add(1);
+            return self.drop(SwitchDrop::EgressVlNotOperational);
+        }
+        if vl == pkt[0] >> 4 {
+            return self.send(out_port, Egress::Same, words, true, out);
+        }
+        let mut b = pkt.to_vec().into_boxed_slice();
+        b[0] = vl << 4 | (b[0] & 0x0f);
+        let crc = vcrc(&b[..words * 4]).to_le_bytes();
+        b[words * 4..].copy_from_slice(&crc);
+        self.send(out_port, Egress::New(b), words, true, out);
     }
 
     /// The LFT's egress port for a unicast LID: none for LID 0, the permissive LID,
@@ -432,7 +570,14 @@ impl Switch {
         (p != 0 && p <= self.node.num_ports).then_some(p)
     }
 
-    fn multicast(&mut self, mlid: u16, in_port: u8, words: usize, out: &mut Vec<SwitchOut>) {
+    fn multicast(
+        &mut self,
+        pkt: &[u8],
+        mlid: u16,
+        in_port: u8,
+        words: usize,
+        out: &mut Vec<SwitchOut>,
+    ) {
         let idx = usize::from(mlid - MLID_BASE);
         let ports: Vec<u8> = (1..=self.node.num_ports)
             .filter(|&p| {
@@ -447,7 +592,7 @@ impl Switch {
             return self.drop(SwitchDrop::NoRoute);
         }
         for p in ports {
-            self.send(p, Egress::Same, words, true, out);
+            self.send_data(pkt, in_port, p, words, out);
         }
     }
 
@@ -526,6 +671,13 @@ impl Switch {
                 return self.vl15_drop(in_port, SwitchDrop::NoRoute);
             };
             return self.send(port, Egress::Same, words, false, out);
+        }
+        if smp.method == method::TRAP_REPRESS {
+            // The SM stops a trap of ours (IBA 13.4.8.1); no response.
+            if !self.traps.repress(&smp) {
+                self.vl15_drop(in_port, SwitchDrop::UnmatchedRepress);
+            }
+            return;
         }
         let mut smp = smp;
         match &mut smp.route {
@@ -667,6 +819,16 @@ impl Switch {
         }
         let words = (buf.len() - VCRC_LEN) / 4;
         self.send(port, Egress::New(buf.into_boxed_slice()), words, data, out);
+    }
+}
+
+/// The data VLs a PortInfo:OperationalVLs (or VLCap) value names (IBA
+/// 14.2.5.6: 1 VL0, 2 VL0-1, 3 VL0-3, 4 VL0-7, 5 VL0-14; others none).
+fn data_vls(code: u8) -> u8 {
+    match code {
+        1..=4 => 1 << (code - 1),
+        5 => 15,
+        _ => 0,
     }
 }
 

@@ -3,12 +3,13 @@
 //! switch column): NodeDescription, NodeInfo (type switch, LocalPortNum = the
 //! ingress port), SwitchInfo, PortInfo per port (modifier = port number, 0 the
 //! management port), P_KeyTable and VLArbitrationTable per port,
+//! SLtoVLMappingTable per (input port, output port),
 //! LinearForwardingTable, MulticastForwardingTable. A bad modifier
 //! answers INVALID_FIELD (IBA 13.4.7), an attribute it lacks
 //! UNSUPPORTED_METHOD_ATTR, as the HCA's SMA does.
 
 use super::Switch;
-use crate::mad::attr::{attr_id, PkeyBlock, VlArbBlock};
+use crate::mad::attr::{attr_id, PkeyBlock, SlToVlTable, VlArbBlock};
 use crate::mad::header::{method, status, SmpRepr, BASE_VERSION, SMP_CLASS_VERSION};
 use crate::mad::sma::handlers::{self, AttrHandler, Data, Req};
 use crate::mad::sma::port::set_port_info;
@@ -55,6 +56,11 @@ const TABLE: &[H] = &[
         id: attr_id::P_KEY_TABLE,
         get: get_pkey_table,
         set: Some(set_pkey_table),
+    },
+    H {
+        id: attr_id::SL_TO_VL_TABLE,
+        get: get_sl2vl,
+        set: Some(set_sl2vl),
     },
     H {
         id: attr_id::VL_ARBITRATION,
@@ -209,6 +215,11 @@ fn set_port_info_attr(sw: &mut Switch, r: &Req, fx: &mut SwitchSetEffects) -> Re
     let req = PortInfoRepr::parse(r.data).map_err(|_| INVALID)?;
     let ch = set_port_info(&mut sw.ports[p], &req)?;
     fx.port_state_changed |= ch.state;
+    if ch.state && sw.port_disabled(p as u8) {
+        // Disabled took the link down (IBA 14.2.5.6): a link state change,
+        // reported to the SM by trap 128 as one the link made.
+        sw.traps.link_state_changed();
+    }
     Ok(())
 }
 
@@ -254,6 +265,34 @@ fn set_pkey_table(sw: &mut Switch, r: &Req, _fx: &mut SwitchSetEffects) -> Resul
             *slot = *v;
         }
     }
+    Ok(())
+}
+
+/// SLtoVLMappingTable's modifier on a switch: bits 15..8 the input port, 7..0
+/// the output port, each 0..=NumPorts, the rest 0 (IBA 14.2.5.8; ibsim's
+/// do_sl2vl and OpenSM's osm_slvl_rcv read it so).
+fn sl2vl_at(sw: &Switch, r: &Req) -> Result<(u8, u8), u16> {
+    let (i, o) = ((r.attr_mod >> 8) as u8, r.attr_mod as u8);
+    if r.attr_mod >> 16 != 0 || sw.sl2vl(i, o).is_none() {
+        return Err(INVALID);
+    }
+    Ok((i, o))
+}
+
+fn get_sl2vl(sw: &Switch, r: &Req) -> Result<Data, u16> {
+    let (i, o) = sl2vl_at(sw, r)?;
+    let mut d = [0u8; SMP_DATA_LEN];
+    sw.sl2vl(i, o)
+        .ok_or(INVALID)?
+        .emit(&mut d)
+        .map_err(|_| INVALID)?;
+    Ok(d)
+}
+
+fn set_sl2vl(sw: &mut Switch, r: &Req, _fx: &mut SwitchSetEffects) -> Result<(), u16> {
+    let (i, o) = sl2vl_at(sw, r)?;
+    let t = SlToVlTable::parse(r.data).map_err(|_| INVALID)?;
+    *sw.sl2vl_mut(i, o).ok_or(INVALID)? = t;
     Ok(())
 }
 
