@@ -54,13 +54,13 @@ check() { # NAME CMD...: runs CMD (60 s at most), prints its output and "SN name
     name=$1; shift
     echo "--- $name: $*"
     timeout 60 "$@" 2>&1; rc=$?
-    echo "SN $name $rc"
+    echo; echo "SN $name $rc"   # on a line of its own, whatever CMD printed last
 }
 fails() { # NAME CMD...: as check, but passes when CMD fails
     name=$1; shift
     echo "--- $name (must fail): $*"
     timeout 60 "$@" 2>&1 && rc=1 || rc=0
-    echo "SN $name $rc"
+    echo; echo "SN $name $rc"   # on a line of its own, whatever CMD printed last
 }
 wait_for() { # TRIES CMD...: CMD every 0.5 s until it succeeds; its status
     n=$1; shift
@@ -217,7 +217,7 @@ check() {
     name=$1; shift
     echo "--- $name: $*"
     timeout "${T:-120}" "$@" 2>&1; rc=$?
-    echo "SN $name $rc"
+    echo; echo "SN $name $rc"   # on a line of its own, whatever CMD printed last
 }
 ip_stat() { # NAME: a counter of /proc/net/snmp's Ip line
     awk -v k="$1" '/^Ip:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == k) c = i; h = 1 } else print $c }' /proc/net/snmp

@@ -41,9 +41,56 @@ fn fabric(switched: bool) -> (Vhca, Option<SwitchProc>) {
     }
 }
 
-/// (WRITE bytes per second, ping-pong p50) on a fresh fabric.
-fn measure(switched: bool) -> (f64, Duration) {
-    let (v, _sw) = fabric(switched);
+/// CPU time (user + system) process `pid` has used so far, from
+/// /proc/PID/stat (fields 14 and 15, in clock ticks); zero if unreadable.
+fn cpu(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // The command name (field 2) may hold spaces: count from its ")".
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // `rest` starts at field 3: utime and stime are fields 14 and 15.
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    // SAFETY: sysconf has no memory effects.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
+}
+
+/// Each process's share of one CPU while the WRITE run took `wall`: the two
+/// HCAs, the switch (if any) and this driver, which polls the completions.
+struct CpuShare {
+    hcas: [f64; 2],
+    switch: Option<f64>,
+    driver: f64,
+}
+
+/// (WRITE bytes per second, ping-pong p50, CPU shares during the WRITE run)
+/// on a fresh fabric.
+fn measure(switched: bool) -> (f64, Duration, CpuShare) {
+    let (v, sw) = fabric(switched);
+    let pids = [
+        v.pid(0),
+        v.pid(1),
+        sw.as_ref().map_or(0, |s| s.pid()),
+        std::process::id(),
+    ];
+    let share = |before: &[Duration; 4], wall: Duration| {
+        let used: Vec<f64> = pids
+            .iter()
+            .zip(before)
+            .map(|(&p, b)| cpu(p).saturating_sub(*b).as_secs_f64() / wall.as_secs_f64())
+            .collect();
+        CpuShare {
+            hcas: [used[0], used[1]],
+            switch: switched.then_some(used[2]),
+            driver: used[3],
+        }
+    };
     let mut a = Node::connect(&v, 0);
     let mut b = Node::connect(&v, 1);
     let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(512, 512);
@@ -65,6 +112,8 @@ fn measure(switched: bool) -> (f64, Duration) {
         200,
         16,
     );
+    let before = pids.map(cpu);
+    let t0 = Instant::now();
     let rate = transfer_rate(
         &mut a,
         &[qa],
@@ -77,6 +126,7 @@ fn measure(switched: bool) -> (f64, Duration) {
         16,
     );
 
+    let cpu_share = share(&before, t0.elapsed());
     let n = if quick() { 300 } else { 2_000 };
     let sbuf = a.region(4096, Layout::Contiguous, 0);
     let rbuf_a = a.region(4096, Layout::Contiguous, 0);
@@ -111,7 +161,21 @@ fn measure(switched: bool) -> (f64, Duration) {
         }
     }
     rtt.sort();
-    (rate, rtt[n / 2])
+    (rate, rtt[n / 2], cpu_share)
+}
+
+fn shares(c: &CpuShare) -> String {
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    let total = c.hcas[0] + c.hcas[1] + c.switch.unwrap_or(0.0) + c.driver;
+    format!(
+        "HCAs {} {}{}, driver {}: {} of the host's CPUs",
+        pct(c.hcas[0]),
+        pct(c.hcas[1]),
+        c.switch
+            .map_or(String::new(), |s| format!(", switch {}", pct(s))),
+        pct(c.driver),
+        pct(total)
+    )
 }
 
 fn main() {
@@ -121,8 +185,8 @@ fn main() {
         .unwrap_or(5);
     let mut rows = Vec::new();
     for r in 0..rounds {
-        let (w0, l0) = measure(false);
-        let (w1, l1) = measure(true);
+        let (w0, l0, c0) = measure(false);
+        let (w1, l1, c1) = measure(true);
         println!(
             "round {r}: back-to-back WRITE {:.0} MB/s p50 {:.1} us | one switch hop WRITE {:.0} MB/s p50 {:.1} us | ratio {:.2}x, latency {:+.0} %",
             w0 / 1e6,
@@ -131,6 +195,12 @@ fn main() {
             l1.as_secs_f64() * 1e6,
             w1 / w0,
             (l1.as_secs_f64() / l0.as_secs_f64() - 1.0) * 100.0
+        );
+        println!(
+            "round {r}: CPU during WRITE, back-to-back: {} | switched: {} (one CPU = 100%; {} CPUs here)",
+            shares(&c0),
+            shares(&c1),
+            std::thread::available_parallelism().map_or(0, |n| n.get())
         );
         rows.push((w1 / w0, l1.as_secs_f64() / l0.as_secs_f64() - 1.0));
     }

@@ -47,6 +47,11 @@ impl SwitchProc {
         }
     }
 
+    /// The switch's process id (panics once it was stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// The counters file as JSON, once it exists.
     pub fn counters(&mut self) -> Value {
         let deadline = Instant::now() + T;
