@@ -328,6 +328,23 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
                 let _ = link.send(t, b);
             }
         }
+        // The SMA's traps (trap 256 on a failed M_Key check, AD-12) and its
+        // M_Key lease.
+        out.clear();
+        core.poll_transmit(time(t), &mut out);
+        for o in out.drain(..) {
+            let (Egress::New(bytes), Some(p)) = (
+                &o.packet,
+                index
+                    .get(usize::from(o.port))
+                    .and_then(|&j| ports.get_mut(j)),
+            ) else {
+                continue;
+            };
+            if let Err(err) = p.link.send(t, bytes) {
+                log::debug!("switch: port {}: {err}", p.num);
+            }
+        }
         for p in ports.iter_mut() {
             if let Err(e) = p.link.end_sends() {
                 log::debug!("switch: port {}: {e}", p.num);
@@ -337,9 +354,12 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         if work {
             continue;
         }
+        // The SMA's clock is the run's (`time`): nanoseconds of `now()`.
+        let sma_wake = core.poll_timeout().map(|at| Duration::from_nanos(at.0));
         let wake = ports
             .iter()
             .filter_map(|p| p.link.poll_timeout())
+            .chain(sma_wake)
             .min()
             .map_or(MAX_SLEEP, |d| d.saturating_sub(now()))
             .min(MAX_SLEEP);

@@ -60,6 +60,8 @@ pub struct Snapshot {
     pub dr_drops: Vec<(String, u64)>,
     pub sma_replies: u64,
     pub sma_error_replies: u64,
+    /// The SMA's traps, M_Key lease expiries and port 0's M_KeyViolations (AD-12).
+    pub sma_mkey: [(&'static str, u64); 5],
 }
 
 pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot {
@@ -101,6 +103,17 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
             .collect(),
         sma_replies: c.sma_replies,
         sma_error_replies: c.sma_error_replies,
+        sma_mkey: [
+            ("traps_sent", c.traps_sent),
+            ("traps_repressed", c.traps_repressed),
+            ("traps_not_queued", c.traps_not_queued),
+            ("lease_expiries", c.lease_expiries),
+            (
+                "mkey_violations",
+                core.port(0)
+                    .map_or(0, |p| u64::from(p.info.mkey_violations)),
+            ),
+        ],
     }
 }
 
@@ -114,14 +127,15 @@ impl Snapshot {
                 .join(" ")
         };
         let mut s = format!(
-            "switch {} ({}): drops: {}\nswitch {} dr_drops: {} sma_replies {} sma_error_replies {}\n",
+            "switch {} ({}): drops: {}\nswitch {} dr_drops: {} sma_replies {} sma_error_replies {} {}\n",
             self.switch,
             self.mode,
             words(&self.drops),
             self.switch,
             words(&self.dr_drops),
             self.sma_replies,
-            self.sma_error_replies
+            self.sma_error_replies,
+            words(&self.sma_mkey.map(|(k, v)| (k.to_string(), v)))
         );
         for p in &self.ports {
             let pc: Vec<(String, u64)> = p
@@ -163,7 +177,9 @@ impl Snapshot {
             [
                 ("replies", self.sma_replies),
                 ("error_replies", self.sma_error_replies),
-            ],
+            ]
+            .into_iter()
+            .chain(self.sma_mkey),
         );
         s.push_str(",\"ports\":[");
         for (i, p) in self.ports.iter().enumerate() {

@@ -11,7 +11,10 @@
 //! VCRC) with the physical port it arrived on and `now`, and appends what goes out
 //! (port and bytes: the same bytes for a forwarded data packet, new ones for an SMP
 //! the switch changed or answered). The link's inputs are [`Switch::link_up`] and
-//! [`Switch::link_down`]; the SM drives the port states through PortInfo.
+//! [`Switch::link_down`]; the SM drives the port states through PortInfo. The
+//! SMA's traps (trap 256 on a failed M_Key check, AD-12) come out of
+//! [`Switch::poll_transmit`], and [`Switch::poll_timeout`] says when it and the
+//! M_Key lease next have work.
 
 pub mod pma;
 mod sma;
@@ -20,6 +23,8 @@ use crate::mad::attr::{node_type, NodeDescription};
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
 use crate::mad::header::{Smp, SmpRepr, SmpRoute};
 use crate::mad::portinfo::{phys_state, port_state};
+use crate::mad::sma::mkey::MkeyLease;
+use crate::mad::sma::traps::TrapQueue;
 use crate::mad::switch_attr::{SwitchInfoRepr, LFT_NO_PORT, MFT_POSITION_PORTS, MLID_BASE};
 use crate::mad::{NodeIdentity, PortState, MAD_LEN};
 use crate::verbs::Time;
@@ -83,11 +88,16 @@ pub enum SwitchDrop {
     BadDrPath,
     /// A response or trap for an SM on this switch: there is none.
     NoSm,
+    /// An SMP that failed the M_Key check of port 0 (IBA 14.2.4, AD-12): no
+    /// response; M_KeyViolations counted, trap 256 queued.
+    BadMkey,
+    /// A TrapRepress that names no pending trap.
+    UnmatchedRepress,
 }
 
 impl SwitchDrop {
     /// Every reason, in counter order.
-    pub const ALL: [SwitchDrop; 10] = [
+    pub const ALL: [SwitchDrop; 12] = [
         SwitchDrop::Malformed,
         SwitchDrop::NoSuchPort,
         SwitchDrop::IngressNotActive,
@@ -98,6 +108,8 @@ impl SwitchDrop {
         SwitchDrop::ToSwitch,
         SwitchDrop::BadDrPath,
         SwitchDrop::NoSm,
+        SwitchDrop::BadMkey,
+        SwitchDrop::UnmatchedRepress,
     ];
 
     /// This reason's index in [`SwitchDrop::ALL`].
@@ -136,6 +148,14 @@ pub struct SwitchCounters {
     /// PerfMgt GMPs the PMA answered / answered with a non-zero status.
     pub pma_replies: u64,
     pub pma_error_replies: u64,
+    /// Trap sends, resends included / traps the SM repressed.
+    pub traps_sent: u64,
+    pub traps_repressed: u64,
+    /// Traps not queued: no SM LID in port 0's PortInfo, or
+    /// [`crate::mad::sma::MAX_PENDING_TRAPS`] pending.
+    pub traps_not_queued: u64,
+    /// M_Key leases that ran out (protection cleared).
+    pub lease_expiries: u64,
 }
 
 impl SwitchCounters {
@@ -173,6 +193,9 @@ pub struct Switch {
     mft: Vec<u16>,
     counters: SwitchCounters,
     port_counters: Vec<PortCounters>,
+    /// Port 0's M_Key lease (AD-12).
+    lease: MkeyLease,
+    traps: TrapQueue,
 }
 
 impl Switch {
@@ -226,8 +249,14 @@ impl Switch {
                 sma_error_replies: 0,
                 pma_replies: 0,
                 pma_error_replies: 0,
+                traps_sent: 0,
+                traps_repressed: 0,
+                traps_not_queued: 0,
+                lease_expiries: 0,
             },
             port_counters: vec![PortCounters::default(); usize::from(n) + 1],
+            lease: MkeyLease::default(),
+            traps: TrapQueue::default(),
         }
     }
 
@@ -372,7 +401,7 @@ impl Switch {
     /// `in_port`, appending what goes out to `out`. Never panics; every packet
     /// either goes out or is counted as a drop.
     pub fn handle_packet(&mut self, pkt: &[u8], in_port: u8, now: Time, out: &mut Vec<SwitchOut>) {
-        let _ = now;
+        self.expire_lease(now);
         if in_port == 0 || in_port > self.node.num_ports {
             return self.drop(SwitchDrop::NoSuchPort);
         }
@@ -399,7 +428,7 @@ impl Switch {
         pc.rcv_data_words = pc.rcv_data_words.saturating_add(words as u64);
         let dlid = lrh_view.dlid();
         if lrh_view.vl() == VL15 {
-            return self.handle_vl15(pkt, in_port, out);
+            return self.handle_vl15(pkt, in_port, now, out);
         }
         let st = self.ports[ip].info.port_state;
         if st == port_state::ARMED {
@@ -515,7 +544,7 @@ impl Switch {
     /// 0x01 or 0x81, IBA 14.2.1). LID-routed: answered if for this switch, else
     /// forwarded by the LFT. Directed route: through `switch_hop`, unless the LRH
     /// names another node (a LID-routed part: forwarded by the LFT).
-    fn handle_vl15(&mut self, pkt: &[u8], in_port: u8, out: &mut Vec<SwitchOut>) {
+    fn handle_vl15(&mut self, pkt: &[u8], in_port: u8, now: Time, out: &mut Vec<SwitchOut>) {
         let Some((lrh, smp)) = parse_smp(pkt) else {
             return self.vl15_drop(in_port, SwitchDrop::Vl15NotSmp);
         };
@@ -529,7 +558,7 @@ impl Switch {
         }
         let mut smp = smp;
         match &mut smp.route {
-            SmpRoute::Lid => self.respond(lrh, smp, in_port, out),
+            SmpRoute::Lid => self.respond(lrh, smp, in_port, now, out),
             SmpRoute::Directed(d) => {
                 // The end of a LID-routed tail (C14-9:4): the SMP is this switch's.
                 if !d.direction
@@ -537,11 +566,13 @@ impl Switch {
                     && d.hop_ptr == d.hop_cnt.wrapping_add(1)
                     && d.dr_dlid != PERMISSIVE_LID
                 {
-                    return self.respond(lrh, smp, in_port, out);
+                    return self.respond(lrh, smp, in_port, now, out);
                 }
                 match dr::switch_hop(d, in_port, self.node.num_ports) {
                     Ok(SwitchHop::Forward(p)) => self.send_smp(p, lrh, &smp, out),
-                    Ok(SwitchHop::Local) if !d.direction => self.respond(lrh, smp, in_port, out),
+                    Ok(SwitchHop::Local) if !d.direction => {
+                        self.respond(lrh, smp, in_port, now, out)
+                    }
                     Ok(SwitchHop::Local) => self.vl15_drop(in_port, SwitchDrop::NoSm),
                     Ok(SwitchHop::LidRoute(lid)) => {
                         let me = self.lid_or_permissive();
@@ -566,9 +597,18 @@ impl Switch {
     }
 
     /// The SMA answers; the response goes back the way the request came.
-    fn respond(&mut self, req_lrh: LrhRepr, smp: SmpRepr, in_port: u8, out: &mut Vec<SwitchOut>) {
-        let Some(mut resp) = sma::answer(self, smp, in_port) else {
-            return self.vl15_drop(in_port, SwitchDrop::NoSm);
+    fn respond(
+        &mut self,
+        req_lrh: LrhRepr,
+        smp: SmpRepr,
+        in_port: u8,
+        now: Time,
+        out: &mut Vec<SwitchOut>,
+    ) {
+        let mut resp = match sma::answer(self, smp, in_port, now) {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(why) => return self.vl15_drop(in_port, why),
         };
         self.counters.sma_replies += 1;
         let me = self.lid_or_permissive();
@@ -615,6 +655,64 @@ impl Switch {
         match self.lft_port(dlid) {
             Some(p) => self.send_smp(p, lrh, smp, out),
             None => self.vl15_drop(in_port, SwitchDrop::NoRoute),
+        }
+    }
+
+    // ---- the SMA's timers and traps (AD-12) ----
+
+    /// Clears port 0's M_KeyProtectBits once the lease has run out (IBA 14.2.4.2).
+    fn expire_lease(&mut self, now: Time) {
+        if self.lease.expire(&mut self.ports[0].info, now) {
+            self.counters.lease_expiries += 1;
+        }
+    }
+
+    fn queue_trap(&mut self, kind: (u8, u16), details: [u8; 54], now: Time) {
+        let pi = &self.ports[0].info;
+        if self
+            .traps
+            .queue(pi, self.node.node_type, kind, details, now)
+            .is_err()
+        {
+            self.counters.traps_not_queued += 1;
+        }
+    }
+
+    /// Traps sent and not yet repressed.
+    pub fn pending_traps(&self) -> usize {
+        self.traps.len()
+    }
+
+    /// Appends the traps due at `now` (first sends and resends), each LID-routed
+    /// by the LFT to the SM that port 0's PortInfo names, at its SL. A trap with
+    /// no route is counted as a `NoRoute` drop (in port 0's VL15Dropped) and sent
+    /// again at its next resend.
+    pub fn poll_transmit(&mut self, now: Time, out: &mut Vec<SwitchOut>) {
+        self.expire_lease(now);
+        while let Some(t) = self.traps.poll_transmit(&self.ports[0].info, now) {
+            self.counters.traps_sent += 1;
+            let lrh = LrhRepr {
+                vl: VL15,
+                sl: t.sl,
+                dlid: t.dlid,
+                slid: self.lid_or_permissive(),
+            };
+            match self.lft_port(t.dlid) {
+                Some(p) => {
+                    let deth = DethRepr { qkey: 0, src_qp: 0 };
+                    self.send_mad(p, lrh, (0xffff, 0), deth, &t.mad[..], out);
+                }
+                None => self.vl15_drop(0, SwitchDrop::NoRoute),
+            }
+        }
+    }
+
+    /// When [`Switch::poll_transmit`] next has work: a trap send or the end of
+    /// the M_Key lease.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        match (self.lease.deadline(), self.traps.next_send()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
