@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use transport::mad::bma::BmaDrop;
 use transport::mad::dr::DrDrop;
 use transport::mad::portinfo::port_state;
 use transport::switch::{Switch, SwitchDrop};
@@ -60,8 +61,9 @@ pub struct Snapshot {
     pub dr_drops: Vec<(String, u64)>,
     pub sma_replies: u64,
     pub sma_error_replies: u64,
-    /// The SMA's traps, M_Key lease expiries and port 0's M_KeyViolations (AD-12).
-    pub sma_mkey: [(&'static str, u64); 5],
+    /// The SMA's traps, M_Key lease expiries and port 0's M_KeyViolations, the
+    /// BMA's B_Key drops and B_KeyViolations (AD-12).
+    pub sma_keys: [(&'static str, u64); 7],
 }
 
 pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot {
@@ -103,7 +105,7 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
             .collect(),
         sma_replies: c.sma_replies,
         sma_error_replies: c.sma_error_replies,
-        sma_mkey: [
+        sma_keys: [
             ("traps_sent", c.traps_sent),
             ("traps_repressed", c.traps_repressed),
             ("traps_not_queued", c.traps_not_queued),
@@ -112,6 +114,14 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
                 "mkey_violations",
                 core.port(0)
                     .map_or(0, |p| u64::from(p.info.mkey_violations)),
+            ),
+            (
+                "bma_drop_bad_bkey",
+                core.bma().counters().drops(BmaDrop::BadBkey),
+            ),
+            (
+                "bkey_violations",
+                u64::from(core.bma().bkey_info().violations),
             ),
         ],
     }
@@ -135,7 +145,7 @@ impl Snapshot {
             words(&self.dr_drops),
             self.sma_replies,
             self.sma_error_replies,
-            words(&self.sma_mkey.map(|(k, v)| (k.to_string(), v)))
+            words(&self.sma_keys.map(|(k, v)| (k.to_string(), v)))
         );
         for p in &self.ports {
             let pc: Vec<(String, u64)> = p
@@ -179,7 +189,7 @@ impl Snapshot {
                 ("error_replies", self.sma_error_replies),
             ]
             .into_iter()
-            .chain(self.sma_mkey),
+            .chain(self.sma_keys),
         );
         s.push_str(",\"ports\":[");
         for (i, p) in self.ports.iter().enumerate() {

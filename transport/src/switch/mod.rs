@@ -20,6 +20,7 @@ pub mod pma;
 mod sma;
 
 use crate::mad::attr::{node_type, NodeDescription};
+use crate::mad::bma::{Bma, CLASS_BM};
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
 use crate::mad::header::{Smp, SmpRepr, SmpRoute};
 use crate::mad::portinfo::{phys_state, port_state};
@@ -81,8 +82,9 @@ pub enum SwitchDrop {
     EgressNotActive,
     /// A VL15 packet that is not an SMP (IBA 7.6.5: VL15 is for SMPs only).
     Vl15NotSmp,
-    /// A data packet for the switch's own LID that no agent takes: not a
-    /// PerfMgt GMP to QP1 (the only GSI class here, [`pma`]), or a response.
+    /// A data packet for the switch's own LID that no agent takes: not a GMP to
+    /// QP1 of the PerfMgt class ([`pma`]) or the baseboard management class
+    /// (port 0's BMA, which counts its own drops), or a PerfMgt response.
     ToSwitch,
     /// A directed-route SMP whose path is bad (per reason in `dr_drops`).
     BadDrPath,
@@ -196,6 +198,8 @@ pub struct Switch {
     /// Port 0's M_Key lease (AD-12).
     lease: MkeyLease,
     traps: TrapQueue,
+    /// The Baseboard Management Agent of port 0 (B_Key, AD-12).
+    bma: Bma,
 }
 
 impl Switch {
@@ -257,6 +261,7 @@ impl Switch {
             port_counters: vec![PortCounters::default(); usize::from(n) + 1],
             lease: MkeyLease::default(),
             traps: TrapQueue::default(),
+            bma: Bma::new(),
         }
     }
 
@@ -276,6 +281,10 @@ impl Switch {
     }
     pub fn switch_info(&self) -> &SwitchInfoRepr {
         &self.info
+    }
+    /// Port 0's Baseboard Management Agent.
+    pub fn bma(&self) -> &Bma {
+        &self.bma
     }
     /// The switch's LID: port 0's (IBA 14.2.5.6, a switch has one LID range).
     pub fn lid(&self) -> u16 {
@@ -442,7 +451,7 @@ impl Switch {
             return self.multicast(dlid, in_port, words, out);
         }
         if self.is_own_lid(dlid) {
-            return self.for_switch(pkt, in_port, out);
+            return self.for_switch(pkt, in_port, now, out);
         }
         let Some(port) = self.lft_port(dlid) else {
             return self.drop(SwitchDrop::NoRoute);
@@ -504,21 +513,31 @@ impl Switch {
     }
 
     /// A data packet for the switch's own LID: a PerfMgt GMP to QP1 goes to the
-    /// PMA, whose GetResp goes back to the requester's SLID and QP (the DETH's
-    /// source QP) with the request's SL, VL and P_Key, by the LFT (or out of the
+    /// PMA, a baseboard management one to the BMA (AD-12); the response goes
+    /// back to the requester's SLID and QP (the DETH's source QP) with the request's SL, VL and P_Key, by the LFT (or out of the
     /// ingress port if the LFT has no entry for the requester). Anything else is
     /// counted as `ToSwitch`.
-    fn for_switch(&mut self, pkt: &[u8], in_port: u8, out: &mut Vec<SwitchOut>) {
+    fn for_switch(&mut self, pkt: &[u8], in_port: u8, now: Time, out: &mut Vec<SwitchOut>) {
         let Some(req) = parse_gmp(pkt) else {
             return self.drop(SwitchDrop::ToSwitch);
         };
-        let Some(mad) = pma::answer(req.transport.payload, &mut self.port_counters) else {
-            return self.drop(SwitchDrop::ToSwitch);
+        let payload = req.transport.payload;
+        let mad = if payload.get(1) == Some(&CLASS_BM) {
+            // The BMA counts its own drops and replies.
+            match self.bma.handle_mad(payload, now) {
+                Some(m) => *m,
+                None => return,
+            }
+        } else {
+            let Some(mad) = pma::answer(payload, &mut self.port_counters) else {
+                return self.drop(SwitchDrop::ToSwitch);
+            };
+            self.counters.pma_replies += 1;
+            if mad[4..6] != [0, 0] {
+                self.counters.pma_error_replies += 1;
+            }
+            mad
         };
-        self.counters.pma_replies += 1;
-        if mad[4..6] != [0, 0] {
-            self.counters.pma_error_replies += 1;
-        }
         let src_qp = req.transport.ext.deth.map_or(0, |d| d.src_qp);
         let lrh = LrhRepr {
             vl: req.lrh.vl,
@@ -689,6 +708,7 @@ impl Switch {
     /// again at its next resend.
     pub fn poll_transmit(&mut self, now: Time, out: &mut Vec<SwitchOut>) {
         self.expire_lease(now);
+        self.bma.handle_timeout(now);
         while let Some(t) = self.traps.poll_transmit(&self.ports[0].info, now) {
             self.counters.traps_sent += 1;
             let lrh = LrhRepr {
@@ -708,12 +728,16 @@ impl Switch {
     }
 
     /// When [`Switch::poll_transmit`] next has work: a trap send or the end of
-    /// the M_Key lease.
+    /// the M_Key or B_Key lease.
     pub fn poll_timeout(&self) -> Option<Time> {
-        match (self.lease.deadline(), self.traps.next_send()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.lease.deadline(),
+            self.traps.next_send(),
+            self.bma.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Sends an SMP with a (possibly) new LRH and MAD: UD SEND Only to QP0 on VL15,

@@ -6,14 +6,15 @@
 
 use crate::mad::attr::BadMkeyDetails;
 use crate::mad::header::{method, SmpRepr, SmpRoute};
+use crate::mad::lease::LeaseTimer;
 use crate::mad::portinfo::PortInfoRepr;
 use crate::verbs::Time;
 
 /// The lease timer of one port's M_Key (IBA 14.2.4.2).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct MkeyLease {
-    /// When the lease runs out: started by a failed check, stopped by a match.
-    deadline: Option<Time>,
+    /// Started by a failed check, stopped by a match.
+    timer: LeaseTimer,
 }
 
 impl MkeyLease {
@@ -31,7 +32,7 @@ impl MkeyLease {
         now: Time,
     ) -> Result<bool, [u8; 54]> {
         if pi.mkey == 0 || smp.mkey == pi.mkey {
-            self.deadline = None;
+            self.timer.stop();
             return Ok(true);
         }
         let fails = match smp.method {
@@ -43,29 +44,23 @@ impl MkeyLease {
             return Ok(false);
         }
         pi.mkey_violations = pi.mkey_violations.saturating_add(1);
-        if self.deadline.is_none() && pi.mkey_lease_period != 0 {
-            let ns = u64::from(pi.mkey_lease_period) * 1_000_000_000;
-            self.deadline = Some(now.plus_ns(ns));
-        }
+        self.timer.start(pi.mkey_lease_period, now);
         Err(bad_mkey_details(pi.lid, smp))
     }
 
     /// Clears M_KeyProtectBits once the lease has run out (IBA 14.2.4.2). True
     /// when it ran out now.
     pub fn expire(&mut self, pi: &mut PortInfoRepr, now: Time) -> bool {
-        match self.deadline {
-            Some(t) if now >= t => {
-                self.deadline = None;
-                pi.mkey_protect_bits = 0;
-                true
-            }
-            _ => false,
+        let expired = self.timer.expired(now);
+        if expired {
+            pi.mkey_protect_bits = 0;
         }
+        expired
     }
 
     /// When [`MkeyLease::expire`] next has work.
     pub fn deadline(&self) -> Option<Time> {
-        self.deadline
+        self.timer.deadline()
     }
 }
 
