@@ -1,9 +1,10 @@
-//! M_Key protection of the switch's SMA (issue 26 items 3 and 7; AD-12, IBA
-//! 14.2.4): port 0's PortInfo holds the switch's M_Key, protect bits and lease.
-//! The SM on HCA A (LID 1, switch port 1) programs them; a request with the wrong
-//! key is answered, hidden or dropped per protect level, counts M_KeyViolations,
-//! starts the lease and sends trap 256 to the SM. Assertions are on the packets
-//! the switch puts on the wire.
+//! M_Key protection and the traps of the switch's SMA (issue 26 items 3 and 7;
+//! AD-12, IBA 14.2.4; AD-09, IBA 14.2.5.1): port 0's PortInfo holds the
+//! switch's M_Key, protect bits and lease. The SM on HCA A (LID 1, switch port 1)
+//! programs them; a request with the wrong key is answered, hidden or dropped per
+//! protect level, counts M_KeyViolations, starts the lease and sends trap 256 to
+//! the SM. A link change sends trap 128. Assertions are on the packets the
+//! switch puts on the wire.
 
 mod switch_util;
 
@@ -275,4 +276,50 @@ fn ad_12_switch_a_matching_mkey_stops_the_lease() {
     sw.poll_transmit(late, &mut out);
     assert_eq!(sw.counters().lease_expiries, 0);
     assert!(send(&mut sw, &bad_get, late).is_empty(), "still protected");
+}
+
+#[test]
+fn ad_09_switch_link_change_sends_trap_128_until_the_sm_represses_it() {
+    let mut sw = switch();
+    // No SM known yet: a link change queues nothing (counted).
+    let before = sw.counters().traps_not_queued;
+    sw.link_up(2);
+    assert_eq!(sw.pending_traps(), 0);
+    assert_eq!(sw.counters().traps_not_queued, before + 1);
+    // The SM sets itself as master SM (no M_Key: protect level 0, key 0).
+    let mut pi = port0(&mut sw, T0);
+    pi.master_sm_lid = SM_LID;
+    pi.mkey = 0;
+    assert_eq!(
+        reply(send(&mut sw, &port_info_req(method::SET, 0, Some(&pi)), T0)).status,
+        0
+    );
+    sw.link_down(2);
+    let mut out = vec![];
+    sw.poll_transmit(T0, &mut out);
+    let trap = reply(std::mem::take(&mut out));
+    assert_eq!((trap.method, trap.attr_id), (method::TRAP, attr_id::NOTICE));
+    let n = NoticeRepr::parse(&trap.data).unwrap();
+    assert!(n.is_generic);
+    assert_eq!(
+        (n.notice_type, n.producer_type, n.trap_number, n.issuer_lid),
+        (notice_type::URGENT, 2, trap::LINK_STATE_CHANGE, SW_LID)
+    );
+    assert_eq!(&n.data_details[0..2], &SW_LID.to_be_bytes(), "LIDADDR");
+    // SwitchInfo:PortStateChange is set too.
+    assert!(sw.switch_info().port_state_change);
+    // Resent until repressed; the TrapRepress gets no response.
+    let later = sw.poll_timeout().unwrap();
+    sw.poll_transmit(later, &mut out);
+    assert_eq!(reply(std::mem::take(&mut out)).tid, trap.tid);
+    let repress = SmpRepr {
+        method: method::TRAP_REPRESS,
+        ..trap
+    };
+    assert!(send(&mut sw, &repress, later).is_empty());
+    assert_eq!(sw.pending_traps(), 0);
+    assert_eq!(sw.counters().traps_repressed, 1);
+    sw.poll_transmit(T0.plus_ns(100_000_000_000), &mut out);
+    assert!(out.is_empty(), "no more resends");
+    assert_eq!(sw.poll_timeout(), None);
 }

@@ -19,7 +19,7 @@
 pub mod pma;
 mod sma;
 
-use crate::mad::attr::{node_type, NodeDescription};
+use crate::mad::attr::{node_type, notice_type, trap, trap128_details, NodeDescription};
 use crate::mad::bma::{Bma, CLASS_BM};
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
 use crate::mad::header::{Smp, SmpRepr, SmpRoute};
@@ -334,6 +334,7 @@ impl Switch {
         pi.port_state = port_state::INIT;
         pi.port_physical_state = phys_state::LINK_UP;
         self.port_state_changed();
+        self.link_trap();
     }
 
     /// Port `p`'s link went away: Down, the PHY polling again.
@@ -348,6 +349,19 @@ impl Switch {
         pi.port_state = port_state::DOWN;
         pi.port_physical_state = phys_state::POLLING;
         self.port_state_changed();
+        self.link_trap();
+    }
+
+    /// A port's link came up or went down: trap 128 (IBA 14.2.5.1, "link state
+    /// of at least one port changed", switches only) to the SM from port 0,
+    /// as ibsim's switch sends it on every link change (`sim_cmd.c`
+    /// unlink/relink, `encode_trap128`: the switch's LID in the details). The
+    /// link has no clock: the trap is due at the next [`Switch::poll_transmit`]
+    /// (queued at time 0), and resent until the SM represses it.
+    fn link_trap(&mut self) {
+        let details = trap128_details(self.lid());
+        let kind = (notice_type::URGENT, trap::LINK_STATE_CHANGE);
+        self.queue_trap(kind, details, Time(0));
     }
 
     /// Static subnet (no SM; the fabric file plays it): the switch's own LID
