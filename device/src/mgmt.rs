@@ -14,6 +14,10 @@
 //! data packets only while the SM has it Active (IBA 7.2: Armed takes them, and the
 //! first one moves it to Active).
 //!
+//! The port's Baseboard Management Agent ([`Bma`], AD-12: BKeyInfo and the
+//! B_Key with its lease) answers the baseboard management class (0x05) that the
+//! guest's MAD layer hands MAD_IFC from QP1, as the SMA answers SMPs.
+//!
 //! The subnet mode ([`SubnetMode`], the fabric file's `subnet`) picks who brings the
 //! port up: `static` (vhca's default) comes up Active with the file's LIDs, and
 //! an SM may later take it over; `sm` waits in Init for an SM.
@@ -22,6 +26,7 @@ use std::collections::VecDeque;
 
 use transport::engine::{Engine, PortConfig};
 use transport::mad::attr::node_type;
+use transport::mad::bma::{Bma, CLASS_BM};
 use transport::mad::header::{CLASS_SUBN_DIRECTED_ROUTE, CLASS_SUBN_LID_ROUTED};
 use transport::mad::portinfo::{cap, port_state};
 use transport::mad::{
@@ -105,6 +110,7 @@ pub enum MadIfcResult {
 /// the guest's QP0.
 pub struct Mgmt {
     sma: Sma,
+    bma: Bma,
     mode: SubnetMode,
     counters: MgmtCounters,
     to_wire: VecDeque<Vec<u8>>,
@@ -173,6 +179,7 @@ impl Mgmt {
         let active = sma.port().info.port_state == port_state::ACTIVE;
         Mgmt {
             sma,
+            bma: Bma::new(),
             mode,
             counters: MgmtCounters::default(),
             to_wire: VecDeque::new(),
@@ -188,6 +195,11 @@ impl Mgmt {
         &self.sma
     }
 
+    /// The port's Baseboard Management Agent.
+    pub fn bma(&self) -> &Bma {
+        &self.bma
+    }
+
     pub fn mode(&self) -> SubnetMode {
         self.mode
     }
@@ -199,8 +211,9 @@ impl Mgmt {
     /// Every counter of the management plane and its SMA, named for the
     /// counter report (`counters_out`, the `mgmt` line / object): this
     /// module's drops and traffic, the SMA's drops by reason (directed-route
-    /// drops by rule), its error responses, traps and M_Key lease expiries, and
-    /// PortInfo:M_KeyViolations.
+    /// drops by rule), its error responses, traps and M_Key lease expiries,
+    /// PortInfo:M_KeyViolations, and the BMA's drops, responses, B_Key lease
+    /// expiries and B_KeyViolations.
     pub fn counter_pairs(&self) -> Vec<(&'static str, u64)> {
         use transport::mad::{DrDrop, SmaDrop};
         let c = &self.counters;
@@ -250,6 +263,29 @@ impl Mgmt {
             (
                 "mkey_violations",
                 u64::from(self.sma.port().info.mkey_violations),
+            ),
+        ]);
+        // The BMA (AD-12): its drops by reason, responses, B_Key lease
+        // expiries and B_KeyViolations.
+        use transport::mad::bma::BmaDrop;
+        let b = self.bma.counters();
+        for d in BmaDrop::ALL {
+            let name = match d {
+                BmaDrop::NotBm => "bma_drop_not_bm",
+                BmaDrop::Response => "bma_drop_response",
+                BmaDrop::BadVersion => "bma_drop_bad_version",
+                BmaDrop::BadBkey => "bma_drop_bad_bkey",
+                BmaDrop::UnmatchedRepress => "bma_drop_unmatched_repress",
+            };
+            v.push((name, b.drops(d)));
+        }
+        v.extend([
+            ("bma_replies", b.replies),
+            ("bma_error_replies", b.error_replies),
+            ("bma_lease_expiries", b.lease_expiries),
+            (
+                "bkey_violations",
+                u64::from(self.bma.bkey_info().violations),
             ),
         ]);
         v
@@ -427,18 +463,24 @@ impl Mgmt {
         Some(p)
     }
 
-    /// When the SMA next has work (a trap resend, the M_Key lease).
+    /// When the SMA or the BMA next has work (a trap resend, the M_Key or
+    /// B_Key lease).
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.sma.poll_timeout()
+        match (self.sma.poll_timeout(), self.bma.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn handle_timeout(&mut self, now: Time, engine: &mut Engine) {
         self.sma.handle_timeout(now);
+        self.bma.handle_timeout(now);
         self.apply(engine);
     }
 
     /// MAD_IFC (issue 26 item 2): the guest's MAD layer hands the SMA an SMP
-    /// (ib_core's `process_mad`, as mlx4/mlx5 hand theirs to the firmware).
+    /// (ib_core's `process_mad`, as mlx4/mlx5 hand theirs to the firmware), or
+    /// the BMA a baseboard management request (AD-12).
     /// Only SMP requests are the SMA's: any other class or a response is
     /// [`MadIfcResult::NotHandled`], which lets ib_core deliver it itself. The
     /// SMA's response comes back whatever its route: a hop-count-0 directed-route
@@ -456,6 +498,19 @@ impl Mgmt {
         self.counters.mad_ifc += 1;
         let class = mad[1];
         let method = mad[3];
+        if class == CLASS_BM {
+            // A response or trap (a BMSend response by its attribute modifier,
+            // Linux's `ib_response_mad`) is for a manager on this node, as an
+            // SMP response is: ib_core's to deliver. A request is the BMA's; one
+            // it drops (a bad B_Key) gets no answer from anyone.
+            if !is_request(mad) {
+                return MadIfcResult::NotHandled;
+            }
+            return match self.bma.handle_mad(mad, now) {
+                Some(r) => MadIfcResult::Reply(r),
+                None => MadIfcResult::Consumed,
+            };
+        }
         let is_smp = class == CLASS_SUBN_LID_ROUTED || class == CLASS_SUBN_DIRECTED_ROUTE;
         if !is_smp || method & transport::mad::method::RESPONSE != 0 {
             return MadIfcResult::NotHandled;
@@ -569,4 +624,16 @@ impl Mgmt {
         engine.set_gid_prefix(pi.gid_prefix);
         let _ = engine.set_sl2vl(self.sma.port().sl2vl.0);
     }
+}
+
+/// A baseboard management MAD that asks for something: not a response (R bit,
+/// or a BMSend with the modifier's response bit) and not a trap.
+fn is_request(mad: &[u8; MAD_LEN]) -> bool {
+    use transport::mad::bma::{bm_method, ATTR_MOD_RESPONSE};
+    use transport::mad::method;
+    let m = mad[3];
+    let attr_mod = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+    m & method::RESPONSE == 0
+        && m != method::TRAP
+        && !(m == bm_method::SEND && attr_mod & ATTR_MOD_RESPONSE != 0)
 }

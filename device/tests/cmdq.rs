@@ -3050,6 +3050,58 @@ fn ad_09_mad_ifc_flags_consumed_and_not_handled() {
     assert_eq!(d.hca.port.mgmt().unwrap().counters().mad_ifc, 3);
 }
 
+/// A baseboard management MAD (class 0x05) from QP1: the B_Key at 24, the
+/// attribute data at 64 (libibmad's layout).
+fn bm_mad(m: u8, attr: u16, attr_mod: u32, bkey: u64, data: &[u8]) -> [u8; 256] {
+    let mut mad = [0u8; 256];
+    mad[..4].copy_from_slice(&[1, 0x05, 1, m]);
+    mad[8..16].copy_from_slice(&0x77u64.to_be_bytes());
+    mad[16..18].copy_from_slice(&attr.to_be_bytes());
+    mad[20..24].copy_from_slice(&attr_mod.to_be_bytes());
+    mad[24..32].copy_from_slice(&bkey.to_be_bytes());
+    mad[64..64 + data.len()].copy_from_slice(data);
+    mad
+}
+
+/// MAD_IFC hands the baseboard management class to the device's BMA (AD-12):
+/// BKeyInfo Set and Get come back as REPLY with the bytes, a request with the
+/// wrong B_Key is CONSUMED (no answer from anyone) and counted, a BM response
+/// is ib_core's (not handled).
+#[test]
+fn ad_12_mad_ifc_baseboard_management_bkeyinfo_and_bkey() {
+    let mut d = Dev::new();
+    let key = 0x0b0b_0000_0000_0099u64;
+    let mut info = [0u8; 14];
+    info[..8].copy_from_slice(&key.to_be_bytes());
+    info[8] = 0x80;
+    info[10..12].copy_from_slice(&30u16.to_be_bytes());
+    let out = mad_ifc(&mut d, bm_mad(0x02, 0x0010, 0, 0, &info));
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    assert_eq!(&out.mad[..4], &[1, 0x05, 1, 0x81]);
+    assert_eq!(&out.mad[4..6], &[0, 0]);
+    assert_eq!(&out.mad[64..78], &info);
+    // Without the key: a Get reads B_Key 0, a Set is consumed unanswered.
+    let out = mad_ifc(&mut d, bm_mad(0x01, 0x0010, 0, 1, &[]));
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    assert_eq!(&out.mad[64..72], &[0; 8]);
+    let out = mad_ifc(&mut d, bm_mad(0x02, 0x0010, 0, 1, &[0; 14]));
+    assert_eq!(out.flags, mad_ifc_flag::CONSUMED);
+    let out = mad_ifc(&mut d, bm_mad(0x01, 0x0010, 0, key, &[]));
+    assert_eq!(&out.mad[76..78], &1u16.to_be_bytes(), "B_KeyViolations");
+    // A baseboard command: a BMSend response with UNSUPPORTED_METHOD_ATTR.
+    let out = mad_ifc(&mut d, bm_mad(0x03, 0x0021, 0, key, &[]));
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    assert_eq!((out.mad[3], out.mad[23]), (0x03, 1));
+    assert_eq!(&out.mad[4..6], &[0, 0x0c]);
+    // Responses (GetResp, a BMSend response) go on to ib_core.
+    assert_eq!(mad_ifc(&mut d, bm_mad(0x81, 0x0010, 0, 0, &[])).flags, 0);
+    assert_eq!(mad_ifc(&mut d, bm_mad(0x03, 0x0021, 1, 0, &[])).flags, 0);
+    let pairs = d.hca.port.mgmt().unwrap().counter_pairs();
+    for want in [("bma_drop_bad_bkey", 1), ("bkey_violations", 1)] {
+        assert!(pairs.contains(&want), "{want:?} in {pairs:?}");
+    }
+}
+
 #[test]
 fn ad_09_local_sm_sets_its_port_query_port_reports_it_and_eqes_follow() {
     use device::abi::cqe::{Eqe, EqeType};

@@ -1,7 +1,9 @@
 //! The management plane's sans-IO cores (issue 26 item 7; ARCHITECTURE.md §3a,
 //! §3b): an HCA's SMA (`transport::mad::Sma`) fed SMPs, time, link changes and
-//! data-packet arrivals in any order, and a switch (`transport::switch`) fed
-//! whole packets on any port with link changes. The first byte picks which.
+//! data-packet arrivals in any order, a switch (`transport::switch`) fed
+//! whole packets on any port with link changes, time and trap polls, and the
+//! Baseboard Management Agent (`transport::mad::bma`, AD-12) fed MADs and time.
+//! The first byte picks which.
 //!
 //! A packet record may ask for its CRCs to be made right (the switch checks the
 //! VCRC first, so raw bytes would seldom get past it) or for the bytes to be
@@ -9,11 +11,14 @@
 //! paths. Oracles besides "no panic, no hang": every packet the switch makes
 //! parses with valid CRCs, every SMA response is 256 bytes of class 0x01/0x81
 //! with the response bit set, and the SMA's pending traps stay within
-//! `MAX_PENDING_TRAPS`.
+//! `MAX_PENDING_TRAPS`; every BMA response is 256 bytes of class 0x05 marked a
+//! response (the R bit, or a BMSend's modifier bit 0), and B_KeyViolations
+//! never goes down.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use transport::mad::attr::{node_type, NodeDescription};
+use transport::mad::bma::{bm_method, Bma, ATTR_MOD_RESPONSE, CLASS_BM};
 use transport::mad::sma::{MadContext, NodeIdentity, PortState, Sma, SmaOutput, MAX_PENDING_TRAPS};
 use transport::switch::{Egress, Switch, SwitchConfig, SwitchOut};
 use transport::verbs::Time;
@@ -104,14 +109,12 @@ fn sma(mut r: Input) {
                 }
             }
             2 => {
-                while let Some(t) = s.poll_transmit(now) {
+                // One trap per poll (the first due).
+                if let Some(t) = s.poll_transmit(now) {
                     assert_eq!(t.mad.len(), 256);
-                    // Only the first resend is due now; a loop that never ends
-                    // would be a bug (bounded by the pending traps).
                     if s.pending_traps() > MAX_PENDING_TRAPS {
                         panic!("{} traps pending", s.pending_traps());
                     }
-                    break;
                 }
             }
             3 => while s.poll_event().is_some() {},
@@ -236,8 +239,64 @@ fn switch(mut r: Input) {
                     sw.link_up(p)
                 }
             }
-            _ => now = now.plus_ns(1_000_000),
+            _ => {
+                now = now.plus_ns(1_000_000 << (op >> 4));
+                out.clear();
+                sw.poll_transmit(now, &mut out);
+                for o in &out {
+                    assert!(o.port >= 1 && o.port <= sw.num_ports(), "port {}", o.port);
+                    if let Egress::New(p) = &o.packet {
+                        PacketRepr::parse(p).expect("a trap the switch made parses");
+                    }
+                }
+                assert!(sw.pending_traps() <= MAX_PENDING_TRAPS);
+            }
         }
+    }
+}
+
+fn bma(mut r: Input) {
+    let mut b = Bma::new();
+    let mut now = Time(1_000_000);
+    let mut steps = 0;
+    while let Some(op) = r.u8() {
+        steps += 1;
+        if steps > 256 {
+            break;
+        }
+        let before = b.bkey_info().violations;
+        if op & 1 == 0 {
+            // Mostly a whole MAD of the class, sometimes short or of another.
+            let len = if op & 0x80 != 0 {
+                usize::from(op & 0x7e)
+            } else {
+                256
+            };
+            let mut mad = r.upto(len).to_vec();
+            if op & 0x80 == 0 {
+                mad.resize(256, 0);
+                if op & 0x40 == 0 {
+                    mad[1] = CLASS_BM;
+                }
+            }
+            if let Some(resp) = b.handle_mad(&mad, now) {
+                assert_eq!(resp.len(), 256);
+                assert_eq!(resp[1], CLASS_BM);
+                let attr_mod = u32::from_be_bytes([resp[20], resp[21], resp[22], resp[23]]);
+                assert!(
+                    resp[3] & 0x80 != 0
+                        || (resp[3] == bm_method::SEND && attr_mod & ATTR_MOD_RESPONSE != 0),
+                    "method {:#x} is not a response",
+                    resp[3]
+                );
+            }
+        } else {
+            let Some(dt) = r.u32() else { return };
+            now = now.plus_ns(u64::from(dt) * 1_000);
+            b.handle_timeout(now);
+            assert!(b.poll_timeout().is_none_or(|t| t > now));
+        }
+        assert!(b.bkey_info().violations >= before);
     }
 }
 
@@ -245,9 +304,9 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    if mode & 1 == 0 {
-        sma(Input(rest))
-    } else {
-        switch(Input(rest))
+    match mode % 3 {
+        0 => sma(Input(rest)),
+        1 => switch(Input(rest)),
+        _ => bma(Input(rest)),
     }
 });

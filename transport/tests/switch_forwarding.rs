@@ -480,3 +480,25 @@ fn ad_09_switch_static_start_up_routes_floods_and_activates() {
     assert_eq!(ports(&out), vec![1, 3]);
     assert_eq!(sw.counters().drop_count(SwitchDrop::EgressDown), 1);
 }
+
+#[test]
+fn ad_09_switch_node_description_get_reads_the_configured_text() {
+    let mut sw = switch(4, &[1]);
+    let (raw, r) = sm_raw(&mut sw, method::GET, attr_id::NODE_DESCRIPTION, 0, [0; 64]);
+    assert_eq!((r.method, r.status), (method::GET_RESP, status::OK));
+    // The 64-byte NodeString (IBA 14.2.5.2), NUL-padded, at the MAD's byte 64.
+    let text = b"vhca switch 0";
+    assert_eq!(&raw[64..64 + text.len()], text);
+    assert!(raw[64 + text.len()..128].iter().all(|&b| b == 0));
+    // Read-only: a SubnSet is UNSUPPORTED_METHOD_ATTR.
+    let r = sm(
+        &mut sw,
+        method::SET,
+        attr_id::NODE_DESCRIPTION,
+        0,
+        [b'x'; 64],
+    );
+    assert_eq!(r.status, status::UNSUPPORTED_METHOD_ATTR);
+    let r = sm(&mut sw, method::GET, attr_id::NODE_DESCRIPTION, 0, [0; 64]);
+    assert_eq!(&r.data[..text.len()], text, "unchanged");
+}

@@ -96,11 +96,13 @@ fn ad_09_switch_port_the_sm_disables_has_no_link_until_it_sets_polling() {
 fn switch_with_sm() -> Switch {
     let mut sw = switch(3, &[1, 2]);
     set_routes(&mut sw, &[(SM_LID, 1)]);
-    // The link changes before the SM took the switch over: nobody to tell.
+    // The link changes before the SM took the switch over (ports 1 and 2
+    // up): nobody to tell, each counted, nothing queued.
     let mut out = vec![];
-    sw.handle_timeout(Time(0), &mut out);
+    sw.poll_transmit(Time(0), &mut out);
     assert!(out.is_empty());
-    assert_eq!(sw.trap_counters().no_sm, 1);
+    assert_eq!(sw.counters().traps_no_sm, 2);
+    assert_eq!(sw.pending_traps(), 0);
     set_port(&mut sw, 0, |pi| {
         pi.master_sm_lid = SM_LID;
         pi.master_sm_sl = SM_SL;
@@ -113,10 +115,10 @@ fn switch_with_sm() -> Switch {
 /// A trap as sent: egress port, LRH (VL, SL, DLID, SLID), TID, Notice.
 type Trap = (u8, (u8, u8, u16, u16), u64, NoticeRepr);
 
-/// What `handle_timeout` at `now` sends.
+/// What `poll_transmit` at `now` sends.
 fn trap_at(sw: &mut Switch, now: Time) -> Option<Trap> {
     let mut out = vec![];
-    sw.handle_timeout(now, &mut out);
+    sw.poll_transmit(now, &mut out);
     assert!(out.len() <= 1, "one trap outstanding at most");
     let o = out.pop()?;
     let Egress::New(b) = &o.packet else {
@@ -165,15 +167,15 @@ fn ad_09_switch_sends_trap_128_to_its_sm_on_a_link_change_until_repressed() {
     // Another change while it is outstanding: no second trap now.
     sw.link_up(2);
     assert!(trap_at(&mut sw, t2).is_none());
-    assert_eq!(sw.trap_counters().sent, 2);
+    assert_eq!(sw.counters().traps_sent, 2);
+    assert_eq!(sw.pending_traps(), 1, "one trap 128 outstanding");
     // A TrapRepress naming another TID: counted, the trap stays.
     assert!(repress(&mut sw, tid + 1).is_empty());
     assert_eq!(sw.counters().drop_count(SwitchDrop::UnmatchedRepress), 1);
-    assert!(sw.trap_outstanding());
+    assert_eq!(sw.pending_traps(), 1);
     // The SM's TrapRepress: no response, the trap stops.
     assert!(repress(&mut sw, tid).is_empty());
-    assert!(!sw.trap_outstanding());
-    assert_eq!(sw.trap_counters().repressed, 1);
+    assert_eq!(sw.counters().traps_repressed, 1);
     // The change made meanwhile goes out now, with a new TID.
     let (_, _, tid2, _) = trap_at(&mut sw, t2).expect("the later change");
     assert_ne!(tid2, tid);
@@ -200,7 +202,45 @@ fn ad_09_switch_gives_up_an_unrepressed_trap_after_max_sends() {
         assert!(sends <= MAX_TRAP_SENDS, "bounded");
     }
     assert_eq!(sends, MAX_TRAP_SENDS);
-    let c = sw.trap_counters();
-    assert_eq!((c.sent, c.abandoned, c.repressed), (8, 1, 0));
-    assert!(!sw.trap_outstanding());
+    let c = sw.counters();
+    assert_eq!(
+        (c.traps_sent, c.traps_abandoned, c.traps_repressed),
+        (8, 1, 0)
+    );
+    assert_eq!(sw.pending_traps(), 0);
+}
+
+#[test]
+fn ad_09_switch_a_change_during_a_given_up_trap_128_goes_out_after_it() {
+    let mut sw = switch_with_sm();
+    sw.link_down(2);
+    let mut now = Time(10_000_000_000);
+    let (_, _, tid, _) = trap_at(&mut sw, now).expect("trap 128");
+    // The link comes back while the first is unanswered: no second trap 128.
+    sw.link_up(2);
+    assert_eq!(sw.pending_traps(), 1);
+    let mut tids = vec![];
+    // Bounded: a queue that never gives up fails here rather than spinning.
+    for _ in 0..2 * MAX_TRAP_SENDS {
+        if sw.counters().traps_abandoned > 0 {
+            break;
+        }
+        now = sw.poll_timeout().expect("a resend or the give-up is due");
+        if let Some(t) = trap_at(&mut sw, now) {
+            tids.push(t.2);
+        }
+    }
+    // Resent to the bound; the round that gives it up sends the change made
+    // meanwhile at once, with a new TID.
+    let tid2 = tids.pop().expect("the later change");
+    assert_eq!(tids, vec![tid; MAX_TRAP_SENDS as usize - 1], "resends");
+    assert_ne!(tid2, tid);
+    assert_eq!(sw.pending_traps(), 1);
+    assert!(repress(&mut sw, tid2).is_empty());
+    assert_eq!(sw.pending_traps(), 0);
+    let c = sw.counters();
+    assert_eq!(
+        (c.traps_sent, c.traps_abandoned, c.traps_repressed),
+        (u64::from(MAX_TRAP_SENDS) + 1, 1, 1)
+    );
 }

@@ -323,3 +323,52 @@ fn ad_09_switch_pma_response_routed_back_by_the_lft() {
     let (port, _) = ask(&mut sw, 0x30, 1, &get(pma_attr::PORT_COUNTERS, 1));
     assert_eq!(port, 1);
 }
+
+/// Port 0 of the switch answers the baseboard management class on QP1 with its
+/// BMA (AD-12): BKeyInfo Set and Get on the wire, the B_Key guarding a Set, a
+/// baseboard command a switch without hardware refuses with a status.
+#[test]
+fn ad_12_switch_port0_bma_answers_bkeyinfo_on_qp1() {
+    use transport::mad::bma::{bm_attr, BmaDrop, CLASS_BM};
+    const KEY: u64 = 0x0b0b_0000_0000_0042;
+    let bm = |m: u8, attr: u16, bkey: u64, info: Option<(u64, bool, u16)>| {
+        let mut mad = pma_mad(CLASS_BM, m, attr, 0, 0);
+        mad[24..32].copy_from_slice(&bkey.to_be_bytes());
+        mad[64..68].fill(0);
+        if let Some((k, protect, lease)) = info {
+            mad[64..72].copy_from_slice(&k.to_be_bytes());
+            mad[72] = u8::from(protect) << 7;
+            mad[74..76].copy_from_slice(&lease.to_be_bytes());
+        }
+        mad
+    };
+    let mut sw = switch();
+    let set = bm(method::SET, bm_attr::BKEY_INFO, 0, Some((KEY, true, 60)));
+    let (port, r) = ask(&mut sw, 3, 2, &set);
+    assert_eq!((port, st(&r)), (2, status::OK));
+    assert_eq!(be64(&r, 0), KEY);
+    assert_eq!((r[72], be16(&r, 10)), (0x80, 60));
+    // A Get without the key: answered, the key read as 0.
+    let (_, r) = ask(&mut sw, 3, 2, &bm(method::GET, bm_attr::BKEY_INFO, 1, None));
+    assert_eq!((st(&r), be64(&r, 0), r[72]), (status::OK, 0, 0x80));
+    // A Set without the key: nothing on the wire, B_KeyViolations counted.
+    let steal = bm(method::SET, bm_attr::BKEY_INFO, 1, Some((1, false, 0)));
+    assert!(feed(&mut sw, &gmp(3, GSI_QKEY, &steal), 2).is_empty());
+    assert_eq!(sw.bma().counters().drops(BmaDrop::BadBkey), 1);
+    assert_eq!(sw.bma().bkey_info().violations, 1);
+    // The lease (60 s) started with the violation: the switch's timer says so;
+    // a request with the key stops it.
+    assert_eq!(sw.poll_timeout(), Some(T0.plus_ns(60_000_000_000)));
+    let (_, r) = ask(
+        &mut sw,
+        3,
+        2,
+        &bm(method::GET, bm_attr::BKEY_INFO, KEY, None),
+    );
+    assert_eq!((be64(&r, 0), be16(&r, 12)), (KEY, 1));
+    assert_eq!(sw.poll_timeout(), None);
+    // GetModuleStatus (0x2B) by Get: UNSUPPORTED_METHOD_ATTR.
+    let (_, r) = ask(&mut sw, 3, 2, &bm(method::GET, 0x002b, KEY, None));
+    assert_eq!(st(&r), status::UNSUPPORTED_METHOD_ATTR);
+    assert_eq!(sw.counters().drop_count(SwitchDrop::ToSwitch), 0);
+}

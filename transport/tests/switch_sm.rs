@@ -14,8 +14,8 @@ use transport::mad::dr::hca_send;
 use transport::mad::portinfo::{cap, port_state};
 use transport::mad::switch_attr::{LftBlock, SwitchInfoRepr};
 use transport::mad::{
-    attr_id, method, status, HcaSend, MadContext, NodeDescription, NodeIdentity, PortInfoRepr,
-    PortState, ReplyRoute, Sma, SmaOutput, Smp, SmpRepr, SmpRoute, PERMISSIVE_LID,
+    attr_id, method, status, HcaSend, MadContext, NodeDescription, NodeIdentity, NoticeRepr,
+    PortInfoRepr, PortState, ReplyRoute, Sma, SmaOutput, Smp, SmpRepr, SmpRoute, PERMISSIVE_LID,
 };
 use transport::switch::{Egress, Switch, SwitchDrop, SwitchOut};
 use transport::verbs::Time;
@@ -478,4 +478,95 @@ fn ad_09_switch_lid_routed_tail_and_the_way_back() {
     assert_eq!(d.hop_ptr, 0);
     assert_eq!(d.dr_dlid, B_LID);
     assert_eq!(f.sw.counters().drops.iter().sum::<u64>(), 0);
+}
+
+/// Traps cross the subnet to the SM (AD-12, AD-09): B's SMA answers a SubnSet
+/// with the wrong M_Key with nothing and sends trap 256, LID-routed through the
+/// switch to the SM on A, whose TrapRepress goes back through the switch and
+/// stops it; the switch's own trap 128 (a link change) reaches the SM the same
+/// way. Every hop is a packet through `Switch::handle_packet`.
+#[test]
+fn ad_12_traps_cross_the_switch_to_the_sm_and_the_repress_comes_back() {
+    let mut f = Fabric::new();
+    f.bring_up();
+    const KEY: u64 = 0x5eed;
+    f.set_port_info(&[1, 2], 0, |pi| {
+        pi.mkey = KEY;
+        pi.mkey_protect_bits = 1;
+    });
+    // A stranger's LID-routed Set without the key: no response reaches anyone.
+    let mut pi = PortInfoRepr::parse(
+        &f.dr(method::GET, attr_id::PORT_INFO, 0, &[1, 2], [0; 64])
+            .unwrap()
+            .data,
+    )
+    .unwrap();
+    pi.lid = 0x99;
+    let mut d = [0u8; 64];
+    pi.emit(&mut d).unwrap();
+    let bad = SmpRepr {
+        mkey: 0xbad,
+        ..smp(method::SET, attr_id::PORT_INFO, 0, SmpRoute::Lid, d)
+    };
+    assert!(f
+        .inject(packet(15, B_LID, A_LID, 0, &bad.to_bytes()), 1)
+        .is_empty());
+    assert_eq!(f.b.port().info.lid, B_LID);
+    // B's trap 256 goes to its SM's LID, through switch port 2.
+    let t = f.b.poll_transmit(T0).expect("trap 256");
+    assert_eq!(t.dlid, A_LID);
+    let got = f.inject(packet(15, t.dlid, B_LID, 0, &t.mad[..]), 2);
+    assert_eq!(got.len(), 1, "the trap reached the SM");
+    let trap = got[0];
+    assert_eq!((trap.method, trap.attr_id), (method::TRAP, attr_id::NOTICE));
+    let n = NoticeRepr::parse(&trap.data).unwrap();
+    assert_eq!((n.trap_number, n.issuer_lid), (256, B_LID));
+    // The SM's TrapRepress, with B's M_Key, LID-routed back through port 1.
+    let repress = SmpRepr {
+        method: method::TRAP_REPRESS,
+        mkey: KEY,
+        ..trap
+    };
+    assert_eq!(f.b.pending_traps(), 1);
+    assert!(f
+        .inject(packet(15, B_LID, A_LID, 0, &repress.to_bytes()), 1)
+        .is_empty());
+    assert_eq!(f.b.pending_traps(), 0);
+    assert_eq!(f.b.counters().traps_repressed, 1);
+
+    // The switch's trap 128: port 3's link comes up; the trap leaves port 1
+    // for the SM on A.
+    f.sw.link_up(3);
+    let mut out = vec![];
+    f.sw.poll_transmit(T0, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].port, 1);
+    let Egress::New(b) = &out[0].packet else {
+        panic!("a trap is a new packet")
+    };
+    let (lrh, _) = smp_of(b);
+    assert_eq!((lrh.vl, lrh.dlid, lrh.slid), (15, A_LID, SW_LID));
+    let mad = PacketRepr::parse(b).unwrap().transport.payload.to_vec();
+    let ctx = MadContext {
+        in_port: 1,
+        slid: lrh.slid,
+    };
+    let SmaOutput::ToSm(m) = f.a.handle_mad(&mad, &ctx, T0) else {
+        panic!("a trap is the SM's")
+    };
+    let trap = SmpRepr::parse(&Smp::new_checked(&m[..]).unwrap()).unwrap();
+    let n = NoticeRepr::parse(&trap.data).unwrap();
+    assert_eq!(
+        (n.trap_number, n.issuer_lid, n.producer_type),
+        (128, SW_LID, 2)
+    );
+    // Repressed through the LFT's entry for the switch's own LID.
+    let repress = SmpRepr {
+        method: method::TRAP_REPRESS,
+        ..trap
+    };
+    assert!(f
+        .inject(packet(15, SW_LID, A_LID, 0, &repress.to_bytes()), 1)
+        .is_empty());
+    assert_eq!(f.sw.pending_traps(), 0);
 }

@@ -280,18 +280,6 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         for p in ports.iter_mut() {
             p.link.begin_sends();
         }
-        // Trap 128 to the SM (first send or resend), out of the port the
-        // LFT names.
-        out.clear();
-        core.handle_timeout(time(t), &mut out);
-        for o in out.drain(..) {
-            let j = index.get(usize::from(o.port)).copied();
-            if let (Some(p), Egress::New(b)) = (j.and_then(|j| ports.get_mut(j)), &o.packet) {
-                if let Err(err) = p.link.send(t, b) {
-                    log::debug!("switch: port {}: {err}", p.num);
-                }
-            }
-        }
         let mut work = false;
         for i in 0..ports.len() {
             let (before, rest) = ports.split_at_mut(i);
@@ -347,6 +335,25 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
                 let _ = link.send(t, b);
             }
         }
+        // The core's timers, once a round after what the ports brought: the
+        // SMA's traps (trap 128 on a link change, AD-09; trap 256 on a failed
+        // M_Key check, AD-12) first sent or resent out of the port the LFT
+        // names, and the M_Key and B_Key leases.
+        out.clear();
+        core.poll_transmit(time(t), &mut out);
+        for o in out.drain(..) {
+            let (Egress::New(bytes), Some(p)) = (
+                &o.packet,
+                index
+                    .get(usize::from(o.port))
+                    .and_then(|&j| ports.get_mut(j)),
+            ) else {
+                continue;
+            };
+            if let Err(err) = p.link.send(t, bytes) {
+                log::debug!("switch: port {}: {err}", p.num);
+            }
+        }
         for p in ports.iter_mut() {
             if let Err(e) = p.link.end_sends() {
                 log::debug!("switch: port {}: {e}", p.num);
@@ -360,11 +367,12 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         if busy.poll_again("switch") {
             continue;
         }
-        let trap = core.poll_timeout().map(|d| Duration::from_nanos(d.0));
+        // The core's clock is the run's (`time`): nanoseconds of `now()`.
+        let core_wake = core.poll_timeout().map(|at| Duration::from_nanos(at.0));
         let wake = ports
             .iter()
             .filter_map(|p| p.link.poll_timeout())
-            .chain(trap)
+            .chain(core_wake)
             .min()
             .map_or(MAX_SLEEP, |d| d.saturating_sub(now()))
             .min(MAX_SLEEP);

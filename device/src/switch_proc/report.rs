@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use transport::mad::bma::BmaDrop;
 use transport::mad::dr::DrDrop;
 use transport::mad::portinfo::port_state;
 use transport::switch::{Switch, SwitchDrop};
@@ -60,8 +61,12 @@ pub struct Snapshot {
     pub dr_drops: Vec<(String, u64)>,
     pub sma_replies: u64,
     pub sma_error_replies: u64,
-    /// Trap 128 (`transport::switch::TrapCounters`).
-    pub traps: [(&'static str, u64); 4],
+    /// The SMA's traps (trap 128 on a link change, trap 256 on a failed
+    /// M_Key check), each reason a trap was not sent counted.
+    pub traps: [(&'static str, u64); 5],
+    /// M_Key lease expiries and port 0's M_KeyViolations, the BMA's B_Key
+    /// drops and B_KeyViolations (AD-12).
+    pub sma_keys: [(&'static str, u64); 4],
 }
 
 pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot {
@@ -103,15 +108,29 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
             .collect(),
         sma_replies: c.sma_replies,
         sma_error_replies: c.sma_error_replies,
-        traps: {
-            let t = core.trap_counters();
-            [
-                ("sent", t.sent),
-                ("repressed", t.repressed),
-                ("abandoned", t.abandoned),
-                ("no_sm", t.no_sm),
-            ]
-        },
+        traps: [
+            ("sent", c.traps_sent),
+            ("repressed", c.traps_repressed),
+            ("abandoned", c.traps_abandoned),
+            ("no_sm", c.traps_no_sm),
+            ("queue_full", c.traps_queue_full),
+        ],
+        sma_keys: [
+            ("lease_expiries", c.lease_expiries),
+            (
+                "mkey_violations",
+                core.port(0)
+                    .map_or(0, |p| u64::from(p.info.mkey_violations)),
+            ),
+            (
+                "bma_drop_bad_bkey",
+                core.bma().counters().drops(BmaDrop::BadBkey),
+            ),
+            (
+                "bkey_violations",
+                u64::from(core.bma().bkey_info().violations),
+            ),
+        ],
     }
 }
 
@@ -125,7 +144,7 @@ impl Snapshot {
                 .join(" ")
         };
         let mut s = format!(
-            "switch {} ({}): drops: {}\nswitch {} dr_drops: {} sma_replies {} sma_error_replies {}\n\
+            "switch {} ({}): drops: {}\nswitch {} dr_drops: {} sma_replies {} sma_error_replies {} {}\n\
              switch {} traps: {}\n",
             self.switch,
             self.mode,
@@ -134,6 +153,7 @@ impl Snapshot {
             words(&self.dr_drops),
             self.sma_replies,
             self.sma_error_replies,
+            words(&self.sma_keys.map(|(k, v)| (k.to_string(), v))),
             self.switch,
             words(&self.traps.map(|(k, v)| (k.to_string(), v)))
         );
@@ -177,7 +197,9 @@ impl Snapshot {
             [
                 ("replies", self.sma_replies),
                 ("error_replies", self.sma_error_replies),
-            ],
+            ]
+            .into_iter()
+            .chain(self.sma_keys),
         );
         s.push_str(",\"traps\":");
         json_object(&mut s, self.traps.iter().copied());

@@ -68,6 +68,24 @@ pub mod status {
 /// The direction bit of a directed-route SMP, in the status word (IBA 14.2.1.2).
 pub const DR_DIRECTION_BIT: u16 = 0x8000;
 
+/// ClassPortInfo:RespTimeValue of the GSI agents here (PerfMgt, BM): 4.096 us *
+/// 2^18, about 1 s.
+pub const GSI_RESP_TIME_VALUE: u32 = 18;
+
+/// ClassPortInfo (IBA 13.4.8.1) of a GSI class over its attribute data: the
+/// versions, CapabilityMask `cap`, RespTimeValue; no redirection, no traps.
+pub fn emit_class_port_info(d: &mut [u8], class_version: u8, cap: u16) {
+    d.fill(0);
+    if d.len() < 8 {
+        return;
+    }
+    d[0] = BASE_VERSION;
+    d[1] = class_version;
+    set_be16(&mut d[2..4], cap);
+    // CapabilityMask2 (27 bits) then RespTimeValue (5 bits).
+    set_be32(&mut d[4..8], GSI_RESP_TIME_VALUE);
+}
+
 /// A typed view of a 256-byte SMP (either routing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Smp<T: AsRef<[u8]>> {

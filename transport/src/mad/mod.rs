@@ -13,14 +13,18 @@
 //! - [`packet`]: an SMP as a native packet (UD SEND Only to QP0 on VL15).
 //! - [`sma`]: the SMA: an attribute table of small handlers over one port's state,
 //!   M_Key protection with its lease, traps, and events out.
+//! - [`bma`]: the Baseboard Management Agent (class 0x05 on QP1): BKeyInfo and
+//!   the B_Key with its lease (AD-12).
 //!
 //! Nothing here does I/O or reads a clock: an SMP comes in with the port's context
 //! and `now`, a response, traps and events come out (ARCHITECTURE.md §3a). Not yet
 //! wired to the device's QP0, the guest driver or a switch.
 
 pub mod attr;
+pub mod bma;
 pub mod dr;
 pub mod header;
+pub(crate) mod lease;
 pub mod packet;
 pub mod portinfo;
 pub mod sma;

@@ -13,20 +13,25 @@
 //! the switch changed or answered). The link's inputs are [`Switch::link_up`] and
 //! [`Switch::link_down`]; the SM drives the port states through PortInfo. A
 //! port the SM Disabled ([`Switch::port_disabled`]) has no link: the driver
-//! stops its keepalives and the core drops what still arrives on it. Trap 128
-//! to the SM comes out of [`Switch::handle_timeout`] ([`trap`]), due by
-//! [`Switch::poll_timeout`].
+//! stops its keepalives and the core drops what still arrives on it. The SMA's
+//! traps (trap 128 on a link change, AD-09; trap 256 on a failed M_Key check,
+//! AD-12) share one queue ([`crate::mad::sma::traps`], as the HCA's SMA) and
+//! come out of [`Switch::poll_transmit`]; [`Switch::poll_timeout`] says when it,
+//! the trap resends and the M_Key and B_Key leases next have work.
 
 pub mod pma;
 mod sma;
-mod trap;
 
-pub use trap::{TrapCounters, MAX_TRAP_SENDS};
-
-use crate::mad::attr::{node_type, NodeDescription, SlToVlTable};
+use crate::mad::attr::{
+    node_type, notice_type, trap, trap128_details, NodeDescription, SlToVlTable,
+};
+use crate::mad::bma::{Bma, CLASS_BM};
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
-use crate::mad::header::{method, Smp, SmpRepr, SmpRoute};
+use crate::mad::header::{Smp, SmpRepr, SmpRoute};
 use crate::mad::portinfo::{phys_state, port_state};
+use crate::mad::sma::mkey::MkeyLease;
+use crate::mad::sma::traps::TrapQueue;
+use crate::mad::sma::SmaDrop;
 use crate::mad::switch_attr::{SwitchInfoRepr, LFT_NO_PORT, MFT_POSITION_PORTS, MLID_BASE};
 use crate::mad::{NodeIdentity, PortState, MAD_LEN};
 use crate::verbs::Time;
@@ -45,6 +50,9 @@ pub const MAX_MULTICAST_FDB_CAP: u16 = 0x3fff;
 /// The most physical ports: 255 is the LFT's "no port".
 pub const MAX_PORTS: u8 = 254;
 const VCRC_LEN: usize = 2;
+/// Sends of one trap before the switch stops waiting for its TrapRepress
+/// (issue 26 item 7: bounded; OpenSM answers the first send).
+pub const MAX_TRAP_SENDS: u32 = 8;
 
 /// What a switch is made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,8 +91,9 @@ pub enum SwitchDrop {
     EgressNotActive,
     /// A VL15 packet that is not an SMP (IBA 7.6.5: VL15 is for SMPs only).
     Vl15NotSmp,
-    /// A data packet for the switch's own LID that no agent takes: not a
-    /// PerfMgt GMP to QP1 (the only GSI class here, [`pma`]), or a response.
+    /// A data packet for the switch's own LID that no agent takes: not a GMP to
+    /// QP1 of the PerfMgt class ([`pma`]) or the baseboard management class
+    /// (port 0's BMA, which counts its own drops), or a PerfMgt response.
     ToSwitch,
     /// A directed-route SMP whose path is bad (per reason in `dr_drops`).
     BadDrPath,
@@ -100,11 +109,14 @@ pub enum SwitchDrop {
     /// OperationalVLs): discarded (IBA 7.6.6, 14.2.5.8). Counted in the egress
     /// port's PortXmitDiscards too.
     EgressVlNotOperational,
+    /// An SMP that failed the M_Key check of port 0 (IBA 14.2.4, AD-12): no
+    /// response; M_KeyViolations counted, trap 256 queued.
+    BadMkey,
 }
 
 impl SwitchDrop {
     /// Every reason, in counter order.
-    pub const ALL: [SwitchDrop; 13] = [
+    pub const ALL: [SwitchDrop; 14] = [
         SwitchDrop::Malformed,
         SwitchDrop::NoSuchPort,
         SwitchDrop::IngressNotActive,
@@ -118,6 +130,7 @@ impl SwitchDrop {
         SwitchDrop::PortDisabled,
         SwitchDrop::UnmatchedRepress,
         SwitchDrop::EgressVlNotOperational,
+        SwitchDrop::BadMkey,
     ];
 
     /// This reason's index in [`SwitchDrop::ALL`].
@@ -156,6 +169,18 @@ pub struct SwitchCounters {
     /// PerfMgt GMPs the PMA answered / answered with a non-zero status.
     pub pma_replies: u64,
     pub pma_error_replies: u64,
+    /// Trap sends, resends included / traps the SM repressed.
+    pub traps_sent: u64,
+    pub traps_repressed: u64,
+    /// Traps given up after [`MAX_TRAP_SENDS`] sends unrepressed.
+    pub traps_abandoned: u64,
+    /// Traps not sent for want of an SM: MasterSMLID 0 in port 0's PortInfo
+    /// (the SM reads SwitchInfo:PortStateChange when it comes).
+    pub traps_no_sm: u64,
+    /// Traps not queued: [`crate::mad::sma::MAX_PENDING_TRAPS`] pending.
+    pub traps_queue_full: u64,
+    /// M_Key leases that ran out (protection cleared).
+    pub lease_expiries: u64,
 }
 
 impl SwitchCounters {
@@ -193,10 +218,15 @@ pub struct Switch {
     mft: Vec<u16>,
     counters: SwitchCounters,
     port_counters: Vec<PortCounters>,
-    traps: trap::Traps,
     /// SLtoVLMappingTable per (input port, output port), ports 0..=N each:
     /// index `in * (N + 1) + out` (IBA 14.2.5.8).
     sl2vl: Vec<SlToVlTable>,
+    /// Port 0's M_Key lease (AD-12).
+    lease: MkeyLease,
+    /// The SMA's traps, each given up after [`MAX_TRAP_SENDS`] sends.
+    traps: TrapQueue,
+    /// The Baseboard Management Agent of port 0 (B_Key, AD-12).
+    bma: Bma,
 }
 
 impl Switch {
@@ -250,12 +280,20 @@ impl Switch {
                 sma_error_replies: 0,
                 pma_replies: 0,
                 pma_error_replies: 0,
+                traps_sent: 0,
+                traps_repressed: 0,
+                traps_abandoned: 0,
+                traps_no_sm: 0,
+                traps_queue_full: 0,
+                lease_expiries: 0,
             },
             port_counters: vec![PortCounters::default(); usize::from(n) + 1],
-            traps: trap::Traps::default(),
             // Every SL on VL0 until the SM programs it, as an HCA port's
             // table starts (the one data VL every port has).
             sl2vl: vec![SlToVlTable::default(); (usize::from(n) + 1).pow(2)],
+            lease: MkeyLease::default(),
+            traps: TrapQueue::bounded(MAX_TRAP_SENDS),
+            bma: Bma::new(),
         }
     }
 
@@ -276,6 +314,10 @@ impl Switch {
     pub fn switch_info(&self) -> &SwitchInfoRepr {
         &self.info
     }
+    /// Port 0's Baseboard Management Agent.
+    pub fn bma(&self) -> &Bma {
+        &self.bma
+    }
     /// The switch's LID: port 0's (IBA 14.2.5.6, a switch has one LID range).
     pub fn lid(&self) -> u16 {
         self.ports[0].info.lid
@@ -290,50 +332,6 @@ impl Switch {
                 .get(usize::from(p))
                 .is_some_and(|s| s.info.port_physical_state == phys_state::DISABLED)
     }
-    /// What the trap 128 machinery did.
-    pub fn trap_counters(&self) -> &TrapCounters {
-        &self.traps.counters
-    }
-    /// Whether a trap 128 waits for the SM's TrapRepress.
-    pub fn trap_outstanding(&self) -> bool {
-        self.traps.outstanding()
-    }
-
-    fn trap_target(&self) -> trap::TrapTarget {
-        let pi = &self.ports[0].info;
-        trap::TrapTarget {
-            switch_lid: pi.lid,
-            sm_lid: pi.master_sm_lid,
-            subnet_timeout: pi.subnet_timeout,
-            mkey: pi.mkey,
-        }
-    }
-
-    /// When [`Switch::handle_timeout`] has work: a trap to send or resend.
-    pub fn poll_timeout(&self) -> Option<Time> {
-        self.traps.deadline(&self.trap_target())
-    }
-
-    /// Runs the timers due at `now`: trap 128's first send or resend, LID-routed
-    /// to port 0's MasterSMLID at MasterSMSL by the LFT, appended to `out`.
-    pub fn handle_timeout(&mut self, now: Time, out: &mut Vec<SwitchOut>) {
-        let t = self.trap_target();
-        let Some(smp) = self.traps.poll(now, &t) else {
-            return;
-        };
-        let lrh = LrhRepr {
-            vl: VL15,
-            sl: self.ports[0].info.master_sm_sl,
-            dlid: t.sm_lid,
-            slid: t.switch_lid,
-        };
-        match self.lft_port(t.sm_lid) {
-            Some(p) => self.send_smp(p, lrh, &smp, out),
-            // No route to the SM yet: counted; the resend timer tries again.
-            None => self.vl15_drop(0, SwitchDrop::NoRoute),
-        }
-    }
-
     fn mft_positions(&self) -> usize {
         usize::from(self.node.num_ports) / MFT_POSITION_PORTS + 1
     }
@@ -369,7 +367,7 @@ impl Switch {
     /// transitions IBA 14.2.5.4 sets PortStateChange for, and trap 128's.
     fn link_state_changed(&mut self) {
         self.port_state_changed();
-        self.traps.link_state_changed();
+        self.link_trap();
     }
 
     /// Port `p`'s link trained: Down -> Init, waiting for the SM (IBA 7.2).
@@ -398,6 +396,27 @@ impl Switch {
         pi.port_state = port_state::DOWN;
         pi.port_physical_state = phys_state::POLLING;
         self.link_state_changed();
+    }
+
+    /// A link state change to report by trap 128 (IBA 14.2.5.1, "link state
+    /// of at least one port changed", switches only) to the SM from port 0,
+    /// as ibsim's switch sends it on every link change (`sim_cmd.c`
+    /// unlink/relink, `encode_trap128`: the switch's LID in the details). The
+    /// link has no clock: the trap is due at the next [`Switch::poll_transmit`]
+    /// (queued at time 0), resent until the SM represses it or given up after
+    /// [`MAX_TRAP_SENDS`] sends. One trap 128 at most is outstanding: a change
+    /// meanwhile sends one more after it (what it reported may predate the
+    /// change).
+    pub(super) fn link_trap(&mut self) {
+        let details = trap128_details(self.lid());
+        let kind = (notice_type::URGENT, trap::LINK_STATE_CHANGE);
+        let pi = &self.ports[0].info;
+        if let Err(why) = self
+            .traps
+            .queue_once(pi, self.node.node_type, kind, details, Time(0))
+        {
+            self.count_unqueued(why);
+        }
     }
 
     /// Static subnet (no SM; the fabric file plays it): the switch's own LID
@@ -460,7 +479,7 @@ impl Switch {
     /// `in_port`, appending what goes out to `out`. Never panics; every packet
     /// either goes out or is counted as a drop.
     pub fn handle_packet(&mut self, pkt: &[u8], in_port: u8, now: Time, out: &mut Vec<SwitchOut>) {
-        let _ = now;
+        self.expire_lease(now);
         if in_port == 0 || in_port > self.node.num_ports {
             return self.drop(SwitchDrop::NoSuchPort);
         }
@@ -492,7 +511,7 @@ impl Switch {
         pc.rcv_data_words = pc.rcv_data_words.saturating_add(words as u64);
         let dlid = lrh_view.dlid();
         if lrh_view.vl() == VL15 {
-            return self.handle_vl15(pkt, in_port, out);
+            return self.handle_vl15(pkt, in_port, now, out);
         }
         let st = self.ports[ip].info.port_state;
         if st == port_state::ARMED {
@@ -506,7 +525,7 @@ impl Switch {
             return self.multicast(pkt, dlid, in_port, words, out);
         }
         if self.is_own_lid(dlid) {
-            return self.for_switch(pkt, in_port, out);
+            return self.for_switch(pkt, in_port, now, out);
         }
         let Some(port) = self.lft_port(dlid) else {
             return self.drop(SwitchDrop::NoRoute);
@@ -620,21 +639,31 @@ impl Switch {
     }
 
     /// A data packet for the switch's own LID: a PerfMgt GMP to QP1 goes to the
-    /// PMA, whose GetResp goes back to the requester's SLID and QP (the DETH's
-    /// source QP) with the request's SL, VL and P_Key, by the LFT (or out of the
+    /// PMA, a baseboard management one to the BMA (AD-12); the response goes
+    /// back to the requester's SLID and QP (the DETH's source QP) with the request's SL, VL and P_Key, by the LFT (or out of the
     /// ingress port if the LFT has no entry for the requester). Anything else is
     /// counted as `ToSwitch`.
-    fn for_switch(&mut self, pkt: &[u8], in_port: u8, out: &mut Vec<SwitchOut>) {
+    fn for_switch(&mut self, pkt: &[u8], in_port: u8, now: Time, out: &mut Vec<SwitchOut>) {
         let Some(req) = parse_gmp(pkt) else {
             return self.drop(SwitchDrop::ToSwitch);
         };
-        let Some(mad) = pma::answer(req.transport.payload, &mut self.port_counters) else {
-            return self.drop(SwitchDrop::ToSwitch);
+        let payload = req.transport.payload;
+        let mad = if payload.get(1) == Some(&CLASS_BM) {
+            // The BMA counts its own drops and replies.
+            match self.bma.handle_mad(payload, now) {
+                Some(m) => *m,
+                None => return,
+            }
+        } else {
+            let Some(mad) = pma::answer(payload, &mut self.port_counters) else {
+                return self.drop(SwitchDrop::ToSwitch);
+            };
+            self.counters.pma_replies += 1;
+            if mad[4..6] != [0, 0] {
+                self.counters.pma_error_replies += 1;
+            }
+            mad
         };
-        self.counters.pma_replies += 1;
-        if mad[4..6] != [0, 0] {
-            self.counters.pma_error_replies += 1;
-        }
         let src_qp = req.transport.ext.deth.map_or(0, |d| d.src_qp);
         let lrh = LrhRepr {
             vl: req.lrh.vl,
@@ -660,7 +689,7 @@ impl Switch {
     /// 0x01 or 0x81, IBA 14.2.1). LID-routed: answered if for this switch, else
     /// forwarded by the LFT. Directed route: through `switch_hop`, unless the LRH
     /// names another node (a LID-routed part: forwarded by the LFT).
-    fn handle_vl15(&mut self, pkt: &[u8], in_port: u8, out: &mut Vec<SwitchOut>) {
+    fn handle_vl15(&mut self, pkt: &[u8], in_port: u8, now: Time, out: &mut Vec<SwitchOut>) {
         let Some((lrh, smp)) = parse_smp(pkt) else {
             return self.vl15_drop(in_port, SwitchDrop::Vl15NotSmp);
         };
@@ -672,16 +701,9 @@ impl Switch {
             };
             return self.send(port, Egress::Same, words, false, out);
         }
-        if smp.method == method::TRAP_REPRESS {
-            // The SM stops a trap of ours (IBA 13.4.8.1); no response.
-            if !self.traps.repress(&smp) {
-                self.vl15_drop(in_port, SwitchDrop::UnmatchedRepress);
-            }
-            return;
-        }
         let mut smp = smp;
         match &mut smp.route {
-            SmpRoute::Lid => self.respond(lrh, smp, in_port, out),
+            SmpRoute::Lid => self.respond(lrh, smp, in_port, now, out),
             SmpRoute::Directed(d) => {
                 // The end of a LID-routed tail (C14-9:4): the SMP is this switch's.
                 if !d.direction
@@ -689,11 +711,13 @@ impl Switch {
                     && d.hop_ptr == d.hop_cnt.wrapping_add(1)
                     && d.dr_dlid != PERMISSIVE_LID
                 {
-                    return self.respond(lrh, smp, in_port, out);
+                    return self.respond(lrh, smp, in_port, now, out);
                 }
                 match dr::switch_hop(d, in_port, self.node.num_ports) {
                     Ok(SwitchHop::Forward(p)) => self.send_smp(p, lrh, &smp, out),
-                    Ok(SwitchHop::Local) if !d.direction => self.respond(lrh, smp, in_port, out),
+                    Ok(SwitchHop::Local) if !d.direction => {
+                        self.respond(lrh, smp, in_port, now, out)
+                    }
                     Ok(SwitchHop::Local) => self.vl15_drop(in_port, SwitchDrop::NoSm),
                     Ok(SwitchHop::LidRoute(lid)) => {
                         let me = self.lid_or_permissive();
@@ -718,9 +742,18 @@ impl Switch {
     }
 
     /// The SMA answers; the response goes back the way the request came.
-    fn respond(&mut self, req_lrh: LrhRepr, smp: SmpRepr, in_port: u8, out: &mut Vec<SwitchOut>) {
-        let Some(mut resp) = sma::answer(self, smp, in_port) else {
-            return self.vl15_drop(in_port, SwitchDrop::NoSm);
+    fn respond(
+        &mut self,
+        req_lrh: LrhRepr,
+        smp: SmpRepr,
+        in_port: u8,
+        now: Time,
+        out: &mut Vec<SwitchOut>,
+    ) {
+        let mut resp = match sma::answer(self, smp, in_port, now) {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(why) => return self.vl15_drop(in_port, why),
         };
         self.counters.sma_replies += 1;
         let me = self.lid_or_permissive();
@@ -768,6 +801,79 @@ impl Switch {
             Some(p) => self.send_smp(p, lrh, smp, out),
             None => self.vl15_drop(in_port, SwitchDrop::NoRoute),
         }
+    }
+
+    // ---- the SMA's timers and traps (AD-12) ----
+
+    /// Clears port 0's M_KeyProtectBits once the lease has run out (IBA 14.2.4.2).
+    fn expire_lease(&mut self, now: Time) {
+        if self.lease.expire(&mut self.ports[0].info, now) {
+            self.counters.lease_expiries += 1;
+        }
+    }
+
+    fn queue_trap(&mut self, kind: (u8, u16), details: [u8; 54], now: Time) {
+        let pi = &self.ports[0].info;
+        if let Err(why) = self
+            .traps
+            .queue(pi, self.node.node_type, kind, details, now)
+        {
+            self.count_unqueued(why);
+        }
+    }
+
+    /// A trap the queue refused: no SM to send it to, or the queue full.
+    fn count_unqueued(&mut self, why: SmaDrop) {
+        match why {
+            SmaDrop::NoSmLid => self.counters.traps_no_sm += 1,
+            _ => self.counters.traps_queue_full += 1,
+        }
+    }
+
+    /// Traps sent and not yet repressed.
+    pub fn pending_traps(&self) -> usize {
+        self.traps.len()
+    }
+
+    /// Runs the timers due at `now` (the M_Key and B_Key leases) and appends the
+    /// traps due (first sends and resends), each LID-routed by the LFT to the SM
+    /// that port 0's PortInfo names, at its SL. A trap with no route is counted
+    /// as a `NoRoute` drop (in port 0's VL15Dropped) and sent again at its next
+    /// resend; one sent [`MAX_TRAP_SENDS`] times is given up (`traps_abandoned`)
+    /// when its next resend is due.
+    pub fn poll_transmit(&mut self, now: Time, out: &mut Vec<SwitchOut>) {
+        self.expire_lease(now);
+        self.bma.handle_timeout(now);
+        self.counters.traps_abandoned += self.traps.give_up(now);
+        while let Some(t) = self.traps.poll_transmit(&self.ports[0].info, now) {
+            self.counters.traps_sent += 1;
+            let lrh = LrhRepr {
+                vl: VL15,
+                sl: t.sl,
+                dlid: t.dlid,
+                slid: self.lid_or_permissive(),
+            };
+            match self.lft_port(t.dlid) {
+                Some(p) => {
+                    let deth = DethRepr { qkey: 0, src_qp: 0 };
+                    self.send_mad(p, lrh, (0xffff, 0), deth, &t.mad[..], out);
+                }
+                None => self.vl15_drop(0, SwitchDrop::NoRoute),
+            }
+        }
+    }
+
+    /// When [`Switch::poll_transmit`] next has work: a trap send or give-up, or
+    /// the end of the M_Key or B_Key lease.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        [
+            self.lease.deadline(),
+            self.traps.next_send(),
+            self.bma.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Sends an SMP with a (possibly) new LRH and MAD: UD SEND Only to QP0 on VL15,

@@ -10,7 +10,7 @@
 //! (a response, a MAD of another class). The switch core wraps it in a packet.
 
 use super::PortCounters;
-use crate::mad::header::{method, status, BASE_VERSION};
+use crate::mad::header::{emit_class_port_info, method, status, BASE_VERSION};
 use crate::mad::MAD_LEN;
 use crate::wire::field::{be16, set_be16, set_be32, set_be64};
 
@@ -64,8 +64,6 @@ const DATA: usize = 64;
 const METHOD: usize = 3;
 const STATUS: core::ops::Range<usize> = 4..6;
 const ATTR_ID: core::ops::Range<usize> = 16..18;
-/// ClassPortInfo:RespTimeValue: 4.096 us * 2^18, about 1 s (as the HCA's PMA).
-const RESP_TIME_VALUE: u32 = 18;
 
 /// The GetResp to a PerfMgt request MAD, or `None` for what gets no answer (not a
 /// 256-byte MAD of class 0x04, or a response). `ports` is indexed by port number.
@@ -101,12 +99,8 @@ pub fn answer(req: &[u8], ports: &mut [PortCounters]) -> Option<[u8; MAD_LEN]> {
 /// ClassPortInfo (IBA 13.4.8.1): versions, CapabilityMask, RespTimeValue; no
 /// redirection, no traps.
 fn class_port_info(d: &mut [u8; MAD_LEN - DATA]) {
-    d.fill(0);
-    d[0] = BASE_VERSION;
-    d[1] = PERF_MGT_CLASS_VERSION;
-    set_be16(&mut d[2..4], cap::ALL_PORT_SELECT | cap::EXT_WIDTH_NOIETF);
-    // CapabilityMask2 (27 bits) then RespTimeValue (5 bits).
-    set_be32(&mut d[4..8], RESP_TIME_VALUE);
+    let caps = cap::ALL_PORT_SELECT | cap::EXT_WIDTH_NOIETF;
+    emit_class_port_info(d, PERF_MGT_CLASS_VERSION, caps);
 }
 
 /// PortCounters / PortCountersExtended of PortSelect (0..=N, or 0xFF for every

@@ -7,9 +7,16 @@
 //! LinearForwardingTable, MulticastForwardingTable. A bad modifier
 //! answers INVALID_FIELD (IBA 13.4.7), an attribute it lacks
 //! UNSUPPORTED_METHOD_ATTR, as the HCA's SMA does.
+//!
+//! M_Key (IBA 14.2.4; AD-12): port 0's PortInfo holds the switch's M_Key,
+//! protect bits and lease, checked by the HCA SMA's code
+//! ([`crate::mad::sma::mkey`]): a request that fails the check gets no response,
+//! counts M_KeyViolations, starts the lease and queues trap 256 for the SM; a Get
+//! at protect level 1 with the wrong key reads every port's M_Key as 0.
 
 use super::Switch;
-use crate::mad::attr::{attr_id, PkeyBlock, SlToVlTable, VlArbBlock};
+use super::SwitchDrop;
+use crate::mad::attr::{attr_id, notice_type, trap, PkeyBlock, SlToVlTable, VlArbBlock};
 use crate::mad::header::{method, status, SmpRepr, BASE_VERSION, SMP_CLASS_VERSION};
 use crate::mad::sma::handlers::{self, AttrHandler, Data, Req};
 use crate::mad::sma::port::set_port_info;
@@ -19,6 +26,7 @@ use crate::mad::switch_attr::{
 };
 use crate::mad::PortInfoRepr;
 use crate::mad::SMP_DATA_LEN;
+use crate::verbs::Time;
 
 const INVALID: u16 = status::INVALID_FIELD;
 
@@ -80,59 +88,41 @@ const TABLE: &[H] = &[
 ];
 
 /// Answers a SubnGet / SubnSet (or refuses another method) addressed to this switch:
-/// the request turned into its SubnGetResp, route fields untouched (the caller turns
-/// a directed-route one around). `None` for what gets no response (a response or
-/// trap sent to a switch with no SM, or a TrapRepress with no trap pending).
-pub(super) fn answer(sw: &mut Switch, mut smp: SmpRepr, in_port: u8) -> Option<SmpRepr> {
-    if smp.method & method::RESPONSE != 0
-        || matches!(smp.method, method::TRAP | method::TRAP_REPRESS)
-    {
-        return None;
+/// `Ok(Some)` the request turned into its SubnGetResp, route fields untouched (the
+/// caller turns a directed-route one around); `Ok(None)` a TrapRepress that stopped
+/// a trap; `Err` what gets no response, counted by the caller: a response or trap
+/// (no SM here), a bad version in a method with no response, a failed M_Key check,
+/// a TrapRepress naming no pending trap. The checks in the HCA SMA's order.
+pub(super) fn answer(
+    sw: &mut Switch,
+    mut smp: SmpRepr,
+    in_port: u8,
+    now: Time,
+) -> Result<Option<SmpRepr>, SwitchDrop> {
+    if smp.method & method::RESPONSE != 0 || smp.method == method::TRAP {
+        return Err(SwitchDrop::NoSm);
     }
+    let is_request = matches!(smp.method, method::GET | method::SET);
     let st = if smp.base_version != BASE_VERSION || smp.class_version != SMP_CLASS_VERSION {
+        if !is_request {
+            return Err(SwitchDrop::NoSm);
+        }
         status::BAD_VERSION
-    } else if !matches!(smp.method, method::GET | method::SET) {
-        status::UNSUPPORTED_METHOD
     } else {
-        match handlers::lookup(TABLE, smp.attr_id) {
-            None => status::UNSUPPORTED_METHOD_ATTR,
-            Some(h) => {
-                let req = Req {
-                    attr_mod: smp.attr_mod,
-                    data: &smp.data,
-                    in_port,
-                    // No M_Key on the switch yet: every request matches.
-                    mkey_matched: true,
-                };
-                let mut st = status::OK;
-                let mut out = None;
-                if smp.method == method::SET {
-                    match h.set {
-                        None => st = status::UNSUPPORTED_METHOD_ATTR,
-                        Some(set) => {
-                            let mut fx = SwitchSetEffects::default();
-                            if let Err(e) = set(sw, &req, &mut fx) {
-                                st = e;
-                            }
-                            if fx.port_state_changed {
-                                sw.info.port_state_change = true;
-                            }
-                        }
-                    }
+        let mkey_matched = check_mkey(sw, &smp, now)?;
+        if smp.method == method::TRAP_REPRESS {
+            return match sw.traps.repress(&smp) {
+                Ok(()) => {
+                    sw.counters.traps_repressed += 1;
+                    Ok(None)
                 }
-                if st != status::UNSUPPORTED_METHOD_ATTR {
-                    // The response to a Set carries the attribute as it is now.
-                    match (h.get)(sw, &req) {
-                        Ok(d) => out = Some(d),
-                        Err(e) if st == status::OK => st = e,
-                        Err(_) => {}
-                    }
-                }
-                if let Some(d) = out {
-                    smp.data = d;
-                }
-                st
-            }
+                Err(_) => Err(SwitchDrop::UnmatchedRepress),
+            };
+        }
+        if !is_request {
+            status::UNSUPPORTED_METHOD
+        } else {
+            get_or_set(sw, &mut smp, in_port, mkey_matched)
         }
     };
     if st != status::OK {
@@ -140,7 +130,53 @@ pub(super) fn answer(sw: &mut Switch, mut smp: SmpRepr, in_port: u8) -> Option<S
     }
     smp.method = method::GET_RESP;
     smp.status = st;
-    Some(smp)
+    Ok(Some(smp))
+}
+
+/// The M_Key check against port 0's PortInfo ([`crate::mad::sma::mkey`]); a
+/// failure queues trap 256 (IBA 14.2.5.1) for the SM named in port 0's PortInfo.
+fn check_mkey(sw: &mut Switch, smp: &SmpRepr, now: Time) -> Result<bool, SwitchDrop> {
+    match sw.lease.check(&mut sw.ports[0].info, smp, now) {
+        Ok(matched) => Ok(matched),
+        Err(details) => {
+            sw.queue_trap((notice_type::SECURITY, trap::BAD_MKEY), details, now);
+            Err(SwitchDrop::BadMkey)
+        }
+    }
+}
+
+/// A Get or Set through the attribute table; the status of the response, its
+/// data put in `smp`.
+fn get_or_set(sw: &mut Switch, smp: &mut SmpRepr, in_port: u8, mkey_matched: bool) -> u16 {
+    let Some(h) = handlers::lookup(TABLE, smp.attr_id) else {
+        return status::UNSUPPORTED_METHOD_ATTR;
+    };
+    let req = Req {
+        attr_mod: smp.attr_mod,
+        data: &smp.data,
+        in_port,
+        mkey_matched,
+    };
+    let mut st = status::OK;
+    if smp.method == method::SET {
+        let Some(set) = h.set else {
+            return status::UNSUPPORTED_METHOD_ATTR;
+        };
+        let mut fx = SwitchSetEffects::default();
+        if let Err(e) = set(sw, &req, &mut fx) {
+            st = e;
+        }
+        if fx.port_state_changed {
+            sw.info.port_state_change = true;
+        }
+    }
+    // The response to a Set carries the attribute as it is now.
+    match (h.get)(sw, &req) {
+        Ok(d) => smp.data = d,
+        Err(e) if st == status::OK => st = e,
+        Err(_) => {}
+    }
+    st
 }
 
 fn get_node_description(sw: &Switch, r: &Req) -> Result<Data, u16> {
@@ -204,6 +240,11 @@ fn get_port_info(sw: &Switch, r: &Req) -> Result<Data, u16> {
     let mut pi: PortInfoRepr = sw.ports[p].info;
     // LocalPortNum: the port the SMP arrived on (IBA 14.2.5.6).
     pi.local_port_num = r.in_port;
+    // IBA 14.2.4.1 (AD-12): at protect level 1 a Get with the wrong M_Key
+    // succeeds but reads PortInfo:M_Key as 0; port 0's level protects the switch.
+    if !r.mkey_matched && sw.ports[0].info.mkey_protect_bits == 1 {
+        pi.mkey = 0;
+    }
     pi.client_reregister = false;
     let mut d = [0u8; SMP_DATA_LEN];
     pi.emit(&mut d).map_err(|_| INVALID)?;
@@ -218,7 +259,7 @@ fn set_port_info_attr(sw: &mut Switch, r: &Req, fx: &mut SwitchSetEffects) -> Re
     if ch.state && sw.port_disabled(p as u8) {
         // Disabled took the link down (IBA 14.2.5.6): a link state change,
         // reported to the SM by trap 128 as one the link made.
-        sw.traps.link_state_changed();
+        sw.link_trap();
     }
     Ok(())
 }

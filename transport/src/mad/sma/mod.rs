@@ -15,13 +15,15 @@
 //! handler (INVALID_FIELD).
 
 pub(crate) mod handlers;
+pub(crate) mod mkey;
 pub mod port;
+pub(crate) mod traps;
 
 use std::collections::VecDeque;
 
 use super::attr::{
-    attr_id, node_type, notice_type, trap, trap128_details, trap144_change, BadMkeyDetails,
-    NodeDescription, NoticeRepr, Trap144Details,
+    attr_id, node_type, notice_type, trap, trap128_details, trap144_change, NodeDescription,
+    Trap144Details,
 };
 use super::dr::{self, DrDrop, HcaDeliver, HcaSend};
 use super::header::{method, status, Smp, SmpRepr, SmpRoute, BASE_VERSION, SMP_CLASS_VERSION};
@@ -29,7 +31,9 @@ use super::portinfo::{cap, phys_state, port_state};
 use super::{MadError, MAD_LEN, SMP_DATA_LEN};
 use crate::verbs::Time;
 use handlers::{Req, SetEffects};
+use mkey::MkeyLease;
 pub use port::PortState;
+use traps::TrapQueue;
 
 /// Traps waiting for the SM's TrapRepress at most; a new one beyond is dropped and
 /// counted ([`SmaDrop::TrapQueueFull`]).
@@ -190,22 +194,13 @@ impl SmaCounters {
     }
 }
 
-#[derive(Debug, Clone)]
-struct PendingTrap {
-    tid: u64,
-    notice: NoticeRepr,
-    next_send: Time,
-}
-
 /// The SMA of one HCA port.
 #[derive(Debug, Clone)]
 pub struct Sma {
     node: NodeIdentity,
     port: PortState,
-    /// When the M_Key lease runs out (started by a failed check, IBA 14.2.4.2).
-    lease_deadline: Option<Time>,
-    traps: VecDeque<PendingTrap>,
-    next_trap_tid: u64,
+    lease: MkeyLease,
+    traps: TrapQueue,
     /// At most one pending event of each kind (the latest value): bounded.
     events: VecDeque<SmaEvent>,
     counters: SmaCounters,
@@ -216,9 +211,8 @@ impl Sma {
         Sma {
             node,
             port,
-            lease_deadline: None,
-            traps: VecDeque::new(),
-            next_trap_tid: 1,
+            lease: MkeyLease::default(),
+            traps: TrapQueue::default(),
             events: VecDeque::new(),
             counters: SmaCounters::default(),
         }
@@ -373,116 +367,42 @@ impl Sma {
 
     // ---- M_Key (IBA 14.2.4; AD-12) ----
 
-    /// The M_Key check. `Some(matched)` lets the request on; `None` fails it: at
-    /// protect level 0 and 1 only a Set or TrapRepress with the wrong key fails, at 2
-    /// and 3 a Get too. A port M_Key of 0 matches everything. A failure counts
-    /// M_KeyViolations (saturating), starts the lease timer if the lease period is
-    /// not 0 and it is not running, and sends trap 256; a matching Get, Set or
-    /// TrapRepress stops the timer.
+    /// The M_Key check ([`MkeyLease::check`]): `Some(matched)` lets the request
+    /// on; `None` fails it, and trap 256 goes to the SM.
     fn check_mkey(&mut self, smp: &SmpRepr, now: Time) -> Option<bool> {
-        let pi = &mut self.port.info;
-        let matched = pi.mkey == 0 || smp.mkey == pi.mkey;
-        if matched {
-            self.lease_deadline = None;
-            return Some(true);
-        }
-        let fails = match smp.method {
-            method::GET => pi.mkey_protect_bits >= 2,
-            method::SET | method::TRAP_REPRESS => true,
-            _ => false,
-        };
-        if !fails {
-            return Some(false);
-        }
-        pi.mkey_violations = pi.mkey_violations.saturating_add(1);
-        if self.lease_deadline.is_none() && pi.mkey_lease_period != 0 {
-            let ns = u64::from(pi.mkey_lease_period) * 1_000_000_000;
-            self.lease_deadline = Some(now.plus_ns(ns));
-        }
-        // The return path keeps the SMP's indexing (entry i = hop i, entry 0 unused),
-        // cut at 30 bytes (DRPathTruncated then set by `emit`).
-        let (dr_notice, dr_slid, dr_hop_cnt, dr_return_path) = match &smp.route {
-            SmpRoute::Lid => (false, 0, 0, [0u8; 30]),
-            SmpRoute::Directed(dr) => {
-                let mut p = [0u8; 30];
-                let n = (usize::from(dr.hop_cnt) + 1).min(30);
-                p[..n].copy_from_slice(&dr.return_path[..n]);
-                (true, dr.dr_slid, dr.hop_cnt, p)
+        match self.lease.check(&mut self.port.info, smp, now) {
+            Ok(matched) => Some(matched),
+            Err(details) => {
+                self.queue_trap(notice_type::SECURITY, trap::BAD_MKEY, details, now);
+                None
             }
-        };
-        let details = BadMkeyDetails {
-            lid: self.port.info.lid,
-            dr_slid,
-            method: smp.method,
-            attr_id: smp.attr_id,
-            attr_mod: smp.attr_mod,
-            mkey: smp.mkey,
-            dr_notice,
-            dr_hop_cnt,
-            dr_return_path,
         }
-        .emit();
-        self.queue_trap(notice_type::SECURITY, trap::BAD_MKEY, details, now);
-        None
     }
 
     /// Clears M_KeyProtectBits once the lease has run out (IBA 14.2.4.2).
     fn expire_lease(&mut self, now: Time) {
-        if let Some(t) = self.lease_deadline {
-            if now >= t {
-                self.lease_deadline = None;
-                self.port.info.mkey_protect_bits = 0;
-                self.counters.lease_expiries += 1;
-            }
+        if self.lease.expire(&mut self.port.info, now) {
+            self.counters.lease_expiries += 1;
         }
     }
 
     // ---- traps (IBA 14.2.5.1, 13.4.8) ----
 
     fn queue_trap(&mut self, ty: u8, number: u16, details: [u8; 54], now: Time) {
-        if self.port.info.master_sm_lid == 0 {
-            self.counters.count(SmaDrop::NoSmLid);
-            return;
+        let producer = self.node.node_type;
+        if let Err(why) = self
+            .traps
+            .queue(&self.port.info, producer, (ty, number), details, now)
+        {
+            self.counters.count(why);
         }
-        if self.traps.len() >= MAX_PENDING_TRAPS {
-            self.counters.count(SmaDrop::TrapQueueFull);
-            return;
-        }
-        let tid = self.next_trap_tid;
-        self.next_trap_tid = self.next_trap_tid.wrapping_add(1).max(1);
-        self.traps.push_back(PendingTrap {
-            tid,
-            notice: NoticeRepr {
-                is_generic: true,
-                notice_type: ty,
-                producer_type: u32::from(self.node.node_type),
-                trap_number: number,
-                issuer_lid: self.port.info.lid,
-                toggle: false,
-                count: 0,
-                data_details: details,
-            },
-            next_send: now,
-        });
-    }
-
-    fn trap_interval(&self) -> u64 {
-        // 4.096 us = 4096 ns.
-        (4096u64 << self.port.info.subnet_timeout.min(31)).max(MIN_TRAP_RESEND_NS)
     }
 
     /// A TrapRepress names the trap by its TID (IBA 13.4.8.1): that trap stops.
     fn repress(&mut self, smp: &SmpRepr) {
-        if smp.attr_id != attr_id::NOTICE {
-            self.counters.count(SmaDrop::UnmatchedRepress);
-            return;
-        }
-        match self.traps.iter().position(|t| t.tid == smp.tid) {
-            Some(i) => {
-                self.traps.remove(i);
-                self.counters.traps_repressed += 1;
-            }
-            None => self.counters.count(SmaDrop::UnmatchedRepress),
+        match self.traps.repress(smp) {
+            Ok(()) => self.counters.traps_repressed += 1,
+            Err(why) => self.counters.count(why),
         }
     }
 
@@ -490,35 +410,9 @@ impl Sma {
     /// Call until `None`.
     pub fn poll_transmit(&mut self, now: Time) -> Option<TrapOut> {
         self.expire_lease(now);
-        let interval = self.trap_interval();
-        let (mkey, dlid, sl) = (
-            self.port.info.mkey,
-            self.port.info.master_sm_lid,
-            self.port.info.master_sm_sl,
-        );
-        let t = self.traps.iter_mut().find(|t| t.next_send <= now)?;
-        t.next_send = now.plus_ns(interval);
-        let mut data = [0u8; SMP_DATA_LEN];
-        // The notice was built from in-range values; emit cannot fail on 64 bytes.
-        let _ = t.notice.emit(&mut data);
-        let smp = SmpRepr {
-            base_version: BASE_VERSION,
-            class_version: SMP_CLASS_VERSION,
-            method: method::TRAP,
-            status: 0,
-            tid: t.tid,
-            attr_id: attr_id::NOTICE,
-            attr_mod: 0,
-            mkey,
-            route: SmpRoute::Lid,
-            data,
-        };
+        let t = self.traps.poll_transmit(&self.port.info, now)?;
         self.counters.traps_sent += 1;
-        Some(TrapOut {
-            mad: Box::new(smp.to_bytes()),
-            dlid,
-            sl,
-        })
+        Some(t)
     }
 
     /// Traps sent and not yet repressed.
@@ -528,8 +422,8 @@ impl Sma {
 
     /// When [`Sma::handle_timeout`] (or `poll_transmit`) next has work.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let trap = self.traps.iter().map(|t| t.next_send).min();
-        match (self.lease_deadline, trap) {
+        let trap = self.traps.next_send();
+        match (self.lease.deadline(), trap) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
