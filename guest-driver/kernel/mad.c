@@ -201,8 +201,9 @@ static int vhca_sma_process_mad(struct vhca_dev *dev,
 
 /*
  * ib_core's process_mad: subnet-management requests to the device's SMA
- * (above), everything else to the PMA (counters.c), which answers PerfMgt
- * Gets and leaves the rest to the MAD layer.
+ * (above), baseboard-management requests to its BMA, everything else to the
+ * PMA (counters.c), which answers PerfMgt Gets and leaves the rest to the
+ * MAD layer.
  */
 int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
 		     const struct ib_wc *in_wc, const struct ib_grh *in_grh,
@@ -216,6 +217,17 @@ int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
 	    class == IB_MGMT_CLASS_SUBN_DIRECTED_ROUTE) {
 		if (!dev->sma || port != VHCA_PORT ||
 		    !vhca_smp_for_sma(in_wc, in))
+			return IB_MAD_RESULT_SUCCESS;
+		return vhca_sma_process_mad(dev, in_wc, in, out, out_mad_size);
+	}
+	/*
+	 * Baseboard management requests (class 0x05, on QP1) to the device's
+	 * BMA, which checks the B_Key (AD-12) and answers BKeyInfo through the
+	 * same MAD_IFC command; responses (ib_response_mad: the response bit,
+	 * or a BMSend with attribute modifier bit 0) go on to the MAD layer.
+	 */
+	if (class == IB_MGMT_CLASS_BM) {
+		if (!dev->sma || port != VHCA_PORT || ib_response_mad(&in->mad_hdr))
 			return IB_MAD_RESULT_SUCCESS;
 		return vhca_sma_process_mad(dev, in_wc, in, out, out_mad_size);
 	}

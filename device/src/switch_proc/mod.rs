@@ -103,7 +103,8 @@ pub struct Config {
 }
 
 /// The switch core as the fabric file describes switch `name` and `mode`
-/// sets it up: identity, and in static mode its LID, LFT and MFT flooding.
+/// sets it up: identity, and in static mode its LID, LFT, MFT flooding and
+/// the file's SL-to-VL table on every port pair.
 pub fn build_core(fabric: &FabricFile, name: &str, mode: Mode) -> Option<Switch> {
     let c = fabric.cabling();
     let (s, spec) = c.switch(name)?;
@@ -136,6 +137,9 @@ pub fn build_core(fabric: &FabricFile, name: &str, mode: Mode) -> Option<Switch>
             .filter(|&p| c.peer(End::Port { switch: s, port: p }).is_some())
             .collect();
         sw.set_static_flood(&cabled);
+        if let Some(t) = fabric.sl2vl() {
+            sw.set_static_sl2vl(transport::mad::SlToVlTable(t));
+        }
     }
     Some(sw)
 }
@@ -483,12 +487,16 @@ ends = ["b", "sw0:1"]
     }
 
     fn data_packet(dlid: u16) -> Vec<u8> {
+        data_packet_on(dlid, 0, 0)
+    }
+
+    fn data_packet_on(dlid: u16, sl: u8, vl: u8) -> Vec<u8> {
         use transport::wire::opcode::Opcode;
         use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
         let repr = PacketRepr {
             lrh: LrhRepr {
-                vl: 0,
-                sl: 0,
+                vl,
+                sl,
                 dlid,
                 slid: 0x20,
             },
@@ -530,6 +538,34 @@ ends = ["b", "sw0:1"]
         let sw = build_core(&f, "sw0", Mode::Sm).unwrap();
         assert_eq!((sw.lid(), sw.switch_info().linear_fdb_top), (0, 0));
         assert!(build_core(&f, "sw1", Mode::Static).is_none());
+    }
+
+    #[test]
+    fn ad_06_static_mode_switch_keeps_the_files_sl_to_vl_on_the_wire() {
+        // The file maps SL 3 to VL 3 (its nodes send SL 3 on VL 3): the
+        // switch forwards the packet on VL 3, as sent, not on VL 0.
+        let text = format!("sl2vl = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7]\n{FABRIC}");
+        let f = FabricFile::parse("f", &text).unwrap();
+        for (mode, want_vl) in [(Mode::Static, 3), (Mode::Sm, 0)] {
+            let mut sw = build_core(&f, "sw0", mode).unwrap();
+            for p in 1..=3 {
+                sw.link_up(p);
+                sw.activate(p);
+            }
+            if mode == Mode::Sm {
+                // An SM's routes, without its SL2VL tables (all VL0).
+                assert!(sw.set_static_route(6, 1));
+            }
+            let pkt = data_packet_on(6, 3, 3);
+            let mut out = Vec::new();
+            sw.handle_packet(&pkt, 3, Time(0), &mut out);
+            assert_eq!(out.len(), 1, "{mode:?}");
+            let bytes: &[u8] = match &out[0].packet {
+                Egress::Same => &pkt,
+                Egress::New(b) => b,
+            };
+            assert_eq!((out[0].port, bytes[0] >> 4), (1, want_vl), "{mode:?}");
+        }
     }
 
     #[test]

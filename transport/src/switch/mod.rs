@@ -461,6 +461,16 @@ impl Switch {
         }
     }
 
+    /// Static subnet: every (in, out) SLtoVLMappingTable to `table` (the
+    /// fabric file's `sl2vl`, which its nodes use too), as an SM's SubnSets
+    /// of every pair would: a packet keeps the VL its SL has at the HCAs
+    /// (AD-06) instead of collapsing to VL0 at the first switch.
+    pub fn set_static_sl2vl(&mut self, table: SlToVlTable) {
+        for t in &mut self.sl2vl {
+            *t = table;
+        }
+    }
+
     /// Static subnet: port `p`, its link up (Init), goes Active as an SM's
     /// PortInfo Set to Armed and then Active would take it (IBA 7.2); a port
     /// that is Down stays Down.
