@@ -106,6 +106,7 @@ check smpquery_vlarb smpquery vlarb "$LID"
 check smpquery_dr_nodeinfo_b smpquery -D nodeinfo 0,1,2
 check smpquery_dr_nodeinfo_c smpquery -D nodeinfo 0,1,4,1
 check smpquery_switchinfo smpquery switchinfo "${SW:-0}"
+check smpquery_sl2vl_switch smpquery sl2vl "${SW:-0}" 4
 # What the guest's kernel knows reaches its SMA: OpenSM's ib_umad issm file
 # sets IsSM (modify_port -> SET_PORT_CAPS), so PortInfo and the SA's
 # PortInfoRecords of SM ports show it; a node description written to sysfs
