@@ -502,3 +502,45 @@ fn ad_09_switch_node_description_get_reads_the_configured_text() {
     let r = sm(&mut sw, method::GET, attr_id::NODE_DESCRIPTION, 0, [0; 64]);
     assert_eq!(&r.data[..text.len()], text, "unchanged");
 }
+
+#[test]
+fn ad_09_switch_external_port_set_ignores_port_0s_fields() {
+    // ibportstate's Set on an external port carries LID and SMLID 0x1234
+    // (IBA 14.2.5.6: those fields, like M_Key, GidPrefix, LMC and
+    // MasterSMSL, are port 0's): the GetResp reads them as they were.
+    let mut sw = switch(4, &[1, 2]);
+    let get = |sw: &mut Switch, p: u8| {
+        transport::mad::portinfo::PortInfoRepr::parse(
+            &sm(sw, method::GET, attr_id::PORT_INFO, p.into(), [0; 64]).data,
+        )
+        .unwrap()
+    };
+    let before = get(&mut sw, 2);
+    set_port(&mut sw, 2, |pi| {
+        pi.lid = 0x1234;
+        pi.master_sm_lid = 0x1234;
+        pi.lmc = 3;
+        pi.mkey = 0x55;
+        pi.gid_prefix = 0x66;
+    });
+    let after = get(&mut sw, 2);
+    assert_eq!(
+        (
+            after.lid,
+            after.master_sm_lid,
+            after.lmc,
+            after.mkey,
+            after.gid_prefix
+        ),
+        (
+            before.lid,
+            before.master_sm_lid,
+            before.lmc,
+            before.mkey,
+            before.gid_prefix
+        )
+    );
+    // Port 0 takes them (its LID is the switch's).
+    set_port(&mut sw, 0, |pi| pi.master_sm_lid = 0x1234);
+    assert_eq!(get(&mut sw, 0).master_sm_lid, 0x1234);
+}

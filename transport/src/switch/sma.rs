@@ -254,7 +254,23 @@ fn get_port_info(sw: &Switch, r: &Req) -> Result<Data, u16> {
 fn set_port_info_attr(sw: &mut Switch, r: &Req, fx: &mut SwitchSetEffects) -> Result<(), u16> {
     let p = port_index(sw, r)?;
     let req = PortInfoRepr::parse(r.data).map_err(|_| INVALID)?;
+    let kept = sw.ports[p].info;
     let ch = set_port_info(&mut sw.ports[p], &req)?;
+    if p != 0 {
+        // IBA 14.2.5.6: on a switch's external ports the addressing and
+        // management fields (M_Key and its protection and lease, GidPrefix,
+        // LID, LMC, MasterSMLID, MasterSMSL) are port 0's business and
+        // ignored in a Set (ibportstate writes 0x1234 into LID and SMLID).
+        let i = &mut sw.ports[p].info;
+        i.mkey = kept.mkey;
+        i.mkey_protect_bits = kept.mkey_protect_bits;
+        i.mkey_lease_period = kept.mkey_lease_period;
+        i.gid_prefix = kept.gid_prefix;
+        i.lid = kept.lid;
+        i.lmc = kept.lmc;
+        i.master_sm_lid = kept.master_sm_lid;
+        i.master_sm_sl = kept.master_sm_sl;
+    }
     fx.port_state_changed |= ch.state;
     if ch.state && sw.port_disabled(p as u8) {
         // Disabled took the link down (IBA 14.2.5.6): a link state change,
