@@ -142,6 +142,52 @@ impl Cabling {
         out
     }
 
+    /// The ports switch `s` floods multicast out of in static mode (no SM to
+    /// program the MFT): every port cabled to a node, and of the switch-to-
+    /// switch cables only those on one spanning tree of the switches (a
+    /// breadth-first tree from the lowest-numbered switch of each connected
+    /// part). A switch never sends a packet back out of its ingress port, so
+    /// on a tree each node gets each multicast packet once; flooding every
+    /// cabled port instead would send it round a ring or a fat tree's
+    /// leaf-spine loops forever (LRH has no hop count, IBA 7.7; issue 27).
+    pub fn static_flood(&self, s: usize) -> Vec<u8> {
+        let n = self.switches.len();
+        let mut seen = vec![false; n];
+        let mut tree: Vec<End> = Vec::new();
+        for root in 0..n {
+            if seen[root] {
+                continue;
+            }
+            seen[root] = true;
+            let mut queue = VecDeque::from([root]);
+            while let Some(u) = queue.pop_front() {
+                for p in 1..=self.switches[u].ports {
+                    let here = End::Port { switch: u, port: p };
+                    if let Some(there @ End::Port { switch: v, .. }) = self.peer(here) {
+                        if !seen[v] {
+                            seen[v] = true;
+                            tree.extend([here, there]);
+                            queue.push_back(v);
+                        }
+                    }
+                }
+            }
+        }
+        let Some(spec) = self.switches.get(s) else {
+            return Vec::new();
+        };
+        (1..=spec.ports)
+            .filter(|&p| {
+                let here = End::Port { switch: s, port: p };
+                match self.peer(here) {
+                    Some(End::Node(_)) => true,
+                    Some(End::Port { .. }) => tree.contains(&here),
+                    None => false,
+                }
+            })
+            .collect()
+    }
+
     /// The port of switch `s` toward port `port` of switch `dest` (0: the
     /// switch itself), by breadth-first search from `dest`.
     fn toward(&self, s: usize, dest: usize, port: u8) -> Option<u8> {
