@@ -351,6 +351,18 @@ mod tests {
             c.peer(End::Port { switch: 2, port: 6 }),
             Some(End::Port { switch: 5, port: 3 })
         );
+        // Leaf 0 spreads the other leaves' HCAs over both spines: n4 (index
+        // 4) by port 5 to spine 0, n5 by port 6 to spine 1, and so on.
+        let lids = |i: usize| vec![f.nodes()[i].lid];
+        let lft = c.static_lft(0, 16, lids);
+        for i in 4..16u16 {
+            assert!(lft.contains(&(i + 1, 5 + (i % 2) as u8)), "n{i}: {lft:?}");
+        }
+        // A spine reaches leaf i's HCAs by its port i + 1.
+        let lft = c.static_lft(5, 16, lids);
+        for i in 0..16u16 {
+            assert!(lft.contains(&(i + 1, (i / 4 + 1) as u8)), "n{i}: {lft:?}");
+        }
         assert_eq!(f.subnet(), SubnetMode::Static);
         let sm = Topology {
             subnet: SubnetMode::Sm,
