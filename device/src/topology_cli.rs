@@ -49,25 +49,22 @@ pub enum ShapeCmd {
     },
     /// Switches in a row sw0 - sw1 - ..., HCAs on each (ports 1..=H to HCAs,
     /// H+1 to the previous switch, H+2 to the next).
-    Line {
-        #[arg(long)]
-        switches: usize,
-        /// HCAs on each switch.
-        #[arg(long)]
-        hosts: usize,
-        #[command(flatten)]
-        common: Common,
-    },
+    Line(Chain),
     /// A line of 3 or more switches whose last is cabled back to the first.
-    Ring {
-        #[arg(long)]
-        switches: usize,
-        /// HCAs on each switch.
-        #[arg(long)]
-        hosts: usize,
-        #[command(flatten)]
-        common: Common,
-    },
+    Ring(Chain),
+}
+
+/// A line's or a ring's size.
+#[derive(Debug, Clone, Args)]
+pub struct Chain {
+    /// Switches (a line 1 or more, a ring 3 or more).
+    #[arg(long)]
+    pub switches: usize,
+    /// HCAs on each switch.
+    #[arg(long)]
+    pub hosts: usize,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 /// What every shape takes.
@@ -99,27 +96,19 @@ impl TopologyCli {
                 },
                 common,
             ),
-            ShapeCmd::Line {
-                switches,
-                hosts,
-                common,
-            } => (
+            ShapeCmd::Line(c) => (
                 Shape::Line {
-                    switches: *switches,
-                    hosts: *hosts,
+                    switches: c.switches,
+                    hosts: c.hosts,
                 },
-                common,
+                &c.common,
             ),
-            ShapeCmd::Ring {
-                switches,
-                hosts,
-                common,
-            } => (
+            ShapeCmd::Ring(c) => (
                 Shape::Ring {
-                    switches: *switches,
-                    hosts: *hosts,
+                    switches: c.switches,
+                    hosts: c.hosts,
                 },
-                common,
+                &c.common,
             ),
         };
         let base_port = u16::try_from(common.base_port)

@@ -9,32 +9,18 @@
 //! arguments get one line on stderr and exit status 2.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
-use vhca_tests::abi::verbs::{PortState, QpType};
-use vhca_tests::fixture::{assert_success, connect_pair_with, wait_n, Node};
+use vhca_tests::abi::verbs::PortState;
+use vhca_tests::fixture::Node;
 use vhca_tests::process::{free_udp_range, vhca_binary, Build};
-use vhca_tests::switch_proc::SwitchProc;
-use vhca_tests::util::{assert_bytes, pattern};
-use vhca_tests::{ConnOpts, Layout, Options, QpInit, RecvWr, SendWr, Vhca};
+use vhca_tests::switch_proc::{rc_pair, write_then_send, SwitchProc};
+use vhca_tests::{Options, Vhca};
 
-const T: Duration = Duration::from_secs(30);
 const LEAVES: usize = 4;
 const SPINES: usize = 2;
 const HOSTS: usize = 4;
-
-/// An RC pair whose local ACK timeout (about 0.5 s, eight tries) outlasts
-/// a debug-built switch descheduled among 22 processes on two CPUs.
-fn rc_pair(a: &mut Node, b: &mut Node) -> (vhca_tests::QpH, vhca_tests::QpH) {
-    let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
-    let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
-    let o = ConnOpts {
-        timeout: 17,
-        ..ConnOpts::default()
-    };
-    connect_pair_with(a, &ia, b, &ib, &o)
-}
 
 /// `vhca topology ARGS`: (exit status, stdout, stderr).
 fn topology(args: &[&str]) -> (std::process::ExitStatus, String, String) {
@@ -120,41 +106,15 @@ fn a_generated_static_fat_tree_of_16_hcas_and_6_switches_carries_rc_between_leav
         let (a, b) = (leaf(i), leaf(j));
         let (lo, hi) = hcas.split_at_mut(j);
         let (na, nb) = (&mut lo[i], &mut hi[0]);
-        let (qa, qb) = rc_pair(na, nb);
-        // WRITE i -> j.
-        let src = na.region(len, Layout::Scattered, 0);
-        let dst = nb.region(len, Layout::Scattered, 0);
-        let data = pattern(0x2700 + (i * nodes + j) as u64, len);
-        na.write(&src, 0, &data);
-        na.hca
-            .post_send(
-                qa,
-                &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
-            )
-            .unwrap();
-        assert_success(&wait_n(&mut na.hca, na.cq, 1, T));
-        assert_bytes(
-            &nb.read(&dst, 0, len),
-            &data,
-            &format!("WRITE n{i} (leaf{a}) -> n{j} (leaf{b})"),
-        );
-        // SEND j -> i.
-        let inbox = na.region(4096, Layout::Contiguous, 0);
-        na.hca
-            .post_recv(qa, &RecvWr::new(2, vec![inbox.mr.sge(&inbox.buf, 0, 4096)]))
-            .unwrap();
-        let msg = pattern(0x2800 + (j * nodes + i) as u64, 3000);
-        let out = nb.region(4096, Layout::Contiguous, 0);
-        nb.write(&out, 0, &msg);
-        nb.hca
-            .post_send(qb, &SendWr::send(3).sge(out.mr.sge(&out.buf, 0, msg.len())))
-            .unwrap();
-        assert_success(&wait_n(&mut nb.hca, nb.cq, 1, T));
-        assert_success(&wait_n(&mut na.hca, na.cq, 1, T));
-        assert_bytes(
-            &na.read(&inbox, 0, msg.len()),
-            &msg,
-            &format!("SEND n{j} (leaf{b}) -> n{i} (leaf{a})"),
+        let qs = rc_pair(na, nb);
+        let seed = 0x2700 + (i * nodes + j) as u64 * 2;
+        write_then_send(
+            na,
+            nb,
+            qs,
+            len,
+            seed,
+            &format!("n{i} (leaf{a}) -> n{j} (leaf{b})"),
         );
     }
     drop(hcas);
