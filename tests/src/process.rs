@@ -317,7 +317,7 @@ pub fn free_udp_ports(n: usize) -> io::Result<Vec<u16>> {
 /// (`vhca topology --base-port`).
 pub fn free_udp_range(n: u16) -> io::Result<u16> {
     // Start where concurrent test binaries are unlikely to collide: by pid.
-    let span = 20000 - u32::from(n);
+    let span = 20000u32.saturating_sub(u32::from(n)).max(1);
     let mut base = 30000 + (std::process::id() * 97) % span;
     for _ in 0..200 {
         let b = base as u16;
