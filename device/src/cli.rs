@@ -35,7 +35,8 @@ use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
 /// with guest RAM shared through a memfd backend (share=on).
 ///
 /// An InfiniBand switch of a cabled fabric file: vhca switch --fabric FILE
-/// --switch NAME (see vhca switch --help).
+/// --switch NAME (see vhca switch --help). A fabric file for a fat tree, a
+/// line or a ring of switches: vhca topology (see vhca topology --help).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
 pub struct Cli {

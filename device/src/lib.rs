@@ -38,3 +38,4 @@ pub mod port;
 pub mod ring;
 pub mod run;
 pub mod switch_proc;
+pub mod topology_cli;

@@ -157,6 +157,10 @@ pub struct Options {
     /// Top-level lines of the fabric file before the nodes (e.g. the
     /// SL-to-VL table, `sl2vl = [...]`, AD-06).
     pub fabric_header: String,
+    /// A whole fabric file (e.g. `vhca topology`'s, issue 27) instead of the
+    /// one written from the fields above: its nodes must be `n0`, `n1`, ...,
+    /// `nodes` of them; their LIDs, GUIDs and UDP ports come from it.
+    pub fabric_text: Option<String>,
 }
 
 impl Default for Options {
@@ -181,6 +185,7 @@ impl Default for Options {
             node_toml: HashMap::new(),
             top_toml: String::new(),
             fabric_header: String::new(),
+            fabric_text: None,
         }
     }
 }
@@ -306,6 +311,30 @@ pub fn free_udp_ports(n: usize) -> io::Result<Vec<u16>> {
         .collect()
 }
 
+/// The first of `n` consecutive UDP ports on 127.0.0.1 that were all free
+/// (bound at once to check, then released; a small race with other programs
+/// remains), for a fabric file whose addresses count up from one base
+/// (`vhca topology --base-port`).
+pub fn free_udp_range(n: u16) -> io::Result<u16> {
+    // Start where concurrent test binaries are unlikely to collide: by pid.
+    let span = 20000u32.saturating_sub(u32::from(n)).max(1);
+    let mut base = 30000 + (std::process::id() * 97) % span;
+    for _ in 0..200 {
+        let b = base as u16;
+        let held: io::Result<Vec<UdpSocket>> = (0..n)
+            .map(|k| UdpSocket::bind(("127.0.0.1", b + k)))
+            .collect();
+        if held.is_ok() {
+            return Ok(b);
+        }
+        base = 30000 + (base - 30000 + u32::from(n) + 13) % span;
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!("no {n} consecutive free UDP ports in 30000..50000"),
+    ))
+}
+
 /// The fabric file text for `nodes`.
 pub fn fabric_toml(nodes: &[NodeInfo]) -> String {
     fabric_toml_with(nodes, "", &HashMap::new())
@@ -341,7 +370,7 @@ impl Vhca {
             .tempdir()
             .expect("create a temporary folder");
         let ports = free_udp_ports(opts.nodes).expect("pick free UDP ports");
-        let nodes: Vec<NodeInfo> = (0..opts.nodes)
+        let mut nodes: Vec<NodeInfo> = (0..opts.nodes)
             .map(|i| {
                 let name = format!("n{i}");
                 NodeInfo {
@@ -358,11 +387,28 @@ impl Vhca {
             })
             .collect();
         let fabric = dir.path().join("fabric.toml");
-        let text = format!(
-            "{}\n{}",
-            opts.fabric_header,
-            fabric_toml_with(&nodes, &opts.top_toml, &opts.node_toml)
-        );
+        let text = match &opts.fabric_text {
+            Some(t) => {
+                let f = device::fabric::FabricFile::parse("fabric_text", t)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(f.nodes().len(), opts.nodes, "nodes in fabric_text");
+                for (i, n) in nodes.iter_mut().enumerate() {
+                    let given = f
+                        .by_name(&n.name)
+                        .unwrap_or_else(|| panic!("fabric_text has no node {}", n.name));
+                    n.lid = given.lid;
+                    n.guid = given.guid;
+                    n.udp_port = given.address.port();
+                    assert!(!opts.lids.contains_key(&i), "lids with fabric_text");
+                }
+                t.clone()
+            }
+            None => format!(
+                "{}\n{}",
+                opts.fabric_header,
+                fabric_toml_with(&nodes, &opts.top_toml, &opts.node_toml)
+            ),
+        };
         std::fs::write(&fabric, text).expect("write the fabric file");
         let watch = Arc::new(Watch::default());
         watch.start(opts.watchdog);

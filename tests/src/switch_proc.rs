@@ -1,6 +1,7 @@
 //! `vhca switch` processes (issue 26 item 3): a switch of a fabric file,
 //! its counters file read as JSON, SIGTERM and the exit counters; a star
-//! fabric of `vhca` HCAs cabled to one switch.
+//! fabric of `vhca` HCAs cabled to one switch; an RC pair patient enough
+//! for switch hops and a WRITE-then-SEND exchange checked byte for byte.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -10,7 +11,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::fixture::{assert_success, connect_pair_with, wait_n, Node};
+use crate::guest::Layout;
+use crate::hca::{ConnOpts, QpH, QpInit};
 use crate::process::{free_udp_ports, vhca_binary, Build, Options, Vhca};
+use crate::util::{assert_bytes, pattern};
+use crate::verbs::{RecvWr, SendWr};
+use device::abi::verbs::QpType;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -159,4 +166,60 @@ pub fn star_fabric(nodes: usize, ports: usize, header: &str) -> (Vhca, SwitchPro
     let cabled: Vec<u64> = (1..=nodes as u64).collect();
     sw.wait_active(&cabled);
     (v, sw)
+}
+
+/// An RC pair whose local ACK timeout (4.096 us * 2^17, about 0.5 s; eight
+/// tries) outlasts a debug-built switch process descheduled on a loaded
+/// two-CPU host, where the default 67 ms ran out of retries once.
+pub fn rc_pair(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
+    let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
+    let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
+    let o = ConnOpts {
+        timeout: 17,
+        ..ConnOpts::default()
+    };
+    connect_pair_with(a, &ia, b, &ib, &o)
+}
+
+/// Over the connected RC pair (`qa` on `a`, `qb` on `b`): an RDMA WRITE of
+/// `len` bytes of pattern `seed` from a to b, then a 3000-byte SEND of
+/// pattern `seed + 1` from b to a, each checked byte for byte (`what` names
+/// the pair in a failure).
+pub fn write_then_send(
+    a: &mut Node,
+    b: &mut Node,
+    (qa, qb): (QpH, QpH),
+    len: usize,
+    seed: u64,
+    what: &str,
+) {
+    let src = a.region(len, Layout::Scattered, 0);
+    let dst = b.region(len, Layout::Scattered, 0);
+    let data = pattern(seed, len);
+    a.write(&src, 0, &data);
+    a.hca
+        .post_send(
+            qa,
+            &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+        )
+        .unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_bytes(&b.read(&dst, 0, len), &data, &format!("WRITE {what}"));
+    let inbox = a.region(4096, Layout::Contiguous, 0);
+    a.hca
+        .post_recv(qa, &RecvWr::new(2, vec![inbox.mr.sge(&inbox.buf, 0, 4096)]))
+        .unwrap();
+    let msg = pattern(seed + 1, 3000);
+    let out = b.region(4096, Layout::Contiguous, 0);
+    b.write(&out, 0, &msg);
+    b.hca
+        .post_send(qb, &SendWr::send(3).sge(out.mr.sge(&out.buf, 0, msg.len())))
+        .unwrap();
+    assert_success(&wait_n(&mut b.hca, b.cq, 1, T));
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_bytes(
+        &a.read(&inbox, 0, msg.len()),
+        &msg,
+        &format!("SEND back, {what}"),
+    );
 }

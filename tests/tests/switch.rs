@@ -20,27 +20,14 @@ use transport::mad::{
 use transport::wire::opcode::Opcode;
 use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
 use vhca_tests::abi::cqe::EqeType;
-use vhca_tests::abi::verbs::{PortState, QpType};
-use vhca_tests::fixture::{assert_success, connect_pair_with, wait_n, Node};
+use vhca_tests::abi::verbs::PortState;
+use vhca_tests::fixture::{assert_success, wait_n, Node};
 use vhca_tests::process::free_udp_ports;
-use vhca_tests::switch_proc::{star, star_fabric, SwitchProc};
+use vhca_tests::switch_proc::{rc_pair, star, star_fabric, write_then_send, SwitchProc};
 use vhca_tests::util::{assert_bytes, pattern};
-use vhca_tests::{ConnOpts, Layout, Options, QpInit, RecvWr, SendWr, Vhca};
+use vhca_tests::{Layout, Options, SendWr, Vhca};
 
 const T: Duration = Duration::from_secs(30);
-
-/// An RC pair whose local ACK timeout (4.096 us * 2^17, about 0.5 s; eight
-/// tries) outlasts a debug-built switch process descheduled on a loaded
-/// two-CPU host, where the default 67 ms ran out of retries once.
-fn rc_pair(a: &mut Node, b: &mut Node) -> (vhca_tests::QpH, vhca_tests::QpH) {
-    let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
-    let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
-    let o = ConnOpts {
-        timeout: 17,
-        ..ConnOpts::default()
-    };
-    connect_pair_with(a, &ia, b, &ib, &o)
-}
 
 /// The value after `name` on the `udp NODE:` line of an exit report.
 fn udp_counter(report: &str, name: &str) -> u64 {
@@ -91,42 +78,9 @@ fn ad_09_three_hcas_through_one_switch_rc_write_and_send_every_pair_static() {
     for (i, j) in [(0, 1), (0, 2), (1, 2)] {
         let (lo, hi) = nodes.split_at_mut(j);
         let (a, b) = (&mut lo[i], &mut hi[0]);
-        let (qa, qb) = rc_pair(a, b);
-        // WRITE i -> j.
-        let src = a.region(len, Layout::Scattered, 0);
-        let dst = b.region(len, Layout::Scattered, 0);
-        let data = pattern(0x5000 + (i * 3 + j) as u64, len);
-        a.write(&src, 0, &data);
-        a.hca
-            .post_send(
-                qa,
-                &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
-            )
-            .unwrap();
-        assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
-        assert_bytes(
-            &b.read(&dst, 0, len),
-            &data,
-            &format!("WRITE n{i} -> n{j} through sw0"),
-        );
-        // SEND j -> i.
-        let inbox = a.region(4096, Layout::Contiguous, 0);
-        a.hca
-            .post_recv(qa, &RecvWr::new(2, vec![inbox.mr.sge(&inbox.buf, 0, 4096)]))
-            .unwrap();
-        let msg = pattern(0x6000 + (i * 3 + j) as u64, 3000);
-        let out = b.region(4096, Layout::Contiguous, 0);
-        b.write(&out, 0, &msg);
-        b.hca
-            .post_send(qb, &SendWr::send(3).sge(out.mr.sge(&out.buf, 0, msg.len())))
-            .unwrap();
-        assert_success(&wait_n(&mut b.hca, b.cq, 1, T));
-        assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
-        assert_bytes(
-            &a.read(&inbox, 0, msg.len()),
-            &msg,
-            &format!("SEND n{j} -> n{i} through sw0"),
-        );
+        let qs = rc_pair(a, b);
+        let seed = 0x5000 + (i * 3 + j) as u64;
+        write_then_send(a, b, qs, len, seed, &format!("n{i} -> n{j} through sw0"));
     }
     drop(nodes);
     // Every packet each HCA sent came in on its switch port and went out

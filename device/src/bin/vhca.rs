@@ -1,10 +1,12 @@
 //! `vhca`: serves one virtual InfiniBand HCA to QEMU over vfio-user (see
 //! `vhca --help` and ARCHITECTURE.md); `vhca switch` runs an InfiniBand
-//! switch of a fabric file (see `vhca switch --help`).
+//! switch of a fabric file (see `vhca switch --help`); `vhca topology`
+//! writes a fabric file for a fat tree, a line or a ring of switches.
 
 use clap::Parser;
 use device::cli::Cli;
 use device::switch_proc::SwitchCli;
+use device::topology_cli::TopologyCli;
 
 fn init_log(level: log::LevelFilter) {
     env_logger::Builder::new()
@@ -30,6 +32,18 @@ fn main() {
         if let Err(e) = device::switch_proc::run(&config) {
             eprintln!("vhca switch: {e}");
             std::process::exit(1);
+        }
+        return;
+    }
+    // `vhca topology SHAPE ...`: a fabric file to stdout (issue 27).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "topology") {
+        let cli = TopologyCli::parse_from(std::env::args_os().skip(1));
+        match cli.text() {
+            Ok(t) => print!("{t}"),
+            Err(e) => {
+                eprintln!("vhca topology: {e}");
+                std::process::exit(2);
+            }
         }
         return;
     }

@@ -114,8 +114,13 @@ impl Cabling {
     /// The egress port of switch `s` toward every LID of the fabric (static
     /// mode, no SM): a breadth-first search over the switches from each
     /// node's cable (and from each switch that has a LID), so each LID leaves
-    /// by a port of a shortest path; ties go to the lower-numbered switch port
-    /// found first. `lids(i)` gives node i's LIDs (2^LMC of them, AD-01). A
+    /// by a port of a shortest path. Where several ports start a shortest path
+    /// (a fat tree's spines) the destinations are spread over them by index:
+    /// node i (switch t) takes the (i mod n)-th of the n ports, so a leaf's
+    /// uplinks share the load as an SM's min-hop balancing would instead of
+    /// all traffic crossing the first spine (issue 27). Every hop gets one
+    /// nearer the destination, so no route loops. `lids(i)` gives node i's
+    /// LIDs (2^LMC of them, AD-01). A
     /// LID not reachable from `s` has no entry. The switch's own LID maps to
     /// port 0.
     pub fn static_lft(
@@ -127,14 +132,14 @@ impl Cabling {
         let mut out = Vec::new();
         for i in 0..nodes {
             if let Some(End::Port { switch, port }) = self.peer(End::Node(i)) {
-                if let Some(p) = self.toward(s, switch, port) {
+                if let Some(p) = self.toward(s, switch, port, i) {
                     out.extend(lids(i).into_iter().map(|l| (l, p)));
                 }
             }
         }
         for (t, sw) in self.switches.iter().enumerate() {
             if let Some(lid) = sw.lid {
-                if let Some(p) = self.toward(s, t, 0) {
+                if let Some(p) = self.toward(s, t, 0, t) {
                     out.push((lid, p));
                 }
             }
@@ -142,27 +147,92 @@ impl Cabling {
         out
     }
 
+    /// The ports switch `s` floods multicast out of in static mode (no SM to
+    /// program the MFT): every port cabled to a node, and of the switch-to-
+    /// switch cables only those on one spanning tree of the switches (a
+    /// breadth-first tree from the lowest-numbered switch of each connected
+    /// part). A switch never sends a packet back out of its ingress port, so
+    /// on a tree each node gets each multicast packet once; flooding every
+    /// cabled port instead would send it round a ring or a fat tree's
+    /// leaf-spine loops forever (LRH has no hop count, IBA 7.7; issue 27).
+    pub fn static_flood(&self, s: usize) -> Vec<u8> {
+        let n = self.switches.len();
+        let mut seen = vec![false; n];
+        let mut tree: Vec<End> = Vec::new();
+        for root in 0..n {
+            if seen[root] {
+                continue;
+            }
+            seen[root] = true;
+            let mut queue = VecDeque::from([root]);
+            while let Some(u) = queue.pop_front() {
+                for p in 1..=self.switches[u].ports {
+                    let here = End::Port { switch: u, port: p };
+                    if let Some(there @ End::Port { switch: v, .. }) = self.peer(here) {
+                        if !seen[v] {
+                            seen[v] = true;
+                            tree.extend([here, there]);
+                            queue.push_back(v);
+                        }
+                    }
+                }
+            }
+        }
+        let Some(spec) = self.switches.get(s) else {
+            return Vec::new();
+        };
+        (1..=spec.ports)
+            .filter(|&p| {
+                let here = End::Port { switch: s, port: p };
+                match self.peer(here) {
+                    Some(End::Node(_)) => true,
+                    Some(End::Port { .. }) => tree.contains(&here),
+                    None => false,
+                }
+            })
+            .collect()
+    }
+
     /// The port of switch `s` toward port `port` of switch `dest` (0: the
-    /// switch itself), by breadth-first search from `dest`.
-    fn toward(&self, s: usize, dest: usize, port: u8) -> Option<u8> {
-        let mut via: Vec<Option<u8>> = vec![None; self.switches.len()];
-        via[dest] = Some(port);
+    /// switch itself): of the ports that start a shortest path, the
+    /// (`spread` mod n)-th.
+    fn toward(&self, s: usize, dest: usize, port: u8, spread: usize) -> Option<u8> {
+        if s == dest {
+            return Some(port);
+        }
+        let dist = self.hops_from(dest);
+        let d = dist.get(s).copied().flatten()?;
+        let next: Vec<u8> = (1..=self.switches[s].ports)
+            .filter(|&p| {
+                matches!(
+                    self.peer(End::Port { switch: s, port: p }),
+                    Some(End::Port { switch: v, .. }) if dist[v] == Some(d - 1)
+                )
+            })
+            .collect();
+        next.get(spread % next.len().max(1)).copied()
+    }
+
+    /// Every switch's distance in switch-to-switch hops from switch `dest`
+    /// (breadth-first), `None` where no cable leads.
+    fn hops_from(&self, dest: usize) -> Vec<Option<usize>> {
+        let mut dist: Vec<Option<usize>> = vec![None; self.switches.len()];
+        dist[dest] = Some(0);
         let mut queue = VecDeque::from([dest]);
         while let Some(u) = queue.pop_front() {
-            if u == s {
-                return via[u];
-            }
+            let du = dist[u].unwrap_or(0);
             for p in 1..=self.switches[u].ports {
-                let here = End::Port { switch: u, port: p };
-                if let Some(End::Port { switch: v, port: r }) = self.peer(here) {
-                    if via[v].is_none() {
-                        via[v] = Some(r);
+                if let Some(End::Port { switch: v, .. }) =
+                    self.peer(End::Port { switch: u, port: p })
+                {
+                    if dist[v].is_none() {
+                        dist[v] = Some(du + 1);
                         queue.push_back(v);
                     }
                 }
             }
         }
-        None
+        dist
     }
 }
 

@@ -30,6 +30,7 @@ mod liveness;
 mod partition;
 mod tap;
 mod tap_sys;
+mod topology;
 mod udp;
 mod udp_counters;
 mod udp_sys;
@@ -55,6 +56,7 @@ pub use tap::{
     VNET_HDR_LEN,
 };
 pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN};
+pub use topology::{generate as topology_text, Shape, Topology, TopologyError};
 pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
 
 /// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC

@@ -25,7 +25,8 @@ use crate::fabric::{FabricFile, FabricKey};
 /// the cables (ends = ["a", "sw0:1"]). Without a subnet manager (static
 /// mode) the ports are Active as soon as their cable's other end is heard
 /// and the forwarding table comes from the cabling: each node's LIDs leave
-/// by the port of a shortest path; multicast goes out every cabled port.
+/// by the port of a shortest path; multicast goes out every port cabled to
+/// an HCA and the switch links of one spanning tree of the switches.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "vhca switch",

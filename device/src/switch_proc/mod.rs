@@ -16,7 +16,8 @@
 //!
 //! [`Mode`]: in static mode (no SM; the fabric file plays it) the ports go
 //! Active as soon as their link is up and the LFT comes from the cabling
-//! (`Cabling::static_lft`), multicast floods every cabled port; in SM mode
+//! (`Cabling::static_lft`), multicast floods the ports to nodes and one
+//! spanning tree of the switch links (`Cabling::static_flood`); in SM mode
 //! the ports stay Init and the tables empty until an SM programs them.
 
 mod cli;
@@ -133,10 +134,7 @@ pub fn build_core(fabric: &FabricFile, name: &str, mode: Mode) -> Option<Switch>
         for (lid, port) in c.static_lft(s, nodes.len(), lids) {
             sw.set_static_route(lid, port);
         }
-        let cabled: Vec<u8> = (1..=spec.ports)
-            .filter(|&p| c.peer(End::Port { switch: s, port: p }).is_some())
-            .collect();
-        sw.set_static_flood(&cabled);
+        sw.set_static_flood(&c.static_flood(s));
         if let Some(t) = fabric.sl2vl() {
             sw.set_static_sl2vl(transport::mad::SlToVlTable(t));
         }

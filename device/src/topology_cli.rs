@@ -1,0 +1,223 @@
+//! `vhca topology`'s command line (issue 27 item 1): which shape, how big,
+//! from which UDP port; prints the fabric file (`fabric::topology_text`) to
+//! stdout. Every problem is one line naming the argument.
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::cli::CliError;
+use crate::fabric::{topology_text, Shape, Topology};
+use crate::mgmt::SubnetMode;
+
+/// Writes a fabric file (TOML, to stdout) for a common topology: HCAs n0,
+/// n1, ... and their switches, every cable a [[link]], UDP addresses on
+/// 127.0.0.1 counting up from --base-port (the HCAs first, then each
+/// switch's ports).
+///
+///   vhca topology fat-tree --leaves 4 --spines 2 --hosts-per-leaf 4 --base-port 30000 > fabric.toml
+///   vhca switch --fabric fabric.toml --switch leaf0 &   (each leaf*, spine*)
+///   vhca --socket /tmp/vhca/n0.sock --fabric fabric.toml --node n0 &   (each n*)
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "vhca topology",
+    bin_name = "vhca topology",
+    version,
+    verbatim_doc_comment
+)]
+pub struct TopologyCli {
+    #[command(subcommand)]
+    pub shape: ShapeCmd,
+}
+
+/// The shapes.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ShapeCmd {
+    /// A two-level fat tree: every leaf cabled once to every spine, HCAs on
+    /// the leaves (leaf ports 1..=H to HCAs, H+1.. to the spines; spine
+    /// port i+1 to leaf i).
+    FatTree {
+        /// Leaf switches (1..=36).
+        #[arg(long)]
+        leaves: usize,
+        /// Spine switches.
+        #[arg(long)]
+        spines: usize,
+        /// HCAs on each leaf (with the spines, at most 36 leaf ports).
+        #[arg(long)]
+        hosts_per_leaf: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Switches in a row sw0 - sw1 - ..., HCAs on each (ports 1..=H to HCAs,
+    /// H+1 to the previous switch, H+2 to the next).
+    Line(Chain),
+    /// A line of 3 or more switches whose last is cabled back to the first.
+    Ring(Chain),
+}
+
+/// A line's or a ring's size.
+#[derive(Debug, Clone, Args)]
+pub struct Chain {
+    /// Switches (a line 1 or more, a ring 3 or more).
+    #[arg(long)]
+    pub switches: usize,
+    /// HCAs on each switch.
+    #[arg(long)]
+    pub hosts: usize,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// What every shape takes.
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// The first UDP port on 127.0.0.1 (the HCAs', then the switches').
+    #[arg(long, value_name = "PORT", default_value_t = 30000)]
+    pub base_port: u64,
+    /// `static` (the file's LIDs and shortest-path routes, no SM) or `sm`
+    /// (ports wait for a subnet manager).
+    #[arg(long, value_name = "static|sm", default_value = "static", value_parser = ["static", "sm"])]
+    pub subnet: String,
+}
+
+impl TopologyCli {
+    /// The fabric file's text, or the one-line reason it cannot be written.
+    pub fn text(&self) -> Result<String, CliError> {
+        let (shape, common) = match &self.shape {
+            ShapeCmd::FatTree {
+                leaves,
+                spines,
+                hosts_per_leaf,
+                common,
+            } => (
+                Shape::FatTree {
+                    leaves: *leaves,
+                    spines: *spines,
+                    hosts_per_leaf: *hosts_per_leaf,
+                },
+                common,
+            ),
+            ShapeCmd::Line(c) => (
+                Shape::Line {
+                    switches: c.switches,
+                    hosts: c.hosts,
+                },
+                &c.common,
+            ),
+            ShapeCmd::Ring(c) => (
+                Shape::Ring {
+                    switches: c.switches,
+                    hosts: c.hosts,
+                },
+                &c.common,
+            ),
+        };
+        let base_port = u16::try_from(common.base_port)
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| {
+                CliError(format!(
+                    "--base-port {}: a UDP port, 1..=65535",
+                    common.base_port
+                ))
+            })?;
+        let subnet = if common.subnet == "sm" {
+            SubnetMode::Sm
+        } else {
+            SubnetMode::Static
+        };
+        topology_text(&Topology {
+            shape,
+            base_port,
+            subnet,
+        })
+        .map_err(|e| CliError(e.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::FabricFile;
+
+    fn run(args: &[&str]) -> Result<String, String> {
+        let mut argv = vec!["vhca topology"];
+        argv.extend_from_slice(args);
+        TopologyCli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .text()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn vhca_topology_writes_each_shape_and_refuses_bad_arguments_in_one_line() {
+        let t = run(&[
+            "fat-tree",
+            "--leaves",
+            "4",
+            "--spines",
+            "2",
+            "--hosts-per-leaf",
+            "4",
+            "--base-port",
+            "31000",
+            "--subnet",
+            "sm",
+        ])
+        .unwrap();
+        let f = FabricFile::parse("t", &t).unwrap();
+        assert_eq!(f.subnet(), SubnetMode::Sm);
+        assert_eq!(f.nodes()[0].address.port(), 31000);
+        assert_eq!(f.cabling().switches().len(), 6);
+        for shape in ["line", "ring"] {
+            let t = run(&[shape, "--switches", "3", "--hosts", "2"]).unwrap();
+            let f = FabricFile::parse("t", &t).unwrap();
+            assert_eq!((f.nodes().len(), f.subnet()), (6, SubnetMode::Static));
+            assert_eq!(f.nodes()[0].address.port(), 30000);
+        }
+        for (args, why) in [
+            (
+                &[
+                    "fat-tree",
+                    "--leaves",
+                    "0",
+                    "--spines",
+                    "1",
+                    "--hosts-per-leaf",
+                    "1",
+                ][..],
+                "--leaves 0: at least 1",
+            ),
+            (
+                &[
+                    "line",
+                    "--switches",
+                    "2",
+                    "--hosts",
+                    "1",
+                    "--base-port",
+                    "70000",
+                ],
+                "--base-port 70000: a UDP port, 1..=65535",
+            ),
+            (
+                &["ring", "--switches", "3", "--hosts", "40"],
+                "would need 42 ports: a switch has at most 36",
+            ),
+            (
+                &[
+                    "line",
+                    "--switches",
+                    "3",
+                    "--hosts",
+                    "1",
+                    "--base-port",
+                    "65530",
+                ],
+                "pass 65535",
+            ),
+        ] {
+            let e = run(args).unwrap_err();
+            assert!(e.contains(why) && e.lines().count() == 1, "{args:?}: {e}");
+        }
+    }
+}
