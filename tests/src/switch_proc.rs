@@ -181,6 +181,24 @@ pub fn rc_pair(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
     connect_pair_with(a, &ia, b, &ib, &o)
 }
 
+/// Over RC QP `qa` of `a` (connected to `b`): an RDMA WRITE of `len` bytes
+/// of pattern `seed` into a region of b, completed and checked byte for byte
+/// (`what` names it in a failure).
+pub fn write_checked(a: &mut Node, b: &mut Node, qa: QpH, len: usize, seed: u64, what: &str) {
+    let src = a.region(len, Layout::Scattered, 0);
+    let dst = b.region(len, Layout::Scattered, 0);
+    let data = pattern(seed, len);
+    a.write(&src, 0, &data);
+    a.hca
+        .post_send(
+            qa,
+            &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
+        )
+        .unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
+    assert_bytes(&b.read(&dst, 0, len), &data, what);
+}
+
 /// Over the connected RC pair (`qa` on `a`, `qb` on `b`): an RDMA WRITE of
 /// `len` bytes of pattern `seed` from a to b, then a 3000-byte SEND of
 /// pattern `seed + 1` from b to a, each checked byte for byte (`what` names
@@ -193,18 +211,7 @@ pub fn write_then_send(
     seed: u64,
     what: &str,
 ) {
-    let src = a.region(len, Layout::Scattered, 0);
-    let dst = b.region(len, Layout::Scattered, 0);
-    let data = pattern(seed, len);
-    a.write(&src, 0, &data);
-    a.hca
-        .post_send(
-            qa,
-            &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
-        )
-        .unwrap();
-    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
-    assert_bytes(&b.read(&dst, 0, len), &data, &format!("WRITE {what}"));
+    write_checked(a, b, qa, len, seed, &format!("WRITE {what}"));
     let inbox = a.region(4096, Layout::Contiguous, 0);
     a.hca
         .post_recv(qa, &RecvWr::new(2, vec![inbox.mr.sge(&inbox.buf, 0, 4096)]))

@@ -21,11 +21,12 @@ use transport::wire::opcode::Opcode;
 use transport::wire::{BthRepr, DethRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
 use vhca_tests::abi::cqe::EqeType;
 use vhca_tests::abi::verbs::PortState;
-use vhca_tests::fixture::{assert_success, wait_n, Node};
+use vhca_tests::fixture::Node;
 use vhca_tests::process::free_udp_ports;
-use vhca_tests::switch_proc::{rc_pair, star, star_fabric, write_then_send, SwitchProc};
-use vhca_tests::util::{assert_bytes, pattern};
-use vhca_tests::{Layout, Options, SendWr, Vhca};
+use vhca_tests::switch_proc::{
+    rc_pair, star, star_fabric, write_checked, write_then_send, SwitchProc,
+};
+use vhca_tests::{Options, Vhca};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -379,19 +380,14 @@ fn ad_09_a_keyed_fabric_carries_rc_through_the_switch_and_every_port_checks_the_
     let mut a = Node::connect(&v, 0);
     let mut b = Node::connect(&v, 1);
     let (qa, _qb) = rc_pair(&mut a, &mut b);
-    let len = 256 << 10;
-    let src = a.region(len, Layout::Scattered, 0);
-    let dst = b.region(len, Layout::Scattered, 0);
-    let data = pattern(0x7e7, len);
-    a.write(&src, 0, &data);
-    a.hca
-        .post_send(
-            qa,
-            &SendWr::write(1, dst.buf.va(0), dst.mr.rkey).sge(src.mr.sge(&src.buf, 0, len)),
-        )
-        .unwrap();
-    assert_success(&wait_n(&mut a.hca, a.cq, 1, T));
-    assert_bytes(&b.read(&dst, 0, len), &data, "keyed WRITE through sw0");
+    write_checked(
+        &mut a,
+        &mut b,
+        qa,
+        256 << 10,
+        0x7e7,
+        "keyed WRITE through sw0",
+    );
     let (_, c) = sw.stop();
     for p in [1, 2] {
         let auth = &port(&c, p)["link"]["auth"];
