@@ -10,8 +10,8 @@ use crate::mgmt::SubnetMode;
 
 /// Writes a fabric file (TOML, to stdout) for a common topology: HCAs n0,
 /// n1, ... and their switches, every cable a [[link]], UDP addresses on
-/// 127.0.0.1 counting up from --base-port (the HCAs first, then each
-/// switch's ports).
+/// 127.0.0.1 (or the --machines) counting up from --base-port (the HCAs first,
+/// then each switch's ports).
 ///
 ///   vhca topology fat-tree --leaves 4 --spines 2 --hosts-per-leaf 4 --base-port 30000 > fabric.toml
 ///   vhca switch --fabric fabric.toml --switch leaf0 &   (each leaf*, spine*)
@@ -77,6 +77,17 @@ pub struct Common {
     /// (ports wait for a subnet manager).
     #[arg(long, value_name = "static|sm", default_value = "static", value_parser = ["static", "sm"])]
     pub subnet: String,
+    /// Underlay addresses of the machines the fabric spans (issue 27 item 3),
+    /// comma-separated: the leaves (or a line's switches) and the spines
+    /// are dealt out over them in blocks, each HCA with its switch, each
+    /// machine numbering its own UDP ports from --base-port (default: all on
+    /// 127.0.0.1).
+    #[arg(long, value_name = "IP,IP,...", value_delimiter = ',')]
+    pub machines: Vec<std::net::IpAddr>,
+    /// A fabric key file for the file's `key_file` (a fabric that leaves
+    /// one host should authenticate its datagrams).
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<String>,
 }
 
 impl TopologyCli {
@@ -126,9 +137,9 @@ impl TopologyCli {
             SubnetMode::Static
         };
         topology_text(&Topology {
-            shape,
-            base_port,
-            subnet,
+            hosts: common.machines.clone(),
+            key_file: common.key_file.clone(),
+            ..Topology::new(shape, base_port, subnet)
         })
         .map_err(|e| CliError(e.0))
     }
