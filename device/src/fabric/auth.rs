@@ -34,8 +34,9 @@
 //! one forgery holds a victim's datagrams back for at most [`MAX_AHEAD`] plus
 //! the clocks' difference, and the nodes' clocks must agree within
 //! [`MAX_AHEAD`] (NTP does far better). The receiver keeps,
-//! per sender (LRH:SLID, which the tag covers), the highest number seen and a
-//! sliding window of [`REPLAY_WINDOW`] numbers below it, as IPsec ESP (RFC 4303
+//! per sender (LRH:SLID, which the tag covers; on a cabled port, whose one
+//! peer numbers everything it sends in one stream whatever the SLIDs, one for
+//! the cable: issue 27), the highest number seen and a sliding window of [`REPLAY_WINDOW`] numbers below it, as IPsec ESP (RFC 4303
 //! §3.4.3) and WireGuard do (a ring of bitmap words, RFC 6479): a datagram seen
 //! before, or older than the window, is dropped. Loss leaves holes, which is
 //! fine; reordering within the window is accepted. What the window cannot stop
