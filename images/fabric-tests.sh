@@ -18,16 +18,20 @@
 # /proc/net/snmp FragCreates unchanged): the link MTU follows the underlay.
 #
 # Usage: images/fabric-tests.sh [--out DIR] [--leaves L --spines S
-#          --hosts-per-leaf H] [--mtu BYTES] [--sweep-only] [--timeout S]
+#          --hosts-per-leaf H] [--mtu BYTES] [--routing E] [--sweep-only]
+#          [--timeout S]
 #   --sweep-only  bring the subnet up, report the sweep time ("BENCH
 #                 sweep_secs ...") and the fabric's idle CPU and memory, no
-#                 traffic (scripts/bench-fabric-sm.sh)
+#                 traffic (scripts/bench-opensm-sweep.sh)
+#   --routing E   OpenSM's routing engine (default ftree; minhop, updn, ...):
+#                 the check opensm_routing_engine wants its "E tables
+#                 configured on all switches"
 # Prints one "PASS name" / "FAIL name" line per check; exit 0 iff all pass.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . images/lib.sh
 
-out='' leaves=8 spines=4 hosts=4 mtu=1500 sweep_only=0 timeout=1500
+out='' leaves=8 spines=4 hosts=4 mtu=1500 sweep_only=0 timeout=1500 routing=ftree
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) out=$2; shift 2;;
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
         --hosts-per-leaf) hosts=$2; shift 2;;
         --mtu) mtu=$2; shift 2;;
         --sweep-only) sweep_only=1; shift;;
+        --routing) routing=$2; shift 2;;
         --timeout) timeout=$2; shift 2;;
         -h|--help) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         *) vhca_die "unknown argument $1 (try --help)";;
@@ -120,6 +125,7 @@ rm -rf "$ov"
 vhca_guest_overlay "$ov" "$K" "$KO" "$SO" "$PROV/vhca.driver" 'INIT|ACTIVE'
 mkdir -p "$ov/usr/share/fab"
 cat >"$ov/usr/share/fab/sm.sh" <<S
+routing=$routing
 last_guid=$(printf '0x%016x' $((0x0002c90300000001 + nodes - 1)))
 S
 cat >>"$ov/usr/share/fab/sm.sh" <<'S'
@@ -131,7 +137,7 @@ check() { # NAME CMD...: runs CMD (120 s at most), prints its output and "FB nam
 }
 modprobe ib_umad || echo "modprobe ib_umad failed"
 mkdir -p /var/log /var/cache/opensm /etc/opensm
-printf 'force_log_flush TRUE\nsweep_interval 3\nrouting_engine ftree\n' >/etc/opensm/opensm.conf
+printf 'force_log_flush TRUE\nsweep_interval 3\nrouting_engine %s\n' "$routing" >/etc/opensm/opensm.conf
 t0=$(cut -d' ' -f1 /proc/uptime)
 opensm -F /etc/opensm/opensm.conf -f /tmp/opensm.log >/tmp/opensm.out 2>&1 &
 i=0
@@ -139,7 +145,7 @@ until grep -q 'SUBNET UP' /tmp/opensm.log 2>/dev/null || [ $i -ge 1200 ]; do sle
 t1=$(cut -d' ' -f1 /proc/uptime)
 grep -q 'SUBNET UP' /tmp/opensm.log; echo "FB opensm_subnet_up $?"
 echo "BENCH sweep_secs $(echo "$t0 $t1" | awk '{ printf "%.1f", $2 - $1 }')"
-grep -E 'routing engine|ftree' /tmp/opensm.log | head -5
+grep -q "$routing tables configured on all switches" /tmp/opensm.log; echo "FB opensm_routing_engine $?"
 i=0
 until grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state || [ $i -ge 120 ]; do sleep 0.5; i=$((i + 1)); done
 grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state; echo "FB guest_port_active $?"
