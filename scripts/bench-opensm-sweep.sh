@@ -26,7 +26,7 @@ for r in $(seq "$runs"); do
     done
 done | tee "$work/all.txt"
 awk '
-    / HCAs, run / && $5 == "sweep_secs" { s[$1] = s[$1] " " $6; if (!($1 in min) || $6 < min[$1]) min[$1] = $6; if ($6 > max[$1]) max[$1] = $6 }
+    / HCAs, run / && $6 == "sweep_secs" { s[$1] = s[$1] " " $7; if (!($1 in min) || $7 < min[$1]) min[$1] = $7; if ($7 > max[$1]) max[$1] = $7 }
     END {
         for (n in s) printf "sweep %s HCAs, s:%s (min %s, max %s)\n", n, s[n], min[n], max[n]
         if ((32 in min) && (128 in min) && min[32] > 0)
