@@ -22,15 +22,14 @@ use serde_json::Value;
 use transport::mad::portinfo::port_state;
 use transport::mad::switch_attr::LFT_NO_PORT;
 use transport::mad::{attr_id, method};
-use vhca_tests::abi::cmd::Av;
 use vhca_tests::abi::cqe::Cqe;
 use vhca_tests::abi::verbs::{PortState, QpType, WcOpcode};
-use vhca_tests::abi::wqe::UdSeg;
 use vhca_tests::fat_tree::{port_counter, FatTree, Shape};
 use vhca_tests::fixture::{assert_success, Node};
 use vhca_tests::mini_sm::{Dest, MiniSm};
 use vhca_tests::switch_proc::{rc_pair, write_checked, write_then_send, SwitchProc};
 use vhca_tests::util::{assert_bytes, pattern};
+use vhca_tests::verbs::mcast_dest;
 use vhca_tests::{ConnOpts, Layout, QpH, RecvWr, SendWr};
 
 const SHAPE: Shape = Shape {
@@ -266,18 +265,7 @@ fn ad_09_a_mini_sm_brings_up_a_16_hca_6_switch_fat_tree_with_lft_and_mft_forward
     let data = pattern(0x27_0c, 1000);
     let src = f.hcas[sender].region(4096, Layout::Contiguous, 0);
     f.hcas[sender].write(&src, 0, &data);
-    let dest = UdSeg {
-        remote_qpn: 0xff_ffff,
-        remote_qkey: ConnOpts::default().qkey,
-        av: Av {
-            dgid: MGID,
-            dlid: MLID,
-            is_global: 1,
-            hop_limit: 1,
-            port_num: 1,
-            ..Default::default()
-        },
-    };
+    let dest = mcast_dest(MGID, MLID, ConnOpts::default().qkey);
     const SENDS: u64 = 3;
     for k in 0..SENDS {
         let w = SendWr::send(k)
