@@ -52,6 +52,8 @@ const MEMBERS: [usize; 3] = [1, 6, 11];
 /// the sender's leaf, n13 on leaf 3.
 const STRANGERS: [usize; 2] = [2, 13];
 const GRH: usize = 40;
+/// The SL the SM tells every port to reach it on.
+const SM_SL: u8 = 1;
 
 /// One fat tree at a time: each is 22 processes on a 2-core host.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -121,6 +123,7 @@ fn bring_up(switch_args: &[&str]) -> Fabric {
         }
     }
     let mut sm = MiniSm::new(&mut hcas[0]);
+    sm.sm_sl = SM_SL;
     let lids: Vec<u16> = MEMBERS.iter().map(|&i| hcas[i].lid()).collect();
     sm.add_group(MLID, &lids);
     let t = Instant::now();
@@ -208,13 +211,13 @@ fn ad_09_a_mini_sm_brings_up_a_16_hca_6_switch_fat_tree_with_lft_and_mft_forward
         .map(|n| n.peers.iter().flatten().count())
         .sum();
     assert_eq!(cables, 2 * (16 + 4 * 2), "16 HCA cables, 8 leaf-spine");
-    // Every port Active, with the LID the SM gave (the ports' own kept) and
-    // the SM's LID; every cabled switch port Active by its SMA.
+    // Every port Active, with the LID the SM gave (the ports' own kept), the
+    // SM's LID and SL; every cabled switch port Active by its SMA.
     for (i, n) in f.hcas.iter_mut().enumerate() {
         let p = n.hca.query_port(1).unwrap();
         assert_eq!(
-            (p.state, p.lid, p.sm_lid),
-            (PortState::Active.raw(), i as u16 + 1, sm_lid),
+            (p.state, p.lid, p.sm_lid, p.sm_sl),
+            (PortState::Active.raw(), i as u16 + 1, sm_lid, SM_SL),
             "n{i}"
         );
     }
