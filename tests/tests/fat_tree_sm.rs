@@ -443,7 +443,11 @@ fn ad_09_a_switch_port_disabled_by_its_sma_traps_to_the_sm_which_routes_rc_aroun
     // switch names the dead ports any more.
     f.sm.sweep(&mut f.hcas[0].hca)
         .unwrap_or_else(|e| panic!("the sweep after the trap: {e}"));
+    // The sweep numbers the nodes afresh.
+    let now_at = |i: usize| f.sm.subnet.by_guid(s.nodes[i].guid).unwrap();
+    let (leaf1, spine) = (now_at(leaf1), now_at(spine));
     let lft1 = f.sm.read_lft(&mut f.hcas[0].hca, leaf1).unwrap();
+    assert_eq!(lft1, f.sm.lfts[&leaf1], "leaf 1's LFT as the SM set it");
     let now = lft1[usize::from(f.hcas[b].lid())];
     assert!(
         now != cut && now != LFT_NO_PORT,

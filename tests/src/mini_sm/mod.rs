@@ -541,6 +541,10 @@ impl MiniSm {
     pub fn sweep(&mut self, hca: &mut Hca) -> Result<(), SmError> {
         let mut s = self.discover(hca)?;
         s.assign_lids();
+        // What was set is kept by switch: node indices follow this
+        // sweep's discovery order.
+        self.lfts = reindex(std::mem::take(&mut self.lfts), &self.subnet, &s);
+        self.mfts = reindex(std::mem::take(&mut self.mfts), &self.subnet, &s);
         self.subnet = s;
         self.program(hca)?;
         for st in [port_state::ARMED, port_state::ACTIVE] {
@@ -730,6 +734,14 @@ impl MiniSm {
     pub fn wait_trap(&mut self, hca: &mut Hca, timeout: Duration) -> Result<Option<Trap>, SmError> {
         self.qp0.wait_trap(hca, timeout)
     }
+}
+
+/// `m` keyed by node index in `old`, keyed by the same nodes' indices in
+/// `new` (by GUID); nodes `new` lacks are dropped.
+fn reindex<T>(m: BTreeMap<usize, T>, old: &Subnet, new: &Subnet) -> BTreeMap<usize, T> {
+    m.into_iter()
+        .filter_map(|(i, v)| Some((new.by_guid(old.nodes.get(i)?.guid)?, v)))
+        .collect()
 }
 
 fn lft_block(lft: &[u8], b: usize) -> LftBlock {
