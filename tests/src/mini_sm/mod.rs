@@ -762,3 +762,38 @@ fn mft_block(t: &BTreeMap<u16, u64>, block: u16, pos: u8) -> MftBlock {
     }
     blk
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(guid: u64) -> SmNode {
+        SmNode {
+            guid,
+            node_type: node_type::SWITCH,
+            num_ports: 0,
+            path: vec![],
+            entry_port: 0,
+            ports: vec![],
+            peers: vec![],
+            switch_info: None,
+            lid: 0,
+        }
+    }
+
+    #[test]
+    fn what_was_set_follows_the_switch_when_a_sweep_numbers_it_afresh() {
+        let old = Subnet {
+            nodes: vec![node(0xa), node(0xb), node(0xc)],
+        };
+        // The next discovery found 0xc first, and 0xb no more.
+        let new = Subnet {
+            nodes: vec![node(0xc), node(0xa)],
+        };
+        let set = BTreeMap::from([(0, "a"), (1, "b"), (2, "c")]);
+        assert_eq!(
+            reindex(set, &old, &new),
+            BTreeMap::from([(0, "c"), (1, "a")])
+        );
+    }
+}
