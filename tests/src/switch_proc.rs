@@ -21,6 +21,20 @@ use device::abi::verbs::QpType;
 
 const T: Duration = Duration::from_secs(30);
 
+/// `vhca topology ARGS` (issue 27): (exit status, stdout, stderr).
+pub fn vhca_topology(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let out = Command::new(vhca_binary(Build::Debug))
+        .arg("topology")
+        .args(args)
+        .output()
+        .expect("run vhca topology");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A running `vhca switch`, killed on drop.
 pub struct SwitchProc {
     child: Option<Child>,
@@ -134,6 +148,59 @@ impl Drop for SwitchProc {
             let _ = c.wait();
         }
     }
+}
+
+/// A static-mode fat tree from `vhca topology fat-tree` (`leaves` leaves,
+/// `spines` spines, `hosts` HCAs per leaf, on free UDP ports; `more`: further
+/// generator arguments such as `--lmc 1`): its HCAs started with `opts`
+/// (whose `nodes` and `fabric_text` are set here) and one `vhca switch` per
+/// switch with `switch_args`, leaf0.. then spine0..; returned once every
+/// switch port is Active.
+pub fn fat_tree(
+    (leaves, spines, hosts): (usize, usize, usize),
+    more: &[&str],
+    opts: Options,
+    switch_args: &[&str],
+) -> (Vhca, Vec<SwitchProc>) {
+    let nodes = leaves * hosts;
+    let ports = nodes + leaves * (hosts + spines) + spines * leaves;
+    let base = crate::process::free_udp_range(ports as u16).expect("free UDP ports");
+    let dims = [leaves, spines, hosts, usize::from(base)].map(|n| n.to_string());
+    let mut args = vec![
+        "fat-tree",
+        "--leaves",
+        &dims[0],
+        "--spines",
+        &dims[1],
+        "--hosts-per-leaf",
+        &dims[2],
+        "--base-port",
+        &dims[3],
+    ];
+    args.extend_from_slice(more);
+    let (status, text, err) = vhca_topology(&args);
+    assert!(status.success(), "vhca topology {args:?}: {status}: {err}");
+    let v = Vhca::spawn(Options {
+        nodes,
+        fabric_text: Some(text),
+        ..opts
+    });
+    let names = (0..leaves)
+        .map(|i| format!("leaf{i}"))
+        .chain((0..spines).map(|j| format!("spine{j}")));
+    let mut switches: Vec<SwitchProc> = names
+        .map(|n| SwitchProc::spawn(v.fabric_file(), &n, v.dir(), switch_args))
+        .collect();
+    let leaf_ports: Vec<u64> = (1..=(hosts + spines) as u64).collect();
+    let spine_ports: Vec<u64> = (1..=leaves as u64).collect();
+    for (k, sw) in switches.iter_mut().enumerate() {
+        sw.wait_active(if k < leaves {
+            &leaf_ports
+        } else {
+            &spine_ports
+        });
+    }
+    (v, switches)
 }
 
 /// `[[switch]]` sw0 with `ports` ports at the given addresses, and a link
