@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::verbs::QpType;
 use vhca_tests::fixture::{assert_success, connect_pair_with, ping_pong_p50, Node, Region};
-use vhca_tests::process::{cpu_ticks, rss_kib};
+use vhca_tests::process::{cpu_ns, cpu_ticks, rss_kib};
 use vhca_tests::switch_proc::{fat_tree, SwitchProc};
 use vhca_tests::{ConnOpts, Layout, Options, QpH, QpInit, SendWr, Vhca};
 
@@ -224,25 +224,11 @@ fn round() -> Round {
     }
 }
 
-/// CPU time of process `pid` so far in nanoseconds: the sum over its
-/// threads of /proc/PID/task/TID/schedstat's first field (time on a CPU,
-/// exact, where /proc/PID/stat's utime + stime come in whole clock ticks of
-/// 10 ms: an idle HCA uses less than one tick in 30 s, so 32 of them read
-/// as 0 or 32 ticks depending on where the ticks fall).
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// The idle fabric: CPU share of one core of all processes from
-/// /proc/PID/stat, and from the threads' schedstat (of all, of the HCAs, of
-/// the switches); RSS in KiB per HCA (mean, max) and per switch (mean, max).
+/// /proc/PID/stat, and from the threads' schedstat (`cpu_ns`; of all, of the
+/// HCAs, of the switches: an idle HCA uses less than one 10 ms tick in 30 s,
+/// so the stat sum of 32 moves by whole ticks per process); RSS in KiB per
+/// HCA (mean, max) and per switch (mean, max).
 struct Idle {
     stat_total: f64,
     total: f64,

@@ -715,6 +715,21 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time of process `pid` so far in nanoseconds: the sum over its
+/// threads of /proc/PID/task/TID/schedstat's first field (time on a CPU;
+/// exact, where /proc/PID/stat counts whole clock ticks of 10 ms); 0 if it is
+/// gone.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// CPU time of process `pid` so far, user and system, in clock ticks
 /// (`/proc/PID/stat`; 100 a second on Linux); 0 if it is gone.
 pub fn cpu_ticks(pid: u32) -> u64 {
