@@ -88,6 +88,12 @@ pub struct Common {
     /// one host should authenticate its datagrams).
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<String>,
+    /// Every HCA's LID mask control (0..=7): 2^LMC LIDs each from a base LID
+    /// that is a multiple of 2^LMC. On a fat tree with 2^LMC a multiple of
+    /// the spines, static routing sends LID base + j through spine j: base
+    /// and base + 1 are disjoint paths (APM's primary and alternate).
+    #[arg(long, value_name = "LMC", default_value_t = 0)]
+    pub lmc: u8,
 }
 
 impl TopologyCli {
@@ -139,6 +145,7 @@ impl TopologyCli {
         topology_text(&Topology {
             hosts: common.machines.clone(),
             key_file: common.key_file.clone(),
+            lmc: common.lmc,
             ..Topology::new(shape, base_port, subnet)
         })
         .map_err(|e| CliError(e.0))
@@ -179,6 +186,10 @@ mod tests {
         assert_eq!(f.subnet(), SubnetMode::Sm);
         assert_eq!(f.nodes()[0].address.port(), 31000);
         assert_eq!(f.cabling().switches().len(), 6);
+        let t = run(&["line", "--switches", "2", "--hosts", "2", "--lmc", "2"]).unwrap();
+        let f = FabricFile::parse("t", &t).unwrap();
+        assert_eq!(f.nodes()[1].lid, 8);
+        assert_eq!(f.port_attrs("n1").unwrap().lmc, 2);
         for shape in ["line", "ring"] {
             let t = run(&[shape, "--switches", "3", "--hosts", "2"]).unwrap();
             let f = FabricFile::parse("t", &t).unwrap();

@@ -78,6 +78,18 @@ impl FatTree {
     /// Generates the fabric file (`subnet` "static" or "sm") on free UDP
     /// ports and starts every process; `switch_args` go to each switch.
     pub fn spawn(shape: Shape, subnet: &str, switch_args: &[&str]) -> FatTree {
+        FatTree::spawn_with(
+            shape,
+            &["--subnet", subnet],
+            Options::default(),
+            switch_args,
+        )
+    }
+
+    /// As [`FatTree::spawn`], with further generator arguments (`more`: the
+    /// subnet mode, `--lmc 1`, ...) and the HCAs started with `opts` (whose
+    /// `nodes` and `fabric_text` are set here).
+    pub fn spawn_with(shape: Shape, more: &[&str], opts: Options, switch_args: &[&str]) -> FatTree {
         let Shape {
             leaves,
             spines,
@@ -85,23 +97,25 @@ impl FatTree {
         } = shape;
         let ports = shape.nodes() + leaves * (hosts + spines) + spines * leaves;
         let base = free_udp_range(ports as u16).expect("free UDP ports");
-        let (status, text, err) = vhca_topology(&[
+        let dims = [leaves, spines, hosts, usize::from(base)].map(|n| n.to_string());
+        let mut args = vec![
             "fat-tree",
             "--leaves",
-            &leaves.to_string(),
+            &dims[0],
             "--spines",
-            &spines.to_string(),
+            &dims[1],
             "--hosts-per-leaf",
-            &hosts.to_string(),
+            &dims[2],
             "--base-port",
-            &base.to_string(),
-            "--subnet",
-            subnet,
-        ]);
-        assert!(status.success(), "{status}: {err}");
+            &dims[3],
+        ];
+        args.extend_from_slice(more);
+        let (status, text, err) = vhca_topology(&args);
+        assert!(status.success(), "vhca topology {args:?}: {status}: {err}");
         let v = Vhca::spawn(Options {
+            nodes: shape.nodes(),
             fabric_text: Some(text),
-            ..Options::nodes(shape.nodes())
+            ..opts
         });
         let sw = |name: String| SwitchProc::spawn(v.fabric_file(), &name, v.dir(), switch_args);
         let leaves = (0..leaves).map(|i| sw(format!("leaf{i}"))).collect();
@@ -113,4 +127,35 @@ impl FatTree {
             spines,
         }
     }
+}
+
+/// A static-mode fat tree (`leaves`, `spines`, `hosts` HCAs per leaf; `more`:
+/// further generator arguments such as `--lmc 1`), its HCAs started with
+/// `opts`, one `vhca switch` per switch with `switch_args`; returned once
+/// every switch port is Active, the switches leaf0.. then spine0...
+pub fn fat_tree(
+    (leaves, spines, hosts): (usize, usize, usize),
+    more: &[&str],
+    opts: Options,
+    switch_args: &[&str],
+) -> (Vhca, Vec<SwitchProc>) {
+    let shape = Shape {
+        leaves,
+        spines,
+        hosts,
+    };
+    let FatTree {
+        v,
+        leaves: mut switches,
+        spines: mut up,
+        ..
+    } = FatTree::spawn_with(shape, more, opts, switch_args);
+    for sw in &mut switches {
+        sw.wait_active(&shape.leaf_ports());
+    }
+    for sw in &mut up {
+        sw.wait_active(&shape.spine_ports());
+    }
+    switches.append(&mut up);
+    (v, switches)
 }

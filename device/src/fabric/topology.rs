@@ -5,7 +5,12 @@
 //! Sans-IO: [`generate`] turns a [`Topology`] into the file's text. Names,
 //! GUIDs and LIDs are unique by construction: HCAs `n0`, `n1`, ... (LIDs 1..,
 //! GUIDs 0x0002c90300000001..), switches after them (`leaf*`/`spine*` or
-//! `sw*`, the LIDs that follow, GUIDs 0x0002c90300100001..). UDP addresses are
+//! `sw*`, the LIDs that follow, GUIDs 0x0002c90300100001..). With an LMC
+//! (`--lmc`, AD-01) HCA k owns the 2^LMC LIDs from (k + 1) * 2^LMC (a base LID
+//! is a multiple of 2^LMC) and the switches take the LIDs after the last
+//! HCA's; on a fat tree with 2^LMC a multiple of the spines, LID base + j of
+//! every HCA crosses spine j (`Cabling::static_lft`), so base and base + 1
+//! are disjoint paths for automatic path migration (AD-10). UDP addresses are
 //! 127.0.0.1 from the base port on: the HCAs first, then each switch's ports
 //! in a consecutive block (its `address` is port 1's), so no two overlap.
 //!
@@ -33,6 +38,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use super::cabling::MAX_SWITCH_PORTS;
 use super::file::MAX_UNICAST_LID;
+use super::partition::MAX_LMC;
 use crate::mgmt::SubnetMode;
 
 /// The first HCA's GUID; HCA k has this + k.
@@ -67,6 +73,8 @@ pub struct Topology {
     pub hosts: Vec<IpAddr>,
     /// A fabric key file for the top-level `key_file` (ARCHITECTURE.md §9).
     pub key_file: Option<String>,
+    /// Every HCA's LID mask control (AD-01): 2^lmc LIDs each.
+    pub lmc: u8,
 }
 
 impl Topology {
@@ -78,6 +86,7 @@ impl Topology {
             subnet,
             hosts: Vec::new(),
             key_file: None,
+            lmc: 0,
         }
     }
 }
@@ -231,10 +240,16 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
             (usize::from(u16::MAX) + 1).saturating_sub(ports)
         ));
     }
-    if nodes + sws.len() > usize::from(MAX_UNICAST_LID) {
+    if t.lmc > MAX_LMC {
+        return bad(format!("--lmc {}: at most {MAX_LMC}", t.lmc));
+    }
+    // HCA k at (k + 1) << lmc, the switches from the next multiple on.
+    let stride = 1usize << t.lmc;
+    let first_switch_lid = (nodes + 1) * stride;
+    if first_switch_lid + sws.len() - 1 > usize::from(MAX_UNICAST_LID) {
         return bad(format!(
-            "{} HCAs and switches need more LIDs than the {MAX_UNICAST_LID} unicast ones",
-            nodes + sws.len()
+            "{nodes} HCAs with {stride} LIDs each and {} switches need more LIDs than the {MAX_UNICAST_LID} unicast ones",
+            sws.len()
         ));
     }
     let where_ = ips
@@ -268,10 +283,13 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
         let _ = write!(
             s,
             "\n[[node]]\nname = \"n{k}\"\nlid = {}\nguid = \"{:#018x}\"\naddress = \"{}\"\n",
-            k + 1,
+            (k + 1) * stride,
             NODE_GUID_BASE + k as u64,
             take(h, 1)
         );
+        if t.lmc > 0 {
+            let _ = writeln!(s, "lmc = {}", t.lmc);
+        }
     }
     for (i, sw) in sws.iter().enumerate() {
         let _ = write!(
@@ -281,7 +299,7 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
             SWITCH_GUID_BASE + i as u64,
             sw.ports,
             take(sw.host, sw.ports),
-            nodes + i + 1
+            first_switch_lid + i
         );
     }
     let mut k = 0;
@@ -388,16 +406,21 @@ mod tests {
             usize::from(addrs[total - 1]),
             usize::from(t.base_port) + total - 1
         );
-        let lids = |i: usize| vec![f.nodes()[i].lid];
+        let lids = |i: usize| -> Vec<u16> {
+            let n = &f.nodes()[i];
+            f.port_attrs(&n.name).unwrap().lids(n.lid).collect()
+        };
         for s in 0..switches {
             let lft = c.static_lft(s, nodes, lids);
-            for n in f.nodes() {
-                assert!(
-                    lft.iter().any(|&(l, p)| l == n.lid && p != 0),
-                    "switch {} does not reach {}",
-                    c.switches()[s].name,
-                    n.name
-                );
+            for (i, n) in f.nodes().iter().enumerate() {
+                for lid in lids(i) {
+                    assert!(
+                        lft.iter().any(|&(l, p)| l == lid && p != 0),
+                        "switch {} does not reach {}'s LID {lid}",
+                        c.switches()[s].name,
+                        n.name
+                    );
+                }
             }
         }
         f
@@ -499,6 +522,48 @@ mod tests {
             let e = generate(&t).unwrap_err().to_string();
             assert!(e.contains(why) && !e.contains('\n'), "{e}");
         }
+    }
+
+    #[test]
+    fn ad_01_an_lmc_fat_tree_gives_each_hca_aligned_lids_and_base_plus_j_crosses_spine_j() {
+        let t = Topology {
+            lmc: 1,
+            ..fat(4, 2, 4)
+        };
+        let f = checked(&t, 16, 6, 24);
+        for (k, n) in f.nodes().iter().enumerate() {
+            assert_eq!(n.lid, (k as u16 + 1) * 2, "{}", n.name);
+            assert_eq!(f.port_attrs(&n.name).unwrap().lmc, 1);
+        }
+        let c = f.cabling();
+        // The switches' LIDs follow the last HCA's (n15: 32, 33).
+        let sw: Vec<Option<u16>> = c.switches().iter().map(|s| s.lid).collect();
+        assert_eq!(sw, [34, 35, 36, 37, 38, 39].map(Some));
+        // Leaf 0 sends every other leaf's HCA's base LID up to spine 0 (port
+        // 5) and base + 1 to spine 1 (port 6).
+        let lids = |i: usize| vec![f.nodes()[i].lid, f.nodes()[i].lid + 1];
+        let lft = c.static_lft(0, 16, lids);
+        for n in &f.nodes()[4..] {
+            assert!(lft.contains(&(n.lid, 5)), "{}: {lft:?}", n.name);
+            assert!(lft.contains(&(n.lid + 1, 6)), "{}: {lft:?}", n.name);
+        }
+        // Too many LIDs, and an LMC past 7.
+        let e = generate(&Topology {
+            lmc: 7,
+            ..fat(36, 1, 35)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("1260 HCAs with 128 LIDs each and 37 switches need more LIDs"),
+            "{e}"
+        );
+        let e = generate(&Topology {
+            lmc: 8,
+            ..fat(2, 2, 2)
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "--lmc 8: at most 7");
     }
 
     #[test]
