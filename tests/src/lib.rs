@@ -24,6 +24,7 @@
 pub mod fixture;
 pub mod guest;
 pub mod hca;
+pub mod incast;
 pub mod process;
 pub mod switch_proc;
 pub mod sys;

@@ -155,10 +155,21 @@ pub fn star(ports: &[u16], nodes: usize) -> String {
 /// fabric file starting with `header`; returns once every cabled switch port
 /// is Active.
 pub fn star_fabric(nodes: usize, ports: usize, header: &str) -> (Vhca, SwitchProc) {
+    star_fabric_with(nodes, ports, header, &[])
+}
+
+/// [`star_fabric`], every `vhca` started with the arguments `args` too.
+pub fn star_fabric_with(
+    nodes: usize,
+    ports: usize,
+    header: &str,
+    args: &[&str],
+) -> (Vhca, SwitchProc) {
     let sw_ports = free_udp_ports(ports).unwrap();
     let opts = Options {
         top_toml: star(&sw_ports, nodes),
         fabric_header: header.to_string(),
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
         ..Options::nodes(nodes)
     };
     let v = Vhca::spawn(opts);
