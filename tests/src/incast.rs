@@ -10,14 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::fixture::connect_pair_with;
 use crate::fixture::Node;
 use crate::guest::Layout;
-use crate::hca::{ConnOpts, QpH, QpInit};
-use crate::switch_proc::star_fabric_with;
+use crate::switch_proc::{rc_pair_with_timeout, star_fabric_with};
 use crate::util::{assert_bytes, pattern};
 use crate::verbs::SendWr;
-use device::abi::verbs::QpType;
 
 /// Senders.
 pub const SENDERS: usize = 8;
@@ -91,21 +88,6 @@ fn switch_link_sum(c: &Value, stage: &str, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// An RC pair whose local ACK timeout (4.096 us * 2^19, about 2 s) outlasts
-/// the incast's queueing (with flow control at most the senders' link
-/// queues and switch buffers, a few hundred packets at the receiver's rate)
-/// plus a debug-built process descheduled on a loaded two-CPU host: an ACK
-/// timeout then means a loss, not a delay.
-fn patient_pair(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
-    let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
-    let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
-    let o = ConnOpts {
-        timeout: 19,
-        ..ConnOpts::default()
-    };
-    connect_pair_with(a, &ia, b, &ib, &o)
-}
-
 /// Runs the incast: flow control as `flow_control`, more top-level fabric
 /// lines in `extra` (e.g. `rx_buffer = ...`), `depth` WRITEs of `len` bytes
 /// per sender, each checked byte for byte at the receiver.
@@ -125,7 +107,12 @@ pub fn run(flow_control: bool, extra: &str, depth: usize, len: usize) -> Incast 
     let total = depth * len;
     let mut posted = Vec::new();
     for (i, s) in senders.iter_mut().enumerate() {
-        let (qa, _qb) = patient_pair(s, rx);
+        // Local ACK timeout 4.096 us * 2^19, about 2 s: it outlasts the
+        // incast's queueing (with flow control at most the senders' link
+        // queues and switch buffers, a few hundred packets at the
+        // receiver's rate) plus a debug-built process descheduled on a
+        // loaded two-CPU host, so an ACK timeout means a loss, not a delay.
+        let (qa, _qb) = rc_pair_with_timeout(s, rx, 19);
         let src = s.region(total, Layout::Scattered, 0);
         let dst = rx.region(total, Layout::Scattered, 0);
         let data = pattern(0x1ca5_7000 + i as u64, total);

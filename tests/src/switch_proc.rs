@@ -183,10 +183,16 @@ pub fn star_fabric_with(
 /// tries) outlasts a debug-built switch process descheduled on a loaded
 /// two-CPU host, where the default 67 ms ran out of retries once.
 pub fn rc_pair(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
+    rc_pair_with_timeout(a, b, 17)
+}
+
+/// An RC pair with local ACK timeout exponent `timeout` (4.096 us *
+/// 2^timeout).
+pub fn rc_pair_with_timeout(a: &mut Node, b: &mut Node, timeout: u8) -> (QpH, QpH) {
     let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
     let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
     let o = ConnOpts {
-        timeout: 17,
+        timeout,
         ..ConnOpts::default()
     };
     connect_pair_with(a, &ia, b, &ib, &o)
