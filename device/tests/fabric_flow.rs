@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{loopback_sockets, ud_packet};
-use device::fabric::{FabricFile, FlowLink, Link, UdpLink, HCA_QUEUE_BLOCKS};
+use device::fabric::{Charge, FabricFile, FlowLink, Link, UdpLink, HCA_QUEUE_BLOCKS};
 use transport::flow::FlowConfig;
 
 const T0: Duration = Duration::from_secs(1_700_000_000);
@@ -113,6 +113,31 @@ fn vl15_passes_without_credit() {
     let data = ud_packet(1, 2, 1, b"data");
     a.send(T0, &data).unwrap();
     assert_eq!(take(&mut b, T0), vec![smp], "VL15 at once, data waits");
+}
+
+#[test]
+fn a_link_going_down_drops_what_waits_for_credit_and_releases_its_charges() {
+    // A switch's egress port whose partner is gone must not keep its
+    // ingress ports' buffers charged (they would stop granting credit).
+    let (mut a, _b) = pair(100);
+    let c = Charge {
+        port: 3,
+        vl: 0,
+        len: 1026,
+    };
+    for i in 0..4 {
+        a.send_charged(T0, &ud_packet(1, 2, i, &[0; 1000]), Some(c))
+            .unwrap();
+    }
+    let mut released = Vec::new();
+    a.take_released(&mut released);
+    assert!(released.is_empty(), "waiting: still charged");
+    a.set_disabled(true); // the SM disables the port: the link is down
+    assert!(!a.is_up());
+    a.take_released(&mut released);
+    assert_eq!(released, vec![c; 4]);
+    assert_eq!(a.counters().drop_tx_link_down, 4);
+    assert!(a.tx_room());
 }
 
 #[test]

@@ -85,6 +85,10 @@ pub struct FlowLinkCounters {
     pub drop_tx_vl: u64,
     /// The most blocks the wait queue held.
     pub queue_max_blocks: u64,
+    /// Data packets dropped from the wait queue when the link went down:
+    /// their partner is gone, and held they would keep their ingress
+    /// ports' buffers charged (a switch) until it came back.
+    pub drop_tx_link_down: u64,
 }
 
 struct Waiting {
@@ -260,6 +264,15 @@ impl<L: Link> FlowLink<L> {
         if up && !self.was_up {
             fc.link_up();
         }
+        if !up && self.was_up {
+            for q in self.queues.iter_mut() {
+                for w in q.drain(..) {
+                    self.counters.drop_tx_link_down += 1;
+                    self.released.extend(w.charge);
+                }
+            }
+            self.queued_blocks = 0;
+        }
         self.was_up = up;
         let mut r = Ok(());
         while let Some(p) = fc.poll_transmit(time(now)) {
@@ -298,11 +311,12 @@ impl<L: Link> FlowLink<L> {
         let _ = write!(
             s,
             " queued_blocks {} queue_max_blocks {} drop_tx_queue_full {} drop_tx_vl {} \
-             rx_overrun {} rx_bad_vl {}",
+             drop_tx_link_down {} rx_overrun {} rx_bad_vl {}",
             self.queued_blocks,
             l.queue_max_blocks,
             l.drop_tx_queue_full,
             l.drop_tx_vl,
+            l.drop_tx_link_down,
             c.rx_overrun,
             c.rx_bad_vl
         );
@@ -466,6 +480,8 @@ impl<L: Link> Link for FlowLink<L> {
     }
 
     fn set_disabled(&mut self, disabled: bool) {
-        self.inner.set_disabled(disabled)
+        self.inner.set_disabled(disabled);
+        // Down now: what waits for credit goes (see `emit`).
+        let _ = self.emit(self.last_now);
     }
 }
