@@ -200,8 +200,8 @@ impl Snapshot {
     pub fn text(&self) -> String {
         let p = &self.port;
         let mut s = format!(
-            "port: rx {} tx {} link_errors {} link_down {} link_up {}\n",
-            p.rx_packets, p.tx_packets, p.link_errors, p.link_down, p.link_up
+            "port: rx {} tx {} link_errors {} link_down {} link_up {} tx_link_full {}\n",
+            p.rx_packets, p.tx_packets, p.link_errors, p.link_down, p.link_up, p.tx_link_full
         );
         if let Some(r) = &self.link {
             let _ = writeln!(s, "{r}");
@@ -241,6 +241,7 @@ impl Snapshot {
                 ("link_errors", p.link_errors),
                 ("link_down", p.link_down),
                 ("link_up", p.link_up),
+                ("tx_link_full", p.tx_link_full),
             ],
         );
         for set in CounterSet::ALL {
@@ -690,7 +691,7 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
-            "port: rx 0 tx 0 link_errors 0 link_down 0 link_up 0"
+            "port: rx 0 tx 0 link_errors 0 link_down 0 link_up 0 tx_link_full 0"
         );
         assert_eq!(lines[1], "udp a: tx 1");
         assert_eq!(lines[2], "vhost-user-net: tx 2");

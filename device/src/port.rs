@@ -35,6 +35,9 @@ pub struct PortCounters {
     pub link_down: u64,
     /// Times it came back up (port active events).
     pub link_up: u64,
+    /// Rounds whose sends stopped because the link had no room (link flow
+    /// control holding packets for credit, IBA 7.9).
+    pub tx_link_full: u64,
 }
 
 /// An engine and the link of its port.
@@ -255,6 +258,13 @@ impl Port {
             }
         }
         for _ in 0..BUDGET {
+            // Link flow control (IBA 7.9): while the link holds packets
+            // waiting for credit, the engine keeps the rest in its own
+            // bounded windows; nothing queues past the link's bound.
+            if !self.link.tx_room() {
+                self.counters.tx_link_full += 1;
+                break;
+            }
             // Built in the link's own buffer where it lends one (UDP: queued
             // as built, no copy), else in the port's.
             let (buf, lent) = match self.link.send_buffer() {

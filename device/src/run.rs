@@ -703,17 +703,34 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
 
 /// The `ib-udp` link of `node`: the UDP link, and the fabric key stage right
 /// on it when there is a key, so that every stage outside (faults, capture)
-/// sees plain native packets (issue 13, ARCHITECTURE.md §9).
+/// sees plain native packets (issue 13, ARCHITECTURE.md §9); then link flow
+/// control when the fabric has it (issue 27 item 4).
 fn ib_udp_link(
     fabric: &crate::fabric::FabricFile,
     node: &crate::fabric::Node,
     key: Option<&crate::fabric::FabricKey>,
     liveness: Option<(Duration, Duration)>,
 ) -> Result<Box<dyn crate::fabric::Link + Send>, crate::fabric::LinkError> {
-    use crate::fabric::{AuthLink, UdpLink};
+    use crate::fabric::UdpLink;
     let mut udp = UdpLink::bind(fabric, &node.name)?;
     // AE-01: keepalive period and dead time (`--peer-silence-ms`).
     udp.set_liveness(liveness);
+    if let Some(b) = fabric.rx_buffer() {
+        udp.set_recv_buffer(b);
+    }
+    let rcvbuf = udp.recv_buffer();
+    let link = keyed_link(fabric, node, key, udp)?;
+    Ok(with_flow_control(fabric, link, rcvbuf))
+}
+
+/// The fabric key stage on `udp` when there is a key.
+fn keyed_link(
+    fabric: &crate::fabric::FabricFile,
+    node: &crate::fabric::Node,
+    key: Option<&crate::fabric::FabricKey>,
+    udp: crate::fabric::UdpLink,
+) -> Result<Box<dyn crate::fabric::Link + Send>, crate::fabric::LinkError> {
+    use crate::fabric::AuthLink;
     let Some(key) = key else {
         if let Some(n) = fabric
             .nodes()
@@ -739,6 +756,28 @@ fn ib_udp_link(
         key.source()
     );
     Ok(Box::new(AuthLink::new(udp, key)))
+}
+
+/// Link flow control (IBA 7.9, `fabric::FlowLink`) outside the fabric key
+/// stage, when the fabric file has it on: granting what fits the socket's
+/// receive buffer `rcvbuf`, a received packet freed as soon as the engine
+/// took it.
+fn with_flow_control(
+    fabric: &crate::fabric::FabricFile,
+    link: Box<dyn crate::fabric::Link + Send>,
+    rcvbuf: Option<usize>,
+) -> Box<dyn crate::fabric::Link + Send> {
+    use crate::fabric::{flow_grant, FlowLink, HCA_QUEUE_BLOCKS};
+    if !fabric.flow_control() {
+        return link;
+    }
+    let grant = flow_grant(rcvbuf.unwrap_or(0), fabric.data_vls());
+    log::info!(
+        "fabric: link flow control on (IBA 7.9): {} blocks of 64 bytes granted per VL on {} VL(s), socket receive buffer {rcvbuf:?} bytes",
+        grant.capacity[0],
+        fabric.data_vls()
+    );
+    Box::new(FlowLink::new(link, grant, HCA_QUEUE_BLOCKS, true))
 }
 
 /// Serves the device described by `config` until the process is stopped.

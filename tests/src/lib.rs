@@ -29,6 +29,7 @@ pub mod fat_tree;
 pub mod fixture;
 pub mod guest;
 pub mod hca;
+pub mod incast;
 pub mod mini_sm;
 pub mod process;
 pub mod switch_proc;

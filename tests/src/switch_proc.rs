@@ -155,10 +155,21 @@ pub fn star(ports: &[u16], nodes: usize) -> String {
 /// fabric file starting with `header`; returns once every cabled switch port
 /// is Active.
 pub fn star_fabric(nodes: usize, ports: usize, header: &str) -> (Vhca, SwitchProc) {
+    star_fabric_with(nodes, ports, header, &[])
+}
+
+/// [`star_fabric`], every `vhca` started with the arguments `args` too.
+pub fn star_fabric_with(
+    nodes: usize,
+    ports: usize,
+    header: &str,
+    args: &[&str],
+) -> (Vhca, SwitchProc) {
     let sw_ports = free_udp_ports(ports).unwrap();
     let opts = Options {
         top_toml: star(&sw_ports, nodes),
         fabric_header: header.to_string(),
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
         ..Options::nodes(nodes)
     };
     let v = Vhca::spawn(opts);
@@ -172,10 +183,16 @@ pub fn star_fabric(nodes: usize, ports: usize, header: &str) -> (Vhca, SwitchPro
 /// tries) outlasts a debug-built switch process descheduled on a loaded
 /// two-CPU host, where the default 67 ms ran out of retries once.
 pub fn rc_pair(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
+    rc_pair_with_timeout(a, b, 17)
+}
+
+/// An RC pair with local ACK timeout exponent `timeout` (4.096 us *
+/// 2^timeout).
+pub fn rc_pair_with_timeout(a: &mut Node, b: &mut Node, timeout: u8) -> (QpH, QpH) {
     let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
     let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
     let o = ConnOpts {
-        timeout: 17,
+        timeout,
         ..ConnOpts::default()
     };
     connect_pair_with(a, &ia, b, &ib, &o)

@@ -43,6 +43,19 @@ fn udp_counter(report: &str, name: &str) -> u64 {
     w.next().unwrap().parse().unwrap()
 }
 
+/// The value after `name` on the `flow:` line of an exit report (link flow
+/// control's counters), 0 without one.
+fn flow_counter(report: &str, name: &str) -> u64 {
+    let Some(line) = report.lines().rev().find(|l| l.starts_with("flow:")) else {
+        return 0;
+    };
+    let mut w = line.split_whitespace();
+    w.find(|x| *x == name)
+        .and_then(|_| w.next())
+        .and_then(|v| v.trim_end_matches(':').parse().ok())
+        .unwrap_or(0)
+}
+
 fn port(v: &Value, p: u64) -> &Value {
     v["ports"]
         .as_array()
@@ -96,8 +109,14 @@ fn ad_09_three_hcas_through_one_switch_rc_write_and_send_every_pair_static() {
     let (mut rcv, mut xmit) = (0, 0);
     for (i, r) in reports.iter().enumerate() {
         let pc = &port(&c, i as u64 + 1)["counters"];
-        let sent = udp_counter(r, "tx");
-        let got = udp_counter(r, "rx") - udp_counter(r, "loopback");
+        // The flow-control packets between the HCA and its switch port
+        // (IBA 7.9.4) are datagrams too, but link packets: the switch's
+        // PortCounters count data packets only.
+        let sent = udp_counter(r, "tx") - flow_counter(r, "fc_tx");
+        let got = udp_counter(r, "rx")
+            - udp_counter(r, "loopback")
+            - flow_counter(r, "fc_rx")
+            - flow_counter(r, "fc_dropped");
         assert!(sent > 0 && got > 0, "n{i} sent {sent}, got {got}");
         assert_eq!(pc["rcv_packets"], sent, "port {} in = n{i} out: {c}", i + 1);
         assert_eq!(pc["xmit_packets"], got, "port {} out = n{i} in: {c}", i + 1);
@@ -214,8 +233,11 @@ fn raw_port_fabric() -> (tempfile::TempDir, PathBuf, UdpSocket, SocketAddr) {
     let x = UdpSocket::bind("127.0.0.1:0").unwrap();
     let xa = x.local_addr().unwrap();
     let p = free_udp_ports(3).unwrap();
+    // x is a raw socket that does not run link flow control (IBA 7.9): it
+    // would never grant the switch credit for the data packets it is sent.
     let text = format!(
-        "[[node]]\nname = \"x\"\nlid = 1\nguid = 1\naddress = \"{xa}\"\n\
+        "flow_control = false\n\
+         [[node]]\nname = \"x\"\nlid = 1\nguid = 1\naddress = \"{xa}\"\n\
          [[node]]\nname = \"y\"\nlid = 2\nguid = 2\naddress = \"127.0.0.1:{}\"\n\
          [[switch]]\nname = \"sw0\"\nguid = 0x100\nlid = 3\nports = 2\naddress = [\"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n\
          [[link]]\nends = [\"x\", \"sw0:1\"]\n[[link]]\nends = [\"y\", \"sw0:2\"]\n",
@@ -228,14 +250,16 @@ fn raw_port_fabric() -> (tempfile::TempDir, PathBuf, UdpSocket, SocketAddr) {
     (dir, f, x, port1)
 }
 
-/// The next datagram on `s` that is not a keepalive.
+/// The next datagram on `s` that is not a keepalive or a flow-control
+/// packet (IBA 7.9.4, six bytes: a switch port with link flow control on
+/// grants its cable partner credit).
 fn next_packet(s: &UdpSocket) -> Vec<u8> {
     let mut buf = vec![0u8; 9000];
     // Keepalives keep coming: the 5 s are for the packet, not the socket.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (n, _) = s.recv_from(&mut buf).expect("a reply within 5 s");
-        if &buf[..n] != b"VHCAlive" {
+        if &buf[..n] != b"VHCAlive" && n != transport::flow::FC_PACKET_LEN {
             return buf[..n].to_vec();
         }
         assert!(Instant::now() < deadline, "no packet within 5 s");

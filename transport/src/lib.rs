@@ -19,6 +19,7 @@
 
 pub mod budget;
 pub mod engine;
+pub mod flow;
 pub mod mad;
 pub mod memory;
 pub mod mr;

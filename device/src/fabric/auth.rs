@@ -703,6 +703,15 @@ impl<L: Link> Link for AuthLink<L> {
             let got = inner.recv_batch(now, ask, &mut |r| match checks
                 .open(r.packet, r.src_lid, now)
             {
+                // A link packet (IBA 7.9.4 flow control) is not tagged, as
+                // a keepalive is not: it means something only to the port
+                // at the cable's other end and is taken only from there
+                // (`flow.rs`), which counts it; against the budget of
+                // refused datagrams, as it is not data.
+                _ if r.packet.len() == transport::flow::FC_PACKET_LEN => {
+                    refused += 1;
+                    deliver(r);
+                }
                 Ok(m) => {
                     checks.counters.rx_verified += 1;
                     delivered += 1;
@@ -758,6 +767,15 @@ impl<L: Link> Link for AuthLink<L> {
 
     fn single_peer(&self) -> bool {
         self.inner.single_peer()
+    }
+
+    fn tx_room(&self) -> bool {
+        self.inner.tx_room()
+    }
+
+    fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        // Untagged, as keepalives are (the receive side above).
+        self.inner.send_link_packet(now, packet)
     }
 
     fn report(&self) -> Option<String> {

@@ -225,6 +225,14 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
         self.inner.set_disabled(disabled)
     }
 
+    fn tx_room(&self) -> bool {
+        self.inner.tx_room()
+    }
+
+    fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        self.inner.send_link_packet(now, packet)
+    }
+
     fn clear(&mut self) {
         // A device reset (the driver unloaded): the data path may not run
         // the link again for a while.

@@ -478,6 +478,14 @@ impl<L: Link> Link for FaultLink<L> {
         self.inner.set_disabled(disabled)
     }
 
+    fn tx_room(&self) -> bool {
+        self.inner.tx_room()
+    }
+
+    fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        self.inner.send_link_packet(now, packet)
+    }
+
     fn clear(&mut self) {
         self.held = None;
         self.delayed.clear();

@@ -52,8 +52,18 @@ use crate::mgmt::SubnetMode;
 use transport::engine::VlArbTables;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 9] = [
-    "node", "key", "key_file", "pkeys", "sl2vl", "vl_arb", "subnet", "switch", "link",
+const TOP_KEYS: [&str; 11] = [
+    "node",
+    "key",
+    "key_file",
+    "pkeys",
+    "sl2vl",
+    "vl_arb",
+    "subnet",
+    "switch",
+    "link",
+    "flow_control",
+    "rx_buffer",
 ];
 
 /// Keys a `[[node]]` table may hold.
@@ -103,6 +113,10 @@ pub struct FabricFile {
     subnet: SubnetMode,
     /// `[[switch]]` and `[[link]]` (`cabling.rs`); empty: all-to-all.
     cabling: Cabling,
+    /// `flow_control`, if the file says (issue 27 item 4).
+    flow_control: Option<bool>,
+    /// `rx_buffer`: the UDP receive buffer to ask for, if the file says.
+    rx_buffer: Option<usize>,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -126,7 +140,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]])"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer)"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -236,6 +250,13 @@ pub enum FabricFileError {
     /// A `[[switch]]` or `[[link]]` that does not cable the fabric (`cabling.rs`).
     #[error("{file}: {what}")]
     Cabling { file: String, what: String },
+    /// `flow_control` not a boolean, or `rx_buffer` not a byte count.
+    #[error("{file}: {key}: {why}")]
+    BadLinkKey {
+        file: String,
+        key: &'static str,
+        why: &'static str,
+    },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -399,6 +420,28 @@ impl FabricFile {
             }
         };
         fabric.cabling = cabling::parse(file, &table, &fabric.nodes)?;
+        fabric.flow_control = match table.get("flow_control") {
+            None => None,
+            Some(toml::Value::Boolean(b)) => Some(*b),
+            Some(_) => {
+                return Err(FabricFileError::BadLinkKey {
+                    file: f(),
+                    key: "flow_control",
+                    why: "must be true or false",
+                })
+            }
+        };
+        fabric.rx_buffer = match table.get("rx_buffer") {
+            None => None,
+            Some(toml::Value::Integer(n)) if (4096..=1 << 30).contains(n) => Some(*n as usize),
+            Some(_) => {
+                return Err(FabricFileError::BadLinkKey {
+                    file: f(),
+                    key: "rx_buffer",
+                    why: "must be a byte count from 4096 to 1073741824",
+                })
+            }
+        };
         Ok(fabric)
     }
 
@@ -656,6 +699,8 @@ impl FabricFile {
             vl_arb: None,
             subnet: SubnetMode::Static,
             cabling: Cabling::default(),
+            flow_control: None,
+            rx_buffer: None,
         })
     }
 
@@ -694,6 +739,26 @@ impl FabricFile {
     /// The cabling (`[[switch]]`, `[[link]]`); without links, all-to-all.
     pub fn cabling(&self) -> &Cabling {
         &self.cabling
+    }
+
+    /// Whether cabled ports run IBA 7.9 link flow control (`flow_control`;
+    /// issue 27 item 4): on by default in a cabled fabric, never without
+    /// cables (no link partner to exchange credit with).
+    pub fn flow_control(&self) -> bool {
+        self.cabling.is_cabled() && self.flow_control.unwrap_or(true)
+    }
+
+    /// The data VLs a port's flow control grants credit on: VL0 up to the
+    /// highest VL the `sl2vl` table uses (VL0 alone without one).
+    pub fn data_vls(&self) -> u8 {
+        self.sl2vl
+            .map_or(1, |t| t.iter().copied().max().unwrap_or(0) + 1)
+    }
+
+    /// The UDP receive buffer every port asks for (`rx_buffer`), if the
+    /// file sets one; else the link's default.
+    pub fn rx_buffer(&self) -> Option<usize> {
+        self.rx_buffer
     }
 
     /// The node called `name`.

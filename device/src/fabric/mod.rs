@@ -11,7 +11,8 @@
 //! - Stages that wrap any [`Link`]: [`FaultLink`] (seeded drop, duplicate, reorder,
 //!   corrupt, delay), [`CaptureLink`] (every packet to a pcap file, WF-11) and
 //!   [`AuthLink`] (the fabric key: a sequence number and a keyed tag on every
-//!   datagram, issue 13, ARCHITECTURE.md §9).
+//!   datagram, issue 13, ARCHITECTURE.md §9) and [`FlowLink`] (IBA 7.9
+//!   credit-based link flow control on a cabled port, issue 27 item 4).
 //!
 //! Like the transport engine (ARCHITECTURE.md §3), nothing here reads a clock: every call
 //! takes `now`, the caller's time since the Unix epoch, so a stage's behaviour is a
@@ -26,6 +27,7 @@ mod cabling;
 mod capture;
 mod fault;
 mod file;
+mod flow;
 mod liveness;
 mod partition;
 mod tap;
@@ -33,6 +35,7 @@ mod tap_sys;
 mod topology;
 mod udp;
 mod udp_counters;
+mod udp_drops;
 mod udp_sys;
 mod vl_arb;
 
@@ -46,6 +49,10 @@ pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };
 pub use file::{FabricFile, FabricFileError, Node, MAX_UNICAST_LID, PROGRAMMATIC};
+pub use flow::{
+    grant as flow_grant, Charge, FlowLink, FlowLinkCounters, HCA_QUEUE_BLOCKS, MAX_PACKET_BLOCKS,
+    RESERVE as FLOW_RESERVE, SOCKET_BYTES_PER_BLOCK,
+};
 pub use liveness::{
     Liveness, LivenessCounters, BEAT as KEEPALIVE_BEAT, DEAD_AFTER as PORT_DEAD_AFTER, KEEPALIVE,
 };
@@ -256,6 +263,24 @@ pub trait Link {
     fn single_peer(&self) -> bool {
         false
     }
+
+    /// Whether the producer may hand the link another packet now (the
+    /// longest one) without the link queuing past its bound: false while
+    /// link flow control ([`FlowLink`], IBA 7.9) holds packets waiting for
+    /// credit, and the port's data path then leaves the engine's packets in
+    /// the engine. Stages forward it; true by default.
+    fn tx_room(&self) -> bool {
+        true
+    }
+
+    /// Sends a link packet (IBA 7.9.4: a flow-control packet) to the other
+    /// end of the port's cable, in order with the data packets sent before
+    /// it; it is not routed. Stages forward it as it is (the fabric key
+    /// stage too, as it does keepalives). Dropped by a link without a cable
+    /// (the default).
+    fn send_link_packet(&mut self, _now: Duration, _packet: &[u8]) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -314,6 +339,13 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn single_peer(&self) -> bool {
         (**self).single_peer()
+    }
+
+    fn tx_room(&self) -> bool {
+        (**self).tx_room()
+    }
+    fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        (**self).send_link_packet(now, packet)
     }
 }
 

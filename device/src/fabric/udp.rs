@@ -372,6 +372,21 @@ impl UdpLink {
         }
     }
 
+    /// The receive buffer the kernel granted the socket (`SO_RCVBUF` as
+    /// read back), which link flow control must not grant past.
+    pub fn recv_buffer(&self) -> Option<usize> {
+        socket2::SockRef::from(&self.socket).recv_buffer_size().ok()
+    }
+
+    /// Asks for a receive buffer of `bytes` instead of [`SOCKET_BUFFER`]
+    /// (the fabric file's `rx_buffer`, for runs that show what a small
+    /// buffer does); returns what the kernel granted.
+    pub fn set_recv_buffer(&mut self, bytes: usize) -> Option<usize> {
+        let s = socket2::SockRef::from(&self.socket);
+        let _ = s.set_recv_buffer_size(bytes);
+        self.recv_buffer()
+    }
+
     /// What the link did and dropped so far.
     pub fn counters(&self) -> &UdpCounters {
         &self.counters
@@ -890,7 +905,32 @@ impl Link for UdpLink {
     }
 
     fn report(&self) -> Option<String> {
-        Some(format!("udp {}: {}", self.node.name, self.counters))
+        // The kernel's own drops on this socket (a full receive buffer):
+        // what link flow control exists to keep at zero (issue 27 item 4).
+        let kernel = super::udp_drops::socket_drops(self.socket.as_raw_fd()).unwrap_or(0);
+        Some(format!(
+            "udp {}: {} rx_kernel_drops {kernel}",
+            self.node.name, self.counters
+        ))
+    }
+
+    fn send_link_packet(&mut self, _now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        let Some(c) = self.cable else {
+            return Ok(()); // No cable, no partner to tell.
+        };
+        if self.live.is_disabled() {
+            self.counters.drop_tx_disabled += 1;
+            return Ok(());
+        }
+        // Queued with the data packets while batching, so that it leaves
+        // after them: its FCTBS counts them (IBA 7.9.3).
+        if self.batching && packet.len() <= MAX_PACKET_LEN {
+            let mut b = self.tx_spare.pop().unwrap_or_else(TxBuf::new);
+            b.room()[..packet.len()].copy_from_slice(packet);
+            b.len = packet.len();
+            return self.queue(b, c.peer);
+        }
+        self.send_one(packet, c.peer)
     }
 
     fn is_up(&self) -> bool {

@@ -43,7 +43,10 @@ use transport::verbs::Time;
 pub use cli::SwitchCli;
 
 use crate::counters_out::CountersFormat;
-use crate::fabric::{AuthLink, End, FabricFile, FabricKey, Link, UdpLink, UdpOffloads};
+use crate::fabric::{
+    flow_grant, AuthLink, Charge, End, FabricFile, FabricKey, FlowLink, Link, UdpLink, UdpOffloads,
+    MAX_PACKET_BLOCKS,
+};
 use crate::mgmt::SubnetMode;
 
 /// Packets one port hands the core per round before the next port's turn,
@@ -145,7 +148,9 @@ pub fn build_core(fabric: &FabricFile, name: &str, mode: Mode) -> Option<Switch>
 /// One port's link and what the report says of it.
 struct Port {
     num: u8,
-    link: Box<dyn Link>,
+    /// The port's link; its flow-control stage (IBA 7.9) is off when the
+    /// fabric file turns it off.
+    link: FlowLink<Box<dyn Link>>,
     /// The cable's other end, for the report.
     peer: String,
     /// Static mode, a port cabled to a node: the node's LIDs, the only SLIDs
@@ -176,9 +181,25 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
         })?;
         let mut udp = UdpLink::switch_port(&cfg.fabric, &cfg.switch, p, socket, UdpOffloads::ALL)?;
         udp.set_liveness(cfg.liveness);
+        if let Some(b) = cfg.fabric.rx_buffer() {
+            udp.set_recv_buffer(b);
+        }
+        let rcvbuf = udp.recv_buffer();
         let link: Box<dyn Link> = match &cfg.key {
             Some(k) => Box::new(AuthLink::new(udp, k)),
             None => Box::new(udp),
+        };
+        let link = if cfg.fabric.flow_control() {
+            // IBA 7.9: the port grants what its socket's receive buffer
+            // holds. Its egress queue never needs more than every port's
+            // grant together (each packet in it is charged to an ingress
+            // buffer until it leaves), so that is its bound.
+            let vls = cfg.fabric.data_vls();
+            let grant = flow_grant(rcvbuf.unwrap_or(0), vls);
+            let all_ingress = u32::from(spec.ports) * u32::from(grant.capacity[0]) * u32::from(vls);
+            FlowLink::new(link, grant, all_ingress + MAX_PACKET_BLOCKS, false)
+        } else {
+            FlowLink::off(link)
         };
         // ARCHITECTURE.md §9: a node's UDP address is its identity, and an HCA
         // drops a packet whose SLID is not its sender's. Behind a switch the
@@ -264,7 +285,8 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
     let mut events = vec![EpollEvent::default(); ports.len() + 1];
     let mut busy = crate::run::sleep::BusyPoll::new(cfg.busy_poll);
     let mut out: Vec<SwitchOut> = Vec::new();
-    let mut back: Vec<Vec<u8>> = Vec::new();
+    let mut back: Vec<(Vec<u8>, Option<Charge>)> = Vec::new();
+    let mut freed: Vec<Charge> = Vec::new();
     // Which `ports` index is port number p.
     let mut index = vec![usize::MAX; usize::from(core.num_ports()) + 1];
     for (i, p) in ports.iter().enumerate() {
@@ -296,19 +318,34 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
             let in_port = *in_port;
             back.clear();
             let got = link.recv_batch(t, PORT_BUDGET, &mut |r| {
+                // IBA 7.9: the packet holds its blocks of this port's
+                // buffer until it has left by its egress port (the charge
+                // travels with it; with several copies, the last), or at
+                // once when it goes nowhere.
+                let charge = Charge {
+                    port: in_port,
+                    vl: transport::wire::vl_of(r.packet),
+                    len: r.packet.len() as u16,
+                };
                 if slids.as_ref().is_some_and(|l| spoofed_slid(r.packet, l)) {
                     *spoofed += 1;
+                    freed.push(charge);
                     return;
                 }
                 out.clear();
                 core.handle_packet(r.packet, in_port, time(t), &mut out);
-                for o in out.drain(..) {
+                let last = out.len().checked_sub(1);
+                if last.is_none() {
+                    freed.push(charge);
+                }
+                for (k, o) in out.drain(..).enumerate() {
+                    let charge = (Some(k) == last).then_some(charge);
                     let bytes: &[u8] = match &o.packet {
                         Egress::Same => r.packet,
                         Egress::New(b) => b,
                     };
                     if o.port == in_port {
-                        back.push(bytes.to_vec());
+                        back.push((bytes.to_vec(), charge));
                         continue;
                     }
                     let j = index
@@ -322,10 +359,13 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
                     };
                     // The core sends only out of ports whose link is up, and
                     // only cabled ports have one.
-                    if let Some(e) = egress {
-                        if let Err(err) = e.link.send(t, bytes) {
-                            log::debug!("switch: port {}: {err}", e.num);
+                    match egress {
+                        Some(e) => {
+                            if let Err(err) = e.link.send_charged(t, bytes, charge) {
+                                log::debug!("switch: port {}: {err}", e.num);
+                            }
                         }
+                        None => freed.extend(charge),
                     }
                 }
             });
@@ -333,8 +373,8 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
                 Ok(n) => work |= n > 0,
                 Err(e) => log::warn!("switch: port {in_port}: receive: {e}"),
             }
-            for b in &back {
-                let _ = link.send(t, b);
+            for (b, charge) in &back {
+                let _ = link.send_charged(t, b, *charge);
             }
         }
         // The core's timers, once a round after what the ports brought: the
@@ -354,6 +394,19 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
             };
             if let Err(err) = p.link.send(t, bytes) {
                 log::debug!("switch: port {}: {err}", p.num);
+            }
+        }
+        // The packets that left (or were dropped) free their blocks at
+        // their ingress ports, which grant them again (IBA 7.9.3).
+        for p in ports.iter_mut() {
+            p.link.take_released(&mut freed);
+        }
+        for c in freed.drain(..) {
+            if let Some(p) = index
+                .get(usize::from(c.port))
+                .and_then(|&j| ports.get_mut(j))
+            {
+                p.link.free(c.vl, usize::from(c.len));
             }
         }
         for p in ports.iter_mut() {
@@ -585,7 +638,7 @@ ends = ["b", "sw0:1"]
             link.set_liveness(None); // no keepalives: up from the start
             let p = Port {
                 num: 1,
-                link: Box::new(link),
+                link: FlowLink::off(Box::new(link)),
                 peer: "b".into(),
                 slids: None,
                 spoofed: 0,

@@ -16,6 +16,7 @@ use super::{Config, Port};
 use crate::counters_out::{
     json_lines, json_object, json_str, write_atomically, CountersFormat, FILE_EVERY,
 };
+use crate::fabric::Link as _;
 
 /// A counter name: the reason's name in snake case.
 fn snake(d: impl std::fmt::Debug) -> String {
