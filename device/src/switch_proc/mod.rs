@@ -38,12 +38,14 @@ use transport::mad::NodeDescription;
 use transport::switch::{
     Egress, Switch, SwitchConfig, SwitchOut, MAX_LINEAR_FDB_CAP, MAX_MULTICAST_FDB_CAP,
 };
-use transport::verbs::Time;
+use transport::verbs::{Mtu, Time};
 
 pub use cli::SwitchCli;
 
 use crate::counters_out::CountersFormat;
-use crate::fabric::{AuthLink, End, FabricFile, FabricKey, Link, UdpLink, UdpOffloads};
+use crate::fabric::{
+    AuthLink, End, FabricFile, FabricKey, Link, UdpLink, UdpOffloads, TRAILER_LEN,
+};
 use crate::mgmt::SubnetMode;
 
 /// Packets one port hands the core per round before the next port's turn,
@@ -155,6 +157,8 @@ struct Port {
     spoofed: u64,
     /// What the link was last told of the SM's PortPhysicalState Disabled.
     disabled: bool,
+    /// The IB MTU the port's underlay carries (issue 27 item 3).
+    mtu: Mtu,
 }
 
 /// The cabled ports of switch `name`, bound and keyed.
@@ -176,6 +180,10 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
         })?;
         let mut udp = UdpLink::switch_port(&cfg.fabric, &cfg.switch, p, socket, UdpOffloads::ALL)?;
         udp.set_liveness(cfg.liveness);
+        // Issue 27 item 3: the port's MTUCap is what its cable's underlay
+        // carries unfragmented, the key's trailer included.
+        let trailer = if cfg.key.is_some() { TRAILER_LEN } else { 0 };
+        let mtu = udp.port_mtu(trailer)?;
         let link: Box<dyn Link> = match &cfg.key {
             Some(k) => Box::new(AuthLink::new(udp, k)),
             None => Box::new(udp),
@@ -207,6 +215,7 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
             slids,
             spoofed: 0,
             disabled: false,
+            mtu,
         });
     }
     Ok(ports)
@@ -224,6 +233,9 @@ fn time(d: Duration) -> Time {
 pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
     let mut core = build_core(&cfg.fabric, &cfg.switch, cfg.mode).ok_or("no such switch")?;
     let mut ports = open_ports(cfg)?;
+    for p in &ports {
+        core.set_port_mtu_cap(p.num, p.mtu as u8);
+    }
     if let Some(k) = &cfg.key {
         if let Some(w) = k.permission_warning() {
             log::warn!("fabric: {w}");
@@ -590,6 +602,7 @@ ends = ["b", "sw0:1"]
                 slids: None,
                 spoofed: 0,
                 disabled: false,
+                mtu: Mtu::M4096,
             };
             follow_link(&mut core, &p, mode);
             assert_eq!(core.port(1).unwrap().info.port_state, want, "{mode:?}");
