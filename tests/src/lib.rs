@@ -13,6 +13,7 @@
 //!   EQEs by the owner bit, arming, MSI-X waits; raw ring and doorbell access for
 //!   fuzzing.
 //! - [`fixture`]: shortcuts the integration tests share.
+//! - [`netns`]: two network namespaces joined by a veth, standing for two hosts.
 //!
 //! Everything is written against `device::abi`, the one source of the ABI.
 //!
@@ -24,6 +25,7 @@
 pub mod fixture;
 pub mod guest;
 pub mod hca;
+pub mod netns;
 pub mod process;
 pub mod switch_proc;
 pub mod sys;
