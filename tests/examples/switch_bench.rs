@@ -15,16 +15,12 @@
 use std::time::{Duration, Instant};
 
 use vhca_tests::abi::verbs::QpType;
-use vhca_tests::fixture::{connect_pair_with, transfer_rate, Node, Region, Transfer};
+use vhca_tests::fixture::{connect_pair_with, send_pingpong_p50, transfer_rate, Node, Transfer};
 use vhca_tests::switch_proc::{star_fabric, SwitchProc};
-use vhca_tests::{ConnOpts, Layout, Options, QpInit, RecvWr, SendWr, Vhca};
+use vhca_tests::{ConnOpts, Layout, Options, QpInit, Vhca};
 
 fn quick() -> bool {
     std::env::var_os("VHCA_BENCH_QUICK").is_some()
-}
-
-fn sge(r: &Region, off: usize, len: usize) -> Vec<vhca_tests::abi::wqe::Sge> {
-    vec![r.mr.sge(&r.buf, off, len)]
 }
 
 /// Two nodes cabled back to back, or through a switch (kept alive with it).
@@ -128,40 +124,8 @@ fn measure(switched: bool) -> (f64, Duration, CpuShare) {
 
     let cpu_share = share(&before, t0.elapsed());
     let n = if quick() { 300 } else { 2_000 };
-    let sbuf = a.region(4096, Layout::Contiguous, 0);
-    let rbuf_a = a.region(4096, Layout::Contiguous, 0);
-    let rbuf_b = b.region(4096, Layout::Contiguous, 0);
-    let mut rtt = Vec::with_capacity(n);
-    for i in 0..n as u64 {
-        b.hca
-            .post_recv(qb, &RecvWr::new(i, sge(&rbuf_b, 0, 64)))
-            .unwrap();
-        a.hca
-            .post_recv(qa, &RecvWr::new(i, sge(&rbuf_a, 0, 64)))
-            .unwrap();
-        let t = Instant::now();
-        a.hca
-            .post_send(qa, &SendWr::send(i).sges(sge(&sbuf, 0, 8)))
-            .unwrap();
-        while b.hca.poll_cq(b.cq, 4).is_empty() {
-            std::thread::yield_now();
-        }
-        b.hca
-            .post_send(qb, &SendWr::send(i).sges(sge(&rbuf_b, 0, 8)))
-            .unwrap();
-        let mut seen = 0;
-        while seen < 2 {
-            seen += a.hca.poll_cq(a.cq, 4).len();
-            std::thread::yield_now();
-        }
-        rtt.push(t.elapsed());
-        // B's own SEND completion.
-        while b.hca.poll_cq(b.cq, 4).is_empty() {
-            std::thread::yield_now();
-        }
-    }
-    rtt.sort();
-    (rate, rtt[n / 2], cpu_share)
+    let p50 = send_pingpong_p50(&mut a, qa, &mut b, qb, n);
+    (rate, p50, cpu_share)
 }
 
 fn shares(c: &CpuShare) -> String {

@@ -274,6 +274,44 @@ pub fn transfer_rate(
     (total * msg) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// The median round trip of `n` 8-byte SEND ping-pongs over the connected
+/// RC pair (`qa` on `a`, `qb` on `b`), polling (benchmarks: one switch hop,
+/// the underlay against loopback).
+pub fn send_pingpong_p50(a: &mut Node, qa: QpH, b: &mut Node, qb: QpH, n: usize) -> Duration {
+    let sge = |r: &Region| vec![r.mr.sge(&r.buf, 0, 64)];
+    let sbuf = a.region(4096, Layout::Contiguous, 0);
+    let rbuf_a = a.region(4096, Layout::Contiguous, 0);
+    let rbuf_b = b.region(4096, Layout::Contiguous, 0);
+    let eight = |r: &Region| vec![r.mr.sge(&r.buf, 0, 8)];
+    let mut rtt = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        b.hca.post_recv(qb, &RecvWr::new(i, sge(&rbuf_b))).unwrap();
+        a.hca.post_recv(qa, &RecvWr::new(i, sge(&rbuf_a))).unwrap();
+        let t = std::time::Instant::now();
+        a.hca
+            .post_send(qa, &SendWr::send(i).sges(eight(&sbuf)))
+            .unwrap();
+        while b.hca.poll_cq(b.cq, 4).is_empty() {
+            std::thread::yield_now();
+        }
+        b.hca
+            .post_send(qb, &SendWr::send(i).sges(eight(&rbuf_b)))
+            .unwrap();
+        let mut seen = 0;
+        while seen < 2 {
+            seen += a.hca.poll_cq(a.cq, 4).len();
+            std::thread::yield_now();
+        }
+        rtt.push(t.elapsed());
+        // B's own SEND completion.
+        while b.hca.poll_cq(b.cq, 4).is_empty() {
+            std::thread::yield_now();
+        }
+    }
+    rtt.sort();
+    rtt[n / 2]
+}
+
 /// A loopback RC pair on one node moves 1 MiB of WRITE and a SEND, verified.
 pub fn clean_transfer(n: &mut Node) {
     let q1 = n.qp(QpType::Rc);
