@@ -14,11 +14,10 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use vhca_tests::abi::verbs::QpType;
-use vhca_tests::fixture::{connect_pair_with, send_pingpong_p50, transfer_rate, Node, Transfer};
+use vhca_tests::fixture::{bench_pair, send_pingpong_p50, transfer_rate, Node, Transfer};
 use vhca_tests::netns::{Hosts, A_ADDR, B_ADDR};
 use vhca_tests::process::free_udp_ports;
-use vhca_tests::{ConnOpts, Layout, Options, QpInit, Vhca};
+use vhca_tests::{Options, Vhca};
 
 const KEY: &str = "5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c";
 
@@ -59,15 +58,9 @@ fn fabric(hosts: Option<&Hosts>) -> Vhca {
 /// pair.
 fn measure(hosts: Option<&Hosts>) -> (f64, Duration, usize) {
     let v = fabric(hosts);
-    let mut a = Node::connect(&v, 0);
-    let mut b = Node::connect(&v, 1);
-    let mtu = 128usize << a.hca.query_port(1).unwrap().active_mtu;
-    let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(512, 512);
-    let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(512, 512);
-    let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
     let (msg, slots) = (64 << 10, 32);
-    let src = a.region(msg * slots, Layout::Contiguous, 0);
-    let dst = b.region(msg * slots, Layout::Contiguous, 0);
+    let (mut a, mut b, qa, qb, src, dst) = bench_pair(&v, msg, slots);
+    let mtu = 128usize << a.hca.query_port(1).unwrap().active_mtu;
     let total = if quick() { 1_000 } else { 6_000 };
     let run = |a: &mut Node, n: usize| {
         transfer_rate(a, &[qa], Transfer::Write, &src, &dst, msg, slots, n, 16)

@@ -27,6 +27,7 @@ use vhca_tests::fixture::Node;
 use vhca_tests::netns::{Hosts, A_ADDR, B_ADDR};
 use vhca_tests::process::{vhca_binary, wrapped, Build};
 use vhca_tests::switch_proc::{rc_pair, write_then_send, SwitchProc};
+use vhca_tests::util::udp_counter;
 use vhca_tests::{ConnOpts, Options, QpInit, Remote, Vhca};
 
 const KEY: &str = "5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c";
@@ -90,19 +91,6 @@ fn side(h: &Hosts, i: usize) -> &str {
     } else {
         &h.b
     }
-}
-
-/// The last `udp` exit-report line's counter `name` in a node's stderr.
-fn udp_counter(report: &str, name: &str) -> u64 {
-    let line = report
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("udp "))
-        .unwrap_or_else(|| panic!("no udp line in {report}"));
-    let mut w = line.split_whitespace();
-    w.find(|x| *x == name)
-        .unwrap_or_else(|| panic!("no {name} in {line}"));
-    w.next().unwrap().parse().unwrap()
 }
 
 /// The keyed cross-host fabric over a veth of `mtu` bytes: ports at IB MTU

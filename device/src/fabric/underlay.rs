@@ -154,7 +154,13 @@ pub fn is_dont_fragment(socket: &UdpSocket) -> io::Result<bool> {
     })
 }
 
-fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+/// Sets an int socket option (setsockopt(2)).
+pub(super) fn set_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: the option value is a live c_int of the length passed; the
     // kernel only reads it.
     let r = unsafe {
