@@ -92,26 +92,40 @@ pub fn port_mtu(
 /// port's bound address; its port is not used) to each of `peers`: the
 /// smallest of the route MTUs the kernel reports (`IP_MTU` / `IPV6_MTU` on
 /// a socket connected to the peer, ip(7), ipv6(7)). No packet is sent:
-/// connecting a UDP socket only looks up the route. No peers: the
-/// interface of `local` itself.
+/// connecting a UDP socket only looks up the route. A peer with no route
+/// from `local` now (the kernel refuses the connect) is left out, with a
+/// log line: nothing reaches it until a route exists, and a route that then
+/// carries less gets its too-big datagrams refused and counted, never
+/// fragmented. No peers, or none routable: the interface of `local` itself.
 pub fn path_mtu(local: SocketAddr, peers: &[SocketAddr]) -> io::Result<u32> {
-    let own = [local];
-    let peers = if peers.is_empty() { &own[..] } else { peers };
     let mut min = None::<u32>;
     for &peer in peers {
-        let mut from = local;
-        from.set_port(0);
-        let s = UdpSocket::bind(from)?;
-        s.connect(peer)?;
-        let m = if peer.is_ipv6() {
-            get_int(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_MTU)?
-        } else {
-            get_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU)?
-        };
-        let m = u32::try_from(m).unwrap_or(0);
-        min = Some(min.map_or(m, |x| x.min(m)));
+        match route_mtu(local, peer) {
+            Ok(m) => min = Some(min.map_or(m, |x| x.min(m))),
+            Err(e) => log::warn!(
+                "fabric: no route from {} to {peer} ({e}): its MTU is not counted",
+                local.ip()
+            ),
+        }
     }
-    Ok(min.unwrap_or(LOOPBACK_MTU))
+    match min {
+        Some(m) => Ok(m),
+        None => route_mtu(local, local),
+    }
+}
+
+/// The MTU of the route from `local` to `peer`.
+fn route_mtu(local: SocketAddr, peer: SocketAddr) -> io::Result<u32> {
+    let mut from = local;
+    from.set_port(0);
+    let s = UdpSocket::bind(from)?;
+    s.connect(peer)?;
+    let m = if peer.is_ipv6() {
+        get_int(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_MTU)?
+    } else {
+        get_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU)?
+    };
+    Ok(u32::try_from(m).unwrap_or(0))
 }
 
 /// Sets `IP_PMTUDISC_DO` (or `IPV6_PMTUDISC_DO`) on `socket`: its
@@ -278,6 +292,19 @@ mod tests {
         // No peers: the bound address's interface.
         assert_eq!(path_mtu(lo, &[]).unwrap(), m);
         assert_eq!(ib_mtu_for(m, false, 24), Some(Mtu::M4096));
+    }
+
+    #[test]
+    fn a_peer_without_a_route_is_left_out_of_the_path_mtu() {
+        // From a loopback address the kernel routes nothing to TEST-NET-1
+        // (connect fails): that peer does not count, and without any
+        // routable peer the bound address's interface does.
+        let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let off: SocketAddr = "192.0.2.1:9".parse().unwrap();
+        assert!(route_mtu(lo, off).is_err());
+        let m = path_mtu(lo, &[off, "127.0.0.1:9".parse().unwrap()]).unwrap();
+        assert!(m >= 65_535, "{m}");
+        assert_eq!(path_mtu(lo, &[off]).unwrap(), m);
     }
 
     #[test]
