@@ -97,6 +97,44 @@ vhca_build_vhca() {
     echo "$target/release/vhca"
 }
 
+# The test driver that plays guests on many `vhca` nodes whose SM runs
+# elsewhere (tests/src/bin/fabric-driver.rs), optimised; prints its path.
+vhca_build_driver() {
+    local target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
+    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target cargo build -q --release -p vhca-tests --bin fabric-driver) ||
+        vhca_die "cargo build of fabric-driver failed"
+    echo "$target/release/fabric-driver"
+}
+
+# vhca_guest_overlay OV K KO SO DRIVER_FILE WANT — an initramfs overlay in OV
+# with vhca.ko (for kernel K), the provider library SO and its .driver file,
+# and a boot hook that loads the RDMA core and vhca and waits (20 s at most)
+# until port 1's state matches the regex WANT (e.g. ACTIVE, or INIT|ACTIVE
+# where a subnet manager is still to come).
+vhca_guest_overlay() {
+    local ov=$1 k=$2 ko=$3 so=$4 drv=$5 want=$6
+    mkdir -p "$ov/lib/modules/$k/extra" "$ov/usr/lib/x86_64-linux-gnu/libibverbs" \
+        "$ov/etc/libibverbs.d" "$ov/etc/vhca-init.d"
+    cp "$ko" "$ov/lib/modules/$k/extra/vhca.ko"
+    cp "$so" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
+    cp "$drv" "$ov/etc/libibverbs.d/vhca.driver"
+    echo "VHCA_HOOK_WANT='$want'" >"$ov/etc/vhca-hook.env"
+    cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
+# images/lib.sh vhca_guest_overlay: load the RDMA core, user verbs and vhca;
+# wait for the port.
+. /etc/vhca-hook.env
+modprobe -a ib_core ib_uverbs vhca || echo "vhca-hook: modprobe failed"
+i=0 st=
+while [ $i -lt 200 ]; do
+    st=$(cat /sys/class/infiniband/vhca0/ports/1/state 2>/dev/null) || st=
+    echo "$st" | grep -Eq "$VHCA_HOOK_WANT" && break
+    sleep 0.1
+    i=$((i + 1))
+done
+echo "vhca-hook: vhca0 port 1: ${st:-absent}, lid $(cat /sys/class/infiniband/vhca0/ports/1/lid 2>/dev/null)"
+EOF
+}
+
 # vhca.ko for guest kernel release $1, built inside root $2 (default: the
 # host tool root; images/distro-root.sh makes bookworm's and sid's) in a copy
 # keyed by its sources and the release (the checkout stays clean, an unchanged

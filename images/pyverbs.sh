@@ -168,23 +168,7 @@ EOF
 
 ov="$out/overlay"
 rm -rf "$ov"
-mkdir -p "$ov/lib/modules/$K/extra" "$ov/usr/lib/x86_64-linux-gnu/libibverbs" \
-    "$ov/etc/libibverbs.d" "$ov/etc/vhca-init.d"
-cp "$KO" "$ov/lib/modules/$K/extra/vhca.ko"
-cp "$SO" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
-cp "$PROV/vhca.driver" "$ov/etc/libibverbs.d/vhca.driver"
-cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
-# pyverbs.sh: load the RDMA core, user verbs and vhca; wait for the port.
-modprobe -a ib_core ib_uverbs vhca || echo "vhca-hook: modprobe failed"
-i=0 st=
-while [ $i -lt 200 ]; do
-    st=$(cat /sys/class/infiniband/vhca0/ports/1/state 2>/dev/null) || st=
-    case "$st" in *ACTIVE*) break;; esac
-    sleep 0.1
-    i=$((i + 1))
-done
-echo "vhca-hook: vhca0 port 1: ${st:-absent}, lid $(cat /sys/class/infiniband/vhca0/ports/1/lid 2>/dev/null)"
-EOF
+vhca_guest_overlay "$ov" "$K" "$KO" "$SO" "$PROV/vhca.driver" ACTIVE
 
 # --- the guest's script --------------------------------------------------------
 if [ ${#modules[@]} -eq 0 ]; then

@@ -47,6 +47,13 @@ mkdir -p "$ov/usr/share/sn" "$ov/usr/share/wl"
 cp images/wl/nvmet.sh images/wl/nvme-host.sh "$ov/usr/share/wl/"
 wl_tree=$(images/workloads.sh) || vhca_die "images/workloads.sh failed"
 
+# A's answer to B's "has mckey's receiver its messages?" (nc -ll -e).
+cat >"$ov/usr/share/sn/mckey-status.sh" <<'S'
+#!/bin/sh
+if grep -q 'test complete' /tmp/mckey.log 2>/dev/null; then echo done; else echo waiting; fi
+S
+chmod +x "$ov/usr/share/sn/mckey-status.sh"
+
 # A: the no-SM checks, OpenSM, the diags, the servers B's clients use, the SM
 # restart under B's stream; after B's "done", the reroute.
 cat >"$ov/usr/share/sn/a.sh" <<'S'
@@ -72,6 +79,15 @@ state() { cat /sys/class/infiniband/vhca0/ports/1/state; }
 sm_gone() { # OpenSM exited (gone, or a zombie this shell has not reaped)
     st=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$sm/status" 2>/dev/null)
     [ -z "$st" ] || [ "$st" = Z ]
+}
+perftest_ok() { # RC LOG: perftest's status; 0 too when the run completed and
+    # only its clock calibration failed afterwards (a TCG guest on a loaded
+    # host: "Correlation coefficient r^2 < 0.9", then "Can't produce a
+    # report"), which says nothing of the transfer
+    [ "$1" = 0 ] && return 0
+    grep -q "Can't produce a report" "$2" && grep -q 'Correlation coefficient' "$2" &&
+        ! grep -qiE 'error|fail|couldn|unable' "$2" || return 1
+    echo "perftest: the run completed; only its clock calibration failed (TCG timing)"
 }
 modprobe -a ib_umad ib_ipoib rdma_ucm || echo "modprobe failed"
 mkdir -p /var/log /var/cache/opensm /etc/opensm
@@ -158,6 +174,8 @@ r0=$(rcv)
     # before with a multicast error event, and mckey does not join again.
     timeout 600 mckey -m 239.1.2.3 -b 10.98.0.1 -C 5 >/tmp/mckey.log 2>&1 &
     echo $! >/tmp/mckey.pid
+    # B's sender asks whether the receiver has its 5 messages (mckey-status).
+    nc -ll -p 18995 -e /usr/share/sn/mckey-status.sh >/dev/null 2>&1 &
     sleep 2
     # B's next checks need the SA: tell B the new SM is up.
     i=0
@@ -168,7 +186,7 @@ restart=$!
 SERVER_IP=10.98.0.1 DEV=vhca0 sh /usr/share/wl/nvmet.sh 18998 >/tmp/nvmet.log 2>&1 &
 nvmet=$!
 echo SN-READY
-wait "$wbwd"; echo "SN opensm_restart_stream_server $?"
+wait "$wbwd"; perftest_ok $? /tmp/wbw-d.log; echo "SN opensm_restart_stream_server $?"
 # The SM was down while the stream still ran (not after it).
 [ -e /tmp/sm-killed ]; echo "SN opensm_killed_during_stream $?"
 wait "$restart"
@@ -177,7 +195,11 @@ wait "$nvmet"; echo "SN nvmet_rdma_target $?"
 mck=$(cat /tmp/mckey.pid 2>/dev/null)
 if [ -n "$mck" ]; then
     # Not this shell's child (the restart subshell started it): its log.
-    wait_for 600 grep -q 'test complete' /tmp/mckey.log || { kill "$mck"; echo "mckey: still waiting"; }
+    wait_for 120 grep -q 'test complete' /tmp/mckey.log || {
+        kill "$mck"
+        echo "mckey: still waiting; the SA's groups and sw0's MFT:"
+        saquery -g; ibroute -M "$SW"
+    }
     grep -q 'test complete' /tmp/mckey.log && ! grep -q ERROR /tmp/mckey.log
     echo "SN mckey_receiver $?"
 fi
@@ -229,7 +251,12 @@ until grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state || [ $i -ge 120 ]
 grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state; echo "SN b_port_active $?"
 # One RC stream across the switch while A restarts OpenSM (the address
 # exchange over the virtio-net link, the data over IB).
-T=300 check opensm_restart_stream ib_write_bw -d vhca0 -D 30 -s 65536 -p 18997 10.99.0.1
+# (perftest_ok: see A's script.)
+T=300 check opensm_restart_stream sh -c 'ib_write_bw -d vhca0 -D 30 -s 65536 -p 18997 10.99.0.1 \
+    >/tmp/wbw-d.log 2>&1; rc=$?; cat /tmp/wbw-d.log; [ $rc = 0 ] && exit 0
+    grep -q "Can'"'"'t produce a report" /tmp/wbw-d.log && grep -q "Correlation coefficient" /tmp/wbw-d.log &&
+        ! grep -qiE "error|fail|couldn|unable" /tmp/wbw-d.log || exit 1
+    echo "perftest: the run completed; only its clock calibration failed (TCG timing)"'
 timeout 300 nc -l -p 18996 >/dev/null 2>&1; echo "SN b_heard_sm_restarted $?"
 ip link set ib0 up && ip addr add 10.98.0.2/24 dev ib0
 check ipoib_ping ping -c 3 -W 5 10.98.0.1
@@ -238,8 +265,20 @@ check rping rping -c -a 10.98.0.1 -C 10 -v
 check ib_write_bw_R ib_write_bw -R -d vhca0 -s 65536 -n 100 10.98.0.1
 check ucmatose ucmatose -s 10.98.0.1 -b 10.98.0.2
 # mckey exits 0 even when its join fails: its output must show no error.
-check mckey_sender sh -c 'o=$(mckey -m 239.1.2.3 -b 10.98.0.2 -s -C 5 2>&1); rc=$?
-    echo "$o"; [ $rc = 0 ] && ! echo "$o" | grep -q ERROR'
+# IB multicast is unreliable datagrams, and mckey only sleeps 3 s after its
+# join for the SM to program the switches' MFTs (its comment says so): an SM
+# slower than that (OpenSM on A's one busy TCG CPU) costs a round's 5
+# messages. So a round is sent again, at most 4 times, until A's receiver
+# says it has them (A's mckey-status on port 18995). (mckey's receiver
+# busy-polls its CQ; the guest has no nice to lower it.)
+check mckey_sender sh -c 'for round in 1 2 3 4; do
+        o=$(mckey -m 239.1.2.3 -b 10.98.0.2 -s -C 5 2>&1); rc=$?
+        echo "$o"; [ $rc = 0 ] && ! echo "$o" | grep -q ERROR || exit 1
+        sleep 2
+        st=$(nc -w 5 10.99.0.1 18995 </dev/null)
+        echo "round $round: the receiver is ${st:-unreachable}"
+        [ "$st" = done ] && exit 0
+    done; exit 1'
 A_GUID=0x0200000000000a01
 check ibping ibping -c 3 -G "$A_GUID"
 check b_saquery saquery

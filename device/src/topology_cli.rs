@@ -10,8 +10,8 @@ use crate::mgmt::SubnetMode;
 
 /// Writes a fabric file (TOML, to stdout) for a common topology: HCAs n0,
 /// n1, ... and their switches, every cable a [[link]], UDP addresses on
-/// 127.0.0.1 counting up from --base-port (the HCAs first, then each
-/// switch's ports).
+/// 127.0.0.1 (or the --machines) counting up from --base-port (the HCAs first,
+/// then each switch's ports).
 ///
 ///   vhca topology fat-tree --leaves 4 --spines 2 --hosts-per-leaf 4 --base-port 30000 > fabric.toml
 ///   vhca switch --fabric fabric.toml --switch leaf0 &   (each leaf*, spine*)
@@ -77,6 +77,23 @@ pub struct Common {
     /// (ports wait for a subnet manager).
     #[arg(long, value_name = "static|sm", default_value = "static", value_parser = ["static", "sm"])]
     pub subnet: String,
+    /// Underlay addresses of the machines the fabric spans (issue 27 item 3),
+    /// comma-separated: the leaves (or a line's switches) and the spines
+    /// are dealt out over them in blocks, each HCA with its switch, each
+    /// machine numbering its own UDP ports from --base-port (default: all on
+    /// 127.0.0.1).
+    #[arg(long, value_name = "IP,IP,...", value_delimiter = ',')]
+    pub machines: Vec<std::net::IpAddr>,
+    /// A fabric key file for the file's `key_file` (a fabric that leaves
+    /// one host should authenticate its datagrams).
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<String>,
+    /// Every HCA's LID mask control (0..=7): 2^LMC LIDs each from a base LID
+    /// that is a multiple of 2^LMC. On a fat tree with 2^LMC a multiple of
+    /// the spines, static routing sends LID base + j through spine j: base
+    /// and base + 1 are disjoint paths (APM's primary and alternate).
+    #[arg(long, value_name = "LMC", default_value_t = 0)]
+    pub lmc: u8,
 }
 
 impl TopologyCli {
@@ -126,9 +143,10 @@ impl TopologyCli {
             SubnetMode::Static
         };
         topology_text(&Topology {
-            shape,
-            base_port,
-            subnet,
+            hosts: common.machines.clone(),
+            key_file: common.key_file.clone(),
+            lmc: common.lmc,
+            ..Topology::new(shape, base_port, subnet)
         })
         .map_err(|e| CliError(e.0))
     }
@@ -168,6 +186,10 @@ mod tests {
         assert_eq!(f.subnet(), SubnetMode::Sm);
         assert_eq!(f.nodes()[0].address.port(), 31000);
         assert_eq!(f.cabling().switches().len(), 6);
+        let t = run(&["line", "--switches", "2", "--hosts", "2", "--lmc", "2"]).unwrap();
+        let f = FabricFile::parse("t", &t).unwrap();
+        assert_eq!(f.nodes()[1].lid, 8);
+        assert_eq!(f.port_attrs("n1").unwrap().lmc, 2);
         for shape in ["line", "ring"] {
             let t = run(&[shape, "--switches", "3", "--hosts", "2"]).unwrap();
             let f = FabricFile::parse("t", &t).unwrap();

@@ -36,6 +36,7 @@ use vhca_tests::abi::verbs::QpType;
 use vhca_tests::fixture::{
     assert_success, connect_pair_with, transfer_rate, Node, Region, Transfer,
 };
+use vhca_tests::process::cpu_ns;
 use vhca_tests::{
     ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, RecvWr, SendWr, Vhca,
 };
@@ -645,19 +646,6 @@ struct RowCostOut {
 }
 
 const PORT_NAMES: [&str; 4] = ["tx_packets", "acks_sent", "resent_packets", "loss_probes"];
-
-/// Run time of all of `pid`'s threads so far, in ns (each thread's
-/// schedstat: on-CPU ns, wait ns, time slices).
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
 
 fn port_counters(n: &mut Node) -> Vec<u64> {
     use vhca_tests::abi::counters::CounterSet;

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use vhca_tests::fixture::{bench_pair, send_pingpong_p50, transfer_rate, Transfer};
+use vhca_tests::fixture::{bench_pair, ping_pong_p50, transfer_rate, Transfer};
 use vhca_tests::switch_proc::{star_fabric, SwitchProc};
 use vhca_tests::{Options, Vhca};
 
@@ -117,7 +117,7 @@ fn measure(switched: bool) -> (f64, Duration, CpuShare) {
 
     let cpu_share = share(&before, t0.elapsed());
     let n = if quick() { 300 } else { 2_000 };
-    let p50 = send_pingpong_p50(&mut a, qa, &mut b, qb, n);
+    let p50 = ping_pong_p50(&mut a, qa, &mut b, qb, n);
     (rate, p50, cpu_share)
 }
 

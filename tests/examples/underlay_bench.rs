@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use vhca_tests::fixture::{bench_pair, send_pingpong_p50, transfer_rate, Node, Transfer};
+use vhca_tests::fixture::{bench_pair, ping_pong_p50, transfer_rate, Node, Transfer};
 use vhca_tests::netns::{Hosts, A_ADDR, B_ADDR};
 use vhca_tests::process::free_udp_ports;
 use vhca_tests::{Options, Vhca};
@@ -68,7 +68,7 @@ fn measure(hosts: Option<&Hosts>) -> (f64, Duration, usize) {
     run(&mut a, 200); // warm-up
     let rate = run(&mut a, total);
     let n = if quick() { 300 } else { 2_000 };
-    let p50 = send_pingpong_p50(&mut a, qa, &mut b, qb, n);
+    let p50 = ping_pong_p50(&mut a, qa, &mut b, qb, n);
     (rate, p50, mtu)
 }
 

@@ -13,6 +13,10 @@
 //!   EQEs by the owner bit, arming, MSI-X waits; raw ring and doorbell access for
 //!   fuzzing.
 //! - [`fixture`]: shortcuts the integration tests share.
+//! - [`switch_proc`], [`fat_tree`]: `vhca switch` processes, and a generated
+//!   fat tree of them with its HCAs.
+//! - [`mini_sm`]: a small subnet manager on a node's QP0 (directed-route
+//!   discovery, LIDs, min-hop LFTs, multicast trees, port activation).
 //! - [`netns`]: two network namespaces joined by a veth, standing for two hosts.
 //!
 //! Everything is written against `device::abi`, the one source of the ABI.
@@ -22,9 +26,11 @@
 //! (watchdog seconds), `VHCA_KEEP` (keep the run folder), `VHCA_TEST_STDERR`
 //! (print the devices' stderr at the end), `VHCA_REQUIRE_TSHARK`.
 
+pub mod fat_tree;
 pub mod fixture;
 pub mod guest;
 pub mod hca;
+pub mod mini_sm;
 pub mod netns;
 pub mod process;
 pub mod switch_proc;

@@ -634,13 +634,7 @@ impl Vhca {
 
     /// Resident set size of node `i` in KiB (VmRSS of /proc/PID/status).
     pub fn rss_kib(&self, i: usize) -> u64 {
-        let s =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid(i))).unwrap_or_default();
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        rss_kib(self.pid(i))
     }
 
     /// CPU time node `i` used so far, user and system, in clock ticks.
@@ -731,6 +725,32 @@ fn listening(path: &Path, pid: Option<u32>) -> bool {
             && f[7] == want
             && u32::from_str_radix(f[3], 16).is_ok_and(|flags| flags & 0x1_0000 != 0)
     })
+}
+
+/// Resident set size of process `pid` in KiB (VmRSS of /proc/PID/status);
+/// 0 if it is gone.
+pub fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time of process `pid` so far in nanoseconds: the sum over its
+/// threads of /proc/PID/task/TID/schedstat's first field (time on a CPU;
+/// exact, where /proc/PID/stat counts whole clock ticks of 10 ms); 0 if it is
+/// gone.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// CPU time of process `pid` so far, user and system, in clock ticks

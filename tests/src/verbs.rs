@@ -249,6 +249,23 @@ pub fn ud_dest(dlid: u16, qpn: u32, qkey: u32) -> UdSeg {
     }
 }
 
+/// A UD destination that is a multicast group (AD-08): every QP attached
+/// to `mgid` (QPN 0xFFFFFF), by MLID `mlid`, with the GRH a group needs.
+pub fn mcast_dest(mgid: [u8; 16], mlid: u16, qkey: u32) -> UdSeg {
+    UdSeg {
+        remote_qpn: 0xff_ffff,
+        remote_qkey: qkey,
+        av: device::abi::cmd::Av {
+            dgid: mgid,
+            dlid: mlid,
+            is_global: 1,
+            hop_limit: 1,
+            port_num: 1,
+            ..Default::default()
+        },
+    }
+}
+
 /// A receive work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr {

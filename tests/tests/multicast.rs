@@ -6,12 +6,13 @@
 use std::time::Duration;
 
 use transport::engine::{RxDrop, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
-use vhca_tests::abi::cmd::{Av, Status};
+use vhca_tests::abi::cmd::Status;
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::cqe::Cqe;
 use vhca_tests::abi::verbs::{wc_flags, QpType, WcOpcode};
 use vhca_tests::abi::wqe::UdSeg;
 use vhca_tests::fixture::{assert_success, Node, Region};
+use vhca_tests::verbs::mcast_dest;
 use vhca_tests::{ConnOpts, Layout, Options, QpH, RecvWr, SendWr, Vhca};
 
 const T: Duration = Duration::from_secs(30);
@@ -23,18 +24,7 @@ const MLID: u16 = 0xc007;
 const GRH: usize = 40;
 
 fn group_dest(qkey: u32) -> UdSeg {
-    UdSeg {
-        remote_qpn: 0xff_ffff,
-        remote_qkey: qkey,
-        av: Av {
-            dgid: MGID,
-            dlid: MLID,
-            is_global: 1,
-            hop_limit: 1,
-            port_num: 1,
-            ..Default::default()
-        },
-    }
+    mcast_dest(MGID, MLID, qkey)
 }
 
 fn ud(n: &mut Node, o: &ConnOpts) -> QpH {

@@ -8,75 +8,34 @@
 //! their destinations over both spines), and no switch dropped one. Bad
 //! arguments get one line on stderr and exit status 2.
 
-use std::process::Command;
 use std::time::Instant;
 
-use serde_json::Value;
 use vhca_tests::abi::verbs::PortState;
+use vhca_tests::fat_tree::{port_counter as counter, vhca_topology as topology, FatTree, Shape};
 use vhca_tests::fixture::Node;
-use vhca_tests::process::{free_udp_range, vhca_binary, Build};
 use vhca_tests::switch_proc::{rc_pair, write_then_send, SwitchProc};
-use vhca_tests::{Options, Vhca};
 
 const LEAVES: usize = 4;
 const SPINES: usize = 2;
 const HOSTS: usize = 4;
 
-/// `vhca topology ARGS`: (exit status, stdout, stderr).
-fn topology(args: &[&str]) -> (std::process::ExitStatus, String, String) {
-    let out = Command::new(vhca_binary(Build::Debug))
-        .arg("topology")
-        .args(args)
-        .output()
-        .expect("run vhca topology");
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn counter(v: &Value, port: u64, name: &str) -> u64 {
-    v["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["port"] == port)
-        .unwrap_or_else(|| panic!("no port {port} in {v}"))["counters"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {name} on port {port}: {v}"))
-}
-
 #[test]
 fn a_generated_static_fat_tree_of_16_hcas_and_6_switches_carries_rc_between_leaves_byte_exact() {
     let started = Instant::now();
-    let nodes = LEAVES * HOSTS;
-    let ports = nodes + LEAVES * (HOSTS + SPINES) + SPINES * LEAVES;
-    let base = free_udp_range(ports as u16).expect("free UDP ports");
-    let (status, text, err) = topology(&[
-        "fat-tree",
-        "--leaves",
-        &LEAVES.to_string(),
-        "--spines",
-        &SPINES.to_string(),
-        "--hosts-per-leaf",
-        &HOSTS.to_string(),
-        "--base-port",
-        &base.to_string(),
-    ]);
-    assert!(status.success(), "{status}: {err}");
-    let v = Vhca::spawn(Options {
-        fabric_text: Some(text),
-        ..Options::nodes(nodes)
-    });
-    let mut leaves: Vec<SwitchProc> = (0..LEAVES)
-        .map(|i| SwitchProc::spawn(v.fabric_file(), &format!("leaf{i}"), v.dir(), &[]))
-        .collect();
-    let mut spines: Vec<SwitchProc> = (0..SPINES)
-        .map(|j| SwitchProc::spawn(v.fabric_file(), &format!("spine{j}"), v.dir(), &[]))
-        .collect();
-    let leaf_ports: Vec<u64> = (1..=(HOSTS + SPINES) as u64).collect();
-    let spine_ports: Vec<u64> = (1..=LEAVES as u64).collect();
+    let shape = Shape {
+        leaves: LEAVES,
+        spines: SPINES,
+        hosts: HOSTS,
+    };
+    let nodes = shape.nodes();
+    let FatTree {
+        v,
+        mut leaves,
+        mut spines,
+        ..
+    } = FatTree::spawn(shape, "static", &[]);
+    let leaf_ports = shape.leaf_ports();
+    let spine_ports = shape.spine_ports();
     for l in &mut leaves {
         l.wait_active(&leaf_ports);
     }

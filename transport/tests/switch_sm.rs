@@ -269,7 +269,9 @@ fn ad_09_switch_discovered_by_directed_route() {
         0x04,
         "PortStateChange: links 1 and 2 came up"
     );
-    assert_eq!(&r.data[18..20], &[0xbf, 0xff], "MulticastFDBTop: none");
+    // Reserved without IsMulticastFDBTopSupported (IBA 14.2.5.4): 0, so
+    // `ibroute -M` dumps the MFT up to MulticastFDBCap.
+    assert_eq!(&r.data[18..20], &[0, 0], "MulticastFDBTop: reserved");
 
     // PortInfo of each switch port: base port 0 is always up (Active, as ibsim's),
     // 1 and 2 trained (Init), 3 has no cable (Down).
@@ -372,9 +374,16 @@ fn ad_09_switch_forwards_smps_through_ports_that_are_not_active() {
     )
     .unwrap();
     si.linear_fdb_top = B_LID;
+    // Reserved without IsMulticastFDBTopSupported: a value set is ignored.
+    si.multicast_fdb_top = 0xc010;
     let mut d = [0u8; 64];
     si.emit(&mut d).unwrap();
-    f.dr(method::SET, attr_id::SWITCH_INFO, 0, &[1], d).unwrap();
+    let back = f.dr(method::SET, attr_id::SWITCH_INFO, 0, &[1], d).unwrap();
+    assert_eq!(
+        &back.data[18..20],
+        &[0, 0],
+        "MulticastFDBTop stays reserved"
+    );
     let mut lft = LftBlock([0xff; 64]);
     lft.0[1] = 1;
     lft.0[3] = 2;

@@ -34,8 +34,9 @@
 //! one forgery holds a victim's datagrams back for at most [`MAX_AHEAD`] plus
 //! the clocks' difference, and the nodes' clocks must agree within
 //! [`MAX_AHEAD`] (NTP does far better). The receiver keeps,
-//! per sender (LRH:SLID, which the tag covers), the highest number seen and a
-//! sliding window of [`REPLAY_WINDOW`] numbers below it, as IPsec ESP (RFC 4303
+//! per sender (LRH:SLID, which the tag covers; on a cabled port, whose one
+//! peer numbers everything it sends in one stream whatever the SLIDs, one for
+//! the cable: issue 27), the highest number seen and a sliding window of [`REPLAY_WINDOW`] numbers below it, as IPsec ESP (RFC 4303
 //! §3.4.3) and WireGuard do (a ring of bitmap words, RFC 6479): a datagram seen
 //! before, or older than the window, is dropped. Loss leaves holes, which is
 //! fine; reordering within the window is accepted. What the window cannot stop
@@ -57,6 +58,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{Link, LinkError, Received, MAX_PACKET_LEN, MIN_PACKET_LEN};
+use transport::mad::dr::PERMISSIVE_LID;
 
 /// Bytes of a fabric key (a BLAKE3 key).
 pub const KEY_LEN: usize = 32;
@@ -404,10 +406,17 @@ impl Window {
 struct Checks {
     mac_key: [u8; 32],
     /// Per sender (LRH:SLID): at most 65 536 windows, and only datagrams with a
-    /// good tag create one, so a forger cannot grow the table.
+    /// good tag create one, so a forger cannot grow the table. On a link with
+    /// a single peer, one window under [`CABLE_WINDOW`].
     windows: HashMap<u16, Window>,
+    /// The inner link takes datagrams from one peer only ([`Link::single_peer`]).
+    single_peer: bool,
     counters: AuthCounters,
 }
+
+/// The window of a single-peer link's one stream: LID 0 is reserved (IBA
+/// 4.1.3), no packet's SLID.
+const CABLE_WINDOW: u16 = 0;
 
 /// The tag of `data` under `mac_key` (see the module comment).
 fn tag(mac_key: &[u8; 32], data: &[u8]) -> [u8; TAG_LEN] {
@@ -444,13 +453,26 @@ impl Checks {
         // forged easily, and a replay sent from another node's address must
         // neither pass as new there nor move that node's window ahead of its
         // own numbers (which would drop its datagrams as replays).
+        //
+        // A cabled port takes datagrams from its cable's other end only: that
+        // end numbers all it sends in one stream, whatever the SLIDs (a
+        // switch forwards many nodes' packets; an SM changes LIDs; a
+        // directed-route SMP and its response carry the permissive LID, IBA
+        // 14.2.2), so one window holds them and the cable names the sender.
+        // Elsewhere a permissive SLID is the sender the link knows.
         let m = body - SEQ_LEN;
         let slid = transport::wire::Lrh::new_checked(&d[..m])
             .map_err(|_| Refused::Short)?
             .slid();
-        if src_lid.is_some_and(|s| s != slid) {
-            return Err(Refused::WrongSender);
-        }
+        let window = if self.single_peer {
+            CABLE_WINDOW
+        } else {
+            match src_lid {
+                Some(s) if slid == PERMISSIVE_LID => s,
+                Some(s) if s != slid => return Err(Refused::WrongSender),
+                _ => slid,
+            }
+        };
         let mut seq = [0u8; SEQ_LEN];
         seq.copy_from_slice(&d[m..body]);
         let seq = u64::from_be_bytes(seq);
@@ -460,7 +482,7 @@ impl Checks {
         if seq > limit {
             return Err(Refused::Future);
         }
-        if !self.windows.entry(slid).or_default().accept(seq) {
+        if !self.windows.entry(window).or_default().accept(seq) {
             return Err(Refused::Replay);
         }
         Ok(m)
@@ -543,11 +565,13 @@ impl<L: Link> AuthLink<L> {
     /// Wraps `inner`: every datagram out is tagged with `key`, every datagram
     /// in must carry a good tag.
     pub fn new(inner: L, key: &FabricKey) -> AuthLink<L> {
+        let single_peer = inner.single_peer();
         AuthLink {
             inner,
             checks: Checks {
                 mac_key: key.mac_key(),
                 windows: HashMap::new(),
+                single_peer,
                 counters: AuthCounters::default(),
             },
             key_id: key.id(),
@@ -732,6 +756,10 @@ impl<L: Link> Link for AuthLink<L> {
         self.inner.set_disabled(disabled)
     }
 
+    fn single_peer(&self) -> bool {
+        self.inner.single_peer()
+    }
+
     fn report(&self) -> Option<String> {
         let mine = format!("auth (key {}): {}", self.key_id, self.checks.counters);
         Some(match self.inner.report() {
@@ -796,6 +824,85 @@ mod tests {
         assert!(!w.accept(64 * 7 + 1));
         assert!(!w.accept(64 * 7 + 3));
         assert!(w.accept(64 * 7 + 2));
+    }
+
+    /// A tagged datagram: a 32-byte packet from `slid`, number `seq`.
+    fn sealed(mac_key: &[u8; 32], slid: u16, seq: u64) -> Vec<u8> {
+        let mut d = vec![0u8; 32];
+        {
+            let mut l = transport::wire::Lrh::new_unchecked(&mut d[..]);
+            l.set_dlid(1);
+            l.set_slid(slid);
+            l.set_pkt_len(8);
+        }
+        d.extend_from_slice(&seq.to_be_bytes());
+        let t = tag(mac_key, &d);
+        d.extend_from_slice(&t);
+        d
+    }
+
+    fn checks(single_peer: bool) -> Checks {
+        Checks {
+            mac_key: [3; 32],
+            windows: HashMap::new(),
+            single_peer,
+            counters: AuthCounters::default(),
+        }
+    }
+
+    #[test]
+    fn a_cabled_port_keeps_one_window_for_its_peer_whatever_the_slid() {
+        let now = Duration::from_secs(1);
+        let mut c = checks(true);
+        let k = c.mac_key;
+        // The peer is node LID 5 (back to back), or a switch (no LID): its
+        // own packets, a directed-route SMP's permissive SLID and an
+        // SM-assigned LID all pass, numbered in one stream.
+        for (slid, seq) in [(5, 10), (PERMISSIVE_LID, 11), (77, 12), (9, 13)] {
+            assert!(
+                c.open(&sealed(&k, slid, seq), Some(5), now).is_ok(),
+                "{slid}"
+            );
+            assert!(
+                c.open(&sealed(&k, slid, seq + 100), None, now).is_ok(),
+                "{slid}"
+            );
+        }
+        assert_eq!(c.windows.len(), 1);
+        // A replay is one, whichever SLID it carries.
+        assert_eq!(
+            c.open(&sealed(&k, 77, 12), Some(5), now),
+            Err(Refused::Replay)
+        );
+        assert_eq!(
+            c.open(&sealed(&k, PERMISSIVE_LID, 11), None, now),
+            Err(Refused::Replay)
+        );
+    }
+
+    #[test]
+    fn unlinked_nodes_take_a_permissive_slid_as_the_sender_they_know() {
+        let now = Duration::from_secs(1);
+        let mut c = checks(false);
+        let k = c.mac_key;
+        // Two senders' directed-route SMPs (permissive SLID) each in their
+        // own window: interleaved numbers are not replays of each other.
+        assert!(c
+            .open(&sealed(&k, PERMISSIVE_LID, 1_000_000), Some(2), now)
+            .is_ok());
+        assert!(c
+            .open(&sealed(&k, PERMISSIVE_LID, 10), Some(3), now)
+            .is_ok());
+        assert!(c.open(&sealed(&k, 2, 1_000_001), Some(2), now).is_ok());
+        assert_eq!(
+            c.open(&sealed(&k, PERMISSIVE_LID, 10), Some(3), now),
+            Err(Refused::Replay)
+        );
+        // Another node's LID from a known sender is still refused.
+        assert_eq!(
+            c.open(&sealed(&k, 3, 20), Some(2), now),
+            Err(Refused::WrongSender)
+        );
     }
 
     #[test]

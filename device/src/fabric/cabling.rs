@@ -115,14 +115,19 @@ impl Cabling {
     /// mode, no SM): a breadth-first search over the switches from each
     /// node's cable (and from each switch that has a LID), so each LID leaves
     /// by a port of a shortest path. Where several ports start a shortest path
-    /// (a fat tree's spines) the destinations are spread over them by index:
-    /// node i (switch t) takes the (i mod n)-th of the n ports, so a leaf's
-    /// uplinks share the load as an SM's min-hop balancing would instead of
-    /// all traffic crossing the first spine (issue 27). Every hop gets one
-    /// nearer the destination, so no route loops. `lids(i)` gives node i's
-    /// LIDs (2^LMC of them, AD-01). A
-    /// LID not reachable from `s` has no entry. The switch's own LID maps to
-    /// port 0.
+    /// (a fat tree's spines) the LIDs are spread over them: node i's j-th LID
+    /// (`lids(i)`, 2^LMC of them from its base, AD-01) takes the
+    /// ((i * 2^LMC + j) mod n)-th of the n ports. With LMC 0 that is node i
+    /// by the (i mod n)-th, so a leaf's uplinks share the load as an SM's
+    /// min-hop balancing would instead of all traffic crossing the first spine
+    /// (issue 27). With 2^LMC a multiple of n, LID base + j of every node
+    /// crosses the (j mod n)-th of the n ports from every switch, as OpenSM's
+    /// ftree and updn give an LMC port disjoint paths: a connection between
+    /// base LIDs has its requests and its ACKs on one spine and one between
+    /// base + 1 LIDs on the next, so an alternate path (AD-10) on the other
+    /// LIDs survives the loss of the primary path's spine. Every hop gets one
+    /// nearer the destination, so no route loops. A LID not reachable from
+    /// `s` has no entry. The switch's own LID maps to port 0.
     pub fn static_lft(
         &self,
         s: usize,
@@ -132,14 +137,20 @@ impl Cabling {
         let mut out = Vec::new();
         for i in 0..nodes {
             if let Some(End::Port { switch, port }) = self.peer(End::Node(i)) {
-                if let Some(p) = self.toward(s, switch, port, i) {
-                    out.extend(lids(i).into_iter().map(|l| (l, p)));
+                let next = self.shortest_next(s, switch, port);
+                let lids = lids(i);
+                let per_node = lids.len();
+                for (j, l) in lids.into_iter().enumerate() {
+                    if let Some(&p) = next.get((i * per_node + j) % next.len().max(1)) {
+                        out.push((l, p));
+                    }
                 }
             }
         }
         for (t, sw) in self.switches.iter().enumerate() {
             if let Some(lid) = sw.lid {
-                if let Some(p) = self.toward(s, t, 0, t) {
+                let next = self.shortest_next(s, t, 0);
+                if let Some(&p) = next.get(t % next.len().max(1)) {
                     out.push((lid, p));
                 }
             }
@@ -193,24 +204,25 @@ impl Cabling {
             .collect()
     }
 
-    /// The port of switch `s` toward port `port` of switch `dest` (0: the
-    /// switch itself): of the ports that start a shortest path, the
-    /// (`spread` mod n)-th.
-    fn toward(&self, s: usize, dest: usize, port: u8, spread: usize) -> Option<u8> {
+    /// The ports of switch `s` that start a shortest path toward port `port`
+    /// of switch `dest` (0: the switch itself), in port order; none if no
+    /// cable leads there.
+    fn shortest_next(&self, s: usize, dest: usize, port: u8) -> Vec<u8> {
         if s == dest {
-            return Some(port);
+            return vec![port];
         }
         let dist = self.hops_from(dest);
-        let d = dist.get(s).copied().flatten()?;
-        let next: Vec<u8> = (1..=self.switches[s].ports)
+        let Some(d) = dist.get(s).copied().flatten() else {
+            return Vec::new();
+        };
+        (1..=self.switches[s].ports)
             .filter(|&p| {
                 matches!(
                     self.peer(End::Port { switch: s, port: p }),
                     Some(End::Port { switch: v, .. }) if dist[v] == Some(d - 1)
                 )
             })
-            .collect();
-        next.get(spread % next.len().max(1)).copied()
+            .collect()
     }
 
     /// Every switch's distance in switch-to-switch hops from switch `dest`
@@ -658,6 +670,72 @@ address = "127.0.0.1:19000"
         let mut lft1 = c.static_lft(1, 3, lids);
         lft1.sort();
         assert_eq!(lft1, vec![(1, 1), (2, 2), (3, 3), (9, 0)]);
+    }
+
+    /// The switches a packet to `dlid` crosses from node `from`, following
+    /// each switch's static LFT hop by hop (`None` if it is dropped or loops).
+    fn trace(f: &FabricFile, from: usize, dlid: u16) -> Option<Vec<String>> {
+        let c = f.cabling();
+        let lids = |i: usize| -> Vec<u16> {
+            let n = &f.nodes()[i];
+            f.port_attrs(&n.name).unwrap().lids(n.lid).collect()
+        };
+        let mut at = c.peer(End::Node(from))?;
+        let mut path = Vec::new();
+        while let End::Port { switch, .. } = at {
+            path.push(c.switches()[switch].name.clone());
+            if path.len() > c.switches().len() {
+                return None;
+            }
+            let lft = c.static_lft(switch, f.nodes().len(), lids);
+            let &(_, out) = lft.iter().find(|&&(l, _)| l == dlid)?;
+            at = c.peer(End::Port { switch, port: out })?;
+        }
+        // Delivered to the node that owns `dlid`.
+        let End::Node(i) = at else { return None };
+        lids(i).contains(&dlid).then_some(path)
+    }
+
+    #[test]
+    fn ad_01_static_lft_sends_an_lmc_ports_lids_through_disjoint_spines_both_ways() {
+        // Two leaves, two spines; a (LIDs 2, 3) on leaf0, b (LIDs 4, 5) on
+        // leaf1, c (LIDs 8..=11, LMC 2) on leaf1.
+        let text = format!(
+            "{}{}{}{}{}{}{}{}{}{}{}",
+            BASE.replace("lid = 1\n", "lid = 2\nlmc = 1\n")
+                .replace("lid = 2\nguid = 2", "lid = 4\nlmc = 1\nguid = 2")
+                .replace("lid = 3\n", "lid = 8\nlmc = 2\n"),
+            "[[switch]]\nname = \"leaf0\"\nguid = 0x100\nports = 3\naddress = \"127.0.0.1:19000\"\n",
+            "[[switch]]\nname = \"leaf1\"\nguid = 0x101\nports = 4\naddress = \"127.0.0.1:19010\"\n",
+            "[[switch]]\nname = \"spine0\"\nguid = 0x102\nports = 2\naddress = \"127.0.0.1:19020\"\n",
+            "[[switch]]\nname = \"spine1\"\nguid = 0x103\nports = 2\naddress = \"127.0.0.1:19030\"\n",
+            link("a", "leaf0:1"),
+            link("b", "leaf1:1"),
+            link("c", "leaf1:4"),
+            link("leaf0:2", "spine0:1") + &link("leaf1:2", "spine0:2"),
+            link("leaf0:3", "spine1:1"),
+            link("leaf1:3", "spine1:2"),
+        );
+        let f = FabricFile::parse("f", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let via = |from: usize, dlid: u16| trace(&f, from, dlid).map(|p| p.join(" "));
+        // Base LIDs cross spine 0 and base + 1 spine 1, each way: the
+        // requests and the ACKs of a connection share a spine, and its other
+        // LIDs' path shares none of them.
+        for (from, dlid, want) in [
+            (0, 4, "leaf0 spine0 leaf1"),
+            (0, 5, "leaf0 spine1 leaf1"),
+            (1, 2, "leaf1 spine0 leaf0"),
+            (1, 3, "leaf1 spine1 leaf0"),
+            (0, 8, "leaf0 spine0 leaf1"),
+            (0, 9, "leaf0 spine1 leaf1"),
+            (0, 10, "leaf0 spine0 leaf1"),
+            (0, 11, "leaf0 spine1 leaf1"),
+            (2, 2, "leaf1 spine0 leaf0"),
+            (2, 3, "leaf1 spine1 leaf0"),
+            (1, 8, "leaf1"),
+        ] {
+            assert_eq!(via(from, dlid).as_deref(), Some(want), "{from} -> {dlid}");
+        }
     }
 
     #[test]

@@ -217,6 +217,10 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
     fn is_up(&self) -> bool {
         self.inner.is_up()
     }
+
+    fn single_peer(&self) -> bool {
+        self.inner.single_peer()
+    }
     fn set_disabled(&mut self, disabled: bool) {
         self.inner.set_disabled(disabled)
     }

@@ -470,6 +470,10 @@ impl<L: Link> Link for FaultLink<L> {
     fn is_up(&self) -> bool {
         self.inner.is_up()
     }
+
+    fn single_peer(&self) -> bool {
+        self.inner.single_peer()
+    }
     fn set_disabled(&mut self, disabled: bool) {
         self.inner.set_disabled(disabled)
     }

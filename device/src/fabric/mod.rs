@@ -256,6 +256,15 @@ pub trait Link {
     /// is heard. Stages forward it; nothing by default (a link with no PHY
     /// state of its own).
     fn set_disabled(&mut self, _disabled: bool) {}
+
+    /// Whether every datagram this link takes comes from one peer: a cabled
+    /// port, which accepts only its cable's other end (ARCHITECTURE.md §6).
+    /// The fabric key stage then keeps one replay window for the link (the
+    /// peer's sequence numbers are one stream) instead of one per SLID
+    /// (issue 27). Stages forward it; false by default.
+    fn single_peer(&self) -> bool {
+        false
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -311,6 +320,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn set_disabled(&mut self, disabled: bool) {
         (**self).set_disabled(disabled)
+    }
+    fn single_peer(&self) -> bool {
+        (**self).single_peer()
     }
 }
 

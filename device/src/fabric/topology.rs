@@ -5,9 +5,21 @@
 //! Sans-IO: [`generate`] turns a [`Topology`] into the file's text. Names,
 //! GUIDs and LIDs are unique by construction: HCAs `n0`, `n1`, ... (LIDs 1..,
 //! GUIDs 0x0002c90300000001..), switches after them (`leaf*`/`spine*` or
-//! `sw*`, the LIDs that follow, GUIDs 0x0002c90300100001..). UDP addresses are
+//! `sw*`, the LIDs that follow, GUIDs 0x0002c90300100001..). With an LMC
+//! (`--lmc`, AD-01) HCA k owns the 2^LMC LIDs from (k + 1) * 2^LMC (a base LID
+//! is a multiple of 2^LMC) and the switches take the LIDs after the last
+//! HCA's; on a fat tree with 2^LMC a multiple of the spines, LID base + j of
+//! every HCA crosses spine j (`Cabling::static_lft`), so base and base + 1
+//! are disjoint paths for automatic path migration (AD-10). UDP addresses are
 //! 127.0.0.1 from the base port on: the HCAs first, then each switch's ports
 //! in a consecutive block (its `address` is port 1's), so no two overlap.
+//!
+//! Across hosts (issue 27 item 3): with `hosts` (one underlay address per
+//! machine) the switches are dealt out in blocks, the first leaves (or
+//! switches of a line) to the first host and so on, the spines likewise, and
+//! each HCA lives with its switch; every host counts its own UDP ports up
+//! from the base. A fabric that leaves one host wants a fabric key
+//! (`key_file`), so the generator can name one.
 //!
 //! Port layout (each switch's port count is derived, at most
 //! [`MAX_SWITCH_PORTS`]):
@@ -22,9 +34,11 @@
 //! multicast storm.
 
 use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use super::cabling::MAX_SWITCH_PORTS;
 use super::file::MAX_UNICAST_LID;
+use super::partition::MAX_LMC;
 use crate::mgmt::SubnetMode;
 
 /// The first HCA's GUID; HCA k has this + k.
@@ -48,12 +62,33 @@ pub enum Shape {
 }
 
 /// A topology to write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
     pub shape: Shape,
-    /// The first HCA's UDP port on 127.0.0.1; the rest count up from it.
+    /// The first UDP port on each host; the rest count up from it.
     pub base_port: u16,
     pub subnet: SubnetMode,
+    /// The hosts' underlay addresses, switches dealt out over them in
+    /// blocks; empty: everything on 127.0.0.1.
+    pub hosts: Vec<IpAddr>,
+    /// A fabric key file for the top-level `key_file` (ARCHITECTURE.md §9).
+    pub key_file: Option<String>,
+    /// Every HCA's LID mask control (AD-01): 2^lmc LIDs each.
+    pub lmc: u8,
+}
+
+impl Topology {
+    /// `shape` on 127.0.0.1 from `base_port`, no key.
+    pub fn new(shape: Shape, base_port: u16, subnet: SubnetMode) -> Topology {
+        Topology {
+            shape,
+            base_port,
+            subnet,
+            hosts: Vec::new(),
+            key_file: None,
+            lmc: 0,
+        }
+    }
 }
 
 /// Why a topology cannot be written: one line naming the argument.
@@ -61,10 +96,18 @@ pub struct Topology {
 #[error("{0}")]
 pub struct TopologyError(pub String);
 
-/// One switch of the plan: name and port count.
+/// One switch of the plan: name, port count and host (index into the
+/// hosts).
 struct Sw {
     name: String,
     ports: usize,
+    host: usize,
+}
+
+/// Block `i` of `n` dealt over `hosts` machines: the first n/hosts to host
+/// 0, and so on (a leaf, spine or switch of a line goes with its block).
+fn host_of(i: usize, n: usize, hosts: usize) -> usize {
+    i * hosts / n.max(1)
 }
 
 /// The fabric file's text for `t`.
@@ -86,6 +129,14 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
             Ok(())
         }
     };
+    let nhosts = t.hosts.len().max(1);
+    if let Some(k) = &t.key_file {
+        if k.is_empty() || k.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+            return bad(format!(
+                "--key-file {k:?}: a path without quotes, backslashes or control characters"
+            ));
+        }
+    }
     // Nodes (by switch index) and switches; links as pairs of ends.
     let mut hosts_of: Vec<usize> = Vec::new();
     let mut sws: Vec<Sw> = Vec::new();
@@ -108,6 +159,7 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
                 sws.push(Sw {
                     name: format!("leaf{i}"),
                     ports: h + spines,
+                    host: host_of(i, leaves, nhosts),
                 });
                 hosts_of.push(h);
             }
@@ -115,6 +167,7 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
                 sws.push(Sw {
                     name: format!("spine{j}"),
                     ports: leaves,
+                    host: host_of(j, spines, nhosts),
                 });
                 hosts_of.push(0);
                 for i in 0..leaves {
@@ -137,6 +190,7 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
                 sws.push(Sw {
                     name: format!("sw{i}"),
                     ports: hosts + 2,
+                    host: host_of(i, switches, nhosts),
                 });
                 hosts_of.push(hosts);
                 if i + 1 < switches {
@@ -155,57 +209,98 @@ pub fn generate(t: &Topology) -> Result<String, TopologyError> {
         }
     }
     let nodes: usize = hosts_of.iter().sum();
-    let ports: usize = nodes + sws.iter().map(|s| s.ports).sum::<usize>();
+    let ips: Vec<IpAddr> = if t.hosts.is_empty() {
+        vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]
+    } else {
+        t.hosts.clone()
+    };
+    // Each node's host is its switch's; each host counts its own ports.
+    let node_host: Vec<usize> = sws
+        .iter()
+        .zip(&hosts_of)
+        .flat_map(|(sw, &h)| std::iter::repeat_n(sw.host, h))
+        .collect();
+    let mut used = vec![0usize; nhosts];
+    for &h in &node_host {
+        used[h] += 1;
+    }
+    for sw in &sws {
+        used[sw.host] += sw.ports;
+    }
+    let ports = used.iter().copied().max().unwrap_or(0);
     let base = usize::from(t.base_port);
     if base == 0 {
         return bad("--base-port 0: UDP ports start at 1".into());
     }
     if base + ports - 1 > usize::from(u16::MAX) {
         return bad(format!(
-            "--base-port {base}: {ports} UDP ports ({nodes} HCAs and the switches' ports) from {base} pass 65535; at most --base-port {}",
+            "--base-port {base}: {ports} UDP ports ({} HCAs and the switches' ports{}) from {base} pass 65535; at most --base-port {}",
+            if nhosts == 1 { nodes.to_string() } else { "the busiest host's".into() },
+            if nhosts == 1 { "" } else { " on one host" },
             (usize::from(u16::MAX) + 1).saturating_sub(ports)
         ));
     }
-    if nodes + sws.len() > usize::from(MAX_UNICAST_LID) {
+    if t.lmc > MAX_LMC {
+        return bad(format!("--lmc {}: at most {MAX_LMC}", t.lmc));
+    }
+    // HCA k at (k + 1) << lmc, the switches from the next multiple on.
+    let stride = 1usize << t.lmc;
+    let first_switch_lid = (nodes + 1) * stride;
+    if first_switch_lid + sws.len() - 1 > usize::from(MAX_UNICAST_LID) {
         return bad(format!(
-            "{} HCAs and switches need more LIDs than the {MAX_UNICAST_LID} unicast ones",
-            nodes + sws.len()
+            "{nodes} HCAs with {stride} LIDs each and {} switches need more LIDs than the {MAX_UNICAST_LID} unicast ones",
+            sws.len()
         ));
     }
+    let where_ = ips
+        .iter()
+        .map(|ip| ip.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut s = String::new();
     let _ = writeln!(s, "# {}", describe(t));
     let _ = writeln!(
         s,
-        "# Written by `vhca topology` (issue 27): {nodes} HCAs n0..n{}, {} switches, UDP ports {base}..={} on 127.0.0.1.",
+        "# Written by `vhca topology` (issue 27): {nodes} HCAs n0..n{}, {} switches, UDP ports from {base} on {where_}.",
         nodes - 1,
         sws.len(),
-        base + ports - 1
     );
     let subnet = match t.subnet {
         SubnetMode::Static => "static",
         SubnetMode::Sm => "sm",
     };
     let _ = writeln!(s, "subnet = \"{subnet}\"");
-    for k in 0..nodes {
+    if let Some(k) = &t.key_file {
+        let _ = writeln!(s, "key_file = \"{k}\"");
+    }
+    let mut next = vec![base; nhosts];
+    let mut take = |h: usize, n: usize| {
+        let a = SocketAddr::new(ips[h], next[h] as u16);
+        next[h] += n;
+        a
+    };
+    for (k, &h) in node_host.iter().enumerate() {
         let _ = write!(
             s,
-            "\n[[node]]\nname = \"n{k}\"\nlid = {}\nguid = \"{:#018x}\"\naddress = \"127.0.0.1:{}\"\n",
-            k + 1,
+            "\n[[node]]\nname = \"n{k}\"\nlid = {}\nguid = \"{:#018x}\"\naddress = \"{}\"\n",
+            (k + 1) * stride,
             NODE_GUID_BASE + k as u64,
-            base + k
+            take(h, 1)
         );
+        if t.lmc > 0 {
+            let _ = writeln!(s, "lmc = {}", t.lmc);
+        }
     }
-    let mut next_port = base + nodes;
     for (i, sw) in sws.iter().enumerate() {
         let _ = write!(
             s,
-            "\n[[switch]]\nname = \"{}\"\nguid = \"{:#018x}\"\nports = {}\naddress = \"127.0.0.1:{next_port}\"\nlid = {}\n",
+            "\n[[switch]]\nname = \"{}\"\nguid = \"{:#018x}\"\nports = {}\naddress = \"{}\"\nlid = {}\n",
             sw.name,
             SWITCH_GUID_BASE + i as u64,
             sw.ports,
-            nodes + i + 1
+            take(sw.host, sw.ports),
+            first_switch_lid + i
         );
-        next_port += sw.ports;
     }
     let mut k = 0;
     for (i, sw) in sws.iter().enumerate() {
@@ -248,26 +343,26 @@ mod tests {
     use super::*;
 
     fn fat(l: usize, s: usize, h: usize) -> Topology {
-        Topology {
-            shape: Shape::FatTree {
+        Topology::new(
+            Shape::FatTree {
                 leaves: l,
                 spines: s,
                 hosts_per_leaf: h,
             },
-            base_port: 30000,
-            subnet: SubnetMode::Static,
-        }
+            30000,
+            SubnetMode::Static,
+        )
     }
 
     fn ring(n: usize, h: usize) -> Topology {
-        Topology {
-            shape: Shape::Ring {
+        Topology::new(
+            Shape::Ring {
                 switches: n,
                 hosts: h,
             },
-            base_port: 30000,
-            subnet: SubnetMode::Static,
-        }
+            30000,
+            SubnetMode::Static,
+        )
     }
 
     fn line(n: usize, h: usize) -> Topology {
@@ -311,16 +406,21 @@ mod tests {
             usize::from(addrs[total - 1]),
             usize::from(t.base_port) + total - 1
         );
-        let lids = |i: usize| vec![f.nodes()[i].lid];
+        let lids = |i: usize| -> Vec<u16> {
+            let n = &f.nodes()[i];
+            f.port_attrs(&n.name).unwrap().lids(n.lid).collect()
+        };
         for s in 0..switches {
             let lft = c.static_lft(s, nodes, lids);
-            for n in f.nodes() {
-                assert!(
-                    lft.iter().any(|&(l, p)| l == n.lid && p != 0),
-                    "switch {} does not reach {}",
-                    c.switches()[s].name,
-                    n.name
-                );
+            for (i, n) in f.nodes().iter().enumerate() {
+                for lid in lids(i) {
+                    assert!(
+                        lft.iter().any(|&(l, p)| l == lid && p != 0),
+                        "switch {} does not reach {}'s LID {lid}",
+                        c.switches()[s].name,
+                        n.name
+                    );
+                }
             }
         }
         f
@@ -369,6 +469,101 @@ mod tests {
             ..fat(2, 1, 1)
         };
         assert_eq!(checked(&sm, 2, 3, 4).subnet(), SubnetMode::Sm);
+    }
+
+    #[test]
+    fn two_hosts_get_half_the_switches_each_and_their_nodes_follow_their_leaf() {
+        let a: IpAddr = "10.77.0.1".parse().unwrap();
+        let b: IpAddr = "10.77.0.2".parse().unwrap();
+        let t = Topology {
+            hosts: vec![a, b],
+            key_file: Some("/tmp/fabric.key".into()),
+            ..fat(4, 2, 2)
+        };
+        let text = generate(&t).unwrap();
+        assert!(
+            text.contains("\nkey_file = \"/tmp/fabric.key\"\n"),
+            "{text}"
+        );
+        // Parsed without the key line (the key file does not exist here).
+        let f = FabricFile::parse("gen", &text.replace("key_file = \"/tmp/fabric.key\"\n", ""))
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let c = f.cabling();
+        // leaf0, leaf1 and spine0 on a; leaf2, leaf3 and spine1 on b; each
+        // leaf's two HCAs with it.
+        let host: Vec<IpAddr> = c.switches().iter().map(|s| s.addresses[0].ip()).collect();
+        assert_eq!(host, [a, a, b, b, a, b]);
+        for (i, n) in f.nodes().iter().enumerate() {
+            assert_eq!(n.address.ip(), if i < 4 { a } else { b }, "n{i}");
+        }
+        // Each host numbers its own ports from the base, none twice.
+        for ip in [a, b] {
+            let mut ports: Vec<u16> = f
+                .nodes()
+                .iter()
+                .map(|n| n.address)
+                .chain(
+                    c.switches()
+                        .iter()
+                        .flat_map(|s| s.addresses.iter().copied()),
+                )
+                .filter(|x| x.ip() == ip)
+                .map(|x| x.port())
+                .collect();
+            ports.sort_unstable();
+            let want: Vec<u16> = (30000..30000 + ports.len() as u16).collect();
+            assert_eq!(ports, want, "{ip}");
+        }
+        for (k, why) in [("a\"b", "--key-file"), ("", "--key-file")] {
+            let t = Topology {
+                key_file: Some(k.into()),
+                ..fat(1, 1, 1)
+            };
+            let e = generate(&t).unwrap_err().to_string();
+            assert!(e.contains(why) && !e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn ad_01_an_lmc_fat_tree_gives_each_hca_aligned_lids_and_base_plus_j_crosses_spine_j() {
+        let t = Topology {
+            lmc: 1,
+            ..fat(4, 2, 4)
+        };
+        let f = checked(&t, 16, 6, 24);
+        for (k, n) in f.nodes().iter().enumerate() {
+            assert_eq!(n.lid, (k as u16 + 1) * 2, "{}", n.name);
+            assert_eq!(f.port_attrs(&n.name).unwrap().lmc, 1);
+        }
+        let c = f.cabling();
+        // The switches' LIDs follow the last HCA's (n15: 32, 33).
+        let sw: Vec<Option<u16>> = c.switches().iter().map(|s| s.lid).collect();
+        assert_eq!(sw, [34, 35, 36, 37, 38, 39].map(Some));
+        // Leaf 0 sends every other leaf's HCA's base LID up to spine 0 (port
+        // 5) and base + 1 to spine 1 (port 6).
+        let lids = |i: usize| vec![f.nodes()[i].lid, f.nodes()[i].lid + 1];
+        let lft = c.static_lft(0, 16, lids);
+        for n in &f.nodes()[4..] {
+            assert!(lft.contains(&(n.lid, 5)), "{}: {lft:?}", n.name);
+            assert!(lft.contains(&(n.lid + 1, 6)), "{}: {lft:?}", n.name);
+        }
+        // Too many LIDs, and an LMC past 7.
+        let e = generate(&Topology {
+            lmc: 7,
+            ..fat(36, 1, 35)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("1260 HCAs with 128 LIDs each and 37 switches need more LIDs"),
+            "{e}"
+        );
+        let e = generate(&Topology {
+            lmc: 8,
+            ..fat(2, 2, 2)
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "--lmc 8: at most 7");
     }
 
     #[test]

@@ -948,4 +948,8 @@ impl Link for UdpLink {
         self.live.set_disabled(disabled);
         self.counters.liveness = self.live.counters;
     }
+
+    fn single_peer(&self) -> bool {
+        self.cable.is_some()
+    }
 }

@@ -331,9 +331,16 @@ impl Hca {
         &self.dev
     }
 
-    /// QUERY_PORT(1) as cached at bring-up.
+    /// QUERY_PORT(1) as cached at bring-up (or the last [`Hca::refresh_port`]).
     pub fn port_attr(&self) -> &PortAttr {
         &self.port
+    }
+
+    /// QUERY_PORT(1) again, kept as the cached attributes: after a subnet
+    /// manager has given the port its LID (issue 26/27).
+    pub fn refresh_port(&mut self) -> Result<&PortAttr, CmdError> {
+        self.port = self.query_port(num::PORT as u8)?;
+        Ok(&self.port)
     }
 
     /// Our LID.

@@ -268,7 +268,10 @@ impl Switch {
                 default_mcast_not_primary_port: LFT_NO_PORT,
                 lids_per_port: 0,
                 partition_enforcement_cap: 0,
-                multicast_fdb_top: MLID_BASE - 1,
+                // Reserved (0): the switch does not advertise
+                // IsMulticastFDBTopSupported (IBA 14.2.5.4), so the whole
+                // MFT up to MulticastFDBCap is valid, as diags read it.
+                multicast_fdb_top: 0,
                 ..SwitchInfoRepr::default()
             },
             lft: vec![LFT_NO_PORT; usize::from(lft_cap)],
@@ -455,9 +458,6 @@ impl Switch {
                     .fold(0u16, |m, &p| m | 1 << (usize::from(p) % MFT_POSITION_PORTS));
                 self.set_mft_mask(idx, pos as u8, mask);
             }
-        }
-        if self.mft_mlids() > 0 {
-            self.info.multicast_fdb_top = MLID_BASE + (self.mft_mlids() - 1) as u16;
         }
     }
 

@@ -238,7 +238,8 @@ fn set_switch_info(sw: &mut Switch, r: &Req, _fx: &mut SwitchSetEffects) -> Resu
     i.default_mcast_not_primary_port = req.default_mcast_not_primary_port;
     i.life_time_value = req.life_time_value;
     i.optimized_sl2vl_programming = req.optimized_sl2vl_programming;
-    i.multicast_fdb_top = req.multicast_fdb_top;
+    // MulticastFDBTop is reserved without IsMulticastFDBTopSupported: a
+    // Set's value is ignored, as any reserved field's.
     if req.port_state_change {
         i.port_state_change = false;
     }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# A generated fat tree (issue 27): all-to-all RC throughput against the same
+# HCAs in back-to-back pairs, latency per switch hop, and the idle CPU and
+# memory of a 32-HCA, 10-switch fabric; optimised vhca processes on UDP
+# loopback, static mode (tests/examples/fabric_bench.rs). Figures go to
+# BENCHMARKS.md by hand, with the date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_rust
+cargo build --release -q -p device --bin vhca
+cargo build --release -q -p vhca-tests --example fabric_bench
+target=$(realpath "${CARGO_TARGET_DIR:-target}")
+VHCA_BIN="$target/release/vhca" "$target/release/examples/fabric_bench" 2>/dev/null
