@@ -60,7 +60,10 @@ pub struct Cli {
     /// their VL arbitration (default: VLs in turn). With [[link]] tables
     /// (ends = ["a", "sw0:1"]) the file is cabling: the port sends every
     /// packet to its cable's other end, a node or a `vhca switch` port, and
-    /// hears only from there (examples/fabric-switch.toml).
+    /// hears only from there (examples/fabric-switch.toml). The port's IB MTU
+    /// is the largest the network under it carries without IP fragments
+    /// (1024 on 1500 bytes, 4096 on 9000 or loopback); a top-level
+    /// mtu = 256..4096 lowers it, never raises it.
     #[arg(long, value_name = "FILE", conflicts_with = "tap")]
     pub fabric: Option<PathBuf>,
 

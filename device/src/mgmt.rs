@@ -160,6 +160,11 @@ impl Mgmt {
         st.info.operational_vls = st.info.vl_cap;
         st.sl2vl = transport::mad::SlToVlTable(port.sl2vl);
         st.info.port_state = port_state::DOWN;
+        // Issue 27 item 3: MTUCap is what the underlay carries (the engine's
+        // largest path MTU), so an SM's NeighborMTU cannot pass it (the Set
+        // is refused); without an SM the active MTU is that value too.
+        st.info.mtu_cap = port.max_mtu as u8;
+        st.info.neighbor_mtu = port.max_mtu as u8;
         // The guest's agents and description reach the SMA (SET_PORT_CAPS,
         // SET_NODE_DESC), and their changes are trapped: trap 144 for both.
         st.info.capability_mask |=

@@ -704,15 +704,18 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
 /// The `ib-udp` link of `node`: the UDP link, and the fabric key stage right
 /// on it when there is a key, so that every stage outside (faults, capture)
 /// sees plain native packets (issue 13, ARCHITECTURE.md §9); then link flow
-/// control when the fabric has it (issue 27 item 4).
+/// control when the fabric has it (issue 27 item 4); and the port's MTU, from
+/// the underlay with the key's trailer (issue 27 item 3).
+type IbUdpLink = (Box<dyn crate::fabric::Link + Send>, transport::verbs::Mtu);
 fn ib_udp_link(
     fabric: &crate::fabric::FabricFile,
     node: &crate::fabric::Node,
     key: Option<&crate::fabric::FabricKey>,
     liveness: Option<(Duration, Duration)>,
-) -> Result<Box<dyn crate::fabric::Link + Send>, crate::fabric::LinkError> {
-    use crate::fabric::UdpLink;
+) -> Result<IbUdpLink, crate::fabric::LinkError> {
+    use crate::fabric::{UdpLink, TRAILER_LEN};
     let mut udp = UdpLink::bind(fabric, &node.name)?;
+    let mtu = udp.port_mtu(if key.is_some() { TRAILER_LEN } else { 0 })?;
     // AE-01: keepalive period and dead time (`--peer-silence-ms`).
     udp.set_liveness(liveness);
     if let Some(b) = fabric.rx_buffer() {
@@ -720,7 +723,7 @@ fn ib_udp_link(
     }
     let rcvbuf = udp.recv_buffer();
     let link = keyed_link(fabric, node, key, udp)?;
-    Ok(with_flow_control(fabric, link, rcvbuf))
+    Ok((with_flow_control(fabric, link, rcvbuf), mtu))
 }
 
 /// The fabric key stage on `udp` when there is a key.
@@ -788,28 +791,33 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     let mut net = None;
     let (mut link, port_config, capture_as, what): (Box<dyn Link + Send>, _, _, _) =
         match &config.mode {
-            FabricMode::IbUdp { fabric, node, key } => (
-                ib_udp_link(fabric, node, key.as_ref(), config.liveness)?,
-                {
-                    // AD-01, AD-05: the LMC and P_Key table the fabric file
-                    // gives; AD-06: its SL-to-VL and VL arbitration
-                    // tables, if it sets them.
-                    let mut p = PortConfig {
-                        sl2vl: fabric.sl2vl().unwrap_or_default(),
-                        ..PortConfig::new(node.lid, node.guid)
-                    };
-                    if let Some(a) = fabric.port_attrs(&node.name) {
-                        p.lmc = a.lmc;
-                        p.pkeys = a.pkeys.clone();
-                    }
-                    if let Some(t) = fabric.vl_arb() {
-                        p.vl_arb = t.clone(); // AD-06
-                    }
-                    p
-                },
-                LinkType::ErfInfiniband,
-                format!("node {} (LID {:#x})", node.name, node.lid),
-            ),
+            FabricMode::IbUdp { fabric, node, key } => {
+                let (link, mtu) = ib_udp_link(fabric, node, key.as_ref(), config.liveness)?;
+                (
+                    link,
+                    {
+                        // AD-01, AD-05: the LMC and P_Key table the fabric file
+                        // gives; AD-06: its SL-to-VL and VL arbitration
+                        // tables, if it sets them.
+                        let mut p = PortConfig {
+                            sl2vl: fabric.sl2vl().unwrap_or_default(),
+                            ..PortConfig::new(node.lid, node.guid)
+                        };
+                        if let Some(a) = fabric.port_attrs(&node.name) {
+                            p.lmc = a.lmc;
+                            p.pkeys = a.pkeys.clone();
+                        }
+                        if let Some(t) = fabric.vl_arb() {
+                            p.vl_arb = t.clone(); // AD-06
+                        }
+                        // Issue 27 item 3: what the underlay carries unfragmented.
+                        p.max_mtu = mtu;
+                        p
+                    },
+                    LinkType::ErfInfiniband,
+                    format!("node {} (LID {:#x})", node.name, node.lid),
+                )
+            }
             FabricMode::Roce {
                 tap,
                 mac,

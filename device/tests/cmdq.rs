@@ -55,6 +55,12 @@ fn now() -> Duration {
 
 /// A port on a one-node fabric: packets to its own LID loop back (AD-04).
 fn port() -> Port {
+    port_with(PortConfig::new(LID, GUID))
+}
+
+/// [`port`] with the port configured as `cfg` (its LID and GUID must be
+/// [`LID`] and [`GUID`]).
+fn port_with(cfg: PortConfig) -> Port {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let node = Node {
         name: "a".into(),
@@ -64,7 +70,6 @@ fn port() -> Port {
     };
     let fabric = FabricFile::from_nodes(vec![node]).unwrap();
     let link = UdpLink::from_socket(&fabric, "a", sock).unwrap();
-    let cfg = PortConfig::new(LID, GUID);
     // Static subnet, as the fabric file's default: the port is Active with its
     // LID and its SMA answers MAD_IFC (issue 26).
     let mgmt = device::mgmt::Mgmt::new(&cfg, "a", device::mgmt::SubnetMode::Static);
@@ -115,9 +120,13 @@ impl Dev {
     }
 
     fn with_uars(uars: usize) -> Dev {
+        Dev::with_port(uars, port())
+    }
+
+    fn with_port(uars: usize, port: Port) -> Dev {
         let mem = VecMemory::new(BASE, MEM);
         let q = CmdQueue::new(&mem, CMDQ, CMDQ_LOG2, 10).unwrap();
-        let mut hca = Hca::new(port());
+        let mut hca = Hca::new(port);
         // EQ 0, as BAR0's ENABLE installs it.
         let pbl = Pbl {
             addr: EQ0_RING,
@@ -3377,4 +3386,53 @@ fn ad_09_a_device_reset_forgets_the_guests_caps_and_description() {
     );
     assert_eq!(sma_capability_mask(&mut d), before);
     assert_eq!(sma_node_description(&mut d), own);
+}
+
+/// Issue 27 item 3: a port whose underlay carries IB MTU 1024 (the device
+/// sets `PortConfig::max_mtu` from it) reports MTUCap 1024 to the SM, and
+/// NeighborMTU 1024 until an SM sets it: QUERY_PORT (what `ibv_devinfo`
+/// shows) has max_mtu 1024 and active_mtu the SM's NeighborMTU; an SM's
+/// NeighborMTU above MTUCap is refused (IBA 14.2.5.6).
+#[test]
+fn query_port_mtu_is_the_underlays_and_active_mtu_the_sms_neighbor_mtu() {
+    use transport::mad::{attr_id, method, PortInfoRepr};
+    let cfg = PortConfig {
+        max_mtu: tv::Mtu::M1024,
+        ..PortConfig::new(LID, GUID)
+    };
+    let mut d = Dev::with_port(4, port_with(cfg));
+    let q = QueryPortIn {
+        port: 1,
+        rsvd: [0; 3],
+    };
+    let p: PortAttr = d.call(Opcode::QueryPort, &q).unwrap();
+    assert_eq!(
+        (p.max_mtu, p.active_mtu),
+        (Mtu::M1024.raw(), Mtu::M1024.raw())
+    );
+    let get = |d: &mut Dev| {
+        let out = mad_ifc(d, local_dr_smp(method::GET, attr_id::PORT_INFO, [0; 64]));
+        PortInfoRepr::parse(&parse_smp(&out.mad).data).unwrap()
+    };
+    let pi = get(&mut d);
+    assert_eq!(
+        (pi.mtu_cap, pi.neighbor_mtu),
+        (3, 3),
+        "MTUCap and NeighborMTU 1024"
+    );
+    let set = |d: &mut Dev, neighbor: u8| {
+        let mut pi = get(d);
+        pi.neighbor_mtu = neighbor;
+        let mut data = [0u8; 64];
+        pi.emit(&mut data).unwrap();
+        parse_smp(&mad_ifc(d, local_dr_smp(method::SET, attr_id::PORT_INFO, data)).mad).status
+    };
+    assert_ne!(set(&mut d, 4), 0, "NeighborMTU 2048 above MTUCap 1024");
+    assert_eq!(get(&mut d).neighbor_mtu, 3, "unchanged");
+    assert_eq!(set(&mut d, 2), 0, "NeighborMTU 512");
+    let p: PortAttr = d.call(Opcode::QueryPort, &q).unwrap();
+    assert_eq!(
+        (p.max_mtu, p.active_mtu),
+        (Mtu::M1024.raw(), Mtu::M512.raw())
+    );
 }

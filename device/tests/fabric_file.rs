@@ -283,3 +283,23 @@ fn fabric_file_section6_subnet_mode_static_or_sm() {
         );
     }
 }
+
+/// Issue 27 item 3: a top-level `mtu` asks for a lower IB MTU than the
+/// underlay carries (the port refuses a higher one when it starts,
+/// `underlay::port_mtu`); anything but an IB MTU is a one-line error.
+#[test]
+fn fabric_file_mtu_is_an_ib_mtu() {
+    let f = FabricFile::parse("fab.toml", GOOD).unwrap();
+    assert_eq!(f.mtu(), None);
+    let f = FabricFile::parse("fab.toml", &format!("mtu = 1024\n{GOOD}")).unwrap();
+    assert_eq!(f.mtu(), Some(transport::verbs::Mtu::M1024));
+    for bad in ["1500", "0", "\"1024\"", "-256"] {
+        let e = err(&format!("mtu = {bad}\n{GOOD}"));
+        assert!(matches!(&e, FabricFileError::BadMtu { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .ends_with("is not one of 256, 512, 1024, 2048, 4096"),
+            "{e}"
+        );
+    }
+}

@@ -14,10 +14,9 @@
 
 use std::time::{Duration, Instant};
 
-use vhca_tests::abi::verbs::QpType;
-use vhca_tests::fixture::{connect_pair_with, ping_pong_p50, transfer_rate, Node, Transfer};
+use vhca_tests::fixture::{bench_pair, ping_pong_p50, transfer_rate, Transfer};
 use vhca_tests::switch_proc::{star_fabric, SwitchProc};
-use vhca_tests::{ConnOpts, Layout, Options, QpInit, Vhca};
+use vhca_tests::{Options, Vhca};
 
 fn quick() -> bool {
     std::env::var_os("VHCA_BENCH_QUICK").is_some()
@@ -87,14 +86,8 @@ fn measure(switched: bool) -> (f64, Duration, CpuShare) {
             driver: used[3],
         }
     };
-    let mut a = Node::connect(&v, 0);
-    let mut b = Node::connect(&v, 1);
-    let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(512, 512);
-    let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(512, 512);
-    let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
     let (msg, slots) = (64 << 10, 32);
-    let src = a.region(msg * slots, Layout::Contiguous, 0);
-    let dst = b.region(msg * slots, Layout::Contiguous, 0);
+    let (mut a, mut b, qa, qb, src, dst) = bench_pair(&v, msg, slots);
     let total = if quick() { 1_000 } else { 6_000 };
     // A warm-up, then the measured run.
     transfer_rate(

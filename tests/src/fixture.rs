@@ -274,6 +274,20 @@ pub fn transfer_rate(
     (total * msg) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// Benchmarks: node 0 and node 1 of `v`, an RC pair between them with room
+/// for 512 WRs each way, and a source region on node 0 and a destination on
+/// node 1 of `slots` messages of `msg` bytes each.
+pub fn bench_pair(v: &Vhca, msg: usize, slots: usize) -> (Node, Node, QpH, QpH, Region, Region) {
+    let mut a = Node::connect(v, 0);
+    let mut b = Node::connect(v, 1);
+    let ia = QpInit::new(QpType::Rc, a.pd, a.cq).wr(512, 512);
+    let ib = QpInit::new(QpType::Rc, b.pd, b.cq).wr(512, 512);
+    let (qa, qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &ConnOpts::default());
+    let src = a.region(msg * slots, Layout::Contiguous, 0);
+    let dst = b.region(msg * slots, Layout::Contiguous, 0);
+    (a, b, qa, qb, src, dst)
+}
+
 /// `n` 8-byte SEND ping-pongs over the connected RC pair (`qa` on `a`, `qb`
 /// on `b`), the driver spinning on the CQs (yielding between polls); the
 /// round trips' median. (Benchmarks: one switch hop, the fat tree's hops.)

@@ -17,6 +17,7 @@
 //!   fat tree of them with its HCAs.
 //! - [`mini_sm`]: a small subnet manager on a node's QP0 (directed-route
 //!   discovery, LIDs, min-hop LFTs, multicast trees, port activation).
+//! - [`netns`]: two network namespaces joined by a veth, standing for two hosts.
 //!
 //! Everything is written against `device::abi`, the one source of the ABI.
 //!
@@ -31,6 +32,7 @@ pub mod guest;
 pub mod hca;
 pub mod incast;
 pub mod mini_sm;
+pub mod netns;
 pub mod process;
 pub mod switch_proc;
 pub mod sys;

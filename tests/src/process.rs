@@ -161,6 +161,11 @@ pub struct Options {
     /// one written from the fields above: its nodes must be `n0`, `n1`, ...,
     /// `nodes` of them; their LIDs, GUIDs and UDP ports come from it.
     pub fabric_text: Option<String>,
+    /// A command that runs node i's process, by index: the binary and its
+    /// arguments follow it (`ip netns exec NS` puts the node in a network
+    /// namespace, issue 27 item 3). It must exec the binary, so that the
+    /// process id is the node's.
+    pub wrap: HashMap<usize, Vec<String>>,
 }
 
 impl Default for Options {
@@ -186,6 +191,7 @@ impl Default for Options {
             top_toml: String::new(),
             fabric_header: String::new(),
             fabric_text: None,
+            wrap: HashMap::new(),
         }
     }
 }
@@ -335,6 +341,19 @@ pub fn free_udp_range(n: u16) -> io::Result<u16> {
     ))
 }
 
+/// A command that runs `bin`, under `wrap` (a command and its arguments that
+/// exec the binary after them) if given.
+pub fn wrapped(wrap: Option<&Vec<String>>, bin: &Path) -> Command {
+    match wrap.and_then(|w| w.split_first()) {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    }
+}
+
 /// The fabric file text for `nodes`.
 pub fn fabric_toml(nodes: &[NodeInfo]) -> String {
     fabric_toml_with(nodes, "", &HashMap::new())
@@ -441,7 +460,7 @@ impl Vhca {
             .append(true)
             .open(&n.stderr)
             .expect("open the stderr log");
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = wrapped(self.opts.wrap.get(&i), &self.bin);
         cmd.arg("--socket")
             .arg(&n.socket)
             .arg("--fabric")
@@ -477,7 +496,8 @@ impl Vhca {
                 .unwrap_or(false);
             // The file appears at bind(), the listen() follows: a connect in
             // between is refused. Ready is listening.
-            if is_socket && listening(&self.nodes[i].socket) {
+            let pid = self.procs[i].as_ref().map(Child::id);
+            if is_socket && listening(&self.nodes[i].socket, pid) {
                 return;
             }
             if let Some(status) = self.procs[i]
@@ -688,11 +708,14 @@ impl Drop for Vhca {
     }
 }
 
-/// Whether a Unix socket bound at `path` listens (`/proc/net/unix` shows its
-/// flags as `__SO_ACCEPTCON`, 0x10000). Where that file cannot be read, a
-/// socket file counts as listening.
-fn listening(path: &Path) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+/// Whether a Unix socket bound at `path` by process `pid` listens
+/// (`/proc/PID/net/unix` shows its flags as `__SO_ACCEPTCON`, 0x10000): the
+/// process's own network namespace's table, which is not the test's when the
+/// node runs in another (`Options::wrap`, `ip netns exec`). Where that file
+/// cannot be read, a socket file counts as listening.
+fn listening(path: &Path, pid: Option<u32>) -> bool {
+    let file = pid.map_or("/proc/net/unix".into(), |p| format!("/proc/{p}/net/unix"));
+    let Ok(table) = std::fs::read_to_string(file) else {
         return true;
     };
     let want = path.to_string_lossy();

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::fixture::{assert_success, connect_pair_with, wait_n, Node};
 use crate::guest::Layout;
 use crate::hca::{ConnOpts, QpH, QpInit};
-use crate::process::{free_udp_ports, vhca_binary, Build, Options, Vhca};
+use crate::process::{free_udp_ports, vhca_binary, wrapped, Build, Options, Vhca};
 use crate::util::{assert_bytes, pattern};
 use crate::verbs::{RecvWr, SendWr};
 use device::abi::verbs::QpType;
@@ -30,10 +30,22 @@ pub struct SwitchProc {
 
 impl SwitchProc {
     pub fn spawn(fabric: &Path, name: &str, dir: &Path, extra: &[&str]) -> SwitchProc {
+        SwitchProc::spawn_wrapped(fabric, name, dir, extra, None)
+    }
+
+    /// [`SwitchProc::spawn`] under `wrap` (`process::wrapped`: e.g. `ip
+    /// netns exec NS`).
+    pub fn spawn_wrapped(
+        fabric: &Path,
+        name: &str,
+        dir: &Path,
+        extra: &[&str],
+        wrap: Option<&Vec<String>>,
+    ) -> SwitchProc {
         let stderr = dir.join(format!("{name}.stderr"));
         let counters = dir.join(format!("{name}.counters.json"));
         let _ = std::fs::remove_file(&counters);
-        let child = Command::new(vhca_binary(Build::Debug))
+        let child = wrapped(wrap, &vhca_binary(Build::Debug))
             .arg("switch")
             .arg("--fabric")
             .arg(fabric)

@@ -144,3 +144,17 @@ pub fn log2_ceil(n: u64) -> u32 {
         64 - (n - 1).leading_zeros()
     }
 }
+
+/// Counter `name` of the last `udp ...` line (a UDP link's report) in a
+/// `vhca` process's report text (its stderr's exit report).
+pub fn udp_counter(report: &str, name: &str) -> u64 {
+    let line = report
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("udp "))
+        .unwrap_or_else(|| panic!("no udp line in {report}"));
+    let mut w = line.split_whitespace();
+    w.find(|x| *x == name)
+        .unwrap_or_else(|| panic!("no {name} in {line}"));
+    w.next().unwrap().parse().unwrap()
+}

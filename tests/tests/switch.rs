@@ -26,22 +26,10 @@ use vhca_tests::process::free_udp_ports;
 use vhca_tests::switch_proc::{
     rc_pair, star, star_fabric, write_checked, write_then_send, SwitchProc,
 };
+use vhca_tests::util::udp_counter;
 use vhca_tests::{Options, Vhca};
 
 const T: Duration = Duration::from_secs(30);
-
-/// The value after `name` on the `udp NODE:` line of an exit report.
-fn udp_counter(report: &str, name: &str) -> u64 {
-    let line = report
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("udp "))
-        .unwrap_or_else(|| panic!("no udp line in {report}"));
-    let mut w = line.split_whitespace();
-    w.find(|x| *x == name)
-        .unwrap_or_else(|| panic!("no {name} in {line}"));
-    w.next().unwrap().parse().unwrap()
-}
 
 /// The value after `name` on the `flow:` line of an exit report (link flow
 /// control's counters), 0 without one.

@@ -432,6 +432,10 @@ pub fn check_values(attr: &QpAttr, mask: AttrMask, limits: &Limits) -> Result<()
             DEST_RD_ATOMIC,
             attr.max_dest_rd_atomic > limits.max_dest_rd_atomic,
         )
+        // AD-03: a path MTU above the port's MTU (on a UDP fabric what its
+        // underlay carries unfragmented, issue 27) is refused, as Linux rxe's
+        // rxe_qp_chk_attr refuses path_mtu > the port's max_mtu (EINVAL); one
+        // between the SM's active MTU and it is taken, as there.
         || bad(MTU, attr.path_mtu > limits.max_mtu)
         || bad(AV, av_bad)
     {

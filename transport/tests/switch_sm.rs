@@ -579,3 +579,38 @@ fn ad_12_traps_cross_the_switch_to_the_sm_and_the_repress_comes_back() {
         .is_empty());
     assert_eq!(f.sw.pending_traps(), 0);
 }
+
+/// Issue 27 item 3: a switch port's MTUCap is what its link's underlay
+/// carries (`Switch::set_port_mtu_cap`); OpenSM reads it by directed route,
+/// its NeighborMTU (the active MTU) starts there, and a NeighborMTU above it
+/// is refused (IBA 14.2.5.6: NeighborMTU no larger than MTUCap).
+#[test]
+fn switch_port_mtu_cap_follows_the_underlay_and_bounds_neighbor_mtu() {
+    let mut f = Fabric::new();
+    assert!(f.sw.set_port_mtu_cap(2, 3)); // 1024: a 1500-byte underlay
+    assert!(!f.sw.set_port_mtu_cap(0, 3), "port 0 has no link");
+    assert!(!f.sw.set_port_mtu_cap(9, 3), "no port 9");
+    assert!(!f.sw.set_port_mtu_cap(1, 6), "no IB MTU 6");
+    let get = |f: &mut Fabric, p: u32| {
+        let r = f
+            .dr(method::GET, attr_id::PORT_INFO, p, &[1], [0; 64])
+            .unwrap();
+        PortInfoRepr::parse(&r.data).unwrap()
+    };
+    let p2 = get(&mut f, 2);
+    assert_eq!((p2.mtu_cap, p2.neighbor_mtu), (3, 3));
+    let p1 = get(&mut f, 1);
+    assert_eq!((p1.mtu_cap, p1.neighbor_mtu), (5, 5), "port 1 on loopback");
+    let mut pi = p2;
+    pi.neighbor_mtu = 4;
+    let mut d = [0u8; 64];
+    pi.emit(&mut d).unwrap();
+    let r = f.dr(method::SET, attr_id::PORT_INFO, 2, &[1], d).unwrap();
+    assert_eq!(
+        r.status,
+        status::INVALID_FIELD,
+        "NeighborMTU 2048 > MTUCap 1024"
+    );
+    f.set_port_info(&[1], 2, |pi| pi.neighbor_mtu = 2);
+    assert_eq!(get(&mut f, 2).neighbor_mtu, 2);
+}

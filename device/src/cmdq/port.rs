@@ -94,7 +94,12 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
     // AE-01: the link's state, or on an InfiniBand port the SMA's (the SM's
     // values: issue 26; IBA 14.2.5.6 PortState and PortPhysicalState have the
     // verbs' numbers).
-    let (state, phys_state, sm_lid, sm_sl) = match x.hca.port.mgmt() {
+    let p = x.hca.port.engine().port();
+    // Issue 27 item 3: the active MTU is PortInfo:NeighborMTU, the MTU the
+    // SM enabled on the link (IBA 14.2.5.6; the fabric file's without an
+    // SM), never above the port's own (MTUCap).
+    let max_mtu = p.max_mtu as u8;
+    let (state, phys_state, sm_lid, sm_sl, active_mtu) = match x.hca.port.mgmt() {
         Some(m) => {
             let pi = m.sma().port().info;
             (
@@ -102,12 +107,12 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
                 pi.port_physical_state,
                 pi.master_sm_lid,
                 pi.master_sm_sl,
+                pi.neighbor_mtu.clamp(1, max_mtu),
             )
         }
-        None if up => (PortState::Active.raw(), PHYS_STATE_LINK_UP, 0, 0),
-        None => (PortState::Down.raw(), PHYS_STATE_POLLING, 0, 0),
+        None if up => (PortState::Active.raw(), PHYS_STATE_LINK_UP, 0, 0, max_mtu),
+        None => (PortState::Down.raw(), PHYS_STATE_POLLING, 0, 0, max_mtu),
     };
-    let p = x.hca.port.engine().port();
     let mut out = PortAttr::default();
     let n = p.pkeys.len().min(out.pkeys.len());
     out.pkeys[..n].copy_from_slice(&p.pkeys[..n]);
@@ -128,8 +133,8 @@ pub(super) fn query_port(x: &mut Exec<'_>, i: QueryPortIn) -> Result<PortAttr, F
         gid_tbl_len,
         state,
         phys_state,
-        max_mtu: p.max_mtu as u8,
-        active_mtu: p.max_mtu as u8,
+        max_mtu,
+        active_mtu,
         lmc: p.lmc,
         sm_sl,
         link_layer,

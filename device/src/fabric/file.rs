@@ -50,9 +50,10 @@ use super::vl_arb;
 use super::FabricKey;
 use crate::mgmt::SubnetMode;
 use transport::engine::VlArbTables;
+use transport::verbs::Mtu;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 11] = [
+const TOP_KEYS: [&str; 12] = [
     "node",
     "key",
     "key_file",
@@ -64,6 +65,7 @@ const TOP_KEYS: [&str; 11] = [
     "link",
     "flow_control",
     "rx_buffer",
+    "mtu",
 ];
 
 /// Keys a `[[node]]` table may hold.
@@ -117,6 +119,9 @@ pub struct FabricFile {
     flow_control: Option<bool>,
     /// `rx_buffer`: the UDP receive buffer to ask for, if the file says.
     rx_buffer: Option<usize>,
+    /// `mtu`: the IB MTU the ports use if the underlay carries it (issue 27
+    /// item 3: lower only; `underlay::port_mtu`).
+    mtu: Option<Mtu>,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -140,7 +145,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer)"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu)"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -247,6 +252,9 @@ pub enum FabricFileError {
     /// `subnet` other than "static" or "sm" (issue 26: who brings the ports up).
     #[error("{file}: subnet: {why}")]
     BadSubnet { file: String, why: String },
+    /// `mtu` that is no IB MTU.
+    #[error("{file}: mtu: {why}")]
+    BadMtu { file: String, why: String },
     /// A `[[switch]]` or `[[link]]` that does not cable the fabric (`cabling.rs`).
     #[error("{file}: {what}")]
     Cabling { file: String, what: String },
@@ -440,6 +448,12 @@ impl FabricFile {
                     key: "rx_buffer",
                     why: "must be a byte count from 4096 to 1073741824",
                 })
+            }
+        };
+        fabric.mtu = match table.get("mtu") {
+            None => None,
+            Some(v) => {
+                Some(mtu_from_toml(v).map_err(|why| FabricFileError::BadMtu { file: f(), why })?)
             }
         };
         Ok(fabric)
@@ -701,6 +715,7 @@ impl FabricFile {
             cabling: Cabling::default(),
             flow_control: None,
             rx_buffer: None,
+            mtu: None,
         })
     }
 
@@ -734,6 +749,12 @@ impl FabricFile {
     /// Who brings the ports up (`subnet`; ARCHITECTURE.md §6).
     pub fn subnet(&self) -> SubnetMode {
         self.subnet
+    }
+
+    /// The IB MTU the file asks for (`mtu`), if any: the ports use it when
+    /// their underlay carries it, and refuse to start when not (issue 27).
+    pub fn mtu(&self) -> Option<Mtu> {
+        self.mtu
     }
 
     /// The cabling (`[[switch]]`, `[[link]]`); without links, all-to-all.
@@ -815,6 +836,23 @@ fn sl2vl_from_toml(file: &str, table: &toml::Table) -> Result<Option<[u8; 16]>, 
             })?;
     }
     Ok(Some(out))
+}
+
+/// A TOML value as the file wrote it, for an error.
+fn toml_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => format!("\"{s}\""),
+        toml::Value::Integer(n) => n.to_string(),
+        other => other.type_str().to_string(),
+    }
+}
+
+/// `mtu = 256 | 512 | 1024 | 2048 | 4096` (IBA 7.7.3's MTUs).
+fn mtu_from_toml(v: &toml::Value) -> Result<Mtu, String> {
+    let all = [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096];
+    v.as_integer()
+        .and_then(|n| all.into_iter().find(|m| m.bytes() as i64 == n))
+        .ok_or_else(|| format!("{} is not one of 256, 512, 1024, 2048, 4096", toml_text(v)))
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ mod udp;
 mod udp_counters;
 mod udp_drops;
 mod udp_sys;
+mod underlay;
 mod vl_arb;
 
 pub use auth::{
@@ -65,6 +66,10 @@ pub use tap::{
 pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN};
 pub use topology::{generate as topology_text, Shape, Topology, TopologyError};
 pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
+pub use underlay::{
+    ib_mtu_for, is_dont_fragment, path_mtu, port_mtu, LOOPBACK_MTU, MAX_EXT_HEADERS,
+    MAX_PACKET_OVERHEAD,
+};
 
 /// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC
 /// in 4-byte words in 11 bits (IBA 7.7.8), and the 2-byte VCRC follows. A receive
@@ -106,6 +111,10 @@ pub enum LinkError {
     /// The socket failed in a way that is not a per-packet drop.
     #[error("UDP socket error: {0}")]
     Io(#[from] std::io::Error),
+    /// The underlay cannot carry the port's packets unfragmented, or the
+    /// fabric file asks for a larger MTU than it carries (issue 27 item 3).
+    #[error("node `{node}`: {why}")]
+    Mtu { node: String, why: String },
     /// Opening or using the TAP device failed.
     #[error("TAP {name}: {source}")]
     Tap {

@@ -272,6 +272,9 @@ impl UdpLink {
             });
         }
         socket.set_nonblocking(true)?;
+        // Issue 27 item 3: never an IP fragment; a datagram over the path
+        // MTU is refused (EMSGSIZE, `drop_tx_error`) instead (`underlay`).
+        super::underlay::set_dont_fragment(&socket)?;
         // Bursts of full-PMTU packets overflow the default receive buffer (208
         // KiB) before the data path drains it: ask for more (Linux caps it at
         // twice net.core.rmem_max) and say what was granted.
@@ -356,6 +359,50 @@ impl UdpLink {
     /// The socket's bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.node.address
+    }
+
+    /// The MTU of the network under this link (issue 27 item 3): of the
+    /// route to the cable's other end, or without cabling the smallest of
+    /// the routes to every other node of the fabric file (`underlay`).
+    pub fn underlay_mtu(&self) -> std::io::Result<u32> {
+        let peers: Vec<SocketAddr> = match self.cable {
+            Some(c) => vec![c.peer],
+            None => self
+                .fabric
+                .nodes()
+                .iter()
+                .map(|n| n.address)
+                .filter(|&a| a != self.node.address)
+                .collect(),
+        };
+        super::underlay::path_mtu(self.node.address, &peers)
+    }
+
+    /// The IB MTU of this link's port (issue 27 item 3,
+    /// `underlay::port_mtu`): the largest its underlay carries with
+    /// `trailer` bytes added to each datagram (the fabric key's), or the
+    /// fabric file's lower `mtu`.
+    pub fn port_mtu(&self, trailer: usize) -> Result<transport::verbs::Mtu, LinkError> {
+        let under = self.underlay_mtu()?;
+        let ipv6 = self.node.address.is_ipv6();
+        let m =
+            super::underlay::port_mtu(under, ipv6, trailer, self.fabric.mtu()).map_err(|why| {
+                LinkError::Mtu {
+                    node: self.node.name.clone(),
+                    why,
+                }
+            })?;
+        log::info!(
+            "fabric: {} underlay MTU {under} bytes: IB MTU {}",
+            self.node.name,
+            m.bytes()
+        );
+        Ok(m)
+    }
+
+    /// The socket (for its options).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
     }
 
     /// Sets how often keepalives go to the other nodes and after how long

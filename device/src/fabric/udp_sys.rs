@@ -252,20 +252,5 @@ pub fn send_batch(fd: RawFd, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
 
 /// Sets an int socket option at level SOL_UDP (`UDP_SEGMENT`, `UDP_GRO`).
 pub fn set_udp_opt(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: the option value is a live c_int of the length passed; the
-    // kernel only reads it.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_UDP,
-            opt,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    super::underlay::set_int(fd, libc::SOL_UDP, opt, value)
 }

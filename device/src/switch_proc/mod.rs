@@ -38,14 +38,14 @@ use transport::mad::NodeDescription;
 use transport::switch::{
     Egress, Switch, SwitchConfig, SwitchOut, MAX_LINEAR_FDB_CAP, MAX_MULTICAST_FDB_CAP,
 };
-use transport::verbs::Time;
+use transport::verbs::{Mtu, Time};
 
 pub use cli::SwitchCli;
 
 use crate::counters_out::CountersFormat;
 use crate::fabric::{
     flow_grant, AuthLink, Charge, End, FabricFile, FabricKey, FlowLink, Link, UdpLink, UdpOffloads,
-    MAX_PACKET_BLOCKS,
+    MAX_PACKET_BLOCKS, TRAILER_LEN,
 };
 use crate::mgmt::SubnetMode;
 
@@ -160,6 +160,8 @@ struct Port {
     spoofed: u64,
     /// What the link was last told of the SM's PortPhysicalState Disabled.
     disabled: bool,
+    /// The IB MTU the port's underlay carries (issue 27 item 3).
+    mtu: Mtu,
 }
 
 /// The cabled ports of switch `name`, bound and keyed.
@@ -185,6 +187,10 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
             udp.set_recv_buffer(b);
         }
         let rcvbuf = udp.recv_buffer();
+        // Issue 27 item 3: the port's MTUCap is what its cable's underlay
+        // carries unfragmented, the key's trailer included.
+        let trailer = if cfg.key.is_some() { TRAILER_LEN } else { 0 };
+        let mtu = udp.port_mtu(trailer)?;
         let link: Box<dyn Link> = match &cfg.key {
             Some(k) => Box::new(AuthLink::new(udp, k)),
             None => Box::new(udp),
@@ -228,6 +234,7 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
             slids,
             spoofed: 0,
             disabled: false,
+            mtu,
         });
     }
     Ok(ports)
@@ -245,6 +252,9 @@ fn time(d: Duration) -> Time {
 pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
     let mut core = build_core(&cfg.fabric, &cfg.switch, cfg.mode).ok_or("no such switch")?;
     let mut ports = open_ports(cfg)?;
+    for p in &ports {
+        core.set_port_mtu_cap(p.num, p.mtu as u8);
+    }
     if let Some(k) = &cfg.key {
         if let Some(w) = k.permission_warning() {
             log::warn!("fabric: {w}");
@@ -643,6 +653,7 @@ ends = ["b", "sw0:1"]
                 slids: None,
                 spoofed: 0,
                 disabled: false,
+                mtu: Mtu::M4096,
             };
             follow_link(&mut core, &p, mode);
             assert_eq!(core.port(1).unwrap().info.port_state, want, "{mode:?}");

@@ -30,6 +30,26 @@ use crate::verbs::Time;
 
 const INVALID: u16 = status::INVALID_FIELD;
 
+impl Switch {
+    /// Sets external port `p`'s PortInfo:MTUCap to `mtu` (1 = 256 ..
+    /// 5 = 4096, IBA 14.2.5.6): what its link carries (issue 27 item 3, the
+    /// underlay's MTU). NeighborMTU, the active MTU until an SM sets it (the
+    /// static fabric's), follows it down; an SM's later NeighborMTU above it is
+    /// refused, as on an HCA port. Port 0 (no link) and a port the switch
+    /// lacks are left alone; `false` then, or for an `mtu` outside 1..=5.
+    pub fn set_port_mtu_cap(&mut self, p: u8, mtu: u8) -> bool {
+        if p == 0 || !(1..=5).contains(&mtu) {
+            return false;
+        }
+        let Some(port) = self.ports.get_mut(usize::from(p)) else {
+            return false;
+        };
+        port.info.mtu_cap = mtu;
+        port.info.neighbor_mtu = port.info.neighbor_mtu.min(mtu);
+        true
+    }
+}
+
 /// What a switch Set changed (for the switch to note; nothing is reported yet).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct SwitchSetEffects {
