@@ -141,6 +141,37 @@ fn a_link_going_down_drops_what_waits_for_credit_and_releases_its_charges() {
 }
 
 #[test]
+fn a_packet_stuck_at_the_head_past_the_hoq_lifetime_is_discarded_and_its_charge_released() {
+    // IBA 18.2.5.4: a switch egress whose partner never grants credit (b
+    // stays silent: a dead switch whose link is not down yet) holds its
+    // packets, and its ingress ports' buffers, for the HOQ lifetime only.
+    let (mut a, _b) = pair(100);
+    a.set_hoq_life(Some(Duration::from_millis(268)));
+    let c = Charge {
+        port: 2,
+        vl: 0,
+        len: 1026,
+    };
+    for i in 0..3 {
+        a.send_charged(T0, &ud_packet(1, 2, i, &[0; 1000]), Some(c))
+            .unwrap();
+    }
+    let mut released = Vec::new();
+    a.handle_timeout(T0 + Duration::from_millis(200)).unwrap();
+    a.take_released(&mut released);
+    assert!(released.is_empty(), "within the lifetime: still waiting");
+    // The link asks to be woken when the head's lifetime runs out.
+    let wake = a.poll_timeout().expect("a deadline for the head");
+    assert!(wake <= T0 + Duration::from_millis(269), "{wake:?}");
+    a.handle_timeout(T0 + Duration::from_millis(300)).unwrap();
+    a.take_released(&mut released);
+    assert_eq!(released, vec![c; 3], "each discarded head frees its charge");
+    assert_eq!(a.counters().drop_tx_hoq, 3);
+    assert!(a.is_up(), "the link itself stays up");
+    assert!(a.report().unwrap().contains("drop_tx_hoq 3"));
+}
+
+#[test]
 fn flow_control_and_rx_buffer_keys() {
     let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
     let b: SocketAddr = "127.0.0.1:2".parse().unwrap();

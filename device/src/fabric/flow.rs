@@ -16,6 +16,13 @@
 //!   ([`FlowLink::free`], given back as the egress stage's
 //!   [`FlowLink::take_released`]), so a blocked egress backs up to the
 //!   ingress, which stops granting credit to its sender.
+//! - Head-of-queue lifetime (IBA 18.2.5.4, PortInfo:HOQLife): on a switch
+//!   port a packet that has waited at the head of its VL's queue longer
+//!   than the port's lifetime is discarded (counted, its charge released),
+//!   so a partner that stops granting credit (a dead switch whose link is
+//!   not yet down: that takes the silence timeout here, microseconds on a
+//!   real cable) cannot hold the ingress buffers, and with them every
+//!   sender behind them, for longer than that ([`FlowLink::set_hoq_life`]).
 //! - The buffer granted is the UDP socket's receive buffer as the kernel
 //!   granted it ([`grant`]), so the kernel never drops a datagram of a
 //!   partner that keeps to its credit.
@@ -85,6 +92,9 @@ pub struct FlowLinkCounters {
     pub drop_tx_vl: u64,
     /// The most blocks the wait queue held.
     pub queue_max_blocks: u64,
+    /// Data packets discarded at the head of the wait queue after the
+    /// port's head-of-queue lifetime (IBA 18.2.5.4).
+    pub drop_tx_hoq: u64,
     /// Data packets dropped from the wait queue when the link went down:
     /// their partner is gone, and held they would keep their ingress
     /// ports' buffers charged (a switch) until it came back.
@@ -94,6 +104,8 @@ pub struct FlowLinkCounters {
 struct Waiting {
     bytes: Vec<u8>,
     charge: Option<Charge>,
+    /// When it joined the queue (for the head-of-queue lifetime).
+    since: Duration,
 }
 
 /// The flow-control stage on a link (module comment). Off
@@ -111,6 +123,9 @@ pub struct FlowLink<L> {
     was_up: bool,
     /// The latest `now` a call brought ([`Link::end_sends`] has none).
     last_now: Duration,
+    /// Head-of-queue lifetime: `None` waits for credit as long as the link
+    /// is up (an HCA port, whose queue the engine's windows bound).
+    hoq_life: Option<Duration>,
     counters: FlowLinkCounters,
 }
 
@@ -130,8 +145,15 @@ impl<L: Link> FlowLink<L> {
             spare: Vec::new(),
             was_up,
             last_now: Duration::ZERO,
+            hoq_life: None,
             counters: FlowLinkCounters::default(),
         }
+    }
+
+    /// A packet waiting at the head of its queue longer than `life` is
+    /// discarded (IBA 18.2.5.4); `None`: never.
+    pub fn set_hoq_life(&mut self, life: Option<Duration>) {
+        self.hoq_life = life;
     }
 
     /// No flow control: a pass-through (`flow_control = false`).
@@ -187,12 +209,12 @@ impl<L: Link> FlowLink<L> {
             self.released.extend(charge);
             return self.inner.send(now, packet);
         }
-        self.wait(vl, packet, charge);
+        self.wait(vl, packet, charge, now);
         Ok(())
     }
 
     /// Queues a packet that has no credit yet (bounded; counted).
-    fn wait(&mut self, vl: u8, packet: &[u8], charge: Option<Charge>) {
+    fn wait(&mut self, vl: u8, packet: &[u8], charge: Option<Charge>, now: Duration) {
         let n = u32::from(blocks(packet.len()));
         let Some(fc) = self.fc.as_mut() else {
             return;
@@ -206,7 +228,11 @@ impl<L: Link> FlowLink<L> {
         let mut bytes = self.spare.pop().unwrap_or_default();
         bytes.clear();
         bytes.extend_from_slice(packet);
-        self.queues[usize::from(vl)].push_back(Waiting { bytes, charge });
+        self.queues[usize::from(vl)].push_back(Waiting {
+            bytes,
+            charge,
+            since: now,
+        });
         self.queued_blocks += n;
         self.counters.queue_max_blocks = self
             .counters
@@ -234,8 +260,20 @@ impl<L: Link> FlowLink<L> {
             return Ok(());
         };
         let mut r = Ok(());
+        let life = self.hoq_life;
         for (vl, q) in self.queues.iter_mut().enumerate() {
             while let Some(w) = q.front() {
+                if life.is_some_and(|l| now.saturating_sub(w.since) > l) {
+                    // IBA 18.2.5.4: too long at the head of the queue.
+                    let w = q.pop_front().expect("front");
+                    self.queued_blocks -= u32::from(blocks(w.bytes.len()));
+                    self.counters.drop_tx_hoq += 1;
+                    self.released.extend(w.charge);
+                    if self.spare.len() < 64 {
+                        self.spare.push(w.bytes);
+                    }
+                    continue;
+                }
                 if !fc.may_send(vl as u8, w.bytes.len()) {
                     break;
                 }
@@ -311,12 +349,13 @@ impl<L: Link> FlowLink<L> {
         let _ = write!(
             s,
             " queued_blocks {} queue_max_blocks {} drop_tx_queue_full {} drop_tx_vl {} \
-             drop_tx_link_down {} rx_overrun {} rx_bad_vl {}",
+             drop_tx_link_down {} drop_tx_hoq {} rx_overrun {} rx_bad_vl {}",
             self.queued_blocks,
             l.queue_max_blocks,
             l.drop_tx_queue_full,
             l.drop_tx_vl,
             l.drop_tx_link_down,
+            l.drop_tx_hoq,
             c.rx_overrun,
             c.rx_bad_vl
         );
@@ -378,7 +417,15 @@ impl<L: Link> Link for FlowLink<L> {
             .as_ref()
             .and_then(FlowControl::poll_timeout)
             .map(|t| Duration::from_nanos(t.0));
-        [self.inner.poll_timeout(), mine]
+        // The head of a queue to discard when its lifetime runs out.
+        let hoq = self.hoq_life.and_then(|l| {
+            self.queues
+                .iter()
+                .filter_map(|q| q.front())
+                .map(|w| w.since + l + Duration::from_micros(1))
+                .min()
+        });
+        [self.inner.poll_timeout(), mine, hoq]
             .into_iter()
             .flatten()
             .min()
@@ -462,7 +509,7 @@ impl<L: Link> Link for FlowLink<L> {
             return Ok(());
         }
         let copy = packet.to_vec();
-        self.wait(vl, &copy, None);
+        self.wait(vl, &copy, None, now);
         Ok(())
     }
 

@@ -203,7 +203,19 @@ fn open_ports(cfg: &Config) -> Result<Vec<Port>, Box<dyn std::error::Error>> {
             let vls = cfg.fabric.data_vls();
             let grant = flow_grant(rcvbuf.unwrap_or(0), vls);
             let all_ingress = u32::from(spec.ports) * u32::from(grant.capacity[0]) * u32::from(vls);
-            FlowLink::new(link, grant, all_ingress + MAX_PACKET_BLOCKS, false)
+            let mut l = FlowLink::new(link, grant, all_ingress + MAX_PACKET_BLOCKS, false);
+            // IBA 18.2.5.4: a packet stuck at the head of an egress queue
+            // (a partner that grants no credit) is discarded after the
+            // port's HOQLife, 4.096 us * 2^HOQLife: OpenSM's defaults, 0x10
+            // toward a CA (leaf_head_of_queue_lifetime, 268 ms) and 0x12
+            // toward a switch (head_of_queue_lifetime, 1.07 s).
+            let hoq = if matches!(peer, End::Node(_)) {
+                0x10
+            } else {
+                0x12
+            };
+            l.set_hoq_life(Some(Duration::from_nanos(4096 << hoq)));
+            l
         } else {
             FlowLink::off(link)
         };
