@@ -148,8 +148,10 @@ pub struct FlowControl {
     vls: [VlState; DATA_VLS],
     /// Until the partner's first FC packet: ours are Op Init and go at once.
     init: bool,
-    /// The last data packet sent or received.
+    /// The last data packet sent or received, or written off.
     last_data: Option<u64>,
+    /// The latest time a call brought (`handle_fc` has none).
+    clock: u64,
     counters: FlowCounters,
 }
 
@@ -162,6 +164,7 @@ impl FlowControl {
             vls: [VlState::default(); DATA_VLS],
             init: true,
             last_data: None,
+            clock: 0,
             counters: FlowCounters::default(),
         }
     }
@@ -233,6 +236,7 @@ impl FlowControl {
         if let Some(v) = self.vls.get_mut(usize::from(vl)) {
             v.fctbs = v.fctbs.wrapping_add(blocks(len)) & MASK;
             self.last_data = Some(now.0);
+            self.clock = self.clock.max(now.0);
         }
     }
 
@@ -260,6 +264,7 @@ impl FlowControl {
         v.abr = v.abr.wrapping_add(n) & MASK;
         v.held += u32::from(n);
         self.last_data = Some(now.0);
+        self.clock = self.clock.max(now.0);
         if v.held > cap {
             self.counters.rx_overrun += 1;
             return false;
@@ -316,6 +321,14 @@ impl FlowControl {
         self.counters.fc_received += 1;
         let v = &mut self.vls[usize::from(p.vl)];
         v.fccl = Some(p.fccl);
+        if v.abr != p.fctbs && p.op == FcOp::Normal {
+            // The partner sent data that never arrived (7.9.3: ABR takes
+            // its FCTBS, writing the lost blocks off). It is busy, maybe
+            // waiting for the credit this frees: our periodic FC packets
+            // go at the busy period, so a lost one costs it a period, not
+            // an idle one.
+            self.last_data = Some(self.clock);
+        }
         v.abr = p.fctbs;
         if p.op == FcOp::Init {
             // The partner (re)initialises: it needs our credit limits
@@ -364,6 +377,7 @@ impl FlowControl {
     /// The next FC packet to send as of `now`, if one is due: Init ones
     /// while the link initialises, then eager and periodic ones.
     pub fn poll_transmit(&mut self, now: Time) -> Option<FcPacket> {
+        self.clock = self.clock.max(now.0);
         let vl = (0..DATA_VLS).find(|&vl| {
             // While initialising, one Init packet per VL per busy period.
             if self.init {
