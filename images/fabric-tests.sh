@@ -199,9 +199,18 @@ while read -r name p; do
 done <"$out/pids"
 echo "BENCH rss_kib_per_node $((nr / nn)) per_switch $((ns_ / nsw))"
 
+# The smallest IB MTU of the cables (each switch port logs what its
+# underlay carries, device/src/fabric/underlay.rs): the veth's, which every
+# path between the hosts crosses.
+path_mtu=$(cat "$out"/leaf*.log "$out"/spine*.log | sed -n 's/.*underlay MTU .*IB MTU \([0-9]*\).*/\1/p' | sort -n | head -1)
+echo "links' smallest IB MTU: ${path_mtu:-unknown}"
+[ -n "$path_mtu" ] || path_mtu=256
 if [ "$sweep_only" = 0 ] && [ "$ready" = 1 ]; then
     # --- traffic, and a spine killed under it ---------------------------------
-    "$driver" traffic --dir "$out" --nodes "1..$nodes" --cut-file "$out/cut" --streams 8 \
+    # The paths' MTU, as an SA PathRecord would give it: the smallest of
+    # their links' (the veth's where a path crosses hosts; a port's own MTU
+    # is its cable's only).
+    "$driver" traffic --dir "$out" --nodes "1..$nodes" --path-mtu "$path_mtu" --cut-file "$out/cut" --streams 8 \
         --after-cut 10 >"$out/driver-traffic.log" 2>&1 &
     drv=$!
     for _ in $(seq 1200); do [ -e "$out/streaming" ] && break; kill -0 "$drv" 2>/dev/null || break; sleep 0.5; done

@@ -41,9 +41,10 @@ STAGES=(
     "setup|ensure_rust; ensure_tshark (scripts/lib.sh)"
     "fmt|cargo fmt --all -- --check"
     "clippy|cargo clippy --workspace --all-targets --quiet -- -D warnings"
-    # The tshark conformance tests and the TAP tests fail instead of skipping
-    # when tshark or CAP_NET_ADMIN is missing (the suite runs as root).
-    "cargo-test|VHCA_REQUIRE_TSHARK=1 VHCA_REQUIRE_TAP=1 cargo test --workspace --no-fail-fast"
+    # The tshark conformance tests, the TAP tests and the two-namespace tests
+    # fail instead of skipping when tshark, CAP_NET_ADMIN or ip netns is
+    # missing (the suite runs as root).
+    "cargo-test|VHCA_REQUIRE_TSHARK=1 VHCA_REQUIRE_TAP=1 VHCA_REQUIRE_NETNS=1 cargo test --workspace --no-fail-fast"
     # Every target for a short bounded time (fuzz/README.md has the long run).
     "fuzz|scripts/fuzz.sh --seconds 15"
     # The device under a real QEMU (host root and guest are cached in $VHCA_CACHE).
@@ -60,6 +61,10 @@ STAGES=(
     # A switched InfiniBand subnet brought up by OpenSM in a guest, the diags,
     # IPoIB and rdma_cm over it (issue 26).
     "subnet|images/subnet-tests.sh"
+    # A fabric past one host (issue 27): OpenSM in a guest over a 32-HCA,
+    # 12-switch fat tree in two namespaces joined by an MTU-1500 veth, the
+    # test driver's all-to-all RC, a spine killed under RC streams.
+    "fabric|images/fabric-tests.sh"
     "vm-reload|images/vm-reload.sh"
     "vm-reboot|images/vm-reboot.sh"
     "pyverbs-ib|images/pyverbs.sh"

@@ -3,10 +3,12 @@
 //! guest; issue 27 item 2, `images/fabric-tests.sh`). Two commands:
 //!
 //! - `traffic --dir DIR --nodes A..B [--len N] [--active-timeout S]
-//!   [--cut-file F --streams K --after-cut S]`: connects to the sockets
+//!   [--path-mtu M] [--cut-file F --streams K --after-cut S]`: connects to the sockets
 //!   `DIR/nA.sock` .. `DIR/n(B-1).sock`, waits until the SM has made every
 //!   port Active (QUERY_PORT; the LIDs are the SM's), then runs RC WRITE and
-//!   SEND between every two of the nodes, each checked byte for byte. With
+//!   SEND between every two of the nodes, each checked byte for byte, on
+//!   QPs whose path MTU is M (256..4096: what an SA PathRecord would give,
+//!   the smallest MTU on the paths; default each port's active MTU). With
 //!   `--cut-file`, then K RC streams between the two halves of the range
 //!   (one half per host in a two-host fabric) run WRITEs checked byte for
 //!   byte; the file `DIR/streaming` tells the caller they run; once the
@@ -27,14 +29,14 @@ use device::fabric::{End, FabricFile};
 use vhca_tests::abi::verbs::{PortState, QpType};
 use vhca_tests::fixture::{assert_success, connect_pair_with, wait_n, Node, Region};
 use vhca_tests::hca::{ConnOpts, Hca, HcaConfig, QpH, QpInit};
-use vhca_tests::switch_proc::{rc_pair, write_then_send};
+use vhca_tests::switch_proc::write_then_send;
 use vhca_tests::util::{assert_bytes, pattern};
 use vhca_tests::{Guest, GuestOptions, Layout, SendWr};
 
 fn usage() -> ! {
     eprintln!(
         "usage: fabric-driver traffic --dir DIR --nodes A..B [--len N] [--active-timeout S] \
-         [--cut-file F --streams K --after-cut S]\n       \
+         [--path-mtu M] [--cut-file F --streams K --after-cut S]\n       \
          fabric-driver ibnetdiscover --fabric FILE --output OUT"
     );
     std::process::exit(2)
@@ -90,6 +92,7 @@ fn main() {
                 "nodes",
                 "len",
                 "active-timeout",
+                "path-mtu",
                 "cut-file",
                 "streams",
                 "after-cut",
@@ -135,6 +138,18 @@ fn traffic(m: &BTreeMap<String, String>) -> bool {
             usage()
         });
     let len: usize = num(m, "len", 16 << 10);
+    // enum vhca_mtu: 1 = 256 .. 5 = 4096, as a PathRecord's MTU field.
+    let mtu = m.get("path-mtu").map(|v| match v.as_str() {
+        "256" => 1u8,
+        "512" => 2,
+        "1024" => 3,
+        "2048" => 4,
+        "4096" => 5,
+        _ => {
+            eprintln!("fabric-driver: --path-mtu {v}: 256, 512, 1024, 2048 or 4096");
+            usage()
+        }
+    });
     let active_timeout = Duration::from_secs(num(m, "active-timeout", 300));
     let t0 = Instant::now();
     let mut nodes: Vec<Node> = (a..b)
@@ -194,7 +209,7 @@ fn traffic(m: &BTreeMap<String, String>) -> bool {
         for j in i + 1..n {
             let (lo, hi) = nodes.split_at_mut(j);
             let (x, y) = (&mut lo[i], &mut hi[0]);
-            let qs = rc_pair(x, y);
+            let qs = rc_pair_mtu(x, y, mtu, 17);
             let what = format!("n{} -> n{}", a + i, a + j);
             write_then_send(x, y, qs, len, 0x2727 + (i * n + j) as u64 * 2, &what);
             pairs += 1;
@@ -212,6 +227,7 @@ fn traffic(m: &BTreeMap<String, String>) -> bool {
     match m.get("cut-file") {
         Some(cut) => streams(
             &mut nodes,
+            mtu,
             a,
             &dir,
             Path::new(cut),
@@ -220,6 +236,19 @@ fn traffic(m: &BTreeMap<String, String>) -> bool {
         ),
         None => true,
     }
+}
+
+/// An RC pair (local ACK timeout 4.096 us * 2^`timeout`) on path MTU `mtu`
+/// (`enum vhca_mtu`; `None`: the port's active MTU).
+fn rc_pair_mtu(a: &mut Node, b: &mut Node, mtu: Option<u8>, timeout: u8) -> (QpH, QpH) {
+    let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
+    let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
+    let o = ConnOpts {
+        timeout,
+        mtu,
+        ..ConnOpts::default()
+    };
+    connect_pair_with(a, &ia, b, &ib, &o)
 }
 
 /// One RC stream: the QP on the sender, its buffers, and what it has done.
@@ -238,6 +267,7 @@ struct Stream {
 /// until each has done 5 WRITEs after `cut` appeared and `after` has passed.
 fn streams(
     nodes: &mut [Node],
+    mtu: Option<u8>,
     first: usize,
     dir: &Path,
     cut: &Path,
@@ -252,6 +282,7 @@ fn streams(
     let o = ConnOpts {
         timeout: 20,
         retry_cnt: 7,
+        mtu,
         ..ConnOpts::default()
     };
     let len = 64 << 10;
@@ -307,7 +338,15 @@ fn streams(
                 )
                 .unwrap();
             assert_success(&wait_n(&mut x.hca, x.cq, 1, Duration::from_secs(90)));
-            s.longest = s.longest.max(t.elapsed());
+            // A WRITE that ends after the cut counts as after it, with the
+            // time it took: the one in flight when the cable went down
+            // waits for the re-route.
+            if cut_at.is_none() && cut.exists() {
+                cut_at = Some(Instant::now());
+            }
+            if cut_at.is_some() {
+                s.longest = s.longest.max(t.elapsed());
+            }
             assert_bytes(
                 &y.read(dst, 0, len),
                 &data,
@@ -324,12 +363,6 @@ fn streams(
                 .unwrap_or_else(|e| panic!("write {}/streaming: {e}", dir.display()));
             println!("DRIVER streaming {k} streams");
             announced = true;
-        }
-        if cut_at.is_none() && cut.exists() {
-            cut_at = Some(Instant::now());
-            for s in &mut ss {
-                s.longest = Duration::ZERO;
-            }
         }
         if let Some(c) = cut_at {
             if c.elapsed() >= after && ss.iter().all(|s| s.after >= 5) {
