@@ -201,13 +201,21 @@ pub fn rc_pair(a: &mut Node, b: &mut Node) -> (QpH, QpH) {
 /// An RC pair with local ACK timeout exponent `timeout` (4.096 us *
 /// 2^timeout).
 pub fn rc_pair_with_timeout(a: &mut Node, b: &mut Node, timeout: u8) -> (QpH, QpH) {
+    rc_pair_with(
+        a,
+        b,
+        &ConnOpts {
+            timeout,
+            ..ConnOpts::default()
+        },
+    )
+}
+
+/// An RC pair between `a` and `b` (each on its PD and CQ) connected with `o`.
+pub fn rc_pair_with(a: &mut Node, b: &mut Node, o: &ConnOpts) -> (QpH, QpH) {
     let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
     let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
-    let o = ConnOpts {
-        timeout,
-        ..ConnOpts::default()
-    };
-    connect_pair_with(a, &ia, b, &ib, &o)
+    connect_pair_with(a, &ia, b, &ib, o)
 }
 
 /// Over RC QP `qa` of `a` (connected to `b`): an RDMA WRITE of `len` bytes

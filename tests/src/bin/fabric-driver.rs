@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use device::fabric::{End, FabricFile};
-use vhca_tests::abi::verbs::{PortState, QpType};
-use vhca_tests::fixture::{assert_success, connect_pair_with, wait_n, Node, Region};
-use vhca_tests::hca::{ConnOpts, Hca, HcaConfig, QpH, QpInit};
-use vhca_tests::switch_proc::write_then_send;
+use vhca_tests::abi::verbs::PortState;
+use vhca_tests::fixture::{assert_success, wait_n, Node, Region};
+use vhca_tests::hca::{ConnOpts, Hca, HcaConfig, QpH};
+use vhca_tests::switch_proc::{rc_pair_with, write_then_send};
 use vhca_tests::util::{assert_bytes, pattern};
 use vhca_tests::{Guest, GuestOptions, Layout, SendWr};
 
@@ -209,7 +209,13 @@ fn traffic(m: &BTreeMap<String, String>) -> bool {
         for j in i + 1..n {
             let (lo, hi) = nodes.split_at_mut(j);
             let (x, y) = (&mut lo[i], &mut hi[0]);
-            let qs = rc_pair_mtu(x, y, mtu, 17);
+            // The switch tests' patient ACK timeout (rc_pair's), on `mtu`.
+            let o = ConnOpts {
+                timeout: 17,
+                mtu,
+                ..ConnOpts::default()
+            };
+            let qs = rc_pair_with(x, y, &o);
             let what = format!("n{} -> n{}", a + i, a + j);
             write_then_send(x, y, qs, len, 0x2727 + (i * n + j) as u64 * 2, &what);
             pairs += 1;
@@ -236,19 +242,6 @@ fn traffic(m: &BTreeMap<String, String>) -> bool {
         ),
         None => true,
     }
-}
-
-/// An RC pair (local ACK timeout 4.096 us * 2^`timeout`) on path MTU `mtu`
-/// (`enum vhca_mtu`; `None`: the port's active MTU).
-fn rc_pair_mtu(a: &mut Node, b: &mut Node, mtu: Option<u8>, timeout: u8) -> (QpH, QpH) {
-    let ia = QpInit::new(QpType::Rc, a.pd, a.cq);
-    let ib = QpInit::new(QpType::Rc, b.pd, b.cq);
-    let o = ConnOpts {
-        timeout,
-        mtu,
-        ..ConnOpts::default()
-    };
-    connect_pair_with(a, &ia, b, &ib, &o)
 }
 
 /// One RC stream: the QP on the sender, its buffers, and what it has done.
@@ -297,9 +290,7 @@ fn streams(
         .map(|(i, j)| {
             let (lo, hi) = nodes.split_at_mut(j);
             let (x, y) = (&mut lo[i], &mut hi[0]);
-            let ix = QpInit::new(QpType::Rc, x.pd, x.cq);
-            let iy = QpInit::new(QpType::Rc, y.pd, y.cq);
-            let (qp, _) = connect_pair_with(x, &ix, y, &iy, &o);
+            let (qp, _) = rc_pair_with(x, y, &o);
             Stream {
                 from: i,
                 to: j,
