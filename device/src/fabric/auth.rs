@@ -700,29 +700,31 @@ impl<L: Link> Link for AuthLink<L> {
                 return Ok(delivered);
             }
             let ask = (max - delivered).min(RECV_BUDGET - refused);
-            let got = inner.recv_batch(now, ask, &mut |r| match checks
-                .open(r.packet, r.src_lid, now)
-            {
+            let got = inner.recv_batch(now, ask, &mut |r| {
                 // A link packet (IBA 7.9.4 flow control) is not tagged, as
                 // a keepalive is not: it means something only to the port
                 // at the cable's other end and is taken only from there
                 // (`flow.rs`), which counts it; against the budget of
-                // refused datagrams, as it is not data.
-                _ if r.packet.len() == transport::flow::FC_PACKET_LEN => {
+                // refused datagrams, as it is not data. Told by its length
+                // before any check of a tag it does not have.
+                if r.packet.len() == transport::flow::FC_PACKET_LEN {
                     refused += 1;
                     deliver(r);
+                    return;
                 }
-                Ok(m) => {
-                    checks.counters.rx_verified += 1;
-                    delivered += 1;
-                    deliver(Received {
-                        packet: &r.packet[..m],
-                        src_lid: r.src_lid,
-                    });
-                }
-                Err(why) => {
-                    refused += 1;
-                    checks.count(why, r.packet.len());
+                match checks.open(r.packet, r.src_lid, now) {
+                    Ok(m) => {
+                        checks.counters.rx_verified += 1;
+                        delivered += 1;
+                        deliver(Received {
+                            packet: &r.packet[..m],
+                            src_lid: r.src_lid,
+                        });
+                    }
+                    Err(why) => {
+                        refused += 1;
+                        checks.count(why, r.packet.len());
+                    }
                 }
             })?;
             if got == 0 {
