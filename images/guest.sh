@@ -215,10 +215,11 @@ done
 # (and virtio_pci, a module in bookworm's 6.1, built in on trixie's 6.12) and
 # netem (scripts/bench-vm-loss.sh duplicates and reorders soft-RoCE's frames with it).
 # NVMe over Fabrics (target, host, null_blk namespaces: images/workloads-tests.sh).
+# 9p over virtio: the host folder run-vm.sh --share gives the guest (vhca-vm run).
 # (rxe computes its ICRC with the crypto API's "crc32": modprobe cannot see that
 # dependency, so the crc32 drivers are listed by name.)
 MODS="ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm ib_ipoib rdma_rxe virtio_net virtio_pci sch_netem
-      nvmet-rdma nvme-rdma null_blk
+      nvmet-rdma nvme-rdma null_blk 9p 9pnet_virtio
       crc32_generic crc32_pclmul"
 MD=/lib/modules/$K
 mkdir -p "$S$MD"

@@ -283,3 +283,58 @@ vhca_mac() {
     local c; c=$(printf '%s' "$2" | cksum | cut -d' ' -f1)
     printf '%s:%02x:%02x\n' "$1" $((c >> 8 & 255)) $((c & 255))
 }
+
+# vhca_accel — QEMU's accelerator for the guests and why, one line on stdout
+# ("kvm REASON" or "tcg REASON"): kvm when a guest really runs under /dev/kvm
+# here, else tcg. VHCA_ACCEL=kvm|tcg
+# forces it; auto (the default) probes once per host boot and guest kernel:
+# the guest's kernel is booted under KVM (no devices, /init's first line is
+# proof enough), because opening /dev/kvm, or even running firmware under it,
+# proves nothing on a host whose KVM runs only some guests (a PVM host: the
+# firmware runs, the kernel stops with "KVM internal error"). The probe's
+# console stays in $VHCA_RUN.
+vhca_accel() {
+    case "${VHCA_ACCEL:-auto}" in
+        kvm|tcg) echo "$VHCA_ACCEL (VHCA_ACCEL=$VHCA_ACCEL)"; return 0;;
+        auto) ;;
+        *) vhca_die "VHCA_ACCEL=$VHCA_ACCEL: kvm, tcg or auto";;
+    esac
+    if [ ! -c /dev/kvm ]; then echo 'tcg (no /dev/kvm)'; return 0; fi
+    if ! { : <>/dev/kvm; } 2>/dev/null; then
+        echo 'tcg (/dev/kvm is not readable and writable by this user)'; return 0
+    fi
+    local guest root key memo log qp i verdict='' why
+    root=$(vhca_ensure_root)
+    guest=$("$VHCA_IMAGES/guest.sh") || vhca_die "guest.sh failed"
+    key=$( { cat /proc/sys/kernel/random/boot_id; echo "$guest"; } | sha256sum | cut -c1-16)
+    mkdir -p "$VHCA_RUN"
+    memo="$VHCA_RUN/.accel-$key"
+    if [ -s "$memo" ]; then
+        cat "$memo"
+        return 0
+    fi
+    log="$VHCA_RUN/accel-probe-$key.log"
+    : >"$log"
+    vhca_chroot "$root" qemu-system-x86_64 -accel kvm -cpu host -m 256 -machine q35 -nodefaults \
+        -display none -serial "file:$log" -no-reboot -kernel "$guest/vmlinuz" \
+        -initrd "$guest/initramfs.cpio" -append 'console=ttyS0 panic=-1 quiet' \
+        >"$log.qemu" 2>&1 &
+    qp=$!
+    for i in $(seq 300); do
+        if grep -q 'vhca-init: /init started' "$log" 2>/dev/null; then verdict=kvm; break; fi
+        if grep -qiE 'KVM internal error|Code=' "$log" "$log.qemu" 2>/dev/null || ! kill -0 "$qp" 2>/dev/null; then
+            break
+        fi
+        sleep 0.1
+    done
+    kill -TERM "$qp" 2>/dev/null || true
+    wait "$qp" 2>/dev/null || true
+    if [ "$verdict" = kvm ]; then
+        why='(/dev/kvm runs the guest)'
+    else
+        verdict=tcg
+        why="(/dev/kvm exists but the guest kernel stops under it; probe console: $log.qemu)"
+    fi
+    echo "$verdict $why" >"$memo"
+    cat "$memo"
+}

@@ -58,6 +58,10 @@
 #   --mem SIZE        guest RAM (default 1G)
 #   --vhca BIN        use this vhca binary instead of building one
 #   --vhca-log LEVEL  vhca --log level (default info)
+#   --share DIR       share the host folder DIR read-write with both guests
+#                     at /share (run-vm.sh --share, virtio-9p)
+#   --single          boot guest A only: B's device runs without a guest (the
+#                     other end of the bridge), CLIENT_CMD is not run
 #   --vhca-arg ARG    extra vhca argument, both vhca sides (repeatable)
 #   --overlay DIR     one more overlay for both guests (repeatable)
 #   --ready REGEX     start B once A's console (after /init's "ready") matches
@@ -78,7 +82,7 @@ set -euo pipefail
 
 side_a=vhca side_b=vhca loss=0 mtu=1500 capture='' capture_taps='' out='' timeout=300 mem=1G bin='' vhca_log=info
 verbose=0 ready='local address:|Waiting for client'
-vhca_args=() extra_ov=()
+vhca_args=() extra_ov=() single=0
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -95,6 +99,9 @@ while [ $# -gt 0 ]; do
         --vhca-log) need "$@"; vhca_log=$2; shift 2;;
         --vhca-arg) need "$@"; vhca_args+=("$2"); shift 2;;
         --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
+        --share) need "$@"; [ -d "$2" ] || vhca_die "--share $2: not a directory"
+            extra_ov+=(--share "$(realpath "$2")"); shift 2;;
+        --single) single=1; shift;;
         --ready) need "$@"; ready=$2; shift 2;;
         --verbose) verbose=1; shift;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
@@ -303,26 +310,29 @@ vm_opts+=("${extra_ov[@]}")
     2>"$out/run-vm-a.err" &
 vm_a=$!
 pids+=("$vm_a")
-# B boots once A's server listens (the tools' clients do not retry).
-for _ in $(seq $((timeout * 10))); do
-    if [ -n "$ready" ]; then
-        tr -d '\r' 2>/dev/null <"$out/console-a.log" |
-            sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
-    else
-        grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
-    fi
-    kill -0 "$vm_a" 2>/dev/null || break
-    sleep 0.1
-done
-"$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --overlay "$out/overlay-b" --name roce-b \
-    --log "$out/console-b.log" "${nic_b[@]}" --ip 10.99.0.2/24 -- "$client_cmd" \
-    2>"$out/run-vm-b.err" &
-vm_b=$!
-pids+=("$vm_b")
+vm_b=
+if [ "$single" = 0 ]; then
+    # B boots once A's server listens (the tools' clients do not retry).
+    for _ in $(seq $((timeout * 10))); do
+        if [ -n "$ready" ]; then
+            tr -d '\r' 2>/dev/null <"$out/console-a.log" |
+                sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
+        else
+            grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
+        fi
+        kill -0 "$vm_a" 2>/dev/null || break
+        sleep 0.1
+    done
+    "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --overlay "$out/overlay-b" --name roce-b \
+        --log "$out/console-b.log" "${nic_b[@]}" --ip 10.99.0.2/24 -- "$client_cmd" \
+        2>"$out/run-vm-b.err" &
+    vm_b=$!
+    pids+=("$vm_b")
+fi
 
 rc_a=0 rc_b=0
 wait "$vm_a" || rc_a=$?
-wait "$vm_b" || rc_b=$?
+[ -z "$vm_b" ] || wait "$vm_b" || rc_b=$?
 pids=("${pids[@]:0:$ndev}")   # the VMs are gone; stop the rest
 cleanup
 
@@ -330,10 +340,10 @@ show() { # NAME LOG
     echo "=== $1 ==="
     tr -d '\r' <"$2" | sed -n '/vhca-init: ready at/,/vhca-init: command done/p' |
         sed '1d;/vhca-init: command done/d'
-    tr -d '\r' <"$2" | grep -E 'roce-hook:|Oops|BUG:|WARNING:|Call Trace' || true
+    tr -d '\r' <"$2" | grep -E 'roce-hook:|vhca-vm:|vhca-share:|Oops|BUG:|WARNING:|Call Trace' || true
 }
 show "A ($side_a, server, exit $rc_a)" "$out/console-a.log"
-show "B ($side_b, client, exit $rc_b)" "$out/console-b.log"
+[ "$single" = 1 ] || show "B ($side_b, client, exit $rc_b)" "$out/console-b.log"
 vhca_log "logs in $out (console-a.log console-b.log${capture:+; capture $capture})"
 if [ "$rc_a" != 0 ]; then exit "$rc_a"; fi
 exit "$rc_b"

@@ -50,6 +50,14 @@
 #   --keep              keep the run dir ($VHCA_CACHE/run/vm.*) afterwards
 #   --release RELEASE   the guest's Debian release: trixie (default, 6.12) or
 #                       bookworm (6.1 and its own modules; images/guest.sh)
+#   --share DIR         share the host folder DIR read-write with the guest
+#                       (virtio-9p, QEMU's -virtfs with security_model=none:
+#                       files the guest writes belong to the user running
+#                       QEMU); the guest mounts it at /share before any other
+#                       hook runs and exports VHCA_SHARE=/share
+#   --accel auto|kvm|tcg  QEMU's accelerator (default: $VHCA_ACCEL, else auto:
+#                       kvm when a guest runs under /dev/kvm here, else tcg;
+#                       lib.sh vhca_accel probes once per host boot)
 #
 # Exit status: the guest command's status (from the marker line
 # "VHCA-EXIT-<token>=<status>" that the guest's /init prints); 124 if the
@@ -67,7 +75,7 @@ set -euo pipefail
 
 sockets=() overlays=() qemu_extra=() script='' cmd=''
 net='' tap='' vhost_net='' netns='' ip='' mac='' name=vhca-guest timeout=300 log='' quiet=0 mem=1G smp=1
-append='' qmp='' verbose=0 shell=0 keep=0 root_port=0 reboot=0 release=trixie
+append='' qmp='' verbose=0 shell=0 keep=0 root_port=0 reboot=0 release=trixie share='' accel=${VHCA_ACCEL:-auto}
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -95,6 +103,8 @@ while [ $# -gt 0 ]; do
         --keep) keep=1; shift;;
         --reboot) reboot=1; shift;;
         --release) need "$@"; release=$2; shift 2;;
+        --share) need "$@"; share=$2; shift 2;;
+        --accel) need "$@"; accel=$2; shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
         -*) vhca_die "unknown option $1 (try --help)";;
@@ -108,6 +118,12 @@ for n in "$net" "$tap" "$vhost_net"; do [ -z "$n" ] || nics=$((nics + 1)); done
 [ "$nics" -le 1 ] || vhca_die "--net, --tap and --vhost-user-net: one NIC only"
 [ -z "$ip" ] || [ "$nics" = 1 ] || vhca_die "--ip needs a NIC (--net, --tap or --vhost-user-net)"
 [ -z "$netns" ] || [ -e "/run/netns/$netns" ] || vhca_die "--netns $netns: no such network namespace"
+if [ -n "$share" ]; then
+    [ -d "$share" ] || vhca_die "--share $share: not a directory"
+    share=$(realpath "$share")
+    case "$share" in *[,[:space:]]*) vhca_die "--share $share: QEMU's -virtfs takes no comma or blank in the path";; esac
+fi
+case "$accel" in auto|kvm|tcg) ;; *) vhca_die "--accel $accel: auto, kvm or tcg";; esac
 
 vhca_need_root
 ROOT=$(vhca_ensure_root)
@@ -146,6 +162,21 @@ for o in "${overlays[@]}"; do
     done
     i=$((i + 1))
 done
+if [ -n "$share" ]; then
+    # Mounted first (05-): the other hooks and the command may use it.
+    d="$RUN/overlay$i"
+    mkdir -p "$d/etc/vhca-init.d"
+    cat >"$d/etc/vhca-init.d/05-share.sh" <<'EOF'
+if modprobe -a 9pnet_virtio 9p && mkdir -p /share &&
+    mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none vhcashare /share; then
+    export VHCA_SHARE=/share
+    echo "vhca-share: host folder mounted at /share"
+else
+    echo "vhca-share: mounting the host folder failed"
+fi
+EOF
+    i=$((i + 1))
+fi
 mkdir -p "$RUN/cmd/vhca"
 echo "$token" >"$RUN/cmd/vhca/token"
 if [ -n "$script" ]; then
@@ -170,8 +201,16 @@ kcmd="console=ttyS0 panic=-1 oops=panic vhca.hostname=$name"
 [ "$shell" = 0 ] || kcmd="$kcmd vhca.shell=1"
 [ -z "$append" ] || kcmd="$kcmd $append"
 
+if [ "$accel" = auto ]; then
+    read -r accel why <<<"$(vhca_accel)"
+else
+    why="(--accel $accel)"
+fi
+vhca_log "accelerator: $accel $why"
+cpu=max
+[ "$accel" = tcg ] || cpu=host
 # shellcheck disable=SC2054  # commas are QEMU's
-q=(qemu-system-x86_64 -accel tcg -cpu max -smp "$smp" -m "$mem"
+q=(qemu-system-x86_64 -accel "$accel" -cpu "$cpu" -smp "$smp" -m "$mem"
    -object "memory-backend-memfd,id=mem,size=$mem,share=on"
    -machine q35,memory-backend=mem
    -nodefaults -nographic
@@ -208,6 +247,10 @@ elif [ -n "$vhost_net" ]; then
     q+=(-chardev "socket,id=vn0,path=$vhost_net"
         -netdev "vhost-user,id=n0,chardev=vn0"
         -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=")
+fi
+if [ -n "$share" ]; then
+    binds="$binds $share"
+    q+=(-virtfs "local,path=$share,mount_tag=vhcashare,security_model=none,multidevs=remap,id=share0")
 fi
 if [ -n "$qmp" ]; then
     qmp=$(realpath -m "$qmp")

@@ -32,6 +32,10 @@
 #   --vhca-arg ARG    extra vhca argument, both devices (repeatable)
 #   --verbose         full guest kernel log on the consoles
 #   --overlay DIR     one more overlay for both guests (repeatable; run-vm.sh)
+#   --share DIR       share the host folder DIR read-write with both guests
+#                     at /share (run-vm.sh --share, virtio-9p)
+#   --single          boot guest A only: B's device runs without a guest (the
+#                     peer end of A's fabric), CLIENT_CMD is not run
 #   --client-reboot   guest B may reboot (run-vm.sh --reboot): each boot runs
 #                     CLIENT_CMD again; B is stopped once A's command ends,
 #                     and the pair's status is A's alone
@@ -75,7 +79,7 @@ set -euo pipefail
 
 out='' timeout=300 bin='' vhca_log=info verbose=0 client_reboot=0
 ready='local address:|Waiting for client' release=trixie provider_deb=0
-vhca_args=() extra_ov=() fab_top='' node_a_toml='' node_b_toml='' subnet=''
+vhca_args=() extra_ov=() fab_top='' node_a_toml='' node_b_toml='' subnet='' single=0
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -100,6 +104,9 @@ while [ $# -gt 0 ]; do
             esac
             shift 2;;
         --overlay) need "$@"; extra_ov+=(--overlay "$(realpath "$2")"); shift 2;;
+        --share) need "$@"; [ -d "$2" ] || vhca_die "--share $2: not a directory"
+            extra_ov+=(--share "$(realpath "$2")"); shift 2;;
+        --single) single=1; shift;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0;;
         --) shift; break;;
         -*) vhca_die "unknown option $1 (try --help)";;
@@ -287,33 +294,38 @@ b_opts=()
     2>"$out/run-vm-a.err" &
 vm_a=$!
 pids+=("$vm_a")
-# B boots once A's server listens (the tools' clients do not retry).
-for _ in $(seq $((timeout * 10))); do
-    if [ -n "$ready" ]; then
-        tr -d '\r' 2>/dev/null <"$out/console-a.log" |
-            sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
-    else
-        grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
-    fi
-    kill -0 "$vm_a" 2>/dev/null || break
-    sleep 0.1
-done
-"$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-b --log "$out/console-b.log" \
-    --vfio-user "$sock_b" --net "$net_b:$net_a" --ip 10.99.0.2/24 "${b_opts[@]}" -- "$client_cmd" \
-    2>"$out/run-vm-b.err" &
-vm_b=$!
-pids+=("$vm_b")
+vm_b=
+if [ "$single" = 0 ]; then
+    # B boots once A's server listens (the tools' clients do not retry).
+    for _ in $(seq $((timeout * 10))); do
+        if [ -n "$ready" ]; then
+            tr -d '\r' 2>/dev/null <"$out/console-a.log" |
+                sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
+        else
+            grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
+        fi
+        kill -0 "$vm_a" 2>/dev/null || break
+        sleep 0.1
+    done
+    "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-b --log "$out/console-b.log" \
+        --vfio-user "$sock_b" --net "$net_b:$net_a" --ip 10.99.0.2/24 "${b_opts[@]}" -- "$client_cmd" \
+        2>"$out/run-vm-b.err" &
+    vm_b=$!
+    pids+=("$vm_b")
+fi
 
 rc_a=0 rc_b=0
 wait "$vm_a" || rc_a=$?
-if [ "$client_reboot" = 1 ]; then
+if [ -z "$vm_b" ]; then
+    :
+elif [ "$client_reboot" = 1 ]; then
     # B boots again after every run of its command: stop it now A is done.
     kill -TERM "$vm_b" 2>/dev/null || true
     wait "$vm_b" 2>/dev/null || true
 else
     wait "$vm_b" || rc_b=$?
 fi
-pids=("${pids[@]:0:$((${#pids[@]} - 2))}")   # the VMs are gone; stop the devices
+pids=("${pids[@]:0:$((${#pids[@]} - 2 + single))}")   # the VMs are gone; stop the devices
 cleanup
 pids=()
 
@@ -321,10 +333,10 @@ show() { # NAME LOG
     echo "=== $1 ==="
     tr -d '\r' <"$2" | sed -n '/vhca-init: ready at/,/vhca-init: command done/p' |
         sed '1d;$d'
-    tr -d '\r' <"$2" | grep -E 'vhca-hook:|Oops|BUG:|WARNING:|Call Trace' || true
+    tr -d '\r' <"$2" | grep -E 'vhca-hook:|vhca-vm:|vhca-share:|Oops|BUG:|WARNING:|Call Trace' || true
 }
 show "A (server, exit $rc_a)" "$out/console-a.log"
-show "B (client, exit $rc_b)" "$out/console-b.log"
+[ "$single" = 1 ] || show "B (client, exit $rc_b)" "$out/console-b.log"
 vhca_log "logs in $out (console-a.log console-b.log vhca-a.log vhca-b.log${subnet:+ vhca-c.log switch-sw0.log switch-sw1.log})"
 if [ "$rc_a" != 0 ]; then exit "$rc_a"; fi
 exit "$rc_b"

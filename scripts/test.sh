@@ -65,6 +65,10 @@ STAGES=(
     # 12-switch fat tree in two namespaces joined by an MTU-1500 veth, the
     # test driver's all-to-all RC, a spine killed under RC streams.
     "fabric|images/fabric-tests.sh"
+    # The README's "vhca in your CI" as written (issue 28): scripts/vhca-vm run
+    # with a shared folder, libfabric's fi_pingpong and a program built on the
+    # host, on both link layers.
+    "vhca-vm|images/vhca-vm-tests.sh"
     "vm-reload|images/vm-reload.sh"
     "vm-reboot|images/vm-reboot.sh"
     "pyverbs-ib|images/pyverbs.sh"
