@@ -11,6 +11,9 @@ VHCA_REPO=$(cd "$VHCA_IMAGES/.." && pwd)
 VHCA_RUN="$VHCA_CACHE/run"
 
 vhca_log() { printf '[%s] %s\n' "${0##*/}" "$*" >&2; }
+# vhca_step: a long step with a heartbeat (scripts/heartbeat.sh).
+# shellcheck source=../scripts/heartbeat.sh
+. "$VHCA_REPO/scripts/heartbeat.sh"
 vhca_die() { vhca_log "error: $*"; exit 1; }
 
 vhca_need_root() {
@@ -92,8 +95,10 @@ vhca_chroot_cmd() {
 # target/); prints its path.
 vhca_build_vhca() {
     local target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
-    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target cargo build -q --release -p device --bin vhca) ||
-        vhca_die "cargo build failed"
+    # cargo's own progress on stderr (nothing when it is up to date).
+    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --release vhca" \
+        "seconds when up to date, ~4 min from scratch (fat LTO on 2 CPUs)" - \
+        cargo build --release -p device --bin vhca) || vhca_die "cargo build failed"
     echo "$target/release/vhca"
 }
 
@@ -101,8 +106,9 @@ vhca_build_vhca() {
 # elsewhere (tests/src/bin/fabric-driver.rs), optimised; prints its path.
 vhca_build_driver() {
     local target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
-    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target cargo build -q --release -p vhca-tests --bin fabric-driver) ||
-        vhca_die "cargo build of fabric-driver failed"
+    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --release fabric-driver" \
+        "seconds when up to date, ~3 min from scratch" - \
+        cargo build --release -p vhca-tests --bin fabric-driver) || vhca_die "cargo build of fabric-driver failed"
     echo "$target/release/fabric-driver"
 }
 
@@ -152,8 +158,9 @@ vhca_build_module() {
         cp "$VHCA_REPO/guest-driver/include/vhca_abi.h" "$tmp/src/include/"
         local run=("$VHCA_IMAGES/in-root.sh")
         [ -z "$root" ] || run=(vhca_chroot "$root")
-        "${run[@]}" make -s -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 \
-            >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed ($K)"; }
+        vhca_step "make vhca.ko for $K" "~1 min" "$tmp/build.log" \
+            "${run[@]}" make -C "/lib/modules/$K/build" M="$tmp/src/kernel" W=1 ||
+            { cat "$tmp/build.log" >&2; vhca_die "vhca.ko build failed ($K)"; }
         if grep -q 'warning:' "$tmp/build.log"; then
             cat "$tmp/build.log" >&2
             vhca_die "warnings building vhca.ko ($K)"

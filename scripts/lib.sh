@@ -1,6 +1,10 @@
 # Shared by scripts/*.sh: install what the scripts need on a fresh Debian machine.
 # Sourced, not run.
 
+# vhca_step: a long step with a heartbeat.
+# shellcheck source=heartbeat.sh
+. "$(dirname "${BASH_SOURCE[0]}")/heartbeat.sh"
+
 # Oldest Rust the workspace builds with (crc-fast needs 1.89).
 VHCA_MIN_RUST_MINOR=89
 
@@ -15,11 +19,15 @@ apt_install() {
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     echo "vhca: installing ${missing[*]} (apt-get)" >&2
+    local log; log=$(mktemp /tmp/vhca-apt.XXXXXX.log)
     # Refresh the lists once per boot of this machine, not on every run.
     if [ ! -e /tmp/.vhca-apt-updated ]; then
-        as_root apt-get update -qq && touch /tmp/.vhca-apt-updated
+        vhca_step "apt-get update" "~30 s" "$log" as_root apt-get update && touch /tmp/.vhca-apt-updated
     fi
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    vhca_step "apt-get install ${missing[*]}" "~1-3 min" "$log" \
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" ||
+        { tail -20 "$log" >&2; rm -f "$log"; return 1; }
+    rm -f "$log"
 }
 
 rust_ok() {
