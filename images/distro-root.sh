@@ -69,10 +69,10 @@ rm -rf "$VHCA_CACHE/distro-$suite"-*.tmp.*
 TMP="$ROOT.tmp.$$"
 trap 'rm -rf --one-file-system "$TMP"' EXIT
 mkdir -p "$TMP"
-vhca_log "debootstrap --variant=minbase $suite -> $TMP"
-debootstrap --variant=minbase --components=main --cache-dir="$VHCA_CACHE/debs-$suite" \
+vhca_step "debootstrap --variant=minbase $suite -> $TMP" "~3 min" "$VHCA_CACHE/debootstrap-$suite.log" \
+    debootstrap --variant=minbase --components=main --cache-dir="$VHCA_CACHE/debs-$suite" \
     --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
-    "$suite" "$TMP" "$MIRROR" >"$VHCA_CACHE/debootstrap-$suite.log" 2>&1 ||
+    "$suite" "$TMP" "$MIRROR" ||
     { tail -30 "$VHCA_CACHE/debootstrap-$suite.log" >&2; vhca_die "debootstrap $suite failed"; }
 
 rm -f "$TMP/etc/apt/sources.list"
@@ -112,7 +112,8 @@ in_tmp sh -ec '
     chmod 755 /usr/sbin/update-initramfs'
 in_tmp "${APT[@]}" update >&2
 vhca_log "installing $suite packages: ${PACKAGES[*]}"
-in_tmp "${APT[@]}" install "${PACKAGES[@]}" >"$VHCA_CACHE/apt-$suite.log" 2>&1 ||
+vhca_step "apt-get install ($suite root: ${#PACKAGES[@]} packages and their dependencies)" "~5 min" \
+    "$VHCA_CACHE/apt-$suite.log" in_tmp "${APT[@]}" install "${PACKAGES[@]}" ||
     { tail -30 "$VHCA_CACHE/apt-$suite.log" >&2; vhca_die "installing $suite packages failed"; }
 
 K=$(in_tmp sh -c 'ls /lib/modules | sort -V | tail -1')

@@ -148,10 +148,11 @@ TMP="$ROOT.tmp.$$"
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP"
 
-vhca_log "debootstrap --variant=minbase $SUITE -> $TMP"
-"$DEBOOTSTRAP" --variant=minbase --components=main --cache-dir="$VHCA_CACHE/debs" \
+vhca_step "debootstrap --variant=minbase $SUITE -> $TMP" "~1-3 min (less from the .deb cache)" \
+    "$VHCA_CACHE/debootstrap.log" \
+    "$DEBOOTSTRAP" --variant=minbase --components=main --cache-dir="$VHCA_CACHE/debs" \
     --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
-    "$SUITE" "$TMP" "$MIRROR" >"$VHCA_CACHE/debootstrap.log" 2>&1 ||
+    "$SUITE" "$TMP" "$MIRROR" ||
     { tail -30 "$VHCA_CACHE/debootstrap.log" >&2; vhca_die "debootstrap failed (log: $VHCA_CACHE/debootstrap.log)"; }
 t1=$(date +%s)
 vhca_log "debootstrap done in $((t1 - t0)) s"
@@ -209,7 +210,8 @@ in_tmp sh -ec '
 vhca_log "apt-get update (root)"
 in_tmp "${APT[@]}" update >&2
 vhca_log "installing trixie packages: ${PACKAGES[*]}"
-in_tmp "${APT[@]}" install "${PACKAGES[@]}" >"$VHCA_CACHE/apt-trixie.log" 2>&1 ||
+vhca_step "apt-get install (root: ${#PACKAGES[@]} packages and their dependencies)" "~3-8 min (~3 with the .deb cache)" \
+    "$VHCA_CACHE/apt-trixie.log" in_tmp "${APT[@]}" install "${PACKAGES[@]}" ||
     { tail -30 "$VHCA_CACHE/apt-trixie.log" >&2; vhca_die "installing trixie packages failed"; }
 t2=$(date +%s)
 vhca_log "trixie packages done in $((t2 - t1)) s"
@@ -218,7 +220,8 @@ vhca_log "trixie packages done in $((t2 - t1)) s"
 # makes pahole's dependencies conflict); if it still conflicts, take libdw1t64
 # from backports too.
 vhca_log "installing qemu-system-x86 from $SUITE-backports"
-if ! in_tmp "${APT[@]}" install -t "$SUITE-backports" qemu-system-x86 >"$VHCA_CACHE/apt-qemu.log" 2>&1; then
+if ! vhca_step "apt-get install -t $SUITE-backports qemu-system-x86" "~1 min" "$VHCA_CACHE/apt-qemu.log" \
+    in_tmp "${APT[@]}" install -t "$SUITE-backports" qemu-system-x86; then
     vhca_log "plain install failed; retrying with libdw1t64/$SUITE-backports"
     in_tmp "${APT[@]}" install -t "$SUITE-backports" qemu-system-x86 "libdw1t64/$SUITE-backports" \
         >>"$VHCA_CACHE/apt-qemu.log" 2>&1 ||

@@ -136,7 +136,10 @@ if [ ! -e "$bld/build.ninja" ]; then
         -DENABLE_RESOLVE_NEIGH=0 -DCMAKE_SKIP_RPATH=ON "$work" >"$bld/configure.log" 2>&1) ||
         { tail -30 "$bld/configure.log" >&2; die "cmake failed (log: $bld/configure.log)"; }
 fi
-ninja -C "$bld" "$target" >"$bld/ninja.log" 2>&1 ||
+# shellcheck source=../../scripts/heartbeat.sh
+. "$REPO/scripts/heartbeat.sh"
+vhca_step "ninja $target" "~1 min (the first build compiles libibverbs too)" "$bld/ninja.log" \
+    ninja -C "$bld" "$target" ||
     { grep -B2 -A12 -m5 'error\|warning' "$bld/ninja.log" >&2 || tail -40 "$bld/ninja.log" >&2
       die "build failed (log: $bld/ninja.log)"; }
 # Warnings are errors for our own files.
