@@ -113,8 +113,9 @@ vhca_build_driver() {
 }
 
 # vhca_guest_overlay OV K KO SO DRIVER_FILE WANT — an initramfs overlay in OV
-# with vhca.ko (for kernel K), the provider library SO and its .driver file,
-# and a boot hook that loads the RDMA core and vhca and waits (20 s at most)
+# with vhca.ko (for kernel K), the provider library SO and its .driver file
+# (SO and DRIVER_FILE empty: the caller installs the provider otherwise, e.g.
+# vm-pair.sh --provider-deb), and a boot hook that loads the RDMA core and vhca and waits (20 s at most)
 # until port 1's state matches the regex WANT (e.g. ACTIVE, or INIT|ACTIVE
 # where a subnet manager is still to come).
 vhca_guest_overlay() {
@@ -122,8 +123,10 @@ vhca_guest_overlay() {
     mkdir -p "$ov/lib/modules/$k/extra" "$ov/usr/lib/x86_64-linux-gnu/libibverbs" \
         "$ov/etc/libibverbs.d" "$ov/etc/vhca-init.d"
     cp "$ko" "$ov/lib/modules/$k/extra/vhca.ko"
-    cp "$so" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
-    cp "$drv" "$ov/etc/libibverbs.d/vhca.driver"
+    if [ -n "$so" ]; then
+        cp "$so" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
+        cp "$drv" "$ov/etc/libibverbs.d/vhca.driver"
+    fi
     echo "VHCA_HOOK_WANT='$want'" >"$ov/etc/vhca-hook.env"
     cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
 # images/lib.sh vhca_guest_overlay: load the RDMA core, user verbs and vhca;

@@ -211,10 +211,11 @@ fi
 
 ov="$out/overlay"
 rm -rf "$ov"
-mkdir -p "$ov/lib/modules/$K/extra" "$ov/usr/lib/x86_64-linux-gnu/libibverbs" \
-    "$ov/etc/libibverbs.d" "$ov/etc/vhca-init.d"
-cp "$KO" "$ov/lib/modules/$K/extra/vhca.ko"
+# With --subnet sm a port waits in Init for the SM: the hook waits for that.
+want=ACTIVE
+[ "$subnet" = sm ] && want='INIT|ACTIVE'
 if [ "$provider_deb" = 1 ]; then
+    vhca_guest_overlay "$ov" "$K" "$KO" '' '' "$want"
     # The package, installed by the guest's busybox dpkg before the vhca hook.
     # Its dependency (the guest's libibverbs1) is in the image, not in a dpkg
     # database the guest does not have: hence -F depends.
@@ -230,25 +231,10 @@ else
 fi
 EOF
 else
-    cp "$SO" "$ov/usr/lib/x86_64-linux-gnu/libibverbs/"
-    cp "$PROV/vhca.driver" "$ov/etc/libibverbs.d/vhca.driver"
+    vhca_guest_overlay "$ov" "$K" "$KO" "$SO" "$PROV/vhca.driver" "$want"
 fi
-# With --subnet sm a port waits in Init for the SM: the hook waits for that.
-want=ACTIVE
-[ "$subnet" = sm ] && want='INIT|ACTIVE'
-echo "VHCA_HOOK_WANT='$want'" >"$ov/etc/vhca-pair.env"
-cat >"$ov/etc/vhca-init.d/50-vhca.sh" <<'EOF'
-# vm-pair.sh: load the RDMA core, user verbs and vhca; wait for the port.
-. /etc/vhca-pair.env
-modprobe -a ib_core ib_uverbs vhca || echo "vhca-hook: modprobe failed"
-i=0 st=
-while [ $i -lt 200 ]; do
-    st=$(cat /sys/class/infiniband/vhca0/ports/1/state 2>/dev/null) || st=
-    echo "$st" | grep -Eq "$VHCA_HOOK_WANT" && break
-    sleep 0.1
-    i=$((i + 1))
-done
-echo "vhca-hook: vhca0 port 1: ${st:-absent}, lid $(cat /sys/class/infiniband/vhca0/ports/1/lid 2>/dev/null)"
+cat >"$ov/etc/vhca-init.d/51-pair.sh" <<'EOF'
+# vm-pair.sh: the addresses of the guests' virtio-net link.
 export SERVER_IP=10.99.0.1 CLIENT_IP=10.99.0.2
 case "$(hostname)" in *-a) PEER_IP=$CLIENT_IP;; *) PEER_IP=$SERVER_IP;; esac
 export PEER_IP

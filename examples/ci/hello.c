@@ -110,12 +110,19 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	/* The client: the server may not listen yet; retry for 30 s. */
+	/* The client: the server may not listen yet, and the route to it may
+	 * not resolve at once; retry for 30 s, saying why. */
 	for (tries = 0;; tries++) {
 		struct rdma_addrinfo *res = resolve(argv[2], argv[3], 0);
-		if (rdma_create_ep(&id, res, NULL, &attr))
-			die("rdma_create_ep");
+		int rc = rdma_create_ep(&id, res, NULL, &attr);
 		rdma_freeaddrinfo(res);
+		if (rc) {
+			if (tries >= 30)
+				die("rdma_create_ep");
+			fprintf(stderr, "hello: rdma_create_ep: %s; retrying\n", strerror(errno));
+			sleep(1);
+			continue;
+		}
 		mr_data = rdma_reg_write(id, data, LEN);
 		mr_reply = rdma_reg_msgs(id, reply, sizeof(reply));
 		mr_info = rdma_reg_msgs(id, &info, sizeof(info));
@@ -127,6 +134,7 @@ int main(int argc, char **argv)
 			break;
 		if (tries >= 30)
 			die("rdma_connect");
+		fprintf(stderr, "hello: rdma_connect: %s; retrying\n", strerror(errno));
 		rdma_dereg_mr(mr_data);
 		rdma_dereg_mr(mr_reply);
 		rdma_dereg_mr(mr_info);
