@@ -56,6 +56,18 @@ for c in "${cmds[@]}"; do
     esac
 done
 
+# Bad arguments: a clear one-line error and a failing status, before anything boots.
+bad=0
+for args in "run --link foo -- true" "run --guests 3 -- true" "run --share /nonexistent -- true" \
+    "run --link ib" "frobnicate"; do
+    # shellcheck disable=SC2086  # one word each
+    out=$(timeout 30 scripts/vhca-vm $args 2>&1); rc=$?
+    if [ "$rc" = 0 ] || [ "$rc" = 124 ] || ! grep -qE 'error:|usage|Usage' <<<"$out"; then
+        echo "vhca-vm $args: exit $rc: $out"; bad=1
+    fi
+done
+result bad_arguments_are_refused_at_once "$bad"
+
 # One guest; the command's exit status comes back as vhca-vm's.
 out=$(scripts/vhca-vm run --guests 1 --link roce --timeout 300 -- \
     'ibv_devinfo -d $VHCA_DEV | grep -q PORT_ACTIVE && [ "$VHCA_ROLE" = server ] && exit 7' 2>&1); rc=$?
