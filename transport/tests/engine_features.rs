@@ -277,7 +277,7 @@ fn sr_01_srq_shared_by_two_qps_consumed_in_order_with_limit_event() {
 }
 
 #[test]
-fn cq_04_resize_srq_keeps_its_entries_and_refuses_too_small() {
+fn srq_resize_keeps_its_entries_and_refuses_too_small() {
     let mut net = Net::new(2, 1 << 20, 23);
     let ka = net.reg_all(0, ALL_ACCESS);
     let kb = net.reg_all(1, ALL_ACCESS);
@@ -864,12 +864,14 @@ fn op_03_send_with_invalidate_of_an_unknown_key_is_a_remote_invalid_request() {
     assert_eq!((c[0].wr_id, c[0].status), (9, WcStatus::RemInvReqErr));
 }
 
-/// A WQE the device could not accept (QS-06): it completes in post order with
+/// A WQE the device could not accept on an RC QP (IBA 10.8.3: an RC send
+/// queue error takes the QP to Error, not to SQE; QS-06, the UC/UD SQE row,
+/// is crafted.rs's qs_06_* tests): it completes in post order with
 /// LocQpOpErr after the WRITEs before it have been acknowledged (not sooner:
 /// nothing has acknowledged them), the QP goes to Error and the WQE after it
 /// flushes. Data of the earlier WRITEs arrived.
 #[test]
-fn qs_06_rejected_wqe_completes_in_order_and_fails_the_qp() {
+fn rc_rejected_wqe_completes_in_order_and_fails_the_qp() {
     let (mut net, p, ka, kb) = setup(31, &ConnOpts::default());
     fill(&mut net, 0, MEM_BASE, 0x8000, 9);
     for i in 0..2u64 {
@@ -976,12 +978,12 @@ fn pv_05_gsi_qp1_takes_mads_with_the_well_known_qkey() {
     assert_eq!(net.nodes[1].engine.counters().dropped(RxDrop::BadQkey), 1);
 }
 
-/// A local error behind an unacknowledged WQE waits for it (QS-06): the SEND
+/// A local error behind an unacknowledged WQE waits for it (RC): the SEND
 /// before it must not be reported successful without an ACK. Here the peer
 /// has no receive and RNR retry is 0, so the SEND fails with the RNR status
 /// and the WQE with the bad L_Key then flushes.
 #[test]
-fn qs_06_local_error_does_not_complete_earlier_wqes_without_an_ack() {
+fn rc_local_error_does_not_complete_earlier_wqes_without_an_ack() {
     let o = ConnOpts {
         rnr_retry: 0,
         ..ConnOpts::default()

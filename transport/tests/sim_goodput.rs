@@ -195,12 +195,12 @@ fn goodput_at_5_percent_loss(op: Op, overall_min: f64, seed_min: f64) {
 }
 
 #[test]
-fn rl_10_write_64k_keeps_half_its_goodput_at_5_percent_loss() {
+fn write_64k_keeps_half_its_goodput_at_5_percent_loss() {
     goodput_at_5_percent_loss(Op::Write, 0.55, 0.4);
 }
 
 #[test]
-fn rl_14_read_64k_keeps_half_its_goodput_at_5_percent_loss() {
+fn read_64k_keeps_half_its_goodput_at_5_percent_loss() {
     // Raised with the READ recovery of ARCHITECTURE.md §3 (was 0.50 / 0.25;
     // measured 0.548 / 0.468 at 2f76f80).
     goodput_at_5_percent_loss(Op::Read, 0.52, 0.4);
