@@ -7,9 +7,9 @@ mod common;
 use common::craft::*;
 use common::*;
 use transport::psn;
-use transport::verbs::{SendFlags, WrOpcode};
+use transport::verbs::{QpState, SendFlags, WcStatus, WrOpcode};
 use transport::wire::opcode::Opcode;
-use transport::wire::{AethSyndrome, PacketRepr};
+use transport::wire::{AethSyndrome, NakCode, PacketRepr};
 
 /// One packet of the sniffed exchange, the fields these rows are about.
 #[derive(Debug)]
@@ -207,4 +207,33 @@ fn rl_05_a_duplicate_read_preempts_the_responses_of_a_later_read() {
         "{later:?}"
     );
     assert_eq!(b.epsn_b(), psn::add(e, 5), "the duplicate moved no ePSN");
+}
+
+/// MP-05 (IBA 10.10.3 Table 82, RC receive queue; `ibv_poll_cq`'s
+/// IBV_WC_LOC_ACCESS_ERR): an RDMA WRITE with immediate whose R_Key check
+/// fails is NAKed Remote Access Error, and the receive WQE it consumed
+/// completes with Local Access Error (not a flush, not Local Protection
+/// Error, which names the responder's own SGE); the QP goes to Error and the
+/// receive WQE behind it is flushed.
+#[test]
+fn mp_05_write_with_immediate_to_a_bad_rkey_completes_its_receive_with_local_access_error() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    b.post_recv(B, b.p.qb, 41, TARGET + 0x800, 64);
+    b.post_recv(B, b.p.qb, 42, TARGET + 0x900, 64);
+    let mut w = b
+        .request(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, e)
+        .reth(TARGET, b.kb ^ 0x80, 16)
+        .payload(&[9; 16]);
+    w.ext.imm_dt = Some(0x1234_5678);
+    let before = b.mem(B);
+    b.inject(B, &w.bytes());
+    let out = b.drain(B);
+    assert_one_nak(&out, e, NakCode::RemoteAccessError);
+    assert_eq!(b.mem(B), before, "nothing written");
+    let c = b.poll(B, b.p.cq_b).expect("the consumed receive completes");
+    assert_eq!((c.wr_id, c.status), (41, WcStatus::LocAccessErr));
+    let f = b.poll(B, b.p.cq_b).expect("the next receive is flushed");
+    assert_eq!((f.wr_id, f.status), (42, WcStatus::WrFlushErr));
+    assert_eq!(b.state(B, b.p.qb), QpState::Error);
 }

@@ -450,8 +450,17 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             }
             rnr_nak(qp, cx, p);
         }
-        Err(WriteFail::Remote(e)) => {
+        Err(WriteFail::Remote(e, recv)) => {
             qp.resp.cur = None;
+            if let Some((wqe, _)) = recv {
+                // MP-05, IBA 10.10.3 Table 82 (RC receive queue): the receive
+                // WQE a WRITE with immediate consumed completes with Local
+                // Access Error when the write's protection check fails, ahead
+                // of the flush the NAK's move to Error brings to the others.
+                let mut c = recv_completion(qp, &wqe, WcStatus::LocAccessErr, 0);
+                c.opcode = WcOpcode::RecvRdmaWithImm;
+                cx.fx.completions.push((qp.init.recv_cq, c));
+            }
             nak(qp, cx, p, remote_nak(e), NakReason::from(e));
         }
     }
@@ -724,7 +733,14 @@ fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
                 Ok(_) => {}
                 Err(WriteFail::Length) => discard(qp, cx, RxDrop::UdBadLength),
                 Err(WriteFail::NoReceive) => discard(qp, cx, RxDrop::NoReceiveWqe),
-                Err(WriteFail::Remote(_)) => discard(qp, cx, RxDrop::NotExpected),
+                Err(WriteFail::Remote(_, recv)) => {
+                    // UC drops what it cannot place (RL-15): the receive
+                    // WQE stays for the next message.
+                    if let Some((w, s)) = recv {
+                        put_back(qp, cx, w, s);
+                    }
+                    discard(qp, cx, RxDrop::NotExpected)
+                }
             }
         }
         _ => cx.counters.drop(RxDrop::ServiceMismatch),

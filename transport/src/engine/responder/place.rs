@@ -4,7 +4,7 @@
 //! and keeps its PSN (9.7.5.2), UC drops the rest of the message and counts it
 //! (RL-15, 9.8.3).
 
-use super::{put_back, recv_completion, take_recv, InMsg};
+use super::{recv_completion, take_recv, InMsg};
 use crate::engine::access::{self, local_status, RemoteErr};
 use crate::engine::{Ctx, Qp};
 use crate::mr::RemoteAccess;
@@ -74,8 +74,10 @@ pub(super) enum WriteFail {
     Length,
     /// A WRITE with immediate found no receive WQE (RL-11 on RC).
     NoReceive,
-    /// R_Key, access or bounds (C9-88, MP-04).
-    Remote(RemoteErr),
+    /// R_Key, access or bounds (C9-88, MP-04), with the receive WQE the last
+    /// (or only) packet of a WRITE with immediate had taken: the caller
+    /// decides its fate (RC completes it in error, UC puts it back).
+    Remote(RemoteErr, Option<(RecvWr, bool)>),
 }
 
 /// Places an RDMA WRITE packet of the message in `qp.resp.cur`
@@ -136,10 +138,7 @@ pub(super) fn write(
                 t.payload,
             )
         }) {
-            if let Some((w, s)) = recv {
-                put_back(qp, cx, w, s);
-            }
-            return Err(WriteFail::Remote(e));
+            return Err(WriteFail::Remote(e, recv));
         }
     }
     if let Some(InMsg::Write { placed, .. }) = &mut qp.resp.cur {
