@@ -458,16 +458,6 @@ pub(crate) fn liveness(dead: Duration) -> Option<(Duration, Duration)> {
 }
 
 impl Cli {
-    /// Parses `vhca`'s arguments (the first is the program); every error,
-    /// a bad value's too, carries the usage line.
-    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        units::parse_args(args)
-    }
-
     /// The fabric mode: `--fabric`/`--node` or `--tap`/`--mac` (the groups
     /// `ib` and `roce` keep them apart).
     fn mode(&self) -> Result<FabricMode, CliError> {

@@ -97,16 +97,6 @@ pub struct Common {
 }
 
 impl TopologyCli {
-    /// Parses `vhca topology`'s arguments (the first is the program); every
-    /// error, a bad value's too, carries the usage line.
-    pub fn parse_args<I, T>(args: I) -> Result<TopologyCli, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        crate::units::parse_args(args)
-    }
-
     /// The fabric file's text, or why it cannot be written (sizes that need
     /// each other: a clap error with the usage line).
     pub fn text(&self) -> Result<String, clap::Error> {
@@ -163,6 +153,7 @@ impl TopologyCli {
 mod tests {
     use super::*;
     use crate::fabric::FabricFile;
+    use crate::units::ParseArgs;
 
     fn run(args: &[&str]) -> Result<String, String> {
         let mut argv = vec!["vhca topology"];

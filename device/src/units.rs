@@ -155,26 +155,31 @@ pub fn on_off() -> impl TypedValueParser<Value = bool> {
     PossibleValuesParser::new(["on", "off"]).map(|s| s == "on")
 }
 
-/// Parses `P`'s arguments; a bad value's error carries the usage line too
-/// (clap adds it to missing or conflicting arguments, not to values): of the
-/// subcommand named in `args`, if any.
-pub fn parse_args<P, I, T>(args: I) -> Result<P, clap::Error>
-where
-    P: clap::Parser,
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    use clap::error::{ContextKind, ContextValue};
-    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-    P::try_parse_from(&args).map_err(|mut e| {
-        if e.use_stderr() && e.get(ContextKind::Usage).is_none() {
-            let sub = args.iter().skip(1).find_map(|a| a.to_str());
-            let usage = command_of::<P>(sub).render_usage();
-            e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
-        }
-        e
-    })
+/// `Cli::parse_args(args)` for `vhca`, `vhca switch` and `vhca topology`:
+/// clap's `try_parse_from` (the first argument is the program), but a bad
+/// value's error carries the usage line too (clap adds it to missing or
+/// conflicting arguments, not to values): of the subcommand named in `args`,
+/// if any.
+pub trait ParseArgs: clap::Parser {
+    fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::error::{ContextKind, ContextValue};
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        Self::try_parse_from(&args).map_err(|mut e| {
+            if e.use_stderr() && e.get(ContextKind::Usage).is_none() {
+                let sub = args.iter().skip(1).find_map(|a| a.to_str());
+                let usage = command_of::<Self>(sub).render_usage();
+                e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+            }
+            e
+        })
+    }
 }
+
+impl<P: clap::Parser> ParseArgs for P {}
 
 /// `P`'s command, or its subcommand `sub` if it has one of that name.
 fn command_of<P: clap::CommandFactory>(sub: Option<&str>) -> clap::Command {

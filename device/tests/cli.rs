@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use device::cli::{parse_mac, Cli, FabricMode};
+use device::units::ParseArgs;
 
 fn fabric_file(dir: &std::path::Path) -> std::path::PathBuf {
     let p = dir.join("fabric.toml");

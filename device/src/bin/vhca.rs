@@ -6,6 +6,7 @@
 use device::cli::Cli;
 use device::switch_proc::SwitchCli;
 use device::topology_cli::TopologyCli;
+use device::units::ParseArgs;
 
 fn init_log(level: log::LevelFilter) {
     env_logger::Builder::new()

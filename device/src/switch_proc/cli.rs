@@ -95,16 +95,6 @@ pub struct SwitchCli {
 }
 
 impl SwitchCli {
-    /// Parses `vhca switch`'s arguments (the first is the program); every
-    /// error, a bad value's too, carries the usage line.
-    pub fn parse_args<I, T>(args: I) -> Result<SwitchCli, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        crate::units::parse_args(args)
-    }
-
     /// Checks what clap's parsers could not; opens nothing but the fabric
     /// (and key) file. The error is clap's, with the usage line.
     pub fn check(&self) -> Result<Config, clap::Error> {
@@ -171,6 +161,7 @@ impl SwitchCli {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::ParseArgs;
     use std::time::Duration;
 
     fn cli(args: &[&str]) -> Result<Config, String> {
