@@ -40,6 +40,7 @@ use crate::units::{self, duration_in, legacy_duration_in, on_off, usage_error};
 /// line or a ring of switches: vhca topology (see vhca topology --help).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
+#[command(after_help = units::SYNTAX_HELP)]
 // The InfiniBand options and the RoCE ones exclude each other.
 #[command(group(ArgGroup::new("ib").args(["fabric", "node", "fabric_key_file"]).multiple(true)))]
 #[command(group(ArgGroup::new("roce").args(["tap", "mac", "vhost_user_net"]).multiple(true).conflicts_with("ib")))]

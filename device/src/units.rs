@@ -14,6 +14,11 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 
+/// What `--help` says below the options of `vhca` and `vhca switch`.
+pub const SYNTAX_HELP: &str =
+    "Durations are a number with ns, us, ms or s (100us, 2ms, 1.5s; 0 needs \
+     no unit). Sizes are bytes, or a whole number with K, M or G (binary: 1K = 1024, 256M, 1G).";
+
 /// What `--help` says about a duration's syntax.
 pub const DURATION_SYNTAX: &str = "a number with ns, us, ms or s, e.g. 100us, 2ms, 1.5s";
 

@@ -39,6 +39,11 @@ fn the_man_page_names_every_option_and_is_written_where_asked() {
             assert!(page.contains(&first), "help of {:?}: {first:?}", a.get_id());
         }
     }
+    // The syntax of durations and sizes, as --help gives it (issue 28 item 5).
+    assert!(
+        page.contains(device::units::SYNTAX_HELP),
+        "no syntax of durations"
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("vhca.1");
     let st = Command::new(env!("CARGO_BIN_EXE_vhca-man"))

@@ -37,6 +37,7 @@ use crate::fabric::{FabricFile, FabricKey};
     version,
     verbatim_doc_comment
 )]
+#[command(after_help = crate::units::SYNTAX_HELP)]
 pub struct SwitchCli {
     /// The fabric file (TOML) with the [[switch]] and [[link]] tables.
     #[arg(long, value_name = "FILE")]
@@ -186,6 +187,8 @@ mod tests {
             Some((Duration::from_secs(1), Duration::from_secs(5)))
         );
         assert_eq!(c.busy_poll, Duration::from_micros(500));
+        let help = SwitchCli::try_parse_from(["vhca switch", "--help"]).unwrap_err();
+        assert!(help.to_string().contains(crate::units::SYNTAX_HELP));
         let c = cli(&["--switch", "sw0", "--busy-poll", "0"]).unwrap();
         assert_eq!(c.busy_poll, Duration::ZERO);
         // The old spellings, a bare number in their old unit.
