@@ -211,7 +211,7 @@ if [ "$sweep_only" = 0 ] && [ "$ready" = 1 ]; then
     # their links' (the veth's where a path crosses hosts; a port's own MTU
     # is its cable's only).
     "$driver" traffic --dir "$out" --nodes "1..$nodes" --path-mtu "$path_mtu" --cut-file "$out/cut" --streams 8 \
-        --after-cut 10 >"$out/driver-traffic.log" 2>&1 &
+        --after-cut 10s >"$out/driver-traffic.log" 2>&1 &
     drv=$!
     for _ in $(seq 1200); do [ -e "$out/streaming" ] && break; kill -0 "$drv" 2>/dev/null || break; sleep 0.5; done
     if [ -e "$out/streaming" ]; then

@@ -8,12 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{ArgAction, ArgGroup, Parser};
 
 use transport::wire::roce::MacAddr;
 
 use crate::counters_out::CountersFormat;
 use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
+use crate::units::{self, duration_in, legacy_duration_in, on_off, usage_error};
 
 /// A virtual InfiniBand HCA: serves one PCI function to QEMU over vfio-user and
 /// moves its port's packets over a UDP fabric (native InfiniBand, the default)
@@ -39,6 +40,10 @@ use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
 /// line or a ring of switches: vhca topology (see vhca topology --help).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
+#[command(after_help = units::SYNTAX_HELP)]
+// The InfiniBand options and the RoCE ones exclude each other.
+#[command(group(ArgGroup::new("ib").args(["fabric", "node", "fabric_key_file"]).multiple(true)))]
+#[command(group(ArgGroup::new("roce").args(["tap", "mac", "vhost_user_net"]).multiple(true).conflicts_with("ib")))]
 pub struct Cli {
     /// Path of the vfio-user UNIX socket to listen on. A stale socket file left by
     /// an earlier run is replaced; its folder must exist.
@@ -53,7 +58,7 @@ pub struct Cli {
     /// add lmc = N (it owns 2^N LIDs from its lid) and pkeys = ["0xffff", ...]
     /// (its P_Key table, bit 15 = full member; a top-level pkeys is every
     /// node's). The port is active while other nodes are heard (a keepalive
-    /// each second; down after 5 s of silence, see --peer-silence-ms).
+    /// each second; down after 5 s of silence, see --peer-silence).
     /// A top-level sl2vl = [16 VLs] is the ports' SL-to-VL table (data VLs
     /// 0-7; default all 0), a [vl_arb] table with high = [[VL, weight], ...],
     /// low = [...] (weights in 64-byte units) and high_limit (4 KiB units)
@@ -64,11 +69,11 @@ pub struct Cli {
     /// is the largest the network under it carries without IP fragments
     /// (1024 on 1500 bytes, 4096 on 9000 or loopback); a top-level
     /// mtu = 256..4096 lowers it, never raises it.
-    #[arg(long, value_name = "FILE", conflicts_with = "tap")]
+    #[arg(long, value_name = "FILE", requires = "node")]
     pub fabric: Option<PathBuf>,
 
     /// InfiniBand mode: this device's node name in the fabric file.
-    #[arg(long, value_name = "NAME", conflicts_with = "tap")]
+    #[arg(long, value_name = "NAME", requires = "fabric")]
     pub node: Option<String>,
 
     /// InfiniBand mode: authenticate every datagram with the fabric key in
@@ -77,25 +82,20 @@ pub struct Cli {
     /// per datagram, so that whoever can reach the UDP port but lacks the key
     /// cannot inject or replay packets. Overrides the fabric file's key or
     /// key_file. Off by default (a fabric inside one host needs no key).
-    #[arg(
-        long,
-        value_name = "FILE",
-        conflicts_with = "tap",
-        verbatim_doc_comment
-    )]
+    #[arg(long, value_name = "FILE", verbatim_doc_comment)]
     pub fabric_key_file: Option<PathBuf>,
 
     /// RoCE mode: the port is Ethernet with RoCEv2, on this TAP device (opened,
     /// or created if missing; bring it up and plug it into a bridge yourself).
     /// RoCEv2 frames for --mac go to the HCA, every other frame to and from the
     /// VM's virtio-net (--vhost-user-net).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "mac", value_parser = parse_tap)]
     pub tap: Option<String>,
 
     /// RoCE mode: the port's MAC address, XX:XX:XX:XX:XX:XX (also the MAC the
     /// VM's virtio-net reports; give QEMU's virtio-net-pci the same mac=).
-    #[arg(long, value_name = "MAC", requires = "tap")]
-    pub mac: Option<String>,
+    #[arg(long, value_name = "MAC", requires = "tap", value_parser = parse_mac)]
+    pub mac: Option<MacAddr>,
 
     /// RoCE mode: serve a vhost-user-net backend on this UNIX socket for QEMU's
     /// `-netdev vhost-user` (a stale socket file is replaced; served again after
@@ -111,23 +111,24 @@ pub struct Cli {
 
     /// Inject faults on this device's link, for tests and demos:
     /// comma-separated key=value from drop, dup, reorder, corrupt (rates 0..1),
-    /// delay (e.g. 100us, 2ms), delay_rate (0..1), seed (integer),
+    /// delay (ns, us, ms or s, e.g. 100us, 2ms), delay_rate (0..1), seed (integer),
     /// drop_dlid (a LID: every InfiniBand packet to it is lost, a dead path),
     /// drop_dlid_after (N: the path to drop_dlid dies after N packets to it).
     /// Example: --fault drop=0.05,dup=0.02,reorder=0.02,seed=7
-    #[arg(long, value_name = "SPEC", verbatim_doc_comment)]
-    pub fault: Option<String>,
+    #[arg(long, value_name = "SPEC", verbatim_doc_comment, value_parser = parse_fault)]
+    pub fault: Option<FaultSpec>,
 
     /// Log level: error, warn, info, debug or trace. RUST_LOG, when set,
     /// overrides it (and may name modules, e.g. RUST_LOG=device::cmdq=debug).
-    #[arg(long, value_name = "LEVEL", default_value = "info")]
-    pub log: String,
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = parse_log)]
+    pub log: log::LevelFilter,
 
     /// Print the device's counters (per port and per drop reason) to stderr every
-    /// SECS seconds, in the --counters-format; they are also printed when the
-    /// process exits. Also the period of --counters-file.
-    #[arg(long, value_name = "SECS")]
-    pub counters_every: Option<u64>,
+    /// DURATION (e.g. 1s, 500ms; a bare number counts seconds), in the
+    /// --counters-format; they are also printed when the process exits. Also
+    /// the period of --counters-file. At least 100ms.
+    #[arg(long, value_name = "DURATION", value_parser = counters_every())]
+    pub counters_every: Option<Duration>,
 
     /// The format of the counters printed to stderr (--counters-every and the
     /// exit report): `text` for people, or `json`, one JSON object per line.
@@ -142,27 +143,40 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub counters_file: Option<PathBuf>,
 
-    /// How long (microseconds) the data path keeps polling the doorbells after
-    /// its last work before it sleeps and asks the driver to ring WAKE. Longer
-    /// saves WAKE round trips under steady traffic; shorter leaves the CPU to
-    /// others sooner (0 = sleep as soon as idle). At most 1000000.
-    #[arg(long, value_name = "USECS", default_value_t = 500)]
-    pub busy_poll_us: u64,
+    /// How long the data path keeps polling the doorbells after its last
+    /// work before it sleeps and asks the driver to ring WAKE (a duration,
+    /// e.g. 500us, 1ms). Longer saves WAKE round trips under steady traffic;
+    /// shorter leaves the CPU to others sooner (0 = sleep as soon as idle).
+    /// At most 1s.
+    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = busy_poll())]
+    pub busy_poll: Duration,
 
-    /// RC loss recovery: `on` (default) sends a probe when nothing was
-    /// acknowledged for about two round trips, so a lost tail is resent
-    /// without waiting for the local ACK timeout (issue 14); `off` leaves
-    /// recovery to the ACK timer and sequence NAKs alone (for comparison).
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-    pub loss_probes: String,
+    /// The old spelling of --busy-poll: microseconds.
+    #[arg(long, value_name = "USECS", hide = true, conflicts_with = "busy_poll", value_parser = busy_poll_us())]
+    pub busy_poll_us: Option<Duration>,
 
-    /// RC end-to-end credits (RL-13): `on` (default) reports the receive
-    /// queue's free WQEs in every ACK and keeps each sender within what its
-    /// peer reports, so a receiver short of buffers holds its sender back
-    /// instead of sending RNR NAKs; `off` sends no count and ignores the
-    /// peer's (for comparison).
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-    pub credits: String,
+    /// RC loss recovery: no probes. By default a probe goes out when nothing
+    /// was acknowledged for about two round trips, so a lost tail is resent
+    /// without waiting for the local ACK timeout (issue 14); with this flag
+    /// recovery is left to the ACK timer and sequence NAKs (for comparison).
+    #[arg(long = "no-loss-probes", action = ArgAction::SetFalse)]
+    pub loss_probes: bool,
+
+    /// The old form of --no-loss-probes: `--loss-probes on|off`.
+    #[arg(long = "loss-probes", value_name = "on|off", hide = true, conflicts_with = "loss_probes", value_parser = on_off())]
+    pub loss_probes_on_off: Option<bool>,
+
+    /// RC end-to-end credits (RL-13) off. By default every ACK reports the
+    /// receive queue's free WQEs and each sender keeps within what its peer
+    /// reports, so a receiver short of buffers holds its sender back instead
+    /// of sending RNR NAKs; with this flag no count is sent and the peer's
+    /// is ignored (for comparison).
+    #[arg(long = "no-credits", action = ArgAction::SetFalse)]
+    pub credits: bool,
+
+    /// The old form of --no-credits: `--credits on|off`.
+    #[arg(long = "credits", value_name = "on|off", hide = true, conflicts_with = "credits", value_parser = on_off())]
+    pub credits_on_off: Option<bool>,
 
     /// Automatic path migration (AD-10): an RC QP whose alternate path is
     /// armed moves to it after this many local ACK timeouts in a row on its
@@ -171,44 +185,61 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=8))]
     pub apm_timeouts: u8,
 
-    /// The least time (microseconds) without an acknowledgement before a loss
-    /// probe, whatever the measured round trip. A busy host that deschedules
-    /// a peer for milliseconds makes shorter probes spurious, and each costs
-    /// throughput; longer ones recover a lost tail later (still well before
-    /// the ACK timeout). Each QP raises its own floor above this one when
-    /// its probes prove spurious (`--loss-probe-adapt`). 10..=1000000.
-    #[arg(long, value_name = "USECS", default_value_t = 1000)]
-    pub loss_probe_min_us: u64,
+    /// The least time without an acknowledgement before a loss probe (a
+    /// duration, e.g. 1ms, 500us), whatever the measured round trip. A busy
+    /// host that deschedules a peer for milliseconds makes shorter probes
+    /// spurious, and each costs throughput; longer ones recover a lost tail
+    /// later (still well before the ACK timeout). Each QP raises its own
+    /// floor above this one when its probes prove spurious (unless
+    /// `--no-loss-probe-adapt`). From 10us to 1s.
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = loss_probe_min())]
+    pub loss_probe_min: Duration,
 
-    /// RC loss recovery: `on` (default) lets each QP raise its probe floor
-    /// above `--loss-probe-min-us` when its probes prove spurious (the
-    /// original was answered too: the peer was only late) and lower it back
-    /// when they prove useful; `off` keeps the floor fixed.
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-    pub loss_probe_adapt: String,
+    /// The old spelling of --loss-probe-min: microseconds.
+    #[arg(long, value_name = "USECS", hide = true, conflicts_with = "loss_probe_min", value_parser = loss_probe_min_us())]
+    pub loss_probe_min_us: Option<Duration>,
 
-    /// RC loss recovery: `on` (default) lets a go-back answer the sequence
-    /// NAKs that come within a round trip for PSNs it already resends (a
-    /// reordered packet provokes two); `off` goes back again for each.
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-    pub loss_go_back_bound: String,
+    /// RC loss recovery: keep the probe floor fixed. By default each QP
+    /// raises its probe floor above `--loss-probe-min` when its probes prove
+    /// spurious (the original was answered too: the peer was only late) and
+    /// lowers it back when they prove useful.
+    #[arg(long = "no-loss-probe-adapt", action = ArgAction::SetFalse)]
+    pub loss_probe_adapt: bool,
+
+    /// The old form of --no-loss-probe-adapt: `--loss-probe-adapt on|off`.
+    #[arg(long = "loss-probe-adapt", value_name = "on|off", hide = true, conflicts_with = "loss_probe_adapt", value_parser = on_off())]
+    pub loss_probe_adapt_on_off: Option<bool>,
+
+    /// RC loss recovery: go back again for every sequence NAK. By default a
+    /// go-back answers the sequence NAKs that come within a round trip for
+    /// PSNs it already resends (a reordered packet provokes two).
+    #[arg(long = "no-loss-go-back-bound", action = ArgAction::SetFalse)]
+    pub loss_go_back_bound: bool,
+
+    /// The old form of --no-loss-go-back-bound: `--loss-go-back-bound on|off`.
+    #[arg(long = "loss-go-back-bound", value_name = "on|off", hide = true, conflicts_with = "loss_go_back_bound", value_parser = on_off())]
+    pub loss_go_back_bound_on_off: Option<bool>,
     /// Host memory the device may hold for its guest: MR page lists, the WQEs
     /// taken from the guest's rings, QP and responder state (bytes, or with a
-    /// K, M or G suffix). Past it, registrations and QP creations fail with
+    /// K, M or G suffix: binary, 1K = 1024). Past it, registrations and QP creations fail with
     /// NO_RESOURCES (ENOMEM) and new WQEs wait in their rings; each refusal is
     /// counted (ARCHITECTURE.md §9). The device's limits (QUERY_DEVICE) never
     /// promise more. At least 4M.
-    #[arg(long, value_name = "SIZE", default_value = "256M")]
-    pub mem_budget: String,
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = units::size_at_least(MIN_MEM_BUDGET))]
+    pub mem_budget: u64,
 
-    /// InfiniBand mode: after this long (milliseconds) without a datagram
-    /// from any other node of the fabric the port is down (a port error
-    /// event, QUERY_PORT Down) until one is heard again (port active).
+    /// InfiniBand mode: after this long (a duration, e.g. 5s, 500ms) without
+    /// a datagram from any other node of the fabric the port is down (a port
+    /// error event, QUERY_PORT Down) until one is heard again (port active).
     /// Every node sends a keepalive to the others each second (each fifth
     /// of this, if that is shorter). 0: the port never goes down; else
-    /// 100..=3600000.
-    #[arg(long, value_name = "MSECS", default_value_t = 5000)]
-    pub peer_silence_ms: u64,
+    /// from 100ms to 3600s.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = peer_silence())]
+    pub peer_silence: Duration,
+
+    /// The old spelling of --peer-silence: milliseconds.
+    #[arg(long, value_name = "MSECS", hide = true, conflicts_with = "peer_silence", value_parser = peer_silence_ms())]
+    pub peer_silence_ms: Option<Duration>,
 
     /// RC request packets the port keeps in flight to each destination (a
     /// peer's LID, or GID on RoCE) over all the QPs to it (0: no bound).
@@ -220,13 +251,17 @@ pub struct Cli {
     #[arg(long, value_name = "PACKETS", default_value_t = transport::engine::DEFAULT_PORT_WINDOW)]
     pub port_window: u32,
 
-    /// RC/XRC receive reorder hold (microseconds; 0: off): a packet that
-    /// arrives one PSN ahead of the one its QP expects waits this long for
-    /// the packet it overtook, so that a swap of two packets on the fabric
-    /// costs no sequence NAK and go-back (or READ re-request). At most 16
-    /// packets are held per port. 0..=10000.
-    #[arg(long, value_name = "USECS", default_value_t = transport::engine::DEFAULT_REORDER_HOLD_NS / 1000)]
-    pub reorder_hold_us: u64,
+    /// RC/XRC receive reorder hold (a duration, e.g. 50us; 0: off): a packet
+    /// that arrives one PSN ahead of the one its QP expects waits this long
+    /// for the packet it overtook, so that a swap of two packets on the
+    /// fabric costs no sequence NAK and go-back (or READ re-request). At
+    /// most 16 packets are held per port. At most 10ms.
+    #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = reorder_hold())]
+    pub reorder_hold: Duration,
+
+    /// The old spelling of --reorder-hold: microseconds.
+    #[arg(long, value_name = "USECS", hide = true, conflicts_with = "reorder_hold", value_parser = reorder_hold_us())]
+    pub reorder_hold_us: Option<Duration>,
 }
 
 /// The man page vhca(1) in roff, from the same definition as `--help`
@@ -243,20 +278,8 @@ pub fn man_page() -> Vec<u8> {
 /// The smallest `--mem-budget`: room for the GSI QP, some MRs and WQEs.
 pub const MIN_MEM_BUDGET: u64 = 4 << 20;
 
-/// Parses a size: bytes, or a number with a K, M or G suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, shift) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 30),
-        _ => (t, 0),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1u64 << shift))
-        .ok_or_else(|| format!("{s}: not a size (bytes, or a number with K, M or G)"))
-}
+/// The size syntax of every option lives in [`crate::units`].
+pub use crate::units::parse_size;
 
 /// Where the port's packets go.
 #[derive(Debug, Clone)]
@@ -292,23 +315,23 @@ pub struct Config {
     pub counters_file: Option<PathBuf>,
     pub busy_poll: Duration,
     pub loss_probes: bool,
-    /// `--credits on`.
+    /// Not `--no-credits`.
     pub credits: bool,
     /// `--apm-timeouts` (AD-10).
     pub apm_timeouts: u8,
     pub loss_probe_min: Duration,
-    /// `--loss-probe-adapt on`.
+    /// Not `--no-loss-probe-adapt`.
     pub loss_probe_adapt: bool,
-    /// `--loss-go-back-bound on`.
+    /// Not `--no-loss-go-back-bound`.
     pub loss_go_back_bound: bool,
     /// Host bytes the device may hold for its guest (`--mem-budget`).
     pub mem_budget: u64,
-    /// `--peer-silence-ms` (AE-01): the keepalive period and the silence
+    /// `--peer-silence` (AE-01): the keepalive period and the silence
     /// after which the ib-udp port is down; `None`: never down.
     pub liveness: Option<(Duration, Duration)>,
     /// `--port-window`.
     pub port_window: u32,
-    /// `--reorder-hold-us`.
+    /// `--reorder-hold`.
     pub reorder_hold: Duration,
 }
 
@@ -370,55 +393,76 @@ fn check_socket_path(arg: &str, p: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `--tap NAME`: an interface name.
+fn parse_tap(tap: &str) -> Result<String, String> {
+    if tap.is_empty() || tap.len() >= 16 || tap.contains(['/', ' ', '\0']) {
+        return Err("not an interface name (1 to 15 characters, no '/' or space)".into());
+    }
+    Ok(tap.to_string())
+}
+
+/// `--fault SPEC`.
+fn parse_fault(spec: &str) -> Result<FaultSpec, String> {
+    spec.parse::<FaultSpec>().map_err(|e| e.to_string())
+}
+
 /// `--log LEVEL` (`vhca` and `vhca switch`).
-pub(crate) fn check_log(level: &str) -> Result<log::LevelFilter, CliError> {
-    level.parse::<log::LevelFilter>().map_err(|_| {
-        CliError(format!(
-            "--log {level}: not a level (error, warn, info, debug, trace, off)"
-        ))
-    })
+pub(crate) fn parse_log(level: &str) -> Result<log::LevelFilter, String> {
+    level
+        .parse::<log::LevelFilter>()
+        .map_err(|_| "not a level (error, warn, info, debug, trace, off)".into())
 }
 
-/// `--counters-every SECS` (`vhca` and `vhca switch`).
-pub(crate) fn check_counters_every(secs: Option<u64>) -> Result<Option<Duration>, CliError> {
-    match secs {
-        Some(0) => Err(CliError(
-            "--counters-every 0: give a period of at least 1 second".into(),
-        )),
-        s => Ok(s.map(Duration::from_secs)),
-    }
+// The durations' ranges, shared by `vhca` and `vhca switch`; each old
+// `--*-us`/`--*-ms` spelling takes the same range and a bare number in its
+// old unit.
+const US: Duration = Duration::from_micros(1);
+const MS: Duration = Duration::from_millis(1);
+const BUSY_POLL: std::ops::RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(1);
+const PEER_SILENCE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(3600);
+
+pub(crate) fn busy_poll() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    duration_in(BUSY_POLL, false)
+}
+pub(crate) fn busy_poll_us() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    legacy_duration_in(US, BUSY_POLL, false)
+}
+/// `--counters-every`: a bare number counts seconds, its old unit.
+pub(crate) fn counters_every() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    let s = Duration::from_secs(1);
+    legacy_duration_in(s, Duration::from_millis(100)..=s * 86_400, false)
+}
+pub(crate) fn peer_silence() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    duration_in(PEER_SILENCE, true)
+}
+pub(crate) fn peer_silence_ms() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    legacy_duration_in(MS, PEER_SILENCE, true)
+}
+fn loss_probe_min() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    duration_in(US * 10..=Duration::from_secs(1), false)
+}
+fn loss_probe_min_us() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    legacy_duration_in(US, US * 10..=Duration::from_secs(1), false)
+}
+fn reorder_hold() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    duration_in(Duration::ZERO..=MS * 10, false)
+}
+fn reorder_hold_us() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    legacy_duration_in(US, Duration::ZERO..=MS * 10, false)
 }
 
-/// `--peer-silence-ms` (AE-01; `vhca` and `vhca switch`): the keepalive
-/// period and the silence after which the link is down, or none.
-pub(crate) fn check_peer_silence(ms: u64) -> Result<Option<(Duration, Duration)>, CliError> {
-    match ms {
-        0 => Ok(None),
-        ms if (100..=3_600_000).contains(&ms) => {
-            let dead = Duration::from_millis(ms);
-            Ok(Some((Duration::from_secs(1).min(dead / 5), dead)))
-        }
-        ms => Err(CliError(format!(
-            "--peer-silence-ms {ms}: 0 (never down) or 100 to 3600000"
-        ))),
-    }
+/// `--peer-silence` (AE-01; `vhca` and `vhca switch`): the keepalive
+/// period and the silence after which the link is down, or none (0).
+pub(crate) fn liveness(dead: Duration) -> Option<(Duration, Duration)> {
+    (!dead.is_zero()).then(|| (Duration::from_secs(1).min(dead / 5), dead))
 }
 
 impl Cli {
-    /// The fabric mode: `--fabric`/`--node` or `--tap`/`--mac`.
+    /// The fabric mode: `--fabric`/`--node` or `--tap`/`--mac` (the groups
+    /// `ib` and `roce` keep them apart).
     fn mode(&self) -> Result<FabricMode, CliError> {
-        if let Some(tap) = &self.tap {
-            if tap.is_empty() || tap.len() >= 16 || tap.contains(['/', ' ', '\0']) {
-                return Err(CliError(format!(
-                    "--tap {tap}: not an interface name (1 to 15 characters, no '/' or space)"
-                )));
-            }
-            let Some(mac) = &self.mac else {
-                return Err(CliError(
-                    "--tap needs --mac XX:XX:XX:XX:XX:XX (the port's MAC address)".into(),
-                ));
-            };
-            let mac = parse_mac(mac).map_err(|e| CliError(format!("--mac {e}")))?;
+        if let (Some(tap), Some(mac)) = (&self.tap, self.mac) {
             if let Some(p) = &self.vhost_user_net {
                 check_socket_path("--vhost-user-net", p)?;
                 if *p == self.socket {
@@ -463,22 +507,25 @@ impl Cli {
         })
     }
 
-    /// Checks every argument; opens nothing but the fabric file.
-    pub fn check(&self) -> Result<Config, CliError> {
+    /// Checks what clap's parsers could not (files, and values that need
+    /// each other); opens nothing but the fabric file. The error is clap's,
+    /// with the usage line.
+    pub fn check(&self) -> Result<Config, clap::Error> {
+        if self.fabric.is_none() && self.tap.is_none() {
+            return Err(<Cli as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "give --fabric FILE --node NAME (InfiniBand) or --tap NAME --mac MAC (RoCE)",
+            ));
+        }
+        self.checked().map_err(|e| usage_error::<Cli>(None, e))
+    }
+
+    fn checked(&self) -> Result<Config, CliError> {
         check_socket_path("--socket", &self.socket)?;
         let mode = self.mode()?;
         if let Some(c) = &self.capture {
             parent_exists("--capture", c)?;
         }
-        let fault = match &self.fault {
-            Some(s) => Some(
-                s.parse::<FaultSpec>()
-                    .map_err(|e| CliError(format!("--fault {s}: {e}")))?,
-            ),
-            None => None,
-        };
-        let log = check_log(&self.log)?;
-        let counters_every = check_counters_every(self.counters_every)?;
         let counters_format = self
             .counters_format
             .parse::<CountersFormat>()
@@ -492,53 +539,29 @@ impl Cli {
                 )));
             }
         }
-        if !(10..=1_000_000).contains(&self.loss_probe_min_us) {
-            return Err(CliError(format!(
-                "--loss-probe-min-us {}: from 10 to 1000000",
-                self.loss_probe_min_us
-            )));
-        }
-        if self.reorder_hold_us > 10_000 {
-            return Err(CliError(format!(
-                "--reorder-hold-us {}: from 0 to 10000",
-                self.reorder_hold_us
-            )));
-        }
-        if self.busy_poll_us > 1_000_000 {
-            return Err(CliError(format!(
-                "--busy-poll-us {}: at most 1000000 (one second)",
-                self.busy_poll_us
-            )));
-        }
-        let liveness = check_peer_silence(self.peer_silence_ms)?;
-        let mem_budget =
-            parse_size(&self.mem_budget).map_err(|e| CliError(format!("--mem-budget {e}")))?;
-        if mem_budget < MIN_MEM_BUDGET {
-            return Err(CliError(format!(
-                "--mem-budget {}: at least 4M",
-                self.mem_budget
-            )));
-        }
+        // An old spelling, when given, wins over the new one's default (clap
+        // refuses both given).
+        let on = |flag: bool, old: Option<bool>| old.unwrap_or(flag);
         Ok(Config {
-            liveness,
-            mem_budget,
-            busy_poll: Duration::from_micros(self.busy_poll_us),
-            loss_probes: self.loss_probes == "on",
-            credits: self.credits == "on",
+            liveness: liveness(self.peer_silence_ms.unwrap_or(self.peer_silence)),
+            mem_budget: self.mem_budget,
+            busy_poll: self.busy_poll_us.unwrap_or(self.busy_poll),
+            loss_probes: on(self.loss_probes, self.loss_probes_on_off),
+            credits: on(self.credits, self.credits_on_off),
             apm_timeouts: self.apm_timeouts,
-            loss_probe_min: Duration::from_micros(self.loss_probe_min_us),
-            loss_probe_adapt: self.loss_probe_adapt == "on",
-            loss_go_back_bound: self.loss_go_back_bound == "on",
+            loss_probe_min: self.loss_probe_min_us.unwrap_or(self.loss_probe_min),
+            loss_probe_adapt: on(self.loss_probe_adapt, self.loss_probe_adapt_on_off),
+            loss_go_back_bound: on(self.loss_go_back_bound, self.loss_go_back_bound_on_off),
             socket: self.socket.clone(),
             mode,
             capture: self.capture.clone(),
-            fault,
-            log,
-            counters_every,
+            fault: self.fault,
+            log: self.log,
+            counters_every: self.counters_every,
             counters_format,
             counters_file: self.counters_file.clone(),
             port_window: self.port_window,
-            reorder_hold: Duration::from_micros(self.reorder_hold_us),
+            reorder_hold: self.reorder_hold_us.unwrap_or(self.reorder_hold),
         })
     }
 }

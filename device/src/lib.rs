@@ -39,3 +39,4 @@ pub mod ring;
 pub mod run;
 pub mod switch_proc;
 pub mod topology_cli;
+pub mod units;

@@ -36,7 +36,7 @@ pub(crate) mod sleep;
 use data_path::data_path;
 
 /// How long the data path keeps polling after the last work before it sleeps,
-/// unless `--busy-poll-us` says otherwise.
+/// unless `--busy-poll` says otherwise.
 pub const BUSY_POLL: Duration = Duration::from_micros(500);
 
 /// What one batch of commands may do under the core lock, on the BAR0 write
@@ -716,7 +716,7 @@ fn ib_udp_link(
     use crate::fabric::{UdpLink, TRAILER_LEN};
     let mut udp = UdpLink::bind(fabric, &node.name)?;
     let mtu = udp.port_mtu(if key.is_some() { TRAILER_LEN } else { 0 })?;
-    // AE-01: keepalive period and dead time (`--peer-silence-ms`).
+    // AE-01: keepalive period and dead time (`--peer-silence`).
     udp.set_liveness(liveness);
     if let Some(b) = fabric.rx_buffer() {
         udp.set_recv_buffer(b);

@@ -1,10 +1,10 @@
 //! `vhca topology`'s command line (issue 27 item 1): which shape, how big,
 //! from which UDP port; prints the fabric file (`fabric::topology_text`) to
-//! stdout. Every problem is one line naming the argument.
+//! stdout. Every problem is a clap error with the usage line, naming the
+//! argument.
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::cli::CliError;
 use crate::fabric::{topology_text, Shape, Topology};
 use crate::mgmt::SubnetMode;
 
@@ -71,8 +71,8 @@ pub struct Chain {
 #[derive(Debug, Clone, Args)]
 pub struct Common {
     /// The first UDP port on 127.0.0.1 (the HCAs', then the switches').
-    #[arg(long, value_name = "PORT", default_value_t = 30000)]
-    pub base_port: u64,
+    #[arg(long, value_name = "PORT", default_value_t = 30000, value_parser = clap::value_parser!(u16).range(1..))]
+    pub base_port: u16,
     /// `static` (the file's LIDs and shortest-path routes, no SM) or `sm`
     /// (ports wait for a subnet manager).
     #[arg(long, value_name = "static|sm", default_value = "static", value_parser = ["static", "sm"])]
@@ -92,13 +92,19 @@ pub struct Common {
     /// that is a multiple of 2^LMC. On a fat tree with 2^LMC a multiple of
     /// the spines, static routing sends LID base + j through spine j: base
     /// and base + 1 are disjoint paths (APM's primary and alternate).
-    #[arg(long, value_name = "LMC", default_value_t = 0)]
+    #[arg(long, value_name = "LMC", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=7))]
     pub lmc: u8,
 }
 
 impl TopologyCli {
-    /// The fabric file's text, or the one-line reason it cannot be written.
-    pub fn text(&self) -> Result<String, CliError> {
+    /// The fabric file's text, or why it cannot be written (sizes that need
+    /// each other: a clap error with the usage line).
+    pub fn text(&self) -> Result<String, clap::Error> {
+        let sub = match &self.shape {
+            ShapeCmd::FatTree { .. } => "fat-tree",
+            ShapeCmd::Line(_) => "line",
+            ShapeCmd::Ring(_) => "ring",
+        };
         let (shape, common) = match &self.shape {
             ShapeCmd::FatTree {
                 leaves,
@@ -128,15 +134,6 @@ impl TopologyCli {
                 &c.common,
             ),
         };
-        let base_port = u16::try_from(common.base_port)
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| {
-                CliError(format!(
-                    "--base-port {}: a UDP port, 1..=65535",
-                    common.base_port
-                ))
-            })?;
         let subnet = if common.subnet == "sm" {
             SubnetMode::Sm
         } else {
@@ -146,9 +143,9 @@ impl TopologyCli {
             hosts: common.machines.clone(),
             key_file: common.key_file.clone(),
             lmc: common.lmc,
-            ..Topology::new(shape, base_port, subnet)
+            ..Topology::new(shape, common.base_port, subnet)
         })
-        .map_err(|e| CliError(e.0))
+        .map_err(|e| crate::units::usage_error::<TopologyCli>(Some(sub), e.0))
     }
 }
 
@@ -156,18 +153,19 @@ impl TopologyCli {
 mod tests {
     use super::*;
     use crate::fabric::FabricFile;
+    use crate::units::ParseArgs;
 
     fn run(args: &[&str]) -> Result<String, String> {
         let mut argv = vec!["vhca topology"];
         argv.extend_from_slice(args);
-        TopologyCli::try_parse_from(argv)
+        TopologyCli::parse_args(argv)
             .map_err(|e| e.to_string())?
             .text()
             .map_err(|e| e.to_string())
     }
 
     #[test]
-    fn vhca_topology_writes_each_shape_and_refuses_bad_arguments_in_one_line() {
+    fn vhca_topology_writes_each_shape_and_refuses_bad_arguments_with_the_usage_line() {
         let t = run(&[
             "fat-tree",
             "--leaves",
@@ -219,7 +217,7 @@ mod tests {
                     "--base-port",
                     "70000",
                 ],
-                "--base-port 70000: a UDP port, 1..=65535",
+                "'--base-port <PORT>': 70000 is not in 1..=65535",
             ),
             (
                 &["ring", "--switches", "3", "--hosts", "40"],
@@ -239,7 +237,9 @@ mod tests {
             ),
         ] {
             let e = run(args).unwrap_err();
-            assert!(e.contains(why) && e.lines().count() == 1, "{args:?}: {e}");
+            assert!(e.contains(why), "{args:?}: {e}");
+            let usage = format!("\nUsage: vhca topology {} ", args[0]);
+            assert!(e.contains(&usage), "{args:?}: {e}");
         }
     }
 }

@@ -1,7 +1,9 @@
-//! The `vhca` command line: every bad argument is one line naming the argument.
+//! The `vhca` command line: every bad argument is a clap error with the usage
+//! line, naming the argument (issue 28 item 5).
 
 use clap::Parser;
 use device::cli::{parse_mac, Cli, FabricMode};
+use device::units::ParseArgs;
 
 fn fabric_file(dir: &std::path::Path) -> std::path::PathBuf {
     let p = dir.join("fabric.toml");
@@ -14,8 +16,18 @@ fn fabric_file(dir: &std::path::Path) -> std::path::PathBuf {
     p
 }
 
+/// A clap error: `error: ...` naming the argument, then the usage line.
+fn assert_clap_error(e: &str, names: &str, args: &[&str]) {
+    assert!(e.starts_with("error: "), "{args:?}: {e}");
+    assert!(e.contains(names), "{args:?}: {e:?} lacks {names:?}");
+    assert!(
+        e.contains("\nUsage: vhca "),
+        "{args:?}: no usage line in {e}"
+    );
+}
+
 fn check(args: &[&str]) -> Result<device::cli::Config, String> {
-    let cli = Cli::try_parse_from(std::iter::once("vhca").chain(args.iter().copied()))
+    let cli = Cli::parse_args(std::iter::once("vhca").chain(args.iter().copied()))
         .map_err(|e| e.to_string())?;
     cli.check().map_err(|e| e.to_string())
 }
@@ -36,8 +48,8 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
         "drop=0.05,seed=3",
         "--log",
         "debug",
-        "--busy-poll-us",
-        "50",
+        "--busy-poll",
+        "50us",
         "--mem-budget",
         "64M",
     ])
@@ -129,7 +141,7 @@ fn cli_bad_arguments_are_one_line_errors_naming_the_argument() {
             vec![
                 "--socket", s, "--fabric", fs, "--node", "a", "--log", "loud",
             ],
-            "--log loud",
+            "--log <LEVEL>",
         ),
         (
             vec![
@@ -256,14 +268,7 @@ fn cli_bad_arguments_are_one_line_errors_naming_the_argument() {
     ];
     for (args, want) in cases {
         let e = check(&args).expect_err(&format!("{args:?} accepted"));
-        if e.starts_with("error:") {
-            // clap's own parse errors: a short paragraph naming the argument.
-            assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
-        } else {
-            // Our own checks: exactly one line.
-            assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
-            assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
-        }
+        assert_clap_error(&e, want, &args);
     }
 }
 
@@ -280,7 +285,10 @@ fn cli_help_explains_every_argument() {
         "--fault",
         "--log",
         "--counters-every",
-        "--busy-poll-us",
+        "--busy-poll",
+        "--peer-silence",
+        "--no-loss-probes",
+        "--no-credits",
         "--mem-budget",
         "--tap",
         "--mac",
@@ -410,10 +418,7 @@ fn cli_tap_mode_errors_name_the_argument() {
     ];
     for (args, want) in cases {
         let e = check(&args).expect_err(&format!("{args:?} accepted"));
-        if !e.starts_with("error:") {
-            assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
-        }
-        assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
+        assert_clap_error(&e, want, &args);
     }
     assert_eq!(parse_mac("02-00-00-00-00-0A"), Ok([2, 0, 0, 0, 0, 10]));
 }
@@ -429,12 +434,22 @@ fn ae_01_peer_silence_sets_the_liveness_or_turns_it_off() {
     let s = std::time::Duration::from_secs;
     let ms = std::time::Duration::from_millis;
     assert_eq!(with(&[]).unwrap().liveness, Some((s(1), s(5))));
+    let c = with(&["--peer-silence", "500ms"]).unwrap();
+    assert_eq!(c.liveness, Some((ms(100), ms(500))));
+    assert_eq!(with(&["--peer-silence", "0"]).unwrap().liveness, None);
+    // The old spelling, in milliseconds.
     let c = with(&["--peer-silence-ms", "500"]).unwrap();
     assert_eq!(c.liveness, Some((ms(100), ms(500))));
     assert_eq!(with(&["--peer-silence-ms", "0"]).unwrap().liveness, None);
-    for bad in ["50", "3600001"] {
-        let e = with(&["--peer-silence-ms", bad]).expect_err(bad);
-        assert!(e.contains("--peer-silence-ms") && !e.contains('\n'), "{e}");
+    for (arg, bad) in [
+        ("--peer-silence", "50ms"),
+        ("--peer-silence", "3601s"),
+        ("--peer-silence", "500"),
+        ("--peer-silence-ms", "50"),
+        ("--peer-silence-ms", "3600001"),
+    ] {
+        let e = with(&[arg, bad]).expect_err(bad);
+        assert_clap_error(&e, arg, &[arg, bad]);
     }
 }
 
@@ -478,13 +493,299 @@ fn reorder_hold_defaults_to_50_us_and_is_bounded() {
     ];
     let us = std::time::Duration::from_micros;
     assert_eq!(check(&base).unwrap().reorder_hold, us(50));
-    let with = |n: &'static str| {
+    // The engine's default, which --help gives as text.
+    assert_eq!(
+        check(&base).unwrap().reorder_hold,
+        std::time::Duration::from_nanos(transport::engine::DEFAULT_REORDER_HOLD_NS)
+    );
+    let with = |arg: &'static str, n: &'static str| {
         let mut v = base.to_vec();
-        v.extend(["--reorder-hold-us", n]);
+        v.extend([arg, n]);
         check(&v)
     };
-    assert_eq!(with("0").unwrap().reorder_hold, us(0));
-    assert_eq!(with("10000").unwrap().reorder_hold, us(10_000));
-    let e = with("10001").unwrap_err();
-    assert!(e.contains("--reorder-hold-us") && !e.contains('\n'), "{e}");
+    assert_eq!(with("--reorder-hold", "0").unwrap().reorder_hold, us(0));
+    assert_eq!(
+        with("--reorder-hold", "10ms").unwrap().reorder_hold,
+        us(10_000)
+    );
+    assert_eq!(with("--reorder-hold-us", "0").unwrap().reorder_hold, us(0));
+    let c = with("--reorder-hold-us", "10000").unwrap();
+    assert_eq!(c.reorder_hold, us(10_000));
+    for arg in ["--reorder-hold", "--reorder-hold-us"] {
+        let e = with(arg, "10001us").unwrap_err();
+        assert_clap_error(&e, arg, &[arg]);
+        assert!(e.contains("from 0 to 10ms"), "{e}");
+    }
+}
+
+/// `--fabric FILE --node a` in a fresh folder, and the folder.
+fn ib_base() -> (tempfile::TempDir, Vec<String>) {
+    let d = tempfile::tempdir().unwrap();
+    let f = fabric_file(d.path());
+    let sock = d.path().join("a.sock");
+    let base = ["--socket", sock.to_str().unwrap()]
+        .into_iter()
+        .chain(["--fabric", f.to_str().unwrap(), "--node", "a"])
+        .map(str::to_owned)
+        .collect();
+    (d, base)
+}
+
+fn check_with(base: &[String], extra: &[&str]) -> Result<device::cli::Config, String> {
+    let mut v: Vec<&str> = base.iter().map(String::as_str).collect();
+    v.extend_from_slice(extra);
+    check(&v)
+}
+
+#[test]
+fn durations_have_one_syntax_and_the_old_integer_spellings_keep_their_unit() {
+    use std::time::Duration;
+    let (_d, base) = ib_base();
+    let us = Duration::from_micros;
+    // (new spelling, old spelling with a bare number in its old unit, what
+    // both give)
+    let busy = |c: &device::cli::Config| c.busy_poll;
+    let silence = |c: &device::cli::Config| c.liveness.map_or(Duration::ZERO, |l| l.1);
+    let probe = |c: &device::cli::Config| c.loss_probe_min;
+    let hold = |c: &device::cli::Config| c.reorder_hold;
+    let every = |c: &device::cli::Config| c.counters_every.unwrap();
+    type Get = dyn Fn(&device::cli::Config) -> Duration;
+    let cases: [(&str, &str, &str, &str, Duration, &Get); 6] = [
+        ("--busy-poll", "50us", "--busy-poll-us", "50", us(50), &busy),
+        (
+            "--busy-poll",
+            "1.5ms",
+            "--busy-poll-us",
+            "1500",
+            us(1500),
+            &busy,
+        ),
+        (
+            "--peer-silence",
+            "2s",
+            "--peer-silence-ms",
+            "2000",
+            us(2_000_000),
+            &silence,
+        ),
+        (
+            "--loss-probe-min",
+            "5ms",
+            "--loss-probe-min-us",
+            "5000",
+            us(5000),
+            &probe,
+        ),
+        (
+            "--reorder-hold",
+            "20us",
+            "--reorder-hold-us",
+            "20",
+            us(20),
+            &hold,
+        ),
+        (
+            "--counters-every",
+            "2s",
+            "--counters-every",
+            "2",
+            us(2_000_000),
+            &every,
+        ),
+    ];
+    for (new, v_new, old, v_old, want, get) in cases {
+        assert_eq!(
+            get(&check_with(&base, &[new, v_new]).unwrap()),
+            want,
+            "{new} {v_new}"
+        );
+        assert_eq!(
+            get(&check_with(&base, &[old, v_old]).unwrap()),
+            want,
+            "{old} {v_old}"
+        );
+    }
+    // The old spelling takes a unit too.
+    let c = check_with(&base, &["--busy-poll-us", "1ms"]).unwrap();
+    assert_eq!(c.busy_poll, us(1000));
+    let c = check_with(&base, &["--counters-every", "500ms"]).unwrap();
+    assert_eq!(c.counters_every, Some(us(500_000)));
+    // Both spellings at once: which one is meant?
+    let e = check_with(&base, &["--busy-poll", "5us", "--busy-poll-us", "5"]).unwrap_err();
+    assert_clap_error(&e, "--busy-poll-us", &[]);
+    assert!(e.contains("cannot be used with"), "{e}");
+    // The old spellings are not in --help (the new ones are).
+    let help = Cli::try_parse_from(["vhca", "--help"])
+        .unwrap_err()
+        .to_string();
+    assert!(help.contains("--busy-poll <DURATION>") && !help.contains("--busy-poll-us"));
+    assert!(
+        help.contains(device::units::SYNTAX_HELP),
+        "--help says the units"
+    );
+}
+
+#[test]
+fn a_bad_duration_or_size_is_a_clap_error_naming_the_argument_and_the_units() {
+    let (_d, base) = ib_base();
+    for (args, names, why) in [
+        (
+            &["--busy-poll", "50"][..],
+            "--busy-poll <DURATION>",
+            "has no unit",
+        ),
+        (
+            &["--busy-poll", "5h"],
+            "--busy-poll <DURATION>",
+            "unknown unit",
+        ),
+        (
+            &["--busy-poll=-5us"],
+            "--busy-poll <DURATION>",
+            "not a duration",
+        ),
+        (
+            &["--busy-poll", "2s"],
+            "--busy-poll <DURATION>",
+            "from 0 to 1s",
+        ),
+        (
+            &["--busy-poll-us", "2000000"],
+            "--busy-poll-us",
+            "from 0 to 1s",
+        ),
+        (&["--counters-every", "0"], "--counters-every", "from 100ms"),
+        (
+            &["--counters-every", "soon"],
+            "--counters-every",
+            "is not a duration",
+        ),
+        (
+            &["--loss-probe-min", "1us"],
+            "--loss-probe-min",
+            "from 10us to 1s",
+        ),
+        (
+            &["--mem-budget", "1M"],
+            "--mem-budget <SIZE>",
+            "at least 4M",
+        ),
+        (
+            &["--mem-budget", "lots"],
+            "--mem-budget <SIZE>",
+            "1K = 1024",
+        ),
+        (&["--fault", "delay=100"], "--fault <SPEC>", "has no unit"),
+        (
+            &["--fault", "delay=61s"],
+            "--fault <SPEC>",
+            "longer than 60s",
+        ),
+        (&["--apm-timeouts", "9"], "--apm-timeouts <N>", "0..=8"),
+        (&["--log", "loud"], "--log <LEVEL>", "not a level"),
+    ] {
+        let e = check_with(&base, args).expect_err(&format!("{args:?} accepted"));
+        assert_clap_error(&e, names, args);
+        assert!(e.contains(why), "{args:?}: {e:?} lacks {why:?}");
+    }
+    let c = check_with(&base, &["--mem-budget", "1G", "--fault", "delay=1.5ms"]).unwrap();
+    assert_eq!(c.mem_budget, 1 << 30);
+    assert_eq!(
+        c.fault.unwrap().delay,
+        std::time::Duration::from_micros(1500)
+    );
+}
+
+#[test]
+fn feature_switches_are_no_flags_and_the_old_on_off_form_still_works() {
+    let (_d, base) = ib_base();
+    type Get = fn(&device::cli::Config) -> bool;
+    let cases: [(&str, &str, Get); 4] = [
+        ("--no-loss-probes", "--loss-probes", |c| c.loss_probes),
+        ("--no-credits", "--credits", |c| c.credits),
+        ("--no-loss-probe-adapt", "--loss-probe-adapt", |c| {
+            c.loss_probe_adapt
+        }),
+        ("--no-loss-go-back-bound", "--loss-go-back-bound", |c| {
+            c.loss_go_back_bound
+        }),
+    ];
+    let default = check_with(&base, &[]).unwrap();
+    for (no, old, get) in cases {
+        assert!(get(&default), "{old} is on by default");
+        assert!(!get(&check_with(&base, &[no]).unwrap()), "{no}");
+        assert!(
+            !get(&check_with(&base, &[old, "off"]).unwrap()),
+            "{old} off"
+        );
+        assert!(get(&check_with(&base, &[old, "on"]).unwrap()), "{old} on");
+        let e = check_with(&base, &[old, "maybe"]).unwrap_err();
+        assert_clap_error(&e, old, &[old, "maybe"]);
+        assert!(e.contains("[possible values: on, off]"), "{e}");
+        let e = check_with(&base, &[no, old, "on"]).unwrap_err();
+        assert_clap_error(&e, no, &[no, old, "on"]);
+        // A flag takes no value.
+        let e = check_with(&base, &[&format!("{no}=off")]).unwrap_err();
+        assert_clap_error(&e, no, &[no]);
+    }
+}
+
+#[test]
+fn infiniband_and_roce_options_are_groups_that_exclude_each_other() {
+    let d = tempfile::tempdir().unwrap();
+    let f = fabric_file(d.path());
+    let sock = d.path().join("a.sock");
+    let (s, fs) = (sock.to_str().unwrap(), f.to_str().unwrap());
+    let m = "02:00:00:00:00:01";
+    for (args, names, why) in [
+        (
+            &["--socket", s, "--tap", "t0", "--mac", m, "--node", "a"][..],
+            "--tap <NAME>",
+            "cannot be used with",
+        ),
+        (
+            &["--socket", s, "--fabric", fs, "--node", "a", "--mac", m],
+            "--mac <MAC>",
+            "cannot be used with",
+        ),
+        (
+            &["--socket", s, "--tap", "t0"],
+            "--mac <MAC>",
+            "required arguments were not provided",
+        ),
+        (
+            &["--socket", s, "--node", "a"],
+            "--fabric <FILE>",
+            "required arguments were not provided",
+        ),
+        (
+            &["--socket", s],
+            "--fabric FILE --node NAME (InfiniBand) or --tap NAME --mac MAC (RoCE)",
+            "give",
+        ),
+    ] {
+        let e = check(args).expect_err(&format!("{args:?} accepted"));
+        assert_clap_error(&e, names, args);
+        assert!(e.contains(why), "{args:?}: {e:?} lacks {why:?}");
+    }
+}
+
+#[test]
+fn the_vhca_binary_reports_a_bad_argument_with_the_usage_line_and_exit_status_2() {
+    let (_d, base) = ib_base();
+    for extra in [&["--busy-poll", "9s"][..], &["--node", "zz"]] {
+        let mut args = base.clone();
+        if extra[0] == "--node" {
+            // The fabric file has no node zz: found after parsing.
+            args.truncate(args.len() - 2);
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vhca"))
+            .args(&args)
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_clap_error(&err, extra[0], extra);
+    }
 }

@@ -463,7 +463,10 @@ fn auth_key_files_fabric_file_keys_and_the_command_line() {
     let over = key_of(cli(&["--fabric-key-file", other.to_str().unwrap()]).unwrap());
     assert_eq!(over, Some(FabricKey::from_bytes([0x11; 32])));
     let e = cli(&["--fabric-key-file", "/nonexistent/k"]).unwrap_err();
-    assert!(e.starts_with("--fabric-key-file /nonexistent/k:"), "{e}");
+    assert!(
+        e.starts_with("error: --fabric-key-file /nonexistent/k:"),
+        "{e}"
+    );
     let e = Cli::try_parse_from([
         "vhca",
         "--socket",

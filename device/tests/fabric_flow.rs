@@ -178,12 +178,17 @@ fn flow_control_and_rx_buffer_keys() {
     let f = back_to_back(a, b, "flow_control = false\nrx_buffer = 262144\n");
     assert!(!f.flow_control());
     assert_eq!(f.rx_buffer(), Some(262_144));
+    // A size as the command line's options take it (issue 28 item 5).
+    let f = back_to_back(a, b, "rx_buffer = \"256K\"\n");
+    assert_eq!(f.rx_buffer(), Some(262_144));
     for (top, why) in [
         (
             "flow_control = \"yes\"\n",
             "flow_control: must be true or false",
         ),
         ("rx_buffer = 12\n", "rx_buffer: must be a byte count"),
+        ("rx_buffer = \"2G\"\n", "from 4K to 1G"),
+        ("rx_buffer = \"lots\"\n", "rx_buffer: must be a byte count"),
     ] {
         let text = format!("{top}[[node]]\nname = \"a\"\nlid = 1\nguid = 1\naddress = \"{a}\"\n");
         let e = FabricFile::parse("f", &text).unwrap_err().to_string();

@@ -18,7 +18,7 @@
 //!    QPs between the two processes, each against the 1-QP figure of the
 //!    same run.
 //! 7. RC SEND stream of 64 KiB messages with few receives posted (RL-13:
-//!    compare `VHCA_BENCH_VHCA_ARGS="--credits off"`; no baseline of its own).
+//!    compare `VHCA_BENCH_VHCA_ARGS="--no-credits"`; no baseline of its own).
 //!
 //! `VHCA_BENCH_QUICK=1` shortens every run (for a smoke check);
 //! `VHCA_BENCH_ONLY=2,4` runs only those figures; `VHCA_BENCH_SCALE_QPS=N`
@@ -26,7 +26,7 @@
 //! sets the ping-pong count; `VHCA_BENCH_FIG6_MSGS=N` sets figure 6's
 //! messages per row (default 6 000) and `VHCA_BENCH_FIG6_QPS=1,256,1024` its
 //! rows (each row also prints its CPU per GB and packet counts);
-//! `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments (e.g. `--busy-poll-us 50`).
+//! `VHCA_BENCH_VHCA_ARGS` adds `vhca` arguments (e.g. `--busy-poll 50us`).
 
 use std::net::UdpSocket;
 use std::process::Command;
@@ -226,7 +226,7 @@ fn main() {
     // The iperf3 baseline is taken before and after the WRITE run and the
     // higher figure kept: the host's load moves both, and this errs against us.
     let iperf_before = if wanted(1) { iperf3_udp(secs) } else { None };
-    // `VHCA_BENCH_VHCA_ARGS="--busy-poll-us 50"`: extra vhca arguments.
+    // `VHCA_BENCH_VHCA_ARGS="--busy-poll 50us"`: extra vhca arguments.
     let mut opts = Options::nodes(2);
     if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
         opts.extra_args = extra.split_whitespace().map(String::from).collect();
@@ -392,7 +392,7 @@ fn main() {
     // ---- 7. RC SEND stream: 64 KiB SENDs A -> B, 16 in flight, B keeping
     // `VHCA_BENCH_RECVS` (default 16) receives posted, each reposted as its
     // completion is polled. With end-to-end credits (RL-13) A waits for B's
-    // buffers; without (`VHCA_BENCH_VHCA_ARGS="--credits off"`) it meets RNR
+    // buffers; without (`VHCA_BENCH_VHCA_ARGS="--no-credits"`) it meets RNR
     // NAKs instead.
     let r7 = if wanted(7) {
         let window = 16;

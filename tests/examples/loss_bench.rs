@@ -14,7 +14,7 @@
 //! probes, packets resent, time stalled until a probe or timeout);
 //! `VHCA_BENCH_OPS=read` runs only READ (or `write`);
 //! `VHCA_BENCH_PROBES=off,on` sets which settings run, in which order; an
-//! entry `on:--loss-probe-adapt off` adds vhca arguments to that setting only
+//! entry `on:--no-loss-probe-adapt` adds vhca arguments to that setting only
 //! (variants alternate within the same minutes).
 
 use vhca_tests::abi::counters::CounterSet;
@@ -35,16 +35,20 @@ const CONDITIONS: [(&str, Option<&str>); 5] = [
     ("2% dup + 5% reorder", Some("dup=0.02,reorder=0.05")),
 ];
 
-/// One run: fresh processes with `fault` and `--loss-probes probes` (with
-/// the setting's own vhca arguments after a `:`).
+/// One run: fresh processes with `fault` and loss probes `on` or `off`
+/// (`--no-loss-probes`), with the setting's own vhca arguments after a `:`.
 fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
     let mut opts = Options::nodes(2);
     opts.fault = fault.map(String::from);
     let (on_off, own) = probes.split_once(':').unwrap_or((probes, ""));
-    opts.extra_args = vec!["--loss-probes".into(), on_off.into()];
+    opts.extra_args = match on_off {
+        "on" => Vec::new(),
+        "off" => vec!["--no-loss-probes".into()],
+        other => panic!("VHCA_BENCH_PROBES: `{other}` is not on or off"),
+    };
     opts.extra_args
         .extend(own.split_whitespace().map(String::from));
-    // `VHCA_BENCH_VHCA_ARGS="--loss-probe-min-us 500"`: extra vhca arguments.
+    // `VHCA_BENCH_VHCA_ARGS="--loss-probe-min 500us"`: extra vhca arguments.
     if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
         opts.extra_args
             .extend(extra.split_whitespace().map(String::from));

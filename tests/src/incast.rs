@@ -100,7 +100,7 @@ pub fn run(flow_control: bool, extra: &str, depth: usize, len: usize) -> Incast 
     // only late and the count would not tell loss from delay. Off, every
     // resend is the spec's recovery from a loss (a sequence NAK's go-back,
     // the local ACK timeout; 9.7.4.1.3).
-    let (mut v, mut sw) = star_fabric_with(n, n, &header, &["--loss-probes", "off"]);
+    let (mut v, mut sw) = star_fabric_with(n, n, &header, &["--no-loss-probes"]);
     let mut nodes: Vec<Node> = (0..n).map(|i| Node::connect(&v, i)).collect();
     let (senders, rx) = nodes.split_at_mut(SENDERS);
     let rx = &mut rx[0];

@@ -31,7 +31,7 @@ const HOSTS: usize = 2;
 const NODES: usize = LEAVES * HOSTS;
 const T: Duration = Duration::from_secs(30);
 /// The switches' keepalive silence before a port is Down.
-const SILENCE: [&str; 2] = ["--peer-silence-ms", "500"];
+const SILENCE: [&str; 2] = ["--peer-silence", "500ms"];
 
 /// Path migration states (QUERY_QP's `path_mig_state`).
 const MIGRATED: u8 = 0;

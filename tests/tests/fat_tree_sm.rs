@@ -41,7 +41,7 @@ const T: Duration = Duration::from_secs(30);
 /// The re-route test's switches: a port whose partner is silent this long
 /// is Down (5 s by default), so that the far end of a disabled cable goes
 /// Down (and traps) sooner; not so short that a loaded host flaps links.
-const SILENCE_MS: &str = "2500";
+const SILENCE: &str = "2500ms";
 const MLID: u16 = 0xc001;
 const MGID: [u8; 16] = [
     0xff, 0x12, 0x40, 0x1b, 0, 0, 0, 0, 0, 0, 0, 0, 0xca, 0xfe, 0, 27,
@@ -374,7 +374,7 @@ fn ad_09_a_mini_sm_brings_up_a_16_hca_6_switch_fat_tree_with_lft_and_mft_forward
 fn ad_09_a_switch_port_disabled_by_its_sma_traps_to_the_sm_which_routes_rc_around_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
-    let mut f = bring_up(&["--peer-silence-ms", SILENCE_MS]);
+    let mut f = bring_up(&["--peer-silence", SILENCE]);
     let s = f.sm.subnet.clone();
     // Leaf 1's cable to a spine that neither the SM's directed route to
     // leaf 1 nor leaf 1's route to the SM takes (so the Set's answer and

@@ -51,7 +51,7 @@ fn counters_of_a_running_device_read_from_its_counters_file_and_json_log() {
         "--counters-file".into(),
         file.to_str().unwrap().into(),
         "--counters-every".into(),
-        "1".into(),
+        "1s".into(),
         "--counters-format".into(),
         "json".into(),
     ];

@@ -135,7 +135,7 @@ fn ad_09_a_cable_without_its_switch_stays_down_and_comes_up_with_it() {
     let sw_ports = free_udp_ports(2).unwrap();
     let opts = Options {
         top_toml: star(&sw_ports, 2),
-        extra_args: vec!["--peer-silence-ms".into(), "500".into()],
+        extra_args: vec!["--peer-silence".into(), "500ms".into()],
         ..Options::nodes(2)
     };
     let v = Vhca::spawn(opts);
@@ -153,7 +153,7 @@ fn ad_09_a_cable_without_its_switch_stays_down_and_comes_up_with_it() {
         v.fabric_file(),
         "sw0",
         v.dir(),
-        &["--peer-silence-ms", "500"],
+        &["--peer-silence", "500ms"],
     );
     a.hca
         .wait_async_event(Duration::from_secs(5), kind(EqeType::PortActive))
@@ -553,7 +553,7 @@ fn wait_state(sw: &mut SwitchProc, p: u64, want: &str) {
 fn ad_09_a_switch_port_disabled_by_the_sm_takes_the_link_down_at_both_ends_and_polling_brings_it_back(
 ) {
     let (dir, f, x, port1) = two_switch_fabric();
-    let silence = ["--peer-silence-ms", "500"];
+    let silence = ["--peer-silence", "500ms"];
     let mut sw0 = SwitchProc::spawn(&f, "sw0", dir.path(), &silence);
     let mut sw1 = SwitchProc::spawn(&f, "sw1", dir.path(), &silence);
     let _beat = Heartbeat::start(&x, port1);

@@ -3,10 +3,10 @@
 //! switch of a fabric file (see `vhca switch --help`); `vhca topology`
 //! writes a fabric file for a fat tree, a line or a ring of switches.
 
-use clap::Parser;
 use device::cli::Cli;
 use device::switch_proc::SwitchCli;
 use device::topology_cli::TopologyCli;
+use device::units::ParseArgs;
 
 fn init_log(level: log::LevelFilter) {
     env_logger::Builder::new()
@@ -20,14 +20,9 @@ fn main() {
     // `vhca switch ...`: a subcommand in front of the device's own options,
     // which stay as they are (no `vhca device` to type).
     if std::env::args_os().nth(1).is_some_and(|a| a == "switch") {
-        let cli = SwitchCli::parse_from(std::env::args_os().skip(1));
-        let config = match cli.check() {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("vhca switch: {e}");
-                std::process::exit(2);
-            }
-        };
+        // clap's errors (usage line, exit status 2) for bad arguments.
+        let cli = SwitchCli::parse_args(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit());
+        let config = cli.check().unwrap_or_else(|e| e.exit());
         init_log(config.log);
         if let Err(e) = device::switch_proc::run(&config) {
             eprintln!("vhca switch: {e}");
@@ -37,24 +32,12 @@ fn main() {
     }
     // `vhca topology SHAPE ...`: a fabric file to stdout (issue 27).
     if std::env::args_os().nth(1).is_some_and(|a| a == "topology") {
-        let cli = TopologyCli::parse_from(std::env::args_os().skip(1));
-        match cli.text() {
-            Ok(t) => print!("{t}"),
-            Err(e) => {
-                eprintln!("vhca topology: {e}");
-                std::process::exit(2);
-            }
-        }
+        let cli = TopologyCli::parse_args(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit());
+        print!("{}", cli.text().unwrap_or_else(|e| e.exit()));
         return;
     }
-    let cli = Cli::parse();
-    let config = match cli.check() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("vhca: {e}");
-            std::process::exit(2);
-        }
-    };
+    let cli = Cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    let config = cli.check().unwrap_or_else(|e| e.exit());
     init_log(config.log);
     if let Err(e) = device::run::serve(&config) {
         eprintln!("vhca: {e}");

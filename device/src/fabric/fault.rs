@@ -100,8 +100,8 @@ pub enum FaultSpecError {
     #[error("fault `{key}`: `{value}` is not a probability between 0 and 1")]
     BadRate { key: String, value: String },
     /// A delay that is not a number with a unit, or too long.
-    #[error("fault `delay`: `{value}` {why}")]
-    BadDelay { value: String, why: &'static str },
+    #[error("fault `delay`: {why}")]
+    BadDelay { value: String, why: String },
     /// A seed that is not a u64 (decimal or 0x hex).
     #[error("fault `seed`: `{0}` is not a 64-bit unsigned integer")]
     BadSeed(String),
@@ -117,32 +117,18 @@ fn parse_rate(key: &str, value: &str) -> Result<f64, FaultSpecError> {
     }
 }
 
+/// `delay=`: a duration in the one syntax of every option
+/// ([`crate::units::parse_duration`]), at most [`MAX_DELAY`].
 fn parse_delay(value: &str) -> Result<Duration, FaultSpecError> {
     let bad = |why| FaultSpecError::BadDelay {
         value: value.to_string(),
         why,
     };
-    let split = value
-        .find(|c: char| c.is_ascii_alphabetic())
-        .ok_or(bad("has no unit (ns, us, ms or s)"))?;
-    let (num, unit) = value.split_at(split);
-    let unit_ns = match unit {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        _ => return Err(bad("has an unknown unit (ns, us, ms or s)")),
-    };
-    let n: f64 = num
-        .parse()
-        .ok()
-        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
-        .ok_or(bad("is not a non-negative number with a unit"))?;
-    let ns = (n * unit_ns).round();
-    if ns > MAX_DELAY.as_nanos() as f64 {
-        return Err(bad("is longer than 60 s"));
+    match crate::units::parse_duration(value) {
+        Ok(d) if d > MAX_DELAY => Err(bad(format!("`{value}` is longer than 60s"))),
+        Ok(d) => Ok(d),
+        Err(why) => Err(bad(why)),
     }
-    Ok(Duration::from_nanos(ns as u64))
 }
 
 fn parse_seed(value: &str) -> Result<u64, FaultSpecError> {

@@ -439,14 +439,20 @@ impl FabricFile {
                 })
             }
         };
-        fabric.rx_buffer = match table.get("rx_buffer") {
+        // Bytes, or a size in the options' syntax ("256K", crate::units).
+        let size = |v: &toml::Value| match v {
+            toml::Value::Integer(n) => u64::try_from(*n).ok(),
+            toml::Value::String(s) => crate::units::parse_size(s).ok(),
+            _ => None,
+        };
+        fabric.rx_buffer = match table.get("rx_buffer").map(size) {
             None => None,
-            Some(toml::Value::Integer(n)) if (4096..=1 << 30).contains(n) => Some(*n as usize),
+            Some(Some(n)) if (4096..=1 << 30).contains(&n) => Some(n as usize),
             Some(_) => {
                 return Err(FabricFileError::BadLinkKey {
                     file: f(),
                     key: "rx_buffer",
-                    why: "must be a byte count from 4096 to 1073741824",
+                    why: "must be a byte count or a size (\"256K\", binary units) from 4K to 1G",
                 })
             }
         };

@@ -1,6 +1,6 @@
 //! `vhca switch`'s command line: which switch of which fabric file, and the
-//! counters and log options `vhca` has. Every problem is one line naming the
-//! argument.
+//! counters and log options `vhca` has. Every problem is a clap error with
+//! the usage line, naming the argument.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +8,10 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::{Config, Mode};
-use crate::cli::{check_counters_every, check_log, check_peer_silence, CliError};
+use crate::cli::{
+    busy_poll, busy_poll_us, counters_every, liveness, parse_log, peer_silence, peer_silence_ms,
+    CliError,
+};
 use crate::counters_out::CountersFormat;
 use crate::fabric::{FabricFile, FabricKey};
 
@@ -34,6 +37,7 @@ use crate::fabric::{FabricFile, FabricKey};
     version,
     verbatim_doc_comment
 )]
+#[command(after_help = crate::units::SYNTAX_HELP)]
 pub struct SwitchCli {
     /// The fabric file (TOML) with the [[switch]] and [[link]] tables.
     #[arg(long, value_name = "FILE")]
@@ -49,13 +53,14 @@ pub struct SwitchCli {
     pub fabric_key_file: Option<PathBuf>,
 
     /// Log level: error, warn, info, debug or trace (RUST_LOG overrides).
-    #[arg(long, value_name = "LEVEL", default_value = "info")]
-    pub log: String,
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = parse_log)]
+    pub log: log::LevelFilter,
 
-    /// Print the counters (per port, per drop reason) to stderr every SECS
-    /// seconds; they are also printed at exit (SIGTERM, SIGINT).
-    #[arg(long, value_name = "SECS")]
-    pub counters_every: Option<u64>,
+    /// Print the counters (per port, per drop reason) to stderr every
+    /// DURATION (e.g. 1s, 500ms; a bare number counts seconds); they are
+    /// also printed at exit (SIGTERM, SIGINT). At least 100ms.
+    #[arg(long, value_name = "DURATION", value_parser = counters_every())]
+    pub counters_every: Option<Duration>,
 
     /// `text` or `json` (one object per line) for the printed counters.
     #[arg(long, value_name = "text|json", default_value = "text", value_parser = ["text", "json"])]
@@ -66,25 +71,39 @@ pub struct SwitchCli {
     #[arg(long, value_name = "FILE")]
     pub counters_file: Option<PathBuf>,
 
-    /// After this long (milliseconds) without a datagram from a port's
-    /// cable peer the port is Down; a keepalive goes to each peer every
-    /// second (each fifth of this, if shorter). 0: no keepalives, every
-    /// cabled port up from the start; else 100..=3600000.
-    #[arg(long, value_name = "MSECS", default_value_t = 5000)]
-    pub peer_silence_ms: u64,
+    /// After this long (a duration, e.g. 5s, 500ms) without a datagram from
+    /// a port's cable peer the port is Down; a keepalive goes to each peer
+    /// every second (each fifth of this, if shorter). 0: no keepalives,
+    /// every cabled port up from the start; else from 100ms to 3600s.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = peer_silence())]
+    pub peer_silence: Duration,
 
-    /// How long (microseconds) the switch keeps polling its ports after the
-    /// last packet before it sleeps on epoll: a packet that finds the switch
-    /// awake saves a wake-up per hop (0 = sleep as soon as idle; polling
-    /// yields the CPU each turn and stops while the CPU is contended). At
-    /// most 1000000.
-    #[arg(long, value_name = "USECS", default_value_t = 500)]
-    pub busy_poll_us: u64,
+    /// The old spelling of --peer-silence: milliseconds.
+    #[arg(long, value_name = "MSECS", hide = true, conflicts_with = "peer_silence", value_parser = peer_silence_ms())]
+    pub peer_silence_ms: Option<Duration>,
+
+    /// How long (a duration, e.g. 500us) the switch keeps polling its ports
+    /// after the last packet before it sleeps on epoll: a packet that finds
+    /// the switch awake saves a wake-up per hop (0 = sleep as soon as idle;
+    /// polling yields the CPU each turn and stops while the CPU is
+    /// contended). At most 1s.
+    #[arg(long, value_name = "DURATION", default_value = "500us", value_parser = busy_poll())]
+    pub busy_poll: Duration,
+
+    /// The old spelling of --busy-poll: microseconds.
+    #[arg(long, value_name = "USECS", hide = true, conflicts_with = "busy_poll", value_parser = busy_poll_us())]
+    pub busy_poll_us: Option<Duration>,
 }
 
 impl SwitchCli {
-    /// Checks every argument; opens nothing but the fabric (and key) file.
-    pub fn check(&self) -> Result<Config, CliError> {
+    /// Checks what clap's parsers could not; opens nothing but the fabric
+    /// (and key) file. The error is clap's, with the usage line.
+    pub fn check(&self) -> Result<Config, clap::Error> {
+        self.checked()
+            .map_err(|e| crate::units::usage_error::<SwitchCli>(None, e))
+    }
+
+    fn checked(&self) -> Result<Config, CliError> {
         let fabric =
             FabricFile::load(&self.fabric).map_err(|e| CliError(format!("--fabric {e}")))?;
         if fabric.cabling().switch(&self.switch).is_none() {
@@ -112,8 +131,6 @@ impl SwitchCli {
             ),
             None => fabric.key().cloned(),
         };
-        let log = check_log(&self.log)?;
-        let counters_every = check_counters_every(self.counters_every)?;
         let counters_format = self
             .counters_format
             .parse::<CountersFormat>()
@@ -126,25 +143,18 @@ impl SwitchCli {
                 )));
             }
         }
-        let liveness = check_peer_silence(self.peer_silence_ms)?;
-        if self.busy_poll_us > 1_000_000 {
-            return Err(CliError(format!(
-                "--busy-poll-us {}: at most 1000000 (one second)",
-                self.busy_poll_us
-            )));
-        }
         let mode = Mode::of(&fabric);
         Ok(Config {
             fabric,
             switch: self.switch.clone(),
             key,
-            log,
-            counters_every,
+            log: self.log,
+            counters_every: self.counters_every,
             counters_format,
             counters_file: self.counters_file.clone(),
-            liveness,
+            liveness: liveness(self.peer_silence_ms.unwrap_or(self.peer_silence)),
             mode,
-            busy_poll: Duration::from_micros(self.busy_poll_us),
+            busy_poll: self.busy_poll_us.unwrap_or(self.busy_poll),
         })
     }
 }
@@ -152,6 +162,7 @@ impl SwitchCli {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::ParseArgs;
     use std::time::Duration;
 
     fn cli(args: &[&str]) -> Result<Config, String> {
@@ -161,14 +172,14 @@ mod tests {
         );
         let mut argv = vec!["vhca switch", "--fabric", example];
         argv.extend_from_slice(args);
-        SwitchCli::try_parse_from(argv)
+        SwitchCli::parse_args(argv)
             .map_err(|e| e.to_string())?
             .check()
             .map_err(|e| e.to_string())
     }
 
     #[test]
-    fn vhca_switch_arguments_are_checked_with_one_line_each() {
+    fn vhca_switch_arguments_are_checked_with_the_usage_line() {
         let c = cli(&["--switch", "sw0"]).unwrap();
         assert_eq!((c.switch.as_str(), c.mode), ("sw0", Mode::Static));
         assert_eq!(
@@ -176,29 +187,49 @@ mod tests {
             Some((Duration::from_secs(1), Duration::from_secs(5)))
         );
         assert_eq!(c.busy_poll, Duration::from_micros(500));
-        let c = cli(&["--switch", "sw0", "--busy-poll-us", "0"]).unwrap();
+        let help = SwitchCli::try_parse_from(["vhca switch", "--help"]).unwrap_err();
+        assert!(help.to_string().contains(crate::units::SYNTAX_HELP));
+        let c = cli(&["--switch", "sw0", "--busy-poll", "0"]).unwrap();
         assert_eq!(c.busy_poll, Duration::ZERO);
+        // The old spellings, a bare number in their old unit.
+        let c = cli(&["--switch", "sw0", "--busy-poll-us", "20"]).unwrap();
+        assert_eq!(c.busy_poll, Duration::from_micros(20));
+        let c = cli(&["--switch", "sw0", "--peer-silence-ms", "500"]).unwrap();
+        assert_eq!(c.liveness.unwrap().1, Duration::from_millis(500));
+        let c = cli(&["--switch", "sw0", "--peer-silence", "0"]).unwrap();
+        assert_eq!(c.liveness, None);
+        let c = cli(&["--switch", "sw0", "--counters-every", "250ms"]).unwrap();
+        assert_eq!(c.counters_every, Some(Duration::from_millis(250)));
         for (args, why) in [
             (
                 &["--switch", "sw0", "--busy-poll-us", "1000001"][..],
-                "--busy-poll-us 1000001: at most 1000000",
+                "'--busy-poll-us <USECS>': from 0 to 1s",
+            ),
+            (
+                &["--switch", "sw0", "--busy-poll", "2s"][..],
+                "'--busy-poll <DURATION>': from 0 to 1s",
             ),
             (&["--switch", "sw1"], "--switch sw1: not in "),
             (
                 &["--switch", "sw0", "--peer-silence-ms", "50"],
-                "--peer-silence-ms 50: 0 (never down) or 100",
+                "'--peer-silence-ms <MSECS>': 0 (off) or from 100ms to 3600s",
+            ),
+            (
+                &["--switch", "sw0", "--peer-silence", "50ms"],
+                "'--peer-silence <DURATION>': 0 (off) or from 100ms",
             ),
             (
                 &["--switch", "sw0", "--counters-every", "0"],
-                "--counters-every 0",
+                "'--counters-every <DURATION>'",
             ),
             (
                 &["--switch", "sw0", "--log", "loud"],
-                "--log loud: not a level",
+                "'--log <LEVEL>': not a level",
             ),
         ] {
             let e = cli(args).unwrap_err();
-            assert!(e.contains(why) && e.lines().count() == 1, "{args:?}: {e}");
+            assert!(e.contains(why), "{args:?}: {e}");
+            assert!(e.contains("\nUsage: vhca switch "), "{args:?}: {e}");
         }
     }
 }

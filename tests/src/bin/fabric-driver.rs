@@ -2,8 +2,8 @@
 //! nodes of a big fabric whose subnet manager runs elsewhere (OpenSM in a
 //! guest; issue 27 item 2, `images/fabric-tests.sh`). Two commands:
 //!
-//! - `traffic --dir DIR --nodes A..B [--len N] [--active-timeout S]
-//!   [--path-mtu M] [--cut-file F --streams K --after-cut S]`: connects to the sockets
+//! - `traffic --dir DIR --nodes A..B [--len SIZE] [--active-timeout DURATION]
+//!   [--path-mtu M] [--cut-file F --streams K --after-cut DURATION]`: connects to the sockets
 //!   `DIR/nA.sock` .. `DIR/n(B-1).sock`, waits until the SM has made every
 //!   port Active (QUERY_PORT; the LIDs are the SM's), then runs RC WRITE and
 //!   SEND between every two of the nodes, each checked byte for byte, on
@@ -18,6 +18,10 @@
 //!   output with the fabric file's cabling: every switch port's peer (GUID
 //!   and port) as cabled, and as many CAs and switches.
 //!
+//! Durations and sizes as `vhca` takes them (`300s`, `16K`; a bare number
+//! of seconds still works); a bad argument is clap's error with the usage
+//! line, exit 2.
+//!
 //! Prints `RESULT name PASS|FAIL detail` lines; exit 0 iff every one passed.
 //! A failed check inside the library's helpers panics, which is exit 101.
 
@@ -25,7 +29,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use clap::{Args, Parser};
 use device::fabric::{End, FabricFile};
+use device::units::{legacy_duration_in, parse_size, ParseArgs};
 use vhca_tests::abi::verbs::PortState;
 use vhca_tests::fixture::{assert_success, wait_n, Node, Region};
 use vhca_tests::hca::{ConnOpts, Hca, HcaConfig, QpH};
@@ -33,45 +39,66 @@ use vhca_tests::switch_proc::{rc_pair_with, write_then_send};
 use vhca_tests::util::{assert_bytes, pattern};
 use vhca_tests::{Guest, GuestOptions, Layout, SendWr};
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: fabric-driver traffic --dir DIR --nodes A..B [--len N] [--active-timeout S] \
-         [--path-mtu M] [--cut-file F --streams K --after-cut S]\n       \
-         fabric-driver ibnetdiscover --fabric FILE --output OUT"
-    );
-    std::process::exit(2)
+/// The driver's command line.
+#[derive(Debug, Parser)]
+#[command(name = "fabric-driver")]
+enum Cmd {
+    /// RC traffic between the nodes once the SM made them Active.
+    Traffic(TrafficArgs),
+    /// Compares `ibnetdiscover`'s output with the fabric file's cabling.
+    Ibnetdiscover {
+        /// The fabric file.
+        #[arg(long, value_name = "FILE")]
+        fabric: PathBuf,
+        /// `ibnetdiscover`'s output.
+        #[arg(long, value_name = "FILE")]
+        output: PathBuf,
+    },
 }
 
-/// `--name value` pairs after the command; one line and exit 2 on anything else.
-fn flags(args: &[String], known: &[&str]) -> BTreeMap<String, String> {
-    let mut m = BTreeMap::new();
-    let mut it = args.iter();
-    while let Some(k) = it.next() {
-        let name = k.strip_prefix("--").unwrap_or_else(|| {
-            eprintln!("fabric-driver: unexpected argument {k}");
-            usage()
-        });
-        if !known.contains(&name) {
-            eprintln!("fabric-driver: unknown option {k}");
-            usage()
-        }
-        let v = it.next().unwrap_or_else(|| {
-            eprintln!("fabric-driver: {k} needs a value");
-            usage()
-        });
-        m.insert(name.to_string(), v.clone());
-    }
-    m
+#[derive(Debug, Args)]
+struct TrafficArgs {
+    /// The folder of the sockets `nA.sock` .. and of `streaming`.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// The nodes A..B-1 (A < B).
+    #[arg(long, value_name = "A..B", value_parser = parse_nodes)]
+    nodes: (usize, usize),
+    /// Bytes of each WRITE (a size: 16K, 1M).
+    #[arg(long, value_name = "SIZE", default_value = "16K", value_parser = parse_size)]
+    len: u64,
+    /// How long the SM may take to make every port Active (a duration; a
+    /// bare number counts seconds).
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = seconds())]
+    active_timeout: Duration,
+    /// The QPs' path MTU (default each port's active MTU).
+    #[arg(long, value_name = "M", value_parser = ["256", "512", "1024", "2048", "4096"])]
+    path_mtu: Option<String>,
+    /// Run streams across a cable cut, which the caller signals by creating F.
+    #[arg(long, value_name = "F")]
+    cut_file: Option<PathBuf>,
+    /// RC streams across the cut.
+    #[arg(long, value_name = "K", default_value_t = 8, requires = "cut_file")]
+    streams: usize,
+    /// How long the streams go on after the cut (a duration; a bare number
+    /// counts seconds).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = seconds(), requires = "cut_file")]
+    after_cut: Duration,
 }
 
-fn num<T: std::str::FromStr>(m: &BTreeMap<String, String>, k: &str, default: T) -> T {
-    match m.get(k) {
-        None => default,
-        Some(v) => v.parse().unwrap_or_else(|_| {
-            eprintln!("fabric-driver: --{k} {v}: not a number");
-            usage()
-        }),
-    }
+/// `--nodes A..B`.
+fn parse_nodes(range: &str) -> Result<(usize, usize), String> {
+    range
+        .split_once("..")
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        .filter(|(a, b)| a < b)
+        .ok_or_else(|| "A..B with A < B".into())
+}
+
+/// A duration from 1s to 1h; a bare number counts seconds, as before.
+fn seconds() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    let s = Duration::from_secs(1);
+    legacy_duration_in(s, s..=s * 3600, false)
 }
 
 fn result(name: &str, ok: bool, detail: &str) -> bool {
@@ -83,23 +110,9 @@ fn result(name: &str, ok: bool, detail: &str) -> bool {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let ok = match args.first().map(String::as_str) {
-        Some("traffic") => traffic(&flags(
-            &args[1..],
-            &[
-                "dir",
-                "nodes",
-                "len",
-                "active-timeout",
-                "path-mtu",
-                "cut-file",
-                "streams",
-                "after-cut",
-            ],
-        )),
-        Some("ibnetdiscover") => ibnetdiscover(&flags(&args[1..], &["fabric", "output"])),
-        _ => usage(),
+    let ok = match Cmd::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit()) {
+        Cmd::Traffic(t) => traffic(&t),
+        Cmd::Ibnetdiscover { fabric, output } => ibnetdiscover(&fabric, &output),
     };
     std::process::exit(if ok { 0 } else { 1 })
 }
@@ -126,31 +139,20 @@ fn connect(sock: &Path, deadline: Instant) -> Node {
     }
 }
 
-fn traffic(m: &BTreeMap<String, String>) -> bool {
-    let dir = PathBuf::from(m.get("dir").unwrap_or_else(|| usage()));
-    let range = m.get("nodes").unwrap_or_else(|| usage());
-    let (a, b) = range
-        .split_once("..")
-        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
-        .filter(|(a, b)| a < b)
-        .unwrap_or_else(|| {
-            eprintln!("fabric-driver: --nodes {range}: A..B with A < B");
-            usage()
-        });
-    let len: usize = num(m, "len", 16 << 10);
-    // enum vhca_mtu: 1 = 256 .. 5 = 4096, as a PathRecord's MTU field.
-    let mtu = m.get("path-mtu").map(|v| match v.as_str() {
+fn traffic(t: &TrafficArgs) -> bool {
+    let dir = &t.dir;
+    let (a, b) = t.nodes;
+    let len = usize::try_from(t.len).unwrap_or(usize::MAX);
+    // enum vhca_mtu: 1 = 256 .. 5 = 4096, as a PathRecord's MTU field (clap
+    // took only these five).
+    let mtu = t.path_mtu.as_deref().map(|v| match v {
         "256" => 1u8,
         "512" => 2,
         "1024" => 3,
         "2048" => 4,
-        "4096" => 5,
-        _ => {
-            eprintln!("fabric-driver: --path-mtu {v}: 256, 512, 1024, 2048 or 4096");
-            usage()
-        }
+        _ => 5,
     });
-    let active_timeout = Duration::from_secs(num(m, "active-timeout", 300));
+    let active_timeout = t.active_timeout;
     let t0 = Instant::now();
     let mut nodes: Vec<Node> = (a..b)
         .map(|i| {
@@ -230,16 +232,8 @@ fn traffic(m: &BTreeMap<String, String>) -> bool {
             (pairs * len) as f64 / secs / 1e6
         ),
     );
-    match m.get("cut-file") {
-        Some(cut) => streams(
-            &mut nodes,
-            mtu,
-            a,
-            &dir,
-            Path::new(cut),
-            num(m, "streams", 8),
-            Duration::from_secs(num(m, "after-cut", 10)),
-        ),
+    match &t.cut_file {
+        Some(cut) => streams(&mut nodes, mtu, a, dir, cut, t.streams, t.after_cut),
         None => true,
     }
 }
@@ -385,15 +379,13 @@ fn streams(
 }
 
 /// `ibnetdiscover`'s view against the fabric file.
-fn ibnetdiscover(m: &BTreeMap<String, String>) -> bool {
-    let fabric = m.get("fabric").unwrap_or_else(|| usage());
-    let out = m.get("output").unwrap_or_else(|| usage());
+fn ibnetdiscover(fabric: &Path, out: &Path) -> bool {
     let f = FabricFile::load(fabric).unwrap_or_else(|e| {
         eprintln!("fabric-driver: {e}");
         std::process::exit(2)
     });
     let text = std::fs::read_to_string(out).unwrap_or_else(|e| {
-        eprintln!("fabric-driver: {out}: {e}");
+        eprintln!("fabric-driver: {}: {e}", out.display());
         std::process::exit(2)
     });
     let c = f.cabling();
@@ -483,7 +475,45 @@ fn parse_ibnetdiscover(text: &str) -> BTreeMap<(u64, u8), (u64, u8)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_ibnetdiscover;
+    use super::*;
+
+    #[test]
+    fn fabric_driver_takes_durations_and_sizes_and_the_old_bare_seconds() {
+        let parse = |args: &str| {
+            Cmd::parse_args(std::iter::once("fabric-driver").chain(args.split_whitespace()))
+                .map_err(|e| e.to_string())
+        };
+        let Ok(Cmd::Traffic(t)) = parse("traffic --dir d --nodes 1..4 --len 64K --after-cut 2s --cut-file c --active-timeout 300") else {
+            panic!("traffic parses");
+        };
+        assert_eq!((t.nodes, t.len, t.streams), ((1, 4), 64 << 10, 8));
+        assert_eq!(t.active_timeout, Duration::from_secs(300));
+        assert_eq!(t.after_cut, Duration::from_secs(2));
+        let Ok(Cmd::Traffic(t)) = parse("traffic --dir d --nodes 0..2") else {
+            panic!("defaults");
+        };
+        assert_eq!(
+            (t.len, t.active_timeout),
+            (16 << 10, Duration::from_secs(300))
+        );
+        for (args, names) in [
+            ("traffic --dir d --nodes 4..1", "--nodes <A..B>"),
+            (
+                "traffic --dir d --nodes 0..2 --path-mtu 300",
+                "--path-mtu <M>",
+            ),
+            (
+                "traffic --dir d --nodes 0..2 --active-timeout 2h",
+                "--active-timeout",
+            ),
+            ("traffic --dir d --nodes 0..2 --len lots", "--len <SIZE>"),
+            ("traffic --dir d --nodes 0..2 --streams 4", "--cut-file"),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(names), "{args}: {e}");
+            assert!(e.contains("Usage: fabric-driver traffic"), "{args}: {e}");
+        }
+    }
 
     #[test]
     fn ibnetdiscover_switch_blocks_give_each_port_its_peer() {
