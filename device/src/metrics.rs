@@ -22,6 +22,9 @@
 //!   mix counters with levels (credits, queue depths);
 //! - `vhca_metrics_requests_total{result}`: this endpoint's own requests.
 //!
+//! `vhca switch --metrics-listen` serves [`SwitchMetrics`] the same way, from
+//! the copy its one thread leaves at most every [`SNAPSHOT_EVERY`].
+//!
 //! The HTTP side is a few lines on std's `TcpListener` rather than an HTTP
 //! crate: one request, one answer, the connection closed, is all a scraper
 //! needs, and a server of our own makes the bounds explicit. One thread
@@ -50,6 +53,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::counters_out::{Snapshot, Stage};
+use crate::switch_proc::SwitchSnapshot;
 
 /// The longest request head (request line and headers) read; a longer one
 /// is answered 431 and closed.
@@ -496,6 +500,126 @@ impl Collector for DeviceMetrics {
             for (name, v) in &named.0 {
                 let labels = [("stage", stage.as_str()), ("name", name.as_str())];
                 ConstGauge::new(*v).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where `vhca switch`'s one thread puts a copy of its counters for the
+/// endpoint (`None` until the first).
+pub type SwitchSlot = Arc<std::sync::Mutex<Option<SwitchSnapshot>>>;
+
+/// [`listen`] for `vhca switch`: the endpoint serves the last copy the
+/// switch put in the slot returned; the address is logged.
+pub fn listen_switch(addr: SocketAddr) -> std::io::Result<SwitchSlot> {
+    let slot = SwitchSlot::default();
+    let s = Arc::clone(&slot);
+    let bound = listen(
+        addr,
+        Limits::default(),
+        Box::new(move || {
+            let snap = s.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            Box::new(SwitchMetrics(snap))
+        }),
+    )
+    .map_err(|e| std::io::Error::new(e.kind(), format!("--metrics-listen {addr}: {e}")))?;
+    log::info!("vhca switch: metrics on http://{bound}/metrics");
+    Ok(slot)
+}
+
+/// A switch's counters at one scrape (none before its loop first ran):
+/// per port `vhca_switch_port_<counter>_total{port}` (IBA 16.1.3.5
+/// PortCounters, and `spoofed_slid`), `vhca_switch_port_state{port,state}`,
+/// `vhca_switch_drops_total{reason}`, `vhca_switch_dr_drops_total{reason}`,
+/// `vhca_switch_traps_total{result}`, the SMA's counters and the ports' link
+/// stages as `vhca_switch_link_value{port,stage,name}`.
+#[derive(Debug)]
+pub struct SwitchMetrics(pub Option<SwitchSnapshot>);
+
+impl Collector for SwitchMetrics {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(s) = &self.0 else { return Ok(()) };
+        let ports: Vec<String> = s.ports.iter().map(|p| p.num.to_string()).collect();
+        // The port counters, in the order of the first port's (all alike).
+        let names: Vec<&str> = s
+            .ports
+            .first()
+            .map(|p| p.counters.iter().map(|(k, _)| *k).collect())
+            .unwrap_or_default();
+        for (i, name) in names.iter().enumerate() {
+            counters(
+                &mut enc,
+                &format!("vhca_switch_port_{name}"),
+                "The switch port's counter (IBA 16.1.3.5 PortCounters; spoofed_slid: dropped before the core).",
+                s.ports.iter().zip(&ports).filter_map(|(p, num)| {
+                    let v = p.counters.get(i)?.1;
+                    Some(([("port", num.as_str())], v))
+                }),
+            )?;
+        }
+        let mut m = enc.encode_descriptor(
+            "vhca_switch_port_state",
+            "The switch port's PortState (1 for the state it is in).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (p, num) in s.ports.iter().zip(&ports) {
+            let labels = [("port", num.as_str()), ("state", p.state)];
+            ConstGauge::new(1u64).encode(m.encode_family(&labels)?)?;
+        }
+        for (name, set, help) in [
+            (
+                "vhca_switch_drops",
+                &s.drops,
+                "Packets the switch dropped, by reason.",
+            ),
+            (
+                "vhca_switch_dr_drops",
+                &s.dr_drops,
+                "Directed-route SMPs the switch dropped, by reason.",
+            ),
+        ] {
+            counters(
+                &mut enc,
+                name,
+                help,
+                set.iter().map(|(r, v)| ([("reason", r.as_str())], *v)),
+            )?;
+        }
+        counters(
+            &mut enc,
+            "vhca_switch_traps",
+            "The SMA's traps: sent, and each reason one was not.",
+            s.traps.iter().map(|&(r, v)| ([("result", r)], v)),
+        )?;
+        for (name, v) in [
+            ("sma_replies", s.sma_replies),
+            ("sma_error_replies", s.sma_error_replies),
+        ]
+        .into_iter()
+        .chain(s.sma_keys)
+        {
+            let help = "The switch's SMA and BMA counter.";
+            one(&mut enc, &format!("vhca_switch_{name}"), help, false, v)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "vhca_switch_link_value",
+            "The switch ports' link stages' report lines by port, stage and name (counters and levels).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (p, num) in s.ports.iter().zip(&ports) {
+            for (stage, st) in &crate::counters_out::link_stages(&p.link).0 {
+                let Stage::Counters(named) = st else { continue };
+                for (name, v) in &named.0 {
+                    let labels = [
+                        ("port", num.as_str()),
+                        ("stage", stage.as_str()),
+                        ("name", name.as_str()),
+                    ];
+                    ConstGauge::new(*v).encode(m.encode_family(&labels)?)?;
+                }
             }
         }
         Ok(())

@@ -80,6 +80,14 @@ pub struct SwitchCli {
     /// most 1000000.
     #[arg(long, value_name = "USECS", default_value_t = 500)]
     pub busy_poll_us: u64,
+
+    /// Serve the switch's counters to Prometheus at http://ADDR/metrics
+    /// (as `vhca --metrics-listen`; port 0 picks a free port, which the log
+    /// names): `vhca_switch_port_<counter>_total{port}`,
+    /// `vhca_switch_drops_total{reason}`, ... No authentication: bind it to
+    /// loopback or a management network.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl SwitchCli {
@@ -145,6 +153,7 @@ impl SwitchCli {
             liveness,
             mode,
             busy_poll: Duration::from_micros(self.busy_poll_us),
+            metrics_listen: self.metrics_listen,
         })
     }
 }

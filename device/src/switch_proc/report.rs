@@ -241,6 +241,10 @@ pub(super) struct Output {
     last_log: Instant,
     last_file: Option<Instant>,
     failing: bool,
+    /// `--metrics-listen`: where the copy the endpoint serves is put
+    /// (`metrics::listen_switch`), and when it was last.
+    metrics: Option<crate::metrics::SwitchSlot>,
+    last_publish: Option<Instant>,
 }
 
 impl Output {
@@ -252,7 +256,17 @@ impl Output {
             last_log: Instant::now(),
             last_file: None,
             failing: false,
+            metrics: None,
+            last_publish: None,
         }
+    }
+
+    /// Puts a copy of the counters into `slot` as the switch runs, at most
+    /// once per `metrics::SNAPSHOT_EVERY` (the loop runs at least every
+    /// `MAX_SLEEP`), for the Prometheus endpoint's thread: the switch's one
+    /// thread never waits for a client.
+    pub(super) fn publish_to(&mut self, slot: crate::metrics::SwitchSlot) {
+        self.metrics = Some(slot);
     }
 
     /// Prints and writes what is due; `snap` is called only then.
@@ -261,10 +275,18 @@ impl Output {
         let log_due = self.every.is_some_and(|e| now - self.last_log >= e);
         let period = self.every.unwrap_or(FILE_EVERY);
         let file_due = self.file.is_some() && self.last_file.is_none_or(|t| now - t >= period);
-        if !log_due && !file_due {
+        let publish_due = self.metrics.is_some()
+            && self
+                .last_publish
+                .is_none_or(|t| now - t >= crate::metrics::SNAPSHOT_EVERY);
+        if !log_due && !file_due && !publish_due {
             return;
         }
         let s = snap();
+        if let (true, Some(m)) = (publish_due, &self.metrics) {
+            self.last_publish = Some(now);
+            *m.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.clone());
+        }
         if log_due {
             self.last_log = now;
             eprintln!("{}", s.render(self.format));
