@@ -94,34 +94,6 @@ pub struct Snapshot {
     pub counters_file: Option<FileCounters>,
 }
 
-pub(crate) fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// `{"name":value,...}`.
-pub(crate) fn json_object<'a>(out: &mut String, pairs: impl IntoIterator<Item = (&'a str, u64)>) {
-    out.push('{');
-    for (i, (k, v)) in pairs.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_str(out, k);
-        let _ = write!(out, ":{v}");
-    }
-    out.push('}');
-}
-
 /// The counters of one log line of a link stage or the vhost-user-net
 /// backend, as (name, value): `tx 5 (300 B, 2 GSO runs) dropped 1: tx_short 1`
 /// gives `tx` 5, `tx_bytes` 300, `tx_gso_runs` 2, `dropped` 1, `tx_short` 1.
@@ -271,15 +243,10 @@ pub fn link_stages(report: &str) -> Ordered<Stage> {
     )
 }
 
-/// `{"stage":{...},...}` from a link report: [`link_stages`] as JSON.
-pub(crate) fn json_lines(out: &mut String, report: &str) {
-    out.push_str(&to_json(&link_stages(report)));
-}
-
 /// `value` as one line of JSON. The types here serialize to JSON without
 /// fail (string keys, integers and strings); an error would be a bug, and
 /// is reported as a JSON string rather than a panic.
-fn to_json(value: &impl serde::Serialize) -> String {
+pub(crate) fn to_json(value: &impl serde::Serialize) -> String {
     serde_json::to_string(value).unwrap_or_else(|e| format!("\"counters: {e}\""))
 }
 
