@@ -120,12 +120,12 @@ counters() {
     for x in a b; do
         f="$1/vhca-$x.log"
         [ -f "$f" ] || continue
-        awk -v side="$x" '/engine: Counters \{/ {
-                n = split($0, kv, /[{},] */)
-                for (i = 1; i <= n; i++) if (split(kv[i], p, ": ") == 2 && p[2] ~ /^[0-9]+$/) sum[p[1]] += p[2]
+        # The report's `engine: name value ...` lines (zero counters left out).
+        awk -v side="$x" '$1 == "engine:" {
+                for (i = 2; i < NF; i += 2) if ($(i + 1) ~ /^[0-9]+$/) sum[$i] += $(i + 1)
             }
             END {
-                split("tx_packets rx_packets naks_sent acks_sent duplicates_received timeouts probes seq_nak_go_backs seq_naks_absorbed probe_go_backs spurious_probes resent_packets recovery_stall_us", k, " ")
+                split("tx_packets rx_packets naks_sent acks_sent duplicates_received timeouts loss_probes seq_nak_go_backs seq_naks_absorbed probe_go_backs spurious_probes resent_packets recovery_stall_us", k, " ")
                 line = ""
                 for (i = 1; i in k; i++) line = line " " k[i] "=" (sum[k[i]] + 0)
                 print "  vhca " toupper(side) ":" line

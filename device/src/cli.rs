@@ -262,6 +262,16 @@ pub struct Cli {
     /// The old spelling of --reorder-hold: microseconds.
     #[arg(long, value_name = "USECS", hide = true, conflicts_with = "reorder_hold", value_parser = reorder_hold_us())]
     pub reorder_hold_us: Option<Duration>,
+
+    /// Serve the counters to Prometheus at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464; port 0 picks a free port, which the log names): every
+    /// counter of the text and JSON reports as labelled metrics
+    /// (`vhca_port_packets_total{dir="rx"}`,
+    /// `vhca_drops_total{layer="wire",reason="bad_icrc"}`, ...). One thread,
+    /// one connection at a time, each bounded to 2 s and an 8 KiB request;
+    /// no authentication, so bind it to loopback or a management network.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The man page vhca(1) in roff, from the same definition as `--help`
@@ -333,6 +343,8 @@ pub struct Config {
     pub port_window: u32,
     /// `--reorder-hold`.
     pub reorder_hold: Duration,
+    /// `--metrics-listen` (issue 28): the Prometheus endpoint's address.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// A problem with the command line, as one line.
@@ -562,6 +574,7 @@ impl Cli {
             counters_file: self.counters_file.clone(),
             port_window: self.port_window,
             reorder_hold: self.reorder_hold_us.unwrap_or(self.reorder_hold),
+            metrics_listen: self.metrics_listen,
         })
     }
 }

@@ -12,13 +12,24 @@
 //! - one object per QUERY_COUNTERS set, named as the set in snake case
 //!   (`port_set` for the engine's `Port` set, then `wire_drop`, `rx_drop`,
 //!   `nak_sent`, `device`) with the names the driver's hw counters carry
-//!   (`abi::counters`, one source for both);
+//!   (`abi::counters`, one source for both; the reasons' names are the
+//!   engine's, `DropReason::name` and the like), every counter, zeros
+//!   included;
+//! - `rd`: the engine's Reliable Datagram counters (AD-11), in no
+//!   QUERY_COUNTERS set yet;
 //! - `link`: one object per link stage (`udp`, `tap`, `auth`) with the counters
 //!   of its log line; `vhost_user_net` likewise in RoCE mode;
 //! - `cmdq`: how command batches were split;
 //! - `counters_file` (with `--counters-file`): its rewrites `written`,
 //!   `failed`, and `skipped` because the last one was still in progress (the
 //!   file is written by a thread of its own, never by the data path).
+//!
+//! The JSON is built by serde (`JsonReport` and the ordered maps
+//! [`Named`], [`Ordered`]); the text report names every counter too, the
+//! engine's and the device's sets without their zero counters (`engine:`
+//! for `port_set`, then `wire_drop:`, `rx_drop:`, `nak_sent:`, `rd:`,
+//! `cmdq:`, `device:`). The link stages' counters still come as their
+//! report lines, read back by [`parse_counter_line`].
 //!
 //! Nothing here takes the device's lock or knows its threads: the data path
 //! hands a [`Snapshot`] taken under its lock.
@@ -83,34 +94,6 @@ pub struct Snapshot {
     pub counters_file: Option<FileCounters>,
 }
 
-pub(crate) fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// `{"name":value,...}`.
-pub(crate) fn json_object<'a>(out: &mut String, pairs: impl IntoIterator<Item = (&'a str, u64)>) {
-    out.push('{');
-    for (i, (k, v)) in pairs.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_str(out, k);
-        let _ = write!(out, ":{v}");
-    }
-    out.push('}');
-}
-
 /// The counters of one log line of a link stage or the vhost-user-net
 /// backend, as (name, value): `tx 5 (300 B, 2 GSO runs) dropped 1: tx_short 1`
 /// gives `tx` 5, `tx_bytes` 300, `tx_gso_runs` 2, `dropped` 1, `tx_short` 1.
@@ -171,32 +154,161 @@ pub fn parse_counter_line(text: &str) -> Option<Vec<(String, u64)>> {
     Some(out)
 }
 
-/// `{"stage":{...},...}` from a link report (`udp a: ...`, `auth (key X): ...`):
-/// a line that does not parse keeps its text under `"text"`.
-pub(crate) fn json_lines(out: &mut String, report: &str) {
-    out.push('{');
-    for (i, line) in report.lines().filter(|l| !l.trim().is_empty()).enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let (label, rest) = line.split_once(": ").unwrap_or(("link", line));
-        let stage = label.split_whitespace().next().unwrap_or("link");
-        json_str(out, stage);
-        out.push(':');
-        match parse_counter_line(rest) {
-            Some(pairs) => json_object(out, pairs.iter().map(|(k, v)| (k.as_str(), *v))),
-            None => {
-                out.push_str("{\"text\":");
-                json_str(out, rest);
-                out.push('}');
-            }
+/// Counters by name in report order: a JSON object (keys in this order), a
+/// text line of `name value` pairs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Named(pub Vec<(String, u64)>);
+
+impl Named {
+    fn of<'a>(pairs: impl IntoIterator<Item = (&'a str, u64)>) -> Named {
+        Named(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `name value name value ...`, without the zero counters (the text
+    /// report's choice; JSON and metrics keep them). Empty if all are zero.
+    pub fn nonzero_text(&self) -> String {
+        self.0
+            .iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// `name value ...`, every counter.
+    fn all_text(&self) -> String {
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+impl serde::Serialize for Named {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+/// A JSON object whose keys keep their order (serde_json's own map sorts
+/// them unless its `preserve_order` feature is on).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ordered<V>(pub Vec<(String, V)>);
+
+impl<V: serde::Serialize> serde::Serialize for Ordered<V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+/// The counters of one link stage's report line (or the vhost-user-net
+/// backend's): by name when the line has the shape [`parse_counter_line`]
+/// reads, else its text under `"text"`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Stage {
+    Counters(Named),
+    Text { text: String },
+}
+
+impl Stage {
+    fn of(line: &str) -> Stage {
+        match parse_counter_line(line) {
+            Some(pairs) => Stage::Counters(Named(pairs)),
+            None => Stage::Text {
+                text: line.to_string(),
+            },
         }
     }
-    out.push('}');
+}
+
+/// The stages of a link report (`udp a: ...`, `auth (key X): ...`), keyed by
+/// the first word of their label.
+pub fn link_stages(report: &str) -> Ordered<Stage> {
+    Ordered(
+        report
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|line| {
+                let (label, rest) = line.split_once(": ").unwrap_or(("link", line));
+                let stage = label.split_whitespace().next().unwrap_or("link");
+                (stage.to_string(), Stage::of(rest))
+            })
+            .collect(),
+    )
+}
+
+/// `value` as one line of JSON. The types here serialize to JSON without
+/// fail (string keys, integers and strings); an error would be a bug, and
+/// is reported as a JSON string rather than a panic.
+pub(crate) fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("\"counters: {e}\""))
+}
+
+/// The JSON report (`--counters-format json`, `--counters-file`); see the
+/// module's documentation for its keys.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    /// Seconds since the Unix epoch.
+    time: f64,
+    port: &'a PortCounters,
+    /// `port_set`, `wire_drop`, `rx_drop`, `nak_sent`, `device`: the
+    /// QUERY_COUNTERS sets, then `rd`.
+    #[serde(flatten)]
+    sets: Ordered<Named>,
+    link: Ordered<Stage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vhost_user_net: Option<Stage>,
+    cmdq: Named,
+    #[serde(skip_serializing_if = "Named::is_empty")]
+    mgmt: Named,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters_file: Option<FileCounters>,
 }
 
 impl Snapshot {
-    /// The text report (`--counters-format text`): a line per part.
+    /// The engine's and the device's counters by name, every one, zeros
+    /// included: the QUERY_COUNTERS sets keyed as the set in snake case
+    /// (`port_set` for the engine's `Port` set, not to be confused with the
+    /// port's own counters), then `rd` (AD-11: in no QUERY_COUNTERS set yet).
+    pub fn sets(&self) -> Ordered<Named> {
+        let mut sets: Vec<(String, Named)> = CounterSet::ALL
+            .iter()
+            .map(|&set| {
+                let key = match set {
+                    CounterSet::Port => "port_set".to_string(),
+                    _ => crate::abi::layout::screaming_snake(&format!("{set:?}"))
+                        .to_ascii_lowercase(),
+                };
+                let pairs = set
+                    .names()
+                    .into_iter()
+                    .zip(set.values(&self.engine, &self.hca));
+                (key, Named(pairs.collect()))
+            })
+            .collect();
+        sets.push(("rd".into(), Named::of(self.engine.rd.named())));
+        Ordered(sets)
+    }
+
+    /// The link stages' counters, and the vhost-user-net backend's as the
+    /// stage `vhost_user_net`.
+    pub fn stages(&self) -> Ordered<Stage> {
+        let mut s = link_stages(self.link.as_deref().unwrap_or(""));
+        if let Some(n) = &self.net {
+            s.0.push(("vhost_user_net".into(), Stage::of(n)));
+        }
+        s
+    }
+
+    /// The text report (`--counters-format text`): a line per part, every
+    /// counter by name (the engine's and the device's sets without their
+    /// zero counters, a set all zero without its line).
     pub fn text(&self) -> String {
         let p = &self.port;
         let mut s = format!(
@@ -209,10 +321,26 @@ impl Snapshot {
         if let Some(n) = &self.net {
             let _ = writeln!(s, "vhost-user-net: {n}");
         }
-        let _ = writeln!(s, "engine: {:?}", self.engine);
-        let cmdq: Vec<String> = self.cmdq.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        let _ = writeln!(s, "cmdq: CmdStats {{ {} }}", cmdq.join(", "));
-        let _ = write!(s, "hca: {:?}", self.hca);
+        let sets = self.sets();
+        let line = |s: &mut String, key: &str, label: &str| {
+            if let Some((_, set)) = sets.0.iter().find(|(k, _)| k == key) {
+                let t = set.nonzero_text();
+                if !t.is_empty() {
+                    let _ = writeln!(s, "{label}: {t}");
+                }
+            }
+        };
+        line(&mut s, "port_set", "engine");
+        for key in ["wire_drop", "rx_drop", "nak_sent", "rd"] {
+            line(&mut s, key, key);
+        }
+        let _ = writeln!(
+            s,
+            "cmdq: {}",
+            Named::of(self.cmdq.iter().copied()).all_text()
+        );
+        line(&mut s, "device", "device");
+        let mut s = s.trim_end().to_string();
         if !self.mgmt.is_empty() {
             let m: Vec<String> = self.mgmt.iter().map(|(k, v)| format!("{k} {v}")).collect();
             let _ = write!(s, "\nmgmt: {}", m.join(" "));
@@ -229,66 +357,16 @@ impl Snapshot {
 
     /// The snapshot as one JSON object, without a newline.
     pub fn json(&self) -> String {
-        let mut s = String::with_capacity(4096);
-        let _ = write!(s, "{{\"time\":{:.6}", self.time.as_secs_f64());
-        s.push_str(",\"port\":");
-        let p = &self.port;
-        json_object(
-            &mut s,
-            [
-                ("rx_packets", p.rx_packets),
-                ("tx_packets", p.tx_packets),
-                ("link_errors", p.link_errors),
-                ("link_down", p.link_down),
-                ("link_up", p.link_up),
-                ("tx_link_full", p.tx_link_full),
-            ],
-        );
-        for set in CounterSet::ALL {
-            let names = set.names();
-            let values = set.values(&self.engine, &self.hca);
-            let key = match set {
-                // Not to be confused with the port's own counters above.
-                CounterSet::Port => "port_set".to_string(),
-                _ => crate::abi::layout::screaming_snake(&format!("{set:?}")).to_ascii_lowercase(),
-            };
-            s.push(',');
-            json_str(&mut s, &key);
-            s.push(':');
-            json_object(&mut s, names.iter().map(String::as_str).zip(values));
-        }
-        s.push_str(",\"link\":");
-        json_lines(&mut s, self.link.as_deref().unwrap_or(""));
-        if let Some(n) = &self.net {
-            s.push_str(",\"vhost_user_net\":");
-            match parse_counter_line(n) {
-                Some(pairs) => json_object(&mut s, pairs.iter().map(|(k, v)| (k.as_str(), *v))),
-                None => {
-                    s.push_str("{\"text\":");
-                    json_str(&mut s, n);
-                    s.push('}');
-                }
-            }
-        }
-        s.push_str(",\"cmdq\":");
-        json_object(&mut s, self.cmdq.iter().copied());
-        if !self.mgmt.is_empty() {
-            s.push_str(",\"mgmt\":");
-            json_object(&mut s, self.mgmt.iter().copied());
-        }
-        if let Some(f) = &self.counters_file {
-            s.push_str(",\"counters_file\":");
-            json_object(
-                &mut s,
-                [
-                    ("written", f.written),
-                    ("failed", f.failed),
-                    ("skipped", f.skipped),
-                ],
-            );
-        }
-        s.push('}');
-        s
+        to_json(&JsonReport {
+            time: self.time.as_secs_f64(),
+            port: &self.port,
+            sets: self.sets(),
+            link: link_stages(self.link.as_deref().unwrap_or("")),
+            vhost_user_net: self.net.as_deref().map(Stage::of),
+            cmdq: Named::of(self.cmdq.iter().copied()),
+            mgmt: Named::of(self.mgmt.iter().copied()),
+            counters_file: self.counters_file,
+        })
     }
 
     /// The snapshot in `format`.
@@ -304,7 +382,7 @@ impl Snapshot {
 /// the JSON report): a rewrite still in progress when the next one is due is
 /// not queued but skipped (issue 25 item 5: a slow or stuck file system never
 /// holds up the data path nor piles up copies).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FileCounters {
     /// Rewrites that replaced the file.
     pub written: u64,
@@ -644,7 +722,7 @@ mod tests {
         };
         let j = s.json();
         assert!(
-            j.starts_with("{\"time\":1.500000,\"port\":{\"rx_packets\":3,"),
+            j.starts_with("{\"time\":1.5,\"port\":{\"rx_packets\":3,"),
             "{j}"
         );
         for key in [
@@ -690,19 +768,145 @@ mod tests {
         let t = s.text();
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
-            lines[0],
-            "port: rx 0 tx 0 link_errors 0 link_down 0 link_up 0 tx_link_full 0"
+            lines,
+            [
+                "port: rx 0 tx 0 link_errors 0 link_down 0 link_up 0 tx_link_full 0",
+                "udp a: tx 1",
+                "vhost-user-net: tx 2",
+                // The engine's and the device's sets are all zero: no line.
+                "cmdq: pi_writes 2 max_per_write 16",
+            ]
         );
-        assert_eq!(lines[1], "udp a: tx 1");
-        assert_eq!(lines[2], "vhost-user-net: tx 2");
-        assert!(lines[3].starts_with("engine: Counters { rx_packets: 0,"));
-        assert_eq!(
-            lines[4],
-            "cmdq: CmdStats { pi_writes: 2, max_per_write: 16 }"
-        );
-        assert!(lines[5].starts_with("hca: HcaCounters { send_wqes: 0,"));
-        assert_eq!(lines.len(), 6);
         assert_eq!(s.render(CountersFormat::Text), t);
+    }
+
+    /// A snapshot with counters above zero in every set of the engine and
+    /// the device.
+    fn busy_snapshot() -> Snapshot {
+        use transport::engine::{NakReason, RxDrop};
+        use transport::wire::DropReason;
+        let mut engine = Counters {
+            rx_packets: 5,
+            tx_packets: 6,
+            retransmits: 2,
+            probes: 1,
+            ..Counters::default()
+        };
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            for _ in 0..=i {
+                engine.wire_drops.count(*r);
+            }
+        }
+        engine.drop(RxDrop::BadPkey);
+        engine.nak(NakReason::PsnSequence);
+        engine.rd.bad_eecn = 3;
+        Snapshot {
+            engine,
+            hca: HcaCounters {
+                send_wqes: 4,
+                fabric_key_rx_bad_tag: 7,
+                ..HcaCounters::default()
+            },
+            cmdq: vec![("pi_writes", 2), ("deferred", 0)],
+            ..Snapshot::default()
+        }
+    }
+
+    /// Issue 28 item 3: every counter of the text report is named (no Rust
+    /// debug output such as `DropCounters([3923, 4476, ...])`), on the line
+    /// of its set, and the zero ones are left out.
+    #[test]
+    fn the_text_report_names_every_counter() {
+        let s = busy_snapshot();
+        let t = s.text();
+        for bad in ["DropCounters", "Counters {", "[", "{", "("] {
+            assert!(!t.contains(bad), "{bad:?} in {t}");
+        }
+        let label = |key: &str| if key == "port_set" { "engine" } else { key }.to_string();
+        for (key, set) in s.sets().0 {
+            let line = t
+                .lines()
+                .find(|l| l.starts_with(&format!("{}: ", label(&key))));
+            for (name, v) in &set.0 {
+                let pair = format!(" {name} {v}");
+                match (line, *v) {
+                    (Some(l), 0) => assert!(!l.contains(&format!(" {name} ")), "{l}"),
+                    (Some(l), _) => assert!(
+                        format!("{l} ").contains(&format!("{pair} ")),
+                        "{pair} not in {l}"
+                    ),
+                    (None, 0) => {}
+                    (None, _) => panic!("no {key} line for {name} {v} in {t}"),
+                }
+            }
+        }
+        // Every wire drop reason is above zero here: all named on the line.
+        let wire = t.lines().find(|l| l.starts_with("wire_drop: ")).unwrap();
+        assert_eq!(
+            parse_counter_line(&wire["wire_drop: ".len()..]).map(|p| p.len()),
+            Some(transport::wire::DropReason::ALL.len()),
+            "{wire}"
+        );
+        assert!(
+            t.contains(
+                "\nengine: rx_packets 5 tx_packets 6 naks_sent 1 retransmits 2 loss_probes 1\n"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("\nrx_drop: bad_pkey 1\n"), "{t}");
+        assert!(t.contains("\nnak_sent: psn_sequence 1\n"), "{t}");
+        assert!(t.contains("\nrd: bad_eecn 3\n"), "{t}");
+        assert!(t.contains("\ncmdq: pi_writes 2 deferred 0\n"), "{t}");
+        assert!(
+            t.contains("\ndevice: send_wqes 4 fabric_key_rx_bad_tag 7"),
+            "{t}"
+        );
+    }
+
+    /// Issue 28 item 2: the JSON is built by serde and keeps its keys: the
+    /// port's, every set's with every counter (zeros included), `rd`, the
+    /// link stages, `cmdq`.
+    #[test]
+    fn the_json_report_is_valid_and_keeps_every_key() {
+        let mut s = busy_snapshot();
+        s.link = Some("udp a: tx 1 (2 B, 0 GSO runs)\nodd: not a counter line".into());
+        s.counters_file = Some(FileCounters {
+            written: 1,
+            ..FileCounters::default()
+        });
+        let v: serde_json::Value = serde_json::from_str(&s.json()).expect("valid JSON");
+        assert_eq!(v["time"], 0.0);
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut want = vec![
+            "cmdq",
+            "counters_file",
+            "device",
+            "link",
+            "nak_sent",
+            "port",
+            "port_set",
+            "rd",
+            "rx_drop",
+            "time",
+            "wire_drop",
+        ];
+        want.sort_unstable();
+        let mut got = keys.clone();
+        got.sort_unstable();
+        assert_eq!(got, want);
+        assert_eq!(v["port"]["tx_link_full"], 0);
+        for (key, set) in s.sets().0 {
+            let obj = v[&key].as_object().unwrap_or_else(|| panic!("{key}"));
+            assert_eq!(obj.len(), set.0.len(), "{key}");
+            for (name, n) in set.0 {
+                assert_eq!(obj[&name], n, "{key}.{name}");
+            }
+        }
+        assert_eq!(v["wire_drop"]["bad_icrc"], 11);
+        assert_eq!(v["link"]["udp"]["tx_bytes"], 2);
+        assert_eq!(v["link"]["odd"]["text"], "not a counter line");
+        assert_eq!(v["counters_file"]["written"], 1);
+        assert_eq!(v["cmdq"]["deferred"], 0);
     }
 
     /// Issue 25 item 5: the data path hands the file over and never waits;

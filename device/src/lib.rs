@@ -31,6 +31,7 @@ pub mod datapath;
 pub mod fabric;
 pub mod glue;
 pub mod hca;
+pub mod metrics;
 pub mod mgmt;
 pub mod net;
 mod panic_text;

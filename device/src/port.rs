@@ -22,7 +22,7 @@ use crate::mgmt::Mgmt;
 pub const BUDGET: usize = 64;
 
 /// What the port itself counts (the engine and the link stages count the rest).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PortCounters {
     /// Packets handed from the link to the engine.
     pub rx_packets: u64,

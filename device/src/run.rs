@@ -898,6 +898,10 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         handle,
         link_always: true,
     });
+    if let Some(addr) = config.metrics_listen {
+        let shared = Arc::clone(&shared);
+        crate::metrics::listen_device(addr, move || shared.lock().counters_snapshot())?;
+    }
     // SIGTERM / SIGINT: stop the data path, let it flush the capture, print the
     // counters and exit 0. The vfio-user thread may be inside a client's
     // connection, which the crate gives no way to cut, so the process exits

@@ -82,13 +82,11 @@ fn heavy_commands(n: &mut Node) -> (RegMrIn, ResizeCqIn) {
 
 /// The `name value` of the `cmdq:` line of a vhca counter report.
 fn cmdq_stat(report: &str, name: &str) -> Option<u64> {
+    // `cmdq: pi_writes 2 max_per_write 16 ...`: every counter, zeros included.
     let line = report.lines().rev().find(|l| l.starts_with("cmdq:"))?;
-    let at = line.find(&format!("{name}: "))? + name.len() + 2;
-    line[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+    let mut w = line.split_whitespace();
+    w.find(|x| *x == name)?;
+    w.next()?.parse().ok()
 }
 
 /// Issue 13, MMIO stall: a whole command ring of heavy commands posted with one

@@ -269,18 +269,16 @@ fn device_values(h: &HcaCounters) -> [u64; DEVICE_COUNTERS.len()] {
     ]
 }
 
-fn snake<T: core::fmt::Debug>(v: &T) -> String {
-    screaming_snake(&format!("{v:?}")).to_ascii_lowercase()
-}
-
 impl CounterSet {
     /// Counter names of the set, in value order.
     pub fn names(self) -> Vec<String> {
         match self {
             CounterSet::Port => PORT_COUNTERS.iter().map(|s| s.to_string()).collect(),
-            CounterSet::WireDrop => DropReason::ALL.iter().map(snake).collect(),
-            CounterSet::RxDrop => RxDrop::ALL.iter().map(snake).collect(),
-            CounterSet::NakSent => NakReason::ALL.iter().map(snake).collect(),
+            // The engine's own names (`name()`), which the reports and metrics
+            // use too.
+            CounterSet::WireDrop => DropReason::ALL.iter().map(|r| r.name().into()).collect(),
+            CounterSet::RxDrop => RxDrop::ALL.iter().map(|r| r.name().into()).collect(),
+            CounterSet::NakSent => NakReason::ALL.iter().map(|r| r.name().into()).collect(),
             CounterSet::Device => DEVICE_COUNTERS.iter().map(|s| s.to_string()).collect(),
         }
     }

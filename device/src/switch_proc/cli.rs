@@ -93,6 +93,14 @@ pub struct SwitchCli {
     /// The old spelling of --busy-poll: microseconds.
     #[arg(long, value_name = "USECS", hide = true, conflicts_with = "busy_poll", value_parser = busy_poll_us())]
     pub busy_poll_us: Option<Duration>,
+
+    /// Serve the switch's counters to Prometheus at http://ADDR/metrics
+    /// (as `vhca --metrics-listen`; port 0 picks a free port, which the log
+    /// names): `vhca_switch_port_<counter>_total{port}`,
+    /// `vhca_switch_drops_total{reason}`, ... No authentication: bind it to
+    /// loopback or a management network.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl SwitchCli {
@@ -155,6 +163,7 @@ impl SwitchCli {
             liveness: liveness(self.peer_silence_ms.unwrap_or(self.peer_silence)),
             mode,
             busy_poll: self.busy_poll_us.unwrap_or(self.busy_poll),
+            metrics_listen: self.metrics_listen,
         })
     }
 }

@@ -41,6 +41,7 @@ use transport::switch::{
 use transport::verbs::{Mtu, Time};
 
 pub use cli::SwitchCli;
+pub use report::{PortSnap, Snapshot as SwitchSnapshot};
 
 use crate::counters_out::CountersFormat;
 use crate::fabric::{
@@ -104,6 +105,8 @@ pub struct Config {
     pub mode: Mode,
     /// How long the loop polls after its last packet before it sleeps.
     pub busy_poll: Duration,
+    /// `--metrics-listen` (issue 28): the Prometheus endpoint's address.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The switch core as the fabric file describes switch `name` and `mode`
@@ -296,6 +299,9 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
         )?;
     }
     let mut counters = report::Output::new(cfg);
+    if let Some(addr) = cfg.metrics_listen {
+        counters.publish_to(crate::metrics::listen_switch(addr)?);
+    }
     log::info!(
         "switch {} ({} mode, LID {:#x}): {} of {} ports cabled",
         cfg.switch,

@@ -14,7 +14,7 @@ use transport::switch::{Switch, SwitchDrop};
 
 use super::{Config, Port};
 use crate::counters_out::{
-    json_lines, json_object, json_str, write_atomically, CountersFormat, FILE_EVERY,
+    link_stages, to_json, write_atomically, CountersFormat, Named, Ordered, Stage, FILE_EVERY,
 };
 use crate::fabric::Link as _;
 
@@ -28,6 +28,28 @@ fn snake(d: impl std::fmt::Debug) -> String {
         s.push(c.to_ascii_lowercase());
     }
     s
+}
+
+/// The JSON report (`Snapshot::json`).
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    time: f64,
+    switch: &'a str,
+    mode: &'a str,
+    drops: Named,
+    dr_drops: Named,
+    sma: Named,
+    traps: Named,
+    ports: Vec<JsonPort<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct JsonPort<'a> {
+    port: u8,
+    peer: &'a str,
+    state: &'a str,
+    counters: Named,
+    link: Ordered<Stage>,
 }
 
 fn state_name(st: u8) -> &'static str {
@@ -181,46 +203,38 @@ impl Snapshot {
 
     /// One JSON object, without a newline: `time`, `switch`, `mode`,
     /// `drops`, `dr_drops`, `sma`, `traps`, and `ports`, an array of
-    /// `{"port", "peer", "state", "counters", "link"}`.
+    /// `{"port", "peer", "state", "counters", "link"}` (serde, issue 28).
     pub fn json(&self) -> String {
-        let mut s = String::with_capacity(2048);
-        let _ = write!(s, "{{\"time\":{:.6},\"switch\":", self.time.as_secs_f64());
-        json_str(&mut s, &self.switch);
-        s.push_str(",\"mode\":");
-        json_str(&mut s, self.mode);
-        s.push_str(",\"drops\":");
-        json_object(&mut s, self.drops.iter().map(|(k, v)| (k.as_str(), *v)));
-        s.push_str(",\"dr_drops\":");
-        json_object(&mut s, self.dr_drops.iter().map(|(k, v)| (k.as_str(), *v)));
-        s.push_str(",\"sma\":");
-        json_object(
-            &mut s,
-            [
-                ("replies", self.sma_replies),
-                ("error_replies", self.sma_error_replies),
-            ]
-            .into_iter()
-            .chain(self.sma_keys),
-        );
-        s.push_str(",\"traps\":");
-        json_object(&mut s, self.traps.iter().copied());
-        s.push_str(",\"ports\":[");
-        for (i, p) in self.ports.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            let _ = write!(s, "{{\"port\":{},\"peer\":", p.num);
-            json_str(&mut s, &p.peer);
-            s.push_str(",\"state\":");
-            json_str(&mut s, p.state);
-            s.push_str(",\"counters\":");
-            json_object(&mut s, p.counters.iter().copied());
-            s.push_str(",\"link\":");
-            json_lines(&mut s, &p.link);
-            s.push('}');
-        }
-        s.push_str("]}");
-        s
+        let pairs = |v: &[(String, u64)]| Named(v.to_vec());
+        let statics =
+            |v: &[(&str, u64)]| Named(v.iter().map(|(k, n)| (k.to_string(), *n)).collect());
+        let sma: Vec<(&str, u64)> = [
+            ("replies", self.sma_replies),
+            ("error_replies", self.sma_error_replies),
+        ]
+        .into_iter()
+        .chain(self.sma_keys)
+        .collect();
+        to_json(&JsonReport {
+            time: self.time.as_secs_f64(),
+            switch: &self.switch,
+            mode: self.mode,
+            drops: pairs(&self.drops),
+            dr_drops: pairs(&self.dr_drops),
+            sma: statics(&sma),
+            traps: statics(&self.traps),
+            ports: self
+                .ports
+                .iter()
+                .map(|p| JsonPort {
+                    port: p.num,
+                    peer: &p.peer,
+                    state: p.state,
+                    counters: statics(&p.counters),
+                    link: link_stages(&p.link),
+                })
+                .collect(),
+        })
     }
 
     fn render(&self, f: CountersFormat) -> String {
@@ -241,6 +255,10 @@ pub(super) struct Output {
     last_log: Instant,
     last_file: Option<Instant>,
     failing: bool,
+    /// `--metrics-listen`: where the copy the endpoint serves is put
+    /// (`metrics::listen_switch`), and when it was last.
+    metrics: Option<crate::metrics::SwitchSlot>,
+    last_publish: Option<Instant>,
 }
 
 impl Output {
@@ -252,7 +270,17 @@ impl Output {
             last_log: Instant::now(),
             last_file: None,
             failing: false,
+            metrics: None,
+            last_publish: None,
         }
+    }
+
+    /// Puts a copy of the counters into `slot` as the switch runs, at most
+    /// once per `metrics::SNAPSHOT_EVERY` (the loop runs at least every
+    /// `MAX_SLEEP`), for the Prometheus endpoint's thread: the switch's one
+    /// thread never waits for a client.
+    pub(super) fn publish_to(&mut self, slot: crate::metrics::SwitchSlot) {
+        self.metrics = Some(slot);
     }
 
     /// Prints and writes what is due; `snap` is called only then.
@@ -261,10 +289,18 @@ impl Output {
         let log_due = self.every.is_some_and(|e| now - self.last_log >= e);
         let period = self.every.unwrap_or(FILE_EVERY);
         let file_due = self.file.is_some() && self.last_file.is_none_or(|t| now - t >= period);
-        if !log_due && !file_due {
+        let publish_due = self.metrics.is_some()
+            && self
+                .last_publish
+                .is_none_or(|t| now - t >= crate::metrics::SNAPSHOT_EVERY);
+        if !log_due && !file_due && !publish_due {
             return;
         }
         let s = snap();
+        if let (true, Some(m)) = (publish_due, &self.metrics) {
+            self.last_publish = Some(now);
+            *m.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.clone());
+        }
         if log_due {
             self.last_log = now;
             eprintln!("{}", s.render(self.format));
@@ -291,5 +327,68 @@ impl Output {
     pub(super) fn report(&mut self, s: &Snapshot) {
         eprintln!("{}", s.render(self.format));
         self.write(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 28 item 2: the switch's JSON is built by serde and keeps its
+    /// keys (images/fabric-tests.sh greps `"rcv_packets":N` and `"traps":{`).
+    #[test]
+    fn the_switch_json_is_valid_and_keeps_its_keys() {
+        let s = Snapshot {
+            time: Duration::from_millis(2_250),
+            switch: "sw\"0".into(),
+            mode: "static",
+            ports: vec![PortSnap {
+                num: 1,
+                peer: "n0".into(),
+                state: "Active",
+                counters: vec![("xmit_packets", 4), ("rcv_packets", 5)],
+                link: "udp sw0:1: tx 4 (40 B, 1 GSO runs)\nflow: fc_tx 2".into(),
+            }],
+            drops: vec![("malformed".into(), 1)],
+            dr_drops: vec![("bad_hop_pointer".into(), 0)],
+            sma_replies: 3,
+            sma_error_replies: 0,
+            traps: [
+                ("sent", 1),
+                ("repressed", 0),
+                ("abandoned", 0),
+                ("no_sm", 0),
+                ("queue_full", 0),
+            ],
+            sma_keys: [
+                ("lease_expiries", 0),
+                ("mkey_violations", 0),
+                ("bma_drop_bad_bkey", 0),
+                ("bkey_violations", 0),
+            ],
+        };
+        let j = s.json();
+        assert!(
+            j.contains("\"rcv_packets\":5") && j.contains("\"traps\":{\"sent\":1,"),
+            "{j}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
+        assert_eq!(v["time"], 2.25);
+        assert_eq!(v["switch"], "sw\"0");
+        assert_eq!(v["mode"], "static");
+        assert_eq!(v["drops"]["malformed"], 1);
+        assert_eq!(v["dr_drops"]["bad_hop_pointer"], 0);
+        assert_eq!(v["sma"]["replies"], 3);
+        assert_eq!(v["sma"]["bkey_violations"], 0);
+        let p = &v["ports"][0];
+        assert_eq!(
+            (p["port"].as_u64(), p["peer"].as_str()),
+            (Some(1), Some("n0"))
+        );
+        assert_eq!(p["state"], "Active");
+        assert_eq!(p["counters"]["xmit_packets"], 4);
+        assert_eq!(p["link"]["udp"]["tx_bytes"], 40);
+        assert_eq!(p["link"]["flow"]["fc_tx"], 2);
+        assert_eq!(v.as_object().unwrap().len(), 8, "{v}");
     }
 }

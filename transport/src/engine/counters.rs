@@ -4,7 +4,7 @@
 use crate::wire::DropCounters;
 
 macro_rules! reasons {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident,)* }) => {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $n:literal,)* }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum $name { $($(#[$vm])* $v,)* }
@@ -12,6 +12,12 @@ macro_rules! reasons {
         impl $name {
             /// Every reason, in counter order.
             pub const ALL: &'static [$name] = &[$($name::$v,)*];
+
+            /// The reason's counter name in snake case: the name in the
+            /// device's reports, metrics and QUERY_COUNTERS name lists.
+            pub fn name(self) -> &'static str {
+                match self { $($name::$v => $n,)* }
+            }
         }
     };
 }
@@ -20,74 +26,74 @@ reasons! {
     /// Why a packet that passed the wire checks was dropped by the transport.
     RxDrop {
         /// DestQP names no QP (C9-37).
-        UnknownQp,
+        UnknownQp = "unknown_qp",
         /// DestQP is in Reset or Init, or in Error (C9-38, QS-04).
-        QpNotReceiving,
+        QpNotReceiving = "qp_not_receiving",
         /// The opcode's service is not the QP's (C9-39).
-        ServiceMismatch,
+        ServiceMismatch = "service_mismatch",
         /// BTH:P_Key does not match the QP's partition (C9-42, C9-43; PV-03).
-        BadPkey,
+        BadPkey = "bad_pkey",
         /// DETH:Q_Key does not match the QP's Q_Key (C9-48..C9-51; PV-05).
-        BadQkey,
+        BadQkey = "bad_qkey",
         /// DLID is not this port's LID (C9-53; PV-06).
-        BadDlid,
+        BadDlid = "bad_dlid",
         /// SLID is not the connected QP's remote LID, or is multicast (C9-54, C9-56).
-        BadSlid,
+        BadSlid = "bad_slid",
         /// Multicast (DestQP 0xFFFFFF) to a group no local QP is attached to
         /// (C9-58, o9-23; PV-07).
-        Multicast,
+        Multicast = "multicast",
         /// Request PSN ahead of ePSN after a NAK was sent for the gap (RL-03).
-        OutOfSequence,
+        OutOfSequence = "out_of_sequence",
         /// Duplicate READ or ATOMIC that matches no saved request (RL-05, RL-06).
-        UnmatchedDuplicate,
+        UnmatchedDuplicate = "unmatched_duplicate",
         /// UC: packet of a message whose start was lost (RL-15).
-        UcResync,
+        UcResync = "uc_resync",
         /// UD/UC: no receive WQE posted (UD and UC drop, never RNR).
-        NoReceiveWqe,
+        NoReceiveWqe = "no_receive_wqe",
         /// UD: payload longer than the PMTU, or more than one packet (C9-12).
-        UdBadLength,
+        UdBadLength = "ud_bad_length",
         /// A response outside the unacknowledged region: duplicate or ghost (RL-09).
-        GhostResponse,
+        GhostResponse = "ghost_response",
         /// A response whose opcode does not fit the WQE it acknowledges.
-        UnexpectedResponse,
+        UnexpectedResponse = "unexpected_response",
         /// A request arriving at a QP that only sends, or a response at a QP with
         /// nothing outstanding.
-        NotExpected,
+        NotExpected = "not_expected",
         /// RoCE: an Ethernet destination that is not the port's MAC (WF-10).
-        BadDmac,
+        BadDmac = "bad_dmac",
         /// RoCE: the destination IP is not one of the port's GIDs, or a connected
         /// QP's packet comes from or to another address than its path's
         /// (A17.4.5; the RoCE counterpart of the LID checks C9-53, C9-54).
-        BadGid,
+        BadGid = "bad_gid",
         /// RC: the QP's queue of responses not yet sent is at its bound; the
         /// request is dropped unexecuted like one lost on the wire, and the
         /// requester's retry brings it again (C9-27 order kept; RL-07, RL-08).
-        ResponseQueueFull,
+        ResponseQueueFull = "response_queue_full",
         /// LRH:SLID is not the LID of the node the link took the packet from
         /// (the UDP link knows it by the datagram's source address;
         /// ARCHITECTURE.md §9).
-        SpoofedSlid,
+        SpoofedSlid = "spoofed_slid",
         /// Multicast (DestQP 0xFFFFFF) without a GRH (C9-43.1.1, C9-58; PV-07).
-        McastNoGrh,
+        McastNoGrh = "mcast_no_grh",
         /// Multicast whose DGID is not a multicast GID (C9-58; PV-07).
-        McastBadDgid,
+        McastBadDgid = "mcast_bad_dgid",
         /// RC/UC: a GRH present where the QP's path has none, or absent where
         /// it has one (9.6.1.2, C9-43.1.2; PV-04).
-        GrhMismatch,
+        GrhMismatch = "grh_mismatch",
         /// RC/UC on InfiniBand: the GRH's DGID is not this port's GID or its
         /// SGID is not the path's remote GID (reserved, loopback or multicast
         /// GIDs included; C9-47.1.1; PV-04).
-        BadGrhGid,
+        BadGrhGid = "bad_grh_gid",
         /// A packet on VL15 not for QP0 (AD-06; VL15 is management only).
-        Vl15NotQp0,
+        Vl15NotQp0 = "vl15_not_qp0",
         /// A packet for QP0 on a data VL (AD-06; SMPs use VL15 only).
-        Qp0NotVl15,
+        Qp0NotVl15 = "qp0_not_vl15",
         /// A packet on a data VL the port does not have (AD-06).
-        UnsupportedVl,
+        UnsupportedVl = "unsupported_vl",
         /// A READ response of the stream before a gap the requester has
         /// already asked again for (RL-14): its data comes again in the
         /// answer to the re-request, which starts over at the gap (RL-05).
-        ReadResponseAfterGap,
+        ReadResponseAfterGap = "read_response_after_gap",
     }
 }
 
@@ -96,60 +102,60 @@ reasons! {
     /// NAKs a peer provokes can be told apart without a capture.
     NakReason {
         /// PSN ahead of ePSN (RL-03).
-        PsnSequence,
+        PsnSequence = "psn_sequence",
         /// MIDDLE/LAST without FIRST, or FIRST inside a message (9.7.5.1.2).
-        OpSequence,
+        OpSequence = "op_sequence",
         /// An opcode the QP does not serve.
-        BadOpcode,
+        BadOpcode = "bad_opcode",
         /// RDMA WRITE/READ/ATOMIC not enabled on the QP (MP-04).
-        OpNotEnabled,
+        OpNotEnabled = "op_not_enabled",
         /// Payload not a full PMTU in FIRST/MIDDLE, or over it (C9-11).
-        PmtuLength,
+        PmtuLength = "pmtu_length",
         /// WRITE payload past DMALen, or short of it at the end.
-        DmaLength,
+        DmaLength = "dma_length",
         /// DMALen above 2^31 (C9-9).
-        TooLong,
+        TooLong = "too_long",
         /// The receive WQE's buffers are too small for the SEND (MP-05).
-        ReceiveTooSmall,
+        ReceiveTooSmall = "receive_too_small",
         /// The receive WQE's buffers failed their L_Key checks (MP-05).
-        ReceiveProtection,
+        ReceiveProtection = "receive_protection",
         /// No READ/ATOMIC resource left (RL-07).
-        NoResources,
+        NoResources = "no_resources",
         /// R_Key index names no MR (MP-02).
-        NoSuchKey,
+        NoSuchKey = "no_such_key",
         /// R_Key byte is stale (MP-02).
-        KeyMismatch,
+        KeyMismatch = "key_mismatch",
         /// MR of another PD (MP-01).
-        PdMismatch,
+        PdMismatch = "pd_mismatch",
         /// VA/length outside the MR (MP-04).
-        OutOfBounds,
+        OutOfBounds = "out_of_bounds",
         /// MR without REMOTE_READ (MP-04).
-        NoRemoteRead,
+        NoRemoteRead = "no_remote_read",
         /// MR without REMOTE_WRITE (MP-04).
-        NoRemoteWrite,
+        NoRemoteWrite = "no_remote_write",
         /// MR without REMOTE_ATOMIC (MP-04).
-        NoRemoteAtomic,
+        NoRemoteAtomic = "no_remote_atomic",
         /// ATOMIC VA not 8-byte aligned (OP-07).
-        MisalignedAtomic,
+        MisalignedAtomic = "misaligned_atomic",
         /// The MR's pages are outside the caller's memory.
-        MemoryFault,
+        MemoryFault = "memory_fault",
         /// R_Key of a memory window that is not bound (MP-06, MP-07).
-        WindowNotBound,
+        WindowNotBound = "window_not_bound",
         /// R_Key of a type 2 window bound to another QP (MP-07).
-        WindowWrongQp,
+        WindowWrongQp = "window_wrong_qp",
         /// SEND with Invalidate whose IETH R_Key failed the o9-5.2.2 checks
         /// (OP-03): the receive WQE completes with REM_INV_REQ_ERR.
-        InvalidInvalidate,
+        InvalidInvalidate = "invalid_invalidate",
         /// FLUSH whose placement type the MR's access does not allow (IBA 1.5
         /// MPE).
-        NoFlush,
+        NoFlush = "no_flush",
         /// R_Key of a fast-registration MR that is free: invalidated locally or
         /// remotely, or not registered yet (MP-08, o9-5.2.2).
-        RegionInvalidated,
+        RegionInvalidated = "region_invalidated",
         /// XRC: the request's XRCETH names no XRC SRQ of the TGT QP's XRC
         /// domain (o9-24.a1; PV-08), or a packet continuing a message names
         /// another SRQ than its first packet did.
-        XrcSrq,
+        XrcSrq = "xrc_srq",
     }
 }
 
@@ -254,6 +260,18 @@ impl Counters {
             .unwrap_or(0)
     }
 
+    /// The transport drops by [`RxDrop::name`], zeros included, in
+    /// [`RxDrop::ALL`] order.
+    pub fn rx_drops_named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        RxDrop::ALL.iter().map(|r| (r.name(), self.dropped(*r)))
+    }
+
+    /// The NAKs sent by [`NakReason::name`], zeros included, in
+    /// [`NakReason::ALL`] order.
+    pub fn naks_named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        NakReason::ALL.iter().map(|r| (r.name(), self.naked(*r)))
+    }
+
     /// How many packets were dropped for `r`.
     pub fn dropped(&self, r: RxDrop) -> u64 {
         RxDrop::ALL
@@ -261,5 +279,92 @@ impl Counters {
             .position(|x| *x == r)
             .and_then(|i| self.rx_drops.get(i).copied())
             .unwrap_or(0)
+    }
+}
+
+impl super::rd::RdCounters {
+    /// Every Reliable Datagram counter by name, zeros included (AD-11): the
+    /// device's reports show them under `rd`.
+    pub fn named(&self) -> [(&'static str, u64); 17] {
+        // Destructured without `..`: a counter added to RD must be named here.
+        let super::rd::RdCounters {
+            bad_eecn,
+            eec_not_receiving,
+            bad_pkey,
+            bad_path,
+            bad_dest_qp,
+            rdd_mismatch,
+            bad_qkey,
+            unexpected_response,
+            out_of_sequence,
+            duplicates,
+            response_queue_full,
+            naks_sent,
+            acks_sent,
+            resyncs_sent,
+            resyncs_received,
+            retransmits,
+            timeouts,
+        } = *self;
+        [
+            ("bad_eecn", bad_eecn),
+            ("eec_not_receiving", eec_not_receiving),
+            ("bad_pkey", bad_pkey),
+            ("bad_path", bad_path),
+            ("bad_dest_qp", bad_dest_qp),
+            ("rdd_mismatch", rdd_mismatch),
+            ("bad_qkey", bad_qkey),
+            ("unexpected_response", unexpected_response),
+            ("out_of_sequence", out_of_sequence),
+            ("duplicates", duplicates),
+            ("response_queue_full", response_queue_full),
+            ("naks_sent", naks_sent),
+            ("acks_sent", acks_sent),
+            ("resyncs_sent", resyncs_sent),
+            ("resyncs_received", resyncs_received),
+            ("retransmits", retransmits),
+            ("timeouts", timeouts),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod names_tests {
+    use super::*;
+    use crate::wire::DropReason;
+
+    /// Every reason has a distinct snake-case name: the reports and metrics
+    /// key their counters by it.
+    #[test]
+    fn every_drop_and_nak_reason_has_a_distinct_snake_case_name() {
+        let sets: [Vec<&str>; 3] = [
+            DropReason::ALL.iter().map(|r| r.name()).collect(),
+            RxDrop::ALL.iter().map(|r| r.name()).collect(),
+            NakReason::ALL.iter().map(|r| r.name()).collect(),
+        ];
+        for names in sets {
+            let mut unique = names.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            assert_eq!(unique.len(), names.len(), "{names:?}");
+            for n in names {
+                assert!(
+                    !n.is_empty()
+                        && n.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                    "{n}"
+                );
+            }
+        }
+        let mut c = Counters::default();
+        c.wire_drops.count(DropReason::BadIcrc);
+        c.drop(RxDrop::BadPkey);
+        c.nak(NakReason::PsnSequence);
+        assert!(c.wire_drops.named().any(|p| p == ("bad_icrc", 1)));
+        assert_eq!(c.wire_drops.named().count(), DropReason::ALL.len());
+        assert!(c.rx_drops_named().any(|p| p == ("bad_pkey", 1)));
+        assert_eq!(c.rx_drops_named().count(), RxDrop::ALL.len());
+        assert!(c.naks_named().any(|p| p == ("psn_sequence", 1)));
+        assert_eq!(c.naks_named().count(), NakReason::ALL.len());
     }
 }

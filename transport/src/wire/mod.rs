@@ -105,6 +105,27 @@ impl DropReason {
         DropReason::BadIpChecksum,
     ];
 
+    /// The reason's counter name in snake case: the name in the device's
+    /// reports, metrics and QUERY_COUNTERS name lists.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::LengthMismatch => "length_mismatch",
+            DropReason::BadLver => "bad_lver",
+            DropReason::RawPacket => "raw_packet",
+            DropReason::BadIpVer => "bad_ip_ver",
+            DropReason::BadNextHeader => "bad_next_header",
+            DropReason::BadTver => "bad_tver",
+            DropReason::UnknownOpcode => "unknown_opcode",
+            DropReason::BadPadCount => "bad_pad_count",
+            DropReason::ReservedSyndrome => "reserved_syndrome",
+            DropReason::BadIcrc => "bad_icrc",
+            DropReason::BadVcrc => "bad_vcrc",
+            DropReason::NotRoce => "not_roce",
+            DropReason::BadIpChecksum => "bad_ip_checksum",
+        }
+    }
+
     /// This reason's index in [`DropReason::ALL`].
     pub fn index(self) -> usize {
         DropReason::ALL.iter().position(|d| *d == self).unwrap_or(0)
@@ -141,6 +162,15 @@ impl DropCounters {
     /// The count for one reason.
     pub fn get(&self, reason: DropReason) -> u64 {
         self.0[reason.index()]
+    }
+
+    /// Every counter by its reason's [`name`](DropReason::name), zeros
+    /// included, in [`DropReason::ALL`] order.
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        DropReason::ALL
+            .iter()
+            .map(|r| r.name())
+            .zip(self.0.iter().copied())
     }
 
     /// All non-zero counters, by reason.
