@@ -3,7 +3,9 @@
 # HCAs in back-to-back pairs, latency per switch hop, and the idle CPU and
 # memory of a 32-HCA, 10-switch fabric; optimised vhca processes on UDP
 # loopback, static mode (tests/examples/fabric_bench.rs). Figures go to
-# BENCHMARKS.md by hand, with the date.
+# docs/benchmarks-history.md by hand, with the date; the run also writes
+# them to bench-results/fabric.tsv (scripts/lib.sh bench_tsv_end) for
+# scripts/plot-benchmarks.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -11,4 +13,6 @@ ensure_rust
 cargo build --release -q -p device --bin vhca
 cargo build --release -q -p vhca-tests --example fabric_bench
 target=$(realpath "${CARGO_TARGET_DIR:-target}")
+bench_tsv_begin
 VHCA_BIN="$target/release/vhca" "$target/release/examples/fabric_bench" 2>/dev/null
+bench_tsv_end fabric

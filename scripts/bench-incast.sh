@@ -2,7 +2,7 @@
 # 8-to-1 incast through one `vhca switch` with IBA 7.9 link flow control on
 # and off (issue 27 item 4): drops, retries, goodput and Jain's fairness
 # index, three runs of each, min and max (tests/examples/incast_bench.rs).
-# Figures go to BENCHMARKS.md by hand, with the date.
+# Figures go to docs/benchmarks-history.md by hand, with the date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

@@ -6,7 +6,7 @@
 # over the guests' virtio-net link (a QEMU -netdev dgram pair), 3 rounds,
 # then 3 runs over ib0 in datagram mode (UD). Prints every figure and the
 # ratios against virtio-net of the same round; the figures go to
-# BENCHMARKS.md by hand, with the date.
+# docs/benchmarks-history.md by hand, with the date.
 #
 # Usage: scripts/bench-ipoib.sh [BOOTS]   (default 1)
 set -uo pipefail

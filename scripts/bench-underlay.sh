@@ -5,7 +5,8 @@
 # alternated round by round (tests/examples/underlay_bench.rs): RC WRITE
 # throughput and SEND ping-pong latency, each round's ratios and their min and
 # max. Needs root (ip netns); the namespaces and the veth (s12mtu-*) are
-# deleted when it ends. Figures go to BENCHMARKS.md by hand, with the date.
+# deleted when it ends. Figures go to docs/benchmarks-history.md by hand, with
+# the date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

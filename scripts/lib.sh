@@ -53,3 +53,39 @@ ensure_tshark() {
     echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections
     apt_install tshark
 }
+
+# Benchmark figures for the plots (issue 28 item 7). `bench_tsv_begin`
+# sets VHCA_BENCH_TSV to a fresh file for the example to append its figures
+# to (tests/src/bench_tsv.rs); `bench_tsv_end NAME` writes them to
+# bench-results/NAME.tsv (replacing the last run's), each row with where it
+# came from: source "run", the UTC date, the command (the script, its
+# arguments and the VHCA_BENCH_* settings), the commit and, as a note, the
+# host's load average when the run began (this is a shared machine). The
+# files are committed; scripts/plot-benchmarks.py draws BENCHMARKS.md's
+# plots from them.
+bench_tsv_begin() {
+    VHCA_BENCH_TSV=$(mktemp /tmp/vhca-bench.XXXXXX.tsv)
+    export VHCA_BENCH_TSV
+    BENCH_TSV_LOAD=$(cut -d' ' -f1 /proc/loadavg)
+    BENCH_TSV_DATE=$(date -u +%Y-%m-%dT%H:%MZ)
+}
+
+bench_tsv_end() {
+    local name=$1 out="bench-results/$1.tsv" cmd commit settings
+    settings=$(env | grep '^VHCA_BENCH_' | grep -v '^VHCA_BENCH_TSV=' | sort | tr '\n' ' ' || true)
+    cmd="${settings}scripts/$(basename "$0")"
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if ! git diff --quiet HEAD -- device transport pci tests 2>/dev/null; then
+        commit="$commit+changes"
+    fi
+    mkdir -p bench-results
+    {
+        printf 'source\tdate\tcommand\tcommit\tfigure\tseries\tx\tstat\tvalue\tunit\tnote\n'
+        awk -F'\t' -v OFS='\t' -v d="$BENCH_TSV_DATE" -v c="$cmd" -v k="$commit" \
+            -v n="load average $BENCH_TSV_LOAD at the start" \
+            'NF == 6 { print "run", d, c, k, $1, $2, $3, $4, $5, $6, n }' "$VHCA_BENCH_TSV"
+    } >"$out.tmp"
+    mv "$out.tmp" "$out"
+    rm -f "$VHCA_BENCH_TSV"
+    echo "$(basename "$0"): figures in $out"
+}

@@ -45,6 +45,10 @@ STAGES=(
     # fail instead of skipping when tshark, CAP_NET_ADMIN or ip netns is
     # missing (the suite runs as root).
     "cargo-test|VHCA_REQUIRE_TSHARK=1 VHCA_REQUIRE_TAP=1 VHCA_REQUIRE_NETNS=1 cargo test --workspace --no-fail-fast"
+    # tools/wireshark/vhca.lua on a live capture of the UDP underlay: two
+    # devices back to back and through a switch, with and without a fabric
+    # key, dissected as InfiniBand by tshark (issue 28 item 4).
+    "wire-dissect|scripts/wire-dissect-test.sh"
     # Every target for a short bounded time (fuzz/README.md has the long run).
     "fuzz|scripts/fuzz.sh --seconds 15"
     # The device under a real QEMU (host root and guest are cached in $VHCA_CACHE).

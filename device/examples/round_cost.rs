@@ -1,5 +1,5 @@
 //! What one data-path round costs the device with many idle QPs (issue 12,
-//! BENCHMARKS.md "Doorbell summary"): `Hca::run_once` on a `VecMemory` guest
+//! docs/benchmarks-history.md "Doorbell summary"): `Hca::run_once` on a `VecMemory` guest
 //! with 1, 100, 1000 and 10 000 RC QPs created and nothing posted, the case of
 //! a busy device that also holds many idle connections. Timed in the thread's
 //! own CPU time (CLOCK_THREAD_CPUTIME_ID), so a loaded host stretches it less

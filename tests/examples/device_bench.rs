@@ -33,6 +33,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use vhca_tests::abi::verbs::QpType;
+use vhca_tests::bench_tsv as tsv;
 use vhca_tests::fixture::{
     assert_success, connect_pair_with, transfer_rate, Node, Region, Transfer,
 };
@@ -546,16 +547,31 @@ fn main() {
 
     println!("device benchmarks (two vhca processes, UDP loopback)");
     match r1 {
-        Some((write_rate, Some(base))) => println!(
-            "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 -u -b 0 -l 4160 received {:.3} GB/s; ratio {:.2} (target >= 0.7, goal >= 1.0)",
-            write_rate / 1e9,
-            base / 1e9,
-            write_rate / base
-        ),
-        Some((write_rate, None)) => println!(
-            "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 not available, no ratio",
-            write_rate / 1e9
-        ),
+        Some((write_rate, Some(base))) => {
+            println!(
+                "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 -u -b 0 -l 4160 received {:.3} GB/s; ratio {:.2} (target >= 0.7, goal >= 1.0)",
+                write_rate / 1e9,
+                base / 1e9,
+                write_rate / base
+            );
+            tsv::row("rc-write-64k", "vhca", "", "one", write_rate / 1e9, "GB/s");
+            tsv::row("rc-write-64k", "iperf3-udp", "", "one", base / 1e9, "GB/s");
+            tsv::row(
+                "rc-write-64k",
+                "vhca/iperf3",
+                "",
+                "ratio",
+                write_rate / base,
+                "x",
+            );
+        }
+        Some((write_rate, None)) => {
+            println!(
+                "1. RC WRITE 64 KiB: {:.3} GB/s; iperf3 not available, no ratio",
+                write_rate / 1e9
+            );
+            tsv::row("rc-write-64k", "vhca", "", "one", write_rate / 1e9, "GB/s");
+        }
         None => {}
     }
     if let Some((p50, udp_p50, poll_p50, block_p50)) = r2 {
@@ -565,6 +581,16 @@ fn main() {
             us(p50),
             us(udp_p50),
             us(p50) / us(udp_p50)
+        );
+        tsv::row("send-8b-p50", "vhca", "", "one", us(p50), "us");
+        tsv::row("send-8b-p50", "udp", "", "one", us(udp_p50), "us");
+        tsv::row(
+            "send-8b-p50",
+            "vhca/udp",
+            "",
+            "ratio",
+            us(p50) / us(udp_p50),
+            "x",
         );
         println!(
             "   other UDP ping-pongs: two threads polling (non-blocking recv + yield) {:.1} us, ratio {:.2}; two threads blocked in recv (netperf UDP_RR style) {:.1} us, ratio {:.2}",
@@ -581,11 +607,22 @@ fn main() {
             udp64_rate,
             write64_rate / udp64_rate
         );
+        tsv::row("write-64b-rate", "vhca", "", "one", write64_rate, "msg/s");
+        tsv::row("write-64b-rate", "udp", "", "one", udp64_rate, "msg/s");
+        tsv::row(
+            "write-64b-rate",
+            "vhca/udp",
+            "",
+            "ratio",
+            write64_rate / udp64_rate,
+            "x",
+        );
     }
     if let Some((ticks, idle_pct)) = r4 {
         println!(
             "4. idle vhca over {idle_secs} s: {ticks} CPU ticks = {idle_pct:.2}% of a core (target < 1%)"
         );
+        tsv::row("idle-cpu", "vhca", "", "one", idle_pct, "% of a core");
     }
     if let Some((n, made, bytes, ticks, pct)) = r5 {
         println!(
@@ -593,6 +630,15 @@ fn main() {
             made.as_secs_f64(),
             bytes as f64 / (1 << 20) as f64,
             bytes / n as u64
+        );
+        tsv::row("idle-cpu-many-qps", "vhca", n, "one", pct, "% of a core");
+        tsv::row(
+            "rss-per-qp-cq",
+            "vhca",
+            n,
+            "one",
+            (bytes / n as u64) as f64,
+            "bytes",
         );
     }
     if let Some(rates) = r6 {
@@ -612,8 +658,17 @@ fn main() {
             "6. aggregate RC WRITE 64 KiB: {} (target: 1024 QPs >= 0.9x of one)",
             list.join(", ")
         );
-        for (n, _, _, c) in &rates {
+        for (n, r, _, c) in &rates {
             println!("6. {n} QPs: {c}");
+            tsv::row("aggregate-write-64k", "vhca", n, "one", r / 1e9, "GB/s");
+            tsv::row(
+                "aggregate-write-64k",
+                "vhca",
+                n,
+                "ratio",
+                r / one,
+                "x of 1 QP",
+            );
         }
     }
     if let Some((rate, recvs, window)) = r7 {

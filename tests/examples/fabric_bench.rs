@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::verbs::QpType;
+use vhca_tests::bench_tsv as tsv;
 use vhca_tests::fat_tree::fat_tree;
 use vhca_tests::fixture::{assert_success, connect_pair_with, ping_pong_p50, Node, Region};
 use vhca_tests::process::{cpu_ns, cpu_ticks, rss_kib};
@@ -315,6 +316,33 @@ fn main() {
             l1 - l0,
             (l3 - l1) / 2.0
         );
+        tsv::row(
+            "fat-tree-all-to-all",
+            "fat tree",
+            r,
+            "one",
+            x.fat.0 / 1e6,
+            "MB/s",
+        );
+        tsv::row(
+            "fat-tree-all-to-all",
+            "4 back-to-back pairs",
+            r,
+            "one",
+            sum / 1e6,
+            "MB/s",
+        );
+        tsv::row(
+            "fat-tree-all-to-all",
+            "fat tree/pairs",
+            r,
+            "ratio",
+            x.fat.0 / sum,
+            "x",
+        );
+        for (hops, l) in [(0, l0), (1, l1), (3, l3)] {
+            tsv::row("p50-by-hops", &format!("round {r}"), hops, "one", l, "us");
+        }
         ratio.push(x.fat.0 / sum);
         hop1.push(l1 - l0);
         hop3.push((l3 - l1) / 2.0);
@@ -331,6 +359,14 @@ fn main() {
             i.rss_hca.1,
             i.rss_switch.0,
             i.rss_switch.1
+        );
+        tsv::row(
+            "idle-fabric-cpu",
+            "schedstat",
+            r,
+            "one",
+            i.total * 100.0,
+            "% of a core",
         );
         idle_pct.push(i.total * 100.0);
     }

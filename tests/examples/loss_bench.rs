@@ -19,6 +19,7 @@
 
 use vhca_tests::abi::counters::CounterSet;
 use vhca_tests::abi::verbs::QpType;
+use vhca_tests::bench_tsv as tsv;
 use vhca_tests::fixture::{connect_pair_with, transfer_rate, Node, Transfer};
 use vhca_tests::{ConnOpts, GuestOptions, HcaConfig, Layout, Options, QpInit, Vhca};
 
@@ -195,6 +196,25 @@ fn main() {
                 let r = run(op, fault, probes, msgs);
                 let b = *base.get_or_insert(r);
                 line.push(format!("{name} {:.0} MB/s ({:.3}x)", r / 1e6, r / b));
+                // The loss rate as the abscissa of the plot; the duplication
+                // and reordering condition by its name.
+                let x = match fault {
+                    None => "0".to_string(),
+                    Some(f) => f
+                        .strip_prefix("drop=")
+                        .and_then(|p| p.parse::<f64>().ok())
+                        .map_or(f.to_string(), |p| format!("{}", p * 100.0)),
+                };
+                let series = format!("vhca {op:?} probes {probes}");
+                tsv::row("goodput-vs-loss", &series, &x, "one", r / 1e6, "MB/s");
+                tsv::row(
+                    "goodput-vs-loss",
+                    &series,
+                    &x,
+                    "ratio",
+                    r / b,
+                    "x of lossless",
+                );
             }
             println!(
                 "RC {op:?} 64 KiB, loss probes {probes}: {}",

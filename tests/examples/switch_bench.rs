@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use vhca_tests::bench_tsv as tsv;
 use vhca_tests::fixture::{bench_pair, ping_pong_p50, transfer_rate, Transfer};
 use vhca_tests::switch_proc::{star_fabric, SwitchProc};
 use vhca_tests::{Options, Vhca};
@@ -160,6 +161,41 @@ fn main() {
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
         rows.push((w1 / w0, l1.as_secs_f64() / l0.as_secs_f64() - 1.0));
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        tsv::row(
+            "switch-write-64k",
+            "back-to-back",
+            r,
+            "one",
+            w0 / 1e6,
+            "MB/s",
+        );
+        tsv::row(
+            "switch-write-64k",
+            "one switch hop",
+            r,
+            "one",
+            w1 / 1e6,
+            "MB/s",
+        );
+        tsv::row(
+            "switch-write-64k",
+            "switched/back-to-back",
+            r,
+            "ratio",
+            w1 / w0,
+            "x",
+        );
+        tsv::row("switch-p50", "back-to-back", r, "one", us(l0), "us");
+        tsv::row("switch-p50", "one switch hop", r, "one", us(l1), "us");
+        tsv::row(
+            "switch-p50",
+            "switched/back-to-back",
+            r,
+            "ratio",
+            us(l1) / us(l0),
+            "x",
+        );
     }
     let min_max = |f: fn(&(f64, f64)) -> f64| {
         let v: Vec<f64> = rows.iter().map(f).collect();

@@ -18,6 +18,7 @@
 //! - [`mini_sm`]: a small subnet manager on a node's QP0 (directed-route
 //!   discovery, LIDs, min-hop LFTs, multicast trees, port activation).
 //! - [`netns`]: two network namespaces joined by a veth, standing for two hosts.
+//! - [`bench_tsv`]: the benchmark examples' machine-readable figures.
 //!
 //! Everything is written against `device::abi`, the one source of the ABI.
 //!
@@ -26,6 +27,7 @@
 //! (watchdog seconds), `VHCA_KEEP` (keep the run folder), `VHCA_TEST_STDERR`
 //! (print the devices' stderr at the end), `VHCA_REQUIRE_TSHARK`.
 
+pub mod bench_tsv;
 pub mod fat_tree;
 pub mod fixture;
 pub mod guest;

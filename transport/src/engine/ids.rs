@@ -6,7 +6,7 @@
 //! With the QPs in a `BTreeMap` each lookup walked 3-4 nodes of 11 QPs each
 //! (the ~750-byte `Qp`s stored inline, so a node spans 8 KiB) with a
 //! mispredicted linear search per node: with 1024 active QPs those walks
-//! were the largest single cost of a packet (`perf` of figure 6, BENCHMARKS.md),
+//! were the largest single cost of a packet (`perf` of figure 6, docs/benchmarks-history.md),
 //! and the cost grew with the number of QPs. A hash lookup costs the same
 //! with 1 or 10 000 QPs.
 //!
