@@ -177,7 +177,7 @@ fn fix_crcs(pkt: &mut [u8]) {
     let n = pkt.len();
     let (icrc, vcrc) = icrc_vcrc_native(&pkt[..n - 6], has_grh);
     pkt[n - 6..n - 2].copy_from_slice(&icrc.to_le_bytes());
-    pkt[n - 2..].copy_from_slice(&vcrc.to_be_bytes());
+    pkt[n - 2..].copy_from_slice(&vcrc.to_le_bytes());
 }
 
 fn switch(mut r: Input) {

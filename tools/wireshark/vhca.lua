@@ -125,8 +125,10 @@ local function vcrc_good(tvb, off, iblen)
     return crc16(tvb, off, iblen - 2) == got
 end
 
+-- The LPCRC goes least significant byte first, as the VCRC (one CRC-16 and
+-- one serialisation for both, IBA 7.8.2 and 7.9.4.2).
 local function lpcrc_good(tvb, off)
-    return crc16(tvb, off, 4) == tvb(off + 4, 2):uint()
+    return crc16(tvb, off, 4) == tvb(off + 4, 2):le_uint()
 end
 
 -- The IB packet length the LRH at `off` announces, or nil when the bytes
@@ -220,7 +222,7 @@ local function dissect_segment(tvb, pinfo, root, s)
         t:add(f.fc_fctbs, r(0, 2))
         t:add(f.fc_vl, r(2, 1))
         t:add(f.fc_fccl, r(2, 2))
-        t:add(f.fc_lpcrc, r(4, 2))
+        t:add_le(f.fc_lpcrc, r(4, 2))
         local good = lpcrc_good(tvb, s.off)
         t:add(f.fc_lpcrc_good, good):set_generated()
         if not good then t:add_proto_expert_info(ef.bad_lpcrc) end

@@ -13,6 +13,29 @@ use transport::flow::{
 };
 use transport::verbs::Time;
 
+/// WF-09, IBA 7.9.4.2: the LPCRC is the VCRC's CRC-16 and goes on the wire
+/// as the VCRC does, least significant byte first (the order the
+/// real-hardware capture fixes for the VCRC, `capture_vectors.rs`): the last
+/// two bytes of a flow-control packet are exactly the two bytes the wire
+/// module appends as a VCRC over the same four bytes.
+#[test]
+fn fc_packet_lpcrc_goes_on_the_wire_as_a_vcrc_does() {
+    let p = FcPacket {
+        op: FcOp::Normal,
+        fctbs: 0x5a3,
+        vl: 2,
+        fccl: 0x0c4,
+    };
+    let b = p.encode();
+    let crc = transport::wire::crc::vcrc(&b[..4]);
+    assert_ne!(
+        crc.to_le_bytes(),
+        crc.to_be_bytes(),
+        "a CRC whose order shows"
+    );
+    assert_eq!(b[4..6], crc.to_le_bytes());
+}
+
 #[test]
 fn fc_packet_fields_round_trip_and_bad_lpcrc_op_length_and_vl15_are_refused() {
     let p = FcPacket {
@@ -41,7 +64,7 @@ fn fc_packet_fields_round_trip_and_bad_lpcrc_op_length_and_vl15_are_refused() {
     let mut op2 = b;
     op2[0] = 0x20 | (op2[0] & 0xf);
     let crc = transport::wire::crc::vcrc(&op2[..4]);
-    op2[4..].copy_from_slice(&crc.to_be_bytes());
+    op2[4..].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(FcPacket::decode(&op2), Err(FcError::Op));
     let vl15 = FcPacket { vl: 15, ..p }.encode();
     assert_eq!(FcPacket::decode(&vl15), Err(FcError::Vl15));

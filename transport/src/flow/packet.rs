@@ -12,8 +12,10 @@
 //! Op 0 is a normal flow-control packet, Op 1 the one a port sends while its
 //! link initialises (7.9.4.1); the other Ops are reserved, and a packet with
 //! one is dropped. LPCRC is the link packet's CRC-16 over the first four
-//! bytes, the VCRC's polynomial and rules (7.9.4.2, 7.8.2); a packet whose
-//! LPCRC does not match is dropped.
+//! bytes, the VCRC's polynomial and rules (7.9.4.2, 7.8.2), so it goes on
+//! the wire as the VCRC does, least significant byte first (`wire::crc`: the
+//! real-hardware capture of `tests/capture_vectors.rs` fixes the VCRC's
+//! order); a packet whose LPCRC does not match is dropped.
 
 use crate::wire::crc::vcrc;
 
@@ -76,7 +78,7 @@ impl FcPacket {
         b[2] = ((self.vl & 0xf) << 4) | (fccl >> 8) as u8;
         b[3] = fccl as u8;
         let crc = vcrc(&b[..4]);
-        b[4..6].copy_from_slice(&crc.to_be_bytes());
+        b[4..6].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -85,7 +87,7 @@ impl FcPacket {
         if b.len() != FC_PACKET_LEN {
             return Err(FcError::Length);
         }
-        if vcrc(&b[..4]).to_be_bytes() != b[4..6] {
+        if vcrc(&b[..4]).to_le_bytes() != b[4..6] {
             return Err(FcError::Lpcrc);
         }
         let op = match b[0] >> 4 {
