@@ -40,6 +40,10 @@ use crate::fabric::{FabricFile, FabricKey, FaultSpec, Node};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
 pub struct Cli {
+    /// --config, --print-capabilities, --socket-path (issue 28 item 2).
+    #[command(flatten)]
+    pub service: crate::cli_config::ServiceArgs,
+
     /// Path of the vfio-user UNIX socket to listen on. A stale socket file left by
     /// an earlier run is replaced; its folder must exist.
     #[arg(long, value_name = "PATH")]

@@ -4,7 +4,6 @@
 //! writes a fabric file for a fat tree, a line or a ring of switches.
 
 use clap::Parser;
-use device::cli::Cli;
 use device::switch_proc::SwitchCli;
 use device::topology_cli::TopologyCli;
 
@@ -47,7 +46,7 @@ fn main() {
         }
         return;
     }
-    let cli = Cli::parse();
+    let cli = device::cli_config::parse_or_exit();
     let config = match cli.check() {
         Ok(c) => c,
         Err(e) => {
