@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use device::cli::FabricMode;
-use device::cli_config::{parse, ArgsError, Invocation, CAPABILITIES_JSON};
+use device::cli_config::{config_tokens, parse, ArgsError, Invocation, CAPABILITIES_JSON};
 
 fn fabric_file(dir: &Path) -> PathBuf {
     let p = dir.join("fabric.toml");
@@ -224,4 +224,51 @@ fn the_vhca_binary_reads_its_config_file_and_names_it_in_errors() {
         err.contains(&format!("with the options of --config {}", c.display())),
         "{err}"
     );
+}
+
+fn packaging(file: &str) -> (PathBuf, String) {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../packaging")
+        .join(file);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    (p, text)
+}
+
+#[test]
+fn the_packaged_unit_config_and_vhost_user_description_agree_with_vhca() {
+    // The unit runs vhca on /etc/vhca/NAME.toml and gives it /run/vhca/NAME,
+    // where the example config puts the sockets.
+    let (_, unit) = packaging("vhca@.service");
+    let lines: Vec<&str> = unit.lines().collect();
+    assert!(lines.contains(&"ExecStart=/usr/bin/vhca --config /etc/vhca/%i.toml"));
+    assert!(lines.contains(&"RuntimeDirectory=vhca/%i"));
+    // Every key of the example, the commented ones too, is a vhca option.
+    let (path, text) = packaging("example.toml");
+    let tokens = config_tokens(&path, &text, &[]).unwrap();
+    assert!(tokens.contains(&"--socket=/run/vhca/example/vfio-user.sock".to_owned()));
+    let uncommented: Vec<&str> = text
+        .lines()
+        .map(|l| match l.strip_prefix('#') {
+            Some(r) if r.starts_with(|c: char| c.is_ascii_lowercase()) && r.contains(" = ") => r,
+            _ => l,
+        })
+        .collect();
+    assert!(uncommented.len() > 5);
+    let all = config_tokens(&path, &uncommented.join("\n"), &[]).unwrap();
+    for key in [
+        "--tap=",
+        "--mac=",
+        "--vhost-user-net=/run/vhca/example/",
+        "--counters-every=",
+    ] {
+        assert!(all.iter().any(|t| t.starts_with(key)), "{key} in {all:?}");
+    }
+    // QEMU's description names the binary the package installs and the type
+    // --print-capabilities prints.
+    let (_, json) = packaging("50-vhca-net.json");
+    let desc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let caps: serde_json::Value = serde_json::from_str(CAPABILITIES_JSON).unwrap();
+    assert_eq!(desc["type"], caps["type"]);
+    assert_eq!(desc["binary"], "/usr/bin/vhca");
+    assert!(desc["description"].is_string());
 }
