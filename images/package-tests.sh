@@ -41,7 +41,7 @@
 #
 # Prints one "PASS|FAIL|SKIP name (detail)" line per check; exit 0 iff none
 # failed. Logs in $VHCA_CACHE/package-tests/logs. Times (2 cores shared, load
-# about 8): 221 s warm, of which the two DKMS installs (headers and compiler
+# 3 to 8): 221 to 326 s warm, of which the two DKMS installs (headers and compiler
 # unpacked, vhca.ko built) take 40 to 70 s each; cold about 10 minutes more:
 # the release build (~4 min), the two debootstraps (~45 s each) and the
 # first downloads (~350 MB of .debs, kept in $VHCA_CACHE/pkgroot-debs-*).
