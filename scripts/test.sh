@@ -57,6 +57,10 @@ STAGES=(
     # Other guest kernels and rdma-core releases (issue 17): vhca.ko against 6.1,
     # 6.12 and sid's headers, the provider packages, pingpongs on 6.1 and 6.12.
     "distro-tests|images/distro-tests.sh"
+    # The Debian packages (issue 28): vhca and vhca-dkms installed with apt into
+    # clean bookworm and trixie roots, the unit verified and its command line
+    # run, DKMS builds the module; the libvirt example validated.
+    "packages|images/package-tests.sh"
     # README's "Your own QEMU" section followed as written: two VMs, ibv_rc_pingpong.
     "own-qemu|images/own-qemu.sh"
     "roce-tests|images/roce-tests.sh"

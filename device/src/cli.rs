@@ -41,10 +41,17 @@ use crate::units::{self, duration_in, legacy_duration_in, on_off, usage_error};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "vhca", version, verbatim_doc_comment)]
 #[command(after_help = units::SYNTAX_HELP)]
-// The InfiniBand options and the RoCE ones exclude each other.
+// The InfiniBand options and the RoCE ones exclude each other: each option
+// names the other group (an option's own conflicts, which --config reads
+// through clap's get_arg_conflicts_with to let a file's option give way to
+// the command line's; a group's conflicts have no getter).
 #[command(group(ArgGroup::new("ib").args(["fabric", "node", "fabric_key_file"]).multiple(true)))]
-#[command(group(ArgGroup::new("roce").args(["tap", "mac", "vhost_user_net"]).multiple(true).conflicts_with("ib")))]
+#[command(group(ArgGroup::new("roce").args(["tap", "mac", "vhost_user_net"]).multiple(true)))]
 pub struct Cli {
+    /// --config, --print-capabilities, --socket-path (issue 28 item 2).
+    #[command(flatten)]
+    pub service: crate::cli_config::ServiceArgs,
+
     /// Path of the vfio-user UNIX socket to listen on. A stale socket file left by
     /// an earlier run is replaced; its folder must exist.
     #[arg(long, value_name = "PATH")]
@@ -69,11 +76,16 @@ pub struct Cli {
     /// is the largest the network under it carries without IP fragments
     /// (1024 on 1500 bytes, 4096 on 9000 or loopback); a top-level
     /// mtu = 256..4096 lowers it, never raises it.
-    #[arg(long, value_name = "FILE", requires = "node")]
+    #[arg(long, value_name = "FILE", requires = "node", conflicts_with = "roce")]
     pub fabric: Option<PathBuf>,
 
     /// InfiniBand mode: this device's node name in the fabric file.
-    #[arg(long, value_name = "NAME", requires = "fabric")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "fabric",
+        conflicts_with = "roce"
+    )]
     pub node: Option<String>,
 
     /// InfiniBand mode: authenticate every datagram with the fabric key in
@@ -82,25 +94,30 @@ pub struct Cli {
     /// per datagram, so that whoever can reach the UDP port but lacks the key
     /// cannot inject or replay packets. Overrides the fabric file's key or
     /// key_file. Off by default (a fabric inside one host needs no key).
-    #[arg(long, value_name = "FILE", verbatim_doc_comment)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        verbatim_doc_comment,
+        conflicts_with = "roce"
+    )]
     pub fabric_key_file: Option<PathBuf>,
 
     /// RoCE mode: the port is Ethernet with RoCEv2, on this TAP device (opened,
     /// or created if missing; bring it up and plug it into a bridge yourself).
     /// RoCEv2 frames for --mac go to the HCA, every other frame to and from the
     /// VM's virtio-net (--vhost-user-net).
-    #[arg(long, value_name = "NAME", requires = "mac", value_parser = parse_tap)]
+    #[arg(long, value_name = "NAME", requires = "mac", conflicts_with = "ib", value_parser = parse_tap)]
     pub tap: Option<String>,
 
     /// RoCE mode: the port's MAC address, XX:XX:XX:XX:XX:XX (also the MAC the
     /// VM's virtio-net reports; give QEMU's virtio-net-pci the same mac=).
-    #[arg(long, value_name = "MAC", requires = "tap", value_parser = parse_mac)]
+    #[arg(long, value_name = "MAC", requires = "tap", conflicts_with = "ib", value_parser = parse_mac)]
     pub mac: Option<MacAddr>,
 
     /// RoCE mode: serve a vhost-user-net backend on this UNIX socket for QEMU's
     /// `-netdev vhost-user` (a stale socket file is replaced; served again after
     /// each disconnect). Without it, frames for the guest are dropped.
-    #[arg(long, value_name = "PATH", requires = "tap")]
+    #[arg(long, value_name = "PATH", requires = "tap", conflicts_with = "ib")]
     pub vhost_user_net: Option<PathBuf>,
 
     /// Write every packet sent and received to FILE (pcap; ERF InfiniBand

@@ -13,7 +13,8 @@
 //! - [`switch_proc`]: `vhca switch`, the process that drives the sans-IO
 //!   switch core over UDP (issue 26 item 3).
 //! - [`run`]: threads, BAR0 registers and the sleep protocol; [`glue`] guest
-//!   memory, BAR2 and MSI-X over the `pci` crate; [`cli`] the command line.
+//!   memory, BAR2 and MSI-X over the `pci` crate; [`cli`] the command line,
+//!   [`cli_config`] its `--config` file and the vhost-user backend conventions.
 
 // Denied, not forbidden: `fabric::tap_sys` holds the TUN ioctls, each in a small
 // wrapper with its SAFETY argument, and allows it for that file alone (so do
@@ -23,6 +24,7 @@
 pub mod abi;
 pub mod caps;
 pub mod cli;
+pub mod cli_config;
 pub mod cmdq;
 pub mod context;
 pub mod convert;

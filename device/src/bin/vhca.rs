@@ -3,7 +3,6 @@
 //! switch of a fabric file (see `vhca switch --help`); `vhca topology`
 //! writes a fabric file for a fat tree, a line or a ring of switches.
 
-use device::cli::Cli;
 use device::switch_proc::SwitchCli;
 use device::topology_cli::TopologyCli;
 use device::units::ParseArgs;
@@ -36,7 +35,7 @@ fn main() {
         print!("{}", cli.text().unwrap_or_else(|e| e.exit()));
         return;
     }
-    let cli = Cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    let cli = device::cli_config::parse_or_exit();
     let config = cli.check().unwrap_or_else(|e| e.exit());
     init_log(config.log);
     if let Err(e) = device::run::serve(&config) {
