@@ -114,7 +114,10 @@ int main(int argc, char **argv)
 	 * not resolve at once; retry for 30 s, saying why. */
 	for (tries = 0;; tries++) {
 		struct rdma_addrinfo *res = resolve(argv[2], argv[3], 0);
-		int rc = rdma_create_ep(&id, res, NULL, &attr);
+		/* A fresh copy each try: rdma_create_ep writes the CQs it made
+		 * into the attributes, and those die with a failed try's id. */
+		struct ibv_qp_init_attr a = attr;
+		int rc = rdma_create_ep(&id, res, NULL, &a);
 		rdma_freeaddrinfo(res);
 		if (rc) {
 			if (tries >= 30)
