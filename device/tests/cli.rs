@@ -1,20 +1,12 @@
 //! The `vhca` command line: every bad argument is a clap error with the usage
 //! line, naming the argument (issue 28 item 5).
 
+mod common;
+
 use clap::Parser;
+use common::fabric_file;
 use device::cli::{parse_mac, Cli, FabricMode};
 use device::units::ParseArgs;
-
-fn fabric_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let p = dir.join("fabric.toml");
-    std::fs::write(
-        &p,
-        "[[node]]\nname = \"a\"\nlid = 1\nguid = \"0x0002c90300000001\"\naddress = \"127.0.0.1:18515\"\n\n\
-         [[node]]\nname = \"b\"\nlid = 2\nguid = \"0x0002c90300000002\"\naddress = \"127.0.0.1:18516\"\n",
-    )
-    .unwrap();
-    p
-}
 
 /// A clap error: `error: ...` naming the argument, then the usage line.
 fn assert_clap_error(e: &str, names: &str, args: &[&str]) {

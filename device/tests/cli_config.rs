@@ -5,19 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
+use common::fabric_file;
 use device::cli::FabricMode;
 use device::cli_config::{config_tokens, parse, ArgsError, Invocation, CAPABILITIES_JSON};
-
-fn fabric_file(dir: &Path) -> PathBuf {
-    let p = dir.join("fabric.toml");
-    std::fs::write(
-        &p,
-        "[[node]]\nname = \"a\"\nlid = 1\nguid = \"0x0002c90300000001\"\naddress = \"127.0.0.1:18515\"\n\n\
-         [[node]]\nname = \"b\"\nlid = 2\nguid = \"0x0002c90300000002\"\naddress = \"127.0.0.1:18516\"\n",
-    )
-    .unwrap();
-    p
-}
 
 /// A config file in `dir` with `body`; returns its path.
 fn config(dir: &Path, body: &str) -> PathBuf {

@@ -164,3 +164,17 @@ impl Link for RecordingLink {
         Ok(())
     }
 }
+
+/// A fabric file in `dir` with two nodes, a (LID 1) and b (LID 2), for the
+/// command-line tests (cli.rs, cli_config.rs), which parse it but open no
+/// socket.
+pub fn fabric_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("fabric.toml");
+    std::fs::write(
+        &p,
+        "[[node]]\nname = \"a\"\nlid = 1\nguid = \"0x0002c90300000001\"\naddress = \"127.0.0.1:18515\"\n\n\
+         [[node]]\nname = \"b\"\nlid = 2\nguid = \"0x0002c90300000002\"\naddress = \"127.0.0.1:18516\"\n",
+    )
+    .unwrap();
+    p
+}
