@@ -19,11 +19,17 @@ add() {
     fi
 }
 is_elf() { [ "$(head -c4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; }
-# add_elf PATH: the file and its ldd closure.
-add_elf() {
-    add "$1"
+# add_closure PATH: the libraries PATH needs (its ldd closure), not PATH
+# itself: for a binary already placed in the stage, or one from outside the
+# root's tree.
+add_closure() {
     local l
     for l in $(ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
         add "$l"
     done
+}
+# add_elf PATH: the file and its ldd closure.
+add_elf() {
+    add "$1"
+    add_closure "$1"
 }

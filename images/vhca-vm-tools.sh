@@ -46,9 +46,7 @@ apt-get download "libfabric-bin=$v"
 dpkg -x libfabric-bin_*.deb x
 for f in x/usr/bin/fi_*; do
     cp "$f" "$S/usr/bin/"
-    for l in $(ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
-        add "$l"
-    done
+    add_closure "$f"
 done
 rm -rf x libfabric-bin_*.deb
 du -sh "$S"
