@@ -348,3 +348,22 @@ vhca_accel() {
     echo "$verdict $why" >"$memo"
     cat "$memo"
 }
+
+# vhca_wait_ready LOG PID TIMEOUT READY — until guest console LOG shows
+# /init's ready line and, READY non-empty, a line after it matching READY
+# (grep -E); 1 if PID (the guest's run-vm.sh) ended first or TIMEOUT seconds
+# passed. vm-pair.sh and roce-pair.sh boot guest B once A's server listens.
+vhca_wait_ready() {
+    local log=$1 pid=$2 timeout=$3 ready=$4 _
+    for _ in $(seq $((timeout * 10))); do
+        if [ -n "$ready" ]; then
+            tr -d '\r' 2>/dev/null <"$log" |
+                sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && return 0
+        else
+            grep -q 'vhca-init: ready at' "$log" 2>/dev/null && return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}

@@ -283,16 +283,7 @@ pids+=("$vm_a")
 vm_b=
 if [ "$single" = 0 ]; then
     # B boots once A's server listens (the tools' clients do not retry).
-    for _ in $(seq $((timeout * 10))); do
-        if [ -n "$ready" ]; then
-            tr -d '\r' 2>/dev/null <"$out/console-a.log" |
-                sed -n '/vhca-init: ready at/,$p' | grep -Eq -- "$ready" && break
-        else
-            grep -q 'vhca-init: ready at' "$out/console-a.log" 2>/dev/null && break
-        fi
-        kill -0 "$vm_a" 2>/dev/null || break
-        sleep 0.1
-    done
+    vhca_wait_ready "$out/console-a.log" "$vm_a" "$timeout" "$ready" || true
     "$VHCA_IMAGES/run-vm.sh" "${vm_opts[@]}" --name vhca-b --log "$out/console-b.log" \
         --vfio-user "$sock_b" --net "$net_b:$net_a" --ip 10.99.0.2/24 "${b_opts[@]}" -- "$client_cmd" \
         2>"$out/run-vm-b.err" &
