@@ -9,32 +9,15 @@ use common::*;
 use transport::psn;
 use transport::verbs::{QpState, SendFlags, WcStatus, WrOpcode};
 use transport::wire::opcode::Opcode;
-use transport::wire::{AethSyndrome, NakCode, PacketRepr};
+use transport::wire::{AethSyndrome, NakCode};
 
-/// One packet of the sniffed exchange, the fields these rows are about.
-#[derive(Debug)]
-struct Pkt {
-    opcode: Opcode,
-    psn: u32,
-    ack_req: bool,
-    aeth: Option<(AethSyndrome, u32)>,
-}
-
-fn sniffed(net: &Net) -> Vec<Pkt> {
+/// The sniffed exchange, parsed (`common::craft::seen`).
+fn sniffed(net: &Net) -> Vec<Seen> {
     net.sniffed
         .as_ref()
         .expect("sniffing on")
         .iter()
-        .map(|b| {
-            let p = PacketRepr::parse(b).expect("valid packets");
-            let t = p.transport;
-            Pkt {
-                opcode: t.bth.opcode,
-                psn: t.bth.psn,
-                ack_req: t.bth.ack_req,
-                aeth: t.ext.aeth.map(|a| (a.syndrome, a.msn)),
-            }
-        })
+        .map(|b| seen(b))
         .collect()
 }
 
@@ -66,7 +49,7 @@ fn rl_08_every_message_end_asks_for_an_ack_and_the_msn_counts_messages() {
     // The requester: the PSN each message ends at, and AckReq there.
     let mut ends = Vec::new();
     // (Both QPs are number 2, each on its own node: tell requests by opcode.)
-    let requests: Vec<&Pkt> = pkts
+    let requests: Vec<&Seen> = pkts
         .iter()
         .filter(|k| k.opcode != Opcode::RC_ACKNOWLEDGE)
         .collect();
@@ -85,19 +68,22 @@ fn rl_08_every_message_end_asks_for_an_ack_and_the_msn_counts_messages() {
     assert_eq!(*ends.last().unwrap(), psn::add(o.psn_a, npkts - 1));
 
     // The responder: every ACK's MSN is the count of messages ended by its PSN.
-    let acks: Vec<&Pkt> = pkts
+    let acks: Vec<&Seen> = pkts
         .iter()
         .filter(|k| k.opcode == Opcode::RC_ACKNOWLEDGE)
         .collect();
     assert!(!acks.is_empty());
     for k in &acks {
-        let (syn, msn) = k.aeth.expect("an ACK has an AETH");
+        let (syn, msn) = (
+            k.syndrome.expect("an ACK has an AETH"),
+            k.msn.expect("an ACK has an AETH"),
+        );
         assert!(matches!(syn, AethSyndrome::Ack { .. }), "{k:?}");
         let done = ends.iter().filter(|e| psn::diff(**e, k.psn) <= 0).count() as u32;
         assert_eq!(msn, done, "MSN of the ACK for PSN {:#x}", k.psn);
     }
     assert_eq!(
-        acks.last().unwrap().aeth.unwrap().1,
+        acks.last().unwrap().msn.unwrap(),
         sizes.len() as u32,
         "the last ACK names every message"
     );
