@@ -122,21 +122,6 @@ fn or_05_fenced_send_waits_for_the_atomic_before_it() {
     );
 }
 
-/// Takes at most `n` packets node `node` has to send.
-fn take(b: &mut Bench, node: usize, n: usize) -> Vec<Seen> {
-    let mut buf = vec![0u8; 8192];
-    let now = b.net.now;
-    let e = &mut b.net.nodes[node];
-    let mut out = Vec::new();
-    while out.len() < n {
-        let Some(len) = e.engine.poll_transmit(&mut e.mem, now, &mut buf) else {
-            break;
-        };
-        out.push(seen(&buf[..len]));
-    }
-    out
-}
-
 /// RL-05 (IBA 9.7.5.1.4; seed 004 §3.3.2.2): when a duplicate READ with an
 /// earlier PSN arrives while the responder is sending the responses of a
 /// later READ, it stops those and answers the duplicate, from memory as it
@@ -160,7 +145,7 @@ fn rl_05_a_duplicate_read_preempts_the_responses_of_a_later_read() {
         .bytes();
     b.inject(B, &read1);
     b.inject(B, &read2);
-    let first = take(&mut b, B, 3);
+    let first = take(&mut b.net, B, 3);
     let psns: Vec<u32> = first.iter().map(|s| s.psn).collect();
     assert_eq!(psns, vec![e, psn::add(e, 1), psn::add(e, 2)]);
     // READ 1 again, its data changed since: READ 2's last two responses

@@ -277,13 +277,22 @@ pub fn inject(net: &mut Net, node: usize, pkt: &[u8]) {
 
 /// Everything `node` has to send now.
 pub fn drain(net: &mut Net, node: usize) -> Vec<Seen> {
+    let out = take(net, node, 10_000);
+    assert!(out.len() < 10_000, "runaway transmit");
+    out
+}
+
+/// At most `max` of the packets `node` has to send now, the rest left queued.
+pub fn take(net: &mut Net, node: usize, max: usize) -> Vec<Seen> {
     let mut buf = vec![0u8; 8192];
     let now = net.now;
     let n = &mut net.nodes[node];
     let mut out = Vec::new();
-    while let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) {
+    while out.len() < max {
+        let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) else {
+            break;
+        };
         out.push(seen(&buf[..len]));
-        assert!(out.len() < 10_000, "runaway transmit");
     }
     out
 }
