@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * vhca_abi.h: the vhca device ABI, version 3.6.
+ * vhca_abi.h: the vhca device ABI, version 3.7.
  *
  * GENERATED from device/src/abi/ (the only source) by
  *     cargo run -p device --bin vhca-abi-header > guest-driver/include/vhca_abi.h
@@ -74,9 +74,11 @@ typedef uint64_t __u64;
  * CREATE/MODIFY/QUERY/DESTROY_EEC, QP type RD with its RDD in CreateQpIn's
  * xrcdn, the send WQE's RD segment). Minor 5: the SMA's MAD_IFC (AD-09).
  * Minor 6: SET_PORT_CAPS and SET_NODE_DESC (the guest's capability bits and
- * node description in the SMA).
+ * node description in the SMA). Minor 7: on-demand paging (issue 29: REG_MR's
+ * ODP flag, MAP_ODP, UNMAP_ODP, ODP_FAULT_FAIL, the PAGE_FAULT EQE,
+ * DeviceAttr's odp_caps in reserved bytes).
  */
-#define VHCA_ABI_VERSION             0x00030006U
+#define VHCA_ABI_VERSION             0x00030007U
 /*
  * Value of the MAGIC register: the bytes "VHCA" read as a little-endian u32,
  * so a BAR that is not ours (or all-ones after a surprise removal) is told
@@ -1173,6 +1175,26 @@ enum vhca_opcode {
 	 * Deregister a memory region; BUSY while a memory window is bound to it.
 	 */
 	VHCA_CMD_DEREG_MR = 0x0052,
+	/*
+	 * Install translations of an ODP MR (`struct vhca_map_odp_in`) and restart
+	 * the work waiting on them (issue 29). BAD_PARAM for a key that is not an
+	 * ODP MR, a range outside it, a va not 4 KiB aligned or a bad page list;
+	 * NOT_SUPPORTED when ODP is off.
+	 */
+	VHCA_CMD_MAP_ODP = 0x0053,
+	/*
+	 * Remove translations of an ODP MR (`struct vhca_unmap_odp_in`): when the
+	 * command completes no device access uses them any more. BAD_PARAM as
+	 * MAP_ODP.
+	 */
+	VHCA_CMD_UNMAP_ODP = 0x0054,
+	/*
+	 * The guest could not fault in these pages of an ODP MR (`struct
+	 * vhca_odp_fault_fail_in`): work waiting on them fails (requester: error
+	 * completion and the QP to Error; responder: NAK remote access error on the
+	 * retry). BAD_PARAM as MAP_ODP.
+	 */
+	VHCA_CMD_ODP_FAULT_FAIL = 0x0055,
 	/* Allocate a memory window (MP-06, MP-07), unbound. */
 	VHCA_CMD_ALLOC_MW = 0x0058,
 	/* Deallocate a memory window (bound or not). */
@@ -1459,6 +1481,22 @@ _Static_assert(offsetof(struct vhca_qp_attr, cap) == 76, "vhca_qp_attr.cap");
  * again. DEREG_MR takes any key byte of its index.
  */
 #define VHCA_REG_MR_F_FAST (1U << 1)
+/*
+ * An on-demand paging MR (issue 29): `pbl` is all zero and every 4 KiB page
+ * starts not present; MAP_ODP installs pages, UNMAP_ODP removes them, and an
+ * access to a missing page raises a PAGE_FAULT EQE (`struct
+ * vhca_eqe_page_fault`). With iova 0 and length 2^64 - 1 (`u64::MAX`) it is
+ * an implicit MR over the whole address space. BAD_PARAM together with FAST
+ * or DMA; NOT_SUPPORTED when the device has ODP off (QUERY_DEVICE's odp_caps
+ * 0).
+ */
+#define VHCA_REG_MR_F_ODP  (1U << 2)
+
+/* On-demand paging (issue 29). */
+/* log2 of the page size of every ODP translation (4 KiB). */
+#define VHCA_ODP_PAGE_SHIFT    12U
+/* Most pages one MAP_ODP installs. */
+#define VHCA_ODP_MAX_MAP_PAGES 512U
 
 /* REREG_MR `change` bits (`enum ibv_rereg_mr_flags`). */
 #define VHCA_REREG_CHANGE_TRANSLATION (1U << 0)
@@ -1523,6 +1561,29 @@ enum vhca_gid_type {
 #define VHCA_PORT_CAP_IS_BOOT_MGMT    (1U << 23)
 /* Every bit above: what SET_PORT_CAPS may set or clear. */
 #define VHCA_PORT_CAP_HOST_SETTABLE   0x9b0402U
+
+/* DeviceAttr `odp_caps`, general byte (`enum ibv_odp_general_caps`). */
+/* ODP MRs (REG_MR with `VHCA_REG_MR_F_ODP`). */
+#define VHCA_ODP_CAP_SUPPORT   (1U << 0)
+/* Implicit ODP MRs (iova 0, length 2^64 - 1). */
+#define VHCA_ODP_CAP_IMPLICIT  (1U << 1)
+/* Where the RC transport's byte starts. */
+#define VHCA_ODP_CAP_RC_SHIFT  8U
+/* Where the UD transport's byte starts. */
+#define VHCA_ODP_CAP_UD_SHIFT  16U
+/* Where the XRC transport's byte starts. */
+#define VHCA_ODP_CAP_XRC_SHIFT 24U
+
+/*
+ * DeviceAttr `odp_caps`, one transport's byte (`enum
+ * ibv_odp_transport_cap_bits`).
+ */
+#define VHCA_ODP_TRANSPORT_SEND     (1U << 0)
+#define VHCA_ODP_TRANSPORT_RECV     (1U << 1)
+#define VHCA_ODP_TRANSPORT_WRITE    (1U << 2)
+#define VHCA_ODP_TRANSPORT_READ     (1U << 3)
+#define VHCA_ODP_TRANSPORT_ATOMIC   (1U << 4)
+#define VHCA_ODP_TRANSPORT_SRQ_RECV (1U << 5)
 
 /*
  * EE context attributes (AD-11; IBA 11.2.x Modify EEC). A MODIFY_EEC to
@@ -1616,7 +1677,12 @@ struct vhca_device_attr {
 	 * `npages` of REG_MR with `VHCA_REG_MR_F_FAST` and of a REG_MR WQE.
 	 */
 	__u32 max_fast_reg_pages;
-	__u32 rsvd2;
+	/*
+	 * On-demand paging (issue 29; ABI 3.7): `VHCA_ODP_CAP_*`, bits 0..7 general,
+	 * then one byte of `VHCA_ODP_TRANSPORT_*` for RC (bits 8..15), UD (16..23)
+	 * and XRC (24..31), as `struct ibv_odp_caps`. 0: no ODP.
+	 */
+	__u32 odp_caps;
 	/* Multicast groups the port's QPs may join (AD-08; ABI 3.1). */
 	__u32 max_mcast_grp;
 	/* QPs attached to one multicast group. */
@@ -1660,7 +1726,7 @@ _Static_assert(offsetof(struct vhca_device_attr, phys_port_cnt) == 133, "vhca_de
 _Static_assert(offsetof(struct vhca_device_attr, atomic_cap) == 134, "vhca_device_attr.atomic_cap");
 _Static_assert(offsetof(struct vhca_device_attr, rsvd) == 135, "vhca_device_attr.rsvd");
 _Static_assert(offsetof(struct vhca_device_attr, max_fast_reg_pages) == 136, "vhca_device_attr.max_fast_reg_pages");
-_Static_assert(offsetof(struct vhca_device_attr, rsvd2) == 140, "vhca_device_attr.rsvd2");
+_Static_assert(offsetof(struct vhca_device_attr, odp_caps) == 140, "vhca_device_attr.odp_caps");
 _Static_assert(offsetof(struct vhca_device_attr, max_mcast_grp) == 144, "vhca_device_attr.max_mcast_grp");
 _Static_assert(offsetof(struct vhca_device_attr, max_mcast_qp_attach) == 148, "vhca_device_attr.max_mcast_qp_attach");
 _Static_assert(offsetof(struct vhca_device_attr, max_total_mcast_qp_attach) == 152, "vhca_device_attr.max_total_mcast_qp_attach");
@@ -2329,6 +2395,60 @@ struct vhca_dereg_mr_in {
 _Static_assert(sizeof(struct vhca_dereg_mr_in) == 4, "vhca_dereg_mr_in: size");
 _Static_assert(offsetof(struct vhca_dereg_mr_in, lkey) == 0, "vhca_dereg_mr_in.lkey");
 
+/*
+ * MAP_ODP input (mailbox): install the translations of `pbl.npages` 4 KiB
+ * pages of ODP MR `lkey` from `va` on (replacing what was there), and restart
+ * the work waiting on them.
+ */
+struct vhca_map_odp_in {
+	__u32 lkey;
+	__u32 rsvd;
+	/* 4 KiB aligned, inside the MR. */
+	__u64 va;
+	/*
+	 * page_shift 12 (`VHCA_ODP_PAGE_SHIFT`); the guest-physical (DMA) address of
+	 * each page from `va` on; npages 1..=`VHCA_ODP_MAX_MAP_PAGES`.
+	 */
+	struct vhca_pbl pbl;
+};
+_Static_assert(sizeof(struct vhca_map_odp_in) == 32, "vhca_map_odp_in: size");
+_Static_assert(offsetof(struct vhca_map_odp_in, lkey) == 0, "vhca_map_odp_in.lkey");
+_Static_assert(offsetof(struct vhca_map_odp_in, rsvd) == 4, "vhca_map_odp_in.rsvd");
+_Static_assert(offsetof(struct vhca_map_odp_in, va) == 8, "vhca_map_odp_in.va");
+_Static_assert(offsetof(struct vhca_map_odp_in, pbl) == 16, "vhca_map_odp_in.pbl");
+
+/*
+ * UNMAP_ODP and ODP_FAULT_FAIL input: a range of ODP MR `lkey`, rounded out
+ * to 4 KiB pages.
+ */
+struct vhca_unmap_odp_in {
+	__u32 lkey;
+	__u32 rsvd;
+	__u64 va;
+	__u64 length;
+};
+_Static_assert(sizeof(struct vhca_unmap_odp_in) == 24, "vhca_unmap_odp_in: size");
+_Static_assert(offsetof(struct vhca_unmap_odp_in, lkey) == 0, "vhca_unmap_odp_in.lkey");
+_Static_assert(offsetof(struct vhca_unmap_odp_in, rsvd) == 4, "vhca_unmap_odp_in.rsvd");
+_Static_assert(offsetof(struct vhca_unmap_odp_in, va) == 8, "vhca_unmap_odp_in.va");
+_Static_assert(offsetof(struct vhca_unmap_odp_in, length) == 16, "vhca_unmap_odp_in.length");
+
+/*
+ * ODP_FAULT_FAIL input: the pages the guest could not fault in (same layout
+ * as `struct vhca_unmap_odp_in`).
+ */
+struct vhca_odp_fault_fail_in {
+	__u32 lkey;
+	__u32 rsvd;
+	__u64 va;
+	__u64 length;
+};
+_Static_assert(sizeof(struct vhca_odp_fault_fail_in) == 24, "vhca_odp_fault_fail_in: size");
+_Static_assert(offsetof(struct vhca_odp_fault_fail_in, lkey) == 0, "vhca_odp_fault_fail_in.lkey");
+_Static_assert(offsetof(struct vhca_odp_fault_fail_in, rsvd) == 4, "vhca_odp_fault_fail_in.rsvd");
+_Static_assert(offsetof(struct vhca_odp_fault_fail_in, va) == 8, "vhca_odp_fault_fail_in.va");
+_Static_assert(offsetof(struct vhca_odp_fault_fail_in, length) == 16, "vhca_odp_fault_fail_in.length");
+
 /* ALLOC_MW input. */
 struct vhca_alloc_mw_in {
 	__u32 pdn;
@@ -2503,6 +2623,10 @@ _Static_assert(offsetof(struct vhca_destroy_eec_in, eecn) == 0, "vhca_destroy_ee
  * VHCA_CMD_REREG_MR: in struct vhca_rereg_mr_in (mailbox); out struct
  *     vhca_reg_mr_out (inline).
  * VHCA_CMD_DEREG_MR: in struct vhca_dereg_mr_in (inline); out -.
+ * VHCA_CMD_MAP_ODP: in struct vhca_map_odp_in (inline); out -.
+ * VHCA_CMD_UNMAP_ODP: in struct vhca_unmap_odp_in (inline); out -.
+ * VHCA_CMD_ODP_FAULT_FAIL: in struct vhca_odp_fault_fail_in (inline); out
+ *     -.
  * VHCA_CMD_ALLOC_MW: in struct vhca_alloc_mw_in (inline); out struct
  *     vhca_alloc_mw_out (inline).
  * VHCA_CMD_DEALLOC_MW: in struct vhca_dealloc_mw_in (inline); out -.
@@ -2975,6 +3099,11 @@ enum vhca_eqe_type {
 	 * data = its status.
 	 */
 	VHCA_EQE_COMMAND_DONE = 0x81,
+	/*
+	 * An ODP MR's pages are not present (issue 29): the entry is a `struct
+	 * vhca_eqe_page_fault`. On EQ 0.
+	 */
+	VHCA_EQE_PAGE_FAULT = 0x82,
 };
 
 /* Event queue entry. */
@@ -2999,6 +3128,51 @@ _Static_assert(offsetof(struct vhca_eqe, object) == 4, "vhca_eqe.object");
 _Static_assert(offsetof(struct vhca_eqe, data) == 8, "vhca_eqe.data");
 _Static_assert(offsetof(struct vhca_eqe, rsvd2) == 12, "vhca_eqe.rsvd2");
 _Static_assert(offsetof(struct vhca_eqe, owner) == 15, "vhca_eqe.owner");
+
+/* `struct vhca_eqe_page_fault` `flags`. */
+/* The device needs to write the pages (else only read them). */
+#define VHCA_PAGE_FAULT_WRITE        (1 << 0)
+/*
+ * Raised by an incoming request (responder); else by the QP's own send queue
+ * (requester).
+ */
+#define VHCA_PAGE_FAULT_RESPONDER    (1 << 1)
+/* Unused (0). */
+#define VHCA_PAGE_FAULT_PREFETCHABLE (1 << 2)
+
+/*
+ * A PAGE_FAULT event (`kind` = `VHCA_EQE_PAGE_FAULT`; issue 29): `npages` 4
+ * KiB pages from `vpn` on of the ODP MR `key` are not present. The guest
+ * answers with MAP_ODP covering them, or ODP_FAULT_FAIL. The device raises at
+ * most one fault per (QP, key, page range) until it is resolved (MAP_ODP,
+ * ODP_FAULT_FAIL, the QP destroyed or in Error).
+ */
+struct vhca_eqe_page_fault {
+	/* `VHCA_EQE_PAGE_FAULT`. */
+	__u8 kind;
+	/* `VHCA_PAGE_FAULT_*`. */
+	__u8 flags;
+	/* Pages from `vpn` on (>= 1). */
+	__u16 npages;
+	/* The MR's L_Key / R_Key. */
+	__u32 key;
+	/* vpn = va >> 12, 48 bits: the low 32. */
+	__u32 vpn_lo;
+	/* The high 16 bits of vpn. */
+	__u16 vpn_hi;
+	__u8 rsvd;
+	/* Owner bit (VHCA_OWNER_BIT), written last. */
+	__u8 owner;
+};
+_Static_assert(sizeof(struct vhca_eqe_page_fault) == 16, "vhca_eqe_page_fault: size");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, kind) == 0, "vhca_eqe_page_fault.kind");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, flags) == 1, "vhca_eqe_page_fault.flags");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, npages) == 2, "vhca_eqe_page_fault.npages");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, key) == 4, "vhca_eqe_page_fault.key");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, vpn_lo) == 8, "vhca_eqe_page_fault.vpn_lo");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, vpn_hi) == 12, "vhca_eqe_page_fault.vpn_hi");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, rsvd) == 14, "vhca_eqe_page_fault.rsvd");
+_Static_assert(offsetof(struct vhca_eqe_page_fault, owner) == 15, "vhca_eqe_page_fault.owner");
 
 /* ================= Context-table records (BAR0 window) ================== */
 

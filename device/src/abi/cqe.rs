@@ -158,6 +158,9 @@ abi_enum! {
         /// A command with VHCA_CMD_F_EVENT completed (EQ 0 only): object = its
         /// token, data = its status.
         CommandDone = 0x81,
+        /// An ODP MR's pages are not present (issue 29): the entry is a
+        /// `struct vhca_eqe_page_fault`. On EQ 0.
+        PageFault = 0x82,
     }
 }
 
@@ -197,6 +200,44 @@ abi_struct! {
     }
 }
 
+abi_consts! {
+    /// `struct vhca_eqe_page_fault` `flags`.
+    pub mod page_fault_flags: u8 = "VHCA_PAGE_FAULT" {
+        /// The device needs to write the pages (else only read them).
+        WRITE = 1 << 0,
+        /// Raised by an incoming request (responder); else by the QP's own
+        /// send queue (requester).
+        RESPONDER = 1 << 1,
+        /// Unused (0).
+        PREFETCHABLE = 1 << 2,
+    }
+}
+
+abi_struct! {
+    /// A PAGE_FAULT event (`kind` = `VHCA_EQE_PAGE_FAULT`; issue 29): `npages`
+    /// 4 KiB pages from `vpn` on of the ODP MR `key` are not present. The guest
+    /// answers with MAP_ODP covering them, or ODP_FAULT_FAIL. The device raises
+    /// at most one fault per (QP, key, page range) until it is resolved (MAP_ODP,
+    /// ODP_FAULT_FAIL, the QP destroyed or in Error).
+    pub struct EqePageFault (16) {
+        /// `VHCA_EQE_PAGE_FAULT`.
+        pub kind: u8,
+        /// `VHCA_PAGE_FAULT_*`.
+        pub flags: u8,
+        /// Pages from `vpn` on (>= 1).
+        pub npages: u16,
+        /// The MR's L_Key / R_Key.
+        pub key: u32,
+        /// vpn = va >> 12, 48 bits: the low 32.
+        pub vpn_lo: u32,
+        /// The high 16 bits of vpn.
+        pub vpn_hi: u16,
+        pub rsvd: u8,
+        /// Owner bit (VHCA_OWNER_BIT), written last.
+        pub owner: u8,
+    }
+}
+
 /// Completion and event entries.
 pub fn section() -> Section {
     Section {
@@ -208,6 +249,8 @@ pub fn section() -> Section {
             Entry::Enum(NetworkHdr::layout()),
             Entry::Enum(EqeType::layout()),
             Entry::Struct(entry::<Eqe>()),
+            Entry::Consts(page_fault_flags::layout()),
+            Entry::Struct(entry::<EqePageFault>()),
         ],
     }
 }

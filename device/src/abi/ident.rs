@@ -43,8 +43,10 @@ abi_consts! {
         /// CreateQpIn's xrcdn, the send WQE's RD segment).
         /// Minor 5: the SMA's MAD_IFC (AD-09). Minor 6: SET_PORT_CAPS and
         /// SET_NODE_DESC (the guest's capability bits and node description
-        /// in the SMA).
-        ABI_VERSION = 0x0003_0006,
+        /// in the SMA). Minor 7: on-demand paging (issue 29: REG_MR's ODP
+        /// flag, MAP_ODP, UNMAP_ODP, ODP_FAULT_FAIL, the PAGE_FAULT EQE,
+        /// DeviceAttr's odp_caps in reserved bytes).
+        ABI_VERSION = 0x0003_0007,
         /// Value of the MAGIC register: the bytes "VHCA" read as a little-endian
         /// u32, so a BAR that is not ours (or all-ones after a surprise removal)
         /// is told apart at once.

@@ -332,6 +332,20 @@ abi_enum! {
         ReregMr = 0x0051,
         /// Deregister a memory region; BUSY while a memory window is bound to it.
         DeregMr = 0x0052,
+        /// Install translations of an ODP MR (`struct vhca_map_odp_in`) and
+        /// restart the work waiting on them (issue 29). BAD_PARAM for a key that
+        /// is not an ODP MR, a range outside it, a va not 4 KiB aligned or a bad
+        /// page list; NOT_SUPPORTED when ODP is off.
+        MapOdp = 0x0053,
+        /// Remove translations of an ODP MR (`struct vhca_unmap_odp_in`): when
+        /// the command completes no device access uses them any more. BAD_PARAM
+        /// as MAP_ODP.
+        UnmapOdp = 0x0054,
+        /// The guest could not fault in these pages of an ODP MR (`struct
+        /// vhca_odp_fault_fail_in`): work waiting on them fails (requester:
+        /// error completion and the QP to Error; responder: NAK remote access
+        /// error on the retry). BAD_PARAM as MAP_ODP.
+        OdpFaultFail = 0x0055,
         /// Allocate a memory window (MP-06, MP-07), unbound.
         AllocMw = 0x0058,
         /// Deallocate a memory window (bound or not).
@@ -472,6 +486,9 @@ pub fn commands() -> Vec<CommandSpec> {
             Opcode::RegMr => spec(op, e::<RegMrIn>(), e::<RegMrOut>()),
             Opcode::ReregMr => spec(op, e::<ReregMrIn>(), e::<RegMrOut>()),
             Opcode::DeregMr => spec(op, e::<DeregMrIn>(), None),
+            Opcode::MapOdp => spec(op, e::<MapOdpIn>(), None),
+            Opcode::UnmapOdp => spec(op, e::<UnmapOdpIn>(), None),
+            Opcode::OdpFaultFail => spec(op, e::<OdpFaultFailIn>(), None),
             Opcode::AllocMw => spec(op, e::<AllocMwIn>(), e::<AllocMwOut>()),
             Opcode::SetGid => spec(op, e::<SetGidIn>(), None),
             Opcode::MadIfc => spec(op, e::<MadIfcIn>(), e::<MadIfcOut>()),
@@ -510,11 +527,14 @@ pub fn section() -> Section {
         Entry::Struct(entry::<QpCap>()),
         Entry::Struct(entry::<QpAttr>()),
         Entry::Consts(reg_mr_flags::layout()),
+        Entry::Consts(odp_const::layout()),
         Entry::Consts(rereg::layout()),
         Entry::Enum(MwType::layout()),
         Entry::Enum(GidType::layout()),
         Entry::Consts(mad_ifc_flag::layout()),
         Entry::Consts(port_cap::layout()),
+        Entry::Consts(odp_cap::layout()),
+        Entry::Consts(odp_transport::layout()),
         Entry::Struct(entry::<EecAttr>()),
     ];
     // Parameter structs in opcode order, each once (REG_MR and REREG_MR share

@@ -32,6 +32,14 @@ abi_consts! {
         /// SEND_WITH_INV make it free again. DEREG_MR takes any key byte of its
         /// index.
         FAST = 1 << 1,
+        /// An on-demand paging MR (issue 29): `pbl` is all zero and every 4 KiB
+        /// page starts not present; MAP_ODP installs pages, UNMAP_ODP removes
+        /// them, and an access to a missing page raises a PAGE_FAULT EQE
+        /// (`struct vhca_eqe_page_fault`). With iova 0 and length 2^64 - 1
+        /// (`u64::MAX`) it is an implicit MR over the whole address space.
+        /// BAD_PARAM together with FAST or DMA; NOT_SUPPORTED when the device
+        /// has ODP off (QUERY_DEVICE's odp_caps 0).
+        ODP = 1 << 2,
     }
 }
 
@@ -81,6 +89,53 @@ abi_struct! {
         pub iova: u64,
         pub length: u64,
         pub pbl: Pbl,
+    }
+}
+
+abi_consts! {
+    /// On-demand paging (issue 29).
+    pub mod odp_const: u32 = "VHCA_ODP" {
+        /// log2 of the page size of every ODP translation (4 KiB).
+        PAGE_SHIFT = 12,
+        /// Most pages one MAP_ODP installs.
+        MAX_MAP_PAGES = 512,
+    }
+}
+
+abi_struct! {
+    /// MAP_ODP input (mailbox): install the translations of `pbl.npages` 4 KiB
+    /// pages of ODP MR `lkey` from `va` on (replacing what was there), and
+    /// restart the work waiting on them.
+    pub struct MapOdpIn (32) {
+        pub lkey: u32,
+        pub rsvd: u32,
+        /// 4 KiB aligned, inside the MR.
+        pub va: u64,
+        /// page_shift 12 (`VHCA_ODP_PAGE_SHIFT`); the guest-physical (DMA)
+        /// address of each page from `va` on; npages 1..=`VHCA_ODP_MAX_MAP_PAGES`.
+        pub pbl: Pbl,
+    }
+}
+
+abi_struct! {
+    /// UNMAP_ODP and ODP_FAULT_FAIL input: a range of ODP MR `lkey`, rounded out
+    /// to 4 KiB pages.
+    pub struct UnmapOdpIn (24) {
+        pub lkey: u32,
+        pub rsvd: u32,
+        pub va: u64,
+        pub length: u64,
+    }
+}
+
+abi_struct! {
+    /// ODP_FAULT_FAIL input: the pages the guest could not fault in (same
+    /// layout as `struct vhca_unmap_odp_in`).
+    pub struct OdpFaultFailIn (24) {
+        pub lkey: u32,
+        pub rsvd: u32,
+        pub va: u64,
+        pub length: u64,
     }
 }
 

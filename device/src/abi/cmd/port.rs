@@ -45,7 +45,10 @@ abi_struct! {
         /// Most pages of a fast-registration MR (MP-08; ABI 2.1): the largest
         /// `npages` of REG_MR with `VHCA_REG_MR_F_FAST` and of a REG_MR WQE.
         pub max_fast_reg_pages: u32,
-        pub rsvd2: u32,
+        /// On-demand paging (issue 29; ABI 3.7): `VHCA_ODP_CAP_*`, bits 0..7
+        /// general, then one byte of `VHCA_ODP_TRANSPORT_*` for RC (bits 8..15),
+        /// UD (16..23) and XRC (24..31), as `struct ibv_odp_caps`. 0: no ODP.
+        pub odp_caps: u32,
         /// Multicast groups the port's QPs may join (AD-08; ABI 3.1).
         pub max_mcast_grp: u32,
         /// QPs attached to one multicast group.
@@ -53,6 +56,35 @@ abi_struct! {
         /// Multicast attachments over all groups.
         pub max_total_mcast_qp_attach: u32,
         pub rsvd3: u32,
+    }
+}
+
+abi_consts! {
+    /// DeviceAttr `odp_caps`, general byte (`enum ibv_odp_general_caps`).
+    pub mod odp_cap: u32 = "VHCA_ODP_CAP" {
+        /// ODP MRs (REG_MR with `VHCA_REG_MR_F_ODP`).
+        SUPPORT = 1 << 0,
+        /// Implicit ODP MRs (iova 0, length 2^64 - 1).
+        IMPLICIT = 1 << 1,
+        /// Where the RC transport's byte starts.
+        RC_SHIFT = 8,
+        /// Where the UD transport's byte starts.
+        UD_SHIFT = 16,
+        /// Where the XRC transport's byte starts.
+        XRC_SHIFT = 24,
+    }
+}
+
+abi_consts! {
+    /// DeviceAttr `odp_caps`, one transport's byte (`enum
+    /// ibv_odp_transport_cap_bits`).
+    pub mod odp_transport: u32 = "VHCA_ODP_TRANSPORT" {
+        SEND = 1 << 0,
+        RECV = 1 << 1,
+        WRITE = 1 << 2,
+        READ = 1 << 3,
+        ATOMIC = 1 << 4,
+        SRQ_RECV = 1 << 5,
     }
 }
 
