@@ -42,6 +42,8 @@ pub struct Caps {
     pub max_total_mcast_qp_attach: u32,
     /// `VHCA_DEV_CAP_*`.
     pub flags: u32,
+    /// On-demand paging MRs served (issue 29); off with `vhca --no-odp`.
+    pub odp: bool,
 }
 
 impl Caps {
@@ -100,7 +102,20 @@ impl Caps {
                 | dev_cap::MW_TYPE2A
                 | dev_cap::XRC
                 | dev_cap::APM,
+            odp: true,
         }
+    }
+
+    /// QUERY_DEVICE's `odp_caps` (issue 29): what the engine's ODP tests
+    /// prove (transport/tests/engine_odp.rs, named there), 0 with ODP off.
+    /// UC none; XRC and UD receives not advertised (untested).
+    pub fn odp_caps(&self) -> u32 {
+        use crate::abi::cmd::{odp_cap, odp_transport as t};
+        if !self.odp {
+            return 0;
+        }
+        let rc = t::SEND | t::RECV | t::WRITE | t::READ | t::ATOMIC;
+        odp_cap::SUPPORT | odp_cap::IMPLICIT | rc << odp_cap::RC_SHIFT
     }
 }
 
