@@ -115,10 +115,19 @@ fn odp_rc_write_read_and_send_between_odp_mrs_arrive_byte_exact() {
         | odp_transport::RECV
         | odp_transport::WRITE
         | odp_transport::READ
-        | odp_transport::ATOMIC;
+        | odp_transport::ATOMIC
+        | odp_transport::SRQ_RECV;
+    let (ud, xrc) = (
+        odp_transport::SEND,
+        odp_transport::SEND | odp_transport::SRQ_RECV,
+    );
     assert_eq!(
         d.odp_caps,
-        odp_cap::SUPPORT | odp_cap::IMPLICIT | rc << odp_cap::RC_SHIFT
+        odp_cap::SUPPORT
+            | odp_cap::IMPLICIT
+            | rc << odp_cap::RC_SHIFT
+            | ud << odp_cap::UD_SHIFT
+            | xrc << odp_cap::XRC_SHIFT
     );
     let len = 5 * 4096 - 0x300;
     let src = odp_buf(&mut a, len, 0x100);
