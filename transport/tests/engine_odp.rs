@@ -680,3 +680,28 @@ fn xrc_send_from_and_into_odp_mrs_faults_on_both_sides_and_arrives() {
     assert_eq!(bytes(&net, 0, SRC + 0x800, len), bytes(&net, 1, DST, len));
     assert_eq!(wait_cqe(&mut net, 0, i.cq).status, WcStatus::Success);
 }
+
+#[test]
+fn a_qp_moved_to_error_while_waiting_for_a_page_flushes_and_waits_no_more() {
+    let mut net = Net::new(2, 1 << 20, 16);
+    let ka = odp_mr(&mut net, 0, SRC, 0x1000);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, SRC, 64, ka, 0, 0))
+        .unwrap();
+    net.run_until(100, |_| false);
+    assert_eq!(faults(&mut net, 0).len(), 1);
+    let a = transport::verbs::QpAttr {
+        state: Some(transport::verbs::QpState::Error),
+        ..Default::default()
+    };
+    net.nodes[0]
+        .engine
+        .modify_qp(p.qa, &a, transport::verbs::AttrMask::STATE, net.now)
+        .unwrap();
+    assert_eq!(wait_cqe(&mut net, 0, p.cq_a).status, WcStatus::WrFlushErr);
+    // The fault is forgotten: a MAP resolves nothing.
+    net.nodes[0].engine.odp_map(ka, SRC, &[SRC]).unwrap();
+    assert_eq!(net.nodes[0].engine.counters().odp.faults_resolved, 0);
+}
