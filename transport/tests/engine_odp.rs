@@ -705,3 +705,48 @@ fn a_qp_moved_to_error_while_waiting_for_a_page_flushes_and_waits_no_more() {
     net.nodes[0].engine.odp_map(ka, SRC, &[SRC]).unwrap();
     assert_eq!(net.nodes[0].engine.counters().odp.faults_resolved, 0);
 }
+
+#[test]
+fn a_second_responder_fault_while_one_is_outstanding_is_counted_not_raised() {
+    let mut net = Net::new(2, 1 << 20, 17);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = odp_mr(&mut net, 1, DST, 0x2000);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    // A READ of B's page 0 (its responses wait for the page), then a WRITE
+    // to B's page 1 behind it.
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::RdmaRead, SRC, 64, ka, DST, kb))
+        .unwrap();
+    net.nodes[0]
+        .engine
+        .post_send(
+            p.qa,
+            wr(
+                2,
+                WrOpcode::RdmaWrite,
+                SRC + 0x100,
+                64,
+                ka,
+                DST + 0x1000,
+                kb,
+            ),
+        )
+        .unwrap();
+    net.run_until(20_000, |n| {
+        n.nodes[1].engine.counters().odp.faults_not_raised > 0
+    });
+    let f = faults(&mut net, 1);
+    assert_eq!(f.len(), 1, "only the READ's fault: {f:?}");
+    assert_eq!((f[0].vpn, f[0].write), (DST >> 12, false));
+    assert!(net.nodes[1].engine.counters().odp.faults_not_raised >= 1);
+    // Once it is mapped, the WRITE's retry raises its own.
+    map(&mut net, &f[0], 0);
+    let seen = run_serving(&mut net, |n| n.nodes[0].engine.cq_len(p.cq_a) >= 2);
+    assert!(
+        seen.iter().any(|g| g.vpn == (DST >> 12) + 1 && g.write),
+        "{seen:?}"
+    );
+    let c = wait(&mut net, 0, p.cq_a, 2);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+}
