@@ -416,7 +416,7 @@ fn cli_tap_mode_errors_name_the_argument() {
 }
 
 #[test]
-fn ae_01_peer_silence_sets_the_liveness_or_turns_it_off() {
+fn peer_silence_option_sets_the_liveness_or_turns_it_off() {
     let d = tempfile::tempdir().unwrap();
     let f = fabric_file(d.path());
     let sock = d.path().join("a.sock");
@@ -446,7 +446,7 @@ fn ae_01_peer_silence_sets_the_liveness_or_turns_it_off() {
 }
 
 #[test]
-fn ad_10_apm_timeouts_default_two_and_bounded() {
+fn apm_timeouts_option_defaults_to_two_and_is_bounded() {
     let d = tempfile::tempdir().unwrap();
     let f = fabric_file(d.path());
     let sock = d.path().join("a.sock");
