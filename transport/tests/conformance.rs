@@ -6,10 +6,11 @@ mod common;
 
 use common::craft::*;
 use common::*;
+use transport::engine::RxDrop;
 use transport::psn;
-use transport::verbs::{QpState, SendFlags, WcStatus, WrOpcode};
+use transport::verbs::{AttrMask, QpAttr, QpState, SendFlags, WcStatus, WrOpcode};
 use transport::wire::opcode::Opcode;
-use transport::wire::{AethSyndrome, NakCode};
+use transport::wire::{AethRepr, AethSyndrome, ExtHeaders, NakCode};
 
 /// The sniffed exchange, parsed (`common::craft::seen`).
 fn sniffed(net: &Net) -> Vec<Seen> {
@@ -207,4 +208,187 @@ fn mp_05_write_with_immediate_to_a_bad_rkey_completes_its_receive_with_local_acc
     let f = b.poll(B, b.p.cq_b).expect("the next receive is flushed");
     assert_eq!((f.wr_id, f.status), (42, WcStatus::WrFlushErr));
     assert_eq!(b.state(B, b.p.qb), QpState::Error);
+}
+
+/// OR-03 (C9-28): the responder executes SEND, RDMA WRITE and ATOMIC
+/// requests in the order they arrive, and answers an unsupported one (here an
+/// unaligned FetchAdd, OP-07) in its PSN's turn. WRITEs and atomics on one
+/// word, with SENDs between them, all arrive before any answer is read: each
+/// atomic's original value is what the requests before it left, the SENDs
+/// take the receive WQEs in order, and the NAK comes after every response of
+/// the requests before it.
+#[test]
+fn or_03_sends_writes_and_atomics_execute_in_arrival_order() {
+    let mut b = bench();
+    let e = b.epsn_b();
+    let at = |n: u32| psn::add(e, n);
+    b.post_recv(B, b.p.qb, 1, TARGET + 0x100, 64);
+    b.post_recv(B, b.p.qb, 2, TARGET + 0x200, 64);
+    let write = |b: &Bench, n: u32, v: u64| {
+        b.request(Opcode::RC_RDMA_WRITE_ONLY, at(n))
+            .reth(TARGET, b.kb, 8)
+            .payload(&v.to_le_bytes())
+            .bytes()
+    };
+    let send = |b: &Bench, n: u32, fill: u8| {
+        b.request(Opcode::RC_SEND_ONLY, at(n))
+            .payload(&[fill; 8])
+            .bytes()
+    };
+    let pkts = [
+        write(&b, 0, 10),
+        b.request(Opcode::RC_FETCH_ADD, at(1))
+            .atomic(TARGET, b.kb, 0, 1)
+            .bytes(),
+        send(&b, 2, 0xa1),
+        write(&b, 3, 100),
+        b.request(Opcode::RC_COMPARE_SWAP, at(4))
+            .atomic(TARGET, b.kb, 100, 7)
+            .bytes(),
+        send(&b, 5, 0xa2),
+        b.request(Opcode::RC_FETCH_ADD, at(6))
+            .atomic(TARGET, b.kb, 0, 5)
+            .bytes(),
+        b.request(Opcode::RC_FETCH_ADD, at(7))
+            .atomic(TARGET + 4, b.kb, 0, 1)
+            .bytes(),
+    ];
+    for p in &pkts {
+        b.inject(B, p);
+    }
+    let out = b.drain(B);
+    let heads: Vec<(Opcode, u32)> = out.iter().map(|s| (s.opcode, s.psn)).collect();
+    let atomics: Vec<(u32, u64)> = out
+        .iter()
+        .filter(|s| s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE)
+        .map(|s| (s.psn, s.orig.expect("an AtomicAckETH")))
+        .collect();
+    assert_eq!(
+        atomics,
+        vec![(at(1), 10), (at(4), 100), (at(6), 7)],
+        "each atomic saw the requests before it: {heads:?}"
+    );
+    assert!(
+        out.windows(2).all(|w| psn::diff(w[1].psn, w[0].psn) > 0),
+        "answers in PSN order: {heads:?}"
+    );
+    let last = out.last().expect("answers");
+    assert_eq!(
+        (last.psn, last.syndrome),
+        (at(7), Some(AethSyndrome::Nak(NakCode::InvalidRequest))),
+        "the unsupported request answered in its turn: {heads:?}"
+    );
+    assert_eq!(bytes(&b.net, B, TARGET, 8), 12u64.to_le_bytes());
+    let c1 = b.poll(B, b.p.cq_b).expect("first SEND");
+    let c2 = b.poll(B, b.p.cq_b).expect("second SEND");
+    assert_eq!(
+        [(c1.wr_id, c1.status), (c2.wr_id, c2.status)],
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(bytes(&b.net, B, TARGET + 0x100, 8), [0xa1; 8]);
+    assert_eq!(bytes(&b.net, B, TARGET + 0x200, 8), [0xa2; 8]);
+}
+
+/// RL-17, its Start PSN clause (IBA 9.7.1.1.1; seed 004 §2.1): the first
+/// request a QP sends carries the SQ Start PSN software gave it, and the
+/// responder expects the Start ePSN it was given; a Start PSN chosen after
+/// the PSNs a connection used before puts that connection's stale packets
+/// outside the valid window: a stale request lands in the responder's
+/// duplicate region (re-ACKed, never executed, RL-04) and a stale ACK at the
+/// requester is dropped as a ghost (RL-09), completing nothing.
+#[test]
+fn rl_17_a_start_psn_after_the_old_connection_keeps_its_stale_packets_out() {
+    let mut b = bench();
+    let old = b.o.psn_a;
+    b.net.nodes[A].mem.bytes[0..64].fill(0x11);
+    for i in 0..3u64 {
+        let mut w = send_wr(i, WrOpcode::RdmaWrite, sge(MEM_BASE, 8, b.ka));
+        w.remote_addr = TARGET + 8 * i;
+        w.rkey = b.kb;
+        b.net.nodes[A].engine.post_send(b.p.qa, w).unwrap();
+    }
+    pump(&mut b.net);
+    for _ in 0..3 {
+        assert_eq!(
+            b.poll(A, b.p.cq_a).map(|c| c.status),
+            Some(WcStatus::Success)
+        );
+    }
+    // Both QPs back to Reset and connected again, A's Start PSN (B's Start
+    // ePSN) after the three PSNs the old connection used.
+    let new = psn::add(old, 0x1000);
+    let now = b.net.now;
+    for (n, q) in [(A, b.p.qa), (B, b.p.qb)] {
+        let reset = QpAttr {
+            state: Some(QpState::Reset),
+            ..QpAttr::default()
+        };
+        b.net.nodes[n]
+            .engine
+            .modify_qp(q, &reset, AttrMask::STATE, now)
+            .unwrap();
+    }
+    let o = b.o;
+    let (la, lb) = (b.lid(A), b.lid(B));
+    bring_up(&mut b.net, A, b.p.qa, &o, lb, b.p.qb, new, o.psn_b);
+    bring_up(&mut b.net, B, b.p.qb, &o, la, b.p.qa, o.psn_b, new);
+    assert_eq!(b.epsn_b(), new);
+
+    b.net.nodes[A].mem.bytes[0..64].fill(0x77);
+    let mut w = send_wr(9, WrOpcode::RdmaWrite, sge(MEM_BASE, 8, b.ka));
+    w.remote_addr = TARGET + 0x40;
+    w.rkey = b.kb;
+    b.net.nodes[A].engine.post_send(b.p.qa, w).unwrap();
+    let first = take_sent(&mut b.net, A);
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        seen(&first[0]).psn,
+        new,
+        "the first request carries the Start PSN"
+    );
+
+    // A stale WRITE of the old connection reaches B.
+    let before = b.mem(B);
+    let stale = b
+        .request(Opcode::RC_RDMA_WRITE_ONLY, psn::add(old, 1))
+        .reth(TARGET + 0x40, b.kb, 8)
+        .payload(&[0x55; 8])
+        .bytes();
+    b.inject(B, &stale);
+    for s in b.drain(B) {
+        assert!(
+            matches!(s.syndrome, Some(AethSyndrome::Ack { .. })),
+            "a duplicate is at most re-ACKed: {s:?}"
+        );
+    }
+    assert_eq!(b.mem(B), before, "a stale request is not executed");
+    assert_eq!(b.epsn_b(), new);
+    // A stale ACK of the old connection reaches A.
+    let ghosts = b.drops(A, RxDrop::GhostResponse);
+    let ack = b
+        .response(
+            Opcode::RC_ACKNOWLEDGE,
+            psn::add(old, 2),
+            ExtHeaders {
+                aeth: Some(AethRepr {
+                    syndrome: ACK,
+                    msn: 3,
+                }),
+                ..ExtHeaders::default()
+            },
+        )
+        .bytes();
+    b.inject(A, &ack);
+    assert_eq!(b.drops(A, RxDrop::GhostResponse), ghosts + 1);
+    assert!(
+        b.poll(A, b.p.cq_a).is_none(),
+        "a stale ACK completes nothing"
+    );
+
+    // The new connection's WRITE goes on, untouched by either.
+    b.inject(B, &first[0]);
+    pump(&mut b.net);
+    let c = b.poll(A, b.p.cq_a).expect("the new WRITE completes");
+    assert_eq!((c.wr_id, c.status), (9, WcStatus::Success));
+    assert_eq!(bytes(&b.net, B, TARGET + 0x40, 8), [0x77; 8]);
 }
