@@ -1,16 +1,19 @@
 //! Rows whose earlier tests did not assert what the row says (issue 29, item
 //! 3): each test here checks its row on the wire, in the packets the engines
 //! exchange (`Net::sniffed`) or answer to crafted requests (`common::craft`).
+//! The OP-09 tests run a 2^31-byte message between two engines over memory
+//! that makes and checks its bytes instead of holding them (`Synth`).
 
 mod common;
 
 use common::craft::*;
 use common::*;
-use transport::engine::RxDrop;
+use transport::engine::{NakReason, RxDrop};
 use transport::psn;
+use transport::verbs::Completion;
 use transport::verbs::{AttrMask, QpAttr, QpState, SendFlags, WcStatus, WrOpcode};
 use transport::wire::opcode::Opcode;
-use transport::wire::{AethRepr, AethSyndrome, ExtHeaders, NakCode};
+use transport::wire::{AethRepr, AethSyndrome, ExtHeaders, NakCode, TransportRepr};
 
 /// The sniffed exchange, parsed (`common::craft::seen`).
 fn sniffed(net: &Net) -> Vec<Seen> {
@@ -391,4 +394,263 @@ fn rl_17_a_start_psn_after_the_old_connection_keeps_its_stale_packets_out() {
     let c = b.poll(A, b.p.cq_a).expect("the new WRITE completes");
     assert_eq!((c.wr_id, c.status), (9, WcStatus::Success));
     assert_eq!(bytes(&b.net, B, TARGET + 0x40, 8), [0x77; 8]);
+}
+
+// ------------------------------------------------------------------ OP-09: 2^31-byte messages
+
+/// Where the synthetic memory of the OP-09 tests sits: virtual, physical.
+const BIG_VA: u64 = 1 << 40;
+const BIG_PA: u64 = 1 << 41;
+/// The OP-09 MRs' length: 2^31 bytes and a page more (for 2^31 + 1).
+const BIG_LEN: u64 = (1 << 31) + (1 << 30);
+
+/// The byte every position of source page `page` holds.
+fn page_byte(page: u64) -> u8 {
+    (page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8
+}
+
+/// Memory that holds no bytes (so that a 2 GiB message needs no 2 GiB of
+/// test memory): a read at physical offset `o` gives `page_byte(o >> 12)`; a
+/// write at offset `o` is compared with what the source held at `o - shift`,
+/// must follow the one before it, and is dropped.
+struct Synth {
+    shift: u64,
+    /// The offset the next write must start at; the bytes written so far.
+    next: u64,
+    written: u64,
+    /// Writes whose bytes were not the source's.
+    bad: u64,
+}
+
+impl Synth {
+    fn new(shift: u64) -> Synth {
+        Synth {
+            shift,
+            next: shift,
+            written: 0,
+            bad: 0,
+        }
+    }
+
+    fn offset(addr: u64, len: usize) -> Result<u64, transport::memory::MemError> {
+        let err = transport::memory::MemError {
+            addr,
+            len: len as u64,
+        };
+        let o = addr.checked_sub(BIG_PA).ok_or(err)?;
+        if o.checked_add(len as u64).is_none_or(|end| end > BIG_LEN) {
+            return Err(err);
+        }
+        Ok(o)
+    }
+
+    /// Calls `f` with each run of `len` bytes from offset `o` that lies in one
+    /// source page, and that page's byte.
+    fn pages(o: u64, len: usize, mut f: impl FnMut(std::ops::Range<usize>, u8)) {
+        let mut i = 0;
+        while i < len {
+            let at = o + i as u64;
+            let end = len.min(i + (4096 - (at & 4095)) as usize);
+            f(i..end, page_byte(at >> 12));
+            i = end;
+        }
+    }
+}
+
+impl transport::memory::Memory for Synth {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), transport::memory::MemError> {
+        let o = Synth::offset(addr, buf.len())?;
+        Synth::pages(o, buf.len(), |r, v| buf[r].fill(v));
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), transport::memory::MemError> {
+        let o = Synth::offset(addr, data.len())?;
+        let mut ok = o == self.next;
+        // The source's bytes, compared a page run at a time (memcmp).
+        let src = o.wrapping_sub(self.shift);
+        Synth::pages(src, data.len(), |r, v| {
+            ok &= data[r.clone()] == [v; 4096][..r.len()];
+        });
+        self.bad += u64::from(!ok);
+        self.next = o + data.len() as u64;
+        self.written += data.len() as u64;
+        Ok(())
+    }
+
+    fn compare_swap(
+        &mut self,
+        addr: u64,
+        _: u64,
+        _: u64,
+    ) -> Result<u64, transport::memory::MemError> {
+        Err(transport::memory::MemError { addr, len: 8 })
+    }
+
+    fn fetch_add(&mut self, addr: u64, _: u64) -> Result<u64, transport::memory::MemError> {
+        Err(transport::memory::MemError { addr, len: 8 })
+    }
+
+    fn atomic_write(&mut self, addr: u64, _: u64) -> Result<(), transport::memory::MemError> {
+        Err(transport::memory::MemError { addr, len: 8 })
+    }
+}
+
+/// A bench at PMTU 4096 with a [`BIG_LEN`] MR on each node over [`Synth`]
+/// memory (1 GiB pages): (bench, A's key, B's key).
+fn big_bench() -> (Bench, u32, u32) {
+    let mut b = bench_with(ConnOpts {
+        mtu: transport::verbs::Mtu::M4096,
+        ..ConnOpts::default()
+    });
+    let mut key = |n: usize| {
+        let node = &mut b.net.nodes[n];
+        let pages = (0..BIG_LEN >> 30).map(|i| BIG_PA + (i << 30)).collect();
+        node.engine
+            .mrs()
+            .reg_mr(node.pd, BIG_VA, BIG_LEN, ALL_ACCESS, 1 << 30, pages)
+            .expect("a 3 GiB MR of 1 GiB pages")
+    };
+    let (ka, kb) = (key(A), key(B));
+    (b, ka, kb)
+}
+
+/// Runs A and B over their [`Synth`] memories, each packet delivered as it
+/// leaves, until A's CQ has a completion; `on_request` sees every packet A
+/// sends.
+fn run_big(
+    b: &mut Bench,
+    ma: &mut Synth,
+    mb: &mut Synth,
+    mut on_request: impl FnMut(&[u8]),
+) -> Completion {
+    let cq = b.p.cq_a;
+    let (na, nb) = b.net.nodes.split_at_mut(1);
+    let (ea, eb) = (&mut na[0].engine, &mut nb[0].engine);
+    let mut now = b.net.now;
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..10_000_000 {
+        let mut moved = false;
+        while let Some(n) = ea.poll_transmit(ma, now, &mut buf) {
+            on_request(&buf[..n]);
+            eb.handle_packet(&buf[..n], mb, now);
+            // About 8 Gb/s.
+            now = now.plus_ns(n as u64);
+            moved = true;
+        }
+        while let Some(n) = eb.poll_transmit(mb, now, &mut buf) {
+            ea.handle_packet(&buf[..n], ma, now);
+            moved = true;
+        }
+        if let Some(c) = ea.poll_cq(cq) {
+            return c;
+        }
+        if !moved {
+            let t = [ea.poll_timeout(), eb.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min()
+                .expect("something pending");
+            now = now.max(t);
+            ea.handle_timeout(now);
+            eb.handle_timeout(now);
+        }
+    }
+    panic!("no completion");
+}
+
+/// OP-09 (C9-16): an RDMA WRITE of 2^31 bytes, the largest message, goes as
+/// one message: RETH:DMALen 2^31 in its First packet, then 2^19 - 2 Middle
+/// packets and a Last at PMTU 4096, their PSNs one run of 2^19 from the
+/// Start PSN (wrapping at 2^24); every byte lands once, in order, and the
+/// WRITE completes. No 2 GiB of test memory: [`Synth`] makes and checks the
+/// bytes.
+#[test]
+fn op_09_a_2_gib_write_goes_as_one_message_of_2_19_packets() {
+    let (mut b, ka, kb) = big_bench();
+    let start = b.o.psn_a;
+    let len: u32 = 1 << 31;
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(BIG_VA, len, ka));
+    w.remote_addr = BIG_VA + 0x100;
+    w.rkey = kb;
+    b.net.nodes[A].engine.post_send(b.p.qa, w).unwrap();
+    let (mut ma, mut mb) = (Synth::new(0), Synth::new(0x100));
+    let (mut n, mut bad_psn, mut dma_len) = (0u32, 0u32, None);
+    let mut ops = Vec::new();
+    let c = run_big(&mut b, &mut ma, &mut mb, |pkt| {
+        // LRH (8 bytes) first, ICRC and VCRC (6) last.
+        let t = TransportRepr::parse(&pkt[8..pkt.len() - 6]).expect("a request");
+        if t.bth.psn != psn::add(start, n) {
+            bad_psn += 1;
+        }
+        let op = t.bth.opcode;
+        if ops.last().is_none_or(|(o, _)| *o != op) {
+            ops.push((op, 0u32));
+        }
+        ops.last_mut().unwrap().1 += 1;
+        if let Some(r) = t.ext.reth {
+            dma_len = Some(r.dma_len);
+        }
+        n += 1;
+    });
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    assert_eq!(
+        ops,
+        vec![
+            (Opcode::RC_RDMA_WRITE_FIRST, 1),
+            (Opcode::RC_RDMA_WRITE_MIDDLE, (1 << 19) - 2),
+            (Opcode::RC_RDMA_WRITE_LAST, 1),
+        ]
+    );
+    assert_eq!(bad_psn, 0, "PSNs from the Start PSN, one per packet");
+    assert_eq!(dma_len, Some(len));
+    assert_eq!(
+        (mb.written, mb.bad),
+        (1 << 31, 0),
+        "every byte once, in order"
+    );
+    assert_eq!(b.epsn_b(), psn::add(start, 1 << 19));
+}
+
+/// OP-09 (C9-10, C9-16, C9-22): a message of 2^31 + 1 bytes is refused. The
+/// requester completes a SEND and a WRITE of that length with Local Length
+/// Error and sends nothing; the responder NAKs Invalid Request a WRITE or READ
+/// whose RETH:DMALen says 2^31 + 1, counted as too long, and writes nothing.
+#[test]
+fn op_09_a_message_over_2_gib_is_refused_by_requester_and_responder() {
+    let (mut b, ka, kb) = big_bench();
+    let over: u32 = (1 << 31) + 1;
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(BIG_VA, over, ka));
+    w.remote_addr = BIG_VA;
+    w.rkey = kb;
+    b.net.nodes[A].engine.post_send(b.p.qa, w).unwrap();
+    assert!(b.drain(A).is_empty(), "nothing on the wire");
+    let c = b.poll(A, b.p.cq_a).expect("refused");
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::LocLenErr));
+    // A SEND of two SGEs, 2^31 and 1 bytes, on a new connection (the error
+    // moved the QP to Error).
+    let (mut b, ka, _) = big_bench();
+    let mut sges = sge(BIG_VA, 1 << 31, ka);
+    sges.extend(sge(BIG_VA + (1 << 31), 1, ka));
+    b.net.nodes[A]
+        .engine
+        .post_send(b.p.qa, send_wr(2, WrOpcode::Send, sges))
+        .unwrap();
+    assert!(b.drain(A).is_empty(), "nothing on the wire");
+    let c = b.poll(A, b.p.cq_a).expect("refused");
+    assert_eq!((c.wr_id, c.status), (2, WcStatus::LocLenErr));
+
+    for op in [Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_RDMA_READ_REQUEST] {
+        let mut b = bench();
+        let e = b.epsn_b();
+        let mut r = b.request(op, e).reth(TARGET, b.kb, over);
+        if op == Opcode::RC_RDMA_WRITE_FIRST {
+            r = r.payload(&vec![7; b.o.mtu.bytes()]);
+        }
+        let before = b.mem(B);
+        b.inject(B, &r.bytes());
+        assert_one_nak(&b.drain(B), e, NakCode::InvalidRequest);
+        assert_eq!(b.naked(B, NakReason::TooLong), 1, "{op:?}");
+        assert_eq!(b.mem(B), before);
+    }
 }
