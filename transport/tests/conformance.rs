@@ -396,6 +396,44 @@ fn rl_17_a_start_psn_after_the_old_connection_keeps_its_stale_packets_out() {
     assert_eq!(bytes(&b.net, B, TARGET + 0x40, 8), [0x77; 8]);
 }
 
+/// OR-07 (seed 003): the receive completions of one RQ come in the order its
+/// WQEs were posted, each with its message, also when loss and duplication
+/// make the requester resend: 24 SENDs of 1 to 5 packets.
+#[test]
+fn or_07_receive_completions_of_one_rq_come_in_post_order_under_loss() {
+    let o = ConnOpts::default();
+    let (mut net, p, ka, kb) = pair_setup(83, 1 << 22, ALL_ACCESS, &o);
+    net.faults = Faults {
+        drop: 0.05,
+        duplicate: 0.05,
+        ..Faults::default()
+    };
+    let pmtu = o.mtu.bytes() as u32;
+    fill(&mut net, 0, MEM_BASE, 5 * pmtu as usize, 3);
+    let at = |i: u64| MEM_BASE + 0x10_0000 + 0x1_0000 * i;
+    for i in 0..24 {
+        recv(&mut net, 1, p.qb, i, at(i), 0x1_0000, kb);
+    }
+    let lens: Vec<u32> = (0..24).map(|i| 1 + (i * 1777) % (5 * pmtu)).collect();
+    for (i, len) in lens.iter().enumerate() {
+        let s = send_wr(i as u64, WrOpcode::Send, sge(MEM_BASE, *len, ka));
+        net.nodes[0].engine.post_send(p.qa, s).unwrap();
+    }
+    let got: Vec<(u64, WcStatus, u32)> = wait(&mut net, 1, p.cq_b, 24)
+        .iter()
+        .map(|c| (c.wr_id, c.status, c.byte_len))
+        .collect();
+    let want: Vec<(u64, WcStatus, u32)> = (0..24)
+        .map(|i| (i, WcStatus::Success, lens[i as usize]))
+        .collect();
+    assert_eq!(got, want);
+    for (i, len) in lens.iter().enumerate() {
+        let l = *len as usize;
+        assert_eq!(bytes(&net, 1, at(i as u64), l), bytes(&net, 0, MEM_BASE, l));
+    }
+    assert!(net.dropped > 0, "the loss made resends");
+}
+
 // ------------------------------------------------------------------ OP-09: 2^31-byte messages
 
 /// Where the synthetic memory of the OP-09 tests sits: virtual, physical.
