@@ -93,6 +93,20 @@ fn post_recvs(net: &mut Net, node: usize, qpn: u32, lkey: u32, n: u64) {
     }
 }
 
+/// Two nodes, LIDs 1 and 2, in the default partition, all memory registered:
+/// (net, node 0's key, node 1's key).
+fn two_nodes(seed: u64) -> (Net, u32, u32) {
+    let mut net = Net::with_ports(
+        vec![port(1, &[0xffff]), port(2, &[0xffff])],
+        1 << 22,
+        seed,
+        Limits::default(),
+    );
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    (net, ka, kb)
+}
+
 /// Delivers `pkts` to node `to` as the link would.
 fn deliver(net: &mut Net, to: usize, pkts: &[Vec<u8>]) {
     let now = net.now;
@@ -161,14 +175,7 @@ fn ad_09_qp0_on_vl15_with_no_pkey_or_qkey_check() {
 
 #[test]
 fn ad_06_vl15_is_qp0s_only_each_refusal_counted() {
-    let mut net = Net::with_ports(
-        vec![port(1, &[0xffff]), port(2, &[0xffff])],
-        1 << 22,
-        3,
-        Limits::default(),
-    );
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
+    let (mut net, ka, kb) = two_nodes(3);
     let (qa, _) = ud_qp(&mut net, 0, Kind::Smi, 0);
     let (ua, _) = ud_qp(&mut net, 0, Kind::Data, 0x11);
     let (qb, cq_b) = ud_qp(&mut net, 1, Kind::Smi, 0);
@@ -208,14 +215,7 @@ fn ad_06_vl15_is_qp0s_only_each_refusal_counted() {
 /// same packet to the port's own LID is taken (UD checks no LID, C9-53).
 #[test]
 fn pv_06_the_permissive_dlid_reaches_qp0_and_no_other_qp() {
-    let mut net = Net::with_ports(
-        vec![port(1, &[0xffff]), port(2, &[0xffff])],
-        1 << 22,
-        4,
-        Limits::default(),
-    );
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = net.reg_all(1, ALL_ACCESS);
+    let (mut net, ka, kb) = two_nodes(4);
     let (qa, _) = ud_qp(&mut net, 0, Kind::Smi, 0);
     let (ga, _) = ud_qp(&mut net, 0, Kind::Gsi, GSI_QKEY);
     let (ua, _) = ud_qp(&mut net, 0, Kind::Data, 0x11);
