@@ -64,6 +64,15 @@ fn dest(av: &AddressVector) -> Dest {
 pub(crate) struct Dests(Vec<(Dest, Time)>);
 
 impl Dests {
+    /// When the next packet to `av`'s destination may go, if it was paced
+    /// (nothing to look at, the common case, costs one comparison).
+    pub(crate) fn due(&self, av: &AddressVector) -> Option<Time> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.at(dest(av))
+    }
+
     fn at(&self, d: Dest) -> Option<Time> {
         self.0.iter().find(|e| e.0 == d).map(|e| e.1)
     }
@@ -88,14 +97,14 @@ impl Dests {
     }
 }
 
-/// Whether the QP's next packet, to `head` for a UD QP's WQE (its address
-/// handle), must wait. A UD head waits for its destination's time, which
-/// then becomes the QP's deadline (`pace_at`) so that the timer wakes it.
-pub(crate) fn waiting_for(req: &mut Requester, head: Option<&AddressVector>, now: Time) -> bool {
+/// Whether the QP's next packet must wait; `head_due`: for a UD QP's head
+/// WQE, its destination's time ([`Dests::due`]), which, when ahead, becomes
+/// the QP's deadline (`pace_at`) so that the timer wakes it.
+pub(crate) fn waiting_for(req: &mut Requester, head_due: Option<Time>, now: Time) -> bool {
     if waiting(req, now) {
         return true;
     }
-    match head.and_then(|av| req.dests.at(dest(av))) {
+    match head_due {
         Some(t) if t > now => {
             req.pace_at = Some(t);
             true
@@ -242,15 +251,18 @@ mod tests {
             assert_eq!(req.pace_at, None, "destination {d} has its own time");
         }
         // Each destination waits for its own time only.
-        assert!(waiting_for(&mut req, Some(&av(1)), Time(1_100)));
+        let due = req.dests.due(&av(1));
+        assert!(waiting_for(&mut req, due, Time(1_100)));
         assert_eq!(req.pace_at, Some(Time(1_800)));
         req.pace_at = None;
-        assert!(!waiting_for(&mut req, Some(&av(999)), Time(1_100)));
+        let due = req.dests.due(&av(999));
+        assert!(!waiting_for(&mut req, due, Time(1_100)));
         // One more within the gap: no room, the whole QP waits.
         sent_to(&mut req, &port, &av(999), 1000, now);
         assert_eq!(req.dests.0.len(), MAX_PACED_DESTS);
         assert_eq!(req.pace_at, Some(Time(1_800)));
-        assert!(waiting_for(&mut req, Some(&av(500)), Time(1_100)));
+        let due = req.dests.due(&av(500));
+        assert!(waiting_for(&mut req, due, Time(1_100)));
         // Once the others' times are past the slack, their entries make room.
         req.pace_at = None;
         let later = Time(1_800 + PACE_SLACK_NS + 1);

@@ -294,12 +294,12 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     // holds it: `pace_at` is a requester deadline); a UD WQE's, for its
     // destination's.
     let r = &mut qp.req;
-    let head = r
+    let head_due = r
         .wqes
         .get(r.cur)
         .and_then(|w| w.wr.ud.as_ref())
-        .map(|u| u.av);
-    if super::pacing::waiting_for(r, head.as_ref(), cx.now) {
+        .and_then(|u| r.dests.due(&u.av));
+    if super::pacing::waiting_for(r, head_due, cx.now) {
         return None;
     }
     if !run_local_ops(qp, cx) {
