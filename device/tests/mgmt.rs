@@ -870,3 +870,44 @@ fn ad_09_an_hca_port_the_sm_disables_takes_its_link_down_until_polling() {
     );
     assert_eq!(port_info(&r).port_state, port_state::ACTIVE);
 }
+
+#[test]
+fn ad_09_an_sm_set_down_retrains_the_link_and_the_port_waits_in_init_for_the_sm() {
+    // B came up Active on the fabric file's values (static mode); an SM (A)
+    // takes it over and sets it Down, as OpenSM does to a port it takes over.
+    let mut t = Bench::new(2, SubnetMode::Static);
+    sm_takes_b_over(&mut t);
+    events(&mut t.b.port);
+    let mut pi = port_info(&t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2));
+    assert_eq!(pi.port_state, port_state::ACTIVE);
+    pi.port_state = port_state::DOWN;
+    pi.port_physical_state = phys_state::NO_CHANGE;
+    let mut data = [0u8; 64];
+    pi.emit(&mut data).unwrap();
+    let r = t.ask(&smp(method::SET, attr_id::PORT_INFO, 0, data), 2);
+    assert_eq!(port_info(&r).port_state, port_state::DOWN, "the answer");
+    // The link retrained: Init, LinkUp, the SM's to activate (not Active by
+    // itself: the port has an SM now).
+    t.run(1);
+    let m = t.b.port.mgmt().unwrap();
+    assert_eq!(
+        (m.port_state(), m.phys_state()),
+        (port_state::INIT, phys_state::LINK_UP)
+    );
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortError]);
+    activate_b(&mut t);
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortActive]);
+
+    // The same by B's own SM through MAD_IFC (OpenSM in B's guest).
+    let mut set = smp(method::SET, attr_id::PORT_INFO, 0, data);
+    set.route = SmpRoute::Lid;
+    let mad: [u8; MAD_LEN] = set.to_bytes()[..].try_into().unwrap();
+    let now = t.now;
+    assert!(matches!(
+        t.b.port.mad_ifc(&mad, 2, now),
+        Some(device::mgmt::MadIfcResult::Reply(_))
+    ));
+    t.run(1);
+    assert_eq!(t.b.port.mgmt().unwrap().port_state(), port_state::INIT);
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortError]);
+}
