@@ -19,6 +19,8 @@
 #include <linux/mm.h>
 #include <rdma/ib_mad.h>
 #include <rdma/uverbs_ioctl.h>
+#define UVERBS_MODULE_NAME vhca_ib
+#include <rdma/uverbs_named_ioctl.h>
 
 #include "vhca.h"
 
@@ -415,6 +417,26 @@ struct vhca_uar *vhca_uar_of(struct vhca_dev *dev, struct ib_udata *udata)
 	return uctx ? &uctx->uar : &dev->kuar;
 }
 
+/* What the provider needs of a context (vhca-abi-user.h). */
+static void vhca_ucontext_resp(struct vhca_dev *dev, struct vhca_ucontext *uctx,
+			       struct vhca_ib_alloc_ucontext_resp *resp)
+{
+	resp->uar_index = uctx->uar.index;
+	resp->cap_flags = dev->attr.cap_flags;
+	resp->uar_mmap_offset = (u64)VHCA_IB_MMAP_UAR << PAGE_SHIFT;
+	resp->uar_page_size = VHCA_UAR_PAGE_SIZE;
+	resp->uar_slots = VHCA_UAR_SLOTS;
+	resp->max_qp_wr = dev->attr.max_qp_wr;
+	resp->max_sge = dev->attr.max_sge;
+	resp->max_cqe = dev->attr.max_cqe;
+	resp->max_inline = dev->attr.max_inline_data;
+	resp->max_srq_wr = dev->attr.max_srq_wr;
+	if (dev->wake) {
+		resp->wake_mmap_offset = (u64)VHCA_IB_MMAP_WAKE << PAGE_SHIFT;
+		resp->wake_page_size = VHCA_WAKE_BAR_SIZE;
+	}
+}
+
 int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 {
 	struct vhca_dev *dev = to_vdev(ibuctx->device);
@@ -430,20 +452,7 @@ int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 		return index == -ENOSPC ? -ENOMEM : index;
 	vhca_uar_init(&uctx->uar, index);
 
-	resp.uar_index = index;
-	resp.cap_flags = dev->attr.cap_flags;
-	resp.uar_mmap_offset = (u64)VHCA_IB_MMAP_UAR << PAGE_SHIFT;
-	resp.uar_page_size = VHCA_UAR_PAGE_SIZE;
-	resp.uar_slots = VHCA_UAR_SLOTS;
-	resp.max_qp_wr = dev->attr.max_qp_wr;
-	resp.max_sge = dev->attr.max_sge;
-	resp.max_cqe = dev->attr.max_cqe;
-	resp.max_inline = dev->attr.max_inline_data;
-	resp.max_srq_wr = dev->attr.max_srq_wr;
-	if (dev->wake) {
-		resp.wake_mmap_offset = (u64)VHCA_IB_MMAP_WAKE << PAGE_SHIFT;
-		resp.wake_page_size = VHCA_WAKE_BAR_SIZE;
-	}
+	vhca_ucontext_resp(dev, uctx, &resp);
 	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 	if (ret) {
 		ida_free(&dev->uar_ida, index);
@@ -451,6 +460,32 @@ int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 	}
 	return 0;
 }
+
+/*
+ * ibv_import_device: the context's alloc_ucontext response again, in the
+ * driver attribute that vhca_uapi_defs declares (vhca-abi-user.h).
+ */
+int vhca_query_ucontext(struct ib_ucontext *ibuctx,
+			struct uverbs_attr_bundle *attrs)
+{
+	struct vhca_ib_alloc_ucontext_resp resp = {};
+
+	vhca_ucontext_resp(to_vdev(ibuctx->device), to_vuctx(ibuctx), &resp);
+	return uverbs_copy_to(attrs, VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX,
+			      &resp, sizeof(resp));
+}
+
+ADD_UVERBS_ATTRIBUTES_SIMPLE(
+	vhca_query_context, UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_CONTEXT,
+	UVERBS_ATTR_PTR_OUT(VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX,
+			    UVERBS_ATTR_STRUCT(struct vhca_ib_alloc_ucontext_resp,
+					       reserved2)));
+
+/* The driver's uverbs attributes (ib_device.driver_def). */
+const struct uapi_definition vhca_uapi_defs[] = {
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &vhca_query_context),
+	{},
+};
 
 void vhca_dealloc_ucontext(struct ib_ucontext *ibuctx)
 {

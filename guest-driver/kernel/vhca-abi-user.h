@@ -42,6 +42,7 @@
 #define VHCA_ABI_USER_H
 
 #include <linux/types.h>
+#include <rdma/ib_user_ioctl_cmds.h>
 
 #define VHCA_IB_UVERBS_ABI_VERSION 1
 
@@ -75,6 +76,17 @@ struct vhca_ib_alloc_ucontext_resp {
 	/* Bytes of the WAKE page to map; 0: the device has none. */
 	__u32 wake_page_size;
 	__u32 reserved2;
+};
+
+/*
+ * ibv_import_device (UVERBS_METHOD_QUERY_CONTEXT): a process handed a
+ * duplicate of the command FD (ibv_import_device, then ibv_import_pd and
+ * ibv_import_mr for the objects it shares) gets the context's
+ * alloc_ucontext response again, struct vhca_ib_alloc_ucontext_resp in this
+ * driver attribute, and maps the same UAR and WAKE pages.
+ */
+enum vhca_ib_query_context_attrs {
+	VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX = (1U << UVERBS_ID_NS_SHIFT),
 };
 
 /* alloc_pd: no input. */

@@ -24,6 +24,7 @@
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include "compat.h"
 #include "vhca_abi.h"
@@ -459,6 +460,9 @@ int vhca_query_gid(struct ib_device *ibdev, u32 port, int index,
 void vhca_get_dev_fw_str(struct ib_device *ibdev, char *str);
 int vhca_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata);
 void vhca_dealloc_ucontext(struct ib_ucontext *uctx);
+int vhca_query_ucontext(struct ib_ucontext *uctx,
+			struct uverbs_attr_bundle *attrs);
+extern const struct uapi_definition vhca_uapi_defs[];
 void vhca_disassociate_ucontext(struct ib_ucontext *uctx);
 int vhca_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
 int vhca_alloc_pd(struct ib_pd *pd, struct ib_udata *udata);

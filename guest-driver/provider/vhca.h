@@ -301,6 +301,10 @@ int vhca_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			   uint64_t hca_va, int access);
 int vhca_dereg_mr(struct verbs_mr *vmr);
+struct ibv_pd *vhca_import_pd(struct ibv_context *context, uint32_t pd_handle);
+void vhca_unimport_pd(struct ibv_pd *pd);
+struct ibv_mr *vhca_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
+void vhca_unimport_mr(struct ibv_mr *mr);
 struct ibv_pd *vhca_alloc_parent_domain(struct ibv_context *context,
 					struct ibv_parent_domain_init_attr *attr);
 int vhca_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
