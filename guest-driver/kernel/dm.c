@@ -76,13 +76,17 @@ void vhca_dm_init(struct vhca_dev *dev)
 void vhca_dm_fini(struct vhca_dev *dev)
 {
 	struct vhca_dm_region *dm = &dev->dm;
+	unsigned long *used;
 
 	if (dm->mem)
 		pci_iounmap(dev->pdev, dm->mem);
-	bitmap_free(dm->used);
-	dm->mem = NULL;
+	spin_lock(&dm->lock);
+	used = dm->used;
 	dm->used = NULL;
 	dm->npages = 0;
+	spin_unlock(&dm->lock);
+	bitmap_free(used);
+	dm->mem = NULL;
 }
 
 /* The allocation's pages go back: the DM is freed and no mapping is left. */
@@ -91,8 +95,13 @@ void vhca_mmap_free(struct rdma_user_mmap_entry *rdma)
 	struct vhca_dm_entry *e = container_of(rdma, struct vhca_dm_entry, rdma);
 	struct vhca_dm_region *dm = &e->dev->dm;
 
+	/*
+	 * ib_unregister_device drops every mapping's reference before
+	 * vhca_dm_fini; the check keeps a late one from a freed bitmap.
+	 */
 	spin_lock(&dm->lock);
-	bitmap_clear(dm->used, e->first, e->npages);
+	if (dm->used)
+		bitmap_clear(dm->used, e->first, e->npages);
 	spin_unlock(&dm->lock);
 	kfree(e);
 }
@@ -286,8 +295,18 @@ ADD_UVERBS_ATTRIBUTES_SIMPLE(
 ADD_UVERBS_METHODS(vhca_ib_dm_methods, UVERBS_OBJECT_DM,
 		   &UVERBS_METHOD(VHCA_IB_METHOD_DM_QUERY));
 
-const struct uapi_definition vhca_dm_defs[] = {
+/* ibv_import_device (verbs.c vhca_query_ucontext): the context's resources. */
+ADD_UVERBS_ATTRIBUTES_SIMPLE(
+	vhca_ib_query_context, UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_CONTEXT,
+	UVERBS_ATTR_PTR_OUT(VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX,
+			    UVERBS_ATTR_STRUCT(struct vhca_ib_alloc_ucontext_resp,
+					       reserved2),
+			    UA_OPTIONAL));
+
+/* Every driver-specific uverbs definition of vhca.ko (ib_device.driver_def). */
+const struct uapi_definition vhca_uapi_defs[] = {
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DM, &vhca_ib_dm_alloc),
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DM, &vhca_ib_dm_methods),
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &vhca_ib_query_context),
 	{},
 };

@@ -290,3 +290,51 @@ int vhca_destroy_ah(struct ibv_ah *ibah)
 	free(ah);
 	return 0;
 }
+
+/*
+ * Imported PDs and MRs (ibv_import_pd, ibv_import_mr: objects of a context
+ * shared through a duplicate of its file, main.c vhca_import_context): the
+ * kernel's handle, and for an MR its keys and length (UVERBS_METHOD_QUERY_MR).
+ * Unimporting forgets them here; the owner still frees them.
+ */
+struct ibv_pd *vhca_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct vhca_pd *pd = calloc(1, sizeof(*pd));
+
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->ibv_pd.context = context;
+	pd->ibv_pd.handle = pd_handle;
+	atomic_init(&pd->refcount, 1);
+	return &pd->ibv_pd;
+}
+
+void vhca_unimport_pd(struct ibv_pd *pd)
+{
+	free(to_vpd(pd));
+}
+
+struct ibv_mr *vhca_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	struct verbs_mr *vmr = calloc(1, sizeof(*vmr));
+	int ret;
+
+	if (!vmr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_query_mr(pd, vmr, mr_handle);
+	if (ret) {
+		free(vmr);
+		errno = ret;
+		return NULL;
+	}
+	return &vmr->ibv_mr;
+}
+
+void vhca_unimport_mr(struct ibv_mr *mr)
+{
+	free(container_of(mr, struct verbs_mr, ibv_mr));
+}
