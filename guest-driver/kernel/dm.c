@@ -295,18 +295,8 @@ ADD_UVERBS_ATTRIBUTES_SIMPLE(
 ADD_UVERBS_METHODS(vhca_ib_dm_methods, UVERBS_OBJECT_DM,
 		   &UVERBS_METHOD(VHCA_IB_METHOD_DM_QUERY));
 
-/* ibv_import_device (verbs.c vhca_query_ucontext): the context's resources. */
-ADD_UVERBS_ATTRIBUTES_SIMPLE(
-	vhca_ib_query_context, UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_CONTEXT,
-	UVERBS_ATTR_PTR_OUT(VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX,
-			    UVERBS_ATTR_STRUCT(struct vhca_ib_alloc_ucontext_resp,
-					       reserved2),
-			    UA_OPTIONAL));
-
-/* Every driver-specific uverbs definition of vhca.ko (ib_device.driver_def). */
-const struct uapi_definition vhca_uapi_defs[] = {
+const struct uapi_definition vhca_dm_defs[] = {
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DM, &vhca_ib_dm_alloc),
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DM, &vhca_ib_dm_methods),
-	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &vhca_ib_query_context),
 	{},
 };

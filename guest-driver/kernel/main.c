@@ -231,7 +231,6 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.query_port = vhca_query_port,
 	.query_qp = vhca_query_qp,
 	.query_srq = vhca_query_srq,
-	.query_ucontext = vhca_query_ucontext,
 	.reg_dm_mr = vhca_reg_dm_mr,
 	.reg_user_mr = vhca_reg_user_mr,
 	.rereg_user_mr = vhca_rereg_user_mr,
@@ -261,8 +260,8 @@ static int vhca_ib_register(struct vhca_dev *dev)
 	/* /sys/class/infiniband/vhcaN/device -> the PCI function. */
 	ibdev->dev.parent = &dev->pdev->dev;
 	ib_set_device_ops(ibdev, &vhca_dev_ops);
-	/* The driver's uverbs attributes and methods (dm.c). */
-	ibdev->driver_def = vhca_uapi_defs;
+	/* The driver attributes and method of device memory (dm.c). */
+	ibdev->driver_def = vhca_dm_defs;
 	/* A NIC already there is paired before registration fills the GIDs. */
 	if (dev->roce) {
 		ret = vhca_roce_init(dev);

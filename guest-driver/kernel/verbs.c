@@ -417,33 +417,11 @@ struct vhca_uar *vhca_uar_of(struct vhca_dev *dev, struct ib_udata *udata)
 	return uctx ? &uctx->uar : &dev->kuar;
 }
 
-/* What a user context is told of itself (alloc_ucontext, query_ucontext). */
-static void vhca_ucontext_resp(struct vhca_dev *dev,
-			       const struct vhca_ucontext *uctx,
-			       struct vhca_ib_alloc_ucontext_resp *resp)
-{
-	memset(resp, 0, sizeof(*resp));
-	resp->uar_index = uctx->uar.index;
-	resp->cap_flags = dev->attr.cap_flags;
-	resp->uar_mmap_offset = (u64)VHCA_IB_MMAP_UAR << PAGE_SHIFT;
-	resp->uar_page_size = VHCA_UAR_PAGE_SIZE;
-	resp->uar_slots = VHCA_UAR_SLOTS;
-	resp->max_qp_wr = dev->attr.max_qp_wr;
-	resp->max_sge = dev->attr.max_sge;
-	resp->max_cqe = dev->attr.max_cqe;
-	resp->max_inline = dev->attr.max_inline_data;
-	resp->max_srq_wr = dev->attr.max_srq_wr;
-	if (dev->wake) {
-		resp->wake_mmap_offset = (u64)VHCA_IB_MMAP_WAKE << PAGE_SHIFT;
-		resp->wake_page_size = VHCA_WAKE_BAR_SIZE;
-	}
-}
-
 int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 {
 	struct vhca_dev *dev = to_vdev(ibuctx->device);
 	struct vhca_ucontext *uctx = to_vuctx(ibuctx);
-	struct vhca_ib_alloc_ucontext_resp resp;
+	struct vhca_ib_alloc_ucontext_resp resp = {};
 	int index, ret;
 
 	if (dev->caps.num_uars < 2)
@@ -453,30 +431,27 @@ int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 	if (index < 0)
 		return index == -ENOSPC ? -ENOMEM : index;
 	vhca_uar_init(&uctx->uar, index);
-	vhca_ucontext_resp(dev, uctx, &resp);
+
+	resp.uar_index = index;
+	resp.cap_flags = dev->attr.cap_flags;
+	resp.uar_mmap_offset = (u64)VHCA_IB_MMAP_UAR << PAGE_SHIFT;
+	resp.uar_page_size = VHCA_UAR_PAGE_SIZE;
+	resp.uar_slots = VHCA_UAR_SLOTS;
+	resp.max_qp_wr = dev->attr.max_qp_wr;
+	resp.max_sge = dev->attr.max_sge;
+	resp.max_cqe = dev->attr.max_cqe;
+	resp.max_inline = dev->attr.max_inline_data;
+	resp.max_srq_wr = dev->attr.max_srq_wr;
+	if (dev->wake) {
+		resp.wake_mmap_offset = (u64)VHCA_IB_MMAP_WAKE << PAGE_SHIFT;
+		resp.wake_page_size = VHCA_WAKE_BAR_SIZE;
+	}
 	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 	if (ret) {
 		ida_free(&dev->uar_ida, index);
 		return ret;
 	}
 	return 0;
-}
-
-/*
- * query_ucontext (UVERBS_METHOD_QUERY_CONTEXT, ibv_import_device): the same
- * answer as alloc_ucontext, in the driver attribute
- * VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX, for a process that shares the
- * context through a duplicate of its file.
- */
-int vhca_query_ucontext(struct ib_ucontext *ibuctx,
-			struct uverbs_attr_bundle *attrs)
-{
-	struct vhca_ib_alloc_ucontext_resp resp;
-
-	vhca_ucontext_resp(to_vdev(ibuctx->device), to_vuctx(ibuctx), &resp);
-	return uverbs_copy_to_struct_or_zero(
-		attrs, VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX, &resp,
-		sizeof(resp));
 }
 
 void vhca_dealloc_ucontext(struct ib_ucontext *ibuctx)

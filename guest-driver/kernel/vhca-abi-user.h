@@ -104,15 +104,6 @@ struct vhca_ib_alloc_ucontext_resp {
 	__u32 reserved2;
 };
 
-/*
- * ibv_import_device (UVERBS_METHOD_QUERY_CONTEXT): the context's
- * vhca_ib_alloc_ucontext_resp again, in this driver attribute, for a process
- * that shares the context through a duplicate of its file.
- */
-enum vhca_ib_query_context_attrs {
-	VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX = (1U << UVERBS_ID_NS_SHIFT),
-};
-
 /* alloc_pd: no input. */
 struct vhca_ib_alloc_pd_resp {
 	__u32 pdn;

@@ -455,7 +455,7 @@ struct ib_umem *vhca_umem_ring(struct vhca_dev *dev, u64 addr, u32 buf_size,
 			       size_t need, struct vhca_pbl_buf *pbl);
 
 /* dm.c */
-extern const struct uapi_definition vhca_uapi_defs[];
+extern const struct uapi_definition vhca_dm_defs[];
 void vhca_dm_init(struct vhca_dev *dev);
 void vhca_dm_fini(struct vhca_dev *dev);
 struct ib_dm *vhca_alloc_dm(struct ib_device *ibdev, struct ib_ucontext *uctx,
@@ -487,8 +487,6 @@ int vhca_query_gid(struct ib_device *ibdev, u32 port, int index,
 void vhca_get_dev_fw_str(struct ib_device *ibdev, char *str);
 int vhca_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata);
 void vhca_dealloc_ucontext(struct ib_ucontext *uctx);
-int vhca_query_ucontext(struct ib_ucontext *uctx,
-			struct uverbs_attr_bundle *attrs);
 void vhca_disassociate_ucontext(struct ib_ucontext *uctx);
 int vhca_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
 int vhca_alloc_pd(struct ib_pd *pd, struct ib_udata *udata);

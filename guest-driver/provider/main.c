@@ -14,8 +14,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <infiniband/cmd_ioctl.h>
-
 #include "vhca.h"
 
 static void vhca_free_context(struct ibv_context *ibctx);
@@ -36,10 +34,6 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.alloc_dm = vhca_alloc_dm,
 	.free_dm = vhca_free_dm,
 	.import_dm = vhca_import_dm,
-	.import_pd = vhca_import_pd,
-	.unimport_pd = vhca_unimport_pd,
-	.import_mr = vhca_import_mr,
-	.unimport_mr = vhca_unimport_mr,
 	.unimport_dm = vhca_unimport_dm,
 	.reg_dm_mr = vhca_reg_dm_mr,
 	.create_ah = vhca_create_ah,
@@ -192,79 +186,6 @@ static int vhca_init_link_layer(struct vhca_context *ctx)
 	return 0;
 }
 
-/*
- * A context from what the kernel says of it (alloc_ucontext's response, or
- * query_ucontext's for an imported one): limits, link layer, the UAR page
- * and the WAKE page mapped. On failure the caller drops ctx.
- */
-static int vhca_setup_context(struct vhca_context *ctx, int cmd_fd,
-			      const struct vhca_ib_alloc_ucontext_resp *resp)
-{
-	if (resp->uar_page_size != VHCA_UAR_PAGE_SIZE) {
-		verbs_err(&ctx->ibv_ctx, "vhca: UAR page of %u bytes\n",
-			  resp->uar_page_size);
-		errno = EINVAL;
-		return -1;
-	}
-	ctx->uar_index = resp->uar_index;
-	ctx->cap_flags = resp->cap_flags;
-	ctx->max_qp_wr = resp->max_qp_wr;
-	ctx->max_sge = resp->max_sge;
-	ctx->max_cqe = resp->max_cqe;
-	ctx->max_inline = resp->max_inline;
-	ctx->max_srq_wr = resp->max_srq_wr;
-	if (vhca_init_link_layer(ctx))
-		return -1;
-
-	ctx->uar = mmap(NULL, resp->uar_page_size, PROT_READ | PROT_WRITE,
-			MAP_SHARED, cmd_fd, resp->uar_mmap_offset);
-	if (ctx->uar == MAP_FAILED) {
-		ctx->uar = NULL;
-		return -1;
-	}
-	/*
-	 * Without a WAKE page (an older kernel or device) a doorbell stored
-	 * while the device sleeps waits for the device's periodic rescan.
-	 */
-	if (resp->wake_page_size == VHCA_WAKE_BAR_SIZE) {
-		ctx->wake = mmap(NULL, resp->wake_page_size, PROT_WRITE,
-				 MAP_SHARED, cmd_fd, resp->wake_mmap_offset);
-		if (ctx->wake == MAP_FAILED) {
-			ctx->wake = NULL;
-			return -1;
-		}
-	} else {
-		verbs_warn(&ctx->ibv_ctx,
-			   "vhca: no WAKE page; doorbells may wait for the device's rescan\n");
-	}
-
-	verbs_set_ops(&ctx->ibv_ctx, &vhca_ctx_ops);
-	return 0;
-}
-
-static struct vhca_context *vhca_new_context(struct ibv_device *ibdev,
-					     int cmd_fd)
-{
-	struct vhca_context *ctx;
-
-	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
-					   RDMA_DRIVER_UNKNOWN);
-	if (ctx)
-		pthread_mutex_init(&ctx->qp_table_lock, NULL);
-	return ctx;
-}
-
-static void vhca_drop_context(struct vhca_context *ctx)
-{
-	if (ctx->wake)
-		munmap(ctx->wake, VHCA_WAKE_BAR_SIZE);
-	if (ctx->uar)
-		munmap(ctx->uar, VHCA_UAR_PAGE_SIZE);
-	pthread_mutex_destroy(&ctx->qp_table_lock);
-	verbs_uninit_context(&ctx->ibv_ctx);
-	free(ctx);
-}
-
 static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
 						int cmd_fd, void *private_data)
 {
@@ -272,47 +193,63 @@ static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
 	struct ibv_get_context cmd = {};
 	struct vhca_context *ctx;
 
-	ctx = vhca_new_context(ibdev, cmd_fd);
+	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					   RDMA_DRIVER_UNKNOWN);
 	if (!ctx)
 		return NULL;
+	pthread_mutex_init(&ctx->qp_table_lock, NULL);
+
 	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
-				&resp.ibv_resp, sizeof(resp)) ||
-	    vhca_setup_context(ctx, cmd_fd, &resp.drv_payload)) {
-		vhca_drop_context(ctx);
-		return NULL;
+				&resp.ibv_resp, sizeof(resp)))
+		goto err;
+	if (resp.uar_page_size != VHCA_UAR_PAGE_SIZE) {
+		verbs_err(&ctx->ibv_ctx, "vhca: UAR page of %u bytes\n",
+			  resp.uar_page_size);
+		errno = EINVAL;
+		goto err;
 	}
-	return &ctx->ibv_ctx;
-}
+	ctx->uar_index = resp.uar_index;
+	ctx->cap_flags = resp.cap_flags;
+	ctx->max_qp_wr = resp.max_qp_wr;
+	ctx->max_sge = resp.max_sge;
+	ctx->max_cqe = resp.max_cqe;
+	ctx->max_inline = resp.max_inline;
+	ctx->max_srq_wr = resp.max_srq_wr;
+	if (vhca_init_link_layer(ctx))
+		goto err;
 
-/*
- * ibv_import_device: a context on a duplicate of another's file, the same
- * kernel context (its UAR page, its objects), described again by
- * query_ucontext (vhca-abi-user.h VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX).
- */
-static struct verbs_context *vhca_import_context(struct ibv_device *ibdev,
-						 int cmd_fd)
-{
-	DECLARE_COMMAND_BUFFER_LINK(driver, UVERBS_OBJECT_DEVICE,
-				    UVERBS_METHOD_QUERY_CONTEXT, 1, NULL);
-	struct vhca_ib_alloc_ucontext_resp resp = {};
-	struct vhca_context *ctx;
-	int ret;
+	ctx->uar = mmap(NULL, resp.uar_page_size, PROT_READ | PROT_WRITE,
+			MAP_SHARED, cmd_fd, resp.uar_mmap_offset);
+	if (ctx->uar == MAP_FAILED) {
+		ctx->uar = NULL;
+		goto err;
+	}
+	/*
+	 * Without a WAKE page (an older kernel or device) a doorbell stored
+	 * while the device sleeps waits for the device's periodic rescan.
+	 */
+	if (resp.wake_page_size == VHCA_WAKE_BAR_SIZE) {
+		ctx->wake = mmap(NULL, resp.wake_page_size, PROT_WRITE,
+				 MAP_SHARED, cmd_fd, resp.wake_mmap_offset);
+		if (ctx->wake == MAP_FAILED) {
+			ctx->wake = NULL;
+			goto err;
+		}
+	} else {
+		verbs_warn(&ctx->ibv_ctx,
+			   "vhca: no WAKE page; doorbells may wait for the device's rescan\n");
+	}
 
-	ctx = vhca_new_context(ibdev, cmd_fd);
-	if (!ctx)
-		return NULL;
-	fill_attr_out_ptr(driver, VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX, &resp);
-	ret = ibv_cmd_query_context(&ctx->ibv_ctx.context, driver);
-	if (ret) {
-		errno = ret;
-		vhca_drop_context(ctx);
-		return NULL;
-	}
-	if (vhca_setup_context(ctx, cmd_fd, &resp)) {
-		vhca_drop_context(ctx);
-		return NULL;
-	}
+	verbs_set_ops(&ctx->ibv_ctx, &vhca_ctx_ops);
 	return &ctx->ibv_ctx;
+
+err:
+	if (ctx->uar)
+		munmap(ctx->uar, VHCA_UAR_PAGE_SIZE);
+	pthread_mutex_destroy(&ctx->qp_table_lock);
+	verbs_uninit_context(&ctx->ibv_ctx);
+	free(ctx);
+	return NULL;
 }
 
 static void vhca_free_context(struct ibv_context *ibctx)
@@ -357,6 +294,5 @@ static const struct verbs_device_ops vhca_dev_ops = {
 	.alloc_device = vhca_device_alloc,
 	.uninit_device = vhca_uninit_device,
 	.alloc_context = vhca_alloc_context,
-	.import_context = vhca_import_context,
 };
 PROVIDER_DRIVER(vhca, vhca_dev_ops);

@@ -354,12 +354,6 @@ int vhca_destroy_srq(struct ibv_srq *srq);
 int vhca_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 		       struct ibv_recv_wr **bad_wr);
 
-/* verbs.c: PDs and MRs of an imported context. */
-struct ibv_pd *vhca_import_pd(struct ibv_context *context, uint32_t pd_handle);
-void vhca_unimport_pd(struct ibv_pd *pd);
-struct ibv_mr *vhca_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
-void vhca_unimport_mr(struct ibv_mr *mr);
-
 /* dm.c: device memory (issue 29 item 2). */
 struct ibv_dm *vhca_alloc_dm(struct ibv_context *context,
 			     struct ibv_alloc_dm_attr *attr);
