@@ -42,6 +42,9 @@ pub struct Caps {
     pub max_total_mcast_qp_attach: u32,
     /// `VHCA_DEV_CAP_*`.
     pub flags: u32,
+    /// Bytes of device memory in BAR4 (`--dm-size`; issue 29 item 2): a
+    /// multiple of 4 KiB up to `abi::ident::bar::DM_MAX_SIZE`, 0 for none.
+    pub dm_size: u32,
 }
 
 impl Caps {
@@ -100,6 +103,8 @@ impl Caps {
                 | dev_cap::MW_TYPE2A
                 | dev_cap::XRC
                 | dev_cap::APM,
+            // The command line's choice (`run`), not the engine's.
+            dm_size: 0,
         }
     }
 }

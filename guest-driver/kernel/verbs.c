@@ -198,6 +198,8 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 		if (caps & VHCA_DEV_CAP_RESIZE_SRQ)
 			a->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	}
+	/* Device memory (dm.c): what ibv_devinfo -v shows as max_dm_size. */
+	a->max_dm_size = (u64)dev->dm.npages * PAGE_SIZE;
 	a->max_pkeys = d->max_pkeys;
 	a->local_ca_ack_delay = d->local_ca_ack_delay;
 	/* UD multicast (AD-08): the device's bounds, enforced by ATTACH_MCAST. */
@@ -484,6 +486,8 @@ ADD_UVERBS_ATTRIBUTES_SIMPLE(
 /* The driver's uverbs attributes (ib_device.driver_def). */
 const struct uapi_definition vhca_uapi_defs[] = {
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &vhca_query_context),
+	/* Device memory's allocation attributes and query method. */
+	UAPI_DEF_CHAIN(vhca_dm_defs),
 	{},
 };
 
@@ -505,7 +509,7 @@ void vhca_disassociate_ucontext(struct ib_ucontext *ibuctx)
 
 /*
  * mmap offsets (vhca-abi-user.h): the context's UAR page, and the WAKE page
- * (BAR4), both uncached device memory. The WAKE page holds nothing to read;
+ * (BAR4), both uncached device memory; device memory allocations (dm.c). The WAKE page holds nothing to read;
  * the device ignores what is stored, only that a store happened.
  */
 int vhca_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma)
@@ -516,6 +520,8 @@ int vhca_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma)
 
 	BUILD_BUG_ON(VHCA_UAR_PAGE_SIZE != PAGE_SIZE);
 	BUILD_BUG_ON(VHCA_WAKE_BAR_SIZE != PAGE_SIZE);
+	if (vma->vm_pgoff >= VHCA_IB_MMAP_DM_FIRST)
+		return vhca_dm_mmap(ibuctx, vma);
 	if (vma->vm_end - vma->vm_start != PAGE_SIZE)
 		return -EINVAL;
 	switch (vma->vm_pgoff) {

@@ -51,6 +51,32 @@
 #define VHCA_IB_MMAP_UAR  0
 /* The device's WAKE page (BAR4), write-only. */
 #define VHCA_IB_MMAP_WAKE 1
+/* Device memory allocations: each its own offset, from this one up. */
+#define VHCA_IB_MMAP_DM_FIRST 0x100
+
+/*
+ * Device memory (ibv_alloc_dm; vhca_abi.h VHCA_REG_CAP_DM_SIZE): the kernel
+ * allocates whole pages of the device's DM bytes, zeroed, and returns the
+ * allocation's mmap() offset in a driver attribute of UVERBS_METHOD_DM_ALLOC;
+ * the provider maps ALIGN(length, page size) bytes there (uncached device
+ * memory, only this allocation's pages). ibv_import_dm asks the kernel for
+ * the offset and length of a DM handle with VHCA_IB_METHOD_DM_QUERY. The
+ * pages return to the allocator once the DM is freed and every mapping of
+ * it is gone. ibv_reg_dm_mr registers a range of a DM (zero-based).
+ */
+enum vhca_ib_dm_alloc_attrs {
+	VHCA_IB_ATTR_ALLOC_DM_RESP_MMAP_OFFSET = (1U << UVERBS_ID_NS_SHIFT),
+};
+
+enum vhca_ib_dm_methods {
+	VHCA_IB_METHOD_DM_QUERY = (1U << UVERBS_ID_NS_SHIFT),
+};
+
+enum vhca_ib_dm_query_attrs {
+	VHCA_IB_ATTR_QUERY_DM_REQ_HANDLE = (1U << UVERBS_ID_NS_SHIFT),
+	VHCA_IB_ATTR_QUERY_DM_RESP_MMAP_OFFSET,
+	VHCA_IB_ATTR_QUERY_DM_RESP_LENGTH,
+};
 
 /* alloc_ucontext: no input. */
 struct vhca_ib_alloc_ucontext_resp {

@@ -38,6 +38,11 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.dealloc_mw = vhca_dealloc_mw,
 	.bind_mw = vhca_bind_mw,
 	.rereg_mr = vhca_rereg_mr,
+	.alloc_dm = vhca_alloc_dm,
+	.free_dm = vhca_free_dm,
+	.import_dm = vhca_import_dm,
+	.unimport_dm = vhca_unimport_dm,
+	.reg_dm_mr = vhca_reg_dm_mr,
 	.create_ah = vhca_create_ah,
 	.destroy_ah = vhca_destroy_ah,
 

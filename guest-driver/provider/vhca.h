@@ -358,4 +358,14 @@ int vhca_destroy_srq(struct ibv_srq *srq);
 int vhca_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 		       struct ibv_recv_wr **bad_wr);
 
+/* dm.c: device memory (issue 29 item 2). */
+struct ibv_dm *vhca_alloc_dm(struct ibv_context *context,
+			     struct ibv_alloc_dm_attr *attr);
+int vhca_free_dm(struct ibv_dm *dm);
+struct ibv_dm *vhca_import_dm(struct ibv_context *context, uint32_t dm_handle);
+void vhca_unimport_dm(struct ibv_dm *dm);
+struct ibv_mr *vhca_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm,
+			      uint64_t dm_offset, size_t length,
+			      unsigned int access);
+
 #endif /* VHCA_PROVIDER_H */
