@@ -11,15 +11,20 @@
 #     with vhca.ko, libvhca, /etc/libibverbs.d/vhca.driver and the same init
 #     hook (modprobe ib_core ib_uverbs vhca, wait for port 1 ACTIVE);
 #   - builds (or reuses) a second overlay, $VHCA_CACHE/pyverbs-<key>/ (key =
-#     this script + the host root's key): python3 (binary, the whole stdlib
+#     this script's overlay section + the host root's key): python3 (binary, the whole stdlib
 #     with its __pycache__, minus test/idlelib/tkinter/...), pyverbs from
 #     /usr/lib/python3/dist-packages, the ldd closure of python3, of every
 #     extension module in lib-dynload and of pyverbs; and the test suite,
 #     rdma-core's tests/ from the python3-pyverbs .deb (the root unpacks no
 #     /usr/share/doc; the .deb comes from $VHCA_CACHE/debs or `apt-get
 #     download` in the root), *.py.gz decompressed, at /opt/rdma-core/tests;
-#   - writes a one-node fabric, starts one vhca process, boots one guest with
-#     the device and runs every module in its own python3 process:
+#   - native IB: writes a two-node fabric in SM mode (the guest's node a
+#     cabled back to back to a node b with no guest), starts a vhca process
+#     for each, boots one guest with a's device, whose hook starts OpenSM
+#     (the SA rdma_cm's route resolution and multicast joins need), loads
+#     ib_ipoib and gives ib0 10.98.0.1/24 (the address test_rdmacm finds);
+#     RoCE: see --roce;
+#   - runs every module in its own python3 process:
 #       timeout $PER_MODULE python3 tests/run_tests.py --dev vhca0 -v tests.MODULE
 #     (one process per module: rdma-core 56.1 crashes Python in cleanup after
 #     test_flow when the whole suite runs at once);
@@ -92,7 +97,10 @@ PROV=$("$VHCA_REPO/guest-driver/provider/build.sh")
 SO=$(ls "$PROV"/libvhca-rdmav*.so)
 
 # --- the python + pyverbs + tests overlay (cached) ---------------------------
-PYKEY=$( (cat "$0"; vhca_root_key) | sha256sum | cut -c1-16)
+# Keyed by this section alone: the guest's hooks and script below do not
+# rebuild it.
+PYKEY=$( (sed -n '/^# --- the python/,/^# --- run folder/p' "$0"; vhca_root_key) |
+    sha256sum | cut -c1-16)
 PYOV="$VHCA_CACHE/pyverbs-$PYKEY"
 if [ "$rebuild" = 1 ] || [ ! -e "$PYOV/.complete" ]; then
     vhca_log "building the python/pyverbs overlay in $PYOV"
@@ -158,17 +166,59 @@ else
 fi
 sock="$VHCA_RUN/pyverbs-$$.sock"
 fab=$((20000 + RANDOM % 20000))
+# Native IB: a subnet as rdma_cm needs one (IBA 14, 15): the guest's node a
+# cabled back to back to a node b with no guest (a second vhca process, the
+# link's other end), the ports waiting in Init for OpenSM in the guest, whose
+# SA answers rdma_cm's PathRecord queries and multicast joins.
 cat >"$out/fabric.toml" <<EOF
+subnet = "sm"
+
 [[node]]
 name = "a"
 lid = 1
 guid = "0x0200000000000a01"
 address = "127.0.0.1:$fab"
+
+[[node]]
+name = "b"
+lid = 2
+guid = "0x0200000000000a02"
+address = "127.0.0.1:$((fab + 1))"
+
+[[link]]
+ends = ["a", "b"]
 EOF
 
 ov="$out/overlay"
 rm -rf "$ov"
-vhca_guest_overlay "$ov" "$K" "$KO" "$SO" "$PROV/vhca.driver" ACTIVE
+want=ACTIVE
+[ "$roce" = 1 ] || want='INIT|ACTIVE'
+vhca_guest_overlay "$ov" "$K" "$KO" "$SO" "$PROV/vhca.driver" "$want"
+if [ "$roce" = 0 ]; then
+    # rdma_cm over InfiniBand (test_rdmacm): an IPoIB address on the port
+    # for the tests to find (base.py: the device's netdev, its first
+    # address) and a subnet administrator for route resolution (a
+    # PathRecord query, IBA 15.2.5.16) and multicast joins (MCMemberRecord).
+    # OpenSM in the guest activates both ports of the fabric above and
+    # answers the SA queries; ib_ipoib joins the broadcast group.
+    cat >"$ov/etc/vhca-init.d/60-pyverbs-ib.sh" <<'EOF'
+# images/pyverbs.sh (native IB): OpenSM, IPoIB 10.98.0.1/24 on ib0.
+modprobe -a ib_umad ib_ipoib rdma_ucm || echo "vhca-hook: modprobe ib_umad ib_ipoib rdma_ucm failed"
+mkdir -p /var/log /var/cache/opensm /etc/opensm
+printf 'force_log_flush TRUE\n' >/etc/opensm/opensm.conf
+opensm -F /etc/opensm/opensm.conf -f /var/log/opensm.log >/var/log/opensm.out 2>&1 &
+i=0
+until grep -q 'SUBNET UP' /var/log/opensm.log 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+grep -q 'SUBNET UP' /var/log/opensm.log 2>/dev/null || echo "vhca-hook: OpenSM: no SUBNET UP in 60 s"
+i=0
+until grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state || [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
+grep -E ' ERR ' /var/log/opensm.log | head -5
+i=0
+until [ -e /sys/class/net/ib0 ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+ip link set ib0 up && ip addr add 10.98.0.1/24 dev ib0 || echo "vhca-hook: no IPoIB interface ib0"
+echo "vhca-hook: SM lid $(cat /sys/class/infiniband/vhca0/ports/1/sm_lid 2>/dev/null), port $(cat /sys/class/infiniband/vhca0/ports/1/state 2>/dev/null), ib0 $(ip -o -4 addr show ib0 2>/dev/null | awk "{print \$4}")"
+EOF
+fi
 
 # --- the guest's script --------------------------------------------------------
 if [ ${#modules[@]} -eq 0 ]; then
@@ -195,7 +245,7 @@ cleanup() {
     local p
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -f "$sock" "${sock%.sock}-net.sock"
+    rm -f "$sock" "${sock%.sock}-net.sock" "${sock%.sock}-b.sock"
     [ -z "$netns" ] || ip netns del "$netns" 2>/dev/null || true
 }
 netns=''
@@ -224,6 +274,10 @@ if [ "$roce" = 1 ]; then
 else
     "$bin" --socket "$sock" --fabric "$out/fabric.toml" --node a --log "$vhca_log" \
         "${vhca_args[@]}" >"$out/vhca.log" 2>&1 &
+    pids+=($!)
+    # Node b: no guest, its port the other end of a's cable.
+    "$bin" --socket "${sock%.sock}-b.sock" --fabric "$out/fabric.toml" --node b \
+        --log "$vhca_log" >"$out/vhca-b.log" 2>&1 &
 fi
 pids+=($!)
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done

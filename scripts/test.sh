@@ -39,7 +39,8 @@ done
 # dependency order: the VM stages use the binaries cargo-test built.
 STAGES=(
     "setup|ensure_rust; ensure_tshark (scripts/lib.sh)"
-    "fmt|cargo fmt --all -- --check"
+    # docs/FEATURES.md's status and tests columns as the test names give them.
+    "fmt|cargo fmt --all -- --check && scripts/features.py --check"
     "clippy|cargo clippy --workspace --all-targets --quiet -- -D warnings"
     # The tshark conformance tests, the TAP tests and the two-namespace tests
     # fail instead of skipping when tshark, CAP_NET_ADMIN or ip netns is

@@ -44,6 +44,9 @@ pub struct Caps {
     pub flags: u32,
     /// On-demand paging MRs served (issue 29); off with `vhca --no-odp`.
     pub odp: bool,
+    /// Bytes of device memory in BAR4 (`--dm-size`; issue 29 item 2): a
+    /// multiple of 4 KiB up to `abi::ident::bar::DM_MAX_SIZE`, 0 for none.
+    pub dm_size: u32,
 }
 
 impl Caps {
@@ -103,6 +106,8 @@ impl Caps {
                 | dev_cap::XRC
                 | dev_cap::APM,
             odp: true,
+            // The command line's choice (`run`), not the engine's.
+            dm_size: 0,
         }
     }
 

@@ -252,6 +252,15 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = units::size_at_least(MIN_MEM_BUDGET))]
     pub mem_budget: u64,
 
+    /// Device memory (`ibv_alloc_dm`; issue 29 item 2): bytes of memory in
+    /// the device (BAR4) that guest processes allocate, map and register as
+    /// MRs (`ibv_reg_dm_mr`), the target of RDMA and atomics like any MR
+    /// (bytes, or with a K or M suffix). A multiple of 4K, at most 64M; 0:
+    /// none (`ibv_devinfo -v` shows max_dm_size 0). It is host memory of
+    /// this process, shared with the VM.
+    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = dm_size())]
+    pub dm_size: u32,
+
     /// InfiniBand mode: after this long (a duration, e.g. 5s, 500ms) without
     /// a datagram from any other node of the fabric the port is down (a port
     /// error event, QUERY_PORT Down) until one is heard again (port active).
@@ -362,6 +371,8 @@ pub struct Config {
     pub loss_go_back_bound: bool,
     /// Host bytes the device may hold for its guest (`--mem-budget`).
     pub mem_budget: u64,
+    /// `--dm-size`: bytes of device memory, 0 for none.
+    pub dm_size: u32,
     /// `--peer-silence` (AE-01): the keepalive period and the silence
     /// after which the ib-udp port is down; `None`: never down.
     pub liveness: Option<(Duration, Duration)>,
@@ -483,6 +494,18 @@ fn loss_probe_min() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send 
 fn loss_probe_min_us() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
     legacy_duration_in(US, US * 10..=Duration::from_secs(1), false)
 }
+fn dm_size() -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync {
+    |s| {
+        let max = u64::from(crate::abi::ident::bar::DM_MAX_SIZE);
+        match units::parse_size(s)? {
+            n if n <= max && n.is_multiple_of(4096) => Ok(n as u32),
+            _ => Err(format!(
+                "0 (none) or a multiple of 4K up to {}",
+                units::show_size(max)
+            )),
+        }
+    }
+}
 fn reorder_hold() -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
     duration_in(Duration::ZERO..=MS * 10, false)
 }
@@ -583,6 +606,7 @@ impl Cli {
         Ok(Config {
             liveness: liveness(self.peer_silence_ms.unwrap_or(self.peer_silence)),
             mem_budget: self.mem_budget,
+            dm_size: self.dm_size,
             busy_poll: self.busy_poll_us.unwrap_or(self.busy_poll),
             loss_probes: on(self.loss_probes, self.loss_probes_on_off),
             credits: on(self.credits, self.credits_on_off),

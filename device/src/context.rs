@@ -195,6 +195,10 @@ fn srq(hca: &Hca, db: Option<&dyn Doorbells>, srqn: u32) -> Option<SrqContext> {
 
 fn mr(hca: &Hca, index: u32) -> Option<MrContext> {
     let m = hca.port.engine().mr_table().mr_at(index)?;
+    // A DM MR's linear translation is onto the engine's DM window.
+    let dm = m
+        .linear()
+        .and_then(|pa| pa.checked_sub(crate::dm::DM_WINDOW));
     Some(MrContext {
         key: m.key(),
         pdn: m.pd(),
@@ -202,10 +206,11 @@ fn mr(hca: &Hca, index: u32) -> Option<MrContext> {
         npages: u32::try_from(m.pages().len()).unwrap_or(u32::MAX),
         iova: m.iova(),
         length: m.length(),
-        first_page: m.pages().first().copied().unwrap_or(0),
+        first_page: dm.unwrap_or_else(|| m.pages().first().copied().unwrap_or(0)),
         page_shift: m.page_size().trailing_zeros() as u8,
         flags: match m.fast() {
             _ if m.is_identity() => ctx_flags::DMA,
+            _ if dm.is_some() => ctx_flags::DM,
             Some(f) if f.valid => ctx_flags::FAST,
             Some(_) => ctx_flags::FAST | ctx_flags::FREE,
             None => 0,

@@ -1,5 +1,5 @@
 //! Adapters from the PCI layer to what the HCA core needs: guest memory as
-//! `transport::memory::Memory`, the mapped BAR2 as [`Doorbells`], MSI-X as
+//! `transport::memory::Memory` (with device memory, `crate::dm`), the mapped BAR2 as [`Doorbells`], MSI-X as
 //! [`Interrupts`]. Every failure of the PCI layer becomes the core's error value
 //! (an unmapped address is a `MemError`, never a panic; ARCHITECTURE.md §5, §9).
 
@@ -7,10 +7,16 @@ use std::sync::atomic::Ordering;
 
 use transport::memory::{MemError, Memory};
 
+use crate::abi;
 use crate::hca::{Doorbells, Interrupts};
 
-/// Guest memory as the engine and the rings see it.
-pub struct GuestMem<'a>(pub &'a pci::DmaMemory);
+/// Guest memory as the engine and the rings see it: guest RAM, and device
+/// memory (BAR4's DM bytes) at `crate::dm::DM_WINDOW` (issue 29 item 2).
+pub struct GuestMem<'a> {
+    dma: &'a pci::DmaMemory,
+    /// BAR4's shared memory and the DM bytes in it, `None` without DM.
+    dm: Option<(&'a pci::BarMemory, u64)>,
+}
 
 fn err(addr: u64, len: usize) -> MemError {
     MemError {
@@ -19,33 +25,98 @@ fn err(addr: u64, len: usize) -> MemError {
     }
 }
 
+impl<'a> GuestMem<'a> {
+    /// The function's guest RAM and its `dm_size` bytes of device memory
+    /// (0: none; BAR4 unmapped: none).
+    pub fn new(handle: &'a pci::Handle, dm_size: u32) -> GuestMem<'a> {
+        let bar = abi::ident::bar::WAKE_BAR_INDEX as usize;
+        GuestMem {
+            dma: handle.memory(),
+            dm: handle
+                .bar_memory(bar)
+                .filter(|_| dm_size != 0)
+                .map(|b| (b, u64::from(dm_size))),
+        }
+    }
+
+    /// Where `[addr, addr + len)` is: `None` for guest RAM, else the DM
+    /// bytes' BAR memory and the access's offset in BAR4, or the error of an
+    /// access to the window outside the DM bytes.
+    fn dm_at(&self, addr: u64, len: usize) -> Option<Result<(&'a pci::BarMemory, u64), MemError>> {
+        let size = self.dm.map_or(0, |(_, size)| size);
+        let at = crate::dm::locate(addr, len as u64, size)?;
+        Some(match (at, self.dm) {
+            (Ok(offset), Some((bar, _))) => {
+                Ok((bar, u64::from(abi::ident::bar::DM_OFFSET) + offset))
+            }
+            _ => Err(err(addr, len)),
+        })
+    }
+
+    /// The 8-byte word at `addr` in device memory, if it is there.
+    fn dm_word(&self, addr: u64) -> Option<Result<&'a std::sync::atomic::AtomicU64, MemError>> {
+        Some(
+            self.dm_at(addr, 8)?
+                .and_then(|(bar, off)| bar.atomic_u64(off).map_err(|_| err(addr, 8))),
+        )
+    }
+}
+
 impl Memory for GuestMem<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.0.read(addr, buf).map_err(|_| err(addr, buf.len()))
+        if let Some(dm) = self.dm_at(addr, buf.len()) {
+            let (bar, off) = dm?;
+            return bar.read(off, buf).map_err(|_| err(addr, buf.len()));
+        }
+        self.dma.read(addr, buf).map_err(|_| err(addr, buf.len()))
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        self.0.write(addr, data).map_err(|_| err(addr, data.len()))
+        if let Some(dm) = self.dm_at(addr, data.len()) {
+            let (bar, off) = dm?;
+            return bar.write(off, data).map_err(|_| err(addr, data.len()));
+        }
+        self.dma
+            .write(addr, data)
+            .map_err(|_| err(addr, data.len()))
     }
 
+    // Atomics on device memory are the host's atomics on the shared word, so
+    // they are atomic against the guest's own stores to it as well (OP-13).
     fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
-        self.0
+        if let Some(w) = self.dm_word(addr) {
+            let w = w?;
+            return Ok(w
+                .compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire)
+                .unwrap_or_else(|old| old));
+        }
+        self.dma
             .compare_swap(addr, compare, swap)
             .map_err(|_| err(addr, 8))
     }
 
     fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemError> {
-        self.0.fetch_add(addr, add).map_err(|_| err(addr, 8))
+        if let Some(w) = self.dm_word(addr) {
+            return Ok(w?.fetch_add(add, Ordering::AcqRel));
+        }
+        self.dma.fetch_add(addr, add).map_err(|_| err(addr, 8))
     }
 
     fn atomic_write(&mut self, addr: u64, value: u64) -> Result<(), MemError> {
-        self.0.atomic_store(addr, value).map_err(|_| err(addr, 8))
+        if let Some(w) = self.dm_word(addr) {
+            w?.store(value, Ordering::Release);
+            return Ok(());
+        }
+        self.dma.atomic_store(addr, value).map_err(|_| err(addr, 8))
     }
 
     fn check(&self, addr: u64, len: u64) -> Result<(), MemError> {
         let e = MemError { addr, len };
         let n = usize::try_from(len).map_err(|_| e)?;
-        if addr.checked_add(len).is_none() || !self.0.is_mapped(addr, n) {
+        if let Some(dm) = self.dm_at(addr, n) {
+            return dm.map(|_| ());
+        }
+        if addr.checked_add(len).is_none() || !self.dma.is_mapped(addr, n) {
             return Err(e);
         }
         Ok(())

@@ -4,7 +4,8 @@
 //! - [`abi`]: the guest-visible interface, defined once (the C header is
 //!   generated from it, ARCHITECTURE.md §4); [`caps`] the device's limits.
 //! - [`cmdq`]: the command queue, one handler file per object family;
-//!   [`hca`] the device-resident tables; [`context`] BAR0's context window.
+//!   [`hca`] the device-resident tables; [`context`] BAR0's context window;
+//!   [`dm`] device memory and the address window the engine reaches it by.
 //! - [`datapath`]: doorbells, WQE fetch, CQE/EQE writes, interrupts, over
 //!   checked guest rings ([`ring`]); [`convert`] ABI <-> engine values.
 //! - [`port`]: the transport engine and its link; [`fabric`] the links (UDP,
@@ -30,6 +31,7 @@ pub mod context;
 pub mod convert;
 pub mod counters_out;
 pub mod datapath;
+pub mod dm;
 pub mod fabric;
 pub mod glue;
 pub mod hca;

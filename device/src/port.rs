@@ -11,6 +11,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use transport::engine::Engine;
+use transport::mad::portinfo::{phys_state, port_state};
 use transport::memory::Memory;
 use transport::verbs::Time;
 
@@ -193,6 +194,7 @@ impl Port {
             self.link_error("timeout", &e);
         }
         self.follow_link(now);
+        self.follow_sm_down(now);
         if self.engine.poll_timeout().is_some_and(|d| d <= t) {
             self.engine.handle_timeout(t);
         }
@@ -333,6 +335,20 @@ impl Port {
         }
     }
 
+    /// An SM's PortState Down (a SubnSet(PortInfo) last round, on the wire or
+    /// by MAD_IFC) takes the port through its LinkDownDefaultState and the
+    /// link retrains (IBA 7.2, 14.2.5.6 PortState): with the link still up
+    /// and not Disabled the port comes back to Init at once and waits there
+    /// for the SM, as after any link up. OpenSM may set an Active port it
+    /// takes over Down and bring it up again from Init; left Down with its
+    /// link up, the port would never come back.
+    fn follow_sm_down(&mut self, now: Duration) {
+        let Some(m) = &mut self.mgmt else { return };
+        if self.up && m.port_state() == port_state::DOWN && m.phys_state() != phys_state::DISABLED {
+            m.link_changed(true, to_time(now), &mut self.engine);
+        }
+    }
+
     /// The SM's PortPhysicalState into the link (IBA 14.2.5.6): Disabled turns
     /// the PHY off (no keepalives, nothing sent or taken, the link partner goes
     /// down after its silence; `follow_link` then sees the link down), Polling
@@ -341,7 +357,7 @@ impl Port {
         let disabled = self
             .mgmt
             .as_ref()
-            .is_some_and(|m| m.phys_state() == transport::mad::portinfo::phys_state::DISABLED);
+            .is_some_and(|m| m.phys_state() == phys_state::DISABLED);
         if disabled != self.disabled {
             log::info!(
                 "port: {} by the SM",

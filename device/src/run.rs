@@ -149,8 +149,7 @@ impl Core {
         let Some(mut q) = self.cmdq.take() else {
             return 0;
         };
-        let dma = handle.memory();
-        let mut mem = GuestMem(dma);
+        let mut mem = GuestMem::new(handle, self.hca.caps.dm_size);
         let before = q.ci();
         let pi = self.regs.cmdq_pi;
         let r = cmdq::execute_staged(
@@ -287,8 +286,7 @@ impl Shared {
     fn internal_fault(&self) {
         let mut core = self.lock();
         if core.enabled() {
-            let dma = self.handle.memory();
-            let mut mem = GuestMem(dma);
+            let mut mem = GuestMem::new(&self.handle, core.hca.caps.dm_size);
             if let Some(bar2) = self.handle.bar_memory(abi::ident::bar::BAR2_INDEX as usize) {
                 let db = BarDoorbells(bar2);
                 core.hca.push_eqe(
@@ -395,6 +393,7 @@ impl Front {
             reg::CAP_MAX_SRQ_WR => c.max_srq_wr,
             reg::CAP_NUM_PORTS => 1,
             reg::CAP_FLAGS => c.flags,
+            reg::CAP_DM_SIZE => c.dm_size,
             reg::CMDQ_BASE_LO => lo(r.cmdq_base),
             reg::CMDQ_BASE_HI => hi(r.cmdq_base),
             reg::CMDQ_LOG2_SIZE => r.cmdq_log2,
@@ -509,8 +508,7 @@ impl Front {
         if r.driver_abi >> 16 != ours >> 16 || (r.driver_abi & 0xffff) > (ours & 0xffff) {
             return Err(Fatal::AbiMismatch);
         }
-        let dma = self.shared.handle.memory();
-        let mem = GuestMem(dma);
+        let mem = GuestMem::new(&self.shared.handle, core.hca.caps.dm_size);
         let bar2 = self
             .shared
             .handle
@@ -686,10 +684,7 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
             pci::BarSpec::trapped(u64::from(bar::BAR0_SIZE)),
         )
         .bar(bar::BAR2_INDEX as usize, pci::BarSpec::mapped(bar2_size))
-        .bar(
-            bar::WAKE_BAR_INDEX as usize,
-            pci::BarSpec::trapped(u64::from(bar::WAKE_BAR_SIZE)),
-        )
+        .bar(bar::WAKE_BAR_INDEX as usize, bar4(caps.dm_size))
         .msix(
             caps.msix_vectors as u16,
             bar::BAR0_INDEX as usize,
@@ -699,6 +694,21 @@ pub fn function(caps: &Caps) -> Result<pci::Function, pci::BuildError> {
         .pcie(true)
         .power_management(true)
         .build()
+}
+
+/// BAR4: the trapped WAKE page, then `dm_size` bytes of device memory
+/// (abi::ident DM_OFFSET) mapped into the guest as BAR2 is (`crate::dm`).
+/// Prefetchable with device memory, so that a large BAR can go above 4 GiB
+/// (the WAKE page has no read side effects: reads return 0).
+fn bar4(dm_size: u32) -> pci::BarSpec {
+    use abi::ident::bar;
+    if dm_size == 0 {
+        return pci::BarSpec::trapped(u64::from(bar::WAKE_BAR_SIZE));
+    }
+    let (offset, size) = (u64::from(bar::DM_OFFSET), u64::from(dm_size));
+    pci::BarSpec::trapped((offset + size).next_power_of_two())
+        .mmap_area(offset, size)
+        .prefetchable(true)
 }
 
 /// The `ib-udp` link of `node`: the UDP link, and the fabric key stage right
@@ -859,7 +869,10 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         reorder_hold_ns: config.reorder_hold.as_nanos() as u64,
         ..Limits::default()
     };
-    let caps = Caps::from_limits(&limits);
+    let caps = Caps {
+        dm_size: config.dm_size,
+        ..Caps::from_limits(&limits)
+    };
     log::info!(
         "memory budget: {} MiB for page lists, WQEs and QP state",
         config.mem_budget >> 20
@@ -879,8 +892,10 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     let function = function(&caps)?;
     let mut server = pci::Server::bind(&config.socket, function)?;
     let handle = server.handle();
+    let mut hca = Hca::new(port);
+    hca.caps.dm_size = caps.dm_size;
     let mut core = Core {
-        hca: Hca::new(port),
+        hca,
         regs: Regs::default(),
         cmdq: None,
         port_config,

@@ -44,6 +44,8 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
         "50us",
         "--mem-budget",
         "64M",
+        "--dm-size",
+        "128K",
     ])
     .unwrap();
     let FabricMode::IbUdp { node, .. } = &c.mode else {
@@ -54,6 +56,7 @@ fn cli_good_arguments_give_the_node_of_the_fabric_file() {
     assert_eq!(c.log, log::LevelFilter::Debug);
     assert_eq!(c.busy_poll, std::time::Duration::from_micros(50));
     assert_eq!(c.mem_budget, 64 << 20);
+    assert_eq!(c.dm_size, 128 << 10);
     assert_eq!(device::cli::parse_size("4096"), Ok(4096));
     assert_eq!(device::cli::parse_size("2g"), Ok(2 << 30));
     assert_eq!(device::cli::parse_size("512K"), Ok(512 << 10));
@@ -212,6 +215,33 @@ fn cli_bad_arguments_are_one_line_errors_naming_the_argument() {
                 "lots",
             ],
             "--mem-budget",
+        ),
+        // Device memory: whole 4 KiB pages, at most DM_MAX_SIZE.
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--dm-size",
+                "4097",
+            ],
+            "--dm-size",
+        ),
+        (
+            vec![
+                "--socket",
+                s,
+                "--fabric",
+                fs,
+                "--node",
+                "a",
+                "--dm-size",
+                "128M",
+            ],
+            "--dm-size",
         ),
         (vec!["--fabric", fs, "--node", "a"], "--socket"),
         (
@@ -416,7 +446,7 @@ fn cli_tap_mode_errors_name_the_argument() {
 }
 
 #[test]
-fn ae_01_peer_silence_sets_the_liveness_or_turns_it_off() {
+fn peer_silence_option_sets_the_liveness_or_turns_it_off() {
     let d = tempfile::tempdir().unwrap();
     let f = fabric_file(d.path());
     let sock = d.path().join("a.sock");
@@ -446,7 +476,7 @@ fn ae_01_peer_silence_sets_the_liveness_or_turns_it_off() {
 }
 
 #[test]
-fn ad_10_apm_timeouts_default_two_and_bounded() {
+fn apm_timeouts_option_defaults_to_two_and_is_bounded() {
     let d = tempfile::tempdir().unwrap();
     let f = fabric_file(d.path());
     let sock = d.path().join("a.sock");

@@ -1803,7 +1803,7 @@ fn resize_cq_in(d: &mut Dev, cqn: u32, log2: u8) -> ResizeCqIn {
 }
 
 #[test]
-fn resize_cq_copies_unconsumed_cqes_with_new_owner_bits_and_stamps_the_rest() {
+fn cq_04_resize_cq_copies_unconsumed_cqes_with_new_owner_bits_and_stamps_the_rest() {
     use device::abi::cqe::{owner_bit, Cqe};
     let mut d = Dev::new();
     let cqn = d.cq(0);
@@ -1972,7 +1972,7 @@ fn heavy_commands_in_steps_end_as_the_whole_commands() {
 /// slots the consumed CQEs free, and the new ring is the one of the whole
 /// command run after those CQEs.
 #[test]
-fn cqes_written_between_the_steps_of_resize_cq_are_copied() {
+fn cq_04_cqes_written_between_the_steps_of_resize_cq_are_copied() {
     fn moved(d: &mut Dev, step: u32) {
         if step == 2 {
             let (&cqn, c) = d.hca.cqs.iter().next().unwrap();

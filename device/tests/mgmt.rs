@@ -785,6 +785,19 @@ fn ad_09_the_guests_node_description_is_what_the_sm_reads_after_trap_144() {
     assert!(t.sm_received().is_empty());
 }
 
+/// B's own SM (OpenSM in B's guest, no wire needed) sends SubnSet(PortInfo)
+/// with `data` to its port through MAD_IFC, which answers it.
+fn b_own_sm_sets_port_info(t: &mut Bench, data: [u8; 64]) {
+    let mut set = smp(method::SET, attr_id::PORT_INFO, 0, data);
+    set.route = SmpRoute::Lid;
+    let mad: [u8; MAD_LEN] = set.to_bytes()[..].try_into().unwrap();
+    let now = t.now;
+    assert!(matches!(
+        t.b.port.mad_ifc(&mad, 2, now),
+        Some(device::mgmt::MadIfcResult::Reply(_))
+    ));
+}
+
 /// B's PortInfo with PortPhysicalState `phys`, the rest as `pi`.
 fn with_phys(mut pi: PortInfoRepr, phys: u8) -> [u8; 64] {
     pi.port_state = port_state::NO_CHANGE;
@@ -842,19 +855,7 @@ fn ad_09_an_hca_port_the_sm_disables_takes_its_link_down_until_polling() {
 
     // B's own SM (MAD_IFC, no wire needed) sets Polling: the link trains,
     // both ports come back (static mode: Active with no SM to wait for).
-    let mut set = smp(
-        method::SET,
-        attr_id::PORT_INFO,
-        0,
-        with_phys(pi, phys_state::POLLING),
-    );
-    set.route = SmpRoute::Lid;
-    let mad: [u8; MAD_LEN] = set.to_bytes()[..].try_into().unwrap();
-    let now = t.now;
-    assert!(matches!(
-        t.b.port.mad_ifc(&mad, 2, now),
-        Some(device::mgmt::MadIfcResult::Reply(_))
-    ));
+    b_own_sm_sets_port_info(&mut t, with_phys(pi, phys_state::POLLING));
     t.run(1);
     assert!(t.b.port.link().is_up());
     let m = t.b.port.mgmt().unwrap();
@@ -869,4 +870,38 @@ fn ad_09_an_hca_port_the_sm_disables_takes_its_link_down_until_polling() {
         PERMISSIVE_LID,
     );
     assert_eq!(port_info(&r).port_state, port_state::ACTIVE);
+}
+
+#[test]
+fn ad_09_an_sm_set_down_retrains_the_link_and_the_port_waits_in_init_for_the_sm() {
+    // B came up Active on the fabric file's values (static mode); an SM (A)
+    // takes it over and sets it Down, as OpenSM does to a port it takes over.
+    let mut t = Bench::new(2, SubnetMode::Static);
+    sm_takes_b_over(&mut t);
+    events(&mut t.b.port);
+    let mut pi = port_info(&t.ask(&smp(method::GET, attr_id::PORT_INFO, 0, [0; 64]), 2));
+    assert_eq!(pi.port_state, port_state::ACTIVE);
+    pi.port_state = port_state::DOWN;
+    pi.port_physical_state = phys_state::NO_CHANGE;
+    let mut data = [0u8; 64];
+    pi.emit(&mut data).unwrap();
+    let r = t.ask(&smp(method::SET, attr_id::PORT_INFO, 0, data), 2);
+    assert_eq!(port_info(&r).port_state, port_state::DOWN, "the answer");
+    // The link retrained: Init, LinkUp, the SM's to activate (not Active by
+    // itself: the port has an SM now).
+    t.run(1);
+    let m = t.b.port.mgmt().unwrap();
+    assert_eq!(
+        (m.port_state(), m.phys_state()),
+        (port_state::INIT, phys_state::LINK_UP)
+    );
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortError]);
+    activate_b(&mut t);
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortActive]);
+
+    // The same by B's own SM through MAD_IFC (OpenSM in B's guest).
+    b_own_sm_sets_port_info(&mut t, data);
+    t.run(1);
+    assert_eq!(t.b.port.mgmt().unwrap().port_state(), port_state::INIT);
+    assert_eq!(events(&mut t.b.port).1, vec![Event::PortError]);
 }

@@ -266,6 +266,10 @@ impl Dev {
             steps: 0,
             stale: None,
         };
+        // Device memory (issue 29 item 2): REG_MR with DM is checked against
+        // it; what a DM MR reaches is the DM window, outside this memory, so
+        // an access through one fails as any unmapped address does.
+        d.hca.caps.dm_size = 64 << 10;
         d.install_eq0();
         d
     }

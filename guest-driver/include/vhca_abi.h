@@ -112,8 +112,23 @@ typedef uint64_t __u64;
  * without a system call.
  */
 #define VHCA_WAKE_BAR_INDEX         4U
-/* Bytes of BAR4. */
+/* Bytes of the WAKE page at the start of BAR4. */
 #define VHCA_WAKE_BAR_SIZE          0x1000U
+/*
+ * Device memory (issue 29 item 2): CAP_DM_SIZE bytes at this offset of BAR4,
+ * right after the WAKE page; BAR4 is the smallest power of two that holds
+ * both. Memfd-backed and mapped into the guest with a sparse mmap like BAR2,
+ * so the guest reads and writes it as memory (the kernel maps allocations of
+ * it into user space, `ibv_alloc_dm`); the device reads and writes the same
+ * bytes for an MR registered over them (REG_MR `VHCA_REG_MR_F_DM`), never
+ * outside them. Zeroed by a PCI reset and when the VM goes, not by
+ * DEV_CTRL.RESET. The device keeps no record of allocations: the driver
+ * allocates (4 KiB granularity, so that each allocation is mapped into one
+ * process only) and zeroes what it hands out.
+ */
+#define VHCA_DM_OFFSET              0x1000U
+/* Largest CAP_DM_SIZE (64 MiB): a bound on what `--dm-size` may ask. */
+#define VHCA_DM_MAX_SIZE            0x4000000U
 /* MSI-X table offset in BAR0 (16 bytes per vector; QEMU emulates it). */
 #define VHCA_MSIX_TABLE_OFFSET      0x8000U
 /*
@@ -223,6 +238,13 @@ typedef uint64_t __u64;
 #define VHCA_REG_CAP_NUM_PORTS     0x013cU
 /* R: `VHCA_DEV_CAP_*` bits. */
 #define VHCA_REG_CAP_FLAGS         0x0140U
+/*
+ * R: bytes of device memory (issue 29 item 2): BAR4 holds them at
+ * `VHCA_DM_OFFSET`, a multiple of 4 KiB, at most `VHCA_DM_MAX_SIZE`; 0: the
+ * device has none (a device before this register reads 0 too). REG_MR with
+ * `VHCA_REG_MR_F_DM` registers a range of them.
+ */
+#define VHCA_REG_CAP_DM_SIZE       0x0144U
 /* RW: command ring guest-physical base, low half (4 KiB aligned). */
 #define VHCA_REG_CMDQ_BASE_LO      0x0200U
 /* RW: command ring guest-physical base, high half. */
@@ -1491,6 +1513,16 @@ _Static_assert(offsetof(struct vhca_qp_attr, cap) == 76, "vhca_qp_attr.cap");
  * 0).
  */
 #define VHCA_REG_MR_F_ODP  (1U << 2)
+/*
+ * An MR over device memory (issue 29 item 2; `ibv_reg_dm_mr`): `[iova, iova +
+ * length)` is the `length` bytes of device memory from byte `pbl.addr` (the
+ * DM byte offset, not a page list: BAR4 offset `VHCA_DM_OFFSET + pbl.addr`);
+ * the rest of `pbl` is zero. Linear: byte `va` is DM byte `pbl.addr + (va -
+ * iova)`. Verbs register it zero-based (IBV_ACCESS_ZERO_BASED: iova 0).
+ * BAD_PARAM unless `[pbl.addr, pbl.addr + length)` lies inside the
+ * CAP_DM_SIZE bytes (so with CAP_DM_SIZE 0, always). Not with DMA or FAST.
+ */
+#define VHCA_REG_MR_F_DM   (1U << 3)
 
 /* On-demand paging (issue 29). */
 /* log2 of the page size of every ODP translation (4 KiB). */
@@ -3194,6 +3226,11 @@ _Static_assert(offsetof(struct vhca_eqe_page_fault, owner) == 15, "vhca_eqe_page
  * since): its key grants nothing.
  */
 #define VHCA_CTX_F_FREE      (1 << 5)
+/*
+ * MR: over device memory (VHCA_REG_MR_F_DM; issue 29 item 2): `first_page` is
+ * the DM byte offset of `iova`.
+ */
+#define VHCA_CTX_F_DM        (1 << 7)
 
 /* QP context (CTX_TABLE = VHCA_CTX_QPC). */
 struct vhca_qp_context {
@@ -3392,10 +3429,15 @@ struct vhca_mr_context {
 	__u32 npages;
 	__u64 iova;
 	__u64 length;
-	/* Guest-physical address of the first page. */
+	/*
+	 * Guest-physical address of the first page; with `VHCA_CTX_F_DM`, the DM
+	 * byte offset of `iova`.
+	 */
 	__u64 first_page;
 	__u8 page_shift;
-	/* `VHCA_CTX_F_DMA`, `VHCA_CTX_F_FAST`, `VHCA_CTX_F_FREE`. */
+	/*
+	 * `VHCA_CTX_F_DMA`, `VHCA_CTX_F_FAST`, `VHCA_CTX_F_FREE`, `VHCA_CTX_F_DM`.
+	 */
 	__u8 flags;
 	__u8 rsvd[6];
 };

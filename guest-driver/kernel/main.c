@@ -135,6 +135,8 @@ static void vhca_read_caps(struct vhca_dev *dev)
 	c->max_srq_wr = vhca_rd(dev, VHCA_REG_CAP_MAX_SRQ_WR);
 	c->num_ports = vhca_rd(dev, VHCA_REG_CAP_NUM_PORTS);
 	c->flags = vhca_rd(dev, VHCA_REG_CAP_FLAGS);
+	/* 0 on a device before device memory (an unassigned register). */
+	c->dm_size = vhca_rd(dev, VHCA_REG_CAP_DM_SIZE);
 }
 
 /* Configuration registers, EQ 0 armed, ENABLE; then ENABLED or FATAL. */
@@ -178,6 +180,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 
 	.alloc_hw_device_stats = vhca_alloc_hw_device_stats,
 	.alloc_hw_port_stats = vhca_alloc_hw_port_stats,
+	.alloc_dm = vhca_alloc_dm,
 	.alloc_mr = vhca_alloc_mr,
 	.alloc_mw = vhca_alloc_mw,
 	.alloc_pd = vhca_alloc_pd,
@@ -191,6 +194,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.create_qp = vhca_create_qp,
 	.create_srq = vhca_create_srq,
 	.create_user_ah = vhca_create_ah,
+	.dealloc_dm = vhca_dealloc_dm,
 	.dealloc_mw = vhca_dealloc_mw,
 	.dealloc_pd = vhca_dealloc_pd,
 	.dealloc_ucontext = vhca_dealloc_ucontext,
@@ -210,6 +214,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.get_port_immutable = vhca_get_port_immutable,
 	.map_mr_sg = vhca_map_mr_sg,
 	.mmap = vhca_mmap,
+	.mmap_free = vhca_mmap_free,
 	.modify_device = vhca_modify_device,
 	.modify_port = vhca_modify_port,
 	.modify_qp = vhca_modify_qp,
@@ -226,6 +231,8 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.query_port = vhca_query_port,
 	.query_qp = vhca_query_qp,
 	.query_srq = vhca_query_srq,
+	.query_ucontext = vhca_query_ucontext,
+	.reg_dm_mr = vhca_reg_dm_mr,
 	.reg_user_mr = vhca_reg_user_mr,
 	.rereg_user_mr = vhca_rereg_user_mr,
 	.req_notify_cq = vhca_req_notify_cq,
@@ -254,6 +261,8 @@ static int vhca_ib_register(struct vhca_dev *dev)
 	/* /sys/class/infiniband/vhcaN/device -> the PCI function. */
 	ibdev->dev.parent = &dev->pdev->dev;
 	ib_set_device_ops(ibdev, &vhca_dev_ops);
+	/* The driver's uverbs attributes and methods (verbs.c, dm.c). */
+	ibdev->driver_def = vhca_uapi_defs;
 	/* A NIC already there is paired before registration fills the GIDs. */
 	if (dev->roce) {
 		ret = vhca_roce_init(dev);
@@ -453,6 +462,7 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_bar0;
 	vhca_map_wake(dev);
+	vhca_dm_init(dev);
 
 	nvec = min_t(u32, dev->caps.msix_vectors, num_online_cpus() + 1);
 	nvec = pci_alloc_irq_vectors(pdev, 1, max(nvec, 1), PCI_IRQ_MSIX);
@@ -493,6 +503,7 @@ err_hw:
 err_vectors:
 	pci_free_irq_vectors(pdev);
 err_bar2:
+	vhca_dm_fini(dev);
 	if (dev->wake)
 		pci_iounmap(pdev, dev->wake);
 	pci_iounmap(pdev, dev->bar2);
@@ -520,6 +531,7 @@ static void vhca_remove(struct pci_dev *pdev)
 	ib_unregister_device(&dev->ibdev);
 	vhca_hw_down(dev);
 	pci_free_irq_vectors(pdev);
+	vhca_dm_fini(dev);
 	if (dev->wake)
 		pci_iounmap(pdev, dev->wake);
 	pci_iounmap(pdev, dev->bar2);

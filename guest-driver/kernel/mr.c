@@ -9,8 +9,9 @@
 
 #include "vhca.h"
 
-static struct ib_mr *vhca_reg_mr(struct vhca_dev *dev, struct vhca_mr *mr,
-				 struct vhca_reg_mr_in *in)
+/* REG_MR of any kind (also dm.c's device-memory MRs). */
+struct ib_mr *vhca_reg_mr(struct vhca_dev *dev, struct vhca_mr *mr,
+			  struct vhca_reg_mr_in *in)
 {
 	struct vhca_reg_mr_out out;
 	u8 status;

@@ -19,6 +19,8 @@
 #include <linux/mm.h>
 #include <rdma/ib_mad.h>
 #include <rdma/uverbs_ioctl.h>
+#define UVERBS_MODULE_NAME vhca_ib
+#include <rdma/uverbs_named_ioctl.h>
 
 #include "vhca.h"
 
@@ -196,6 +198,8 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 		if (caps & VHCA_DEV_CAP_RESIZE_SRQ)
 			a->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	}
+	/* Device memory (dm.c): what ibv_devinfo -v shows as max_dm_size. */
+	a->max_dm_size = (u64)dev->dm.npages * PAGE_SIZE;
 	a->max_pkeys = d->max_pkeys;
 	a->local_ca_ack_delay = d->local_ca_ack_delay;
 	/* UD multicast (AD-08): the device's bounds, enforced by ATTACH_MCAST. */
@@ -415,6 +419,26 @@ struct vhca_uar *vhca_uar_of(struct vhca_dev *dev, struct ib_udata *udata)
 	return uctx ? &uctx->uar : &dev->kuar;
 }
 
+/* What the provider needs of a context (vhca-abi-user.h). */
+static void vhca_ucontext_resp(struct vhca_dev *dev, struct vhca_ucontext *uctx,
+			       struct vhca_ib_alloc_ucontext_resp *resp)
+{
+	resp->uar_index = uctx->uar.index;
+	resp->cap_flags = dev->attr.cap_flags;
+	resp->uar_mmap_offset = (u64)VHCA_IB_MMAP_UAR << PAGE_SHIFT;
+	resp->uar_page_size = VHCA_UAR_PAGE_SIZE;
+	resp->uar_slots = VHCA_UAR_SLOTS;
+	resp->max_qp_wr = dev->attr.max_qp_wr;
+	resp->max_sge = dev->attr.max_sge;
+	resp->max_cqe = dev->attr.max_cqe;
+	resp->max_inline = dev->attr.max_inline_data;
+	resp->max_srq_wr = dev->attr.max_srq_wr;
+	if (dev->wake) {
+		resp->wake_mmap_offset = (u64)VHCA_IB_MMAP_WAKE << PAGE_SHIFT;
+		resp->wake_page_size = VHCA_WAKE_BAR_SIZE;
+	}
+}
+
 int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 {
 	struct vhca_dev *dev = to_vdev(ibuctx->device);
@@ -430,20 +454,7 @@ int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 		return index == -ENOSPC ? -ENOMEM : index;
 	vhca_uar_init(&uctx->uar, index);
 
-	resp.uar_index = index;
-	resp.cap_flags = dev->attr.cap_flags;
-	resp.uar_mmap_offset = (u64)VHCA_IB_MMAP_UAR << PAGE_SHIFT;
-	resp.uar_page_size = VHCA_UAR_PAGE_SIZE;
-	resp.uar_slots = VHCA_UAR_SLOTS;
-	resp.max_qp_wr = dev->attr.max_qp_wr;
-	resp.max_sge = dev->attr.max_sge;
-	resp.max_cqe = dev->attr.max_cqe;
-	resp.max_inline = dev->attr.max_inline_data;
-	resp.max_srq_wr = dev->attr.max_srq_wr;
-	if (dev->wake) {
-		resp.wake_mmap_offset = (u64)VHCA_IB_MMAP_WAKE << PAGE_SHIFT;
-		resp.wake_page_size = VHCA_WAKE_BAR_SIZE;
-	}
+	vhca_ucontext_resp(dev, uctx, &resp);
 	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 	if (ret) {
 		ida_free(&dev->uar_ida, index);
@@ -451,6 +462,34 @@ int vhca_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 	}
 	return 0;
 }
+
+/*
+ * ibv_import_device: the context's alloc_ucontext response again, in the
+ * driver attribute that vhca_uapi_defs declares (vhca-abi-user.h).
+ */
+int vhca_query_ucontext(struct ib_ucontext *ibuctx,
+			struct uverbs_attr_bundle *attrs)
+{
+	struct vhca_ib_alloc_ucontext_resp resp = {};
+
+	vhca_ucontext_resp(to_vdev(ibuctx->device), to_vuctx(ibuctx), &resp);
+	return uverbs_copy_to(attrs, VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX,
+			      &resp, sizeof(resp));
+}
+
+ADD_UVERBS_ATTRIBUTES_SIMPLE(
+	vhca_query_context, UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_CONTEXT,
+	UVERBS_ATTR_PTR_OUT(VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX,
+			    UVERBS_ATTR_STRUCT(struct vhca_ib_alloc_ucontext_resp,
+					       reserved2)));
+
+/* The driver's uverbs attributes (ib_device.driver_def). */
+const struct uapi_definition vhca_uapi_defs[] = {
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &vhca_query_context),
+	/* Device memory's allocation attributes and query method. */
+	UAPI_DEF_CHAIN(vhca_dm_defs),
+	{},
+};
 
 void vhca_dealloc_ucontext(struct ib_ucontext *ibuctx)
 {
@@ -470,7 +509,7 @@ void vhca_disassociate_ucontext(struct ib_ucontext *ibuctx)
 
 /*
  * mmap offsets (vhca-abi-user.h): the context's UAR page, and the WAKE page
- * (BAR4), both uncached device memory. The WAKE page holds nothing to read;
+ * (BAR4), both uncached device memory; device memory allocations (dm.c). The WAKE page holds nothing to read;
  * the device ignores what is stored, only that a store happened.
  */
 int vhca_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma)
@@ -481,6 +520,8 @@ int vhca_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma)
 
 	BUILD_BUG_ON(VHCA_UAR_PAGE_SIZE != PAGE_SIZE);
 	BUILD_BUG_ON(VHCA_WAKE_BAR_SIZE != PAGE_SIZE);
+	if (vma->vm_pgoff >= VHCA_IB_MMAP_DM_FIRST)
+		return vhca_dm_mmap(ibuctx, vma);
 	if (vma->vm_end - vma->vm_start != PAGE_SIZE)
 		return -EINVAL;
 	switch (vma->vm_pgoff) {

@@ -42,6 +42,7 @@
 #define VHCA_ABI_USER_H
 
 #include <linux/types.h>
+#include <rdma/ib_user_ioctl_cmds.h>
 
 #define VHCA_IB_UVERBS_ABI_VERSION 1
 
@@ -50,6 +51,32 @@
 #define VHCA_IB_MMAP_UAR  0
 /* The device's WAKE page (BAR4), write-only. */
 #define VHCA_IB_MMAP_WAKE 1
+/* Device memory allocations: each its own offset, from this one up. */
+#define VHCA_IB_MMAP_DM_FIRST 0x100
+
+/*
+ * Device memory (ibv_alloc_dm; vhca_abi.h VHCA_REG_CAP_DM_SIZE): the kernel
+ * allocates whole pages of the device's DM bytes, zeroed, and returns the
+ * allocation's mmap() offset in a driver attribute of UVERBS_METHOD_DM_ALLOC;
+ * the provider maps ALIGN(length, page size) bytes there (uncached device
+ * memory, only this allocation's pages). ibv_import_dm asks the kernel for
+ * the offset and length of a DM handle with VHCA_IB_METHOD_DM_QUERY. The
+ * pages return to the allocator once the DM is freed and every mapping of
+ * it is gone. ibv_reg_dm_mr registers a range of a DM (zero-based).
+ */
+enum vhca_ib_dm_alloc_attrs {
+	VHCA_IB_ATTR_ALLOC_DM_RESP_MMAP_OFFSET = (1U << UVERBS_ID_NS_SHIFT),
+};
+
+enum vhca_ib_dm_methods {
+	VHCA_IB_METHOD_DM_QUERY = (1U << UVERBS_ID_NS_SHIFT),
+};
+
+enum vhca_ib_dm_query_attrs {
+	VHCA_IB_ATTR_QUERY_DM_REQ_HANDLE = (1U << UVERBS_ID_NS_SHIFT),
+	VHCA_IB_ATTR_QUERY_DM_RESP_MMAP_OFFSET,
+	VHCA_IB_ATTR_QUERY_DM_RESP_LENGTH,
+};
 
 /* alloc_ucontext: no input. */
 struct vhca_ib_alloc_ucontext_resp {
@@ -75,6 +102,17 @@ struct vhca_ib_alloc_ucontext_resp {
 	/* Bytes of the WAKE page to map; 0: the device has none. */
 	__u32 wake_page_size;
 	__u32 reserved2;
+};
+
+/*
+ * ibv_import_device (UVERBS_METHOD_QUERY_CONTEXT): a process handed a
+ * duplicate of the command FD (ibv_import_device, then ibv_import_pd and
+ * ibv_import_mr for the objects it shares) gets the context's
+ * alloc_ucontext response again, struct vhca_ib_alloc_ucontext_resp in this
+ * driver attribute, and maps the same UAR and WAKE pages.
+ */
+enum vhca_ib_query_context_attrs {
+	VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX = (1U << UVERBS_ID_NS_SHIFT),
 };
 
 /* alloc_pd: no input. */

@@ -24,6 +24,7 @@
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include "compat.h"
 #include "vhca_abi.h"
@@ -72,6 +73,19 @@ struct vhca_caps {
 	u32 max_srq_wr;
 	u32 num_ports;
 	u32 flags;		/* VHCA_DEV_CAP_* */
+	u32 dm_size;		/* bytes of device memory in BAR4 (dm.c) */
+};
+
+/*
+ * Device memory (dm.c; issue 29 item 2): the DM bytes of BAR4 and which of
+ * their pages are allocated. npages 0: the device has none.
+ */
+struct vhca_dm_region {
+	resource_size_t start;	/* physical address of DM byte 0 */
+	void __iomem *mem;	/* kernel mapping, to zero allocations */
+	u32 npages;		/* PAGE_SIZE pages */
+	unsigned long *used;	/* one bit a page */
+	spinlock_t lock;	/* used */
 };
 
 /* A doorbell page: UAR 0 for the kernel, one per user context. */
@@ -188,6 +202,7 @@ struct vhca_dev {
 	resource_size_t bar2_len;
 	void __iomem *wake;	/* BAR4, the WAKE page; NULL: ring BAR0 WAKE */
 	resource_size_t wake_start;
+	struct vhca_dm_region dm;
 	struct vhca_caps caps;
 	struct vhca_device_attr attr;	/* QUERY_DEVICE */
 	struct vhca_cmdq cmdq;
@@ -440,6 +455,20 @@ void vhca_pbl_free(struct vhca_dev *dev, struct vhca_pbl_buf *pbl);
 struct ib_umem *vhca_umem_ring(struct vhca_dev *dev, u64 addr, u32 buf_size,
 			       size_t need, struct vhca_pbl_buf *pbl);
 
+/* dm.c */
+extern const struct uapi_definition vhca_dm_defs[];
+void vhca_dm_init(struct vhca_dev *dev);
+void vhca_dm_fini(struct vhca_dev *dev);
+struct ib_dm *vhca_alloc_dm(struct ib_device *ibdev, struct ib_ucontext *uctx,
+			    struct ib_dm_alloc_attr *attr,
+			    struct uverbs_attr_bundle *attrs);
+int vhca_dealloc_dm(struct ib_dm *ibdm, struct uverbs_attr_bundle *attrs);
+struct ib_mr *vhca_reg_dm_mr(struct ib_pd *pd, struct ib_dm *ibdm,
+			     struct ib_dm_mr_attr *attr,
+			     struct uverbs_attr_bundle *attrs);
+int vhca_dm_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
+void vhca_mmap_free(struct rdma_user_mmap_entry *entry);
+
 /* verbs.c */
 int vhca_query_device_cmd(struct vhca_dev *dev);
 int vhca_refresh_port(struct vhca_dev *dev);
@@ -459,6 +488,9 @@ int vhca_query_gid(struct ib_device *ibdev, u32 port, int index,
 void vhca_get_dev_fw_str(struct ib_device *ibdev, char *str);
 int vhca_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata);
 void vhca_dealloc_ucontext(struct ib_ucontext *uctx);
+int vhca_query_ucontext(struct ib_ucontext *uctx,
+			struct uverbs_attr_bundle *attrs);
+extern const struct uapi_definition vhca_uapi_defs[];
 void vhca_disassociate_ucontext(struct ib_ucontext *uctx);
 int vhca_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
 int vhca_alloc_pd(struct ib_pd *pd, struct ib_udata *udata);
@@ -528,6 +560,8 @@ int vhca_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 void vhca_srq_event(struct vhca_dev *dev, u32 srqn, u8 kind);
 
 /* mr.c */
+struct ib_mr *vhca_reg_mr(struct vhca_dev *dev, struct vhca_mr *mr,
+			  struct vhca_reg_mr_in *in);
 struct ib_mr *vhca_get_dma_mr(struct ib_pd *pd, int access);
 struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 			       u64 virt, int access, VHCA_REG_MR_DMAH

@@ -14,6 +14,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <infiniband/cmd_ioctl.h>
+#include <rdma/ib_user_ioctl_cmds.h>
+
 #include "vhca.h"
 
 static void vhca_free_context(struct ibv_context *ibctx);
@@ -27,10 +30,19 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.alloc_parent_domain = vhca_alloc_parent_domain,
 	.reg_mr = vhca_reg_mr,
 	.dereg_mr = vhca_dereg_mr,
+	.import_mr = vhca_import_mr,
+	.import_pd = vhca_import_pd,
+	.unimport_mr = vhca_unimport_mr,
+	.unimport_pd = vhca_unimport_pd,
 	.alloc_mw = vhca_alloc_mw,
 	.dealloc_mw = vhca_dealloc_mw,
 	.bind_mw = vhca_bind_mw,
 	.rereg_mr = vhca_rereg_mr,
+	.alloc_dm = vhca_alloc_dm,
+	.free_dm = vhca_free_dm,
+	.import_dm = vhca_import_dm,
+	.unimport_dm = vhca_unimport_dm,
+	.reg_dm_mr = vhca_reg_dm_mr,
 	.create_ah = vhca_create_ah,
 	.destroy_ah = vhca_destroy_ah,
 
@@ -181,54 +193,45 @@ static int vhca_init_link_layer(struct vhca_context *ctx)
 	return 0;
 }
 
-static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
-						int cmd_fd, void *private_data)
+/*
+ * The context's resources from its alloc_ucontext response (a new context's,
+ * or an imported one's from QUERY_CONTEXT): limits, the UAR and WAKE pages.
+ */
+static int vhca_setup_context(struct vhca_context *ctx, int cmd_fd,
+			      const struct vhca_ib_alloc_ucontext_resp *resp)
 {
-	struct vhca_cmd_get_context_resp resp = {};
-	struct ibv_get_context cmd = {};
-	struct vhca_context *ctx;
-
-	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
-					   RDMA_DRIVER_UNKNOWN);
-	if (!ctx)
-		return NULL;
-	pthread_mutex_init(&ctx->qp_table_lock, NULL);
-
-	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
-				&resp.ibv_resp, sizeof(resp)))
-		goto err;
-	if (resp.uar_page_size != VHCA_UAR_PAGE_SIZE) {
+	if (resp->uar_page_size != VHCA_UAR_PAGE_SIZE) {
 		verbs_err(&ctx->ibv_ctx, "vhca: UAR page of %u bytes\n",
-			  resp.uar_page_size);
+			  resp->uar_page_size);
 		errno = EINVAL;
-		goto err;
+		return -1;
 	}
-	ctx->uar_index = resp.uar_index;
-	ctx->cap_flags = resp.cap_flags;
-	ctx->max_qp_wr = resp.max_qp_wr;
-	ctx->max_sge = resp.max_sge;
-	ctx->max_cqe = resp.max_cqe;
-	ctx->max_inline = resp.max_inline;
-	ctx->max_srq_wr = resp.max_srq_wr;
+	ctx->uar_index = resp->uar_index;
+	ctx->cap_flags = resp->cap_flags;
+	ctx->max_qp_wr = resp->max_qp_wr;
+	ctx->max_sge = resp->max_sge;
+	ctx->max_cqe = resp->max_cqe;
+	ctx->max_inline = resp->max_inline;
+	ctx->max_srq_wr = resp->max_srq_wr;
 	if (vhca_init_link_layer(ctx))
-		goto err;
+		return -1;
 
-	ctx->uar = mmap(NULL, resp.uar_page_size, PROT_READ | PROT_WRITE,
-			MAP_SHARED, cmd_fd, resp.uar_mmap_offset);
+	ctx->uar = mmap(NULL, resp->uar_page_size, PROT_READ | PROT_WRITE,
+			MAP_SHARED, cmd_fd, resp->uar_mmap_offset);
 	if (ctx->uar == MAP_FAILED) {
 		ctx->uar = NULL;
-		goto err;
+		return -1;
 	}
 	/*
 	 * Without a WAKE page (an older kernel or device) a doorbell stored
 	 * while the device sleeps waits for the device's periodic rescan.
 	 */
-	if (resp.wake_page_size == VHCA_WAKE_BAR_SIZE) {
-		ctx->wake = mmap(NULL, resp.wake_page_size, PROT_WRITE,
-				 MAP_SHARED, cmd_fd, resp.wake_mmap_offset);
+	if (resp->wake_page_size == VHCA_WAKE_BAR_SIZE) {
+		ctx->wake = mmap(NULL, resp->wake_page_size, PROT_WRITE,
+				 MAP_SHARED, cmd_fd, resp->wake_mmap_offset);
 		if (ctx->wake == MAP_FAILED) {
 			ctx->wake = NULL;
-			goto err;
+			return -1;
 		}
 	} else {
 		verbs_warn(&ctx->ibv_ctx,
@@ -236,15 +239,72 @@ static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
 	}
 
 	verbs_set_ops(&ctx->ibv_ctx, &vhca_ctx_ops);
-	return &ctx->ibv_ctx;
+	return 0;
+}
 
-err:
+static struct vhca_context *vhca_new_context(struct ibv_device *ibdev,
+					     int cmd_fd)
+{
+	struct vhca_context *ctx;
+
+	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					   RDMA_DRIVER_UNKNOWN);
+	if (!ctx)
+		return NULL;
+	pthread_mutex_init(&ctx->qp_table_lock, NULL);
+	return ctx;
+}
+
+static void vhca_drop_context(struct vhca_context *ctx)
+{
 	if (ctx->uar)
 		munmap(ctx->uar, VHCA_UAR_PAGE_SIZE);
 	pthread_mutex_destroy(&ctx->qp_table_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
-	return NULL;
+}
+
+static struct verbs_context *vhca_alloc_context(struct ibv_device *ibdev,
+						int cmd_fd, void *private_data)
+{
+	struct vhca_cmd_get_context_resp resp = {};
+	struct ibv_get_context cmd = {};
+	struct vhca_context *ctx = vhca_new_context(ibdev, cmd_fd);
+
+	if (!ctx)
+		return NULL;
+	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
+				&resp.ibv_resp, sizeof(resp)) ||
+	    vhca_setup_context(ctx, cmd_fd, &resp.drv_payload)) {
+		vhca_drop_context(ctx);
+		return NULL;
+	}
+	return &ctx->ibv_ctx;
+}
+
+/*
+ * ibv_import_device: another context on the same kernel context (a
+ * duplicate of its command FD), with the same UAR page; its objects are the
+ * kernel context's, shared with ibv_import_pd and ibv_import_mr.
+ */
+static struct verbs_context *vhca_import_context(struct ibv_device *ibdev,
+						 int cmd_fd)
+{
+	struct vhca_ib_alloc_ucontext_resp resp = {};
+	DECLARE_COMMAND_BUFFER_LINK(driver_attr, UVERBS_OBJECT_DEVICE,
+				    UVERBS_METHOD_QUERY_CONTEXT, 1, NULL);
+	struct vhca_context *ctx = vhca_new_context(ibdev, cmd_fd);
+
+	if (!ctx)
+		return NULL;
+	fill_attr_out_ptr(driver_attr, VHCA_IB_ATTR_QUERY_CONTEXT_RESP_UCTX,
+			  &resp);
+	if (ibv_cmd_query_context(&ctx->ibv_ctx.context, driver_attr) ||
+	    vhca_setup_context(ctx, cmd_fd, &resp)) {
+		vhca_drop_context(ctx);
+		return NULL;
+	}
+	return &ctx->ibv_ctx;
 }
 
 static void vhca_free_context(struct ibv_context *ibctx)
@@ -289,5 +349,6 @@ static const struct verbs_device_ops vhca_dev_ops = {
 	.alloc_device = vhca_device_alloc,
 	.uninit_device = vhca_uninit_device,
 	.alloc_context = vhca_alloc_context,
+	.import_context = vhca_import_context,
 };
 PROVIDER_DRIVER(vhca, vhca_dev_ops);

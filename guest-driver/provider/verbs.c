@@ -131,6 +131,48 @@ int vhca_dealloc_pd(struct ibv_pd *ibpd)
 	return 0;
 }
 
+/*
+ * ibv_import_pd: a PD of the kernel context an imported context shares
+ * (vhca_import_context). The provider keeps nothing of a PD but its handle;
+ * the kernel checks the handle when an object is created on it.
+ */
+struct ibv_pd *vhca_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct vhca_pd *pd = calloc(1, sizeof(*pd));
+
+	if (!pd)
+		return NULL;
+	pd->ibv_pd.context = context;
+	pd->ibv_pd.handle = pd_handle;
+	atomic_init(&pd->refcount, 1);
+	return &pd->ibv_pd;
+}
+
+/* The importer lets go; the PD stays the kernel context's. */
+void vhca_unimport_pd(struct ibv_pd *ibpd)
+{
+	free(to_vpd(ibpd));
+}
+
+/* ibv_import_mr: its keys, address and length from the kernel (QUERY_MR). */
+struct ibv_mr *vhca_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	struct verbs_mr *vmr = calloc(1, sizeof(*vmr));
+
+	if (!vmr)
+		return NULL;
+	if (ibv_cmd_query_mr(pd, vmr, mr_handle)) {
+		free(vmr);
+		return NULL;
+	}
+	return &vmr->ibv_mr;
+}
+
+void vhca_unimport_mr(struct ibv_mr *mr)
+{
+	free(verbs_get_mr(mr));
+}
+
 struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			   uint64_t hca_va, int access)
 {

@@ -301,6 +301,10 @@ int vhca_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			   uint64_t hca_va, int access);
 int vhca_dereg_mr(struct verbs_mr *vmr);
+struct ibv_pd *vhca_import_pd(struct ibv_context *context, uint32_t pd_handle);
+void vhca_unimport_pd(struct ibv_pd *pd);
+struct ibv_mr *vhca_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
+void vhca_unimport_mr(struct ibv_mr *mr);
 struct ibv_pd *vhca_alloc_parent_domain(struct ibv_context *context,
 					struct ibv_parent_domain_init_attr *attr);
 int vhca_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
@@ -353,5 +357,15 @@ int vhca_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int vhca_destroy_srq(struct ibv_srq *srq);
 int vhca_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 		       struct ibv_recv_wr **bad_wr);
+
+/* dm.c: device memory (issue 29 item 2). */
+struct ibv_dm *vhca_alloc_dm(struct ibv_context *context,
+			     struct ibv_alloc_dm_attr *attr);
+int vhca_free_dm(struct ibv_dm *dm);
+struct ibv_dm *vhca_import_dm(struct ibv_context *context, uint32_t dm_handle);
+void vhca_unimport_dm(struct ibv_dm *dm);
+struct ibv_mr *vhca_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm,
+			      uint64_t dm_offset, size_t length,
+			      unsigned int access);
 
 #endif /* VHCA_PROVIDER_H */

@@ -54,7 +54,7 @@ impl Rng {
 }
 
 #[test]
-fn resize_cq_with_unpolled_completions_keeps_every_completion_once_in_order() {
+fn cq_04_resize_cq_with_unpolled_completions_keeps_every_completion_once_in_order() {
     let (_v, mut a, mut b) = two_nodes();
     // The sender's send CQ: small, resized all along.
     let cq = a.hca.create_cq(3, 0).expect("CREATE_CQ");
@@ -148,7 +148,7 @@ fn resize_cq_with_unpolled_completions_keeps_every_completion_once_in_order() {
 }
 
 #[test]
-fn bad_cq_resizes_are_refused_and_change_nothing() {
+fn cq_04_bad_cq_resizes_are_refused_and_change_nothing() {
     let (_v, mut a, _b) = two_nodes();
     let cq = a.hca.create_cq(4, 0).expect("CREATE_CQ");
     let max_log2 = a.hca.device_attr().max_cqe.ilog2();

@@ -772,7 +772,7 @@ fn cq_01_completions_carry_every_field() {
 }
 
 #[test]
-fn ae_01_responder_errors_and_first_packet_raise_async_events() {
+fn ae_01_qs_08_responder_errors_and_first_packet_raise_async_events() {
     use transport::verbs::{AttrMask, QpAttr, QpState};
     let (mut net, p, ka, kb) = setup(45, &ConnOpts::default());
     // An access violation at the responder: NAK, and the QP reports it (11.6.3).

@@ -135,6 +135,93 @@ fn ad_07_static_rate_paces_injection() {
     }
 }
 
+/// AD-07, per destination (IBA 9.11: the IPD is the destination's): a UD
+/// QP whose WQEs alternate one to node 1 over a 2.5 Gb/s path (IPD 15 from
+/// the 40 Gb/s port) and four to node 2 over a 10 Gb/s path (IPD 3) puts
+/// each destination's packets on the wire at that destination's own rate,
+/// within 10 % and never above it; a packet to one destination does not wait
+/// for the gap a packet to the other asked for (paced per QP, each would get
+/// half its rate). The link runs at the port's rate: the clock advances by
+/// each packet's time on it.
+#[test]
+fn ad_07_a_ud_qp_paces_each_destination_at_its_own_rate() {
+    const IBV_RATE_2_5_GBPS: u8 = 2;
+    const IBV_RATE_10_GBPS: u8 = 3;
+    let mut net = Net::new(3, 1 << 20, 11);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let (qa, cq) = ud_qp(&mut net, 0);
+    let (q1, _) = ud_qp(&mut net, 1);
+    let (q2, _) = ud_qp(&mut net, 2);
+    let dests = [(2u16, q1, IBV_RATE_2_5_GBPS), (3, q2, IBV_RATE_10_GBPS)];
+    let wr = |id: u64| {
+        let (dlid, qpn, static_rate) = dests[usize::from(!id.is_multiple_of(5))];
+        let mut w = send_wr(id, WrOpcode::Send, sge(MEM_BASE, 2048, ka));
+        w.ud = Some(UdDest {
+            av: AddressVector {
+                dlid,
+                static_rate,
+                ..AddressVector::default()
+            },
+            remote_qpn: qpn,
+            remote_qkey: 0x1111_1111,
+            pkey_index: None,
+        });
+        w
+    };
+    let total = 400u64;
+    let (mut posted, mut done) = (0u64, 0u64);
+    // Each destination's packets: (start, length).
+    let mut on_wire: [Vec<(u64, u64)>; 2] = Default::default();
+    let mut now = net.now;
+    let mut buf = vec![0u8; 8192];
+    let n = &mut net.nodes[0];
+    for _ in 0..100_000 {
+        while posted < total && posted - done < 60 {
+            n.engine.post_send(qa, wr(posted)).unwrap();
+            posted += 1;
+        }
+        if let Some(len) = n.engine.poll_transmit(&mut n.mem, now, &mut buf) {
+            let p = PacketRepr::parse(&buf[..len]).expect("valid packet");
+            let to = usize::from(p.lrh.dlid == 3);
+            on_wire[to].push((now.0, len as u64));
+            now = now.plus_ns(len as u64 * NS_PER_KIB / 1024);
+        } else if let Some(t) = n.engine.poll_timeout() {
+            now = now.max(t);
+            n.engine.handle_timeout(now);
+        }
+        while n.engine.poll_cq(cq).is_some() {
+            done += 1;
+        }
+        if done == total {
+            break;
+        }
+    }
+    assert_eq!(done, total, "every SEND went");
+    assert_eq!((on_wire[0].len(), on_wire[1].len()), (80, 320));
+    for (to, (_, _, static_rate)) in dests.iter().enumerate() {
+        let pkts = &on_wire[to];
+        let ipd = u64::from(transport::engine::ipd(DEFAULT_PORT_MBPS, *static_rate));
+        // Bytes per ns, first start to last start, against the path's rate.
+        let span = pkts.last().unwrap().0 - pkts[0].0;
+        let bytes: u64 = pkts[..pkts.len() - 1].iter().map(|p| p.1).sum();
+        let got = bytes as f64 / span as f64;
+        let want = f64::from(transport::engine::rate_mbps(*static_rate).unwrap()) / 8_000.0;
+        assert!(
+            (0.9..=1.0 + 1e-9).contains(&(got / want)),
+            "to node {}: {got:.4} B/ns, its path {want:.4} B/ns",
+            to + 1
+        );
+        for w in pkts.windows(2) {
+            let t = w[0].1 * 8_000 / u64::from(DEFAULT_PORT_MBPS);
+            assert!(
+                w[1].0 - w[0].0 + 2 >= (ipd + 1) * t,
+                "to node {}: {w:?}",
+                to + 1
+            );
+        }
+    }
+}
+
 /// Node 0's request packets and node 1's responses, parsed: (SLID, DestQP,
 /// VL, SL).
 fn lanes(net: &Net) -> Vec<(u16, u32, u8, u8)> {

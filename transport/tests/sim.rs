@@ -1436,7 +1436,7 @@ fn rl_15_rl_16_uc_ud_lose_whole_messages_only() {
 
 /// The same workload on a perfect fabric: what fails here is no recovery bug.
 #[test]
-fn op_01_op_04_op_06_or_01_mixed_workload_on_a_perfect_fabric() {
+fn mixed_workload_on_a_perfect_fabric() {
     let mix = Mix {
         faults: Faults::default(),
         ..MIXED

@@ -235,7 +235,7 @@ fn reordered(op: Op, bounded_go_back: bool, hold_ns: u64) -> (u64, u64, u64, u64
 }
 
 #[test]
-fn rl_03_a_go_back_absorbs_the_second_nak_of_a_reordered_packet() {
+fn a_bounded_go_back_absorbs_the_second_nak_of_a_reordered_packet() {
     // The go-back bound alone: without the reorder hold, which spares most
     // of these NAKs (the test below).
     for op in [Op::Write, Op::Read] {
@@ -269,7 +269,7 @@ fn rl_03_a_go_back_absorbs_the_second_nak_of_a_reordered_packet() {
 /// goodput (without it 0.643x and 0.489x: each swap cost a sequence NAK and go-back, or a
 /// READ re-request) and resend a tenth of the packets or less.
 #[test]
-fn rl_03_a_reorder_hold_keeps_dup_reorder_goodput() {
+fn a_reorder_hold_keeps_dup_reorder_goodput() {
     let hold = transport::engine::DEFAULT_REORDER_HOLD_NS;
     for op in [Op::Write, Op::Read] {
         let (resent_on, _, ns_on, clean_on) = reordered(op, true, hold);

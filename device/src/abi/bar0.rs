@@ -81,6 +81,11 @@ abi_consts! {
         CAP_NUM_PORTS = 0x013c,
         /// R: `VHCA_DEV_CAP_*` bits.
         CAP_FLAGS = 0x0140,
+        /// R: bytes of device memory (issue 29 item 2): BAR4 holds them at
+        /// `VHCA_DM_OFFSET`, a multiple of 4 KiB, at most `VHCA_DM_MAX_SIZE`;
+        /// 0: the device has none (a device before this register reads 0
+        /// too). REG_MR with `VHCA_REG_MR_F_DM` registers a range of them.
+        CAP_DM_SIZE = 0x0144,
 
         /// RW: command ring guest-physical base, low half (4 KiB aligned).
         CMDQ_BASE_LO = 0x0200,

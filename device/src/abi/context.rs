@@ -25,6 +25,9 @@ abi_consts! {
         /// MR: a fast-registration MR that is free (not registered, or
         /// invalidated since): its key grants nothing.
         FREE = 1 << 5,
+        /// MR: over device memory (VHCA_REG_MR_F_DM; issue 29 item 2):
+        /// `first_page` is the DM byte offset of `iova`.
+        DM = 1 << 7,
     }
 }
 
@@ -155,10 +158,11 @@ abi_struct! {
         pub npages: u32,
         pub iova: u64,
         pub length: u64,
-        /// Guest-physical address of the first page.
+        /// Guest-physical address of the first page; with `VHCA_CTX_F_DM`,
+        /// the DM byte offset of `iova`.
         pub first_page: u64,
         pub page_shift: u8,
-        /// `VHCA_CTX_F_DMA`, `VHCA_CTX_F_FAST`, `VHCA_CTX_F_FREE`.
+        /// `VHCA_CTX_F_DMA`, `VHCA_CTX_F_FAST`, `VHCA_CTX_F_FREE`, `VHCA_CTX_F_DM`.
         pub flags: u8,
         pub rsvd: [u8; 6],
     }

@@ -74,8 +74,22 @@ abi_consts! {
         /// RESET and the command queue and must stay the kernel's) and a user
         /// provider can ring WAKE without a system call.
         WAKE_BAR_INDEX = 4,
-        /// Bytes of BAR4.
+        /// Bytes of the WAKE page at the start of BAR4.
         WAKE_BAR_SIZE = 0x1000,
+        /// Device memory (issue 29 item 2): CAP_DM_SIZE bytes at this offset
+        /// of BAR4, right after the WAKE page; BAR4 is the smallest power of
+        /// two that holds both. Memfd-backed and mapped into the guest with a
+        /// sparse mmap like BAR2, so the guest reads and writes it as memory
+        /// (the kernel maps allocations of it into user space, `ibv_alloc_dm`);
+        /// the device reads and writes the same bytes for an MR registered
+        /// over them (REG_MR `VHCA_REG_MR_F_DM`), never outside them. Zeroed by
+        /// a PCI reset and when the VM goes, not by DEV_CTRL.RESET. The device
+        /// keeps no record of allocations: the driver allocates (4 KiB
+        /// granularity, so that each allocation is mapped into one process
+        /// only) and zeroes what it hands out.
+        DM_OFFSET = 0x1000,
+        /// Largest CAP_DM_SIZE (64 MiB): a bound on what `--dm-size` may ask.
+        DM_MAX_SIZE = 0x400_0000,
         /// MSI-X table offset in BAR0 (16 bytes per vector; QEMU emulates it).
         MSIX_TABLE_OFFSET = 0x8000,
         /// MSI-X pending-bit array offset in BAR0: 4 KiB after the table, which

@@ -37,16 +37,19 @@ pub(super) fn pd_exists(x: &mut Exec<'_>, pdn: u32) -> Result<(), Fail> {
 pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
     reserved(i.rsvd == 0)?;
     if i.flags & reg_mr_flags::ODP != 0 {
-        // Issue 29 (`odp`).
+        // Issue 29 (`odp`): ODP alone, no other kind.
         return super::odp::reg_odp_mr(x, &i);
     }
-    if i.flags & !(reg_mr_flags::DMA | reg_mr_flags::FAST) != 0
-        || i.flags == reg_mr_flags::DMA | reg_mr_flags::FAST
-    {
+    // One kind at most: DMA, FAST or DM.
+    let kinds = reg_mr_flags::DMA | reg_mr_flags::FAST | reg_mr_flags::DM;
+    if i.flags & !kinds != 0 || (i.flags & kinds).count_ones() > 1 {
         return Err(fail(Status::BadParam, Syndrome::Flags));
     }
     if i.flags & reg_mr_flags::FAST != 0 {
         return alloc_fast_mr(x, &i);
+    }
+    if i.flags & reg_mr_flags::DM != 0 {
+        return reg_dm_mr(x, &i);
     }
     let access = check_access(i.access)?;
     pd_exists(x, i.pdn)?;
@@ -86,6 +89,31 @@ fn alloc_fast_mr(x: &mut Exec<'_>, i: &RegMrIn) -> Result<RegMrOut, Fail> {
     }
     pd_exists(x, i.pdn)?;
     let key = x.engine().mrs().alloc_fast_mr(i.pdn, p.npages)?;
+    Ok(RegMrOut {
+        lkey: key,
+        rkey: key,
+    })
+}
+
+/// REG_MR with DM (issue 29 item 2): `length` bytes of device memory from
+/// DM byte `pbl.addr`, at `[iova, iova + length)`, a linear translation onto
+/// the engine's DM window (`crate::dm`). BAD_PARAM unless the range lies
+/// inside the device's DM bytes (none with `--dm-size 0`) and the rest of
+/// `pbl` is zero.
+fn reg_dm_mr(x: &mut Exec<'_>, i: &RegMrIn) -> Result<RegMrOut, Fail> {
+    let p = &i.pbl;
+    if p.npages != 0 || p.page_shift != 0 || p.levels != 0 || p.rsvd != 0 {
+        return Err(fail(Status::BadParam, Syndrome::AttrValue));
+    }
+    let size = u64::from(x.hca.caps.dm_size);
+    let pa = crate::dm::window_addr(p.addr, i.length, size)
+        .ok_or(fail(Status::BadParam, Syndrome::AttrValue))?;
+    let access = check_access(i.access)?;
+    pd_exists(x, i.pdn)?;
+    let key = x
+        .engine()
+        .mrs()
+        .reg_linear_mr(i.pdn, i.iova, i.length, access, pa)?;
     Ok(RegMrOut {
         lkey: key,
         rkey: key,

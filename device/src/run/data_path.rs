@@ -33,7 +33,11 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
             return;
         }
     };
-    let link_fd = shared.lock().hca.port.raw_fd();
+    let (link_fd, dm_size) = {
+        let core = shared.lock();
+        // Fixed for the process's life (`--dm-size`).
+        (core.hca.port.raw_fd(), core.hca.caps.dm_size)
+    };
     for (fd, token) in [(link_fd, 1u64), (shared.wake.as_raw_fd(), 2u64)] {
         if let Err(e) = epoll.ctl(
             ControlOperation::Add,
@@ -55,7 +59,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
     while !shared.stop.load(Ordering::Acquire) {
         let prepared = ticket
             .take()
-            .map(|t| t.prepare(&mut GuestMem(handle.memory())));
+            .map(|t| t.prepare(&mut GuestMem::new(&handle, dm_size)));
         shared.yield_to_front();
         let t = now();
         last_scan = Instant::now();
@@ -66,8 +70,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
                 if shared.link_always {
                     // The engine of a disabled HCA has no QPs: RoCE frames are
                     // dropped and counted there, guest frames go on to the NIC.
-                    let dma = handle.memory();
-                    let mut mem = GuestMem(dma);
+                    let mut mem = GuestMem::new(&handle, dm_size);
                     let moved = core.hca.port.run_once(&mut mem, t);
                     (moved > 0, core.hca.port.next_deadline())
                 } else {
@@ -83,8 +86,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
                     0
                 };
                 ticket = core.cmdq.as_mut().and_then(CmdQueue::take_waiting);
-                let dma = handle.memory();
-                let mut mem = GuestMem(dma);
+                let mut mem = GuestMem::new(&handle, dm_size);
                 let w = core.hca.run_once(&mut mem, &db, &irq, t);
                 (
                     w.any() || cmds > 0 || ticket.is_some(),
@@ -153,8 +155,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
                 break;
             }
             let mut core = shared.lock();
-            let dma = handle.memory();
-            let mut mem = GuestMem(dma);
+            let mut mem = GuestMem::new(&handle, dm_size);
             if !core.enabled() {
                 if shared.link_always {
                     // The link's own deadlines (keepalives, the TAP's state:

@@ -498,6 +498,11 @@ pub(super) fn check_headers(
         return check_roce_addresses(port, qp, pkt);
     }
     let lrh = &pkt.lrh;
+    // C9-55: the permissive LID is a valid DLID only for QP0, whatever the
+    // service (UD checks no other DLID rule, C9-53; PV-06).
+    if lrh.dlid == PERMISSIVE_LID && qp.qpn != super::SMI_QPN {
+        return Err(RxDrop::BadDlid);
+    }
     if qp.init.qp_type != QpType::Ud {
         check_grh(port, qp, pkt)?;
         // C9-53, C9-54: connected services check both LIDs (UD checks
@@ -506,9 +511,6 @@ pub(super) fn check_headers(
         // `check_lids` found already.
         if (0xc000..0xffff).contains(&lrh.slid) || lrh.slid == PERMISSIVE_LID {
             return Err(RxDrop::BadSlid);
-        }
-        if lrh.dlid == PERMISSIVE_LID {
-            return Err(RxDrop::BadDlid);
         }
         // C9-54 items 3 and 4: the primary path's remote LID, or the
         // alternate's while Armed (AD-10).

@@ -15,15 +15,21 @@
 //! transmit schedule. A path at the port's rate (static rate 0, the default,
 //! or any rate not below the port's) costs one comparison per packet.
 //!
-//! The gate is per QP, not per destination LID, and covers the QP's
-//! responses (READ responses, ACKs) as well as its requests: a connected QP
-//! has one destination; a UD QP's WQEs may name several, and each waits for the gap
-//! its predecessor's path asked for (a UD QP mixing rates is paced at least as
-//! much as the spec asks, never less).
+//! A connected QP has one destination: its gate is the QP's (`pace_at`),
+//! and covers its responses (READ responses, ACKs) as well as its requests.
+//! A UD QP's WQEs may name several destinations, each with its own static
+//! rate (the address handle's): the QP keeps a time per destination
+//! ([`Dests`]), and the packet at the head of its send queue waits for its
+//! own destination's time only, not for the gap a packet to another
+//! destination asked for (IBA 9.11: the IPD is per destination). The send
+//! queue stays in post order (C9-25): a head that waits holds the WQEs
+//! behind it. A UD QP that sent, within a gap, to more destinations than
+//! [`MAX_PACED_DESTS`] paces the whole QP for the newest one instead (as much
+//! as the spec asks or more, never less).
 
 use super::requester::Requester;
 use super::PortConfig;
-use crate::verbs::Time;
+use crate::verbs::{AddressVector, Time};
 
 /// Whether the QP's next packet must wait (its time has not come).
 pub(crate) fn waiting(req: &Requester, now: Time) -> bool {
@@ -37,6 +43,100 @@ pub(crate) fn sent(req: &mut Requester, port: &PortConfig, static_rate: u8, len:
     let from = base(req.pace_due, now);
     req.pace_at = next_send(port.rate_mbps, static_rate, len, from);
     req.pace_due = req.pace_at;
+}
+
+/// Most destinations a UD QP keeps a time for at once ([`Dests`]).
+pub const MAX_PACED_DESTS: usize = 64;
+
+/// A destination as pacing tells them apart: DLID, and the DGID with a GRH
+/// (RoCE paths have no DLID).
+type Dest = (u16, Option<[u8; 16]>);
+
+fn dest(av: &AddressVector) -> Dest {
+    (av.dlid, av.grh.map(|g| g.dgid))
+}
+
+/// A UD QP's pacing times per destination: when the next packet to each may
+/// go. At most [`MAX_PACED_DESTS`]; a time past by more than
+/// [`PACE_SLACK_NS`] no longer counts ([`base`]) and its entry is dropped to
+/// make room.
+#[derive(Debug, Default)]
+pub(crate) struct Dests(Vec<(Dest, Time)>);
+
+impl Dests {
+    /// When the next packet to `av`'s destination may go, if it was paced
+    /// (nothing to look at, the common case, costs one comparison).
+    pub(crate) fn due(&self, av: &AddressVector) -> Option<Time> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.at(dest(av))
+    }
+
+    fn at(&self, d: Dest) -> Option<Time> {
+        self.0.iter().find(|e| e.0 == d).map(|e| e.1)
+    }
+
+    /// Sets `d`'s time; false when there is no room.
+    fn set(&mut self, d: Dest, t: Time, now: Time) -> bool {
+        if let Some(e) = self.0.iter_mut().find(|e| e.0 == d) {
+            e.1 = t;
+            return true;
+        }
+        self.0
+            .retain(|e| e.1 .0.saturating_add(PACE_SLACK_NS) >= now.0);
+        if self.0.len() >= MAX_PACED_DESTS {
+            return false;
+        }
+        self.0.push((d, t));
+        true
+    }
+
+    fn remove(&mut self, d: Dest) {
+        self.0.retain(|e| e.0 != d);
+    }
+}
+
+/// Whether the QP's next packet must wait; `head_due`: for a UD QP's head
+/// WQE, its destination's time ([`Dests::due`]), which, when ahead, becomes
+/// the QP's deadline (`pace_at`) so that the timer wakes it.
+pub(crate) fn waiting_for(req: &mut Requester, head_due: Option<Time>, now: Time) -> bool {
+    if waiting(req, now) {
+        return true;
+    }
+    match head_due {
+        Some(t) if t > now => {
+            req.pace_at = Some(t);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// After a UD QP sent a packet of `len` bytes to `av` at `now`: when the next
+/// to the same destination may go (its gap counted from that destination's
+/// due time, [`base`]).
+pub(crate) fn sent_to(
+    req: &mut Requester,
+    port: &PortConfig,
+    av: &AddressVector,
+    len: usize,
+    now: Time,
+) {
+    if req.pace_at.is_some_and(|t| t <= now) {
+        req.pace_at = None; // the head's wait, over
+    }
+    let d = dest(av);
+    let from = base(req.dests.at(d), now);
+    match next_send(port.rate_mbps, av.static_rate, len, from) {
+        None => req.dests.remove(d),
+        Some(t) => {
+            if !req.dests.set(d, t, now) {
+                // No room: the whole QP waits, as a connected one does.
+                req.pace_at = Some(t);
+            }
+        }
+    }
 }
 
 /// The port's bit rate when its configuration says nothing else: 4x QDR,
@@ -134,6 +234,40 @@ mod tests {
         assert_eq!(next_send(40_000, 0, 4096, Time(5)), None);
         // 1000 bytes at 40 Gb/s take 200 ns; IPD 3 -> next start 800 ns later.
         assert_eq!(next_send(40_000, 3, 1000, Time(5)), Some(Time(805)));
+    }
+
+    #[test]
+    fn ad_07_destinations_are_bounded_and_an_overflow_paces_the_whole_qp() {
+        let port = PortConfig::new(1, 1);
+        let mut req = Requester::default();
+        let av = |dlid: u16| AddressVector {
+            dlid,
+            static_rate: 3, // 10 Gb/s from 40: IPD 3
+            ..AddressVector::default()
+        };
+        let now = Time(1_000);
+        for d in 0..MAX_PACED_DESTS as u16 {
+            sent_to(&mut req, &port, &av(d + 1), 1000, now);
+            assert_eq!(req.pace_at, None, "destination {d} has its own time");
+        }
+        // Each destination waits for its own time only.
+        let due = req.dests.due(&av(1));
+        assert!(waiting_for(&mut req, due, Time(1_100)));
+        assert_eq!(req.pace_at, Some(Time(1_800)));
+        req.pace_at = None;
+        let due = req.dests.due(&av(999));
+        assert!(!waiting_for(&mut req, due, Time(1_100)));
+        // One more within the gap: no room, the whole QP waits.
+        sent_to(&mut req, &port, &av(999), 1000, now);
+        assert_eq!(req.dests.0.len(), MAX_PACED_DESTS);
+        assert_eq!(req.pace_at, Some(Time(1_800)));
+        let due = req.dests.due(&av(500));
+        assert!(waiting_for(&mut req, due, Time(1_100)));
+        // Once the others' times are past the slack, their entries make room.
+        req.pace_at = None;
+        let later = Time(1_800 + PACE_SLACK_NS + 1);
+        sent_to(&mut req, &port, &av(999), 1000, later);
+        assert_eq!((req.dests.0.len(), req.pace_at), (1, None));
     }
 
     #[test]

@@ -125,6 +125,8 @@ pub(crate) struct Requester {
     pub(super) pace_at: Option<Time>,
     /// The time the last paced packet was due (`pacing::base`).
     pub(super) pace_due: Option<Time>,
+    /// UD: the pacing times per destination (`pacing::Dests`).
+    pub(super) dests: super::pacing::Dests,
 }
 
 impl Requester {
@@ -292,8 +294,15 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         return None; // issue 29: the send queue waits for a page (`odp`)
     }
     // AD-07: a paced path's next packet waits for its time (the timer heap
-    // holds it: `pace_at` is a requester deadline).
-    if super::pacing::waiting(&qp.req, cx.now) {
+    // holds it: `pace_at` is a requester deadline); a UD WQE's, for its
+    // destination's.
+    let r = &mut qp.req;
+    let head_due = r
+        .wqes
+        .get(r.cur)
+        .and_then(|w| w.wr.ud.as_ref())
+        .and_then(|u| r.dests.due(&u.av));
+    if super::pacing::waiting_for(r, head_due, cx.now) {
         return None;
     }
     if !run_local_ops(qp, cx) {
@@ -817,7 +826,9 @@ fn build_request(
         EmitWithError::Emit(_) => WcStatus::LocLenErr.into(),
     })?;
     // AD-07: a path slower than the port spaces its packets (`pacing`).
-    if av.static_rate != 0 {
+    if av.static_rate != 0 && qp.init.qp_type == QpType::Ud {
+        super::pacing::sent_to(&mut qp.req, cx.port, &av, len, cx.now);
+    } else if av.static_rate != 0 {
         super::pacing::sent(&mut qp.req, cx.port, av.static_rate, len, cx.now);
     }
     // Advance.

@@ -101,7 +101,7 @@ impl MrTable {
             length: 0,
             page_shift: MIN_PAGE_SIZE.trailing_zeros(),
             pages: Vec::with_capacity(max_pages as usize),
-            identity: false,
+            linear: None,
             windows: 0,
             odp: None,
             fast: Some(FastMr {

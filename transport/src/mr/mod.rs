@@ -269,7 +269,7 @@ impl MrTable {
             length: t.length,
             page_shift,
             pages: t.pages,
-            identity: false,
+            linear: None,
             windows: 0,
             fast: None,
             odp: None,
@@ -284,16 +284,38 @@ impl MrTable {
     ///
     /// [`Memory`]: crate::memory::Memory
     pub fn reg_dma_mr(&mut self, pd: Handle, access: Access) -> Result<u32, VerbError> {
+        self.reg_linear_mr(pd, 0, u64::MAX, access, 0)
+    }
+
+    /// Register an MR with a linear translation: `[iova, iova + length)` at
+    /// the physical `[pa, pa + length)`, no page list (a device-memory MR:
+    /// `pa` is where the DM bytes it covers are in the caller's [`Memory`],
+    /// and the MR's bounds are theirs). Checks as [`reg_mr`](Self::reg_mr)
+    /// for the PD and access rights; `InvalidAttr` when either range passes
+    /// 2^64 - 1.
+    ///
+    /// [`Memory`]: crate::memory::Memory
+    pub fn reg_linear_mr(
+        &mut self,
+        pd: Handle,
+        iova: u64,
+        length: u64,
+        access: Access,
+        pa: u64,
+    ) -> Result<u32, VerbError> {
         check_pd_access(self, pd, access)?;
+        if iova.checked_add(length).is_none() || pa.checked_add(length).is_none() {
+            return Err(VerbError::InvalidAttr);
+        }
         self.install_mr(pd, mr_weight(0), |key| Mr {
             key,
             pd,
             access,
-            iova: 0,
-            length: u64::MAX,
+            iova,
+            length,
             page_shift: MIN_PAGE_SIZE.trailing_zeros(),
             pages: Vec::new(),
-            identity: true,
+            linear: Some(pa),
             windows: 0,
             fast: None,
             odp: None,
@@ -350,7 +372,7 @@ impl MrTable {
         mr.pd = pd;
         mr.access = access;
         if let Some(t) = change.translation {
-            mr.identity = false;
+            mr.linear = None;
             mr.iova = t.iova;
             mr.length = t.length;
             mr.page_shift = page_shift;
@@ -542,3 +564,6 @@ fn check_translation(t: &Translation) -> Result<u32, VerbError> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod linear_tests;

@@ -234,7 +234,7 @@ impl MrTable {
             length,
             page_shift: MIN_PAGE_SIZE.trailing_zeros(),
             pages: Vec::new(),
-            identity: false,
+            linear: None,
             windows: 0,
             fast: None,
             odp: Some(Box::default()),

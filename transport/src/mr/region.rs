@@ -42,9 +42,13 @@ pub struct Mr {
     pub(super) length: u64,
     pub(super) page_shift: u32,
     pub(super) pages: Vec<u64>,
-    /// A DMA MR (`get_dma_mr`): virtual = physical over the whole address space,
-    /// no page list; the caller's memory checks every access.
-    pub(super) identity: bool,
+    /// A linear translation instead of a page list: the physical address of
+    /// `iova`, each byte of `[iova, iova + length)` at that plus its offset
+    /// from `iova`. A DMA MR (`get_dma_mr`) is `Some(0)` with IOVA 0 over the
+    /// whole address space (virtual = physical; the caller's memory checks
+    /// every access); a device-memory MR is the DM bytes it covers, whose
+    /// bounds are the MR's (`MrTable::reg_linear_mr`).
+    pub(super) linear: Option<u64>,
     /// Memory windows bound to it (MP-06, MP-07): while any is, the MR cannot
     /// be deregistered or reregistered (IBA 10.6.7; seed 003 "如果一个 MR 还有被
     /// 绑定的 MW,那么这个 MR 不能被取消注册").
@@ -99,7 +103,13 @@ impl Mr {
 
     /// Whether this is a DMA MR (virtual address = physical address).
     pub fn is_identity(&self) -> bool {
-        self.identity
+        self.linear == Some(0) && self.iova == 0
+    }
+
+    /// The physical address of `iova` when the translation is linear (a
+    /// DMA or device-memory MR), `None` for a page list.
+    pub fn linear(&self) -> Option<u64> {
+        self.linear
     }
 
     /// Whether `[va, va + len)` lies inside the MR, without overflow (MP-04;
@@ -122,14 +132,19 @@ impl Mr {
         let rel = va
             .checked_sub(self.iova)
             .and_then(|off| off.checked_add(self.iova & mask));
-        if self.identity {
-            // `contains` was checked: [va, va + len) does not wrap.
+        if let Some(base) = self.linear {
+            // `contains` was checked: `va - iova + len <= length`, and
+            // `base + length` does not wrap (registration), so neither does
+            // the physical range.
+            let pa = va
+                .checked_sub(self.iova)
+                .and_then(|off| base.checked_add(off));
             return Segments {
                 pages: &[],
                 page_shift: 0,
-                rel: va,
-                left: len,
-                identity: true,
+                rel: pa.unwrap_or(0),
+                left: if pa.is_some() { len } else { 0 },
+                linear: true,
                 odp: None,
             };
         }
@@ -141,12 +156,12 @@ impl Mr {
                 page_shift: super::ODP_PAGE_SHIFT,
                 rel: va,
                 left: if self.contains(va, len) { len } else { 0 },
-                identity: false,
+                linear: false,
                 odp: Some(o),
             };
         }
         Segments {
-            identity: false,
+            linear: false,
             odp: None,
             pages: &self.pages,
             page_shift: self.page_shift,
@@ -165,8 +180,8 @@ pub struct Segments<'a> {
     /// Offset of the next byte from the start of the MR's first page.
     rel: u64,
     left: u64,
-    /// A DMA MR: one segment, at the virtual address itself.
-    identity: bool,
+    /// A linear MR: one segment, at the physical address in `rel`.
+    linear: bool,
     /// An ODP MR: `rel` is the virtual address, each page looked up here; a
     /// missing page ends the iteration.
     odp: Option<&'a super::OdpPages>,
@@ -179,7 +194,7 @@ impl Iterator for Segments<'_> {
         if self.left == 0 {
             return None;
         }
-        if self.identity {
+        if self.linear {
             let n = std::mem::take(&mut self.left);
             return Some((self.rel, n));
         }

@@ -40,6 +40,16 @@ abi_consts! {
         /// BAD_PARAM together with FAST or DMA; NOT_SUPPORTED when the device
         /// has ODP off (QUERY_DEVICE's odp_caps 0).
         ODP = 1 << 2,
+        /// An MR over device memory (issue 29 item 2; `ibv_reg_dm_mr`):
+        /// `[iova, iova + length)` is the `length` bytes of device memory
+        /// from byte `pbl.addr` (the DM byte offset, not a page list: BAR4
+        /// offset `VHCA_DM_OFFSET + pbl.addr`); the rest of `pbl` is zero.
+        /// Linear: byte `va` is DM byte `pbl.addr + (va - iova)`. Verbs
+        /// register it zero-based (IBV_ACCESS_ZERO_BASED: iova 0). BAD_PARAM
+        /// unless `[pbl.addr, pbl.addr + length)` lies inside the
+        /// CAP_DM_SIZE bytes (so with CAP_DM_SIZE 0, always). Not with DMA
+        /// or FAST.
+        DM = 1 << 3,
     }
 }
 
