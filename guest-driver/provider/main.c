@@ -31,6 +31,7 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.dealloc_mw = vhca_dealloc_mw,
 	.bind_mw = vhca_bind_mw,
 	.rereg_mr = vhca_rereg_mr,
+	.advise_mr = vhca_advise_mr,
 	.create_ah = vhca_create_ah,
 	.destroy_ah = vhca_destroy_ah,
 

@@ -301,6 +301,8 @@ int vhca_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			   uint64_t hca_va, int access);
 int vhca_dereg_mr(struct verbs_mr *vmr);
+int vhca_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+		   uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sges);
 struct ibv_pd *vhca_alloc_parent_domain(struct ibv_context *context,
 					struct ibv_parent_domain_init_attr *attr);
 int vhca_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
