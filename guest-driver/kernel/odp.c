@@ -708,6 +708,7 @@ void vhca_odp_debugfs_add(struct vhca_dev *dev)
 /* After QUERY_DEVICE: the work queue and the MAP_ODP list, if ODP is on. */
 void vhca_odp_init(struct vhca_dev *dev)
 {
+	BUILD_BUG_ON(VHCA_ODP_MAP_MAX * sizeof(__le64) > VHCA_ODP_PAGE);
 	if (!(dev->attr.odp_caps & VHCA_ODP_CAP_SUPPORT))
 		return;
 	dev->odp.list = dma_alloc_coherent(&dev->pdev->dev, VHCA_ODP_PAGE,
