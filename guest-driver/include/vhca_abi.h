@@ -3505,8 +3505,15 @@ enum vhca_counter_set {
 	"reorder_expired", \
 	"reorder_full", \
 	"dup_reads_queued", \
-	"reorder_skipped"
-#define VHCA_COUNTERS_PORT_COUNT 33
+	"reorder_skipped", \
+	"odp_faults_raised", \
+	"odp_faults_not_raised", \
+	"odp_faults_resolved", \
+	"odp_faults_failed", \
+	"odp_rnr_naks", \
+	"odp_responses_dropped", \
+	"odp_invalidations"
+#define VHCA_COUNTERS_PORT_COUNT 40
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \
@@ -3584,8 +3591,9 @@ enum vhca_counter_set {
 	"invalid_invalidate", \
 	"no_flush", \
 	"region_invalidated", \
-	"xrc_srq"
-#define VHCA_COUNTERS_NAK_SENT_COUNT 25
+	"xrc_srq", \
+	"odp_failed"
+#define VHCA_COUNTERS_NAK_SENT_COUNT 26
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_DEVICE_NAMES \

@@ -622,6 +622,7 @@ pub enum VerbError {
 /// `PathMigrationError`: the peer asked for a migration (MigReq = 1 on this
 /// QP's alternate path) that the QP could not take, not being Armed
 /// (`IBV_EVENT_PATH_MIG_ERR`; AD-10, AE-01).
+/// `PageFault`: pages of an ODP MR are not present (issue 29).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
     QpFatal { qpn: u32 },
@@ -634,6 +635,22 @@ pub enum Event {
     PortError,
     PathMigrated { qpn: u32 },
     PathMigrationError { qpn: u32 },
+    PageFault(PageFault),
+}
+
+/// A page fault event (issue 29): `npages` 4 KiB pages from virtual page
+/// `vpn` (va >> 12) of ODP MR `key` are not present; `write` when the device
+/// must write them, `responder` when an incoming request met them (else the
+/// QP's own send queue). The guest answers with a MAP or a FAULT_FAIL of the
+/// pages ([`crate::engine::Engine::odp_map`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageFault {
+    pub qpn: u32,
+    pub key: u32,
+    pub vpn: u64,
+    pub npages: u32,
+    pub write: bool,
+    pub responder: bool,
 }
 
 /// The GRH of a received UD message, as `ibv_grh` puts it in the receive buffer's

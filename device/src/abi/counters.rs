@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 33] = [
+const PORT_COUNTERS: [&str; 40] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -116,6 +116,13 @@ const PORT_COUNTERS: [&str; 33] = [
     "reorder_full",
     "dup_reads_queued",
     "reorder_skipped",
+    "odp_faults_raised",
+    "odp_faults_not_raised",
+    "odp_faults_resolved",
+    "odp_faults_failed",
+    "odp_rnr_naks",
+    "odp_responses_dropped",
+    "odp_invalidations",
 ];
 
 /// The port set's values, in the order of its names.
@@ -155,7 +162,18 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         // the engine's report (`counters_out`), not in QUERY_COUNTERS.
         rd: _,
         reorder,
+        odp,
     } = c;
+    // Issue 29; destructured so a new ODP counter is placed here too.
+    let transport::engine::OdpCounters {
+        faults_raised,
+        faults_not_raised,
+        faults_resolved,
+        faults_failed,
+        rnr_naks: odp_rnr_naks,
+        responses_dropped,
+        invalidations,
+    } = *odp;
     [
         *rx_packets,
         *tx_packets,
@@ -190,6 +208,13 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         reorder.full,
         reorder.dup_reads_queued,
         reorder.skipped,
+        faults_raised,
+        faults_not_raised,
+        faults_resolved,
+        faults_failed,
+        odp_rnr_naks,
+        responses_dropped,
+        invalidations,
     ]
 }
 

@@ -179,6 +179,7 @@ impl EqeType {
             Event::PortError => EqeType::PortErr,
             Event::PathMigrated { .. } => EqeType::PathMig,
             Event::PathMigrationError { .. } => EqeType::PathMigErr,
+            Event::PageFault(_) => EqeType::PageFault,
         }
     }
 }
@@ -235,6 +236,42 @@ abi_struct! {
         pub rsvd: u8,
         /// Owner bit (VHCA_OWNER_BIT), written last.
         pub owner: u8,
+    }
+}
+
+impl EqePageFault {
+    /// The entry of an engine page fault event (issue 29), owner bit clear;
+    /// `None` for another event.
+    pub fn of_event(e: &Event) -> Option<EqePageFault> {
+        let Event::PageFault(transport::verbs::PageFault {
+            key,
+            vpn,
+            npages,
+            write,
+            responder,
+            ..
+        }) = *e
+        else {
+            return None;
+        };
+        let mut flags = 0;
+        if write {
+            flags |= page_fault_flags::WRITE;
+        }
+        if responder {
+            flags |= page_fault_flags::RESPONDER;
+        }
+        Some(EqePageFault {
+            kind: EqeType::PageFault.raw(),
+            flags,
+            // A fault names at most transport::mr::MAX_FAULT_PAGES (512).
+            npages: u16::try_from(npages).unwrap_or(u16::MAX),
+            key,
+            vpn_lo: vpn as u32,
+            vpn_hi: (vpn >> 32) as u16,
+            rsvd: 0,
+            owner: 0,
+        })
     }
 }
 

@@ -644,6 +644,13 @@ impl Hca {
         let mut n = 0;
         while let Some(ev) = self.port.engine_mut().poll_event() {
             let kind = abi::cqe::EqeType::of_event(&ev);
+            if let Some(e) = abi::cqe::EqePageFault::of_event(&ev) {
+                // Issue 29: its own layout, on EQ 0 with the other async events.
+                if self.push_eqe_bytes(0, kind.raw(), e.to_bytes(), mem, db) {
+                    n += 1;
+                }
+                continue;
+            }
             // All on EQ 0: completion events and CQ errors are the CQ ring's,
             // raised by write_cqes.
             let object = match ev {
@@ -656,6 +663,8 @@ impl Hca {
                 | Event::PathMigrationError { qpn } => qpn,
                 Event::SrqLimitReached { srq } => srq,
                 Event::PortActive | Event::PortError => 1,
+                // Written above as an EqePageFault.
+                Event::PageFault(f) => f.qpn,
             };
             if self.push_eqe(0, kind.raw(), object, 0, mem, db) {
                 n += 1;
@@ -690,6 +699,24 @@ impl Hca {
         mem: &mut dyn Memory,
         db: &dyn Doorbells,
     ) -> bool {
+        let mut e = abi::cqe::Eqe::ZERO;
+        e.kind = kind;
+        e.object = object;
+        e.data = data;
+        self.push_eqe_bytes(eqn, kind, e.to_bytes(), mem, db)
+    }
+
+    /// Writes the 16 bytes of an EQE of `kind` (any EQE layout: the owner byte
+    /// is the last in all of them) to EQ `eqn` if it has room; as
+    /// [`Self::push_eqe`].
+    pub fn push_eqe_bytes(
+        &mut self,
+        eqn: u32,
+        kind: u8,
+        mut bytes: [u8; abi::cqe::Eqe::SIZE],
+        mem: &mut dyn Memory,
+        db: &dyn Doorbells,
+    ) -> bool {
         let Some(eq) = self.eqs.get_mut(&eqn) else {
             return false;
         };
@@ -703,12 +730,8 @@ impl Hca {
             );
             return false;
         }
-        let mut e = abi::cqe::Eqe::ZERO;
-        e.kind = kind;
-        e.object = object;
-        e.data = data;
-        e.owner = abi::cqe::owner_bit(eq.pi, eq.ring.log_entries());
-        if !write_entry(&eq.ring, mem, eq.pi, &e.to_bytes()) {
+        bytes[abi::cqe::Eqe::SIZE - 1] = abi::cqe::owner_bit(eq.pi, eq.ring.log_entries());
+        if !write_entry(&eq.ring, mem, eq.pi, &bytes) {
             self.counters.memory_faults += 1;
             return false;
         }

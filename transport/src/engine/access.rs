@@ -2,7 +2,7 @@
 //! completion statuses and NAK codes (MP-04, MP-05, RL-12).
 
 use crate::memory::Memory;
-use crate::mr::{AccessError, CopyError, MrTable, RemoteAccess};
+use crate::mr::{AccessError, CopyError, MrTable, OdpFault, RemoteAccess};
 use crate::verbs::{Handle, WcStatus};
 use crate::wire::ext::NakCode;
 
@@ -13,6 +13,9 @@ pub(crate) enum RemoteErr {
     Access(AccessError),
     /// The MR's pages are outside the caller's memory.
     Memory,
+    /// A page of an ODP MR is not present (issue 29): no access error; the
+    /// responder RNR NAKs (or holds its READ response) and raises the fault.
+    PageFault(OdpFault),
 }
 
 impl RemoteErr {
@@ -22,6 +25,9 @@ impl RemoteErr {
         match self {
             RemoteErr::Access(a) => a.remote_nak(),
             RemoteErr::Memory => NakCode::RemoteOperationalError,
+            // Never NAKed as an error: callers RNR NAK first (`odp`); this
+            // is what a caller that cannot wait answers.
+            RemoteErr::PageFault(_) => NakCode::RemoteOperationalError,
         }
     }
 }
@@ -30,7 +36,7 @@ impl From<RemoteErr> for super::counters::NakReason {
     fn from(e: RemoteErr) -> Self {
         use super::counters::NakReason as R;
         match e {
-            RemoteErr::Memory => R::MemoryFault,
+            RemoteErr::Memory | RemoteErr::PageFault(_) => R::MemoryFault,
             RemoteErr::Access(a) => match a {
                 AccessError::NoSuchKey => R::NoSuchKey,
                 AccessError::KeyMismatch => R::KeyMismatch,
@@ -44,6 +50,7 @@ impl From<RemoteErr> for super::counters::NakReason {
                 AccessError::WindowWrongQp => R::WindowWrongQp,
                 AccessError::NoFlush => R::NoFlush,
                 AccessError::Invalidated => R::RegionInvalidated,
+                AccessError::OdpFailed => R::OdpFailed,
             },
         }
     }
@@ -55,6 +62,7 @@ impl From<CopyError> for RemoteErr {
             CopyError::Access(a) => RemoteErr::Access(a),
             CopyError::Length => RemoteErr::Access(AccessError::OutOfBounds),
             CopyError::Mem(_) => RemoteErr::Memory,
+            CopyError::PageFault(f) => RemoteErr::PageFault(f),
         }
     }
 }
@@ -66,6 +74,8 @@ pub(crate) fn local_status(e: CopyError) -> WcStatus {
         CopyError::Access(a) => a.local_status(),
         CopyError::Length => WcStatus::LocLenErr,
         CopyError::Mem(_) => WcStatus::LocProtErr,
+        // Only where the caller cannot wait for the page (`odp`).
+        CopyError::PageFault(_) => WcStatus::LocProtErr,
     }
 }
 
@@ -143,6 +153,9 @@ pub(crate) fn remote_atomic(
     let t = mrs
         .check_atomic_at(pd, Some(qpn), rkey, va)
         .map_err(RemoteErr::Access)?;
+    if let Some(f) = t.odp_fault() {
+        return Err(RemoteErr::PageFault(f));
+    }
     let r = if cmp_swap {
         t.compare_swap(mem, compare, swap_add)
     } else {
@@ -164,5 +177,8 @@ pub(crate) fn remote_atomic_write(
     let t = mrs
         .check_atomic_write_at(pd, Some(qpn), rkey, va)
         .map_err(RemoteErr::Access)?;
+    if let Some(f) = t.odp_fault() {
+        return Err(RemoteErr::PageFault(f));
+    }
     t.store(mem, value).map_err(|_| RemoteErr::Memory)
 }

@@ -448,6 +448,18 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
     }
 }
 
+/// A READ response or ATOMIC result that found its page not present (issue
+/// 29): dropped and counted, the fault raised (the send queue waits for the
+/// MAP) and the requester rewound to `from`, so that it asks again when the
+/// queue resumes.
+fn odp_drop_response(qp: &mut Qp, f: crate::mr::OdpFault, from: u32, cx: &mut Ctx<'_>) {
+    cx.counters.odp.responses_dropped += 1;
+    super::odp::requester_fault(qp, f, cx);
+    if qp.req.rewound_to != Some(from) {
+        rewind(qp, from, cx.now);
+    }
+}
+
 /// For a READ WQE, the PSN of the first response packet not yet received.
 fn read_resume_psn(qp: &Qp, i: usize) -> Option<u32> {
     let w = qp.req.wqes.get(i)?;
@@ -540,6 +552,14 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         .mrs
         .scatter(cx.mem, qp.init.pd, sges, w.resp_bytes, t.payload)
     {
+        if let crate::mr::CopyError::PageFault(f) = e {
+            // Issue 29: the READ's buffer page is not present: the response
+            // is dropped, the send queue waits for the page and then asks
+            // again for the rest (RL-14); the old stream's later responses
+            // are dropped as after any gap.
+            odp_drop_response(qp, f, p, cx);
+            return false;
+        }
         fail(qp, i, super::access::local_status(e), cx.fx);
         return false;
     }
@@ -628,6 +648,15 @@ fn on_atomic_ack(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             .mrs
             .scatter(cx.mem, qp.init.pd, sges, 0, &orig.to_le_bytes())
         {
+            if let crate::mr::CopyError::PageFault(f) = e {
+                // Issue 29: the result's page is not present: dropped; the
+                // ATOMIC is requested again after the MAP and the
+                // responder's replay answers it without executing it again
+                // (RL-06).
+                let first = qp.req.wqes[i].first_psn;
+                odp_drop_response(qp, f, first, cx);
+                return false;
+            }
             fail(qp, i, super::access::local_status(e), cx.fx);
             return false;
         }

@@ -156,6 +156,9 @@ reasons! {
         /// domain (o9-24.a1; PV-08), or a packet continuing a message names
         /// another SRQ than its first packet did.
         XrcSrq = "xrc_srq",
+        /// A page of an ODP MR the guest could not fault in (ODP_FAULT_FAIL,
+        /// issue 29).
+        OdpFailed = "odp_failed",
     }
 }
 
@@ -227,6 +230,8 @@ pub struct Counters {
     pub rd: super::rd::RdCounters,
     /// The receive reorder hold (`reorder`, vhca policy).
     pub reorder: super::reorder::ReorderCounters,
+    /// On-demand paging (issue 29, `odp`).
+    pub odp: super::odp::OdpCounters,
 }
 
 impl Counters {

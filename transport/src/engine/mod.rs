@@ -29,10 +29,12 @@ mod ids;
 mod io;
 pub mod link;
 mod mcast;
+mod odp;
 pub use mcast::{
     is_multicast_gid, is_multicast_lid, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH,
     MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_LID_BASE, MULTICAST_QPN,
 };
+pub use odp::OdpCounters;
 mod pacing;
 mod rd;
 pub use pacing::{ipd, rate_mbps, DEFAULT_PORT_MBPS};
@@ -117,6 +119,8 @@ pub(crate) struct Qp {
     pub apm: apm::Apm,
     /// How this QP's reorder holds ended lately (`reorder`).
     pub(crate) hold_misses: reorder::Misses,
+    /// Page faults waiting for the guest (issue 29, `odp`).
+    pub(crate) odp: odp::QpOdp,
 }
 
 /// The engine.
@@ -608,6 +612,7 @@ impl Engine {
                     ..apm::Apm::default()
                 },
                 hold_misses: reorder::Misses::default(),
+                odp: odp::QpOdp::default(),
             },
         );
         Ok(qpn)
@@ -1045,6 +1050,8 @@ fn apply_attrs(qp: &mut Qp, a: &QpAttr, m: AttrMask) {
 /// (QS-07).
 pub(crate) fn to_error(qp: &mut Qp, fx: &mut Effects) {
     qp.state = QpState::Error;
+    // Issue 29: a QP in Error waits for no page.
+    qp.odp = odp::QpOdp::default();
     flush_all(qp, fx);
 }
 

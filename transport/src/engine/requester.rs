@@ -288,6 +288,9 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
     }
+    if qp.odp.sq_waits() {
+        return None; // issue 29: the send queue waits for a page (`odp`)
+    }
     // AD-07: a paced path's next packet waits for its time (the timer heap
     // holds it: `pace_at` is a requester deadline).
     if super::pacing::waiting(&qp.req, cx.now) {
@@ -450,8 +453,13 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     let k = qp.req.wqes[i].sent;
     match build_request(qp, i, k, true, cx, buf) {
         Ok(len) => Some(len),
-        Err(status) => {
+        Err(BuildErr::Status(status)) => {
             local_error(qp, i, status, cx.fx);
+            None
+        }
+        Err(BuildErr::Fault(f)) => {
+            // Issue 29: nothing was sent; the queue waits here for the page.
+            super::odp::requester_fault(qp, f, cx);
             None
         }
     }
@@ -563,6 +571,20 @@ fn local_error(qp: &mut Qp, i: usize, status: WcStatus, fx: &mut Effects) {
 /// send sequence (the WQE's progress, `next_psn` and the point of maximum
 /// advance move past it); without, it is a probe resent outside the sequence
 /// (`recovery`), which changes nothing but the probe's own state.
+/// Why a request packet was not built.
+enum BuildErr {
+    /// The WQE fails with this status.
+    Status(WcStatus),
+    /// A page of an ODP MR of its gather list is not present (issue 29).
+    Fault(crate::mr::OdpFault),
+}
+
+impl From<WcStatus> for BuildErr {
+    fn from(s: WcStatus) -> BuildErr {
+        BuildErr::Status(s)
+    }
+}
+
 fn build_request(
     qp: &mut Qp,
     i: usize,
@@ -570,7 +592,7 @@ fn build_request(
     advance: bool,
     cx: &mut Ctx<'_>,
     buf: &mut [u8],
-) -> Result<usize, WcStatus> {
+) -> Result<usize, BuildErr> {
     let pmtu = pmtu_of(qp);
     let qpn = qp.qpn;
     let pd = qp.init.pd;
@@ -776,11 +798,12 @@ fn build_request(
                 dst.copy_from_slice(src);
                 Ok(())
             }
-            SendData::Sges(s) => mrs
-                .gather(mem, pd, s, offset, dst)
-                .map_err(super::access::local_status),
+            SendData::Sges(s) => mrs.gather(mem, pd, s, offset, dst).map_err(|e| match e {
+                crate::mr::CopyError::PageFault(f) => BuildErr::Fault(f),
+                e => BuildErr::Status(super::access::local_status(e)),
+            }),
             // A bind or registration sends no packet; it never gets here.
-            SendData::Bind(_) | SendData::Reg(_) => Err(WcStatus::LocQpOpErr),
+            SendData::Bind(_) | SendData::Reg(_) => Err(WcStatus::LocQpOpErr.into()),
         }
     })
     .map_err(|e| match e {
@@ -789,9 +812,9 @@ fn build_request(
         // fails like a send to an unusable address.
         EmitWithError::Emit(_) if cx.port.is_ethernet() => {
             cx.counters.tx_no_route += 1;
-            WcStatus::LocQpOpErr
+            WcStatus::LocQpOpErr.into()
         }
-        EmitWithError::Emit(_) => WcStatus::LocLenErr,
+        EmitWithError::Emit(_) => WcStatus::LocLenErr.into(),
     })?;
     // AD-07: a path slower than the port spaces its packets (`pacing`).
     if av.static_rate != 0 {

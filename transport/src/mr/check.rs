@@ -68,6 +68,11 @@ pub enum AccessError {
     /// (MP-08, o9-5.2.2).
     #[error("memory region is invalidated")]
     Invalidated,
+    /// A page of an ODP MR the guest could not fault in (ODP_FAULT_FAIL,
+    /// issue 29): an access error until the page is mapped. A page that is
+    /// merely not present is no access error but a [`CopyError::PageFault`].
+    #[error("on-demand paging could not fault the page in")]
+    OdpFailed,
 }
 
 impl AccessError {
@@ -103,6 +108,11 @@ pub enum CopyError {
     /// the MR was registered over pages the caller does not map.
     #[error(transparent)]
     Mem(#[from] MemError),
+    /// A page of an ODP MR is not present (issue 29): no byte was copied; the
+    /// engine raises the fault and waits for the page. Never a protection
+    /// failure.
+    #[error("page fault: {0:?}")]
+    PageFault(super::OdpFault),
 }
 
 /// A local access to an SGE (MP-04).
@@ -195,6 +205,7 @@ impl MrTable {
         if need == LocalAccess::Write && !mr.access.contains(Access::LOCAL_WRITE) {
             return Err(AccessError::NoLocalWrite);
         }
+        mr.odp_check(va, len)?;
         Ok(MrRange { mr, va, len })
     }
 
@@ -235,6 +246,7 @@ impl MrTable {
         if !rights.contains(right) {
             return Err(err);
         }
+        mr.odp_check(va, len)?;
         Ok(MrRange { mr, va, len })
     }
 
@@ -291,9 +303,17 @@ impl MrTable {
         if !rights.contains(right) {
             return Err(denied);
         }
+        mr.odp_check(va, 8)?;
+        if let Some(f) = mr.odp_fault(va, 8, true) {
+            // Issue 29: not present is no access error; nothing runs.
+            return Ok(AtomicTarget {
+                pa: 0,
+                fault: Some(f),
+            });
+        }
         // One segment: the word is aligned and pages are >= 4 KiB.
         match mr.segments(va, 8).next() {
-            Some((pa, 8)) => Ok(AtomicTarget { pa }),
+            Some((pa, 8)) => Ok(AtomicTarget { pa, fault: None }),
             _ => Err(AccessError::OutOfBounds),
         }
     }
@@ -462,7 +482,12 @@ impl MrTable {
         }
         let mut covered = 0u64;
         for piece in self.sge_ranges(pd, sges, offset, n, need) {
-            covered += piece?.len;
+            let r = piece?;
+            // Issue 29: every ODP page present before any byte moves.
+            if let Some(f) = r.odp_fault(r.len, need == LocalAccess::Write) {
+                return Err(CopyError::PageFault(f));
+            }
+            covered += r.len;
         }
         if covered == n64 {
             Ok(())

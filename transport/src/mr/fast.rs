@@ -103,6 +103,7 @@ impl MrTable {
             pages: Vec::with_capacity(max_pages as usize),
             identity: false,
             windows: 0,
+            odp: None,
             fast: Some(FastMr {
                 max_pages,
                 valid: false,

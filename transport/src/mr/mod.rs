@@ -46,11 +46,16 @@ pub fn mr_bytes(pages: u64) -> u64 {
 
 mod check;
 mod fast;
+mod odp;
 mod region;
 mod window;
 
 pub use check::{sge_total_len, AccessError, CopyError, LocalAccess, RemoteAccess};
 pub use fast::{FastMr, FastRegError, MAX_FAST_REG_PAGES};
+pub use odp::{
+    OdpFault, OdpPages, MAX_FAILED_RANGES, MAX_FAULT_PAGES, ODP_ENTRY_BYTES, ODP_PAGE_SHIFT,
+    ODP_PAGE_SIZE,
+};
 pub use region::{AtomicTarget, Mr, MrRange, Rereg, Segments, Translation};
 pub use window::{Mw, MwBinding, MwError};
 
@@ -118,7 +123,13 @@ pub struct MrTable {
     /// Where registered MRs and their page lists are charged (an engine's
     /// budget, ARCHITECTURE.md §9); none for a table on its own.
     budget: Option<Budget>,
+    /// Present pages of all ODP MRs, and their cap (`odp`).
+    odp_entries: u64,
+    max_odp_entries: u64,
 }
+
+/// Default cap of present ODP pages over all MRs: 4 GiB of 4 KiB pages.
+pub const DEFAULT_MAX_ODP_ENTRIES: u64 = 1 << 20;
 
 /// The host bytes an MR with `pages` translation entries holds.
 fn mr_weight(pages: usize) -> u64 {
@@ -139,6 +150,8 @@ impl MrTable {
             live_mrs: 0,
             live_mws: 0,
             budget: None,
+            odp_entries: 0,
+            max_odp_entries: DEFAULT_MAX_ODP_ENTRIES,
         }
     }
 
@@ -259,6 +272,7 @@ impl MrTable {
             identity: false,
             windows: 0,
             fast: None,
+            odp: None,
         })
     }
 
@@ -282,6 +296,7 @@ impl MrTable {
             identity: true,
             windows: 0,
             fast: None,
+            odp: None,
         })
     }
 
@@ -305,6 +320,10 @@ impl MrTable {
         if mr.fast.is_some() {
             // MP-08: a fast-registration MR changes by REG_MR work requests.
             return Err(VerbError::InvalidHandle);
+        }
+        if mr.odp.is_some() {
+            // Issue 29: an ODP MR's pages change by MAP / UNMAP.
+            return Err(VerbError::NotSupported);
         }
         let old_pd = mr.pd;
         let old_pages = mr.pages.len();
@@ -368,6 +387,9 @@ impl MrTable {
         let slot = self.slot_mut(index).ok_or(VerbError::InvalidHandle)?;
         let mr = slot.mr.take().ok_or(VerbError::InvalidHandle)?;
         self.charge(0, mr_weight(fast::charged_pages(&mr)));
+        let odp = odp::odp_entries_of(&mr);
+        self.odp_entries -= odp;
+        self.charge(0, odp * ODP_ENTRY_BYTES);
         if let Some(p) = self.pds.get_mut(&mr.pd) {
             p.mrs -= 1;
         }

@@ -52,6 +52,9 @@ pub struct Mr {
     /// A fast-registration MR (MP-08): its page-list room and whether it is
     /// valid; `None` for an MR registered by REG_MR (the command).
     pub(super) fast: Option<super::FastMr>,
+    /// An on-demand paging MR (issue 29, `odp`): its sparse translation;
+    /// `pages` is empty.
+    pub(super) odp: Option<Box<super::OdpPages>>,
 }
 
 impl Mr {
@@ -127,10 +130,24 @@ impl Mr {
                 rel: va,
                 left: len,
                 identity: true,
+                odp: None,
+            };
+        }
+        if let Some(o) = self.odp.as_deref() {
+            // Sparse: looked up by virtual page number at every step, so a
+            // page unmapped since is never reached through a stale address.
+            return Segments {
+                pages: &[],
+                page_shift: super::ODP_PAGE_SHIFT,
+                rel: va,
+                left: if self.contains(va, len) { len } else { 0 },
+                identity: false,
+                odp: Some(o),
             };
         }
         Segments {
             identity: false,
+            odp: None,
             pages: &self.pages,
             page_shift: self.page_shift,
             rel: rel.unwrap_or(0),
@@ -150,6 +167,9 @@ pub struct Segments<'a> {
     left: u64,
     /// A DMA MR: one segment, at the virtual address itself.
     identity: bool,
+    /// An ODP MR: `rel` is the virtual address, each page looked up here; a
+    /// missing page ends the iteration.
+    odp: Option<&'a super::OdpPages>,
 }
 
 impl Iterator for Segments<'_> {
@@ -165,6 +185,17 @@ impl Iterator for Segments<'_> {
         }
         let page_size = 1u64 << self.page_shift;
         let off = self.rel & (page_size - 1);
+        if let Some(o) = self.odp {
+            let Some(page) = o.page(self.rel >> self.page_shift) else {
+                self.left = 0;
+                return None;
+            };
+            let n = self.left.min(page_size - off);
+            self.rel = self.rel.saturating_add(n);
+            self.left -= n;
+            // Aligned, and page + page_size does not overflow (checked at MAP).
+            return Some((page + off, n));
+        }
         let idx = usize::try_from(self.rel >> self.page_shift).ok()?;
         let Some(&page) = self.pages.get(idx) else {
             // Outside the page list: only reachable through a range that was not
@@ -213,8 +244,18 @@ impl<'a> MrRange<'a> {
         self.mr.segments(self.va, self.len)
     }
 
-    /// Reads `buf.len()` bytes from the start of the range, page by page.
+    /// The page fault of an ODP MR's range when a page of its first `n` bytes
+    /// is not present (`write`: the access would write).
+    pub fn odp_fault(&self, n: u64, write: bool) -> Option<super::OdpFault> {
+        self.mr.odp_fault(self.va, n.min(self.len), write)
+    }
+
+    /// Reads `buf.len()` bytes from the start of the range, page by page. An
+    /// ODP page not present is [`CopyError::PageFault`], before any byte moves.
     pub fn read(&self, mem: &dyn Memory, buf: &mut [u8]) -> Result<(), CopyError> {
+        if let Some(f) = self.odp_fault(buf.len() as u64, false) {
+            return Err(CopyError::PageFault(f));
+        }
         let mut rest = buf;
         for (pa, n) in self.prefix(rest.len())? {
             let (head, tail) = rest.split_at_mut(seg_len(n, rest.len())?);
@@ -228,8 +269,12 @@ impl<'a> MrRange<'a> {
         finished(rest.len())
     }
 
-    /// Writes `data` at the start of the range, page by page.
+    /// Writes `data` at the start of the range, page by page. An ODP page not
+    /// present is [`CopyError::PageFault`], before any byte moves.
     pub fn write(&self, mem: &mut dyn Memory, data: &[u8]) -> Result<(), CopyError> {
+        if let Some(f) = self.odp_fault(data.len() as u64, true) {
+            return Err(CopyError::PageFault(f));
+        }
         let mut rest = data;
         for (pa, n) in self.prefix(data.len())? {
             let (head, tail) = rest.split_at(seg_len(n, rest.len())?);
@@ -285,9 +330,29 @@ pub(super) fn finished(left: usize) -> Result<(), CopyError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AtomicTarget {
     pub(super) pa: u64,
+    /// An ODP word whose page is not present (issue 29): `pa` means nothing
+    /// and every operation refuses; the caller asks [`Self::odp_fault`] first.
+    pub(super) fault: Option<super::OdpFault>,
 }
 
 impl AtomicTarget {
+    /// The page fault of an ODP word whose page is not present: nothing may
+    /// be executed until the page is mapped.
+    pub fn odp_fault(&self) -> Option<super::OdpFault> {
+        self.fault
+    }
+
+    /// Refuses an operation on a word whose page is not present.
+    fn present(&self) -> Result<u64, MemError> {
+        match self.fault {
+            None => Ok(self.pa),
+            Some(_) => Err(MemError {
+                addr: self.pa,
+                len: 8,
+            }),
+        }
+    }
+
     /// The physical address of the word (8-byte aligned).
     pub fn pa(&self) -> u64 {
         self.pa
@@ -300,16 +365,16 @@ impl AtomicTarget {
         compare: u64,
         swap: u64,
     ) -> Result<u64, MemError> {
-        mem.compare_swap(self.pa, compare, swap)
+        mem.compare_swap(self.present()?, compare, swap)
     }
 
     /// FetchAdd (IBA 9.4.5): returns the original value.
     pub fn fetch_add(&self, mem: &mut dyn Memory, add: u64) -> Result<u64, MemError> {
-        mem.fetch_add(self.pa, add)
+        mem.fetch_add(self.present()?, add)
     }
 
     /// ATOMIC WRITE (IBA 1.5 MPE): one single-copy-atomic 8-byte store.
     pub fn store(&self, mem: &mut dyn Memory, value: u64) -> Result<(), MemError> {
-        mem.atomic_write(self.pa, value)
+        mem.atomic_write(self.present()?, value)
     }
 }

@@ -408,6 +408,14 @@ fn rc_send(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             cx.fx.completions.push((qp.init.recv_cq, c));
         }
         SendStep::Placed(None) => {}
+        SendStep::Fault(f) => {
+            // Issue 29: the receive buffer's page is not present: RNR NAK
+            // (the request is not executed, 9.7.5.2.8) and the fault raised.
+            super::odp::responder_fault(qp, f, cx);
+            super::odp::count_rnr_nak(cx);
+            rnr_nak(qp, cx, p);
+            return true;
+        }
     }
     advance(qp, p, 1, t.bth.ack_req || ends, ends);
     true
@@ -448,6 +456,20 @@ fn rc_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
             if info.starts_message() {
                 qp.resp.cur = None;
             }
+            rnr_nak(qp, cx, p);
+        }
+        Err(WriteFail::Remote(RemoteErr::PageFault(f), recv)) => {
+            // Issue 29: the target page is not present: nothing was written;
+            // the receive WQE a WRITE with immediate took goes back, and the
+            // request is RNR NAKed (9.7.5.2.8) as for want of that WQE.
+            if let Some((wqe, from_srq)) = recv {
+                put_back(qp, cx, wqe, from_srq);
+            }
+            if info.starts_message() {
+                qp.resp.cur = None;
+            }
+            super::odp::responder_fault(qp, f, cx);
+            super::odp::count_rnr_nak(cx);
             rnr_nak(qp, cx, p);
         }
         Err(WriteFail::Remote(e, recv)) => {
@@ -540,6 +562,14 @@ fn rc_atomic(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         cx.mrs, cx.mem, qp.init.pd, qp.qpn, a.rkey, a.va, cmp_swap, a.compare, a.swap_add,
     ) {
         Ok(v) => v,
+        Err(RemoteErr::PageFault(f)) => {
+            // Issue 29: not executed (RL-06: it runs once, when the page is
+            // there); RNR NAK and the fault raised.
+            super::odp::responder_fault(qp, f, cx);
+            super::odp::count_rnr_nak(cx);
+            rnr_nak(qp, cx, p);
+            return true;
+        }
         Err(e) => {
             nak(qp, cx, p, remote_nak(e), NakReason::from(e));
             return true;
@@ -657,6 +687,13 @@ fn rc_atomic_write(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool 
     if let Err(e) = access::remote_atomic_write(
         cx.mrs, cx.mem, qp.init.pd, qp.qpn, reth.rkey, reth.va, value,
     ) {
+        if let RemoteErr::PageFault(f) = e {
+            // Issue 29: as an ATOMIC (`rc_atomic`).
+            super::odp::responder_fault(qp, f, cx);
+            super::odp::count_rnr_nak(cx);
+            rnr_nak(qp, cx, p);
+            return true;
+        }
         nak(qp, cx, p, remote_nak(e), NakReason::from(e));
         return true;
     }
@@ -717,6 +754,15 @@ fn handle_uc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) {
                 SendStep::Placed(None) => {}
                 // The WQE completed in error; the rest of the message is not placed.
                 SendStep::Failed(_) => {
+                    qp.resp.cur = if ends { None } else { Some(InMsg::Discard) };
+                }
+                // UC cannot RNR NAK: the message is lost (RL-15), the fault
+                // raised so the next one finds the page.
+                SendStep::Fault(f) => {
+                    super::odp::responder_fault(qp, f, cx);
+                    if let Some(InMsg::Send { wqe, from_srq, .. }) = qp.resp.cur.take() {
+                        put_back(qp, cx, wqe, from_srq);
+                    }
                     qp.resp.cur = if ends { None } else { Some(InMsg::Discard) };
                 }
             }

@@ -31,6 +31,11 @@ pub(super) enum SendStep {
     /// The receive buffers refused the bytes (length or protection): the
     /// message is closed and its receive WQE completed with this status.
     Failed(WcStatus),
+    /// A page of an ODP MR of the receive buffers is not present (issue 29):
+    /// nothing was placed; a message's first packet gave its receive WQE
+    /// back (the retry takes it again), a later one keeps the message open
+    /// where it was.
+    Fault(crate::mr::OdpFault),
 }
 
 /// Places a SEND packet into the receive WQE of the message in progress
@@ -43,6 +48,14 @@ pub(super) fn send(qp: &mut Qp, t: &TransportRepr<'_>, cx: &mut Ctx<'_>) -> Send
         .mrs
         .scatter(cx.mem, qp.init.pd, &wqe.sges, *placed, t.payload)
     {
+        if let crate::mr::CopyError::PageFault(f) = e {
+            if *placed == 0 {
+                if let Some(InMsg::Send { wqe, from_srq, .. }) = qp.resp.cur.take() {
+                    super::put_back(qp, cx, wqe, from_srq);
+                }
+            }
+            return SendStep::Fault(f);
+        }
         let status = local_status(e);
         if let Some(InMsg::Send { wqe, placed, .. }) = qp.resp.cur.take() {
             cx.fx

@@ -550,6 +550,14 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             }
             Some(len)
         }
+        Err(EmitWithError::Fill(RemoteErr::PageFault(f))) => {
+            // Issue 29: the READ's source page is not present: the response
+            // stream waits here (later responses behind it, C9-27) until a
+            // MAP restarts the QP.
+            qp.resp.out.push_front(item);
+            crate::engine::odp::responder_fault(qp, f, cx);
+            None
+        }
         Err(EmitWithError::Fill(e)) => {
             // The MR went away under the READ: NAK what could not be read.
             let p = read.map_or(p, |r| r.2);
