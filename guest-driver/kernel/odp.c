@@ -45,8 +45,13 @@
 /* An implicit MR's child umem covers 64 MiB (16384 pages' lists each). */
 #define VHCA_IMR_CHILD_SHIFT	26
 #define VHCA_IMR_MAX_CHILDREN	256
-/* PageFault EQEs queued for the work queue and not yet handled. */
-#define VHCA_ODP_MAX_FAULTS	1024
+/*
+ * PageFault EQEs queued for the work queue and not yet handled: the device
+ * has at most one outstanding per QP side (requester, responder) and raises
+ * none again before MAP_ODP or ODP_FAULT_FAIL, so 2 per QP, and some slack
+ * for the faults of destroyed QPs still queued, never drop one.
+ */
+#define VHCA_ODP_FAULT_SLACK	1024
 /* Asynchronous advise_mr requests queued. */
 #define VHCA_ODP_MAX_PREFETCH	64
 /* One transport's byte of odp_caps (VHCA_ODP_TRANSPORT_*). */
@@ -344,11 +349,8 @@ void vhca_odp_eqe(struct vhca_dev *dev, const struct vhca_eqe *e)
 	atomic64_inc(&dev->odp.faults);
 	if (!vhca_odp_enabled(dev) || !pf->npages)
 		goto drop;
-	/*
-	 * Bounded: the device raises one fault per QP, key and range until it
-	 * is resolved, and bounds its outstanding faults itself.
-	 */
-	if (atomic_inc_return(&dev->odp.faults_queued) > VHCA_ODP_MAX_FAULTS)
+	/* Bounded (max_faults, vhca_odp_init); a drop leaves the QP waiting. */
+	if (atomic_inc_return(&dev->odp.faults_queued) > dev->odp.max_faults)
 		goto drop_queued;
 	f = kmalloc(sizeof(*f), GFP_ATOMIC);
 	if (!f)
@@ -715,6 +717,8 @@ void vhca_odp_init(struct vhca_dev *dev)
 					   &dev->odp.list_dma, GFP_KERNEL);
 	if (!dev->odp.list)
 		goto fail;
+	dev->odp.max_faults = min_t(u64, 2ULL * dev->attr.max_qp +
+					 VHCA_ODP_FAULT_SLACK, 1U << 20);
 	dev->odp.wq = alloc_workqueue("vhca-odp/%s", WQ_UNBOUND, 0,
 				      pci_name(dev->pdev));
 	if (!dev->odp.wq)

@@ -183,6 +183,7 @@ struct vhca_odp {
 	__le64 *list;
 	dma_addr_t list_dma;
 	atomic_t faults_queued;
+	int max_faults;
 	atomic_t prefetch_queued;
 	atomic64_t faults;
 	atomic64_t faults_resolved;
