@@ -195,6 +195,13 @@ pub struct Cli {
     #[arg(long = "credits", value_name = "on|off", hide = true, conflicts_with = "credits", value_parser = on_off())]
     pub credits_on_off: Option<bool>,
 
+    /// On-demand paging (issue 29) off: REG_MR with the ODP flag and the ODP
+    /// commands answer NOT_SUPPORTED and QUERY_DEVICE's odp_caps is 0. By
+    /// default the guest may register ODP MRs, whose pages it maps when the
+    /// device reports a page fault.
+    #[arg(long = "no-odp", action = ArgAction::SetFalse)]
+    pub odp: bool,
+
     /// Automatic path migration (AD-10): an RC QP whose alternate path is
     /// armed moves to it after this many local ACK timeouts in a row on its
     /// primary path (at the latest at the one that would exhaust its retry
@@ -346,6 +353,8 @@ pub struct Config {
     pub credits: bool,
     /// `--apm-timeouts` (AD-10).
     pub apm_timeouts: u8,
+    /// Not `--no-odp` (issue 29).
+    pub odp: bool,
     pub loss_probe_min: Duration,
     /// Not `--no-loss-probe-adapt`.
     pub loss_probe_adapt: bool,
@@ -578,6 +587,7 @@ impl Cli {
             loss_probes: on(self.loss_probes, self.loss_probes_on_off),
             credits: on(self.credits, self.credits_on_off),
             apm_timeouts: self.apm_timeouts,
+            odp: self.odp,
             loss_probe_min: self.loss_probe_min_us.unwrap_or(self.loss_probe_min),
             loss_probe_adapt: on(self.loss_probe_adapt, self.loss_probe_adapt_on_off),
             loss_go_back_bound: on(self.loss_go_back_bound, self.loss_go_back_bound_on_off),

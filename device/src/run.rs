@@ -888,6 +888,8 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         net,
         cmd_stats: CmdStats::default(),
     };
+    // `--no-odp` (issue 29): what QUERY_DEVICE and the commands see.
+    core.hca.caps.odp = config.odp;
     core.reset();
     let shared = Arc::new(Shared {
         core: Mutex::new(core),

@@ -781,3 +781,17 @@ fn the_vhca_binary_reports_a_bad_argument_with_the_usage_line_and_exit_status_2(
         assert_clap_error(&err, extra[0], extra);
     }
 }
+
+#[test]
+fn no_odp_turns_on_demand_paging_off_and_it_is_on_by_default() {
+    // Issue 29: a --no-xyz switch without a value, like the others.
+    let (_d, base) = ib_base();
+    assert!(check_with(&base, &[]).unwrap().odp);
+    assert!(!check_with(&base, &["--no-odp"]).unwrap().odp);
+    let e = check_with(&base, &["--no-odp=off"]).unwrap_err();
+    assert_clap_error(&e, "--no-odp", &["--no-odp"]);
+    let mut caps = device::caps::Caps::default();
+    assert_ne!(caps.odp_caps(), 0);
+    caps.odp = false;
+    assert_eq!(caps.odp_caps(), 0, "nothing advertised with ODP off");
+}

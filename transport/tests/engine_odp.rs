@@ -551,3 +551,132 @@ fn a_fault_is_raised_once_per_qp_and_range_while_the_guest_does_not_answer() {
     // Nothing was executed, nothing completed (rnr_retry 7: forever).
     assert_eq!(net.nodes[0].engine.cq_len(p.cq_a), 0);
 }
+
+#[test]
+fn srq_receive_buffer_fault_is_an_rnr_nak_and_the_srq_wqe_is_taken_again() {
+    let mut net = Net::new(2, 1 << 20, 13);
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = odp_mr(&mut net, 1, DST, 0x1_0000);
+    let pd = net.nodes[1].pd;
+    let srq = net.nodes[1].engine.create_srq(pd, 16, 1, 0).unwrap();
+    net.nodes[1]
+        .engine
+        .post_srq_recv(
+            srq,
+            RecvWr {
+                wr_id: 77,
+                sges: sge(DST + 0x40, 8192, kb),
+            },
+        )
+        .unwrap();
+    let o = ConnOpts {
+        srq: [None, Some(srq)],
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    let len = 3000;
+    fill(&mut net, 0, SRC, len, 21);
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, SRC, len as u32, ka, 0, 0))
+        .unwrap();
+    let seen = run_serving(&mut net, |n| n.nodes[1].engine.cq_len(p.cq_b) > 0);
+    assert!(seen.iter().all(|f| f.node == 1 && f.responder), "{seen:?}");
+    assert!(rnr_naks(&net) >= 1);
+    let c = wait_cqe(&mut net, 1, p.cq_b);
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (77, WcStatus::Success, len as u32)
+    );
+    assert_eq!(bytes(&net, 0, SRC, len), bytes(&net, 1, DST + 0x40, len));
+    assert_eq!(
+        net.nodes[1].engine.query_srq(srq).unwrap().0,
+        0,
+        "one WQE, used once"
+    );
+}
+
+#[test]
+fn ud_send_gather_fault_waits_for_the_map_then_sends() {
+    let mut net = Net::new(2, 1 << 20, 14);
+    let ka = odp_mr(&mut net, 0, SRC, 0x1000);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let o = ConnOpts {
+        qp_type: transport::verbs::QpType::Ud,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    recv(&mut net, 1, p.qb, 5, DST, 256 + 40, kb);
+    fill(&mut net, 0, SRC + 0x10, 256, 23);
+    let mut w = wr(1, WrOpcode::Send, SRC + 0x10, 256, ka, 0, 0);
+    w.ud = Some(transport::verbs::UdDest {
+        av: transport::verbs::AddressVector {
+            dlid: net.nodes[1].engine.port().lid,
+            ..Default::default()
+        },
+        remote_qpn: p.qb,
+        remote_qkey: 0x1111_1111,
+        pkey_index: None,
+    });
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    let seen = run_serving(&mut net, |n| n.nodes[1].engine.cq_len(p.cq_b) > 0);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(!seen[0].responder && !seen[0].write);
+    let c = wait_cqe(&mut net, 1, p.cq_b);
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (5, WcStatus::Success, 256 + 40)
+    );
+    assert_eq!(
+        bytes(&net, 0, SRC + 0x10, 256),
+        bytes(&net, 1, DST + 40, 256)
+    );
+    assert_eq!(wait_cqe(&mut net, 0, p.cq_a).status, WcStatus::Success);
+}
+
+#[test]
+fn xrc_send_from_and_into_odp_mrs_faults_on_both_sides_and_arrives() {
+    let mut net = Net::new(2, 1 << 20, 15);
+    net.sniffed = Some(Vec::new());
+    let ka = odp_mr(&mut net, 0, SRC, 0x1_0000);
+    let kb = odp_mr(&mut net, 1, DST, 0x1_0000);
+    let (i, t) = xrc_pair(&mut net);
+    let srq = {
+        let n = &mut net.nodes[1];
+        n.engine
+            .create_xrc_srq(n.pd, t.xrcd, t.cq, 16, 4, 0)
+            .expect("xrc srq")
+    };
+    net.nodes[1]
+        .engine
+        .post_srq_recv(
+            srq,
+            RecvWr {
+                wr_id: 88,
+                sges: sge(DST, 8192, kb),
+            },
+        )
+        .unwrap();
+    let len = 3000;
+    fill(&mut net, 0, SRC + 0x800, len, 25);
+    net.nodes[0]
+        .engine
+        .post_send_xrc(
+            i.ini,
+            send_wr(1, WrOpcode::Send, sge(SRC + 0x800, len as u32, ka)),
+            srq,
+        )
+        .unwrap();
+    let seen = run_serving(&mut net, |n| n.nodes[1].engine.cq_len(t.cq) > 0);
+    assert!(seen.iter().any(|f| f.node == 0 && !f.responder), "{seen:?}");
+    assert!(seen.iter().any(|f| f.node == 1 && f.responder), "{seen:?}");
+    assert!(rnr_naks(&net) >= 1);
+    let c = wait_cqe(&mut net, 1, t.cq);
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (88, WcStatus::Success, len as u32)
+    );
+    assert_eq!(bytes(&net, 0, SRC + 0x800, len), bytes(&net, 1, DST, len));
+    assert_eq!(wait_cqe(&mut net, 0, i.cq).status, WcStatus::Success);
+}

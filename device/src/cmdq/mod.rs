@@ -18,6 +18,7 @@
 mod cq;
 mod mcast;
 mod mr;
+mod odp;
 mod port;
 mod qp;
 mod rd;
@@ -866,10 +867,9 @@ fn dispatch(x: &mut Exec<'_>) -> Result<Option<Output>, Fail> {
         Opcode::RegMr => run(x, reg_mr),
         Opcode::ReregMr => run(x, rereg_mr),
         Opcode::DeregMr => run_in(x, dereg_mr),
-        // Issue 29: ODP is not served yet (QUERY_DEVICE's odp_caps is 0).
-        Opcode::MapOdp | Opcode::UnmapOdp | Opcode::OdpFaultFail => {
-            Err(fail(Status::NotSupported, Syndrome::Unsupported))
-        }
+        Opcode::MapOdp => run_in(x, odp::map_odp),
+        Opcode::UnmapOdp => run_in(x, odp::unmap_odp),
+        Opcode::OdpFaultFail => run_in(x, odp::odp_fault_fail),
         Opcode::AllocMw => run(x, alloc_mw),
         Opcode::DeallocMw => run_in(x, dealloc_mw),
         Opcode::SetGid => run_in(x, set_gid),

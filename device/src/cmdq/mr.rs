@@ -37,8 +37,8 @@ pub(super) fn pd_exists(x: &mut Exec<'_>, pdn: u32) -> Result<(), Fail> {
 pub(super) fn reg_mr(x: &mut Exec<'_>, i: RegMrIn) -> Result<RegMrOut, Fail> {
     reserved(i.rsvd == 0)?;
     if i.flags & reg_mr_flags::ODP != 0 {
-        // Issue 29: not served yet (QUERY_DEVICE's odp_caps is 0).
-        return Err(fail(Status::NotSupported, Syndrome::Unsupported));
+        // Issue 29 (`odp`).
+        return super::odp::reg_odp_mr(x, &i);
     }
     if i.flags & !(reg_mr_flags::DMA | reg_mr_flags::FAST) != 0
         || i.flags == reg_mr_flags::DMA | reg_mr_flags::FAST

@@ -67,8 +67,7 @@ pub(super) fn query_device(x: &mut Exec<'_>) -> Result<DeviceAttr, Fail> {
         atomic_cap: AtomicCap::Hca.raw(),
         rsvd: 0,
         max_fast_reg_pages: c.max_fast_reg_pages,
-        // Issue 29: nothing advertised until the device serves ODP MRs.
-        odp_caps: 0,
+        odp_caps: c.odp_caps(),
         max_mcast_grp: c.max_mcast_grp,
         max_mcast_qp_attach: c.max_mcast_qp_attach,
         max_total_mcast_qp_attach: c.max_total_mcast_qp_attach,

@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use device::abi::cmd::{
     reg_mr_flags, AllocMwIn, AllocMwOut, AllocPdOut, CreateCqIn, CreateCqOut, CreateEqIn,
     CreateEqOut, CreateSrqIn, CreateSrqOut, DeallocMwIn, DeallocPdIn, DeregMrIn, DestroyCqIn,
-    DestroyEqIn, DestroySrqIn, DeviceAttr, ModifySrqIn, MwType, Opcode, Pbl, PortAttr,
-    QueryCountersIn, QueryCountersOut, QueryPortIn, QuerySrqIn, QuerySrqOut, RegMrIn, RegMrOut,
-    ReregMrIn, ResizeCqIn, ResizeCqOut, ResizeSrqIn, ResizeSrqOut,
+    DestroyEqIn, DestroySrqIn, DeviceAttr, MapOdpIn, ModifySrqIn, MwType, OdpFaultFailIn, Opcode,
+    Pbl, PortAttr, QueryCountersIn, QueryCountersOut, QueryPortIn, QuerySrqIn, QuerySrqOut,
+    RegMrIn, RegMrOut, ReregMrIn, ResizeCqIn, ResizeCqOut, ResizeSrqIn, ResizeSrqOut, UnmapOdpIn,
 };
 use device::abi::counters::CounterSet;
 use device::abi::cqe::entry_const;
@@ -575,6 +575,65 @@ impl Hca {
     pub fn dereg_key(&mut self, lkey: u32) -> Result<(), CmdError> {
         self.cmd::<_, Nothing>(Opcode::DeregMr, &DeregMrIn { lkey })?;
         Ok(())
+    }
+
+    /// REG_MR with ODP (issue 29): `[iova, iova + length)`, no pages.
+    pub fn reg_odp_mr(
+        &mut self,
+        pd: Pd,
+        iova: u64,
+        length: u64,
+        access: u32,
+    ) -> Result<Mr, CmdError> {
+        let input = RegMrIn {
+            pdn: pd.0,
+            access,
+            iova,
+            length,
+            flags: reg_mr_flags::ODP,
+            rsvd: 0,
+            pbl: Pbl::default(),
+        };
+        self.reg_mr_raw(&input, Vec::new())
+    }
+
+    /// MAP_ODP: guest-physical `pages` (4 KiB each) for ODP MR `lkey` from the
+    /// 4 KiB-aligned `va` on, the page list in a one-level list.
+    pub fn map_odp(&mut self, lkey: u32, va: u64, pages: &[u64]) -> Result<(), CmdError> {
+        let (pbl, meta) = self.make_pbl(pages, PblKind::OneLevel);
+        let r = self.cmd::<_, Nothing>(
+            Opcode::MapOdp,
+            &MapOdpIn {
+                lkey,
+                rsvd: 0,
+                va,
+                pbl,
+            },
+        );
+        self.g.free_pages(&meta);
+        r.map(|_| ())
+    }
+
+    /// UNMAP_ODP of `[va, va + length)` of ODP MR `lkey`.
+    pub fn unmap_odp(&mut self, lkey: u32, va: u64, length: u64) -> Result<(), CmdError> {
+        let i = UnmapOdpIn {
+            lkey,
+            rsvd: 0,
+            va,
+            length,
+        };
+        self.cmd::<_, Nothing>(Opcode::UnmapOdp, &i).map(|_| ())
+    }
+
+    /// ODP_FAULT_FAIL of `[va, va + length)` of ODP MR `lkey`.
+    pub fn odp_fault_fail(&mut self, lkey: u32, va: u64, length: u64) -> Result<(), CmdError> {
+        let i = OdpFaultFailIn {
+            lkey,
+            rsvd: 0,
+            va,
+            length,
+        };
+        self.cmd::<_, Nothing>(Opcode::OdpFaultFail, &i).map(|_| ())
     }
 
     /// ALLOC_MW (MP-06 type 1, MP-07 type 2B): the window's first R_Key.
