@@ -78,9 +78,10 @@ impl Interrupts for NoIrq {
 }
 
 /// The commands a record's tag names (`tag % len`); issue 25 item 7 appended
-/// the multicast, XRC domain, RD domain and EE context commands (appended, so
-/// the tags of the older seeds keep their meaning).
-pub const OPCODES: [Opcode; 37] = [
+/// the multicast, XRC domain, RD domain and EE context commands, issue 29 the
+/// on-demand paging ones (appended, so the tags of the older seeds keep their
+/// meaning).
+pub const OPCODES: [Opcode; 40] = [
     Opcode::Nop,
     Opcode::QueryDevice,
     Opcode::QueryPort,
@@ -118,6 +119,9 @@ pub const OPCODES: [Opcode; 37] = [
     Opcode::ModifyEec,
     Opcode::QueryEec,
     Opcode::DestroyEec,
+    Opcode::MapOdp,
+    Opcode::UnmapOdp,
+    Opcode::OdpFaultFail,
 ];
 
 /// One operation of the input. The encoding is a plain record format (not the

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use transport::verbs::{Event, PageFault, RecvWr, Sge, WcOpcode, WcStatus, WrOpcode};
+use transport::verbs::{Event, PageFault, RecvWr, WcOpcode, WcStatus, WrOpcode};
 use transport::wire::ext::AethSyndrome;
 use transport::wire::{NakCode, PacketRepr};
 
@@ -113,23 +113,6 @@ fn wr(
     w
 }
 
-fn recv(net: &mut Net, node: usize, qpn: u32, id: u64, addr: u64, len: u32, lkey: u32) {
-    net.nodes[node]
-        .engine
-        .post_recv(
-            qpn,
-            RecvWr {
-                wr_id: id,
-                sges: vec![Sge {
-                    addr,
-                    length: len,
-                    lkey,
-                }],
-            },
-        )
-        .unwrap();
-}
-
 /// The AETH syndromes of the sniffed packets.
 fn syndromes(net: &Net) -> Vec<AethSyndrome> {
     net.sniffed
@@ -150,6 +133,20 @@ fn rnr_naks(net: &Net) -> usize {
 
 const SRC: u64 = MEM_BASE + 0x1_0000;
 const DST: u64 = MEM_BASE + 0x4_0000;
+
+/// A sniffed pair whose node 0 posted an RDMA WRITE of `len` bytes from its
+/// plain MR into node 1's ODP MR of `mr_len` bytes at `DST + off`.
+fn write_into_odp(seed: u64, mr_len: u64, off: u64, len: usize) -> (Net, Pair, u32) {
+    let mut net = Net::new(2, 1 << 20, seed);
+    net.sniffed = Some(Vec::new());
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = odp_mr(&mut net, 1, DST, mr_len);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    fill(&mut net, 0, SRC, len, seed as u8);
+    let w = wr(1, WrOpcode::RdmaWrite, SRC, len as u32, ka, DST + off, kb);
+    net.nodes[0].engine.post_send(p.qa, w).unwrap();
+    (net, p, kb)
+}
 
 #[test]
 fn requester_gather_fault_waits_for_the_map_then_sends_byte_exact() {
@@ -194,20 +191,8 @@ fn requester_gather_fault_waits_for_the_map_then_sends_byte_exact() {
 
 #[test]
 fn responder_write_fault_is_an_rnr_nak_and_the_retry_succeeds_after_the_map() {
-    let mut net = Net::new(2, 1 << 20, 2);
-    net.sniffed = Some(Vec::new());
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = odp_mr(&mut net, 1, DST, 0x1_0000);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
     let len = 3000;
-    fill(&mut net, 0, SRC, len, 3);
-    net.nodes[0]
-        .engine
-        .post_send(
-            p.qa,
-            wr(1, WrOpcode::RdmaWrite, SRC, len as u32, ka, DST + 0x800, kb),
-        )
-        .unwrap();
+    let (mut net, p, kb) = write_into_odp(2, 0x1_0000, 0x800, len);
     // Until the first fault: an RNR NAK on the wire, the fault raised once.
     let mut f = Vec::new();
     net.run_until(100_000, |n| {
@@ -472,15 +457,7 @@ fn fault_fail_completes_the_requester_with_local_protection_error() {
 
 #[test]
 fn fault_fail_makes_the_responder_nak_remote_access_error() {
-    let mut net = Net::new(2, 1 << 20, 10);
-    net.sniffed = Some(Vec::new());
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = odp_mr(&mut net, 1, DST, 0x1000);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, wr(1, WrOpcode::RdmaWrite, SRC, 64, ka, DST, kb))
-        .unwrap();
+    let (mut net, p, kb) = write_into_odp(10, 0x1000, 0, 64);
     let mut f = Vec::new();
     net.run_until(100_000, |n| {
         f.extend(faults(n, 1));
@@ -533,15 +510,7 @@ fn implicit_mrs_serve_a_write_anywhere() {
 
 #[test]
 fn a_fault_is_raised_once_per_qp_and_range_while_the_guest_does_not_answer() {
-    let mut net = Net::new(2, 1 << 20, 12);
-    net.sniffed = Some(Vec::new());
-    let ka = net.reg_all(0, ALL_ACCESS);
-    let kb = odp_mr(&mut net, 1, DST, 0x2000);
-    let p = connect(&mut net, 0, 1, &ConnOpts::default());
-    net.nodes[0]
-        .engine
-        .post_send(p.qa, wr(1, WrOpcode::RdmaWrite, SRC, 64, ka, DST, kb))
-        .unwrap();
+    let (mut net, p, _) = write_into_odp(12, 0x2000, 0, 64);
     // The requester retries on its RNR timer many times; one event.
     net.run_until(20_000, |n| rnr_naks(n) >= 20);
     assert!(rnr_naks(&net) >= 20);
@@ -679,4 +648,74 @@ fn xrc_send_from_and_into_odp_mrs_faults_on_both_sides_and_arrives() {
     );
     assert_eq!(bytes(&net, 0, SRC + 0x800, len), bytes(&net, 1, DST, len));
     assert_eq!(wait_cqe(&mut net, 0, i.cq).status, WcStatus::Success);
+}
+
+#[test]
+fn a_qp_moved_to_error_while_waiting_for_a_page_flushes_and_waits_no_more() {
+    let mut net = Net::new(2, 1 << 20, 16);
+    let ka = odp_mr(&mut net, 0, SRC, 0x1000);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::Send, SRC, 64, ka, 0, 0))
+        .unwrap();
+    net.run_until(100, |_| false);
+    assert_eq!(faults(&mut net, 0).len(), 1);
+    let a = transport::verbs::QpAttr {
+        state: Some(transport::verbs::QpState::Error),
+        ..Default::default()
+    };
+    net.nodes[0]
+        .engine
+        .modify_qp(p.qa, &a, transport::verbs::AttrMask::STATE, net.now)
+        .unwrap();
+    assert_eq!(wait_cqe(&mut net, 0, p.cq_a).status, WcStatus::WrFlushErr);
+    // The fault is forgotten: a MAP resolves nothing.
+    net.nodes[0].engine.odp_map(ka, SRC, &[SRC]).unwrap();
+    assert_eq!(net.nodes[0].engine.counters().odp.faults_resolved, 0);
+}
+
+#[test]
+fn a_second_responder_fault_while_one_is_outstanding_is_counted_not_raised() {
+    let mut net = Net::new(2, 1 << 20, 17);
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = odp_mr(&mut net, 1, DST, 0x2000);
+    let p = connect(&mut net, 0, 1, &ConnOpts::default());
+    // A READ of B's page 0 (its responses wait for the page), then a WRITE
+    // to B's page 1 behind it.
+    net.nodes[0]
+        .engine
+        .post_send(p.qa, wr(1, WrOpcode::RdmaRead, SRC, 64, ka, DST, kb))
+        .unwrap();
+    net.nodes[0]
+        .engine
+        .post_send(
+            p.qa,
+            wr(
+                2,
+                WrOpcode::RdmaWrite,
+                SRC + 0x100,
+                64,
+                ka,
+                DST + 0x1000,
+                kb,
+            ),
+        )
+        .unwrap();
+    net.run_until(20_000, |n| {
+        n.nodes[1].engine.counters().odp.faults_not_raised > 0
+    });
+    let f = faults(&mut net, 1);
+    assert_eq!(f.len(), 1, "only the READ's fault: {f:?}");
+    assert_eq!((f[0].vpn, f[0].write), (DST >> 12, false));
+    assert!(net.nodes[1].engine.counters().odp.faults_not_raised >= 1);
+    // Once it is mapped, the WRITE's retry raises its own.
+    map(&mut net, &f[0], 0);
+    let seen = run_serving(&mut net, |n| n.nodes[0].engine.cq_len(p.cq_a) >= 2);
+    assert!(
+        seen.iter().any(|g| g.vpn == (DST >> 12) + 1 && g.write),
+        "{seen:?}"
+    );
+    let c = wait(&mut net, 0, p.cq_a, 2);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
 }

@@ -44,8 +44,11 @@ pub(super) fn reg_odp_mr(x: &mut Exec<'_>, i: &RegMrIn) -> Result<RegMrOut, Fail
     })
 }
 
-/// The ODP MR named by `lkey`: BAD_PARAM for a key that is not one.
-fn odp_key(x: &mut Exec<'_>, lkey: u32) -> Result<(), Fail> {
+/// The checks every ODP command makes first: ODP on, reserved bits zero,
+/// `lkey` an ODP MR's (else BAD_PARAM).
+fn odp_key(x: &mut Exec<'_>, rsvd: u32, lkey: u32) -> Result<(), Fail> {
+    odp_on(x)?;
+    reserved(rsvd == 0)?;
     match x.engine().mrs().mr(lkey) {
         Some(m) if m.is_odp() => Ok(()),
         _ => Err(fail(Status::BadParam, Syndrome::NoMr)),
@@ -64,9 +67,7 @@ fn range_fail(e: VerbError) -> Fail {
 /// MAP_ODP: the page list (read and checked as REG_MR's) installed from `va`
 /// on; the waiting QPs restart.
 pub(super) fn map_odp(x: &mut Exec<'_>, i: MapOdpIn) -> Result<(), Fail> {
-    odp_on(x)?;
-    reserved(i.rsvd == 0)?;
-    odp_key(x, i.lkey)?;
+    odp_key(x, i.rsvd, i.lkey)?;
     let p = &i.pbl;
     if u32::from(p.page_shift) != odp_const::PAGE_SHIFT
         || p.npages == 0
@@ -80,9 +81,7 @@ pub(super) fn map_odp(x: &mut Exec<'_>, i: MapOdpIn) -> Result<(), Fail> {
 
 /// UNMAP_ODP: when it completes, no device access uses the pages.
 pub(super) fn unmap_odp(x: &mut Exec<'_>, i: UnmapOdpIn) -> Result<(), Fail> {
-    odp_on(x)?;
-    reserved(i.rsvd == 0)?;
-    odp_key(x, i.lkey)?;
+    odp_key(x, i.rsvd, i.lkey)?;
     x.engine()
         .odp_unmap(i.lkey, i.va, i.length)
         .map_err(range_fail)
@@ -90,9 +89,7 @@ pub(super) fn unmap_odp(x: &mut Exec<'_>, i: UnmapOdpIn) -> Result<(), Fail> {
 
 /// ODP_FAULT_FAIL: the work waiting on the pages fails.
 pub(super) fn odp_fault_fail(x: &mut Exec<'_>, i: OdpFaultFailIn) -> Result<(), Fail> {
-    odp_on(x)?;
-    reserved(i.rsvd == 0)?;
-    odp_key(x, i.lkey)?;
+    odp_key(x, i.rsvd, i.lkey)?;
     x.engine()
         .odp_fault_fail(i.lkey, i.va, i.length)
         .map_err(range_fail)

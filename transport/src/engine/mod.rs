@@ -758,6 +758,7 @@ impl Engine {
                 qp.req =
                     Requester::new(qp.init.cap.max_send_wr as usize, &self.budget, &self.limits);
                 qp.resp = Responder::new(self.limits.credits);
+                qp.odp = odp::QpOdp::default();
                 qp.attr = QpAttr::default();
                 qp.apm = apm::Apm {
                     after_timeouts: qp.apm.after_timeouts,
@@ -1050,12 +1051,12 @@ fn apply_attrs(qp: &mut Qp, a: &QpAttr, m: AttrMask) {
 /// (QS-07).
 pub(crate) fn to_error(qp: &mut Qp, fx: &mut Effects) {
     qp.state = QpState::Error;
-    // Issue 29: a QP in Error waits for no page.
-    qp.odp = odp::QpOdp::default();
     flush_all(qp, fx);
 }
 
 fn flush_all(qp: &mut Qp, fx: &mut Effects) {
+    // Issue 29: a QP in Error waits for no page.
+    qp.odp = odp::QpOdp::default();
     completer::flush_sq(qp, fx);
     responder::abort_message(qp, fx);
     flush_rq(qp, fx);

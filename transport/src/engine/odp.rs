@@ -121,24 +121,8 @@ impl Engine {
     /// [`MrTable::odp_map`]: crate::mr::MrTable::odp_map
     pub fn odp_map(&mut self, key: u32, va: u64, pages: &[u64]) -> Result<(), VerbError> {
         let first = self.mrs.odp_map(key, va, pages)?;
-        let n = pages.len() as u64;
-        let mut wake = Vec::new();
-        for (qpn, qp) in self.qps.iter_mut() {
-            let o = &mut qp.odp;
-            if o.req.is_some_and(|f| f.overlaps(key, first, n)) {
-                o.req = None;
-                self.counters.odp.faults_resolved += 1;
-                wake.push(*qpn);
-            }
-            if o.resp.is_some_and(|f| f.overlaps(key, first, n)) {
-                o.resp = None;
-                self.counters.odp.faults_resolved += 1;
-                wake.push(*qpn);
-            }
-        }
-        for qpn in wake {
-            self.schedule_qp(qpn);
-        }
+        let n = self.settle_faults(key, first, pages.len() as u64);
+        self.counters.odp.faults_resolved += n;
         Ok(())
     }
 
@@ -164,23 +148,30 @@ impl Engine {
     /// [`MrTable::odp_fail`]: crate::mr::MrTable::odp_fail
     pub fn odp_fault_fail(&mut self, key: u32, va: u64, length: u64) -> Result<(), VerbError> {
         let (first, n) = self.mrs.odp_fail(key, va, length)?;
+        let n = self.settle_faults(key, first, n);
+        self.counters.odp.faults_failed += n;
+        Ok(())
+    }
+
+    /// Forgets the faults of every QP that `npages` pages from `vpn` of MR
+    /// `key` cover and schedules those QPs (their retry finds the pages, or
+    /// fails on them); returns how many faults that was.
+    fn settle_faults(&mut self, key: u32, vpn: u64, npages: u64) -> u64 {
         let mut wake = Vec::new();
+        let mut n = 0;
         for (qpn, qp) in self.qps.iter_mut() {
             let o = &mut qp.odp;
-            if o.req.is_some_and(|f| f.overlaps(key, first, n)) {
-                o.req = None;
-                self.counters.odp.faults_failed += 1;
-                wake.push(*qpn);
-            }
-            if o.resp.is_some_and(|f| f.overlaps(key, first, n)) {
-                o.resp = None;
-                self.counters.odp.faults_failed += 1;
-                wake.push(*qpn);
+            for side in [&mut o.req, &mut o.resp] {
+                if side.is_some_and(|f| f.overlaps(key, vpn, npages)) {
+                    *side = None;
+                    n += 1;
+                    wake.push(*qpn);
+                }
             }
         }
         for qpn in wake {
             self.schedule_qp(qpn);
         }
-        Ok(())
+        n
     }
 }
