@@ -564,12 +564,17 @@ static struct vhca_mr *vhca_odp_advise_mr_of(struct vhca_dev *dev,
 					     bool write)
 {
 	struct vhca_mr *mr = vhca_odp_get_mr(dev, lkey);
+	int err = 0;
 
 	if (!mr)
 		return ERR_PTR(-ENOENT);
-	if (mr->ibmr.pd != pd || (write && !mr->odp->umem.writable)) {
+	if (mr->ibmr.pd != pd)
+		err = -EINVAL;
+	else if (write && !mr->odp->umem.writable)
+		err = -EPERM;
+	if (err) {
 		vhca_odp_put_mr(mr);
-		return ERR_PTR(mr->ibmr.pd != pd ? -EINVAL : -EPERM);
+		return ERR_PTR(err);
 	}
 	return mr;
 }
