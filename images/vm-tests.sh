@@ -30,7 +30,10 @@
 # its primary path, guest B's second LID, which the fault below kills in the
 # middle of a stream of WRITEs and SENDs; both sides must see the path
 # migrated event, every message complete, the data byte-exact and query_qp
-# MIGRATED); devinfo_caps (issue 16: `ibv_devinfo -v` on both guests shows
+# MIGRATED); on-demand paging (issue 29 item 1: images/vt/odp-stream.c,
+# built in the tool root: RDMA WRITEs between implicit ODP MRs while both
+# sides munmap/mmap and MADV_DONTNEED their buffers each round, every byte
+# checked); devinfo_caps (issue 16: `ibv_devinfo -v` on both guests shows
 # AUTO_PATH_MIG, XRC, MEM_WINDOW, MEM_WINDOW_TYPE_2B, the AUTO_MIGR_SUP port
 # capability, multicast limits > 0, max_pkeys = pkey_tbl_len, max_vl_num
 # 8 (4), atomic_cap ATOMIC_HCA, max_ee and max_rdd 0).
@@ -93,6 +96,7 @@ ud_mcast|vhca-ud-mcast $D -n 20
 xsrq_pingpong|ibv_xsrq_pingpong $D -g 0 -n $N
 ib_send_bw_XRC|ib_send_bw $P -c XRC
 apm_failover|vhca-apm-failover $D -n 64 -s 65536
+odp_stream|vhca-odp-stream $D -n 24 -s 262144
 devinfo_caps|vhca-devinfo-caps"
 if [ -n "$only" ]; then
     tests=$(printf '%s\n' "$tests" | grep -E "^($only)\|") || vhca_die "--only $only matches no tool"
@@ -111,6 +115,9 @@ VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
 VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
     -o "$ov/usr/bin/vhca-apm-failover" "$VHCA_REPO/images/vt/apm-failover.c" -libverbs ||
     vhca_die "building images/vt/apm-failover.c failed"
+VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
+    -o "$ov/usr/bin/vhca-odp-stream" "$VHCA_REPO/images/vt/odp-stream.c" -libverbs ||
+    vhca_die "building images/vt/odp-stream.c failed"
 # Issue 16: what ibv_devinfo -v must show (the device does all of it). Both
 # sides run it; the arguments (-p PORT [SERVER_IP]) are the list's, unused.
 cat >"$ov/usr/bin/vhca-devinfo-caps" <<'EOF'

@@ -15,6 +15,7 @@
 #include <linux/netdevice.h>
 #include <linux/rcupdate.h>
 #include <linux/version.h>
+#include <rdma/ib_umem_odp.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
 
@@ -128,6 +129,69 @@ typedef unsigned int vhca_cqe_count;
 #define VHCA_CREATE_USER_CQ_OP(fn)
 #define VHCA_RESIZE_CQ_OP resize_cq
 typedef int vhca_cqe_count;
+#endif
+
+/*
+ * An ODP umem's pages (odp.c). Up to 6.15, ib_umem_odp_map_dma_and_lock maps
+ * each page for DMA itself and keeps dma_list[i] = DMA address | the
+ * ODP_READ/WRITE_ALLOWED_BIT it was mapped with (0: absent). 6.16 turned
+ * that into an hmm_dma_map: pfn_list[i] carries HMM_PFN_* flags (the access
+ * mask asks with HMM_PFN_WRITE), the driver maps a valid page for DMA with
+ * hmm_dma_map_pfn (HMM_PFN_DMA_MAPPED from then on) and counts it in npages,
+ * which ib_umem_odp_unmap_dma_pages counts down. With either:
+ *   VHCA_ODP_ACCESS_READ/WRITE   the access mask to fault with;
+ *   vhca_odp_dma_present()       page idx was handed out (may be in use);
+ *   vhca_odp_dma_addr()          page idx's DMA address, if it is valid and,
+ *                                with need_write, writable.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 16, 0)
+#include <linux/hmm.h>
+#include <linux/hmm-dma.h>
+#include <linux/pci-p2pdma.h>
+#define VHCA_ODP_ACCESS_READ 0
+#define VHCA_ODP_ACCESS_WRITE HMM_PFN_WRITE
+static inline bool vhca_odp_dma_present(struct ib_umem_odp *odp, size_t idx)
+{
+	return odp->map.pfn_list[idx] & HMM_PFN_DMA_MAPPED;
+}
+
+static inline bool vhca_odp_dma_addr(struct device *dma, struct ib_umem_odp *odp,
+				     size_t idx, bool need_write,
+				     dma_addr_t *addr)
+{
+	struct pci_p2pdma_map_state p2p = {};
+	unsigned long pfn = odp->map.pfn_list[idx];
+	dma_addr_t a;
+
+	if (!(pfn & HMM_PFN_VALID) || (need_write && !(pfn & HMM_PFN_WRITE)))
+		return false;
+	a = hmm_dma_map_pfn(dma, &odp->map, idx, &p2p);
+	if (dma_mapping_error(dma, a))
+		return false;
+	if (!(pfn & HMM_PFN_DMA_MAPPED))
+		odp->npages++;
+	*addr = a;
+	return true;
+}
+#else
+#define VHCA_ODP_ACCESS_READ ODP_READ_ALLOWED_BIT
+#define VHCA_ODP_ACCESS_WRITE ODP_WRITE_ALLOWED_BIT
+static inline bool vhca_odp_dma_present(struct ib_umem_odp *odp, size_t idx)
+{
+	return odp->dma_list[idx];
+}
+
+static inline bool vhca_odp_dma_addr(struct device *dma, struct ib_umem_odp *odp,
+				     size_t idx, bool need_write,
+				     dma_addr_t *addr)
+{
+	dma_addr_t a = odp->dma_list[idx];
+
+	if (!a || (need_write && !(a & ODP_WRITE_ALLOWED_BIT)))
+		return false;
+	*addr = a & ODP_DMA_ADDR_MASK;
+	return true;
+}
 #endif
 
 /* ib_umem_get() is ib_umem_get_va() since 7.2 (same arguments). */

@@ -9,6 +9,8 @@
  *   regs              BAR0 status and capability registers, command queue
  *                     and EQ counters
  *   objects           the QPNs, CQNs and SRQNs the driver holds
+ *   odp               on-demand paging: faults, mappings, invalidations,
+ *                     prefetches (odp.c)
  *
  * Every window read is a few dozen trapped BAR0 reads (~100 us each): fine
  * for a person, not for a loop.
@@ -312,6 +314,7 @@ void vhca_debugfs_add(struct vhca_dev *dev)
 	debugfs_create_file("regs", 0400, dev->debugfs, dev, &vhca_regs_fops);
 	debugfs_create_file("objects", 0400, dev->debugfs, dev,
 			    &vhca_objects_fops);
+	vhca_odp_debugfs_add(dev);
 }
 
 void vhca_debugfs_remove(struct vhca_dev *dev)

@@ -64,6 +64,9 @@ static void vhca_eq0_dispatch(struct vhca_dev *dev, const struct vhca_eqe *e)
 	case VHCA_EQE_SRQ_LIMIT_REACHED:
 		vhca_srq_event(dev, e->object, e->kind);
 		break;
+	case VHCA_EQE_PAGE_FAULT:
+		vhca_odp_eqe(dev, e);
+		break;
 	case VHCA_EQE_DEVICE_FATAL:
 		vhca_cmdq_kill(dev, "DEVICE_FATAL event");
 		fallthrough;

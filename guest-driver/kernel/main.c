@@ -187,6 +187,7 @@ static const struct ib_device_ops vhca_dev_ops = {
 	.alloc_ucontext = vhca_alloc_ucontext,
 	.alloc_xrcd = vhca_alloc_xrcd,
 	.add_gid = vhca_add_gid,
+	VHCA_ADVISE_MR_OP
 	.attach_mcast = vhca_attach_mcast,
 	.create_ah = vhca_create_ah,
 	.create_cq = vhca_create_cq,
@@ -286,6 +287,8 @@ static void vhca_hw_down(struct vhca_dev *dev)
 	vhca_reset(dev);
 	vhca_eq0_stop(dev);
 	cancel_work_sync(&dev->port_work);
+	/* EQ 0 is quiet: queued page faults run out (no MR is left). */
+	vhca_odp_fini(dev);
 	vhca_eq0_free(dev);
 	vhca_cmdq_free(dev);
 }
@@ -345,6 +348,7 @@ static int vhca_hw_up(struct vhca_dev *dev)
 	ret = vhca_ceqs_create(dev);
 	if (ret)
 		goto err_down;
+	vhca_odp_init(dev);
 	return 0;
 
 err_down:
@@ -425,6 +429,8 @@ static int vhca_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	xa_init_flags(&dev->qp_xa, XA_FLAGS_LOCK_IRQ);
 	xa_init_flags(&dev->cq_xa, XA_FLAGS_LOCK_IRQ);
 	xa_init_flags(&dev->srq_xa, XA_FLAGS_LOCK_IRQ);
+	xa_init(&dev->odp.mrs);
+	mutex_init(&dev->odp.list_lock);
 	ida_init(&dev->uar_ida);
 	spin_lock_init(&dev->port.lock);
 	INIT_WORK(&dev->port_work, vhca_port_work);

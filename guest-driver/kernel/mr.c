@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Memory regions (MP-01..04): the identity DMA MR for kernel verbs, user
- * MRs pinned through ib_umem and fast-registration MRs (MP-08). The device keeps the translation (MTT) itself,
+ * MRs pinned through ib_umem (or paged on demand: odp.c) and
+ * fast-registration MRs (MP-08). The device keeps the translation (MTT) itself,
  * so an MR's page list is freed as soon as REG_MR has read it.
  */
 
@@ -75,8 +76,9 @@ struct ib_mr *vhca_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 	struct ib_mr *ret;
 	int err;
 
+	/* On-demand paging: nothing pinned, pages by fault (odp.c). */
 	if (access & IB_ACCESS_ON_DEMAND)
-		return ERR_PTR(-EOPNOTSUPP);
+		return vhca_reg_odp_mr(pd, start, length, virt, access);
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	if (!mr)
 		return ERR_PTR(-ENOMEM);
@@ -137,7 +139,8 @@ struct ib_mr *vhca_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 
 	if (flags & ~(IB_MR_REREG_TRANS | IB_MR_REREG_PD | IB_MR_REREG_ACCESS))
 		return ERR_PTR(-EOPNOTSUPP);
-	if (!mr->umem)
+	/* Not an ODP MR either: its pages are the notifier's (odp.c). */
+	if (!mr->umem || mr->odp)
 		return ERR_PTR(-EOPNOTSUPP);
 	if (!(flags & IB_MR_REREG_ACCESS))
 		access = mr->access;
@@ -274,6 +277,8 @@ int vhca_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	struct vhca_dereg_mr_in in = { .lkey = ibmr->lkey };
 	int ret;
 
+	if (mr->odp)
+		return vhca_dereg_odp_mr(dev, mr);
 	ret = vhca_cmd(dev, VHCA_CMD_DEREG_MR, &in, sizeof(in), NULL, 0,
 		       NULL);
 	if (ret)

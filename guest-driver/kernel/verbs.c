@@ -168,6 +168,8 @@ int vhca_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
 		a->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
 		a->max_fast_reg_page_list_len = d->max_fast_reg_pages;
 	}
+	/* On-demand paging: the transports and operations the device says. */
+	vhca_odp_query_device(dev, a);
 	a->max_send_sge = d->max_sge;
 	a->max_recv_sge = d->max_sge;
 	a->max_sge_rd = d->max_sge;

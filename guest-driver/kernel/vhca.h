@@ -185,6 +185,33 @@ struct vhca_port_cache {
 		     VHCA_COUNTERS_DEVICE_COUNT)
 #define VHCA_NCOUNTER_SETS 5	/* enum vhca_counter_set */
 
+/*
+ * On-demand paging (odp.c): the ODP MRs by key index (the PageFault EQE names
+ * the key), the work queue faults and asynchronous prefetches run on, the
+ * page list MAP_ODP reads (one, under list_lock), and counters for debugfs.
+ */
+struct vhca_odp {
+	struct xarray mrs;
+	struct workqueue_struct *wq;	/* NULL: ODP off */
+	struct mutex list_lock;
+	__le64 *list;
+	dma_addr_t list_dma;
+	atomic_t faults_queued;
+	int max_faults;
+	atomic_t prefetch_queued;
+	atomic64_t faults;
+	atomic64_t faults_resolved;
+	atomic64_t faults_failed;	/* ODP_FAULT_FAIL sent */
+	atomic64_t faults_no_mr;	/* key no longer an ODP MR: ignored */
+	atomic64_t faults_dropped;	/* queue full or ODP off */
+	atomic64_t pages_mapped;
+	atomic64_t invalidations;	/* UNMAP_ODP sent */
+	atomic64_t children_refused;	/* implicit MR at VHCA_IMR_MAX_CHILDREN */
+	atomic64_t prefetches;
+	atomic64_t prefetches_failed;
+	atomic64_t prefetches_dropped;
+};
+
 /* The device's counters as QUERY_COUNTERS last gave them (counters.c). */
 struct vhca_counters {
 	struct mutex lock;	/* the cache and its refresh */
@@ -249,6 +276,7 @@ struct vhca_dev {
 		u32 index;	/* last number written to the file */
 	} dbg_ctx[VHCA_CTX_EQC + 1];
 	struct vhca_counters counters;	/* hw counters and PMA (counters.c) */
+	struct vhca_odp odp;		/* on-demand paging (odp.c) */
 };
 
 struct vhca_ucontext {
@@ -347,6 +375,20 @@ struct vhca_mr {
 	dma_addr_t pages_dma;
 	u32 max_pages;
 	u32 npages;
+	/*
+	 * On-demand paging (odp.c): umem is &odp->umem (an implicit MR's: the
+	 * root, its pages in per-chunk children). odp_ref is held by fault and
+	 * prefetch work; dereg waits for odp_idle.
+	 */
+	struct ib_umem_odp *odp;
+	bool odp_implicit;
+	bool odp_dead;			/* DEREG_MR done */
+	u64 odp_iova;			/* iova of umem.address */
+	refcount_t odp_ref;
+	struct completion odp_idle;
+	struct mutex odp_child_lock;	/* making children */
+	struct xarray odp_children;	/* chunk index -> ib_umem_odp */
+	u32 odp_nchildren;
 };
 
 /*
@@ -578,6 +620,43 @@ int vhca_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
 int vhca_dealloc_mw(struct ib_mw *ibmw);
 int vhca_attach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
 int vhca_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
+
+/* odp.c (with CONFIG_INFINIBAND_ON_DEMAND_PAGING; else ODP is off) */
+#if IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING)
+extern const struct mmu_interval_notifier_ops vhca_odp_mn_ops;
+bool vhca_odp_enabled(struct vhca_dev *dev);
+void vhca_odp_init(struct vhca_dev *dev);
+void vhca_odp_fini(struct vhca_dev *dev);
+void vhca_odp_eqe(struct vhca_dev *dev, const struct vhca_eqe *e);
+struct ib_mr *vhca_reg_odp_mr(struct ib_pd *pd, u64 start, u64 length,
+			      u64 virt, int access);
+int vhca_dereg_odp_mr(struct vhca_dev *dev, struct vhca_mr *mr);
+int vhca_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
+		   u32 flags, struct ib_sge *sg_list, u32 num_sge,
+		   struct uverbs_attr_bundle *attrs);
+void vhca_odp_query_device(struct vhca_dev *dev, struct ib_device_attr *a);
+void vhca_odp_debugfs_add(struct vhca_dev *dev);
+#define VHCA_ADVISE_MR_OP .advise_mr = vhca_advise_mr,
+#else
+static inline bool vhca_odp_enabled(struct vhca_dev *dev) { return false; }
+static inline void vhca_odp_init(struct vhca_dev *dev) {}
+static inline void vhca_odp_fini(struct vhca_dev *dev) {}
+static inline void vhca_odp_eqe(struct vhca_dev *dev,
+				const struct vhca_eqe *e) {}
+static inline struct ib_mr *vhca_reg_odp_mr(struct ib_pd *pd, u64 start,
+					    u64 length, u64 virt, int access)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+static inline int vhca_dereg_odp_mr(struct vhca_dev *dev, struct vhca_mr *mr)
+{
+	return -EINVAL;
+}
+static inline void vhca_odp_query_device(struct vhca_dev *dev,
+					 struct ib_device_attr *a) {}
+static inline void vhca_odp_debugfs_add(struct vhca_dev *dev) {}
+#define VHCA_ADVISE_MR_OP
+#endif
 
 /* debugfs.c */
 void vhca_debugfs_init(void);

@@ -43,6 +43,7 @@ static const struct verbs_context_ops vhca_ctx_ops = {
 	.import_dm = vhca_import_dm,
 	.unimport_dm = vhca_unimport_dm,
 	.reg_dm_mr = vhca_reg_dm_mr,
+	.advise_mr = vhca_advise_mr,
 	.create_ah = vhca_create_ah,
 	.destroy_ah = vhca_destroy_ah,
 

@@ -191,6 +191,19 @@ struct ibv_mr *vhca_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 	return &vmr->ibv_mr;
 }
 
+/*
+ * On-demand paging (issue 29): ibv_advise_mr's prefetch advice goes to
+ * vhca.ko, which faults the pages in and hands them to the device
+ * (synchronously with IBV_ADVISE_MR_FLAG_FLUSH). ODP MRs themselves need
+ * nothing here: reg_mr passes IBV_ACCESS_ON_DEMAND, and the implicit form
+ * (NULL, SIZE_MAX), through.
+ */
+int vhca_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+		   uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sges)
+{
+	return ibv_cmd_advise_mr(pd, advice, flags, sg_list, num_sges);
+}
+
 /* vhca.ko registers a new MR (new keys) and drops the old one. */
 int vhca_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
 		  void *addr, size_t length, int access)

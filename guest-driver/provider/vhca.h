@@ -305,6 +305,8 @@ struct ibv_pd *vhca_import_pd(struct ibv_context *context, uint32_t pd_handle);
 void vhca_unimport_pd(struct ibv_pd *pd);
 struct ibv_mr *vhca_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
 void vhca_unimport_mr(struct ibv_mr *mr);
+int vhca_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+		   uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sges);
 struct ibv_pd *vhca_alloc_parent_domain(struct ibv_context *context,
 					struct ibv_parent_domain_init_attr *attr);
 int vhca_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
