@@ -219,7 +219,7 @@ done
 # (rxe computes its ICRC with the crypto API's "crc32": modprobe cannot see that
 # dependency, so the crc32 drivers are listed by name.)
 MODS="ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm ib_ipoib rdma_rxe virtio_net virtio_pci sch_netem
-      nvmet-rdma nvme-rdma null_blk 9p 9pnet_virtio
+      nvmet-rdma nvme-rdma null_blk 9p 9pnet_virtio zram
       crc32_generic crc32_pclmul"
 MD=/lib/modules/$K
 mkdir -p "$S$MD"

@@ -30,10 +30,12 @@
 # its primary path, guest B's second LID, which the fault below kills in the
 # middle of a stream of WRITEs and SENDs; both sides must see the path
 # migrated event, every message complete, the data byte-exact and query_qp
-# MIGRATED); on-demand paging (issue 29 item 1: images/vt/odp-stream.c,
-# built in the tool root: RDMA WRITEs between implicit ODP MRs while both
-# sides munmap/mmap and MADV_DONTNEED their buffers each round, every byte
-# checked); devinfo_caps (issue 16: `ibv_devinfo -v` on both guests shows
+# MIGRATED); on-demand paging (issue 29 item 1): ib_write_bw and ib_read_bw
+# with --odp, and images/vt/odp-stream.c, built in the tool root: RDMA WRITEs
+# and READs between implicit ODP MRs while both sides swap their buffers out
+# (MADV_PAGEOUT to swap on zram, which the tool proves with mincore), munmap
+# and mmap new pages at the same address, and MADV_DONTNEED them, every byte
+# of every round checked on both sides; devinfo_caps (issue 16: `ibv_devinfo -v` on both guests shows
 # AUTO_PATH_MIG, XRC, MEM_WINDOW, MEM_WINDOW_TYPE_2B, the AUTO_MIGR_SUP port
 # capability, multicast limits > 0, max_pkeys = pkey_tbl_len, max_vl_num
 # 8 (4), atomic_cap ATOMIC_HCA, max_ee and max_rdd 0).
@@ -96,7 +98,9 @@ ud_mcast|vhca-ud-mcast $D -n 20
 xsrq_pingpong|ibv_xsrq_pingpong $D -g 0 -n $N
 ib_send_bw_XRC|ib_send_bw $P -c XRC
 apm_failover|vhca-apm-failover $D -n 64 -s 65536
-odp_stream|vhca-odp-stream $D -n 24 -s 262144
+ib_write_bw_odp|ib_write_bw $P --odp -s 65536
+ib_read_bw_odp|ib_read_bw $P --odp -s 65536
+odp_stream|vhca-odp-stream.sh $D -n 24 -s 262144
 devinfo_caps|vhca-devinfo-caps"
 if [ -n "$only" ]; then
     tests=$(printf '%s\n' "$tests" | grep -E "^($only)\|") || vhca_die "--only $only matches no tool"
@@ -118,6 +122,19 @@ VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
 VHCA_BIND="$ov" vhca_chroot "$(vhca_root_dir)" gcc -O2 -Wall -Wextra -Werror \
     -o "$ov/usr/bin/vhca-odp-stream" "$VHCA_REPO/images/vt/odp-stream.c" -libverbs ||
     vhca_die "building images/vt/odp-stream.c failed"
+# odp_stream swaps its buffers out with MADV_PAGEOUT: swap on zram (in the
+# guest's module list, images/guest.sh), set up once per guest.
+cat >"$ov/usr/bin/vhca-odp-stream.sh" <<'EOF'
+#!/bin/sh
+if ! grep -q '^/dev/zram0 ' /proc/swaps; then
+    modprobe zram num_devices=1 &&
+        echo 128M >/sys/block/zram0/disksize &&
+        mkswap /dev/zram0 >/dev/null &&
+        swapon /dev/zram0 || { echo "odp_stream: no swap on zram"; exit 1; }
+fi
+exec vhca-odp-stream "$@"
+EOF
+chmod +x "$ov/usr/bin/vhca-odp-stream.sh"
 # Issue 16: what ibv_devinfo -v must show (the device does all of it). Both
 # sides run it; the arguments (-p PORT [SERVER_IP]) are the list's, unused.
 cat >"$ov/usr/bin/vhca-devinfo-caps" <<'EOF'
