@@ -7,6 +7,15 @@
 # their addresses over the guests' virtio NICs; the data goes over vhca0 (LID
 # addressing, no GID). NVMe over Fabrics is not here: nvme-rdma connects with
 # rdma_cm, which needs IP over the RDMA port (IPoIB, untested over vhca).
+# ucp_get_odp runs UCP GETs (RDMA READs over rc_verbs) of memory the
+# server's UCP registers with on-demand paging (issue 29):
+# UCX_REG_NONBLOCK_MEM_TYPES=host makes UCP register host memory without
+# blocking, which UCX's IB memory domain does with IBV_ACCESS_ON_DEMAND when
+# the device reports ODP; the server must have raised page faults (its
+# port's odp_faults_raised counter). (UCP's put_bw, tried first, faulted the
+# server's memory in, then its client's flush failed in UCX: the remote
+# flush, UCT_FLUSH_FLAG_REMOTE, that rc_verbs refuses without a flush rkey,
+# "flush(remote) is not supported".)
 #
 # Usage: images/wl-ib.sh [--out DIR]
 # Prints one "PASS name" / "FAIL name" line per check; exit 0 iff all pass.
@@ -37,12 +46,23 @@ cp images/wl/*.sh "$ov/usr/share/wl/"
 U="timeout 120 ucx_perftest -P 0 -d vhca0:1"
 checks="ucx_devices|ucx_info -d | grep -A1 -E 'Transport: (rc|ud)_verbs' | grep -c 'Device: vhca0:1' | grep -qx 2|ucx_info -d | grep -A1 -E 'Transport: (rc|ud)_verbs' | grep -c 'Device: vhca0:1' | grep -qx 2
 ucx_rc_put_bw|$U -x rc_verbs -t put_bw -D zcopy -s 65536 -n $N -p \$PORT|$U -x rc_verbs -t put_bw -D zcopy -s 65536 -n $N -p \$PORT \$SERVER_IP
+ucp_get_odp|sh /usr/share/wl/odp-faults.sh timeout 120 env UCX_REG_NONBLOCK_MEM_TYPES=host UCX_NET_DEVICES=vhca0:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t ucp_get -s 65536 -n $N -p \$PORT|timeout 120 env UCX_REG_NONBLOCK_MEM_TYPES=host UCX_NET_DEVICES=vhca0:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t ucp_get -s 65536 -n $N -p \$PORT \$SERVER_IP
 ucx_rc_am_lat|$U -x rc_verbs -t am_lat -s 8 -n $N -p \$PORT|$U -x rc_verbs -t am_lat -s 8 -n $N -p \$PORT \$SERVER_IP
 ucx_ud_am_bw|$U -x ud_verbs -t am_bw -D bcopy -s 512 -n $N -p \$PORT|$U -x ud_verbs -t am_bw -D bcopy -s 512 -n $N -p \$PORT \$SERVER_IP
 ucx_ud_am_lat|$U -x ud_verbs -t am_lat -s 8 -n $N -p \$PORT|$U -x ud_verbs -t am_lat -s 8 -n $N -p \$PORT \$SERVER_IP
 ucp_tag_bw|timeout 120 env UCX_NET_DEVICES=vhca0:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t tag_bw -s 65536 -n $N -p \$PORT|timeout 120 env UCX_NET_DEVICES=vhca0:1 UCX_TLS=rc_verbs,ud_verbs ucx_perftest -P 0 -t tag_bw -s 65536 -n $N -p \$PORT \$SERVER_IP
 mpi|sh /usr/share/wl/mpi-shell.sh \$((PORT + 300))|sh /usr/share/wl/mpi.sh \$SERVER_IP \$((PORT + 300)) $N"
 printf '%s\n' "$checks" >"$ov/usr/share/wl/ib-checks"
+# ucp_get_odp (issue 29): the run must have cost this side page faults, or
+# UCX did not register with ODP.
+cat >"$ov/usr/share/wl/odp-faults.sh" <<'S'
+f=/sys/class/infiniband/vhca0/ports/1/hw_counters/odp_faults_raised
+b=$(cat $f) || exit 1
+"$@" || exit $?
+a=$(cat $f)
+echo "odp page faults on this side: $((a - b))"
+[ "$a" -gt "$b" ]
+S
 # A: each server after a barrier B waits on (so one hung server does not
 # fail the rest); B: each client, retried for 30 s while its server is not up.
 cat >"$ov/usr/share/wl/ib-server.sh" <<'S'
