@@ -80,7 +80,9 @@ vhca_pid=
 want() { grep -qx "$1" <<<"$out" || fail "guest did not print '$1' (console: $log)"; }
 want "ids 0x1234 0x1bca 0x0c0600"
 want "config 4096"
-want "bar0 65536 bar2 262144 bar4 4096"
+# BAR4: the WAKE page and, after it, the default 256K of device memory
+# (--dm-size), the whole rounded up to a power of two (issue 29).
+want "bar0 65536 bar2 262144 bar4 524288"
 want "cap Express"
 want "cap Power Management"
 grep -q "^cap MSI-X: Enable. Count=16$" <<<"$out" || fail "no MSI-X capability with 16 vectors"
