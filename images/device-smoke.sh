@@ -3,7 +3,7 @@
 # "Real QEMU"): boots the guest under TCG with `vhca` attached through
 # vfio-user-pci and checks, from inside the guest and from vhca's log, that
 #   - the function is 1234:1bca, class 0c06, BAR0 64 KiB, BAR2 256 KiB, BAR4
-#     (the WAKE page) 4 KiB, with
+#     512 KiB (the WAKE page, then 256K of device memory, rounded up), with
 #     PCI Express, MSI-X and power-management capabilities and a 4 KiB config
 #     space;
 #   - a BAR0 register read returns the device's MAGIC (a trapped access);
@@ -94,6 +94,6 @@ grep -q "region 2 write" "$work/vhca.log" &&
     fail "a BAR2 store arrived as a vfio-user message (log: $work/vhca.log)"
 grep -q "WAKE; UAR 0 doorbell words: \[0x48=0xabcd1234\]" "$work/vhca.log" ||
     fail "vhca did not see the doorbell store in BAR2 (log: $work/vhca.log)"
-echo "device-smoke: OK: 1234:1bca class 0c06, BAR0 64 KiB, BAR2 256 KiB, BAR4 4 KiB, PCIe+MSI-X(16)+PM, 4 KiB config;"
+echo "device-smoke: OK: 1234:1bca class 0c06, BAR0 64 KiB, BAR2 256 KiB, BAR4 512 KiB (WAKE + device memory), PCIe+MSI-X(16)+PM, 4 KiB config;"
 echo "device-smoke: OK: doorbell store seen in shared memory without a message; WAKE arrived as a region write"
 rm -rf "$work"
