@@ -307,18 +307,8 @@ impl MrTable {
         if iova.checked_add(length).is_none() || pa.checked_add(length).is_none() {
             return Err(VerbError::InvalidAttr);
         }
-        self.install_mr(pd, mr_weight(0), |key| Mr {
-            key,
-            pd,
-            access,
-            iova,
-            length,
-            page_shift: MIN_PAGE_SIZE.trailing_zeros(),
-            pages: Vec::new(),
-            linear: Some(pa),
-            windows: 0,
-            fast: None,
-            odp: None,
+        self.install_mr(pd, mr_weight(0), |key| {
+            Mr::pageless(key, pd, access, (iova, length), Some(pa), None)
         })
     }
 

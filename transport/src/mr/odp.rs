@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use crate::verbs::{Access, Handle, VerbError};
 
-use super::{check_pd_access, mr_weight, AccessError, Mr, MrTable, MIN_PAGE_SIZE};
+use super::{check_pd_access, mr_weight, AccessError, Mr, MrTable};
 
 /// log2 of the page size of every ODP translation.
 pub const ODP_PAGE_SHIFT: u32 = 12;
@@ -226,18 +226,8 @@ impl MrTable {
         if !implicit && iova.checked_add(length).is_none() {
             return Err(VerbError::InvalidAttr);
         }
-        self.install_mr(pd, mr_weight(0), |key| Mr {
-            key,
-            pd,
-            access,
-            iova,
-            length,
-            page_shift: MIN_PAGE_SIZE.trailing_zeros(),
-            pages: Vec::new(),
-            linear: None,
-            windows: 0,
-            fast: None,
-            odp: Some(Box::default()),
+        self.install_mr(pd, mr_weight(0), |key| {
+            Mr::pageless(key, pd, access, (iova, length), None, Some(Box::default()))
         })
     }
 

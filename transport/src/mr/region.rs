@@ -62,6 +62,32 @@ pub struct Mr {
 }
 
 impl Mr {
+    /// An MR without a page list: a linear one (device memory, `linear` =
+    /// its base) or an on-demand-paging one (`odp`, pages given later by
+    /// MAP_ODP); translation in 4 KiB pages.
+    pub(super) fn pageless(
+        key: u32,
+        pd: Handle,
+        access: Access,
+        (iova, length): (u64, u64),
+        linear: Option<u64>,
+        odp: Option<Box<super::OdpPages>>,
+    ) -> Mr {
+        Mr {
+            key,
+            pd,
+            access,
+            iova,
+            length,
+            page_shift: super::MIN_PAGE_SIZE.trailing_zeros(),
+            pages: Vec::new(),
+            linear,
+            windows: 0,
+            fast: None,
+            odp,
+        }
+    }
+
     /// Memory windows bound to this MR.
     pub fn windows(&self) -> u32 {
         self.windows
