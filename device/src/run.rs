@@ -594,6 +594,20 @@ impl pci::Device for Front {
             let _ = self.shared.wake.write(1);
             return;
         }
+        if bar == abi::ident::bar::BAR0_INDEX as usize
+            && offset == u64::from(reg::WAKE)
+            && data.len() == 4
+        {
+            // The kernel driver's WAKE in BAR0: no state either, so no lock.
+            // Under the lock the woken data path ran straight into it and went
+            // back to sleep on the mutex until this thread let go (two more
+            // context switches per wake-up; issue 30 item 3).
+            let _ = self.shared.wake.write(1);
+            if log::log_enabled!(log::Level::Debug) {
+                self.log_pending_doorbells();
+            }
+            return;
+        }
         if bar != abi::ident::bar::BAR0_INDEX as usize || !offset.is_multiple_of(4) {
             let mut core = self.shared.lock_front();
             core.regs.ignored_writes = core.regs.ignored_writes.wrapping_add(1);
