@@ -54,6 +54,34 @@ fn udp_link_section6_exchange_both_directions() {
     assert_eq!(a.poll_timeout(), None);
 }
 
+/// A recvmmsg that returned less than a batch emptied the socket, so the
+/// round reads no more (issue 30 item 3: a second read that only said EAGAIN
+/// was a system call in every round that received); a full batch reads on.
+#[test]
+fn udp_link_a_short_receive_batch_ends_the_rounds_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b, _fabric) = common::udp_pair(dir.path());
+    let round = |b: &mut UdpLink, sent: u32| {
+        // Loopback UDP has queued them when send returns; the pause is margin.
+        std::thread::sleep(Duration::from_millis(20));
+        let calls = b.recv_calls();
+        let mut got = 0;
+        let n = b.recv_batch(T0, 64, &mut |_| got += 1).unwrap();
+        assert_eq!((n, got), (sent as usize, sent as usize));
+        b.recv_calls() - calls
+    };
+    a.send(T0, &ud_packet(1, 2, 0, b"ping")).unwrap();
+    assert_eq!(round(&mut b, 1), 1, "one datagram waiting: one read");
+    // 40 waiting, sizes apart (no GRO run): a full batch of 32, then a short
+    // one of 8 that ends the round.
+    for i in 0..40u32 {
+        a.send(T0, &ud_packet(1, 2, i, &vec![7; i as usize]))
+            .unwrap();
+    }
+    assert_eq!(round(&mut b, 40), 2, "a full batch, then a short one");
+    assert_eq!(round(&mut b, 0), 1, "nothing waiting: the one read says so");
+}
+
 #[test]
 fn udp_link_batched_sends_leave_at_end_sends_in_order_and_all_arrive() {
     // Between begin_sends and end_sends the link queues (one sendmmsg per 64):

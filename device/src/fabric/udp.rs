@@ -133,6 +133,10 @@ pub struct UdpLink {
     /// next message to lend from and the offset of its next segment.
     rx: RecvBatch,
     rx_got: Vec<RecvMeta>,
+    /// The last read of this `recv_batch` was short: the queue ran empty, the
+    /// call reads no more (issue 30 item 3). And the reads made, for tests.
+    rx_drained: bool,
+    recv_calls: u64,
     rx_next: usize,
     rx_off: usize,
     /// UDP_SEGMENT / UDP_GRO in use (probed at setup; GSO also dropped when a
@@ -325,6 +329,8 @@ impl UdpLink {
             loopback_spare: Vec::new(),
             rx: RecvBatch::new(MMSG_BATCH, buf),
             rx_got: Vec::with_capacity(MMSG_BATCH),
+            rx_drained: false,
+            recv_calls: 0,
             rx_next: 0,
             rx_off: 0,
             gso,
@@ -437,6 +443,11 @@ impl UdpLink {
     /// What the link did and dropped so far.
     pub fn counters(&self) -> &UdpCounters {
         &self.counters
+    }
+
+    /// How many recvmmsg system calls the link made.
+    pub fn recv_calls(&self) -> u64 {
+        self.recv_calls
     }
 
     /// The offloads in use now.
@@ -557,7 +568,17 @@ impl UdpLink {
             if self.rx_next >= self.rx_got.len() {
                 self.rx_next = 0;
                 self.rx_off = 0;
-                match self.rx.recv(self.socket.as_raw_fd(), &mut self.rx_got) {
+                if self.rx_drained {
+                    self.rx_got.clear();
+                    return Ok(None);
+                }
+                self.recv_calls += 1;
+                let got = self.rx.recv(self.socket.as_raw_fd(), &mut self.rx_got);
+                // A batch under MMSG_BATCH emptied the queue (what arrives now
+                // keeps the socket readable for the next round or epoll); an
+                // error, such as a peer's queued ICMP, says nothing of the rest.
+                self.rx_drained = got.is_ok() && self.rx_got.len() < MMSG_BATCH;
+                match got {
                     Ok(()) if self.rx_got.is_empty() => return Ok(None),
                     Ok(()) => {}
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -900,6 +921,7 @@ impl Link for UdpLink {
             }
         }
         let mut skipped = 0;
+        self.rx_drained = false;
         while n < max {
             let Some((i, range, lid)) = self.next_rx(now, &mut skipped)? else {
                 break;
