@@ -187,6 +187,14 @@ impl Port {
     /// into the engine, then up to [`BUDGET`] packets out of it. Returns the
     /// packets moved, so a caller polling adaptively knows whether there was work.
     pub fn run_once(&mut self, mem: &mut dyn Memory, now: Duration) -> usize {
+        self.run_receive(mem, now) + self.run_send(mem, now)
+    }
+
+    /// The first half of [`Port::run_once`]: due timers, then the received
+    /// packets into the engine. A caller may take the engine's completions
+    /// out before [`Port::run_send`] (issue 30 item 3: a receive's CQE does
+    /// not wait for the ACK's system call).
+    pub fn run_receive(&mut self, mem: &mut dyn Memory, now: Duration) -> usize {
         let t = to_time(now);
         // A Set by MAD_IFC (the guest's own SM) since the last round.
         self.follow_disabled();
@@ -239,6 +247,14 @@ impl Port {
                 self.engine.handle_packet(&p, mem, t);
             }
         }
+        moved
+    }
+
+    /// The second half of [`Port::run_once`]: up to [`BUDGET`] packets out of
+    /// the engine, as one batch to the link.
+    pub fn run_send(&mut self, mem: &mut dyn Memory, now: Duration) -> usize {
+        let t = to_time(now);
+        let mut moved = 0;
         // The round's packets go to the link as one batch (on UDP one
         // sendmmsg, a GSO send per run of same-size packets; issue 12).
         self.link.begin_sends();

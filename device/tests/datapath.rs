@@ -346,6 +346,10 @@ fn wait_cqe(d: &mut Dev, cqn: u32) -> abi::cqe::Cqe {
 
 const DATA: u64 = BASE + (8 << 20);
 
+/// The order inside a round (issue 30 item 3), in its own file.
+#[path = "datapath/round_order.rs"]
+mod round_order;
+
 fn setup() -> (Dev, u32, u32, u32) {
     let mut d = dev();
     add_eq(&mut d, 1, 3, 9);
