@@ -38,12 +38,16 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
         // Fixed for the process's life (`--dm-size`).
         (core.hca.port.raw_fd(), core.hca.caps.dm_size)
     };
-    for (fd, token) in [(link_fd, 1u64), (shared.wake.as_raw_fd(), 2u64)] {
-        if let Err(e) = epoll.ctl(
-            ControlOperation::Add,
-            fd,
-            EpollEvent::new(EventSet::IN, token),
-        ) {
+    // The WAKE eventfd edge-triggered: every write is one event, so the
+    // counter needs no read(2) on the way to the round a WAKE asks for (issue
+    // 30 item 3; it would take 2^64 WAKEs to fill it). The link stays
+    // level-triggered: a round leaves what it did not read readable.
+    let wake_events = EventSet::IN | EventSet::EDGE_TRIGGERED;
+    for (fd, token, set) in [
+        (link_fd, 1u64, EventSet::IN),
+        (shared.wake.as_raw_fd(), 2u64, wake_events),
+    ] {
+        if let Err(e) = epoll.ctl(ControlOperation::Add, fd, EpollEvent::new(set, token)) {
             log::error!("device: epoll add: {e}");
             return;
         }
@@ -135,12 +139,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
                 .min(MAX_SLEEP);
             match sleep::wait(&epoll, timeout, &mut events) {
                 Ok(0) => {}
-                Ok(n) => {
-                    for e in &events[..n] {
-                        if e.data() == 2 {
-                            let _ = shared.wake.read();
-                        }
-                    }
+                Ok(_) => {
                     woken = true;
                     break;
                 }
