@@ -295,6 +295,21 @@ fn post_recv(d: &mut Dev, qpn: u32, wr_id: u64, addr: u64, len: u32) {
     qp.db.produce(&d.db, 4, pi.wrapping_add(1));
 }
 
+/// A signaled SEND WQE of one SGE (`len` bytes at `addr`, the test MR).
+fn signaled_send(d: &Dev, wr_id: u64, addr: u64, len: u32) -> Vec<u8> {
+    let mut w = Vec::new();
+    put(&mut w, ctrl(wr_id, 2, abi::verbs::send_flags::SIGNALED, 1));
+    put(
+        &mut w,
+        abi::wqe::Sge {
+            addr,
+            length: len,
+            lkey: d.key,
+        },
+    );
+    w
+}
+
 fn ctrl(wr_id: u64, opcode: u8, flags: u8, len: u16) -> abi::wqe::SendCtrl {
     abi::wqe::SendCtrl {
         wr_id,
@@ -368,16 +383,7 @@ fn datapath_send_and_inline_write_through_rings() {
     let msg: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     d.mem.write(DATA, &msg).unwrap();
     post_recv(&mut d, b, 77, DATA + 0x10000, 4096);
-    let mut w = Vec::new();
-    put(&mut w, ctrl(5, 2, abi::verbs::send_flags::SIGNALED, 1));
-    put(
-        &mut w,
-        abi::wqe::Sge {
-            addr: DATA,
-            length: 3000,
-            lkey: d.key,
-        },
-    );
+    let w = signaled_send(&d, 5, DATA, 3000);
     post_send(&mut d, a, &w);
     let mut got = [wait_cqe(&mut d, cq), wait_cqe(&mut d, cq)];
     got.sort_by_key(|e| e.wr_id);

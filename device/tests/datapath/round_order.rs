@@ -109,16 +109,7 @@ fn a_received_sends_cqe_is_written_before_the_rounds_ack_goes_out() {
         }),
     );
     post_recv(&mut d, b, 77, DATA + 0x10000, 64);
-    let mut w = Vec::new();
-    put(&mut w, ctrl(5, 2, abi::verbs::send_flags::SIGNALED, 1));
-    put(
-        &mut w,
-        abi::wqe::Sge {
-            addr: DATA,
-            length: 8,
-            lkey: d.key,
-        },
-    );
+    let w = signaled_send(&d, 5, DATA, 8);
     post_send(&mut d, a, &w);
     let ring = &d.hca.cqs[&cq].ring;
     let cqes: Vec<u64> = (0..8).map(|i| ring.entry_addr(i)).collect();
