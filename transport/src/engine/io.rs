@@ -135,6 +135,10 @@ impl Engine {
             self.handle_rd_packet(&pkt, roce, mem, now);
             return Arrival::Process;
         }
+        if pkt.transport.bth.opcode == crate::wire::opcode::Opcode::CNP {
+            self.receive_cnp(&pkt, now); // issue 31: a reaction point's (`cc_np`)
+            return Arrival::Process;
+        }
         let dest = pkt.transport.bth.dest_qp;
         if dest == MULTICAST_QPN {
             // PV-07: a copy for every attached QP, each through its checks.
@@ -187,6 +191,9 @@ impl Engine {
         if matches!(arrival, Arrival::Held | Arrival::HeldFirst(_)) {
             return arrival;
         }
+        // Issue 31: a CE mark for the notification point (`cc_np`).
+        let c = &mut self.counters.cc;
+        super::cc_np::on_receive(&self.port, c, &mut self.cnps, qp, &pkt, roce.as_ref(), now);
         let mut fx = Effects::default();
         super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
@@ -220,6 +227,14 @@ impl Engine {
         // Held packets whose time came are processed before anything is
         // built: their answers may be what goes out (`reorder`).
         self.release_expired(mem, now);
+        // Issue 31: CNPs go first (`cc_np`).
+        if !self.cnps.is_empty() {
+            if let Some(len) = self.poll_cnp(buf) {
+                self.counters.tx_packets += 1;
+                self.counters.tx_bytes += len as u64;
+                return Some(len);
+            }
+        }
         // AD-11: RD's EE contexts and the QPs take turns.
         let rd_first = self.rd.active() && self.rd.take_turn();
         if rd_first {
@@ -370,6 +385,9 @@ impl Engine {
                 qp.req.pace_at = None;
                 wake.push(qpn);
             }
+            // Issue 31: the congestion controller's timer (`pacing`).
+            let (port, c) = (&self.port, &mut self.counters.cc);
+            super::pacing::cc_timer(&mut qp.req, port, now, c);
             if qp.req.deadline().is_some_and(|d| d <= now)
                 && completer::on_timeout(qp, now, &mut fx, &mut self.counters)
             {
@@ -646,7 +664,11 @@ fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> 
 /// the destination IP is one of the port's GIDs; a connected QP takes packets
 /// only from its path's DGID to its path's SGID (as LIDs C9-53, C9-54); UD
 /// checks the Q_Key (C9-48..C9-51).
-fn check_roce_addresses(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+pub(super) fn check_roce_addresses(
+    port: &PortConfig,
+    qp: &Qp,
+    pkt: &PacketRepr<'_>,
+) -> Result<(), RxDrop> {
     let Some(grh) = pkt.grh.as_ref() else {
         return Err(RxDrop::BadGid);
     };
