@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use device::fabric::{Link, Tap, TapLink, MAX_PACKET_LEN, VNET_HDR_LEN};
 use socket2::{Domain, Socket, Type};
+
+mod common;
+use common::is_root;
 use transport::wire::crc::icrc_roce;
 use transport::wire::roce::RoceRepr;
 
@@ -445,15 +448,4 @@ fn tap_real_bridge_delivers_the_same_frames_whether_the_kernel_or_the_link_cuts_
         tx.counters().tx_gso_writes,
         rx.counters().rx_gso_reads
     );
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
