@@ -451,12 +451,12 @@ impl Tap {
     /// the link cuts UDP GSO super-frames itself, RoCE ones for the engine and
     /// any other for the guest ([`TapLink`]), so the guest need not take them.
     /// A kernel without USO (before Linux 6.2) refuses it: logged once, and the
-    /// guest's flags alone are set.
-    pub fn set_offload(&self, flags: u32) -> std::io::Result<()> {
+    /// guest's flags alone are set. Returns the flags set.
+    pub fn set_offload(&self, flags: u32) -> std::io::Result<u32> {
         if flags & tap_sys::TUN_F_CSUM != 0 && self.uso.load(Ordering::Relaxed) {
             let with = flags | tap_sys::TUN_F_USO4 | tap_sys::TUN_F_USO6;
             match tap_sys::set_offload(&self.file, with) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(with),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     self.uso.store(false, Ordering::Relaxed);
                     log::info!(
@@ -468,7 +468,7 @@ impl Tap {
                 Err(e) => return Err(e),
             }
         }
-        tap_sys::set_offload(&self.file, flags)
+        tap_sys::set_offload(&self.file, flags).map(|()| flags)
     }
 }
 
