@@ -273,6 +273,52 @@ fn tap_a_super_frame_read_whole_is_cut_into_the_frames_the_kernel_would_deliver(
     assert_eq!((c.rx_roce_frames, c.rx_gso_reads, c.dropped()), (7, 1, 0));
 }
 
+/// A RoCEv2 frame over IPv6 as the engine builds it (UDP checksum 0).
+fn roce_v6(psn: u32, payload: usize) -> Vec<u8> {
+    let mut f = PEER.to_vec();
+    f.extend_from_slice(&MAC);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    let udp_len = 8 + 12 + payload + 4;
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[17, 64]);
+    f.extend((0..32).map(|i| 0xfe ^ i as u8));
+    f.extend_from_slice(&0xc123u16.to_be_bytes());
+    f.extend_from_slice(&4791u16.to_be_bytes());
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&[0x01, 0, 0xff, 0xff, 0, 0, 0, 0x12]);
+    f.extend_from_slice(&psn.to_be_bytes());
+    f.extend((0..payload).map(|i| (i as u32 ^ psn) as u8));
+    let end = f.len();
+    let icrc = icrc_roce(&f[14..54], &f[54..62], &f[62..74], &f[74..end]);
+    f.extend_from_slice(&icrc.to_le_bytes());
+    assert!(RoceRepr::parse(&f).is_ok());
+    f
+}
+
+/// IPv6 has no Identification: the frames are joined as the engine built
+/// them and come out of the receiving link byte for byte.
+#[test]
+fn tap_ipv6_roce_frames_are_joined_and_cut_back_byte_exact() {
+    let (mut tx, tx_peer) = fake_tap(MAC);
+    let mut frames: Vec<_> = (0..4).map(|i| roce_v6(i, SEG)).collect();
+    frames.push(roce_v6(4, 100));
+    send_round(&mut tx, &frames);
+    let wire = read_all(&tx_peer);
+    assert_eq!(wire.len(), 1);
+    assert_eq!(
+        u16::from_le_bytes([wire[0][6], wire[0][7]]),
+        54,
+        "csum_start"
+    );
+    let (mut rx, rx_peer) = fake_tap(PEER);
+    (&rx_peer).write_all(&wire[0]).unwrap();
+    let mut got = Vec::new();
+    rx.recv_batch(T0, 64, &mut |r| got.push(r.packet.to_vec()))
+        .unwrap();
+    assert_eq!(got, frames);
+}
+
 #[test]
 fn tap_hostile_super_frames_are_dropped_and_counted() {
     let (mut tx, tx_peer) = fake_tap(MAC);

@@ -158,7 +158,7 @@ impl fmt::Display for TapCounters {
             "tx {} ({} B) loopback {} rx_roce {} ({} B) to_guest {} ({} B) dropped {}: \
              tx_bad_len {} tx_would_block {} tx_link_down {} tx_error {} loopback_full {} \
              rx_short {} rx_oversized {} rx_bad_vnet_hdr {} guest_absent {} \
-             guest_queue_full {}; gso writes {} reads {}",
+             guest_queue_full {} gso_writes {} gso_reads {}",
             self.tx_frames,
             self.tx_bytes,
             self.loopback_frames,
