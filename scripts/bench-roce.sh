@@ -8,10 +8,14 @@
 #      A's server) through vhca's shared port (each guest's virtio-net on its
 #      vhca's vhost-user-net backend, the vhca-vhca boot) / through plain TAP
 #      virtio-net NICs (the rxe-rxe boot);
-#   and, for reference, vhca (A, server) <-> rxe (B, client): 1 and 2.
-# One round = one vhca-vhca boot, one rxe-rxe boot and one vhca-rxe boot; each
-# ratio is taken against the rxe baseline of the same round, and over all
-# rounds its min and max are printed.
+#   and, for reference, vhca (A, server) <-> rxe (B, client): 1 and 2;
+#   and vhca on native IB (images/vm-pair.sh, the UDP fabric) in the same
+#   guests: 1 and 2, the figure RoCE is compared with (issue 30 item 2);
+#   with BENCH_BASE_BIN, one more vhca-vhca boot with that binary (e.g. main's,
+#   the baseline of a change), compared with the vhca under test.
+# One round = one vhca-vhca boot, one rxe-rxe boot, one vhca-rxe boot, one
+# native-IB boot (and the base boot); each ratio is taken against its baseline
+# of the same round, and over all rounds its min and max are printed.
 #
 # Usage: scripts/bench-roce.sh [--rounds N] [--only rxe] [--out DIR]
 #                               [-- ROCE_PAIR_OPTION...]
@@ -19,7 +23,10 @@
 #   --only rxe   only the rxe-rxe baseline boots (vhca's RoCE mode not needed)
 #   --out DIR    logs (default: a new /tmp/bench-roce.XXXXXX)
 # Env: BENCH_BW_N (ib_write_bw iterations, default 1000), BENCH_LAT_N
-# (ib_send_lat iterations, 1000), BENCH_IPERF_T (iperf3 seconds, 5).
+# (ib_send_lat iterations, 1000), BENCH_IPERF_T (iperf3 seconds, 5),
+# BENCH_VHCA_BIN (a prebuilt vhca binary to test instead of building one),
+# BENCH_BASE_BIN (a prebuilt vhca binary to compare with on RoCE; unset: no
+# base boot), BENCH_NO_IB=1 (no native-IB boot).
 #
 # Output: per boot "round R PAIR: ib_write_bw X MiB/s, ib_send_lat typical Y us,
 # iperf3 Z Mbit/s"; per round "round R RATIO ..."; then "RATIO ... min A max B"
@@ -44,12 +51,16 @@ case "$only" in ''|rxe) ;; *) vhca_die "--only rxe (or nothing)";; esac
 BW_N=${BENCH_BW_N:-1000}
 LAT_N=${BENCH_LAT_N:-1000}
 IT=${BENCH_IPERF_T:-5}
+VHCA_BIN=${BENCH_VHCA_BIN:-}
+BASE_BIN=${BENCH_BASE_BIN:-}
 if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
 else out=$(mktemp -d /tmp/bench-roce.XXXXXX); fi
 
-# one A B R IPERF(0|1): one boot; prints "BW LAT IPERF RC DIR" (NA on failure).
+# one A B R IPERF(0|1) [BIN [TAG]]: one boot (with vhca binary BIN, else
+# BENCH_VHCA_BIN or a fresh build); prints "BW LAT IPERF RC DIR" (NA on failure).
 one() {
-    local a=$1 b=$2 r=$3 ip=$4 d="$out/$1-$2.$3"
+    local a=$1 b=$2 r=$3 ip=$4 bin=${5:-$VHCA_BIN} d="$out/$1-$2${6:-}.$3" binopt=()
+    [ -n "$bin" ] && binopt=(--vhca "$bin")
     local bw="ib_write_bw -d \$DEV -x \$GIDX -F -s 65536 -n $BW_N -p 18700"
     local lat="ib_send_lat -d \$DEV -x \$GIDX -F -s 8 -n $LAT_N -p 18701"
     local retry='r() { i=0; while :; do i=$((i+1)); "$@" </dev/null && return 0; [ $i -ge 30 ] && return 1; sleep 1; done; }; '
@@ -59,7 +70,7 @@ one() {
         cli="$cli && r iperf3 -c \$SERVER_IP -p 18702 -t $IT -f m"
     fi
     mkdir -p "$d"
-    images/roce-pair.sh --a "$a" --b "$b" --out "$d" --timeout 600 --ready '' "${pair_opts[@]}" \
+    images/roce-pair.sh --a "$a" --b "$b" --out "$d" --timeout 600 --ready '' "${binopt[@]}" "${pair_opts[@]}" \
         "ip -br addr; $srv" "$cli" >"$d/pair.out" 2>&1
     local rc=$? o w l t
     # The client's (B's) result lines: "65536 N peak avg msgrate",
@@ -70,6 +81,24 @@ one() {
     t=$(awk '/receiver/ { for (i = 2; i <= NF; i++) if ($i == "Mbits/sec") { print $(i - 1); exit } }' <<<"$o")
     [ "$ip" = 1 ] || t=-
     echo "${w:-NA} ${l:-NA} ${t:-NA} $rc $d"
+}
+# one_ib R: one native-IB boot of vhca (vm-pair.sh, the UDP fabric), the same
+# tools; prints "BW LAT RC DIR".
+one_ib() {
+    local d="$out/ib-ib.$1" binopt=()
+    [ -n "$VHCA_BIN" ] && binopt=(--vhca "$VHCA_BIN")
+    local bw="ib_write_bw -d vhca0 -F -s 65536 -n $BW_N -p 18700"
+    local lat="ib_send_lat -d vhca0 -F -s 8 -n $LAT_N -p 18701"
+    local retry='r() { i=0; while :; do i=$((i+1)); "$@" </dev/null && return 0; [ $i -ge 30 ] && return 1; sleep 1; done; }; '
+    mkdir -p "$d"
+    images/vm-pair.sh --out "$d" --timeout 600 --ready '' "${binopt[@]}" \
+        "$bw </dev/null && $lat </dev/null" "${retry}r $bw \$SERVER_IP && r $lat \$SERVER_IP" \
+        >"$d/pair.out" 2>&1
+    local rc=$? o w l
+    o=$(sed -n '/^=== B/,$p' "$d/pair.out")
+    w=$(awk '$1 == 65536 && $2 == '"$BW_N"' && NF >= 5 { print $4; exit }' <<<"$o")
+    l=$(awk '$1 == 8 && $2 == '"$LAT_N"' && NF >= 6 { print $5; exit }' <<<"$o")
+    echo "${w:-NA} ${l:-NA} $rc $d"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "NA" }'; }
 # Collected numbers and ratios, "KIND:NAME VALUE" per line, for min/max.
@@ -99,6 +128,25 @@ for r in $(seq "$rounds"); do
     echo "round $r RATIO vhca/rxe: bw ${b1}x, lat ${l1}x; tcp shared-port/tap ${t1}x; interop vhca-rxe/rxe-rxe: bw ${b2}x, lat ${l2}x"
     keep RATIO:bw_vhca/rxe "$b1"; keep RATIO:lat_vhca/rxe "$l1"; keep RATIO:tcp_shared/tap "$t1"
     keep RATIO:bw_vhca-rxe/rxe "$b2"; keep RATIO:lat_vhca-rxe/rxe "$l2"
+    keep BASE:vhca_roce_write_bw_MiB/s "$vbw"; keep BASE:vhca_roce_send_lat_us "$vlat"
+    if [ "${BENCH_NO_IB:-0}" != 1 ]; then
+        read -r nbw nlat nrc nd < <(one_ib "$r")
+        echo "round $r ib-ib:     ib_write_bw ${nbw} MiB/s, ib_send_lat typical ${nlat} us (native IB, exit $nrc, $nd)"
+        [ "$nrc" = 0 ] && [ "$nbw" != NA ] && [ "$nlat" != NA ] || { fail=1; echo "  ib-ib failed: $(why "$nd")"; }
+        b3=$(ratio "$vbw" "$nbw") l3=$(ratio "$vlat" "$nlat")
+        echo "round $r RATIO vhca RoCE/native IB: bw ${b3}x, lat ${l3}x"
+        keep BASE:ib_write_bw_MiB/s "$nbw"; keep BASE:ib_send_lat_us "$nlat"
+        keep RATIO:bw_roce/ib "$b3"; keep RATIO:lat_roce/ib "$l3"
+    fi
+    if [ -n "$BASE_BIN" ]; then
+        read -r obw olat _ orc od < <(one vhca vhca "$r" 0 "$BASE_BIN" -base)
+        echo "round $r vhca-vhca (BENCH_BASE_BIN): ib_write_bw ${obw} MiB/s, ib_send_lat typical ${olat} us (exit $orc, $od)"
+        [ "$orc" = 0 ] && [ "$obw" != NA ] && [ "$olat" != NA ] || { fail=1; echo "  base failed: $(why "$od")"; }
+        b4=$(ratio "$vbw" "$obw") l4=$(ratio "$vlat" "$olat")
+        echo "round $r RATIO vhca/base: bw ${b4}x, lat ${l4}x"
+        keep BASE:base_roce_write_bw_MiB/s "$obw"; keep BASE:base_roce_send_lat_us "$olat"
+        keep RATIO:bw_vhca/base "$b4"; keep RATIO:lat_vhca/base "$l4"
+    fi
 done
 # min and max over the rounds: the rxe-rxe baseline (BASE) and every ratio.
 if [ -s "$ratios" ]; then

@@ -15,6 +15,9 @@ use device::fabric::{
 };
 use socket2::{Domain, Socket, Type};
 
+mod common;
+use common::is_root;
+
 const T0: Duration = Duration::from_secs(1_700_000_000);
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
 const PEER: [u8; 6] = [0x52, 0x54, 0x00, 0x65, 0x43, 0x21];
@@ -404,15 +407,4 @@ fn ae_01_tap_link_is_up_while_its_interface_is_up() {
     let (fake, _peer) = fake_tap();
     assert!(fake.is_up());
     assert_eq!(fake.poll_timeout(), None);
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }

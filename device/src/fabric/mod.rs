@@ -31,6 +31,7 @@ mod flow;
 mod liveness;
 mod partition;
 mod tap;
+mod tap_gso;
 mod tap_sys;
 mod topology;
 mod udp;
@@ -63,7 +64,8 @@ pub use tap::{
     MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TAP_STATE_CHECK, TO_GUEST_BYTES, TO_GUEST_FRAMES,
     VNET_HDR_LEN,
 };
-pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN};
+pub use tap_gso::GSO_MAX_SEGS;
+pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN, TUN_F_USO4, TUN_F_USO6};
 pub use topology::{generate as topology_text, Shape, Topology, TopologyError};
 pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
 pub use underlay::{

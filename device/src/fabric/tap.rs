@@ -19,12 +19,18 @@
 //! frames too short to steer, too long for a buffer or with a bad vnet header are
 //! dropped and counted here; the rest is the engine's or the guest's to judge.
 //!
-//! Batched I/O (issue 12): one receive call reads up to [`RECV_BATCH`] frames (the
-//! TAP gives one per read(2)) and lends every RoCE frame among them to the port.
-//! Sends are one writev each, as they come: a TAP descriptor takes one frame per
-//! write (there is no sendmmsg for it), so queueing a round's frames would only add
-//! a copy. (A vnet-header UDP GSO write would carry several, but the kernel then
-//! numbers the IPv4 identification of each segment, which the ICRC covers.)
+//! Batched I/O (issues 12 and 30): one receive call reads up to [`RECV_BATCH`]
+//! frames and lends every RoCE frame among them to the port. A TAP descriptor
+//! takes one frame per read(2) or write(2) (there is no sendmmsg for it), and
+//! the kernel's work per frame (an skb, the bridge, the TAP queue) costs more
+//! than the system call, so a round's frames are batched as UDP GSO
+//! super-frames ([`super::tap_gso`], which says what was measured): between
+//! [`Link::begin_sends`] and [`Link::end_sends`] sends queue, and each run of
+//! same-size frames of one flow leaves in one write; a TAP that accepts
+//! `TUN_F_USO4/6` (the guest negotiated checksum offload, Linux 6.2+) hands
+//! such super-frames over whole, and the link cuts them back into frames.
+//! Without UDP GSO (an older kernel refuses the write with EINVAL: logged once)
+//! every frame is one write, as before, and reads stay one frame each.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -36,12 +42,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use transport::wire::roce::{
-    MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ETH_HEADER_LEN, IPV4_HEADER_LEN,
-    IPV6_HEADER_LEN, UDP_HEADER_LEN, UDP_PORT,
-};
+use transport::wire::roce::{MacAddr, ETH_HEADER_LEN, UDP_PORT};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use super::tap_gso::{self, SegmentError, Segments, GSO_UDP_L4};
 use super::tap_sys;
 use super::{Link, LinkError, Received, MAX_PACKET_LEN};
 
@@ -72,6 +76,10 @@ pub const TO_GUEST_BYTES: usize = 8 << 20;
 /// data path; the TAP stays readable and the next call goes on.
 const RECV_BATCH: usize = 64;
 
+/// Frames queued between [`Link::begin_sends`] and [`Link::end_sends`] before
+/// they are written anyway (the port sends at most its budget per round).
+const TX_QUEUE: usize = 256;
+
 /// Bytes 0 (flags) and 1 (gso_type) of the vnet header (virtio 1.2 §5.1.6).
 const HDR_F_NEEDS_CSUM: u8 = 1;
 const HDR_F_DATA_VALID: u8 = 2;
@@ -79,10 +87,7 @@ const GSO_NONE: u8 = 0;
 const GSO_TCPV4: u8 = 1;
 const GSO_UDP: u8 = 3;
 const GSO_TCPV6: u8 = 4;
-const GSO_UDP_L4: u8 = 5;
 const GSO_ECN: u8 = 0x80;
-
-const IP_PROTO_UDP: u8 = 17;
 
 /// What a [`TapLink`] did, and every reason it dropped a frame.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -122,6 +127,12 @@ pub struct TapCounters {
     pub drop_guest_queue_full: u64,
     /// Receive: the TAP reported end of file (only a test's fake TAP does).
     pub rx_eof: u64,
+    /// UDP GSO super-frames written (each counted in `tx_frames` as the frames
+    /// it carries; issue 30).
+    pub tx_gso_writes: u64,
+    /// UDP GSO super-frames read whole and cut into frames (RoCE frames counted
+    /// in `rx_roce_frames`, the guest's in `to_guest_frames`).
+    pub rx_gso_reads: u64,
 }
 
 impl TapCounters {
@@ -147,7 +158,7 @@ impl fmt::Display for TapCounters {
             "tx {} ({} B) loopback {} rx_roce {} ({} B) to_guest {} ({} B) dropped {}: \
              tx_bad_len {} tx_would_block {} tx_link_down {} tx_error {} loopback_full {} \
              rx_short {} rx_oversized {} rx_bad_vnet_hdr {} guest_absent {} \
-             guest_queue_full {}",
+             guest_queue_full {} gso_writes {} gso_reads {}",
             self.tx_frames,
             self.tx_bytes,
             self.loopback_frames,
@@ -166,6 +177,8 @@ impl fmt::Display for TapCounters {
             self.drop_rx_bad_vnet_hdr,
             self.drop_guest_absent,
             self.drop_guest_queue_full,
+            self.tx_gso_writes,
+            self.rx_gso_reads,
         )
     }
 }
@@ -187,52 +200,11 @@ pub enum FrameClass {
 /// another MAC is the engine's `BadDmac` drop). A frame too short to tell is the
 /// guest's, whose stack drops it as any NIC's host would.
 pub fn classify(frame: &[u8]) -> FrameClass {
-    if roce_udp_dport(frame) == Some(UDP_PORT) {
+    if tap_gso::udp_dport(frame) == Some(UDP_PORT) {
         FrameClass::Roce
     } else {
         FrameClass::Guest
     }
-}
-
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]))
-}
-
-/// The UDP destination port of an Ethernet / (one 802.1Q tag) / IPv4 or IPv6 /
-/// UDP frame, if it is one. IPv6 extension headers are not followed: RoCEv2 puts
-/// UDP right after the fixed header (A17.4.5.1).
-fn roce_udp_dport(frame: &[u8]) -> Option<u16> {
-    let mut l3 = ETH_HEADER_LEN;
-    let mut ethertype = be16(frame, 12)?;
-    if ethertype == ETHERTYPE_VLAN {
-        ethertype = be16(frame, 16)?;
-        l3 += 4;
-    }
-    let l4 = match ethertype {
-        ETHERTYPE_IPV4 => {
-            let ip = frame.get(l3..l3 + IPV4_HEADER_LEN)?;
-            let ihl = usize::from(ip[0] & 0x0f) * 4;
-            let fragment_offset = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff;
-            if ip[0] >> 4 != 4 || ihl < IPV4_HEADER_LEN || ip[9] != IP_PROTO_UDP {
-                return None;
-            }
-            // A later fragment carries no UDP header: the guest's to reassemble.
-            if fragment_offset != 0 {
-                return None;
-            }
-            l3 + ihl
-        }
-        ETHERTYPE_IPV6 => {
-            let ip = frame.get(l3..l3 + IPV6_HEADER_LEN)?;
-            if ip[0] >> 4 != 6 || ip[6] != IP_PROTO_UDP {
-                return None;
-            }
-            l3 + IPV6_HEADER_LEN
-        }
-        _ => return None,
-    };
-    frame.get(l4..l4 + UDP_HEADER_LEN)?;
-    be16(frame, l4 + 2)
 }
 
 /// Checks a vnet header as the kernel or the guest filled it (virtio 1.2
@@ -365,6 +337,9 @@ pub struct Tap {
     mac: MacAddr,
     mtu: u16,
     to_guest: ToGuest,
+    /// Whether the kernel may still take TUN_F_USO4/6 (cleared, with a log
+    /// line, when it refuses them: before Linux 6.2).
+    uso: AtomicBool,
 }
 
 /// A refusal to open or create the TAP, told as what to do about it (issue
@@ -436,6 +411,7 @@ impl Tap {
             mac,
             mtu,
             to_guest: ToGuest::new()?,
+            uso: AtomicBool::new(true),
         })
     }
 
@@ -470,9 +446,29 @@ impl Tap {
     }
 
     /// Which offloads (`tap_sys::TUN_F_*`) frames read from the TAP may use:
-    /// those the guest accepts (virtio 1.2 §5.1.6.4: GUEST_CSUM, GUEST_TSO4/6).
-    pub fn set_offload(&self, flags: u32) -> std::io::Result<()> {
-        tap_sys::set_offload(&self.file, flags)
+    /// those the guest accepts (virtio 1.2 §5.1.6.4: GUEST_CSUM, GUEST_TSO4/6),
+    /// and with a partial checksum accepted, UDP segmentation too (issue 30):
+    /// the link cuts UDP GSO super-frames itself, RoCE ones for the engine and
+    /// any other for the guest ([`TapLink`]), so the guest need not take them.
+    /// A kernel without USO (before Linux 6.2) refuses it: logged once, and the
+    /// guest's flags alone are set. Returns the flags set.
+    pub fn set_offload(&self, flags: u32) -> std::io::Result<u32> {
+        if flags & tap_sys::TUN_F_CSUM != 0 && self.uso.load(Ordering::Relaxed) {
+            let with = flags | tap_sys::TUN_F_USO4 | tap_sys::TUN_F_USO6;
+            match tap_sys::set_offload(&self.file, with) {
+                Ok(()) => return Ok(with),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.uso.store(false, Ordering::Relaxed);
+                    log::info!(
+                        "tap: {} takes no UDP segmentation offload (TUN_F_USO4/6, Linux \
+                         6.2+): RoCE frames are read one by one",
+                        self.name
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        tap_sys::set_offload(&self.file, flags).map(|()| flags)
     }
 }
 
@@ -500,6 +496,21 @@ pub struct TapLink {
     /// A vnet header and the longest frame, plus one byte so that an oversized
     /// read shows as a full buffer rather than a silently cut frame.
     rx_buf: Box<[u8]>,
+    /// A RoCE super-frame in `rx_buf` (after its vnet header) not yet cut
+    /// whole: the next call goes on with it before reading again.
+    rx_segments: Option<Segments>,
+    /// The segment being lent, or queued for the guest (then behind a vnet
+    /// header).
+    seg_buf: Vec<u8>,
+    /// Between [`Link::begin_sends`] and [`Link::end_sends`]: sends queue.
+    batching: bool,
+    tx_queue: Vec<Vec<u8>>,
+    tx_spare: Vec<Vec<u8>>,
+    /// Runs of frames leave as UDP GSO super-frames (cleared when the kernel
+    /// refuses one, or by [`TapLink::set_gso`]).
+    gso_tx: bool,
+    /// The super-frame being written.
+    gso_buf: Vec<u8>,
     counters: TapCounters,
     /// The interface's state (AE-01): up while it is administratively up.
     up: bool,
@@ -523,6 +534,13 @@ impl TapLink {
             loopback: VecDeque::new(),
             loopback_spare: Vec::new(),
             rx_buf: vec![0; VNET_HDR_LEN + MAX_FRAME_LEN + 1].into_boxed_slice(),
+            rx_segments: None,
+            seg_buf: Vec::new(),
+            batching: false,
+            tx_queue: Vec::new(),
+            tx_spare: Vec::new(),
+            gso_tx: true,
+            gso_buf: Vec::new(),
             counters: TapCounters::default(),
             up: true,
             state_every: Self::read_up(&tap.name).map(|_| TAP_STATE_CHECK),
@@ -549,55 +567,240 @@ impl TapLink {
         &self.counters
     }
 
-    /// Looks at the `n` bytes just read; the RoCE frame's length (at
-    /// `rx_buf[VNET_HDR_LEN..]`) if it is one for the engine.
-    fn sort(&mut self, n: usize) -> Option<usize> {
+    /// Whether runs of frames may leave as UDP GSO super-frames (on by
+    /// default; off, every frame is one write, as on a kernel that refuses
+    /// them).
+    pub fn set_gso(&mut self, on: bool) {
+        self.gso_tx = on;
+    }
+
+    /// Whether runs of frames leave as UDP GSO super-frames.
+    pub fn gso(&self) -> bool {
+        self.gso_tx
+    }
+
+    /// Looks at the `n` bytes just read: a RoCE frame for the engine (its
+    /// length, at `rx_buf[VNET_HDR_LEN..]`), a RoCE super-frame to cut, or
+    /// nothing more to do (the guest's, queued, or dropped and counted).
+    fn sort(&mut self, n: usize) -> Sorted {
         let c = &mut self.counters;
         if n < VNET_HDR_LEN + ETH_HEADER_LEN {
             c.drop_rx_short += 1;
             log::debug!("tap: dropped {n}-byte frame: too short");
-            return None;
+            return Sorted::Done;
         }
         if n > VNET_HDR_LEN + MAX_FRAME_LEN {
             c.drop_rx_oversized += 1;
             log::debug!("tap: dropped oversized frame");
-            return None;
+            return Sorted::Done;
         }
         let (hdr, frame) = self.rx_buf[..n].split_at(VNET_HDR_LEN);
         let hdr: &[u8; VNET_HDR_LEN] = hdr.try_into().expect("split at VNET_HDR_LEN");
         if !vnet_hdr_ok(hdr, frame.len()) {
             c.drop_rx_bad_vnet_hdr += 1;
             log::debug!("tap: dropped frame with bad vnet header {hdr:02x?}");
-            return None;
+            return Sorted::Done;
         }
+        let gso_size = u16::from_le_bytes([hdr[4], hdr[5]]);
         match classify(frame) {
             FrameClass::Roce => {
+                if hdr[1] == GSO_UDP_L4 {
+                    // A run another link joined (tap_gso): cut here, each
+                    // segment at most what an engine buffer holds.
+                    return match Segments::new(frame, gso_size, MAX_PACKET_LEN, true) {
+                        Ok(s) => {
+                            c.rx_gso_reads += 1;
+                            Sorted::Segments(s)
+                        }
+                        Err(SegmentError::BadHeader) => {
+                            c.drop_rx_bad_vnet_hdr += 1;
+                            Sorted::Done
+                        }
+                        Err(SegmentError::Oversized) => {
+                            c.drop_rx_oversized += 1;
+                            Sorted::Done
+                        }
+                    };
+                }
                 if hdr[1] != GSO_NONE {
                     c.drop_rx_bad_vnet_hdr += 1;
-                    return None;
+                    return Sorted::Done;
                 }
                 if frame.len() > MAX_PACKET_LEN {
                     c.drop_rx_oversized += 1;
-                    return None;
+                    return Sorted::Done;
                 }
                 // A partial UDP checksum (NEEDS_CSUM) needs no completing: the
                 // engine does not check the UDP checksum, the ICRC covers the data
                 // (A17.3.3).
-                Some(frame.len())
+                Sorted::Roce(frame.len())
+            }
+            FrameClass::Guest if hdr[1] == GSO_UDP_L4 => {
+                // Only with USO on (Tap::set_offload): the guest did not
+                // negotiate it (net::FEATURES has no GUEST_USO), so its frames
+                // are cut here with their UDP checksums complete.
+                match Segments::new(frame, gso_size, MAX_FRAME_LEN, false) {
+                    Ok(mut segs) => {
+                        c.rx_gso_reads += 1;
+                        let frame = &self.rx_buf[VNET_HDR_LEN..n];
+                        let mut whole = Vec::new();
+                        while segs.next_into(frame, &mut self.seg_buf) {
+                            whole.clear();
+                            whole.extend_from_slice(&[0; VNET_HDR_LEN]);
+                            whole.extend_from_slice(&self.seg_buf);
+                            push_guest(&self.tap, c, &whole);
+                        }
+                    }
+                    Err(_) => c.drop_rx_bad_vnet_hdr += 1,
+                }
+                Sorted::Done
             }
             FrameClass::Guest => {
-                match self.tap.to_guest.push(&self.rx_buf[..n]) {
-                    Ok(()) => {
-                        c.to_guest_frames += 1;
-                        c.to_guest_bytes += (n - VNET_HDR_LEN) as u64;
-                    }
-                    Err(PushError::Absent) => c.drop_guest_absent += 1,
-                    Err(PushError::Full) => c.drop_guest_queue_full += 1,
-                }
-                None
+                push_guest(&self.tap, c, &self.rx_buf[..n]);
+                Sorted::Done
             }
         }
     }
+
+    /// Lends the segments of the super-frame in `rx_buf` while `*n < max`.
+    fn lend_segments(&mut self, n: &mut usize, max: usize, deliver: &mut dyn FnMut(Received<'_>)) {
+        while *n < max {
+            let Some(segs) = self.rx_segments.as_mut() else {
+                return;
+            };
+            let frame = &self.rx_buf[VNET_HDR_LEN..VNET_HDR_LEN + segs.frame_len()];
+            if !segs.next_into(frame, &mut self.seg_buf) {
+                self.rx_segments = None;
+                return;
+            }
+            self.counters.rx_roce_frames += 1;
+            self.counters.rx_roce_bytes += self.seg_buf.len() as u64;
+            deliver(Received {
+                packet: &self.seg_buf,
+                src_lid: None,
+            });
+            *n += 1;
+        }
+    }
+
+    /// Counts the outcome of one write carrying `frames` frames of `bytes`.
+    fn tx_result(
+        &mut self,
+        r: std::io::Result<usize>,
+        frames: u64,
+        bytes: u64,
+    ) -> Result<(), LinkError> {
+        let c = &mut self.counters;
+        match r {
+            Ok(_) => {
+                c.tx_frames += frames;
+                c.tx_bytes += bytes;
+                Ok(())
+            }
+            // A full queue or a downed interface loses the frame like a congested
+            // or unplugged link would; the transport recovers it.
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                c.drop_tx_would_block += frames;
+                Ok(())
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                if c.drop_tx_link_down == 0 {
+                    log::warn!("tap: {} is down; frames are dropped", self.tap.name);
+                }
+                c.drop_tx_link_down += frames;
+                Ok(())
+            }
+            Err(e) => {
+                c.drop_tx_error += frames;
+                Err(LinkError::Tap {
+                    name: self.tap.name.clone(),
+                    source: e,
+                })
+            }
+        }
+    }
+
+    /// Writes one whole frame behind a zeroed vnet header: no checksum
+    /// offload, no GSO; the engine's frame is whole.
+    fn write_one(&mut self, frame: &[u8]) -> Result<(), LinkError> {
+        let r = self.tap.write_parts(&[0; VNET_HDR_LEN], frame);
+        self.tx_result(r, 1, frame.len() as u64)
+    }
+
+    /// Writes the queued frames: each run [`tap_gso::run_len`] finds as one
+    /// super-frame, the rest one by one. The first error is returned after
+    /// every frame was written or counted.
+    fn write_queued(&mut self) -> Result<(), LinkError> {
+        let mut frames = std::mem::take(&mut self.tx_queue);
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < frames.len() {
+            let k = if self.gso_tx {
+                tap_gso::run_len(&frames[i..])
+            } else {
+                1
+            };
+            let r = if k >= 2 {
+                let hdr = tap_gso::join(&mut frames[i..i + k], &mut self.gso_buf);
+                let w = self.tap.write_parts(&hdr, &self.gso_buf);
+                if w.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EINVAL) {
+                    // A kernel without VIRTIO_NET_HDR_GSO_UDP_L4 on a TAP (before
+                    // Linux 6.2): the run goes again frame by frame (still
+                    // valid frames: each ICRC matches its renumbered header).
+                    log::info!(
+                        "tap: {} refuses UDP GSO writes: one write per frame from now on",
+                        self.tap.name
+                    );
+                    self.gso_tx = false;
+                    continue;
+                }
+                if w.is_ok() {
+                    self.counters.tx_gso_writes += 1;
+                }
+                let bytes = frames[i..i + k].iter().map(|f| f.len() as u64).sum();
+                self.tx_result(w, k as u64, bytes)
+            } else {
+                let f = std::mem::take(&mut frames[i]);
+                let r = self.write_one(&f);
+                frames[i] = f;
+                r
+            };
+            if result.is_ok() {
+                result = r;
+            }
+            i += k.max(1);
+        }
+        for mut f in frames.drain(..) {
+            if self.tx_spare.len() < TX_QUEUE {
+                f.clear();
+                self.tx_spare.push(f);
+            }
+        }
+        self.tx_queue = frames;
+        result
+    }
+}
+
+/// Queues one frame (behind its vnet header) for the guest, counted.
+fn push_guest(tap: &Tap, c: &mut TapCounters, whole: &[u8]) {
+    match tap.to_guest.push(whole) {
+        Ok(()) => {
+            c.to_guest_frames += 1;
+            c.to_guest_bytes += (whole.len() - VNET_HDR_LEN) as u64;
+        }
+        Err(PushError::Absent) => c.drop_guest_absent += 1,
+        Err(PushError::Full) => c.drop_guest_queue_full += 1,
+    }
+}
+
+/// What [`TapLink::sort`] made of a frame read.
+enum Sorted {
+    /// A RoCE frame of this length for the engine.
+    Roce(usize),
+    /// A RoCE super-frame to cut.
+    Segments(Segments),
+    /// Queued for the guest, or dropped and counted.
+    Done,
 }
 
 impl Link for TapLink {
@@ -625,34 +828,26 @@ impl Link for TapLink {
                 return Ok(());
             }
         }
-        // Zeroed header: no checksum offload, no GSO; the engine's frame is whole.
-        match self.tap.write_parts(&[0; VNET_HDR_LEN], frame) {
-            Ok(_) => {
-                c.tx_frames += 1;
-                c.tx_bytes += frame.len() as u64;
-                Ok(())
+        if self.batching {
+            let mut b = self.tx_spare.pop().unwrap_or_default();
+            b.clear();
+            b.extend_from_slice(frame);
+            self.tx_queue.push(b);
+            if self.tx_queue.len() >= TX_QUEUE {
+                return self.write_queued();
             }
-            // A full queue or a downed interface loses the frame like a congested
-            // or unplugged link would; the transport recovers it.
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                c.drop_tx_would_block += 1;
-                Ok(())
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EIO) => {
-                if c.drop_tx_link_down == 0 {
-                    log::warn!("tap: {} is down; frames are dropped", self.tap.name);
-                }
-                c.drop_tx_link_down += 1;
-                Ok(())
-            }
-            Err(e) => {
-                c.drop_tx_error += 1;
-                Err(LinkError::Tap {
-                    name: self.tap.name.clone(),
-                    source: e,
-                })
-            }
+            return Ok(());
         }
+        self.write_one(frame)
+    }
+
+    fn begin_sends(&mut self) {
+        self.batching = true;
+    }
+
+    fn end_sends(&mut self) -> Result<(), LinkError> {
+        self.batching = false;
+        self.write_queued()
     }
 
     fn recv_batch(
@@ -677,18 +872,20 @@ impl Link for TapLink {
                 self.loopback_spare.push(f);
             }
         }
+        // The rest of a super-frame first: its bytes are in rx_buf.
+        self.lend_segments(&mut n, max, deliver);
         let queued_before = self.counters.to_guest_frames;
         let mut result = Ok(());
         let mut reads = 0;
-        while n < max && reads < RECV_BATCH {
+        while n < max && reads < RECV_BATCH && self.rx_segments.is_none() {
             reads += 1;
             match (&self.tap.file).read(&mut self.rx_buf) {
                 Ok(0) => {
                     self.counters.rx_eof += 1;
                     break;
                 }
-                Ok(got) => {
-                    if let Some(len) = self.sort(got) {
+                Ok(got) => match self.sort(got) {
+                    Sorted::Roce(len) => {
                         self.counters.rx_roce_frames += 1;
                         self.counters.rx_roce_bytes += len as u64;
                         deliver(Received {
@@ -697,7 +894,12 @@ impl Link for TapLink {
                         });
                         n += 1;
                     }
-                }
+                    Sorted::Segments(segs) => {
+                        self.rx_segments = Some(segs);
+                        self.lend_segments(&mut n, max, deliver);
+                    }
+                    Sorted::Done => {}
+                },
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -724,8 +926,10 @@ impl Link for TapLink {
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
-        // Looped-back frames do not make the TAP readable: ask to be called at once.
-        let now = (!self.loopback.is_empty()).then_some(Duration::ZERO);
+        // Looped-back frames, and the rest of a super-frame read, do not make
+        // the TAP readable: ask to be called at once.
+        let held = !self.loopback.is_empty() || self.rx_segments.is_some();
+        let now = held.then_some(Duration::ZERO);
         match (now, self.state_every.map(|_| self.next_state_check)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

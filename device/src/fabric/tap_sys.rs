@@ -30,6 +30,11 @@ pub const TUN_F_CSUM: c_uint = 0x01;
 pub const TUN_F_TSO4: c_uint = 0x02;
 pub const TUN_F_TSO6: c_uint = 0x04;
 pub const TUN_F_TSO_ECN: c_uint = 0x08;
+/// UDP segmentation offload (Linux 6.2+): UDP GSO super-frames may be read
+/// whole (`VIRTIO_NET_HDR_GSO_UDP_L4`); the kernel takes them only together and
+/// with TUN_F_CSUM.
+pub const TUN_F_USO4: c_uint = 0x20;
+pub const TUN_F_USO6: c_uint = 0x40;
 
 /// Longest interface name with its NUL (`IFNAMSIZ`).
 pub const IFNAMSIZ: usize = 16;

@@ -305,7 +305,8 @@ impl VhostUserBackend for NetBackend {
         self.state().acked = features;
         let flags = tap_offload(features);
         match self.tap.set_offload(flags) {
-            Ok(()) => log::info!("net: guest features {features:#x}, TAP offloads {flags:#x}"),
+            // The TAP's may add USO (Tap::set_offload): the link cuts those.
+            Ok(set) => log::info!("net: guest features {features:#x}, TAP offloads {set:#x}"),
             Err(e) => log::warn!("net: TUNSETOFFLOAD {flags:#x} on {}: {e}", self.tap.name()),
         }
     }

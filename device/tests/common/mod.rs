@@ -178,3 +178,15 @@ pub fn fabric_file(dir: &std::path::Path) -> std::path::PathBuf {
     .unwrap();
     p
 }
+
+/// Whether the test runs as root (a real TAP, a bridge: CI runs as root).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
