@@ -227,6 +227,13 @@ pub struct Cli {
     #[arg(long = "no-odp", action = ArgAction::SetFalse)]
     pub odp: bool,
 
+    /// RoCE mode: send every frame with its own write(2) and read the TAP
+    /// frame by frame, instead of a run of one flow's frames as one UDP GSO
+    /// super-frame (issue 30). The loss benchmarks use it, so that a bridge
+    /// rule drops single frames as a wire would, not whole runs.
+    #[arg(long = "no-tap-gso", action = ArgAction::SetFalse)]
+    pub tap_gso: bool,
+
     /// Automatic path migration (AD-10): an RC QP whose alternate path is
     /// armed moves to it after this many local ACK timeouts in a row on its
     /// primary path (at the latest at the one that would exhaust its retry
@@ -389,6 +396,8 @@ pub struct Config {
     pub apm_timeouts: u8,
     /// Not `--no-odp` (issue 29).
     pub odp: bool,
+    /// Not `--no-tap-gso` (issue 30).
+    pub tap_gso: bool,
     pub loss_probe_min: Duration,
     /// Not `--no-loss-probe-adapt`.
     pub loss_probe_adapt: bool,
@@ -656,6 +665,7 @@ impl Cli {
             credits: on(self.credits, self.credits_on_off),
             apm_timeouts: self.apm_timeouts,
             odp: self.odp,
+            tap_gso: self.tap_gso,
             loss_probe_min: self.loss_probe_min_us.unwrap_or(self.loss_probe_min),
             loss_probe_adapt: on(self.loss_probe_adapt, self.loss_probe_adapt_on_off),
             loss_go_back_bound: on(self.loss_go_back_bound, self.loss_go_back_bound_on_off),

@@ -868,7 +868,12 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
                     log::info!("fabric: DCQCN on: {}", named.join(","));
                     port.cc.dcqcn = Some(p);
                 }
-                (Box::new(TapLink::new(tap)), port, LinkType::Ethernet, what)
+                let mut tap_link = TapLink::new(tap);
+                if !config.tap_gso {
+                    log::info!("fabric: TAP GSO off (--no-tap-gso): one write per frame");
+                    tap_link.set_gso(false);
+                }
+                (Box::new(tap_link), port, LinkType::Ethernet, what)
             }
         };
     if let Some(spec) = &config.fault {

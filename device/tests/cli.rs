@@ -878,3 +878,16 @@ fn dcqcn_takes_mlx5s_defaults_or_named_parameters_and_refuses_bad_ones() {
     .unwrap_err();
     assert!(e.starts_with("error: "), "{e}");
 }
+
+#[test]
+fn no_tap_gso_sends_roce_frame_by_frame_and_gso_is_on_by_default() {
+    // Issue 30: the loss benchmarks drop single frames on the bridge, as a
+    // wire would; with GSO a bridge rule would drop a whole run. The link's
+    // own behaviour with GSO off is fabric_tap_gso.rs's
+    // tap_gso_forced_off_writes_each_frame_alone_and_unchanged.
+    let (_d, base) = ib_base();
+    assert!(check_with(&base, &[]).unwrap().tap_gso);
+    assert!(!check_with(&base, &["--no-tap-gso"]).unwrap().tap_gso);
+    let e = check_with(&base, &["--no-tap-gso=off"]).unwrap_err();
+    assert_clap_error(&e, "--no-tap-gso", &["--no-tap-gso"]);
+}
