@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::cabling::{self, Cabling};
+use super::colocated::{self, Hosts};
 use super::partition::{self, PortAttrs};
 use super::vl_arb;
 use super::FabricKey;
@@ -53,7 +54,7 @@ use transport::engine::VlArbTables;
 use transport::verbs::Mtu;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 12] = [
+const TOP_KEYS: [&str; 13] = [
     "node",
     "key",
     "key_file",
@@ -66,13 +67,14 @@ const TOP_KEYS: [&str; 12] = [
     "flow_control",
     "rx_buffer",
     "mtu",
+    "shm_dir",
 ];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
 
 /// Keys a `[[node]]` table may hold besides those (`partition.rs`).
-const OPTIONAL_NODE_KEYS: [&str; 2] = ["lmc", "pkeys"];
+const OPTIONAL_NODE_KEYS: [&str; 3] = ["lmc", "pkeys", "host"];
 
 /// Largest unicast LID; 0xC000..=0xFFFE are multicast and 0xFFFF is the permissive
 /// LID (IBA 4.1.3, 7.11.1). LID 0 is reserved.
@@ -122,6 +124,8 @@ pub struct FabricFile {
     /// `mtu`: the IB MTU the ports use if the underlay carries it (issue 27
     /// item 3: lower only; `underlay::port_mtu`).
     mtu: Option<Mtu>,
+    /// Each node's `host` and the ring folder (`colocated.rs`, issue 30).
+    hosts: Hosts,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -145,7 +149,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu)"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu, shm_dir)"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -156,7 +160,7 @@ pub enum FabricFileError {
     NotNodeArray { file: String },
     /// A key a node table does not have.
     #[error(
-        "{file}: node {node}: unknown key `{key}` (known: name, lid, guid, address, lmc, pkeys)"
+        "{file}: node {node}: unknown key `{key}` (known: name, lid, guid, address, lmc, pkeys, host)"
     )]
     UnknownKey {
         file: String,
@@ -391,6 +395,7 @@ impl FabricFile {
         };
         let mut nodes = Vec::with_capacity(raw.len());
         let mut ports = Vec::with_capacity(raw.len());
+        let mut hosts = Vec::with_capacity(raw.len());
         for (i, v) in raw.iter().enumerate() {
             let node = Self::node_from_toml(file, i, v)?;
             let t = v.as_table();
@@ -403,11 +408,19 @@ impl FabricFile {
             if let Some(v) = opt("pkeys") {
                 port.pkeys = partition::parse_pkeys(v).map_err(&bad)?;
             }
+            hosts.push(match opt("host") {
+                None => None,
+                Some(v) => Some(colocated::parse_host(v).map_err(&bad)?),
+            });
             nodes.push(node);
             ports.push(port);
         }
         let mut fabric = FabricFile::validated(file, nodes, ports)?;
         fabric.key = key;
+        fabric.hosts.host = hosts;
+        if let Some(v) = table.get("shm_dir") {
+            fabric.hosts.dir = Some(colocated::parse_dir(file, v)?);
+        }
         fabric.sl2vl = sl2vl_from_toml(file, &table)?;
         if let Some(v) = table.get("vl_arb") {
             let sl2vl = fabric.sl2vl.unwrap_or_default();
@@ -722,6 +735,7 @@ impl FabricFile {
             flow_control: None,
             rx_buffer: None,
             mtu: None,
+            hosts: Hosts::default(),
         })
     }
 
@@ -786,6 +800,19 @@ impl FabricFile {
     /// file sets one; else the link's default.
     pub fn rx_buffer(&self) -> Option<usize> {
         self.rx_buffer
+    }
+
+    /// Which nodes share a host (`host`) and where their rings go
+    /// (`shm_dir`): the shared-memory link's (`shm.rs`, issue 30).
+    pub fn hosts(&self) -> &Hosts {
+        &self.hosts
+    }
+
+    /// The same fabric with node `i` on host `hosts[i]` and the rings in
+    /// `dir` (a fabric built in code: tests, benchmarks).
+    pub fn with_hosts(mut self, hosts: Vec<Option<String>>, dir: Option<PathBuf>) -> FabricFile {
+        self.hosts = Hosts { host: hosts, dir };
+        self
     }
 
     /// The node called `name`.
