@@ -67,7 +67,7 @@ pub use liveness::{
 pub use partition::{PortAttrs, DEFAULT_PKEY, MAX_LMC, MAX_PKEYS};
 pub use shm::{
     ring_path as shm_ring_path, ShmCounters, ShmLink, CORRUPT_BACKOFF as SHM_CORRUPT_BACKOFF,
-    DOORBELL as SHM_DOORBELL, SPIN as SHM_SPIN, STALL_AFTER as SHM_STALL_AFTER,
+    DOORBELL as SHM_DOORBELL, STALL_AFTER as SHM_STALL_AFTER,
 };
 pub use shm_ring::{RING_BYTES as SHM_RING_BYTES, SLOTS as SHM_SLOTS, SLOT_SIZE as SHM_SLOT_SIZE};
 pub use tap::{

@@ -13,11 +13,13 @@
 //! works as on UDP. Every stage above (fault, capture, fabric key, flow
 //! control, the engine) is unchanged.
 //!
-//! Wake-ups: the receiver busy-polls its rings while the data path polls; when
-//! the rings have been idle for [`SPIN`] it sets each ring's `sleeping` word,
-//! and a producer that publishes a packet into a ring with that word set
-//! clears it and sends a [`DOORBELL`] datagram from its UDP socket to the
-//! receiver's. The doorbell is the UDP socket the data path already waits on
+//! Wake-ups: the receiver polls its rings on every round of the data path
+//! (busy polling included); a round that finds them empty sets each ring's
+//! `sleeping` word (the data path may sleep after it: `Link::poll_timeout`
+//! then looks at the rings once more), and a producer that publishes a packet
+//! into a ring with that word set clears it and sends a [`DOORBELL`] datagram
+//! from its UDP socket to the receiver's. A round that finds packets clears
+//! the words again. The doorbell is the UDP socket the data path already waits on
 //! (`Link::raw_fd`), so the port waits on one descriptor as before, the
 //! doorbell needs no descriptor passing between processes (an eventfd would),
 //! and a doorbell is one datagram per sleep, not per packet. It is 8 bytes,
@@ -44,11 +46,6 @@ use super::{MIN_PACKET_LEN, PERMISSIVE_LID};
 
 /// The doorbell datagram: shorter than [`MIN_PACKET_LEN`], so no packet.
 pub const DOORBELL: &[u8; 8] = b"vhcadoor";
-
-/// Ring idle time after which the receiver asks for doorbells: shorter than
-/// the data path's default busy poll (500 us), so that it is asked for before
-/// the data path sleeps; while polling, producers send no doorbells.
-pub const SPIN: Duration = Duration::from_micros(200);
 
 /// How long a ring stays full, its consumer not draining it, before the peer
 /// is counted stalled.
@@ -195,8 +192,6 @@ pub struct ShmLink {
     tx_scratch: Vec<u8>,
     /// The ring drained first next time (fairness among peers).
     rx_first: usize,
-    /// The last `now` a ring gave a packet.
-    last_ring_rx: Duration,
     /// The rings' `sleeping` words are set.
     armed: bool,
     batching: bool,
@@ -263,7 +258,6 @@ impl ShmLink {
             rx_buf: vec![0; MAX_PACKET_LEN].into_boxed_slice(),
             tx_scratch: Vec::with_capacity(MAX_PACKET_LEN),
             rx_first: 0,
-            last_ring_rx: Duration::ZERO,
             armed: false,
             batching: false,
             disabled: false,
@@ -491,16 +485,20 @@ impl Link for ShmLink {
         if count > 0 {
             self.rx_first = (self.rx_first + 1) % count;
             if n > 0 {
-                self.last_ring_rx = now;
                 if self.armed {
                     self.armed = false;
                     for p in &self.peers {
                         p.rx.set_sleeping(false);
                     }
                 }
-            } else if !self.armed && now.saturating_sub(self.last_ring_rx) >= SPIN {
-                // Idle: ask for doorbells. `poll_timeout` looks at the rings
-                // after this (and its fence), before the data path sleeps.
+            } else if !self.armed {
+                // Empty: ask for doorbells, since the data path may sleep
+                // after this round (it does not tell the link). Asking only
+                // after some idle time would leave a data path that sleeps
+                // at once (busy polling off on a contended host) waiting for
+                // that time: measured, 191 us ping-pongs. `poll_timeout`
+                // looks at the rings after this (and its fence), before the
+                // data path sleeps.
                 self.armed = true;
                 for p in &self.peers {
                     p.rx.set_sleeping(true);
@@ -536,10 +534,6 @@ impl Link for ShmLink {
                 None => {}
             }
         }
-        if !self.peers.is_empty() && !self.armed {
-            // Come back to ask for doorbells once the rings are idle.
-            earliest(self.last_ring_rx + SPIN);
-        }
         at
     }
 
@@ -572,6 +566,12 @@ impl Link for ShmLink {
     }
 
     fn flush(&mut self) -> Result<(), LinkError> {
+        // Called as the process ends (the data path's last act), which may
+        // not drop the link: close the rings now, so that their files go
+        // and the peers send over UDP (to a port that is closing too).
+        for p in &self.peers {
+            p.rx.close();
+        }
         self.udp.flush()
     }
 

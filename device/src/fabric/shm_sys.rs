@@ -59,7 +59,10 @@ impl Mapping {
     /// The 8-byte word at `off`. `off` is one of the link's own constants
     /// (never a value read from the file): a bad one is a bug, so it panics.
     pub fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "word {off} outside");
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "word {off} outside"
+        );
         // SAFETY: in bounds and 8-aligned (the mapping is page-aligned); the
         // memory lives as long as `self`; AtomicU64 has u64's layout, and all
         // access to the word, ours and the peer's, is atomic.
@@ -68,7 +71,10 @@ impl Mapping {
 
     /// The 4-byte word at `off` (as [`Mapping::u64_at`]).
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off.is_multiple_of(4) && off + 4 <= self.len, "word {off} outside");
+        assert!(
+            off.is_multiple_of(4) && off + 4 <= self.len,
+            "word {off} outside"
+        );
         // SAFETY: as in `u64_at`, for a 4-aligned 4-byte word.
         unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() }
     }
