@@ -14,7 +14,8 @@
 //!    (target over the rings <= 2x).
 //!
 //! `VHCA_BENCH_QUICK=1` shortens the runs; `VHCA_BENCH_VHCA_ARGS` adds
-//! `vhca` arguments.
+//! `vhca` arguments; `VHCA_BENCH_LINKS=shm` (or `udp`) runs one link only;
+//! `VHCA_BENCH_WRITES=N` sets the WRITE count (default 12 000).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -108,10 +109,18 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, Str
 }
 
 fn main() {
-    let writes = if quick() { 2_000 } else { 12_000 };
+    let writes = std::env::var("VHCA_BENCH_WRITES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if quick() { 2_000 } else { 12_000 });
     let pings = if quick() { 500 } else { 3_000 };
     let us = |d: Duration| d.as_secs_f64() * 1e6;
+    // `VHCA_BENCH_LINKS=shm` (or `udp`): one link only (for a profile).
+    let only = std::env::var("VHCA_BENCH_LINKS").unwrap_or_default();
     for (name, shm) in [("udp loopback", false), ("shared memory", true)] {
+        if !only.is_empty() && only != if shm { "shm" } else { "udp" } {
+            continue;
+        }
         let (write, p50, report) = device_figures(shm, writes, pings);
         let copy = memcpy_rate(writes).max(memcpy_rate(writes));
         let pp = shm_pingpong_threads(pings).min(shm_pingpong_threads(pings));

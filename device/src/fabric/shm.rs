@@ -188,8 +188,6 @@ pub struct ShmLink {
     peers: Vec<Peer>,
     /// The packet taken from a ring, lent to the caller.
     rx_buf: Box<[u8]>,
-    /// A copy of the packet in the UDP link's send buffer, for a ring.
-    tx_scratch: Vec<u8>,
     /// The ring drained first next time (fairness among peers).
     rx_first: usize,
     /// The rings' `sleeping` words are set.
@@ -256,7 +254,6 @@ impl ShmLink {
             fabric,
             peers,
             rx_buf: vec![0; MAX_PACKET_LEN].into_boxed_slice(),
-            tx_scratch: Vec::with_capacity(MAX_PACKET_LEN),
             rx_first: 0,
             armed: false,
             batching: false,
@@ -283,16 +280,30 @@ impl ShmLink {
     /// Sends `packet` to peer `p` through its ring, or over UDP when it has
     /// none (yet).
     fn send_ring(&mut self, now: Duration, p: usize, packet: &[u8]) -> Result<(), LinkError> {
+        match self.way(now, p) {
+            Way::Ring => {
+                let r = self.peers[p].tx.as_mut().map(|tx| tx.push(packet));
+                self.pushed(now, p, r, packet.len());
+                Ok(())
+            }
+            Way::Udp => self.udp.send(now, packet),
+            Way::Dropped => Ok(()),
+        }
+    }
+
+    /// How a packet to peer `p` goes now: its ring (opened or reopened
+    /// here), UDP (no ring), or nowhere (counted).
+    fn way(&mut self, now: Duration, p: usize) -> Way {
         let c = &mut self.counters;
         if self.disabled {
             c.drop_tx_disabled += 1;
-            return Ok(());
+            return Way::Dropped;
         }
         let peer = &mut self.peers[p];
         if let Some(until) = peer.tx_bad_until {
             if now < until {
                 c.drop_tx_corrupt += 1;
-                return Ok(());
+                return Way::Dropped;
             }
             peer.tx_bad_until = None;
             peer.tx = None;
@@ -314,14 +325,27 @@ impl ShmLink {
                 Err(e) => log::debug!("fabric: ring {}: {e}", peer.tx_path.display()),
             }
         }
-        let Some(tx) = peer.tx.as_mut() else {
+        if peer.tx.is_none() {
             c.tx_udp_fallback += 1;
-            return self.udp.send(now, packet);
+            return Way::Udp;
+        }
+        Way::Ring
+    }
+
+    /// Counts what [`TxRing::push`] did with a `len`-byte packet to peer `p`
+    /// (`None`: the ring went away, which [`ShmLink::way`] rules out) and
+    /// rings the doorbell or watches for a stall.
+    fn pushed(&mut self, now: Duration, p: usize, r: Option<Result<Push, Corrupt>>, len: usize) {
+        let c = &mut self.counters;
+        let peer = &mut self.peers[p];
+        let Some(r) = r else {
+            c.drop_tx_full += 1;
+            return;
         };
-        match tx.push(packet) {
+        match r {
             Ok(Push::Sent) => {
                 c.tx_packets += 1;
-                c.tx_bytes += packet.len() as u64;
+                c.tx_bytes += len as u64;
                 peer.full_since = None;
                 peer.stalled = false;
                 if self.batching {
@@ -346,7 +370,7 @@ impl ShmLink {
                     // A consumer that died and came back made a new file.
                     if now >= peer.tx_retry_at {
                         peer.tx_retry_at = now + REOPEN_EVERY;
-                        if !tx.is_at(&peer.tx_path) {
+                        if !peer.tx.as_ref().is_some_and(|t| t.is_at(&peer.tx_path)) {
                             peer.tx = None;
                         }
                     }
@@ -362,7 +386,6 @@ impl ShmLink {
                 );
             }
         }
-        Ok(())
     }
 
     /// Rings peer `p`'s doorbell if its receiver asked for one.
@@ -428,20 +451,27 @@ impl ShmLink {
         }
         n
     }
+}
 
-    /// Which peer's ring a packet goes through, if any: a unicast DLID of a
-    /// co-located node.
-    fn ring_for(&self, packet: &[u8]) -> Option<usize> {
-        if self.peers.is_empty() || !(MIN_PACKET_LEN..=MAX_PACKET_LEN).contains(&packet.len()) {
-            return None;
-        }
-        let dlid = dlid_of(packet)?;
-        if dlid == PERMISSIVE_LID || transport::engine::is_multicast_lid(dlid) {
-            return None;
-        }
-        let node = self.fabric.by_lid(dlid)?;
-        self.peers.iter().position(|p| p.node.name == node.name)
+/// How a packet to a co-located peer goes ([`ShmLink::way`]).
+enum Way {
+    Ring,
+    Udp,
+    Dropped,
+}
+
+/// Which of `peers`' rings a packet goes through, if any: a unicast DLID of
+/// a co-located node.
+fn ring_for(peers: &[Peer], fabric: &FabricFile, packet: &[u8]) -> Option<usize> {
+    if peers.is_empty() || !(MIN_PACKET_LEN..=MAX_PACKET_LEN).contains(&packet.len()) {
+        return None;
     }
+    let dlid = dlid_of(packet)?;
+    if dlid == PERMISSIVE_LID || transport::engine::is_multicast_lid(dlid) {
+        return None;
+    }
+    let node = fabric.by_lid(dlid)?;
+    peers.iter().position(|p| p.node.name == node.name)
 }
 
 fn count_corrupt(c: &mut ShmCounters, why: Corrupt) {
@@ -462,7 +492,7 @@ impl Drop for ShmLink {
 
 impl Link for ShmLink {
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
-        match self.ring_for(packet) {
+        match ring_for(&self.peers, &self.fabric, packet) {
             Some(p) => self.send_ring(now, p, packet),
             None => self.udp.send(now, packet),
         }
@@ -607,19 +637,27 @@ impl Link for ShmLink {
     }
 
     fn send_from_buffer(&mut self, now: Duration, len: usize) -> Result<(), LinkError> {
-        // The packet is in the UDP link's buffer: a ring takes a copy, and
-        // the buffer stays lent for the next packet (`Link::send_buffer`).
-        let mut scratch = std::mem::take(&mut self.tx_scratch);
-        scratch.clear();
-        if let Some(b) = self.udp.send_buffer().and_then(|b| b.get(..len)) {
-            scratch.extend_from_slice(b);
-        }
-        let r = match self.ring_for(&scratch) {
-            Some(p) => self.send_ring(now, p, &scratch),
-            None => self.udp.send_from_buffer(now, len),
+        // The packet is in the UDP link's buffer: a ring takes it from there
+        // (one copy, into the slot), and the buffer stays lent for the next
+        // packet (`Link::send_buffer`).
+        let ring = match self.udp.send_buffer().and_then(|b| b.get(..len)) {
+            Some(b) => ring_for(&self.peers, &self.fabric, b),
+            None => None,
         };
-        self.tx_scratch = scratch;
-        r
+        let Some(p) = ring else {
+            return self.udp.send_from_buffer(now, len);
+        };
+        match self.way(now, p) {
+            Way::Ring => {
+                let tx = self.peers[p].tx.as_mut();
+                let b = self.udp.send_buffer().and_then(|b| b.get(..len));
+                let r = tx.zip(b).map(|(tx, b)| tx.push(b));
+                self.pushed(now, p, r, len);
+                Ok(())
+            }
+            Way::Udp => self.udp.send_from_buffer(now, len),
+            Way::Dropped => Ok(()),
+        }
     }
 
     fn is_up(&self) -> bool {

@@ -36,8 +36,10 @@ use super::shm_sys::{euid, Mapping};
 use super::MAX_PACKET_LEN;
 
 /// Slots of a ring: at the largest MTU (4096) 16 packets are one 64 KiB WRITE,
-/// so a ring holds 16 of them in flight.
-pub const SLOTS: u64 = 256;
+/// so a ring holds 32 of them in flight, about the UDP link's socket buffer
+/// (4 MiB). 256 slots (one 16-WRITE window exactly) overflowed now and then
+/// under the device benchmark, each time a loss to recover.
+pub const SLOTS: u64 = 512;
 
 /// A slot: its 8-byte header and room for the longest packet, rounded to a
 /// cache line.
