@@ -271,3 +271,22 @@ fn shm_peer_killed_mid_stream_costs_only_its_own_traffic() {
 fn drain_from_now(link: &mut impl Link, now: Duration) -> usize {
     link.recv_batch(now, 64, &mut |_| {}).unwrap()
 }
+
+#[test]
+fn shm_ring_kept_closed_by_its_consumer_sends_over_udp_and_reopens_at_most_every_10ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let (f, mut l) = fabric(dir.path(), &[Some("h"), Some("h")]);
+    l[0].send(t(0), &ud_packet(1, 2, 0, b"ring")).unwrap();
+    // n1 (the consumer) sets `closed` and leaves it set.
+    scribble(&path(&f, 0, 1), 256, &1u32.to_le_bytes());
+    for i in 0..100u64 {
+        // 100 packets within 1 ms.
+        let now = t(1) + Duration::from_micros(10 * i);
+        l[0].send(now, &ud_packet(1, 2, i as u32 + 1, b"udp"))
+            .unwrap();
+    }
+    let c = *l[0].counters();
+    assert_eq!((c.tx_packets, c.tx_udp_fallback), (1, 100));
+    assert_eq!(c.tx_opens, 1, "no reopen per packet");
+    assert_eq!(drain_from(&mut l[1], t(2)).len(), 101);
+}

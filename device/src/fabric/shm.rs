@@ -309,13 +309,17 @@ impl ShmLink {
             peer.tx = None;
         }
         if peer.tx.as_ref().is_some_and(TxRing::is_closed) {
-            // The consumer stopped or made a new ring: find the new one.
+            // The consumer stopped or made a new ring: find the new one (at
+            // most every REOPEN_EVERY: a peer that keeps `closed` set costs
+            // an open per that time, not per packet).
             peer.tx = None;
-            peer.tx_retry_at = now;
         }
         if peer.tx.is_none() && now >= peer.tx_retry_at {
             peer.tx_retry_at = now + REOPEN_EVERY;
             match TxRing::open(&peer.tx_path) {
+                Ok(t) if t.is_closed() => {
+                    log::debug!("fabric: ring {} is closed", peer.tx_path.display());
+                }
                 Ok(t) => {
                     c.tx_opens += 1;
                     peer.full_since = None;
