@@ -746,16 +746,22 @@ fn ib_udp_link(
         udp.set_recv_buffer(b);
     }
     let rcvbuf = udp.recv_buffer();
-    let link = keyed_link(fabric, node, key, udp)?;
+    let i = fabric.nodes().iter().position(|n| n.name == node.name);
+    let link = if i.is_some_and(|i| !fabric.hosts().co_located(i).is_empty()) {
+        // Issue 30: rings to the nodes on this host, UDP to the rest.
+        keyed_link(fabric, node, key, crate::fabric::ShmLink::new(udp)?)?
+    } else {
+        keyed_link(fabric, node, key, udp)?
+    };
     Ok((with_flow_control(fabric, link, rcvbuf), mtu))
 }
 
 /// The fabric key stage on `udp` when there is a key.
-fn keyed_link(
+fn keyed_link<L: crate::fabric::Link + Send + 'static>(
     fabric: &crate::fabric::FabricFile,
     node: &crate::fabric::Node,
     key: Option<&crate::fabric::FabricKey>,
-    udp: crate::fabric::UdpLink,
+    udp: L,
 ) -> Result<Box<dyn crate::fabric::Link + Send>, crate::fabric::LinkError> {
     use crate::fabric::AuthLink;
     let Some(key) = key else {

@@ -1,12 +1,14 @@
 //! Two ports (engine + ib-udp link) over real UDP sockets on loopback: the glue of
 //! ARCHITECTURE.md §2 steps 3-4 without PCI. With faults on both links, RC WRITEs and
 //! SENDs of every size arrive byte-exact, exactly once (RL-01..RL-03 over a real
-//! socket; the engine's own simulation covers the protocol in depth).
+//! socket; the engine's own simulation covers the protocol in depth). The same
+//! over the shared-memory link of two nodes on one host (issue 30 item 1):
+//! faults at the link, rings under it.
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use device::fabric::{FabricFile, FaultLink, FaultSpec, Link, Node, UdpLink};
+use device::fabric::{FabricFile, FaultLink, FaultSpec, Link, Node, ShmLink, UdpLink};
 use device::port::Port;
 use transport::engine::{Engine, Limits, PortConfig};
 use transport::memory::VecMemory;
@@ -30,7 +32,8 @@ fn now() -> Duration {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
 }
 
-fn fabric() -> (FabricFile, UdpSocket, UdpSocket) {
+/// Two nodes on 127.0.0.1; with `shm`, both on one host, rings in that folder.
+fn fabric(shm: Option<&std::path::Path>) -> (FabricFile, UdpSocket, UdpSocket) {
     let a = UdpSocket::bind("127.0.0.1:0").unwrap();
     let b = UdpSocket::bind("127.0.0.1:0").unwrap();
     let nodes = vec![
@@ -47,15 +50,25 @@ fn fabric() -> (FabricFile, UdpSocket, UdpSocket) {
             address: b.local_addr().unwrap(),
         },
     ];
-    (FabricFile::from_nodes(nodes).unwrap(), a, b)
+    let f = FabricFile::from_nodes(nodes).unwrap();
+    let f = match shm {
+        Some(dir) => f.with_hosts(vec![Some("h".into()); 2], Some(dir.into())),
+        None => f,
+    };
+    (f, a, b)
 }
 
 fn side(f: &FabricFile, name: &str, sock: UdpSocket, faults: Option<FaultSpec>) -> Side {
     let node = f.by_name(name).unwrap().clone();
     let udp = UdpLink::from_socket(f, name, sock).unwrap();
+    let udp: Box<dyn Link + Send> = if f.hosts().host(0).is_some() {
+        Box::new(ShmLink::new(udp).unwrap())
+    } else {
+        Box::new(udp)
+    };
     let link: Box<dyn Link + Send> = match faults {
         Some(spec) => Box::new(FaultLink::new(udp, spec)),
-        None => Box::new(udp),
+        None => udp,
     };
     let mut e = Engine::new(PortConfig::new(node.lid, node.guid), Limits::default());
     let pd = e.mrs().alloc_pd().unwrap();
@@ -135,8 +148,8 @@ fn connect(s: &mut Side, rlid: u16, rqp: u32, sq_psn: u32, rq_psn: u32) {
     e.modify_qp(s.qp, &a, m, t).unwrap();
 }
 
-fn pair(faults: Option<FaultSpec>) -> (Side, Side) {
-    let (f, sa, sb) = fabric();
+fn pair(faults: Option<FaultSpec>, shm: Option<&std::path::Path>) -> (Side, Side) {
+    let (f, sa, sb) = fabric(shm);
     let fb = faults.map(|s| FaultSpec {
         seed: s.seed ^ 0x5555,
         ..s
@@ -192,8 +205,8 @@ fn wr(id: u64, op: WrOpcode, addr: u64, len: u32, lkey: u32) -> SendWr {
     }
 }
 
-fn transfer_all_sizes(faults: Option<FaultSpec>) {
-    let (mut a, mut b) = pair(faults);
+fn transfer_all_sizes(faults: Option<FaultSpec>, shm: Option<&std::path::Path>) {
+    let (mut a, mut b) = pair(faults, shm);
     let sizes = [0u32, 1, 1023, 1024, 1025, 4096, 65_537, 1 << 20, 3 << 20];
     for (i, &len) in sizes.iter().enumerate() {
         let seed = i as u8;
@@ -257,11 +270,24 @@ fn transfer_all_sizes(faults: Option<FaultSpec>) {
         a.port.counters().link_errors + b.port.counters().link_errors,
         0
     );
+    if shm.is_some() {
+        // The rings carried the traffic, not the sockets.
+        for s in [&a, &b] {
+            let r = s.port.link().report().unwrap();
+            let ring_tx = r
+                .split("\nshm ")
+                .nth(1)
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|n| n.parse::<u64>().ok());
+            assert!(ring_tx.is_some_and(|n| n > 1000), "{r}");
+            assert!(r.starts_with("udp ") && r.contains(": tx 0 "), "{r}");
+        }
+    }
 }
 
 #[test]
 fn port_udp_rl_01_rc_write_and_send_over_sockets() {
-    transfer_all_sizes(None);
+    transfer_all_sizes(None, None);
 }
 
 #[test]
@@ -269,5 +295,21 @@ fn port_udp_rl_03_rc_over_lossy_sockets_is_exactly_once() {
     let spec: FaultSpec = "drop=0.05,dup=0.02,reorder=0.02,corrupt=0.005,seed=11"
         .parse()
         .unwrap();
-    transfer_all_sizes(Some(spec));
+    transfer_all_sizes(Some(spec), None);
+}
+
+#[test]
+fn port_shm_rl_01_rc_write_and_send_over_shared_memory_rings() {
+    let dir = tempfile::tempdir().unwrap();
+    transfer_all_sizes(None, Some(dir.path()));
+}
+
+#[test]
+fn port_shm_rl_03_rc_over_lossy_rings_is_exactly_once() {
+    // Drop, duplicate, reorder and corrupt at the link, over the rings.
+    let spec: FaultSpec = "drop=0.05,dup=0.02,reorder=0.02,corrupt=0.005,seed=11"
+        .parse()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    transfer_all_sizes(Some(spec), Some(dir.path()));
 }

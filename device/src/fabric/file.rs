@@ -28,6 +28,10 @@
 //! arbitration tables, `[vl_arb]` with `high`, `low` and `high_limit`
 //! (`vl_arb.rs`); without them every data VL takes its turn.
 //!
+//! A node's optional `host = "NAME"` puts it on a host with the other nodes
+//! naming it; they exchange packets through shared-memory rings in the
+//! top-level `shm_dir` (default `/dev/shm`; `colocated.rs`, `shm.rs`).
+//!
 //! `[[switch]]` and `[[link]]` tables make the file a cabling (`cabling.rs`):
 //! each node's port linked to one other port, a node's or a switch's.
 //!
@@ -45,6 +49,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::cabling::{self, Cabling};
+use super::colocated::{self, Hosts};
 use super::partition::{self, PortAttrs};
 use super::vl_arb;
 use super::FabricKey;
@@ -53,7 +58,7 @@ use transport::engine::VlArbTables;
 use transport::verbs::Mtu;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 12] = [
+const TOP_KEYS: [&str; 13] = [
     "node",
     "key",
     "key_file",
@@ -66,13 +71,14 @@ const TOP_KEYS: [&str; 12] = [
     "flow_control",
     "rx_buffer",
     "mtu",
+    "shm_dir",
 ];
 
 /// Keys a `[[node]]` table may hold.
 const NODE_KEYS: [&str; 4] = ["name", "lid", "guid", "address"];
 
 /// Keys a `[[node]]` table may hold besides those (`partition.rs`).
-const OPTIONAL_NODE_KEYS: [&str; 2] = ["lmc", "pkeys"];
+const OPTIONAL_NODE_KEYS: [&str; 3] = ["lmc", "pkeys", "host"];
 
 /// Largest unicast LID; 0xC000..=0xFFFE are multicast and 0xFFFF is the permissive
 /// LID (IBA 4.1.3, 7.11.1). LID 0 is reserved.
@@ -122,6 +128,8 @@ pub struct FabricFile {
     /// `mtu`: the IB MTU the ports use if the underlay carries it (issue 27
     /// item 3: lower only; `underlay::port_mtu`).
     mtu: Option<Mtu>,
+    /// Each node's `host` and the ring folder (`colocated.rs`, issue 30).
+    hosts: Hosts,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -145,7 +153,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu)"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu, shm_dir)"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -156,7 +164,7 @@ pub enum FabricFileError {
     NotNodeArray { file: String },
     /// A key a node table does not have.
     #[error(
-        "{file}: node {node}: unknown key `{key}` (known: name, lid, guid, address, lmc, pkeys)"
+        "{file}: node {node}: unknown key `{key}` (known: name, lid, guid, address, lmc, pkeys, host)"
     )]
     UnknownKey {
         file: String,
@@ -391,6 +399,7 @@ impl FabricFile {
         };
         let mut nodes = Vec::with_capacity(raw.len());
         let mut ports = Vec::with_capacity(raw.len());
+        let mut hosts = Vec::with_capacity(raw.len());
         for (i, v) in raw.iter().enumerate() {
             let node = Self::node_from_toml(file, i, v)?;
             let t = v.as_table();
@@ -403,11 +412,19 @@ impl FabricFile {
             if let Some(v) = opt("pkeys") {
                 port.pkeys = partition::parse_pkeys(v).map_err(&bad)?;
             }
+            hosts.push(match opt("host") {
+                None => None,
+                Some(v) => Some(colocated::parse_host(v).map_err(&bad)?),
+            });
             nodes.push(node);
             ports.push(port);
         }
         let mut fabric = FabricFile::validated(file, nodes, ports)?;
         fabric.key = key;
+        fabric.hosts.host = hosts;
+        if let Some(v) = table.get("shm_dir") {
+            fabric.hosts.dir = Some(colocated::parse_dir(file, v)?);
+        }
         fabric.sl2vl = sl2vl_from_toml(file, &table)?;
         if let Some(v) = table.get("vl_arb") {
             let sl2vl = fabric.sl2vl.unwrap_or_default();
@@ -722,6 +739,7 @@ impl FabricFile {
             flow_control: None,
             rx_buffer: None,
             mtu: None,
+            hosts: Hosts::default(),
         })
     }
 
@@ -786,6 +804,19 @@ impl FabricFile {
     /// file sets one; else the link's default.
     pub fn rx_buffer(&self) -> Option<usize> {
         self.rx_buffer
+    }
+
+    /// Which nodes share a host (`host`) and where their rings go
+    /// (`shm_dir`): the shared-memory link's (`shm.rs`, issue 30).
+    pub fn hosts(&self) -> &Hosts {
+        &self.hosts
+    }
+
+    /// The same fabric with node `i` on host `hosts[i]` and the rings in
+    /// `dir` (a fabric built in code: tests, benchmarks).
+    pub fn with_hosts(mut self, hosts: Vec<Option<String>>, dir: Option<PathBuf>) -> FabricFile {
+        self.hosts = Hosts { host: hosts, dir };
+        self
     }
 
     /// The node called `name`.
@@ -862,129 +893,5 @@ fn mtu_from_toml(v: &toml::Value) -> Result<Mtu, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn guid_forms() {
-        assert_eq!(
-            parse_guid("0x0002c90300000001"),
-            Some(0x0002_c903_0000_0001)
-        );
-        assert_eq!(
-            parse_guid("0002:c903:0000:0001"),
-            Some(0x0002_c903_0000_0001)
-        );
-        assert_eq!(parse_guid("FFFFFFFFFFFFFFFF"), Some(u64::MAX));
-        assert_eq!(parse_guid("0x"), None);
-        assert_eq!(parse_guid("0x1_0000_0000_0000_0000"), None);
-        assert_eq!(parse_guid("00010000000000000000"), None);
-        assert_eq!(parse_guid("xyz"), None);
-    }
-
-    #[test]
-    fn lines() {
-        assert_eq!(line_of("a\nb\nc", 0), 1);
-        assert_eq!(line_of("a\nb\nc", 2), 2);
-        assert_eq!(line_of("a\nb\nc", 99), 3);
-    }
-    /// AD-06: the fabric file's `sl2vl` table: absent, every SL on VL0; set,
-    /// 16 data VLs; anything else refused with one line naming the problem.
-    #[test]
-    fn ad_06_sl2vl_table() {
-        let node = "[[node]]\nname = \"a\"\nlid = 1\nguid = 1\naddress = \"127.0.0.1:1\"\n";
-        let f = FabricFile::parse("f", node).unwrap();
-        assert_eq!(f.sl2vl(), None);
-        let text = format!("sl2vl = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7]\n{node}");
-        let f = FabricFile::parse("f", &text).unwrap();
-        assert_eq!(
-            f.sl2vl(),
-            Some([0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7])
-        );
-        for (table, why) in [
-            ("[0, 1]", "2 entries, not 16"),
-            (
-                "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15]",
-                "SL 15: 15 is not a data VL",
-            ),
-            (
-                "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1]",
-                "SL 15: -1 is not",
-            ),
-            (
-                "[0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0]",
-                "SL 8: 8 is not",
-            ),
-            ("\"x\"", "not an array"),
-        ] {
-            refused(&format!("sl2vl = {table}\n{node}"), "f: sl2vl: ", why);
-        }
-    }
-
-    /// AD-06: the fabric file's `[vl_arb]` tables: absent, none (every data
-    /// VL in turn); set, the (VL, weight) entries and LimitOfHighPriority as
-    /// written; a table the ports cannot arbitrate with is refused with one
-    /// line naming the problem.
-    #[test]
-    fn ad_06_vl_arb_tables() {
-        use transport::engine::VlArbEntry;
-        let node = "[[node]]\nname = \"a\"\nlid = 1\nguid = 1\naddress = \"127.0.0.1:1\"\n";
-        let f = FabricFile::parse("f", node).unwrap();
-        assert_eq!(f.vl_arb(), None);
-        let sl2vl = "sl2vl = [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]\n";
-        let good = "[vl_arb]\nhigh = [[2, 8]]\nlow = [[0, 48], [1, 16]]\nhigh_limit = 4\n";
-        let f = FabricFile::parse("f", &format!("{sl2vl}{node}{good}")).unwrap();
-        let e = |vl, weight| VlArbEntry { vl, weight };
-        assert_eq!(
-            f.vl_arb(),
-            Some(&VlArbTables {
-                high: vec![e(2, 8)],
-                low: vec![e(0, 48), e(1, 16)],
-                high_limit: 4,
-            })
-        );
-        let many = format!("low = [{}]", vec!["[0, 1]"; 65].join(", "));
-        for (table, why) in [
-            (
-                "low = [[0, 1], [1, 1]]",
-                "SL 15 goes on VL 2, which no entry",
-            ),
-            ("low = [[0, 1], [2, 1], [1, 0]]", "SL 1 goes on VL 1"),
-            (
-                "low = [[0, 1], [1, 1], [2, 1], [15, 1]]",
-                "low entry 3: VL 15 is not 0..=7",
-            ),
-            (
-                "low = [[0, 1], [1, 1], [2, 256]]",
-                "low entry 2: weight 256 is not 0..=255",
-            ),
-            ("high = [[0, -1]]", "high entry 0: weight -1 is not"),
-            (
-                "high = [0, 1]",
-                "high entry 0: 0 is not a [VL, weight] pair",
-            ),
-            ("high = [[0, 1, 2]]", "is not a [VL, weight] pair"),
-            ("low = 3", "low: not an array"),
-            (&many, "low: 65 entries, at most 64"),
-            (
-                "low = [[0, 1], [1, 1], [2, 1]]\nhigh_limit = 256",
-                "high_limit: 256 is not",
-            ),
-            ("weights = [[0, 1]]", "unknown key `weights`"),
-        ] {
-            let text = format!("{sl2vl}{node}[vl_arb]\n{table}\n");
-            refused(&text, "f: vl_arb: ", why);
-        }
-        refused(&format!("vl_arb = 1\n{node}"), "f: vl_arb: ", "not a table");
-    }
-
-    /// Asserts that `text` is refused with one line that starts with
-    /// `prefix` and names `why`.
-    fn refused(text: &str, prefix: &str, why: &str) {
-        let e = FabricFile::parse("f", text).unwrap_err().to_string();
-        assert!(
-            e.starts_with(prefix) && e.contains(why) && !e.contains('\n'),
-            "{text}: {e}"
-        );
-    }
-}
+#[path = "file_tests.rs"]
+mod tests;

@@ -13,6 +13,8 @@
 //!   [`AuthLink`] (the fabric key: a sequence number and a keyed tag on every
 //!   datagram, issue 13, ARCHITECTURE.md §9) and [`FlowLink`] (IBA 7.9
 //!   credit-based link flow control on a cabled port, issue 27 item 4).
+//! - [`ShmLink`]: the `ib-udp` link of a node with co-located peers (`host` in
+//!   the fabric file): shared-memory rings to them, UDP to the rest (issue 30).
 //!
 //! Like the transport engine (ARCHITECTURE.md §3), nothing here reads a clock: every call
 //! takes `now`, the caller's time since the Unix epoch, so a stage's behaviour is a
@@ -25,11 +27,15 @@ use std::time::Duration;
 mod auth;
 mod cabling;
 mod capture;
+mod colocated;
 mod fault;
 mod file;
 mod flow;
 mod liveness;
 mod partition;
+mod shm;
+mod shm_ring;
+mod shm_sys;
 mod tap;
 mod tap_gso;
 mod tap_sys;
@@ -47,6 +53,7 @@ pub use auth::{
 };
 pub use cabling::{Cabling, End, SwitchSpec, MAX_SWITCH_PORTS};
 pub use capture::{CaptureCounters, CaptureLink, FLUSH_AFTER as CAPTURE_FLUSH_AFTER};
+pub use colocated::{Hosts, DEFAULT_SHM_DIR};
 pub use fault::{
     FaultCounters, FaultLink, FaultSpec, FaultSpecError, DELAY_CAPACITY, MAX_DELAY, REORDER_HOLD,
 };
@@ -59,6 +66,11 @@ pub use liveness::{
     Liveness, LivenessCounters, BEAT as KEEPALIVE_BEAT, DEAD_AFTER as PORT_DEAD_AFTER, KEEPALIVE,
 };
 pub use partition::{PortAttrs, DEFAULT_PKEY, MAX_LMC, MAX_PKEYS};
+pub use shm::{
+    ring_path as shm_ring_path, ShmCounters, ShmLink, CORRUPT_BACKOFF as SHM_CORRUPT_BACKOFF,
+    DOORBELL as SHM_DOORBELL, STALL_AFTER as SHM_STALL_AFTER,
+};
+pub use shm_ring::{RING_BYTES as SHM_RING_BYTES, SLOTS as SHM_SLOTS, SLOT_SIZE as SHM_SLOT_SIZE};
 pub use tap::{
     classify, format_mac, vnet_hdr_ok, FrameClass, PushError, Tap, TapCounters, TapLink, ToGuest,
     MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TAP_STATE_CHECK, TO_GUEST_BYTES, TO_GUEST_FRAMES,
@@ -117,6 +129,12 @@ pub enum LinkError {
     /// fabric file asks for a larger MTU than it carries (issue 27 item 3).
     #[error("node `{node}`: {why}")]
     Mtu { node: String, why: String },
+    /// Making the shared-memory ring from a co-located node failed (issue 30).
+    #[error("shared-memory ring {path}: {source}")]
+    Shm {
+        path: String,
+        source: std::io::Error,
+    },
     /// Opening or using the TAP device failed.
     #[error("TAP {name}: {source}")]
     Tap {

@@ -664,7 +664,7 @@ impl UdpLink {
 /// source LID), else the base LID, which the engine then finds spoofed
 /// (ARCHITECTURE.md §9).
 /// `None` for a packet from a switch port, which carries every node's packets.
-fn source_lid(fabric: &FabricFile, base: Option<u16>, packet: &[u8]) -> Option<u16> {
+pub(super) fn source_lid(fabric: &FabricFile, base: Option<u16>, packet: &[u8]) -> Option<u16> {
     let base = base?;
     Some(match super::slid_of(packet) {
         Some(s) if s == base => base,

@@ -1,0 +1,326 @@
+//! One direction of the shared-memory link (`shm.rs`, issue 30 item 1): a
+//! single-producer single-consumer ring of fixed slots in a file both
+//! processes map (ARCHITECTURE.md §6, "Shared-memory link").
+//!
+//! The consumer (the receiving node) creates the file, `0600`, under a
+//! temporary name and renames it into place, so that a producer never maps a
+//! half-made ring; the producer (the sending node) opens it by path. Layout,
+//! little-endian, offsets in bytes:
+//!
+//! | offset | word | written by |
+//! |--------|------|------------|
+//! | 0      | magic `vhcaring` (u64) | consumer, at creation |
+//! | 8      | version (u32), 12 slots (u32), 16 slot size (u32) | consumer, at creation |
+//! | 64     | tail: packets published (u64) | producer |
+//! | 128    | head: packets consumed (u64) | consumer |
+//! | 192    | sleeping (u32): 1 = ring the doorbell | consumer sets, producer clears |
+//! | 256    | closed (u32): 1 = nobody reads this file any more | consumer |
+//! | 4096 + i * SLOT_SIZE | slot i: length (u32), 4 bytes unused, the packet | producer |
+//!
+//! Packet n goes in slot n % SLOTS. The indices only grow (wrapping u64).
+//! Trust (ARCHITECTURE.md §9): each side keeps its own index in its own
+//! memory and only ever *writes* it to the file; the other side's index, and
+//! every slot length, is read from the file and checked before use: a tail
+//! more than SLOTS ahead of the consumer's head, a head ahead of the
+//! producer's tail or more than SLOTS behind it, a length of 0 or over
+//! [`MAX_PACKET_LEN`] make the ring [`Corrupt`]. Nothing read from the file is
+//! used as an address without `shm_sys`'s bounds check.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+
+use super::shm_sys::{euid, Mapping};
+use super::MAX_PACKET_LEN;
+
+/// Slots of a ring: at the largest MTU (4096) 16 packets are one 64 KiB WRITE,
+/// so a ring holds 32 of them in flight, about the UDP link's socket buffer
+/// (4 MiB). 256 slots (one 16-WRITE window exactly) overflowed now and then
+/// under the device benchmark, each time a loss to recover.
+pub const SLOTS: u64 = 512;
+
+/// A slot: its 8-byte header and room for the longest packet, rounded to a
+/// cache line.
+pub const SLOT_SIZE: usize = (8 + MAX_PACKET_LEN).div_ceil(64) * 64;
+
+/// The header page before the slots.
+const HEADER: usize = 4096;
+
+/// The size of a ring file.
+pub const RING_BYTES: usize = HEADER + SLOTS as usize * SLOT_SIZE;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"vhcaring");
+const VERSION: u32 = 1;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_SLOTS: usize = 12;
+const OFF_SLOT_SIZE: usize = 16;
+/// Producer and consumer words each on a cache line of their own.
+const OFF_TAIL: usize = 64;
+const OFF_HEAD: usize = 128;
+const OFF_SLEEPING: usize = 192;
+const OFF_CLOSED: usize = 256;
+
+/// Why a ring is no longer read or written: what the peer wrote into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Corrupt {
+    /// An index outside the ring (tail or head out of range).
+    Index,
+    /// A slot length of 0 or over [`MAX_PACKET_LEN`].
+    Length,
+}
+
+/// Where slot `n` (a packet index) starts.
+fn slot_at(n: u64) -> usize {
+    HEADER + (n % SLOTS) as usize * SLOT_SIZE
+}
+
+/// The file's identity (device, inode): whether a path still names it.
+fn identity(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// Opens an existing ring file for both sides' use: not through a symbolic
+/// link, a regular file of this user, exactly [`RING_BYTES`] long.
+fn open_ring(path: &Path) -> io::Result<(File, (u64, u64))> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let m = f.metadata()?;
+    let refuse = |why: &str| Err(io::Error::new(io::ErrorKind::InvalidData, why.to_string()));
+    if !m.file_type().is_file() {
+        return refuse("not a regular file");
+    }
+    if m.uid() != euid() {
+        return refuse("owned by another user");
+    }
+    if m.len() != RING_BYTES as u64 {
+        return refuse("not the size of a ring");
+    }
+    Ok((f, identity(&m)))
+}
+
+/// Whether `path` names the file `id` (a path replaced by the consumer, or
+/// removed, no longer does).
+fn names(path: &Path, id: (u64, u64)) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| identity(&m) == id)
+}
+
+/// The consumer's side of a ring.
+#[derive(Debug)]
+pub struct RxRing {
+    map: Mapping,
+    path: PathBuf,
+    id: (u64, u64),
+    /// Packets consumed: the consumer's own copy, the file's head only
+    /// mirrors it.
+    head: u64,
+    /// The last tail read and found valid.
+    tail: u64,
+}
+
+impl RxRing {
+    /// Creates a fresh, empty ring at `path`, replacing (and marking closed,
+    /// so that its producer reopens the path) any ring there before.
+    pub fn create(path: &Path) -> io::Result<RxRing> {
+        if let Ok((old, _)) = open_ring(path) {
+            if let Ok(m) = Mapping::new(&old, RING_BYTES) {
+                m.u32_at(OFF_CLOSED).store(1, Ordering::Release);
+            }
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".new{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let _ = std::fs::remove_file(&tmp);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        let made = (|| -> io::Result<Mapping> {
+            f.set_len(RING_BYTES as u64)?;
+            let map = Mapping::new(&f, RING_BYTES)?;
+            map.u32_at(OFF_VERSION).store(VERSION, Ordering::Relaxed);
+            map.u32_at(OFF_SLOTS).store(SLOTS as u32, Ordering::Relaxed);
+            map.u32_at(OFF_SLOT_SIZE)
+                .store(SLOT_SIZE as u32, Ordering::Relaxed);
+            map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+            std::fs::rename(&tmp, path)?;
+            Ok(map)
+        })();
+        let map = made.inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })?;
+        let id = identity(&f.metadata()?);
+        Ok(RxRing {
+            map,
+            path: path.to_path_buf(),
+            id,
+            head: 0,
+            tail: 0,
+        })
+    }
+
+    /// Packets published and not yet taken, or why the tail is bad.
+    pub fn waiting(&self) -> Result<u64, Corrupt> {
+        let tail = self.map.u64_at(OFF_TAIL).load(Ordering::Acquire);
+        let n = tail.wrapping_sub(self.head);
+        if n > SLOTS {
+            return Err(Corrupt::Index);
+        }
+        Ok(n)
+    }
+
+    /// Copies the next packet into `buf` (at least [`MAX_PACKET_LEN`] bytes)
+    /// and returns its length; `None` when the ring is empty. The slot is
+    /// given back to the producer only by [`RxRing::release`].
+    pub fn pop(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Corrupt> {
+        if self.head == self.tail {
+            self.tail = self.head.wrapping_add(self.waiting()?);
+            if self.head == self.tail {
+                return Ok(None);
+            }
+        }
+        let at = slot_at(self.head);
+        let mut len = [0u8; 4];
+        if !self.map.read(at, &mut len) {
+            return Err(Corrupt::Index); // Unreachable: slots are inside the file.
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if len == 0 || len > MAX_PACKET_LEN || len > buf.len() {
+            return Err(Corrupt::Length);
+        }
+        if !self.map.read(at + 8, &mut buf[..len]) {
+            return Err(Corrupt::Length);
+        }
+        self.head = self.head.wrapping_add(1);
+        Ok(Some(len))
+    }
+
+    /// Gives the slots taken so far back to the producer.
+    pub fn release(&self) {
+        self.map
+            .u64_at(OFF_HEAD)
+            .store(self.head, Ordering::Release);
+    }
+
+    /// Asks the producer for a doorbell with the next packet (`on`) or not.
+    /// After setting it the caller must look at [`RxRing::waiting`] again
+    /// before it sleeps: this fence pairs with the producer's in
+    /// [`TxRing::take_sleeping`], so either the producer sees the flag or
+    /// the consumer sees the packet.
+    pub fn set_sleeping(&self, on: bool) {
+        self.map
+            .u32_at(OFF_SLEEPING)
+            .store(u32::from(on), Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Tells the producer that nobody reads this ring any more, and removes
+    /// the file if its path still names it.
+    pub fn close(&self) {
+        self.map.u32_at(OFF_CLOSED).store(1, Ordering::Release);
+        if names(&self.path, self.id) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The producer's side of a ring.
+#[derive(Debug)]
+pub struct TxRing {
+    map: Mapping,
+    id: (u64, u64),
+    /// Packets published: the producer's own copy.
+    tail: u64,
+}
+
+/// What [`TxRing::push`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Push {
+    /// Published.
+    Sent,
+    /// Every slot is taken: the consumer has not drained the ring.
+    Full,
+}
+
+impl TxRing {
+    /// Opens the ring a consumer created at `path`: its header must say this
+    /// layout, and its indices must be in range (a producer that ran before
+    /// us left the tail where the consumer's head will catch up with it).
+    pub fn open(path: &Path) -> io::Result<TxRing> {
+        let (f, id) = open_ring(path)?;
+        let map = Mapping::new(&f, RING_BYTES)?;
+        let ok = map.u64_at(OFF_MAGIC).load(Ordering::Acquire) == MAGIC
+            && map.u32_at(OFF_VERSION).load(Ordering::Relaxed) == VERSION
+            && map.u32_at(OFF_SLOTS).load(Ordering::Relaxed) == SLOTS as u32
+            && map.u32_at(OFF_SLOT_SIZE).load(Ordering::Relaxed) == SLOT_SIZE as u32;
+        if !ok {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a vhca ring of this version",
+            ));
+        }
+        let tail = map.u64_at(OFF_TAIL).load(Ordering::Relaxed);
+        let t = TxRing { map, id, tail };
+        t.used()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "ring indices out of range"))?;
+        Ok(t)
+    }
+
+    /// Slots in use, or why the consumer's head is bad.
+    fn used(&self) -> Result<u64, Corrupt> {
+        let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        let n = self.tail.wrapping_sub(head);
+        if n > SLOTS {
+            return Err(Corrupt::Index);
+        }
+        Ok(n)
+    }
+
+    /// Publishes `packet` (1..=[`MAX_PACKET_LEN`] bytes, the caller checked).
+    pub fn push(&mut self, packet: &[u8]) -> Result<Push, Corrupt> {
+        if self.used()? >= SLOTS {
+            return Ok(Push::Full);
+        }
+        let at = slot_at(self.tail);
+        let len = (packet.len() as u32).to_le_bytes();
+        if packet.is_empty()
+            || packet.len() > MAX_PACKET_LEN
+            || !self.map.write(at, &len)
+            || !self.map.write(at + 8, packet)
+        {
+            return Err(Corrupt::Length); // The caller's checks make this unreachable.
+        }
+        self.tail = self.tail.wrapping_add(1);
+        self.map
+            .u64_at(OFF_TAIL)
+            .store(self.tail, Ordering::Release);
+        Ok(Push::Sent)
+    }
+
+    /// Whether the consumer asked for a doorbell; clears the request (one
+    /// doorbell per sleep). Called after [`TxRing::push`]: the fence pairs
+    /// with the consumer's in [`RxRing::set_sleeping`].
+    pub fn take_sleeping(&self) -> bool {
+        fence(Ordering::SeqCst);
+        let w = self.map.u32_at(OFF_SLEEPING);
+        w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// Whether the consumer closed the ring (it stopped, or replaced it).
+    pub fn is_closed(&self) -> bool {
+        self.map.u32_at(OFF_CLOSED).load(Ordering::Acquire) != 0
+    }
+
+    /// Whether `path` still names this ring's file.
+    pub fn is_at(&self, path: &Path) -> bool {
+        names(path, self.id)
+    }
+}

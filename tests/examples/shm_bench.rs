@@ -1,0 +1,143 @@
+//! Shared-memory link benchmark (issue 30 item 1), each figure a ratio to a
+//! baseline measured in the same run. Two real `vhca` processes on one host,
+//! driven by the userspace test driver, first over UDP loopback (the fabric
+//! file as before), then over the shared-memory rings (both nodes with
+//! `host = "bench"`); run by `scripts/bench-shm.sh`, which builds an optimised
+//! `vhca` and passes it in `VHCA_BIN`.
+//!
+//! 1. RC WRITE, 64 KiB messages, A -> B, 16 in flight, against a
+//!    single-thread memcpy of the same bytes between two 2 MiB buffers
+//!    (target over the rings >= 0.5x).
+//! 2. 8-byte SEND ping-pong, round-trip p50, against a ping-pong of 8 bytes
+//!    through shared memory between two threads of this process, each
+//!    polling (yielding between tries, as the device and the driver do)
+//!    (target over the rings <= 2x).
+//!
+//! `VHCA_BENCH_QUICK=1` shortens the runs; `VHCA_BENCH_VHCA_ARGS` adds
+//! `vhca` arguments; `VHCA_BENCH_LINKS=shm` (or `udp`) runs one link only;
+//! `VHCA_BENCH_WRITES=N` sets the WRITE count (default 12 000).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vhca_tests::fixture::{bench_pair, ping_pong_p50, transfer_rate, Transfer};
+use vhca_tests::{Options, Vhca};
+
+const MSG: usize = 64 << 10;
+const SLOTS: usize = 32;
+
+fn quick() -> bool {
+    std::env::var_os("VHCA_BENCH_QUICK").is_some()
+}
+
+/// Bytes per second of a single-thread memcpy of `total` 64 KiB messages
+/// between two buffers of `SLOTS` messages (the WRITE's own buffers' size).
+fn memcpy_rate(total: usize) -> f64 {
+    let src = vec![7u8; MSG * SLOTS];
+    let mut dst = vec![0u8; MSG * SLOTS];
+    let t = Instant::now();
+    for i in 0..total {
+        let off = (i % SLOTS) * MSG;
+        dst[off..off + MSG].copy_from_slice(&src[off..off + MSG]);
+        std::hint::black_box(&mut dst);
+    }
+    (total * MSG) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// 8-byte ping-pong through shared memory between two threads: each waits
+/// for the other's sequence number in a cache line of its own, yielding
+/// between looks; p50 round trip.
+fn shm_pingpong_threads(n: usize) -> Duration {
+    #[repr(align(64))]
+    struct Line(AtomicU64);
+    let lines = Arc::new([Line(AtomicU64::new(0)), Line(AtomicU64::new(0))]);
+    let l = lines.clone();
+    let echo = std::thread::spawn(move || {
+        for i in 1..=n as u64 {
+            while l[0].0.load(Ordering::Acquire) != i {
+                std::thread::yield_now();
+            }
+            l[1].0.store(i, Ordering::Release);
+        }
+    });
+    let mut rtt = Vec::with_capacity(n);
+    for i in 1..=n as u64 {
+        let t = Instant::now();
+        lines[0].0.store(i, Ordering::Release);
+        while lines[1].0.load(Ordering::Acquire) != i {
+            std::thread::yield_now();
+        }
+        rtt.push(t.elapsed());
+    }
+    echo.join().unwrap();
+    rtt.sort();
+    rtt[n / 2]
+}
+
+/// The two figures between two `vhca` processes: RC WRITE 64 KiB bytes per
+/// second, and the 8-byte SEND ping-pong's p50; with `shm`, over the rings.
+fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, String) {
+    let mut opts = Options::nodes(2);
+    if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
+        opts.extra_args = extra.split_whitespace().map(String::from).collect();
+    }
+    if shm {
+        for i in 0..2 {
+            opts.node_toml.insert(i, "host = \"bench\"".into());
+        }
+    }
+    let mut v = Vhca::spawn(opts);
+    let (mut a, mut b, qa, qb, src, dst) = bench_pair(&v, MSG, SLOTS);
+    let write_rate = transfer_rate(
+        &mut a,
+        &[qa],
+        Transfer::Write,
+        &src,
+        &dst,
+        MSG,
+        SLOTS,
+        writes,
+        16,
+    );
+    let p50 = ping_pong_p50(&mut a, qa, &mut b, qb, pings);
+    // What A's link did (its counters at exit): the rings' line shows the
+    // traffic went through them.
+    drop((a, b));
+    v.stop(0, Duration::from_secs(5));
+    (write_rate, p50, v.stderr(0))
+}
+
+fn main() {
+    let writes = std::env::var("VHCA_BENCH_WRITES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if quick() { 2_000 } else { 12_000 });
+    let pings = if quick() { 500 } else { 3_000 };
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    // `VHCA_BENCH_LINKS=shm` (or `udp`): one link only (for a profile).
+    let only = std::env::var("VHCA_BENCH_LINKS").unwrap_or_default();
+    for (name, shm) in [("udp loopback", false), ("shared memory", true)] {
+        if !only.is_empty() && only != if shm { "shm" } else { "udp" } {
+            continue;
+        }
+        let (write, p50, report) = device_figures(shm, writes, pings);
+        let copy = memcpy_rate(writes).max(memcpy_rate(writes));
+        let pp = shm_pingpong_threads(pings).min(shm_pingpong_threads(pings));
+        println!(
+            "{name}: 1. RC WRITE 64 KiB {:.3} GB/s; memcpy {:.3} GB/s; ratio {:.3} (target over shm >= 0.5)",
+            write / 1e9,
+            copy / 1e9,
+            write / copy
+        );
+        println!(
+            "{name}: 2. 8-byte SEND ping-pong p50 {:.1} us; shared-memory ping-pong between two threads {:.2} us; ratio {:.1} (target over shm <= 2)",
+            us(p50),
+            us(pp),
+            us(p50) / us(pp)
+        );
+        if let Some(l) = report.lines().find(|l| l.contains("shm n0")) {
+            println!("{name}: link: {}", l.trim());
+        }
+    }
+}
