@@ -16,7 +16,9 @@
 //!
 //! The port's Baseboard Management Agent ([`Bma`], AD-12: BKeyInfo and the
 //! B_Key with its lease) answers the baseboard management class (0x05) that the
-//! guest's MAD layer hands MAD_IFC from QP1, as the SMA answers SMPs.
+//! guest's MAD layer hands MAD_IFC from QP1, as the SMA answers SMPs; its
+//! Congestion Control Agent ([`CcAgent`], IBA Annex A10.4) the congestion
+//! control class (0x21) the same way.
 //!
 //! The subnet mode ([`SubnetMode`], the fabric file's `subnet`) picks who brings the
 //! port up: `static` (vhca's default) comes up Active with the file's LIDs, and
@@ -27,6 +29,8 @@ use std::collections::VecDeque;
 use transport::engine::{Engine, PortConfig};
 use transport::mad::attr::node_type;
 use transport::mad::bma::{Bma, CLASS_BM};
+use transport::mad::cc::CcAgent;
+use transport::mad::cc_attr::CLASS_CC;
 use transport::mad::header::{CLASS_SUBN_DIRECTED_ROUTE, CLASS_SUBN_LID_ROUTED};
 use transport::mad::portinfo::{cap, port_state};
 use transport::mad::{
@@ -111,6 +115,8 @@ pub enum MadIfcResult {
 pub struct Mgmt {
     sma: Sma,
     bma: Bma,
+    /// The port's Congestion Control Agent (class 0x21, IBA A10.4).
+    cca: CcAgent,
     mode: SubnetMode,
     counters: MgmtCounters,
     to_wire: VecDeque<Vec<u8>>,
@@ -185,6 +191,7 @@ impl Mgmt {
         Mgmt {
             sma,
             bma: Bma::new(),
+            cca: CcAgent::ca(),
             mode,
             counters: MgmtCounters::default(),
             to_wire: VecDeque::new(),
@@ -203,6 +210,15 @@ impl Mgmt {
     /// The port's Baseboard Management Agent.
     pub fn bma(&self) -> &Bma {
         &self.bma
+    }
+
+    /// The port's Congestion Control Agent: what the CC manager (or the
+    /// fabric file) set for the port's congestion control.
+    pub fn cc_agent(&self) -> &CcAgent {
+        &self.cca
+    }
+    pub fn cc_agent_mut(&mut self) -> &mut CcAgent {
+        &mut self.cca
     }
 
     pub fn mode(&self) -> SubnetMode {
@@ -291,6 +307,28 @@ impl Mgmt {
             (
                 "bkey_violations",
                 u64::from(self.bma.bkey_info().violations),
+            ),
+        ]);
+        // The CC agent (IBA A10.4): the same, for the CC_Key.
+        use transport::mad::cc::CcDrop;
+        let c = self.cca.counters();
+        for d in CcDrop::ALL {
+            let name = match d {
+                CcDrop::NotCc => "cca_drop_not_cc",
+                CcDrop::Response => "cca_drop_response",
+                CcDrop::BadVersion => "cca_drop_bad_version",
+                CcDrop::BadCcKey => "cca_drop_bad_cc_key",
+                CcDrop::UnmatchedRepress => "cca_drop_unmatched_repress",
+            };
+            v.push((name, c.drops(d)));
+        }
+        v.extend([
+            ("cca_replies", c.replies),
+            ("cca_error_replies", c.error_replies),
+            ("cca_lease_expiries", c.lease_expiries),
+            (
+                "cc_key_violations",
+                u64::from(self.cca.key_info().violations),
             ),
         ]);
         v
@@ -471,21 +509,27 @@ impl Mgmt {
     /// When the SMA or the BMA next has work (a trap resend, the M_Key or
     /// B_Key lease).
     pub fn poll_timeout(&self) -> Option<Time> {
-        match (self.sma.poll_timeout(), self.bma.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.sma.poll_timeout(),
+            self.bma.poll_timeout(),
+            self.cca.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub fn handle_timeout(&mut self, now: Time, engine: &mut Engine) {
         self.sma.handle_timeout(now);
         self.bma.handle_timeout(now);
+        self.cca.handle_timeout(now);
         self.apply(engine);
     }
 
     /// MAD_IFC (issue 26 item 2): the guest's MAD layer hands the SMA an SMP
-    /// (ib_core's `process_mad`, as mlx4/mlx5 hand theirs to the firmware), or
-    /// the BMA a baseboard management request (AD-12).
+    /// (ib_core's `process_mad`, as mlx4/mlx5 hand theirs to the firmware), the
+    /// BMA a baseboard management request (AD-12), or the CC agent a
+    /// congestion control request (issue 31).
     /// Only SMP requests are the SMA's: any other class or a response is
     /// [`MadIfcResult::NotHandled`], which lets ib_core deliver it itself. The
     /// SMA's response comes back whatever its route: a hop-count-0 directed-route
@@ -512,6 +556,19 @@ impl Mgmt {
                 return MadIfcResult::NotHandled;
             }
             return match self.bma.handle_mad(mad, now) {
+                Some(r) => MadIfcResult::Reply(r),
+                None => MadIfcResult::Consumed,
+            };
+        }
+        if class == CLASS_CC {
+            // The congestion control class (IBA A10.4), as the BMA's: a
+            // request is the CC agent's (OpenSM's CC manager sets the port's
+            // CACongestionSetting and CongestionControlTable), a response is
+            // for a manager here.
+            if !is_request(mad) {
+                return MadIfcResult::NotHandled;
+            }
+            return match self.cca.handle_mad(mad, now) {
                 Some(r) => MadIfcResult::Reply(r),
                 None => MadIfcResult::Consumed,
             };

@@ -35,6 +35,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
 use transport::mad::portinfo::port_state;
 use transport::mad::NodeDescription;
+use transport::switch::cc::QueueDepth;
 use transport::switch::{
     Egress, Switch, SwitchConfig, SwitchOut, MAX_LINEAR_FDB_CAP, MAX_MULTICAST_FDB_CAP,
 };
@@ -389,6 +390,12 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
                     // only cabled ports have one.
                     match egress {
                         Some(e) => {
+                            // IBA A10.2.1: FECN on what joins a queue past
+                            // the port's threshold.
+                            let (blocks, limit) = e.link.queue_depth();
+                            let q = QueueDepth { blocks, limit };
+                            let marked = core.cc_mark(o.port, bytes, q, time(t));
+                            let bytes = marked.as_deref().unwrap_or(bytes);
                             if let Err(err) = e.link.send_charged(t, bytes, charge) {
                                 log::debug!("switch: port {}: {err}", e.num);
                             }
