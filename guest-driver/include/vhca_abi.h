@@ -3554,8 +3554,12 @@ enum vhca_counter_set {
 	"odp_faults_failed", \
 	"odp_rnr_naks", \
 	"odp_responses_dropped", \
-	"odp_invalidations"
-#define VHCA_COUNTERS_PORT_COUNT 40
+	"odp_invalidations", \
+	"cc_ce_seen", \
+	"cc_cnps_sent", \
+	"cc_cnps_received", \
+	"cc_rate_cuts"
+#define VHCA_COUNTERS_PORT_COUNT 44
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

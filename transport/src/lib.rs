@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod budget;
+pub mod cc;
 pub mod engine;
 pub mod flow;
 pub mod mad;

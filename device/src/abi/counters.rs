@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 40] = [
+const PORT_COUNTERS: [&str; 44] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -123,6 +123,10 @@ const PORT_COUNTERS: [&str; 40] = [
     "odp_rnr_naks",
     "odp_responses_dropped",
     "odp_invalidations",
+    "cc_ce_seen",
+    "cc_cnps_sent",
+    "cc_cnps_received",
+    "cc_rate_cuts",
 ];
 
 /// The port set's values, in the order of its names.
@@ -163,7 +167,10 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         rd: _,
         reorder,
         odp,
+        cc,
     } = c;
+    // Issue 31: the congestion-control counters, named by `CcCounters::named`.
+    let [cc0, cc1, cc2, cc3] = cc.named().map(|(_, v)| v);
     // Issue 29; destructured so a new ODP counter is placed here too.
     let transport::engine::OdpCounters {
         faults_raised,
@@ -215,6 +222,10 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         odp_rnr_naks,
         responses_dropped,
         invalidations,
+        cc0,
+        cc1,
+        cc2,
+        cc3,
     ]
 }
 

@@ -50,6 +50,8 @@ pub struct PortConfig {
     pub data_vls: u8,
     /// VL arbitration between the data VLs (AD-06, `vl`; IBA 7.6.9).
     pub vl_arb: VlArbTables,
+    /// Congestion control (issue 31, `crate::cc`): off by default.
+    pub cc: crate::cc::CcConfig,
 }
 
 /// Bytes a RoCEv2 packet adds to its payload inside the Ethernet MTU, at most:
@@ -88,6 +90,7 @@ impl PortConfig {
             sl2vl: [0; 16],
             data_vls: DEFAULT_DATA_VLS,
             vl_arb: VlArbTables::fair(DEFAULT_DATA_VLS),
+            cc: crate::cc::CcConfig::default(),
         }
     }
 

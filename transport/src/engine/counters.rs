@@ -232,6 +232,8 @@ pub struct Counters {
     pub reorder: super::reorder::ReorderCounters,
     /// On-demand paging (issue 29, `odp`).
     pub odp: super::odp::OdpCounters,
+    /// Congestion control (issue 31, `crate::cc`).
+    pub cc: crate::cc::CcCounters,
 }
 
 impl Counters {

@@ -370,6 +370,9 @@ impl Engine {
                 qp.req.pace_at = None;
                 wake.push(qpn);
             }
+            // Issue 31: the congestion controller's timer (`pacing`).
+            let (port, c) = (&self.port, &mut self.counters.cc);
+            super::pacing::cc_timer(&mut qp.req, port, now, c);
             if qp.req.deadline().is_some_and(|d| d <= now)
                 && completer::on_timeout(qp, now, &mut fx, &mut self.counters)
             {

@@ -29,6 +29,7 @@
 
 use super::requester::Requester;
 use super::PortConfig;
+use crate::cc::{CcCounters, Limit};
 use crate::verbs::{AddressVector, Time};
 
 /// Whether the QP's next packet must wait (its time has not come).
@@ -36,12 +37,53 @@ pub(crate) fn waiting(req: &Requester, now: Time) -> bool {
     req.pace_at.is_some_and(|t| t > now)
 }
 
-/// After the QP sent a packet of `len` bytes at `now` on a path of
-/// `static_rate`: when the next may go (nothing for a path at the port's
-/// rate: the caller tests `static_rate != 0` first, the unpaced fast path).
+/// After the QP sent a packet (a request or a response) of `len` bytes to
+/// `av` at `now`: the congestion controller counts it, and the gate takes
+/// the time the next may go from the path's static rate (per destination
+/// for UD, `ud`) and the controller's limit (per QP), the later of the two
+/// (issue 31, `crate::cc`). Neither (static rate 0, no limit, the common
+/// case) costs two comparisons.
+pub(crate) fn after_send(
+    req: &mut Requester,
+    port: &PortConfig,
+    av: &AddressVector,
+    ud: bool,
+    len: usize,
+    now: Time,
+) {
+    req.cc.rp.on_sent(&port.cc, port.rate_mbps, len, now);
+    let cc = req.cc.rp.limit();
+    if ud {
+        if av.static_rate != 0 {
+            sent_to(req, port, av, len, now);
+        }
+        if cc != Limit::None {
+            // The controller's limit is the QP's, whatever the destination.
+            let t = cc.next_send(port.rate_mbps, len, base(req.pace_due, now));
+            req.pace_at = req.pace_at.max(t);
+            req.pace_due = t;
+        }
+    } else if av.static_rate != 0 || cc != Limit::None {
+        sent(req, port, av.static_rate, len, now);
+    }
+}
+
+/// The congestion controller's timer, when due at `now` (from the engine's
+/// `handle_timeout`; the controller's deadline is part of the requester's).
+pub(crate) fn cc_timer(req: &mut Requester, port: &PortConfig, now: Time, c: &mut CcCounters) {
+    if req.cc.rp.deadline().is_some_and(|t| t <= now) {
+        req.cc.rp.on_timer(&port.cc, port.rate_mbps, now, c);
+    }
+}
+
+/// After a connected QP sent a packet of `len` bytes at `now` on a path of
+/// `static_rate`: when the next may go, the stricter of the static rate and
+/// the congestion controller's limit.
 pub(crate) fn sent(req: &mut Requester, port: &PortConfig, static_rate: u8, len: usize, now: Time) {
     let from = base(req.pace_due, now);
-    req.pace_at = next_send(port.rate_mbps, static_rate, len, from);
+    let fixed = next_send(port.rate_mbps, static_rate, len, from);
+    let cc = req.cc.rp.limit().next_send(port.rate_mbps, len, from);
+    req.pace_at = fixed.max(cc);
     req.pace_due = req.pace_at;
 }
 

@@ -127,6 +127,9 @@ pub(crate) struct Requester {
     pub(super) pace_due: Option<Time>,
     /// UD: the pacing times per destination (`pacing::Dests`).
     pub(super) dests: super::pacing::Dests,
+    /// Congestion control (issue 31, `crate::cc`): the QP's reaction and
+    /// notification points; its limit is one more on the pacing gate.
+    pub(super) cc: crate::cc::QpCc,
 }
 
 impl Requester {
@@ -193,6 +196,7 @@ impl Requester {
             self.rnr_deadline,
             self.rec.probe_at,
             self.pace_at,
+            self.cc.rp.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -825,12 +829,10 @@ fn build_request(
         }
         EmitWithError::Emit(_) => WcStatus::LocLenErr.into(),
     })?;
-    // AD-07: a path slower than the port spaces its packets (`pacing`).
-    if av.static_rate != 0 && qp.init.qp_type == QpType::Ud {
-        super::pacing::sent_to(&mut qp.req, cx.port, &av, len, cx.now);
-    } else if av.static_rate != 0 {
-        super::pacing::sent(&mut qp.req, cx.port, av.static_rate, len, cx.now);
-    }
+    // AD-07: a path slower than the port spaces its packets, and so does a
+    // congestion controller's limit (`pacing`, issue 31).
+    let ud = qp.init.qp_type == QpType::Ud;
+    super::pacing::after_send(&mut qp.req, cx.port, &av, ud, len, cx.now);
     // Advance.
     let timeout = ack_timeout_ns(&qp.attr);
     let r = &mut qp.req;

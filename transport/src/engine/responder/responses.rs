@@ -544,10 +544,8 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             if let Some(c) = cont {
                 qp.resp.out.push_front(c);
             }
-            let rate = qp.attr.av.static_rate;
-            if rate != 0 {
-                crate::engine::pacing::sent(&mut qp.req, cx.port, rate, len, cx.now);
-            }
+            let (av, now) = (qp.attr.av, cx.now);
+            crate::engine::pacing::after_send(&mut qp.req, cx.port, &av, false, len, now);
             Some(len)
         }
         Err(EmitWithError::Fill(RemoteErr::PageFault(f))) => {
