@@ -117,6 +117,8 @@ pub struct Mgmt {
     bma: Bma,
     /// The port's Congestion Control Agent (class 0x21, IBA A10.4).
     cca: CcAgent,
+    /// The agent's settings generation the engine has (`apply_cc`).
+    cc_applied: u64,
     mode: SubnetMode,
     counters: MgmtCounters,
     to_wire: VecDeque<Vec<u8>>,
@@ -192,6 +194,7 @@ impl Mgmt {
             sma,
             bma: Bma::new(),
             cca: CcAgent::ca(),
+            cc_applied: 0,
             mode,
             counters: MgmtCounters::default(),
             to_wire: VecDeque::new(),
@@ -568,7 +571,9 @@ impl Mgmt {
             if !is_request(mad) {
                 return MadIfcResult::NotHandled;
             }
-            return match self.cca.handle_mad(mad, now) {
+            let out = self.cca.handle_mad(mad, now);
+            self.apply_cc(engine);
+            return match out {
                 Some(r) => MadIfcResult::Reply(r),
                 None => MadIfcResult::Consumed,
             };
@@ -637,6 +642,19 @@ impl Mgmt {
     }
 
     /// Applies the SMA's changes to the engine and queues their events.
+    /// Gives the engine the CC agent's settings when they changed: the port
+    /// runs the IBA CCA (`transport::cc::iba`) from the first Set on.
+    pub fn apply_cc(&mut self, engine: &mut Engine) {
+        let g = self.cca.generation();
+        if g == self.cc_applied {
+            return;
+        }
+        self.cc_applied = g;
+        let a = &self.cca;
+        let p = transport::cc::iba::Params::from_agent(a.ca_setting(), a.cct());
+        engine.set_cc_iba(Some(p));
+    }
+
     pub fn apply(&mut self, engine: &mut Engine) {
         while let Some(e) = self.sma.poll_event() {
             let pi = self.sma.port().info;

@@ -3143,7 +3143,8 @@ fn ad_12_mad_ifc_baseboard_management_bkeyinfo_and_bkey() {
 /// MAD_IFC hands the congestion control class (0x21, IBA A10.4) to the port's
 /// CC agent (issue 31 item 2), as OpenSM's CC manager reaches it on QP1: a
 /// CACongestionSetting Set comes back as REPLY and is what the port's agent
-/// holds; a Set with the wrong CC_Key once the key is protected is CONSUMED
+/// holds, and the engine's CCA runs with; a Set with the wrong CC_Key once
+/// the key is protected is CONSUMED
 /// and counted; a CC response is ib_core's.
 #[test]
 fn a10_4_mad_ifc_congestion_control_sets_the_ports_cc_agent() {
@@ -3168,6 +3169,9 @@ fn a10_4_mad_ifc_congestion_control_sets_the_ports_cc_agent() {
     assert_eq!(&out.mad[64..76], &s);
     let agent = d.hca.port.mgmt().unwrap().cc_agent();
     assert_eq!(agent.ca_setting().entries[0].ccti_timer, 150);
+    // The engine runs the IBA CCA with it from now on.
+    let iba = d.hca.port.engine().port().cc.iba.clone().expect("CCA on");
+    assert_eq!(iba.sl[0].ccti_timer, 150);
     // The manager protects its CC_Key; a Set without it goes unanswered.
     let key = 0x0c0c_0000_0000_0021u64;
     let mut k = [0u8; 14];

@@ -264,23 +264,36 @@ pub struct CcCounters {
     pub cnps_received: u64,
     /// Rate cuts a reaction point made.
     pub rate_cuts: u64,
+    /// InfiniBand: request packets received with BTH:FECN (a switch marked
+    /// them, A10.2.1), answered with BECN on an RC response or a CN packet.
+    pub fecn_seen: u64,
+    /// InfiniBand: BECNs for a local QP (on a response or a CN packet).
+    pub becns_received: u64,
+    /// InfiniBand: CN packets dropped, the queue of those waiting full.
+    pub cn_queue_full: u64,
 }
 
 impl CcCounters {
     /// Every counter with its name, in export order.
-    pub fn named(&self) -> [(&'static str, u64); 4] {
+    pub fn named(&self) -> [(&'static str, u64); 7] {
         // Destructured without `..`: a counter added must be named here.
         let CcCounters {
             ce_seen,
             cnps_sent,
             cnps_received,
             rate_cuts,
+            fecn_seen,
+            becns_received,
+            cn_queue_full,
         } = *self;
         [
             ("ce_seen", ce_seen),
             ("cnps_sent", cnps_sent),
             ("cnps_received", cnps_received),
             ("rate_cuts", rate_cuts),
+            ("fecn_seen", fecn_seen),
+            ("becns_received", becns_received),
+            ("cn_queue_full", cn_queue_full),
         ]
     }
 }

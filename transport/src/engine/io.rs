@@ -10,7 +10,7 @@ use super::{Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
 use crate::memory::Memory;
 use crate::qp_state;
 use crate::verbs::{Event, QpType, Time};
-use crate::wire::opcode::Service;
+use crate::wire::opcode::{Opcode, Service};
 use crate::wire::PacketRepr;
 
 /// Packets a QP sends in a row before the transmit schedule moves on to the
@@ -136,6 +136,16 @@ impl Engine {
             return Arrival::Process;
         }
         let dest = pkt.transport.bth.dest_qp;
+        if roce.is_none() && pkt.transport.bth.opcode == Opcode::CNP {
+            // IBA A10.3: a CN packet is a BECN for the QP it names (`cc_ib`).
+            let (port, c) = (&self.port, &mut self.counters.cc);
+            if super::cc_ib::on_cnp(port, self.qps.get_mut(&dest), &pkt, now, c) {
+                self.arm(dest);
+            } else {
+                self.counters.drop(RxDrop::UnknownQp);
+            }
+            return Arrival::Process;
+        }
         if dest == MULTICAST_QPN {
             // PV-07: a copy for every attached QP, each through its checks.
             self.deliver_multicast(&pkt, roce, mem, now);
@@ -190,8 +200,21 @@ impl Engine {
         let mut fx = Effects::default();
         super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
-        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
         use crate::wire::opcode::Direction;
+        let bth = &pkt.transport.bth;
+        if roce.is_none() && (bth.fecn || bth.becn) {
+            // IBA A10.2.2, A10.3: FECN on a request is answered with BECN,
+            // BECN on a response slows the QP down (`cc_ib`).
+            let (port, c) = (&self.port, &mut self.counters.cc);
+            match info.direction() {
+                Direction::Request if bth.fecn => {
+                    super::cc_ib::on_fecn(port, qp, &pkt, &mut self.cn, c)
+                }
+                Direction::Response if bth.becn => super::cc_ib::on_becn(port, qp, now, c),
+                _ => {}
+            }
+        }
+        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
         let wants_tx = match info.direction() {
             Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
             Direction::Response => completer::handle_response(qp, &pkt, &mut ctx),
@@ -220,6 +243,13 @@ impl Engine {
         // Held packets whose time came are processed before anything is
         // built: their answers may be what goes out (`reorder`).
         self.release_expired(mem, now);
+        // IBA A10.2.2: waiting CN packets go first (`cc_ib`).
+        let c = &mut self.counters.cc;
+        if let Some(len) = super::cc_ib::poll_transmit(&mut self.cn, &self.port, buf, c) {
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += len as u64;
+            return Some(len);
+        }
         // AD-11: RD's EE contexts and the QPs take turns.
         let rd_first = self.rd.active() && self.rd.take_turn();
         if rd_first {

@@ -18,6 +18,7 @@
 
 mod access;
 mod apm;
+mod cc_ib;
 mod completer;
 mod config;
 mod counters;
@@ -169,6 +170,8 @@ pub struct Engine {
     rd: rd::Rd,
     /// Received packets held one PSN ahead (`reorder`, vhca policy).
     hold: reorder::ReorderHold,
+    /// CN packets waiting for the wire (IB congestion control, `cc_ib`).
+    cn: cc_ib::CnQueue,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -227,6 +230,7 @@ impl Engine {
             tx_burst: (0, 0),
             rd: rd::Rd::default(),
             hold: reorder::ReorderHold::default(),
+            cn: cc_ib::CnQueue::default(),
         }
     }
 
