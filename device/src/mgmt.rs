@@ -703,6 +703,12 @@ impl Mgmt {
         engine.set_pkeys(&self.sma.port().pkeys);
         engine.set_gid_prefix(pi.gid_prefix);
         let _ = engine.set_sl2vl(self.sma.port().sl2vl.0);
+        // Issue 31: what the CC agent holds, once anything set it.
+        if self.cca.generation() != 0 {
+            let a = &self.cca;
+            let p = transport::cc::iba::Params::from_agent(a.ca_setting(), a.cct());
+            engine.set_cc_iba(Some(p));
+        }
     }
 }
 

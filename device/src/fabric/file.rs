@@ -53,7 +53,7 @@ use transport::engine::VlArbTables;
 use transport::verbs::Mtu;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 12] = [
+const TOP_KEYS: [&str; 13] = [
     "node",
     "key",
     "key_file",
@@ -66,6 +66,7 @@ const TOP_KEYS: [&str; 12] = [
     "flow_control",
     "rx_buffer",
     "mtu",
+    "ib_cc",
 ];
 
 /// Keys a `[[node]]` table may hold.
@@ -122,6 +123,8 @@ pub struct FabricFile {
     /// `mtu`: the IB MTU the ports use if the underlay carries it (issue 27
     /// item 3: lower only; `underlay::port_mtu`).
     mtu: Option<Mtu>,
+    /// `[ib_cc]`: IBA congestion control without an SM (issue 31, `ib_cc.rs`).
+    ib_cc: Option<super::IbCc>,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -145,7 +148,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu)"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu, [ib_cc])"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -265,6 +268,9 @@ pub enum FabricFileError {
         key: &'static str,
         why: &'static str,
     },
+    /// An `[ib_cc]` table the ports cannot run (issue 31, `ib_cc.rs`).
+    #[error("{file}: ib_cc: {why}")]
+    BadIbCc { file: String, why: String },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -456,6 +462,11 @@ impl FabricFile {
                 })
             }
         };
+        if let Some(v) = table.get("ib_cc") {
+            let c = super::ib_cc::parse(v)
+                .map_err(|why| FabricFileError::BadIbCc { file: f(), why })?;
+            fabric.ib_cc = Some(c);
+        }
         fabric.mtu = match table.get("mtu") {
             None => None,
             Some(v) => {
@@ -722,6 +733,7 @@ impl FabricFile {
             flow_control: None,
             rx_buffer: None,
             mtu: None,
+            ib_cc: None,
         })
     }
 
@@ -786,6 +798,12 @@ impl FabricFile {
     /// file sets one; else the link's default.
     pub fn rx_buffer(&self) -> Option<usize> {
         self.rx_buffer
+    }
+
+    /// `[ib_cc]`: the IBA congestion control the switches and CA ports start
+    /// with (issue 31), if the file sets it.
+    pub fn ib_cc(&self) -> Option<&super::IbCc> {
+        self.ib_cc.as_ref()
     }
 
     /// The node called `name`.
