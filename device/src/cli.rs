@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, ArgGroup, Parser};
 
+pub use transport::cc::dcqcn::Params as DcqcnParams;
 use transport::wire::roce::MacAddr;
 
 use crate::counters_out::CountersFormat;
@@ -119,6 +120,30 @@ pub struct Cli {
     /// each disconnect). Without it, frames for the guest are dropped.
     #[arg(long, value_name = "PATH", requires = "tap", conflicts_with = "ib")]
     pub vhost_user_net: Option<PathBuf>,
+
+    /// RoCE mode: DCQCN congestion control (issue 31; README "Congestion
+    /// control"). The port's RoCE frames become ECN-capable (ECT(0)); a
+    /// frame that arrives marked CE is answered with a CNP to its source QP,
+    /// and a QP that receives CNPs cuts and recovers its send rate. `--dcqcn`
+    /// alone takes mlx5's defaults; `--dcqcn=NAME=VALUE,...` sets mlx5's
+    /// parameters by name (rp_clamp_tgt_rate, rp_clamp_tgt_rate_ati,
+    /// rp_time_reset, rp_byte_reset, rp_threshold, rp_ai_rate, rp_max_rate,
+    /// rp_hai_rate, rp_min_dec_fac, rp_min_rate, rp_rate_to_set_on_first_cnp,
+    /// rp_dce_tcp_g, rp_dce_tcp_rtt, rp_rate_reduce_monitor_period,
+    /// rp_initial_alpha_value, rp_gd, np_min_time_between_cnps, np_cnp_dscp,
+    /// np_cnp_prio_mode, np_cnp_prio), e.g. --dcqcn=rp_clamp_tgt_rate=1.
+    /// The parameters in force are logged at start.
+    #[arg(
+        long,
+        value_name = "PARAMS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        requires = "tap",
+        conflicts_with = "ib",
+        value_parser = parse_dcqcn
+    )]
+    pub dcqcn: Option<DcqcnParams>,
 
     /// Write every packet sent and received to FILE (pcap; ERF InfiniBand
     /// records, or Ethernet frames in RoCE mode; Wireshark and tshark dissect it
@@ -382,6 +407,8 @@ pub struct Config {
     pub reorder_hold: Duration,
     /// `--metrics-listen` (issue 28): the Prometheus endpoint's address.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `--dcqcn` (issue 31): DCQCN on the RoCE port, with these parameters.
+    pub dcqcn: Option<DcqcnParams>,
 }
 
 /// A problem with the command line, as one line.
@@ -451,6 +478,23 @@ fn parse_tap(tap: &str) -> Result<String, String> {
 }
 
 /// `--fault SPEC`.
+/// `--dcqcn[=NAME=VALUE,...]`: mlx5's DCQCN parameters, defaults for those
+/// not named.
+pub fn parse_dcqcn(spec: &str) -> Result<DcqcnParams, String> {
+    let mut p = DcqcnParams::default();
+    for item in spec.split(',').filter(|s| !s.is_empty()) {
+        let (name, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?} is not NAME=VALUE"))?;
+        let v = value
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{name}={value}: not a number"))?;
+        p.set(name.trim(), v)?;
+    }
+    Ok(p)
+}
+
 fn parse_fault(spec: &str) -> Result<FaultSpec, String> {
     spec.parse::<FaultSpec>().map_err(|e| e.to_string())
 }
@@ -626,6 +670,7 @@ impl Cli {
             port_window: self.port_window,
             reorder_hold: self.reorder_hold_us.unwrap_or(self.reorder_hold),
             metrics_listen: self.metrics_listen,
+            dcqcn: self.dcqcn,
         })
     }
 }

@@ -841,12 +841,19 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
                 }
                 let what = format!("RoCE port {} on TAP {}", format_mac(mac), tap.name());
                 // The Ethernet MTU bounds the path MTU (1500 -> 1024, AD-03).
-                let port = PortConfig::ethernet(*mac).with_ethernet_mtu(u32::from(tap.mtu()));
+                let mut port = PortConfig::ethernet(*mac).with_ethernet_mtu(u32::from(tap.mtu()));
                 log::info!(
                     "fabric: Ethernet MTU {}: path MTU up to {}",
                     tap.mtu(),
                     port.max_mtu.bytes()
                 );
+                if let Some(p) = config.dcqcn {
+                    // Issue 31: the parameters in force, by mlx5's names.
+                    let named: Vec<String> =
+                        p.named().iter().map(|(n, v)| format!("{n}={v}")).collect();
+                    log::info!("fabric: DCQCN on: {}", named.join(","));
+                    port.cc.dcqcn = Some(p);
+                }
                 (Box::new(TapLink::new(tap)), port, LinkType::Ethernet, what)
             }
         };

@@ -825,3 +825,56 @@ fn no_odp_turns_on_demand_paging_off_and_it_is_on_by_default() {
     caps.odp = false;
     assert_eq!(caps.odp_caps(), 0, "nothing advertised with ODP off");
 }
+
+#[test]
+fn dcqcn_takes_mlx5s_defaults_or_named_parameters_and_refuses_bad_ones() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("a.sock");
+    let base = [
+        "--socket",
+        sock.to_str().unwrap(),
+        "--tap",
+        "vhca0",
+        "--mac",
+        "52:54:00:ab:cd:01",
+    ];
+    let with = |extra: &[&str]| {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        check(&v)
+    };
+    // Off unless asked for.
+    assert_eq!(with(&[]).unwrap().dcqcn, None);
+    let on = with(&["--dcqcn"]).unwrap().dcqcn.expect("on");
+    assert_eq!(on, device::cli::DcqcnParams::default());
+    assert_eq!((on.rp_time_reset, on.np_min_time_between_cnps), (300, 4));
+    let set = with(&["--dcqcn=rp_clamp_tgt_rate=1,np_cnp_dscp=26"])
+        .unwrap()
+        .dcqcn
+        .unwrap();
+    assert_eq!((set.rp_clamp_tgt_rate, set.np_cnp_dscp), (1, 26));
+    assert_eq!(set.rp_ai_rate, on.rp_ai_rate);
+    for (bad, says) in [
+        ("--dcqcn=rp_gd=16", "out of range"),
+        ("--dcqcn=rp_nonsense=1", "unknown DCQCN parameter"),
+        ("--dcqcn=rp_ai_rate", "not NAME=VALUE"),
+        ("--dcqcn=rp_ai_rate=fast", "not a number"),
+    ] {
+        let e = with(&[bad]).unwrap_err();
+        assert_clap_error(&e, "--dcqcn", &[bad]);
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    // RoCE only: DCQCN is an Ethernet port's.
+    let f = fabric_file(d.path());
+    let e = check(&[
+        "--socket",
+        sock.to_str().unwrap(),
+        "--fabric",
+        f.to_str().unwrap(),
+        "--node",
+        "a",
+        "--dcqcn",
+    ])
+    .unwrap_err();
+    assert!(e.starts_with("error: "), "{e}");
+}

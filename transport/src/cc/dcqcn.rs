@@ -152,6 +152,9 @@ pub const ECT0: u8 = 0b10;
 /// Congestion Experienced (RFC 3168): what the notification point answers.
 pub const CE: u8 = 0b11;
 
+/// Alpha's 1 (its fixed point: 20 bits of fraction).
+const ALPHA_ONE: u64 = 1 << 20;
+
 /// One QP's reaction point.
 #[derive(Debug, Clone)]
 pub struct Rp {
@@ -159,7 +162,9 @@ pub struct Rp {
     rc: u64,
     /// Target rate, kb/s.
     rt: u64,
-    /// Congestion estimate, 1/1024.
+    /// Congestion estimate in 1/2^20 ([`ALPHA_ONE`]): the parameters' 1/1024
+    /// with 10 more bits, so that many decays in a row of a small alpha do
+    /// not truncate it to 0 (it would then cut nothing).
     alpha: u64,
     /// Start of the current alpha period.
     alpha_at: Time,
@@ -188,7 +193,7 @@ impl Rp {
         Rp {
             rc: max,
             rt: max,
-            alpha: u64::from(p.rp_initial_alpha_value),
+            alpha: u64::from(p.rp_initial_alpha_value) << 10,
             alpha_at: now,
             cnp_in_period: false,
             t_stage: 0,
@@ -213,7 +218,7 @@ impl Rp {
 
     /// Alpha, in 1/1024, as of its last update.
     pub fn alpha(&self) -> u64 {
-        self.alpha
+        self.alpha >> 10
     }
 
     pub(super) fn limit(&self) -> Limit {
@@ -241,7 +246,7 @@ impl Rp {
         }
         let g = u64::from(p.rp_dce_tcp_g);
         self.alpha = if self.cnp_in_period {
-            (g * self.alpha + (1024 - g) * 1024) / 1024
+            (g * self.alpha + (1024 - g) * ALPHA_ONE) / 1024
         } else {
             g * self.alpha / 1024
         };
@@ -282,7 +287,8 @@ impl Rp {
             {
                 self.rt = self.rc;
             }
-            let dec = ((u128::from(self.rc) * u128::from(self.alpha)) >> p.rp_gd) as u64;
+            // alpha (1/2^20) over 2^rp_gd (rp_gd counts alpha in 1/1024).
+            let dec = ((u128::from(self.rc) * u128::from(self.alpha)) >> (p.rp_gd + 10)) as u64;
             let floor = self.rc * u64::from(p.rp_min_dec_fac) / 100;
             self.rc = self.rc.saturating_sub(dec).max(floor).max(min.min(max));
         }

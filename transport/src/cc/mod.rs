@@ -16,7 +16,7 @@
 //! | before the next packet goes (`pacing`) | [`Controller::limit`] | says the QP's [`Limit`] |
 //! | a congestion notification for the QP came (RoCE: a CNP, A17.9; IB: a BECN, annex A10) | [`Controller::on_notify`] | cuts the rate (starts the controller the port's [`CcConfig`] names for that notification) |
 //! | its deadline passed (the engine's timer heap: [`Controller::deadline`] is part of the requester's deadline) | [`Controller::on_timer`] | raises the rate, updates its estimates |
-//! | the notification point saw a marked packet (RoCE: IP ECN = CE; IB: BTH:FECN) | [`Np::notify_due`] | says whether to answer now (at most one answer per QP per interval) |
+//! | the notification point saw a marked packet (RoCE: IP ECN = CE; IB: BTH:FECN) | [`Np::notify_due`] | says whether to answer now (at most one answer per QP per interval); the engine then leaves the answer's address in [`Np::pending`] and sends it before any other packet |
 //!
 //! The limit is one more limit on the pacing gate of static rate control
 //! (`engine::pacing`, IBA 9.11): after each packet the gate computes the time
@@ -225,6 +225,29 @@ impl Controller {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Np {
     last: Option<Time>,
+    /// The notification waiting to go (one per QP: the engine queues the QP
+    /// once, so what waits is bounded by the QPs).
+    pub pending: Option<NpReply>,
+}
+
+/// Where a notification point's answer goes: the marked packet's source,
+/// read from the packet itself (a UD QP's senders differ packet to packet).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NpReply {
+    /// The source QP of the marked packet: the answer's BTH:DestQP.
+    pub dest_qp: u32,
+    /// The marked packet's BTH:P_Key.
+    pub pkey: u16,
+    /// The marked packet's DGID (the answer's SGID) and SGID (its DGID).
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+    /// RoCE: the marked frame's source MAC (the answer's destination).
+    pub dmac: [u8; 6],
+    /// InfiniBand: the marked packet's SLID (the answer's DLID), DLID (its
+    /// SLID) and SL.
+    pub dlid: u16,
+    pub slid: u16,
+    pub sl: u8,
 }
 
 impl Np {

@@ -11,8 +11,9 @@
 //!   packet's DETH:SrcQP at its SLID, or the UC QP's remote QP. CN packets wait
 //!   in a bounded queue ([`MAX_PENDING_CN`]; one more is counted and dropped)
 //!   and go before the QPs' packets.
-//! - A response with BECN for a QP, or a CN packet naming it: a BECN for the
-//!   QP's congestion controller (`cc::Notification::Becn` with the QP's SL:
+//! - A response with BECN for a QP, or a CN packet naming it (taken, its
+//!   P_Key checked, by `cc_np::receive_cnp`): a BECN for the QP's congestion
+//!   controller (`cc::Notification::Becn` with the QP's SL:
 //!   the IBA CCA, `cc::iba`, when the port runs it).
 //!
 //! The notification point runs on every IB port, whatever the port's own
@@ -24,7 +25,6 @@ use std::collections::VecDeque;
 use super::link;
 use super::{PortConfig, Qp};
 use crate::cc::{CcCounters, Notification};
-use crate::qp_state;
 use crate::verbs::{QpType, Time};
 use crate::wire::opcode::Opcode;
 use crate::wire::{BthRepr, ExtHeaders, GrhRepr, LrhRepr, PacketRepr, TransportRepr};
@@ -98,26 +98,6 @@ pub(super) fn on_becn(port: &PortConfig, qp: &mut Qp, now: Time, c: &mut CcCount
     c.becns_received += 1;
     let n = Notification::Becn { sl: qp.attr.av.sl };
     qp.req.cc.rp.on_notify(&port.cc, port.rate_mbps, n, now, c);
-}
-
-/// A CN packet (opcode 0x81) arrived for `qp`, if there is one: with BECN
-/// set, the QP's controller hears it. False when it was not for a QP that
-/// sends (the caller counts the drop).
-pub(super) fn on_cnp(
-    port: &PortConfig,
-    qp: Option<&mut Qp>,
-    pkt: &PacketRepr<'_>,
-    now: Time,
-    c: &mut CcCounters,
-) -> bool {
-    c.cnps_received += 1;
-    let Some(qp) = qp.filter(|q| qp_state::sends_packets(q.state)) else {
-        return false;
-    };
-    if pkt.transport.bth.becn {
-        on_becn(port, qp, now, c);
-    }
-    true
 }
 
 /// Builds the next waiting CN packet into `buf`: its length, or `None` when

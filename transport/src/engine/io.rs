@@ -10,7 +10,7 @@ use super::{Effects, Engine, PortConfig, Qp, RxDrop, PERMISSIVE_LID};
 use crate::memory::Memory;
 use crate::qp_state;
 use crate::verbs::{Event, QpType, Time};
-use crate::wire::opcode::{Opcode, Service};
+use crate::wire::opcode::Service;
 use crate::wire::PacketRepr;
 
 /// Packets a QP sends in a row before the transmit schedule moves on to the
@@ -135,17 +135,11 @@ impl Engine {
             self.handle_rd_packet(&pkt, roce, mem, now);
             return Arrival::Process;
         }
-        let dest = pkt.transport.bth.dest_qp;
-        if roce.is_none() && pkt.transport.bth.opcode == Opcode::CNP {
-            // IBA A10.3: a CN packet is a BECN for the QP it names (`cc_ib`).
-            let (port, c) = (&self.port, &mut self.counters.cc);
-            if super::cc_ib::on_cnp(port, self.qps.get_mut(&dest), &pkt, now, c) {
-                self.arm(dest);
-            } else {
-                self.counters.drop(RxDrop::UnknownQp);
-            }
+        if pkt.transport.bth.opcode == crate::wire::opcode::Opcode::CNP {
+            self.receive_cnp(&pkt, now); // issue 31: a reaction point's (`cc_np`)
             return Arrival::Process;
         }
+        let dest = pkt.transport.bth.dest_qp;
         if dest == MULTICAST_QPN {
             // PV-07: a copy for every attached QP, each through its checks.
             self.deliver_multicast(&pkt, roce, mem, now);
@@ -197,6 +191,9 @@ impl Engine {
         if matches!(arrival, Arrival::Held | Arrival::HeldFirst(_)) {
             return arrival;
         }
+        // Issue 31: a CE mark for the notification point (`cc_np`).
+        let c = &mut self.counters.cc;
+        super::cc_np::on_receive(&self.port, c, &mut self.cnps, qp, &pkt, roce.as_ref(), now);
         let mut fx = Effects::default();
         super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
@@ -243,9 +240,15 @@ impl Engine {
         // Held packets whose time came are processed before anything is
         // built: their answers may be what goes out (`reorder`).
         self.release_expired(mem, now);
-        // IBA A10.2.2: waiting CN packets go first (`cc_ib`).
+        // Issue 31: CNPs go first (`cc_np` on RoCE, `cc_ib` on IB, IBA
+        // A10.2.2).
         let c = &mut self.counters.cc;
-        if let Some(len) = super::cc_ib::poll_transmit(&mut self.cn, &self.port, buf, c) {
+        let ib = super::cc_ib::poll_transmit(&mut self.cn, &self.port, buf, c);
+        if let Some(len) = ib.or_else(|| {
+            (!self.cnps.is_empty())
+                .then(|| self.poll_cnp(buf))
+                .flatten()
+        }) {
             self.counters.tx_packets += 1;
             self.counters.tx_bytes += len as u64;
             return Some(len);
@@ -679,7 +682,11 @@ fn check_lids(port: &PortConfig, pkt: &PacketRepr<'_>, src_lid: Option<u16>) -> 
 /// the destination IP is one of the port's GIDs; a connected QP takes packets
 /// only from its path's DGID to its path's SGID (as LIDs C9-53, C9-54); UD
 /// checks the Q_Key (C9-48..C9-51).
-fn check_roce_addresses(port: &PortConfig, qp: &Qp, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+pub(super) fn check_roce_addresses(
+    port: &PortConfig,
+    qp: &Qp,
+    pkt: &PacketRepr<'_>,
+) -> Result<(), RxDrop> {
     let Some(grh) = pkt.grh.as_ref() else {
         return Err(RxDrop::BadGid);
     };

@@ -195,6 +195,15 @@ fn ip_of(g: &GrhRepr) -> Option<IpRepr> {
     }
 }
 
+/// Sets the ECN field (the DS byte's low 2 bits) of an IP header.
+fn set_ecn(ip: &mut IpRepr, ecn: u8) {
+    let ds = match ip {
+        IpRepr::V4(v) => &mut v.tos,
+        IpRepr::V6(v) => &mut v.traffic_class,
+    };
+    *ds = (*ds & !3) | (ecn & 3);
+}
+
 /// Writes `pkt` as the port's link layer carries it, its payload written in
 /// place by `fill` (see `PacketRepr::emit_with`). On Ethernet `dmac` is the next
 /// hop and `udp_sport` the flow's UDP source port; a packet without a GRH, or
@@ -213,7 +222,13 @@ pub(crate) fn emit_with<E>(
         LinkLayer::Ethernet { mac } => mac,
     };
     let no_route = EmitWithError::Emit(EmitError::FieldRange("RoCE path (GRH)"));
-    let ip = pkt.grh.as_ref().and_then(ip_of).ok_or(no_route)?;
+    let mut ip = pkt.grh.as_ref().and_then(ip_of).ok_or(no_route)?;
+    if port.cc.ecn_capable() && pkt.transport.bth.opcode != crate::wire::opcode::Opcode::CNP {
+        // Issue 31: with congestion control on, the port's frames are
+        // ECN-capable (ECT(0), RFC 3168) so that a congested hop marks them
+        // CE rather than drops them; a CNP is not (A17.9, as mlx5 sends it).
+        set_ecn(&mut ip, crate::cc::dcqcn::ECT0);
+    }
     let frame = RoceRepr {
         eth: EthernetRepr {
             dst: dmac,

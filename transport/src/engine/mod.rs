@@ -19,6 +19,7 @@
 mod access;
 mod apm;
 mod cc_ib;
+mod cc_np;
 mod completer;
 mod config;
 mod counters;
@@ -172,6 +173,8 @@ pub struct Engine {
     hold: reorder::ReorderHold,
     /// CN packets waiting for the wire (IB congestion control, `cc_ib`).
     cn: cc_ib::CnQueue,
+    /// QPs with a CNP to send (issue 31, `cc_np`).
+    cnps: cc_np::CnpQueue,
 }
 
 /// Completions and events produced while handling one input; applied to CQs by
@@ -231,6 +234,7 @@ impl Engine {
             rd: rd::Rd::default(),
             hold: reorder::ReorderHold::default(),
             cn: cc_ib::CnQueue::default(),
+            cnps: cc_np::CnpQueue::new(),
         }
     }
 

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod apm;
+pub mod bottleneck;
 pub mod craft;
 pub mod loss;
 mod setup;
