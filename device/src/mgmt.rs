@@ -650,9 +650,15 @@ impl Mgmt {
             return;
         }
         self.cc_applied = g;
+        engine.set_cc_iba(self.cc_params());
+    }
+
+    /// The engine's IBA CCA parameters from the CC agent, once anything set
+    /// it (a CC manager's Set, the fabric file's `[ib_cc]`).
+    fn cc_params(&self) -> Option<transport::cc::iba::Params> {
         let a = &self.cca;
-        let p = transport::cc::iba::Params::from_agent(a.ca_setting(), a.cct());
-        engine.set_cc_iba(Some(p));
+        (a.generation() != 0)
+            .then(|| transport::cc::iba::Params::from_agent(a.ca_setting(), a.cct()))
     }
 
     pub fn apply(&mut self, engine: &mut Engine) {
@@ -704,9 +710,7 @@ impl Mgmt {
         engine.set_gid_prefix(pi.gid_prefix);
         let _ = engine.set_sl2vl(self.sma.port().sl2vl.0);
         // Issue 31: what the CC agent holds, once anything set it.
-        if self.cca.generation() != 0 {
-            let a = &self.cca;
-            let p = transport::cc::iba::Params::from_agent(a.ca_setting(), a.cct());
+        if let Some(p) = self.cc_params() {
             engine.set_cc_iba(Some(p));
         }
     }

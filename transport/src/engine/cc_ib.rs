@@ -112,24 +112,7 @@ pub(super) fn poll_transmit(
         let pkt = PacketRepr {
             lrh: o.lrh,
             grh: o.grh,
-            transport: TransportRepr {
-                bth: BthRepr {
-                    opcode: Opcode::CNP,
-                    solicited: false,
-                    mig_req: false,
-                    pkey: o.pkey,
-                    fecn: false,
-                    becn: true,
-                    dest_qp: o.dest_qp,
-                    ack_req: false,
-                    psn: 0,
-                },
-                ext: ExtHeaders {
-                    cnp: true,
-                    ..ExtHeaders::default()
-                },
-                payload: &[],
-            },
+            transport: cnp_transport(o.pkey, o.dest_qp),
         };
         let built = link::emit_with(port, &pkt, Default::default(), 0, buf, 0, |_| {
             Ok::<(), core::convert::Infallible>(())
@@ -142,4 +125,28 @@ pub(super) fn poll_transmit(
         c.cn_queue_full += 1;
     }
     None
+}
+
+/// The transport part of a CN packet (IBA annex A10.3; RoCEv2's CNP, annex
+/// A17.9, is the same): BTH opcode 0x81 with BECN set, PSN 0, A/SE/M clear,
+/// the P_Key and DestQP given; 16 reserved bytes.
+pub(super) fn cnp_transport(pkey: u16, dest_qp: u32) -> TransportRepr<'static> {
+    TransportRepr {
+        bth: BthRepr {
+            opcode: Opcode::CNP,
+            solicited: false,
+            mig_req: false,
+            pkey,
+            fecn: false,
+            becn: true,
+            dest_qp,
+            ack_req: false,
+            psn: 0,
+        },
+        ext: ExtHeaders {
+            cnp: true,
+            ..ExtHeaders::default()
+        },
+        payload: &[],
+    }
 }
