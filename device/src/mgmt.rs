@@ -16,7 +16,9 @@
 //!
 //! The port's Baseboard Management Agent ([`Bma`], AD-12: BKeyInfo and the
 //! B_Key with its lease) answers the baseboard management class (0x05) that the
-//! guest's MAD layer hands MAD_IFC from QP1, as the SMA answers SMPs.
+//! guest's MAD layer hands MAD_IFC from QP1, as the SMA answers SMPs; its
+//! Congestion Control Agent ([`CcAgent`], IBA Annex A10.4) the congestion
+//! control class (0x21) the same way.
 //!
 //! The subnet mode ([`SubnetMode`], the fabric file's `subnet`) picks who brings the
 //! port up: `static` (vhca's default) comes up Active with the file's LIDs, and
@@ -27,6 +29,8 @@ use std::collections::VecDeque;
 use transport::engine::{Engine, PortConfig};
 use transport::mad::attr::node_type;
 use transport::mad::bma::{Bma, CLASS_BM};
+use transport::mad::cc::CcAgent;
+use transport::mad::cc_attr::CLASS_CC;
 use transport::mad::header::{CLASS_SUBN_DIRECTED_ROUTE, CLASS_SUBN_LID_ROUTED};
 use transport::mad::portinfo::{cap, port_state};
 use transport::mad::{
@@ -111,6 +115,10 @@ pub enum MadIfcResult {
 pub struct Mgmt {
     sma: Sma,
     bma: Bma,
+    /// The port's Congestion Control Agent (class 0x21, IBA A10.4).
+    cca: CcAgent,
+    /// The agent's settings generation the engine has (`apply_cc`).
+    cc_applied: u64,
     mode: SubnetMode,
     counters: MgmtCounters,
     to_wire: VecDeque<Vec<u8>>,
@@ -185,6 +193,8 @@ impl Mgmt {
         Mgmt {
             sma,
             bma: Bma::new(),
+            cca: CcAgent::ca(),
+            cc_applied: 0,
             mode,
             counters: MgmtCounters::default(),
             to_wire: VecDeque::new(),
@@ -203,6 +213,15 @@ impl Mgmt {
     /// The port's Baseboard Management Agent.
     pub fn bma(&self) -> &Bma {
         &self.bma
+    }
+
+    /// The port's Congestion Control Agent: what the CC manager (or the
+    /// fabric file) set for the port's congestion control.
+    pub fn cc_agent(&self) -> &CcAgent {
+        &self.cca
+    }
+    pub fn cc_agent_mut(&mut self) -> &mut CcAgent {
+        &mut self.cca
     }
 
     pub fn mode(&self) -> SubnetMode {
@@ -291,6 +310,28 @@ impl Mgmt {
             (
                 "bkey_violations",
                 u64::from(self.bma.bkey_info().violations),
+            ),
+        ]);
+        // The CC agent (IBA A10.4): the same, for the CC_Key.
+        use transport::mad::cc::CcDrop;
+        let c = self.cca.counters();
+        for d in CcDrop::ALL {
+            let name = match d {
+                CcDrop::NotCc => "cca_drop_not_cc",
+                CcDrop::Response => "cca_drop_response",
+                CcDrop::BadVersion => "cca_drop_bad_version",
+                CcDrop::BadCcKey => "cca_drop_bad_cc_key",
+                CcDrop::UnmatchedRepress => "cca_drop_unmatched_repress",
+            };
+            v.push((name, c.drops(d)));
+        }
+        v.extend([
+            ("cca_replies", c.replies),
+            ("cca_error_replies", c.error_replies),
+            ("cca_lease_expiries", c.lease_expiries),
+            (
+                "cc_key_violations",
+                u64::from(self.cca.key_info().violations),
             ),
         ]);
         v
@@ -471,21 +512,27 @@ impl Mgmt {
     /// When the SMA or the BMA next has work (a trap resend, the M_Key or
     /// B_Key lease).
     pub fn poll_timeout(&self) -> Option<Time> {
-        match (self.sma.poll_timeout(), self.bma.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.sma.poll_timeout(),
+            self.bma.poll_timeout(),
+            self.cca.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub fn handle_timeout(&mut self, now: Time, engine: &mut Engine) {
         self.sma.handle_timeout(now);
         self.bma.handle_timeout(now);
+        self.cca.handle_timeout(now);
         self.apply(engine);
     }
 
     /// MAD_IFC (issue 26 item 2): the guest's MAD layer hands the SMA an SMP
-    /// (ib_core's `process_mad`, as mlx4/mlx5 hand theirs to the firmware), or
-    /// the BMA a baseboard management request (AD-12).
+    /// (ib_core's `process_mad`, as mlx4/mlx5 hand theirs to the firmware), the
+    /// BMA a baseboard management request (AD-12), or the CC agent a
+    /// congestion control request (issue 31).
     /// Only SMP requests are the SMA's: any other class or a response is
     /// [`MadIfcResult::NotHandled`], which lets ib_core deliver it itself. The
     /// SMA's response comes back whatever its route: a hop-count-0 directed-route
@@ -512,6 +559,21 @@ impl Mgmt {
                 return MadIfcResult::NotHandled;
             }
             return match self.bma.handle_mad(mad, now) {
+                Some(r) => MadIfcResult::Reply(r),
+                None => MadIfcResult::Consumed,
+            };
+        }
+        if class == CLASS_CC {
+            // The congestion control class (IBA A10.4), as the BMA's: a
+            // request is the CC agent's (OpenSM's CC manager sets the port's
+            // CACongestionSetting and CongestionControlTable), a response is
+            // for a manager here.
+            if !is_request(mad) {
+                return MadIfcResult::NotHandled;
+            }
+            let out = self.cca.handle_mad(mad, now);
+            self.apply_cc(engine);
+            return match out {
                 Some(r) => MadIfcResult::Reply(r),
                 None => MadIfcResult::Consumed,
             };
@@ -580,6 +642,25 @@ impl Mgmt {
     }
 
     /// Applies the SMA's changes to the engine and queues their events.
+    /// Gives the engine the CC agent's settings when they changed: the port
+    /// runs the IBA CCA (`transport::cc::iba`) from the first Set on.
+    pub fn apply_cc(&mut self, engine: &mut Engine) {
+        let g = self.cca.generation();
+        if g == self.cc_applied {
+            return;
+        }
+        self.cc_applied = g;
+        engine.set_cc_iba(self.cc_params());
+    }
+
+    /// The engine's IBA CCA parameters from the CC agent, once anything set
+    /// it (a CC manager's Set, the fabric file's `[ib_cc]`).
+    fn cc_params(&self) -> Option<transport::cc::iba::Params> {
+        let a = &self.cca;
+        (a.generation() != 0)
+            .then(|| transport::cc::iba::Params::from_agent(a.ca_setting(), a.cct()))
+    }
+
     pub fn apply(&mut self, engine: &mut Engine) {
         while let Some(e) = self.sma.poll_event() {
             let pi = self.sma.port().info;
@@ -628,6 +709,10 @@ impl Mgmt {
         engine.set_pkeys(&self.sma.port().pkeys);
         engine.set_gid_prefix(pi.gid_prefix);
         let _ = engine.set_sl2vl(self.sma.port().sl2vl.0);
+        // Issue 31: what the CC agent holds, once anything set it.
+        if let Some(p) = self.cc_params() {
+            engine.set_cc_iba(Some(p));
+        }
     }
 }
 

@@ -909,14 +909,21 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
         "memory budget: {} MiB for page lists, WQEs and QP state",
         config.mem_budget >> 20
     );
-    let engine = Engine::new(port_config.clone(), limits);
+    let mut engine = Engine::new(port_config.clone(), limits);
     let port = match &config.mode {
         // Issue 26: an InfiniBand port has its SMA (`mgmt`); the fabric file's
         // `subnet` says whether it comes up by itself or waits for an SM.
         FabricMode::IbUdp { fabric, node, .. } => {
             let mode = fabric.subnet();
             log::info!("subnet: {mode:?} (the device's SMA answers on QP0)");
-            let mgmt = crate::mgmt::Mgmt::new(&port_config, &node.name, mode);
+            let mut mgmt = crate::mgmt::Mgmt::new(&port_config, &node.name, mode);
+            // Issue 31: the file's IBA congestion control, as the port's CC
+            // agent would hold it from an SM's CC manager.
+            if let Some(c) = fabric.ib_cc() {
+                mgmt.cc_agent_mut().set_ca_setting(&c.ca);
+                mgmt.cc_agent_mut().set_cct(&c.cct);
+                mgmt.restore(&mut engine);
+            }
             Port::with_mgmt(engine, link, mgmt)
         }
         FabricMode::Roce { .. } => Port::new(engine, link),

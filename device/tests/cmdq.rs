@@ -3140,6 +3140,56 @@ fn ad_12_mad_ifc_baseboard_management_bkeyinfo_and_bkey() {
     }
 }
 
+/// MAD_IFC hands the congestion control class (0x21, IBA A10.4) to the port's
+/// CC agent (issue 31 item 2), as OpenSM's CC manager reaches it on QP1: a
+/// CACongestionSetting Set comes back as REPLY and is what the port's agent
+/// holds, and the engine's CCA runs with; a Set with the wrong CC_Key once
+/// the key is protected is CONSUMED
+/// and counted; a CC response is ib_core's.
+#[test]
+fn a10_4_mad_ifc_congestion_control_sets_the_ports_cc_agent() {
+    let cc_mad = |m: u8, attr: u16, key: u64, data: &[u8]| {
+        let mut mad = [0u8; 256];
+        mad[..4].copy_from_slice(&[1, 0x21, 2, m]);
+        mad[8..16].copy_from_slice(&0x7a93u64.to_be_bytes());
+        mad[16..18].copy_from_slice(&attr.to_be_bytes());
+        mad[24..32].copy_from_slice(&key.to_be_bytes());
+        mad[64..64 + data.len()].copy_from_slice(data);
+        mad
+    };
+    let mut d = Dev::new();
+    // CACongestionSetting: SL/port based, SL 0 only: CCTI_Timer 150,
+    // CCTI_Increase 1, Trigger_Threshold 0, CCTI_Min 0.
+    let mut s = [0u8; 12];
+    s[..4].copy_from_slice(&[0, 1, 0, 1]);
+    s[4..9].copy_from_slice(&[0, 150, 1, 0, 0]);
+    let out = mad_ifc(&mut d, cc_mad(0x02, 0x0016, 0, &s));
+    assert_eq!(out.flags, mad_ifc_flag::REPLY);
+    assert_eq!(&out.mad[..6], &[1, 0x21, 2, 0x81, 0, 0]);
+    assert_eq!(&out.mad[64..76], &s);
+    let agent = d.hca.port.mgmt().unwrap().cc_agent();
+    assert_eq!(agent.ca_setting().entries[0].ccti_timer, 150);
+    // The engine runs the IBA CCA with it from now on.
+    let iba = d.hca.port.engine().port().cc.iba.clone().expect("CCA on");
+    assert_eq!(iba.sl[0].ccti_timer, 150);
+    // The manager protects its CC_Key; a Set without it goes unanswered.
+    let key = 0x0c0c_0000_0000_0021u64;
+    let mut k = [0u8; 14];
+    k[..8].copy_from_slice(&key.to_be_bytes());
+    k[8] = 0x80;
+    assert_eq!(
+        mad_ifc(&mut d, cc_mad(0x02, 0x0012, 0, &k)).flags,
+        mad_ifc_flag::REPLY
+    );
+    let out = mad_ifc(&mut d, cc_mad(0x02, 0x0016, 1, &[0; 12]));
+    assert_eq!(out.flags, mad_ifc_flag::CONSUMED);
+    assert_eq!(mad_ifc(&mut d, cc_mad(0x81, 0x0016, 0, &[])).flags, 0);
+    let pairs = d.hca.port.mgmt().unwrap().counter_pairs();
+    for want in [("cca_drop_bad_cc_key", 1), ("cc_key_violations", 1)] {
+        assert!(pairs.contains(&want), "{want:?} in {pairs:?}");
+    }
+}
+
 #[test]
 fn ad_09_local_sm_sets_its_port_query_port_reports_it_and_eqes_follow() {
     use device::abi::cqe::{Eqe, EqeType};

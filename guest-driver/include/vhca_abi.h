@@ -3558,8 +3558,11 @@ enum vhca_counter_set {
 	"cc_ce_seen", \
 	"cc_cnps_sent", \
 	"cc_cnps_received", \
-	"cc_rate_cuts"
-#define VHCA_COUNTERS_PORT_COUNT 44
+	"cc_rate_cuts", \
+	"cc_fecn_seen", \
+	"cc_becns_received", \
+	"cc_cn_queue_full"
+#define VHCA_COUNTERS_PORT_COUNT 47
 
 /* Counter names of a set, in QUERY_COUNTERS order. */
 #define VHCA_COUNTERS_WIRE_DROP_NAMES \

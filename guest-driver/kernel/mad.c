@@ -201,7 +201,8 @@ static int vhca_sma_process_mad(struct vhca_dev *dev,
 
 /*
  * ib_core's process_mad: subnet-management requests to the device's SMA
- * (above), baseboard-management requests to its BMA, everything else to the
+ * (above), baseboard-management requests to its BMA, congestion-control
+ * requests to its CC agent, everything else to the
  * PMA (counters.c), which answers PerfMgt Gets and leaves the rest to the
  * MAD layer.
  */
@@ -227,6 +228,16 @@ int vhca_process_mad(struct ib_device *ibdev, int mad_flags, u32 port,
 	 * or a BMSend with attribute modifier bit 0) go on to the MAD layer.
 	 */
 	if (class == IB_MGMT_CLASS_BM) {
+		if (!dev->sma || port != VHCA_PORT || ib_response_mad(&in->mad_hdr))
+			return IB_MAD_RESULT_SUCCESS;
+		return vhca_sma_process_mad(dev, in_wc, in, out, out_mad_size);
+	}
+	/*
+	 * Congestion control requests (class 0x21, IBA Annex A10.4: what
+	 * OpenSM's CC manager Sets) to the device's CC agent, which checks the
+	 * CC_Key the same way; responses go on to the MAD layer.
+	 */
+	if (class == IB_MGMT_CLASS_CONG_MGMT) {
 		if (!dev->sma || port != VHCA_PORT || ib_response_mad(&in->mad_hdr))
 			return IB_MAD_RESULT_SUCCESS;
 		return vhca_sma_process_mad(dev, in_wc, in, out, out_mad_size);

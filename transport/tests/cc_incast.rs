@@ -55,6 +55,7 @@ fn ports(n: usize, cc: bool) -> Vec<PortConfig> {
             if cc {
                 p.cc = CcConfig {
                     dcqcn: Some(params()),
+                    ..CcConfig::default()
                 };
             }
             p

@@ -25,6 +25,7 @@ fn net(on: [bool; 2]) -> Net {
             if on[i - 1] {
                 p.cc = CcConfig {
                     dcqcn: Some(dcqcn::Params::default()),
+                    ..CcConfig::default()
                 };
             }
             p

@@ -82,7 +82,7 @@ pub struct HcaCounters {
 }
 
 /// The port set's counters, in ABI order.
-const PORT_COUNTERS: [&str; 44] = [
+const PORT_COUNTERS: [&str; 47] = [
     "rx_packets",
     "tx_packets",
     "rx_bytes",
@@ -127,6 +127,9 @@ const PORT_COUNTERS: [&str; 44] = [
     "cc_cnps_sent",
     "cc_cnps_received",
     "cc_rate_cuts",
+    "cc_fecn_seen",
+    "cc_becns_received",
+    "cc_cn_queue_full",
 ];
 
 /// The port set's values, in the order of its names.
@@ -170,7 +173,7 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         cc,
     } = c;
     // Issue 31: the congestion-control counters, named by `CcCounters::named`.
-    let [cc0, cc1, cc2, cc3] = cc.named().map(|(_, v)| v);
+    let [cc0, cc1, cc2, cc3, cc4, cc5, cc6] = cc.named().map(|(_, v)| v);
     // Issue 29; destructured so a new ODP counter is placed here too.
     let transport::engine::OdpCounters {
         faults_raised,
@@ -226,6 +229,9 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         cc1,
         cc2,
         cc3,
+        cc4,
+        cc5,
+        cc6,
     ]
 }
 

@@ -58,7 +58,7 @@ use transport::engine::VlArbTables;
 use transport::verbs::Mtu;
 
 /// Top-level keys of a fabric file.
-const TOP_KEYS: [&str; 13] = [
+const TOP_KEYS: [&str; 14] = [
     "node",
     "key",
     "key_file",
@@ -72,6 +72,7 @@ const TOP_KEYS: [&str; 13] = [
     "rx_buffer",
     "mtu",
     "shm_dir",
+    "ib_cc",
 ];
 
 /// Keys a `[[node]]` table may hold.
@@ -130,6 +131,8 @@ pub struct FabricFile {
     mtu: Option<Mtu>,
     /// Each node's `host` and the ring folder (`colocated.rs`, issue 30).
     hosts: Hosts,
+    /// `[ib_cc]`: IBA congestion control without an SM (issue 31, `ib_cc.rs`).
+    ib_cc: Option<super::IbCc>,
 }
 
 /// Why a fabric file was refused. Every message is one line: file, node, problem.
@@ -153,7 +156,7 @@ pub enum FabricFileError {
     Empty { file: String },
     /// A top-level key other than `node`.
     #[error(
-        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu, shm_dir)"
+        "{file}: unknown top-level key `{key}` (known: [[node]] tables, key, key_file, pkeys, sl2vl, [vl_arb], subnet, [[switch]], [[link]], flow_control, rx_buffer, mtu, shm_dir, [ib_cc])"
     )]
     UnknownTopKey { file: String, key: String },
     /// `key` or `key_file` that does not give a usable fabric key.
@@ -273,6 +276,9 @@ pub enum FabricFileError {
         key: &'static str,
         why: &'static str,
     },
+    /// An `[ib_cc]` table the ports cannot run (issue 31, `ib_cc.rs`).
+    #[error("{file}: ib_cc: {why}")]
+    BadIbCc { file: String, why: String },
 }
 
 /// A node's fields as TOML gives them, before the range checks.
@@ -473,6 +479,11 @@ impl FabricFile {
                 })
             }
         };
+        if let Some(v) = table.get("ib_cc") {
+            let c = super::ib_cc::parse(v)
+                .map_err(|why| FabricFileError::BadIbCc { file: f(), why })?;
+            fabric.ib_cc = Some(c);
+        }
         fabric.mtu = match table.get("mtu") {
             None => None,
             Some(v) => {
@@ -740,6 +751,7 @@ impl FabricFile {
             rx_buffer: None,
             mtu: None,
             hosts: Hosts::default(),
+            ib_cc: None,
         })
     }
 
@@ -817,6 +829,12 @@ impl FabricFile {
     pub fn with_hosts(mut self, hosts: Vec<Option<String>>, dir: Option<PathBuf>) -> FabricFile {
         self.hosts = Hosts { host: hosts, dir };
         self
+    }
+
+    /// `[ib_cc]`: the IBA congestion control the switches and CA ports start
+    /// with (issue 31), if the file sets it.
+    pub fn ib_cc(&self) -> Option<&super::IbCc> {
+        self.ib_cc.as_ref()
     }
 
     /// The node called `name`.

@@ -172,6 +172,16 @@ impl<L: Link> FlowLink<L> {
         &self.counters
     }
 
+    /// The blocks waiting for credit and the most that may wait (0 with
+    /// flow control off: nothing ever waits): a switch's congestion marking
+    /// reads its egress queue here (IBA A10.2.1).
+    pub fn queue_depth(&self) -> (u32, u32) {
+        match self.fc {
+            Some(_) => (self.queued_blocks, self.limit_blocks),
+            None => (0, 0),
+        }
+    }
+
     pub fn inner(&self) -> &L {
         &self.inner
     }

@@ -31,6 +31,7 @@ mod colocated;
 mod fault;
 mod file;
 mod flow;
+mod ib_cc;
 mod liveness;
 mod partition;
 mod shm;
@@ -62,6 +63,7 @@ pub use flow::{
     grant as flow_grant, Charge, FlowLink, FlowLinkCounters, HCA_QUEUE_BLOCKS, MAX_PACKET_BLOCKS,
     RESERVE as FLOW_RESERVE, SOCKET_BYTES_PER_BLOCK,
 };
+pub use ib_cc::IbCc;
 pub use liveness::{
     Liveness, LivenessCounters, BEAT as KEEPALIVE_BEAT, DEAD_AFTER as PORT_DEAD_AFTER, KEEPALIVE,
 };

@@ -35,6 +35,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
 use transport::mad::portinfo::port_state;
 use transport::mad::NodeDescription;
+use transport::switch::cc::QueueDepth;
 use transport::switch::{
     Egress, Switch, SwitchConfig, SwitchOut, MAX_LINEAR_FDB_CAP, MAX_MULTICAST_FDB_CAP,
 };
@@ -127,6 +128,11 @@ pub fn build_core(fabric: &FabricFile, name: &str, mode: Mode) -> Option<Switch>
         linear_fdb_cap: MAX_LINEAR_FDB_CAP,
         multicast_fdb_cap: MAX_MULTICAST_FDB_CAP,
     });
+    // Issue 31: the file's IBA congestion control (an SM's CC manager may
+    // Set it again).
+    if let Some(c) = fabric.ib_cc() {
+        sw.cc_agent_mut().set_switch_setting(&c.switch);
+    }
     if mode == Mode::Static {
         sw.set_static_lid(spec.lid.unwrap_or(0));
         let nodes = fabric.nodes();
@@ -389,6 +395,12 @@ pub fn run(cfg: &Config) -> Result<(), Box<dyn std::error::Error>> {
                     // only cabled ports have one.
                     match egress {
                         Some(e) => {
+                            // IBA A10.2.1: FECN on what joins a queue past
+                            // the port's threshold.
+                            let (blocks, limit) = e.link.queue_depth();
+                            let q = QueueDepth { blocks, limit };
+                            let marked = core.cc_mark(o.port, bytes, q, time(t));
+                            let bytes = marked.as_deref().unwrap_or(bytes);
                             if let Err(err) = e.link.send_charged(t, bytes, charge) {
                                 log::debug!("switch: port {}: {err}", e.num);
                             }
@@ -617,6 +629,33 @@ ends = ["b", "sw0:1"]
         let sw = build_core(&f, "sw0", Mode::Sm).unwrap();
         assert_eq!((sw.lid(), sw.switch_info().linear_fdb_top), (0, 0));
         assert!(build_core(&f, "sw1", Mode::Static).is_none());
+    }
+
+    #[test]
+    fn a10_4_3_6_the_files_ib_cc_is_the_switchs_congestion_setting_and_it_marks() {
+        // No [ib_cc]: no marking, whatever the queue.
+        let f = FabricFile::parse("f", FABRIC).unwrap();
+        let mut sw = build_core(&f, "sw0", Mode::Static).unwrap();
+        let full = transport::switch::cc::QueueDepth {
+            blocks: 100,
+            limit: 100,
+        };
+        assert!(sw.cc_mark(1, &data_packet(6), full, Time(0)).is_none());
+        // TOML: a table's keys end at the next table, so [ib_cc] goes last.
+        let text = format!("{FABRIC}\n[ib_cc]\nthreshold = 8\n");
+        let f = FabricFile::parse("f", &text).unwrap();
+        for mode in [Mode::Static, Mode::Sm] {
+            let mut sw = build_core(&f, "sw0", mode).unwrap();
+            assert_eq!(sw.cc_agent().switch_setting().threshold, 8);
+            let half = transport::switch::cc::QueueDepth {
+                blocks: 51,
+                limit: 100,
+            };
+            let m = sw
+                .cc_mark(1, &data_packet(6), half, Time(0))
+                .expect("marked");
+            assert_eq!(m[8 + 4] & 0x80, 0x80, "BTH:FECN");
+        }
     }
 
     #[test]

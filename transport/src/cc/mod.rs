@@ -33,6 +33,13 @@
 //! its counters appended to [`CcCounters`]; the engine's calls stay as they
 //! are.
 //!
+//! The IBA congestion control agent on InfiniBand (annex A10) is [`iba`]
+//! (the source's CCT index per QP: up by CCTI_Increase per BECN, down by one
+//! per CCTI_Timer, the table entry as [`Limit::Ipd`]) with its parameters
+//! from the port's CC agent (`mad::cc`, class 0x21, set by OpenSM's CC
+//! manager); the switch marks FECN (`switch::cc`) and the receiving CA
+//! answers with BECN (`engine::cc_ib`).
+//!
 //! DCQCN on RoCEv2 is [`dcqcn`] (reaction point) plus the notification point
 //! in the engine's receive path (`engine::cc_np`): a requester's RoCE frames
 //! are ECN-capable (ECT(0)) when DCQCN is on; a receiver that sees CE answers
@@ -41,6 +48,7 @@
 //! `np_min_time_between_cnps`.
 
 pub mod dcqcn;
+pub mod iba;
 
 use crate::verbs::Time;
 
@@ -51,6 +59,11 @@ pub struct CcConfig {
     /// DCQCN on a RoCE port (reaction and notification points), with mlx5's
     /// parameters.
     pub dcqcn: Option<dcqcn::Params>,
+    /// The IBA congestion control agent's source side on an IB port (annex
+    /// A10.3, [`iba`]): CACongestionSetting and the CCT from the port's CC
+    /// agent. The notification point (FECN to BECN) runs whatever this says,
+    /// as A10.2.2 asks of every CA.
+    pub iba: Option<iba::Params>,
 }
 
 impl CcConfig {
@@ -100,6 +113,9 @@ impl Limit {
 pub enum Notification {
     /// RoCEv2: a CNP (BTH opcode 0x81, A17.9) for the QP.
     Cnp,
+    /// InfiniBand: a BECN (an ACK or a CN packet with BTH:B set, A10.2.2)
+    /// for a QP whose path is on service level `sl`.
+    Becn { sl: u8 },
 }
 
 /// A QP's reaction point: the algorithm that limits its rate, `Idle` (no
@@ -110,6 +126,8 @@ pub enum Controller {
     Idle,
     /// DCQCN's reaction point (`dcqcn::Rp`).
     Dcqcn(dcqcn::Rp),
+    /// The IBA CCA's source side (`iba::Cca`).
+    Iba(iba::Cca),
 }
 
 impl Controller {
@@ -118,6 +136,7 @@ impl Controller {
         match self {
             Controller::Idle => Limit::None,
             Controller::Dcqcn(rp) => rp.limit(),
+            Controller::Iba(cca) => cca.limit(),
         }
     }
 
@@ -126,6 +145,7 @@ impl Controller {
         match self {
             Controller::Idle => None,
             Controller::Dcqcn(rp) => rp.deadline(),
+            Controller::Iba(cca) => cca.deadline(),
         }
     }
 
@@ -138,6 +158,8 @@ impl Controller {
                     rp.on_sent(p, port_mbps, len, now);
                 }
             }
+            // The CCA counts no bytes: its index moves by BECN and timer.
+            Controller::Iba(_) => {}
         }
     }
 
@@ -153,12 +175,22 @@ impl Controller {
         now: Time,
         c: &mut CcCounters,
     ) -> bool {
-        match (n, &mut *self, &cfg.dcqcn) {
-            (Notification::Cnp, Controller::Dcqcn(rp), Some(p)) => rp.on_cnp(p, port_mbps, now, c),
-            (Notification::Cnp, Controller::Idle, Some(p)) => {
+        match (n, &mut *self, &cfg.dcqcn, &cfg.iba) {
+            (Notification::Cnp, Controller::Dcqcn(rp), Some(p), _) => {
+                rp.on_cnp(p, port_mbps, now, c)
+            }
+            (Notification::Cnp, Controller::Idle, Some(p), _) => {
                 let mut rp = dcqcn::Rp::new(p, port_mbps, now);
                 rp.on_cnp(p, port_mbps, now, c);
                 *self = Controller::Dcqcn(rp);
+            }
+            (Notification::Becn { .. }, Controller::Iba(cca), _, Some(p)) => {
+                cca.on_becn(p, now, c);
+            }
+            (Notification::Becn { sl }, Controller::Idle, _, Some(p)) => {
+                let mut cca = iba::Cca::new(p, sl);
+                cca.on_becn(p, now, c);
+                *self = Controller::Iba(cca);
             }
             _ => return false,
         }
@@ -172,6 +204,15 @@ impl Controller {
             Controller::Dcqcn(rp) => match &cfg.dcqcn {
                 Some(p) => rp.on_timer(p, port_mbps, now, c),
                 // Turned off under it: back to no limit.
+                None => *self = Controller::Idle,
+            },
+            Controller::Iba(cca) => match &cfg.iba {
+                Some(p) => {
+                    cca.on_timer(p, now);
+                    if cca.at_rest(p) {
+                        *self = Controller::Idle;
+                    }
+                }
                 None => *self = Controller::Idle,
             },
         }
@@ -246,23 +287,36 @@ pub struct CcCounters {
     pub cnps_received: u64,
     /// Rate cuts a reaction point made.
     pub rate_cuts: u64,
+    /// InfiniBand: request packets received with BTH:FECN (a switch marked
+    /// them, A10.2.1), answered with BECN on an RC response or a CN packet.
+    pub fecn_seen: u64,
+    /// InfiniBand: BECNs for a local QP (on a response or a CN packet).
+    pub becns_received: u64,
+    /// InfiniBand: CN packets dropped, the queue of those waiting full.
+    pub cn_queue_full: u64,
 }
 
 impl CcCounters {
     /// Every counter with its name, in export order.
-    pub fn named(&self) -> [(&'static str, u64); 4] {
+    pub fn named(&self) -> [(&'static str, u64); 7] {
         // Destructured without `..`: a counter added must be named here.
         let CcCounters {
             ce_seen,
             cnps_sent,
             cnps_received,
             rate_cuts,
+            fecn_seen,
+            becns_received,
+            cn_queue_full,
         } = *self;
         [
             ("ce_seen", ce_seen),
             ("cnps_sent", cnps_sent),
             ("cnps_received", cnps_received),
             ("rate_cuts", rate_cuts),
+            ("fecn_seen", fecn_seen),
+            ("becns_received", becns_received),
+            ("cn_queue_full", cn_queue_full),
         ]
     }
 }

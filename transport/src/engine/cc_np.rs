@@ -22,9 +22,8 @@ use super::{link, Engine, Qp, RxDrop};
 use crate::cc::{CcCounters, Notification, NpReply};
 use crate::qp_state;
 use crate::verbs::{QpType, Time};
-use crate::wire::opcode::Opcode;
 use crate::wire::packet::EmitWithError;
-use crate::wire::{BthRepr, ExtHeaders, GrhRepr, LrhRepr, PacketRepr, TransportRepr};
+use crate::wire::{GrhRepr, LrhRepr, PacketRepr};
 
 /// The queue of QPs with a CNP to send (each QP at most once).
 pub(crate) type CnpQueue = std::collections::VecDeque<u32>;
@@ -112,24 +111,7 @@ impl Engine {
                     sgid: r.sgid,
                     dgid: r.dgid,
                 }),
-                transport: TransportRepr {
-                    bth: BthRepr {
-                        opcode: Opcode::CNP,
-                        solicited: false,
-                        mig_req: false,
-                        pkey: r.pkey,
-                        fecn: false,
-                        becn: true,
-                        dest_qp: r.dest_qp,
-                        ack_req: false,
-                        psn: 0,
-                    },
-                    ext: ExtHeaders {
-                        cnp: true,
-                        ..ExtHeaders::default()
-                    },
-                    payload: &[],
-                },
+                transport: super::cc_ib::cnp_transport(r.pkey, r.dest_qp),
             };
             let sport = link::udp_source_port(0, qpn, r.dest_qp);
             let fill = |_: &mut [u8]| Ok::<(), ()>(());
@@ -161,7 +143,13 @@ impl Engine {
         self.counters.cc.cnps_received += 1;
         let (cfg, mbps) = (&self.port.cc, self.port.rate_mbps);
         let c = &mut self.counters.cc;
-        qp.req.cc.rp.on_notify(cfg, mbps, Notification::Cnp, now, c);
+        if self.port.is_ethernet() {
+            qp.req.cc.rp.on_notify(cfg, mbps, Notification::Cnp, now, c);
+        } else if pkt.transport.bth.becn {
+            // InfiniBand: a CN packet carries a BECN for the QP (IBA
+            // A10.3, `cc_ib`).
+            super::cc_ib::on_becn(&self.port, qp, now, c);
+        }
         self.arm(dest);
     }
 }

@@ -197,8 +197,21 @@ impl Engine {
         let mut fx = Effects::default();
         super::apm::on_receive(qp, &pkt, roce.is_some(), &mut fx, &mut self.counters); // AD-10
         let info = pkt.transport.bth.opcode.info();
-        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
         use crate::wire::opcode::Direction;
+        let bth = &pkt.transport.bth;
+        if roce.is_none() && (bth.fecn || bth.becn) {
+            // IBA A10.2.2, A10.3: FECN on a request is answered with BECN,
+            // BECN on a response slows the QP down (`cc_ib`).
+            let (port, c) = (&self.port, &mut self.counters.cc);
+            match info.direction() {
+                Direction::Request if bth.fecn => {
+                    super::cc_ib::on_fecn(port, qp, &pkt, &mut self.cn, c)
+                }
+                Direction::Response if bth.becn => super::cc_ib::on_becn(port, qp, now, c),
+                _ => {}
+            }
+        }
+        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
         let wants_tx = match info.direction() {
             Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
             Direction::Response => completer::handle_response(qp, &pkt, &mut ctx),
@@ -227,13 +240,18 @@ impl Engine {
         // Held packets whose time came are processed before anything is
         // built: their answers may be what goes out (`reorder`).
         self.release_expired(mem, now);
-        // Issue 31: CNPs go first (`cc_np`).
-        if !self.cnps.is_empty() {
-            if let Some(len) = self.poll_cnp(buf) {
-                self.counters.tx_packets += 1;
-                self.counters.tx_bytes += len as u64;
-                return Some(len);
-            }
+        // Issue 31: CNPs go first (`cc_np` on RoCE, `cc_ib` on IB, IBA
+        // A10.2.2).
+        let c = &mut self.counters.cc;
+        let ib = super::cc_ib::poll_transmit(&mut self.cn, &self.port, buf, c);
+        if let Some(len) = ib.or_else(|| {
+            (!self.cnps.is_empty())
+                .then(|| self.poll_cnp(buf))
+                .flatten()
+        }) {
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += len as u64;
+            return Some(len);
         }
         // AD-11: RD's EE contexts and the QPs take turns.
         let rd_first = self.rd.active() && self.rd.take_turn();

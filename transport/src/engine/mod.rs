@@ -18,6 +18,7 @@
 
 mod access;
 mod apm;
+mod cc_ib;
 mod cc_np;
 mod completer;
 mod config;
@@ -170,6 +171,8 @@ pub struct Engine {
     rd: rd::Rd,
     /// Received packets held one PSN ahead (`reorder`, vhca policy).
     hold: reorder::ReorderHold,
+    /// CN packets waiting for the wire (IB congestion control, `cc_ib`).
+    cn: cc_ib::CnQueue,
     /// QPs with a CNP to send (issue 31, `cc_np`).
     cnps: cc_np::CnpQueue,
 }
@@ -230,6 +233,7 @@ impl Engine {
             tx_burst: (0, 0),
             rd: rd::Rd::default(),
             hold: reorder::ReorderHold::default(),
+            cn: cc_ib::CnQueue::default(),
             cnps: cc_np::CnpQueue::new(),
         }
     }

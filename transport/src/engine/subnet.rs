@@ -78,4 +78,12 @@ impl Engine {
     pub fn set_gid_prefix(&mut self, prefix: u64) {
         self.port.gid_prefix = prefix;
     }
+
+    /// Sets the port's IBA congestion control (annex A10.3, `cc::iba`), as
+    /// the CC manager left it in the port's CC agent (CACongestionSetting,
+    /// the CCT); `None` turns it off. QPs already slowed keep their index
+    /// and follow the new table from their next BECN or timer.
+    pub fn set_cc_iba(&mut self, params: Option<crate::cc::iba::Params>) {
+        self.port.cc.iba = params;
+    }
 }

@@ -13,6 +13,8 @@
 //! - [`packet`]: an SMP as a native packet (UD SEND Only to QP0 on VL15).
 //! - [`sma`]: the SMA: an attribute table of small handlers over one port's state,
 //!   M_Key protection with its lease, traps, and events out.
+//! - [`cc`], [`cc_attr`]: the Congestion Control Agent (class 0x21 on QP1, IBA
+//!   Annex A10.4) of a CA port or a switch, and the class's attributes.
 //! - [`bma`]: the Baseboard Management Agent (class 0x05 on QP1): BKeyInfo and
 //!   the B_Key with its lease (AD-12).
 //!
@@ -22,6 +24,8 @@
 
 pub mod attr;
 pub mod bma;
+pub mod cc;
+pub mod cc_attr;
 pub mod dr;
 pub mod header;
 pub(crate) mod lease;

@@ -19,6 +19,7 @@
 //! come out of [`Switch::poll_transmit`]; [`Switch::poll_timeout`] says when it,
 //! the trap resends and the M_Key and B_Key leases next have work.
 
+pub mod cc;
 pub mod pma;
 mod sma;
 
@@ -26,6 +27,8 @@ use crate::mad::attr::{
     node_type, notice_type, trap, trap128_details, NodeDescription, SlToVlTable,
 };
 use crate::mad::bma::{Bma, CLASS_BM};
+use crate::mad::cc::CcAgent;
+use crate::mad::cc_attr::CLASS_CC;
 use crate::mad::dr::{self, DrDrop, SwitchHop, PERMISSIVE_LID};
 use crate::mad::header::{Smp, SmpRepr, SmpRoute};
 use crate::mad::portinfo::{phys_state, port_state};
@@ -227,6 +230,10 @@ pub struct Switch {
     traps: TrapQueue,
     /// The Baseboard Management Agent of port 0 (B_Key, AD-12).
     bma: Bma,
+    /// The Congestion Control Agent of port 0 (class 0x21, IBA A10.4) and
+    /// the FECN marker it configures ([`cc`]).
+    cca: CcAgent,
+    marker: cc::Marker,
 }
 
 impl Switch {
@@ -297,6 +304,8 @@ impl Switch {
             lease: MkeyLease::default(),
             traps: TrapQueue::bounded(MAX_TRAP_SENDS),
             bma: Bma::new(),
+            cca: CcAgent::switch(n),
+            marker: cc::Marker::new(n),
         }
     }
 
@@ -664,6 +673,12 @@ impl Switch {
                 Some(m) => *m,
                 None => return,
             }
+        } else if payload.get(1) == Some(&CLASS_CC) {
+            // So does the CC agent (IBA A10.4).
+            match self.cca.handle_mad(payload, now) {
+                Some(m) => *m,
+                None => return,
+            }
         } else {
             let Some(mad) = pma::answer(payload, &mut self.port_counters) else {
                 return self.drop(SwitchDrop::ToSwitch);
@@ -854,6 +869,7 @@ impl Switch {
     pub fn poll_transmit(&mut self, now: Time, out: &mut Vec<SwitchOut>) {
         self.expire_lease(now);
         self.bma.handle_timeout(now);
+        self.cca.handle_timeout(now);
         self.counters.traps_abandoned += self.traps.give_up(now);
         while let Some(t) = self.traps.poll_transmit(&self.ports[0].info, now) {
             self.counters.traps_sent += 1;
@@ -880,6 +896,7 @@ impl Switch {
             self.lease.deadline(),
             self.traps.next_send(),
             self.bma.poll_timeout(),
+            self.cca.poll_timeout(),
         ]
         .into_iter()
         .flatten()

@@ -78,6 +78,9 @@ pub(crate) struct Responder {
     /// This QP saw loss (it sent a sequence NAK or answered a duplicate):
     /// its ACKs coalesce into the two newest (`responses::queue_aeth`).
     lossy: bool,
+    /// A request came with FECN: the next response carries BECN (IBA
+    /// A10.2.2, `cc_ib`).
+    pub(crate) becn: bool,
 }
 
 impl Responder {

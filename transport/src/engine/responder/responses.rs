@@ -513,7 +513,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                     .copied()
                     .unwrap_or(0xffff),
                 fecn: false,
-                becn: false,
+                becn: qp.resp.becn, // A10.2.2 (`cc_ib`)
                 dest_qp: qp.attr.dest_qp_num,
                 ack_req: false,
                 psn: p,
@@ -544,6 +544,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             if let Some(c) = cont {
                 qp.resp.out.push_front(c);
             }
+            qp.resp.becn = false;
             let (av, now) = (qp.attr.av, cx.now);
             crate::engine::pacing::after_send(&mut qp.req, cx.port, &av, false, len, now);
             Some(len)
