@@ -18,6 +18,7 @@
 
 mod access;
 mod apm;
+mod atomic_gap;
 mod completer;
 mod config;
 mod counters;
