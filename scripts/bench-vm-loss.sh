@@ -5,7 +5,9 @@
 #
 # Per stack (vhca-vhca, rxe-rxe) and condition, one boot runs, client in B:
 #   ib_write_bw -s 65536 -n BW_N, ib_read_bw -s 65536 -n BW_N (RC, perftest's
-#   QP timeout 14 = 67 ms), ibv_rc_pingpong -s 4096 -n PP_N (usec/iter).
+#   QP timeout 14 = 67 ms), ibv_rc_pingpong -s 4096 -n PP_N (usec/iter),
+#   ib_atomic_bw -n ATOMIC_N (8-byte FETCH_ADDs, max_rd_atomic outstanding;
+#   ops/s from perftest's message rate; issue 30).
 # Conditions:
 #   loss P   the bridge drops P % of all frames both ways (roce-pair.sh --loss:
 #            an nft rule on the bridge's forward hook; the same for both stacks)
@@ -22,7 +24,8 @@
 # Env: BENCH_BW_N (default 500), BENCH_PP_N (default 500), BENCH_TOOL_T
 # (seconds per tool before it counts as stalled, default 150), BENCH_TOOLS
 # (which tools run, default "write read pp"; e.g. "write" alone, so that the
-# counters below are WRITE's), BENCH_VHCA_BIN (a prebuilt vhca binary, e.g.
+# counters below are WRITE's; "atomic" adds ib_atomic_bw), BENCH_ATOMIC_N
+# (default 50000), BENCH_VHCA_BIN (a prebuilt vhca binary, e.g.
 # another tree's, to compare in the same minutes; default: built here).
 #
 # For a vhca stack each boot also prints both vhca processes' recovery
@@ -30,8 +33,8 @@
 # starts the engine's counters again): A is the server (the WRITE's
 # responder), B the client (the requester of WRITE and READ).
 #
-# Output: one line per boot with MiB/s and usec/iter, then per stack and
-# condition "RATIO stack cond write X read Y pingpong-time Z" against the
+# Output: one line per boot with MiB/s, usec/iter and ops/s, then per stack and
+# condition "RATIO stack cond write X read Y atomic A pingpong-time Z" against the
 # same round's lossless boot of that stack, and min/max over the rounds.
 # Exit 0 iff every lossless boot produced its numbers.
 set -uo pipefail
@@ -56,14 +59,15 @@ for c in $conds; do
     case "$c" in dupreord) ;; ''|*[!0-9]*) vhca_die "--conditions: percentages or dupreord";; esac
 done
 TOOLS=${BENCH_TOOLS:-write read pp}
-for t in $TOOLS; do case "$t" in write|read|pp) ;; *) vhca_die "BENCH_TOOLS: write, read and/or pp";; esac; done
+for t in $TOOLS; do case "$t" in write|read|pp|atomic) ;; *) vhca_die "BENCH_TOOLS: write, read, pp and/or atomic";; esac; done
 BW_N=${BENCH_BW_N:-500}
 PP_N=${BENCH_PP_N:-500}
+AT_N=${BENCH_ATOMIC_N:-50000}
 TT=${BENCH_TOOL_T:-150}
 if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
 else out=$(mktemp -d /tmp/bench-vm-loss.XXXXXX); fi
 
-# one STACK COND ROUND: one boot; prints "WRITE READ PP RC DIR" (NA, or stall
+# one STACK COND ROUND: one boot; prints "WRITE READ PP ATOMIC RC DIR" (NA, or stall
 # when the tool hit its timeout).
 one() {
     local s=$1 c=$2 r=$3 d="$out/$1-$2.$3" opts=() pre=''
@@ -80,12 +84,13 @@ one() {
     local wr="ib_write_bw -d \$DEV -x \$GIDX -F -s 65536 -n $BW_N -p 18710"
     local rd="ib_read_bw -d \$DEV -x \$GIDX -F -s 65536 -n $BW_N -p 18711"
     local pp="ibv_rc_pingpong -d \$DEV -g \$GIDX -s 4096 -n $PP_N -p 18712"
+    local at="ib_atomic_bw -d \$DEV -x \$GIDX -F -n $AT_N -p 18713"
     local retry='r() { i=0; while :; do i=$((i+1)); "$@" </dev/null && return 0; e=$?; [ $e = 124 ] || [ $e = 143 ] && return $e; [ $i -ge 30 ] && return 1; sleep 1; done; }; '
     # Each tool's status is printed ("tool-exit NAME RC") so a stall (124) is
     # told apart from a failure; the server goes on to the next tool either way.
     local srv="$pre" cli="${pre}${retry}" tool cmd
     for tool in $TOOLS; do
-        case "$tool" in write) cmd=$wr;; read) cmd=$rd;; pp) cmd=$pp;; esac
+        case "$tool" in write) cmd=$wr;; read) cmd=$rd;; pp) cmd=$pp;; atomic) cmd=$at;; esac
         srv+="$t $cmd </dev/null; echo tool-exit $tool \$?; "
         cli+="r $t $cmd \$SERVER_IP; echo tool-exit $tool \$?; "
     done
@@ -93,17 +98,20 @@ one() {
     [ -n "${BENCH_VHCA_BIN:-}" ] && opts+=(--vhca "$BENCH_VHCA_BIN")
     images/roce-pair.sh --a "$s" --b "$s" --out "$d" --timeout $((TT * 3 + 400)) --ready '' "${opts[@]}" \
         "ip -br addr; $srv" "$cli" >"$d/pair.out" 2>&1
-    local rc=$? o w rdv p
+    local rc=$? o w rdv p a
     o=$(sed -n '/^=== B/,$p' "$d/pair.out")
-    # perftest: "65536 N peak avg msgrate", taken from the tool's own part of
+    # perftest: "SIZE N peak avg msgrate", taken from the tool's own part of
     # B's output (up to its "tool-exit NAME" line: a stalled WRITE prints no
-    # line, and the next line is READ's).
+    # line, and the next line is READ's): column COL (4: average MB/s, 5:
+    # message rate in Mpps).
     fig() {
-        awk -v t="$1" -v n="$BW_N" '$1 == 65536 && $2 == n && NF >= 5 { v = $4 }
+        awk -v t="$1" -v size="$2" -v n="$3" -v col="$4" '$1 == size && $2 == n && NF >= 5 { v = $col }
             $1 == "tool-exit" { if ($2 == t) { if (v != "") print v; exit } v = "" }' <<<"$o"
     }
-    w=$(fig write)
-    rdv=$(fig read)
+    w=$(fig write 65536 "$BW_N" 4)
+    rdv=$(fig read 65536 "$BW_N" 4)
+    a=$(fig atomic 8 "$AT_N" 5)
+    [ -n "$a" ] && a=$(awk -v m="$a" 'BEGIN { printf "%.0f", m * 1e6 }')
     # (rc_pingpong: either side's line; under loss the side whose last ACK is
     # lost may end in a retry error after the other side finished, roce-tests.sh)
     p=$(awk '/iters in .* usec\/iter/ { for (i = 1; i <= NF; i++) if ($i == "usec/iter") { print $(i - 1); exit } }' "$d/pair.out")
@@ -112,7 +120,8 @@ one() {
     [ -n "$w" ] || w=$(stall write)
     [ -n "$rdv" ] || rdv=$(stall read)
     [ -n "$p" ] || p=$(stall pp)
-    echo "$w $rdv $p $rc $d"
+    [ -n "$a" ] || a=$(stall atomic)
+    echo "$w $rdv $p $a $rc $d"
 }
 # counters DIR: both vhca processes' recovery counters of the boot in DIR.
 counters() {
@@ -143,29 +152,32 @@ ratios="$out/ratios"
 keep() { num "$2" && echo "$1 $2" >>"$ratios"; }
 
 echo "bench-vm-loss: $rounds round(s), stacks: $stacks, conditions: $conds;" \
-    "tools: $TOOLS (ib_write_bw/ib_read_bw -s 65536 -n $BW_N, ibv_rc_pingpong -s 4096 -n $PP_N); logs in $out"
+    "tools: $TOOLS (ib_write_bw/ib_read_bw -s 65536 -n $BW_N, ibv_rc_pingpong -s 4096 -n $PP_N, ib_atomic_bw -n $AT_N); logs in $out"
 fail=0
 for r in $(seq "$rounds"); do
     for s in $stacks; do
-        base_w='' base_r='' base_p=''
+        base_w='' base_r='' base_p='' base_a=''
         for c in $conds; do
-            read -r w rd p rc d < <(one "$s" "$c" "$r")
-            echo "round $r $s loss=$c: ib_write_bw $w MiB/s, ib_read_bw $rd MiB/s, rc_pingpong $p usec/iter (exit $rc, $d)"
+            read -r w rd p a rc d < <(one "$s" "$c" "$r")
+            echo "round $r $s loss=$c: ib_write_bw $w MiB/s, ib_read_bw $rd MiB/s, rc_pingpong $p usec/iter, ib_atomic_bw $a ops/s (exit $rc, $d)"
             [ "$s" = vhca ] && counters "$d"
             if [ "$c" = 0 ]; then
-                base_w=$w base_r=$rd base_p=$p
+                base_w=$w base_r=$rd base_p=$p base_a=$a
                 ok=1
                 for t in $TOOLS; do
-                    case "$t" in write) num "$w";; read) num "$rd";; pp) num "$p";; esac || ok=0
+                    case "$t" in write) num "$w";; read) num "$rd";; pp) num "$p";; atomic) num "$a";; esac || ok=0
                 done
                 [ "$ok" = 1 ] || { fail=1; echo "  lossless $s boot failed"; }
                 keep "BASE:$s:write_MiB/s" "$w"; keep "BASE:$s:read_MiB/s" "$rd"; keep "BASE:$s:pp_usec" "$p"
+                keep "BASE:$s:atomic_ops/s" "$a"
                 continue
             fi
             [ -n "$base_w" ] || continue
             rw=$(ratio "$w" "$base_w") rr=$(ratio "$rd" "$base_r") rp=$(ratio "$p" "$base_p")
-            echo "round $r RATIO $s $c: write ${rw}x read ${rr}x of lossless; rc_pingpong time ${rp}x of lossless"
+            ra=$(ratio "$a" "$base_a")
+            echo "round $r RATIO $s $c: write ${rw}x read ${rr}x atomic ${ra}x of lossless; rc_pingpong time ${rp}x of lossless"
             keep "RATIO:$s:$c:write" "$rw"; keep "RATIO:$s:$c:read" "$rr"; keep "RATIO:$s:$c:pp_time" "$rp"
+            keep "RATIO:$s:$c:atomic" "$ra"
         done
     done
 done

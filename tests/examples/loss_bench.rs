@@ -12,7 +12,12 @@
 //! ratios are then to the first one run); `VHCA_BENCH_COUNTERS=1` prints the
 //! requester's recovery counters per run (go-backs by cause, probes, spurious
 //! probes, packets resent, time stalled until a probe or timeout);
-//! `VHCA_BENCH_OPS=read` runs only READ (or `write`);
+//! `VHCA_BENCH_OPS=read` runs only READ (or `write`, `fetchadd`, `cmpswap`;
+//! a list such as `write,fetchadd`; default WRITE and READ);
+//! `VHCA_BENCH_ATOMICS=N` sets the ATOMICs per run (default 20000): 8-byte
+//! FETCH_ADDs or COMPARE_SWAPs to one word, 16 outstanding as `ib_atomic_bw`
+//! keeps them (issue 30), each run checking that the word ends at the number
+//! of operations (RL-06: none executed twice);
 //! `VHCA_BENCH_PROBES=off,on` sets which settings run, in which order; an
 //! entry `on:--no-loss-probe-adapt` adds vhca arguments to that setting only
 //! (variants alternate within the same minutes).
@@ -39,6 +44,8 @@ const CONDITIONS: [(&str, Option<&str>); 5] = [
 /// One run: fresh processes with `fault` and loss probes `on` or `off`
 /// (`--no-loss-probes`), with the setting's own vhca arguments after a `:`.
 fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
+    let atomic = matches!(op, Transfer::FetchAdd | Transfer::CmpSwap);
+    let msg = if atomic { 8 } else { MSG };
     let mut opts = Options::nodes(2);
     opts.fault = fault.map(String::from);
     let (on_off, own) = probes.split_once(':').unwrap_or((probes, ""));
@@ -68,7 +75,15 @@ fn run(op: Transfer, fault: Option<&str>, probes: &str, msgs: usize) -> f64 {
     let (qa, _qb) = connect_pair_with(&mut a, &ia, &mut b, &ib, &co);
     let local = a.region(MSG * SLOTS, Layout::Contiguous, 0);
     let remote = b.region(MSG * SLOTS, Layout::Contiguous, 0);
-    let rate = transfer_rate(&mut a, &[qa], op, &local, &remote, MSG, SLOTS, msgs, PER_QP);
+    let rate = transfer_rate(&mut a, &[qa], op, &local, &remote, msg, SLOTS, msgs, PER_QP);
+    if atomic {
+        // RL-06: every operation executed once, whatever was lost or resent.
+        let word = u64::from_le_bytes(b.read(&remote, 0, 8).try_into().unwrap());
+        assert_eq!(
+            word, msgs as u64,
+            "{op:?} {fault:?}: the target word after {msgs} operations"
+        );
+    }
     if std::env::var_os("VHCA_BENCH_COUNTERS").is_some() {
         // The requester's port counters: probes, timeouts, retransmissions.
         let names = CounterSet::Port.names();
@@ -172,18 +187,37 @@ fn main() {
         } else {
             400
         });
-    // `VHCA_BENCH_OPS=read`: only READ (or `write`); default both.
-    let ops = std::env::var("VHCA_BENCH_OPS").unwrap_or_default();
-    let ops: Vec<Transfer> = [Transfer::Write, Transfer::Read]
-        .into_iter()
-        .filter(|op| {
-            ops.is_empty()
-                || ops
-                    .to_lowercase()
-                    .contains(&format!("{op:?}").to_lowercase())
-        })
-        .collect();
+    let atomics = std::env::var("VHCA_BENCH_ATOMICS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if std::env::var_os("VHCA_BENCH_QUICK").is_some() {
+            2000
+        } else {
+            20000
+        });
+    // `VHCA_BENCH_OPS=read`: only READ (or `write`, `fetchadd`, `cmpswap`, a
+    // comma-separated list); default WRITE and READ.
+    let ops = std::env::var("VHCA_BENCH_OPS").unwrap_or_else(|_| "write,read".into());
+    let ops: Vec<Transfer> = [
+        Transfer::Write,
+        Transfer::Read,
+        Transfer::FetchAdd,
+        Transfer::CmpSwap,
+    ]
+    .into_iter()
+    .filter(|op| {
+        ops.to_lowercase()
+            .split(',')
+            .any(|o| o.trim() == format!("{op:?}").to_lowercase())
+    })
+    .collect();
     for op in ops {
+        let atomic = matches!(op, Transfer::FetchAdd | Transfer::CmpSwap);
+        let (n, unit, per, what) = if atomic {
+            (atomics, "ops/s", 8.0, "8 B")
+        } else {
+            (msgs, "MB/s", 1e6, "64 KiB")
+        };
         // `VHCA_BENCH_PROBES=off,on`: which settings, in which order.
         let order = std::env::var("VHCA_BENCH_PROBES").unwrap_or_else(|_| "on,off".into());
         for probes in order.split(',').map(str::trim) {
@@ -193,9 +227,9 @@ fn main() {
                 if !wanted(i) {
                     continue;
                 }
-                let r = run(op, fault, probes, msgs);
+                let r = run(op, fault, probes, n);
                 let b = *base.get_or_insert(r);
-                line.push(format!("{name} {:.0} MB/s ({:.3}x)", r / 1e6, r / b));
+                line.push(format!("{name} {:.0} {unit} ({:.3}x)", r / per, r / b));
                 // The loss rate as the abscissa of the plot; the duplication
                 // and reordering condition by its name.
                 let x = match fault {
@@ -206,7 +240,7 @@ fn main() {
                         .map_or(f.to_string(), |p| format!("{}", p * 100.0)),
                 };
                 let series = format!("vhca {op:?} probes {probes}");
-                tsv::row("goodput-vs-loss", &series, &x, "one", r / 1e6, "MB/s");
+                tsv::row("goodput-vs-loss", &series, &x, "one", r / per, unit);
                 tsv::row(
                     "goodput-vs-loss",
                     &series,
@@ -217,7 +251,7 @@ fn main() {
                 );
             }
             println!(
-                "RC {op:?} 64 KiB, loss probes {probes}: {}",
+                "RC {op:?} {what}, loss probes {probes}: {}",
                 line.join(", ")
             );
         }

@@ -213,11 +213,18 @@ pub enum Transfer {
     Write,
     /// RDMA READ of `remote` into `local`.
     Read,
+    /// 8-byte FETCH_ADD of 1 to the first word of `remote`, each result
+    /// into its own 8 bytes of `local` (as `ib_atomic_bw`; `msg` 8).
+    FetchAdd,
+    /// 8-byte COMPARE_SWAP of the first word of `remote` from the WR's index
+    /// to the next (one QP: each finds the value the one before stored).
+    CmpSwap,
 }
 
-/// RC WRITEs or READs of `msg` bytes between `local` (on `a`) and `remote`,
-/// spread round robin over `qps` (each with up to `per_qp` outstanding),
-/// cycling over `slots` message-sized slots, `total` in all; returns bytes/s.
+/// RC WRITEs, READs or ATOMICs of `msg` bytes between `local` (on `a`) and
+/// `remote`, spread round robin over `qps` (each with up to `per_qp`
+/// outstanding), cycling over `slots` message-sized slots, `total` in all;
+/// returns bytes/s (for ATOMICs, 8 bytes per operation).
 /// Every completion must succeed. (Benchmarks: the device's figures and the
 /// RC-under-loss figures.)
 #[allow(clippy::too_many_arguments)]
@@ -255,6 +262,16 @@ pub fn transfer_rate(
                     crate::SendWr::write(i as u64, remote.buf.va(off), remote.mr.rkey)
                 }
                 Transfer::Read => crate::SendWr::read(i as u64, remote.buf.va(off), remote.mr.rkey),
+                Transfer::FetchAdd => {
+                    crate::SendWr::fetch_add(i as u64, remote.buf.va(0), remote.mr.rkey, 1)
+                }
+                Transfer::CmpSwap => crate::SendWr::cmp_swap(
+                    i as u64,
+                    remote.buf.va(0),
+                    remote.mr.rkey,
+                    posted as u64,
+                    posted as u64 + 1,
+                ),
             };
             a.hca.post_send(qps[i], &wr.sges(sges)).unwrap();
             outstanding[i] += 1;

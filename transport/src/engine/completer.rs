@@ -255,7 +255,7 @@ fn ack_through(qp: &mut Qp, last_acked: u32, now: Time) -> Option<usize> {
             None
         };
         let n = psn::diff(r.una, una_before).max(0) as u32;
-        let unacked = r.unacked();
+        let unacked = r.unanswered();
         r.rec.on_progress(last_acked, n, unacked, now, timeout);
     }
     skipped
@@ -418,11 +418,12 @@ fn on_aeth(qp: &mut Qp, p: u32, syn: AethSyndrome, cx: &mut Ctx<'_>) -> bool {
                         idx.and_then(|i| read_resume_psn(qp, i)).unwrap_or(p)
                     };
                     rewind(qp, resume, cx.now);
-                    // The responder now drops all but `resume` silently
-                    // (RL-03): its first packet goes twice
-                    // (`Recovery::copy_first`), unless a READ or ATOMIC.
-                    let first = qp.req.wqes.get(qp.req.cur);
-                    if resume == p && first.is_some_and(|w| !w.is_rd_atomic() && w.contains(p)) {
+                    // The responder now drops all but `p` silently (RL-03):
+                    // that packet goes twice when the go-back resends it
+                    // (`Recovery::copy_first`), also when the go-back starts
+                    // earlier, at a READ/ATOMIC missing its response; not a
+                    // READ request (a duplicate READ is executed again, RL-05).
+                    if idx.is_some_and(|i| qp.req.wqes[i].wr.opcode != WrOpcode::RdmaRead) {
                         qp.req.rec.copy_first(p);
                     }
                     true
@@ -635,7 +636,9 @@ fn on_atomic_ack(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         cx.counters.drop(RxDrop::UnexpectedResponse);
         return false;
     }
-    ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
+    // Responses before this one acknowledge everything older (C9-27); an
+    // older READ/ATOMIC still missing its response lost it.
+    let older_lost = ack_through(qp, psn::add(p, psn::PSN_MASK), cx.now);
     let orig = t
         .ext
         .atomic_ack_eth
@@ -662,9 +665,61 @@ fn on_atomic_ack(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool {
         }
     }
     qp.req.wqes[i].done = Some(WcStatus::Success);
-    qp.req.rewound_to = None;
     ack_through(qp, p, cx.now);
+    match older_lost {
+        Some(lost) => rd_atomic_gap(qp, lost, i, cx),
+        None => {
+            qp.req.rewound_to = None;
+            qp.req.atomic_gap.clear();
+        }
+    }
     true
+}
+
+/// The ATOMIC response at WQE `at` came while the older READ/ATOMIC at `lost`
+/// still misses its response: ask again at once for the missing ones before
+/// it, not for those in flight after it (`atomic_gap`; issue 30).
+fn rd_atomic_gap(qp: &mut Qp, lost: usize, at: usize, cx: &mut Ctx<'_>) {
+    let p = qp.req.wqes[at].first_psn;
+    let missing = |w: &SendWqe| w.is_rd_atomic() && w.started && w.done.is_none();
+    let Some(newest) = qp.req.wqes.iter().take(at).rev().find(|w| missing(w)) else {
+        return;
+    };
+    let (newest, hwm) = (newest.first_psn, qp.req.hwm);
+    if !qp.req.atomic_gap.news(p, newest, hwm) {
+        // Asked for already: the re-request's answer comes after the
+        // responses still in flight (C9-27), so once they came it is due
+        // within a round trip, not a probe floor later.
+        qp.req.rec.on_old_stream_end(cx.now);
+        return;
+    }
+    // A duplicate READ preempts the responses queued after it (RL-05): then
+    // everything after it goes again, as after any gap.
+    let selective = !qp
+        .req
+        .wqes
+        .iter()
+        .take(at)
+        .skip(lost)
+        .any(|w| w.done.is_none() && w.wr.opcode == WrOpcode::RdmaRead);
+    let in_flight: Vec<u32> = qp.req.wqes.iter().skip(at + 1).map(|w| w.sent).collect();
+    let resume = read_resume_psn(qp, lost).unwrap_or(qp.req.wqes[lost].first_psn);
+    cx.counters.retransmits += 1;
+    qp.req.rec.on_loss(hwm);
+    qp.req.rec.end_probe();
+    rewind(qp, resume, cx.now);
+    if selective {
+        // What went after `p` keeps its progress: a lost one shows as the
+        // next gap (or by the probe), a duplicate would only be replayed.
+        for (w, sent) in qp.req.wqes.iter_mut().skip(at + 1).zip(in_flight) {
+            if w.started && w.done.is_none() {
+                w.sent = sent;
+            }
+        }
+        // The go-back resends nothing from `p` on: a sequence NAK for a
+        // later PSN is news, not one it answers (`Recovery::absorbs_nak`).
+        qp.req.rec.on_rewind(resume, p, cx.now);
+    }
 }
 
 /// A timer fired: ACK timeout (RL-10) or the end of an RNR wait (RL-11).

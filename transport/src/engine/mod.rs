@@ -18,6 +18,7 @@
 
 mod access;
 mod apm;
+mod atomic_gap;
 mod cc_ib;
 mod cc_np;
 mod completer;

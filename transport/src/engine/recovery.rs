@@ -86,12 +86,13 @@
 //!   NAK, or a lost first packet of the go-back it started, then left
 //!   nothing to come back until a probe timeout: on the device tier at 5 %
 //!   loss these were most of WRITE's probes, each costing the 1 ms floor.
-//!   So the responder sends a sequence NAK after a SEND/WRITE packet twice
-//!   (the requester goes back once for both: the copy names the PSN it
-//!   went back to), and the requester sends the first packet of a go-back a
-//!   sequence NAK started twice ([`Recovery::copy_first`]; the copy is a
-//!   duplicate the responder answers, RL-04). Not for READ or ATOMIC
-//!   requests (a duplicate READ is executed again, RL-05).
+//!   So the responder sends a sequence NAK after any request but a READ
+//!   twice (the requester goes back once for both: the copy names the PSN
+//!   it went back to), and the requester sends the NAKed packet twice when
+//!   the go-back it started resends it ([`Recovery::copy_first`]; the copy
+//!   is a duplicate the responder answers, RL-04, or an ATOMIC's, answered
+//!   from its saved result and never executed again, RL-06; issue 30). Not
+//!   for READ requests (a duplicate READ is executed again, RL-05).
 //! - **A READ re-request whose answer lost its first response (vhca
 //!   policy).** A gap in READ responses is asked for again once (RL-14);
 //!   more responses after the same gap are the old stream's. A response
@@ -682,16 +683,16 @@ impl Recovery {
         }
     }
 
-    /// The go-back a sequence NAK just started resends SEND/WRITE packets
-    /// from `from`: that first one goes twice (vhca policy, issue 14). After
-    /// a sequence NAK the responder drops every request but the one it
-    /// expects, without another NAK (RL-03; seed 004 §3.4), so a lost first
-    /// resend left
-    /// nothing to come back until a probe timeout (the host's floor, ten or
-    /// more round trips); with two copies one lost leaves the other, and
-    /// the second is a duplicate the responder answers with an ACK (RL-04).
-    /// Not for a READ or ATOMIC request: a duplicate READ is executed again
-    /// (RL-05), and the ATOMIC's replay is for a lost response.
+    /// The go-back a sequence NAK just started resends the NAKed packet at
+    /// `from` (first, or after a READ/ATOMIC that missed its response): it
+    /// goes twice (vhca policy, issue 14). After a sequence NAK the
+    /// responder drops every request but the one it expects, without
+    /// another NAK (RL-03; seed 004 §3.4), so a lost resend left nothing to
+    /// come back until a probe timeout (the host's floor, ten or more round
+    /// trips); with two copies one lost leaves the other, and the second is
+    /// a duplicate the responder answers with an ACK (RL-04), an ATOMIC's
+    /// from its saved result, never executed again (RL-06; issue 30). Not
+    /// for a READ request: a duplicate READ is executed again (RL-05).
     pub fn copy_first(&mut self, from: u32) {
         self.copy_psn = (!self.probing).then_some(from);
         self.pending_copy = None;

@@ -119,6 +119,8 @@ pub(crate) struct Requester {
     pub(super) rewound_to: Option<u32>,
     /// Early loss detection and the congestion window (issue 14).
     pub(super) rec: Recovery,
+    /// The missing ATOMIC responses last asked for again (issue 30).
+    pub(super) atomic_gap: super::atomic_gap::AtomicGap,
     /// End-to-end credits (RL-13).
     pub(super) credits: super::credits::Credits,
     /// Static rate control (AD-07, `pacing`): no request packet before this.
@@ -218,6 +220,29 @@ impl Requester {
     /// covers, even while a go-back resends them).
     pub(super) fn unacked(&self) -> u32 {
         psn::diff(self.hwm, self.una).max(0) as u32
+    }
+
+    /// PSNs sent and not answered yet, as the probe timer counts them
+    /// (`recovery`, "A tail's floor"): [`Requester::unacked`] less the
+    /// READ/ATOMICs past `una` that their responses completed out of order
+    /// while missing ATOMIC responses are asked for again (`atomic_gap`). A
+    /// probe or go-back then resends only what is missing
+    /// (`completer::resent_from`), a packet or a few, whatever the PSNs
+    /// between. Scanned only in that state (issue 30), which lasts a round
+    /// trip and holds at most max_rd_atomic READ/ATOMICs (RL-07).
+    pub(super) fn unanswered(&self) -> u32 {
+        let n = self.unacked();
+        if !self.atomic_gap.asked() {
+            return n;
+        }
+        let done: u32 = self
+            .wqes
+            .iter()
+            .take_while(|w| w.started && psn::diff(w.first_psn, self.hwm) < 0)
+            .filter(|w| w.done.is_some() && psn::diff(w.first_psn, self.una) >= 0)
+            .map(|w| w.npkts)
+            .sum();
+        n.saturating_sub(done).max(1)
     }
 }
 
@@ -453,10 +478,12 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
             };
             w.started = true;
             // `recovery`: READs in flight (0 for another message).
-            let n = if w.wr.opcode == WrOpcode::RdmaRead {
-                w.npkts
-            } else {
-                0
+            let n = match w.wr.opcode {
+                WrOpcode::RdmaRead => w.npkts,
+                WrOpcode::AtomicCmpSwap | WrOpcode::AtomicFetchAdd => {
+                    u32::from(qp.attr.max_rd_atomic)
+                }
+                _ => 0,
             };
             qp.req.rec.on_read_sent(n);
         }
@@ -838,7 +865,7 @@ fn build_request(
     let r = &mut qp.req;
     if !advance {
         cx.counters.resent_packets += 1;
-        let unacked = r.unacked();
+        let unacked = r.unanswered();
         r.rec
             .on_send(psn_k, ack_req, false, unacked, cx.now, timeout);
         return Ok(len);
@@ -853,7 +880,7 @@ fn build_request(
         if !new {
             cx.counters.resent_packets += 1;
         }
-        let unacked = r.unacked();
+        let unacked = r.unanswered();
         r.rec.on_send(psn_k, ack_req, new, unacked, cx.now, timeout);
         if !new {
             r.rec.on_resend(psn_k);
