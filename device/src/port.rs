@@ -163,6 +163,13 @@ impl Port {
         self.up
     }
 
+    /// The data path is about to sleep (true) or has woken (false):
+    /// [`Link::set_sleeping`]. After `true`, [`Port::next_deadline`] says
+    /// whether the link got something in between.
+    pub fn set_link_sleeping(&mut self, sleeping: bool) {
+        self.link.set_sleeping(sleeping)
+    }
+
     /// The descriptor to wait on for received packets.
     pub fn raw_fd(&self) -> RawFd {
         self.link.raw_fd()

@@ -763,6 +763,10 @@ impl<L: Link> Link for AuthLink<L> {
     fn is_up(&self) -> bool {
         self.inner.is_up()
     }
+    fn set_sleeping(&mut self, sleeping: bool) {
+        self.inner.set_sleeping(sleeping)
+    }
+
     fn set_disabled(&mut self, disabled: bool) {
         self.inner.set_disabled(disabled)
     }

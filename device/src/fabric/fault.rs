@@ -460,6 +460,10 @@ impl<L: Link> Link for FaultLink<L> {
     fn single_peer(&self) -> bool {
         self.inner.single_peer()
     }
+    fn set_sleeping(&mut self, sleeping: bool) {
+        self.inner.set_sleeping(sleeping)
+    }
+
     fn set_disabled(&mut self, disabled: bool) {
         self.inner.set_disabled(disabled)
     }

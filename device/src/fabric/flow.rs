@@ -536,6 +536,10 @@ impl<L: Link> Link for FlowLink<L> {
         self.inner.is_up()
     }
 
+    fn set_sleeping(&mut self, sleeping: bool) {
+        self.inner.set_sleeping(sleeping)
+    }
+
     fn set_disabled(&mut self, disabled: bool) {
         self.inner.set_disabled(disabled);
         // Down now: what waits for credit goes (see `emit`).

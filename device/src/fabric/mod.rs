@@ -286,6 +286,15 @@ pub trait Link {
     /// state of its own).
     fn set_disabled(&mut self, _disabled: bool) {}
 
+    /// The data path is about to sleep on [`Link::raw_fd`] (true), or has
+    /// woken (false). A link whose peers wake it by other means than a
+    /// packet on the descriptor asks them to now, and [`Link::poll_timeout`]
+    /// called after it says whether something came in between (the
+    /// shared-memory rings: a doorbell datagram, issue 30; a busy-polling
+    /// data path never asks, so its peers send none). Stages forward it;
+    /// nothing by default.
+    fn set_sleeping(&mut self, _sleeping: bool) {}
+
     /// Whether every datagram this link takes comes from one peer: a cabled
     /// port, which accepts only its cable's other end (ARCHITECTURE.md §6).
     /// The fabric key stage then keeps one replay window for the link (the
@@ -367,6 +376,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn set_disabled(&mut self, disabled: bool) {
         (**self).set_disabled(disabled)
+    }
+    fn set_sleeping(&mut self, sleeping: bool) {
+        (**self).set_sleeping(sleeping)
     }
     fn single_peer(&self) -> bool {
         (**self).single_peer()

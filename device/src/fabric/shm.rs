@@ -14,12 +14,12 @@
 //! control, the engine) is unchanged.
 //!
 //! Wake-ups: the receiver polls its rings on every round of the data path
-//! (busy polling included); a round that finds them empty sets each ring's
-//! `sleeping` word (the data path may sleep after it: `Link::poll_timeout`
-//! then looks at the rings once more), and a producer that publishes a packet
-//! into a ring with that word set clears it and sends a [`DOORBELL`] datagram
-//! from its UDP socket to the receiver's. A round that finds packets clears
-//! the words again. The doorbell is the UDP socket the data path already waits on
+//! (busy polling included); when the data path is about to sleep
+//! (`Link::set_sleeping`) each ring's `sleeping` word is set (and
+//! `Link::poll_timeout` then looks at the rings once more), and a producer
+//! that publishes a packet into a ring with that word set clears it and
+//! sends a [`DOORBELL`] datagram from its UDP socket to the receiver's. The
+//! data path, woken, clears the words again. The doorbell is the UDP socket the data path already waits on
 //! (`Link::raw_fd`), so the port waits on one descriptor as before, the
 //! doorbell needs no descriptor passing between processes (an eventfd would),
 //! and a doorbell is one datagram per sleep, not per packet. It is 8 bytes,
@@ -518,26 +518,6 @@ impl Link for ShmLink {
         }
         if count > 0 {
             self.rx_first = (self.rx_first + 1) % count;
-            if n > 0 {
-                if self.armed {
-                    self.armed = false;
-                    for p in &self.peers {
-                        p.rx.set_sleeping(false);
-                    }
-                }
-            } else if !self.armed {
-                // Empty: ask for doorbells, since the data path may sleep
-                // after this round (it does not tell the link). Asking only
-                // after some idle time would leave a data path that sleeps
-                // at once (busy polling off on a contended host) waiting for
-                // that time: measured, 191 us ping-pongs. `poll_timeout`
-                // looks at the rings after this (and its fence), before the
-                // data path sleeps.
-                self.armed = true;
-                for p in &self.peers {
-                    p.rx.set_sleeping(true);
-                }
-            }
         }
         let doorbells = &mut self.counters.doorbells_rx;
         let mut got = 0;
@@ -666,6 +646,22 @@ impl Link for ShmLink {
 
     fn is_up(&self) -> bool {
         self.udp.is_up()
+    }
+
+    fn set_sleeping(&mut self, sleeping: bool) {
+        // Doorbells only while the data path sleeps: a busy-polling one
+        // finds the packets itself, and asking on every empty round made
+        // the producer send a doorbell datagram for nearly every packet.
+        // `poll_timeout`, which the data path calls after this (the store
+        // is SeqCst, `set_sleeping` in shm_ring.rs), looks at the rings once
+        // more, so a packet published before the producer could see the
+        // word is not slept on.
+        if self.armed != sleeping {
+            self.armed = sleeping;
+            for p in &self.peers {
+                p.rx.set_sleeping(sleeping);
+            }
+        }
     }
 
     fn set_disabled(&mut self, disabled: bool) {

@@ -119,8 +119,21 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
         set_asleep(&db, num_uars, abi::uar::uar::ASLEEP);
         fence(Ordering::SeqCst);
         let pending = {
-            let core = shared.lock();
-            core.commands_pending() || (core.enabled() && core.hca.doorbells_pending(&db))
+            let mut core = shared.lock();
+            // The link's peers may wake it from now on (the shared-memory
+            // rings' doorbells, issue 30); its deadline, taken after, sees
+            // what came in before they could (a packet due now).
+            core.hca.port.set_link_sleeping(true);
+            let arrived = (core.enabled() || shared.link_always)
+                && core
+                    .hca
+                    .port
+                    .link()
+                    .poll_timeout()
+                    .is_some_and(|d| d <= now());
+            core.commands_pending()
+                || (core.enabled() && core.hca.doorbells_pending(&db))
+                || arrived
         };
         // Asleep until an event (WAKE, a packet) or a deadline. A wake by a
         // deadline alone stays asleep: while the asleep word is set every
@@ -171,6 +184,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
             woken = w.any();
         }
         set_asleep(&db, num_uars, abi::uar::uar::AWAKE);
+        shared.lock().hca.port.set_link_sleeping(false);
         if woken {
             busy.worked();
         }
