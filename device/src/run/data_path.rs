@@ -60,6 +60,9 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
     // A heavy command in progress: its pieces, done here without the lock
     // (cmdq::staged; issue 13, MMIO stall).
     let mut ticket: Option<cmdq::Ticket> = None;
+    // The link was told the data path sleeps (`Port::set_link_sleeping`):
+    // told it woke under the next round's lock, not a lock of its own.
+    let mut link_asleep = false;
     while !shared.stop.load(Ordering::Acquire) {
         let prepared = ticket
             .take()
@@ -69,6 +72,9 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
         last_scan = Instant::now();
         let (work, deadline, link_failed) = {
             let mut core = shared.lock();
+            if std::mem::take(&mut link_asleep) {
+                core.hca.port.set_link_sleeping(false);
+            }
             let errors_before = core.hca.port.counters().link_errors;
             let (work, deadline) = if !core.enabled() {
                 if shared.link_always {
@@ -124,6 +130,7 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
             // rings' doorbells, issue 30); its deadline, taken after, sees
             // what came in before they could (a packet due now).
             core.hca.port.set_link_sleeping(true);
+            link_asleep = true;
             let arrived = (core.enabled() || shared.link_always)
                 && core
                     .hca
@@ -184,7 +191,6 @@ pub fn data_path(shared: Arc<Shared>, mut counters: CountersOutput, busy_poll: D
             woken = w.any();
         }
         set_asleep(&db, num_uars, abi::uar::uar::AWAKE);
-        shared.lock().hca.port.set_link_sleeping(false);
         if woken {
             busy.worked();
         }
