@@ -34,7 +34,7 @@ use transport::wire::crc::icrc_roce;
 
 use super::tap::VNET_HDR_LEN;
 use transport::wire::roce::{
-    ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ETH_HEADER_LEN, IPV4_HEADER_LEN,
+    internet_sum, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ETH_HEADER_LEN, IPV4_HEADER_LEN,
     IPV6_HEADER_LEN, UDP_HEADER_LEN, UDP_PORT,
 };
 
@@ -122,41 +122,20 @@ pub(super) fn udp_dport(frame: &[u8]) -> Option<u16> {
     be16(frame, l.l4 + 2)
 }
 
-/// One's-complement sum of `data` as 16-bit big-endian words (RFC 1071),
-/// added to `sum`, not folded.
-fn csum_add(mut sum: u64, data: &[u8]) -> u64 {
-    let mut words = data.chunks_exact(2);
-    for w in &mut words {
-        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    if let [last] = words.remainder() {
-        sum += u64::from(*last) << 8;
-    }
-    sum
-}
-
-fn csum_fold(mut sum: u64) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// The IPv4 header checksum of `ip` (its checksum field taken as zero).
 fn ipv4_checksum(ip: &[u8]) -> u16 {
-    let sum = csum_add(csum_add(0, &ip[..10]), &ip[12..]);
-    !csum_fold(sum)
+    !internet_sum(u32::from(internet_sum(0, &ip[..10])), &ip[12..])
 }
 
 /// The folded sum of the UDP pseudo-header (RFC 768; RFC 8200 §8.1) for a
 /// datagram of `udp_len` bytes.
-fn pseudo_header_sum(frame: &[u8], l: &UdpLayout, udp_len: usize) -> u64 {
+fn pseudo_header_sum(frame: &[u8], l: &UdpLayout, udp_len: usize) -> u16 {
     let addrs = if l.v4 {
         &frame[l.l3 + 12..l.l3 + 20]
     } else {
         &frame[l.l3 + 8..l.l3 + 40]
     };
-    csum_add(0, addrs) + u64::from(IP_PROTO_UDP) + udp_len as u64
+    internet_sum(u32::from(IP_PROTO_UDP) + udp_len as u32, addrs)
 }
 
 /// Sets the lengths (and the IPv4 Identification and header checksum) of the
@@ -262,7 +241,7 @@ pub(super) fn join(frames: &mut [Vec<u8>], out: &mut Vec<u8>) -> [u8; VNET_HDR_L
     // CHECKSUM_PARTIAL's convention: the field holds the pseudo-header's sum,
     // which the kernel adjusts to each segment's length and completes.
     let udp_len = out.len() - l.l4;
-    let partial = csum_fold(pseudo_header_sum(out, &l, udp_len));
+    let partial = pseudo_header_sum(out, &l, udp_len);
     out[l.l4 + 6..l.l4 + 8].copy_from_slice(&partial.to_be_bytes());
     let seg = (frames[0].len() - h) as u16;
     let mut hdr = [0u8; VNET_HDR_LEN];
@@ -348,7 +327,7 @@ impl Segments {
         if self.checksum {
             let udp_len = out.len() - l.l4;
             let sum = pseudo_header_sum(out, &l, udp_len);
-            let c = !csum_fold(csum_add(sum, &out[l.l4..]));
+            let c = !internet_sum(u32::from(sum), &out[l.l4..]);
             // Zero on the wire means "no checksum" (RFC 768).
             let c = if c == 0 { 0xffff } else { c };
             out[l.l4 + 6..l.l4 + 8].copy_from_slice(&c.to_be_bytes());
@@ -371,7 +350,7 @@ mod tests {
     #[test]
     fn checksum_matches_rfc_1071_example() {
         // RFC 1071 §3: the words 0001 f203 f4f5 f6f7 sum to ddf2.
-        let sum = csum_add(0, &[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]);
-        assert_eq!(csum_fold(sum), 0xddf2);
+        let sum = internet_sum(0, &[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]);
+        assert_eq!(sum, 0xddf2);
     }
 }

@@ -347,8 +347,10 @@ fn locate_v6(eth: EthernetRepr, l3: &[u8]) -> Result<Layout<'_>, DropReason> {
 }
 
 /// One's-complement sum (RFC 1071) of `data` added to `acc`, folded to 16 bits.
-/// An odd last byte counts as the high byte of a word.
-fn internet_sum(acc: u32, data: &[u8]) -> u16 {
+/// An odd last byte counts as the high byte of a word. Sums chain: a folded
+/// sum is a valid `acc` for the next piece (the TAP link's GSO segments,
+/// `device::fabric::tap_gso`, use it so).
+pub fn internet_sum(acc: u32, data: &[u8]) -> u16 {
     let mut sum = u64::from(acc);
     let mut words = data.chunks_exact(2);
     for w in &mut words {
