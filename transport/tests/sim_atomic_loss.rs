@@ -18,9 +18,10 @@
 
 mod common;
 
+use common::loss::goodput_pair;
 use common::*;
 use transport::engine::{Counters, Limits};
-use transport::verbs::{Mtu, Sge, WcStatus, WrOpcode};
+use transport::verbs::{Sge, WcStatus, WrOpcode};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -54,13 +55,6 @@ struct Run {
     resp: Counters,
 }
 
-fn link() -> LinkModel {
-    LinkModel {
-        ns_per_kib: 1024,
-        queue_bytes: 128 * 1024,
-    }
-}
-
 fn limits() -> Limits {
     Limits {
         min_probe_timeout_ns: DEVICE_PROBE_FLOOR_NS,
@@ -72,19 +66,7 @@ fn limits() -> Limits {
 /// was executed exactly once; the simulated time from the first post to the
 /// last completion.
 fn run(seed: u64, op: Op, faults: Faults) -> Run {
-    let mut net = Net::with_limits(2, MEM_LEN, seed, limits());
-    net.link = Some(link());
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(A, ALL_ACCESS);
-    let kb = net.reg_all(B, ALL_ACCESS);
-    let o = ConnOpts {
-        mtu: Mtu::M4096,
-        timeout: 14,
-        max_rd_atomic: 16,
-        max_wr: 1024,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, A, B, &o);
+    let (mut net, p, ka, kb) = goodput_pair(seed, MEM_LEN, limits());
     net.faults = faults;
     let start = net.now;
     let wr = |i: u64| {

@@ -17,9 +17,10 @@
 
 mod common;
 
+use common::loss::goodput_pair;
 use common::*;
 use transport::engine::{Counters, Limits};
-use transport::verbs::{Mtu, Sge, WcStatus, WrOpcode};
+use transport::verbs::{Sge, WcStatus, WrOpcode};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -47,13 +48,6 @@ struct Run {
     req: Counters,
 }
 
-fn link() -> LinkModel {
-    LinkModel {
-        ns_per_kib: 1024,
-        queue_bytes: 128 * 1024,
-    }
-}
-
 /// Moves `TOTAL` bytes with `op` on a fresh pair; returns the simulated time
 /// from the first post to the last completion.
 fn run(seed: u64, op: Op, drop: f64) -> Run {
@@ -71,19 +65,7 @@ fn run(seed: u64, op: Op, drop: f64) -> Run {
 /// [`run`] with these faults and engine limits.
 fn run_with(seed: u64, op: Op, faults: Faults, limits: Limits) -> Run {
     let drop = faults.drop;
-    let mut net = Net::with_limits(2, MEM_LEN, seed, limits);
-    net.link = Some(link());
-    net.latency_ns = 10_000;
-    let ka = net.reg_all(A, ALL_ACCESS);
-    let kb = net.reg_all(B, ALL_ACCESS);
-    let o = ConnOpts {
-        mtu: Mtu::M4096,
-        timeout: 14,
-        max_rd_atomic: 16,
-        max_wr: 1024,
-        ..ConnOpts::default()
-    };
-    let p = connect(&mut net, A, B, &o);
+    let (mut net, p, ka, kb) = goodput_pair(seed, MEM_LEN, limits);
     // The data: A's source for a WRITE, B's for a READ.
     let (from, to) = match op {
         Op::Write => (A, B),

@@ -6,7 +6,34 @@
 use transport::engine::Limits;
 use transport::wire::PacketRepr;
 
-use super::{connect, ConnOpts, Net, Pair, ALL_ACCESS};
+use transport::verbs::Mtu;
+
+use super::{connect, ConnOpts, LinkModel, Net, Pair, ALL_ACCESS};
+
+/// The goodput simulations' pair (`sim_goodput`, `sim_atomic_loss`): two
+/// nodes of `mem_len` bytes, 10 us apart on a link of 1 ns per byte with a
+/// 128 KiB queue, all memory of each registered, and one RC pair at MTU
+/// 4096 with ACK timeout 14, 16 READs/ATOMICs outstanding and 1024 WRs:
+/// (bench, pair, node 0's key, node 1's key).
+pub fn goodput_pair(seed: u64, mem_len: usize, limits: Limits) -> (Net, Pair, u32, u32) {
+    let mut net = Net::with_limits(2, mem_len, seed, limits);
+    net.link = Some(LinkModel {
+        ns_per_kib: 1024,
+        queue_bytes: 128 * 1024,
+    });
+    net.latency_ns = 10_000;
+    let ka = net.reg_all(0, ALL_ACCESS);
+    let kb = net.reg_all(1, ALL_ACCESS);
+    let o = ConnOpts {
+        mtu: Mtu::M4096,
+        timeout: 14,
+        max_rd_atomic: 16,
+        max_wr: 1024,
+        ..ConnOpts::default()
+    };
+    let p = connect(&mut net, 0, 1, &o);
+    (net, p, ka, kb)
+}
 
 /// Two nodes of 1 MiB, 10 us apart, all memory of each registered, and one
 /// RC pair connected with ACK timeout 14; `probe_floor_ns`, when given, is
