@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::loss::lose_when;
+use common::loss::lose_first;
 use common::*;
 use transport::engine::Limits;
 use transport::psn;
@@ -131,12 +131,7 @@ fn rl06_a_later_atomic_response_asks_again_at_once_for_only_the_lost_one() {
     let (mut net, p, o, ka, kb) = pair(4, 1_000_000, true);
     adds(&mut net, &p, ka, kb, 0..1); // measures the round trip
     let first = psn::add(o.psn_a, 1);
-    let mut lost = false;
-    lose_when(&mut net, move |q, name| {
-        let hit = !lost && q == first && name.contains("ATOMIC_ACKNOWLEDGE");
-        lost |= hit;
-        hit
-    });
+    lose_first(&mut net, &[(first, "ATOMIC_ACKNOWLEDGE", 1)]);
     net.sniffed = Some(Vec::new());
     let t0 = net.now;
     adds(&mut net, &p, ka, kb, 1..5);
@@ -173,12 +168,7 @@ fn rl03_a_lost_atomic_request_is_naked_twice_and_resent_twice() {
     let (mut net, p, o, ka, kb) = pair(4, 1_000_000, true);
     adds(&mut net, &p, ka, kb, 0..1);
     let second = psn::add(o.psn_a, 2);
-    let mut lost = false;
-    lose_when(&mut net, move |q, name| {
-        let hit = !lost && q == second && name.contains("FETCH_ADD");
-        lost |= hit;
-        hit
-    });
+    lose_first(&mut net, &[(second, "FETCH_ADD", 1)]);
     net.sniffed = Some(Vec::new());
     adds(&mut net, &p, ka, kb, 1..5);
     assert_eq!(seq_naks(&net), vec![second, second], "the NAK and its copy");
@@ -202,18 +192,10 @@ fn rl03_the_naked_request_goes_twice_when_the_go_back_starts_before_it() {
     let (mut net, p, o, ka, kb) = pair(4, 1_000_000, true);
     adds(&mut net, &p, ka, kb, 0..1);
     let (first, second) = (psn::add(o.psn_a, 1), psn::add(o.psn_a, 2));
-    let (mut resp_lost, mut req_lost) = (false, false);
-    lose_when(&mut net, move |q, name| {
-        if !resp_lost && q == first && name.contains("ATOMIC_ACKNOWLEDGE") {
-            resp_lost = true;
-            return true;
-        }
-        if !req_lost && q == second && name.contains("FETCH_ADD") {
-            req_lost = true;
-            return true;
-        }
-        false
-    });
+    lose_first(
+        &mut net,
+        &[(first, "ATOMIC_ACKNOWLEDGE", 1), (second, "FETCH_ADD", 1)],
+    );
     net.sniffed = Some(Vec::new());
     adds(&mut net, &p, ka, kb, 1..5);
     assert_eq!(net.dropped, 2);
@@ -245,18 +227,10 @@ fn rl03_a_nak_after_an_atomic_re_request_is_not_absorbed() {
     );
     adds(&mut net, &p, ka, kb, 0..1);
     let (first, third) = (psn::add(o.psn_a, 1), psn::add(o.psn_a, 3));
-    let (mut resp_lost, mut req_lost) = (false, false);
-    lose_when(&mut net, move |q, name| {
-        if !resp_lost && q == first && name.contains("ATOMIC_ACKNOWLEDGE") {
-            resp_lost = true;
-            return true;
-        }
-        if !req_lost && q == third && name.contains("FETCH_ADD") {
-            req_lost = true;
-            return true;
-        }
-        false
-    });
+    lose_first(
+        &mut net,
+        &[(first, "ATOMIC_ACKNOWLEDGE", 1), (third, "FETCH_ADD", 1)],
+    );
     net.sniffed = Some(Vec::new());
     adds(&mut net, &p, ka, kb, 1..5);
     assert_eq!(net.dropped, 2);
@@ -273,12 +247,7 @@ fn rl03_a_nak_after_an_atomic_re_request_is_not_absorbed() {
 fn rl07_atomics_keep_max_rd_atomic_in_flight_after_a_timeout() {
     let (mut net, p, o, ka, kb) = pair(16, 1_000_000, false);
     let first = psn::add(o.psn_a, 0);
-    let mut lost = false;
-    lose_when(&mut net, move |q, name| {
-        let hit = !lost && q == first && name.contains("FETCH_ADD");
-        lost |= hit;
-        hit
-    });
+    lose_first(&mut net, &[(first, "FETCH_ADD", 1)]);
     adds(&mut net, &p, ka, kb, 0..1);
     assert_eq!(net.nodes[0].engine.counters().timeouts, 1, "the ACK timer");
     post_adds(&mut net, &p, ka, kb, 1..17);
@@ -295,12 +264,7 @@ fn a_lost_replay_is_asked_for_again_within_a_round_trip_of_the_last_response() {
     let (mut net, p, o, ka, kb) = pair(4, 10_000_000, true);
     adds(&mut net, &p, ka, kb, 0..1);
     let first = psn::add(o.psn_a, 1);
-    let mut lost = 0;
-    lose_when(&mut net, move |q, name| {
-        let hit = lost < 2 && q == first && name.contains("ATOMIC_ACKNOWLEDGE");
-        lost += u32::from(hit);
-        hit
-    });
+    lose_first(&mut net, &[(first, "ATOMIC_ACKNOWLEDGE", 2)]);
     net.sniffed = Some(Vec::new());
     let t0 = net.now;
     adds(&mut net, &p, ka, kb, 1..5);
@@ -328,12 +292,7 @@ fn a_single_missing_atomic_probes_at_the_tail_floor() {
     let (mut net, p, o, ka, kb) = pair(8, 10_000_000, true);
     adds(&mut net, &p, ka, kb, 0..1);
     let first = psn::add(o.psn_a, 1);
-    let mut lost = 0;
-    lose_when(&mut net, move |q, name| {
-        let hit = lost < 3 && q == first && name.contains("ATOMIC_ACKNOWLEDGE");
-        lost += u32::from(hit);
-        hit
-    });
+    lose_first(&mut net, &[(first, "ATOMIC_ACKNOWLEDGE", 3)]);
     net.sniffed = Some(Vec::new());
     let t0 = net.now;
     adds(&mut net, &p, ka, kb, 1..9);

@@ -68,3 +68,17 @@ pub fn lose_when(net: &mut Net, mut hit: impl FnMut(u32, &str) -> bool + 'static
         hit(bth.psn, bth.opcode.info().name)
     }));
 }
+
+/// From now on the fabric loses, for each `(psn, part, n)`, the first `n`
+/// packets at that PSN whose opcode name contains `part` (each packet counts
+/// against one rule at most).
+pub fn lose_first(net: &mut Net, rules: &[(u32, &'static str, u32)]) {
+    let mut left = rules.to_vec();
+    lose_when(net, move |q, name| {
+        left.iter_mut().any(|(psn, part, n)| {
+            let hit = *n > 0 && q == *psn && name.contains(*part);
+            *n -= u32::from(hit);
+            hit
+        })
+    });
+}
