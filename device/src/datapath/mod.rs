@@ -262,8 +262,13 @@ impl Hca {
         w.cqes = self.write_cqes(mem, db);
         w.eqes = self.write_events(mem, db, irq);
         w.packets += self.port.run_send(mem, now) as u32;
-        w.cqes += self.write_cqes(mem, db);
-        w.eqes += self.write_events(mem, db, irq);
+        // Only if sending completed something: the arm words were read and
+        // the EQs' vectors looked at once this round already.
+        let engine = self.port.engine();
+        if engine.ready_cqs().next().is_some() || engine.has_events() {
+            w.cqes += self.write_cqes(mem, db);
+            w.eqes += self.write_events(mem, db, irq);
+        }
         w
     }
 

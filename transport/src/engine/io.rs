@@ -472,6 +472,11 @@ impl Engine {
         self.events.pop_front()
     }
 
+    /// Whether an asynchronous event waits for [`Self::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The port's link went up or down (AE-01): raises the unaffiliated port
     /// active or port error event. The link's state is its owner's (the
     /// device's port); the engine only reports it.
