@@ -530,7 +530,7 @@ pub fn listen_switch(addr: SocketAddr) -> std::io::Result<SwitchSlot> {
 
 /// A switch's counters at one scrape (none before its loop first ran):
 /// per port `vhca_switch_port_<counter>_total{port}` (IBA 16.1.3.5
-/// PortCounters, and `spoofed_slid`), `vhca_switch_port_state{port,state}`,
+/// PortCounters, `spoofed_slid` and `fecn_marked`), `vhca_switch_port_state{port,state}`,
 /// `vhca_switch_drops_total{reason}`, `vhca_switch_dr_drops_total{reason}`,
 /// `vhca_switch_traps_total{result}`, the SMA's counters and the ports' link
 /// stages as `vhca_switch_link_value{port,stage,name}`.
@@ -551,7 +551,7 @@ impl Collector for SwitchMetrics {
             counters(
                 &mut enc,
                 &format!("vhca_switch_port_{name}"),
-                "The switch port's counter (IBA 16.1.3.5 PortCounters; spoofed_slid: dropped before the core).",
+                "The switch port's counter (IBA 16.1.3.5 PortCounters; spoofed_slid: dropped before the core; fecn_marked: FECN set, A10.2.1).",
                 s.ports.iter().zip(&ports).filter_map(|(p, num)| {
                     let v = p.counters.get(i)?.1;
                     Some(([("port", num.as_str())], v))

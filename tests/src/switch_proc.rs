@@ -177,9 +177,21 @@ pub fn star_fabric_with(
     header: &str,
     args: &[&str],
 ) -> (Vhca, SwitchProc) {
+    star_fabric_tail(nodes, ports, header, "", args)
+}
+
+/// [`star_fabric_with`], `tables` (e.g. `[ib_cc]` and its keys) written
+/// after the switch and its links, where a TOML table may start.
+pub fn star_fabric_tail(
+    nodes: usize,
+    ports: usize,
+    header: &str,
+    tables: &str,
+    args: &[&str],
+) -> (Vhca, SwitchProc) {
     let sw_ports = free_udp_ports(ports).unwrap();
     let opts = Options {
-        top_toml: star(&sw_ports, nodes),
+        top_toml: format!("{}{tables}", star(&sw_ports, nodes)),
         fabric_header: header.to_string(),
         extra_args: args.iter().map(|a| a.to_string()).collect(),
         ..Options::nodes(nodes)

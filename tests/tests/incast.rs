@@ -7,9 +7,14 @@
 //! the run without flow control overflows it on any machine, also one whose
 //! `net.core.rmem_max` caps the default ask.
 //!
+//! IBA congestion control between the processes (issue 31 item 2, annex
+//! A10): the same incast with the fabric file's `[ib_cc]` marks FECN at the
+//! switch, the receiver sees it and the senders get BECNs and cut their
+//! rates; without `[ib_cc]` none of it happens.
+//!
 //! `INCAST_PRINT=1` prints what each half measured.
 
-use vhca_tests::incast::{self, Incast};
+use vhca_tests::incast::{self, Incast, Setup};
 
 /// A receive buffer of 256 KiB asked for (the kernel doubles it).
 const EXTRA: &str = "rx_buffer = 262144\n";
@@ -20,7 +25,8 @@ fn show(what: &str, r: &Incast) {
     if std::env::var_os("INCAST_PRINT").is_some() {
         eprintln!(
             "{what}: kernel_drops {} switch_drops {} link_drops {} retries {} probes {} \
-             resent {} stalls {} goodput {:.1} MB/s fairness {:.3} elapsed {:?}",
+             resent {} stalls {} goodput {:.1} MB/s fairness {:.3} elapsed {:?} \
+             fecn_marked {} fecn_seen {} becns {} rate_cuts {}",
             r.kernel_drops,
             r.switch_drops,
             r.link_drops,
@@ -30,7 +36,11 @@ fn show(what: &str, r: &Incast) {
             r.stalls,
             r.total_goodput() / 1e6,
             r.fairness(),
-            r.elapsed
+            r.elapsed,
+            r.fecn_marked,
+            r.fecn_seen,
+            r.becns,
+            r.rate_cuts
         );
     }
 }
@@ -54,6 +64,51 @@ fn incast_8_to_1_through_a_switch_is_lossless_with_link_flow_control_and_lossy_w
     );
     assert!(off.retries > 0, "no retries without flow control: {off:?}");
     assert_eq!(off.stalls, 0, "no credit without flow control: {off:?}");
+}
+
+/// A10.2.1 (the switch marks FECN past its threshold), A10.2.2 (the
+/// destination answers with BECN on its ACKs), A10.3.1 (the source's CCTI
+/// rises per BECN), between real processes: `[ib_cc]` in the fabric file
+/// reaches the switch and every node, and the marks show in the switch's
+/// counters (`fecn_marked`) and the ports' (`cc_fecn_seen`,
+/// `cc_becns_received`, `cc_rate_cuts`). Not timed: any incast that queues
+/// at the receiver's switch port marks.
+#[test]
+fn a10_2_incast_through_a_switch_with_ib_cc_marks_fecn_and_senders_cut_on_becn_and_without_none() {
+    let setup = |tables| Setup {
+        flow_control: true,
+        extra: "",
+        tables,
+        depth: 16,
+        laps: 1,
+        len: LEN,
+        victim: 0,
+    };
+    let on = incast::run_setup(&setup("[ib_cc]\nthreshold = 15\n"));
+    show("ib_cc on", &on);
+    let off = incast::run_setup(&setup(""));
+    show("ib_cc off", &off);
+    assert!(on.fecn_marked > 0, "the switch marked no FECN: {on:?}");
+    assert!(
+        on.fecn_seen > 0 && on.fecn_seen <= on.fecn_marked,
+        "the receiver saw {} of {} FECN marks: {on:?}",
+        on.fecn_seen,
+        on.fecn_marked
+    );
+    assert!(on.becns > 0, "no BECN reached a sender: {on:?}");
+    assert!(on.rate_cuts > 0, "no sender cut its rate: {on:?}");
+    for (what, n) in [
+        ("fecn_marked", off.fecn_marked),
+        ("cc_fecn_seen", off.fecn_seen),
+        ("cc_becns_received", off.becns),
+        ("cc_rate_cuts", off.rate_cuts),
+    ] {
+        assert_eq!(n, 0, "{what} without [ib_cc]: {off:?}");
+    }
+    // Lossless both ways (IBA 7.9): congestion control only paces.
+    for r in [&on, &off] {
+        assert_eq!(r.kernel_drops + r.switch_drops + r.link_drops, 0, "{r:?}");
+    }
 }
 
 #[test]

@@ -116,6 +116,9 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
                         ("vl15_dropped", pc.vl15_dropped),
                         // Dropped before the core (ARCHITECTURE.md §9).
                         ("spoofed_slid", p.spoofed),
+                        // IBA A10.2.1: data packets this port marked FECN
+                        // as they joined its output queue (issue 31).
+                        ("fecn_marked", core.fecn_marked(p.num)),
                     ],
                     link: p.link.report().unwrap_or_default(),
                 }

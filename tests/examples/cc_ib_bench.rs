@@ -1,0 +1,138 @@
+//! IBA congestion control between vhca processes (issue 31 item 2, "the same
+//! between vhca processes ... control on against off in the same run"): the
+//! 8-to-1 incast of `vhca_tests::incast` (eight senders, 32 RC WRITEs of
+//! 64 KiB outstanding each, 16 MiB per sender, through one `vhca switch` with
+//! link flow control) with the
+//! fabric file's `[ib_cc]` (the switch marks FECN, the receiver returns BECN,
+//! the senders pace by their CCT) against the same fabric without it,
+//! alternating run by run so the host's load moves both alike. A victim flow
+//! (a second RC QP of sender n0, one 8-byte WRITE at a time to a tenth node on
+//! an idle switch port) is timed before the incast (unloaded) and during it.
+//!
+//! Prints each run and, per set-up, the min and max over the rounds of:
+//! aggregate goodput, Jain's index over the senders, drops, retries, FECN
+//! marked (switch), cc_fecn_seen (receiver), cc_becns_received and
+//! cc_rate_cuts (senders), the victim's p50 and p99 during the incast and its
+//! p99 over its unloaded p99. Run by `scripts/bench-cc-ib.sh`, which builds an
+//! optimised `vhca` and passes it in `VHCA_BIN`.
+//!
+//! `VHCA_BENCH_ROUNDS=N` (default 3); `VHCA_IB_CC` replaces the `[ib_cc]`
+//! table's keys (default: none, the README's defaults).
+
+use std::time::Duration;
+
+use vhca_tests::incast::{self, quantile, Incast, Setup};
+
+const DEPTH: usize = 32;
+const LEN: usize = 64 << 10;
+/// Each sender writes its 32 slots this many times (16 MiB per sender).
+const LAPS: usize = 8;
+/// The victim's unloaded round trips.
+const UNLOADED: usize = 200;
+
+fn min_max(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    })
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// What the summary prints of one run, by column.
+const COLUMNS: [&str; 13] = [
+    "goodput MB/s",
+    "Jain",
+    "drops",
+    "retries",
+    "queue max KiB",
+    "FECN marked",
+    "fecn_seen",
+    "becns",
+    "rate_cuts",
+    "victim unloaded p99 us",
+    "victim p50 us",
+    "victim p99 us",
+    "p99/unloaded",
+];
+
+fn columns(x: &Incast) -> [f64; 13] {
+    let v = x.victim.clone().unwrap_or_default();
+    [
+        x.total_goodput() / 1e6,
+        x.fairness(),
+        (x.kernel_drops + x.switch_drops + x.link_drops) as f64,
+        x.retries as f64,
+        x.queue_max_blocks as f64 / 16.0,
+        x.fecn_marked as f64,
+        x.fecn_seen as f64,
+        x.becns as f64,
+        x.rate_cuts as f64,
+        us(quantile(&v.unloaded, 0.99)),
+        us(quantile(&v.loaded, 0.50)),
+        us(quantile(&v.loaded, 0.99)),
+        v.p99_ratio(),
+    ]
+}
+
+/// Column `i`'s value as printed: ratios with three decimals, the rest one.
+fn cell(i: Option<usize>, v: f64) -> String {
+    match i {
+        Some(1 | 12) => format!("{v:.3}"),
+        _ => format!("{v:.1}"),
+    }
+}
+
+fn main() {
+    let rounds: usize = std::env::var("VHCA_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let cc = format!(
+        "[ib_cc]\n{}\n",
+        std::env::var("VHCA_IB_CC").unwrap_or_default()
+    );
+    let mut runs: [Vec<Incast>; 2] = [Vec::new(), Vec::new()];
+    for r in 0..rounds {
+        for (k, on) in [true, false].into_iter().enumerate() {
+            let x = incast::run_setup(&Setup {
+                flow_control: true,
+                extra: "",
+                tables: if on { &cc } else { "" },
+                depth: DEPTH,
+                laps: LAPS,
+                len: LEN,
+                victim: UNLOADED,
+            });
+            let c = columns(&x);
+            let v = x.victim.clone().unwrap_or_default();
+            let cells: Vec<String> = COLUMNS
+                .iter()
+                .zip(c)
+                .map(|(n, v)| format!("{n} {}", cell(COLUMNS.iter().position(|x| x == n), v)))
+                .collect();
+            println!(
+                "run {} cc {}: {}; victim unloaded p50 {:.0} us, {} round trips loaded",
+                r + 1,
+                if on { "on " } else { "off" },
+                cells.join(", "),
+                us(quantile(&v.unloaded, 0.5)),
+                v.loaded.len()
+            );
+            runs[k].push(x);
+        }
+    }
+    println!("\nper set-up, min-max over {rounds} rounds:");
+    for (i, name) in COLUMNS.iter().enumerate() {
+        let range = |k: usize| {
+            let (lo, hi) = min_max(runs[k].iter().map(|x| columns(x)[i]));
+            format!("{}-{}", cell(Some(i), lo), cell(Some(i), hi))
+        };
+        println!(
+            "{name:>24} | cc on {:>22} | cc off {:>22}",
+            range(0),
+            range(1)
+        );
+    }
+}
