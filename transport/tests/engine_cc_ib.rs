@@ -109,6 +109,27 @@ fn a10_2_2_rc_request_with_fecn_is_acked_with_becn_and_the_source_ccti_rises() {
     assert_eq!(c0.rate_cuts, acks.len() as u64, "CCTI +1 per BECN");
 }
 
+/// A10.2.2: the destination returns a BECN for each FECN it receives, so the
+/// source hears of congestion as often as its packets meet it, not once a
+/// message: a marked RC request is ACKed at once (IBA 9.7.5.1.1 lets a
+/// responder ACK any request), the BECN on it. Four 4 KiB WRITEs of four
+/// 1 KiB packets each, all marked: more BECNs than messages (one a message,
+/// 4, before), and every ACK carries one. (ACKs still coalesce when several
+/// requests arrive before the responder sends: one BECN for those.)
+#[test]
+fn a10_2_2_marked_rc_requests_are_acked_at_once_with_becn_not_once_a_message() {
+    let net = rc_writes(true);
+    let c1 = net.nodes[1].engine.counters().cc;
+    let c0 = net.nodes[0].engine.counters().cc;
+    assert_eq!(c1.fecn_seen, 16, "four WRITEs of four packets, all marked");
+    assert!(
+        c0.becns_received > 4,
+        "{} BECNs for 16 marks in 4 messages",
+        c0.becns_received
+    );
+    assert_eq!(c0.rate_cuts, c0.becns_received, "CCTI +1 per BECN");
+}
+
 #[test]
 fn a10_2_2_unmarked_rc_traffic_carries_no_becn() {
     let net = rc_writes(false);

@@ -337,14 +337,17 @@ fn handle_rc(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>, xrc_ok: bool) 
     }
 }
 
-/// Moves ePSN past a request that executed and queues an ACK when asked.
+/// Moves ePSN past a request that executed and queues an ACK when asked,
+/// or when a BECN waits: A10.2.2 returns a BECN for each FECN received, and
+/// left for the message's last ACK the marks of a long message would come
+/// back as one (`cc_ib::on_fecn` sets it before the request gets here).
 fn advance(qp: &mut Qp, p: u32, n: u32, ack_req: bool, ends_message: bool) {
     qp.resp.epsn = psn::add(p, n);
     qp.resp.nak_sent = false;
     if ends_message {
         qp.resp.msn = psn::add(qp.resp.msn, 1);
     }
-    if ack_req {
+    if ack_req || qp.resp.becn {
         ack(qp, p);
     }
 }
