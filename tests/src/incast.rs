@@ -39,7 +39,8 @@ pub struct Incast {
     pub kernel_drops: u64,
     /// The switch's drops, every reason.
     pub switch_drops: u64,
-    /// Drops of the links' own (UDP and flow-control stages), all nodes.
+    /// Drops of the links' own (UDP and flow-control stages: queue full,
+    /// head-of-queue lifetime), all nodes and switch ports.
     pub link_drops: u64,
     /// The senders' RC retries (9.7.4.1.3): `retransmits` + `timeouts`.
     pub retries: u64,
@@ -369,12 +370,16 @@ pub fn run_setup(o: &Setup) -> Incast {
         link_drops += counter_after(&r, "udp ", "dropped").unwrap_or(0);
         stalls += counter_after(&r, "flow:", "stalled").unwrap_or(0);
         link_drops += counter_after(&r, "flow:", "drop_tx_queue_full").unwrap_or(0);
+        link_drops += counter_after(&r, "flow:", "drop_tx_hoq").unwrap_or(0);
     }
     let (status, c) = sw.stop();
     assert!(status.success(), "switch: {status}");
     kernel_drops += switch_link_sum(&c, "udp", "rx_kernel_drops");
     link_drops += switch_link_sum(&c, "udp", "dropped");
     link_drops += switch_link_sum(&c, "flow", "drop_tx_queue_full");
+    // IBA 18.2.5.4: a switch port discards what waited at the head of its
+    // queue past the port's HOQLife.
+    link_drops += switch_link_sum(&c, "flow", "drop_tx_hoq");
     stalls += switch_link_sum(&c, "flow", "stalled");
     let fecn_marked = c["ports"]
         .as_array()
