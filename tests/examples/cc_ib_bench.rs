@@ -89,9 +89,9 @@ fn cell(i: Option<usize>, v: f64) -> String {
 
 /// `[ib_cc]` for vhca's speeds (README "Congestion control"): a process
 /// moves a few hundred MB/s, not the 40 Gb/s the CCT's inter-packet delays
-/// count packet times at, and a sender hears a BECN per ACK (some thousands
-/// a second in this incast) where the defaults' CCTI_Timer (410 us) takes a
-/// step back some 2,400 times a second per QP. So: steps of 4 in the table
+/// count packet times at, and a sending QP hears a BECN per ACK (a few
+/// hundred a second in this incast) where the defaults' CCTI_Timer (410 us)
+/// takes it a step back some 2,400 times a second. So: steps of 4 in the table
 /// (entry 127 an IPD of 508, about 10 MB/s of 4 KiB packets), 4 entries up
 /// per BECN, one down per 2 ms.
 fn vhca_cc() -> String {
