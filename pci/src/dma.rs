@@ -243,15 +243,17 @@ pub struct DmaView {
     /// The map's generation when `mem` was loaded (or before).
     generation: u64,
     shared: Arc<Shared>,
-    /// Whether an access that misses looks at a newer map ([`DmaView::fresh`]).
+    /// Whether an access looks for a newer map first ([`DmaView::fresh`]).
     retry: bool,
 }
 
 impl DmaView {
-    /// A view of the map published since this one was taken, if any: an
-    /// access that misses in this view tries it once, so that memory the
-    /// guest mapped during a round is reachable in that round, as it was
-    /// with a load per access (a stale view never makes an access fail).
+    /// A view of the map published since this one was taken, if any. Every
+    /// access asks first (one atomic load of the generation, not the map's
+    /// load protocol), so a map change takes effect at the next access, as
+    /// it did with a load per access: memory mapped during a round is
+    /// reachable in it, and memory unmapped during a round (DMA_UNMAP
+    /// answered) is not written after the change is seen.
     fn fresh(&self) -> Option<DmaView> {
         if !self.retry || self.shared.generation.load(Ordering::Acquire) == self.generation {
             return None;
@@ -266,8 +268,10 @@ impl DmaView {
 
     /// Whether all of `addr..addr + len` is mapped.
     pub fn is_mapped(&self, addr: u64, len: usize) -> bool {
-        self.mem.check_range(GuestAddress(addr), len)
-            || self.fresh().is_some_and(|v| v.is_mapped(addr, len))
+        match self.fresh() {
+            Some(v) => v.is_mapped(addr, len),
+            None => self.mem.check_range(GuestAddress(addr), len),
+        }
     }
 
     /// Reads `buf.len()` bytes at guest address `addr`; the range may span
@@ -276,16 +280,16 @@ impl DmaView {
         if buf.is_empty() {
             return Ok(());
         }
+        if let Some(v) = self.fresh() {
+            return v.read(addr, buf);
+        }
         // Within one map (nearly always): one lookup, one copy.
         if let Ok(s) = self.mem.get_slice(GuestAddress(addr), buf.len()) {
             s.copy_to(buf);
             return Ok(());
         }
         if !self.mem.check_range(GuestAddress(addr), buf.len()) {
-            return match self.fresh() {
-                Some(v) => v.read(addr, buf),
-                None => Err(unmapped(addr, buf.len())),
-            };
+            return Err(unmapped(addr, buf.len()));
         }
         self.mem
             .read_slice(buf, GuestAddress(addr))
@@ -297,16 +301,16 @@ impl DmaView {
         if data.is_empty() {
             return Ok(());
         }
+        if let Some(v) = self.fresh() {
+            return v.write(addr, data);
+        }
         if let Ok(s) = self.mem.get_slice(GuestAddress(addr), data.len()) {
             s.copy_from(data);
             return Ok(());
         }
         // Checked first so that a write running into a hole changes nothing.
         if !self.mem.check_range(GuestAddress(addr), data.len()) {
-            return match self.fresh() {
-                Some(v) => v.write(addr, data),
-                None => Err(unmapped(addr, data.len())),
-            };
+            return Err(unmapped(addr, data.len()));
         }
         self.mem
             .write_slice(data, GuestAddress(addr))
@@ -319,12 +323,13 @@ impl DmaView {
         if !addr.is_multiple_of(8) {
             return Err(DmaError::Misaligned { addr });
         }
-        let Ok(slice) = self.mem.get_slice(GuestAddress(addr), 8) else {
-            return match self.fresh() {
-                Some(v) => v.with_word(addr, f),
-                None => Err(unmapped(addr, 8)),
-            };
-        };
+        if let Some(v) = self.fresh() {
+            return v.with_word(addr, f);
+        }
+        let slice = self
+            .mem
+            .get_slice(GuestAddress(addr), 8)
+            .map_err(|_| unmapped(addr, 8))?;
         let word = slice
             .get_atomic_ref::<AtomicU64>(0)
             .map_err(|_| DmaError::Misaligned { addr })?;
@@ -495,7 +500,7 @@ mod tests {
     }
 
     #[test]
-    fn a_view_reaches_memory_mapped_after_it_was_taken_and_spans_adjacent_maps() {
+    fn a_view_follows_maps_changed_after_it_was_taken_and_spans_adjacent_maps() {
         let m = DmaMemory::new();
         m.map(0, 0x1000, file(0x1000), 0, true).unwrap();
         let v = m.view();
@@ -516,6 +521,16 @@ mod tests {
         assert!(v.write(0x1ffc, &b).is_err());
         assert!(v.fetch_add(0x2000, 1).is_err());
         assert!(!v.is_mapped(0, 0x2001));
+        // Unmapped during the round of a view that had it: not written any
+        // more (DMA_UNMAP answered).
+        let w = m.view();
+        w.write(0x1800, &[2; 8]).unwrap();
+        m.unmap(0x1000, 0x1000).unwrap();
+        assert!(w.write(0x1800, &[1; 8]).is_err());
+        assert!(w.read(0x1800, &mut b).is_err());
+        assert!(w.fetch_add(0x1800, 1).is_err());
+        assert!(!w.is_mapped(0x1000, 1));
+        w.write(0x800, &[3; 8]).unwrap();
     }
 
     #[test]
