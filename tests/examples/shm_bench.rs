@@ -136,9 +136,10 @@ fn shm_relay_four_threads(n: usize) -> Duration {
 }
 
 /// The two figures between two `vhca` processes: RC WRITE 64 KiB bytes per
-/// second, the 8-byte SEND ping-pong's p50 and the WAKEs the driver wrote a
-/// round trip; with `shm`, over the rings.
-fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64, String) {
+/// second, the 8-byte SEND ping-pong's p50, the WAKEs the driver wrote a
+/// round trip, and the CPU both processes use idle afterwards (percent of
+/// one CPU); with `shm`, over the rings.
+fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64, f64, String) {
     let mut opts = Options::nodes(2);
     if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
         opts.extra_args = extra.split_whitespace().map(String::from).collect();
@@ -167,11 +168,19 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64
     // each of the four posts a round trip (two RECVs, two SENDs) may need
     // one.
     let wakes = (a.hca.wakes + b.hca.wakes - wakes) as f64 / pings as f64;
+    // Idle: after the busy-poll window (and a contended spell) is over,
+    // neither process may spin; CPU time over a second, in percent of one
+    // CPU, both nodes.
+    std::thread::sleep(Duration::from_millis(300));
+    let cpu = || vhca_tests::process::cpu_ns(v.pid(0)) + vhca_tests::process::cpu_ns(v.pid(1));
+    let before = cpu();
+    std::thread::sleep(Duration::from_secs(1));
+    let idle_cpu = (cpu() - before) as f64 / 1e7;
     // What A's link did (its counters at exit): the rings' line shows the
     // traffic went through them.
     drop((a, b));
     v.stop(0, Duration::from_secs(5));
-    (write_rate, p50, wakes, v.stderr(0))
+    (write_rate, p50, wakes, idle_cpu, v.stderr(0))
 }
 
 fn main() {
@@ -187,7 +196,7 @@ fn main() {
         if !only.is_empty() && only != if shm { "shm" } else { "udp" } {
             continue;
         }
-        let (write, p50, wakes, report) = device_figures(shm, writes, pings);
+        let (write, p50, wakes, idle_cpu, report) = device_figures(shm, writes, pings);
         let copy = memcpy_rate(writes).max(memcpy_rate(writes));
         let pp = shm_pingpong_threads(pings).min(shm_pingpong_threads(pings));
         let relay = shm_relay_four_threads(pings).min(shm_relay_four_threads(pings));
@@ -209,7 +218,9 @@ fn main() {
             us(p50) / us(relay),
             us(relay) / us(pp)
         );
-        println!("{name}: the driver wrote {wakes:.2} WAKEs a round trip (a data path asleep)");
+        println!(
+            "{name}: the driver wrote {wakes:.2} WAKEs a round trip (a data path asleep); idle afterwards, both vhca used {idle_cpu:.2} % of a CPU"
+        );
         if let Some(l) = report.lines().find(|l| l.contains("shm n0")) {
             println!("{name}: link: {}", l.trim());
         }
