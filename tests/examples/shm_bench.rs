@@ -49,6 +49,22 @@ fn memcpy_rate(total: usize) -> f64 {
     (total * MSG) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// `n` round trips from this thread: sequence number i stored in `out`, then
+/// polled for in `back` (yielding between looks); the p50.
+fn round_trips(n: usize, out: &AtomicU64, back: &AtomicU64) -> Duration {
+    let mut rtt = Vec::with_capacity(n);
+    for i in 1..=n as u64 {
+        let t = Instant::now();
+        out.store(i, Ordering::Release);
+        while back.load(Ordering::Acquire) != i {
+            std::thread::yield_now();
+        }
+        rtt.push(t.elapsed());
+    }
+    rtt.sort();
+    rtt[n / 2]
+}
+
 /// 8-byte ping-pong through shared memory between two threads: each waits
 /// for the other's sequence number in a cache line of its own, yielding
 /// between looks; p50 round trip.
@@ -65,18 +81,9 @@ fn shm_pingpong_threads(n: usize) -> Duration {
             l[1].0.store(i, Ordering::Release);
         }
     });
-    let mut rtt = Vec::with_capacity(n);
-    for i in 1..=n as u64 {
-        let t = Instant::now();
-        lines[0].0.store(i, Ordering::Release);
-        while lines[1].0.load(Ordering::Acquire) != i {
-            std::thread::yield_now();
-        }
-        rtt.push(t.elapsed());
-    }
+    let p50 = round_trips(n, &lines[0].0, &lines[1].0);
     echo.join().unwrap();
-    rtt.sort();
-    rtt[n / 2]
+    p50
 }
 
 /// The ping-pong's architecture with nothing else in it: four threads (driver
@@ -119,20 +126,11 @@ fn shm_relay_four_threads(n: usize) -> Duration {
         party(vec![(1, 2), (3, 4)]),
         party(vec![(2, 3)]),
     ];
-    let mut rtt = Vec::with_capacity(n);
-    for i in 1..=n as u64 {
-        let t = Instant::now();
-        lines[0].0.store(i, Ordering::Release);
-        while lines[5].0.load(Ordering::Acquire) != i {
-            std::thread::yield_now();
-        }
-        rtt.push(t.elapsed());
-    }
+    let p50 = round_trips(n, &lines[0].0, &lines[5].0);
     for p in parties {
         p.join().unwrap();
     }
-    rtt.sort();
-    rtt[n / 2]
+    p50
 }
 
 /// The two figures between two `vhca` processes: RC WRITE 64 KiB bytes per
