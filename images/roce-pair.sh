@@ -59,7 +59,8 @@
 #                     get --no-tap-gso (frames cross the bottleneck one by
 #                     one, as on a wire). The log says which bottleneck ran
 #                     and its counters at the end (qdisc: tc -s; ecn-switch:
-#                     "ecn-switch port=..." lines, also in OUT/ecn-switch.stats).
+#                     "ecn-switch port=..." lines, also in OUT/ecn-switch.stats, and a
+#                     per-second series in OUT/ecn-switch.series).
 #                     Not with --loss, --capture (no br0 traffic when the
 #                     switch runs; --capture-taps works)
 #   --ecn-switch BIN  use this ecn-switch binary instead of building one
@@ -352,7 +353,7 @@ if [ -n "$bottleneck" ]; then
         rm -f "$out/ecn-switch.ready" "$out/ecn-switch.stats"
         ip netns exec "$NS" "$ecn_switch_bin" --port ta --port tb --rate "$bn_rate" --min "$bn_min" \
             --max "$bn_max" --max-p "$bn_maxp" --cap "$bn_cap" --stats "$out/ecn-switch.stats" \
-            --ready "$out/ecn-switch.ready" >"$out/ecn-switch.log" 2>&1 &
+            --series "$out/ecn-switch.series" --ready "$out/ecn-switch.ready" >"$out/ecn-switch.log" 2>&1 &
         bn_pid=$!
         for _ in $(seq 100); do
             [ -e "$out/ecn-switch.ready" ] && break

@@ -7,10 +7,13 @@
 # ib_send_lat sharing the path, per set-up, in the same run:
 #   dcqcn    vhca both sides, --dcqcn=rp_clamp_tgt_rate=1 (the simulation's)
 #   dcqcn0   vhca both sides, --dcqcn (mlx5's defaults: rp_clamp_tgt_rate=0)
+#   dcqcn1g  as dcqcn with rp_max_rate=1000: the reaction point's "line
+#            rate" 1 Gb/s instead of the port's 40 Gb/s, so that the
+#            bottleneck is a tenth of it, not 1/400
 #   nocc     vhca both sides, DCQCN off
 #   rxe      Linux soft-RoCE both sides (no congestion control at all)
 # Per boot: A serves everything; B first runs the victim alone (unloaded),
-# then starts the K writers (-D seconds) and, 3 s later, the victim again
+# then starts the K writers (-D seconds) and, 6 s later, the victim again
 # (loaded). Both guests print their port's cc_* hw counters at the end.
 #
 # Usage: scripts/bench-cc-roce.sh [--rounds N] [--setups "dcqcn nocc rxe"]
@@ -18,7 +21,7 @@
 # Env: BENCH_RATE (bottleneck bits/s, default 100M), BENCH_RED (its RED
 # profile, roce-pair.sh's ",min=..,max=..,max_p=..,cap=.." tail; default
 # none: 8K..32K, 0.2, 128K), BENCH_K (writers, 4), BENCH_D (their seconds,
-# 15), BENCH_LAT_N (victim iterations, 300), BENCH_VHCA_BIN, BENCH_ECN_SWITCH
+# 20), BENCH_LAT_N (victim iterations, 1000), BENCH_VHCA_BIN, BENCH_ECN_SWITCH
 # (prebuilt binaries; else roce-pair.sh builds them).
 #
 # Output per boot: "round R SETUP: goodput X Mbit/s (streams a b c d Mbit/s),
@@ -43,13 +46,13 @@ while [ $# -gt 0 ]; do
     esac
 done
 for s in $setups; do
-    case "$s" in dcqcn|dcqcn0|nocc|rxe) ;; *) vhca_die "--setups: '$s' is not dcqcn, dcqcn0, nocc or rxe";; esac
+    case "$s" in dcqcn|dcqcn0|dcqcn1g|nocc|rxe) ;; *) vhca_die "--setups: '$s' is not dcqcn, dcqcn0, dcqcn1g, nocc or rxe";; esac
 done
 RATE=${BENCH_RATE:-100M}
 RED=${BENCH_RED:-}
 K=${BENCH_K:-4}
-D=${BENCH_D:-15}
-LAT_N=${BENCH_LAT_N:-300}
+D=${BENCH_D:-20}
+LAT_N=${BENCH_LAT_N:-1000}
 if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
 else out=$(mktemp -d /tmp/bench-cc-roce.XXXXXX); fi
 binopt=()
@@ -65,7 +68,7 @@ srv+="for i in \$(seq $K); do $bw -p \$((18700 + i)) >/tmp/bw\$i 2>&1 </dev/null
 retry='r() { i=0; while :; do i=$((i+1)); "$@" </dev/null && return 0; [ $i -ge 30 ] && return 1; sleep 1; done; }; '
 cli="${retry}r $lat -p 18690 \$SERVER_IP >/tmp/lat0 2>&1; "
 cli+="for i in \$(seq $K); do r $bw -p \$((18700 + i)) \$SERVER_IP >/tmp/bw\$i 2>&1 & done; "
-cli+="sleep 3; r $lat -p 18691 \$SERVER_IP >/tmp/lat1 2>&1; wait; "
+cli+="sleep 6; r $lat -p 18691 \$SERVER_IP >/tmp/lat1 2>&1; wait; "
 cli+="for f in lat0 lat1 \$(for i in \$(seq $K); do echo bw\$i; done); do echo \"FILE /tmp/\$f\"; cat /tmp/\$f; done; $ctr"
 
 # one SETUP R: one boot; prints its line's fields (NA where missing), then
@@ -75,6 +78,7 @@ one() {
     case "$s" in
         dcqcn) args=(--a vhca --b vhca --vhca-arg --dcqcn=rp_clamp_tgt_rate=1);;
         dcqcn0) args=(--a vhca --b vhca --vhca-arg --dcqcn);;
+        dcqcn1g) args=(--a vhca --b vhca --vhca-arg --dcqcn=rp_clamp_tgt_rate=1,rp_max_rate=1000);;
         nocc) args=(--a vhca --b vhca);;
         rxe) args=(--a rxe --b rxe);;
     esac

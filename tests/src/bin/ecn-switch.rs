@@ -69,6 +69,10 @@ struct Args {
     /// Counters file, rewritten every second and at exit.
     #[arg(long)]
     stats: Option<PathBuf>,
+    /// A time series: every second one line per port appended, the second's
+    /// forwarded bytes, marks and drops and the bytes queued at its end.
+    #[arg(long)]
+    series: Option<PathBuf>,
     /// File created once every port's socket is bound.
     #[arg(long)]
     ready: Option<PathBuf>,
@@ -223,6 +227,13 @@ fn main() {
     }
     let t0 = Instant::now();
     let mut next_stats = Duration::from_secs(1);
+    let mut series = a.series.as_ref().map(|p| {
+        std::fs::File::create(p).unwrap_or_else(|e| {
+            eprintln!("ecn-switch: {}: {e}", p.display());
+            std::process::exit(1);
+        })
+    });
+    let mut last: Vec<_> = eg.iter().map(|e| e.stats.clone()).collect();
     while !afpacket::stop_requested() {
         let now = t0.elapsed();
         let ns = now.as_nanos() as u64;
@@ -239,6 +250,23 @@ fn main() {
                 x.rx_sock_drops += s.take_drops();
             }
             write_stats(&a.stats, &report(&a.ports, &eg, &ex));
+            if let Some(f) = series.as_mut() {
+                let mut text = String::new();
+                for ((n, e), l) in a.ports.iter().zip(&eg).zip(last.iter_mut()) {
+                    let st = &e.stats;
+                    text += &format!(
+                        "t={} port={n} bytes={} marked={} drops={} queued={}\n",
+                        now.as_secs(),
+                        st.bytes - l.bytes,
+                        st.marked - l.marked,
+                        st.early_drops + st.tail_drops - l.early_drops - l.tail_drops,
+                        e.queued()
+                    );
+                    *l = st.clone();
+                }
+                use std::io::Write;
+                let _ = f.write_all(text.as_bytes());
+            }
             next_stats = now + Duration::from_secs(1);
         }
         let wait_ns = eg
