@@ -17,9 +17,11 @@
 #   nocc     vhca both sides, DCQCN off
 #   rxe      Linux soft-RoCE both sides (no congestion control at all)
 # Per boot: A serves everything; B first runs the victim alone (unloaded),
-# then starts the K writers (-D seconds) and, BENCH_VDELAY s later (10), the
-# victim again (loaded): on a TCG guest the writers take ~5 s to start (their
-# output is block-buffered in a file, so it cannot tell when they did). Both guests print their port's cc_* hw counters at the end.
+# then starts the K writers (-D seconds) and, once its RoCE port has sent
+# 20 000 more packets (the hw counter tx_packets, rxe's sent_pkts; at most
+# 60 s) and BENCH_VDELAY s more (3), the victim again (loaded): on a TCG
+# guest the writers take 5-10 s to start, and a fixed delay let the victim
+# run before them. Both guests print their port's cc_* hw counters at the end.
 #
 # Usage: scripts/bench-cc-roce.sh [--rounds N] [--setups "dcqcn nocc rxe"]
 #                                 [--out DIR] [-- ROCE_PAIR_OPTION...]
@@ -59,7 +61,7 @@ RATE=${BENCH_RATE:-100M}
 RED=${BENCH_RED:-}
 K=${BENCH_K:-4}
 D=${BENCH_D:-25}
-VDELAY=${BENCH_VDELAY:-10}
+VDELAY=${BENCH_VDELAY:-3}
 LAT_N=${BENCH_LAT_N:-1000}
 SCALED=${BENCH_SCALED:-rp_clamp_tgt_rate=1,rp_max_rate=1000,rp_dce_tcp_rtt=100,rp_time_reset=3000,rp_ai_rate=1,rp_hai_rate=5}
 if [ -n "$out" ]; then mkdir -p "$out" && out=$(realpath "$out") || exit 1
@@ -77,7 +79,9 @@ srv+="for i in \$(seq $K); do $bw -p \$((18700 + i)) >/tmp/bw\$i 2>&1 </dev/null
 retry='r() { i=0; while :; do i=$((i+1)); "$@" </dev/null && return 0; [ $i -ge 30 ] && return 1; sleep 1; done; }; '
 cli="${retry}r $lat -p 18690 \$SERVER_IP >/tmp/lat0 2>&1; "
 cli+="for i in \$(seq $K); do r $bw -p \$((18700 + i)) \$SERVER_IP >/tmp/bw\$i 2>&1 & done; "
-cli+="sleep $VDELAY; r $lat -p 18691 \$SERVER_IP >/tmp/lat1 2>&1; wait; "
+cli+="pk() { cat /sys/class/infiniband/\$DEV/ports/1/hw_counters/tx_packets 2>/dev/null || cat /sys/class/infiniband/\$DEV/ports/1/hw_counters/sent_pkts 2>/dev/null || echo 0; }; "
+cli+="p0=\$(pk); w=0; while [ \$((\$(pk) - p0)) -lt 20000 ] && [ \$w -lt 120 ]; do sleep 0.5; w=\$((w + 1)); done; "
+cli+="echo \"victim: after \$w waits, \$((\$(pk) - p0)) packets sent\"; sleep $VDELAY; r $lat -p 18691 \$SERVER_IP >/tmp/lat1 2>&1; wait; "
 cli+="for f in lat0 lat1 \$(for i in \$(seq $K); do echo bw\$i; done); do echo \"FILE /tmp/\$f\"; cat /tmp/\$f; done; $ctr"
 
 # one SETUP R: one boot; prints its line's fields (NA where missing), then
