@@ -40,6 +40,30 @@
 #                     both directions: nft table bridge vhca_loss, rule
 #                     `numgen random mod 100 < PCT counter drop` on the bridge
 #                     forward hook (every frame: RoCE, ARP, the tools' TCP)
+#   --bottleneck RATE[,min=BYTES,max=BYTES,max_p=P,cap=BYTES]
+#                     an ECN-marking bottleneck of RATE bits/s (k, M, G) on
+#                     the path, each direction (issue 31): RED on the queue,
+#                     ECT frames marked CE between min and max (probability
+#                     rising to max_p, every frame from max), Not-ECT frames
+#                     dropped there, tail drop at cap (defaults 8K, 32K,
+#                     0.2, 128K). First the kernel's: a tbf of RATE at the
+#                     root of ta and of tb (the bridge's ports towards A and
+#                     B) with a child `red ... ecn`, else `fq_codel ecn`
+#                     (which has no min/max: its own target); where tc says
+#                     neither qdisc kind exists (kernels without
+#                     CONFIG_NET_SCH_RED/FQ_CODEL), one line says so and
+#                     ecn-switch (tests/src/bin/ecn-switch.rs, built with
+#                     cargo) takes the bridge's place: ta and tb leave br0
+#                     and the switch forwards between them through AF_PACKET
+#                     sockets, with the same rate and RED profile. vhca sides
+#                     get --no-tap-gso (frames cross the bottleneck one by
+#                     one, as on a wire). The log says which bottleneck ran
+#                     and its counters at the end (qdisc: tc -s; ecn-switch:
+#                     "ecn-switch port=..." lines, also in OUT/ecn-switch.stats, and a
+#                     per-second series in OUT/ecn-switch.series).
+#                     Not with --loss, --capture (no br0 traffic when the
+#                     switch runs; --capture-taps works)
+#   --ecn-switch BIN  use this ecn-switch binary instead of building one
 #   --mtu N           Ethernet MTU of the bridge, the TAPs and the guests' NICs
 #                     (default 1500); 9000 gives RoCE a 4096-byte path MTU on
 #                     both vhca (its TAP's MTU) and rxe (its netdev's)
@@ -82,7 +106,7 @@ set -euo pipefail
 
 side_a=vhca side_b=vhca loss=0 mtu=1500 capture='' capture_taps='' out='' timeout=300 mem=1G bin='' vhca_log=info
 verbose=0 ready='local address:|Waiting for client'
-vhca_args=() extra_ov=() single=0
+vhca_args=() extra_ov=() single=0 bottleneck='' ecn_switch_bin=''
 need() { [ $# -ge 2 ] || vhca_die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -90,6 +114,8 @@ while [ $# -gt 0 ]; do
         --b) need "$@"; side_b=$2; shift 2;;
         --loss) need "$@"; loss=$2; shift 2;;
         --mtu) need "$@"; mtu=$2; shift 2;;
+        --bottleneck) need "$@"; bottleneck=$2; shift 2;;
+        --ecn-switch) need "$@"; ecn_switch_bin=$2; shift 2;;
         --capture) need "$@"; capture=$2; shift 2;;
         --capture-taps) need "$@"; capture_taps=$2; shift 2;;
         --out) need "$@"; out=$2; shift 2;;
@@ -117,6 +143,30 @@ for s in "$side_a" "$side_b"; do
 done
 case "$loss" in ''|*[!0-9]*) vhca_die "--loss takes a whole percentage";; esac
 [ "$loss" -le 100 ] || vhca_die "--loss takes a percentage (0-100)"
+# --bottleneck RATE[,k=v...]: bn_rate, bn_min, bn_max, bn_maxp, bn_cap.
+bn_rate='' bn_min=8K bn_max=32K bn_maxp=0.2 bn_cap=128K
+if [ -n "$bottleneck" ]; then
+    [ "$loss" = 0 ] || vhca_die "--bottleneck and --loss do not go together"
+    [ -z "$capture" ] || vhca_die "--bottleneck and --capture do not go together (use --capture-taps)"
+    IFS=, read -r -a bn_parts <<<"$bottleneck"
+    bn_rate=${bn_parts[0]}
+    [[ "$bn_rate" =~ ^[0-9]+(\.[0-9]+)?[kKmMgG]?$ ]] || vhca_die "--bottleneck $bottleneck: RATE is bits/s with an optional k, M or G"
+    for kv in "${bn_parts[@]:1}"; do
+        case "$kv" in
+            min=*) bn_min=${kv#min=};;
+            max=*) bn_max=${kv#max=};;
+            max_p=*) bn_maxp=${kv#max_p=};;
+            cap=*) bn_cap=${kv#cap=};;
+            *) vhca_die "--bottleneck: unknown parameter '$kv' (min, max, max_p, cap)";;
+        esac
+    done
+    for v in "$bn_min" "$bn_max" "$bn_cap"; do
+        [[ "$v" =~ ^[0-9]+[kKmM]?$ ]] || vhca_die "--bottleneck: '$v' is not a size in bytes (K, M)"
+    done
+    [[ "$bn_maxp" =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] || vhca_die "--bottleneck: max_p '$bn_maxp' is not a probability"
+    # Frames cross the bottleneck one by one, as on a wire.
+    vhca_args+=(--no-tap-gso)
+fi
 vhca_need_root
 vhca_netns_check
 
@@ -212,7 +262,7 @@ hook_overlay a "$side_a" 10.99.0.1 10.99.0.2
 hook_overlay b "$side_b" 10.99.0.2 10.99.0.1
 
 # --- teardown ----------------------------------------------------------------
-NS='' pids=() socks=()
+NS='' pids=() socks=() bn_kind='' bn_pid=''
 VHCA_CAPTURE_PID= taps_pid=
 cleanup() {
     local p
@@ -225,6 +275,16 @@ cleanup() {
         VHCA_CAPTURE_PID=$taps_pid
         vhca_netns_capture_stop
         VHCA_CAPTURE_PID=$keep taps_pid=
+    fi
+    if [ -n "$bn_pid" ]; then
+        kill -TERM "$bn_pid" 2>/dev/null || true
+        wait "$bn_pid" 2>/dev/null || true
+        bn_pid=''
+        grep '^ecn-switch port=' "$out/ecn-switch.log" | while read -r l; do vhca_log "$l"; done
+    elif [ -n "$NS" ] && [ -n "$bn_kind" ]; then
+        for d in ta tb; do
+            vhca_log "qdisc $d: $(ip netns exec "$NS" tc -s qdisc show dev "$d" | tr '\n' ' ')"
+        done
     fi
     if [ -n "$NS" ]; then
         if [ "$loss" != 0 ]; then
@@ -251,6 +311,60 @@ if [ "$mtu" != 1500 ]; then
     done
 fi
 [ "$loss" = 0 ] || vhca_netns_loss "$NS" "$loss"
+# bn_bytes SIZE: SIZE (K, M suffixes) in bytes.
+bn_bytes() {
+    local v=${1%[kKmM]}
+    case "$1" in *[kK]) echo $((v * 1024));; *[mM]) echo $((v * 1048576));; *) echo "$v";; esac
+}
+if [ -n "$bottleneck" ]; then
+    # tc's rate unit: "bit" after the number (100Mbit); the bucket holds
+    # 500 us at the rate, at least two full frames (as ecn-switch's).
+    tc_rate="${bn_rate%[kKmMgG]}$(case "$bn_rate" in *[kK]) echo k;; *[mM]) echo M;; *[gG]) echo G;; esac)bit"
+    bmin=$(bn_bytes "$bn_min") bmax=$(bn_bytes "$bn_max") bcap=$(bn_bytes "$bn_cap")
+    tc_err=''
+    for dev in ta tb; do
+        ip netns exec "$NS" tc qdisc add dev "$dev" root handle 1: tbf rate "$tc_rate" burst 16k latency 100ms ||
+            vhca_die "tc: cannot add a tbf of $tc_rate on $dev"
+        if e=$(ip netns exec "$NS" tc qdisc add dev "$dev" parent 1:1 handle 10: red limit "$bcap" \
+                min "$bmin" max "$bmax" avpkt 1500 burst $(((2 * bmin + bmax) / (3 * 1500) + 1)) \
+                probability "$bn_maxp" bandwidth "$tc_rate" ecn 2>&1); then
+            bn_kind="tbf $tc_rate + red ecn"
+        elif e2=$(ip netns exec "$NS" tc qdisc add dev "$dev" parent 1:1 handle 10: fq_codel ecn 2>&1); then
+            bn_kind="tbf $tc_rate + fq_codel ecn"
+        else
+            tc_err="red: $e; fq_codel: $e2"
+            for d in ta tb; do ip netns exec "$NS" tc qdisc del dev "$d" root 2>/dev/null || true; done
+            bn_kind=''
+            break
+        fi
+    done
+    if [ -z "$bn_kind" ]; then
+        vhca_log "no marking qdisc in this kernel ($tc_err): ecn-switch, a userspace RED/ECN switch, replaces br0"
+        if [ -z "$ecn_switch_bin" ]; then
+            target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
+            (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --release ecn-switch" \
+                "seconds when up to date, ~3 min from scratch" - \
+                cargo build --release -p vhca-tests --bin ecn-switch) || vhca_die "cargo build of ecn-switch failed"
+            ecn_switch_bin=$target/release/ecn-switch
+        fi
+        [ -x "$ecn_switch_bin" ] || vhca_die "no ecn-switch binary at $ecn_switch_bin"
+        ip -n "$NS" link set ta nomaster && ip -n "$NS" link set tb nomaster ||
+            vhca_die "cannot take ta, tb off br0"
+        rm -f "$out/ecn-switch.ready" "$out/ecn-switch.stats"
+        ip netns exec "$NS" "$ecn_switch_bin" --port ta --port tb --rate "$bn_rate" --min "$bn_min" \
+            --max "$bn_max" --max-p "$bn_maxp" --cap "$bn_cap" --stats "$out/ecn-switch.stats" \
+            --series "$out/ecn-switch.series" --ready "$out/ecn-switch.ready" >"$out/ecn-switch.log" 2>&1 &
+        bn_pid=$!
+        for _ in $(seq 100); do
+            [ -e "$out/ecn-switch.ready" ] && break
+            kill -0 "$bn_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        [ -e "$out/ecn-switch.ready" ] || { cat "$out/ecn-switch.log" >&2; vhca_die "ecn-switch did not start"; }
+        bn_kind="ecn-switch $bn_rate"
+    fi
+    vhca_log "bottleneck: $bn_kind, RED $bn_min..$bn_max max_p $bn_maxp cap $bn_cap, both directions"
+fi
 [ -z "$capture" ] || vhca_netns_capture "$NS" br0 "$capture" 'udp port 4791'
 if [ -n "$capture_taps" ]; then
     # After br0's: vhca_netns_capture sets VHCA_CAPTURE_PID, kept for br0's.

@@ -3,8 +3,10 @@
 # processes on one host, over UDP loopback and then over the shared-memory
 # rings (`host` in the fabric file), driven by the userspace test driver;
 # RC WRITE 64 KiB against a single-thread memcpy and the 8-byte SEND
-# ping-pong p50 against a two-thread shared-memory ping-pong, each baseline
-# measured in the same run (tests/examples/shm_bench.rs).
+# ping-pong p50 against a two-thread shared-memory ping-pong and against a
+# four-party relay through shared memory (the architecture's floor on this
+# host: two drivers and two devices polling), each baseline measured in the
+# same run (tests/examples/shm_bench.rs).
 # `RUNS=3 scripts/bench-shm.sh` repeats it; run it under `nice -n 15` on a
 # shared host.
 set -euo pipefail

@@ -13,7 +13,9 @@ use crate::hca::{Doorbells, Interrupts};
 /// Guest memory as the engine and the rings see it: guest RAM, and device
 /// memory (BAR4's DM bytes) at `crate::dm::DM_WINDOW` (issue 29 item 2).
 pub struct GuestMem<'a> {
-    dma: &'a pci::DmaMemory,
+    /// The guest's memory map as of this `GuestMem`'s making: one load of
+    /// the published map per round, not per access (`pci::DmaView`).
+    dma: pci::DmaView,
     /// BAR4's shared memory and the DM bytes in it, `None` without DM.
     dm: Option<(&'a pci::BarMemory, u64)>,
 }
@@ -31,7 +33,7 @@ impl<'a> GuestMem<'a> {
     pub fn new(handle: &'a pci::Handle, dm_size: u32) -> GuestMem<'a> {
         let bar = abi::ident::bar::WAKE_BAR_INDEX as usize;
         GuestMem {
-            dma: handle.memory(),
+            dma: handle.memory().view(),
             dm: handle
                 .bar_memory(bar)
                 .filter(|_| dm_size != 0)

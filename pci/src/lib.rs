@@ -52,7 +52,7 @@ mod server;
 mod sync;
 
 pub use bar::{BarError, BarMemory, BarSpec, PAGE_SIZE};
-pub use dma::{seal_and_check_size, DmaError, DmaMemory, GuestMemoryMmap, MapError};
+pub use dma::{seal_and_check_size, DmaError, DmaMemory, DmaView, GuestMemoryMmap, MapError};
 pub use function::{
     BuildError, Device, Function, FunctionBuilder, FunctionCounters, Handle, MAX_VECTORS,
     NOT_SHARED_HINT, NUM_BARS,

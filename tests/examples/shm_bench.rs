@@ -11,7 +11,11 @@
 //! 2. 8-byte SEND ping-pong, round-trip p50, against a ping-pong of 8 bytes
 //!    through shared memory between two threads of this process, each
 //!    polling (yielding between tries, as the device and the driver do)
-//!    (target over the rings <= 2x).
+//!    (target over the rings <= 2x). Printed next to it, this host's floor
+//!    for the device's architecture: a four-party relay through shared
+//!    memory (driver A -> device A -> device B -> driver B and back, four
+//!    threads each polling with the same yields), so that the part of the
+//!    gap that is four pollers on this host's CPUs shows apart from vhca's.
 //!
 //! `VHCA_BENCH_QUICK=1` shortens the runs; `VHCA_BENCH_VHCA_ARGS` adds
 //! `vhca` arguments; `VHCA_BENCH_LINKS=shm` (or `udp`) runs one link only;
@@ -45,6 +49,22 @@ fn memcpy_rate(total: usize) -> f64 {
     (total * MSG) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// `n` round trips from this thread: sequence number i stored in `out`, then
+/// polled for in `back` (yielding between looks); the p50.
+fn round_trips(n: usize, out: &AtomicU64, back: &AtomicU64) -> Duration {
+    let mut rtt = Vec::with_capacity(n);
+    for i in 1..=n as u64 {
+        let t = Instant::now();
+        out.store(i, Ordering::Release);
+        while back.load(Ordering::Acquire) != i {
+            std::thread::yield_now();
+        }
+        rtt.push(t.elapsed());
+    }
+    rtt.sort();
+    rtt[n / 2]
+}
+
 /// 8-byte ping-pong through shared memory between two threads: each waits
 /// for the other's sequence number in a cache line of its own, yielding
 /// between looks; p50 round trip.
@@ -61,23 +81,63 @@ fn shm_pingpong_threads(n: usize) -> Duration {
             l[1].0.store(i, Ordering::Release);
         }
     });
-    let mut rtt = Vec::with_capacity(n);
-    for i in 1..=n as u64 {
-        let t = Instant::now();
-        lines[0].0.store(i, Ordering::Release);
-        while lines[1].0.load(Ordering::Acquire) != i {
-            std::thread::yield_now();
-        }
-        rtt.push(t.elapsed());
-    }
+    let p50 = round_trips(n, &lines[0].0, &lines[1].0);
     echo.join().unwrap();
-    rtt.sort();
-    rtt[n / 2]
+    p50
+}
+
+/// The ping-pong's architecture with nothing else in it: four threads (driver
+/// A, device A, device B, driver B) relaying an 8-byte sequence number
+/// through shared memory, each polling its inputs and yielding between
+/// looks, six hops a round trip (A's driver -> A's device -> B's device ->
+/// B's driver -> B's device -> A's device -> A's driver); p50 round trip.
+fn shm_relay_four_threads(n: usize) -> Duration {
+    #[repr(align(64))]
+    struct Line(AtomicU64);
+    // Line k carries hop k's sequence number.
+    let lines: Arc<Vec<Line>> = Arc::new((0..6).map(|_| Line(AtomicU64::new(0))).collect());
+    // Each party: the (input line, output line) pairs it forwards.
+    let party = |hops: Vec<(usize, usize)>| {
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            let mut done = vec![0u64; hops.len()];
+            while done.iter().any(|&d| d < n as u64) {
+                let mut moved = false;
+                for (k, &(from, to)) in hops.iter().enumerate() {
+                    let v = l[from].0.load(Ordering::Acquire);
+                    if v > done[k] {
+                        done[k] = v;
+                        l[to].0.store(v, Ordering::Release);
+                        moved = true;
+                    }
+                }
+                if !moved {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    // Device A: driver A's post (line 0) out to B (line 1), B's packet
+    // (line 4) up to driver A (line 5); device B: A's packet (line 1) up to
+    // driver B (line 2), driver B's post (line 3) out to A (line 4); driver
+    // B answers line 2 on line 3.
+    let parties = [
+        party(vec![(0, 1), (4, 5)]),
+        party(vec![(1, 2), (3, 4)]),
+        party(vec![(2, 3)]),
+    ];
+    let p50 = round_trips(n, &lines[0].0, &lines[5].0);
+    for p in parties {
+        p.join().unwrap();
+    }
+    p50
 }
 
 /// The two figures between two `vhca` processes: RC WRITE 64 KiB bytes per
-/// second, and the 8-byte SEND ping-pong's p50; with `shm`, over the rings.
-fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, String) {
+/// second, the 8-byte SEND ping-pong's p50, the WAKEs the driver wrote a
+/// round trip, and the CPU both processes use idle afterwards (percent of
+/// one CPU); with `shm`, over the rings.
+fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64, f64, String) {
     let mut opts = Options::nodes(2);
     if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
         opts.extra_args = extra.split_whitespace().map(String::from).collect();
@@ -100,12 +160,25 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, Str
         writes,
         16,
     );
+    let wakes = a.hca.wakes + b.hca.wakes;
     let p50 = ping_pong_p50(&mut a, qa, &mut b, qb, pings);
+    // The WAKEs the driver wrote (the data path was asleep) per round trip:
+    // each of the four posts a round trip (two RECVs, two SENDs) may need
+    // one.
+    let wakes = (a.hca.wakes + b.hca.wakes - wakes) as f64 / pings as f64;
+    // Idle: after the busy-poll window (and a contended spell) is over,
+    // neither process may spin; CPU time over a second, in percent of one
+    // CPU, both nodes.
+    std::thread::sleep(Duration::from_millis(300));
+    let cpu = || vhca_tests::process::cpu_ns(v.pid(0)) + vhca_tests::process::cpu_ns(v.pid(1));
+    let before = cpu();
+    std::thread::sleep(Duration::from_secs(1));
+    let idle_cpu = (cpu() - before) as f64 / 1e7;
     // What A's link did (its counters at exit): the rings' line shows the
     // traffic went through them.
     drop((a, b));
     v.stop(0, Duration::from_secs(5));
-    (write_rate, p50, v.stderr(0))
+    (write_rate, p50, wakes, idle_cpu, v.stderr(0))
 }
 
 fn main() {
@@ -121,9 +194,10 @@ fn main() {
         if !only.is_empty() && only != if shm { "shm" } else { "udp" } {
             continue;
         }
-        let (write, p50, report) = device_figures(shm, writes, pings);
+        let (write, p50, wakes, idle_cpu, report) = device_figures(shm, writes, pings);
         let copy = memcpy_rate(writes).max(memcpy_rate(writes));
         let pp = shm_pingpong_threads(pings).min(shm_pingpong_threads(pings));
+        let relay = shm_relay_four_threads(pings).min(shm_relay_four_threads(pings));
         println!(
             "{name}: 1. RC WRITE 64 KiB {:.3} GB/s; memcpy {:.3} GB/s; ratio {:.3} (target over shm >= 0.5)",
             write / 1e9,
@@ -135,6 +209,15 @@ fn main() {
             us(p50),
             us(pp),
             us(p50) / us(pp)
+        );
+        println!(
+            "{name}: 2b. the same p50 against a four-party relay through shared memory (four polling threads, six hops) {:.2} us: ratio {:.1} (the relay is {:.1}x the two-thread ping-pong)",
+            us(relay),
+            us(p50) / us(relay),
+            us(relay) / us(pp)
+        );
+        println!(
+            "{name}: the driver wrote {wakes:.2} WAKEs a round trip (a data path asleep); idle afterwards, both vhca used {idle_cpu:.2} % of a CPU"
         );
         if let Some(l) = report.lines().find(|l| l.contains("shm n0")) {
             println!("{name}: link: {}", l.trim());

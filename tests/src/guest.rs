@@ -461,6 +461,15 @@ impl Guest {
         Ok(())
     }
 
+    /// A posted 32-bit write into BAR0 (vfio-user NO_REPLY, not waiting for
+    /// the device): what QEMU sends for a guest's store into a memory BAR
+    /// (hw/vfio/pci.c `post_wr`); a later access is handled after it.
+    pub fn bar0_write32_posted(&mut self, off: u32, v: u32) -> Result<(), Error> {
+        self.client
+            .region_write_posted(0, u64::from(off), &v.to_le_bytes())?;
+        Ok(())
+    }
+
     pub fn bar0_read32(&mut self, off: u32) -> Result<u32, Error> {
         let mut b = [0u8; 4];
         self.bar0_read(u64::from(off), &mut b)?;
@@ -865,6 +874,110 @@ impl IrqCount for Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A vfio-user device whose region writes block until `release` says
+    /// so, and whose reads answer the last value written (issue 30 item 3:
+    /// a posted WAKE).
+    struct SlowBackend {
+        release: std::sync::mpsc::Receiver<()>,
+        last: u32,
+    }
+
+    impl vfio_user::ServerBackend for SlowBackend {
+        fn region_read(&mut self, _: u32, _: u64, data: &mut [u8]) -> std::io::Result<()> {
+            let n = data.len().min(4);
+            data[..n].copy_from_slice(&self.last.to_le_bytes()[..n]);
+            Ok(())
+        }
+        fn region_write(&mut self, _: u32, _: u64, data: &[u8]) -> std::io::Result<()> {
+            let _ = self.release.recv_timeout(Duration::from_secs(10));
+            let mut b = [0u8; 4];
+            let n = data.len().min(4);
+            b[..n].copy_from_slice(&data[..n]);
+            self.last = u32::from_le_bytes(b);
+            Ok(())
+        }
+        fn dma_map(
+            &mut self,
+            _: vfio_user::DmaMapFlags,
+            _: u64,
+            _: u64,
+            _: u64,
+            _: Option<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn dma_unmap(
+            &mut self,
+            _: vfio_user::DmaUnmapFlags,
+            _: u64,
+            _: u64,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn reset(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn set_irqs(
+            &mut self,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: Vec<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The driver's WAKE is a posted write, as QEMU posts a guest's store
+    /// into a memory BAR: it returns while the device has not handled it yet
+    /// (its vfio-user thread busy or preempted), and the next request gets
+    /// its own answer, handled after the write.
+    #[test]
+    fn a_posted_bar_write_returns_before_the_device_handles_it() {
+        use vfio_bindings::bindings::vfio::{
+            vfio_region_info, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+        };
+        let dir = std::env::temp_dir().join(format!("vhca-posted-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let region = vfio_user::ServerRegion {
+            region_info: vfio_region_info {
+                argsz: std::mem::size_of::<vfio_region_info>() as u32,
+                flags: VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE,
+                index: 0,
+                cap_offset: 0,
+                size: 4096,
+                offset: 0,
+            },
+            sparse_areas: Vec::new(),
+            mmap_fd: None,
+        };
+        let server = vfio_user::Server::new(&dir, false, Vec::new(), vec![region]).unwrap();
+        let (release, rx) = std::sync::mpsc::channel();
+        let serving = std::thread::spawn(move || {
+            let mut b = SlowBackend {
+                release: rx,
+                last: 0,
+            };
+            let _ = server.run(&mut b);
+        });
+        let mut c = vfio_user::Client::new(&dir).unwrap();
+        let t = std::time::Instant::now();
+        c.region_write_posted(0, 0x40, &7u32.to_le_bytes()).unwrap();
+        let took = t.elapsed();
+        release.send(()).unwrap();
+        let mut b = [0u8; 4];
+        c.region_read(0, 0x40, &mut b).unwrap();
+        drop(c);
+        serving.join().unwrap();
+        let _ = std::fs::remove_file(&dir);
+        assert!(
+            took < Duration::from_secs(5),
+            "the posted write waited {took:?} for the device"
+        );
+        assert_eq!(u32::from_le_bytes(b), 7, "the read saw the write before it");
+    }
 
     #[test]
     fn page_allocator_gives_contiguous_scattered_and_reserved_pages() {

@@ -19,6 +19,9 @@
 //!   discovery, LIDs, min-hop LFTs, multicast trees, port activation).
 //! - [`netns`]: two network namespaces joined by a veth, standing for two hosts.
 //! - [`bench_tsv`]: the benchmark examples' machine-readable figures.
+//! - [`ecn_switch`]: the logic of `ecn-switch`, a rate-limited RED/ECN-marking
+//!   switch between TAP devices (issue 31's RoCE bottleneck where the kernel
+//!   has no marking qdisc).
 //!
 //! Everything is written against `device::abi`, the one source of the ABI.
 //!
@@ -28,6 +31,7 @@
 //! (print the devices' stderr at the end), `VHCA_REQUIRE_TSHARK`.
 
 pub mod bench_tsv;
+pub mod ecn_switch;
 pub mod fat_tree;
 pub mod fixture;
 pub mod guest;

@@ -1,4 +1,4 @@
-//! The only `unsafe` of the crate, in small wrappers: a memfd for guest RAM, a
+//! The `unsafe` of the crate (with `ecn_switch::afpacket`'s packet sockets), in small wrappers: a memfd for guest RAM, a
 //! shared mapping of a file (guest RAM, BAR2 doorbell pages), `poll` on a
 //! descriptor, signals to a child process.
 //!

@@ -450,7 +450,10 @@ impl Hca {
         let page = slot_off - slot_off % u64::from(uar::PAGE_SIZE);
         let asleep = self.g.bar2_load32(page)?;
         if asleep != uar::AWAKE && self.wake_enabled {
-            self.g.bar0_write32(reg::WAKE, 1)?;
+            // Posted, as QEMU posts a guest's MMIO store: the driver does
+            // not wait for the device's vfio-user thread to answer (it is
+            // often preempted by the data path it just woke).
+            self.g.bar0_write32_posted(reg::WAKE, 1)?;
             self.wakes += 1;
         }
         Ok(())

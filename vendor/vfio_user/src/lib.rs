@@ -805,6 +805,41 @@ impl Client {
         Ok(())
     }
 
+    // vhca patch: a posted REGION_WRITE (flag NO_REPLY): sent, and nothing
+    // waited for. QEMU's vfio-user client posts every memory-BAR write this
+    // way (hw/vfio/pci.c `vfio_bar_prepare`: `post_wr` for non-I/O BARs;
+    // hw/vfio-user/device.c `vfio_user_device_io_region_write`); a later
+    // message cannot pass it (the server handles one stream in order). The
+    // server answers nothing unless the write fails (an error reply, which
+    // the next request would then read as its own: for writes that do not
+    // fail, such as a doorbell wake-up).
+    pub fn region_write_posted(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        let region_write = RegionAccess {
+            header: Header {
+                message_id: self.next_message_id.0,
+                command: Command::RegionWrite as u16,
+                flags: HeaderFlags::NoReply as u32,
+                message_size: (size_of::<RegionAccess>() + data.len()) as u32,
+                ..Default::default()
+            },
+            offset,
+            count: data.len() as u32,
+            region,
+        };
+        debug!("Command (posted): {region_write:?}");
+        self.next_message_id += Wrapping(1);
+        // One write(2) for header and data, all of it.
+        let mut msg = Vec::with_capacity(size_of::<RegionAccess>() + data.len());
+        msg.extend_from_slice(region_write.as_slice());
+        msg.extend_from_slice(data);
+        self.stream.write_all(&msg).map_err(Error::StreamWrite)
+    }
+
     pub fn get_irq_info(&mut self, index: u32) -> Result<IrqInfo, Error> {
         let get_irq_info = GetIrqInfo {
             header: Header {
