@@ -306,15 +306,41 @@ pub fn node_guid(i: usize) -> u64 {
 }
 
 /// `n` distinct UDP ports on 127.0.0.1 the OS had free (all held at once while
-/// choosing, so they differ; a small race with other programs remains).
+/// choosing, so they differ; a small race with other programs remains), and
+/// none handed out before by this process: a switch's ports chosen and
+/// released before the nodes' are chosen (`star_fabric`) could otherwise come
+/// back from the OS as a node's port, and the node's bind fail.
 pub fn free_udp_ports(n: usize) -> io::Result<Vec<u16>> {
-    let socks: Vec<UdpSocket> = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0"))
-        .collect::<io::Result<_>>()?;
-    socks
-        .iter()
-        .map(|s| s.local_addr().map(|a| a.port()))
-        .collect()
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    /// Every port handed out so far; bounded: forgotten at 10 000 (a test
+    /// binary uses a few hundred).
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    if given.len() + n > 10_000 {
+        given.clear();
+    }
+    // Held until the end, so the OS hands out a different one each bind;
+    // a port given before is skipped (rare: the OS picks at random from
+    // tens of thousands), at most 256 times.
+    let mut held = Vec::new();
+    let mut ports = Vec::with_capacity(n);
+    while ports.len() < n {
+        if held.len() > n + 256 {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("no {n} UDP ports free that were not handed out before"),
+            ));
+        }
+        let s = UdpSocket::bind("127.0.0.1:0")?;
+        let port = s.local_addr()?.port();
+        held.push(s);
+        if given.insert(port) {
+            ports.push(port);
+        }
+    }
+    Ok(ports)
 }
 
 /// The first of `n` consecutive UDP ports on 127.0.0.1 that were all free
@@ -763,4 +789,24 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
     get(11) + get(12)
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::free_udp_ports;
+    use std::collections::HashSet;
+
+    /// A switch's ports picked before the nodes' must not come back as a
+    /// node's port (an intermittent bind failure in `star_fabric`): over 300
+    /// picks (1 200 ports, where the OS's random choice repeats a port a
+    /// dozen times on average), no port is handed out twice.
+    #[test]
+    fn free_udp_ports_never_hands_out_a_port_twice_in_one_process() {
+        let mut seen = HashSet::new();
+        for _ in 0..300 {
+            for p in free_udp_ports(4).unwrap() {
+                assert!(seen.insert(p), "port {p} handed out twice");
+            }
+        }
+    }
 }
