@@ -295,11 +295,16 @@ impl CcAgent {
             }
             id::CONGESTION_KEY_INFO => {
                 if set {
+                    // CC_KeyViolations (A10.4.3.4, as ibccconfig quotes it):
+                    // "setting the counter to a value other than zero results
+                    // in the counter being left unchanged"; zero clears it.
                     let new = CongestionKeyInfo::parse(&d);
-                    self.key = CongestionKeyInfo {
-                        violations: self.key.violations,
-                        ..new
+                    let violations = if new.violations == 0 {
+                        0
+                    } else {
+                        self.key.violations
                     };
+                    self.key = CongestionKeyInfo { violations, ..new };
                 }
                 let mut shown = self.key;
                 if !matched {
