@@ -17,6 +17,21 @@
 # c's route (`ibportstate ... disable`, as an admin would) and OpenSM routes
 # c's LID through the other cable; the port is enabled again after.
 #
+# OpenSM runs with its congestion control manager on (issue 31 item 2, IBA
+# Annex A10; `congestion_control TRUE` and non-default cc_* options, for the
+# whole stage): it Sets SwitchCongestionSetting on both switches (their CC
+# agents on QP1) and CACongestionSetting and a two-block
+# CongestionControlTable on the CA ports (the device's agent through vhca.ko's
+# MAD_IFC), and infiniband-diags' ibccquery reads each back from A. c has no
+# guest and B's boots once A is ready, so at first nothing answers their QP1
+# (as on a real HCA with no driver): OpenSM's only CC errors may be its
+# timeouts for them; the restarted OpenSM configures B. ibccconfig protects
+# sw0's and B's CC_Key with OpenSM's cc_key: a wrong key gets no answer and
+# counts CC_KeyViolations, and the restarted OpenSM (which carries the key)
+# configures sw0 again. After B's RC stream sw0 has marked FECN under
+# OpenSM's threshold: its CongestionLog, A's cc_fecn_seen, B's
+# cc_becns_received and sw0's exit report say so.
+#
 # With --bench, B also measures TCP throughput (iperf3, 3 rounds of 10 s,
 # alternated) over IPoIB and over the guests' virtio-net link, and prints
 # "BENCH ipoib|virtio Mbit/s" lines (scripts/bench-ipoib.sh reads them).
@@ -59,6 +74,38 @@ perftest_ok() { # RC LOG: perftest's status; 0 too when the run completed and
     echo "perftest: the run completed; only its clock calibration failed (TCG timing)"
 }
 S
+
+# A's readback of what OpenSM's congestion control manager set.
+cat >"$ov/usr/share/sn/cc-is.sh" <<'S'
+#!/bin/sh
+# cc-is.sh KEY ATTR LID NAME[@N]=VALUE...: `ibccquery -c KEY ATTR LID` answers,
+# and its N-th (1st) field NAME reads VALUE (written as ibccquery prints it:
+# hex fields in hex; leading zeros and 0x do not count); NAME!=VALUE: it
+# reads something else; NAME~REGEX: it matches.
+key=$1 attr=$2 lid=$3; shift 3
+o=$(ibccquery -c "$key" "$attr" "$lid" 2>&1); rc=$?
+echo "$o"
+[ $rc = 0 ] || exit 1
+norm() { echo "$1" | tr 'A-F' 'a-f' | sed 's/^0x//; s/^0*//'; }
+bad=0
+for nv in "$@"; do
+    case "$nv" in # NAME=V, NAME!=V, NAME~REGEX
+        *!=*) op='!=' name=${nv%%!=*} want=${nv#*!=};;
+        *=*) op='=' name=${nv%%=*} want=${nv#*=};;
+        *) op='~' name=${nv%%~*} want=${nv#*~};;
+    esac
+    n=1
+    case "$name" in *@*) n=${name#*@}; name=${name%@*};; esac
+    v=$(echo "$o" | sed -n "s/^$name:\.*//p" | sed -n "${n}p")
+    case "$op" in
+        '=') [ "$(norm "$v")" = "$(norm "$want")" ];;
+        '!=') [ -n "$v" ] && [ "$(norm "$v")" != "$(norm "$want")" ];;
+        '~') echo "$v" | grep -qE "$want";;
+    esac || { echo "cc-is: $attr $lid $name#$n is '$v', want $op '$want'"; bad=1; }
+done
+exit $bad
+S
+chmod +x "$ov/usr/share/sn/cc-is.sh"
 
 # A's answer to B's "has mckey's receiver its messages?" (nc -ll -e).
 cat >"$ov/usr/share/sn/mckey-status.sh" <<'S'
@@ -107,6 +154,36 @@ fails no_sm_sminfo_finds_none sminfo
 # A flushed log, so the checks below read it as OpenSM writes it; a short
 # sweep interval, so a cabling change is seen within seconds.
 printf 'force_log_flush TRUE\nsweep_interval 3\n' >/etc/opensm/opensm.conf
+# The congestion control manager (IBA A10; osm_congestion_control.c), with
+# settings that differ from OpenSM's defaults in every field it sends: marking
+# on the switches' ports 1 and 2 (victim mask), SLs 0 and 1 on the CAs, a
+# 70-entry table (two CongestionControlTable blocks).
+CCK=0x00c0ffee0000cc01
+cct=0:0 i=1
+while [ $i -lt 70 ]; do cct="$cct,1:$i"; i=$((i + 1)); done
+cat >>/etc/opensm/opensm.conf <<EOF
+congestion_control TRUE
+cc_key $CCK
+cc_sw_cong_setting_control_map 0x1f
+cc_sw_cong_setting_victim_mask 0x6
+cc_sw_cong_setting_credit_mask 0x30
+cc_sw_cong_setting_threshold 0xf
+cc_sw_cong_setting_packet_size 4
+cc_sw_cong_setting_credit_starvation_threshold 0x3
+cc_sw_cong_setting_credit_starvation_return_delay 1:25
+cc_sw_cong_setting_marking_rate 2
+cc_ca_cong_setting_port_control 0x0000
+cc_ca_cong_setting_control_map 0x0003
+cc_ca_cong_setting_ccti_timer 0 40
+cc_ca_cong_setting_ccti_increase 0 2
+cc_ca_cong_setting_trigger_threshold 0 30
+cc_ca_cong_setting_ccti_min 0 0
+cc_ca_cong_setting_ccti_timer 1 80
+cc_ca_cong_setting_ccti_increase 1 3
+cc_ca_cong_setting_trigger_threshold 1 40
+cc_ca_cong_setting_ccti_min 1 1
+cc_cct $cct
+EOF
 opensm -F /etc/opensm/opensm.conf -f /tmp/opensm.log >/tmp/opensm.out 2>&1 &
 sm=$!
 wait_for 240 grep -q 'SUBNET UP' /tmp/opensm.log; echo "SN opensm_subnet_up $?"
@@ -142,6 +219,47 @@ check perfquery perfquery
 check perfquery_switch_port perfquery "${SW:-0}" 2
 check ibroute ibroute "${SW:-0}"
 check ibtracert ibtracert "$LID" "${SW:-0}"
+# Congestion control: what OpenSM's CC manager set (it waits for the answers
+# before SUBNET UP), read back from both switches and A's port. B's guest
+# boots only after SN-READY and c has none: nothing answers their QP1 yet (as
+# on a real HCA with no driver), so OpenSM's only CC errors may be its
+# timeouts for those two; the restarted OpenSM configures B (below).
+SW1=$(ibswitches 2>/dev/null | grep 0200000000000b01 | sed -n 's/.* lid \([0-9]*\) .*/\1/p' | head -1)
+echo "cc: sw1 lid ${SW1:-?}"
+cc=/usr/share/sn/cc-is.sh
+cc_errors_only_for() { # NAME LOG GUID-REGEX: OpenSM's CC errors in LOG are timeouts of those nodes
+    check "$1" sh -c "grep 'ERR C1' $2; ! grep 'ERR C1' $2 | grep -vE 'IB_TIMEOUT.*GUID 0x($3) '"
+}
+cc_ca() { # NAME LID: the CA port's CACongestionSetting, table and CongestionInfo
+    check "cc_$1_ca_setting" $cc $CCK CACongestionSetting "$2" Port_Control=0 Control_Map=0x3 \
+        CCTI_Timer@1=40 CCTI_Increase@1=2 Trigger_Threshold@1=30 CCTI_Min@1=0 \
+        CCTI_Timer@2=80 CCTI_Increase@2=3 Trigger_Threshold@2=40 CCTI_Min@2=1 CCTI_Timer@3=0
+    check "cc_$1_cct" $cc $CCK CongestionControlTable "$2" CCTI_Limit=69 \
+        CCT_Shift@1=0 CCT_Multiplier@1=0 CCT_Shift@2=1 CCT_Multiplier@2=1 \
+        CCT_Shift@65=1 CCT_Multiplier@65=64 CCT_Multiplier@70=69
+    check "cc_$1_congestion_info" $cc $CCK CongestionInfo "$2" ControlTableCap=2
+    check "cc_$1_class_port_info" ibccquery ClassPortInfo "$2"
+}
+cc_protect() { # NAME LID (A10.4.1): OpenSM's cc_key only names the key it
+    # sends; ibccconfig makes it the port's (key, protect bit, lease 0,
+    # violations 0); a wrong key then gets no answer and is counted.
+    check "cc_$1_set_key" ibccconfig CongestionKeyInfo "$2" $CCK 1 0 0
+    check "cc_$1_key_info" $cc $CCK CongestionKeyInfo "$2" CC_Key=$CCK CC_KeyProtectBit=1 CC_KeyViolations=0
+    fails "cc_$1_wrong_key_unanswered" ibccquery -t 200 -c 0xbad CongestionKeyInfo "$2"
+    check "cc_$1_key_violation_counted" $cc $CCK CongestionKeyInfo "$2" CC_KeyViolations!=0
+}
+cc_errors_only_for cc_opensm_no_errors /tmp/opensm.log '0200000000000a02|0200000000000a03'
+for s in "sw0 ${SW:-0}" "sw1 ${SW1:-0}"; do
+    check "cc_${s% *}_switch_setting" $cc $CCK SwitchCongestionSetting "${s#* }" Control_Map=0x1f \
+        Victim_Mask=06 Credit_Mask=30 Threshold=0xf Packet_Size=4 CS_Threshold=0x3 \
+        CS_ReturnDelay=0x4019 Marking_Rate=2
+    check "cc_${s% *}_congestion_info" $cc $CCK CongestionInfo "${s#* }" ControlTableCap=0
+    check "cc_${s% *}_port_setting" ibccquery -c $CCK SwitchPortCongestionSetting "${s#* }"
+done
+cc_ca a "$LID"
+check cc_a_congestion_log $cc $CCK CongestionLog "$LID" LogType=2
+check cc_timestamp ibccquery Timestamp "${SW:-0}"
+cc_protect sw0 "${SW:-0}"
 # IPoIB (connected mode here; B starts in datagram mode and switches later)
 # and the servers of B's checks.
 echo connected >/sys/class/net/ib0/mode && ip link set ib0 mtu 65520 || echo "ib0: no connected mode"
@@ -195,6 +313,19 @@ wait "$wbwd"; perftest_ok $? /tmp/wbw-d.log; echo "SN opensm_restart_stream_serv
 # The SM was down while the stream still ran (not after it).
 [ -e /tmp/sm-killed ]; echo "SN opensm_killed_during_stream $?"
 wait "$restart"
+# The restarted OpenSM (B's guest is up) configured B, and sw0 again through
+# its protected CC_Key: only c's timeouts.
+cc_errors_only_for cc_restart_opensm_no_errors /tmp/opensm2.log 0200000000000a03
+BL=$(smpquery -D portinfo 0,1,2 2>/dev/null | sed -n 's/^Lid:\.*\([0-9]*\)$/\1/p')
+echo "cc: b lid ${BL:-?}"
+cc_ca b "${BL:-0}"
+check cc_restart_sw0_switch_setting $cc $CCK SwitchCongestionSetting "${SW:-0}" Threshold=0xf Marking_Rate=2
+cc_protect b "${BL:-0}"
+# B's 30 s stream into A left sw0 by its port 1 with OpenSM's threshold (15)
+# and packet size (256 bytes: the WRITEs, not the ACKs): sw0 marked FECN
+# there (its CongestionLog: events, port 1 in the map) and A saw them.
+check cc_sw0_marked_fecn $cc $CCK CongestionLog "${SW:-0}" LogType=1 LogEventsCounter!=0 'PortMap~[2367abef]$'
+check cc_a_fecn_seen sh -c 'f=/sys/class/infiniband/vhca0/ports/1/hw_counters/cc_fecn_seen; cat $f; [ "$(cat $f)" -gt 0 ]'
 timeout 900 nc -l -p 18999 >/dev/null 2>&1
 wait "$nvmet"; echo "SN nvmet_rdma_target $?"
 mck=$(cat /tmp/mckey.pid 2>/dev/null)
@@ -259,6 +390,8 @@ grep -q ACTIVE /sys/class/infiniband/vhca0/ports/1/state; echo "SN b_port_active
 T=300 check opensm_restart_stream sh -c '. /usr/share/sn/perftest.sh
     ib_write_bw -d vhca0 -D 30 -s 65536 -p 18997 10.99.0.1 >/tmp/wbw-d.log 2>&1
     rc=$?; cat /tmp/wbw-d.log; perftest_ok $rc /tmp/wbw-d.log'
+# A returned BECN for the FECNs sw0 marked (OpenSM's threshold): B heard them.
+check cc_b_becns_received sh -c 'f=/sys/class/infiniband/vhca0/ports/1/hw_counters/cc_becns_received; cat $f; [ "$(cat $f)" -gt 0 ]'
 timeout 300 nc -l -p 18996 >/dev/null 2>&1; echo "SN b_heard_sm_restarted $?"
 ip link set ib0 up && ip addr add 10.98.0.2/24 dev ib0
 check ipoib_ping ping -c 3 -W 5 10.98.0.1
@@ -345,6 +478,19 @@ if [ "$n_ca" = 3 ] && [ "$n_sw" = 2 ] && [ "$links" = "$want" ]; then
 else
     echo "FAIL ibnetdiscover_topology (CAs $n_ca, switches $n_sw, switch links '$links')"; fail=1
 fi
+# The exit reports of the switch and the devices: sw0 marked FECN on port 1
+# (to A) under OpenSM's threshold, and sw0's and B's CC agents dropped the
+# wrong CC_Key (cca_drop_bad_cc_key, apart from CC_KeyViolations).
+last() { grep -E "$2" "$out/$1" 2>/dev/null | tail -1; }
+num() { sed -n "s/.* $1 \([0-9]*\).*/\1/p"; }
+m1=$(last switch-sw0.log '^port 1 \(' | num fecn_marked)
+k0=$(last switch-sw0.log '^switch .* dr_drops:' | num cca_drop_bad_cc_key)
+kb=$(last vhca-b.log 'mgmt:' | num cca_drop_bad_cc_key)
+if [ "${m1:-0}" -gt 0 ] && [ "${k0:-0}" -gt 0 ] && [ "${kb:-0}" -gt 0 ]; then
+    echo "PASS cc_reports_marks_and_key_drops"
+else
+    echo "FAIL cc_reports_marks_and_key_drops (sw0 port 1 fecn_marked '$m1', sw0 cca_drop_bad_cc_key '$k0', b '$kb')"; fail=1
+fi
 ran=$(con a; con b)
 for name in no_sm_port_stays_init no_sm_sminfo_finds_none opensm_subnet_up port_active \
     opensm_restart_stream opensm_restart_stream_server opensm_restart_stream_flowing \
@@ -353,7 +499,10 @@ for name in no_sm_port_stays_init no_sm_sminfo_finds_none opensm_subnet_up port_
     opensm_restart_keeps_lid ipoib_ping ipoib_cm_ping_large rping ucmatose mckey_sender \
     mckey_receiver ib_write_bw_R b_port_active nvmeof_ib nvmet_rdma_target ipoib_cm_unfragmented \
     reroute_lft_to_other_cable reroute_lid_routed_smp link_back_active is_sm_in_portinfo \
-    nodedesc_from_guest; do
+    nodedesc_from_guest cc_opensm_no_errors cc_sw0_switch_setting cc_sw1_switch_setting \
+    cc_a_ca_setting cc_b_ca_setting cc_a_cct cc_b_cct cc_b_key_info cc_b_wrong_key_unanswered \
+    cc_b_key_violation_counted cc_sw0_wrong_key_unanswered cc_restart_opensm_no_errors \
+    cc_restart_sw0_switch_setting cc_sw0_marked_fecn cc_a_fecn_seen cc_b_becns_received; do
     grep -q "^SN $name " <<<"$ran" || { echo "FAIL $name (never ran)"; fail=1; }
 done
 [ "$rc" = 0 ] || echo "note: vm-pair.sh exit $rc (logs: $out)"

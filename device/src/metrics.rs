@@ -598,9 +598,9 @@ impl Collector for SwitchMetrics {
             ("sma_error_replies", s.sma_error_replies),
         ]
         .into_iter()
-        .chain(s.sma_keys)
+        .chain(s.sma_keys.iter().copied())
         {
-            let help = "The switch's SMA and BMA counter.";
+            let help = "The switch's SMA, BMA and CC agent counter.";
             one(&mut enc, &format!("vhca_switch_{name}"), help, false, v)?;
         }
         let mut m = enc.encode_descriptor(

@@ -313,27 +313,7 @@ impl Mgmt {
             ),
         ]);
         // The CC agent (IBA A10.4): the same, for the CC_Key.
-        use transport::mad::cc::CcDrop;
-        let c = self.cca.counters();
-        for d in CcDrop::ALL {
-            let name = match d {
-                CcDrop::NotCc => "cca_drop_not_cc",
-                CcDrop::Response => "cca_drop_response",
-                CcDrop::BadVersion => "cca_drop_bad_version",
-                CcDrop::BadCcKey => "cca_drop_bad_cc_key",
-                CcDrop::UnmatchedRepress => "cca_drop_unmatched_repress",
-            };
-            v.push((name, c.drops(d)));
-        }
-        v.extend([
-            ("cca_replies", c.replies),
-            ("cca_error_replies", c.error_replies),
-            ("cca_lease_expiries", c.lease_expiries),
-            (
-                "cc_key_violations",
-                u64::from(self.cca.key_info().violations),
-            ),
-        ]);
+        v.extend(self.cca.named_counters());
         v
     }
 

@@ -235,6 +235,32 @@ fn a10_4_1_wrong_cc_key_is_dropped_counted_and_the_lease_clears_protection() {
 }
 
 #[test]
+fn a10_4_3_4_cc_key_violations_set_to_zero_clears_and_nonzero_leaves_it() {
+    let mut a = CcAgent::ca();
+    let mut k = vec![0u8; 14];
+    k[0..8].copy_from_slice(&KEY.to_be_bytes());
+    k[8] = 0x80;
+    let _ = ask(&mut a, cc(SET, id::CONGESTION_KEY_INFO, 0, 0, &k));
+    for _ in 0..3 {
+        assert!(a
+            .handle_mad(&cc(GET, id::CONGESTION_KEY_INFO, 0, 0xbad, &[]), T0)
+            .is_none());
+    }
+    assert_eq!(a.key_info().violations, 3);
+    // ibccconfig's "<cckeyviolations>": a non-zero value leaves the counter.
+    k[12..14].copy_from_slice(&1u16.to_be_bytes());
+    let r = ask(&mut a, cc(SET, id::CONGESTION_KEY_INFO, 0, KEY, &k));
+    assert_eq!(r[76..78], 3u16.to_be_bytes(), "left unchanged");
+    // Zero clears it, the rest of the Set applied as ever.
+    k[12..14].copy_from_slice(&0u16.to_be_bytes());
+    let r = ask(&mut a, cc(SET, id::CONGESTION_KEY_INFO, 0, KEY, &k));
+    assert_eq!(r[76..78], [0, 0], "cleared");
+    assert_eq!(a.key_info().violations, 0);
+    assert_eq!(r[64..72], KEY.to_be_bytes());
+    assert!(a.key_info().protect);
+}
+
+#[test]
 fn a10_4_bad_version_method_and_attribute_get_the_statuses_and_junk_is_counted() {
     let mut a = CcAgent::ca();
     let mut m = cc(GET, id::CONGESTION_INFO, 0, 0, &[]);

@@ -1,7 +1,9 @@
-//! `vhca switch`'s counters: per port the PortCounters (IBA 16.1.3.5) and
-//! state, the link stages' counters, every `SwitchDrop` and directed-route
-//! drop reason, the SMA's replies, trap 128's sends; as text lines (`--counters-format text`,
-//! the exit report) or one JSON object (`json`, `--counters-file`).
+//! `vhca switch`'s counters: per port the PortCounters (IBA 16.1.3.5), the
+//! packets marked FECN (IBA A10.2.1) and state, the link stages' counters,
+//! every `SwitchDrop` and directed-route drop reason, the SMA's replies, trap
+//! 128's sends, the BMA's and the CC agent's key counters; as text lines
+//! (`--counters-format text`, the exit report) or one JSON object (`json`,
+//! `--counters-file`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -88,8 +90,53 @@ pub struct Snapshot {
     /// M_Key check), each reason a trap was not sent counted.
     pub traps: [(&'static str, u64); 5],
     /// M_Key lease expiries and port 0's M_KeyViolations, the BMA's B_Key
-    /// drops and B_KeyViolations (AD-12).
-    pub sma_keys: [(&'static str, u64); 4],
+    /// drops and B_KeyViolations (AD-12), the CC agent's counters (IBA
+    /// A10.4: its drops, responses, CC_KeyViolations).
+    pub sma_keys: Vec<(&'static str, u64)>,
+}
+
+/// A port's counters: PortCounters, `spoofed_slid` (dropped before the core)
+/// and the data packets the port marked FECN (IBA A10.2.1).
+fn port_counters(core: &Switch, num: u8, spoofed: u64) -> Vec<(&'static str, u64)> {
+    let pc = core.port_counters(num).copied().unwrap_or_default();
+    vec![
+        ("xmit_packets", pc.xmit_packets),
+        ("rcv_packets", pc.rcv_packets),
+        ("xmit_data_words", pc.xmit_data_words),
+        ("rcv_data_words", pc.rcv_data_words),
+        ("rcv_errors", pc.rcv_errors),
+        ("xmit_discards", pc.xmit_discards),
+        ("vl15_dropped", pc.vl15_dropped),
+        // Dropped before the core (ARCHITECTURE.md §9).
+        ("spoofed_slid", spoofed),
+        // IBA A10.2.1: data packets this port marked FECN as they joined
+        // its output queue (issue 31).
+        ("fecn_marked", core.fecn_marked(num)),
+    ]
+}
+
+/// The management agents' key counters: the SMA's M_Key, the BMA's B_Key
+/// (AD-12), and every counter of the CC agent (IBA A10.4).
+fn agent_counters(core: &Switch) -> Vec<(&'static str, u64)> {
+    let c = core.counters();
+    let mut v = vec![
+        ("lease_expiries", c.lease_expiries),
+        (
+            "mkey_violations",
+            core.port(0)
+                .map_or(0, |p| u64::from(p.info.mkey_violations)),
+        ),
+        (
+            "bma_drop_bad_bkey",
+            core.bma().counters().drops(BmaDrop::BadBkey),
+        ),
+        (
+            "bkey_violations",
+            u64::from(core.bma().bkey_info().violations),
+        ),
+    ];
+    v.extend(core.cc_agent().named_counters());
+    v
 }
 
 pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot {
@@ -100,28 +147,12 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
         mode: cfg.mode.name(),
         ports: ports
             .iter()
-            .map(|p| {
-                let pc = core.port_counters(p.num).copied().unwrap_or_default();
-                PortSnap {
-                    num: p.num,
-                    peer: p.peer.clone(),
-                    state: state_name(core.port(p.num).map_or(0, |s| s.info.port_state)),
-                    counters: vec![
-                        ("xmit_packets", pc.xmit_packets),
-                        ("rcv_packets", pc.rcv_packets),
-                        ("xmit_data_words", pc.xmit_data_words),
-                        ("rcv_data_words", pc.rcv_data_words),
-                        ("rcv_errors", pc.rcv_errors),
-                        ("xmit_discards", pc.xmit_discards),
-                        ("vl15_dropped", pc.vl15_dropped),
-                        // Dropped before the core (ARCHITECTURE.md §9).
-                        ("spoofed_slid", p.spoofed),
-                        // IBA A10.2.1: data packets this port marked FECN
-                        // as they joined its output queue (issue 31).
-                        ("fecn_marked", core.fecn_marked(p.num)),
-                    ],
-                    link: p.link.report().unwrap_or_default(),
-                }
+            .map(|p| PortSnap {
+                num: p.num,
+                peer: p.peer.clone(),
+                state: state_name(core.port(p.num).map_or(0, |s| s.info.port_state)),
+                counters: port_counters(core, p.num, p.spoofed),
+                link: p.link.report().unwrap_or_default(),
             })
             .collect(),
         drops: SwitchDrop::ALL
@@ -141,22 +172,7 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
             ("no_sm", c.traps_no_sm),
             ("queue_full", c.traps_queue_full),
         ],
-        sma_keys: [
-            ("lease_expiries", c.lease_expiries),
-            (
-                "mkey_violations",
-                core.port(0)
-                    .map_or(0, |p| u64::from(p.info.mkey_violations)),
-            ),
-            (
-                "bma_drop_bad_bkey",
-                core.bma().counters().drops(BmaDrop::BadBkey),
-            ),
-            (
-                "bkey_violations",
-                u64::from(core.bma().bkey_info().violations),
-            ),
-        ],
+        sma_keys: agent_counters(core),
     }
 }
 
@@ -179,7 +195,13 @@ impl Snapshot {
             words(&self.dr_drops),
             self.sma_replies,
             self.sma_error_replies,
-            words(&self.sma_keys.map(|(k, v)| (k.to_string(), v))),
+            words(
+                &self
+                    .sma_keys
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), *v))
+                    .collect::<Vec<_>>()
+            ),
             self.switch,
             words(&self.traps.map(|(k, v)| (k.to_string(), v)))
         );
@@ -216,7 +238,7 @@ impl Snapshot {
             ("error_replies", self.sma_error_replies),
         ]
         .into_iter()
-        .chain(self.sma_keys)
+        .chain(self.sma_keys.iter().copied())
         .collect();
         to_json(&JsonReport {
             time: self.time.as_secs_f64(),
@@ -363,7 +385,7 @@ mod tests {
                 ("no_sm", 0),
                 ("queue_full", 0),
             ],
-            sma_keys: [
+            sma_keys: vec![
                 ("lease_expiries", 0),
                 ("mkey_violations", 0),
                 ("bma_drop_bad_bkey", 0),
@@ -393,5 +415,102 @@ mod tests {
         assert_eq!(p["link"]["udp"]["tx_bytes"], 40);
         assert_eq!(p["link"]["flow"]["fc_tx"], 2);
         assert_eq!(v.as_object().unwrap().len(), 8, "{v}");
+    }
+
+    /// A 4-port switch with its CC_Key protected (an SM's CongestionKeyInfo
+    /// Set) and marking at threshold 15 (SwitchCongestionSetting), as
+    /// OpenSM's CC manager and ibccconfig leave it in images/subnet-tests.sh.
+    fn cc_switch() -> Switch {
+        use transport::mad::cc_attr::{
+            id, sw_control_map, SwitchCongestionSetting, CC_KEY, CLASS_CC,
+        };
+        use transport::mad::NodeDescription;
+        use transport::switch::SwitchConfig;
+        let mut sw = Switch::new(&SwitchConfig {
+            num_ports: 4,
+            node_guid: 0x0200_0000_0000_0b00,
+            system_image_guid: 0x0200_0000_0000_0b00,
+            device_id: 0,
+            vendor_id: 0x02_0000,
+            revision: 0,
+            description: NodeDescription::from_text("sw0"),
+            linear_fdb_cap: 64,
+            multicast_fdb_cap: 32,
+        });
+        let t = transport::verbs::Time(1);
+        let mad = |method: u8, key: u64, data: &[u8]| {
+            let mut m = [0u8; 256];
+            m[..4].copy_from_slice(&[1, CLASS_CC, 2, method]);
+            m[16..18].copy_from_slice(&id::CONGESTION_KEY_INFO.to_be_bytes());
+            m[CC_KEY].copy_from_slice(&key.to_be_bytes());
+            m[64..64 + data.len()].copy_from_slice(data);
+            m
+        };
+        let mut k = [0u8; 14];
+        k[..8].copy_from_slice(&0xcc01u64.to_be_bytes());
+        k[8] = 0x80;
+        let a = sw.cc_agent_mut();
+        assert!(a.handle_mad(&mad(0x02, 0, &k), t).is_some(), "key set");
+        assert!(a.handle_mad(&mad(0x01, 0xbad, &[]), t).is_none(), "bad key");
+        a.set_switch_setting(&SwitchCongestionSetting {
+            control_map: sw_control_map::THRESHOLD_PACKET_SIZE,
+            threshold: 15,
+            ..SwitchCongestionSetting::default()
+        });
+        sw
+    }
+
+    /// Issue 31 item 2: the switch's report carries what an SM's CC manager
+    /// and the data path did to it: per port the packets marked FECN (IBA
+    /// A10.2.1), and the CC agent's drops and CC_KeyViolations (A10.4.1).
+    #[test]
+    fn a10_switch_report_has_fecn_marked_per_port_and_the_cc_agents_counters() {
+        use transport::switch::cc::QueueDepth;
+        use transport::wire::opcode::Opcode;
+        use transport::wire::{BthRepr, ExtHeaders, LrhRepr, PacketRepr, TransportRepr};
+        let mut sw = cc_switch();
+        let repr = PacketRepr {
+            lrh: LrhRepr {
+                vl: 0,
+                sl: 0,
+                dlid: 3,
+                slid: 2,
+            },
+            grh: None,
+            transport: TransportRepr {
+                bth: BthRepr {
+                    opcode: Opcode::RC_SEND_ONLY,
+                    solicited: false,
+                    mig_req: false,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0x44,
+                    ack_req: true,
+                    psn: 7,
+                },
+                ext: ExtHeaders::default(),
+                payload: &[0x5a; 512],
+            },
+        };
+        let mut pkt = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut pkt).unwrap();
+        let full = QueueDepth {
+            blocks: 100,
+            limit: 100,
+        };
+        let t = transport::verbs::Time(2);
+        assert!(sw.cc_mark(2, &pkt, full, t).is_some(), "marked");
+        let ports = port_counters(&sw, 2, 0);
+        assert!(ports.contains(&("fecn_marked", 1)), "{ports:?}");
+        assert!(port_counters(&sw, 1, 0).contains(&("fecn_marked", 0)));
+        let agents = agent_counters(&sw);
+        for want in [
+            ("cca_drop_bad_cc_key", 1),
+            ("cc_key_violations", 1),
+            ("cca_replies", 1),
+        ] {
+            assert!(agents.contains(&want), "{want:?} in {agents:?}");
+        }
     }
 }

@@ -146,6 +146,32 @@ impl CcAgent {
     pub fn counters(&self) -> &CcCounters {
         &self.counters
     }
+    /// The counters by name, as the device's management counters and
+    /// `vhca switch`'s report give them: the drops by reason, the responses,
+    /// the lease expiries and CC_KeyViolations.
+    pub fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.counters;
+        let mut v: Vec<(&'static str, u64)> = CcDrop::ALL
+            .iter()
+            .map(|&d| {
+                let name = match d {
+                    CcDrop::NotCc => "cca_drop_not_cc",
+                    CcDrop::Response => "cca_drop_response",
+                    CcDrop::BadVersion => "cca_drop_bad_version",
+                    CcDrop::BadCcKey => "cca_drop_bad_cc_key",
+                    CcDrop::UnmatchedRepress => "cca_drop_unmatched_repress",
+                };
+                (name, c.drops(d))
+            })
+            .collect();
+        v.extend([
+            ("cca_replies", c.replies),
+            ("cca_error_replies", c.error_replies),
+            ("cca_lease_expiries", c.lease_expiries),
+            ("cc_key_violations", u64::from(self.key.violations)),
+        ]);
+        v
+    }
     pub fn key_info(&self) -> &CongestionKeyInfo {
         &self.key
     }
@@ -295,11 +321,16 @@ impl CcAgent {
             }
             id::CONGESTION_KEY_INFO => {
                 if set {
+                    // CC_KeyViolations (A10.4.3.4, as ibccconfig quotes it):
+                    // "setting the counter to a value other than zero results
+                    // in the counter being left unchanged"; zero clears it.
                     let new = CongestionKeyInfo::parse(&d);
-                    self.key = CongestionKeyInfo {
-                        violations: self.key.violations,
-                        ..new
+                    let violations = if new.violations == 0 {
+                        0
+                    } else {
+                        self.key.violations
                     };
+                    self.key = CongestionKeyInfo { violations, ..new };
                 }
                 let mut shown = self.key;
                 if !matched {
