@@ -119,13 +119,12 @@ impl DmaMemory {
     /// it keeps its mappings alive, like [`DmaMemory::snapshot`].
     pub fn view(&self) -> DmaView {
         // The generation first: a map published in between makes it stale,
-        // which costs a second look ([`DmaView::fresh`]), never a miss.
+        // which costs a second look ([`DmaView::with_map`]), never a miss.
         let generation = self.generation();
         DmaView {
             mem: self.snapshot(),
             generation,
             shared: self.shared.clone(),
-            retry: true,
         }
     }
 
@@ -243,97 +242,43 @@ pub struct DmaView {
     /// The map's generation when `mem` was loaded (or before).
     generation: u64,
     shared: Arc<Shared>,
-    /// Whether an access looks for a newer map first ([`DmaView::fresh`]).
-    retry: bool,
 }
 
 impl DmaView {
-    /// A view of the map published since this one was taken, if any. Every
-    /// access asks first (one atomic load of the generation, not the map's
-    /// load protocol), so a map change takes effect at the next access, as
-    /// it did with a load per access: memory mapped during a round is
-    /// reachable in it, and memory unmapped during a round (DMA_UNMAP
-    /// answered) is not written after the change is seen.
-    fn fresh(&self) -> Option<DmaView> {
-        if !self.retry || self.shared.generation.load(Ordering::Acquire) == self.generation {
-            return None;
+    /// Runs `f` on the map to use: the view's own, or the one published
+    /// since it was taken. Every access asks (one atomic load of the
+    /// generation, not the map's load protocol), so a map change takes
+    /// effect at the next access, as it did with a load per access: memory
+    /// mapped during a round is reachable in it, and memory unmapped during
+    /// a round (DMA_UNMAP answered) is not written after the change is seen.
+    fn with_map<T>(&self, f: impl FnOnce(&GuestMemoryMmap) -> T) -> T {
+        if self.shared.generation.load(Ordering::Acquire) == self.generation {
+            f(&self.mem)
+        } else {
+            f(&self.shared.atomic.memory())
         }
-        let mut v = DmaMemory {
-            shared: self.shared.clone(),
-        }
-        .view();
-        v.retry = false;
-        Some(v)
     }
 
     /// Whether all of `addr..addr + len` is mapped.
     pub fn is_mapped(&self, addr: u64, len: usize) -> bool {
-        match self.fresh() {
-            Some(v) => v.is_mapped(addr, len),
-            None => self.mem.check_range(GuestAddress(addr), len),
-        }
+        self.with_map(|mem| mem.check_range(GuestAddress(addr), len))
     }
 
     /// Reads `buf.len()` bytes at guest address `addr`; the range may span
     /// adjacent maps but not a hole.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        if let Some(v) = self.fresh() {
-            return v.read(addr, buf);
-        }
-        // Within one map (nearly always): one lookup, one copy.
-        if let Ok(s) = self.mem.get_slice(GuestAddress(addr), buf.len()) {
-            s.copy_to(buf);
-            return Ok(());
-        }
-        if !self.mem.check_range(GuestAddress(addr), buf.len()) {
-            return Err(unmapped(addr, buf.len()));
-        }
-        self.mem
-            .read_slice(buf, GuestAddress(addr))
-            .map_err(|_| unmapped(addr, buf.len()))
+        self.with_map(|mem| read_in(mem, addr, buf))
     }
 
     /// Writes `data` at guest address `addr`.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        if let Some(v) = self.fresh() {
-            return v.write(addr, data);
-        }
-        if let Ok(s) = self.mem.get_slice(GuestAddress(addr), data.len()) {
-            s.copy_from(data);
-            return Ok(());
-        }
-        // Checked first so that a write running into a hole changes nothing.
-        if !self.mem.check_range(GuestAddress(addr), data.len()) {
-            return Err(unmapped(addr, data.len()));
-        }
-        self.mem
-            .write_slice(data, GuestAddress(addr))
-            .map_err(|_| unmapped(addr, data.len()))
+        self.with_map(|mem| write_in(mem, addr, data))
     }
 
     /// Runs `f` on the 64-bit word at the 8-aligned guest address `addr`,
     /// atomically against every other CPU and thread touching it.
     fn with_word<T>(&self, addr: u64, f: impl FnOnce(&AtomicU64) -> T) -> Result<T, DmaError> {
-        if !addr.is_multiple_of(8) {
-            return Err(DmaError::Misaligned { addr });
-        }
-        if let Some(v) = self.fresh() {
-            return v.with_word(addr, f);
-        }
-        let slice = self
-            .mem
-            .get_slice(GuestAddress(addr), 8)
-            .map_err(|_| unmapped(addr, 8))?;
-        let word = slice
-            .get_atomic_ref::<AtomicU64>(0)
-            .map_err(|_| DmaError::Misaligned { addr })?;
-        Ok(f(word))
+        self.with_map(|mem| word_in(mem, addr, f))
     }
 
     /// Compare-and-swap of the little-endian 64-bit word at `addr`; returns
@@ -355,6 +300,60 @@ impl DmaView {
     pub fn atomic_store(&self, addr: u64, value: u64) -> Result<(), DmaError> {
         self.with_word(addr, |w| w.store(value, Ordering::SeqCst))
     }
+}
+
+/// Reads `buf.len()` bytes at guest address `addr` of `mem`; the range may
+/// span adjacent maps but not a hole.
+fn read_in(mem: &GuestMemoryMmap, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    // Within one map (nearly always): one lookup, one copy.
+    if let Ok(s) = mem.get_slice(GuestAddress(addr), buf.len()) {
+        s.copy_to(buf);
+        return Ok(());
+    }
+    if !mem.check_range(GuestAddress(addr), buf.len()) {
+        return Err(unmapped(addr, buf.len()));
+    }
+    mem.read_slice(buf, GuestAddress(addr))
+        .map_err(|_| unmapped(addr, buf.len()))
+}
+
+/// Writes `data` at guest address `addr` of `mem`.
+fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    if let Ok(s) = mem.get_slice(GuestAddress(addr), data.len()) {
+        s.copy_from(data);
+        return Ok(());
+    }
+    // Checked first so that a write running into a hole changes nothing.
+    if !mem.check_range(GuestAddress(addr), data.len()) {
+        return Err(unmapped(addr, data.len()));
+    }
+    mem.write_slice(data, GuestAddress(addr))
+        .map_err(|_| unmapped(addr, data.len()))
+}
+
+/// Runs `f` on the 64-bit word at the 8-aligned guest address `addr` of
+/// `mem`, atomically against every other CPU and thread touching it.
+fn word_in<T>(
+    mem: &GuestMemoryMmap,
+    addr: u64,
+    f: impl FnOnce(&AtomicU64) -> T,
+) -> Result<T, DmaError> {
+    if !addr.is_multiple_of(8) {
+        return Err(DmaError::Misaligned { addr });
+    }
+    let slice = mem
+        .get_slice(GuestAddress(addr), 8)
+        .map_err(|_| unmapped(addr, 8))?;
+    let word = slice
+        .get_atomic_ref::<AtomicU64>(0)
+        .map_err(|_| DmaError::Misaligned { addr })?;
+    Ok(f(word))
 }
 
 /// Makes `size` bytes of `file` at `offset` safe to map and access for as
