@@ -83,8 +83,8 @@ pub use tap_sys::{TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN, TUN_F_USO4,
 pub use topology::{generate as topology_text, Shape, Topology, TopologyError};
 pub use udp::{UdpCounters, UdpLink, UdpOffloads, LOOPBACK_CAPACITY};
 pub use underlay::{
-    ib_mtu_for, is_dont_fragment, path_mtu, port_mtu, LOOPBACK_MTU, MAX_EXT_HEADERS,
-    MAX_PACKET_OVERHEAD,
+    ib_mtu_for, is_dont_fragment, path_mtu, port_mtu, set_int as set_int_sockopt, LOOPBACK_MTU,
+    MAX_EXT_HEADERS, MAX_PACKET_OVERHEAD,
 };
 
 /// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC

@@ -168,8 +168,8 @@ pub fn is_dont_fragment(socket: &UdpSocket) -> io::Result<bool> {
     })
 }
 
-/// Sets an int socket option (setsockopt(2)).
-pub(super) fn set_int(
+/// Sets an int socket option (setsockopt(2)); also the tests' `ecn-switch`.
+pub fn set_int(
     fd: RawFd,
     level: libc::c_int,
     opt: libc::c_int,

@@ -9,6 +9,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use device::fabric::set_int_sockopt;
+
 // <linux/if_packet.h>, <asm-generic/socket.h>: spelt out here rather than
 // through libc's module paths, which move between its versions.
 const PACKET_STATISTICS: libc::c_int = 6;
@@ -26,29 +28,6 @@ pub const VNET_HDR_LEN: usize = 10;
 pub struct PacketSock {
     fd: OwnedFd,
     pub name: String,
-}
-
-fn setsockopt_int(
-    fd: RawFd,
-    level: libc::c_int,
-    opt: libc::c_int,
-    v: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: `v` lives for the call and its size is passed; the kernel only
-    // reads it.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 impl PacketSock {
@@ -81,12 +60,12 @@ impl PacketSock {
         // SAFETY: the descriptor was just created and nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
-        setsockopt_int(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
+        set_int_sockopt(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
         if vnet_hdr {
-            setsockopt_int(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 1)?;
+            set_int_sockopt(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 1)?;
         }
-        setsockopt_int(raw, libc::SOL_SOCKET, SO_RCVBUFFORCE, buf_bytes)?;
-        setsockopt_int(raw, libc::SOL_SOCKET, SO_SNDBUFFORCE, buf_bytes)?;
+        set_int_sockopt(raw, libc::SOL_SOCKET, SO_RCVBUFFORCE, buf_bytes)?;
+        set_int_sockopt(raw, libc::SOL_SOCKET, SO_SNDBUFFORCE, buf_bytes)?;
         // SAFETY: an all-zero sockaddr_ll is a valid value of the plain struct.
         let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sa.sll_family = libc::AF_PACKET as u16;
