@@ -598,7 +598,7 @@ impl Collector for SwitchMetrics {
             ("sma_error_replies", s.sma_error_replies),
         ]
         .into_iter()
-        .chain(s.sma_keys.iter().copied())
+        .chain(s.agent_keys.iter().copied())
         {
             let help = "The switch's SMA, BMA and CC agent counter.";
             one(&mut enc, &format!("vhca_switch_{name}"), help, false, v)?;

@@ -92,7 +92,7 @@ pub struct Snapshot {
     /// M_Key lease expiries and port 0's M_KeyViolations, the BMA's B_Key
     /// drops and B_KeyViolations (AD-12), the CC agent's counters (IBA
     /// A10.4: its drops, responses, CC_KeyViolations).
-    pub sma_keys: Vec<(&'static str, u64)>,
+    pub agent_keys: Vec<(&'static str, u64)>,
 }
 
 /// A port's counters: PortCounters, `spoofed_slid` (dropped before the core)
@@ -172,7 +172,7 @@ pub(super) fn snapshot(cfg: &Config, core: &Switch, ports: &[Port]) -> Snapshot 
             ("no_sm", c.traps_no_sm),
             ("queue_full", c.traps_queue_full),
         ],
-        sma_keys: agent_counters(core),
+        agent_keys: agent_counters(core),
     }
 }
 
@@ -197,7 +197,7 @@ impl Snapshot {
             self.sma_error_replies,
             words(
                 &self
-                    .sma_keys
+                    .agent_keys
                     .iter()
                     .map(|(k, v)| (k.to_string(), *v))
                     .collect::<Vec<_>>()
@@ -238,7 +238,7 @@ impl Snapshot {
             ("error_replies", self.sma_error_replies),
         ]
         .into_iter()
-        .chain(self.sma_keys.iter().copied())
+        .chain(self.agent_keys.iter().copied())
         .collect();
         to_json(&JsonReport {
             time: self.time.as_secs_f64(),
@@ -385,7 +385,7 @@ mod tests {
                 ("no_sm", 0),
                 ("queue_full", 0),
             ],
-            sma_keys: vec![
+            agent_keys: vec![
                 ("lease_expiries", 0),
                 ("mkey_violations", 0),
                 ("bma_drop_bad_bkey", 0),
