@@ -134,19 +134,9 @@ pub fn ecn_of(frame: &[u8]) -> Option<u8> {
 /// The RFC 791 header checksum of the IPv4 header `hdr` (its checksum field
 /// taken as zero).
 pub fn ipv4_header_checksum(hdr: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for (i, w) in hdr.chunks(2).enumerate() {
-        if i == 5 {
-            continue; // the checksum field itself
-        }
-        let hi = w[0];
-        let lo = w.get(1).copied().unwrap_or(0);
-        sum += u32::from(u16::from_be_bytes([hi, lo]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    // Bytes 10-11 are the checksum field itself; sums chain (RFC 1071).
+    let head = transport::wire::roce::internet_sum(0, &hdr[..10.min(hdr.len())]);
+    !transport::wire::roce::internet_sum(u32::from(head), hdr.get(12..).unwrap_or(&[]))
 }
 
 /// Marks an ECN-capable IP frame Congestion Experienced, fixing the IPv4
