@@ -108,16 +108,12 @@ fn parse_rate(s: &str) -> Result<u64, String> {
     Ok((v * m as f64) as u64)
 }
 
+/// A byte count as `vhca` reads one (`device::units::parse_size`: `32K`,
+/// `1M`), at most 1 GiB.
 fn parse_size(s: &str) -> Result<usize, String> {
-    let (n, suf) = split_suffix(s);
-    let m: usize = match suf {
-        ' ' => 1,
-        'K' => 1024,
-        'M' => 1024 * 1024,
-        _ => return Err(format!("{s}: bytes with a K or M suffix")),
-    };
-    let v: usize = n.parse().map_err(|_| format!("{s}: not a size"))?;
-    v.checked_mul(m)
+    let v = device::units::parse_size(s)?;
+    usize::try_from(v)
+        .ok()
         .filter(|&b| b <= 1 << 30)
         .ok_or_else(|| format!("{s}: too large"))
 }
