@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use vhca_tests::incast::{self, quantile, Incast, Setup};
+use vhca_tests::incast::{self, min_max, quantile, Incast, Setup};
 
 const DEPTH: usize = 32;
 const LEN: usize = 64 << 10;
@@ -32,12 +32,6 @@ const LEN: usize = 64 << 10;
 const LAPS: usize = 8;
 /// The victim's unloaded round trips.
 const UNLOADED: usize = 200;
-
-fn min_max(xs: impl Iterator<Item = f64>) -> (f64, f64) {
-    xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
-        (lo.min(x), hi.max(x))
-    })
-}
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6

@@ -12,15 +12,9 @@
 //!
 //! `VHCA_BENCH_ROUNDS=N` (default 3).
 
-use vhca_tests::incast::{self, Incast};
+use vhca_tests::incast::{self, min_max, Incast};
 
 const EXTRA: &str = "rx_buffer = 262144\n";
-
-fn min_max(xs: impl Iterator<Item = f64>) -> (f64, f64) {
-    xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
-        (lo.min(x), hi.max(x))
-    })
-}
 
 fn main() {
     let rounds: usize = std::env::var("VHCA_BENCH_ROUNDS")

@@ -82,6 +82,14 @@ pub struct Victim {
     pub loaded: Vec<Duration>,
 }
 
+/// The smallest and the largest of `xs` (the benches' min-max columns over
+/// rounds); (inf, -inf) when empty.
+pub fn min_max(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    })
+}
+
 /// The `q` quantile (0..=1) of `v` (nearest rank); zero when empty.
 pub fn quantile(v: &[Duration], q: f64) -> Duration {
     let mut s = v.to_vec();
