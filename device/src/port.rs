@@ -241,7 +241,11 @@ impl Port {
                     return;
                 }
             }
-            engine.handle_packet_from(r.packet, r.src_lid, mem, t)
+            let from = transport::engine::RxFrom {
+                src_lid: r.src_lid,
+                crcs_vouched: r.crcs_vouched,
+            };
+            engine.handle_received(r.packet, from, mem, t)
         });
         // Counted as delivered, also when the link failed after some.
         self.counters.rx_packets += moved as u64;

@@ -819,7 +819,7 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     use crate::fabric::{format_mac, CaptureLink, FaultLink, Link, Tap, TapLink};
     use transport::wire::pcap::LinkType;
     let mut net = None;
-    let (mut link, port_config, capture_as, what): (Box<dyn Link + Send>, _, _, _) =
+    let (mut link, mut port_config, capture_as, what): (Box<dyn Link + Send>, _, _, _) =
         match &config.mode {
             FabricMode::IbUdp { fabric, node, key } => {
                 let (link, mtu) = ib_udp_link(fabric, node, key.as_ref(), config.liveness)?;
@@ -888,6 +888,13 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
     }
     if let Some(path) = &config.capture {
         link = Box::new(CaptureLink::create_as(link, path, capture_as)?);
+    }
+    // Issue 30: where the stack carries packets through memory and nothing in
+    // it reads or changes their CRCs, the link computes them (only for what
+    // leaves on a wire), not the engine (`Link::take_crcs`).
+    port_config.crcs_by_link = link.take_crcs();
+    if port_config.crcs_by_link {
+        log::info!("fabric: CRCs left to the link: none on the shared-memory rings");
     }
     let limits = Limits {
         loss_probes: config.loss_probes,

@@ -511,6 +511,7 @@ impl Link for FromLink {
             deliver(Received {
                 packet: &p,
                 src_lid,
+                crcs_vouched: false,
             });
             n += 1;
         }

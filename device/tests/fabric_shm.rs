@@ -302,3 +302,70 @@ fn shm_ring_kept_closed_by_its_consumer_sends_over_udp_and_reopens_at_most_every
     assert_eq!(c.tx_opens, 1, "no reopen per packet");
     assert_eq!(drain_from(&mut l[1], t(2)).len(), 101);
 }
+
+/// Everything a link delivers now: (packet, its sender's LID, whether the
+/// link vouched for its CRCs).
+fn drain_vouched(link: &mut impl Link, now: Duration) -> Vec<(Vec<u8>, Option<u16>, bool)> {
+    std::thread::sleep(Duration::from_millis(50));
+    let mut out = Vec::new();
+    while link
+        .recv_batch(now, 16, &mut |r| {
+            out.push((r.packet.to_vec(), r.src_lid, r.crcs_vouched))
+        })
+        .expect("recv")
+        > 0
+    {}
+    out
+}
+
+/// `ud_packet` as an engine with `PortConfig::crcs_by_link` builds it: ICRC
+/// and VCRC zero.
+fn without_crcs(mut p: Vec<u8>) -> Vec<u8> {
+    let n = p.len();
+    p[n - 6..].fill(0);
+    p
+}
+
+/// Issue 30 (WF-09 on the wire): a link with rings takes the CRCs from the
+/// engine; a ring packet goes without them, marked, and arrives vouched for;
+/// one that leaves on UDP (another host, the node's own LID) gets them
+/// filled in, so the UDP node takes it as any packet. A link without rings,
+/// and the stages that read or change packets, say no; without the offer a
+/// ring packet is not vouched for.
+#[test]
+fn shm_link_takes_the_crcs_leaves_them_out_on_the_rings_and_fills_them_in_for_udp() {
+    use device::fabric::{CaptureLink, FaultLink, FaultSpec};
+    let dir = tempfile::tempdir().unwrap();
+    // n0 and n1 share host h; n2 is elsewhere (no host): UDP.
+    let (_f, mut l) = fabric(dir.path(), &[Some("h"), Some("h"), None]);
+    assert!(!l[2].take_crcs(), "no rings: nothing to gain");
+    assert!(l[0].take_crcs());
+    let to_ring = ud_packet(1, 2, 1, b"to the ring node");
+    let to_udp = ud_packet(1, 3, 2, b"to the udp node");
+    let to_self = ud_packet(1, 1, 3, b"to its own LID");
+    for p in [&to_ring, &to_udp, &to_self] {
+        l[0].send(t(0), &without_crcs(p.clone())).unwrap();
+    }
+    let at1 = drain_vouched(&mut l[1], t(1));
+    assert_eq!(at1, vec![(without_crcs(to_ring.clone()), Some(1), true)]);
+    let at2 = drain_vouched(&mut l[2], t(1));
+    assert_eq!(at2, vec![(to_udp.clone(), Some(1), false)]);
+    let at0 = drain_vouched(&mut l[0], t(1));
+    assert_eq!(at0, vec![(to_self.clone(), Some(1), false)]);
+    let c = *l[0].counters();
+    assert_eq!((c.tx_packets, c.tx_crcs_filled), (1, 2));
+    assert_eq!(l[1].counters().rx_crcs_vouched, 1);
+    // n1 did not take the CRCs: its ring packets carry them and are not
+    // vouched for.
+    l[1].send(t(2), &ud_packet(2, 1, 4, b"back")).unwrap();
+    let back = drain_vouched(&mut l[0], t(3));
+    assert_eq!(back, vec![(ud_packet(2, 1, 4, b"back"), Some(2), false)]);
+    assert_eq!(l[0].counters().rx_crcs_vouched, 0);
+    // Stages that change or record packets keep the CRCs in the engine.
+    let (_g, links) = fabric(dir.path(), &[Some("g"), Some("g")]);
+    let mut links = links.into_iter();
+    let mut fault = FaultLink::new(links.next().unwrap(), FaultSpec::default());
+    assert!(!fault.take_crcs());
+    let mut capture = CaptureLink::new(links.next().unwrap(), Vec::new()).unwrap();
+    assert!(!capture.take_crcs());
+}

@@ -56,6 +56,7 @@ impl Link for Loop {
             deliver(Received {
                 packet: &p,
                 src_lid: None,
+                crcs_vouched: false,
             });
             n += 1;
         }

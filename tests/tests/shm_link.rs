@@ -113,6 +113,69 @@ fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_
     assert_eq!(rings, 0);
 }
 
+/// Issue 30, WF-09 on the wire: without faults, capture or a fabric key the
+/// rings' nodes leave the CRCs to the link. A's WRITE to B crosses the ring
+/// without them (B's link vouches, B's engine skips only that check), its
+/// WRITE to C (another host: UDP) gets them filled in by A's link and C's
+/// engine checks them; both arrive byte-exact, and so does B's SEND back.
+#[test]
+fn shm_rings_carry_packets_without_crcs_and_the_link_fills_them_in_for_the_udp_node() {
+    let mut v = Vhca::spawn(options(3, &[0, 1]));
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let mut c = Node::connect(&v, 2);
+    let (ab, ba) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let (ac, _) = connect_pair(&mut a, &mut c, QpType::Rc);
+    let len = 1 << 20;
+    let src = a.region(len, Layout::Scattered, 0);
+    let bdst = b.region(len, Layout::Scattered, 0);
+    let cdst = c.region(len, Layout::Scattered, 0);
+    let d = pattern(31, len);
+    a.write(&src, 0, &d);
+    a.hca
+        .post_send(ab, &write_wr(1, &src, &bdst, 0, len))
+        .unwrap();
+    a.hca
+        .post_send(ac, &write_wr(2, &src, &cdst, 0, len))
+        .unwrap();
+    assert_success(&wait_n(&mut a.hca, a.cq, 2, Duration::from_secs(60)));
+    assert_bytes(&b.read(&bdst, 0, len), &d, "WRITE over the rings");
+    assert_bytes(&c.read(&cdst, 0, len), &d, "WRITE over UDP");
+    let back = a.region(len, Layout::Scattered, 0);
+    a.hca
+        .post_recv(ab, &RecvWr::new(9, vec![back.mr.sge(&back.buf, 0, len)]))
+        .unwrap();
+    b.hca
+        .post_send(ba, &SendWr::send(3).sge(bdst.mr.sge(&bdst.buf, 0, len)))
+        .unwrap();
+    assert_success(&wait_n(&mut b.hca, b.cq, 1, Duration::from_secs(60)));
+    assert_success(&wait_n(&mut a.hca, a.cq, 1, Duration::from_secs(60)));
+    assert_bytes(&a.read(&back, 0, len), &d, "SEND over the rings");
+    drop((a, b, c));
+    for i in 0..3 {
+        v.stop(i, Duration::from_secs(5));
+    }
+    let e0 = v.stderr(0);
+    assert!(e0.contains("CRCs left to the link"), "{e0}");
+    // 1 MiB to C is 256 packets at MTU 4096, each filled in by A's link.
+    assert!(
+        shm_counter(&v, 0, "tx_crcs_filled").is_some_and(|n| n >= 256),
+        "{e0}"
+    );
+    // B took A's WRITE from the ring unchecked; A took B's SEND so.
+    assert!(
+        shm_counter(&v, 1, "rx_crcs_vouched").is_some_and(|n| n >= 256),
+        "{}",
+        v.stderr(1)
+    );
+    assert!(
+        shm_counter(&v, 0, "rx_crcs_vouched").is_some_and(|n| n >= 256),
+        "{e0}"
+    );
+    // C (no rings) computes and checks CRCs itself.
+    assert!(!v.stderr(2).contains("CRCs left to the link"));
+}
+
 #[test]
 fn shm_peer_killed_mid_stream_costs_only_its_own_traffic() {
     let mut v = Vhca::spawn(options(3, &[0, 1, 2]));

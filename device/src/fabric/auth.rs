@@ -719,6 +719,7 @@ impl<L: Link> Link for AuthLink<L> {
                         deliver(Received {
                             packet: &r.packet[..m],
                             src_lid: r.src_lid,
+                            crcs_vouched: r.crcs_vouched,
                         });
                     }
                     Err(why) => {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use transport::wire::pcap::{LinkType, PcapError, PcapWriter};
 
-use super::{Link, LinkError, Received};
+use super::{Link, LinkError, Received, MAX_PACKET_LEN};
 
 /// How long a record may wait in the buffer before the file gets it.
 pub const FLUSH_AFTER: Duration = Duration::from_millis(200);
@@ -178,9 +178,21 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
             counters,
             unflushed_since,
         } = self;
+        let mut crcs = [0u8; MAX_PACKET_LEN];
         inner.recv_batch(now, max, &mut |r| {
             unflushed_since.get_or_insert(now);
-            if record(pcap, counters, now, r.packet) {
+            // Issue 30: a packet that crossed memory without its CRCs is
+            // recorded as a wire would carry it, with them.
+            let mut p = r.packet;
+            if r.crcs_vouched {
+                if let Some(c) = crcs.get_mut(..p.len()) {
+                    c.copy_from_slice(p);
+                    if transport::wire::fill_crcs(c).is_ok() {
+                        p = c;
+                    }
+                }
+            }
+            if record(pcap, counters, now, p) {
                 counters.rx_records += 1;
             }
             deliver(r)

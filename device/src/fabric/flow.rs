@@ -527,6 +527,11 @@ impl<L: Link> Link for FlowLink<L> {
         self.inner.send_link_packet(now, packet)
     }
 
+    fn take_crcs(&mut self) -> bool {
+        // Credits count blocks, whatever the CRCs hold.
+        self.inner.take_crcs()
+    }
+
     fn tx_room(&self) -> bool {
         self.inner.tx_room()
             && (self.fc.is_none() || self.queued_blocks + MAX_PACKET_BLOCKS <= self.limit_blocks)

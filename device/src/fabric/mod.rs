@@ -162,6 +162,10 @@ pub struct Received<'a> {
     /// ARCHITECTURE.md §9). `None` where the link cannot tell (TAP: RoCE
     /// carries its addresses in the packet).
     pub src_lid: Option<u16>,
+    /// The packet came through memory and its sender left its CRCs out
+    /// ([`Link::take_crcs`]): the engine does not check them. A stage that
+    /// changes a packet (fault injection's corruption) clears it.
+    pub crcs_vouched: bool,
 }
 
 /// A port's link to the fabric (ARCHITECTURE.md §6: link modes share one trait).
@@ -321,6 +325,20 @@ pub trait Link {
     fn send_link_packet(&mut self, _now: Duration, _packet: &[u8]) -> Result<(), LinkError> {
         Ok(())
     }
+
+    /// Issue 30: asks the link to compute the ICRC and VCRC of the native
+    /// packets the engine sends from now on (`PortConfig::crcs_by_link`, as
+    /// a NIC's checksum offload); true when it does, and then for good. A
+    /// link that carries packets through memory leaves both out there and
+    /// fills them in for a packet that goes onto a wire after all
+    /// (`transport::wire::fill_crcs`), and marks what it delivers from
+    /// memory [`Received::crcs_vouched`]. A stage that reads the CRCs or
+    /// changes packets (fault injection, capture, the fabric key's tag) says
+    /// no without asking further; one that does neither forwards the
+    /// question. No by default.
+    fn take_crcs(&mut self) -> bool {
+        false
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -389,6 +407,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         (**self).send_link_packet(now, packet)
+    }
+    fn take_crcs(&mut self) -> bool {
+        (**self).take_crcs()
     }
 }
 

@@ -25,6 +25,12 @@
 //! and a doorbell is one datagram per sleep, not per packet. It is 8 bytes,
 //! shorter than any packet, and never reaches the stages above.
 //!
+//! CRCs: where nothing between the engine and this link reads or changes
+//! packets, the device leaves the CRCs to it ([`Link::take_crcs`]): ring
+//! packets go without them (the slot flag `FLAG_NO_CRCS`, and the receiver
+//! marks them [`Received::crcs_vouched`]), and a packet that leaves over UDP
+//! gets them here first.
+//!
 //! Trust (ARCHITECTURE.md §9): the peer is another process that can write
 //! anything into the rings. Indices and lengths are validated (`shm_ring.rs`);
 //! a bad one makes the ring corrupt: that peer's ring traffic is dropped and
@@ -39,7 +45,7 @@ use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::shm_ring::{Corrupt, Push, RxRing, TxRing};
+use super::shm_ring::{Corrupt, Push, RxRing, TxRing, FLAG_NO_CRCS};
 use super::udp::source_lid;
 use super::{dlid_of, FabricFile, Link, LinkError, Node, Received, UdpLink, MAX_PACKET_LEN};
 use super::{MIN_PACKET_LEN, PERMISSIVE_LID};
@@ -93,6 +99,11 @@ pub struct ShmCounters {
     pub peer_stalls: u64,
     /// Rings opened (again) by this producer.
     pub tx_opens: u64,
+    /// With the CRCs left to the link ([`Link::take_crcs`]): packets that
+    /// left on UDP, whose CRCs the link filled in; packets taken from a ring
+    /// without CRCs (the engine did not check them).
+    pub tx_crcs_filled: u64,
+    pub rx_crcs_vouched: u64,
 }
 
 impl ShmCounters {
@@ -109,7 +120,7 @@ impl std::fmt::Display for ShmCounters {
             "tx {} ({} B) rx {} ({} B) tx_udp_fallback {} doorbells_tx {} doorbells_rx {} \
              doorbell_errors {} dropped {}: tx_full {} tx_corrupt {} tx_disabled {} \
              rx_disabled {} corrupt_index {} corrupt_length {} rings_remade {} peer_stalls {} \
-             tx_opens {}",
+             tx_opens {} tx_crcs_filled {} rx_crcs_vouched {}",
             self.tx_packets,
             self.tx_bytes,
             self.rx_packets,
@@ -128,6 +139,8 @@ impl std::fmt::Display for ShmCounters {
             self.rings_remade,
             self.peer_stalls,
             self.tx_opens,
+            self.tx_crcs_filled,
+            self.rx_crcs_vouched,
         )
     }
 }
@@ -194,6 +207,11 @@ pub struct ShmLink {
     armed: bool,
     batching: bool,
     disabled: bool,
+    /// The engine leaves native packets' CRCs to this link
+    /// ([`Link::take_crcs`]): ring packets go without, UDP ones get them here.
+    crcs_by_link: bool,
+    /// Where a packet handed in by reference gets its CRCs before UDP.
+    crc_scratch: Box<[u8]>,
     counters: ShmCounters,
 }
 
@@ -258,6 +276,8 @@ impl ShmLink {
             armed: false,
             batching: false,
             disabled: false,
+            crcs_by_link: false,
+            crc_scratch: Box::default(),
             counters: ShmCounters::default(),
         })
     }
@@ -282,12 +302,55 @@ impl ShmLink {
     fn send_ring(&mut self, now: Duration, p: usize, packet: &[u8]) -> Result<(), LinkError> {
         match self.way(now, p) {
             Way::Ring => {
-                let r = self.peers[p].tx.as_mut().map(|tx| tx.push(packet));
+                let flags = self.slot_flags();
+                let r = self.peers[p].tx.as_mut().map(|tx| tx.push(packet, flags));
                 self.pushed(now, p, r, packet.len());
                 Ok(())
             }
-            Way::Udp => self.udp.send(now, packet),
+            Way::Udp => self.send_udp(now, packet),
             Way::Dropped => Ok(()),
+        }
+    }
+
+    /// The flags of a slot this link fills.
+    fn slot_flags(&self) -> u32 {
+        if self.crcs_by_link {
+            FLAG_NO_CRCS
+        } else {
+            0
+        }
+    }
+
+    /// Sends `packet` over UDP, with its CRCs filled in first when the engine
+    /// left them to this link (a copy: `packet` is the caller's).
+    fn send_udp(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        if !self.crcs_by_link {
+            return self.udp.send(now, packet);
+        }
+        if self.crc_scratch.is_empty() {
+            self.crc_scratch = vec![0; MAX_PACKET_LEN].into_boxed_slice();
+        }
+        let Some(b) = self.crc_scratch.get_mut(..packet.len()) else {
+            // Longer than any packet: UDP drops and counts it.
+            return self.udp.send(now, packet);
+        };
+        b.copy_from_slice(packet);
+        // Not a native packet (nothing the engine builds): sent as it is.
+        if transport::wire::fill_crcs(b).is_ok() {
+            self.counters.tx_crcs_filled += 1;
+        }
+        self.udp.send(now, b)
+    }
+
+    /// Fills in the CRCs of the `len`-byte packet in the UDP link's lent
+    /// buffer, when the engine left them to this link, before UDP sends it.
+    fn fill_lent(&mut self, len: usize) {
+        if !self.crcs_by_link {
+            return;
+        }
+        let b = self.udp.send_buffer().and_then(|b| b.get_mut(..len));
+        if b.is_some_and(|b| transport::wire::fill_crcs(b).is_ok()) {
+            self.counters.tx_crcs_filled += 1;
         }
     }
 
@@ -425,7 +488,7 @@ impl ShmLink {
         while n < max {
             match peer.rx.pop(&mut self.rx_buf) {
                 Ok(None) => break,
-                Ok(Some(len)) => {
+                Ok(Some((len, flags))) => {
                     n += 1;
                     c.rx_packets += 1;
                     c.rx_bytes += len as u64;
@@ -433,10 +496,15 @@ impl ShmLink {
                         c.drop_rx_disabled += 1;
                         continue;
                     }
+                    // The peer left the CRCs out (memory is the wire): the
+                    // engine does not check them (`Link::take_crcs`).
+                    let crcs_vouched = flags & FLAG_NO_CRCS != 0;
+                    c.rx_crcs_vouched += u64::from(crcs_vouched);
                     let packet = &self.rx_buf[..len];
                     deliver(Received {
                         packet,
                         src_lid: source_lid(&self.fabric, Some(peer.node.lid), packet),
+                        crcs_vouched,
                     });
                 }
                 Err(why) => {
@@ -498,7 +566,7 @@ impl Link for ShmLink {
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         match ring_for(&self.peers, &self.fabric, packet) {
             Some(p) => self.send_ring(now, p, packet),
-            None => self.udp.send(now, packet),
+            None => self.send_udp(now, packet),
         }
     }
 
@@ -629,17 +697,22 @@ impl Link for ShmLink {
             None => None,
         };
         let Some(p) = ring else {
+            self.fill_lent(len);
             return self.udp.send_from_buffer(now, len);
         };
         match self.way(now, p) {
             Way::Ring => {
+                let flags = self.slot_flags();
                 let tx = self.peers[p].tx.as_mut();
                 let b = self.udp.send_buffer().and_then(|b| b.get(..len));
-                let r = tx.zip(b).map(|(tx, b)| tx.push(b));
+                let r = tx.zip(b).map(|(tx, b)| tx.push(b, flags));
                 self.pushed(now, p, r, len);
                 Ok(())
             }
-            Way::Udp => self.udp.send_from_buffer(now, len),
+            Way::Udp => {
+                self.fill_lent(len);
+                self.udp.send_from_buffer(now, len)
+            }
             Way::Dropped => Ok(()),
         }
     }
@@ -671,5 +744,12 @@ impl Link for ShmLink {
 
     fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         self.udp.send_link_packet(now, packet)
+    }
+
+    fn take_crcs(&mut self) -> bool {
+        // Worth it only with rings: a UDP-only node would fill every
+        // packet's CRCs here instead of in the engine, for nothing.
+        self.crcs_by_link = !self.peers.is_empty();
+        self.crcs_by_link
     }
 }

@@ -15,7 +15,7 @@
 //! | 128    | head: packets consumed (u64) | consumer |
 //! | 192    | sleeping (u32): 1 = ring the doorbell | consumer sets, producer clears |
 //! | 256    | closed (u32): 1 = nobody reads this file any more | consumer |
-//! | 4096 + i * SLOT_SIZE | slot i: length (u32), 4 bytes unused, the packet | producer |
+//! | 4096 + i * SLOT_SIZE | slot i: length (u32), flags (u32, [`FLAG_NO_CRCS`]), the packet | producer |
 //!
 //! Packet n goes in slot n % SLOTS. The indices only grow (wrapping u64).
 //! Trust (ARCHITECTURE.md §9): each side keeps its own index in its own
@@ -52,7 +52,15 @@ const HEADER: usize = 4096;
 pub const RING_BYTES: usize = HEADER + SLOTS as usize * SLOT_SIZE;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vhcaring");
-const VERSION: u32 = 1;
+/// 2: the slot's second word holds flags (it was unused in 1, so a version-1
+/// producer would leave CRC-less packets unmarked).
+const VERSION: u32 = 2;
+
+/// A slot flag: the producer left the packet's ICRC and VCRC out (issue 30,
+/// `Link::take_crcs`): memory is the wire. A peer that sets it on a packet
+/// only spares the consumer the check of a packet the peer could as well
+/// have sent with right CRCs; the consumer ignores every other bit.
+pub const FLAG_NO_CRCS: u32 = 1;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
@@ -178,9 +186,10 @@ impl RxRing {
     }
 
     /// Copies the next packet into `buf` (at least [`MAX_PACKET_LEN`] bytes)
-    /// and returns its length; `None` when the ring is empty. The slot is
-    /// given back to the producer only by [`RxRing::release`].
-    pub fn pop(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Corrupt> {
+    /// and returns its length and the slot's flags; `None` when the ring is
+    /// empty. The slot is given back to the producer only by
+    /// [`RxRing::release`].
+    pub fn pop(&mut self, buf: &mut [u8]) -> Result<Option<(usize, u32)>, Corrupt> {
         if self.head == self.tail {
             self.tail = self.head.wrapping_add(self.waiting()?);
             if self.head == self.tail {
@@ -188,11 +197,13 @@ impl RxRing {
             }
         }
         let at = slot_at(self.head);
-        let mut len = [0u8; 4];
-        if !self.map.read(at, &mut len) {
+        let mut word = [0u8; 8];
+        if !self.map.read(at, &mut word) {
             return Err(Corrupt::Index); // Unreachable: slots are inside the file.
         }
-        let len = u32::from_le_bytes(len) as usize;
+        let [l0, l1, l2, l3, f0, f1, f2, f3] = word;
+        let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
+        let flags = u32::from_le_bytes([f0, f1, f2, f3]);
         if len == 0 || len > MAX_PACKET_LEN || len > buf.len() {
             return Err(Corrupt::Length);
         }
@@ -200,7 +211,7 @@ impl RxRing {
             return Err(Corrupt::Length);
         }
         self.head = self.head.wrapping_add(1);
-        Ok(Some(len))
+        Ok(Some((len, flags)))
     }
 
     /// Gives the slots taken so far back to the producer.
@@ -284,16 +295,19 @@ impl TxRing {
         Ok(n)
     }
 
-    /// Publishes `packet` (1..=[`MAX_PACKET_LEN`] bytes, the caller checked).
-    pub fn push(&mut self, packet: &[u8]) -> Result<Push, Corrupt> {
+    /// Publishes `packet` (1..=[`MAX_PACKET_LEN`] bytes, the caller checked)
+    /// with slot flags `flags`.
+    pub fn push(&mut self, packet: &[u8], flags: u32) -> Result<Push, Corrupt> {
         if self.used()? >= SLOTS {
             return Ok(Push::Full);
         }
         let at = slot_at(self.tail);
-        let len = (packet.len() as u32).to_le_bytes();
+        let mut word = [0u8; 8];
+        word[..4].copy_from_slice(&(packet.len() as u32).to_le_bytes());
+        word[4..].copy_from_slice(&flags.to_le_bytes());
         if packet.is_empty()
             || packet.len() > MAX_PACKET_LEN
-            || !self.map.write(at, &len)
+            || !self.map.write(at, &word)
             || !self.map.write(at + 8, packet)
         {
             return Err(Corrupt::Length); // The caller's checks make this unreachable.

@@ -678,6 +678,7 @@ impl TapLink {
             deliver(Received {
                 packet: &self.seg_buf,
                 src_lid: None,
+                crcs_vouched: false,
             });
             *n += 1;
         }
@@ -866,6 +867,7 @@ impl Link for TapLink {
             deliver(Received {
                 packet: &f,
                 src_lid: None,
+                crcs_vouched: false,
             });
             n += 1;
             if self.loopback_spare.len() < TAP_LOOPBACK_SPARE {
@@ -891,6 +893,7 @@ impl Link for TapLink {
                         deliver(Received {
                             packet: &self.rx_buf[VNET_HDR_LEN..VNET_HDR_LEN + len],
                             src_lid: None,
+                            crcs_vouched: false,
                         });
                         n += 1;
                     }

@@ -914,6 +914,7 @@ impl Link for UdpLink {
             deliver(Received {
                 packet: &p,
                 src_lid: source_lid(&self.fabric, Some(self.node.lid), &p),
+                crcs_vouched: false,
             });
             n += 1;
             if self.loopback_spare.len() < MMSG_BATCH {
@@ -932,6 +933,7 @@ impl Link for UdpLink {
             deliver(Received {
                 packet,
                 src_lid: source_lid(&self.fabric, lid, packet),
+                crcs_vouched: false,
             });
             n += 1;
         }

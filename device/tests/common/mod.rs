@@ -148,6 +148,7 @@ impl Link for RecordingLink {
             deliver(Received {
                 packet: &p,
                 src_lid: None,
+                crcs_vouched: false,
             });
             n += 1;
         }

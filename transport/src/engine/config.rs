@@ -52,6 +52,14 @@ pub struct PortConfig {
     pub vl_arb: VlArbTables,
     /// Congestion control (issue 31, `crate::cc`): off by default.
     pub cc: crate::cc::CcConfig,
+    /// The link computes the ICRC and VCRC (issue 30): native packets leave
+    /// the engine with both zero, and the link fills them in for a packet that
+    /// goes onto a wire; a link that carries a packet through memory (the
+    /// shared-memory link) leaves them out, and vouches for what it delivers
+    /// ([`super::RxFrom::crcs_vouched`]). As a NIC's checksum offload, and
+    /// only where the device's link stack said it can (nothing between the
+    /// engine and the link reads or corrupts the CRCs). Off by default.
+    pub crcs_by_link: bool,
 }
 
 /// Bytes a RoCEv2 packet adds to its payload inside the Ethernet MTU, at most:
@@ -91,6 +99,7 @@ impl PortConfig {
             data_vls: DEFAULT_DATA_VLS,
             vl_arb: VlArbTables::fair(DEFAULT_DATA_VLS),
             cc: crate::cc::CcConfig::default(),
+            crcs_by_link: false,
         }
     }
 

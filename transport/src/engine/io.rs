@@ -26,6 +26,20 @@ use crate::wire::PacketRepr;
 /// picks the next packet's VL first.
 pub(super) const TX_BURST: u32 = 16;
 
+/// What only the link knows of a received packet (ARCHITECTURE.md §9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxFrom {
+    /// The LID of the fabric node that sent it (the UDP link: the node whose
+    /// address sent the datagram); `None` where the link cannot tell. The
+    /// engine drops a packet whose LRH:SLID is another (a spoofed source).
+    pub src_lid: Option<u16>,
+    /// The packet crossed memory, not a wire, and its sender left the ICRC
+    /// and VCRC out (`PortConfig::crcs_by_link`; the shared-memory link,
+    /// issue 30): they are not checked. Only a native packet; every other
+    /// check is made as always.
+    pub crcs_vouched: bool,
+}
+
 impl Engine {
     /// Handles one received packet as the port's link carries them: a native
     /// packet (LRH through VCRC) on InfiniBand, a RoCEv2 frame (Ethernet header
@@ -52,6 +66,15 @@ impl Engine {
         mem: &mut dyn Memory,
         now: Time,
     ) {
+        let from = RxFrom {
+            src_lid,
+            crcs_vouched: false,
+        };
+        self.handle_received(buf, from, mem, now)
+    }
+
+    /// [`Self::handle_packet_from`] with all the link knows of the packet.
+    pub fn handle_received(&mut self, buf: &[u8], from: RxFrom, mem: &mut dyn Memory, now: Time) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += buf.len() as u64;
         // The receive reorder hold (`reorder`, vhca policy): a packet one
@@ -61,14 +84,14 @@ impl Engine {
         // batch, which then still goes first (as a due probe waits for what
         // arrived, `recovery`). `poll_transmit`, after the batch, processes
         // what is still held.
-        match self.receive(buf, src_lid, mem, now, true) {
+        match self.receive(buf, from, mem, now, true) {
             Arrival::Process | Arrival::Held => {}
             Arrival::ThenHeld(n) => self.release_held(n, mem, now),
             Arrival::HeldFirst(n) => {
                 self.release_held(n, mem, now);
                 // Its QP holds nothing now: this one is processed (or held
                 // in turn, when it is one ahead of the new expected PSN).
-                let again = self.receive(buf, src_lid, mem, now, true);
+                let again = self.receive(buf, from, mem, now, true);
                 debug_assert!(matches!(again, Arrival::Process | Arrival::Held));
             }
         }
@@ -93,8 +116,8 @@ impl Engine {
 
     /// Processes the packet held in slot `n` of the reorder hold.
     fn release_held(&mut self, n: usize, mem: &mut dyn Memory, now: Time) {
-        if let Some((held, src_lid)) = self.hold.take(n) {
-            self.receive(&held, src_lid, mem, now, false);
+        if let Some((held, from)) = self.hold.take(n) {
+            self.receive(&held, from, mem, now, false);
             self.hold.put_back(held);
         }
     }
@@ -105,14 +128,14 @@ impl Engine {
     fn receive(
         &mut self,
         buf: &[u8],
-        src_lid: Option<u16>,
+        from: RxFrom,
         mem: &mut dyn Memory,
         now: Time,
         may_hold: bool,
     ) -> Arrival {
-        let parsed = link::parse(&self.port, buf).and_then(|(pkt, roce)| {
+        let parsed = link::parse(&self.port, buf, from.crcs_vouched).and_then(|(pkt, roce)| {
             if roce.is_none() {
-                check_lids(&self.port, &pkt, src_lid).map_err(link::Drop::Rx)?;
+                check_lids(&self.port, &pkt, from.src_lid).map_err(link::Drop::Rx)?;
             }
             Ok((pkt, roce))
         });
@@ -182,7 +205,7 @@ impl Engine {
             };
             let a = self
                 .hold
-                .on_arrival(c, hold_ns, qp, &mut m, peer, &pkt, buf, src_lid, now);
+                .on_arrival(c, hold_ns, qp, &mut m, peer, &pkt, buf, from, now);
             qp.hold_misses = m;
             a
         } else {

@@ -54,16 +54,22 @@ fn mapped_v4(gid: &[u8; 16]) -> Option<Ipv4Addr> {
     Ipv6Addr::from(*gid).to_ipv4_mapped()
 }
 
-/// Parses one received buffer as the port's link layer carries packets.
+/// Parses one received buffer as the port's link layer carries packets;
+/// `crcs_vouched`: a native packet's CRCs are not checked (its link carried
+/// it through memory, `RxFrom::crcs_vouched`).
 pub(crate) fn parse<'a>(
     port: &PortConfig,
     buf: &'a [u8],
+    crcs_vouched: bool,
 ) -> Result<(PacketRepr<'a>, Option<RoceRx>), Drop> {
     let mac = match port.link {
         LinkLayer::InfiniBand => {
-            return PacketRepr::parse(buf)
-                .map(|p| (p, None))
-                .map_err(Drop::Wire)
+            let p = if crcs_vouched {
+                PacketRepr::parse_vouched(buf)
+            } else {
+                PacketRepr::parse(buf)
+            };
+            return p.map(|p| (p, None)).map_err(Drop::Wire);
         }
         LinkLayer::Ethernet { mac } => mac,
     };
@@ -218,7 +224,10 @@ pub(crate) fn emit_with<E>(
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<usize, EmitWithError<E>> {
     let mac = match port.link {
-        LinkLayer::InfiniBand => return pkt.emit_with(buf, payload_len, fill),
+        // Issue 30: the link computes the CRCs where it needs them.
+        LinkLayer::InfiniBand => {
+            return pkt.emit_with_crcs(buf, payload_len, fill, !port.crcs_by_link)
+        }
         LinkLayer::Ethernet { mac } => mac,
     };
     let no_route = EmitWithError::Emit(EmitError::FieldRange("RoCE path (GRH)"));

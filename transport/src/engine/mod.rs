@@ -30,6 +30,7 @@ mod credits;
 mod handle_tests;
 mod ids;
 mod io;
+pub use io::RxFrom;
 pub mod link;
 mod mcast;
 mod odp;

@@ -48,7 +48,7 @@
 //! packet. The earliest expiry is kept, so [`super::Engine::poll_timeout`]
 //! stays O(1).
 
-use super::{Qp, QpType};
+use super::{Qp, QpType, RxFrom};
 use crate::psn;
 use crate::verbs::{Time, WrOpcode};
 use crate::wire::opcode::{Direction, Operation};
@@ -119,7 +119,7 @@ struct Slot {
     /// The PSN whose arrival releases the held packet in order.
     missing: u32,
     until: Time,
-    src_lid: Option<u16>,
+    from: RxFrom,
     /// The sender ([`PEER_SLOTS`]).
     peer: [u8; 16],
     buf: Vec<u8>,
@@ -195,7 +195,7 @@ impl ReorderHold {
             .position(|s| s.as_ref().is_some_and(|s| s.qpn == qpn && s.dir == dir))
     }
 
-    /// Decides what happens to `pkt` (raw bytes `buf`, from `src_lid`) for
+    /// Decides what happens to `pkt` (raw bytes `buf`, `from` its link) for
     /// `qp`, which passed the header checks, sent by `peer` (its source LID
     /// or GID, [`PEER_SLOTS`]); `m` is the QP's record (`Qp::hold_misses`).
     /// `hold_ns` 0: never hold.
@@ -209,7 +209,7 @@ impl ReorderHold {
         peer: [u8; 16],
         pkt: &PacketRepr<'_>,
         buf: &[u8],
-        src_lid: Option<u16>,
+        from: RxFrom,
         now: Time,
     ) -> Arrival {
         if hold_ns == 0 && self.used == 0 {
@@ -268,7 +268,7 @@ impl ReorderHold {
             dir,
             missing,
             until,
-            src_lid,
+            from,
             peer,
             buf: bytes,
         });
@@ -279,11 +279,11 @@ impl ReorderHold {
     }
 
     /// Empties slot `n`: its packet's bytes and source, to process now.
-    pub(super) fn take(&mut self, n: usize) -> Option<(Vec<u8>, Option<u16>)> {
+    pub(super) fn take(&mut self, n: usize) -> Option<(Vec<u8>, RxFrom)> {
         let s = self.slots.get_mut(n)?.take()?;
         self.used -= 1;
         self.recompute();
-        Some((s.buf, s.src_lid))
+        Some((s.buf, s.from))
     }
 
     /// Gives back a buffer [`Self::take`] returned, once processed.

@@ -29,7 +29,7 @@ pub use ext::{
 pub use grh::{Grh, GrhRepr};
 pub use lrh::{vl_of, Lnh, Lrh, LrhRepr};
 pub use opcode::{ExtKind, OpcodeInfo, Operation, Position, Service};
-pub use packet::{PacketRepr, TransportRepr};
+pub use packet::{fill_crcs, PacketRepr, TransportRepr};
 
 /// Largest payload of one packet: the largest PMTU (IBA 7.7.8, AD-03).
 pub const MAX_PAYLOAD: usize = 4096;

@@ -166,6 +166,33 @@ fn fast_crc_check(lrh: &Lrh<&[u8]>, pkt: &[u8], vcrc_bytes: &[u8]) -> bool {
     icrc.to_le_bytes() == pkt[icrc_at..] && v.to_le_bytes() == vcrc_bytes
 }
 
+/// Writes the ICRC and VCRC of the native packet in `buf` (LRH through VCRC),
+/// which its sender left out ([`PacketRepr::emit_with_crcs`]): a link that
+/// carries packets through memory fills them in for a packet that leaves on a
+/// wire after all (issue 30). Refuses, leaving `buf` as it was, what is not a
+/// whole IBA transport packet of `buf`'s length.
+pub fn fill_crcs(buf: &mut [u8]) -> Result<(), DropReason> {
+    let lrh = Lrh::new_checked(&*buf)?;
+    let crc_end = usize::from(lrh.pkt_len()) * 4;
+    let has_grh = match lrh.lnh() {
+        Lnh::IbaLocal => false,
+        Lnh::IbaGlobal => true,
+        Lnh::Raw | Lnh::Ipv6Raw => return Err(DropReason::RawPacket),
+    };
+    if crc_end + VCRC_LEN != buf.len() {
+        return Err(DropReason::LengthMismatch);
+    }
+    let hdr = LrhRepr::LEN + if has_grh { GrhRepr::LEN } else { 0 } + BthRepr::LEN;
+    let icrc_at = crc_end
+        .checked_sub(ICRC_LEN)
+        .filter(|&i| i >= hdr)
+        .ok_or(DropReason::Truncated)?;
+    let (icrc, v) = icrc_vcrc_native(&buf[..icrc_at], has_grh);
+    buf[icrc_at..crc_end].copy_from_slice(&icrc.to_le_bytes());
+    buf[crc_end..].copy_from_slice(&v.to_le_bytes());
+    Ok(())
+}
+
 /// A whole native InfiniBand packet, LRH through VCRC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PacketRepr<'a> {
@@ -179,6 +206,18 @@ impl<'a> PacketRepr<'a> {
     /// a transport layer check it (C9-34, C9-35): length, VCRC, LVer, LNH, GRH,
     /// ICRC, then [`TransportRepr::parse`]. Never panics.
     pub fn parse(buf: &'a [u8]) -> Result<PacketRepr<'a>, DropReason> {
+        Self::parse_as(buf, true)
+    }
+
+    /// Parses a packet whose ICRC and VCRC its link vouches for: a packet that
+    /// crossed memory, not a wire, and whose sender left both CRCs out
+    /// ([`Self::emit_with_crcs`]; the shared-memory link, issue 30). Every other
+    /// check of [`Self::parse`] is made. Never panics.
+    pub fn parse_vouched(buf: &'a [u8]) -> Result<PacketRepr<'a>, DropReason> {
+        Self::parse_as(buf, false)
+    }
+
+    fn parse_as(buf: &'a [u8], check_crcs: bool) -> Result<PacketRepr<'a>, DropReason> {
         let lrh_view = Lrh::new_checked(buf)?;
         let crc_end = usize::from(lrh_view.pkt_len()) * 4; // LRH through ICRC
         if crc_end + VCRC_LEN != buf.len() {
@@ -188,7 +227,7 @@ impl<'a> PacketRepr<'a> {
         // Fast path: both CRCs in one pass (WF-09). It assumes the ICRC is right, so
         // it proves both only when both match; any other packet takes the reference
         // checks below, which keep the link layer's order (VCRC first, C9-35).
-        let crcs_ok = fast_crc_check(&lrh_view, pkt, vcrc_bytes);
+        let crcs_ok = !check_crcs || fast_crc_check(&lrh_view, pkt, vcrc_bytes);
         if !crcs_ok && vcrc(pkt).to_le_bytes() != vcrc_bytes {
             return Err(DropReason::BadVcrc);
         }
@@ -245,6 +284,20 @@ impl<'a> PacketRepr<'a> {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<usize, EmitWithError<E>> {
+        self.emit_with_crcs(buf, payload_len, fill, true)
+    }
+
+    /// [`Self::emit_with`]; without `crcs` the ICRC and VCRC are left zero, for
+    /// a link that carries the packet through memory (no wire to corrupt it)
+    /// and fills them in itself if the packet leaves on a wire after all
+    /// ([`fill_crcs`]; the shared-memory link, issue 30).
+    pub fn emit_with_crcs<E>(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+        crcs: bool,
+    ) -> Result<usize, EmitWithError<E>> {
         let sized = PacketRepr {
             transport: self
                 .transport
@@ -262,8 +315,11 @@ impl<'a> PacketRepr<'a> {
         let (head, rest) = buf.split_at_mut(payload_at);
         fill(&mut rest[..payload_len]).map_err(EmitWithError::Fill)?;
         rest[payload_len..payload_len + pad].fill(0);
-        let (icrc, v) =
-            SinglePassCrc::headers(head, self.grh.is_some()).finish(&rest[..payload_len], pad);
+        let (icrc, v) = if crcs {
+            SinglePassCrc::headers(head, self.grh.is_some()).finish(&rest[..payload_len], pad)
+        } else {
+            (0, 0)
+        };
         let at = hdr_end;
         buf[at..at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
         buf[at + ICRC_LEN..].copy_from_slice(&v.to_le_bytes());
@@ -379,6 +435,84 @@ mod tests {
                 p.emit_with(&mut b, 10, |_| Err(7)),
                 Err(EmitWithError::Fill(7))
             );
+        }
+    }
+
+    /// Issue 30: a packet built without its CRCs (for a memory link) is
+    /// dropped by the checking parse, taken by the vouched one with the same
+    /// fields, and `fill_crcs` makes it byte for byte the packet `emit`
+    /// builds, which the checking parse takes (WF-09 on the wire: every
+    /// packet that leaves on one has both CRCs).
+    #[test]
+    fn wf_09_a_packet_left_without_crcs_is_refused_unless_vouched_and_fill_crcs_completes_it() {
+        let payload: Vec<u8> = (0..777u32).map(|i| (i * 13) as u8).collect();
+        for grh in [
+            None,
+            Some(GrhRepr {
+                traffic_class: 7,
+                flow_label: 8,
+                hop_limit: 9,
+                sgid: [1; 16],
+                dgid: [2; 16],
+            }),
+        ] {
+            let mut p = PacketRepr {
+                lrh: LrhRepr {
+                    vl: 1,
+                    sl: 2,
+                    dlid: 3,
+                    slid: 4,
+                },
+                grh,
+                transport: TransportRepr {
+                    bth: BthRepr {
+                        opcode: Opcode::RC_RDMA_WRITE_ONLY,
+                        solicited: false,
+                        mig_req: true,
+                        pkey: 0x8001,
+                        fecn: false,
+                        becn: false,
+                        dest_qp: 0x12,
+                        ack_req: true,
+                        psn: 0x77,
+                    },
+                    ext: crate::wire::ExtHeaders {
+                        reth: Some(crate::wire::RethRepr {
+                            va: 0x1000,
+                            rkey: 5,
+                            dma_len: 777,
+                        }),
+                        ..Default::default()
+                    },
+                    payload: &payload,
+                },
+            };
+            let mut with = vec![0u8; 2000];
+            let n = p.emit(&mut with).unwrap();
+            p.transport.payload = &[];
+            let mut without = vec![0xeeu8; 2000];
+            let fill = |dst: &mut [u8]| {
+                dst.copy_from_slice(&payload);
+                Ok::<(), ()>(())
+            };
+            let m = p
+                .emit_with_crcs(&mut without, payload.len(), fill, false)
+                .unwrap();
+            let without = &mut without[..m];
+            assert_eq!(m, n);
+            assert_eq!(without[n - 6..], [0; 6], "ICRC and VCRC left zero");
+            assert_eq!(without[..n - 6], with[..n - 6]);
+            assert_eq!(PacketRepr::parse(without), Err(DropReason::BadVcrc));
+            let vouched = PacketRepr::parse_vouched(without).unwrap();
+            assert_eq!(vouched, PacketRepr::parse(&with[..n]).unwrap());
+            fill_crcs(without).unwrap();
+            assert_eq!(without[..], with[..n]);
+            assert!(PacketRepr::parse(without).is_ok());
+            // What is not a whole packet of its buffer's length is refused
+            // and left as it was.
+            let mut short = with[..n - 1].to_vec();
+            assert_eq!(fill_crcs(&mut short), Err(DropReason::LengthMismatch));
+            assert_eq!(short[..], with[..n - 1]);
         }
     }
 }
