@@ -63,6 +63,7 @@ impl Link for Fake {
             deliver(Received {
                 packet: &d,
                 src_lid,
+                crcs_vouched: false,
             });
             n += 1;
         }

@@ -8,6 +8,9 @@
 //! 1. RC WRITE, 64 KiB messages, A -> B, 16 in flight, against a
 //!    single-thread memcpy of the same bytes between two 2 MiB buffers
 //!    (target over the rings >= 0.5x).
+//!    Printed next to it, what the link's rings allow on this host: two
+//!    threads moving the same bytes as 4 KiB packets through one of its
+//!    rings, one copy in and one copy out, nothing else.
 //! 2. 8-byte SEND ping-pong, round-trip p50, against a ping-pong of 8 bytes
 //!    through shared memory between two threads of this process, each
 //!    polling (yielding between tries, as the device and the driver do)
@@ -25,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use device::fabric::{ShmPush, ShmRxRing, ShmTxRing};
 use vhca_tests::fixture::{bench_pair, ping_pong_p50, transfer_rate, Transfer};
 use vhca_tests::{Options, Vhca};
 
@@ -47,6 +51,57 @@ fn memcpy_rate(total: usize) -> f64 {
         std::hint::black_box(&mut dst);
     }
     (total * MSG) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// What the link's rings allow on this host, with nothing else of vhca in
+/// it: two threads moving `total` 64 KiB messages as 4 KiB packets through
+/// one of the shared-memory link's rings (`shm_ring.rs`, 512 slots in a
+/// file under /dev/shm), the producer copying each packet from the source
+/// buffer into its slot ([`ShmTxRing::push`]), the consumer from the slot
+/// into the destination buffer ([`ShmRxRing::pop`]): the two copies no ring
+/// avoids. Each yields while the ring is full or empty; bytes per second.
+fn ring_two_copies(total: usize) -> f64 {
+    const PKT: usize = 4096;
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a folder for the ring");
+    let path = dir.path().join("floor.ring");
+    let mut rx = ShmRxRing::create(&path).expect("ring");
+    let mut tx = ShmTxRing::open(&path).expect("ring");
+    let pkts = total * MSG / PKT;
+    let t = Instant::now();
+    let producer = std::thread::spawn(move || {
+        let src = vec![7u8; MSG * SLOTS];
+        for n in 0..pkts {
+            let off = (n * PKT) % src.len();
+            while tx.push(&src[off..off + PKT], 0) == Ok(ShmPush::Full) {
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut dst = vec![0u8; MSG * SLOTS];
+    let mut n = 0;
+    while n < pkts {
+        let off = (n * PKT) % dst.len();
+        match rx.pop(&mut dst[off..off + PKT]) {
+            Ok(Some(_)) => {
+                n += 1;
+                // Slots go back in batches, as the link releases them.
+                if n % 16 == 0 {
+                    rx.release();
+                }
+            }
+            Ok(None) => {
+                rx.release();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("ring: {e:?}"),
+        }
+    }
+    std::hint::black_box(&dst);
+    let rate = (total * MSG) as f64 / t.elapsed().as_secs_f64();
+    producer.join().unwrap();
+    rate
 }
 
 /// `n` round trips from this thread: sequence number i stored in `out`, then
@@ -196,6 +251,7 @@ fn main() {
         }
         let (write, p50, wakes, idle_cpu, report) = device_figures(shm, writes, pings);
         let copy = memcpy_rate(writes).max(memcpy_rate(writes));
+        let ring = ring_two_copies(writes).max(ring_two_copies(writes));
         let pp = shm_pingpong_threads(pings).min(shm_pingpong_threads(pings));
         let relay = shm_relay_four_threads(pings).min(shm_relay_four_threads(pings));
         println!(
@@ -203,6 +259,12 @@ fn main() {
             write / 1e9,
             copy / 1e9,
             write / copy
+        );
+        println!(
+            "{name}: 1b. the same WRITE against the link's ring alone (two threads, 4 KiB packets through its 512 slots, a copy in and a copy out, nothing else) {:.3} GB/s: ratio {:.3} (the ring alone is {:.3}x memcpy)",
+            ring / 1e9,
+            write / ring,
+            ring / copy
         );
         println!(
             "{name}: 2. 8-byte SEND ping-pong p50 {:.1} us; shared-memory ping-pong between two threads {:.2} us; ratio {:.1} (target over shm <= 2)",

@@ -72,7 +72,10 @@ pub use shm::{
     ring_path as shm_ring_path, ShmCounters, ShmLink, CORRUPT_BACKOFF as SHM_CORRUPT_BACKOFF,
     DOORBELL as SHM_DOORBELL, STALL_AFTER as SHM_STALL_AFTER,
 };
-pub use shm_ring::{RING_BYTES as SHM_RING_BYTES, SLOTS as SHM_SLOTS, SLOT_SIZE as SHM_SLOT_SIZE};
+pub use shm_ring::{
+    Push as ShmPush, RxRing as ShmRxRing, TxRing as ShmTxRing, RING_BYTES as SHM_RING_BYTES,
+    SLOTS as SHM_SLOTS, SLOT_SIZE as SHM_SLOT_SIZE,
+};
 pub use tap::{
     classify, format_mac, vnet_hdr_ok, FrameClass, PushError, Tap, TapCounters, TapLink, ToGuest,
     MAX_FRAME_LEN, TAP_LOOPBACK_CAPACITY, TAP_STATE_CHECK, TO_GUEST_BYTES, TO_GUEST_FRAMES,

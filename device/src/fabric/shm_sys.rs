@@ -14,6 +14,8 @@ use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
+use transport::memory::COPY_CHUNK;
+
 /// A shared, read-write mapping of the first `len` bytes of a file.
 #[derive(Debug)]
 pub struct Mapping {
@@ -85,10 +87,18 @@ impl Mapping {
         if off.checked_add(src.len()).is_none_or(|end| end > self.len) {
             return false;
         }
-        // SAFETY: the destination range is inside the mapping (checked
-        // above) and cannot overlap `src`, a Rust slice of our own memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len());
+        // In pieces: a whole packet in one memcpy is `rep movsb`, many
+        // times slower here when slot and buffer are not mutually aligned
+        // (`transport::memory::COPY_CHUNK`).
+        for (k, piece) in src.chunks(COPY_CHUNK).enumerate() {
+            // SAFETY: the destination range is inside the mapping (checked
+            // above: `off + k * COPY_CHUNK + piece.len()` is within
+            // `off + src.len()`) and cannot overlap `src`, a Rust slice of
+            // our own memory.
+            unsafe {
+                let to = self.ptr.as_ptr().add(off + k * COPY_CHUNK);
+                std::ptr::copy_nonoverlapping(piece.as_ptr(), to, piece.len());
+            }
         }
         true
     }
@@ -101,10 +111,16 @@ impl Mapping {
         if off.checked_add(dst.len()).is_none_or(|end| end > self.len) {
             return false;
         }
-        // SAFETY: the source range is inside the mapping (checked above) and
-        // cannot overlap `dst`, a Rust slice of our own memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
+        // In pieces, as `write`.
+        for (k, piece) in dst.chunks_mut(COPY_CHUNK).enumerate() {
+            // SAFETY: the source range is inside the mapping (checked above:
+            // `off + k * COPY_CHUNK + piece.len()` is within
+            // `off + dst.len()`) and cannot overlap `dst`, a Rust slice of
+            // our own memory.
+            unsafe {
+                let from = self.ptr.as_ptr().add(off + k * COPY_CHUNK);
+                std::ptr::copy_nonoverlapping(from, piece.as_mut_ptr(), piece.len());
+            }
         }
         true
     }

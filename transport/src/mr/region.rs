@@ -3,7 +3,7 @@
 //! and the copies through a range that passed a check ([`MrRange`]) or an
 //! atomic's 8-byte word ([`AtomicTarget`]).
 
-use crate::memory::{MemError, Memory};
+use crate::memory::{MemError, Memory, COPY_CHUNK};
 use crate::verbs::{Access, Handle};
 
 use super::CopyError;
@@ -338,13 +338,6 @@ impl<'a> MrRange<'a> {
         Ok(self.mr.segments(self.va, n))
     }
 }
-
-/// Largest single [`Memory`] access of [`MrRange::read`] and [`MrRange::write`]:
-/// above ~2 KiB glibc's memcpy switches to `rep movsb`, much slower when source
-/// and destination are not mutually aligned, the usual case for a payload (as in
-/// `wire::packet`; engine benchmark, one thread ~1.2x). A segment stays within one
-/// page, so `pa + chunk` cannot overflow (checked at registration).
-const COPY_CHUNK: usize = 1024;
 
 /// A segment's length as a slice length no longer than `max`.
 pub(super) fn seg_len(n: u64, max: usize) -> Result<usize, CopyError> {

@@ -10,6 +10,7 @@ use super::ext::ExtHeaders;
 use super::grh::{Grh, GrhRepr};
 use super::lrh::{Lnh, Lrh, LrhRepr};
 use super::{DropReason, EmitError, MAX_PAYLOAD};
+use crate::memory::COPY_CHUNK;
 
 /// Where a packet buffer should start relative to a 16-byte boundary: 12 bytes past
 /// one. Then a payload after the 20-byte LRH+BTH, or the 36 bytes with a RETH, starts
@@ -34,9 +35,6 @@ pub enum EmitWithError<E> {
 pub const fn pad_for(payload_len: usize) -> usize {
     (4 - payload_len % 4) % 4
 }
-
-/// Largest single `copy_from_slice` of payload in [`TransportRepr::emit`].
-const COPY_CHUNK: usize = 1024;
 
 /// The transport part of a packet: BTH, extension headers and payload, with pad
 /// and ICRC left to the encapsulation.
