@@ -14,7 +14,15 @@
 //!
 //! `INCAST_PRINT=1` prints what each half measured.
 
+use std::sync::Mutex;
+
 use vhca_tests::incast::{self, Incast, Setup};
+
+/// One incast at a time: each is ten processes on a 2-core host, and two at
+/// once (the test harness runs a file's tests in parallel) starved a
+/// receiver past its switch port's HOQLife (268 ms), which then discarded
+/// packets (IBA 18.2.5.4), in a loaded CI run.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A receive buffer of 256 KiB asked for (the kernel doubles it).
 const EXTRA: &str = "rx_buffer = 262144\n";
@@ -47,6 +55,7 @@ fn show(what: &str, r: &Incast) {
 
 #[test]
 fn incast_8_to_1_through_a_switch_is_lossless_with_link_flow_control_and_lossy_without() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let extra = std::env::var("INCAST_EXTRA").unwrap_or(EXTRA.into());
     let on = incast::run(true, &extra, DEPTH, LEN);
     show("flow control on", &on);
@@ -75,6 +84,7 @@ fn incast_8_to_1_through_a_switch_is_lossless_with_link_flow_control_and_lossy_w
 /// at the receiver's switch port marks.
 #[test]
 fn a10_2_incast_through_a_switch_with_ib_cc_marks_fecn_and_senders_cut_on_becn_and_without_none() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let setup = |tables| Setup {
         flow_control: true,
         extra: "",
