@@ -48,6 +48,9 @@ pub struct CaptureLink<L, W: Write> {
     counters: CaptureCounters,
     /// When the oldest record not yet flushed was written.
     unflushed_since: Option<Duration>,
+    /// Where a packet vouched for without CRCs gets them before it is
+    /// recorded (issue 30); allocated at the first such packet.
+    crcs: Vec<u8>,
 }
 
 impl<L: Link> CaptureLink<L, BufWriter<File>> {
@@ -82,6 +85,7 @@ impl<L: Link, W: Write> CaptureLink<L, W> {
             pcap: PcapWriter::new(sink, link)?,
             counters: CaptureCounters::default(),
             unflushed_since: None,
+            crcs: Vec::new(),
         })
     }
 
@@ -177,14 +181,15 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
             pcap,
             counters,
             unflushed_since,
+            crcs,
         } = self;
-        let mut crcs = [0u8; MAX_PACKET_LEN];
         inner.recv_batch(now, max, &mut |r| {
             unflushed_since.get_or_insert(now);
             // Issue 30: a packet that crossed memory without its CRCs is
             // recorded as a wire would carry it, with them.
             let mut p = r.packet;
             if r.crcs_vouched {
+                crcs.resize(MAX_PACKET_LEN, 0);
                 if let Some(c) = crcs.get_mut(..p.len()) {
                     c.copy_from_slice(p);
                     if transport::wire::fill_crcs(c).is_ok() {
