@@ -64,6 +64,10 @@ impl<'a> GuestMem<'a> {
     }
 }
 
+// The DMA view copies a segment in pieces of the size the engine's own copies
+// use (`transport::memory::COPY_CHUNK`): one size, checked where both meet.
+const _: () = assert!(pci::dma::COPY_PIECE == transport::memory::COPY_CHUNK);
+
 impl Memory for GuestMem<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         if let Some(dm) = self.dm_at(addr, buf.len()) {

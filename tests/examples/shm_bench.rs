@@ -189,10 +189,13 @@ fn shm_relay_four_threads(n: usize) -> Duration {
 }
 
 /// The two figures between two `vhca` processes: RC WRITE 64 KiB bytes per
-/// second, the 8-byte SEND ping-pong's p50, the WAKEs the driver wrote a
+/// second and the CPU time both processes spent per WRITE, the 8-byte SEND ping-pong's p50, the WAKEs the driver wrote a
 /// round trip, and the CPU both processes use idle afterwards (percent of
 /// one CPU); with `shm`, over the rings.
-fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64, f64, String) {
+/// The figures [`device_figures`] measures.
+type Figures = (f64, Duration, Duration, f64, f64, String);
+
+fn device_figures(shm: bool, writes: usize, pings: usize) -> Figures {
     let mut opts = Options::nodes(2);
     if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
         opts.extra_args = extra.split_whitespace().map(String::from).collect();
@@ -204,6 +207,8 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64
     }
     let mut v = Vhca::spawn(opts);
     let (mut a, mut b, qa, qb, src, dst) = bench_pair(&v, MSG, SLOTS);
+    let cpu = || vhca_tests::process::cpu_ns(v.pid(0)) + vhca_tests::process::cpu_ns(v.pid(1));
+    let cpu_before = cpu();
     let write_rate = transfer_rate(
         &mut a,
         &[qa],
@@ -215,6 +220,9 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64
         writes,
         16,
     );
+    // CPU both processes spent per WRITE: what the link and the engine cost,
+    // less at the mercy of the scheduler than the rate.
+    let write_cpu = Duration::from_nanos((cpu() - cpu_before) / writes as u64);
     let wakes = a.hca.wakes + b.hca.wakes;
     let p50 = ping_pong_p50(&mut a, qa, &mut b, qb, pings);
     // The WAKEs the driver wrote (the data path was asleep) per round trip:
@@ -225,7 +233,6 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64
     // neither process may spin; CPU time over a second, in percent of one
     // CPU, both nodes.
     std::thread::sleep(Duration::from_millis(300));
-    let cpu = || vhca_tests::process::cpu_ns(v.pid(0)) + vhca_tests::process::cpu_ns(v.pid(1));
     let before = cpu();
     std::thread::sleep(Duration::from_secs(1));
     let idle_cpu = (cpu() - before) as f64 / 1e7;
@@ -233,7 +240,8 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> (f64, Duration, f64
     // traffic went through them.
     drop((a, b));
     v.stop(0, Duration::from_secs(5));
-    (write_rate, p50, wakes, idle_cpu, v.stderr(0))
+    let report = v.stderr(0);
+    (write_rate, write_cpu, p50, wakes, idle_cpu, report)
 }
 
 fn main() {
@@ -249,7 +257,7 @@ fn main() {
         if !only.is_empty() && only != if shm { "shm" } else { "udp" } {
             continue;
         }
-        let (write, p50, wakes, idle_cpu, report) = device_figures(shm, writes, pings);
+        let (write, write_cpu, p50, wakes, idle_cpu, report) = device_figures(shm, writes, pings);
         let copy = memcpy_rate(writes).max(memcpy_rate(writes));
         let ring = ring_two_copies(writes).max(ring_two_copies(writes));
         let pp = shm_pingpong_threads(pings).min(shm_pingpong_threads(pings));
@@ -259,6 +267,11 @@ fn main() {
             write / 1e9,
             copy / 1e9,
             write / copy
+        );
+        println!(
+            "{name}: 1a. CPU time both vhca spent per 64 KiB WRITE {:.1} us ({:.2} ns a byte)",
+            us(write_cpu),
+            write_cpu.as_nanos() as f64 / MSG as f64
         );
         println!(
             "{name}: 1b. the same WRITE against the link's ring alone (two threads, 4 KiB packets through its 512 slots, a copy in and a copy out, nothing else) {:.3} GB/s: ratio {:.3} (the ring alone is {:.3}x memcpy)",

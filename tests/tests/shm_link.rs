@@ -41,26 +41,20 @@ fn shm_counter(v: &Vhca, i: usize, key: &str) -> Option<u64> {
     words.next()?.trim_end_matches(':').parse().ok()
 }
 
-#[test]
-fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_processes() {
-    // n0 and n1 share a host (rings, with drop/dup/reorder at each link);
-    // n2 is elsewhere (UDP) in the same fabric.
-    let mut o = options(3, &[0, 1]);
-    for i in 0..2 {
-        o.faults
-            .insert(i, "drop=0.05,dup=0.02,reorder=0.02,seed=7".into());
-    }
-    let mut v = Vhca::spawn(o);
-    let mut a = Node::connect(&v, 0);
-    let mut b = Node::connect(&v, 1);
-    let mut c = Node::connect(&v, 2);
+/// The traffic of both three-node tests: n0 WRITEs `len` bytes of pattern
+/// `seed` to n1 (the rings, described as `rings`) and to n2 (UDP), n1 SENDs
+/// them back over the rings; every copy is checked byte for byte. The nodes
+/// are stopped after it, so their counter lines are in their stderr.
+fn write_to_b_and_c_and_send_back(v: &mut Vhca, len: usize, seed: u64, rings: &str) {
+    let mut a = Node::connect(v, 0);
+    let mut b = Node::connect(v, 1);
+    let mut c = Node::connect(v, 2);
     let (ab, ba) = connect_pair(&mut a, &mut b, QpType::Rc);
     let (ac, _) = connect_pair(&mut a, &mut c, QpType::Rc);
-    let len = 4 << 20;
     let src = a.region(len, Layout::Scattered, 0);
     let bdst = b.region(len, Layout::Scattered, 0);
     let cdst = c.region(len, Layout::Scattered, 0);
-    let d = pattern(30, len);
+    let d = pattern(seed, len);
     a.write(&src, 0, &d);
     a.hca
         .post_send(ab, &write_wr(1, &src, &bdst, 0, len))
@@ -69,7 +63,7 @@ fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_
         .post_send(ac, &write_wr(2, &src, &cdst, 0, len))
         .unwrap();
     assert_success(&wait_n(&mut a.hca, a.cq, 2, Duration::from_secs(60)));
-    assert_bytes(&b.read(&bdst, 0, len), &d, "WRITE over lossy rings");
+    assert_bytes(&b.read(&bdst, 0, len), &d, &format!("WRITE over {rings}"));
     assert_bytes(&c.read(&cdst, 0, len), &d, "WRITE over UDP");
     // SEND back over the rings.
     let back = a.region(len, Layout::Scattered, 0);
@@ -81,11 +75,24 @@ fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_
         .unwrap();
     assert_success(&wait_n(&mut b.hca, b.cq, 1, Duration::from_secs(60)));
     assert_success(&wait_n(&mut a.hca, a.cq, 1, Duration::from_secs(60)));
-    assert_bytes(&a.read(&back, 0, len), &d, "SEND over lossy rings");
+    assert_bytes(&a.read(&back, 0, len), &d, &format!("SEND over {rings}"));
     drop((a, b, c));
     for i in 0..3 {
         v.stop(i, Duration::from_secs(5));
     }
+}
+
+#[test]
+fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_processes() {
+    // n0 and n1 share a host (rings, with drop/dup/reorder at each link);
+    // n2 is elsewhere (UDP) in the same fabric.
+    let mut o = options(3, &[0, 1]);
+    for i in 0..2 {
+        o.faults
+            .insert(i, "drop=0.05,dup=0.02,reorder=0.02,seed=7".into());
+    }
+    let mut v = Vhca::spawn(o);
+    write_to_b_and_c_and_send_back(&mut v, 4 << 20, 30, "lossy rings");
     // The rings carried n0's and n1's traffic; n2 has none.
     assert!(
         shm_counter(&v, 0, "tx").is_some_and(|n| n > 1000),
@@ -121,40 +128,7 @@ fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_
 #[test]
 fn shm_rings_carry_packets_without_crcs_and_the_link_fills_them_in_for_the_udp_node() {
     let mut v = Vhca::spawn(options(3, &[0, 1]));
-    let mut a = Node::connect(&v, 0);
-    let mut b = Node::connect(&v, 1);
-    let mut c = Node::connect(&v, 2);
-    let (ab, ba) = connect_pair(&mut a, &mut b, QpType::Rc);
-    let (ac, _) = connect_pair(&mut a, &mut c, QpType::Rc);
-    let len = 1 << 20;
-    let src = a.region(len, Layout::Scattered, 0);
-    let bdst = b.region(len, Layout::Scattered, 0);
-    let cdst = c.region(len, Layout::Scattered, 0);
-    let d = pattern(31, len);
-    a.write(&src, 0, &d);
-    a.hca
-        .post_send(ab, &write_wr(1, &src, &bdst, 0, len))
-        .unwrap();
-    a.hca
-        .post_send(ac, &write_wr(2, &src, &cdst, 0, len))
-        .unwrap();
-    assert_success(&wait_n(&mut a.hca, a.cq, 2, Duration::from_secs(60)));
-    assert_bytes(&b.read(&bdst, 0, len), &d, "WRITE over the rings");
-    assert_bytes(&c.read(&cdst, 0, len), &d, "WRITE over UDP");
-    let back = a.region(len, Layout::Scattered, 0);
-    a.hca
-        .post_recv(ab, &RecvWr::new(9, vec![back.mr.sge(&back.buf, 0, len)]))
-        .unwrap();
-    b.hca
-        .post_send(ba, &SendWr::send(3).sge(bdst.mr.sge(&bdst.buf, 0, len)))
-        .unwrap();
-    assert_success(&wait_n(&mut b.hca, b.cq, 1, Duration::from_secs(60)));
-    assert_success(&wait_n(&mut a.hca, a.cq, 1, Duration::from_secs(60)));
-    assert_bytes(&a.read(&back, 0, len), &d, "SEND over the rings");
-    drop((a, b, c));
-    for i in 0..3 {
-        v.stop(i, Duration::from_secs(5));
-    }
+    write_to_b_and_c_and_send_back(&mut v, 1 << 20, 31, "the rings");
     let e0 = v.stderr(0);
     assert!(e0.contains("CRCs left to the link"), "{e0}");
     // 1 MiB to C is 256 packets at MTU 4096, each filled in by A's link.

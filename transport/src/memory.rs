@@ -12,6 +12,14 @@
 /// engine benchmark, one thread, ~1.2x), the usual case for packets.
 pub const COPY_CHUNK: usize = 1024;
 
+/// Copies `src` into `dst` (of the same length) in [`COPY_CHUNK`] pieces.
+pub fn copy_chunked(dst: &mut [u8], src: &[u8]) {
+    debug_assert_eq!(dst.len(), src.len());
+    for (d, s) in dst.chunks_mut(COPY_CHUNK).zip(src.chunks(COPY_CHUNK)) {
+        d.copy_from_slice(s);
+    }
+}
+
 /// A physical access outside the caller's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 #[error("memory access at 0x{addr:x} (+{len}) is outside mapped memory")]
@@ -23,6 +31,10 @@ pub struct MemError {
 /// Memory access for the engine. Atomics operate on 8-byte aligned little-endian
 /// words (the host's order) and must be atomic against every other access to the
 /// same word, including other QPs (OP-13).
+///
+/// The engine hands [`Memory::read`] and [`Memory::write`] whole physically
+/// contiguous segments (a packet's payload, up to a page): an implementation
+/// looks the address up once and copies in [`COPY_CHUNK`] pieces.
 pub trait Memory {
     /// Reads `buf.len()` bytes at `addr`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
@@ -100,13 +112,13 @@ impl VecMemory {
 impl Memory for VecMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let r = self.range(addr, buf.len())?;
-        buf.copy_from_slice(&self.bytes[r]);
+        copy_chunked(buf, &self.bytes[r]);
         Ok(())
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let r = self.range(addr, data.len())?;
-        self.bytes[r].copy_from_slice(data);
+        copy_chunked(&mut self.bytes[r], data);
         Ok(())
     }
 

@@ -212,6 +212,8 @@ pub struct ShmLink {
     crcs_by_link: bool,
     /// Where a packet handed in by reference gets its CRCs before UDP.
     crc_scratch: Box<[u8]>,
+    /// The last DLID routed and its ring, if any (`ring_for`).
+    last_route: Option<(u16, Option<usize>)>,
     counters: ShmCounters,
 }
 
@@ -278,6 +280,7 @@ impl ShmLink {
             disabled: false,
             crcs_by_link: false,
             crc_scratch: Box::default(),
+            last_route: None,
             counters: ShmCounters::default(),
         })
     }
@@ -533,17 +536,32 @@ enum Way {
 }
 
 /// Which of `peers`' rings a packet goes through, if any: a unicast DLID of
-/// a co-located node.
-fn ring_for(peers: &[Peer], fabric: &FabricFile, packet: &[u8]) -> Option<usize> {
+/// a co-located node. `last` is the DLID asked last and its answer, which
+/// holds for the link's life (its fabric and peers do not change): a stream
+/// to one peer costs no map lookup and no name comparison per packet.
+fn ring_for(
+    peers: &[Peer],
+    fabric: &FabricFile,
+    last: &mut Option<(u16, Option<usize>)>,
+    packet: &[u8],
+) -> Option<usize> {
     if peers.is_empty() || !(MIN_PACKET_LEN..=MAX_PACKET_LEN).contains(&packet.len()) {
         return None;
     }
     let dlid = dlid_of(packet)?;
-    if dlid == PERMISSIVE_LID || transport::engine::is_multicast_lid(dlid) {
-        return None;
+    match *last {
+        Some((l, p)) if l == dlid => return p,
+        _ => {}
     }
-    let node = fabric.by_lid(dlid)?;
-    peers.iter().position(|p| p.node.name == node.name)
+    let p = if dlid == PERMISSIVE_LID || transport::engine::is_multicast_lid(dlid) {
+        None
+    } else {
+        fabric
+            .by_lid(dlid)
+            .and_then(|node| peers.iter().position(|p| p.node.name == node.name))
+    };
+    *last = Some((dlid, p));
+    p
 }
 
 fn count_corrupt(c: &mut ShmCounters, why: Corrupt) {
@@ -564,7 +582,7 @@ impl Drop for ShmLink {
 
 impl Link for ShmLink {
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
-        match ring_for(&self.peers, &self.fabric, packet) {
+        match ring_for(&self.peers, &self.fabric, &mut self.last_route, packet) {
             Some(p) => self.send_ring(now, p, packet),
             None => self.send_udp(now, packet),
         }
@@ -693,7 +711,7 @@ impl Link for ShmLink {
         // (one copy, into the slot), and the buffer stays lent for the next
         // packet (`Link::send_buffer`).
         let ring = match self.udp.send_buffer().and_then(|b| b.get(..len)) {
-            Some(b) => ring_for(&self.peers, &self.fabric, b),
+            Some(b) => ring_for(&self.peers, &self.fabric, &mut self.last_route, b),
             None => None,
         };
         let Some(p) = ring else {

@@ -3,7 +3,7 @@
 //! and the copies through a range that passed a check ([`MrRange`]) or an
 //! atomic's 8-byte word ([`AtomicTarget`]).
 
-use crate::memory::{MemError, Memory, COPY_CHUNK};
+use crate::memory::{MemError, Memory};
 use crate::verbs::{Access, Handle};
 
 use super::CopyError;
@@ -291,7 +291,9 @@ impl<'a> MrRange<'a> {
         self.mr.odp_fault(self.va, n.min(self.len), write)
     }
 
-    /// Reads `buf.len()` bytes from the start of the range, page by page. An
+    /// Reads `buf.len()` bytes from the start of the range, one [`Memory`]
+    /// call per physically contiguous segment (the memory copies a segment
+    /// in [`crate::memory::COPY_CHUNK`] pieces itself). An
     /// ODP page not present is [`CopyError::PageFault`], before any byte moves.
     pub fn read(&self, mem: &dyn Memory, buf: &mut [u8]) -> Result<(), CopyError> {
         if let Some(f) = self.odp_fault(buf.len() as u64, false) {
@@ -300,17 +302,14 @@ impl<'a> MrRange<'a> {
         let mut rest = buf;
         for (pa, n) in self.prefix(rest.len())? {
             let (head, tail) = rest.split_at_mut(seg_len(n, rest.len())?);
-            let mut at = pa;
-            for chunk in head.chunks_mut(COPY_CHUNK) {
-                mem.read(at, chunk)?;
-                at += chunk.len() as u64;
-            }
+            mem.read(pa, head)?;
             rest = tail;
         }
         finished(rest.len())
     }
 
-    /// Writes `data` at the start of the range, page by page. An ODP page not
+    /// Writes `data` at the start of the range, one [`Memory`] call per
+    /// physically contiguous segment, as [`Self::read`]. An ODP page not
     /// present is [`CopyError::PageFault`], before any byte moves.
     pub fn write(&self, mem: &mut dyn Memory, data: &[u8]) -> Result<(), CopyError> {
         if let Some(f) = self.odp_fault(data.len() as u64, true) {
@@ -319,11 +318,7 @@ impl<'a> MrRange<'a> {
         let mut rest = data;
         for (pa, n) in self.prefix(data.len())? {
             let (head, tail) = rest.split_at(seg_len(n, rest.len())?);
-            let mut at = pa;
-            for chunk in head.chunks(COPY_CHUNK) {
-                mem.write(at, chunk)?;
-                at += chunk.len() as u64;
-            }
+            mem.write(pa, head)?;
             rest = tail;
         }
         finished(rest.len())
