@@ -7,7 +7,8 @@
 //!
 //! 1. RC WRITE, 64 KiB messages, A -> B, 16 in flight, against a
 //!    single-thread memcpy of the same bytes between two 2 MiB buffers
-//!    (target over the rings >= 0.5x).
+//!    (target over the rings >= 0.5x). `1a`: the CPU time both `vhca`
+//!    processes spent per WRITE (their threads' schedstat).
 //!    Printed next to it, what the link's rings allow on this host: two
 //!    threads moving the same bytes as 4 KiB packets through one of its
 //!    rings, one copy in and one copy out, nothing else.
