@@ -318,11 +318,14 @@ fn read_in(mem: &GuestMemoryMmap, addr: u64, buf: &mut [u8]) -> Result<(), DmaEr
     }
     // Within one map (nearly always): one lookup, then the copy in pieces.
     if let Ok(s) = mem.get_slice(GuestAddress(addr), buf.len()) {
+        let len = buf.len();
         for (k, piece) in buf.chunks_mut(COPY_PIECE).enumerate() {
-            // In range: the pieces of `buf` tile `s`, which has its length.
-            if let Ok(from) = s.subslice(k * COPY_PIECE, piece.len()) {
-                from.copy_to(piece);
-            }
+            // The pieces of `buf` tile `s`, which has its length: never out
+            // of range, and if it were, an error rather than bytes skipped.
+            let from = s
+                .subslice(k * COPY_PIECE, piece.len())
+                .map_err(|_| unmapped(addr, len))?;
+            from.copy_to(piece);
         }
         return Ok(());
     }
@@ -340,10 +343,11 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
     }
     if let Ok(s) = mem.get_slice(GuestAddress(addr), data.len()) {
         for (k, piece) in data.chunks(COPY_PIECE).enumerate() {
-            // In range, as in `read_in`.
-            if let Ok(to) = s.subslice(k * COPY_PIECE, piece.len()) {
-                to.copy_from(piece);
-            }
+            // As in `read_in`.
+            let to = s
+                .subslice(k * COPY_PIECE, piece.len())
+                .map_err(|_| unmapped(addr, data.len()))?;
+            to.copy_from(piece);
         }
         return Ok(());
     }

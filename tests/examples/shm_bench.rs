@@ -189,13 +189,14 @@ fn shm_relay_four_threads(n: usize) -> Duration {
     p50
 }
 
-/// The two figures between two `vhca` processes: RC WRITE 64 KiB bytes per
-/// second and the CPU time both processes spent per WRITE, the 8-byte SEND ping-pong's p50, the WAKEs the driver wrote a
-/// round trip, and the CPU both processes use idle afterwards (percent of
-/// one CPU); with `shm`, over the rings.
-/// The figures [`device_figures`] measures.
+/// What [`device_figures`] measures, in this order.
 type Figures = (f64, Duration, Duration, f64, f64, String);
 
+/// The two figures between two `vhca` processes: RC WRITE 64 KiB bytes per
+/// second and the CPU time both processes spent per WRITE, the 8-byte SEND
+/// ping-pong's p50, the WAKEs the driver wrote a round trip, the CPU both
+/// processes use idle afterwards (percent of one CPU), and node 0's stderr
+/// (its counter lines); with `shm`, over the rings.
 fn device_figures(shm: bool, writes: usize, pings: usize) -> Figures {
     let mut opts = Options::nodes(2);
     if let Ok(extra) = std::env::var("VHCA_BENCH_VHCA_ARGS") {
