@@ -87,6 +87,20 @@ impl Memory for GuestMem<'_> {
             .map_err(|_| err(addr, data.len()))
     }
 
+    fn write_src(&mut self, addr: u64, src: transport::memory::Src<'_>) -> Result<(), MemError> {
+        use transport::memory::Src;
+        match src {
+            Src::Bytes(b) => self.write(addr, b),
+            // Issue 30: a payload in a ring slot, straight into guest RAM.
+            Src::Volatile(v) if self.dm_at(addr, v.len()).is_none() => self
+                .dma
+                .write_volatile(addr, v)
+                .map_err(|_| err(addr, v.len())),
+            // Device memory: through a buffer, as the trait's default.
+            Src::Volatile(v) => transport::memory::write_volatile_buffered(self, addr, v),
+        }
+    }
+
     // Atomics on device memory are the host's atomics on the shared word, so
     // they are atomic against the guest's own stores to it as well (OP-13).
     fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {

@@ -232,12 +232,12 @@ impl Port {
                     // One count per packet: the engine counts what goes on
                     // to QP0 when it gets it.
                     if !m.on_vl15(r.packet, t, engine) {
-                        engine.count_rx_elsewhere(r.packet.len());
+                        engine.count_rx_elsewhere(r.len());
                     }
                     return;
                 }
                 if !m.data_packet_received(t, engine) {
-                    engine.count_rx_elsewhere(r.packet.len());
+                    engine.count_rx_elsewhere(r.len());
                     return;
                 }
             }
@@ -245,7 +245,11 @@ impl Port {
                 src_lid: r.src_lid,
                 crcs_vouched: r.crcs_vouched,
             };
-            engine.handle_received(r.packet, from, mem, t)
+            match r.lent {
+                // Issue 30: placed from the ring slot, one copy.
+                Some(lent) => engine.handle_received_lent(lent, from, mem, t),
+                None => engine.handle_received(r.packet, from, mem, t),
+            }
         });
         // Counted as delivered, also when the link failed after some.
         self.counters.rx_packets += moved as u64;

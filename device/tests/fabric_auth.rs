@@ -510,6 +510,7 @@ impl Link for FromLink {
             };
             deliver(Received {
                 packet: &p,
+                lent: None,
                 src_lid,
                 crcs_vouched: false,
             });

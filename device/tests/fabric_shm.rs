@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{drain_from, loopback_sockets, ud_packet};
+use common::{drain_from, loopback_sockets, ud_packet, whole};
 use device::fabric::{
     shm_ring_path, FabricFile, Link, ShmLink, UdpLink, SHM_CORRUPT_BACKOFF, SHM_RING_BYTES,
     SHM_SLOTS, SHM_STALL_AFTER,
@@ -310,7 +310,7 @@ fn drain_vouched(link: &mut impl Link, now: Duration) -> Vec<(Vec<u8>, Option<u1
     let mut out = Vec::new();
     while link
         .recv_batch(now, 16, &mut |r| {
-            out.push((r.packet.to_vec(), r.src_lid, r.crcs_vouched))
+            out.push((whole(&r), r.src_lid, r.crcs_vouched))
         })
         .expect("recv")
         > 0
@@ -368,4 +368,34 @@ fn shm_link_takes_the_crcs_leaves_them_out_on_the_rings_and_fills_them_in_for_ud
     assert!(!fault.take_crcs());
     let mut capture = CaptureLink::new(links.next().unwrap(), Vec::new()).unwrap();
     assert!(!capture.take_crcs());
+}
+
+/// Issue 30: a link whose CRCs were taken lends a long data packet in its
+/// ring slot (`Received::lent`, the engine places the payload from there):
+/// the stages above get a private copy of its head, the whole reads back as
+/// sent. A short packet and a VL15 one are copied whole.
+#[test]
+fn shm_link_with_crcs_taken_lends_long_data_packets_in_their_slot() {
+    use transport::engine::LENT_HEAD;
+    let dir = tempfile::tempdir().unwrap();
+    let (_f, mut l) = fabric(dir.path(), &[Some("h"), Some("h")]);
+    assert!(l[0].take_crcs() && l[1].take_crcs());
+    let long = without_crcs(ud_packet(1, 2, 1, &[0x5a; 3000]));
+    let short = without_crcs(ud_packet(1, 2, 2, b"short"));
+    let mut vl15 = long.clone();
+    vl15[0] |= 0xf0; // LRH:VL (IBA 7.7.1)
+    for p in [&long, &short, &vl15] {
+        l[0].send(t(0), p).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut got = Vec::new();
+    l[1].recv_batch(t(1), 16, &mut |r| {
+        got.push((r.packet.to_vec(), r.lent.is_some(), whole(&r)))
+    })
+    .unwrap();
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0], (long[..LENT_HEAD].to_vec(), true, long.clone()));
+    assert_eq!(got[1], (short.clone(), false, short.clone()));
+    assert_eq!(got[2], (vl15.clone(), false, vl15.clone()));
+    assert_eq!(l[1].counters().rx_lent, 1);
 }

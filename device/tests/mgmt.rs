@@ -93,6 +93,7 @@ impl Link for CableEnd {
             }
             deliver(Received {
                 packet: &p,
+                lent: None,
                 src_lid: None,
                 crcs_vouched: false,
             });

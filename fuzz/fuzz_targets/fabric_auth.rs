@@ -62,6 +62,7 @@ impl Link for Fake {
             }
             deliver(Received {
                 packet: &d,
+                lent: None,
                 src_lid,
                 crcs_vouched: false,
             });

@@ -55,6 +55,7 @@ impl Link for Loop {
             };
             deliver(Received {
                 packet: &p,
+                lent: None,
                 src_lid: None,
                 crcs_vouched: false,
             });

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use vm_memory::{
     Bytes, FileOffset, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend,
-    GuestMemoryLoadGuard, GuestMemoryRegion, MmapRegion, VolatileMemory,
+    GuestMemoryLoadGuard, GuestMemoryRegion, MmapRegion, VolatileMemory, VolatileSlice,
 };
 
 use crate::sync::lock;
@@ -283,6 +283,13 @@ impl DmaView {
         self.with_map(|mem| write_in(mem, addr, data))
     }
 
+    /// Writes `src`, memory that is not guest memory and not a Rust slice
+    /// (a shared-memory ring slot another process writes, issue 30), at
+    /// guest address `addr`: one copy, in [`COPY_PIECE`] pieces.
+    pub fn write_volatile(&self, addr: u64, src: VolatileSlice<'_>) -> Result<(), DmaError> {
+        self.with_map(|mem| write_volatile_in(mem, addr, src))
+    }
+
     /// Runs `f` on the 64-bit word at the 8-aligned guest address `addr`,
     /// atomically against every other CPU and thread touching it.
     fn with_word<T>(&self, addr: u64, f: impl FnOnce(&AtomicU64) -> T) -> Result<T, DmaError> {
@@ -357,6 +364,47 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
     }
     mem.write_slice(data, GuestAddress(addr))
         .map_err(|_| unmapped(addr, data.len()))
+}
+
+/// Writes `src` at guest address `addr` of `mem` (`DmaView::write_volatile`).
+fn write_volatile_in(
+    mem: &GuestMemoryMmap,
+    addr: u64,
+    src: VolatileSlice<'_>,
+) -> Result<(), DmaError> {
+    let len = src.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let bad = |_| unmapped(addr, len);
+    if let Ok(to) = mem.get_slice(GuestAddress(addr), len) {
+        let mut at = 0;
+        while at < len {
+            // The pieces tile both slices, which have the same length: never
+            // out of range, and if they were, an error rather than bytes
+            // skipped (as `read_in`).
+            let n = (len - at).min(COPY_PIECE);
+            src.subslice(at, n)
+                .map_err(bad)?
+                .copy_to_volatile_slice(to.subslice(at, n).map_err(bad)?);
+            at += n;
+        }
+        return Ok(());
+    }
+    // Across adjacent maps (rare): checked first, as `write_in`, then piece
+    // by piece through a buffer.
+    if !mem.check_range(GuestAddress(addr), len) {
+        return Err(unmapped(addr, len));
+    }
+    let mut piece = [0u8; COPY_PIECE];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(COPY_PIECE);
+        src.subslice(at, n).map_err(bad)?.copy_to(&mut piece[..n]);
+        write_in(mem, addr + at as u64, &piece[..n])?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// Runs `f` on the 64-bit word at the 8-aligned guest address `addr` of

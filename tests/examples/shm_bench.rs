@@ -242,7 +242,7 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> Figures {
     // traffic went through them.
     drop((a, b));
     v.stop(0, Duration::from_secs(5));
-    let report = v.stderr(0);
+    let report = v.stderr(0) + &v.stderr(1);
     (write_rate, write_cpu, p50, wakes, idle_cpu, report)
 }
 
@@ -296,7 +296,10 @@ fn main() {
         println!(
             "{name}: the driver wrote {wakes:.2} WAKEs a round trip (a data path asleep); idle afterwards, both vhca used {idle_cpu:.2} % of a CPU"
         );
-        if let Some(l) = report.lines().find(|l| l.contains("shm n0")) {
+        // Each vhca's last counters line (both processes' reports).
+        let mut lines: Vec<&str> = report.lines().filter(|l| l.contains("shm n")).collect();
+        lines.dedup();
+        for l in lines {
             println!("{name}: link: {}", l.trim());
         }
     }

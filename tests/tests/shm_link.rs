@@ -106,6 +106,8 @@ fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_
     );
     assert_eq!(shm_counter(&v, 0, "corrupt_index"), Some(0));
     assert_eq!(shm_counter(&v, 2, "tx"), None);
+    // The fault stage keeps the CRCs in the engine: nothing is lent in place.
+    assert_eq!(shm_counter(&v, 1, "rx_lent"), Some(0));
     // Stopped nodes remove their rings.
     let rings = std::fs::read_dir(v.dir())
         .unwrap()
@@ -125,6 +127,7 @@ fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_
 /// without them (B's link vouches, B's engine skips only that check), its
 /// WRITE to C (another host: UDP) gets them filled in by A's link and C's
 /// engine checks them; both arrive byte-exact, and so does B's SEND back.
+/// Both ring directions lend the data packets in their slots (`rx_lent`).
 #[test]
 fn shm_rings_carry_packets_without_crcs_and_the_link_fills_them_in_for_the_udp_node() {
     let mut v = Vhca::spawn(options(3, &[0, 1]));
@@ -146,6 +149,15 @@ fn shm_rings_carry_packets_without_crcs_and_the_link_fills_them_in_for_the_udp_n
         shm_counter(&v, 0, "rx_crcs_vouched").is_some_and(|n| n >= 256),
         "{e0}"
     );
+    // Both were lent in their slots, the payload placed from there (one
+    // copy) and checked byte for byte above.
+    for i in 0..2 {
+        assert!(
+            shm_counter(&v, i, "rx_lent").is_some_and(|n| n >= 256),
+            "{}",
+            v.stderr(i)
+        );
+    }
     // C (no rings) computes and checks CRCs itself.
     assert!(!v.stderr(2).contains("CRCs left to the link"));
 }

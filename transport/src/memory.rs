@@ -20,6 +20,88 @@ pub fn copy_chunked(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// Bytes the engine writes into memory: a slice of its own, or bytes it may
+/// copy but never borrow as a `&[u8]`. The second is a received packet's
+/// payload still in the shared-memory ring slot it arrived in (issue 30): the
+/// peer process can write the slot at any time, so the engine never reads it
+/// into a Rust reference (that would be a data race the compiler assumes away);
+/// it copies it once, straight into guest memory ([`Memory::write_src`]).
+/// What it would read is the peer's own traffic: garbage there places garbage
+/// for that peer only.
+#[derive(Clone, Copy, Debug)]
+pub enum Src<'a> {
+    Bytes(&'a [u8]),
+    Volatile(vm_memory::VolatileSlice<'a>),
+}
+
+impl<'a> Src<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            Src::Bytes(b) => b.len(),
+            Src::Volatile(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first `n` bytes and the rest; `None` when `n` is past the end.
+    pub fn split_at(self, n: usize) -> Option<(Src<'a>, Src<'a>)> {
+        match self {
+            Src::Bytes(b) => b
+                .split_at_checked(n)
+                .map(|(h, t)| (Src::Bytes(h), Src::Bytes(t))),
+            Src::Volatile(v) => {
+                let rest = v.len().checked_sub(n)?;
+                let h = v.subslice(0, n).ok()?;
+                let t = v.subslice(n, rest).ok()?;
+                Some((Src::Volatile(h), Src::Volatile(t)))
+            }
+        }
+    }
+}
+
+impl<'a> From<&'a [u8]> for Src<'a> {
+    fn from(b: &'a [u8]) -> Src<'a> {
+        Src::Bytes(b)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Src<'a> {
+    fn from(b: &'a Vec<u8>) -> Src<'a> {
+        Src::Bytes(b)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [u8; N]> for Src<'a> {
+    fn from(b: &'a [u8; N]) -> Src<'a> {
+        Src::Bytes(b)
+    }
+}
+
+/// Writes volatile bytes `v` at `addr` of `mem` through a [`COPY_CHUNK`]
+/// buffer on the stack ([`Memory::write_src`]'s default).
+pub fn write_volatile_buffered<M: Memory + ?Sized>(
+    mem: &mut M,
+    addr: u64,
+    v: vm_memory::VolatileSlice<'_>,
+) -> Result<(), MemError> {
+    let err = MemError {
+        addr,
+        len: v.len() as u64,
+    };
+    let mut piece = [0u8; COPY_CHUNK];
+    let mut at = 0;
+    while at < v.len() {
+        let n = (v.len() - at).min(COPY_CHUNK);
+        v.subslice(at, n).map_err(|_| err)?.copy_to(&mut piece[..n]);
+        mem.write(addr.checked_add(at as u64).ok_or(err)?, &piece[..n])?;
+        at += n;
+    }
+    Ok(())
+}
+
 /// A physical access outside the caller's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 #[error("memory access at 0x{addr:x} (+{len}) is outside mapped memory")]
@@ -40,6 +122,15 @@ pub trait Memory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
     /// Writes `data` at `addr`.
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Writes `src` at `addr`. The default copies volatile bytes through a
+    /// [`COPY_CHUNK`] buffer on the stack (two copies, the second from L1);
+    /// the device copies them straight into guest memory.
+    fn write_src(&mut self, addr: u64, src: Src<'_>) -> Result<(), MemError> {
+        match src {
+            Src::Bytes(b) => self.write(addr, b),
+            Src::Volatile(v) => write_volatile_buffered(self, addr, v),
+        }
+    }
     /// Compare-and-swap of the 8-byte word at `addr`; returns the old value.
     fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError>;
     /// Fetch-and-add on the 8-byte word at `addr`; returns the old value.
@@ -162,6 +253,22 @@ mod tests {
         assert_eq!(m.compare_swap(0x1008, 5, 9).unwrap(), 5);
         assert_eq!(m.compare_swap(0x1008, 5, 1).unwrap(), 9);
         assert!(m.fetch_add(0x1004, 1).is_err(), "misaligned atomic");
+    }
+
+    #[test]
+    fn write_src_copies_volatile_bytes_in_pieces() {
+        let mut m = VecMemory::new(0x1000, 3 * COPY_CHUNK);
+        let mut bytes: Vec<u8> = (0..2 * COPY_CHUNK + 5).map(|i| i as u8).collect();
+        let want = bytes.clone();
+        let v = vm_memory::VolatileSlice::from(&mut bytes[..]);
+        m.write_src(0x1003, Src::Volatile(v)).unwrap();
+        assert_eq!(&m.bytes[3..3 + want.len()], &want[..]);
+        let (h, t) = Src::Volatile(v).split_at(7).unwrap();
+        assert_eq!((h.len(), t.len()), (7, want.len() - 7));
+        assert!(Src::Volatile(v).split_at(want.len() + 1).is_none());
+        assert!(m
+            .write_src(0x1000 + 2 * COPY_CHUNK as u64, Src::Volatile(v))
+            .is_err());
     }
 
     #[test]

@@ -140,6 +140,9 @@ fn port_values(c: &Counters) -> [u64; PORT_COUNTERS.len()] {
         tx_packets,
         rx_bytes,
         tx_bytes,
+        // Issue 30: how the payloads arrived, not what happened to them;
+        // the shared-memory link reports it (`rx_lent`).
+        rx_in_place: _,
         wire_drops: _,
         rx_drops: _,
         naks_sent,

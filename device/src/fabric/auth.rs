@@ -717,6 +717,7 @@ impl<L: Link> Link for AuthLink<L> {
                         checks.counters.rx_verified += 1;
                         delivered += 1;
                         deliver(Received {
+                            lent: None,
                             packet: &r.packet[..m],
                             src_lid: r.src_lid,
                             crcs_vouched: r.crcs_vouched,

@@ -400,16 +400,17 @@ impl<L: Link> Link for FlowLink<L> {
         };
         let t = time(now);
         let n = inner.recv_batch(now, max, &mut |r| {
-            if r.packet.len() == FC_PACKET_LEN {
+            if r.len() == FC_PACKET_LEN {
                 // Counted by reason when it does not decode.
                 let _ = fc.handle_fc(r.packet);
                 return;
             }
+            // The LRH and the length only: a lent packet's head has them.
             let vl = vl_of(r.packet);
-            fc.received(vl, r.packet.len(), t);
+            fc.received(vl, r.len(), t);
             deliver(r);
             if *auto_free {
-                fc.freed(vl, r.packet.len());
+                fc.freed(vl, r.len());
             }
         })?;
         self.pump(now)?;

@@ -152,13 +152,23 @@ pub enum LinkError {
 /// the length of one callback: the bytes are the link's receive buffer itself (the
 /// kernel's recvmmsg or read(2) wrote them there), so nothing is copied between
 /// the kernel and the engine (ARCHITECTURE.md §2, "A received packet").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct Received<'a> {
     /// The packet as the link layer carries it (a native packet, LRH through
     /// VCRC; or a RoCEv2 frame), at most [`MAX_PACKET_LEN`] bytes. Not checked
     /// beyond that: every check of its contents is the engine's
-    /// (`Engine::handle_packet_from`).
+    /// (`Engine::handle_packet_from`). Only its first
+    /// [`transport::engine::LENT_HEAD`] bytes when it is [`Received::lent`].
     pub packet: &'a [u8],
+    /// The whole packet where it lies, when the link lends it in place (the
+    /// shared-memory link's ring slot, issue 30): memory another process can
+    /// write, so it is copied, never borrowed (`Engine::handle_received_lent`
+    /// places its payload from there, one copy). `packet` is then a private
+    /// copy of its head: LRH, GRH and transport headers, for the stages that
+    /// look at them. Only a link whose CRCs were taken ([`Link::take_crcs`])
+    /// lends, so only stages that read no more than the LRH and the length
+    /// ([`Received::len`]) ever see it; never a VL15 packet.
+    pub lent: Option<vm_memory::VolatileSlice<'a>>,
     /// The LID of the fabric node the packet came from, as only the link can
     /// know it (the UDP link: the node whose address sent the datagram); the
     /// engine drops a packet whose LRH:SLID is another (a spoofed source,
@@ -169,6 +179,30 @@ pub struct Received<'a> {
     /// ([`Link::take_crcs`]): the engine does not check them. A stage that
     /// changes a packet (fault injection's corruption) clears it.
     pub crcs_vouched: bool,
+}
+
+impl Received<'_> {
+    /// The packet's length (also of a lent one).
+    pub fn len(&self) -> usize {
+        self.lent.map_or(self.packet.len(), |l| l.len())
+    }
+
+    /// Whether the packet is empty (never, from a link).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the whole packet into `buf` (at least [`Received::len`]
+    /// bytes); returns its length.
+    pub fn copy_to(&self, buf: &mut [u8]) -> usize {
+        match self.lent {
+            Some(l) => l.copy_to(buf),
+            None => {
+                buf[..self.packet.len()].copy_from_slice(self.packet);
+                self.packet.len()
+            }
+        }
+    }
 }
 
 /// A port's link to the fabric (ARCHITECTURE.md §6: link modes share one trait).
@@ -208,8 +242,7 @@ pub trait Link {
         }
         let mut got = None;
         self.recv_batch(now, 1, &mut |r| {
-            buf[..r.packet.len()].copy_from_slice(r.packet);
-            got = Some(r.packet.len());
+            got = Some(r.copy_to(buf));
         })?;
         Ok(got)
     }
@@ -338,7 +371,9 @@ pub trait Link {
     /// memory [`Received::crcs_vouched`]. A stage that reads the CRCs or
     /// changes packets (fault injection, capture, the fabric key's tag) says
     /// no without asking further; one that does neither forwards the
-    /// question. No by default.
+    /// question. No by default. A link whose CRCs are taken may also lend
+    /// what it receives in place ([`Received::lent`]): the stages that
+    /// forward the question read only a packet's LRH and length.
     fn take_crcs(&mut self) -> bool {
         false
     }

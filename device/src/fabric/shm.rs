@@ -104,6 +104,9 @@ pub struct ShmCounters {
     /// without CRCs (the engine did not check them).
     pub tx_crcs_filled: u64,
     pub rx_crcs_vouched: u64,
+    /// Packets lent to the stack above in their slot, their payload placed
+    /// from there (issue 30, `Received::lent`).
+    pub rx_lent: u64,
 }
 
 impl ShmCounters {
@@ -120,7 +123,7 @@ impl std::fmt::Display for ShmCounters {
             "tx {} ({} B) rx {} ({} B) tx_udp_fallback {} doorbells_tx {} doorbells_rx {} \
              doorbell_errors {} dropped {}: tx_full {} tx_corrupt {} tx_disabled {} \
              rx_disabled {} corrupt_index {} corrupt_length {} rings_remade {} peer_stalls {} \
-             tx_opens {} tx_crcs_filled {} rx_crcs_vouched {}",
+             tx_opens {} tx_crcs_filled {} rx_crcs_vouched {} rx_lent {}",
             self.tx_packets,
             self.tx_bytes,
             self.rx_packets,
@@ -141,6 +144,7 @@ impl std::fmt::Display for ShmCounters {
             self.tx_opens,
             self.tx_crcs_filled,
             self.rx_crcs_vouched,
+            self.rx_lent,
         )
     }
 }
@@ -487,25 +491,50 @@ impl ShmLink {
             return 0;
         }
         let c = &mut self.counters;
+        // Issue 30: once the stack above took the CRCs, nothing in it reads
+        // past a packet's headers (`Link::take_crcs`), so a data packet is
+        // lent where it lies and the engine places its payload from the
+        // slot: one copy instead of two. The head is copied for the headers.
+        let head_cap = if self.crcs_by_link {
+            transport::engine::LENT_HEAD
+        } else {
+            self.rx_buf.len()
+        };
         let mut n = 0;
         while n < max {
-            match peer.rx.pop(&mut self.rx_buf) {
+            match peer.rx.pop_head(&mut self.rx_buf[..head_cap]) {
                 Ok(None) => break,
-                Ok(Some((len, flags))) => {
+                Ok(Some(p)) => {
                     n += 1;
                     c.rx_packets += 1;
-                    c.rx_bytes += len as u64;
+                    c.rx_bytes += p.len as u64;
                     if self.disabled {
                         c.drop_rx_disabled += 1;
                         continue;
                     }
                     // The peer left the CRCs out (memory is the wire): the
                     // engine does not check them (`Link::take_crcs`).
-                    let crcs_vouched = flags & FLAG_NO_CRCS != 0;
+                    let crcs_vouched = p.flags & FLAG_NO_CRCS != 0;
                     c.rx_crcs_vouched += u64::from(crcs_vouched);
-                    let packet = &self.rx_buf[..len];
+                    let head = p.len.min(head_cap);
+                    let vl15 =
+                        transport::wire::vl_of(&self.rx_buf[..head]) == transport::engine::VL15;
+                    let lent = if p.len > head_cap && crcs_vouched && !vl15 {
+                        peer.rx.lent(&p)
+                    } else {
+                        None
+                    };
+                    let whole = if lent.is_some() { head } else { p.len };
+                    if whole > head && !peer.rx.read_rest(&p, head, &mut self.rx_buf[head..whole]) {
+                        // Unreachable: `pop_head` bounded the length.
+                        c.corrupt_length += 1;
+                        continue;
+                    }
+                    c.rx_lent += u64::from(lent.is_some());
+                    let packet = &self.rx_buf[..whole];
                     deliver(Received {
                         packet,
+                        lent,
                         src_lid: source_lid(&self.fabric, Some(peer.node.lid), packet),
                         crcs_vouched,
                     });

@@ -72,6 +72,17 @@ const OFF_HEAD: usize = 128;
 const OFF_SLEEPING: usize = 192;
 const OFF_CLOSED: usize = 256;
 
+/// A packet taken by [`RxRing::pop_head`].
+#[derive(Debug, Clone, Copy)]
+pub struct Popped {
+    /// Its length, checked against [`MAX_PACKET_LEN`].
+    pub len: usize,
+    /// Its slot's flags ([`FLAG_NO_CRCS`]).
+    pub flags: u32,
+    /// Where its bytes start in the ring file.
+    at: usize,
+}
+
 /// Why a ring is no longer read or written: what the peer wrote into it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Corrupt {
@@ -190,6 +201,18 @@ impl RxRing {
     /// empty. The slot is given back to the producer only by
     /// [`RxRing::release`].
     pub fn pop(&mut self, buf: &mut [u8]) -> Result<Option<(usize, u32)>, Corrupt> {
+        match self.pop_head(buf)? {
+            Some(p) if p.len > buf.len() => Err(Corrupt::Length),
+            p => Ok(p.map(|p| (p.len, p.flags))),
+        }
+    }
+
+    /// Takes the next packet as [`RxRing::pop`] does, but copies only its
+    /// first `head.len()` bytes (all of a shorter one); the rest stays in
+    /// the slot, read with [`RxRing::lent`] or [`RxRing::read_rest`] until
+    /// [`RxRing::release`] gives the slot back (issue 30: a payload placed
+    /// straight from the slot).
+    pub fn pop_head(&mut self, head: &mut [u8]) -> Result<Option<Popped>, Corrupt> {
         if self.head == self.tail {
             self.tail = self.head.wrapping_add(self.waiting()?);
             if self.head == self.tail {
@@ -204,14 +227,31 @@ impl RxRing {
         let [l0, l1, l2, l3, f0, f1, f2, f3] = word;
         let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
         let flags = u32::from_le_bytes([f0, f1, f2, f3]);
-        if len == 0 || len > MAX_PACKET_LEN || len > buf.len() {
+        if len == 0 || len > MAX_PACKET_LEN {
             return Err(Corrupt::Length);
         }
-        if !self.map.read(at + 8, &mut buf[..len]) {
+        let n = len.min(head.len());
+        if !self.map.read(at + 8, &mut head[..n]) {
             return Err(Corrupt::Length);
         }
         self.head = self.head.wrapping_add(1);
-        Ok(Some((len, flags)))
+        Ok(Some(Popped {
+            len,
+            flags,
+            at: at + 8,
+        }))
+    }
+
+    /// Packet `p`'s bytes, in its slot (valid until [`RxRing::release`]).
+    pub fn lent(&self, p: &Popped) -> Option<vm_memory::VolatileSlice<'_>> {
+        self.map.volatile(p.at, p.len)
+    }
+
+    /// Copies packet `p`'s bytes from `from` on into `dst` (as long as the
+    /// rest); false if that is not inside the packet.
+    pub fn read_rest(&self, p: &Popped, from: usize, dst: &mut [u8]) -> bool {
+        from.checked_add(dst.len()).is_some_and(|end| end <= p.len)
+            && self.map.read(p.at + from, dst)
     }
 
     /// Gives the slots taken so far back to the producer.

@@ -126,6 +126,24 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// The mapping's bytes at `off..off + len` as a volatile slice, `None`
+    /// if the range is outside the mapping: a received packet left in its
+    /// slot and copied from there once, into guest memory (issue 30,
+    /// `Received::lent`).
+    pub fn volatile(&self, off: usize, len: usize) -> Option<vm_memory::VolatileSlice<'_>> {
+        if off.checked_add(len).is_none_or(|end| end > self.len) {
+            return None;
+        }
+        // SAFETY: the range is inside the mapping (checked above), which
+        // lives as long as the borrow of `self`. A VolatileSlice only copies
+        // through raw pointers and never forms a Rust reference to the bytes,
+        // so the peer writing them meanwhile can garble a copy but not break
+        // memory safety (as `read`).
+        Some(unsafe { vm_memory::VolatileSlice::new(self.ptr.as_ptr().add(off), len) })
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the range `new` mapped; no reference into it

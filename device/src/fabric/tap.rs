@@ -676,6 +676,7 @@ impl TapLink {
             self.counters.rx_roce_frames += 1;
             self.counters.rx_roce_bytes += self.seg_buf.len() as u64;
             deliver(Received {
+                lent: None,
                 packet: &self.seg_buf,
                 src_lid: None,
                 crcs_vouched: false,
@@ -865,6 +866,7 @@ impl Link for TapLink {
             self.counters.rx_roce_frames += 1;
             self.counters.rx_roce_bytes += f.len() as u64;
             deliver(Received {
+                lent: None,
                 packet: &f,
                 src_lid: None,
                 crcs_vouched: false,
@@ -891,6 +893,7 @@ impl Link for TapLink {
                         self.counters.rx_roce_frames += 1;
                         self.counters.rx_roce_bytes += len as u64;
                         deliver(Received {
+                            lent: None,
                             packet: &self.rx_buf[VNET_HDR_LEN..VNET_HDR_LEN + len],
                             src_lid: None,
                             crcs_vouched: false,

@@ -912,6 +912,7 @@ impl Link for UdpLink {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += p.len() as u64;
             deliver(Received {
+                lent: None,
                 packet: &p,
                 src_lid: source_lid(&self.fabric, Some(self.node.lid), &p),
                 crcs_vouched: false,
@@ -931,6 +932,7 @@ impl Link for UdpLink {
             self.counters.rx_bytes += range.len() as u64;
             let packet = &self.rx.buf(i)[range];
             deliver(Received {
+                lent: None,
                 packet,
                 src_lid: source_lid(&self.fabric, lid, packet),
                 crcs_vouched: false,

@@ -99,11 +99,18 @@ pub fn recv_within(link: &mut impl Link, now: Duration) -> Option<Vec<u8>> {
 
 /// Drains what a link has now, after giving loopback UDP time to deliver, with
 /// the sender's LID the link names for each packet.
+/// A received packet's bytes, also of one lent in place (`Received::lent`).
+pub fn whole(r: &device::fabric::Received<'_>) -> Vec<u8> {
+    let mut b = vec![0; r.len()];
+    r.copy_to(&mut b);
+    b
+}
+
 pub fn drain_from(link: &mut impl Link, now: Duration) -> Vec<(Vec<u8>, Option<u16>)> {
     std::thread::sleep(Duration::from_millis(50));
     let mut out = Vec::new();
     while link
-        .recv_batch(now, 16, &mut |r| out.push((r.packet.to_vec(), r.src_lid)))
+        .recv_batch(now, 16, &mut |r| out.push((whole(&r), r.src_lid)))
         .expect("recv")
         > 0
     {}
@@ -147,6 +154,7 @@ impl Link for RecordingLink {
             };
             deliver(Received {
                 packet: &p,
+                lent: None,
                 src_lid: None,
                 crcs_vouched: false,
             });

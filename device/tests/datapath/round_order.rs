@@ -47,6 +47,7 @@ impl Link for LoopLink {
             };
             deliver(Received {
                 packet: &p,
+                lent: None,
                 src_lid: Some(LID),
                 crcs_vouched: false,
             });

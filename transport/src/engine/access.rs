@@ -1,7 +1,7 @@
 //! The engine's view of memory protection: the checks of [`crate::mr`] turned into
 //! completion statuses and NAK codes (MP-04, MP-05, RL-12).
 
-use crate::memory::Memory;
+use crate::memory::{Memory, Src};
 use crate::mr::{AccessError, CopyError, MrTable, OdpFault, RemoteAccess};
 use crate::verbs::{Handle, WcStatus};
 use crate::wire::ext::NakCode;
@@ -100,7 +100,7 @@ pub(crate) fn remote_write(
     qpn: u32,
     rkey: u32,
     va: u64,
-    data: &[u8],
+    data: Src<'_>,
 ) -> Result<(), RemoteErr> {
     let r = mrs
         .check_remote_at(

@@ -549,10 +549,8 @@ fn on_read_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) -> bool
         fail(qp, i, WcStatus::LocProtErr, cx.fx);
         return false;
     };
-    if let Err(e) = cx
-        .mrs
-        .scatter(cx.mem, qp.init.pd, sges, w.resp_bytes, t.payload)
-    {
+    let data = cx.payload(t);
+    if let Err(e) = cx.mrs.scatter(cx.mem, qp.init.pd, sges, w.resp_bytes, data) {
         if let crate::mr::CopyError::PageFault(f) = e {
             // Issue 29: the READ's buffer page is not present: the response
             // is dropped, the send queue waits for the page and then asks

@@ -169,6 +169,10 @@ pub struct Counters {
     pub tx_packets: u64,
     pub rx_bytes: u64,
     pub tx_bytes: u64,
+    /// Received packets whose payload was placed from where their link
+    /// lent it, not from a copy of the engine's (issue 30,
+    /// `Engine::handle_received_lent`).
+    pub rx_in_place: u64,
     /// Wire-level drops (bad CRC, length, ...).
     pub wire_drops: DropCounters,
     /// Transport-level drops, indexed by [`RxDrop::ALL`].

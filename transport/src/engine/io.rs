@@ -26,6 +26,90 @@ use crate::wire::PacketRepr;
 /// picks the next packet's VL first.
 pub(super) const TX_BURST: u32 = 16;
 
+/// Bytes at the start of a lent packet that the engine copies for its
+/// headers (issue 30, [`Engine::handle_received_lent`]): LRH, GRH, BTH and
+/// the longest extension headers of any opcode fit (a test checks).
+pub const LENT_HEAD: usize = 128;
+
+/// A received packet as [`Engine::receive`] takes it: its own bytes, or
+/// (`lent`) a packet whose first [`LENT_HEAD`] bytes are a private copy in
+/// `bytes` (as long as the packet; the rest of `bytes` is not the packet's)
+/// and whose whole is `lent`, in place.
+#[derive(Clone, Copy)]
+pub(super) struct RxBuf<'a> {
+    pub bytes: &'a [u8],
+    pub lent: Option<vm_memory::VolatileSlice<'a>>,
+}
+
+impl RxBuf<'_> {
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The whole packet into `v` (the reorder hold keeps it).
+    pub fn copy_into(&self, v: &mut Vec<u8>) {
+        v.clear();
+        v.extend_from_slice(self.bytes);
+        if let Some(l) = self.lent {
+            if let Ok(rest) = l.subslice(LENT_HEAD, l.len().saturating_sub(LENT_HEAD)) {
+                rest.copy_to(&mut v[LENT_HEAD..]);
+            }
+        }
+    }
+}
+
+/// Whether a packet whose first bytes are `head` may be handled with its
+/// payload left in place (issue 30): a native RC, UC or XRC SEND, RDMA WRITE
+/// or RDMA READ response to one QP. Their payload is only placed in memory
+/// (`responder::place`, `completer`); every other packet (atomics, MADs,
+/// UD, RD, multicast, CNPs, anything the parse would refuse) is copied
+/// whole first, as the engine reads its payload's bytes.
+fn lendable(head: &[u8]) -> bool {
+    use crate::wire::opcode::{Opcode, Operation};
+    let bth = match head.get(1).map(|b| b & 3) {
+        Some(2) => 8,  // LNH: IBA local
+        Some(3) => 48, // IBA global: a GRH first
+        _ => return false,
+    };
+    let (Some(&op), Some(qp)) = (head.get(bth), head.get(bth + 5..bth + 8)) else {
+        return false;
+    };
+    if u32::from_be_bytes([0, qp[0], qp[1], qp[2]]) == MULTICAST_QPN {
+        return false;
+    }
+    let Some(info) = Opcode::from_u8(op).map(Opcode::info) else {
+        return false;
+    };
+    matches!(info.service, Service::Rc | Service::Uc | Service::Xrc)
+        && matches!(
+            info.operation,
+            Operation::Send
+                | Operation::SendWithImmediate
+                | Operation::SendWithInvalidate
+                | Operation::RdmaWrite
+                | Operation::RdmaWriteWithImmediate
+                | Operation::RdmaReadResponse
+        )
+}
+
+/// The engine's copy of a lent packet: the longest native packet, LRH:PktLen
+/// (11 bits of 4-byte words, IBA 7.7.8) and the VCRC.
+const LENT_MAX: usize = 0x7ff * 4 + 2;
+
+/// Where lent packet `l`'s payload lies, as parsed into `pkt`.
+fn lent_payload<'a>(
+    l: vm_memory::VolatileSlice<'a>,
+    pkt: &PacketRepr<'_>,
+) -> Option<vm_memory::VolatileSlice<'a>> {
+    use crate::wire::{BthRepr, GrhRepr, LrhRepr};
+    let t = &pkt.transport;
+    let at = LrhRepr::LEN
+        + pkt.grh.map_or(0, |_| GrhRepr::LEN)
+        + BthRepr::LEN
+        + t.bth.opcode.info().headers_len();
+    l.subslice(at, t.payload.len()).ok()
+}
+
 /// What only the link knows of a received packet (ARCHITECTURE.md §9).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RxFrom {
@@ -75,6 +159,71 @@ impl Engine {
 
     /// [`Self::handle_packet_from`] with all the link knows of the packet.
     pub fn handle_received(&mut self, buf: &[u8], from: RxFrom, mem: &mut dyn Memory, now: Time) {
+        let rx = RxBuf {
+            bytes: buf,
+            lent: None,
+        };
+        self.handle_rx(rx, from, mem, now)
+    }
+
+    /// Handles a native packet that its link lends in place: `lent` is the
+    /// whole packet in memory that another process may write at any time (a
+    /// shared-memory ring slot, issue 30), valid for this call. The engine
+    /// never borrows those bytes: it copies the first [`LENT_HEAD`] for the
+    /// headers, and when the packet's payload is only placed (a SEND, RDMA
+    /// WRITE or READ response of a connected QP, with CRCs the link
+    /// vouches for) copies the payload once, straight into memory
+    /// (`Memory::write_src`); any other packet is copied whole and handled
+    /// as [`Self::handle_received`] does. Bytes the peer changes meanwhile
+    /// are the peer's own traffic: every check is made on the private copy.
+    pub fn handle_received_lent(
+        &mut self,
+        lent: vm_memory::VolatileSlice<'_>,
+        from: RxFrom,
+        mem: &mut dyn Memory,
+        now: Time,
+    ) {
+        let len = lent.len();
+        let mut scratch = std::mem::take(&mut self.rx_scratch);
+        if scratch.len() < LENT_MAX {
+            scratch.resize(LENT_MAX, 0);
+        }
+        match scratch.get_mut(..len) {
+            None => {
+                // Longer than any packet (the link bounds it first).
+                self.counters.rx_packets += 1;
+                self.counters.rx_bytes += len as u64;
+                self.counters
+                    .wire_drops
+                    .count(crate::wire::DropReason::LengthMismatch);
+            }
+            Some(whole) => {
+                let head_only = from.crcs_vouched
+                    && len > LENT_HEAD
+                    && self.port.link == super::LinkLayer::InfiniBand;
+                // The head, then (unless the payload stays in place) the
+                // rest: both ranges lie inside `lent`, so `subslice` holds.
+                let n = if head_only { LENT_HEAD } else { len };
+                if let Ok(h) = lent.subslice(0, n) {
+                    h.copy_to(&mut whole[..n]);
+                }
+                let in_place = head_only && lendable(&whole[..LENT_HEAD]);
+                if head_only && !in_place {
+                    if let Ok(rest) = lent.subslice(LENT_HEAD, len - LENT_HEAD) {
+                        rest.copy_to(&mut whole[LENT_HEAD..]);
+                    }
+                }
+                let rx = RxBuf {
+                    bytes: whole,
+                    lent: in_place.then_some(lent),
+                };
+                self.handle_rx(rx, from, mem, now);
+            }
+        }
+        self.rx_scratch = scratch;
+    }
+
+    fn handle_rx(&mut self, buf: RxBuf<'_>, from: RxFrom, mem: &mut dyn Memory, now: Time) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += buf.len() as u64;
         // The receive reorder hold (`reorder`, vhca policy): a packet one
@@ -117,7 +266,11 @@ impl Engine {
     /// Processes the packet held in slot `n` of the reorder hold.
     fn release_held(&mut self, n: usize, mem: &mut dyn Memory, now: Time) {
         if let Some((held, from)) = self.hold.take(n) {
-            self.receive(&held, from, mem, now, false);
+            let rx = RxBuf {
+                bytes: &held,
+                lent: None,
+            };
+            self.receive(rx, from, mem, now, false);
             self.hold.put_back(held);
         }
     }
@@ -127,19 +280,20 @@ impl Engine {
     /// packet of the same QP, say which goes first.
     fn receive(
         &mut self,
-        buf: &[u8],
+        buf: RxBuf<'_>,
         from: RxFrom,
         mem: &mut dyn Memory,
         now: Time,
         may_hold: bool,
     ) -> Arrival {
-        let parsed = link::parse(&self.port, buf, from.crcs_vouched).and_then(|(pkt, roce)| {
-            if roce.is_none() {
-                check_lids(&self.port, &pkt, from.src_lid).map_err(link::Drop::Rx)?;
-            }
-            Ok((pkt, roce))
-        });
-        let (pkt, roce) = match parsed {
+        let parsed =
+            link::parse(&self.port, buf.bytes, from.crcs_vouched).and_then(|(pkt, roce)| {
+                if roce.is_none() {
+                    check_lids(&self.port, &pkt, from.src_lid).map_err(link::Drop::Rx)?;
+                }
+                Ok((pkt, roce))
+            });
+        let (mut pkt, roce) = match parsed {
             Ok(p) => p,
             Err(link::Drop::Wire(d)) => {
                 log::debug!("drop: {d}");
@@ -151,6 +305,26 @@ impl Engine {
                 self.counters.drop(r);
                 return Arrival::Process;
             }
+        };
+        // A lent packet's payload is placed from where it lies; the bytes
+        // the parse saw past the head are not the packet's, so the repr
+        // holds zeros of the payload's length (`Ctx::payload`).
+        let lent = match buf.lent {
+            None => None,
+            Some(l) => match lent_payload(l, &pkt) {
+                Some(p) => {
+                    let n = pkt.transport.payload.len();
+                    pkt.transport.payload = &crate::wire::packet::ZEROS[..n];
+                    Some(p)
+                }
+                None => {
+                    // Unreachable: the parse bounded the payload.
+                    self.counters
+                        .wire_drops
+                        .count(crate::wire::DropReason::Truncated);
+                    return Arrival::Process;
+                }
+            },
         };
         if pkt.transport.bth.opcode.info().service == Service::Rd {
             // WF-07, PV-09: RD packets are demultiplexed by their RDETH's EE
@@ -214,6 +388,7 @@ impl Engine {
         if matches!(arrival, Arrival::Held | Arrival::HeldFirst(_)) {
             return arrival;
         }
+        self.counters.rx_in_place += u64::from(lent.is_some());
         // Issue 31: a CE mark for the notification point (`cc_np`).
         let c = &mut self.counters.cc;
         super::cc_np::on_receive(&self.port, c, &mut self.cnps, qp, &pkt, roce.as_ref(), now);
@@ -234,7 +409,7 @@ impl Engine {
                 _ => {}
             }
         }
-        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce);
+        let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce, lent);
         let wants_tx = match info.direction() {
             Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
             Direction::Response => completer::handle_response(qp, &pkt, &mut ctx),

@@ -30,7 +30,7 @@ mod credits;
 mod handle_tests;
 mod ids;
 mod io;
-pub use io::RxFrom;
+pub use io::{RxFrom, LENT_HEAD};
 pub mod link;
 mod mcast;
 mod odp;
@@ -173,6 +173,9 @@ pub struct Engine {
     rd: rd::Rd,
     /// Received packets held one PSN ahead (`reorder`, vhca policy).
     hold: reorder::ReorderHold,
+    /// A lent packet's private copy (`io`, issue 30): allocated at the
+    /// first, reused for every one after.
+    rx_scratch: Vec<u8>,
     /// CN packets waiting for the wire (IB congestion control, `cc_ib`).
     cn: cc_ib::CnQueue,
     /// QPs with a CNP to send (issue 31, `cc_np`).
@@ -235,6 +238,7 @@ impl Engine {
             tx_burst: (0, 0),
             rd: rd::Rd::default(),
             hold: reorder::ReorderHold::default(),
+            rx_scratch: Vec::new(),
             cn: cc_ib::CnQueue::default(),
             cnps: cc_np::CnpQueue::new(),
         }
@@ -985,6 +989,24 @@ pub(crate) struct Ctx<'a> {
     pub now: Time,
     /// What the RoCE frame being handled carried besides its packet.
     pub roce: Option<link::RoceRx>,
+    /// The payload of the packet being handled when its link lent it in
+    /// place (issue 30, [`Engine::handle_received_lent`]): its
+    /// `TransportRepr::payload` is then zeros of the same length, and the
+    /// placement reads this instead ([`Ctx::payload`]).
+    pub lent: Option<vm_memory::VolatileSlice<'a>>,
+}
+
+impl<'a> Ctx<'a> {
+    /// The bytes of packet `t`'s payload to place: lent in place, or its own.
+    pub fn payload<'s>(&self, t: &crate::wire::TransportRepr<'s>) -> crate::memory::Src<'s>
+    where
+        'a: 's,
+    {
+        match self.lent {
+            Some(v) => crate::memory::Src::Volatile(v),
+            None => crate::memory::Src::Bytes(t.payload),
+        }
+    }
 }
 
 /// The one constructor of a [`Ctx`] over engine `$e`'s parts (its MRs,
@@ -994,6 +1016,9 @@ pub(crate) struct Ctx<'a> {
 /// `$e.qps`, stays borrowed beside it.
 macro_rules! engine_ctx {
     ($e:expr, $mem:expr, $fx:expr, $now:expr, $roce:expr) => {
+        $crate::engine::engine_ctx!($e, $mem, $fx, $now, $roce, None)
+    };
+    ($e:expr, $mem:expr, $fx:expr, $now:expr, $roce:expr, $lent:expr) => {
         $crate::engine::Ctx {
             mrs: &mut $e.mrs,
             mem: $mem,
@@ -1003,6 +1028,7 @@ macro_rules! engine_ctx {
             port: &$e.port,
             now: $now,
             roce: $roce,
+            lent: $lent,
         }
     };
 }

@@ -208,7 +208,7 @@ impl ReorderHold {
         m: &mut Misses,
         peer: [u8; 16],
         pkt: &PacketRepr<'_>,
-        buf: &[u8],
+        buf: super::io::RxBuf<'_>,
         from: RxFrom,
         now: Time,
     ) -> Arrival {
@@ -261,8 +261,7 @@ impl ReorderHold {
         // A slot keeps its buffer's allocation from one hold to the next
         // (`take` hands it back through `put_back`).
         let mut bytes = std::mem::take(&mut self.spare);
-        bytes.clear();
-        bytes.extend_from_slice(buf);
+        buf.copy_into(&mut bytes);
         self.slots[free] = Some(Slot {
             qpn: qp.qpn,
             dir,

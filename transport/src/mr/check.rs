@@ -4,7 +4,7 @@
 //! variant per reason. Gather and scatter over an SGE list check every piece
 //! before they touch memory.
 
-use crate::memory::{MemError, Memory};
+use crate::memory::{MemError, Memory, Src};
 use crate::verbs::{Access, Handle, MwType, Sge, WcStatus};
 use crate::wire::NakCode;
 
@@ -416,14 +416,15 @@ impl MrTable {
     /// running offset, or a READ response into the requester's scatter list). Each
     /// SGE touched is checked for local write first; nothing is written unless all
     /// pass. Past the end of the list is `Length` (Local Length Error, MP-05).
-    pub fn scatter(
+    pub fn scatter<'d>(
         &self,
         mem: &mut dyn Memory,
         pd: Handle,
         sges: &[Sge],
         offset: u64,
-        data: &[u8],
+        data: impl Into<Src<'d>>,
     ) -> Result<(), CopyError> {
+        let data = data.into();
         if let Some(r) = self.one_sge_range(pd, sges, offset, data.len(), LocalAccess::Write) {
             return r?.write(mem, data);
         }
@@ -431,7 +432,8 @@ impl MrTable {
         let mut rest = data;
         for piece in self.sge_ranges(pd, sges, offset, rest.len(), LocalAccess::Write) {
             let r = piece?;
-            let (head, tail) = rest.split_at(seg_len(r.len, rest.len())?);
+            let at = seg_len(r.len, rest.len())?;
+            let (head, tail) = rest.split_at(at).ok_or(CopyError::Length)?;
             r.write(mem, head)?;
             rest = tail;
         }

@@ -3,7 +3,7 @@
 //! and the copies through a range that passed a check ([`MrRange`]) or an
 //! atomic's 8-byte word ([`AtomicTarget`]).
 
-use crate::memory::{MemError, Memory};
+use crate::memory::{MemError, Memory, Src};
 use crate::verbs::{Access, Handle};
 
 use super::CopyError;
@@ -311,14 +311,20 @@ impl<'a> MrRange<'a> {
     /// Writes `data` at the start of the range, one [`Memory`] call per
     /// physically contiguous segment, as [`Self::read`]. An ODP page not
     /// present is [`CopyError::PageFault`], before any byte moves.
-    pub fn write(&self, mem: &mut dyn Memory, data: &[u8]) -> Result<(), CopyError> {
+    pub fn write<'d>(
+        &self,
+        mem: &mut dyn Memory,
+        data: impl Into<Src<'d>>,
+    ) -> Result<(), CopyError> {
+        let data = data.into();
         if let Some(f) = self.odp_fault(data.len() as u64, true) {
             return Err(CopyError::PageFault(f));
         }
         let mut rest = data;
         for (pa, n) in self.prefix(data.len())? {
-            let (head, tail) = rest.split_at(seg_len(n, rest.len())?);
-            mem.write(pa, head)?;
+            let at = seg_len(n, rest.len())?;
+            let (head, tail) = rest.split_at(at).ok_or(CopyError::Length)?;
+            mem.write_src(pa, head)?;
             rest = tail;
         }
         finished(rest.len())

@@ -20,7 +20,7 @@ use crate::memory::copy_chunked;
 pub const BUFFER_ALIGN_OFFSET: usize = 12;
 
 /// Zero bytes standing in for a payload whose length alone matters.
-static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
+pub(crate) static ZEROS: [u8; MAX_PAYLOAD] = [0; MAX_PAYLOAD];
 
 /// Why [`PacketRepr::emit_with`] failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -484,7 +484,7 @@ fn on_write(e: &mut Eec, qp: &mut RdQp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_>) 
             qp.qpn,
             rkey,
             va.wrapping_add(placed),
-            t.payload,
+            t.payload.into(),
         );
         if let Err(err) = r {
             e.resp.cur = None;

@@ -44,10 +44,8 @@ pub(super) fn send(qp: &mut Qp, t: &TransportRepr<'_>, cx: &mut Ctx<'_>) -> Send
     let Some(InMsg::Send { wqe, placed, .. }) = &mut qp.resp.cur else {
         return SendStep::Placed(None);
     };
-    if let Err(e) = cx
-        .mrs
-        .scatter(cx.mem, qp.init.pd, &wqe.sges, *placed, t.payload)
-    {
+    let data = cx.payload(t);
+    if let Err(e) = cx.mrs.scatter(cx.mem, qp.init.pd, &wqe.sges, *placed, data) {
         if let crate::mr::CopyError::PageFault(f) = e {
             if *placed == 0 {
                 if let Some(InMsg::Send { wqe, from_srq, .. }) = qp.resp.cur.take() {
@@ -140,6 +138,7 @@ pub(super) fn write(
             ),
             _ => Ok(()),
         };
+        let data = cx.payload(t);
         if let Err(e) = whole.and_then(|()| {
             access::remote_write(
                 cx.mrs,
@@ -148,7 +147,7 @@ pub(super) fn write(
                 qp.qpn,
                 rkey,
                 va.wrapping_add(placed),
-                t.payload,
+                data,
             )
         }) {
             return Err(WriteFail::Remote(e, recv));
