@@ -47,6 +47,12 @@ cargo build --quiet --release --manifest-path fuzz/Cargo.toml --target "$host" \
 [ "$build_only" = 1 ] && exit 0
 
 bin="$CARGO_TARGET_DIR/$host/release"
+# What the targets leave in the temporary folder (vfio_user's socket folder,
+# made once per process and never removed: libFuzzer exits without unwinding)
+# goes with the run.
+TMPDIR=$(mktemp -d /tmp/vhca-fuzz.XXXXXX)
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 status=0
 for t in "${targets[@]}"; do
     # The committed seeds stay as they are; what the fuzzer finds goes to a work

@@ -87,6 +87,20 @@ impl Memory for GuestMem<'_> {
             .map_err(|_| err(addr, data.len()))
     }
 
+    fn read_dst(&self, addr: u64, dst: transport::memory::Dst<'_>) -> Result<(), MemError> {
+        use transport::memory::Dst;
+        match dst {
+            Dst::Bytes(b) => self.read(addr, b),
+            // Issue 30: a payload built in a ring slot, straight from guest RAM.
+            Dst::Volatile(v) if self.dm_at(addr, v.len()).is_none() => self
+                .dma
+                .read_volatile(addr, v)
+                .map_err(|_| err(addr, v.len())),
+            // Device memory: through a buffer, as the trait's default.
+            Dst::Volatile(v) => transport::memory::read_volatile_buffered(self, addr, v),
+        }
+    }
+
     fn write_src(&mut self, addr: u64, src: transport::memory::Src<'_>) -> Result<(), MemError> {
         use transport::memory::Src;
         match src {

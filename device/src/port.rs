@@ -64,6 +64,20 @@ fn to_time(now: Duration) -> Time {
     Time(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX))
 }
 
+/// The port's link as the engine's [`transport::engine::TxSlots`] (issue 30).
+struct LinkSlots<'a>(&'a mut (dyn Link + Send));
+
+impl transport::engine::TxSlots for LinkSlots<'_> {
+    fn payload_slot(
+        &mut self,
+        dlid: u16,
+        at: usize,
+        len: usize,
+    ) -> Option<vm_memory::VolatileSlice<'_>> {
+        self.0.payload_slot(dlid, at, len)
+    }
+}
+
 impl Port {
     pub fn new(engine: Engine, link: Box<dyn Link + Send>) -> Port {
         Port {
@@ -298,15 +312,30 @@ impl Port {
                 self.counters.tx_link_full += 1;
                 break;
             }
-            // Built in the link's own buffer where it lends one (UDP: queued
-            // as built, no copy), else in the port's.
-            let (buf, lent) = match self.link.send_buffer() {
-                Some(b) => (b, true),
-                None => (&mut self.tx[TX_OFFSET..], false),
+            // Issue 30: where the link computes the CRCs (the shared-memory
+            // link), a data packet's payload is built straight in the
+            // peer's ring slot the link gives (`TxSlots`), the rest in the
+            // port's buffer. Else built in the link's own buffer where it
+            // lends one (UDP: queued as built, no copy), else in the port's.
+            let (buf, lent, in_slot) = if self.engine.port().crcs_by_link {
+                let buf = &mut self.tx[TX_OFFSET..];
+                let mut slots = LinkSlots(&mut *self.link);
+                let Some((len, in_slot)) = self.engine.poll_transmit_into(mem, t, buf, &mut slots)
+                else {
+                    break;
+                };
+                (&mut buf[..len], false, in_slot)
+            } else {
+                let (buf, lent) = match self.link.send_buffer() {
+                    Some(b) => (b, true),
+                    None => (&mut self.tx[TX_OFFSET..], false),
+                };
+                let Some(len) = self.engine.poll_transmit(mem, t, buf) else {
+                    break;
+                };
+                (&mut buf[..len], lent, false)
             };
-            let Some(len) = self.engine.poll_transmit(mem, t, buf) else {
-                break;
-            };
+            let len = buf.len();
             moved += 1;
             if let Some(m) = self.mgmt.as_mut() {
                 // IBA 7.2: only an Active port sends data packets; SMPs (VL15)
@@ -317,10 +346,13 @@ impl Port {
                 }
             }
             self.counters.tx_packets += 1;
+            let packet = &self.tx[TX_OFFSET..TX_OFFSET + len];
             let sent = if lent {
                 self.link.send_from_buffer(now, len)
+            } else if in_slot {
+                self.link.send_slotted(now, packet)
             } else {
-                self.link.send(now, &self.tx[TX_OFFSET..TX_OFFSET + len])
+                self.link.send(now, packet)
             };
             if let Err(e) = sent {
                 self.link_error("send", &e);

@@ -399,3 +399,53 @@ fn shm_link_with_crcs_taken_lends_long_data_packets_in_their_slot() {
     assert_eq!(got[2], (vl15.clone(), false, vl15.clone()));
     assert_eq!(l[1].counters().rx_lent, 1);
 }
+
+/// Issue 30: where the CRCs were taken, the link gives the engine a ring
+/// slot to build a packet's payload in (`Link::payload_slot`) and publishes
+/// the packet around it (`Link::send_slotted`): the peer reads the whole
+/// packet as built. A DLID without a ring (or whose ring the first packet
+/// to it has not opened yet) gets no slot; a slot not followed
+/// by its packet is given back by the next send; a slotted send without a
+/// slot is dropped and counted.
+#[test]
+fn shm_link_builds_a_payload_in_the_peers_ring_slot_and_publishes_the_packet_around_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_f, mut l) = fabric(dir.path(), &[Some("h"), Some("h"), None]);
+    assert!(l[0].take_crcs() && l[1].take_crcs());
+    // The payload of a UD SEND starts after LRH, BTH and DETH.
+    let payload: Vec<u8> = (0..3000).map(|i| (i * 7) as u8).collect();
+    let want = without_crcs(ud_packet(1, 2, 1, &payload));
+    let at = 8 + 12 + 8;
+    assert_eq!(want[at..at + payload.len()], payload[..]);
+    assert!(l[0].payload_slot(3, at, payload.len()).is_none(), "n2: UDP");
+    assert!(l[0].payload_slot(1, at, payload.len()).is_none(), "own LID");
+    // The first packet to a peer opens its ring (`send`), then slots come.
+    assert!(
+        l[0].payload_slot(2, at, payload.len()).is_none(),
+        "not open"
+    );
+    let first = without_crcs(ud_packet(1, 2, 0, b"first"));
+    l[0].send(t(0), &first).unwrap();
+    let room = l[0].payload_slot(2, at, payload.len()).expect("a slot");
+    room.copy_from(&payload);
+    let mut around = want.clone();
+    around[at..at + payload.len()].fill(0xee); // not the packet's bytes
+    l[0].send_slotted(t(0), &around).unwrap();
+    // A slot asked for and then not used: the next send takes it back.
+    let _ = l[0].payload_slot(2, at, 100).expect("a slot");
+    let other = without_crcs(ud_packet(1, 2, 2, b"whole"));
+    l[0].send(t(0), &other).unwrap();
+    l[0].send_slotted(t(0), &around).unwrap();
+    let got = drain_vouched(&mut l[1], t(1));
+    assert_eq!(
+        got,
+        vec![
+            (first, Some(1), true),
+            (want, Some(1), true),
+            (other, Some(1), true)
+        ],
+        "the packet built around its slot, then the whole one; not the unreserved one"
+    );
+    let c = *l[0].counters();
+    assert_eq!((c.tx_packets, c.tx_in_slot, c.drop_tx_slot_lost), (3, 1, 1));
+}

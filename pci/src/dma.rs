@@ -283,6 +283,13 @@ impl DmaView {
         self.with_map(|mem| write_in(mem, addr, data))
     }
 
+    /// Reads guest address `addr` into `dst`, memory that is not guest
+    /// memory and not a Rust slice (a shared-memory ring slot another
+    /// process reads, issue 30): one copy, in [`COPY_PIECE`] pieces.
+    pub fn read_volatile(&self, addr: u64, dst: VolatileSlice<'_>) -> Result<(), DmaError> {
+        self.with_map(|mem| read_volatile_in(mem, addr, dst))
+    }
+
     /// Writes `src`, memory that is not guest memory and not a Rust slice
     /// (a shared-memory ring slot another process writes, issue 30), at
     /// guest address `addr`: one copy, in [`COPY_PIECE`] pieces.
@@ -364,6 +371,41 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
     }
     mem.write_slice(data, GuestAddress(addr))
         .map_err(|_| unmapped(addr, data.len()))
+}
+
+/// Reads guest address `addr` of `mem` into `dst` (`DmaView::read_volatile`).
+fn read_volatile_in(
+    mem: &GuestMemoryMmap,
+    addr: u64,
+    dst: VolatileSlice<'_>,
+) -> Result<(), DmaError> {
+    let len = dst.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let bad = |_| unmapped(addr, len);
+    if let Ok(from) = mem.get_slice(GuestAddress(addr), len) {
+        let mut at = 0;
+        while at < len {
+            // As in `write_volatile_in`.
+            let n = (len - at).min(COPY_PIECE);
+            from.subslice(at, n)
+                .map_err(bad)?
+                .copy_to_volatile_slice(dst.subslice(at, n).map_err(bad)?);
+            at += n;
+        }
+        return Ok(());
+    }
+    // Across adjacent maps (rare): piece by piece through a buffer.
+    let mut piece = [0u8; COPY_PIECE];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(COPY_PIECE);
+        read_in(mem, addr + at as u64, &mut piece[..n])?;
+        dst.subslice(at, n).map_err(bad)?.copy_from(&piece[..n]);
+        at += n;
+    }
+    Ok(())
 }
 
 /// Writes `src` at guest address `addr` of `mem` (`DmaView::write_volatile`).

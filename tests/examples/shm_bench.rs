@@ -297,10 +297,15 @@ fn main() {
             "{name}: the driver wrote {wakes:.2} WAKEs a round trip (a data path asleep); idle afterwards, both vhca used {idle_cpu:.2} % of a CPU"
         );
         // Each vhca's last counters line (both processes' reports).
-        let mut lines: Vec<&str> = report.lines().filter(|l| l.contains("shm n")).collect();
-        lines.dedup();
-        for l in lines {
-            println!("{name}: link: {}", l.trim());
+        let mut last = std::collections::BTreeMap::new();
+        for l in report.lines() {
+            if let Some(at) = l.find("shm n") {
+                let line = &l[at..];
+                last.insert(line.split(':').next().unwrap_or(line), line);
+            }
+        }
+        for l in last.values() {
+            println!("{name}: link: {l}");
         }
     }
 }

@@ -127,7 +127,8 @@ fn shm_rings_with_faults_and_a_udp_node_move_rc_traffic_byte_exact_between_vhca_
 /// without them (B's link vouches, B's engine skips only that check), its
 /// WRITE to C (another host: UDP) gets them filled in by A's link and C's
 /// engine checks them; both arrive byte-exact, and so does B's SEND back.
-/// Both ring directions lend the data packets in their slots (`rx_lent`).
+/// Both ring directions build the data packets' payloads in their slots
+/// (`tx_in_slot`) and lend them there (`rx_lent`).
 #[test]
 fn shm_rings_carry_packets_without_crcs_and_the_link_fills_them_in_for_the_udp_node() {
     let mut v = Vhca::spawn(options(3, &[0, 1]));
@@ -149,14 +150,18 @@ fn shm_rings_carry_packets_without_crcs_and_the_link_fills_them_in_for_the_udp_n
         shm_counter(&v, 0, "rx_crcs_vouched").is_some_and(|n| n >= 256),
         "{e0}"
     );
-    // Both were lent in their slots, the payload placed from there (one
-    // copy) and checked byte for byte above.
+    // Both were built with their payload in the ring slot and lent in it
+    // on the other side, the payload placed from there: one copy a side,
+    // checked byte for byte above.
     for i in 0..2 {
-        assert!(
-            shm_counter(&v, i, "rx_lent").is_some_and(|n| n >= 256),
-            "{}",
-            v.stderr(i)
-        );
+        for key in ["tx_in_slot", "rx_lent"] {
+            assert!(
+                shm_counter(&v, i, key).is_some_and(|n| n >= 256),
+                "{key}: {}",
+                v.stderr(i)
+            );
+        }
+        assert_eq!(shm_counter(&v, i, "tx_slot_lost"), Some(0));
     }
     // C (no rings) computes and checks CRCs itself.
     assert!(!v.stderr(2).contains("CRCs left to the link"));

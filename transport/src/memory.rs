@@ -53,13 +53,19 @@ impl<'a> Src<'a> {
                 .split_at_checked(n)
                 .map(|(h, t)| (Src::Bytes(h), Src::Bytes(t))),
             Src::Volatile(v) => {
-                let rest = v.len().checked_sub(n)?;
-                let h = v.subslice(0, n).ok()?;
-                let t = v.subslice(n, rest).ok()?;
-                Some((Src::Volatile(h), Src::Volatile(t)))
+                split_volatile(v, n).map(|(h, t)| (Src::Volatile(h), Src::Volatile(t)))
             }
         }
     }
+}
+
+/// The first `n` bytes of `v` and the rest; `None` when `n` is past the end.
+fn split_volatile(
+    v: vm_memory::VolatileSlice<'_>,
+    n: usize,
+) -> Option<(vm_memory::VolatileSlice<'_>, vm_memory::VolatileSlice<'_>)> {
+    let rest = v.len().checked_sub(n)?;
+    Some((v.subslice(0, n).ok()?, v.subslice(n, rest).ok()?))
 }
 
 impl<'a> From<&'a [u8]> for Src<'a> {
@@ -78,6 +84,88 @@ impl<'a, const N: usize> From<&'a [u8; N]> for Src<'a> {
     fn from(b: &'a [u8; N]) -> Src<'a> {
         Src::Bytes(b)
     }
+}
+
+/// Where the engine reads memory to: a slice of its own, or bytes it may
+/// write but never borrow as a `&mut [u8]`: the shared-memory ring slot a
+/// packet to a co-located peer is built in (issue 30), which the peer can
+/// read or write at any time. [`Memory::read_dst`] copies guest memory
+/// straight into it.
+#[derive(Debug)]
+pub enum Dst<'a> {
+    Bytes(&'a mut [u8]),
+    Volatile(vm_memory::VolatileSlice<'a>),
+}
+
+impl<'a> Dst<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            Dst::Bytes(b) => b.len(),
+            Dst::Volatile(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first `n` bytes and the rest; `None` when `n` is past the end.
+    pub fn split_at(self, n: usize) -> Option<(Dst<'a>, Dst<'a>)> {
+        match self {
+            Dst::Bytes(b) => b
+                .split_at_mut_checked(n)
+                .map(|(h, t)| (Dst::Bytes(h), Dst::Bytes(t))),
+            Dst::Volatile(v) => {
+                split_volatile(v, n).map(|(h, t)| (Dst::Volatile(h), Dst::Volatile(t)))
+            }
+        }
+    }
+}
+
+impl<'a> From<&'a mut [u8]> for Dst<'a> {
+    fn from(b: &'a mut [u8]) -> Dst<'a> {
+        Dst::Bytes(b)
+    }
+}
+
+impl<'a> From<&'a mut Vec<u8>> for Dst<'a> {
+    fn from(b: &'a mut Vec<u8>) -> Dst<'a> {
+        Dst::Bytes(b)
+    }
+}
+
+impl<'a, const N: usize> From<&'a mut [u8; N]> for Dst<'a> {
+    fn from(b: &'a mut [u8; N]) -> Dst<'a> {
+        Dst::Bytes(b)
+    }
+}
+
+impl<'a> From<vm_memory::VolatileSlice<'a>> for Dst<'a> {
+    fn from(v: vm_memory::VolatileSlice<'a>) -> Dst<'a> {
+        Dst::Volatile(v)
+    }
+}
+
+/// Reads `addr` of `mem` into volatile bytes `v` through a [`COPY_CHUNK`]
+/// buffer on the stack ([`Memory::read_dst`]'s default).
+pub fn read_volatile_buffered<M: Memory + ?Sized>(
+    mem: &M,
+    addr: u64,
+    v: vm_memory::VolatileSlice<'_>,
+) -> Result<(), MemError> {
+    let err = MemError {
+        addr,
+        len: v.len() as u64,
+    };
+    let mut piece = [0u8; COPY_CHUNK];
+    let mut at = 0;
+    while at < v.len() {
+        let n = (v.len() - at).min(COPY_CHUNK);
+        mem.read(addr.checked_add(at as u64).ok_or(err)?, &mut piece[..n])?;
+        v.subslice(at, n).map_err(|_| err)?.copy_from(&piece[..n]);
+        at += n;
+    }
+    Ok(())
 }
 
 /// Writes volatile bytes `v` at `addr` of `mem` through a [`COPY_CHUNK`]
@@ -122,6 +210,15 @@ pub trait Memory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
     /// Writes `data` at `addr`.
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Reads `dst.len()` bytes at `addr` into `dst`. The default copies into
+    /// volatile bytes through a [`COPY_CHUNK`] buffer on the stack; the
+    /// device copies guest memory straight into them.
+    fn read_dst(&self, addr: u64, dst: Dst<'_>) -> Result<(), MemError> {
+        match dst {
+            Dst::Bytes(b) => self.read(addr, b),
+            Dst::Volatile(v) => read_volatile_buffered(self, addr, v),
+        }
+    }
     /// Writes `src` at `addr`. The default copies volatile bytes through a
     /// [`COPY_CHUNK`] buffer on the stack (two copies, the second from L1);
     /// the device copies them straight into guest memory.

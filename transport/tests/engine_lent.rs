@@ -4,7 +4,9 @@
 //! the engine's own; everything else is copied whole first. Either way the
 //! result is the one a private packet gives: the same bytes in memory, the
 //! same completions, with loss, duplicates and reordering (the reorder hold
-//! keeps a whole copy of a lent packet).
+//! keeps a whole copy of a lent packet). The sending side's counterpart:
+//! a data packet's payload built in the place its link gives
+//! (`Engine::poll_transmit_into`, `TxSlots`).
 
 mod common;
 
@@ -107,6 +109,9 @@ fn lent_packets_place_what_private_packets_place() {
     assert_eq!(cb.rx_in_place, 22);
     assert_eq!(ca.rx_in_place, 8);
     assert!(cb.rx_packets > cb.rx_in_place && ca.rx_packets > ca.rx_in_place);
+    // The same 30 were built with their payload in the slot: the 22 by
+    // A's requester, the 8 READ responses by B's responder.
+    assert_eq!(lent.slotted, 30);
 }
 
 #[test]

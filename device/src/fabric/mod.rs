@@ -377,6 +377,31 @@ pub trait Link {
     fn take_crcs(&mut self) -> bool {
         false
     }
+
+    /// Issue 30: room for `len` payload bytes of the packet the engine is
+    /// building for `dlid`, its payload at `at` (`transport::engine::TxSlots`):
+    /// the shared-memory link's next slot in that peer's ring, so that guest
+    /// memory is copied once, into the slot. The packet then goes by
+    /// [`Link::send_slotted`]. Only a link whose CRCs were taken gives room
+    /// (the stages that forward [`Link::take_crcs`] read only the headers),
+    /// and only once the peer's ring is open (the first packet to it, sent
+    /// whole, opens it); none by default, and stages do not forward it.
+    fn payload_slot(
+        &mut self,
+        _dlid: u16,
+        _at: usize,
+        _len: usize,
+    ) -> Option<vm_memory::VolatileSlice<'_>> {
+        None
+    }
+
+    /// Sends `packet`, whose payload bytes are not in it but in the room
+    /// the last [`Link::payload_slot`] gave (built there by the engine). A
+    /// link that never gives room never gets this; by default the packet is
+    /// dropped.
+    fn send_slotted(&mut self, _now: Duration, _packet: &[u8]) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -448,6 +473,17 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn take_crcs(&mut self) -> bool {
         (**self).take_crcs()
+    }
+    fn payload_slot(
+        &mut self,
+        dlid: u16,
+        at: usize,
+        len: usize,
+    ) -> Option<vm_memory::VolatileSlice<'_>> {
+        (**self).payload_slot(dlid, at, len)
+    }
+    fn send_slotted(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        (**self).send_slotted(now, packet)
     }
 }
 

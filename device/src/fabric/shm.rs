@@ -107,12 +107,23 @@ pub struct ShmCounters {
     /// Packets lent to the stack above in their slot, their payload placed
     /// from there (issue 30, `Received::lent`).
     pub rx_lent: u64,
+    /// Packets whose payload the engine built in their slot
+    /// (`Link::payload_slot`), published around it.
+    pub tx_in_slot: u64,
+    /// Send: such a packet whose ring went away (closed, remade, corrupt)
+    /// between the slot's reservation and the send: its payload was only
+    /// in that ring.
+    pub drop_tx_slot_lost: u64,
 }
 
 impl ShmCounters {
     /// Packets dropped, for every reason.
     pub fn dropped(&self) -> u64 {
-        self.drop_tx_full + self.drop_tx_corrupt + self.drop_tx_disabled + self.drop_rx_disabled
+        self.drop_tx_full
+            + self.drop_tx_corrupt
+            + self.drop_tx_disabled
+            + self.drop_rx_disabled
+            + self.drop_tx_slot_lost
     }
 }
 
@@ -123,7 +134,8 @@ impl std::fmt::Display for ShmCounters {
             "tx {} ({} B) rx {} ({} B) tx_udp_fallback {} doorbells_tx {} doorbells_rx {} \
              doorbell_errors {} dropped {}: tx_full {} tx_corrupt {} tx_disabled {} \
              rx_disabled {} corrupt_index {} corrupt_length {} rings_remade {} peer_stalls {} \
-             tx_opens {} tx_crcs_filled {} rx_crcs_vouched {} rx_lent {}",
+             tx_opens {} tx_crcs_filled {} rx_crcs_vouched {} rx_lent {} tx_in_slot {} \
+             tx_slot_lost {}",
             self.tx_packets,
             self.tx_bytes,
             self.rx_packets,
@@ -145,6 +157,8 @@ impl std::fmt::Display for ShmCounters {
             self.tx_crcs_filled,
             self.rx_crcs_vouched,
             self.rx_lent,
+            self.tx_in_slot,
+            self.drop_tx_slot_lost,
         )
     }
 }
@@ -218,7 +232,20 @@ pub struct ShmLink {
     crc_scratch: Box<[u8]>,
     /// The last DLID routed and its ring, if any (`ring_for`).
     last_route: Option<(u16, Option<usize>)>,
+    /// The slot `Link::payload_slot` reserved last for a packet built in
+    /// place (issue 30): the peer, the payload's place in the packet, and
+    /// the ring and slot it holds for (`TxRing::next_slot`).
+    tx_slot: Option<TxSlot>,
     counters: ShmCounters,
+}
+
+/// A slot reserved for a packet whose payload the engine builds in it.
+#[derive(Debug, Clone, Copy)]
+struct TxSlot {
+    peer: usize,
+    at: usize,
+    len: usize,
+    slot: ((u64, u64), u64),
 }
 
 impl ShmLink {
@@ -285,6 +312,7 @@ impl ShmLink {
             crcs_by_link: false,
             crc_scratch: Box::default(),
             last_route: None,
+            tx_slot: None,
             counters: ShmCounters::default(),
         })
     }
@@ -577,7 +605,19 @@ fn ring_for(
     if peers.is_empty() || !(MIN_PACKET_LEN..=MAX_PACKET_LEN).contains(&packet.len()) {
         return None;
     }
-    let dlid = dlid_of(packet)?;
+    ring_for_dlid(peers, fabric, last, dlid_of(packet)?)
+}
+
+/// [`ring_for`] a packet to `dlid`.
+fn ring_for_dlid(
+    peers: &[Peer],
+    fabric: &FabricFile,
+    last: &mut Option<(u16, Option<usize>)>,
+    dlid: u16,
+) -> Option<usize> {
+    if peers.is_empty() {
+        return None;
+    }
     match *last {
         Some((l, p)) if l == dlid => return p,
         _ => {}
@@ -611,6 +651,9 @@ impl Drop for ShmLink {
 
 impl Link for ShmLink {
     fn send(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        // A packet handed in whole: a slot reserved for one that was not
+        // built after all is free again.
+        self.tx_slot = None;
         match ring_for(&self.peers, &self.fabric, &mut self.last_route, packet) {
             Some(p) => self.send_ring(now, p, packet),
             None => self.send_udp(now, packet),
@@ -736,6 +779,8 @@ impl Link for ShmLink {
     }
 
     fn send_from_buffer(&mut self, now: Duration, len: usize) -> Result<(), LinkError> {
+        // A whole packet, as `send`.
+        self.tx_slot = None;
         // The packet is in the UDP link's buffer: a ring takes it from there
         // (one copy, into the slot), and the buffer stays lent for the next
         // packet (`Link::send_buffer`).
@@ -791,6 +836,68 @@ impl Link for ShmLink {
 
     fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         self.udp.send_link_packet(now, packet)
+    }
+
+    fn payload_slot(
+        &mut self,
+        dlid: u16,
+        at: usize,
+        len: usize,
+    ) -> Option<vm_memory::VolatileSlice<'_>> {
+        self.tx_slot = None;
+        // Only where the CRCs are the link's: the engine computes none
+        // over the payload, and no stage above reads it.
+        if !self.crcs_by_link || self.disabled {
+            return None;
+        }
+        let p = ring_for_dlid(&self.peers, &self.fabric, &mut self.last_route, dlid)?;
+        let peer = &self.peers[p];
+        if peer.tx_bad_until.is_some() {
+            return None;
+        }
+        let tx = peer.tx.as_ref().filter(|t| !t.is_closed())?;
+        // Full or corrupt: built in the buffer, and `send` counts it.
+        let room = tx.reserve(at, len).ok()??;
+        self.tx_slot = Some(TxSlot {
+            peer: p,
+            at,
+            len,
+            slot: tx.next_slot(),
+        });
+        Some(room)
+    }
+
+    fn send_slotted(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
+        let Some(s) = self.tx_slot.take() else {
+            // Not after a `payload_slot` that gave room: the caller's bug.
+            self.counters.drop_tx_slot_lost += 1;
+            return Ok(());
+        };
+        let route = ring_for(&self.peers, &self.fabric, &mut self.last_route, packet);
+        let flags = self.slot_flags();
+        let c = &mut self.counters;
+        if self.disabled {
+            c.drop_tx_disabled += 1;
+            return Ok(());
+        }
+        let peer = &mut self.peers[s.peer];
+        // The reserved slot holds only while its ring does: not closed,
+        // not replaced, not corrupt, nothing published since.
+        let tx = peer
+            .tx
+            .as_mut()
+            .filter(|t| route == Some(s.peer) && !t.is_closed() && t.next_slot() == s.slot);
+        let Some(tx) = tx.filter(|_| peer.tx_bad_until.is_none() && s.at + s.len <= packet.len())
+        else {
+            c.drop_tx_slot_lost += 1;
+            return Ok(());
+        };
+        let r = tx.publish_around(packet, s.at, s.len, flags);
+        if matches!(r, Ok(Push::Sent)) {
+            self.counters.tx_in_slot += 1;
+        }
+        self.pushed(now, s.peer, Some(r), packet.len());
+        Ok(())
     }
 
     fn take_crcs(&mut self) -> bool {

@@ -338,25 +338,75 @@ impl TxRing {
     /// Publishes `packet` (1..=[`MAX_PACKET_LEN`] bytes, the caller checked)
     /// with slot flags `flags`.
     pub fn push(&mut self, packet: &[u8], flags: u32) -> Result<Push, Corrupt> {
+        // All of it before an empty payload range.
+        self.publish_around(packet, packet.len(), 0, flags)
+    }
+
+    /// Which slot the next packet goes into, and of which ring file: a
+    /// reservation ([`TxRing::reserve`]) holds only while both stay.
+    pub fn next_slot(&self) -> ((u64, u64), u64) {
+        (self.id, self.tail)
+    }
+
+    /// The next slot's packet bytes, `at..at + len` of them, for a packet
+    /// built in place (issue 30, `Link::payload_slot`): `Ok(None)` when the
+    /// ring is full or the range is past a packet. Nothing is published
+    /// until [`TxRing::publish_around`]; another reserve gives the same slot.
+    pub fn reserve(
+        &self,
+        at: usize,
+        len: usize,
+    ) -> Result<Option<vm_memory::VolatileSlice<'_>>, Corrupt> {
+        if self.used()? >= SLOTS || at.checked_add(len).is_none_or(|end| end > MAX_PACKET_LEN) {
+            return Ok(None);
+        }
+        Ok(self.map.volatile(slot_at(self.tail) + 8 + at, len))
+    }
+
+    /// Publishes the packet [`TxRing::reserve`] took bytes `at..at + len`
+    /// of for its payload (written there since): `packet` holds its other
+    /// bytes (its own bytes in that range are not the packet's). The
+    /// caller checked that `packet` is 1..=[`MAX_PACKET_LEN`] bytes and
+    /// covers the range.
+    pub fn publish_around(
+        &mut self,
+        packet: &[u8],
+        at: usize,
+        len: usize,
+        flags: u32,
+    ) -> Result<Push, Corrupt> {
+        // The consumer only frees slots: the reserved one is still free.
         if self.used()? >= SLOTS {
             return Ok(Push::Full);
         }
-        let at = slot_at(self.tail);
+        let slot = slot_at(self.tail);
+        let (Some(head), Some(tail)) = (packet.get(..at), packet.get(at + len..)) else {
+            return Err(Corrupt::Length); // The caller's checks make this unreachable.
+        };
         let mut word = [0u8; 8];
         word[..4].copy_from_slice(&(packet.len() as u32).to_le_bytes());
         word[4..].copy_from_slice(&flags.to_le_bytes());
         if packet.is_empty()
             || packet.len() > MAX_PACKET_LEN
-            || !self.map.write(at, &word)
-            || !self.map.write(at + 8, packet)
+            || !self.map.write(slot, &word)
+            || !self.map.write(slot + 8, head)
+            || !self.map.write(slot + 8 + at + len, tail)
         {
-            return Err(Corrupt::Length); // The caller's checks make this unreachable.
+            return Err(Corrupt::Length);
         }
         self.tail = self.tail.wrapping_add(1);
         self.map
             .u64_at(OFF_TAIL)
             .store(self.tail, Ordering::Release);
         Ok(Push::Sent)
+    }
+
+    /// Copies the reserved slot's bytes `at..at + dst.len()` (a payload
+    /// built there, for a packet that goes over UDP after all) into `dst`.
+    pub fn read_reserved(&self, at: usize, dst: &mut [u8]) -> bool {
+        at.checked_add(dst.len())
+            .is_some_and(|end| end <= MAX_PACKET_LEN)
+            && self.map.read(slot_at(self.tail) + 8 + at, dst)
     }
 
     /// Whether the consumer asked for a doorbell; clears the request (one

@@ -1,7 +1,7 @@
 //! The engine's view of memory protection: the checks of [`crate::mr`] turned into
 //! completion statuses and NAK codes (MP-04, MP-05, RL-12).
 
-use crate::memory::{Memory, Src};
+use crate::memory::{Dst, Memory, Src};
 use crate::mr::{AccessError, CopyError, MrTable, OdpFault, RemoteAccess};
 use crate::verbs::{Handle, WcStatus};
 use crate::wire::ext::NakCode;
@@ -122,7 +122,7 @@ pub(crate) fn remote_read(
     qpn: u32,
     rkey: u32,
     va: u64,
-    buf: &mut [u8],
+    buf: Dst<'_>,
 ) -> Result<(), RemoteErr> {
     let r = mrs
         .check_remote_at(

@@ -92,6 +92,25 @@ fn lendable(head: &[u8]) -> bool {
         )
 }
 
+/// Where a link lets the engine build a packet's payload in place: the
+/// shared-memory link's ring slot for the packet's DLID (issue 30), so that
+/// guest memory is copied once, into the slot, instead of into the engine's
+/// buffer and from there into the slot. [`Engine::poll_transmit_into`] asks
+/// only for a native RC/UC/XRC data packet whose CRCs its link computes.
+pub trait TxSlots {
+    /// Room for `len` payload bytes of a packet to `dlid`, whose payload
+    /// starts at `at`: the link sends the packet's other bytes from the
+    /// engine's buffer around them (`Link::send`), or `None` (the payload
+    /// goes into the buffer, as ever). Asked at most once per packet built;
+    /// a later ask, or a packet that is not sent, gives the room back.
+    fn payload_slot(
+        &mut self,
+        dlid: u16,
+        at: usize,
+        len: usize,
+    ) -> Option<vm_memory::VolatileSlice<'_>>;
+}
+
 /// The engine's copy of a lent packet: the longest native packet, LRH:PktLen
 /// (11 bits of 4-byte words, IBA 7.7.8) and the VCRC.
 const LENT_MAX: usize = 0x7ff * 4 + 2;
@@ -101,13 +120,8 @@ fn lent_payload<'a>(
     l: vm_memory::VolatileSlice<'a>,
     pkt: &PacketRepr<'_>,
 ) -> Option<vm_memory::VolatileSlice<'a>> {
-    use crate::wire::{BthRepr, GrhRepr, LrhRepr};
-    let t = &pkt.transport;
-    let at = LrhRepr::LEN
-        + pkt.grh.map_or(0, |_| GrhRepr::LEN)
-        + BthRepr::LEN
-        + t.bth.opcode.info().headers_len();
-    l.subslice(at, t.payload.len()).ok()
+    l.subslice(pkt.payload_at(), pkt.transport.payload.len())
+        .ok()
 }
 
 /// What only the link knows of a received packet (ARCHITECTURE.md §9).
@@ -435,6 +449,32 @@ impl Engine {
         now: Time,
         buf: &mut [u8],
     ) -> Option<usize> {
+        self.poll_transmit_with(mem, now, buf, None)
+            .map(|(len, _)| len)
+    }
+
+    /// [`Self::poll_transmit`], building a data packet's payload in the
+    /// place `slots` gives for it, if any ([`TxSlots`]); also returns
+    /// whether it did: the packet's payload bytes are then there, not in
+    /// `buf`, and the caller hands `buf` to the link that gave the place
+    /// saying so.
+    pub fn poll_transmit_into(
+        &mut self,
+        mem: &mut dyn Memory,
+        now: Time,
+        buf: &mut [u8],
+        slots: &mut dyn TxSlots,
+    ) -> Option<(usize, bool)> {
+        self.poll_transmit_with(mem, now, buf, Some(slots))
+    }
+
+    fn poll_transmit_with(
+        &mut self,
+        mem: &mut dyn Memory,
+        now: Time,
+        buf: &mut [u8],
+        mut slots: Option<&mut dyn TxSlots>,
+    ) -> Option<(usize, bool)> {
         // Held packets whose time came are processed before anything is
         // built: their answers may be what goes out (`reorder`).
         self.release_expired(mem, now);
@@ -449,13 +489,13 @@ impl Engine {
         }) {
             self.counters.tx_packets += 1;
             self.counters.tx_bytes += len as u64;
-            return Some(len);
+            return Some((len, false));
         }
         // AD-11: RD's EE contexts and the QPs take turns.
         let rd_first = self.rd.active() && self.rd.take_turn();
         if rd_first {
             if let Some(len) = self.rd_poll_transmit(mem, now, buf) {
-                return Some(len);
+                return Some((len, false));
             }
         }
         let mut fx = Effects::default();
@@ -476,7 +516,10 @@ impl Engine {
                 continue;
             };
             self.port_window.before_poll(qp);
-            let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, None);
+            // A reborrow for this QP's turn (the trait object's lifetime
+            // shortened to it: `Option` does not coerce on its own).
+            let slots = slots.as_mut().map(|s| &mut **s as &mut dyn TxSlots);
+            let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, None, None, slots);
             let built = if qp.req_turn {
                 requester::poll_transmit(qp, &mut ctx, buf)
                     .or_else(|| responder::poll_transmit(qp, &mut ctx, buf))
@@ -484,6 +527,7 @@ impl Engine {
                 responder::poll_transmit(qp, &mut ctx, buf)
                     .or_else(|| requester::poll_transmit(qp, &mut ctx, buf))
             };
+            let in_slot = ctx.tx_in_slot;
             qp.req_turn = !qp.req_turn;
             if built.is_none() {
                 qp.scheduled = false;
@@ -512,13 +556,13 @@ impl Engine {
                 }
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += len as u64;
-                out = Some(len);
+                out = Some((len, in_slot));
                 break;
             }
         }
         self.finish(fx);
         if out.is_none() && self.rd.active() && !rd_first {
-            out = self.rd_poll_transmit(mem, now, buf);
+            out = self.rd_poll_transmit(mem, now, buf).map(|len| (len, false));
         }
         out
     }

@@ -30,7 +30,7 @@ mod credits;
 mod handle_tests;
 mod ids;
 mod io;
-pub use io::{RxFrom, LENT_HEAD};
+pub use io::{RxFrom, TxSlots, LENT_HEAD};
 pub mod link;
 mod mcast;
 mod odp;
@@ -994,6 +994,12 @@ pub(crate) struct Ctx<'a> {
     /// `TransportRepr::payload` is then zeros of the same length, and the
     /// placement reads this instead ([`Ctx::payload`]).
     pub lent: Option<vm_memory::VolatileSlice<'a>>,
+    /// Where the link lets a data packet's payload be built in place
+    /// (issue 30, [`Engine::poll_transmit_into`]).
+    pub tx_slots: Option<&'a mut dyn io::TxSlots>,
+    /// The packet just built has its payload in the place `tx_slots` gave,
+    /// not in the buffer.
+    pub tx_in_slot: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -1019,6 +1025,9 @@ macro_rules! engine_ctx {
         $crate::engine::engine_ctx!($e, $mem, $fx, $now, $roce, None)
     };
     ($e:expr, $mem:expr, $fx:expr, $now:expr, $roce:expr, $lent:expr) => {
+        $crate::engine::engine_ctx!($e, $mem, $fx, $now, $roce, $lent, None)
+    };
+    ($e:expr, $mem:expr, $fx:expr, $now:expr, $roce:expr, $lent:expr, $slots:expr) => {
         $crate::engine::Ctx {
             mrs: &mut $e.mrs,
             mem: $mem,
@@ -1029,6 +1038,8 @@ macro_rules! engine_ctx {
             now: $now,
             roce: $roce,
             lent: $lent,
+            tx_slots: $slots,
+            tx_in_slot: false,
         }
     };
 }

@@ -4,7 +4,7 @@
 //! variant per reason. Gather and scatter over an SGE list check every piece
 //! before they touch memory.
 
-use crate::memory::{MemError, Memory, Src};
+use crate::memory::{Dst, MemError, Memory, Src};
 use crate::verbs::{Access, Handle, MwType, Sge, WcStatus};
 use crate::wire::NakCode;
 
@@ -389,14 +389,15 @@ impl MrTable {
     /// Copies bytes `[offset, offset + buf.len())` of the concatenation of the
     /// SGEs into `buf` (a send's gather list into a packet payload). Each SGE
     /// touched is checked for local read first; nothing is read unless all pass.
-    pub fn gather(
+    pub fn gather<'d>(
         &self,
         mem: &dyn Memory,
         pd: Handle,
         sges: &[Sge],
         offset: u64,
-        buf: &mut [u8],
+        buf: impl Into<Dst<'d>>,
     ) -> Result<(), CopyError> {
+        let buf = buf.into();
         if let Some(r) = self.one_sge_range(pd, sges, offset, buf.len(), LocalAccess::Read) {
             return r?.read(mem, buf);
         }
@@ -404,7 +405,8 @@ impl MrTable {
         let mut rest = buf;
         for piece in self.sge_ranges(pd, sges, offset, rest.len(), LocalAccess::Read) {
             let r = piece?;
-            let (head, tail) = rest.split_at_mut(seg_len(r.len, rest.len())?);
+            let at = seg_len(r.len, rest.len())?;
+            let (head, tail) = rest.split_at(at).ok_or(CopyError::Length)?;
             r.read(mem, head)?;
             rest = tail;
         }

@@ -3,7 +3,7 @@
 //! and the copies through a range that passed a check ([`MrRange`]) or an
 //! atomic's 8-byte word ([`AtomicTarget`]).
 
-use crate::memory::{MemError, Memory, Src};
+use crate::memory::{Dst, MemError, Memory, Src};
 use crate::verbs::{Access, Handle};
 
 use super::CopyError;
@@ -295,14 +295,16 @@ impl<'a> MrRange<'a> {
     /// call per physically contiguous segment (the memory copies a segment
     /// in [`crate::memory::COPY_CHUNK`] pieces itself). An
     /// ODP page not present is [`CopyError::PageFault`], before any byte moves.
-    pub fn read(&self, mem: &dyn Memory, buf: &mut [u8]) -> Result<(), CopyError> {
+    pub fn read<'d>(&self, mem: &dyn Memory, buf: impl Into<Dst<'d>>) -> Result<(), CopyError> {
+        let buf = buf.into();
         if let Some(f) = self.odp_fault(buf.len() as u64, false) {
             return Err(CopyError::PageFault(f));
         }
         let mut rest = buf;
         for (pa, n) in self.prefix(rest.len())? {
-            let (head, tail) = rest.split_at_mut(seg_len(n, rest.len())?);
-            mem.read(pa, head)?;
+            let at = seg_len(n, rest.len())?;
+            let (head, tail) = rest.split_at(at).ok_or(CopyError::Length)?;
+            mem.read_dst(pa, head)?;
             rest = tail;
         }
         finished(rest.len())

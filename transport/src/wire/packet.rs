@@ -319,6 +319,15 @@ impl<'a> PacketRepr<'a> {
         Ok(len)
     }
 
+    /// Where a native packet's payload starts: after LRH, GRH, BTH and the
+    /// extension headers its opcode has.
+    pub fn payload_at(&self) -> usize {
+        LrhRepr::LEN
+            + self.grh.map_or(0, |_| GrhRepr::LEN)
+            + BthRepr::LEN
+            + self.transport.bth.opcode.info().headers_len()
+    }
+
     /// Writes LRH, GRH and the transport headers (not the payload) for a packet of
     /// `self`'s payload length; returns where the payload starts and where the ICRC
     /// goes.

@@ -132,8 +132,34 @@ pub struct Net {
     /// a test's targeted drop of one packet (RL-14, RL-13).
     pub lose: Option<LoseFn>,
     /// When set, every packet is delivered as a link lends one in place
-    /// (`Engine::handle_received_lent`, CRCs vouched for; issue 30).
+    /// (`Engine::handle_received_lent`, CRCs vouched for; issue 30), and
+    /// built with its payload in a slot the "link" gives
+    /// (`Engine::poll_transmit_into`).
     pub lend: bool,
+    /// Packets built with their payload in a slot (with `lend`).
+    pub slotted: u64,
+}
+
+/// A link's slot for a packet's payload (`TxSlots`), as the shared-memory
+/// link's ring slot: `given` is where the payload goes in the packet.
+#[derive(Default)]
+pub struct TestSlots {
+    pub slot: Vec<u8>,
+    pub given: Option<(usize, usize)>,
+}
+
+impl transport::engine::TxSlots for TestSlots {
+    fn payload_slot(
+        &mut self,
+        _dlid: u16,
+        at: usize,
+        len: usize,
+    ) -> Option<vm_memory::VolatileSlice<'_>> {
+        self.given = Some((at, len));
+        self.slot.clear();
+        self.slot.resize(len, 0xdd);
+        Some(vm_memory::VolatileSlice::from(&mut self.slot[..]))
+    }
 }
 
 impl Net {
@@ -205,6 +231,7 @@ impl Net {
             link_free: Vec::new(),
             lose: None,
             lend: false,
+            slotted: 0,
         }
     }
 
@@ -236,11 +263,34 @@ impl Net {
                     break;
                 }
                 let n = &mut self.nodes[i];
-                let Some(len) = n.engine.poll_transmit(&mut n.mem, self.now, &mut self.buf) else {
+                let built = if self.lend {
+                    // As the shared-memory link: the payload built in a
+                    // "slot" of the link's, the packet put together after.
+                    let mut slots = TestSlots::default();
+                    let b = n.engine.poll_transmit_into(
+                        &mut n.mem,
+                        self.now,
+                        &mut self.buf,
+                        &mut slots,
+                    );
+                    b.map(|(len, in_slot)| {
+                        let mut pkt = self.buf[..len].to_vec();
+                        if in_slot {
+                            let (at, plen) = slots.given.expect("a slot was given");
+                            self.buf[at..at + plen].fill(0xee); // not the packet's
+                            pkt[at..at + plen].copy_from_slice(&slots.slot[..plen]);
+                            self.slotted += 1;
+                        }
+                        pkt
+                    })
+                } else {
+                    let b = n.engine.poll_transmit(&mut n.mem, self.now, &mut self.buf);
+                    b.map(|len| self.buf[..len].to_vec())
+                };
+                let Some(pkt) = built else {
                     break;
                 };
                 sent = true;
-                let pkt = self.buf[..len].to_vec();
                 self.launch(i, pkt);
             }
         }

@@ -674,7 +674,7 @@ pub(super) fn poll_transmit(e: &mut Eec, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
                 let pkt = headers(cx.port, e, op, dest_qp, p, false, ext);
                 let (mrs, mem) = (&*cx.mrs, &*cx.mem);
                 let r = emit(cx.port, e, &pkt, buf, plen, |dst| {
-                    access::remote_read(mrs, mem, pd, qpn, rkey, va.wrapping_add(at), dst)
+                    access::remote_read(mrs, mem, pd, qpn, rkey, va.wrapping_add(at), dst.into())
                 });
                 match (r, e.resp.out.front_mut()) {
                     (Ok(len), Some(Out::Read { k, .. })) => {
