@@ -96,7 +96,8 @@ fn lendable(head: &[u8]) -> bool {
 /// shared-memory link's ring slot for the packet's DLID (issue 30), so that
 /// guest memory is copied once, into the slot, instead of into the engine's
 /// buffer and from there into the slot. [`Engine::poll_transmit_into`] asks
-/// only for a native RC/UC/XRC data packet whose CRCs its link computes.
+/// only for a native packet whose CRCs its link computes and whose payload
+/// comes from memory: a SEND or RDMA WRITE (any QP type) or a READ response.
 pub trait TxSlots {
     /// Room for `len` payload bytes of a packet to `dlid`, whose payload
     /// starts at `at`: the link sends the packet's other bytes from the
