@@ -176,3 +176,35 @@ fn a_lent_packet_shorter_than_its_head_or_unvouched_is_copied_whole() {
     assert_eq!(b.engine.counters().rx_in_place, 0);
     assert_eq!(bytes(&n, 0, SRC, 5000), bytes(&n, 1, WRITE_AT, 5000));
 }
+
+/// A UD SEND qualifies for a slot too (the requester does not look at the
+/// QP type): built with its payload in the slot, it arrives byte-exact
+/// (its receive is copied whole: UD is not placed in place).
+#[test]
+fn a_ud_send_built_in_a_slot_arrives_byte_exact() {
+    use transport::verbs::{AddressVector, UdDest};
+    let mut n = net(true, Faults::default(), 5);
+    let ka = n.reg_all(0, ALL_ACCESS);
+    let kb = n.reg_all(1, ALL_ACCESS);
+    let (qa, cqa) = ud_qp(&mut n, 0);
+    let (qb, cqb) = ud_qp(&mut n, 1);
+    fill(&mut n, 0, SRC, 4096, 9);
+    recv(&mut n, 1, qb, 1, RECV_AT, 4096 + 40, kb);
+    let mut w = send_wr(1, WrOpcode::Send, sge(SRC, 4096, ka));
+    w.ud = Some(UdDest {
+        av: AddressVector {
+            dlid: 2,
+            ..AddressVector::default()
+        },
+        remote_qpn: qb,
+        remote_qkey: 0x1111_1111,
+        pkey_index: None,
+    });
+    n.nodes[0].engine.post_send(qa, w).unwrap();
+    let b = wait(&mut n, 1, cqb, 1);
+    assert_eq!((b[0].status, b[0].byte_len), (WcStatus::Success, 4096 + 40));
+    assert_eq!(bytes(&n, 1, RECV_AT + 40, 4096), bytes(&n, 0, SRC, 4096));
+    assert_eq!(wait(&mut n, 0, cqa, 1)[0].status, WcStatus::Success);
+    assert_eq!(n.slotted, 1);
+    assert_eq!(n.nodes[1].engine.counters().rx_in_place, 0);
+}
