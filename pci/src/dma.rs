@@ -373,6 +373,25 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
         .map_err(|_| unmapped(addr, data.len()))
 }
 
+/// Copies `from` into `to`, of the same length, in [`COPY_PIECE`] pieces;
+/// `None` if a piece is out of range (never: the pieces tile both slices),
+/// rather than bytes skipped (as `read_in`).
+fn copy_volatile<A: vm_memory::bitmap::BitmapSlice, B: vm_memory::bitmap::BitmapSlice>(
+    from: VolatileSlice<'_, A>,
+    to: VolatileSlice<'_, B>,
+) -> Option<()> {
+    let len = from.len();
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(COPY_PIECE);
+        from.subslice(at, n)
+            .ok()?
+            .copy_to_volatile_slice(to.subslice(at, n).ok()?);
+        at += n;
+    }
+    Some(())
+}
+
 /// Reads guest address `addr` of `mem` into `dst` (`DmaView::read_volatile`).
 fn read_volatile_in(
     mem: &GuestMemoryMmap,
@@ -385,16 +404,7 @@ fn read_volatile_in(
     }
     let bad = |_| unmapped(addr, len);
     if let Ok(from) = mem.get_slice(GuestAddress(addr), len) {
-        let mut at = 0;
-        while at < len {
-            // As in `write_volatile_in`.
-            let n = (len - at).min(COPY_PIECE);
-            from.subslice(at, n)
-                .map_err(bad)?
-                .copy_to_volatile_slice(dst.subslice(at, n).map_err(bad)?);
-            at += n;
-        }
-        return Ok(());
+        return copy_volatile(from, dst).ok_or_else(|| unmapped(addr, len));
     }
     // Across adjacent maps (rare): piece by piece through a buffer.
     let mut piece = [0u8; COPY_PIECE];
@@ -420,18 +430,7 @@ fn write_volatile_in(
     }
     let bad = |_| unmapped(addr, len);
     if let Ok(to) = mem.get_slice(GuestAddress(addr), len) {
-        let mut at = 0;
-        while at < len {
-            // The pieces tile both slices, which have the same length: never
-            // out of range, and if they were, an error rather than bytes
-            // skipped (as `read_in`).
-            let n = (len - at).min(COPY_PIECE);
-            src.subslice(at, n)
-                .map_err(bad)?
-                .copy_to_volatile_slice(to.subslice(at, n).map_err(bad)?);
-            at += n;
-        }
-        return Ok(());
+        return copy_volatile(src, to).ok_or_else(|| unmapped(addr, len));
     }
     // Across adjacent maps (rare): checked first, as `write_in`, then piece
     // by piece through a buffer.

@@ -140,12 +140,6 @@ impl<'a, const N: usize> From<&'a mut [u8; N]> for Dst<'a> {
     }
 }
 
-impl<'a> From<vm_memory::VolatileSlice<'a>> for Dst<'a> {
-    fn from(v: vm_memory::VolatileSlice<'a>) -> Dst<'a> {
-        Dst::Volatile(v)
-    }
-}
-
 /// Reads `addr` of `mem` into volatile bytes `v` through a [`COPY_CHUNK`]
 /// buffer on the stack ([`Memory::read_dst`]'s default).
 pub fn read_volatile_buffered<M: Memory + ?Sized>(

@@ -90,10 +90,7 @@ pub use underlay::{
     MAX_EXT_HEADERS, MAX_PACKET_OVERHEAD,
 };
 
-/// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC
-/// in 4-byte words in 11 bits (IBA 7.7.8), and the 2-byte VCRC follows. A receive
-/// buffer of this size always suffices.
-pub const MAX_PACKET_LEN: usize = 0x7ff * 4 + 2;
+pub use transport::wire::MAX_PACKET_LEN;
 
 /// The shortest native packet with a transport: LRH (8) + BTH (12) + ICRC (4) +
 /// VCRC (2). The UDP link sends nothing shorter (counted as `drop_tx_short`); a

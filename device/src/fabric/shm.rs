@@ -210,6 +210,17 @@ struct Peer {
     rx_bad_since: Option<Duration>,
 }
 
+impl Peer {
+    /// Its ring, if packets can go in now without (re)opening it: opened,
+    /// not closed by its consumer, not backing off after a bad head.
+    fn ready_tx(&mut self) -> Option<&mut TxRing> {
+        if self.tx_bad_until.is_some() {
+            return None;
+        }
+        self.tx.as_mut().filter(|t| !t.is_closed())
+    }
+}
+
 /// The link of a node with co-located peers: rings to them, UDP to the rest
 /// (module doc).
 #[derive(Debug)]
@@ -851,11 +862,7 @@ impl Link for ShmLink {
             return None;
         }
         let p = ring_for_dlid(&self.peers, &self.fabric, &mut self.last_route, dlid)?;
-        let peer = &self.peers[p];
-        if peer.tx_bad_until.is_some() {
-            return None;
-        }
-        let tx = peer.tx.as_ref().filter(|t| !t.is_closed())?;
+        let tx = self.peers[p].ready_tx()?;
         // Full or corrupt: built in the buffer, and `send` counts it.
         let room = tx.reserve(at, len).ok()??;
         self.tx_slot = Some(TxSlot {
@@ -873,23 +880,18 @@ impl Link for ShmLink {
             self.counters.drop_tx_slot_lost += 1;
             return Ok(());
         };
-        let route = ring_for(&self.peers, &self.fabric, &mut self.last_route, packet);
-        let flags = self.slot_flags();
-        let c = &mut self.counters;
         if self.disabled {
-            c.drop_tx_disabled += 1;
+            self.counters.drop_tx_disabled += 1;
             return Ok(());
         }
-        let peer = &mut self.peers[s.peer];
-        // The reserved slot holds only while its ring does: not closed,
-        // not replaced, not corrupt, nothing published since.
-        let tx = peer
-            .tx
-            .as_mut()
-            .filter(|t| route == Some(s.peer) && !t.is_closed() && t.next_slot() == s.slot);
-        let Some(tx) = tx.filter(|_| peer.tx_bad_until.is_none() && s.at + s.len <= packet.len())
-        else {
-            c.drop_tx_slot_lost += 1;
+        let route = ring_for(&self.peers, &self.fabric, &mut self.last_route, packet);
+        let fits = route == Some(s.peer) && s.at + s.len <= packet.len();
+        let flags = self.slot_flags();
+        // The reserved slot holds only while its ring does: open, not
+        // replaced, not corrupt, nothing published since.
+        let ready = self.peers[s.peer].ready_tx();
+        let Some(tx) = ready.filter(|t| fits && t.next_slot() == s.slot) else {
+            self.counters.drop_tx_slot_lost += 1;
             return Ok(());
         };
         let r = tx.publish_around(packet, s.at, s.len, flags);

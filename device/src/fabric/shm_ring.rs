@@ -401,14 +401,6 @@ impl TxRing {
         Ok(Push::Sent)
     }
 
-    /// Copies the reserved slot's bytes `at..at + dst.len()` (a payload
-    /// built there, for a packet that goes over UDP after all) into `dst`.
-    pub fn read_reserved(&self, at: usize, dst: &mut [u8]) -> bool {
-        at.checked_add(dst.len())
-            .is_some_and(|end| end <= MAX_PACKET_LEN)
-            && self.map.read(slot_at(self.tail) + 8 + at, dst)
-    }
-
     /// Whether the consumer asked for a doorbell; clears the request (one
     /// doorbell per sleep). Called after [`TxRing::push`]: the fence pairs
     /// with the consumer's in [`RxRing::set_sleeping`].

@@ -66,18 +66,19 @@ impl RxBuf<'_> {
 /// whole first, as the engine reads its payload's bytes.
 fn lendable(head: &[u8]) -> bool {
     use crate::wire::opcode::{Opcode, Operation};
-    let bth = match head.get(1).map(|b| b & 3) {
-        Some(2) => 8,  // LNH: IBA local
-        Some(3) => 48, // IBA global: a GRH first
+    use crate::wire::{Bth, GrhRepr, Lnh, Lrh, LrhRepr};
+    let bth_at = match Lrh::new_checked(head).map(|l| l.lnh()) {
+        Ok(Lnh::IbaLocal) => LrhRepr::LEN,
+        Ok(Lnh::IbaGlobal) => LrhRepr::LEN + GrhRepr::LEN,
         _ => return false,
     };
-    let (Some(&op), Some(qp)) = (head.get(bth), head.get(bth + 5..bth + 8)) else {
+    let Some(bth) = head.get(bth_at..).and_then(|b| Bth::new_checked(b).ok()) else {
         return false;
     };
-    if u32::from_be_bytes([0, qp[0], qp[1], qp[2]]) == MULTICAST_QPN {
+    if bth.dest_qp() == MULTICAST_QPN {
         return false;
     }
-    let Some(info) = Opcode::from_u8(op).map(Opcode::info) else {
+    let Some(info) = Opcode::from_u8(bth.opcode()).map(Opcode::info) else {
         return false;
     };
     matches!(info.service, Service::Rc | Service::Uc | Service::Xrc)
@@ -112,9 +113,21 @@ pub trait TxSlots {
     ) -> Option<vm_memory::VolatileSlice<'_>>;
 }
 
-/// The engine's copy of a lent packet: the longest native packet, LRH:PktLen
-/// (11 bits of 4-byte words, IBA 7.7.8) and the VCRC.
-const LENT_MAX: usize = 0x7ff * 4 + 2;
+/// Room in the link for the `len`-byte payload of `pkt`, a packet being
+/// built ([`TxSlots`]): asked only where the link computes the CRCs (they
+/// would read the payload) on a native port, for a payload there is.
+pub(super) fn payload_slot<'s>(
+    slots: &'s mut Option<&mut dyn TxSlots>,
+    port: &super::PortConfig,
+    pkt: &PacketRepr<'_>,
+    len: usize,
+) -> Option<vm_memory::VolatileSlice<'s>> {
+    let t = slots.as_deref_mut()?;
+    if len == 0 || !port.crcs_by_link || port.is_ethernet() {
+        return None;
+    }
+    t.payload_slot(pkt.lrh.dlid, pkt.payload_at(), len)
+}
 
 /// Where lent packet `l`'s payload lies, as parsed into `pkt`.
 fn lent_payload<'a>(
@@ -200,8 +213,8 @@ impl Engine {
     ) {
         let len = lent.len();
         let mut scratch = std::mem::take(&mut self.rx_scratch);
-        if scratch.len() < LENT_MAX {
-            scratch.resize(LENT_MAX, 0);
+        if scratch.len() < crate::wire::MAX_PACKET_LEN {
+            scratch.resize(crate::wire::MAX_PACKET_LEN, 0);
         }
         match scratch.get_mut(..len) {
             None => {
@@ -213,19 +226,17 @@ impl Engine {
                     .count(crate::wire::DropReason::LengthMismatch);
             }
             Some(whole) => {
-                let head_only = from.crcs_vouched
+                let may = from.crcs_vouched
                     && len > LENT_HEAD
                     && self.port.link == super::LinkLayer::InfiniBand;
                 // The head, then (unless the payload stays in place) the
-                // rest: both ranges lie inside `lent`, so `subslice` holds.
-                let n = if head_only { LENT_HEAD } else { len };
-                if let Ok(h) = lent.subslice(0, n) {
-                    h.copy_to(&mut whole[..n]);
-                }
-                let in_place = head_only && lendable(&whole[..LENT_HEAD]);
-                if head_only && !in_place {
-                    if let Ok(rest) = lent.subslice(LENT_HEAD, len - LENT_HEAD) {
-                        rest.copy_to(&mut whole[LENT_HEAD..]);
+                // rest, none when the head was all of it.
+                let n = if may { LENT_HEAD } else { len };
+                lent.copy_to(&mut whole[..n]);
+                let in_place = may && lendable(&whole[..LENT_HEAD]);
+                if !in_place {
+                    if let Ok(rest) = lent.subslice(n, len - n) {
+                        rest.copy_to(&mut whole[n..]);
                     }
                 }
                 let rx = RxBuf {

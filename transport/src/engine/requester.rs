@@ -824,49 +824,37 @@ fn build_request(
         .grh
         .and_then(|g| link::multicast_mac(&g.dgid))
         .unwrap_or(av.dmac);
-    // Issue 30: a data packet to a co-located peer gets its payload copied
-    // from memory straight into the peer's ring slot (`TxSlots`); only
-    // where the link computes the CRCs, which would read the payload.
-    let in_slot = match (data, cx.tx_slots.as_deref_mut()) {
-        (SendData::Sges(_), Some(t))
-            if word.is_none()
-                && payload_len > 0
-                && cx.port.crcs_by_link
-                && !cx.port.is_ethernet() =>
-        {
-            t.payload_slot(pkt.lrh.dlid, pkt.payload_at(), payload_len)
+    // Issue 30: a payload gathered from memory goes straight into the
+    // co-located peer's ring slot, where the link gives one.
+    let in_slot = match data {
+        SendData::Sges(_) if word.is_none() => {
+            super::io::payload_slot(&mut cx.tx_slots, cx.port, &pkt, payload_len)
         }
         _ => None,
     };
     let slotted = in_slot.is_some();
     let len = link::emit_with(cx.port, &pkt, dmac, udp_sport, buf, payload_len, |dst| {
-        let dst: crate::memory::Dst<'_> = match in_slot {
-            Some(v) => v.into(),
-            None => dst.into(),
-        };
         match data {
             // ATOMIC WRITE: its 8 bytes come from the WQE, not from memory.
             _ if word.is_some() => {
-                let crate::memory::Dst::Bytes(dst) = dst else {
-                    return Err(WcStatus::LocLenErr.into());
-                };
                 let src = word.as_ref().ok_or(WcStatus::LocLenErr)?;
                 dst.copy_from_slice(src.get(..dst.len()).ok_or(WcStatus::LocLenErr)?);
                 Ok(())
             }
             SendData::Inline(d) => {
-                let crate::memory::Dst::Bytes(dst) = dst else {
-                    return Err(WcStatus::LocLenErr.into());
-                };
                 let at = offset as usize;
                 let src = d.get(at..at + dst.len()).ok_or(WcStatus::LocLenErr)?;
                 dst.copy_from_slice(src);
                 Ok(())
             }
-            SendData::Sges(s) => mrs.gather(mem, pd, s, offset, dst).map_err(|e| match e {
-                crate::mr::CopyError::PageFault(f) => BuildErr::Fault(f),
-                e => BuildErr::Status(super::access::local_status(e)),
-            }),
+            SendData::Sges(s) => {
+                let dst =
+                    in_slot.map_or(crate::memory::Dst::Bytes(dst), crate::memory::Dst::Volatile);
+                mrs.gather(mem, pd, s, offset, dst).map_err(|e| match e {
+                    crate::mr::CopyError::PageFault(f) => BuildErr::Fault(f),
+                    e => BuildErr::Status(super::access::local_status(e)),
+                })
+            }
             // A bind or registration sends no packet; it never gets here.
             SendData::Bind(_) | SendData::Reg(_) => Err(WcStatus::LocQpOpErr.into()),
         }

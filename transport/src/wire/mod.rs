@@ -34,6 +34,11 @@ pub use packet::{fill_crcs, PacketRepr, TransportRepr};
 /// Largest payload of one packet: the largest PMTU (IBA 7.7.8, AD-03).
 pub const MAX_PAYLOAD: usize = 4096;
 
+/// The longest native packet, LRH through VCRC: LRH:PktLen counts LRH through ICRC
+/// in 4-byte words in 11 bits (IBA 7.7.8), and the 2-byte VCRC follows. A receive
+/// buffer of this size always suffices.
+pub const MAX_PACKET_LEN: usize = 0x7ff * 4 + 2;
+
 /// Why a packet was dropped before it reached a queue pair. Every variant is a
 /// silent drop (C9-35, PV-10): the caller counts it and sends nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]

@@ -525,14 +525,11 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
     let qpn = qp.qpn;
     let (mrs, mem) = (&*cx.mrs, &*cx.mem);
     let dmac = qp.attr.av.dmac;
-    // Issue 30: a READ response to a co-located peer gets its payload read
-    // from memory straight into the peer's ring slot (`TxSlots`), as the
-    // requester's data packets do.
-    let in_slot = match (read, cx.tx_slots.as_deref_mut()) {
-        (Some(_), Some(t)) if payload_len > 0 && cx.port.crcs_by_link && !cx.port.is_ethernet() => {
-            t.payload_slot(pkt.lrh.dlid, pkt.payload_at(), payload_len)
-        }
-        _ => None,
+    // Issue 30: a READ response's payload goes from memory straight into
+    // the co-located peer's ring slot, where the link gives one.
+    let in_slot = match read {
+        Some(_) => super::super::io::payload_slot(&mut cx.tx_slots, cx.port, &pkt, payload_len),
+        None => None,
     };
     let slotted = in_slot.is_some();
     let built = link::emit_with(
@@ -544,10 +541,8 @@ pub(crate) fn poll_transmit(qp: &mut Qp, cx: &mut Ctx<'_>, buf: &mut [u8]) -> Op
         payload_len,
         |dst| match read {
             Some((rkey, va, _, pd)) if !dst.is_empty() => {
-                let dst = match in_slot {
-                    Some(v) => v.into(),
-                    None => dst.into(),
-                };
+                let dst =
+                    in_slot.map_or(crate::memory::Dst::Bytes(dst), crate::memory::Dst::Volatile);
                 access::remote_read(mrs, mem, pd, qpn, rkey, va, dst)
             }
             _ => Ok(()),
