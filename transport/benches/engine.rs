@@ -397,7 +397,7 @@ fn threaded_ceiling(msg: usize, count: usize) -> f64 {
     (msg * count) as f64 / dt
 }
 
-/// `VHCA_BENCH_ONLY=threads|one|send` runs one part alone (for profiling).
+/// `VHCA_BENCH_ONLY=threads|one|link1|send` runs one part alone (for profiling).
 fn part(name: &str) -> bool {
     std::env::var("VHCA_BENCH_ONLY").map_or(true, |v| v == name)
 }
@@ -456,6 +456,9 @@ fn main() {
     }
     if part("one") {
         one_thread_write(scale);
+    }
+    if part("link1") {
+        one_thread_by_link(scale);
     }
     if part("send") {
         send_rate();
@@ -526,6 +529,79 @@ fn one_thread_write(scale: usize) {
         er / 1e9,
         br / 1e9,
         er / br
+    );
+}
+
+/// RC WRITE, 1 MiB messages, both engines on one thread with the CRCs left to
+/// the link (the shared-memory link's set-up, issue 30). One thread and no
+/// hand-over: the engines' own cost per packet, free of the scheduler's noise
+/// that the two-process bench (`shm_bench`) carries. Printed as nanoseconds
+/// per 4 KiB packet for both sides together, against the copies the two sides
+/// must at least make (into a packet, out of it; in `memory::COPY_CHUNK`
+/// pieces, as the engine copies).
+fn one_thread_by_link(scale: usize) {
+    let from = RxFrom {
+        src_lid: None,
+        crcs_vouched: true,
+    };
+    let mut buf = vec![0u8; 8192];
+    let (mut a, mut b) = pair_with(true);
+    let msg = 1u32 << 20;
+    let msgs = 16 * scale;
+    let packets = (msg as usize / 4096 * msgs) as f64;
+    let src: Vec<u8> = (0..msg as usize).map(|i| (i * 31) as u8).collect();
+    a.mem.bytes[..msg as usize].copy_from_slice(&src);
+    let mut dst = vec![0u8; msg as usize];
+    let (mut engine, mut ceil) = (Vec::new(), Vec::new());
+    for rep in 0..9 {
+        let t = Instant::now();
+        for _ in 0..msgs {
+            a.e.post_send(a.qp, write_wr(&a, &b, msg)).unwrap();
+            loop {
+                let mut moved = false;
+                while let Some(len) = a.e.poll_transmit(&mut a.mem, Time(0), &mut buf[OFF..]) {
+                    b.e.handle_received(&buf[OFF..OFF + len], from, &mut b.mem, Time(0));
+                    moved = true;
+                }
+                while let Some(len) = b.e.poll_transmit(&mut b.mem, Time(0), &mut buf[OFF..]) {
+                    a.e.handle_received(&buf[OFF..OFF + len], from, &mut a.mem, Time(0));
+                    moved = true;
+                }
+                if !moved {
+                    break;
+                }
+            }
+            let c = a.e.poll_cq(a.cq).expect("write completion");
+            assert_eq!(c.status, WcStatus::Success);
+        }
+        let de = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let chunk = transport::memory::COPY_CHUNK;
+        for _ in 0..msgs {
+            for (s, d) in src.chunks(4096).zip(dst.chunks_mut(4096)) {
+                for (i, (s, d)) in s.chunks(chunk).zip(d.chunks_mut(chunk)).enumerate() {
+                    let at = OFF + 64 + i * chunk;
+                    buf[at..at + s.len()].copy_from_slice(black_box(s));
+                    d.copy_from_slice(black_box(&buf[at..at + s.len()]));
+                }
+            }
+        }
+        let dc = t.elapsed().as_secs_f64();
+        if rep > 0 {
+            engine.push(de * 1e9 / packets);
+            ceil.push(dc * 1e9 / packets);
+        }
+    }
+    assert_eq!(&b.mem.bytes[1 << 20..(1 << 20) + msg as usize], &src[..]);
+    let (emin, emax) = (
+        engine.iter().cloned().fold(f64::MAX, f64::min),
+        engine.iter().cloned().fold(0.0, f64::max),
+    );
+    let (e, c) = (median(engine), median(ceil));
+    println!(
+        "RC WRITE 1 MiB, CRCs by the link, both engines on one thread: {e:.0} ns per 4 KiB packet (both sides; {emin:.0}-{emax:.0}), the two copies alone {c:.0} ns: {:.2}x, engine {:.2} GB/s",
+        e / c,
+        4096.0 / e
     );
 }
 

@@ -43,14 +43,40 @@ impl Hasher for IdHasher {
         self.0
     }
 
+    /// Eight bytes per multiplication: a RoCE destination (`port_window`)
+    /// hashes its 16-byte GID on every packet sent and acknowledged.
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.mix(u64::from(b));
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.mix(u64::from_le_bytes(b));
         }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            // The length keeps a short tail apart from the same bytes zero-padded.
+            self.mix(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 56));
+        }
+    }
+
+    // The default integer writes go through `write` byte by byte; an enum's
+    // discriminant (`write_isize`) and a LID (`write_u16`) are one word.
+    fn write_u8(&mut self, v: u8) {
+        self.mix(u64::from(v));
+    }
+
+    fn write_u16(&mut self, v: u16) {
+        self.mix(u64::from(v));
     }
 
     fn write_u32(&mut self, v: u32) {
         self.mix(u64::from(v));
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.mix(v as u64);
     }
 
     fn write_u64(&mut self, v: u64) {
@@ -84,6 +110,30 @@ mod tests {
             tags.dedup();
             assert!(tags.len() > 100, "stride {stride}: {} tags", tags.len());
         }
+    }
+
+    #[test]
+    fn gid_keys_that_differ_in_one_byte_hash_apart() {
+        // A RoCE destination's key: 16 bytes, hashed a word at a time.
+        let b = BuildHasherDefault::<IdHasher>::default();
+        let base = [0x20u8; 16];
+        let mut seen = vec![b.hash_one(base)];
+        for i in 0..16 {
+            let mut g = base;
+            g[i] ^= 1;
+            seen.push(b.hash_one(g));
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 17);
+        // A short tail is not the same bytes zero-padded.
+        let h = |bytes: &[u8]| {
+            let mut x = IdHasher::default();
+            x.write(bytes);
+            x.finish()
+        };
+        assert_ne!(h(&[1, 0, 0]), h(&[1]));
+        assert_ne!(h(&[0; 9]), h(&[0; 8]));
     }
 
     #[test]

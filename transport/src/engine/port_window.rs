@@ -150,9 +150,13 @@ impl PortWindow {
     }
 
     /// Moves `n` packets of a QP out of `d`'s total (`add`: into it).
-    fn count(&mut self, d: Dest, n: u32, add: bool) {
+    /// Returns whether [`Engine::port_wake`] has work at `d` now: QPs wait
+    /// for it, or its entry is empty and goes. The usual change on the data
+    /// path (a packet sent or acknowledged, nobody waiting) needs neither,
+    /// and saves a second lookup per packet.
+    fn count(&mut self, d: Dest, n: u32, add: bool) -> bool {
         if n == 0 {
-            return;
+            return true;
         }
         let w = self.dests.entry(d).or_default();
         if add {
@@ -164,6 +168,7 @@ impl PortWindow {
             w.in_flight = w.in_flight.saturating_sub(n);
             self.in_flight = self.in_flight.saturating_sub(n);
         }
+        w.in_flight == 0 || !w.waiting.is_empty()
     }
 }
 
@@ -262,16 +267,17 @@ impl Engine {
         }
         qp.port.at = to;
         qp.port.counted = now;
+        let (mut wake_was, mut wake_to) = (false, false);
         if was == to {
             if let Some(d) = to {
-                w.count(d, counted.abs_diff(now), now > counted);
+                wake_to = w.count(d, counted.abs_diff(now), now > counted);
             }
         } else {
             if let Some(d) = was {
-                w.count(d, counted, false);
+                wake_was = w.count(d, counted, false);
             }
             if let Some(d) = to {
-                w.count(d, now, true);
+                wake_to = w.count(d, now, true);
             }
         }
         // Room appears where packets left. Waiting QPs are woken on every
@@ -280,10 +286,10 @@ impl Engine {
         // FIFO's front, so under steady pressure an earlier such QP is
         // pushed back by later ones; waking whenever there is room keeps it
         // from waiting for a loss probe (`engine_port_window` tests).
-        if let Some(d) = was.filter(|_| was != to) {
+        if let Some(d) = was.filter(|_| was != to && wake_was) {
             self.port_wake(d);
         }
-        if let Some(d) = to {
+        if let Some(d) = to.filter(|_| wake_to) {
             self.port_wake(d);
         }
     }
@@ -340,8 +346,9 @@ impl Engine {
             w.gc(&d);
         }
         if let Some(d) = qp.port.at {
-            w.count(d, qp.port.counted, false);
-            self.port_wake(d);
+            if w.count(d, qp.port.counted, false) {
+                self.port_wake(d);
+            }
         }
     }
 
