@@ -682,15 +682,21 @@ impl Engine {
     /// the older entry stale; when stale entries outnumber live ones the heap
     /// is rebuilt, so its size stays O(QPs) whatever a peer sends.
     pub(super) fn arm(&mut self, qpn: u32) {
-        // The same moments change the QP's packets in flight.
-        self.port_sync(qpn);
+        // One lookup of the QP for both (this runs for every packet in and
+        // out).
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        let Some(d) = qp.req.deadline() else {
-            return;
-        };
-        if self.timers.arm(&mut qp.timer_at, d, qpn) {
+        // The same moments change the QP's packets in flight.
+        let wake = self.port_window.sync(qp);
+        let compact = qp
+            .req
+            .deadline()
+            .is_some_and(|d| self.timers.arm(&mut qp.timer_at, d, qpn));
+        for d in wake.into_iter().flatten() {
+            self.port_wake(d);
+        }
+        if compact {
             let live = self
                 .qps
                 .values()

@@ -15,7 +15,7 @@
 //!   primary path names (the DLID on InfiniBand, the DGID on RoCE; after a
 //!   migration, AD-10, the new path's). A destination's total is the sum of
 //!   its QPs' shares, kept in step in O(1) each time an input touched a QP
-//!   ([`Engine::arm`] calls [`Engine::port_sync`]).
+//!   ([`Engine::arm`] calls [`PortWindow::sync`]).
 //! - A requester starts a new packet (a PSN at its high-water mark) only
 //!   while its destination's total is under
 //!   [`Limits::port_window`](super::Limits); a probe or a go-back resend of a
@@ -201,6 +201,45 @@ fn share_of(qp: &Qp) -> u32 {
 }
 
 impl PortWindow {
+    /// Brings `qp`'s share up to date after an input touched it (from
+    /// [`Engine::arm`], which has the QP in hand). Returns the destinations
+    /// whose waiting QPs [`Engine::port_wake`] should look at now (at most
+    /// two: the one the share left and the one it counts at).
+    pub(super) fn sync(&mut self, qp: &mut Qp) -> [Option<Dest>; 2] {
+        let w = self;
+        let now = share_of(qp);
+        let to = (now > 0).then(|| w.dest_of(qp));
+        let (was, counted) = (qp.port.at, qp.port.counted);
+        if (was, counted) == (to, now) {
+            return [None, None]; // the usual case of a QP with nothing in flight
+        }
+        qp.port.at = to;
+        qp.port.counted = now;
+        let (mut wake_was, mut wake_to) = (false, false);
+        if was == to {
+            if let Some(d) = to {
+                wake_to = w.count(d, counted.abs_diff(now), now > counted);
+            }
+        } else {
+            if let Some(d) = was {
+                wake_was = w.count(d, counted, false);
+            }
+            if let Some(d) = to {
+                wake_to = w.count(d, now, true);
+            }
+        }
+        // Room appears where packets left. Waiting QPs are woken on every
+        // change while there is room, not only when a count falls: a QP
+        // refused with packets whose ACK it has not asked for goes to its
+        // FIFO's front, so under steady pressure an earlier such QP is
+        // pushed back by later ones; waking whenever there is room keeps it
+        // from waiting for a loss probe (`engine_port_window` tests).
+        [
+            was.filter(|_| was != to && wake_was),
+            to.filter(|_| wake_to),
+        ]
+    }
+
     /// Before the transmit schedule polls `qp`: whether a new request packet
     /// may go to its destination.
     pub(super) fn before_poll(&self, qp: &mut Qp) {
@@ -251,53 +290,10 @@ impl Engine {
         qp.port.refused = false;
     }
 
-    /// Brings `qpn`'s share up to date after an input touched it, and wakes
-    /// QPs waiting for its destination if that made room. O(1) amortised:
-    /// each QP woken was pushed once when it was refused.
-    pub(super) fn port_sync(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let now = share_of(qp);
-        let w = &mut self.port_window;
-        let to = (now > 0).then(|| w.dest_of(qp));
-        let (was, counted) = (qp.port.at, qp.port.counted);
-        if (was, counted) == (to, now) {
-            return; // the usual case of a QP with nothing in flight
-        }
-        qp.port.at = to;
-        qp.port.counted = now;
-        let (mut wake_was, mut wake_to) = (false, false);
-        if was == to {
-            if let Some(d) = to {
-                wake_to = w.count(d, counted.abs_diff(now), now > counted);
-            }
-        } else {
-            if let Some(d) = was {
-                wake_was = w.count(d, counted, false);
-            }
-            if let Some(d) = to {
-                wake_to = w.count(d, now, true);
-            }
-        }
-        // Room appears where packets left. Waiting QPs are woken on every
-        // change while there is room, not only when a count falls: a QP
-        // refused with packets whose ACK it has not asked for goes to its
-        // FIFO's front, so under steady pressure an earlier such QP is
-        // pushed back by later ones; waking whenever there is room keeps it
-        // from waiting for a loss probe (`engine_port_window` tests).
-        if let Some(d) = was.filter(|_| was != to && wake_was) {
-            self.port_wake(d);
-        }
-        if let Some(d) = to.filter(|_| wake_to) {
-            self.port_wake(d);
-        }
-    }
-
     /// Moves QPs waiting for `d` back to the transmit schedule, one per run
     /// of packets (`io::TX_BURST`) there is room for (at least one), oldest
     /// first; drops `d`'s entry when it holds nothing.
-    fn port_wake(&mut self, d: Dest) {
+    pub(super) fn port_wake(&mut self, d: Dest) {
         let Engine {
             port_window,
             qps,
@@ -354,7 +350,7 @@ impl Engine {
 
     /// Debug builds, few QPs: every QP's share is up to date and counted at
     /// its destination, and each destination's total is their sum (what
-    /// [`Self::port_sync`] keeps between inputs).
+    /// [`PortWindow::sync`] keeps between inputs).
     #[cfg(debug_assertions)]
     pub(super) fn check_port_window(&self) {
         if self.qps.len() > 64 {

@@ -193,16 +193,17 @@ impl Requester {
 
     /// The next time a timer of this requester fires.
     pub fn deadline(&self) -> Option<Time> {
-        [
-            self.ack_deadline,
-            self.rnr_deadline,
-            self.rec.probe_at,
-            self.pace_at,
-            self.cc.rp.deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // A plain fold: this runs for every packet in and out (`arm`), and
+        // an iterator over an array of options did not compile to one.
+        let min = |a: Option<Time>, b: Option<Time>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) => x,
+            (None, y) => y,
+        };
+        let t = min(self.ack_deadline, self.rnr_deadline);
+        let t = min(t, self.rec.probe_at);
+        let t = min(t, self.pace_at);
+        min(t, self.cc.rp.deadline())
     }
 
     /// Index of the unfinished WQE whose PSN range holds `p`.
