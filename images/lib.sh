@@ -323,12 +323,17 @@ vhca_accel() {
         cat "$memo"
         return 0
     fi
-    log="$VHCA_RUN/accel-probe-$key.log"
+    # A log of this probe's own: two guests of a pair may probe at once.
+    log="$VHCA_RUN/accel-probe-$key.$$.log"
     : >"$log"
-    vhca_chroot "$root" qemu-system-x86_64 -accel kvm -cpu host -m 256 -machine q35 -nodefaults \
+    # The command itself in the background, not the function that runs it:
+    # $! is then QEMU's own pid (unshare, chroot, env and sh each exec the
+    # next) and the kill below ends it, whether or not bash execs a
+    # backgrounded function's last command.
+    vhca_chroot_cmd "$root" qemu-system-x86_64 -accel kvm -cpu host -m 256 -machine q35 -nodefaults \
         -display none -serial "file:$log" -no-reboot -kernel "$guest/vmlinuz" \
-        -initrd "$guest/initramfs.cpio" -append 'console=ttyS0 panic=-1 quiet' \
-        >"$log.qemu" 2>&1 &
+        -initrd "$guest/initramfs.cpio" -append 'console=ttyS0 panic=-1 quiet'
+    "${VHCA_CHROOT_CMD[@]}" >"$log.qemu" 2>&1 &
     qp=$!
     for i in $(seq 300); do
         if grep -q 'vhca-init: /init started' "$log" 2>/dev/null; then verdict=kvm; break; fi
@@ -339,6 +344,10 @@ vhca_accel() {
     done
     kill -TERM "$qp" 2>/dev/null || true
     wait "$qp" 2>/dev/null || true
+    # Whatever else still runs this probe's guest (its serial file names
+    # it): a fresh-cache suite run ended with such a QEMU left over, paused
+    # by KVM's internal error, holding the cache's files.
+    pkill -TERM -f -- "file:$log" 2>/dev/null || true
     if [ "$verdict" = kvm ]; then
         why='(/dev/kvm runs the guest)'
     else
