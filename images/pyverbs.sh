@@ -271,22 +271,24 @@ PYEOF
     if [ ${#shared[@]} -gt 0 ]; then
         echo "python3 /tmp/pyverbs-shared.py $mtimeout ${shared[*]} 2>&1 || echo \"=== PYVERBS-SHARED-EXIT rc=\$?\""
     fi
+    # One module in a process of its own, between the markers.
+    cat <<EOF
+alone() {
+    echo "=== PYVERBS-MODULE-BEGIN \$1"
+    timeout -s KILL $mtimeout python3 run_tests.py --dev vhca0 -v tests.\$1 2>&1
+    echo "=== PYVERBS-MODULE-END \$1 rc=\$?"
+}
+EOF
     for m in "${shared[@]}"; do
         cat <<EOF
 if ! grep -qx $m /tmp/pyverbs-done; then
     echo "=== PYVERBS-SHARED-RERUN $m: not finished in the shared process, run alone"
-    echo "=== PYVERBS-MODULE-BEGIN $m"
-    timeout -s KILL $mtimeout python3 run_tests.py --dev vhca0 -v tests.$m 2>&1
-    echo "=== PYVERBS-MODULE-END $m rc=\$?"
+    alone $m
 fi
 EOF
     done
     for m in "${alone[@]}"; do
-        cat <<EOF
-echo "=== PYVERBS-MODULE-BEGIN $m"
-timeout -s KILL $mtimeout python3 run_tests.py --dev vhca0 -v tests.$m 2>&1
-echo "=== PYVERBS-MODULE-END $m rc=\$?"
-EOF
+        echo "alone $m"
     done
 } >"$out/guest.sh"
 

@@ -378,15 +378,7 @@ fn rl_16_ad_02_ad_04_ud_sends_to_a_peer_and_to_its_own_lid() {
     assert_eq!(wait(&mut net, 0, cqa, 2).len(), 2);
     // C9-12: a UD message longer than one packet fails locally.
     let mut w = send_wr(9, WrOpcode::Send, sge(MEM_BASE, 4097, ka));
-    w.ud = Some(UdDest {
-        av: AddressVector {
-            dlid: 2,
-            ..AddressVector::default()
-        },
-        remote_qpn: qb,
-        remote_qkey: 0x1111_1111,
-        pkey_index: None,
-    });
+    w.ud = Some(ud_dest(2, qb));
     assert_eq!(
         post_wait(&mut net, 0, qa, cqa, w).status,
         WcStatus::LocLenErr

@@ -182,7 +182,6 @@ fn a_lent_packet_shorter_than_its_head_or_unvouched_is_copied_whole() {
 /// (its receive is copied whole: UD is not placed in place).
 #[test]
 fn a_ud_send_built_in_a_slot_arrives_byte_exact() {
-    use transport::verbs::{AddressVector, UdDest};
     let mut n = net(true, Faults::default(), 5);
     let ka = n.reg_all(0, ALL_ACCESS);
     let kb = n.reg_all(1, ALL_ACCESS);
@@ -191,15 +190,7 @@ fn a_ud_send_built_in_a_slot_arrives_byte_exact() {
     fill(&mut n, 0, SRC, 4096, 9);
     recv(&mut n, 1, qb, 1, RECV_AT, 4096 + 40, kb);
     let mut w = send_wr(1, WrOpcode::Send, sge(SRC, 4096, ka));
-    w.ud = Some(UdDest {
-        av: AddressVector {
-            dlid: 2,
-            ..AddressVector::default()
-        },
-        remote_qpn: qb,
-        remote_qkey: 0x1111_1111,
-        pkey_index: None,
-    });
+    w.ud = Some(ud_dest(2, qb));
     n.nodes[0].engine.post_send(qa, w).unwrap();
     let b = wait(&mut n, 1, cqb, 1);
     assert_eq!((b[0].status, b[0].byte_len), (WcStatus::Success, 4096 + 40));

@@ -122,15 +122,7 @@ fn schedule_of_qps_destroyed_while_nothing_is_sent_stays_bounded() {
     let mut keep = Vec::new();
     let ud = |i: u64| {
         let mut w = send_wr(i, WrOpcode::Send, sge(MEM_BASE, LEN, ka));
-        w.ud = Some(UdDest {
-            av: AddressVector {
-                dlid: 2,
-                ..AddressVector::default()
-            },
-            remote_qpn: 0x77,
-            remote_qkey: 0x1111_1111,
-            pkey_index: None,
-        });
+        w.ud = Some(ud_dest(2, 0x77));
         w
     };
     for i in 0..10 {

@@ -206,38 +206,36 @@ impl PortWindow {
     /// whose waiting QPs [`Engine::port_wake`] should look at now (at most
     /// two: the one the share left and the one it counts at).
     pub(super) fn sync(&mut self, qp: &mut Qp) -> [Option<Dest>; 2] {
-        let w = self;
         let now = share_of(qp);
-        let to = (now > 0).then(|| w.dest_of(qp));
+        let to = (now > 0).then(|| self.dest_of(qp));
         let (was, counted) = (qp.port.at, qp.port.counted);
         if (was, counted) == (to, now) {
             return [None, None]; // the usual case of a QP with nothing in flight
         }
         qp.port.at = to;
         qp.port.counted = now;
-        let (mut wake_was, mut wake_to) = (false, false);
-        if was == to {
-            if let Some(d) = to {
-                wake_to = w.count(d, counted.abs_diff(now), now > counted);
-            }
-        } else {
-            if let Some(d) = was {
-                wake_was = w.count(d, counted, false);
-            }
-            if let Some(d) = to {
-                wake_to = w.count(d, now, true);
-            }
-        }
         // Room appears where packets left. Waiting QPs are woken on every
         // change while there is room, not only when a count falls: a QP
         // refused with packets whose ACK it has not asked for goes to its
         // FIFO's front, so under steady pressure an earlier such QP is
         // pushed back by later ones; waking whenever there is room keeps it
         // from waiting for a loss probe (`engine_port_window` tests).
-        [
-            was.filter(|_| was != to && wake_was),
-            to.filter(|_| wake_to),
-        ]
+        let mut wake = [None, None];
+        if was == to {
+            if let Some(d) = to {
+                wake[1] = self
+                    .count(d, counted.abs_diff(now), now > counted)
+                    .then_some(d);
+            }
+        } else {
+            if let Some(d) = was {
+                wake[0] = self.count(d, counted, false).then_some(d);
+            }
+            if let Some(d) = to {
+                wake[1] = self.count(d, now, true).then_some(d);
+            }
+        }
+        wake
     }
 
     /// Before the transmit schedule polls `qp`: whether a new request packet

@@ -3,7 +3,7 @@
 
 use transport::verbs::{
     Access, AddressVector, AttrMask, Completion, Handle, Mtu, MwBind, QpAttr, QpCap, QpInit,
-    QpState, QpType, RecvWr, SendData, SendWr, WrOpcode,
+    QpState, QpType, RecvWr, SendData, SendWr, UdDest, WrOpcode,
 };
 
 use super::{bring_up, connect, send_wr, sge, ConnOpts, Net, Pair, ALL_ACCESS, MEM_BASE};
@@ -69,6 +69,20 @@ pub fn ud_qp(net: &mut Net, node: usize) -> (u32, Handle) {
     let (qp, cq) = new_qp(net, node, QpType::Ud, qp_cap(64, 2, 64), true);
     bring_up(net, node, qp, &o, 0, 0, 0x123, 0);
     (qp, cq)
+}
+
+/// Where a UD SEND goes: QP `qpn` at LID `dlid`, with the Q_Key [`ud_qp`]
+/// gives its QPs, the rest of the address vector at its defaults.
+pub fn ud_dest(dlid: u16, qpn: u32) -> UdDest {
+    UdDest {
+        av: AddressVector {
+            dlid,
+            ..AddressVector::default()
+        },
+        remote_qpn: qpn,
+        remote_qkey: 0x1111_1111,
+        pkey_index: None,
+    }
 }
 
 /// Posts a receive of `len` bytes at `addr` (key `key`) on node `node`'s QP.
