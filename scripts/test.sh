@@ -159,5 +159,14 @@ for i in "${!names[@]}"; do
 done
 echo "  total time $((SECONDS - t_all))s${VHCA_CACHE:+, cache ${VHCA_CACHE}}"
 [ "$skip" = 0 ] || echo "  $skip stage(s) skipped: they did not run and are not counted as passed"
+# A failed stage's own FAIL lines (at most 8), here at the end: a CI that
+# shows only the output's tail (and not the log files) then still says which
+# check failed. "must" lines are the wire-dissect's negative controls.
+for i in "${!names[@]}"; do
+    [ "${results[$i]}" = FAIL ] || continue
+    echo "  ${names[$i]} failed; its last FAIL lines:"
+    grep -aE '(^|[^A-Za-z])(FAIL|FAILED|panicked|error:)' "${logfiles[$i]}" |
+        grep -av 'as it must' | grep -av '^RETRY ' | tail -n 8 | cut -c1-300 | sed 's/^/    /'
+done
 echo "stages: $pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -313,9 +313,20 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
     // dropped. Not `next_psn`: after a go-back the responder still answers with
     // its furthest PSN (seed 004 §4).
     if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.hwm) >= 0 {
-        if psn::diff(p, qp.req.una) < 0 && !credit_only && qp.req.rec.on_duplicate(p, cx.now) {
+        let before_una = psn::diff(p, qp.req.una) < 0;
+        if before_una && !credit_only && qp.req.rec.on_duplicate(p, cx.now) {
             // The answer to a probe whose original was answered too.
             cx.counters.spurious_probes += 1;
+        }
+        if before_una && t.bth.opcode.info().operation == Operation::RdmaReadResponse {
+            // The responder is replaying a READ already answered (a
+            // duplicate it executes in full, RL-05) and answers in order
+            // (C9-27): what this QP waits for comes after it. A probe now
+            // would queue one more replay behind it (a storm against a
+            // responder that never cuts a replay short, as soft-RoCE;
+            // engine_read_slow_responder.rs). Postponed as by any activity;
+            // the ACK timer still runs (RL-10).
+            qp.req.rec.on_activity(cx.now, ack_timeout_ns(&qp.attr));
         }
         cx.counters.drop(RxDrop::GhostResponse);
         return credited;
@@ -829,8 +840,18 @@ pub(super) fn fire_probe(qp: &mut Qp, now: Time, c: &mut Counters) {
             .req
             .open_wqe(una)
             .map_or(resume, |i| psn::add(qp.req.wqes[i].last_psn(), 1));
-        resend_oldest(qp, now);
-        // After the go-back: the probe's own resend does not blind its watch.
+        // The READ's rest asked for again, alone and outside the send
+        // sequence, as a tail probe: not a go-back over the later READs. A
+        // responder executes each duplicate READ in full (RL-05), and one
+        // that never cuts a replay short (soft-RoCE) queues them all behind
+        // what it is still sending, so a go-back per probe against a paused
+        // peer replays every outstanding READ each time, a storm that ends
+        // in RETRY_EXC_ERR (engine_read_slow_responder.rs). A responder that
+        // stops its stream for the duplicate instead (seed 004 §3.3.2.2, as
+        // vhca's) ACKs past the later READs it dropped, which then go again
+        // at once (C9-27, `on_aeth`); a later READ lost whole is a probe of
+        // its own.
+        qp.req.rec.pending_probe = Some(resume);
         qp.req.rec.on_read_probe(resume, end, now, timeout);
     } else if qp.req.rec.tail_probe_or_go_back(una) {
         // A probe timeout after the tail probe, and what went before it is

@@ -23,8 +23,16 @@
 //!   acknowledged, the rest was lost: go-back-N (9.7.4.1.3) resends it and the
 //!   window is cut. So it does at once when an ACK half the least round trip
 //!   or more after the probe (its answer) leaves the tail unacknowledged
-//!   (vhca policy). For a READ the probe is a re-request of the READ's rest
-//!   (RL-14). A probe is not a retry: `retry_cnt` still counts ACK timeouts
+//!   (vhca policy). For a READ the probe is a re-request of the oldest
+//!   READ's rest (RL-14), alone, not a go-back over the later READs: a
+//!   responder executes every duplicate READ in full (RL-05), and one that
+//!   queues it behind what it is still sending (soft-RoCE) would replay
+//!   every outstanding READ per probe of a paused stream. A responder that
+//!   stops its stream for the duplicate instead (seed 004 §3.3.2.2) ACKs
+//!   past the READs it dropped, which then go again at once (C9-27). While
+//!   READ responses keep coming, even for READs already answered, no probe
+//!   goes, and a READ probe's watch lasts (such a responder's duplicate
+//!   answer comes after its whole queue). A probe is not a retry: `retry_cnt` still counts ACK timeouts
 //!   and sequence NAKs only (RL-10), and the ACK timer keeps running, so a
 //!   peer that is gone still fails the QP in the time the spec gives. Probes
 //!   back off (doubling) until progress.
@@ -105,8 +113,8 @@
 //!   that showed the gap (the old stream had passed it). A READ/ATOMIC
 //!   asked for again asks only for what has not come by the time its
 //!   request goes (RL-14), not by the go-back. A READ probe is judged
-//!   spurious only by a duplicate of its own READ's responses: its
-//!   go-back asks for the later READs again too. When the old stream
+//!   spurious only by a duplicate of its own READ's responses: a go-back
+//!   after it asks for the later READs again too. When the old stream
 //!   reaches the point of maximum advance and the re-request is still
 //!   unanswered, the responder never saw it (it would have stopped that
 //!   stream and answered next, RL-05): the probe is due a probe timeout
@@ -193,9 +201,9 @@ fn tail_min_ns(min_pto_ns: u64) -> u64 {
 struct Watch {
     /// The probed PSN (for a READ, the first response asked for again).
     psn: u32,
-    /// For a READ probe, the PSN after the probed READ's last response: the
-    /// probe's go-back asks for the later READs again too, and their
-    /// duplicate answers say nothing of the probe.
+    /// For a READ probe, the PSN after the probed READ's last response: a
+    /// go-back after the probe asks for the later READs again too, and
+    /// their duplicate answers say nothing of the probe.
     end: Option<u32>,
     /// Until when an answer to the probe may still come.
     until: Time,
@@ -492,6 +500,7 @@ impl Recovery {
         self.probing = false;
         self.probe_due = false;
         self.last_activity = now;
+        self.keep_read_watch(now, ack_timeout);
         self.expire_watch(now);
         self.probe_covered(psn::add(last_acked, 1));
         // A tail probe's answer that leaves the tail unacknowledged: the
@@ -620,9 +629,17 @@ impl Recovery {
     /// of the peer would stall the whole queue behind one READ.
     /// Only a duplicate response of this READ (before `end`) judges it.
     pub fn on_read_probe(&mut self, resume: u32, end: u32, now: Time, ack_timeout: Option<u64>) {
-        self.watch_probe(resume, now, ack_timeout);
-        if let Some(w) = &mut self.watch {
-            w.end = Some(end);
+        // An earlier READ probe still watched (responses have kept coming
+        // since, `keep_read_watch`) is judged first: against a responder
+        // that answers duplicates after its queue, each new probe's watch
+        // would replace the last before its answer came, and none would
+        // ever be judged spurious.
+        self.expire_watch(now);
+        if self.watch.is_none_or(|w| w.end.is_none()) {
+            self.watch_probe(resume, now, ack_timeout);
+            if let Some(w) = &mut self.watch {
+                w.end = Some(end);
+            }
         }
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
@@ -663,9 +680,28 @@ impl Recovery {
     /// gap, a duplicate): the responder is alive and its queue is draining
     /// toward what was asked again, so the probe waits a PTO from now.
     pub fn on_activity(&mut self, now: Time, ack_timeout: Option<u64>) {
+        self.keep_read_watch(now, ack_timeout);
         if self.probe_at.is_some() || self.probe_due {
             self.probe_due = false;
             self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
+        }
+    }
+
+    /// A READ probe's watch lasts while responses keep coming. A responder
+    /// answers in PSN order (C9-27), and one that executes a duplicate READ
+    /// after what it had queued (soft-RoCE: RL-05 lets it) sends the probe's
+    /// duplicate answer only once every earlier response went: counted in
+    /// probe timeouts from the probe, a long queue would make every such
+    /// probe look useful and lower the floor the pauses need raised
+    /// (engine_read_slow_responder.rs).
+    fn keep_read_watch(&mut self, now: Time, ack_timeout: Option<u64>) {
+        let pto = self.pto_ns(ack_timeout);
+        if let Some(w) = self
+            .watch
+            .as_mut()
+            .filter(|w| w.end.is_some() && w.until > now)
+        {
+            w.until = w.until.max(now.plus_ns(WATCH_PTOS * pto));
         }
     }
 
