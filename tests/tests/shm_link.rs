@@ -152,11 +152,15 @@ fn shm_rings_carry_packets_without_crcs_and_the_link_fills_them_in_for_the_udp_n
     );
     // Both were built with their payload in the ring slot and lent in it
     // on the other side, the payload placed from there: one copy a side,
-    // checked byte for byte above.
+    // checked byte for byte above. All but one: a node opens its ring to a
+    // peer when it first sends there (`ShmLink::way`), so A's first packet
+    // to B, the WRITE's first, was built before the ring was open (B's
+    // ring to A was opened by its ACKs). Resends (probes) add more in-slot
+    // packets on some runs, none on others.
     for i in 0..2 {
-        for key in ["tx_in_slot", "rx_lent"] {
+        for (key, min) in [("tx_in_slot", 255), ("rx_lent", 256)] {
             assert!(
-                shm_counter(&v, i, key).is_some_and(|n| n >= 256),
+                shm_counter(&v, i, key).is_some_and(|n| n >= min),
                 "{key}: {}",
                 v.stderr(i)
             );

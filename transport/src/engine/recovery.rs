@@ -32,10 +32,11 @@
 //!   past the READs it dropped, which then go again at once (C9-27). While
 //!   READ responses keep coming, even for READs already answered, no probe
 //!   goes, and a READ probe's watch lasts (such a responder's duplicate
-//!   answer comes after its whole queue). A probe is not a retry: `retry_cnt` still counts ACK timeouts
-//!   and sequence NAKs only (RL-10), and the ACK timer keeps running, so a
-//!   peer that is gone still fails the QP in the time the spec gives. Probes
-//!   back off (doubling) until progress.
+//!   answer comes after its whole queue). A probe is not a retry:
+//!   `retry_cnt` still counts ACK timeouts and sequence NAKs only (RL-10),
+//!   and the ACK timer keeps running, so a peer that is gone still fails
+//!   the QP in the time the spec gives. Probes back off (doubling) until
+//!   progress.
 //! - **When a due probe goes (vhca policy).** The probe timer only marks the
 //!   probe due; what it does is decided when the QP is next polled for a
 //!   packet. A caller runs its due timers before it reads what arrived, so a
@@ -624,9 +625,10 @@ impl Recovery {
         self.probe_at = Some(now.plus_ns(self.pto_ns(ack_timeout)));
     }
 
-    /// A READ's rest is asked for again (its re-request is the probe, RL-14).
-    /// Not alone: later requests may follow within the window, or a pause
-    /// of the peer would stall the whole queue behind one READ.
+    /// A READ's rest is asked for again (its re-request is the probe, RL-14,
+    /// sent as `pending_probe`, outside the send sequence). The window is
+    /// not cut to one packet: new requests still follow within it, or a
+    /// pause of the peer would stall the whole queue behind one READ.
     /// Only a duplicate response of this READ (before `end`) judges it.
     pub fn on_read_probe(&mut self, resume: u32, end: u32, now: Time, ack_timeout: Option<u64>) {
         // An earlier READ probe still watched (responses have kept coming
