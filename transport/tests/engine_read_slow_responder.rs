@@ -98,8 +98,7 @@ impl SlowResponder {
             }),
             ..ExtHeaders::default()
         };
-        let at = (s.va - MEM_BASE) as usize;
-        let data = b.mem(B)[at..at + len as usize].to_vec();
+        let data = bytes(&b.net, B, s.va, len as usize);
         let pkt = b.response(op, s.psn, ext).payload(&data).bytes();
         s.psn = transport::psn::add(s.psn, 1);
         s.va += len;

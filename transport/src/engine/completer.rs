@@ -312,13 +312,14 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
     // duplicate (before una) or ghost (at/after the point of maximum advance) is
     // dropped. Not `next_psn`: after a go-back the responder still answers with
     // its furthest PSN (seed 004 §4).
-    if psn::diff(p, qp.req.una) < 0 || psn::diff(p, qp.req.hwm) >= 0 {
-        let before_una = psn::diff(p, qp.req.una) < 0;
+    let before_una = psn::diff(p, qp.req.una) < 0;
+    let op = t.bth.opcode.info().operation;
+    if before_una || psn::diff(p, qp.req.hwm) >= 0 {
         if before_una && !credit_only && qp.req.rec.on_duplicate(p, cx.now) {
             // The answer to a probe whose original was answered too.
             cx.counters.spurious_probes += 1;
         }
-        if before_una && t.bth.opcode.info().operation == Operation::RdmaReadResponse {
+        if before_una && op == Operation::RdmaReadResponse {
             // The responder is replaying a READ already answered (a
             // duplicate it executes in full, RL-05) and answers in order
             // (C9-27): what this QP waits for comes after it. A probe now
@@ -331,7 +332,6 @@ pub(crate) fn handle_response(qp: &mut Qp, pkt: &PacketRepr<'_>, cx: &mut Ctx<'_
         cx.counters.drop(RxDrop::GhostResponse);
         return credited;
     }
-    let op = t.bth.opcode.info().operation;
     let wake = match op {
         Operation::Acknowledge => {
             let Some(aeth) = t.ext.aeth else { return false };

@@ -597,7 +597,7 @@ impl Recovery {
             self.backoff,
             self.stalled_ns(now)
         );
-        self.watch_probe(una, now, ack_timeout);
+        self.watch_probe(una, None, now, ack_timeout);
         self.pending_probe = Some(una);
         self.probe_hwm = Some(hwm);
         self.probe_sent_at = Some(now);
@@ -638,10 +638,7 @@ impl Recovery {
         // ever be judged spurious.
         self.expire_watch(now);
         if self.watch.is_none_or(|w| w.end.is_none()) {
-            self.watch_probe(resume, now, ack_timeout);
-            if let Some(w) = &mut self.watch {
-                w.end = Some(end);
-            }
+            self.watch_probe(resume, Some(end), now, ack_timeout);
         }
         self.sample = None;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
@@ -697,13 +694,14 @@ impl Recovery {
     /// probe look useful and lower the floor the pauses need raised
     /// (engine_read_slow_responder.rs).
     fn keep_read_watch(&mut self, now: Time, ack_timeout: Option<u64>) {
-        let pto = self.pto_ns(ack_timeout);
-        if let Some(w) = self
-            .watch
-            .as_mut()
-            .filter(|w| w.end.is_some() && w.until > now)
-        {
-            w.until = w.until.max(now.plus_ns(WATCH_PTOS * pto));
+        // Runs for every ACK (`on_progress`): the probe timeout is worked
+        // out only when such a watch is there to extend.
+        if !self.watch.is_some_and(|w| w.end.is_some() && w.until > now) {
+            return;
+        }
+        let until = now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout));
+        if let Some(w) = &mut self.watch {
+            w.until = w.until.max(until);
         }
     }
 
@@ -888,14 +886,14 @@ impl Recovery {
     }
 
     /// A probe of `p` goes: watch for a duplicate answer.
-    fn watch_probe(&mut self, p: u32, now: Time, ack_timeout: Option<u64>) {
+    fn watch_probe(&mut self, p: u32, end: Option<u32>, now: Time, ack_timeout: Option<u64>) {
         // The last probe's watch, if it ran out, proved it useful; if not, a
         // probe again before its answer says the peer is slow or gone, and
         // the new probe is judged instead.
         self.expire_watch(now);
         self.watch = Some(Watch {
             psn: p,
-            end: None,
+            end,
             until: now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout)),
             tail: self.is_tail(),
             resent: false,
