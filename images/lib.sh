@@ -103,13 +103,15 @@ vhca_build_vhca() {
 }
 
 # The test driver that plays guests on many `vhca` nodes whose SM runs
-# elsewhere (tests/src/bin/fabric-driver.rs), optimised; prints its path.
+# elsewhere (tests/src/bin/fabric-driver.rs), optimised with the tests'
+# `vhca-test` profile (Cargo.toml: no fat-LTO link, the dependencies' builds
+# shared with cargo-test's); prints its path.
 vhca_build_driver() {
     local target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
-    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --release fabric-driver" \
-        "seconds when up to date, ~3 min from scratch" - \
-        cargo build --release -p vhca-tests --bin fabric-driver) || vhca_die "cargo build of fabric-driver failed"
-    echo "$target/release/fabric-driver"
+    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --profile vhca-test fabric-driver" \
+        "seconds when up to date, ~1 min from scratch" - \
+        cargo build --profile vhca-test -p vhca-tests --bin fabric-driver) || vhca_die "cargo build of fabric-driver failed"
+    echo "$target/vhca-test/fabric-driver"
 }
 
 # vhca_guest_overlay OV K KO SO DRIVER_FILE WANT — an initramfs overlay in OV

@@ -7,6 +7,7 @@
 #   scripts/fuzz.sh --seconds 3600       # the long run
 #   scripts/fuzz.sh --seconds 600 cmdq   # one target
 #   scripts/fuzz.sh --build              # build only
+#   env VHCA_FUZZ_JOBS (default nproc)   targets run at once, one CPU each
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -53,29 +54,56 @@ bin="$CARGO_TARGET_DIR/$host/release"
 TMPDIR=$(mktemp -d /tmp/vhca-fuzz.XXXXXX)
 export TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
-status=0
-for t in "${targets[@]}"; do
-    # The committed seeds stay as they are; what the fuzzer finds goes to a work
-    # corpus (fuzz/work, not in git) that later runs start from.
-    work="fuzz/work/$t"
-    art="fuzz/artifacts/$t/"
+# One target per CPU at a time (libFuzzer runs one thread): each target
+# still gets its seconds of a whole CPU, and the stage takes 1/N the time.
+jobs=${VHCA_FUZZ_JOBS:-$(nproc)}
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+
+# Runs one target; its report lines go to fuzz/work/$t.report, printed in
+# target order once all have run (parallel runs would interleave them).
+run_one() {
+    local t=$1 work="fuzz/work/$1" art="fuzz/artifacts/$1/" log="fuzz/work/$1.log"
+    local rep="fuzz/work/$1.report" rc
     mkdir -p "$work" "$art" "fuzz/corpus/$t"
-    log="fuzz/work/$t.log"
-    echo "== fuzz: $t for ${seconds}s"
-    set +e
-    "$bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-        -max_len=8192 -print_final_stats=1 -artifact_prefix="$art" \
-        "$work" "fuzz/corpus/$t" >"$log" 2>&1
+    {
+        echo "== fuzz: $t for ${seconds}s"
+        "$bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+            -max_len=8192 -print_final_stats=1 -artifact_prefix="$art" \
+            "$work" "fuzz/corpus/$t" >"$log" 2>&1
+        rc=$?
+        # (|| true: under pipefail a grep without a match would end the script.)
+        grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|cov: ' "$log" | tail -3 || true
+        if [ $rc -ne 0 ]; then
+            echo "fuzz: $t FAILED (exit $rc); log: $log"
+            grep -E -A1 'panicked|ERROR|SUMMARY' "$log" | head -8 || true
+            grep -oE 'Test unit written to [^ ]+' "$log" | sed 's/^/fuzz: reproducer: /' || true
+            echo "fuzz: replay with $bin/$t <reproducer>"
+        fi
+        return $rc
+    } >"$rep" 2>&1
+}
+
+# The committed seeds stay as they are; what the fuzzer finds goes to a work
+# corpus (fuzz/work, not in git) that later runs start from.
+mkdir -p fuzz/work
+echo "== fuzz: ${#targets[@]} targets, ${seconds}s each, $jobs at a time"
+set +e
+pids=() names=() status=0
+for t in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+    run_one "$t" &
+    pids+=($!) names+=("$t")
+done
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
     rc=$?
-    set -e
-    # (|| true: under pipefail a grep without a match would end the script.)
-    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|cov: ' "$log" | tail -3 || true
+    t=${names[$i]}
     if [ $rc -ne 0 ]; then
-        echo "fuzz: $t FAILED (exit $rc); log: $log" >&2
-        grep -E -A1 'panicked|ERROR|SUMMARY' "$log" | head -8 >&2 || true
-        grep -oE 'Test unit written to [^ ]+' "$log" | sed 's/^/fuzz: reproducer: /' >&2 || true
-        echo "fuzz: replay with $bin/$t <reproducer>" >&2
+        cat "fuzz/work/$t.report" >&2
         status=1
+    else
+        cat "fuzz/work/$t.report"
     fi
 done
+set -e
 exit $status

@@ -6,8 +6,8 @@
 //! folder (`$CARGO_TARGET_DIR`, else the workspace's `target/`):
 //!
 //! - [`Build::Debug`]: `cargo build -p device --bin vhca` → `target/debug/vhca`;
-//! - [`Build::Optimized`]: the same with a `vhca-test` profile defined on the
-//!   command line (release without LTO, with debug assertions and overflow
+//! - [`Build::Optimized`]: the same with the workspace's `vhca-test` profile
+//!   (Cargo.toml: release without LTO, with debug assertions and overflow
 //!   checks, so a device bug still panics) → `target/vhca-test/vhca`; for the
 //!   heavy tests (fuzzing, 256 MiB under faults).
 
@@ -85,15 +85,6 @@ fn cargo_build(build: Build) -> Result<PathBuf, String> {
     let out = match build {
         Build::Debug => target.join("debug").join("vhca"),
         Build::Optimized => {
-            for c in [
-                "profile.vhca-test.inherits=\"release\"",
-                "profile.vhca-test.lto=false",
-                "profile.vhca-test.codegen-units=16",
-                "profile.vhca-test.debug-assertions=true",
-                "profile.vhca-test.overflow-checks=true",
-            ] {
-                cmd.args(["--config", c]);
-            }
             cmd.args(["--profile", "vhca-test"]);
             target.join("vhca-test").join("vhca")
         }
