@@ -102,16 +102,16 @@ vhca_build_vhca() {
     echo "$target/release/vhca"
 }
 
-# The test driver that plays guests on many `vhca` nodes whose SM runs
-# elsewhere (tests/src/bin/fabric-driver.rs), optimised with the tests'
-# `vhca-test` profile (Cargo.toml: no fat-LTO link, the dependencies' builds
-# shared with cargo-test's); prints its path.
-vhca_build_driver() {
+# vhca_build_test_bin BIN — one of the test tools in tests/src/bin (fabric-driver,
+# ecn-switch), optimised with the tests' `vhca-test` profile (Cargo.toml: no
+# fat-LTO link, the dependencies' builds shared with cargo-test's), in
+# $CARGO_TARGET_DIR (default: the repo's target/); prints its path.
+vhca_build_test_bin() {
     local target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
-    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --profile vhca-test fabric-driver" \
+    (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --profile vhca-test $1" \
         "seconds when up to date, ~1 min from scratch" - \
-        cargo build --profile vhca-test -p vhca-tests --bin fabric-driver) || vhca_die "cargo build of fabric-driver failed"
-    echo "$target/vhca-test/fabric-driver"
+        cargo build --profile vhca-test -p vhca-tests --bin "$1") || vhca_die "cargo build of $1 failed"
+    echo "$target/vhca-test/$1"
 }
 
 # vhca_guest_overlay OV K KO SO DRIVER_FILE WANT — an initramfs overlay in OV

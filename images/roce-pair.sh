@@ -341,12 +341,7 @@ if [ -n "$bottleneck" ]; then
     if [ -z "$bn_kind" ]; then
         vhca_log "no marking qdisc in this kernel ($tc_err): ecn-switch, a userspace RED/ECN switch, replaces br0"
         if [ -z "$ecn_switch_bin" ]; then
-            target=${CARGO_TARGET_DIR:-$VHCA_REPO/target}
-            # The tests' profile (Cargo.toml vhca-test): no fat-LTO link.
-            (cd "$VHCA_REPO" && CARGO_TARGET_DIR=$target vhca_step "cargo build --profile vhca-test ecn-switch" \
-                "seconds when up to date, ~1 min from scratch" - \
-                cargo build --profile vhca-test -p vhca-tests --bin ecn-switch) || vhca_die "cargo build of ecn-switch failed"
-            ecn_switch_bin=$target/vhca-test/ecn-switch
+            ecn_switch_bin=$(vhca_build_test_bin ecn-switch) || exit 1
         fi
         [ -x "$ecn_switch_bin" ] || vhca_die "no ecn-switch binary at $ecn_switch_bin"
         ip -n "$NS" link set ta nomaster && ip -n "$NS" link set tb nomaster ||

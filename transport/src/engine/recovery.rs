@@ -696,12 +696,12 @@ impl Recovery {
     fn keep_read_watch(&mut self, now: Time, ack_timeout: Option<u64>) {
         // Runs for every ACK (`on_progress`): the probe timeout is worked
         // out only when such a watch is there to extend.
-        if !self.watch.is_some_and(|w| w.end.is_some() && w.until > now) {
-            return;
-        }
-        let until = now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout));
-        if let Some(w) = &mut self.watch {
-            w.until = w.until.max(until);
+        if let Some(w) = self.watch.filter(|w| w.end.is_some() && w.until > now) {
+            let until = now.plus_ns(WATCH_PTOS * self.pto_ns(ack_timeout));
+            self.watch = Some(Watch {
+                until: w.until.max(until),
+                ..w
+            });
         }
     }
 
