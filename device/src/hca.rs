@@ -330,6 +330,11 @@ pub struct Hca {
     /// between rounds so the doorbell path does not allocate. Owned by the
     /// data path.
     pub todo: Vec<SlotOwner>,
+    /// One WQE's bytes as the fetch reads them (`MAX_WQE`): kept between
+    /// rounds, so a round does not clear 4 KiB of stack for WQEs that may
+    /// not be there (a round's cost follows its work). Owned by the data
+    /// path.
+    pub wqe_buf: Box<[u8]>,
     pub counters: HcaCounters,
     /// The device limits the command queue enforces (and BAR0 shows).
     pub caps: Caps,
@@ -373,6 +378,7 @@ impl Hca {
             retry: Vec::new(),
             arms: Vec::new(),
             todo: Vec::new(),
+            wqe_buf: vec![0; crate::datapath::MAX_WQE].into_boxed_slice(),
             counters: HcaCounters::default(),
             caps: Caps::from_limits(port.engine().limits()),
             ring_charges: HashMap::new(),

@@ -241,7 +241,10 @@ fn device_figures(shm: bool, writes: usize, pings: usize) -> Figures {
     // What A's link did (its counters at exit): the rings' line shows the
     // traffic went through them.
     drop((a, b));
+    // Both stopped, not killed: a profiler wrapped around `vhca` (a
+    // `VHCA_BIN` script) writes its output at exit.
     v.stop(0, Duration::from_secs(5));
+    v.stop(1, Duration::from_secs(5));
     let report = v.stderr(0) + &v.stderr(1);
     (write_rate, write_cpu, p50, wakes, idle_cpu, report)
 }

@@ -24,7 +24,7 @@ use crate::ring::Ring;
 pub const FETCH_BUDGET: u32 = 64;
 
 /// The largest WQE stride (abi MAX_WQE_SHIFT).
-const MAX_WQE: usize = 1 << 12;
+pub(crate) const MAX_WQE: usize = 1 << 12;
 
 mod wqe;
 pub use wqe::{decode_recv, decode_send, decode_send_rd, decode_send_xrc, BadWqe};
@@ -350,9 +350,9 @@ impl Hca {
 
     fn fetch_wqes(&mut self, mem: &mut dyn Memory, db: &dyn Doorbells) -> u32 {
         let mut n = 0;
-        let mut buf = [0u8; MAX_WQE];
         self.flagged(db);
         let todo = std::mem::take(&mut self.todo);
+        let mut buf = std::mem::take(&mut self.wqe_buf);
         for &o in &todo {
             // One load of the slot per queue and round: an index stored after
             // it comes with a new summary bit.
@@ -384,6 +384,7 @@ impl Hca {
             }
         }
         self.todo = todo;
+        self.wqe_buf = buf;
         n
     }
 

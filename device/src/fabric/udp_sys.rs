@@ -38,19 +38,30 @@ pub struct RecvMeta {
     pub segment: Option<usize>,
 }
 
-/// Receive buffers and their message headers, reused for every batch.
+/// Receive buffers and their message headers, reused for every batch. The
+/// headers are made once: a call that finds the socket empty (the shared-
+/// memory link polls its UDP socket every round for doorbells and fallback
+/// traffic) costs the system call, not a rebuild of every header.
 pub struct RecvBatch {
     bufs: Vec<Box<[u8]>>,
     addrs: Vec<libc::sockaddr_storage>,
+    /// Reached only through `hdrs`' pointers (by the kernel and
+    /// `gro_segment`): kept for them.
+    #[allow(dead_code)]
     cmsgs: Vec<CmsgBuf>,
+    #[allow(dead_code)]
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Headers from the front whose in/out lengths the kernel may have
+    /// changed since they were last set (the messages the last call filled).
+    dirty: usize,
 }
 
-// SAFETY: the raw pointers in `iovs` and `hdrs` point into `bufs`, `addrs` and
-// `cmsgs` (heap memory this struct owns); they are rebuilt before every call
-// and never read outside it, so moving the struct to another thread moves
-// nothing that another thread could still reach.
+// SAFETY: the raw pointers in `iovs` and `hdrs` point into `bufs`, `addrs`,
+// `cmsgs` and `iovs` (heap blocks this struct owns, made in `new` and never
+// grown, so they never move); they are read only during `recv`, so moving the
+// struct to another thread moves nothing that another thread could still
+// reach.
 unsafe impl Send for RecvBatch {}
 
 impl std::fmt::Debug for RecvBatch {
@@ -62,14 +73,37 @@ impl std::fmt::Debug for RecvBatch {
 impl RecvBatch {
     /// `n` buffers of `len` bytes each.
     pub fn new(n: usize, len: usize) -> RecvBatch {
+        let mut bufs: Vec<Box<[u8]>> = (0..n).map(|_| vec![0u8; len].into_boxed_slice()).collect();
+        // SAFETY: sockaddr_storage is plain data; all zeroes is a valid
+        // (unspecified-family) value.
+        let mut addrs: Vec<libc::sockaddr_storage> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        let mut cmsgs = vec![CmsgBuf([0; RX_CMSG_SPACE]); n];
+        let mut iovs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let hdrs = (0..n)
+            .map(|i| {
+                // SAFETY: mmsghdr is plain data; all zeroes is a valid value
+                // that the fields below complete.
+                let mut h: libc::mmsghdr = unsafe { zeroed() };
+                h.msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_iov = &mut iovs[i];
+                h.msg_hdr.msg_iovlen = 1;
+                h.msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+                h
+            })
+            .collect();
         RecvBatch {
-            bufs: (0..n).map(|_| vec![0u8; len].into_boxed_slice()).collect(),
-            // SAFETY: sockaddr_storage is plain data; all zeroes is a valid
-            // (unspecified-family) value.
-            addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
-            cmsgs: vec![CmsgBuf([0; RX_CMSG_SPACE]); n],
-            iovs: Vec::with_capacity(n),
-            hdrs: Vec::with_capacity(n),
+            bufs,
+            addrs,
+            cmsgs,
+            iovs,
+            hdrs,
+            dirty: n,
         }
     }
 
@@ -88,32 +122,21 @@ impl RecvBatch {
     /// nothing waiting.
     pub fn recv(&mut self, fd: RawFd, out: &mut Vec<RecvMeta>) -> io::Result<()> {
         out.clear();
-        let n = self.bufs.len();
-        self.iovs.clear();
-        self.hdrs.clear();
-        for b in self.bufs.iter_mut() {
-            self.iovs.push(libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            });
-        }
-        for i in 0..n {
-            // SAFETY: mmsghdr is plain data; all zeroes is a valid value that
-            // the fields below complete.
-            let mut h: libc::mmsghdr = unsafe { zeroed() };
-            h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+        let n = self.hdrs.len();
+        // The kernel writes back the name and control lengths, the flags and
+        // the length of each message it fills: only those are set again.
+        for h in &mut self.hdrs[..self.dirty] {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &mut self.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = self.cmsgs[i].0.as_mut_ptr().cast();
             h.msg_hdr.msg_controllen = RX_CMSG_SPACE as _;
-            self.hdrs.push(h);
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
         }
+        self.dirty = n;
         // SAFETY: `hdrs` holds `n` headers whose name, iovec and control
-        // pointers point into `addrs`, `iovs`, `bufs` and `cmsgs`, all owned by
-        // `self`, alive and not otherwise borrowed during the call; the kernel
-        // writes at most the lengths given. MSG_DONTWAIT: never blocks; no
-        // timeout pointer.
+        // pointers point into `addrs`, `iovs`, `bufs` and `cmsgs` (`new`),
+        // all owned by `self`, never moved, and not otherwise borrowed during
+        // the call; the kernel writes at most the lengths given. MSG_DONTWAIT:
+        // never blocks; no timeout pointer.
         let r = unsafe {
             libc::recvmmsg(
                 fd,
@@ -125,12 +148,15 @@ impl RecvBatch {
         };
         if r < 0 {
             let e = io::Error::last_os_error();
+            // A failed call fills no message (recvmmsg(2)); every header is
+            // set again next time all the same.
             return if e.kind() == io::ErrorKind::WouldBlock {
                 Ok(())
             } else {
                 Err(e)
             };
         }
+        self.dirty = r as usize;
         for i in 0..r as usize {
             let h = &self.hdrs[i];
             let len = (h.msg_len as usize).min(self.bufs[i].len());
@@ -253,4 +279,77 @@ pub fn send_batch(fd: RawFd, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
 /// Sets an int socket option at level SOL_UDP (`UDP_SEGMENT`, `UDP_GRO`).
 pub fn set_udp_opt(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
     super::underlay::set_int(fd, libc::SOL_UDP, opt, value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    /// `recv` until it returns something (loopback delivers at once, but
+    /// not by contract), for at most a second.
+    fn recv_some(rx: &mut RecvBatch, fd: RawFd) -> Vec<RecvMeta> {
+        let mut out = Vec::new();
+        let end = Instant::now() + Duration::from_secs(1);
+        while out.is_empty() && Instant::now() < end {
+            rx.recv(fd, &mut out).expect("recvmmsg");
+        }
+        out
+    }
+
+    /// The headers are made once and only the lengths the kernel wrote back
+    /// are set again: a datagram without control data (the kernel then
+    /// writes a control length of 0) must not leave the next message's
+    /// `UDP_GRO` segment size cut off, nor an empty call anything stale.
+    #[test]
+    fn reused_headers_keep_each_message_whole() {
+        let rx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_udp_opt(rx_sock.as_raw_fd(), libc::UDP_GRO, 1).expect("UDP_GRO (Linux 5.0+)");
+        rx_sock.set_nonblocking(true).unwrap();
+        let to = rx_sock.local_addr().unwrap();
+        let from = tx_sock.local_addr().unwrap();
+        let (fd, tfd) = (rx_sock.as_raw_fd(), tx_sock.as_raw_fd());
+        let mut rx = RecvBatch::new(4, 4096);
+        let mut none = Vec::new();
+        rx.recv(fd, &mut none).unwrap();
+        assert!(none.is_empty());
+        for round in 0..3 {
+            // One plain datagram: no control data comes with it.
+            let plain = vec![round as u8; 100];
+            let msg = OutMsg {
+                parts: vec![&plain],
+                to,
+                gso: None,
+            };
+            assert_eq!(send_batch(tfd, &[msg]).unwrap(), 1);
+            let got = recv_some(&mut rx, fd);
+            assert_eq!(got.len(), 1, "round {round}");
+            assert_eq!(
+                (got[0].len, got[0].from, got[0].segment),
+                (100, Some(from), None)
+            );
+            assert_eq!(&rx.buf(0)[..100], &plain[..]);
+            // Three segments of 500 bytes sent as one GSO message: on
+            // loopback a GRO socket gets them as one buffer with the size.
+            let seg = [vec![1u8; 500], vec![2u8; 500], vec![3u8; 500]];
+            let msg = OutMsg {
+                parts: seg.iter().map(|s| &s[..]).collect(),
+                to,
+                gso: Some(500),
+            };
+            assert_eq!(send_batch(tfd, &[msg]).unwrap(), 1);
+            let got = recv_some(&mut rx, fd);
+            assert_eq!(got.len(), 1, "round {round}");
+            assert_eq!(
+                (got[0].len, got[0].from, got[0].segment),
+                (1500, Some(from), Some(500)),
+                "round {round}"
+            );
+            rx.recv(fd, &mut none).unwrap();
+            assert!(none.is_empty());
+        }
+    }
 }
