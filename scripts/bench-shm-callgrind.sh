@@ -31,7 +31,10 @@ chmod +x "$out/wrap.sh"
 VHCA_BENCH_WRITES=${VHCA_BENCH_WRITES:-1000} VHCA_BENCH_QUICK=1 VHCA_BENCH_LINKS=shm \
     VHCA_BENCH_VHCA_ARGS="--busy-poll 0" VHCA_BIN="$out/wrap.sh" \
     timeout 900 target/release/examples/shm_bench 2>/dev/null > "$out/bench.txt"
-for f in "$out"/cg.*; do
+shopt -s nullglob
+profiles=("$out"/cg.*)
+[ ${#profiles[@]} = 2 ] || { echo "expected 2 callgrind profiles in $out, found ${#profiles[@]} (bench output: $out/bench.txt)" >&2; exit 1; }
+for f in "${profiles[@]}"; do
     echo "$(basename "$f"): $(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/{print $1}') instructions"
 done
 grep -o "shm n[01]: tx [0-9]* ([0-9]* B) rx [0-9]*" "$out/bench.txt"
