@@ -312,8 +312,8 @@ impl Engine {
         now: Time,
         may_hold: bool,
     ) -> Arrival {
-        let parsed =
-            link::parse(&self.port, buf.bytes, from.crcs_vouched).and_then(|(pkt, roce)| {
+        let parsed = link::parse(&self.port, buf.bytes, from.crcs_vouched, &mut self.rx_memo)
+            .and_then(|(pkt, roce)| {
                 if roce.is_none() {
                     check_lids(&self.port, &pkt, from.src_lid).map_err(link::Drop::Rx)?;
                 }
@@ -435,14 +435,28 @@ impl Engine {
                 _ => {}
             }
         }
+        let state_before = qp.state;
         let mut ctx = super::engine_ctx!(self, mem, &mut fx, now, roce, lent);
-        let wants_tx = match info.direction() {
-            Direction::Request => responder::handle_request(qp, &pkt, &mut ctx),
-            Direction::Response => completer::handle_response(qp, &pkt, &mut ctx),
-            Direction::Notification => false,
+        let (wants_tx, quiet) = match info.direction() {
+            Direction::Request => {
+                let r = responder::handle_request(qp, &pkt, &mut ctx);
+                // Issue 30: a request changes nothing `arm` reads (the
+                // requester's packets in flight and deadlines, the QP's
+                // path) unless it moved the QP's state or migrated its path
+                // (which raises an event): most packets of a message leave
+                // the timers and the port window as they were. And one that
+                // leaves no response waiting (in order, no AckReq) gives the
+                // transmit schedule nothing to do.
+                let same = qp.state == state_before && fx.events.is_empty();
+                (r && (qp.resp.has_output() || !same), same)
+            }
+            Direction::Response => (completer::handle_response(qp, &pkt, &mut ctx), false),
+            Direction::Notification => (false, false),
         };
         self.finish(fx);
-        self.arm(dest);
+        if !quiet {
+            self.arm(dest);
+        }
         if wants_tx {
             self.schedule_qp(dest);
         }

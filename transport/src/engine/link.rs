@@ -18,6 +18,7 @@ use super::{LinkLayer, PortConfig, RxDrop};
 use crate::verbs::NetworkHdr;
 use crate::wire::packet::EmitWithError;
 use crate::wire::roce::{EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, RoceRepr};
+use crate::wire::template::ParseMemo;
 use crate::wire::{DropReason, EmitError, GrhRepr, LrhRepr, PacketRepr};
 
 /// What a RoCE frame carried besides its transport part: a UD receive reports it
@@ -61,11 +62,13 @@ pub(crate) fn parse<'a>(
     port: &PortConfig,
     buf: &'a [u8],
     crcs_vouched: bool,
+    memo: &mut ParseMemo,
 ) -> Result<(PacketRepr<'a>, Option<RoceRx>), Drop> {
     let mac = match port.link {
         LinkLayer::InfiniBand => {
             let p = if crcs_vouched {
-                PacketRepr::parse_vouched(buf)
+                // Issue 30: most such packets repeat the last one's headers.
+                memo.parse_vouched(buf)
             } else {
                 PacketRepr::parse(buf)
             };

@@ -176,6 +176,9 @@ pub struct Engine {
     /// A lent packet's private copy (`io`, issue 30): allocated at the
     /// first, reused for every one after.
     rx_scratch: Vec<u8>,
+    /// The last packet parsed whose CRCs its link vouched for (issue 30,
+    /// `wire::template::ParseMemo`).
+    rx_memo: crate::wire::template::ParseMemo,
     /// CN packets waiting for the wire (IB congestion control, `cc_ib`).
     cn: cc_ib::CnQueue,
     /// QPs with a CNP to send (issue 31, `cc_np`).
@@ -239,6 +242,7 @@ impl Engine {
             rd: rd::Rd::default(),
             hold: reorder::ReorderHold::default(),
             rx_scratch: Vec::new(),
+            rx_memo: Default::default(),
             cn: cc_ib::CnQueue::default(),
             cnps: cc_np::CnpQueue::new(),
         }

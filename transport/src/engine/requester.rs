@@ -19,8 +19,9 @@ use crate::verbs::{
     WrOpcode,
 };
 use crate::wire::ext::{AtomicEthRepr, DethRepr, ExtHeaders, FethRepr, RethRepr};
-use crate::wire::opcode::{Opcode, Operation};
+use crate::wire::opcode::{Opcode, Operation, Position};
 use crate::wire::packet::EmitWithError;
+use crate::wire::template::HeaderTemplate;
 use crate::wire::{BthRepr, GrhRepr, LrhRepr, PacketRepr, TransportRepr};
 
 /// Set AckReq at least every this many packets of a long message, so that ACKs
@@ -132,6 +133,10 @@ pub(crate) struct Requester {
     /// Congestion control (issue 31, `crate::cc`): the QP's reaction and
     /// notification points; its limit is one more on the pacing gate.
     pub(super) cc: crate::cc::QpCc,
+    /// The headers of the last MIDDLE packet built in full, for the ones
+    /// after it (issue 30, `wire::template`): a cache of a pure function of
+    /// what it is checked against at each use, nothing to invalidate.
+    pub(super) template: Option<HeaderTemplate>,
 }
 
 impl Requester {
@@ -834,7 +839,7 @@ fn build_request(
         _ => None,
     };
     let slotted = in_slot.is_some();
-    let len = link::emit_with(cx.port, &pkt, dmac, udp_sport, buf, payload_len, |dst| {
+    let fill = |dst: &mut [u8]| {
         match data {
             // ATOMIC WRITE: its 8 bytes come from the WQE, not from memory.
             _ if word.is_some() => {
@@ -859,8 +864,26 @@ fn build_request(
             // A bind or registration sends no packet; it never gets here.
             SendData::Bind(_) | SendData::Reg(_) => Err(WcStatus::LocQpOpErr.into()),
         }
-    })
-    .map_err(|e| match e {
+    };
+    // Issue 30: a native packet whose headers are the last MIDDLE packet's
+    // but for PSN and AckReq is built from them (`wire::template`).
+    let native = !cx.port.is_ethernet();
+    let crcs = !cx.port.crcs_by_link;
+    let template = qp
+        .req
+        .template
+        .as_ref()
+        .filter(|t| native && t.matches(&pkt, payload_len, crcs));
+    let built = match template {
+        Some(t) => t.emit_with(&pkt, buf, fill),
+        None => link::emit_with(cx.port, &pkt, dmac, udp_sport, buf, payload_len, fill),
+    };
+    if let (None, Ok(len)) = (template, &built) {
+        if native && info.position == Position::Middle {
+            qp.req.template = HeaderTemplate::capture(&pkt, payload_len, crcs, buf, *len);
+        }
+    }
+    let len = built.map_err(|e| match e {
         EmitWithError::Fill(st) => st,
         // RoCE: no route for the path (its GID entry went away); the WQE
         // fails like a send to an unusable address.

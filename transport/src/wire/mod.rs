@@ -19,6 +19,7 @@ pub mod opcode;
 pub mod packet;
 pub mod pcap;
 pub mod roce;
+pub mod template;
 
 pub use bth::{Bth, BthRepr};
 pub use ext::{

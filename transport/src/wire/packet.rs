@@ -36,6 +36,33 @@ pub const fn pad_for(payload_len: usize) -> usize {
     (4 - payload_len % 4) % 4
 }
 
+/// The part of building a packet after its headers (`buf` is the whole
+/// packet, headers written): the payload by `fill` at `payload_at`, the pad,
+/// then at `hdr_end` the ICRC and VCRC, or zeros without `crcs`
+/// ([`PacketRepr::emit_with_crcs`], [`super::template::HeaderTemplate`]).
+pub(crate) fn fill_and_seal<E>(
+    buf: &mut [u8],
+    payload_at: usize,
+    hdr_end: usize,
+    grh: bool,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    crcs: bool,
+) -> Result<(), EmitWithError<E>> {
+    let pad = pad_for(payload_len);
+    let (head, rest) = buf.split_at_mut(payload_at);
+    fill(&mut rest[..payload_len]).map_err(EmitWithError::Fill)?;
+    rest[payload_len..payload_len + pad].fill(0);
+    let (icrc, v) = if crcs {
+        SinglePassCrc::headers(head, grh).finish(&rest[..payload_len], pad)
+    } else {
+        (0, 0)
+    };
+    buf[hdr_end..hdr_end + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
+    buf[hdr_end + ICRC_LEN..hdr_end + ICRC_LEN + VCRC_LEN].copy_from_slice(&v.to_le_bytes());
+    Ok(())
+}
+
 /// The transport part of a packet: BTH, extension headers and payload, with pad
 /// and ICRC left to the encapsulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -304,18 +331,8 @@ impl<'a> PacketRepr<'a> {
         }
         let buf = &mut buf[..len];
         let (payload_at, hdr_end) = sized.emit_headers(buf).map_err(EmitWithError::Emit)?;
-        let pad = pad_for(payload_len);
-        let (head, rest) = buf.split_at_mut(payload_at);
-        fill(&mut rest[..payload_len]).map_err(EmitWithError::Fill)?;
-        rest[payload_len..payload_len + pad].fill(0);
-        let (icrc, v) = if crcs {
-            SinglePassCrc::headers(head, self.grh.is_some()).finish(&rest[..payload_len], pad)
-        } else {
-            (0, 0)
-        };
-        let at = hdr_end;
-        buf[at..at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
-        buf[at + ICRC_LEN..].copy_from_slice(&v.to_le_bytes());
+        let grh = self.grh.is_some();
+        fill_and_seal(buf, payload_at, hdr_end, grh, payload_len, fill, crcs)?;
         Ok(len)
     }
 

@@ -91,6 +91,11 @@ impl Responder {
             ..Responder::default()
         }
     }
+
+    /// Whether a response waits to be sent.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
 }
 
 /// The host bytes a QP's responder can hold at most, with the QP itself: its
