@@ -24,6 +24,7 @@ use super::bth::{Bth, BthRepr};
 use super::ext::ExtHeaders;
 use super::grh::GrhRepr;
 use super::lrh::LrhRepr;
+use super::opcode::Position;
 use super::packet::{fill_and_seal, EmitWithError, PacketRepr};
 use super::{DropReason, EmitError};
 
@@ -175,7 +176,12 @@ impl ParseMemo {
             return Ok(pkt);
         }
         let pkt = PacketRepr::parse_vouched(buf)?;
-        self.last = Parsed::capture(&pkt, buf);
+        // Only a MIDDLE packet is kept: the packets that repeat a header
+        // are the middle of a message (an ACK carries a new MSN, a FIRST
+        // packet a new RETH), and keeping costs a copy.
+        if pkt.transport.bth.opcode.info().position == Position::Middle {
+            self.last = Parsed::capture(&pkt, buf);
+        }
         Ok(pkt)
     }
 }
