@@ -29,6 +29,7 @@ pub mod cli_config;
 pub mod cmdq;
 pub mod context;
 pub mod convert;
+pub mod copy_tune;
 pub mod counters_out;
 pub mod datapath;
 pub mod dm;

@@ -1007,6 +1007,9 @@ pub fn serve(config: &crate::cli::Config) -> Result<(), Box<dyn std::error::Erro
                 }
             })?;
     }
+    // Issue 30: the copies' piece size suits this CPU (a few milliseconds,
+    // once everything that can refuse the configuration has).
+    crate::copy_tune::apply();
     let dp = {
         let shared = Arc::clone(&shared);
         let every = counters.clone();

@@ -26,6 +26,26 @@ use crate::sync::lock;
 /// the two agree).
 pub const COPY_PIECE: usize = 1024;
 
+/// The largest piece [`set_copy_piece`] takes: a whole packet's payload.
+pub const MAX_COPY_PIECE: usize = 4096;
+
+/// The piece size guest accesses copy in now: [`COPY_PIECE`], or what the
+/// process measured to be faster on its CPU (`transport::memory::copy_piece`
+/// says why; the device sets both at start).
+static PIECE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(COPY_PIECE);
+
+fn piece() -> usize {
+    PIECE.load(Ordering::Relaxed)
+}
+
+/// Sets the piece size guest accesses copy in, clamped to
+/// `COPY_PIECE..=MAX_COPY_PIECE`; returns the size set.
+pub fn set_copy_piece(n: usize) -> usize {
+    let n = n.clamp(COPY_PIECE, MAX_COPY_PIECE);
+    PIECE.store(n, Ordering::Relaxed);
+    n
+}
+
 /// The guest memory map type: vm-memory regions over mmaps of QEMU's fds.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
 type Region = vm_memory::GuestRegionMmap<()>;
@@ -285,14 +305,14 @@ impl DmaView {
 
     /// Reads guest address `addr` into `dst`, memory that is not guest
     /// memory and not a Rust slice (a shared-memory ring slot another
-    /// process reads, issue 30): one copy, in [`COPY_PIECE`] pieces.
+    /// process reads, issue 30): one copy, in [`piece`]-sized pieces.
     pub fn read_volatile(&self, addr: u64, dst: VolatileSlice<'_>) -> Result<(), DmaError> {
         self.with_map(|mem| read_volatile_in(mem, addr, dst))
     }
 
     /// Writes `src`, memory that is not guest memory and not a Rust slice
     /// (a shared-memory ring slot another process writes, issue 30), at
-    /// guest address `addr`: one copy, in [`COPY_PIECE`] pieces.
+    /// guest address `addr`: one copy, in [`piece`]-sized pieces.
     pub fn write_volatile(&self, addr: u64, src: VolatileSlice<'_>) -> Result<(), DmaError> {
         self.with_map(|mem| write_volatile_in(mem, addr, src))
     }
@@ -333,11 +353,12 @@ fn read_in(mem: &GuestMemoryMmap, addr: u64, buf: &mut [u8]) -> Result<(), DmaEr
     // Within one map (nearly always): one lookup, then the copy in pieces.
     if let Ok(s) = mem.get_slice(GuestAddress(addr), buf.len()) {
         let len = buf.len();
-        for (k, piece) in buf.chunks_mut(COPY_PIECE).enumerate() {
+        let size = piece();
+        for (k, piece) in buf.chunks_mut(size).enumerate() {
             // The pieces of `buf` tile `s`, which has its length: never out
             // of range, and if it were, an error rather than bytes skipped.
             let from = s
-                .subslice(k * COPY_PIECE, piece.len())
+                .subslice(k * size, piece.len())
                 .map_err(|_| unmapped(addr, len))?;
             from.copy_to(piece);
         }
@@ -356,10 +377,11 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
         return Ok(());
     }
     if let Ok(s) = mem.get_slice(GuestAddress(addr), data.len()) {
-        for (k, piece) in data.chunks(COPY_PIECE).enumerate() {
+        let size = piece();
+        for (k, piece) in data.chunks(size).enumerate() {
             // As in `read_in`.
             let to = s
-                .subslice(k * COPY_PIECE, piece.len())
+                .subslice(k * size, piece.len())
                 .map_err(|_| unmapped(addr, data.len()))?;
             to.copy_from(piece);
         }
@@ -373,7 +395,7 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
         .map_err(|_| unmapped(addr, data.len()))
 }
 
-/// Copies `from` into `to`, of the same length, in [`COPY_PIECE`] pieces;
+/// Copies `from` into `to`, of the same length, in [`piece`]-sized pieces;
 /// `None` if a piece is out of range (never: the pieces tile both slices),
 /// rather than bytes skipped (as `read_in`).
 fn copy_volatile<A: vm_memory::bitmap::BitmapSlice, B: vm_memory::bitmap::BitmapSlice>(
@@ -381,9 +403,10 @@ fn copy_volatile<A: vm_memory::bitmap::BitmapSlice, B: vm_memory::bitmap::Bitmap
     to: VolatileSlice<'_, B>,
 ) -> Option<()> {
     let len = from.len();
+    let size = piece();
     let mut at = 0;
     while at < len {
-        let n = (len - at).min(COPY_PIECE);
+        let n = (len - at).min(size);
         from.subslice(at, n)
             .ok()?
             .copy_to_volatile_slice(to.subslice(at, n).ok()?);

@@ -414,6 +414,14 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
+    // `VHCA_BENCH_COPY_PIECE=N`: the packet copies' piece size (the device
+    // measures it at start, `device::copy_tune`; 1024 without it).
+    if let Some(n) = std::env::var("VHCA_BENCH_COPY_PIECE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        transport::memory::set_copy_piece(n);
+    }
     // ---- RC WRITE, 1 MiB messages, PMTU 4096, one engine per thread.
     if part("threads") {
         let msg = 1u32 << 20;
@@ -544,7 +552,7 @@ fn one_thread_write(scale: usize) {
 /// hand-over: the engines' own cost per packet, free of the scheduler's noise
 /// that the two-process bench (`shm_bench`) carries. Printed as nanoseconds
 /// per 4 KiB packet for both sides together, against the copies the two sides
-/// must at least make (into a packet, out of it; in `memory::COPY_CHUNK`
+/// must at least make (into a packet, out of it; in `memory::copy_piece`
 /// pieces, as the engine copies).
 fn one_thread_by_link(scale: usize) {
     let from = RxFrom {
@@ -570,7 +578,7 @@ fn one_thread_by_link(scale: usize) {
         }
         let de = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let chunk = transport::memory::COPY_CHUNK;
+        let chunk = transport::memory::copy_piece();
         for _ in 0..msgs {
             for (s, d) in src.chunks(4096).zip(dst.chunks_mut(4096)) {
                 for (i, (s, d)) in s.chunks(chunk).zip(d.chunks_mut(chunk)).enumerate() {

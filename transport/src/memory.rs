@@ -3,6 +3,8 @@
 //! through MRs (`crate::mr`) first; what reaches this trait is a physical address
 //! that the caller must still check against what it has mapped (ARCHITECTURE.md §9).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 /// Largest single copy of packet bytes (a payload into a packet, a packet
 /// segment into or out of memory, a packet into or out of a shared-memory
 /// ring slot): above ~2 KiB glibc's memcpy switches to `rep movsb`, which on
@@ -12,10 +14,36 @@
 /// engine benchmark, one thread, ~1.2x), the usual case for packets.
 pub const COPY_CHUNK: usize = 1024;
 
-/// Copies `src` into `dst` (of the same length) in [`COPY_CHUNK`] pieces.
+/// The largest piece [`set_copy_piece`] takes: a whole packet's payload.
+pub const MAX_COPY_PIECE: usize = 4096;
+
+/// The piece size packet copies use now: [`COPY_CHUNK`], or what the process
+/// measured to be faster on its CPU ([`set_copy_piece`]). Another CPU says
+/// the opposite of the one above: on the Intel host of 2026-12-01 a whole
+/// 4 KiB copy not mutually aligned took 218 ns against 317-342 ns in 1 KiB
+/// pieces (129 against 143 ns aligned), so the device measures at start
+/// (`device::copy_tune`, issue 30).
+static COPY_PIECE: AtomicUsize = AtomicUsize::new(COPY_CHUNK);
+
+/// The piece size packet copies use ([`COPY_PIECE`]'s docs).
+pub fn copy_piece() -> usize {
+    COPY_PIECE.load(Ordering::Relaxed)
+}
+
+/// Sets the piece size packet copies use, clamped to
+/// `COPY_CHUNK..=MAX_COPY_PIECE`; returns the size set. A process-wide
+/// property of the CPU, set once at start by whoever measured it.
+pub fn set_copy_piece(n: usize) -> usize {
+    let n = n.clamp(COPY_CHUNK, MAX_COPY_PIECE);
+    COPY_PIECE.store(n, Ordering::Relaxed);
+    n
+}
+
+/// Copies `src` into `dst` (of the same length) in [`copy_piece`] pieces.
 pub fn copy_chunked(dst: &mut [u8], src: &[u8]) {
     debug_assert_eq!(dst.len(), src.len());
-    for (d, s) in dst.chunks_mut(COPY_CHUNK).zip(src.chunks(COPY_CHUNK)) {
+    let piece = copy_piece();
+    for (d, s) in dst.chunks_mut(piece).zip(src.chunks(piece)) {
         d.copy_from_slice(s);
     }
 }

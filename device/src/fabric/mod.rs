@@ -35,7 +35,7 @@ mod ib_cc;
 mod liveness;
 mod partition;
 mod shm;
-mod shm_ring;
+pub(crate) mod shm_ring;
 mod shm_sys;
 mod tap;
 mod tap_gso;

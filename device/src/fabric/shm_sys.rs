@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-use transport::memory::COPY_CHUNK;
+use transport::memory::copy_piece;
 
 /// A shared, read-write mapping of the first `len` bytes of a file.
 #[derive(Debug)]
@@ -87,16 +87,17 @@ impl Mapping {
         if off.checked_add(src.len()).is_none_or(|end| end > self.len) {
             return false;
         }
-        // In pieces: a whole packet in one memcpy is `rep movsb`, many
-        // times slower here when slot and buffer are not mutually aligned
-        // (`transport::memory::COPY_CHUNK`).
-        for (k, piece) in src.chunks(COPY_CHUNK).enumerate() {
+        // In pieces of the size measured fastest on this CPU: on some a
+        // whole packet in one memcpy (`rep movsb`) is many times slower when
+        // slot and buffer are not mutually aligned (`transport::memory`).
+        let size = copy_piece();
+        for (k, piece) in src.chunks(size).enumerate() {
             // SAFETY: the destination range is inside the mapping (checked
-            // above: `off + k * COPY_CHUNK + piece.len()` is within
+            // above: `off + k * size + piece.len()` is within
             // `off + src.len()`) and cannot overlap `src`, a Rust slice of
             // our own memory.
             unsafe {
-                let to = self.ptr.as_ptr().add(off + k * COPY_CHUNK);
+                let to = self.ptr.as_ptr().add(off + k * size);
                 std::ptr::copy_nonoverlapping(piece.as_ptr(), to, piece.len());
             }
         }
@@ -112,13 +113,14 @@ impl Mapping {
             return false;
         }
         // In pieces, as `write`.
-        for (k, piece) in dst.chunks_mut(COPY_CHUNK).enumerate() {
+        let size = copy_piece();
+        for (k, piece) in dst.chunks_mut(size).enumerate() {
             // SAFETY: the source range is inside the mapping (checked above:
-            // `off + k * COPY_CHUNK + piece.len()` is within
+            // `off + k * size + piece.len()` is within
             // `off + dst.len()`) and cannot overlap `dst`, a Rust slice of
             // our own memory.
             unsafe {
-                let from = self.ptr.as_ptr().add(off + k * COPY_CHUNK);
+                let from = self.ptr.as_ptr().add(off + k * size);
                 std::ptr::copy_nonoverlapping(from, piece.as_mut_ptr(), piece.len());
             }
         }

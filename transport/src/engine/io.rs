@@ -555,36 +555,47 @@ impl Engine {
             };
             let in_slot = ctx.tx_in_slot;
             qp.req_turn = !qp.req_turn;
-            if built.is_none() {
+            let Some(len) = built else {
                 qp.scheduled = false;
+                self.port_after_poll(qpn, false);
+                self.arm(qpn);
+                continue;
+            };
+            // The QP that built stays in hand for its upkeep (one lookup
+            // a packet, not three): the port window's and the timers', then
+            // its place in the schedule; the QPs that upkeep wakes are
+            // queued after it is, as when each step looked it up again.
+            let woken = self.port_window.after_poll(qp, true);
+            let armed = arm_qp(&mut self.port_window, &mut self.timers, qp);
+            // A QP keeps its turn for up to TX_BURST packets in a row.
+            let run = if self.tx_burst.0 == qpn {
+                self.tx_burst.1 + 1
+            } else {
+                1
+            };
+            let lane = super::vl::lane(self.vl_arb, &self.port, qp);
+            let front = run < TX_BURST;
+            if front {
+                self.tx_burst = (qpn, run);
+                self.schedule.push_front(&mut qp.sched, lane, qpn);
             }
-            self.port_after_poll(qpn, built.is_some());
-            self.arm(qpn);
-            if let Some(len) = built {
-                if self.vl_arb {
-                    self.vl_sent(buf, len);
-                }
-                // A QP keeps its turn for up to TX_BURST packets in a row.
-                let run = if self.tx_burst.0 == qpn {
-                    self.tx_burst.1 + 1
-                } else {
-                    1
-                };
+            if let Some(d) = woken {
+                self.port_wake(d);
+            }
+            self.after_arm(armed);
+            if self.vl_arb {
+                self.vl_sent(buf, len);
+            }
+            if !front {
+                self.tx_burst = (qpn, 0);
                 if let Some(qp) = self.qps.get_mut(&qpn) {
-                    let lane = super::vl::lane(self.vl_arb, &self.port, qp);
-                    if run < TX_BURST {
-                        self.tx_burst = (qpn, run);
-                        self.schedule.push_front(&mut qp.sched, lane, qpn);
-                    } else {
-                        self.tx_burst = (qpn, 0);
-                        self.schedule.push_back(&mut qp.sched, lane, qpn);
-                    }
+                    self.schedule.push_back(&mut qp.sched, lane, qpn);
                 }
-                self.counters.tx_packets += 1;
-                self.counters.tx_bytes += len as u64;
-                out = Some((len, in_slot));
-                break;
             }
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += len as u64;
+            out = Some((len, in_slot));
+            break;
         }
         self.finish(fx);
         if out.is_none() && self.rd.active() && !rd_first {
@@ -701,16 +712,16 @@ impl Engine {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        // The same moments change the QP's packets in flight.
-        let wake = self.port_window.sync(qp);
-        let compact = qp
-            .req
-            .deadline()
-            .is_some_and(|d| self.timers.arm(&mut qp.timer_at, d, qpn));
-        for d in wake.into_iter().flatten() {
+        let armed = arm_qp(&mut self.port_window, &mut self.timers, qp);
+        self.after_arm(armed);
+    }
+
+    /// What [`arm_qp`] left to do with the whole engine at hand.
+    fn after_arm(&mut self, armed: Armed) {
+        for d in armed.wake.into_iter().flatten() {
             self.port_wake(d);
         }
-        if compact {
+        if armed.compact {
             let live = self
                 .qps
                 .values()
@@ -766,6 +777,30 @@ impl Engine {
             Event::PortError
         });
     }
+}
+
+/// What [`Engine::arm`] must still do once the QP is put down: wake the
+/// QPs waiting at these destinations, rebuild the timer heap.
+#[must_use]
+struct Armed {
+    wake: [Option<super::port_window::Dest>; 2],
+    compact: bool,
+}
+
+/// [`Engine::arm`] on the QP in hand (its number is `qp.qpn`).
+fn arm_qp(
+    window: &mut super::port_window::PortWindow,
+    timers: &mut super::timer_heap::TimerHeap,
+    qp: &mut Qp,
+) -> Armed {
+    // The same moments change the QP's packets in flight.
+    let wake = window.sync(qp);
+    let qpn = qp.qpn;
+    let compact = qp
+        .req
+        .deadline()
+        .is_some_and(|d| timers.arm(&mut qp.timer_at, d, qpn));
+    Armed { wake, compact }
 }
 
 /// Transport header validation before any QP state is touched (9.6, C9-37..C9-57;

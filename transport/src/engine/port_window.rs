@@ -251,6 +251,30 @@ impl PortWindow {
         qp.port.room = load < self.bound;
         qp.port.tight = load >= self.bound / 2;
     }
+
+    /// [`Engine::port_after_poll`] on the QP in hand; returns the
+    /// destination whose waiting QPs are to be woken ([`Engine::port_wake`]).
+    pub(super) fn after_poll(&mut self, qp: &mut Qp, built: bool) -> Option<Dest> {
+        if qp.port.refused {
+            qp.port.woken = None;
+        } else if !built {
+            return qp.port.woken.take();
+        }
+        if qp.port.refused && qp.port.waiting.is_none() {
+            let d = self.dest_of(qp);
+            qp.port.waiting = Some(d);
+            let w = self.dests.entry(d).or_default();
+            if qp.port.owed {
+                // Its next packet asks for the ACK that releases the ones
+                // it holds: it goes first (once; then it queues as all do).
+                w.waiting.push_front(qp.qpn);
+            } else {
+                w.waiting.push_back(qp.qpn);
+            }
+        }
+        qp.port.refused = false;
+        None
+    }
 }
 
 impl Engine {
@@ -265,27 +289,9 @@ impl Engine {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        if qp.port.refused {
-            qp.port.woken = None;
-        } else if !built {
-            if let Some(d) = qp.port.woken.take() {
-                self.port_wake(d);
-            }
-            return;
+        if let Some(d) = self.port_window.after_poll(qp, built) {
+            self.port_wake(d);
         }
-        if qp.port.refused && qp.port.waiting.is_none() {
-            let d = self.port_window.dest_of(qp);
-            qp.port.waiting = Some(d);
-            let w = self.port_window.dests.entry(d).or_default();
-            if qp.port.owed {
-                // Its next packet asks for the ACK that releases the ones
-                // it holds: it goes first (once; then it queues as all do).
-                w.waiting.push_front(qpn);
-            } else {
-                w.waiting.push_back(qpn);
-            }
-        }
-        qp.port.refused = false;
     }
 
     /// Moves QPs waiting for `d` back to the transmit schedule, one per run
