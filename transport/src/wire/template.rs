@@ -119,6 +119,10 @@ impl HeaderTemplate {
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<usize, EmitWithError<E>> {
         debug_assert!(self.matches(pkt, self.payload_len, self.crcs));
+        // The one check of the full build the patched fields need.
+        if pkt.transport.bth.psn > 0x00ff_ffff {
+            return Err(EmitWithError::Emit(EmitError::FieldRange("BTH:PSN")));
+        }
         let buf = buf
             .get_mut(..self.len)
             .ok_or(EmitWithError::Emit(EmitError::BufferTooSmall))?;
@@ -375,6 +379,14 @@ mod tests {
         let mut buf = vec![0; built.len() - 1];
         let r = t.emit_with(&first, &mut buf, |_| Ok::<(), ()>(()));
         assert_eq!(r, Err(EmitWithError::Emit(EmitError::BufferTooSmall)));
+        // A PSN past 24 bits is refused as the full build refuses it.
+        let mut big = first;
+        big.transport.bth.psn = 1 << 24;
+        let mut buf = vec![0; built.len()];
+        let r = t.emit_with(&big, &mut buf, |_| Ok::<(), ()>(()));
+        let full = big.emit_with_crcs(&mut buf, 256, |_| Ok::<(), ()>(()), true);
+        assert_eq!(r, full);
+        assert!(r.is_err());
     }
 
     /// The memo's parse is the full parse, for packets that reuse it and
