@@ -9,7 +9,7 @@
 //! shared their page offset, against 10-18 GB/s in 1 KiB pieces; on the
 //! other (Intel Xeon, 2026-12-01) the whole copy is the faster, 218 against
 //! 317-342 ns not aligned, 129 against 143 ns aligned. So the device times
-//! both on the two alignments packets have, about a millisecond, and keeps
+//! both on the two alignments packets have, a few milliseconds, and keeps
 //! the 1 KiB pieces unless whole copies are clearly faster.
 
 use std::time::{Duration, Instant};
