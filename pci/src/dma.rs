@@ -305,14 +305,14 @@ impl DmaView {
 
     /// Reads guest address `addr` into `dst`, memory that is not guest
     /// memory and not a Rust slice (a shared-memory ring slot another
-    /// process reads, issue 30): one copy, in [`piece`]-sized pieces.
+    /// process reads, issue 30): one copy, in pieces (`set_copy_piece`).
     pub fn read_volatile(&self, addr: u64, dst: VolatileSlice<'_>) -> Result<(), DmaError> {
         self.with_map(|mem| read_volatile_in(mem, addr, dst))
     }
 
     /// Writes `src`, memory that is not guest memory and not a Rust slice
     /// (a shared-memory ring slot another process writes, issue 30), at
-    /// guest address `addr`: one copy, in [`piece`]-sized pieces.
+    /// guest address `addr`: one copy, in pieces (`set_copy_piece`).
     pub fn write_volatile(&self, addr: u64, src: VolatileSlice<'_>) -> Result<(), DmaError> {
         self.with_map(|mem| write_volatile_in(mem, addr, src))
     }
@@ -395,7 +395,7 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
         .map_err(|_| unmapped(addr, data.len()))
 }
 
-/// Copies `from` into `to`, of the same length, in [`piece`]-sized pieces;
+/// Copies `from` into `to`, of the same length, in pieces of `piece()` bytes;
 /// `None` if a piece is out of range (never: the pieces tile both slices),
 /// rather than bytes skipped (as `read_in`).
 fn copy_volatile<A: vm_memory::bitmap::BitmapSlice, B: vm_memory::bitmap::BitmapSlice>(

@@ -25,7 +25,7 @@ pub const MAX_COPY_PIECE: usize = 4096;
 /// (`device::copy_tune`, issue 30).
 static COPY_PIECE: AtomicUsize = AtomicUsize::new(COPY_CHUNK);
 
-/// The piece size packet copies use ([`COPY_PIECE`]'s docs).
+/// The piece size packet copies use (the static `COPY_PIECE` says why).
 pub fn copy_piece() -> usize {
     COPY_PIECE.load(Ordering::Relaxed)
 }
