@@ -1,8 +1,8 @@
 //! The piece size of packet copies, measured on this CPU at start (issue 30).
 //!
 //! Every payload byte is copied once a side (guest memory to a packet or a
-//! ring slot, and back), in pieces (`transport::memory::copy_piece`,
-//! `pci::dma::set_copy_piece`). Which piece size is fastest depends on the
+//! ring slot, and back), in pieces (`transport::memory::copy_piece`, which
+//! the DMA view takes, `pci::DmaView::with_copy_piece`). Which piece size is fastest depends on the
 //! CPU, and the two kinds of host this project runs on disagree: on one
 //! (AMD EPYC, 2026-11-30) glibc's `rep movsb` for a whole 4 KiB copy ran at
 //! 1.0-1.5 GB/s when source and destination were not mutually aligned or
@@ -85,32 +85,26 @@ pub fn measure() -> usize {
     pick
 }
 
-/// Measures and sets the piece size for the engine's copies and the DMA
-/// view's; returns it.
+/// Measures and sets the piece size of the engine's copies (the DMA view
+/// takes it from there, `glue::GuestMem`); returns it.
 pub fn apply() -> usize {
-    let n = measure();
-    let a = transport::memory::set_copy_piece(n);
-    let b = pci::dma::set_copy_piece(n);
-    debug_assert_eq!(a, b);
-    a
+    transport::memory::set_copy_piece(measure())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Whatever the host, the pick is one of the two sizes and both layers
-    /// take it.
+    /// Whatever the host, the pick is one of the two sizes, and the setter
+    /// takes it.
     #[test]
     fn the_pick_is_a_size_both_layers_take() {
         let n = measure();
         assert!(n == COPY_CHUNK || n == MAX_COPY_PIECE, "{n}");
         assert_eq!(transport::memory::set_copy_piece(n), n);
-        assert_eq!(pci::dma::set_copy_piece(n), n);
         // Out-of-range requests are clamped, never taken as they are.
         assert_eq!(transport::memory::set_copy_piece(1), COPY_CHUNK);
-        assert_eq!(pci::dma::set_copy_piece(1 << 20), MAX_COPY_PIECE);
+        assert_eq!(transport::memory::set_copy_piece(1 << 20), MAX_COPY_PIECE);
         transport::memory::set_copy_piece(COPY_CHUNK);
-        pci::dma::set_copy_piece(COPY_CHUNK);
     }
 }

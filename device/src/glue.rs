@@ -33,7 +33,11 @@ impl<'a> GuestMem<'a> {
     pub fn new(handle: &'a pci::Handle, dm_size: u32) -> GuestMem<'a> {
         let bar = abi::ident::bar::WAKE_BAR_INDEX as usize;
         GuestMem {
-            dma: handle.memory().view(),
+            // Issue 30: copies in the piece size measured for this CPU.
+            dma: handle
+                .memory()
+                .view()
+                .with_copy_piece(transport::memory::copy_piece()),
             dm: handle
                 .bar_memory(bar)
                 .filter(|_| dm_size != 0)
@@ -67,6 +71,7 @@ impl<'a> GuestMem<'a> {
 // The DMA view copies a segment in pieces of the size the engine's own copies
 // use (`transport::memory::COPY_CHUNK`): one size, checked where both meet.
 const _: () = assert!(pci::dma::COPY_PIECE == transport::memory::COPY_CHUNK);
+const _: () = assert!(pci::dma::MAX_COPY_PIECE == transport::memory::MAX_COPY_PIECE);
 
 impl Memory for GuestMem<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {

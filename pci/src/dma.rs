@@ -26,25 +26,9 @@ use crate::sync::lock;
 /// the two agree).
 pub const COPY_PIECE: usize = 1024;
 
-/// The largest piece [`set_copy_piece`] takes: a whole packet's payload.
+/// The largest piece [`DmaView::with_copy_piece`] takes: a whole packet's
+/// payload.
 pub const MAX_COPY_PIECE: usize = 4096;
-
-/// The piece size guest accesses copy in now: [`COPY_PIECE`], or what the
-/// process measured to be faster on its CPU (`transport::memory::copy_piece`
-/// says why; the device sets both at start).
-static PIECE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(COPY_PIECE);
-
-fn piece() -> usize {
-    PIECE.load(Ordering::Relaxed)
-}
-
-/// Sets the piece size guest accesses copy in, clamped to
-/// `COPY_PIECE..=MAX_COPY_PIECE`; returns the size set.
-pub fn set_copy_piece(n: usize) -> usize {
-    let n = n.clamp(COPY_PIECE, MAX_COPY_PIECE);
-    PIECE.store(n, Ordering::Relaxed);
-    n
-}
 
 /// The guest memory map type: vm-memory regions over mmaps of QEMU's fds.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
@@ -153,6 +137,7 @@ impl DmaMemory {
             mem: self.snapshot(),
             generation,
             shared: self.shared.clone(),
+            piece: COPY_PIECE,
         }
     }
 
@@ -270,9 +255,21 @@ pub struct DmaView {
     /// The map's generation when `mem` was loaded (or before).
     generation: u64,
     shared: Arc<Shared>,
+    /// The size of the pieces its copies go in ([`Self::with_copy_piece`]).
+    piece: usize,
 }
 
 impl DmaView {
+    /// The view, copying in pieces of `n` bytes, clamped to
+    /// `COPY_PIECE..=MAX_COPY_PIECE`: what the caller measured to be the
+    /// fastest on this CPU (the device's `copy_tune`; [`COPY_PIECE`] without).
+    pub fn with_copy_piece(self, n: usize) -> DmaView {
+        DmaView {
+            piece: n.clamp(COPY_PIECE, MAX_COPY_PIECE),
+            ..self
+        }
+    }
+
     /// Runs `f` on the map to use: the view's own, or the one published
     /// since it was taken. Every access asks (one atomic load of the
     /// generation, not the map's load protocol), so a map change takes
@@ -295,26 +292,26 @@ impl DmaView {
     /// Reads `buf.len()` bytes at guest address `addr`; the range may span
     /// adjacent maps but not a hole.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
-        self.with_map(|mem| read_in(mem, addr, buf))
+        self.with_map(|mem| read_in(mem, addr, buf, self.piece))
     }
 
     /// Writes `data` at guest address `addr`.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
-        self.with_map(|mem| write_in(mem, addr, data))
+        self.with_map(|mem| write_in(mem, addr, data, self.piece))
     }
 
     /// Reads guest address `addr` into `dst`, memory that is not guest
     /// memory and not a Rust slice (a shared-memory ring slot another
-    /// process reads, issue 30): one copy, in pieces (`set_copy_piece`).
+    /// process reads, issue 30): one copy, in pieces (`with_copy_piece`).
     pub fn read_volatile(&self, addr: u64, dst: VolatileSlice<'_>) -> Result<(), DmaError> {
-        self.with_map(|mem| read_volatile_in(mem, addr, dst))
+        self.with_map(|mem| read_volatile_in(mem, addr, dst, self.piece))
     }
 
     /// Writes `src`, memory that is not guest memory and not a Rust slice
     /// (a shared-memory ring slot another process writes, issue 30), at
-    /// guest address `addr`: one copy, in pieces (`set_copy_piece`).
+    /// guest address `addr`: one copy, in pieces (`with_copy_piece`).
     pub fn write_volatile(&self, addr: u64, src: VolatileSlice<'_>) -> Result<(), DmaError> {
-        self.with_map(|mem| write_volatile_in(mem, addr, src))
+        self.with_map(|mem| write_volatile_in(mem, addr, src, self.piece))
     }
 
     /// Runs `f` on the 64-bit word at the 8-aligned guest address `addr`,
@@ -346,14 +343,13 @@ impl DmaView {
 
 /// Reads `buf.len()` bytes at guest address `addr` of `mem`; the range may
 /// span adjacent maps but not a hole.
-fn read_in(mem: &GuestMemoryMmap, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+fn read_in(mem: &GuestMemoryMmap, addr: u64, buf: &mut [u8], size: usize) -> Result<(), DmaError> {
     if buf.is_empty() {
         return Ok(());
     }
     // Within one map (nearly always): one lookup, then the copy in pieces.
     if let Ok(s) = mem.get_slice(GuestAddress(addr), buf.len()) {
         let len = buf.len();
-        let size = piece();
         for (k, piece) in buf.chunks_mut(size).enumerate() {
             // The pieces of `buf` tile `s`, which has its length: never out
             // of range, and if it were, an error rather than bytes skipped.
@@ -372,12 +368,11 @@ fn read_in(mem: &GuestMemoryMmap, addr: u64, buf: &mut [u8]) -> Result<(), DmaEr
 }
 
 /// Writes `data` at guest address `addr` of `mem`.
-fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8], size: usize) -> Result<(), DmaError> {
     if data.is_empty() {
         return Ok(());
     }
     if let Ok(s) = mem.get_slice(GuestAddress(addr), data.len()) {
-        let size = piece();
         for (k, piece) in data.chunks(size).enumerate() {
             // As in `read_in`.
             let to = s
@@ -395,15 +390,15 @@ fn write_in(mem: &GuestMemoryMmap, addr: u64, data: &[u8]) -> Result<(), DmaErro
         .map_err(|_| unmapped(addr, data.len()))
 }
 
-/// Copies `from` into `to`, of the same length, in pieces of `piece()` bytes;
+/// Copies `from` into `to`, of the same length, in pieces of `size` bytes;
 /// `None` if a piece is out of range (never: the pieces tile both slices),
 /// rather than bytes skipped (as `read_in`).
 fn copy_volatile<A: vm_memory::bitmap::BitmapSlice, B: vm_memory::bitmap::BitmapSlice>(
     from: VolatileSlice<'_, A>,
     to: VolatileSlice<'_, B>,
+    size: usize,
 ) -> Option<()> {
     let len = from.len();
-    let size = piece();
     let mut at = 0;
     while at < len {
         let n = (len - at).min(size);
@@ -420,6 +415,7 @@ fn read_volatile_in(
     mem: &GuestMemoryMmap,
     addr: u64,
     dst: VolatileSlice<'_>,
+    size: usize,
 ) -> Result<(), DmaError> {
     let len = dst.len();
     if len == 0 {
@@ -427,14 +423,14 @@ fn read_volatile_in(
     }
     let bad = |_| unmapped(addr, len);
     if let Ok(from) = mem.get_slice(GuestAddress(addr), len) {
-        return copy_volatile(from, dst).ok_or_else(|| unmapped(addr, len));
+        return copy_volatile(from, dst, size).ok_or_else(|| unmapped(addr, len));
     }
     // Across adjacent maps (rare): piece by piece through a buffer.
     let mut piece = [0u8; COPY_PIECE];
     let mut at = 0;
     while at < len {
         let n = (len - at).min(COPY_PIECE);
-        read_in(mem, addr + at as u64, &mut piece[..n])?;
+        read_in(mem, addr + at as u64, &mut piece[..n], size)?;
         dst.subslice(at, n).map_err(bad)?.copy_from(&piece[..n]);
         at += n;
     }
@@ -446,6 +442,7 @@ fn write_volatile_in(
     mem: &GuestMemoryMmap,
     addr: u64,
     src: VolatileSlice<'_>,
+    size: usize,
 ) -> Result<(), DmaError> {
     let len = src.len();
     if len == 0 {
@@ -453,7 +450,7 @@ fn write_volatile_in(
     }
     let bad = |_| unmapped(addr, len);
     if let Ok(to) = mem.get_slice(GuestAddress(addr), len) {
-        return copy_volatile(src, to).ok_or_else(|| unmapped(addr, len));
+        return copy_volatile(src, to, size).ok_or_else(|| unmapped(addr, len));
     }
     // Across adjacent maps (rare): checked first, as `write_in`, then piece
     // by piece through a buffer.
@@ -465,7 +462,7 @@ fn write_volatile_in(
     while at < len {
         let n = (len - at).min(COPY_PIECE);
         src.subslice(at, n).map_err(bad)?.copy_to(&mut piece[..n]);
-        write_in(mem, addr + at as u64, &piece[..n])?;
+        write_in(mem, addr + at as u64, &piece[..n], size)?;
         at += n;
     }
     Ok(())
@@ -664,6 +661,23 @@ mod tests {
         assert!(w.fetch_add(0x1800, 1).is_err());
         assert!(!w.is_mapped(0x1000, 1));
         w.write(0x800, &[3; 8]).unwrap();
+    }
+
+    /// Any piece size moves the same bytes, and a size out of range is
+    /// clamped, never taken as it is.
+    #[test]
+    fn copy_piece_sizes_move_the_same_bytes() {
+        let m = DmaMemory::new();
+        m.map(0x1000, 0x4000, file(0x4000), 0, true).unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        for n in [1, COPY_PIECE, 3000, MAX_COPY_PIECE, 1 << 20] {
+            let v = m.view().with_copy_piece(n);
+            assert!((COPY_PIECE..=MAX_COPY_PIECE).contains(&v.piece), "{n}");
+            v.write(0x1003, &data).unwrap();
+            let mut back = vec![0u8; data.len()];
+            v.read(0x1003, &mut back).unwrap();
+            assert_eq!(back, data, "piece {n}");
+        }
     }
 
     #[test]
