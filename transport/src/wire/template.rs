@@ -21,7 +21,7 @@
 //! fields read.
 
 use super::bth::{Bth, BthRepr};
-use super::ext::ExtHeaders;
+use super::crc::{ICRC_LEN, VCRC_LEN};
 use super::grh::GrhRepr;
 use super::lrh::LrhRepr;
 use super::opcode::Position;
@@ -36,20 +36,33 @@ const MAX_HEAD: usize = LrhRepr::LEN + GrhRepr::LEN + BthRepr::LEN + 32;
 /// built from.
 #[derive(Debug, Clone)]
 pub struct HeaderTemplate {
-    lrh: LrhRepr,
-    grh: Option<GrhRepr>,
-    /// PSN 0, AckReq clear: the fields a use patches.
-    bth: BthRepr,
-    ext: ExtHeaders,
+    /// The headers built from, PSN 0 and AckReq clear (the fields a use
+    /// patches).
+    key: PacketRepr<'static>,
     payload_len: usize,
     crcs: bool,
     head: [u8; MAX_HEAD],
     /// Where the payload starts (the headers' length).
     payload_at: usize,
-    /// Where the ICRC goes.
-    hdr_end: usize,
-    /// The whole packet's length.
-    len: usize,
+}
+
+/// Where the BTH starts in a native packet with or without a GRH.
+fn bth_at(grh: bool) -> usize {
+    LrhRepr::LEN + if grh { GrhRepr::LEN } else { 0 }
+}
+
+/// `pkt`'s headers: the repr without its payload, which is all the bytes
+/// before the payload say.
+fn headers_of(pkt: &PacketRepr<'_>) -> PacketRepr<'static> {
+    PacketRepr {
+        lrh: pkt.lrh,
+        grh: pkt.grh,
+        transport: super::TransportRepr {
+            bth: pkt.transport.bth,
+            ext: pkt.transport.ext,
+            payload: &[],
+        },
+    }
 }
 
 /// `b` with the fields a template patches cleared.
@@ -77,24 +90,28 @@ impl HeaderTemplate {
         if !pkt.transport.payload.is_empty() || payload_at > MAX_HEAD {
             return None;
         }
-        let hdr_end = payload_at + payload_len + super::packet::pad_for(payload_len);
-        if buf.len() < len || hdr_end > len {
-            return None;
-        }
         let mut head = [0u8; MAX_HEAD];
-        head[..payload_at].copy_from_slice(&buf[..payload_at]);
-        Some(HeaderTemplate {
-            lrh: pkt.lrh,
-            grh: pkt.grh,
-            bth: unpatched(&pkt.transport.bth),
-            ext: pkt.transport.ext,
+        head[..payload_at].copy_from_slice(buf.get(..payload_at)?);
+        let mut key = headers_of(pkt);
+        key.transport.bth = unpatched(&pkt.transport.bth);
+        let t = HeaderTemplate {
+            key,
             payload_len,
             crcs,
             head,
             payload_at,
-            hdr_end,
-            len,
-        })
+        };
+        (buf.len() >= len && t.len() == len).then_some(t)
+    }
+
+    /// Where the ICRC goes: after the payload and its pad.
+    fn hdr_end(&self) -> usize {
+        self.payload_at + self.payload_len + super::packet::pad_for(self.payload_len)
+    }
+
+    /// The whole packet's length, LRH through VCRC.
+    fn len(&self) -> usize {
+        self.hdr_end() + ICRC_LEN + VCRC_LEN
     }
 
     /// Whether [`PacketRepr::emit_with_crcs`] would write this template's
@@ -103,10 +120,10 @@ impl HeaderTemplate {
         payload_len == self.payload_len
             && crcs == self.crcs
             && pkt.transport.payload.is_empty()
-            && pkt.lrh == self.lrh
-            && unpatched(&pkt.transport.bth) == self.bth
-            && pkt.grh == self.grh
-            && pkt.transport.ext == self.ext
+            && pkt.lrh == self.key.lrh
+            && unpatched(&pkt.transport.bth) == self.key.transport.bth
+            && pkt.grh == self.key.grh
+            && pkt.transport.ext == self.key.transport.ext
     }
 
     /// Builds `pkt`, which [`Self::matches`], into `buf` as
@@ -123,28 +140,29 @@ impl HeaderTemplate {
         if pkt.transport.bth.psn > 0x00ff_ffff {
             return Err(EmitWithError::Emit(EmitError::FieldRange("BTH:PSN")));
         }
+        let len = self.len();
         let buf = buf
-            .get_mut(..self.len)
+            .get_mut(..len)
             .ok_or(EmitWithError::Emit(EmitError::BufferTooSmall))?;
         buf[..self.payload_at].copy_from_slice(&self.head[..self.payload_at]);
-        let bth_at = LrhRepr::LEN + self.grh.map_or(0, |_| GrhRepr::LEN);
-        let mut bth = Bth::new_unchecked(&mut buf[bth_at..self.payload_at]);
+        let grh = self.key.grh.is_some();
+        let mut bth = Bth::new_unchecked(&mut buf[bth_at(grh)..self.payload_at]);
         bth.set_ack_req(pkt.transport.bth.ack_req);
         bth.set_psn(pkt.transport.bth.psn);
         #[cfg(debug_assertions)]
         self.debug_check(pkt, buf);
-        let (at, end, grh) = (self.payload_at, self.hdr_end, self.grh.is_some());
+        let (at, end) = (self.payload_at, self.hdr_end());
         fill_and_seal(buf, at, end, grh, self.payload_len, fill, self.crcs)?;
-        Ok(self.len)
+        Ok(len)
     }
 
     /// Debug builds: the headers written are those of a full build.
     #[cfg(debug_assertions)]
     fn debug_check(&self, pkt: &PacketRepr<'_>, built: &[u8]) {
-        let mut full = vec![0u8; self.len];
+        let mut full = vec![0u8; self.len()];
         let none = |_: &mut [u8]| Ok::<(), ()>(());
         let len = pkt.emit_with_crcs(&mut full, self.payload_len, none, false);
-        assert_eq!(len, Ok(self.len), "template length");
+        assert_eq!(len, Ok(self.len()), "template length");
         let n = self.payload_at;
         assert_eq!(&built[..n], &full[..n], "template headers of {pkt:?}");
     }
@@ -156,8 +174,6 @@ struct Parsed {
     head: [u8; MAX_HEAD],
     /// Where the payload starts (the headers' length).
     payload_at: usize,
-    /// Where BTH byte 8 (AckReq) is; the PSN follows.
-    ack_at: usize,
     len: usize,
     payload_len: usize,
     /// The repr, its payload empty.
@@ -200,18 +216,9 @@ impl Parsed {
         Some(Parsed {
             head: h,
             payload_at,
-            ack_at: LrhRepr::LEN + pkt.grh.map_or(0, |_| GrhRepr::LEN) + 8,
             len: buf.len(),
             payload_len,
-            pkt: PacketRepr {
-                lrh: pkt.lrh,
-                grh: pkt.grh,
-                transport: super::TransportRepr {
-                    bth: pkt.transport.bth,
-                    ext: pkt.transport.ext,
-                    payload: &[],
-                },
-            },
+            pkt: headers_of(pkt),
         })
     }
 
@@ -219,7 +226,8 @@ impl Parsed {
     /// (the top bit of BTH byte 8; the rest of that byte is reserved and
     /// compared) and BTH:PSN (bytes 9-11).
     fn reuse<'a>(&self, buf: &'a [u8]) -> Option<PacketRepr<'a>> {
-        let (a, h) = (self.ack_at, &self.head);
+        // BTH byte 8: AckReq; the PSN follows.
+        let (a, h) = (bth_at(self.pkt.grh.is_some()) + 8, &self.head);
         let same = buf.len() == self.len
             && buf.get(..a)? == &h[..a]
             && (buf[a] ^ h[a]) & 0x7f == 0
@@ -246,39 +254,26 @@ impl Parsed {
 mod tests {
     use super::*;
     use crate::wire::opcode::Opcode;
-    use crate::wire::{RethRepr, TransportRepr};
+    use crate::wire::RethRepr;
 
+    /// The headers of a packet of the codec tests' corpus
+    /// (`wire::corpus`) with opcode `op`, with or without a GRH, at `psn`
+    /// and `ack_req`.
     fn pkt(op: Opcode, psn: u32, ack_req: bool, grh: bool) -> PacketRepr<'static> {
-        PacketRepr {
-            lrh: LrhRepr {
-                vl: 1,
-                sl: 2,
-                dlid: 0x17,
-                slid: 0x2a,
-            },
-            grh: grh.then_some(GrhRepr {
-                traffic_class: 3,
-                flow_label: 0x12345,
-                hop_limit: 9,
-                sgid: [1; 16],
-                dgid: [2; 16],
-            }),
-            transport: TransportRepr {
-                bth: BthRepr {
-                    opcode: op,
-                    solicited: false,
-                    mig_req: true,
-                    pkey: 0xffff,
-                    fecn: false,
-                    becn: false,
-                    dest_qp: 0x00ab_cdef,
-                    ack_req,
-                    psn,
-                },
-                ext: ExtHeaders::default(),
-                payload: &[],
-            },
-        }
+        static HEADERS: std::sync::OnceLock<Vec<PacketRepr<'static>>> = std::sync::OnceLock::new();
+        let all = HEADERS.get_or_init(|| {
+            crate::wire::corpus::corpus()
+                .iter()
+                .filter_map(|c| PacketRepr::parse(&c.bytes).ok().map(|p| headers_of(&p)))
+                .collect()
+        });
+        let mut p = *all
+            .iter()
+            .find(|p| p.transport.bth.opcode == op && p.grh.is_some() == grh)
+            .expect("the corpus has every opcode with and without a GRH");
+        p.transport.bth.psn = psn;
+        p.transport.bth.ack_req = ack_req;
+        p
     }
 
     fn full(p: &PacketRepr<'_>, n: usize, crcs: bool, byte: u8) -> Vec<u8> {
@@ -334,10 +329,10 @@ mod tests {
         assert!(!t.matches(&first, 4095, false));
         assert!(!t.matches(&first, 4096, true));
         let mut p = first;
-        p.lrh.dlid += 1;
+        p.lrh.dlid ^= 1;
         assert!(!t.matches(&p, 4096, false));
         let mut p = first;
-        p.lrh.vl = 0;
+        p.lrh.vl ^= 1;
         assert!(!t.matches(&p, 4096, false));
         let mut p = first;
         p.grh = None;
@@ -351,16 +346,16 @@ mod tests {
         p.transport.bth.opcode = Opcode::RC_RDMA_WRITE_LAST;
         assert!(!t.matches(&p, 4096, false));
         let mut p = first;
-        p.transport.bth.mig_req = false;
+        p.transport.bth.mig_req ^= true;
         assert!(!t.matches(&p, 4096, false));
         let mut p = first;
-        p.transport.bth.pkey = 0x8001;
+        p.transport.bth.pkey ^= 1;
         assert!(!t.matches(&p, 4096, false));
         let mut p = first;
         p.transport.bth.dest_qp ^= 1;
         assert!(!t.matches(&p, 4096, false));
         let mut p = first;
-        p.transport.bth.fecn = true;
+        p.transport.bth.fecn ^= true;
         assert!(!t.matches(&p, 4096, false));
         let mut p = first;
         p.transport.ext.reth = Some(RethRepr {
