@@ -555,18 +555,20 @@ impl Engine {
             };
             let in_slot = ctx.tx_in_slot;
             qp.req_turn = !qp.req_turn;
+            // The QP stays in hand for its upkeep (one lookup a packet, not
+            // three): the port window's and the timers', then its place in
+            // the schedule; the QPs that upkeep wakes are queued after it
+            // is, as when each step looked it up again.
+            let woken = self.port_window.after_poll(qp, built.is_some());
+            let armed = arm_qp(&mut self.port_window, &mut self.timers, qp);
             let Some(len) = built else {
                 qp.scheduled = false;
-                self.port_after_poll(qpn, false);
-                self.arm(qpn);
+                if let Some(d) = woken {
+                    self.port_wake(d);
+                }
+                self.after_arm(armed);
                 continue;
             };
-            // The QP that built stays in hand for its upkeep (one lookup
-            // a packet, not three): the port window's and the timers', then
-            // its place in the schedule; the QPs that upkeep wakes are
-            // queued after it is, as when each step looked it up again.
-            let woken = self.port_window.after_poll(qp, true);
-            let armed = arm_qp(&mut self.port_window, &mut self.timers, qp);
             // A QP keeps its turn for up to TX_BURST packets in a row.
             let run = if self.tx_burst.0 == qpn {
                 self.tx_burst.1 + 1

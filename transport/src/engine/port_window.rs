@@ -90,7 +90,7 @@ pub(crate) struct Share {
     /// Refused while holding packets whose ACK it has not asked for.
     owed: bool,
     /// Woken from the FIFO of this destination and not yet refused again
-    /// or out of packets (see [`Engine::port_after_poll`]).
+    /// or out of packets (see [`PortWindow::after_poll`]).
     woken: Option<Dest>,
 }
 
@@ -252,8 +252,14 @@ impl PortWindow {
         qp.port.tight = load >= self.bound / 2;
     }
 
-    /// [`Engine::port_after_poll`] on the QP in hand; returns the
-    /// destination whose waiting QPs are to be woken ([`Engine::port_wake`]).
+    /// After the transmit schedule polled `qp` (`built`: it gave a packet):
+    /// a QP refused for want of room waits for it (once in its
+    /// destination's FIFO, however often refused). A QP woken for room that
+    /// leaves the schedule without being refused did not need it: the next
+    /// waiting QP gets it (else the last waiters of a destination whose
+    /// woken QPs all went idle would wait with nothing in flight to wake
+    /// them). Returns the destination whose waiting QPs
+    /// [`Engine::port_wake`] is to look at.
     pub(super) fn after_poll(&mut self, qp: &mut Qp, built: bool) -> Option<Dest> {
         if qp.port.refused {
             qp.port.woken = None;
@@ -278,22 +284,6 @@ impl PortWindow {
 }
 
 impl Engine {
-    /// After the transmit schedule polled `qpn` (`built`: it gave a packet):
-    /// a QP refused for want of room waits for it (once in its
-    /// destination's FIFO, however often refused). A QP woken for room that
-    /// leaves the schedule without being refused did not need it: the next
-    /// waiting QP gets it (else the last waiters of a destination whose
-    /// woken QPs all went idle would wait with nothing in flight to wake
-    /// them).
-    pub(super) fn port_after_poll(&mut self, qpn: u32, built: bool) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        if let Some(d) = self.port_window.after_poll(qp, built) {
-            self.port_wake(d);
-        }
-    }
-
     /// Moves QPs waiting for `d` back to the transmit schedule, one per run
     /// of packets (`io::TX_BURST`) there is room for (at least one), oldest
     /// first; drops `d`'s entry when it holds nothing.
