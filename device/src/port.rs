@@ -308,7 +308,7 @@ impl Port {
             // Link flow control (IBA 7.9): while the link holds packets
             // waiting for credit, the engine keeps the rest in its own
             // bounded windows; nothing queues past the link's bound.
-            if !self.link.tx_room() {
+            if !self.link.tx_room(now) {
                 self.counters.tx_link_full += 1;
                 break;
             }

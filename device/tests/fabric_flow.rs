@@ -67,7 +67,7 @@ fn a_sender_waits_for_credit_and_everything_arrives_in_order_with_no_socket_drop
     // Before b's first FC packet a has no credit: everything waits, up to
     // the queue's bound, and then the producer is told to stop.
     let mut next = 0;
-    while next < pkts.len() && a.tx_room() {
+    while next < pkts.len() && a.tx_room(T0) {
         a.send(T0, &pkts[next]).unwrap();
         next += 1;
     }
@@ -83,7 +83,7 @@ fn a_sender_waits_for_credit_and_everything_arrives_in_order_with_no_socket_drop
         b.handle_timeout(now).unwrap();
         a.handle_timeout(now).unwrap();
         take(&mut a, now);
-        while next < pkts.len() && a.tx_room() {
+        while next < pkts.len() && a.tx_room(now) {
             a.send(now, &pkts[next]).unwrap();
             next += 1;
         }
@@ -137,7 +137,7 @@ fn a_link_going_down_drops_what_waits_for_credit_and_releases_its_charges() {
     a.take_released(&mut released);
     assert_eq!(released, vec![c; 4]);
     assert_eq!(a.counters().drop_tx_link_down, 4);
-    assert!(a.tx_room());
+    assert!(a.tx_room(T0));
 }
 
 #[test]

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use common::{drain_from, loopback_sockets, ud_packet, whole};
 use device::fabric::{
-    shm_ring_path, FabricFile, Link, ShmLink, UdpLink, SHM_CORRUPT_BACKOFF, SHM_RING_BYTES,
-    SHM_SLOTS, SHM_STALL_AFTER,
+    shm_ring_path, FabricFile, Link, ShmLink, UdpLink, SHM_CORRUPT_BACKOFF, SHM_HOLD_MAX,
+    SHM_RING_BYTES, SHM_SLOTS, SHM_STALL_AFTER,
 };
 
 /// The layout offsets of `shm_ring.rs` a scribbling peer would write to.
@@ -277,6 +277,78 @@ fn shm_peer_killed_mid_stream_costs_only_its_own_traffic() {
     assert!(total - SHM_SLOTS > SHM_STALL_AFTER.as_millis() as u64);
     assert_eq!(c.peer_stalls, 1, "{c}");
     assert!(n0.report().unwrap().contains("peer_stalls 1"));
+}
+
+#[test]
+fn shm_full_ring_holds_the_producer_instead_of_dropping() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_f, mut l) = fabric(dir.path(), &[Some("h"), Some("h")]);
+    let (a, b) = l.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    // The producer asks before each packet, as the port does.
+    let mut sent = 0u64;
+    let now = t(0);
+    while a.tx_room(now) {
+        a.send(now, &ud_packet(1, 2, sent as u32, &[3; 100]))
+            .unwrap();
+        sent += 1;
+        assert!(sent <= SHM_SLOTS, "the ring's room is its slots");
+    }
+    assert_eq!(sent, SHM_SLOTS);
+    // Held while the consumer is slow, for less than the bound; a sleeping
+    // data path is told to look again soon.
+    let later = now + SHM_HOLD_MAX / 2;
+    assert!(!a.tx_room(later));
+    assert!(a
+        .poll_timeout()
+        .is_some_and(|d| d > later && d < now + SHM_HOLD_MAX));
+    // One slot drained: room again, nothing was dropped.
+    assert_eq!(b.recv_batch(later, 1, &mut |_| {}).unwrap(), 1);
+    assert!(a.tx_room(later));
+    let c = *a.counters();
+    assert_eq!(
+        (c.drop_tx_full, c.tx_hold_timeouts, c.tx_packets),
+        (0, 0, SHM_SLOTS)
+    );
+    let mut rest = 0;
+    for _ in 0..SHM_SLOTS {
+        rest += drain_from_now(b, later) as u64;
+    }
+    assert_eq!(rest, SHM_SLOTS - 1);
+}
+
+#[test]
+fn shm_dead_peer_holds_the_others_at_most_hold_max() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_f, mut l) = fabric(dir.path(), &[Some("h"), Some("h"), Some("h")]);
+    let n2 = l.pop().unwrap();
+    let mut n1 = l.pop().unwrap();
+    let mut n0 = l.pop().unwrap();
+    std::mem::forget(n2); // killed: its rings stay, undrained
+    let now = t(0);
+    for i in 0..SHM_SLOTS {
+        assert!(n0.tx_room(now));
+        n0.send(now, &ud_packet(1, 3, i as u32, b"to n2")).unwrap();
+    }
+    // n2's full ring holds n0's port (a packet's ring is known only once
+    // built), but only up to the bound; then n1's traffic flows and n2's
+    // is dropped and counted, and it is not held for again.
+    assert!(!n0.tx_room(now));
+    assert!(!n0.tx_room(now + SHM_HOLD_MAX / 2));
+    let after = now + SHM_HOLD_MAX;
+    assert!(n0.tx_room(after));
+    assert_eq!(n0.counters().tx_hold_timeouts, 1);
+    assert_eq!(n0.poll_timeout(), None, "no recheck while nothing is held");
+    for i in 0..100u64 {
+        let at = after + Duration::from_micros(i);
+        assert!(n0.tx_room(at), "held again at {i}");
+        n0.send(at, &ud_packet(1, 3, i as u32, b"to n2")).unwrap();
+        n0.send(at, &ud_packet(1, 2, i as u32, b"to n1")).unwrap();
+        assert_eq!(drain_from_now(&mut n1, at), 1);
+    }
+    let c = *n0.counters();
+    assert_eq!((c.drop_tx_full, c.tx_hold_timeouts), (100, 1), "{c}");
+    assert!(n0.report().unwrap().contains("tx_hold_timeouts 1"));
 }
 
 /// What a link has now, without waiting (rings deliver at once).

@@ -777,8 +777,8 @@ impl<L: Link> Link for AuthLink<L> {
         self.inner.single_peer()
     }
 
-    fn tx_room(&self) -> bool {
-        self.inner.tx_room()
+    fn tx_room(&mut self, now: Duration) -> bool {
+        self.inner.tx_room(now)
     }
 
     fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {

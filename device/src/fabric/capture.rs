@@ -246,8 +246,8 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
         self.inner.set_disabled(disabled)
     }
 
-    fn tx_room(&self) -> bool {
-        self.inner.tx_room()
+    fn tx_room(&mut self, now: Duration) -> bool {
+        self.inner.tx_room(now)
     }
 
     fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {

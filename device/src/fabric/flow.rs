@@ -533,8 +533,8 @@ impl<L: Link> Link for FlowLink<L> {
         self.inner.take_crcs()
     }
 
-    fn tx_room(&self) -> bool {
-        self.inner.tx_room()
+    fn tx_room(&mut self, now: Duration) -> bool {
+        self.inner.tx_room(now)
             && (self.fc.is_none() || self.queued_blocks + MAX_PACKET_BLOCKS <= self.limit_blocks)
     }
 

@@ -35,6 +35,7 @@ mod ib_cc;
 mod liveness;
 mod partition;
 mod shm;
+mod shm_hold;
 pub(crate) mod shm_ring;
 mod shm_sys;
 mod tap;
@@ -72,6 +73,7 @@ pub use shm::{
     ring_path as shm_ring_path, ShmCounters, ShmLink, CORRUPT_BACKOFF as SHM_CORRUPT_BACKOFF,
     DOORBELL as SHM_DOORBELL, STALL_AFTER as SHM_STALL_AFTER,
 };
+pub use shm_hold::HOLD_MAX as SHM_HOLD_MAX;
 pub use shm_ring::{
     Push as ShmPush, RxRing as ShmRxRing, TxRing as ShmTxRing, RING_BYTES as SHM_RING_BYTES,
     SLOTS as SHM_SLOTS, SLOT_SIZE as SHM_SLOT_SIZE,
@@ -344,9 +346,10 @@ pub trait Link {
     /// Whether the producer may hand the link another packet now (the
     /// longest one) without the link queuing past its bound: false while
     /// link flow control ([`FlowLink`], IBA 7.9) holds packets waiting for
-    /// credit, and the port's data path then leaves the engine's packets in
-    /// the engine. Stages forward it; true by default.
-    fn tx_room(&self) -> bool {
+    /// credit, or while a shared-memory ring to a peer is full
+    /// (`shm_hold.rs`), and the port's data path then leaves the engine's
+    /// packets in the engine. Stages forward it; true by default.
+    fn tx_room(&mut self, _now: Duration) -> bool {
         true
     }
 
@@ -462,8 +465,8 @@ impl<L: Link + ?Sized> Link for Box<L> {
         (**self).single_peer()
     }
 
-    fn tx_room(&self) -> bool {
-        (**self).tx_room()
+    fn tx_room(&mut self, now: Duration) -> bool {
+        (**self).tx_room(now)
     }
     fn send_link_packet(&mut self, now: Duration, packet: &[u8]) -> Result<(), LinkError> {
         (**self).send_link_packet(now, packet)

@@ -35,17 +35,21 @@
 //! anything into the rings. Indices and lengths are validated (`shm_ring.rs`);
 //! a bad one makes the ring corrupt: that peer's ring traffic is dropped and
 //! counted, and after [`CORRUPT_BACKOFF`] the receiver makes a fresh ring (the
-//! producer reopens it). A peer that dies or stalls leaves its rings full:
-//! sends to it are dropped and counted (no queue grows), and after
-//! [`STALL_AFTER`] it is counted stalled and its path watched for a new ring.
-//! Nothing a peer writes costs another peer's traffic.
+//! producer reopens it). A full ring holds the port's packets in the engine
+//! for a while (`shm_hold.rs`: backpressure instead of a drop and a resend,
+//! bounded by `HOLD_MAX`). A peer that dies or stalls leaves its rings full:
+//! after that bound sends to it are dropped and counted (no queue grows), and
+//! after [`STALL_AFTER`] it is counted stalled and its path watched for a new
+//! ring. Nothing a peer writes costs another peer's traffic beyond one
+//! `HOLD_MAX` each time its ring fills after draining to half.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::shm_ring::{Corrupt, Push, RxRing, TxRing, FLAG_NO_CRCS};
+use super::shm_hold::Holds;
+use super::shm_ring::{Corrupt, Push, RxRing, TxRing, FLAG_NO_CRCS, SLOTS};
 use super::udp::source_lid;
 use super::{dlid_of, FabricFile, Link, LinkError, Node, Received, UdpLink, MAX_PACKET_LEN};
 use super::{MIN_PACKET_LEN, PERMISSIVE_LID};
@@ -82,8 +86,12 @@ pub struct ShmCounters {
     /// Doorbells the socket refused (the peer's data path may then wait
     /// for its next event).
     pub doorbell_errors: u64,
-    /// Send: the peer's ring was full.
+    /// Send: the peer's ring was full (after a hold that outlasted
+    /// `shm_hold::HOLD_MAX`, or a packet that skipped the question).
     pub drop_tx_full: u64,
+    /// Holds of the port's packets for a full ring that outlasted
+    /// `shm_hold::HOLD_MAX` (`Link::tx_room`).
+    pub tx_hold_timeouts: u64,
     /// Send: the peer's ring was corrupt (a bad head), until it is reopened.
     pub drop_tx_corrupt: u64,
     /// Send or receive on a ring while the SM has the port disabled.
@@ -132,7 +140,7 @@ impl std::fmt::Display for ShmCounters {
         write!(
             f,
             "tx {} ({} B) rx {} ({} B) tx_udp_fallback {} doorbells_tx {} doorbells_rx {} \
-             doorbell_errors {} dropped {}: tx_full {} tx_corrupt {} tx_disabled {} \
+             doorbell_errors {} dropped {}: tx_full {} tx_hold_timeouts {} tx_corrupt {} tx_disabled {} \
              rx_disabled {} corrupt_index {} corrupt_length {} rings_remade {} peer_stalls {} \
              tx_opens {} tx_crcs_filled {} rx_crcs_vouched {} rx_lent {} tx_in_slot {} \
              tx_slot_lost {}",
@@ -146,6 +154,7 @@ impl std::fmt::Display for ShmCounters {
             self.doorbell_errors,
             self.dropped(),
             self.drop_tx_full,
+            self.tx_hold_timeouts,
             self.drop_tx_corrupt,
             self.drop_tx_disabled,
             self.drop_rx_disabled,
@@ -247,6 +256,8 @@ pub struct ShmLink {
     /// place (issue 30): the peer, the payload's place in the packet, and
     /// the ring and slot it holds for (`TxRing::next_slot`).
     tx_slot: Option<TxSlot>,
+    /// Rings that filled, and the port's packets they hold back.
+    holds: Holds,
     counters: ShmCounters,
 }
 
@@ -324,6 +335,7 @@ impl ShmLink {
             crc_scratch: Box::default(),
             last_route: None,
             tx_slot: None,
+            holds: Holds::default(),
             counters: ShmCounters::default(),
         })
     }
@@ -459,6 +471,9 @@ impl ShmLink {
             Ok(Push::Sent) => {
                 c.tx_packets += 1;
                 c.tx_bytes += len as u64;
+                if peer.tx.as_ref().is_some_and(TxRing::filled) {
+                    self.holds.filled(p);
+                }
                 peer.full_since = None;
                 peer.stalled = false;
                 if self.batching {
@@ -709,6 +724,9 @@ impl Link for ShmLink {
     fn poll_timeout(&self) -> Option<Duration> {
         let mut at = self.udp.poll_timeout();
         let mut earliest = |t: Duration| at = Some(at.map_or(t, |a| a.min(t)));
+        if let Some(t) = self.holds.recheck_at() {
+            earliest(t);
+        }
         for p in &self.peers {
             match p.rx_bad_since {
                 Some(since) => earliest(since + CORRUPT_BACKOFF),
@@ -900,6 +918,17 @@ impl Link for ShmLink {
         }
         self.pushed(now, s.peer, Some(r), packet.len());
         Ok(())
+    }
+
+    fn tx_room(&mut self, now: Duration) -> bool {
+        // Disabled, every send is dropped and counted: nothing to wait for.
+        let peers = &mut self.peers;
+        let room = self.disabled
+            || self.holds.room(now, SLOTS, |p| {
+                peers.get_mut(p)?.ready_tx().and_then(|t| t.used().ok())
+            });
+        self.counters.tx_hold_timeouts = self.holds.timeouts();
+        room && self.udp.tx_room(now)
     }
 
     fn take_crcs(&mut self) -> bool {

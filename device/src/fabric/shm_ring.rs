@@ -38,7 +38,11 @@ use super::MAX_PACKET_LEN;
 /// Slots of a ring: at the largest MTU (4096) 16 packets are one 64 KiB WRITE,
 /// so a ring holds 32 of them in flight, about the UDP link's socket buffer
 /// (4 MiB). 256 slots (one 16-WRITE window exactly) overflowed now and then
-/// under the device benchmark, each time a loss to recover.
+/// under the device benchmark, each time a loss to recover; since a full ring
+/// holds the producer instead (`shm_hold.rs`), 128 and 256 slots moved the
+/// same bytes a second as 512 in that benchmark (2026-12-01, 5 alternated
+/// rounds: 0.325x..0.382x and 0.346x..0.371x against 0.291x..0.424x of
+/// memcpy), so the size stays.
 pub const SLOTS: u64 = 512;
 
 /// A slot: its 8-byte header and room for the longest packet, rounded to a
@@ -290,6 +294,9 @@ pub struct TxRing {
     id: (u64, u64),
     /// Packets published: the producer's own copy.
     tail: u64,
+    /// The last publish took the last free slot (as the head read then
+    /// said): the link's backpressure watches the ring (`shm_hold.rs`).
+    filled: bool,
 }
 
 /// What [`TxRing::push`] did with a packet.
@@ -319,14 +326,19 @@ impl TxRing {
             ));
         }
         let tail = map.u64_at(OFF_TAIL).load(Ordering::Relaxed);
-        let t = TxRing { map, id, tail };
+        let t = TxRing {
+            map,
+            id,
+            tail,
+            filled: false,
+        };
         t.used()
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "ring indices out of range"))?;
         Ok(t)
     }
 
     /// Slots in use, or why the consumer's head is bad.
-    fn used(&self) -> Result<u64, Corrupt> {
+    pub fn used(&self) -> Result<u64, Corrupt> {
         let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
         let n = self.tail.wrapping_sub(head);
         if n > SLOTS {
@@ -376,7 +388,8 @@ impl TxRing {
         flags: u32,
     ) -> Result<Push, Corrupt> {
         // The consumer only frees slots: the reserved one is still free.
-        if self.used()? >= SLOTS {
+        let used = self.used()?;
+        if used >= SLOTS {
             return Ok(Push::Full);
         }
         let slot = slot_at(self.tail);
@@ -395,6 +408,7 @@ impl TxRing {
             return Err(Corrupt::Length);
         }
         self.tail = self.tail.wrapping_add(1);
+        self.filled = used + 1 >= SLOTS;
         self.map
             .u64_at(OFF_TAIL)
             .store(self.tail, Ordering::Release);
@@ -408,6 +422,11 @@ impl TxRing {
         fence(Ordering::SeqCst);
         let w = self.map.u32_at(OFF_SLEEPING);
         w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// Whether the last publish took the ring's last free slot.
+    pub fn filled(&self) -> bool {
+        self.filled
     }
 
     /// Whether the consumer closed the ring (it stopped, or replaced it).
