@@ -21,6 +21,10 @@
 //!    threads each polling with the same yields), so that the part of the
 //!    gap that is four pollers on this host's CPUs shows apart from vhca's.
 //!
+//!    `2c`: what a wake-up costs here, two threads blocking on a socket
+//!    pair pinned to two CPUs against both on one: a hop that finds its
+//!    next thread asleep.
+//!
 //! `VHCA_BENCH_QUICK=1` shortens the runs; `VHCA_BENCH_VHCA_ARGS` adds
 //! `vhca` arguments; `VHCA_BENCH_LINKS=shm` (or `udp`) runs one link only;
 //! `VHCA_BENCH_WRITES=N` sets the WRITE count (default 12 000).
@@ -38,6 +42,41 @@ const SLOTS: usize = 32;
 
 fn quick() -> bool {
     std::env::var_os("VHCA_BENCH_QUICK").is_some()
+}
+
+/// A one-byte round trip between two threads blocking on a socket pair, one
+/// pinned to CPU 0 and the echoing one to CPU `echo_cpu`: what a wake-up (a
+/// sleeping thread made to run) costs across CPUs or on one. The median of
+/// `n`; `None` where the host has no such CPU.
+fn wake_round_trip(echo_cpu: usize, n: usize) -> Option<Duration> {
+    use std::io::{Read, Write};
+    let (mut a, mut b) = std::os::unix::net::UnixStream::pair().ok()?;
+    let echo = std::thread::spawn(move || {
+        let pinned = vhca_tests::sys::pin_thread_to_cpu(echo_cpu);
+        let mut c = [0u8; 1];
+        while b.read_exact(&mut c).is_ok() && b.write_all(&c).is_ok() {}
+        pinned
+    });
+    let ping = std::thread::spawn(move || {
+        if !vhca_tests::sys::pin_thread_to_cpu(0) {
+            return None;
+        }
+        let mut rtt = Vec::with_capacity(n);
+        let mut c = [0u8; 1];
+        for _ in 0..n {
+            let t = Instant::now();
+            if a.write_all(&c).is_err() || a.read_exact(&mut c).is_err() {
+                return None;
+            }
+            rtt.push(t.elapsed());
+        }
+        rtt.sort();
+        Some(rtt[n / 2])
+    });
+    let p50 = ping.join().ok().flatten();
+    // The pinger's end is closed: the echo thread's read fails and it ends.
+    let pinned = echo.join().unwrap_or(false);
+    p50.filter(|_| pinned)
 }
 
 /// Bytes per second of a single-thread memcpy of `total` 64 KiB messages
@@ -315,6 +354,16 @@ fn main() {
         println!(
             "{name}: the driver wrote {wakes:.2} WAKEs a round trip (a data path asleep); idle afterwards, both vhca used {idle_cpu:.2} % of a CPU"
         );
+        // 2c: why the target needs every party awake on this host.
+        match (wake_round_trip(1, pings), wake_round_trip(0, pings)) {
+            (Some(across), Some(one)) => println!(
+                "{name}: 2c. a wake-up round trip (two threads blocking on a socket pair) across CPUs 0/1 p50 {:.1} us, on CPU 0 alone {:.1} us: a hop to a sleeping thread on the other CPU costs {:.1}x the whole two-thread ping-pong",
+                us(across),
+                us(one),
+                us(across) / 2.0 / us(pp)
+            ),
+            _ => println!("{name}: 2c. SKIP: this host has no second CPU to pin to"),
+        }
         // Each vhca's last counters line (both processes' reports).
         let mut last = std::collections::BTreeMap::new();
         for l in report.lines() {

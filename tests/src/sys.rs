@@ -1,6 +1,6 @@
 //! The `unsafe` of the crate (with `ecn_switch::afpacket`'s packet sockets), in small wrappers: a memfd for guest RAM, a
 //! shared mapping of a file (guest RAM, BAR2 doorbell pages), `poll` on a
-//! descriptor, signals to a child process.
+//! descriptor, signals to a child process, a thread's CPU affinity.
 //!
 //! A [`SharedMap`] is memory another process (the `vhca` device) reads and
 //! writes concurrently, as DMA memory is for a real driver. Plain copies are used
@@ -31,6 +31,22 @@ pub fn memfd(name: &std::ffi::CStr, size: u64) -> io::Result<File> {
     let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     file.set_len(size)?;
     Ok(file)
+}
+
+/// Pins the calling thread to CPU `cpu` (benchmarks: a wake-up across CPUs
+/// against one on the same CPU); false if the kernel refused (no such CPU).
+pub fn pin_thread_to_cpu(cpu: usize) -> bool {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: `set` is a plain bit set on our stack, CPU_SET writes inside it
+    // (the index checked above), and sched_setaffinity only reads
+    // `size_of::<cpu_set_t>()` bytes of it; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
 }
 
 /// `len` bytes of a file mapped shared, read-write, at file offset `offset`.
