@@ -157,6 +157,9 @@ pub struct Options {
     /// namespace, issue 27 item 3). It must exec the binary, so that the
     /// process id is the node's.
     pub wrap: HashMap<usize, Vec<String>>,
+    /// The nodes' UDP ports on the first try, one per node (a test of the
+    /// retry when one is taken); empty: chosen free.
+    pub first_ports: Vec<u16>,
 }
 
 impl Default for Options {
@@ -183,6 +186,7 @@ impl Default for Options {
             fabric_header: String::new(),
             fabric_text: None,
             wrap: HashMap::new(),
+            first_ports: Vec::new(),
         }
     }
 }
@@ -405,7 +409,11 @@ impl Vhca {
             .prefix("vhca-tests-")
             .tempdir()
             .expect("create a temporary folder");
-        let ports = free_udp_ports(opts.nodes).expect("pick free UDP ports");
+        let ports = if opts.first_ports.len() == opts.nodes {
+            opts.first_ports.clone()
+        } else {
+            free_udp_ports(opts.nodes).expect("pick free UDP ports")
+        };
         let mut nodes: Vec<NodeInfo> = (0..opts.nodes)
             .map(|i| {
                 let name = format!("n{i}");
@@ -457,13 +465,42 @@ impl Vhca {
             opts,
             watch,
         };
-        for i in 0..v.nodes.len() {
-            v.start(i);
+        // The ports were free when chosen and released for the nodes to
+        // bind; another process (another test's `vhca` or switch binding
+        // port 0) can take one in between. Such a node exits at once saying
+        // so: the fabric gets new ports, up to 3 times, when this spawn
+        // chose them (not a caller's `fabric_text`).
+        for attempt in 1.. {
+            for i in 0..v.nodes.len() {
+                v.start(i);
+            }
+            let failed = (0..v.nodes.len()).find_map(|i| v.try_wait_socket(i).err());
+            let Some(why) = failed else {
+                return v;
+            };
+            let retry = attempt < 3
+                && v.opts.fabric_text.is_none()
+                && why.contains("Address already in use");
+            if !retry {
+                panic!("{why}");
+            }
+            eprintln!("vhca-tests: a node's UDP port was taken before it bound it; new ports (attempt {attempt}):\n{why}");
+            for i in 0..v.nodes.len() {
+                v.kill(i);
+                let _ = std::fs::remove_file(&v.nodes[i].stderr);
+            }
+            let ports = free_udp_ports(v.nodes.len()).expect("pick free UDP ports");
+            for (n, p) in v.nodes.iter_mut().zip(ports) {
+                n.udp_port = p;
+            }
+            let text = format!(
+                "{}\n{}",
+                v.opts.fabric_header,
+                fabric_toml_with(&v.nodes, &v.opts.top_toml, &v.opts.node_toml)
+            );
+            std::fs::write(&v.fabric, text).expect("write the fabric file");
         }
-        for i in 0..v.nodes.len() {
-            v.wait_socket(i);
-        }
-        v
+        unreachable!("the loop returns or panics")
     }
 
     /// Starts node `i`'s process (it must not be running).
@@ -506,6 +543,13 @@ impl Vhca {
     }
 
     fn wait_socket(&mut self, i: usize) {
+        if let Err(why) = self.try_wait_socket(i) {
+            panic!("{why}");
+        }
+    }
+
+    /// [`Self::wait_socket`], saying why instead of panicking.
+    fn try_wait_socket(&mut self, i: usize) -> Result<(), String> {
         let deadline = Instant::now() + self.opts.startup_timeout;
         loop {
             let is_socket = std::fs::symlink_metadata(&self.nodes[i].socket)
@@ -515,26 +559,26 @@ impl Vhca {
             // between is refused. Ready is listening.
             let pid = self.procs[i].as_ref().map(Child::id);
             if is_socket && listening(&self.nodes[i].socket, pid) {
-                return;
+                return Ok(());
             }
             if let Some(status) = self.procs[i]
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!(
+                return Err(format!(
                     "vhca {} exited ({status}) before creating its socket; stderr:\n{}",
                     self.nodes[i].name,
                     self.stderr_tail(i, 8192)
-                );
+                ));
             }
             if Instant::now() > deadline {
-                panic!(
+                return Err(format!(
                     "vhca {} did not create {} within {:?}; stderr:\n{}",
                     self.nodes[i].name,
                     self.nodes[i].socket.display(),
                     self.opts.startup_timeout,
                     self.stderr_tail(i, 8192)
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -459,3 +459,33 @@ fn reset_drops_every_object_and_pci_reset_too() {
     assert_eq!(h.query_qp(qp).unwrap_err().status(), Some(Status::NotFound));
     h.nop().unwrap();
 }
+
+/// The harness, not the device: a node whose UDP port another process took
+/// between the choice and the bind (the race `free_udp_ports` leaves; once
+/// seen in CI as `Address already in use`) is started again on new ports,
+/// and its peers with it, instead of failing the test.
+#[test]
+fn a_taken_udp_port_gets_the_fabric_new_ports_not_a_failed_spawn() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let free = vhca_tests::process::free_udp_ports(1).unwrap()[0];
+    let v = Vhca::spawn(Options {
+        first_ports: vec![port, free],
+        ..Options::nodes(2)
+    });
+    assert_ne!(v.node(0).udp_port, port);
+    // Both nodes run on the new fabric file and reach each other.
+    let mut a = Node::connect(&v, 0);
+    let mut b = Node::connect(&v, 1);
+    let (qa, qb) = connect_pair(&mut a, &mut b, QpType::Rc);
+    let rb = b.region(4096, Layout::Contiguous, 0);
+    b.hca
+        .post_recv(qb, &RecvWr::new(1, vec![rb.mr.sge(&rb.buf, 0, 64)]))
+        .unwrap();
+    let sa = a.region(4096, Layout::Contiguous, 0);
+    a.hca
+        .post_send(qa, &SendWr::send(2).sges(vec![sa.mr.sge(&sa.buf, 0, 8)]))
+        .unwrap();
+    assert_success(&b.hca.wait_cqes(b.cq, 1, Duration::from_secs(10)));
+    drop(taken);
+}

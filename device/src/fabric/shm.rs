@@ -924,10 +924,12 @@ impl Link for ShmLink {
         // Disabled, every send is dropped and counted: nothing to wait for.
         let peers = &mut self.peers;
         let room = self.disabled
-            || self.holds.room(now, SLOTS, |p| {
-                peers.get_mut(p)?.ready_tx().and_then(|t| t.used().ok())
-            });
-        self.counters.tx_hold_timeouts = self.holds.timeouts();
+            || self.holds.room(
+                now,
+                SLOTS,
+                |p| peers.get_mut(p)?.ready_tx().and_then(|t| t.used().ok()),
+                &mut self.counters.tx_hold_timeouts,
+            );
         room && self.udp.tx_room(now)
     }
 

@@ -43,8 +43,6 @@ struct Watch {
 pub struct Holds {
     watch: Vec<Watch>,
     recheck_at: Option<Duration>,
-    /// Holds that outlasted [`HOLD_MAX`].
-    timeouts: u64,
 }
 
 impl Holds {
@@ -62,14 +60,16 @@ impl Holds {
     /// Whether the port may send now. `used(peer)` reads the slots in use
     /// of that peer's ring out of `slots`, `None` when there is no usable
     /// ring (closed, corrupt: its sends are dropped and counted there).
+    /// Holds that outlast [`HOLD_MAX`] are counted in `timeouts` (the
+    /// link's counter).
     pub fn room(
         &mut self,
         now: Duration,
         slots: u64,
         mut used: impl FnMut(usize) -> Option<u64>,
+        timeouts: &mut u64,
     ) -> bool {
         let mut held = false;
-        let timeouts = &mut self.timeouts;
         self.watch.retain_mut(|w| {
             let Some(n) = used(w.peer) else {
                 return false;
@@ -107,11 +107,6 @@ impl Holds {
     pub fn recheck_at(&self) -> Option<Duration> {
         self.recheck_at
     }
-
-    /// Holds that outlasted [`HOLD_MAX`] so far.
-    pub fn timeouts(&self) -> u64 {
-        self.timeouts
-    }
 }
 
 #[cfg(test)]
@@ -124,56 +119,64 @@ mod tests {
     #[test]
     fn an_unwatched_ring_costs_nothing_and_holds_nothing() {
         let mut h = Holds::default();
-        assert!(h.room(T0, SLOTS, |_| panic!("no ring filled")));
+        assert!(h.room(T0, SLOTS, |_| panic!("no ring filled"), &mut 0));
         assert_eq!(h.recheck_at(), None);
     }
 
     #[test]
     fn a_full_ring_holds_until_it_has_a_slot() {
         let mut h = Holds::default();
+        let mut n = 0;
         h.filled(3);
         h.filled(3);
-        assert!(!h.room(T0, SLOTS, |p| (p == 3).then_some(SLOTS)));
+        assert!(!h.room(T0, SLOTS, |p| (p == 3).then_some(SLOTS), &mut n));
         assert_eq!(h.recheck_at(), Some(T0 + RECHECK));
         let t = T0 + Duration::from_micros(10);
-        assert!(h.room(t, SLOTS, |_| Some(SLOTS - 1)));
+        assert!(h.room(t, SLOTS, |_| Some(SLOTS - 1), &mut n));
         assert_eq!(h.recheck_at(), None);
         // Not watched any more: no question asked.
-        assert!(h.room(t, SLOTS, |_| panic!("dropped from the watch")));
-        assert_eq!(h.timeouts(), 0);
+        assert!(h.room(t, SLOTS, |_| panic!("dropped from the watch"), &mut n));
+        assert_eq!(n, 0);
     }
 
     #[test]
     fn a_ring_that_stays_full_holds_at_most_hold_max_then_not_until_half_drained() {
         let mut h = Holds::default();
+        let mut n = 0;
         h.filled(1);
         h.filled(2);
         let full = |_| Some(SLOTS);
-        assert!(!h.room(T0, SLOTS, full));
-        assert!(!h.room(T0 + HOLD_MAX / 2, SLOTS, full));
-        assert!(h.room(T0 + HOLD_MAX, SLOTS, full), "the hold is bounded");
-        assert_eq!(h.timeouts(), 2);
+        assert!(!h.room(T0, SLOTS, full, &mut n));
+        assert!(!h.room(T0 + HOLD_MAX / 2, SLOTS, full, &mut n));
+        assert!(
+            h.room(T0 + HOLD_MAX, SLOTS, full, &mut n),
+            "the hold is bounded"
+        );
+        assert_eq!(n, 2);
         // Full again and again, or nearly: no more holds.
-        for (k, n) in [SLOTS, SLOTS - 1, SLOTS, SLOTS / 2 + 1, SLOTS]
+        for (k, used) in [SLOTS, SLOTS - 1, SLOTS, SLOTS / 2 + 1, SLOTS]
             .into_iter()
             .enumerate()
         {
             let t = T0 + HOLD_MAX * (k as u32 + 2);
-            assert!(h.room(t, SLOTS, |_| Some(n)), "no hold at {n}");
+            assert!(
+                h.room(t, SLOTS, |_| Some(used), &mut n),
+                "no hold at {used}"
+            );
         }
         // Drained to half: held for again when it fills.
         let t = T0 + HOLD_MAX * 10;
-        assert!(h.room(t, SLOTS, |_| Some(SLOTS / 2)));
+        assert!(h.room(t, SLOTS, |_| Some(SLOTS / 2), &mut n));
         h.filled(1);
-        assert!(!h.room(t, SLOTS, |p| (p == 1).then_some(SLOTS)));
-        assert_eq!(h.timeouts(), 2);
+        assert!(!h.room(t, SLOTS, |p| (p == 1).then_some(SLOTS), &mut n));
+        assert_eq!(n, 2);
     }
 
     #[test]
     fn a_ring_gone_is_forgotten() {
         let mut h = Holds::default();
         h.filled(0);
-        assert!(h.room(T0, SLOTS, |_| None));
-        assert!(h.room(T0, SLOTS, |_| panic!("forgotten")));
+        assert!(h.room(T0, SLOTS, |_| None, &mut 0));
+        assert!(h.room(T0, SLOTS, |_| panic!("forgotten"), &mut 0));
     }
 }
