@@ -306,8 +306,9 @@ impl Port {
         }
         for _ in 0..BUDGET {
             // Link flow control (IBA 7.9): while the link holds packets
-            // waiting for credit, the engine keeps the rest in its own
-            // bounded windows; nothing queues past the link's bound.
+            // waiting for credit, or a shared-memory ring to a peer is full
+            // (`fabric/shm_hold.rs`, bounded), the engine keeps the rest in
+            // its own bounded windows; nothing queues past the link's bound.
             if !self.link.tx_room(now) {
                 self.counters.tx_link_full += 1;
                 break;
