@@ -255,10 +255,8 @@ fn shm_corrupt_head_makes_the_producer_drop_its_own_packets_to_that_peer_only() 
 #[test]
 fn shm_peer_killed_mid_stream_costs_only_its_own_traffic() {
     let dir = tempfile::tempdir().unwrap();
-    let (_f, mut l) = fabric(dir.path(), &[Some("h"), Some("h"), Some("h")]);
-    let n2 = l.pop().unwrap();
-    let mut n1 = l.pop().unwrap();
-    let mut n0 = l.pop().unwrap();
+    let (_f, l) = fabric(dir.path(), &[Some("h"), Some("h"), Some("h")]);
+    let [mut n0, mut n1, n2]: [ShmLink; 3] = l.try_into().unwrap();
     n0.send(t(0), &ud_packet(1, 2, 0, b"before")).unwrap();
     assert_eq!(drain_from(&mut n1, t(0)).len(), 1);
     // n2 dies: it runs no more code, its rings stay (no Drop: a SIGKILL).
@@ -320,10 +318,8 @@ fn shm_full_ring_holds_the_producer_instead_of_dropping() {
 #[test]
 fn shm_dead_peer_holds_the_others_at_most_hold_max() {
     let dir = tempfile::tempdir().unwrap();
-    let (_f, mut l) = fabric(dir.path(), &[Some("h"), Some("h"), Some("h")]);
-    let n2 = l.pop().unwrap();
-    let mut n1 = l.pop().unwrap();
-    let mut n0 = l.pop().unwrap();
+    let (_f, l) = fabric(dir.path(), &[Some("h"), Some("h"), Some("h")]);
+    let [mut n0, mut n1, n2]: [ShmLink; 3] = l.try_into().unwrap();
     std::mem::forget(n2); // killed: its rings stay, undrained
     let now = t(0);
     for i in 0..SHM_SLOTS {

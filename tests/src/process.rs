@@ -362,6 +362,16 @@ pub fn free_udp_range(n: u16) -> io::Result<u16> {
     ))
 }
 
+/// The fabric file [`Vhca::spawn`] writes for `nodes` when the caller gave
+/// none (`Options::fabric_text`).
+fn generated_fabric(opts: &Options, nodes: &[NodeInfo]) -> String {
+    format!(
+        "{}\n{}",
+        opts.fabric_header,
+        fabric_toml_with(nodes, &opts.top_toml, &opts.node_toml)
+    )
+}
+
 /// A command that runs `bin`, under `wrap` (a command and its arguments that
 /// exec the binary after them) if given.
 pub fn wrapped(wrap: Option<&Vec<String>>, bin: &Path) -> Command {
@@ -447,11 +457,7 @@ impl Vhca {
                 }
                 t.clone()
             }
-            None => format!(
-                "{}\n{}",
-                opts.fabric_header,
-                fabric_toml_with(&nodes, &opts.top_toml, &opts.node_toml)
-            ),
+            None => generated_fabric(&opts, &nodes),
         };
         std::fs::write(&fabric, text).expect("write the fabric file");
         let watch = Arc::new(Watch::default());
@@ -493,12 +499,8 @@ impl Vhca {
             for (n, p) in v.nodes.iter_mut().zip(ports) {
                 n.udp_port = p;
             }
-            let text = format!(
-                "{}\n{}",
-                v.opts.fabric_header,
-                fabric_toml_with(&v.nodes, &v.opts.top_toml, &v.opts.node_toml)
-            );
-            std::fs::write(&v.fabric, text).expect("write the fabric file");
+            std::fs::write(&v.fabric, generated_fabric(&v.opts, &v.nodes))
+                .expect("write the fabric file");
         }
         unreachable!("the loop returns or panics")
     }
